@@ -1,0 +1,1 @@
+"""One module per CLI command. Each defines ``register(app)``; none imports torch at import time."""

@@ -1,0 +1,17 @@
+"""`srift calibrate` (placeholder until its issue lands)."""
+
+from __future__ import annotations
+
+import typer
+
+from srift.errors import SriftError
+
+
+def register(app: typer.Typer) -> None:
+    sub = typer.Typer(help="calibrate commands.", no_args_is_help=True)
+    app.add_typer(sub, name="calibrate")
+
+    @sub.command("placeholder")
+    def _cmd() -> None:
+        """Not available yet."""
+        raise SriftError("`srift calibrate` is not available in this build.", "use a newer srift.")

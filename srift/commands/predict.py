@@ -1,0 +1,14 @@
+"""`srift predict` (placeholder until its issue lands)."""
+
+from __future__ import annotations
+
+import typer
+
+from srift.errors import SriftError
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("predict", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+    def _cmd() -> None:
+        """Not available yet."""
+        raise SriftError("`srift predict` is not available in this build.", "use a newer srift.")

@@ -1,0 +1,139 @@
+"""GPU specifications and intra-node links, read from configs/gpus.yaml."""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from srift.errors import SriftError, unknown_name_error
+from srift.resources import configs_dir
+
+CPU = "cpu"  # the pseudo-GPU of a cluster of CPU processes (gloo on one host)
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU model's datasheet figures (dense peak rates; see configs/gpus.yaml)."""
+
+    name: str
+    architecture: str
+    fp32_tflops: float
+    tf32_tflops: float
+    fp16_tflops: float
+    bf16_tflops: float | None
+    memory_gib: float
+    memory_bandwidth_gb_per_s: float
+    sm_count: int
+    boost_clock_mhz: float
+    aliases: tuple[str, ...] = ()
+    source: str = ""
+
+    def peak_flops(self, precision: str) -> float:
+        """Peak FLOP/s for a training precision: fp32 (CUDA cores), tf32, or amp (fp16/bf16 tensor)."""
+        if precision == "fp32":
+            return self.fp32_tflops * 1e12
+        if precision == "tf32":
+            return self.tf32_tflops * 1e12
+        if precision == "amp":
+            return max(self.fp16_tflops, self.bf16_tflops or 0.0) * 1e12
+        raise SriftError(f"unknown precision '{precision}'.", "use fp32, tf32 or amp.")
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_gib * 2**30
+
+    @property
+    def memory_bandwidth_bytes_per_s(self) -> float:
+        return self.memory_bandwidth_gb_per_s * 1e9
+
+
+@dataclass(frozen=True)
+class Link:
+    """An intra-node interconnect: per-GPU unidirectional bandwidth usable by a ring."""
+
+    name: str
+    bandwidth_gb_per_s: float
+    source: str = ""
+
+
+@functools.lru_cache(maxsize=1)
+def _raw() -> dict[str, Any]:
+    import yaml
+
+    path = configs_dir() / "gpus.yaml"
+    with open(path, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+@functools.lru_cache(maxsize=1)
+def gpus() -> dict[str, GpuSpec]:
+    """All GPU specs by canonical name."""
+    out = {}
+    for name, d in _raw()["gpus"].items():
+        out[name] = GpuSpec(
+            name=name,
+            architecture=d["architecture"],
+            fp32_tflops=float(d["fp32_tflops"]),
+            tf32_tflops=float(d["tf32_tflops"]),
+            fp16_tflops=float(d["fp16_tflops"]),
+            bf16_tflops=None if d.get("bf16_tflops") is None else float(d["bf16_tflops"]),
+            memory_gib=float(d["memory_gib"]),
+            memory_bandwidth_gb_per_s=float(d["memory_bandwidth_gb_per_s"]),
+            sm_count=int(d["sm_count"]),
+            boost_clock_mhz=float(d["boost_clock_mhz"]),
+            aliases=tuple(d.get("aliases") or ()),
+            source=d.get("source", ""),
+        )
+    return out
+
+
+def _norm(s: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", s.lower())
+
+
+@functools.lru_cache(maxsize=1)
+def _alias_index() -> dict[str, str]:
+    index: dict[str, str] = {}
+    for name, spec in gpus().items():
+        for alias in (name, *spec.aliases):
+            index.setdefault(_norm(alias), name)
+    return index
+
+
+def find_gpu(name: str) -> str | None:
+    """Canonical GPU name for a name, alias or device string (``Tesla V100-SXM2-16GB``), else None."""
+    return _alias_index().get(_norm(name))
+
+
+def gpu(name: str) -> GpuSpec:
+    """Look up a GPU by canonical name or alias.
+
+    Raises:
+        SriftError: for an unknown GPU, with the closest names.
+    """
+    key = find_gpu(name)
+    if key is None:
+        raise unknown_name_error("GPU", name, list(gpus()), "srift catalog list")
+    return gpus()[key]
+
+
+@functools.lru_cache(maxsize=1)
+def links() -> dict[str, Link]:
+    """Intra-node links by name (pcie3, pcie4, pcie5, nvlink, nvswitch, ...)."""
+    return {n: Link(n, float(d["bandwidth_gb_per_s"]), d.get("source", "")) for n, d in _raw()["links"].items()}
+
+
+def link(name: str) -> Link:
+    """Look up an intra-node link by name, with a clear error for an unknown one."""
+    table = links()
+    if name not in table:
+        raise unknown_name_error("intra-node link", name, list(table), "configs/gpus.yaml")
+    return table[name]
+
+
+def family_link(instance_family: str) -> str | None:
+    """The intra-node link of an EC2 instance family (``p4d`` -> ``nvswitch``), or None if unknown."""
+    entry = _raw().get("families", {}).get(instance_family)
+    return entry["intra_node"] if entry else None

@@ -1,0 +1,54 @@
+"""Prediction: the simulator's answer for one (profile, cluster, job)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Prediction:
+    """Predicted iteration of a data-parallel job on a cluster.
+
+    Attributes:
+        cluster: Cluster label (instance spec or cluster file name).
+        gpus: Total GPUs (workers).
+        global_batch_size: Samples per iteration over the whole cluster.
+        iteration_time_s: Median (p50) iteration time.
+        p90_iteration_time_s: 90th percentile (network and run-to-run spread).
+        throughput_samples_per_s: Whole-cluster samples per second (p50, no interruptions).
+        cost_per_hour_usd: Whole-cluster price per hour (None when unpriced).
+        usd_per_million_samples: Cost of one million samples (None when unpriced).
+        breakdown: Seconds per phase of one iteration: ``data``, ``forward``, ``backward``,
+            ``exposed_comm``, ``optimizer``, ``overhead`` (+ K-FAC phases); they add up to
+            ``iteration_time_s``. ``comm_total`` (not exposed only) is reported beside them.
+        bottleneck: ``compute``, ``communication`` or ``memory``.
+        fits_in_memory: False when some GPU needs more memory than it has.
+        memory_per_gpu_bytes: Estimated peak memory of the most loaded GPU.
+        memory_breakdown_bytes: weights, gradients, optimizer_state, activations, workspace.
+        batch_split: Per node group: ``{"group": label, "per_gpu_batch": b, "gpus": n}``.
+        spot: Expected values with interruptions (None for on-demand clusters):
+            ``expected_throughput_samples_per_s``, ``expected_cost_per_hour_usd``,
+            ``expected_usd_per_million_samples``, ``interruptions_per_hour``, ``assumptions``.
+        notes: Remarks (anchoring, extrapolation, etc).
+    """
+
+    cluster: str
+    gpus: int
+    global_batch_size: int
+    iteration_time_s: float
+    p90_iteration_time_s: float
+    throughput_samples_per_s: float
+    cost_per_hour_usd: float | None
+    usd_per_million_samples: float | None
+    breakdown: dict[str, float]
+    bottleneck: str
+    fits_in_memory: bool
+    memory_per_gpu_bytes: float
+    memory_breakdown_bytes: dict[str, float] = field(default_factory=dict)
+    batch_split: list[dict[str, Any]] = field(default_factory=list)
+    spot: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
