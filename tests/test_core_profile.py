@@ -1,0 +1,103 @@
+"""Profile schema: round trip, validation messages, rescaling by batch and sequence length."""
+
+import pytest
+import yaml
+
+from srift.errors import SriftError
+from srift.profile import SCHEMA, LayerProfile, PhaseTimes, Profile
+
+
+def _profile(**kw):
+    layers = [
+        LayerProfile("conv", "Conv2d", params=100, grad_bytes=400, fwd_flops=1000.0, bwd_flops=2000.0,
+                     activation_bytes=64.0, fwd_s=0.01, bwd_s=0.02, grad_ready_order=1,
+                     kfac_a_dim=10, kfac_g_dim=10, kfac_spatial=4),
+        LayerProfile("attn", "Attention", fwd_flops=600.0, bwd_flops=1200.0, fwd_flops_seq2=200.0,
+                     bwd_flops_seq2=400.0, activation_bytes=32.0, activation_bytes_seq2=16.0),
+        LayerProfile("fc", "Linear", params=10, grad_bytes=40, fwd_flops=20.0, bwd_flops=40.0, grad_ready_order=0),
+    ]
+    base = dict(name="toy", batch_size=8, precision="fp32", layers=layers, seq_len=16,
+                phases=PhaseTimes(data_s=0.004, forward_s=0.02, backward_s=0.04, optimizer_s=0.003))
+    base.update(kw)
+    return Profile(**base)
+
+
+def test_round_trip_through_yaml(tmp_path):
+    p = _profile()
+    path = p.save(tmp_path / "p.yaml")
+    text = path.read_text()
+    assert text.startswith(f"schema: {SCHEMA}")
+    q = Profile.load(path)
+    assert q.to_dict() == p.to_dict()
+    assert q.params == 110 and q.grad_bytes == 440
+    assert q.measured
+
+
+def test_gradient_order_uses_recorded_order():
+    p = _profile()
+    assert [l.name for l in p.gradient_order()] == ["fc", "conv"]
+
+
+def test_gradient_order_defaults_to_reverse_execution():
+    p = _profile()
+    for layer in p.layers:
+        layer.grad_ready_order = None
+    assert [l.name for l in p.gradient_order()] == ["fc", "conv"]
+
+
+def test_rescale_batch_is_linear():
+    p = _profile().rescale(batch_size=16)
+    conv = p.layers[0]
+    assert conv.fwd_flops == pytest.approx(2000.0)
+    assert conv.fwd_s == pytest.approx(0.02)
+    assert conv.params == 100 and conv.grad_bytes == 400  # weights do not scale with the batch
+    assert p.phases.data_s == pytest.approx(0.008)
+
+
+def test_rescale_seq_len_scales_quadratic_part_by_square():
+    p = _profile().rescale(seq_len=32)
+    attn = p.layers[1]
+    # linear part 400 doubles to 800; quadratic part 200 quadruples to 800
+    assert attn.fwd_flops == pytest.approx(1600.0)
+    assert attn.fwd_flops_seq2 == pytest.approx(800.0)
+    assert attn.bwd_flops == pytest.approx(800.0 * 2 + 400.0 * 4)
+    assert attn.activation_bytes == pytest.approx(16.0 * 2 + 16.0 * 4)
+    # and back again
+    back = p.rescale(seq_len=16)
+    assert back.layers[1].fwd_flops == pytest.approx(600.0)
+
+
+def test_rescale_rejects_seq_len_without_sequence():
+    with pytest.raises(SriftError, match="no sequence length"):
+        _profile(seq_len=None).rescale(seq_len=128)
+    with pytest.raises(SriftError, match="must be positive"):
+        _profile().rescale(batch_size=0)
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d.update(schema="srift.profile/v0"), "schema"),
+        (lambda d: d.pop("layers"), "'layers' is missing"),
+        (lambda d: d.update(batch_size=-1), "batch_size"),
+        (lambda d: d.update(precision="fp8"), "precision"),
+        (lambda d: d["layers"][0].update(fwd_flops="many"), r"layers\[0\].fwd_flops"),
+        (lambda d: d["layers"][0].pop("type"), r"layers\[0\] is missing 'type'"),
+    ],
+)
+def test_load_names_what_is_wrong(tmp_path, mutate, message):
+    d = _profile().to_dict()
+    mutate(d)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(d))
+    with pytest.raises(SriftError, match=message):
+        Profile.load(path)
+
+
+def test_load_missing_and_broken_files(tmp_path):
+    with pytest.raises(SriftError, match="does not exist"):
+        Profile.load(tmp_path / "nope.yaml")
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("schema: [unclosed\n")
+    with pytest.raises(SriftError, match="not valid YAML"):
+        Profile.load(bad)
