@@ -31,6 +31,8 @@ def closest(name: str, choices: list[str] | tuple[str, ...], n: int = 3) -> list
 
     lowered = {c.lower(): c for c in choices}
     hits = difflib.get_close_matches(name.lower(), list(lowered), n=n, cutoff=0.5)
+    if not hits:  # nothing close: still offer the nearest few rather than nothing
+        hits = difflib.get_close_matches(name.lower(), list(lowered), n=n, cutoff=0.0)
     return [lowered[h] for h in hits]
 
 

@@ -119,6 +119,17 @@ def gpu(name: str) -> GpuSpec:
     return gpus()[key]
 
 
+def matching_gpus(query: str) -> set[str]:
+    """Canonical names a user's GPU filter means: ``A100`` -> both A100 sizes; an alias -> its GPU.
+
+    Raises:
+        SriftError: when nothing matches, with the closest names.
+    """
+    q = _norm(query)
+    hits = {name for name in gpus() if _norm(name).startswith(q)}
+    return hits or {gpu(query).name}
+
+
 @functools.lru_cache(maxsize=1)
 def links() -> dict[str, Link]:
     """Intra-node links by name (pcie3, pcie4, pcie5, nvlink, nvswitch, ...)."""
