@@ -1,0 +1,189 @@
+"""Structural analysis of a model: per leaf module, FLOPs, bytes, parameters, gradient order, K-FAC dims.
+
+Used by the zoo (structural profiles, on the meta device: no memory, no time) and by the script
+profiler (on the user's model, one extra untimed step).
+
+FLOPs come from torch's own FlopCounterMode (2 FLOPs per multiply-add; matmuls and convolutions
+only, as torch counts them), attributed to modules by its module tracker; forward and backward are
+told apart by snapshotting the counts after the forward pass.
+
+Bytes are estimates: ``fwd_bytes`` = inputs + outputs + parameters of the module (each read or
+written once); ``bwd_bytes`` = twice that (read the output gradient, inputs and weights; write the
+input and weight gradients). ``activation_bytes`` = the module's output bytes (what autograd keeps),
+plus, for attention cores, the attention probabilities.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from srift.profile import LayerProfile
+
+
+def _tensor_bytes(obj: Any) -> float:
+    if isinstance(obj, torch.Tensor):
+        return float(obj.numel() * obj.element_size())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(o) for o in obj)
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(o) for o in obj.values())
+    return 0.0
+
+
+def _first_tensor(obj: Any) -> torch.Tensor | None:
+    if isinstance(obj, torch.Tensor):
+        return obj
+    if isinstance(obj, (list, tuple)):
+        for o in obj:
+            t = _first_tensor(o)
+            if t is not None:
+                return t
+    if isinstance(obj, dict):
+        for o in obj.values():
+            t = _first_tensor(o)
+            if t is not None:
+                return t
+    return None
+
+
+def _total(counts: dict[Any, int]) -> float:
+    return float(sum(counts.values()))
+
+
+def analyze_layers(model: nn.Module, forward_fn: Callable[[], torch.Tensor]) -> list[LayerProfile]:
+    """Run one training step and describe every leaf module, in execution order.
+
+    Args:
+        model: The model (any device, including ``meta``).
+        forward_fn: Runs the forward pass and returns the scalar loss; this function calls
+            ``backward()`` on it. It must use ``model`` (not a copy).
+
+    Returns:
+        One LayerProfile per leaf module that ran (modules called several times are summed), plus
+        a pseudo-layer ``<name>.(params)`` for parameters that belong to non-leaf modules.
+    """
+    names = {m: n for n, m in model.named_modules()}
+    root = type(model).__name__
+    order: list[nn.Module] = []
+    stats: dict[nn.Module, dict[str, float]] = {}
+    kfac: dict[nn.Module, tuple[int, int, int]] = {}
+
+    def pre_hook(mod: nn.Module, args: Any) -> None:
+        if mod not in stats:
+            order.append(mod)
+            stats[mod] = {"in": 0.0, "out": 0.0, "extra": 0.0}
+        stats[mod]["in"] += _tensor_bytes(args)
+
+    def post_hook(mod: nn.Module, args: Any, out: Any) -> None:
+        s = stats[mod]
+        s["out"] += _tensor_bytes(out)
+        s["extra"] += float(getattr(mod, "extra_activation_bytes", 0.0) or 0.0)
+        x = _first_tensor(args)
+        y = _first_tensor(out)
+        if isinstance(mod, nn.Linear) and x is not None:
+            tokens = int(x.numel() // max(x.shape[0] * x.shape[-1], 1)) if x.dim() > 2 else 1
+            kfac[mod] = (mod.in_features + (mod.bias is not None), mod.out_features, tokens)
+        elif isinstance(mod, nn.Conv2d) and y is not None:
+            kh, kw = mod.kernel_size
+            a_dim = mod.in_channels // mod.groups * kh * kw + (mod.bias is not None)
+            kfac[mod] = (a_dim, mod.out_channels, int(y.shape[-1] * y.shape[-2]))
+
+    leaves = [m for m in model.modules() if not list(m.children())]
+    handles = []
+    for m in leaves:
+        handles.append(m.register_forward_pre_hook(pre_hook))
+        handles.append(m.register_forward_hook(post_hook))
+
+    # Parameter ownership: a shared (tied) parameter belongs to the first module that registers it.
+    owner: dict[int, nn.Module] = {}
+    for m in model.modules():
+        for p in m.parameters(recurse=False):
+            owner.setdefault(id(p), m)
+    ready: list[int] = []
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        handles.append(p.register_post_accumulate_grad_hook(lambda t, pid=id(p): ready.append(pid)))
+
+    was_training = model.training
+    model.train()
+    try:
+        with FlopCounterMode(display=False) as counter:
+            loss = forward_fn()
+            fwd_counts = copy.deepcopy(counter.get_flop_counts())
+            loss.backward()
+            all_counts = counter.get_flop_counts()
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+        for p in params:
+            p.grad = None
+
+    def flops(counts: dict[str, dict[Any, int]], mod: nn.Module) -> float:
+        name = names[mod]
+        key = f"{root}.{name}" if name else root
+        return _total(counts.get(key, {}))
+
+    # Gradient-ready position of a module = when its last parameter's gradient became ready.
+    ready_pos = {pid: i for i, pid in enumerate(ready)}
+    module_ready: dict[nn.Module, int] = {}
+    for p in params:
+        m = owner[id(p)]
+        if id(p) in ready_pos:
+            module_ready[m] = max(module_ready.get(m, -1), ready_pos[id(p)])
+    ranked = sorted(module_ready, key=lambda m: module_ready[m])
+    ready_rank = {m: i for i, m in enumerate(ranked)}
+
+    def own_params(m: nn.Module) -> list[torch.nn.Parameter]:
+        return [p for p in m.parameters(recurse=False) if p.requires_grad and owner[id(p)] is m]
+
+    layers = []
+    for m in order:
+        s = stats[m]
+        ps = own_params(m)
+        n_params = sum(p.numel() for p in ps)
+        grad_bytes = sum(p.numel() * p.element_size() for p in ps)
+        f_fwd = flops(fwd_counts, m)
+        f_bwd = flops(all_counts, m) - f_fwd
+        fwd_bytes = s["in"] + s["out"] + sum(p.numel() * p.element_size() for p in m.parameters(recurse=False))
+        seq2 = bool(getattr(m, "srift_seq2", False))
+        a, g, sp = kfac.get(m, (None, None, None))
+        layers.append(
+            LayerProfile(
+                name=names[m] or root,
+                type=type(m).__name__,
+                params=n_params,
+                grad_bytes=grad_bytes,
+                fwd_flops=f_fwd,
+                bwd_flops=max(f_bwd, 0.0),
+                fwd_bytes=fwd_bytes,
+                bwd_bytes=2.0 * fwd_bytes,
+                activation_bytes=s["out"] + s["extra"],
+                fwd_flops_seq2=f_fwd if seq2 else 0.0,
+                bwd_flops_seq2=max(f_bwd, 0.0) if seq2 else 0.0,
+                activation_bytes_seq2=s["extra"] if seq2 else 0.0,
+                grad_ready_order=ready_rank.get(m) if n_params else None,
+                kfac_a_dim=a,
+                kfac_g_dim=g,
+                kfac_spatial=sp,
+            )
+        )
+    # Parameters held directly by non-leaf modules (ViT's class token, position embedding).
+    for m in model.modules():
+        if m in stats or not list(m.children()):
+            continue
+        ps = own_params(m)
+        if ps:
+            layers.insert(0, LayerProfile(
+                name=f"{names[m] or root}.(params)", type="Parameters",
+                params=sum(p.numel() for p in ps), grad_bytes=sum(p.numel() * p.element_size() for p in ps),
+                fwd_bytes=float(sum(p.numel() * p.element_size() for p in ps)),
+                grad_ready_order=ready_rank.get(m),
+            ))
+    return layers

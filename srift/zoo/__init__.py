@@ -1,0 +1,112 @@
+"""The model zoo: well-known architectures srift can predict without a user profile.
+
+This module is torch-free: it lists the models and loads their shipped structural profiles
+(profiles/<name>.yaml) for predict/recommend/check. Building the models (srift.zoo.models) and
+making profiles need torch.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from srift.errors import SriftError, closest
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Zoo entry: what the model takes and how its shipped profile was made.
+
+    Attributes:
+        name: Canonical name (``resnet50``).
+        kind: ``image`` or ``sequence``.
+        batch_size: Per-GPU batch of the shipped profile.
+        seq_len: Sequence length of the shipped profile (sequence models), else None.
+        image_size: Input height = width (image models), else None.
+        optimizer: Usual optimizer (sets optimizer state bytes per parameter).
+        params: Published parameter count (tests check the definition against it).
+        reference: Where the parameter count comes from.
+    """
+
+    name: str
+    kind: str
+    batch_size: int
+    seq_len: int | None
+    image_size: int | None
+    optimizer: str
+    params: int
+    reference: str
+
+
+MODELS: dict[str, ModelInfo] = {m.name: m for m in (
+    ModelInfo("resnet50", "image", 64, None, 224, "SGD", 25_557_032, "torchvision resnet50"),
+    ModelInfo("resnet152", "image", 64, None, 224, "SGD", 60_192_808, "torchvision resnet152"),
+    ModelInfo("vgg16", "image", 64, None, 224, "SGD", 138_357_544, "torchvision vgg16"),
+    ModelInfo("densenet201", "image", 64, None, 224, "SGD", 20_013_928, "torchvision densenet201"),
+    ModelInfo("inception-v4", "image", 64, None, 299, "SGD", 42_679_816, "timm inception_v4 (1000 classes)"),
+    ModelInfo("vit-b16", "image", 64, None, 224, "AdamW", 86_567_656, "torchvision vit_b_16"),
+    ModelInfo("bert-base", "sequence", 32, 128, None, "AdamW", 110_106_428, "HF BertForPreTraining bert-base-uncased"),
+    ModelInfo("bert-large", "sequence", 16, 128, None, "AdamW", 336_226_108, "HF BertForPreTraining bert-large-uncased"),
+    ModelInfo("gpt2", "sequence", 8, 1024, None, "AdamW", 124_439_808, "HF GPT2LMHeadModel gpt2 (tied head)"),
+    ModelInfo("gpt2-medium", "sequence", 4, 1024, None, "AdamW", 354_823_168, "HF GPT2LMHeadModel gpt2-medium (tied head)"),
+)}
+MODEL_NAMES: tuple[str, ...] = tuple(MODELS)
+
+OPTIMIZER_STATE_BYTES_PER_PARAM = {"SGD": 4, "Adam": 8, "AdamW": 8}
+
+_ALIASES = {"gpt2-124m": "gpt2", "gpt2-small": "gpt2", "gpt2-355m": "gpt2-medium", "inceptionv4": "inception-v4",
+            "vit-b-16": "vit-b16", "vitb16": "vit-b16", "bert": "bert-base"}
+
+
+def canonical_name(name: str) -> str:
+    """Canonical zoo name for a name or alias (``resnet-50``, ``bert_base``, ``vit_b_16``).
+
+    Raises:
+        SriftError: for an unknown model, listing the known ones.
+    """
+    key = re.sub(r"[\s_]+", "-", name.strip().lower())
+    if key in MODELS:
+        return key
+    if key in _ALIASES:
+        return _ALIASES[key]
+    squashed = key.replace("-", "")
+    for known in MODELS:
+        if known.replace("-", "") == squashed:
+            return known
+    for alias, known in _ALIASES.items():
+        if alias.replace("-", "") == squashed:
+            return known
+    near = closest(name, list(MODELS))
+    hint = f"did you mean {', '.join(near)}? " if near else ""
+    raise SriftError(
+        f"unknown model '{name}'.",
+        f"{hint}Built-in models: {', '.join(MODEL_NAMES)}; or profile your own script with `srift profile` and pass --profile.",
+    )
+
+
+def load_builtin_profile(name: str, batch_size: int | None = None, seq_len: int | None = None):
+    """The shipped structural profile of a zoo model, rescaled to a batch size and sequence length.
+
+    Torch-free: reads profiles/<name>.yaml.
+
+    Raises:
+        SriftError: for an unknown model, a missing profile file, or a seq_len on an image model.
+    """
+    from srift.profile import Profile
+    from srift.resources import profiles_dir
+
+    key = canonical_name(name)
+    path = profiles_dir() / f"{key}.yaml"
+    if not path.is_file():
+        raise SriftError(f"the shipped profile of '{key}' is missing ({path}).",
+                         "reinstall srift, or run `python scripts/make_zoo_profiles.py`.")
+    if seq_len is not None and MODELS[key].kind != "sequence":
+        raise SriftError(f"'{key}' is an image model: --seq-len does not apply.", "drop --seq-len.")
+    return Profile.load(path).rescale(batch_size=batch_size, seq_len=seq_len)
+
+
+def structural_profile(name: str, batch_size: int | None = None, seq_len: int | None = None, precision: str = "fp32"):
+    """Build a zoo model and analyze one training step (needs torch). See srift.zoo.models."""
+    from srift.zoo.models import structural_profile as _make
+
+    return _make(name, batch_size=batch_size, seq_len=seq_len, precision=precision)

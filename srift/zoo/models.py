@@ -1,0 +1,92 @@
+"""Build zoo models and make their structural profiles (torch)."""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+import srift
+from srift.errors import SriftError
+from srift.profile import PRECISIONS, Profile
+from srift.zoo import MODELS, OPTIMIZER_STATE_BYTES_PER_PARAM, canonical_name
+from srift.zoo import text, vision
+
+BUILDERS: dict[str, Callable[[], nn.Module]] = {
+    "resnet50": vision.resnet50,
+    "resnet152": vision.resnet152,
+    "vgg16": vision.vgg16,
+    "densenet201": vision.densenet201,
+    "inception-v4": vision.inception_v4,
+    "vit-b16": vision.vit_b16,
+    "bert-base": text.bert_base,
+    "bert-large": text.bert_large,
+    "gpt2": text.gpt2,
+    "gpt2-medium": text.gpt2_medium,
+}
+
+
+def build_model(name: str, device: str | torch.device = "cpu") -> nn.Module:
+    """Instantiate a zoo model (random weights; ``device="meta"`` allocates nothing)."""
+    key = canonical_name(name)
+    with torch.device(device):
+        return BUILDERS[key]()
+
+
+def example_batch(name: str, batch_size: int, seq_len: int | None = None, device: str | torch.device = "cpu") -> torch.Tensor:
+    """An input batch of the right shape: images [B, 3, H, W] or token ids [B, T]."""
+    info = MODELS[canonical_name(name)]
+    if info.kind == "image":
+        return torch.randn(batch_size, 3, info.image_size, info.image_size, device=device)
+    return torch.randint(0, 1000, (batch_size, seq_len or info.seq_len), device=device)
+
+
+def forward_loss(name: str, model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
+    """The model's training loss on a batch (sequence models return their loss themselves)."""
+    out = model(batch)
+    if MODELS[canonical_name(name)].kind == "sequence":
+        return out
+    return nn.functional.cross_entropy(out, torch.zeros(out.shape[0], dtype=torch.long, device=out.device))
+
+
+def structural_profile(name: str, batch_size: int | None = None, seq_len: int | None = None,
+                       precision: str = "fp32") -> Profile:
+    """Analyze one training step of a zoo model on the meta device (no memory, no time).
+
+    AMP: FLOPs and gradient bytes (DDP all-reduces fp32 gradients) are unchanged; activation and
+    moved bytes of autocast-able layers (convolutions, linear layers, attention) are halved.
+    """
+    from srift.profiling.flops import analyze_layers
+
+    key = canonical_name(name)
+    info = MODELS[key]
+    if precision not in PRECISIONS:
+        raise SriftError(f"unknown precision '{precision}'.", f"use one of {', '.join(PRECISIONS)}.")
+    if seq_len is not None and info.kind != "sequence":
+        raise SriftError(f"'{key}' is an image model: --seq-len does not apply.", "drop --seq-len.")
+    b = batch_size or info.batch_size
+    t = seq_len or info.seq_len
+    model = build_model(key, "meta")
+    batch = example_batch(key, b, t, "meta")
+    layers = analyze_layers(model, lambda: forward_loss(key, model, batch))
+    if precision == "amp":
+        for layer in layers:
+            if layer.type in ("Conv2d", "Linear", "AttentionCore"):
+                layer.activation_bytes /= 2
+                layer.activation_bytes_seq2 /= 2
+                layer.fwd_bytes /= 2
+                layer.bwd_bytes /= 2
+    return Profile(
+        name=key,
+        batch_size=b,
+        precision=precision,
+        layers=layers,
+        seq_len=t if info.kind == "sequence" else None,
+        device={"name": "none (structural)", "kind": "none", "gpu": None},
+        framework={"torch": torch.__version__.split("+")[0], "python": platform.python_version(), "srift": srift.__version__},
+        optimizer={"type": info.optimizer, "state_bytes_per_param": OPTIMIZER_STATE_BYTES_PER_PARAM[info.optimizer]},
+        input_bytes_per_sample=float(batch[0].numel() * batch.element_size()),
+        notes=[f"structural profile of the zoo model {key} ({info.reference}); no timings"],
+    )
