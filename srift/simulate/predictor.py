@@ -1,0 +1,225 @@
+"""Predict one data-parallel training iteration of a profile on a cluster.
+
+``Predictor(profile, job).predict(cluster)`` caches everything that does not depend on the cluster
+(the rescaled profile per per-GPU batch, the compute times per (GPU, batch), the bucket layout, the
+memory estimate), so the recommender can score thousands of clusters quickly; ``predict`` is the
+one-shot form.
+
+Iteration = data + forward + backward + exposed communication + optimizer + overhead
+(+ K-FAC phases). Mixed clusters split the batch by speed (hetero.py) and every bucket's
+all-reduce waits for the slowest worker. Spread: the p90 uses the communication model's p90 and a
+compute spread (the measured coefficient of variation, or 3 % for a structural profile) at
+z = 1.2816.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from srift.cluster import Cluster
+from srift.errors import SriftError
+from srift.hardware import CPU, gpu as gpu_spec
+from srift.job import Job
+from srift.perf.comm import CommModel
+from srift.perf.compute import LayerTimes, layer_times
+from srift.profile import Profile
+from srift.simulate.ddp import BucketLayout, bucket_layout, bucket_ready_s, comm_end_s
+from srift.simulate.hetero import batches_for_fastest, split_batch
+from srift.simulate.memory import fits, memory_breakdown_bytes
+from srift.simulate.prediction import Prediction
+from srift.simulate.spot import spot_expectation
+
+Z90 = 1.2816
+STRUCTURAL_COMPUTE_CV = 0.03
+COMM_BOUND_FRACTION = 0.2  # exposed communication above this share of the iteration: comm-bound
+
+
+class _Compute:
+    """Compute times of one (GPU, per-GPU batch), arranged for the overlap simulation."""
+
+    __slots__ = ("times", "forward_s", "compute_end_s", "ready_rel_s", "speed")
+
+    def __init__(self, times: LayerTimes, batch: int, layout: BucketLayout) -> None:
+        self.times = times
+        self.forward_s = times.forward_s
+        self.ready_rel_s, self.compute_end_s = bucket_ready_s(self.forward_s, times.bwd_s, layout)
+        self.speed = batch / max(times.total_s, 1e-12)
+
+
+class Predictor:
+    """Predictions for one profile and job on many clusters (see module docstring).
+
+    Args:
+        profile: The job's profile (measured or structural).
+        job: Batch, sequence length, precision, optimizer.
+
+    Raises:
+        SriftError: for a seq_len the profile cannot take.
+    """
+
+    def __init__(self, profile: Profile, job: Job) -> None:
+        self.job = job
+        self.base = profile.rescale(seq_len=job.seq_len) if job.seq_len is not None else profile
+        self.precision = job.precision or profile.precision
+        self.ref_batch = job.batch_size or profile.batch_size
+        self.layout = bucket_layout(self.base)
+        self.bucket_sizes_bytes = self.layout.sizes_bytes
+        self._profiles: dict[int, Profile] = {}
+        self._compute: dict[tuple[str, int], _Compute] = {}
+        self._memory: dict[int, dict[str, float]] = {}
+        self._allreduce: dict[tuple[int, float], np.ndarray] = {}
+        measured_cv = None
+        ph = profile.phases
+        if ph.total_s and ph.total_s_std is not None:
+            measured_cv = ph.total_s_std / ph.total_s
+        self.compute_cv = measured_cv if measured_cv is not None else STRUCTURAL_COMPUTE_CV
+        # Activations scale with precision when the profile was taken at another one.
+        self._act_factor = 0.5 if (self.precision == "amp" and profile.precision != "amp") else (
+            2.0 if (profile.precision == "amp" and self.precision != "amp") else 1.0)
+
+    # ---- cached pieces -------------------------------------------------------------------
+    def profile_at(self, batch: int) -> Profile:
+        p = self._profiles.get(batch)
+        if p is None:
+            p = self._profiles[batch] = self.base.rescale(batch_size=batch)
+        return p
+
+    def compute(self, gpu: str, batch: int) -> _Compute:
+        key = (gpu, batch)
+        c = self._compute.get(key)
+        if c is None:
+            c = self._compute[key] = _Compute(layer_times(self.profile_at(batch), gpu, self.precision), batch, self.layout)
+        return c
+
+    def memory(self, batch: int) -> dict[str, float]:
+        m = self._memory.get(batch)
+        if m is None:
+            m = memory_breakdown_bytes(self.profile_at(batch), self.precision)
+            m["activations"] *= self._act_factor
+            self._memory[batch] = m
+        return m
+
+    def _allreduce_s(self, comm: CommModel, quantile: float) -> np.ndarray:
+        key = (id(comm), quantile)
+        ar = self._allreduce.get(key)
+        if ar is None:
+            if len(self._allreduce) > 4096:
+                self._allreduce.clear()
+            ar = self._allreduce[key] = np.asarray(comm.allreduce_time_s(self.bucket_sizes_bytes, quantile), dtype=float)
+        return ar
+
+    # ---- batches ---------------------------------------------------------------------------
+    def batches(self, cluster: Cluster) -> list[int]:
+        """Per-GPU batch of each node group."""
+        groups = cluster.node_groups
+        gpus = [g.gpus for g in groups]
+        if len({g.gpu for g in groups}) == 1:
+            if self.job.global_batch_size is None:
+                return [self.ref_batch] * len(groups)
+            speeds = [1.0] * len(groups)
+        else:
+            speeds = [self.compute(g.gpu, self.ref_batch).speed for g in groups]
+            if self.job.global_batch_size is None:
+                return batches_for_fastest(speeds, self.ref_batch)
+        gb = self.job.global_batch_size
+        if gb < cluster.gpus:
+            raise SriftError(
+                f"global batch {gb} is smaller than the {cluster.gpus} GPUs of {cluster.name}.",
+                "raise --global-batch-size or use fewer GPUs.",
+            )
+        return split_batch(speeds, gpus, gb)
+
+    # ---- the prediction --------------------------------------------------------------------
+    def predict(self, cluster: Cluster) -> Prediction:
+        """Predict one iteration of the job on ``cluster``."""
+        groups = cluster.node_groups
+        batches = self.batches(cluster)
+        comps = [self.compute(g.gpu, b) for g, b in zip(groups, batches)]
+        slowest = max(range(len(comps)), key=lambda i: comps[i].compute_end_s)
+        crit = comps[slowest]
+        compute_end = crit.compute_end_s
+        ready = comps[0].ready_rel_s
+        for c in comps[1:]:
+            ready = np.maximum(ready, c.ready_rel_s)
+
+        comm = CommModel.for_cluster(cluster)
+        ar50 = self._allreduce_s(comm, 0.5)
+        ar90 = self._allreduce_s(comm, 0.9)
+        exposed50 = max(0.0, comm_end_s(ready, ar50) - compute_end)
+        exposed90 = max(0.0, comm_end_s(ready, ar90) - compute_end)
+        optimizer = max(c.times.optimizer_s for c in comps)
+        overhead = max(c.times.overhead_s for c in comps)
+        data = max((self.profile_at(b).phases.data_s or 0.0) for b in batches)
+
+        breakdown = {
+            "data": data,
+            "forward": crit.forward_s,
+            "backward": compute_end - crit.forward_s,
+            "exposed_comm": exposed50,
+            "optimizer": optimizer,
+            "overhead": overhead,
+        }
+        extra90 = 0.0
+        if self.job.optimizer == "kfac":
+            from srift.simulate.kfac import kfac_phases
+
+            prof = self.profile_at(batches[slowest])
+            phases = kfac_phases(prof, cluster, self.job, crit.times, comm)
+            breakdown.update(phases)
+            p90_phases = kfac_phases(prof, cluster, self.job, crit.times, comm, quantile=0.9)
+            extra90 = sum(p90_phases.values())
+        iteration = sum(breakdown.values())
+        p90 = data + compute_end * (1.0 + Z90 * self.compute_cv) + exposed90 + optimizer + overhead + extra90
+        breakdown["comm_total"] = float(ar50.sum())
+
+        global_batch = sum(b * g.gpus for b, g in zip(batches, groups))
+        throughput = global_batch / iteration
+        cost = cluster.usd_per_hour
+        per_million = cost / (throughput * 3600.0) * 1e6 if cost is not None else None
+
+        mem_total = 0.0
+        mem_break: dict[str, float] = {}
+        ok = True
+        for g, b in zip(groups, batches):
+            m = self.memory(b)
+            total = sum(m.values())
+            if g.gpu != CPU:
+                cap = g.gpu_memory_gib if g.gpu_memory_gib is not None else gpu_spec(g.gpu).memory_gib
+                ok = ok and fits(total, cap)
+            if total > mem_total:
+                mem_total, mem_break = total, m
+        if not ok:
+            bottleneck = "memory"
+        elif exposed50 > COMM_BOUND_FRACTION * iteration:
+            bottleneck = "communication"
+        else:
+            bottleneck = "compute"
+        state_bytes = self.base.params * (4.0 + float(self.base.optimizer.get("state_bytes_per_param", 4)))
+        notes = []
+        if crit.times.anchored:
+            notes.append("compute anchored on measured times")
+        return Prediction(
+            cluster=cluster.name,
+            gpus=cluster.gpus,
+            global_batch_size=global_batch,
+            iteration_time_s=iteration,
+            p90_iteration_time_s=max(p90, iteration),
+            throughput_samples_per_s=throughput,
+            cost_per_hour_usd=cost,
+            usd_per_million_samples=per_million,
+            breakdown=breakdown,
+            bottleneck=bottleneck,
+            fits_in_memory=ok,
+            memory_per_gpu_bytes=mem_total,
+            memory_breakdown_bytes=dict(mem_break),
+            batch_split=[
+                {"group": g.label, "gpu": g.gpu, "per_gpu_batch": b, "gpus": g.gpus} for g, b in zip(groups, batches)
+            ],
+            spot=spot_expectation(cluster, state_bytes, throughput, cost),
+            notes=notes,
+        )
+
+
+def predict(profile: Profile, cluster: Cluster, job: Job | None = None) -> Prediction:
+    """Predict one iteration of ``profile`` trained as ``job`` on ``cluster``."""
+    return Predictor(profile, job or Job()).predict(cluster)

@@ -1,0 +1,66 @@
+"""Expected throughput and cost of a job on spot (preemptible) nodes.
+
+Assumptions (also in docs/simulator.md):
+- Interruptions arrive as a Poisson process; each spot node is reclaimed at its catalog rate
+  (``NodeGroup.interruption_per_hour``), so the cluster's rate is the sum over its spot nodes.
+  On-demand nodes are never reclaimed.
+- DDP runs with a fixed world size: any interruption stops every rank. The job restarts from its
+  last checkpoint once a replacement node is up: a restart costs the node's start-up time
+  (87 s, the median provisioning + staging + booting of preemptible GPU VMs measured by CM-DARE,
+  shared/data/cm-dare/startup_time) plus 60 s to restart the job (process launch, NCCL set-up, loading
+  the checkpoint), an assumption.
+- The job checkpoints model and optimizer state every T seconds, T from Young's rule
+  T = sqrt(2 C / rate), clipped to [5 min, 2 h]; a checkpoint takes C = 10 s + state bytes / 1 GB/s
+  (an assumed write rate to local NVMe or S3). On average half an interval of work is lost per
+  interruption. A job with on-demand nodes in the mix checkpoints the same way (the on-demand node
+  keeps the data and the rendezvous alive, but DDP still restarts the whole group).
+- Useful fraction of wall time: (1 - rate * (R + T/2)) / (1 + C/T), floored at 0. The bill runs
+  the whole time (replacement minutes are billed too, a small overestimate).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from srift.cluster import Cluster
+
+VM_STARTUP_S = 87.0
+JOB_RESTART_S = 60.0
+CHECKPOINT_FIXED_S = 10.0
+CHECKPOINT_BYTES_PER_S = 1e9
+MIN_INTERVAL_S, MAX_INTERVAL_S = 300.0, 7200.0
+
+
+def spot_expectation(cluster: Cluster, state_bytes: float, throughput: float, cost_per_hour: float | None) -> dict[str, Any] | None:
+    """Expected values under interruptions, or None when the cluster has no spot node.
+
+    Args:
+        cluster: The cluster (node groups with ``spot`` and ``interruption_per_hour``).
+        state_bytes: Bytes a checkpoint writes (weights + optimizer state).
+        throughput: Samples per second without interruptions.
+        cost_per_hour: Cluster price per hour (None when unpriced).
+    """
+    spot_nodes = sum(g.count for g in cluster.node_groups if g.spot)
+    if spot_nodes == 0:
+        return None
+    rate_per_s = sum(g.count * g.interruption_per_hour for g in cluster.node_groups if g.spot) / 3600.0
+    ckpt_s = CHECKPOINT_FIXED_S + state_bytes / CHECKPOINT_BYTES_PER_S
+    interval = math.sqrt(2.0 * ckpt_s / rate_per_s) if rate_per_s > 0 else MAX_INTERVAL_S
+    interval = min(max(interval, MIN_INTERVAL_S), MAX_INTERVAL_S)
+    restart = VM_STARTUP_S + JOB_RESTART_S
+    useful = max(0.0, 1.0 - rate_per_s * (restart + interval / 2.0)) / (1.0 + ckpt_s / interval)
+    exp_tp = throughput * useful
+    exp_cost = cost_per_hour
+    return {
+        "interruptions_per_hour": rate_per_s * 3600.0,
+        "useful_fraction": useful,
+        "expected_throughput_samples_per_s": exp_tp,
+        "expected_cost_per_hour_usd": exp_cost,
+        "expected_usd_per_million_samples": (exp_cost / (exp_tp * 3600.0) * 1e6) if (exp_cost is not None and exp_tp > 0) else None,
+        "checkpoint_interval_s": interval,
+        "checkpoint_s": ckpt_s,
+        "restart_s": restart,
+        "assumptions": "Poisson interruptions at the catalog rate; any interruption restarts the whole DDP job "
+                       "from its last checkpoint (Young's interval); see srift/simulate/spot.py",
+    }
