@@ -1,0 +1,308 @@
+"""Collective-communication time (all-reduce, broadcast) on a cluster.
+
+All-reduce of ``S`` bytes over ``n`` workers (``N`` nodes of ``g`` GPUs):
+
+- one node: ring over the intra-node link,
+  ``t = latency + 2(n-1)/n * S / (B_link * eff_link(S))``;
+- several nodes: hierarchical and pipelined (what NCCL does with one ring or tree per NIC): the
+  intra-node reduce-scatter/all-gather and the inter-node all-reduce of the node's shard run
+  concurrently, so the slower stage sets the pace:
+  ``t = latency + max(2(g-1)/g * S / (B_link * eff_link(S)), 2(N-1)/N * S / (B_net * eff_net(S)))``.
+
+``eff(S) = eff_max / (1 + (s_half / S) ** shape)`` is the fraction of the nominal bandwidth a
+message of ``S`` bytes reaches (small messages are dominated by protocol and pipeline start-up).
+Latency is ``2(g-1) * alpha_link`` within a node plus ``2 ceil(log2 N) * alpha_net`` across nodes
+(tree). The per-class parameters (link: nvlink, nvswitch, nvswitch4, pcie, shared-memory; network: efa,
+infiniband, ethernet) are fitted by ``scripts/fit_models.py`` to shared/data/nccl-tests-aws and the
+SuperBench NCCL results and shipped in ``configs/perf/comm.json``, with each class's p90/p50 ratio
+(cloud ethernet varies more than EFA or InfiniBand).
+
+Mixed clusters run at the slowest link and network of any node group. A measured curve in
+``cluster.comm_calibration`` (from ``srift calibrate comm``) replaces the model (log-log
+interpolation). One worker: 0 seconds.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+from srift.cluster import Cluster
+from srift.errors import SriftError
+from srift.hardware import link as link_spec
+from srift.resources import configs_dir
+
+PARAMS_SCHEMA = "srift.perf.comm/v1"
+_Z90 = NormalDist().inv_cdf(0.9)
+
+
+@dataclass(frozen=True)
+class LinkClass:
+    """Fitted behaviour of one kind of link or network.
+
+    Attributes:
+        alpha_s: Latency per algorithm step (seconds).
+        eff_max: Large-message fraction of the nominal bandwidth reached (bus bandwidth).
+        s_half_bytes: Message size where the efficiency is half of ``eff_max`` (shape 1).
+        shape: Steepness of the efficiency-vs-size curve.
+        p90_ratio: p90 / p50 of the communication time (run-to-run and tenant variation).
+    """
+
+    alpha_s: float
+    eff_max: float
+    s_half_bytes: float
+    shape: float
+    p90_ratio: float
+
+    def efficiency(self, size_bytes: np.ndarray) -> np.ndarray:
+        s = np.maximum(size_bytes, 1.0)
+        return self.eff_max / (1.0 + (self.s_half_bytes / s) ** self.shape)
+
+
+@dataclass(frozen=True)
+class CommParams:
+    """Per-class link parameters (configs/perf/comm.json)."""
+
+    classes: dict[str, LinkClass]
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def get(self, name: str) -> LinkClass:
+        if name not in self.classes:
+            raise SriftError(f"the communication model has no parameters for '{name}'.", "re-run scripts/fit_models.py.")
+        return self.classes[name]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": PARAMS_SCHEMA, "classes": {k: vars(v) for k, v in self.classes.items()}, **self.meta}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], source: str = "comm params") -> "CommParams":
+        if not isinstance(d, dict) or d.get("schema") != PARAMS_SCHEMA:
+            raise SriftError(f"{source} is not a '{PARAMS_SCHEMA}' file.", "re-run scripts/fit_models.py.")
+        classes = {k: LinkClass(**{f: float(v[f]) for f in ("alpha_s", "eff_max", "s_half_bytes", "shape", "p90_ratio")})
+                   for k, v in d["classes"].items()}
+        return cls(classes, {k: v for k, v in d.items() if k not in ("schema", "classes")})
+
+
+def params_path() -> Path:
+    return configs_dir() / "perf" / "comm.json"
+
+
+@functools.lru_cache(maxsize=4)
+def load_params(path: str | None = None) -> CommParams:
+    """The shipped (fitted) communication parameters, or those in ``path``."""
+    p = Path(path) if path else params_path()
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SriftError(f"communication-model parameters {p} are missing.", "reinstall srift or run scripts/fit_models.py.") from None
+    except json.JSONDecodeError as exc:
+        raise SriftError(f"communication-model parameters {p} are not valid JSON ({exc.msg}).", "re-run scripts/fit_models.py.") from None
+    return CommParams.from_dict(data, str(p))
+
+
+def link_class(intra_node: str) -> str:
+    """Parameter class of an intra-node link name (``pcie4`` -> ``pcie``). NVSwitch generations with
+    in-switch reduction (NVLink 4 and 5: ``nvswitch4``, ``nvswitch5``) form the ``nvswitch4`` class."""
+    if intra_node in ("nvswitch4", "nvswitch5"):
+        return "nvswitch4"
+    if intra_node.startswith("pcie"):
+        return "pcie"
+    return intra_node
+
+
+def _quantile_factor(p90_ratio: float, quantile: float) -> float:
+    """Multiplier of the p50 time for a quantile (log-normal spread with the class's p90/p50)."""
+    if quantile == 0.5:
+        return 1.0
+    if not 0.0 < quantile < 1.0:
+        raise SriftError(f"quantile must be between 0 and 1, got {quantile}.", "use e.g. 0.5 or 0.9.")
+    return float(math.exp(math.log(p90_ratio) * NormalDist().inv_cdf(quantile) / _Z90))
+
+
+@dataclass(frozen=True)
+class Topology:
+    """What the collective time depends on (the cache key of a CommModel)."""
+
+    workers: int
+    nodes: int
+    gpus_per_node: int
+    link_gbytes_per_s: float
+    link_class: str
+    net_gbytes_per_s: float
+    net_class: str
+
+
+def topology(cluster: Cluster) -> Topology:
+    """Reduce a (possibly mixed) cluster to its bottleneck topology: slowest link and network."""
+    groups = cluster.node_groups
+    multi = [g for g in groups if g.gpus_per_node > 1]
+    if multi:
+        slow = min(multi, key=lambda g: link_spec(g.intra_node).bandwidth_gb_per_s)
+        link_bw, lclass = link_spec(slow.intra_node).bandwidth_gb_per_s, link_class(slow.intra_node)
+    else:
+        link_bw, lclass = link_spec(groups[0].intra_node).bandwidth_gb_per_s, link_class(groups[0].intra_node)
+    slow_net = min(groups, key=lambda g: g.network_gbps)
+    # The network class of the slowest group; a mix of EFA and plain ethernet runs at ethernet.
+    nets = {g.network for g in groups}
+    net_class = "ethernet" if "ethernet" in nets else ("efa" if "efa" in nets else "infiniband")
+    return Topology(
+        workers=cluster.gpus,
+        nodes=cluster.nodes,
+        gpus_per_node=max(g.gpus_per_node for g in groups),
+        link_gbytes_per_s=link_bw,
+        link_class=lclass,
+        net_gbytes_per_s=slow_net.network_gbps / 8.0,
+        net_class=net_class,
+    )
+
+
+class CommModel:
+    """All-reduce and broadcast times on one cluster (see module docstring).
+
+    Build with ``CommModel(cluster)`` or the cached ``CommModel.for_cluster(cluster)``.
+    """
+
+    def __init__(self, cluster: Cluster, params: CommParams | None = None, _topology: Topology | None = None) -> None:
+        self.cluster = cluster
+        self.topology = _topology or topology(cluster)
+        self.params = params or load_params()
+        self.calibration = _Calibration.from_dict(cluster.comm_calibration, self.topology.workers) if cluster.comm_calibration else None
+        t = self.topology
+        self._link = self.params.get(t.link_class)
+        self._net = self.params.get(t.net_class) if t.nodes > 1 else None
+
+    @classmethod
+    def for_cluster(cls, cluster: Cluster) -> "CommModel":
+        """A cached model: clusters with the same topology (and no calibration) share one."""
+        if cluster.comm_calibration:
+            return cls(cluster)
+        topo = topology(cluster)
+        model = _MODEL_CACHE.get(topo)
+        if model is None:
+            if len(_MODEL_CACHE) > 4096:
+                _MODEL_CACHE.clear()
+            model = _MODEL_CACHE[topo] = cls(cluster, _topology=topo)
+        return model
+
+    # ---- collectives ---------------------------------------------------------------------
+    def allreduce_time_s(self, size_bytes: float | np.ndarray, quantile: float = 0.5) -> float | np.ndarray:
+        """Seconds to all-reduce ``size_bytes`` (a number or an array of sizes) over all workers."""
+        scalar = np.ndim(size_bytes) == 0
+        s = np.asarray(size_bytes, dtype=float)
+        t = self.topology
+        if t.workers <= 1:
+            out = np.zeros_like(s)
+        elif self.calibration is not None:
+            out = self.calibration.time_s(s, quantile)
+        else:
+            out = self._allreduce_model(s) * self._spread(quantile)
+        out = np.where(s > 0, out, 0.0)
+        return float(out) if scalar else out
+
+    def broadcast_time_s(self, size_bytes: float | np.ndarray, quantile: float = 0.5) -> float | np.ndarray:
+        """Seconds to broadcast ``size_bytes`` from one worker to all (pipelined ring/tree)."""
+        scalar = np.ndim(size_bytes) == 0
+        s = np.asarray(size_bytes, dtype=float)
+        t = self.topology
+        if t.workers <= 1:
+            out = np.zeros_like(s)
+        elif self.calibration is not None:
+            # A pipelined broadcast moves each byte over each link once; an all-reduce moves
+            # 2(n-1)/n: scale the measured all-reduce curve by that ratio (latency kept).
+            n = t.workers
+            out = self.calibration.time_s(s * n / (2.0 * (n - 1)), quantile)
+        else:
+            out = self._broadcast_model(s) * self._spread(quantile)
+        out = np.where(s > 0, out, 0.0)
+        return float(out) if scalar else out
+
+    # ---- model internals -----------------------------------------------------------------
+    def _spread(self, quantile: float) -> float:
+        cls = self._net if self._net is not None else self._link
+        return _quantile_factor(cls.p90_ratio, quantile)
+
+    def _latency_s(self) -> float:
+        t = self.topology
+        lat = 2.0 * (t.gpus_per_node - 1) * self._link.alpha_s if t.gpus_per_node > 1 else 0.0
+        if self._net is not None:
+            lat += 2.0 * math.ceil(math.log2(t.nodes)) * self._net.alpha_s
+        return lat
+
+    def _allreduce_model(self, s: np.ndarray) -> np.ndarray:
+        t = self.topology
+        link_bw = t.link_gbytes_per_s * 1e9
+        if t.nodes == 1:
+            n = t.workers
+            return self._latency_s() + 2.0 * (n - 1) / n * s / (link_bw * self._link.efficiency(s))
+        g, nn = t.gpus_per_node, t.nodes
+        intra = 2.0 * (g - 1) / g * s / (link_bw * self._link.efficiency(s)) if g > 1 else 0.0 * s
+        inter = 2.0 * (nn - 1) / nn * s / (t.net_gbytes_per_s * 1e9 * self._net.efficiency(s))  # type: ignore[union-attr]
+        return self._latency_s() + np.maximum(intra, inter)
+
+    def _broadcast_model(self, s: np.ndarray) -> np.ndarray:
+        t = self.topology
+        link_bw = t.link_gbytes_per_s * 1e9
+        stage = s / (link_bw * self._link.efficiency(s)) if t.gpus_per_node > 1 else 0.0 * s
+        if self._net is not None:
+            stage = np.maximum(stage, s / (t.net_gbytes_per_s * 1e9 * self._net.efficiency(s)))
+        return self._latency_s() / 2.0 + stage
+
+
+# Clusters with the same topology share one model (the recommender builds thousands of clusters).
+_MODEL_CACHE: dict[Topology, CommModel] = {}
+
+
+@dataclass(frozen=True)
+class _Calibration:
+    """A measured all-reduce curve, interpolated log-log."""
+
+    log_sizes: np.ndarray
+    log_p50: np.ndarray
+    log_p90: np.ndarray
+    scale: float
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], workers: int) -> "_Calibration":
+        try:
+            sizes = np.asarray(d["sizes_bytes"], dtype=float)
+            p50 = np.asarray(d["times_s"], dtype=float)
+            p90 = np.asarray(d.get("p90_times_s") or d["times_s"], dtype=float)
+        except (KeyError, TypeError, ValueError):
+            raise SriftError("comm_calibration needs numeric 'sizes_bytes' and 'times_s' lists.",
+                             "re-run `srift calibrate comm` to write a valid cluster file.") from None
+        if sizes.shape != p50.shape or p90.shape != p50.shape or sizes.size < 2 or np.any(sizes <= 0) or np.any(p50 <= 0):
+            raise SriftError("comm_calibration sizes and times must be positive lists of equal length (2 or more).",
+                             "re-run `srift calibrate comm` to write a valid cluster file.")
+        order = np.argsort(sizes)
+        # Measured on ``world_size`` workers; the bandwidth term scales with 2(n-1)/n for another n.
+        w = int(d.get("world_size") or workers)
+        scale = 1.0
+        if w > 1 and workers > 1 and w != workers:
+            scale = ((workers - 1) / workers) / ((w - 1) / w)
+        return cls(np.log(sizes[order]), np.log(p50[order]), np.log(np.maximum(p90[order], p50[order])), scale)
+
+    def time_s(self, s: np.ndarray, quantile: float) -> np.ndarray:
+        x = np.log(np.maximum(s, 1.0))
+        lo, hi = self.log_sizes[0], self.log_sizes[-1]
+        p50 = np.interp(x, self.log_sizes, self.log_p50)
+        p90 = np.interp(x, self.log_sizes, self.log_p90)
+        # Above the largest measured size, time grows linearly with size (bandwidth-bound);
+        # below the smallest, the latency floor holds.
+        over = np.maximum(x - hi, 0.0)
+        p50 = p50 + over
+        p90 = p90 + over
+        del lo
+        if quantile == 0.5:
+            log_t = p50
+        else:
+            if not 0.0 < quantile < 1.0:
+                raise SriftError(f"quantile must be between 0 and 1, got {quantile}.", "use e.g. 0.5 or 0.9.")
+            log_t = p50 + (p90 - p50) * NormalDist().inv_cdf(quantile) / _Z90
+        return np.exp(log_t) * self.scale

@@ -1,0 +1,407 @@
+"""Per-layer compute time of a profile on a target GPU and precision.
+
+Model (a roofline with learned efficiencies): for every layer and pass (forward, backward)
+
+    t = max(FLOPs / (peak_flops(gpu, precision) * eff_kind), bytes / (bandwidth * eff_mem)) + launch_s
+
+where ``eff_kind`` (per layer kind: conv, matmul, attention, norm, ...) and ``eff_mem`` depend on
+the GPU and precision through a few features (see ``FEATURES``); the coefficients are learned by
+``scripts/fit_models.py`` from the measured data in shared/data and shipped in
+``configs/perf/compute.json``. The optimizer step reads and writes parameters, gradients and
+optimizer state at memory bandwidth, plus a per-tensor launch cost; a per-iteration framework
+overhead covers what no layer accounts for.
+
+Anchoring: a profile measured on the target GPU returns its measured times; one measured on another
+GPU scales each layer by the model's predicted ratio between the two GPUs (the model's errors common
+to both GPUs cancel); a structural profile is predicted from FLOPs and bytes alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from srift.errors import SriftError
+from srift.hardware import CPU, GpuSpec, find_gpu, gpu as gpu_spec
+from srift.profile import Profile
+from srift.resources import configs_dir
+
+PARAMS_SCHEMA = "srift.perf.compute/v1"
+
+KINDS = ("conv", "matmul", "attention", "norm", "elementwise", "pool", "embedding", "other")
+_KIND_INDEX = {k: i for i, k in enumerate(KINDS)}
+
+# Module class names -> kind. Matched on the lower-cased class name; first rule that matches wins.
+_KIND_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("attention", ("attention", "sdpa", "scaleddotproduct")),
+    ("conv", ("conv1d", "conv2d", "conv3d", "convtranspose")),
+    ("matmul", ("linear", "conv1d_hf", "gpt2conv1d", "bilinear", "matmul", "bmm", "lstm", "gru", "rnn")),
+    ("norm", ("batchnorm", "layernorm", "groupnorm", "instancenorm", "rmsnorm", "norm")),
+    ("pool", ("pool",)),
+    ("embedding", ("embedding",)),
+    ("elementwise", ("relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "dropout", "identity", "add",
+                     "mul", "activation", "hardswish", "mish", "elu", "flatten", "cat")),
+)
+
+# An unfused attention layer moves its S x S score matrix (``activation_bytes_seq2``: the
+# probabilities it keeps) through memory several times that its input/output bytes do not show.
+# Counted from the eager code (srift/zoo/text.py AttentionCore): forward writes the scores, scales
+# them (read + write), softmax (read + write), reads the probabilities for the value product = 6;
+# backward writes the probability gradient, reads the probabilities, softmax backward (2 reads +
+# 1 write), scale backward (read + write), reads the score gradient for the q and k products = 9.
+ATTENTION_SCORE_PASSES_FWD = 6.0
+ATTENTION_SCORE_PASSES_BWD = 9.0
+
+# Bytes per element of activations at each training precision (amp keeps activations in fp16).
+_ELEMENT_BYTES = {"fp32": 4.0, "tf32": 4.0, "amp": 2.0}
+
+
+def layer_kind(type_name: str) -> str:
+    """Kind of a layer from its module class name (``Conv2d`` -> ``conv``)."""
+    low = type_name.lower()
+    # HF GPT-2 uses a module named ``Conv1D`` that is a Linear (x @ W + b), not a convolution.
+    if low == "conv1d" and type_name == "Conv1D":
+        return "matmul"
+    for kind, keys in _KIND_RULES:
+        if any(k in low for k in keys):
+            return kind
+    return "other"
+
+
+# ---- GPU / precision features ---------------------------------------------------------------
+def _tensor_path(spec: GpuSpec, precision: str) -> float:
+    return 1.0 if spec.peak_flops(precision) > spec.fp32_tflops * 1e12 * 1.01 else 0.0
+
+
+FEATURES: dict[str, Callable[[GpuSpec, str], float]] = {
+    "one": lambda s, p: 1.0,
+    # Faster GPUs reach a smaller fraction of their peak (fixed costs, occupancy): log peak TFLOP/s.
+    "log_peak": lambda s, p: math.log(s.peak_flops(p) / 1e13),
+    # Ridge point (FLOP per byte): above it more layers are memory-bound on this GPU.
+    "log_ridge": lambda s, p: math.log(s.peak_flops(p) / s.memory_bandwidth_bytes_per_s / 100.0),
+    # Tensor-core path (tf32/amp on a GPU that has them) reaches a lower fraction of peak.
+    "tensor": _tensor_path,
+    "log_sm": lambda s, p: math.log(s.sm_count / 80.0),
+}
+
+
+def gpu_features(spec: GpuSpec, precision: str, names: tuple[str, ...]) -> np.ndarray:
+    """Feature vector of a (GPU, precision) in the order ``names``."""
+    return np.array([FEATURES[n](spec, precision) for n in names], dtype=float)
+
+
+# ---- parameters -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ComputeParams:
+    """Learned compute-model parameters (see module docstring and configs/perf/compute.json).
+
+    Attributes:
+        features: Names of the GPU features the coefficients multiply (keys of ``FEATURES``).
+        inv_eff: Per kind, coefficients of 1/efficiency (clipped to >= 1) as a linear function of
+            the features. Kinds missing here use ``inv_eff["other"]``.
+        inv_eff_mem: Coefficients of 1/memory-efficiency, same features.
+        launch_s: Fixed cost per layer pass (kernel launches, framework dispatch), seconds.
+        optimizer_s_per_tensor: Optimizer-step cost per parameter tensor, seconds.
+        overhead_s: Per-iteration framework overhead (zero_grad, Python, sync), seconds.
+        meta: Provenance (sources, fit statistics), carried but unused by the model.
+    """
+
+    features: tuple[str, ...]
+    inv_eff: dict[str, tuple[float, ...]]
+    inv_eff_mem: tuple[float, ...]
+    launch_s: float
+    optimizer_s_per_tensor: float
+    overhead_s: float
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    _cache: dict[tuple[str, str], Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def kind_matrix(self) -> np.ndarray:
+        """(len(KINDS), len(features)) coefficient matrix."""
+        other = self.inv_eff.get("other") or next(iter(self.inv_eff.values()))
+        return np.array([self.inv_eff.get(k, other) for k in KINDS], dtype=float)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": PARAMS_SCHEMA,
+            "features": list(self.features),
+            "inv_eff": {k: list(v) for k, v in self.inv_eff.items()},
+            "inv_eff_mem": list(self.inv_eff_mem),
+            "launch_s": self.launch_s,
+            "optimizer_s_per_tensor": self.optimizer_s_per_tensor,
+            "overhead_s": self.overhead_s,
+            **self.meta,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], source: str = "compute params") -> "ComputeParams":
+        if not isinstance(d, dict) or d.get("schema") != PARAMS_SCHEMA:
+            raise SriftError(f"{source} is not a '{PARAMS_SCHEMA}' file.", "re-run scripts/fit_models.py.")
+        feats = tuple(d["features"])
+        unknown = [f for f in feats if f not in FEATURES]
+        if unknown:
+            raise SriftError(f"{source} uses unknown features {unknown}.", "re-run scripts/fit_models.py.")
+        n = len(feats)
+        inv = {k: tuple(float(x) for x in v) for k, v in d["inv_eff"].items()}
+        if any(len(v) != n for v in inv.values()) or len(d["inv_eff_mem"]) != n:
+            raise SriftError(f"{source}: coefficient lengths do not match the features.", "re-run scripts/fit_models.py.")
+        known = {"schema", "features", "inv_eff", "inv_eff_mem", "launch_s", "optimizer_s_per_tensor", "overhead_s"}
+        return cls(
+            features=feats,
+            inv_eff=inv,
+            inv_eff_mem=tuple(float(x) for x in d["inv_eff_mem"]),
+            launch_s=float(d["launch_s"]),
+            optimizer_s_per_tensor=float(d["optimizer_s_per_tensor"]),
+            overhead_s=float(d["overhead_s"]),
+            meta={k: v for k, v in d.items() if k not in known},
+        )
+
+
+def params_path() -> Path:
+    return configs_dir() / "perf" / "compute.json"
+
+
+@functools.lru_cache(maxsize=4)
+def load_params(path: str | None = None) -> ComputeParams:
+    """The shipped (fitted) compute parameters, or those in ``path``."""
+    p = Path(path) if path else params_path()
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SriftError(f"compute-model parameters {p} are missing.", "reinstall srift or run scripts/fit_models.py.") from None
+    except json.JSONDecodeError as exc:
+        raise SriftError(f"compute-model parameters {p} are not valid JSON ({exc.msg}).", "re-run scripts/fit_models.py.") from None
+    return ComputeParams.from_dict(data, str(p))
+
+
+# ---- result ---------------------------------------------------------------------------------
+@dataclass
+class LayerTimes:
+    """Predicted (or measured) compute times of one iteration on one GPU.
+
+    Attributes:
+        fwd_s: Forward seconds per layer, in profile layer order.
+        bwd_s: Backward seconds per layer, in profile layer order.
+        optimizer_s: Optimizer step seconds.
+        overhead_s: Per-iteration time no layer accounts for (framework, unhooked ops).
+        anchored: True when measured times were used (directly or scaled from another GPU).
+    """
+
+    fwd_s: np.ndarray
+    bwd_s: np.ndarray
+    optimizer_s: float
+    overhead_s: float
+    anchored: bool
+
+    @property
+    def forward_s(self) -> float:
+        return float(self.fwd_s.sum())
+
+    @property
+    def backward_s(self) -> float:
+        return float(self.bwd_s.sum())
+
+    @property
+    def total_s(self) -> float:
+        """Forward + backward + optimizer + overhead (no communication, no data loading)."""
+        return self.forward_s + self.backward_s + self.optimizer_s + self.overhead_s
+
+
+# ---- per-profile arrays (cached) ------------------------------------------------------------
+@dataclass(frozen=True)
+class _Arrays:
+    kind_idx: np.ndarray
+    fwd_flops: np.ndarray
+    bwd_flops: np.ndarray
+    fwd_bytes: np.ndarray
+    bwd_bytes: np.ndarray
+    fwd_meas: np.ndarray | None
+    bwd_meas: np.ndarray | None
+    n_param_tensors: int
+    params: int
+
+
+_ARRAY_CACHE: dict[int, tuple[weakref.ref, _Arrays]] = {}
+
+
+def _arrays(profile: Profile) -> _Arrays:
+    key = id(profile)
+    hit = _ARRAY_CACHE.get(key)
+    if hit is not None and hit[0]() is profile:
+        return hit[1]
+    layers = profile.layers
+    measured = profile.measured
+    kind_idx = np.array([_KIND_INDEX[layer_kind(l.type)] for l in layers], dtype=np.intp)
+    scores = np.array([l.activation_bytes_seq2 for l in layers], dtype=float) * (kind_idx == _KIND_INDEX["attention"])
+    arr = _Arrays(
+        kind_idx=kind_idx,
+        fwd_flops=np.array([l.fwd_flops for l in layers], dtype=float),
+        bwd_flops=np.array([l.bwd_flops for l in layers], dtype=float),
+        fwd_bytes=np.array([l.fwd_bytes for l in layers], dtype=float) + ATTENTION_SCORE_PASSES_FWD * scores,
+        bwd_bytes=np.array([l.bwd_bytes for l in layers], dtype=float) + ATTENTION_SCORE_PASSES_BWD * scores,
+        fwd_meas=np.array([np.nan if l.fwd_s is None else l.fwd_s for l in layers], dtype=float) if measured else None,
+        bwd_meas=np.array([np.nan if l.bwd_s is None else l.bwd_s for l in layers], dtype=float) if measured else None,
+        # A layer with parameters holds a weight and usually a bias: two tensors for the optimizer.
+        n_param_tensors=2 * sum(1 for l in layers if l.params > 0),
+        params=profile.params,
+    )
+    if len(_ARRAY_CACHE) > 256:
+        for k in [k for k, (ref, _) in _ARRAY_CACHE.items() if ref() is None]:
+            del _ARRAY_CACHE[k]
+    _ARRAY_CACHE[key] = (weakref.ref(profile), arr)
+    return arr
+
+
+# ---- the model ------------------------------------------------------------------------------
+def _efficiency_terms(gpu_name: str, precision: str, params: ComputeParams) -> tuple[np.ndarray, float, float, float]:
+    """(seconds per FLOP per kind, seconds per byte, peak FLOP/s, bandwidth) for a GPU and precision."""
+    hit = params._cache.get((gpu_name, precision))
+    if hit is None:
+        hit = params._cache[(gpu_name, precision)] = _efficiency_terms_uncached(gpu_name, precision, params)
+    return hit
+
+
+def _efficiency_terms_uncached(gpu_name: str, precision: str, params: ComputeParams) -> tuple[np.ndarray, float, float, float]:
+    spec = gpu_spec(gpu_name)
+    z = gpu_features(spec, precision, params.features)
+    inv_kind = np.maximum(1.0, params.kind_matrix() @ z)
+    inv_mem = max(1.0, float(np.dot(params.inv_eff_mem, z)))
+    peak = spec.peak_flops(precision)
+    bw = spec.memory_bandwidth_bytes_per_s
+    return inv_kind / peak, inv_mem / bw, peak, bw
+
+
+def _model_times(arr: _Arrays, gpu_name: str, precision: str, byte_factor: float,
+                 params: ComputeParams) -> tuple[np.ndarray, np.ndarray, float]:
+    s_per_flop, s_per_byte, _, _ = _efficiency_terms(gpu_name, precision, params)
+    per_layer = s_per_flop[arr.kind_idx]
+    fwd_work = (arr.fwd_flops > 0) | (arr.fwd_bytes > 0)
+    bwd_work = (arr.bwd_flops > 0) | (arr.bwd_bytes > 0)
+    fwd = np.maximum(arr.fwd_flops * per_layer, arr.fwd_bytes * byte_factor * s_per_byte) + params.launch_s * fwd_work
+    bwd = np.maximum(arr.bwd_flops * per_layer, arr.bwd_bytes * byte_factor * s_per_byte) + params.launch_s * bwd_work
+    return fwd, bwd, s_per_byte
+
+
+def optimizer_time_s(profile: Profile, gpu: str, precision: str, params: ComputeParams | None = None) -> float:
+    """Predicted optimizer-step seconds on ``gpu``: parameters, gradients and optimizer state read
+    and written once at memory bandwidth (fp32 master weights under amp too), plus a per-tensor cost.
+    """
+    params = params or load_params()
+    arr = _arrays(profile)
+    _, s_per_byte, _, _ = _efficiency_terms(gpu, precision, params)
+    state = float(profile.optimizer.get("state_bytes_per_param", 4) or 0)
+    # weight read + write (4 + 4), gradient read (4), state read + write (2 x state).
+    bytes_moved = arr.params * (12.0 + 2.0 * state)
+    return bytes_moved * s_per_byte + arr.n_param_tensors * params.optimizer_s_per_tensor
+
+
+def _canonical_target(gpu: str) -> str:
+    if gpu == CPU:
+        return CPU
+    key = find_gpu(gpu)
+    if key is None:
+        gpu_spec(gpu)  # raises the standard unknown-GPU error
+    return key  # type: ignore[return-value]
+
+
+def _profile_gpu(profile: Profile) -> str | None:
+    """Canonical GPU the profile was measured on, 'cpu', or None (structural / unknown GPU)."""
+    if not profile.measured:
+        return None
+    dev = profile.device or {}
+    if dev.get("kind") == "cpu":
+        return CPU
+    name = dev.get("gpu") or (dev.get("name") if dev.get("kind") == "cuda" else None)
+    return find_gpu(str(name)) if name else None
+
+
+def _measured_overhead_s(profile: Profile, fwd_sum: float, bwd_sum: float, opt_s: float) -> float:
+    """Measured iteration time that no layer, optimizer or data phase accounts for."""
+    ph = profile.phases
+    if ph.total_s is None:
+        return 0.0
+    rest = ph.total_s - (ph.data_s or 0.0) - fwd_sum - bwd_sum - opt_s
+    return max(0.0, rest)
+
+
+def layer_times(profile: Profile, gpu: str, precision: str, params: ComputeParams | None = None) -> LayerTimes:
+    """Forward/backward seconds per layer, optimizer and overhead seconds for one iteration.
+
+    Args:
+        profile: The job's profile (at the per-GPU batch and sequence length to predict).
+        gpu: Canonical GPU name from configs/gpus.yaml (aliases accepted), or ``"cpu"``.
+        precision: ``fp32``, ``tf32`` or ``amp``.
+        params: Model parameters (default: the shipped fitted ones).
+
+    Returns:
+        LayerTimes; ``anchored`` is True when measured times were used.
+
+    Raises:
+        SriftError: for an unknown GPU or precision, or ``"cpu"`` without a CPU-measured profile.
+    """
+    if precision not in _ELEMENT_BYTES:
+        raise SriftError(f"unknown precision '{precision}'.", "use fp32, tf32 or amp.")
+    target = _canonical_target(gpu)
+    source = _profile_gpu(profile)
+    arr = _arrays(profile)
+
+    if target == CPU:
+        if source != CPU:
+            raise SriftError(
+                f"profile '{profile.name}' was not measured on a CPU, and srift has no CPU compute model.",
+                "profile on this machine first (`srift profile train.py`), then predict for 'cpu'.",
+            )
+        return _measured(profile, arr)
+
+    params = params or load_params()
+    byte_factor = _ELEMENT_BYTES[precision] / _ELEMENT_BYTES.get(profile.precision, 4.0)
+    fwd, bwd, _ = _model_times(arr, target, precision, byte_factor, params)
+    opt = optimizer_time_s(profile, target, precision, params)
+
+    if source is None or source == CPU:
+        # Structural profile (or measured on a CPU, which says nothing about a GPU): model only.
+        return LayerTimes(fwd, bwd, opt, params.overhead_s, anchored=False)
+
+    if source == target and precision == profile.precision:
+        return _measured(profile, arr, fallback=(fwd, bwd, opt))
+
+    # Measured on another GPU (or precision): scale each measured layer by the model's ratio.
+    fwd_src, bwd_src, _ = _model_times(arr, source, profile.precision, 1.0, params)
+    opt_src = optimizer_time_s(profile, source, profile.precision, params)
+    m = _measured(profile, arr, fallback=(fwd_src, bwd_src, opt_src))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rf = np.where(fwd_src > 0, fwd / fwd_src, 1.0)
+        rb = np.where(bwd_src > 0, bwd / bwd_src, 1.0)
+    total_ratio = (fwd.sum() + bwd.sum()) / max(fwd_src.sum() + bwd_src.sum(), 1e-30)
+    opt_ratio = opt / opt_src if opt_src > 0 else 1.0
+    return LayerTimes(
+        fwd_s=m.fwd_s * rf,
+        bwd_s=m.bwd_s * rb,
+        optimizer_s=m.optimizer_s * opt_ratio,
+        # Unattributed measured time is mostly unhooked GPU work (residual adds, functional ops).
+        overhead_s=m.overhead_s * total_ratio,
+        anchored=True,
+    )
+
+
+def _measured(profile: Profile, arr: _Arrays,
+              fallback: tuple[np.ndarray, np.ndarray, float] | None = None) -> LayerTimes:
+    """The profile's measured times; layers without a measurement take the ``fallback`` model."""
+    fwd = arr.fwd_meas.copy() if arr.fwd_meas is not None else np.full(len(arr.kind_idx), np.nan)
+    bwd = arr.bwd_meas.copy() if arr.bwd_meas is not None else np.full(len(arr.kind_idx), np.nan)
+    if fallback is not None:
+        fwd = np.where(np.isnan(fwd), fallback[0], fwd)
+        bwd = np.where(np.isnan(bwd), fallback[1], bwd)
+    fwd = np.nan_to_num(fwd, nan=0.0)
+    bwd = np.nan_to_num(bwd, nan=0.0)
+    opt = profile.phases.optimizer_s
+    if opt is None:
+        opt = fallback[2] if fallback is not None else 0.0
+    overhead = _measured_overhead_s(profile, float(fwd.sum()), float(bwd.sum()), float(opt))
+    return LayerTimes(fwd, bwd, float(opt), overhead, anchored=True)

@@ -1,0 +1,184 @@
+"""Compute model: roofline by hand, anchoring, cross-GPU scaling, optimizer step, shipped fit."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from srift.errors import SriftError
+from srift.hardware import gpu as gpu_spec
+from srift.hardware import gpus
+from srift.perf import compute as C
+from srift.profile import LayerProfile, PhaseTimes, Profile
+
+# 50% of peak FLOP/s for every kind, 100% of bandwidth, no fixed costs: easy to do by hand.
+FLAT = C.ComputeParams(
+    features=("one",), inv_eff={"other": (2.0,)}, inv_eff_mem=(1.0,),
+    launch_s=0.0, optimizer_s_per_tensor=0.0, overhead_s=0.0,
+)
+
+
+def _profile(**kw) -> Profile:
+    layers = [
+        # compute-bound: 1 TFLOP forward, 2 TFLOP backward, few bytes
+        LayerProfile("fc", "Linear", params=1_000_000, grad_bytes=4_000_000, fwd_flops=1e12, bwd_flops=2e12, fwd_bytes=1e6, bwd_bytes=2e6),
+        # memory-bound: no FLOPs, 0.9 GB moved forward, 1.8 GB backward
+        LayerProfile("act", "ReLU", fwd_flops=0.0, bwd_flops=0.0, fwd_bytes=9e8, bwd_bytes=1.8e9),
+    ]
+    return Profile(name="toy", batch_size=32, precision="fp32", layers=layers, **kw)
+
+
+def test_roofline_by_hand_on_v100():
+    lt = C.layer_times(_profile(), "V100-16GB", "fp32", params=FLAT)
+    peak, bw = 15.7e12, 900e9
+    assert lt.fwd_s[0] == pytest.approx(1e12 * 2.0 / peak)
+    assert lt.bwd_s[0] == pytest.approx(2e12 * 2.0 / peak)
+    assert lt.fwd_s[1] == pytest.approx(9e8 / bw)  # 1 ms
+    assert lt.bwd_s[1] == pytest.approx(1.8e9 / bw)
+    assert not lt.anchored
+
+
+def test_layer_exactly_at_its_roofline_takes_the_ridge_time():
+    # F / (P * 0.5) == B / BW: both ceilings give the same time, and max() returns it once.
+    peak, bw = 15.7e12, 900e9
+    flops = 1e10
+    bytes_ = flops * 2.0 / peak * bw
+    p = Profile("ridge", 1, "fp32", [LayerProfile("c", "Conv2d", fwd_flops=flops, fwd_bytes=bytes_)])
+    lt = C.layer_times(p, "V100-16GB", "fp32", params=FLAT)
+    assert lt.fwd_s[0] == pytest.approx(flops * 2.0 / peak)
+    assert lt.fwd_s[0] == pytest.approx(bytes_ / bw)
+
+
+def test_launch_and_overhead_add_per_pass_and_per_iteration():
+    params = dataclasses.replace(FLAT, launch_s=1e-5, overhead_s=2e-3)
+    lt = C.layer_times(_profile(), "V100-16GB", "fp32", params=params)
+    base = C.layer_times(_profile(), "V100-16GB", "fp32", params=FLAT)
+    np.testing.assert_allclose(lt.fwd_s - base.fwd_s, 1e-5)
+    np.testing.assert_allclose(lt.bwd_s - base.bwd_s, 1e-5)
+    assert lt.overhead_s == 2e-3
+
+
+def test_amp_halves_activation_bytes_of_an_fp32_profile():
+    fp32 = C.layer_times(_profile(), "A100-40GB", "fp32", params=FLAT)
+    amp = C.layer_times(_profile(), "A100-40GB", "amp", params=FLAT)
+    assert amp.fwd_s[1] == pytest.approx(fp32.fwd_s[1] / 2)
+    # and the compute-bound layer runs at the fp16 tensor peak
+    assert amp.fwd_s[0] == pytest.approx(1e12 * 2.0 / 312e12)
+
+
+def test_optimizer_step_by_hand():
+    p = _profile()  # 1e6 params, SGD momentum: 4 bytes of state per parameter
+    per_tensor = 3e-6
+    params = dataclasses.replace(FLAT, optimizer_s_per_tensor=per_tensor)
+    # weight read+write 8, grad read 4, state read+write 8 = 20 bytes per parameter; 2 tensors
+    expected = 1e6 * 20 / 900e9 + 2 * per_tensor
+    assert C.optimizer_time_s(p, "V100-16GB", "fp32", params) == pytest.approx(expected)
+    assert C.layer_times(p, "V100-16GB", "fp32", params=params).optimizer_s == pytest.approx(expected)
+
+
+def _measured_on(gpu: str) -> Profile:
+    p = _profile(device={"name": gpu, "kind": "cuda", "gpu": gpu}, iterations=10)
+    p.layers[0].fwd_s, p.layers[0].bwd_s = 0.150, 0.310
+    p.layers[1].fwd_s, p.layers[1].bwd_s = 0.0012, 0.0021
+    p.phases = PhaseTimes(data_s=0.01, forward_s=0.16, backward_s=0.32, optimizer_s=0.004, total_s=0.50)
+    return p
+
+
+def test_anchored_on_the_same_gpu_returns_measured_times_exactly():
+    p = _measured_on("V100-16GB")
+    lt = C.layer_times(p, "V100-16GB", "fp32")
+    assert lt.anchored
+    np.testing.assert_array_equal(lt.fwd_s, [0.150, 0.0012])
+    np.testing.assert_array_equal(lt.bwd_s, [0.310, 0.0021])
+    assert lt.optimizer_s == 0.004
+    # what no layer, the optimizer or data loading explain: 0.50 - 0.01 - 0.1512 - 0.3121 - 0.004
+    assert lt.overhead_s == pytest.approx(0.50 - 0.01 - 0.1512 - 0.3121 - 0.004)
+
+
+def test_anchored_alias_of_the_gpu_also_counts_as_the_same_gpu():
+    p = _measured_on("Tesla V100-SXM2-16GB")
+    lt = C.layer_times(p, "V100-16GB", "fp32")
+    np.testing.assert_array_equal(lt.fwd_s, [0.150, 0.0012])
+
+
+def test_scaling_to_another_gpu_follows_the_model_ratio_per_layer():
+    p = _measured_on("V100-16GB")
+    src = C.layer_times(_profile(), "V100-16GB", "fp32", params=FLAT)
+    dst = C.layer_times(_profile(), "A100-40GB", "fp32", params=FLAT)
+    lt = C.layer_times(p, "A100-40GB", "fp32", params=FLAT)
+    assert lt.anchored
+    np.testing.assert_allclose(lt.fwd_s, np.array([0.150, 0.0012]) * dst.fwd_s / src.fwd_s)
+    np.testing.assert_allclose(lt.bwd_s, np.array([0.310, 0.0021]) * dst.bwd_s / src.bwd_s)
+    # compute-bound layer: fp32 peak ratio 15.7 / 19.5; memory-bound: bandwidth ratio 900 / 1555
+    assert lt.fwd_s[0] == pytest.approx(0.150 * 15.7 / 19.5)
+    assert lt.fwd_s[1] == pytest.approx(0.0012 * 900 / 1555)
+
+
+def test_cpu_needs_a_cpu_measurement():
+    with pytest.raises(SriftError, match="profile on this machine first"):
+        C.layer_times(_profile(), "cpu", "fp32")
+    with pytest.raises(SriftError, match="profile on this machine first"):
+        C.layer_times(_measured_on("V100-16GB"), "cpu", "fp32")
+    p = _profile(device={"name": "x86_64", "kind": "cpu", "gpu": None}, iterations=5)
+    p.layers[0].fwd_s, p.layers[0].bwd_s = 2.0, 4.0
+    p.layers[1].fwd_s, p.layers[1].bwd_s = 0.5, 0.7
+    p.phases = PhaseTimes(optimizer_s=0.1, total_s=7.5)
+    lt = C.layer_times(p, "cpu", "fp32")
+    np.testing.assert_array_equal(lt.fwd_s, [2.0, 0.5])
+    assert lt.overhead_s == pytest.approx(7.5 - 2.5 - 4.7 - 0.1)
+
+
+def test_cpu_measured_profile_predicts_gpus_from_structure():
+    p = _profile(device={"name": "x86_64", "kind": "cpu", "gpu": None}, iterations=5)
+    p.layers[0].fwd_s = p.layers[0].bwd_s = p.layers[1].fwd_s = p.layers[1].bwd_s = 1.0
+    lt = C.layer_times(p, "V100-16GB", "fp32", params=FLAT)
+    assert not lt.anchored
+    assert lt.fwd_s[0] == pytest.approx(1e12 * 2.0 / 15.7e12)
+
+
+def test_bad_names_are_clear_errors():
+    with pytest.raises(SriftError, match="unknown GPU"):
+        C.layer_times(_profile(), "V1000", "fp32")
+    with pytest.raises(SriftError, match="unknown precision"):
+        C.layer_times(_profile(), "V100-16GB", "fp64")
+
+
+def test_layer_kinds():
+    assert C.layer_kind("Conv2d") == "conv"
+    assert C.layer_kind("Linear") == "matmul"
+    assert C.layer_kind("Conv1D") == "matmul"  # HF GPT-2's Linear
+    assert C.layer_kind("BatchNorm2d") == "norm"
+    assert C.layer_kind("LayerNorm") == "norm"
+    assert C.layer_kind("BertSelfAttention") == "attention"
+    assert C.layer_kind("MaxPool2d") == "pool"
+    assert C.layer_kind("Embedding") == "embedding"
+    assert C.layer_kind("GELUActivation") == "elementwise"
+
+
+def test_shipped_fit_never_exceeds_peak_and_faster_gpus_are_faster():
+    params = C.load_params()
+    assert params.meta.get("sources"), "the shipped fit must name its data sources"
+    p = _profile()
+    times = {}
+    for name in gpus():
+        for precision in ("fp32", "tf32", "amp"):
+            lt = C.layer_times(p, name, precision)
+            spec = gpu_spec(name)
+            # never faster than the roofline at 100% efficiency
+            assert lt.fwd_s[0] >= 1e12 / spec.peak_flops(precision) * 0.999
+            assert lt.fwd_s[1] >= 9e8 * (0.5 if precision == "amp" else 1.0) / spec.memory_bandwidth_bytes_per_s * 0.999
+            times[(name, precision)] = lt.total_s
+    assert times[("H100", "amp")] < times[("A100-40GB", "amp")] < times[("V100-16GB", "amp")] < times[("T4", "amp")]
+    assert times[("A100-40GB", "tf32")] < times[("A100-40GB", "fp32")]
+
+
+def test_params_round_trip_and_bad_file(tmp_path):
+    params = C.load_params()
+    again = C.ComputeParams.from_dict(params.to_dict())
+    assert again.inv_eff == params.inv_eff and again.launch_s == params.launch_s
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(SriftError, match="not valid JSON"):
+        C.load_params(str(bad))

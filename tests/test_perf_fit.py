@@ -1,0 +1,74 @@
+"""Fitting: the compute fit recovers a known model; dataset labels map to canonical GPUs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from srift.perf import compute as C
+from srift.perf import fit as F
+from srift.profile import LayerProfile, Profile
+
+
+def _toy_model(scale: float) -> Profile:
+    layers = []
+    for i in range(6):
+        layers.append(LayerProfile(f"conv{i}", "Conv2d", params=10_000, grad_bytes=40_000,
+                                   fwd_flops=4e10 * scale, bwd_flops=8e10 * scale, fwd_bytes=5e7 * scale, bwd_bytes=1e8 * scale))
+        layers.append(LayerProfile(f"bn{i}", "BatchNorm2d", params=128, grad_bytes=512,
+                                   fwd_flops=1e7 * scale, bwd_flops=2e7 * scale, fwd_bytes=2e8 * scale, bwd_bytes=4e8 * scale))
+        layers.append(LayerProfile(f"fc{i}", "Linear", params=1_000_000, grad_bytes=4_000_000,
+                                   fwd_flops=3e10 * scale, bwd_flops=6e10 * scale, fwd_bytes=2e7 * scale, bwd_bytes=4e7 * scale))
+    return Profile("toy", 32, "fp32", layers)
+
+
+FEATURES = ("one", "log_peak", "tensor")
+
+
+def test_fit_recovers_times_generated_by_a_known_model():
+    truth = C.ComputeParams(
+        features=FEATURES,
+        inv_eff={"conv": (1.6, 0.2, -0.1), "matmul": (1.4, 0.2, -0.1), "attention": (1.4, 0.2, -0.1),
+                 **{k: (1.4, 0.2, -0.1) for k in ("norm", "elementwise", "pool", "embedding", "other")}},
+        inv_eff_mem=(1.3, 0.0, 0.1), launch_s=1e-5, optimizer_s_per_tensor=1e-5, overhead_s=3e-3,
+    )
+    rows, designs = [], []
+    for scale in (0.5, 1.0, 2.0):
+        p = _toy_model(scale)
+        for gpu in ("V100-16GB", "T4", "A10G", "A100-40GB", "H100", "RTX-3090", "L4"):
+            for precision in ("tf32", "amp"):
+                t = C.layer_times(p, gpu, precision, truth).total_s
+                rows.append((p, gpu, precision, t))
+                designs.append(F._design(p, gpu, precision, FEATURES, t))
+    fitted = F.fit_compute(designs, launch_s=1e-5, features=FEATURES, alpha=1e-8)
+    pred = np.array([C.layer_times(p, g, pr, fitted).total_s for p, g, pr, _ in rows])
+    meas = np.array([t for *_, t in rows])
+    assert F.mape(pred, meas) < 1.0
+    assert fitted.overhead_s == pytest.approx(3e-3, rel=0.2)
+
+
+@pytest.mark.parametrize("label,canonical", [
+    ("LambdaCloud 8x A100 40GB PCIe", "A100-40GB"),
+    ("Dell 2x H100 80GB SXM5", "H100"),
+    ("DellTexas H100 80GB SXM5", "H100"),
+    ("H100 80GB PCIe Gen5", "H100-PCIe"),
+    ("LambdaCloud 4xV100 16GB", "V100-16GB"),
+    ("RTX 2080Ti", "RTX-2080-Ti"),
+    ("8x RTX 6000 Ada", "RTX-6000-Ada"),
+    ("GTX 1080Ti", None),
+])
+def test_dataset_labels_map_to_canonical_gpus(label, canonical):
+    assert F.canonical_gpu(label) == canonical
+
+
+def test_pretraining_heads_are_dropped_for_fine_tuning_rows():
+    layers = [LayerProfile("word_embeddings", "Embedding", params=10), LayerProfile("layers.0.ffn", "Linear", params=5),
+              LayerProfile("pooler", "Linear", params=3), LayerProfile("pooler_act", "Tanh"),
+              LayerProfile("cls_decoder", "Linear", params=7), LayerProfile("cls_nsp", "Linear", params=2)]
+    p = Profile("bert-base", 8, "fp32", layers, seq_len=128)
+    assert [l.name for l in F.without_pretraining_head(p, "bert-base").layers] == ["word_embeddings", "layers.0.ffn"]
+    assert F.without_pretraining_head(p, "resnet50") is p
+
+
+def test_mape():
+    assert F.mape([110, 90], [100, 100]) == pytest.approx(10.0)
