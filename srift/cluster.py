@@ -6,9 +6,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from srift.errors import SriftError
+
+if TYPE_CHECKING:
+    from srift.catalog.instances import Instance
 
 INTRA_NODE = ("shared-memory", "pcie3", "pcie4", "pcie5", "nvlink", "nvswitch", "nvswitch4", "nvswitch5")
 NETWORKS = ("ethernet", "efa", "infiniband")
@@ -122,6 +125,23 @@ def parse_spec(spec: str) -> list[tuple[str, int]]:
     return parts
 
 
+def node_group(inst: "Instance", count: int, spot: bool) -> NodeGroup:
+    """``count`` nodes of a catalog instance type, priced on spot or on demand."""
+    return NodeGroup(
+        count=count,
+        gpus_per_node=inst.gpu_count,
+        gpu=inst.gpu_name,
+        intra_node=inst.intra_node,
+        network_gbps=inst.network_gbps,
+        network="efa" if inst.efa else "ethernet",
+        usd_per_hour=inst.usd_per_hour(spot),
+        spot=spot,
+        interruption_per_hour=inst.spot_interruption_per_hour if spot else 0.0,
+        instance_type=inst.instance_type,
+        gpu_memory_gib=inst.gpu_memory_gib,
+    )
+
+
 def cluster_from_spec(spec: str, region: str = "us-east-1", spot: bool = False) -> Cluster:
     """Build a Cluster from an instance spec and the catalog.
 
@@ -143,23 +163,7 @@ def cluster_from_spec(spec: str, region: str = "us-east-1", spot: bool = False) 
                 raise SriftError(f"unknown market '@{market}' in '{raw}'.", "use @spot or @on-demand.")
             part_spot = market.lower() == "spot"
         ((itype, count),) = parse_spec(text)
-        inst = get_instance(itype, region)
-        price = inst.usd_per_hour(part_spot)
-        groups.append(
-            NodeGroup(
-                count=count,
-                gpus_per_node=inst.gpu_count,
-                gpu=inst.gpu_name,
-                intra_node=inst.intra_node,
-                network_gbps=inst.network_gbps,
-                network="efa" if inst.efa else "ethernet",
-                usd_per_hour=price,
-                spot=part_spot,
-                interruption_per_hour=inst.spot_interruption_per_hour if part_spot else 0.0,
-                instance_type=inst.instance_type,
-                gpu_memory_gib=inst.gpu_memory_gib,
-            )
-        )
+        groups.append(node_group(get_instance(itype, region), count, part_spot))
     return Cluster(name=spec, node_groups=tuple(groups))
 
 

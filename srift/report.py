@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from srift.simulate.prediction import Prediction
+
+if TYPE_CHECKING:
+    from srift.search import Candidate, Constraints, SearchResult
 
 PHASE_LABELS = {
     "data": "data loading",
@@ -19,6 +22,15 @@ PHASE_LABELS = {
     "inverse_broadcast": "K-FAC inverse broadcast",
     "preconditioning": "K-FAC preconditioning",
 }
+
+
+def console():
+    """A rich console; wide enough for the tables when output goes to a file or a pipe."""
+    import sys
+
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 140)
 
 
 def usd(v: float | None, digits: int = 2) -> str:
@@ -47,11 +59,10 @@ def prediction_json(pred: Prediction, extra: dict[str, Any] | None = None) -> di
 
 def render_prediction(pred: Prediction, title: str) -> None:
     """Print a prediction as a rich table with its breakdown."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
-    console.print(f"[bold]{title}[/bold]")
+    con = console()
+    con.print(f"[bold]{title}[/bold]")
     summary = Table(show_header=False, box=None, pad_edge=False)
     summary.add_column(style="dim")
     summary.add_column()
@@ -71,7 +82,7 @@ def render_prediction(pred: Prediction, title: str) -> None:
         )
     if len(pred.batch_split) > 1:
         summary.add_row("Batch split", ", ".join(f"{b['group']}: {b['per_gpu_batch']}/GPU" for b in pred.batch_split))
-    console.print(summary)
+    con.print(summary)
     table = Table(title="Iteration breakdown")
     table.add_column("phase")
     table.add_column("time", justify="right")
@@ -81,10 +92,176 @@ def render_prediction(pred: Prediction, title: str) -> None:
             continue
         table.add_row(PHASE_LABELS.get(key, key), seconds(value), f"{value / pred.iteration_time_s:.0%}")
     table.add_row("[bold]total[/bold]", f"[bold]{seconds(pred.iteration_time_s)}[/bold]", "100%")
-    console.print(table)
+    con.print(table)
     total = pred.breakdown.get("comm_total", 0.0)
     if total > 0:
         hidden = max(0.0, total - pred.breakdown.get("exposed_comm", 0.0)) / total
-        console.print(f"All-reduce {seconds(total)} per iteration, {hidden:.0%} of it hidden behind backward.")
+        con.print(f"All-reduce {seconds(total)} per iteration, {hidden:.0%} of it hidden behind backward.")
     for note in pred.notes:
-        console.print(f"[dim]Note: {note}[/dim]")
+        con.print(f"[dim]Note: {note}[/dim]")
+
+
+# ---- recommend ------------------------------------------------------------------------------
+def target_line(result: "SearchResult", constraints: "Constraints") -> str:
+    c = constraints
+    limits = []
+    if c.budget_usd_per_hour is not None:
+        limits.append(f"under {usd(c.budget_usd_per_hour)}/h")
+    if c.deadline_hours is not None:
+        limits.append(f"within {c.deadline_hours:g} h")
+    if c.max_cost_usd is not None:
+        limits.append(f"at most {usd(c.max_cost_usd)} per job")
+    goal = "maximizing throughput" if result.objective == "throughput" else (
+        "minimizing job cost" if c.has_length else "minimizing cost per sample")
+    return f"Target: {goal}" + (f" {' and '.join(limits)}" if limits else "")
+
+
+def candidate_json(cand: "Candidate", rank: int) -> dict[str, Any]:
+    p = cand.prediction
+    return {
+        "rank": rank,
+        "instance": cand.instance,
+        "spot": cand.spot,
+        "gpus": cand.gpus,
+        "throughput_samples_per_s": p.throughput_samples_per_s,
+        "expected_throughput_samples_per_s": cand.expected_throughput_samples_per_s,
+        "iteration_time_s": p.iteration_time_s,
+        "p90_iteration_time_s": p.p90_iteration_time_s,
+        "cost_per_hour_usd": cand.cost_per_hour_usd,
+        "usd_per_million_samples": cand.usd_per_million_samples,
+        "job_hours": cand.job_hours,
+        "job_cost_usd": cand.job_cost_usd,
+        "bottleneck": p.bottleneck,
+        "fits_in_memory": p.fits_in_memory,
+        "global_batch_size": p.global_batch_size,
+        "batch_split": p.batch_split,
+        "breakdown": p.breakdown,
+    }
+
+
+def why(result: "SearchResult") -> str:
+    """One or two sentences on why the top choice wins and what the runner-up trades."""
+    recs = result.recommendations
+    if not recs:
+        return ""
+    top = recs[0]
+    if result.objective == "throughput":
+        text = (f"{top.label} wins: the highest throughput ({top.expected_throughput_samples_per_s:,.0f} samples/s) "
+                f"of the {result.evaluated} configurations that meet the limits, at {usd(top.cost_per_hour_usd)}/h; "
+                f"it is {top.prediction.bottleneck}-bound.")
+    else:
+        what = f"{usd(top.job_cost_usd)} for the job" if top.job_cost_usd is not None else f"{usd(top.usd_per_million_samples)} per million samples"
+        text = f"{top.label} wins: the lowest cost ({what}) that meets the limits; it is {top.prediction.bottleneck}-bound."
+    if len(recs) > 1:
+        ru = recs[1]
+        dt = ru.expected_throughput_samples_per_s / top.expected_throughput_samples_per_s - 1
+        dc = ru.cost_per_hour_usd / top.cost_per_hour_usd - 1
+        text += f" Runner-up {ru.label}: {dt:+.0%} throughput for {dc:+.0%} $/h."
+    return text
+
+
+def recommend_json(result: "SearchResult", constraints: "Constraints", extra: dict[str, Any]) -> dict[str, Any]:
+    out = {
+        "target": target_line(result, constraints),
+        "objective": result.objective,
+        "recommendations": [candidate_json(c, i + 1) for i, c in enumerate(result.recommendations)],
+        "considered": result.considered,
+        "evaluated": result.evaluated,
+        "pareto_frontier": [{"instance": c.instance, "spot": c.spot, "cost_per_hour_usd": c.cost_per_hour_usd,
+                             "expected_throughput_samples_per_s": c.expected_throughput_samples_per_s} for c in result.frontier],
+        "why": why(result),
+    }
+    out.update(extra)
+    return out
+
+
+def _rows(result: "SearchResult", with_job: bool) -> tuple[list[str], list[list[str]]]:
+    head = ["", "configuration", "GPUs", "samples/s", "iteration", "$/h", "$/M samples"]
+    if with_job:
+        head += ["job hours", "job $"]
+    head.append("bottleneck")
+    rows = []
+    for i, c in enumerate(result.recommendations):
+        row = ["CHOSEN" if i == 0 else str(i + 1), c.label, str(c.gpus), f"{c.expected_throughput_samples_per_s:,.0f}",
+               seconds(c.prediction.iteration_time_s), usd(c.cost_per_hour_usd), usd(c.usd_per_million_samples, 3)]
+        if with_job:
+            row += [f"{c.job_hours:,.2f}" if c.job_hours is not None else "-", usd(c.job_cost_usd)]
+        row.append(c.prediction.bottleneck)
+        rows.append(row)
+    return head, rows
+
+
+def render_recommend(result: "SearchResult", constraints: "Constraints", header: str) -> None:
+    from rich.table import Table
+
+    con = console()
+    con.print(header)
+    con.print(f"[bold]{target_line(result, constraints)}[/bold]")
+    head, rows = _rows(result, constraints.has_length)
+    table = Table()
+    for h in head:
+        table.add_column(h, justify="right" if h not in ("", "configuration", "bottleneck") else "left")
+    for i, row in enumerate(rows):
+        table.add_row(*row, style="bold green" if i == 0 else None)
+    con.print(table)
+    con.print(why(result))
+    con.print(f"[dim]{result.considered:,} configurations considered, {result.evaluated:,} simulated "
+                  f"({result.pruned.get('budget', 0):,} over budget, {result.pruned.get('memory', 0):,} out of memory pruned first).[/dim]")
+
+
+def recommend_markdown(result: "SearchResult", constraints: "Constraints", header: str) -> str:
+    head, rows = _rows(result, constraints.has_length)
+    lines = [f"**{header}**", "", target_line(result, constraints), "",
+             "| " + " | ".join(h or "rank" for h in head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines += ["", why(result), "", f"{result.considered:,} configurations considered, {result.evaluated:,} simulated."]
+    return "\n".join(lines)
+
+
+def plot_recommend(result: "SearchResult", path: str, title: str) -> None:
+    """Throughput vs $/h of every evaluated configuration, the Pareto frontier and the choice."""
+    from srift.errors import SriftError
+
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SriftError("--plot needs matplotlib, which is not installed.", "pip install 'srift[plot]' (or drop --plot).") from None
+    import os
+    import tempfile
+
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    ok = [(x, y) for x, y, f in result.evaluated_points if f]
+    bad = [(x, y) for x, y, f in result.evaluated_points if not f]
+    if bad:
+        ax.scatter(*zip(*bad), s=8, c="#cccccc", label="violates a limit")
+    if ok:
+        ax.scatter(*zip(*ok), s=10, c="#4c72b0", alpha=0.6, label="meets the limits")
+    if result.frontier:
+        ax.plot([c.cost_per_hour_usd for c in result.frontier], [c.expected_throughput_samples_per_s for c in result.frontier],
+                "-", c="#dd8452", lw=1.5, label="Pareto frontier")
+    if result.recommendations:
+        top = result.recommendations[0]
+        ax.scatter([top.cost_per_hour_usd], [top.expected_throughput_samples_per_s], s=160, marker="*", c="#c44e52", zorder=5,
+                   label=f"chosen: {top.label}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("cluster price ($/hour)")
+    ax.set_ylabel("expected throughput (samples/s)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".png", dir=folder)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=120)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
