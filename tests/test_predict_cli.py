@@ -1,0 +1,58 @@
+"""`srift predict`: the JSON contract, errors, and no torch on the way."""
+
+import json
+
+import pytest
+
+from srift.cli import main
+from no_torch import run_without_torch
+
+FIELDS = ("iteration_time_s", "p90_iteration_time_s", "throughput_samples_per_s", "cost_per_hour_usd",
+          "usd_per_million_samples", "breakdown", "fits_in_memory")
+
+
+def test_issue_example_without_torch(tmp_path):
+    out = run_without_torch(["predict", "--model", "resnet50", "--instance", "p3.16xlarge:2", "--batch-size", "128",
+                             "--precision", "amp", "--format", "json"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    for key in FIELDS:
+        assert key in data
+    assert data["gpus"] == 16 and data["global_batch_size"] == 16 * 128
+    assert data["cost_per_hour_usd"] == pytest.approx(2 * 24.48)
+    parts = sum(v for k, v in data["breakdown"].items() if k != "comm_total")
+    assert parts == pytest.approx(data["iteration_time_s"])
+    assert data["throughput_samples_per_s"] == pytest.approx(2048 / data["iteration_time_s"])
+    assert data["usd_per_million_samples"] == pytest.approx(48.96 / (data["throughput_samples_per_s"] * 3600) * 1e6)
+
+
+def test_table_output_and_spot(capsys):
+    assert main(["predict", "--model", "bert-base", "--instance", "g5.xlarge:2", "--spot", "--seq-len", "256"]) == 0
+    out = capsys.readouterr().out
+    assert "Iteration breakdown" in out and "Spot (expected)" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--instance", "p3.2xlarge"], "exactly one of --model and --profile"),
+    (["--model", "resnet50", "--profile", "x.yaml", "--instance", "p3.2xlarge"], "exactly one of --model and --profile"),
+    (["--model", "resnet50"], "exactly one of --instance and --cluster"),
+    (["--model", "resnet5", "--instance", "p3.2xlarge"], "unknown model"),
+    (["--model", "resnet50", "--instance", "p3.2xlarg"], "unknown instance type"),
+    (["--model", "resnet50", "--instance", "p3.2xlarge", "--precision", "fp8"], "unknown precision"),
+    (["--model", "resnet50", "--instance", "p3.2xlarge", "--batch-size", "0"], "batch-size must be at least 1"),
+    (["--model", "resnet50", "--instance", "p3.2xlarge", "--seq-len", "128"], "no sequence length"),
+    (["--model", "resnet50", "--cluster", "missing.yaml"], "does not exist"),
+])
+def test_bad_input_exits_2_with_a_fix(args, message, capsys):
+    assert main(["predict", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "To fix:" in err and "Traceback" not in err
+
+
+def test_cluster_file(tmp_path, capsys):
+    f = tmp_path / "ib.yaml"
+    f.write_text("name: ib-64\nnode_groups:\n  - count: 16\n    gpus_per_node: 4\n    gpu: RTX 2080 Ti\n"
+                 "    intra_node: pcie3\n    network_gbps: 100\n    network: infiniband\n    usd_per_hour: 2.0\n")
+    assert main(["predict", "--model", "resnet50", "--cluster", str(f), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["gpus"] == 64 and data["cost_per_hour_usd"] == pytest.approx(32.0)

@@ -1,0 +1,150 @@
+"""The simulator pinned on hand-computed cases."""
+
+import math
+
+import numpy as np
+import pytest
+
+from srift.cluster import Cluster, NodeGroup, cluster_from_dict, cluster_from_spec
+from srift.job import Job
+from srift.profile import LayerProfile, PhaseTimes, Profile
+from srift.simulate import Predictor, predict
+from srift.simulate.ddp import FIRST_BUCKET_BYTES, bucket_layout, comm_end_s
+from srift.simulate.hetero import split_batch
+from srift.simulate.spot import spot_expectation
+from srift.zoo import load_builtin_profile
+
+MiB = 2**20
+S_PER_BYTE = 1e-8  # the calibrated link below: 100 MB/s, no latency
+
+
+def cpu_profile(grad_bytes, fwd=0.01, bwd=0.02, opt=0.005):
+    layers = [LayerProfile(f"l{i}", "Linear", params=g // 4, grad_bytes=g, fwd_flops=1.0, bwd_flops=2.0,
+                           fwd_s=fwd, bwd_s=bwd) for i, g in enumerate(grad_bytes)]
+    n = len(layers)
+    return Profile(name="toy", batch_size=8, precision="fp32", layers=layers,
+                   device={"name": "test cpu", "kind": "cpu", "gpu": None},
+                   phases=PhaseTimes(data_s=0.0, forward_s=fwd * n, backward_s=bwd * n, optimizer_s=opt,
+                                     total_s=(fwd + bwd) * n + opt))
+
+
+def cpu_cluster(workers=2, s_per_byte=S_PER_BYTE):
+    sizes = [1.0, 1e10]
+    return cluster_from_dict({
+        "name": "local", "node_groups": [{"count": 1, "gpus_per_node": workers, "gpu": "cpu",
+                                          "intra_node": "shared-memory", "network_gbps": 0}],
+        "comm_calibration": {"backend": "gloo", "world_size": workers, "sizes_bytes": sizes,
+                             "times_s": [s * s_per_byte for s in sizes], "p90_times_s": [s * s_per_byte for s in sizes]},
+    })
+
+
+def test_one_bucket_all_reduce_is_fully_exposed():
+    prof = cpu_profile([100_000, 100_000, 100_000])  # 300 kB < 1 MiB: one bucket, ready at the end
+    p = predict(prof, cpu_cluster())
+    comm = 300_000 * S_PER_BYTE
+    assert p.breakdown["forward"] == pytest.approx(0.03)
+    assert p.breakdown["backward"] == pytest.approx(0.06)
+    assert p.breakdown["exposed_comm"] == pytest.approx(comm)
+    assert p.iteration_time_s == pytest.approx(0.03 + 0.06 + comm + 0.005)
+    assert p.throughput_samples_per_s == pytest.approx(16 / p.iteration_time_s)
+
+
+def test_two_buckets_first_one_overlaps_backward():
+    # Backward runs l2, l1, l0. l2's 2 MiB fill the 1 MiB first bucket alone; l1 + l0 share the second.
+    prof = cpu_profile([MiB, MiB, 2 * MiB])
+    layout = bucket_layout(prof)
+    assert list(layout.sizes_bytes) == [2 * MiB, 2 * MiB]
+    p = predict(prof, cpu_cluster())
+    c = 2 * MiB * S_PER_BYTE
+    ready1, ready2 = 0.03 + 0.02, 0.03 + 0.06
+    end1 = ready1 + c
+    end2 = max(ready2, end1) + c
+    assert p.breakdown["exposed_comm"] == pytest.approx(end2 - ready2)
+    assert p.breakdown["comm_total"] == pytest.approx(2 * c)
+
+
+def test_first_bucket_is_one_mib_then_25():
+    prof = cpu_profile([10 * MiB] * 6 + [MiB // 2, MiB // 2])
+    sizes = list(bucket_layout(prof).sizes_bytes)
+    assert sizes[0] == FIRST_BUCKET_BYTES  # the two last layers' 0.5 MiB each
+    assert sizes[1:] == [30 * MiB, 30 * MiB]  # 10 MiB tensors close a bucket once it reaches 25 MiB
+
+
+def test_comm_bound_vs_compute_bound():
+    prof = cpu_profile([MiB, MiB, 2 * MiB])
+    fast = predict(prof, cpu_cluster(s_per_byte=1e-10))
+    slow = predict(prof, cpu_cluster(s_per_byte=1e-6))
+    assert fast.bottleneck == "compute"
+    assert fast.breakdown["exposed_comm"] == pytest.approx(2 * MiB * 1e-10)  # only the last bucket sticks out
+    assert slow.bottleneck == "communication"
+    c = 2 * MiB * 1e-6
+    # comm-bound: the link is busy from the first bucket's ready time to the end
+    assert slow.breakdown["exposed_comm"] == pytest.approx(0.05 + 2 * c - 0.09)
+
+
+def test_single_worker_has_no_communication():
+    p = predict(cpu_profile([MiB] * 3), cpu_cluster(workers=1))
+    assert p.breakdown["exposed_comm"] == 0.0 and p.breakdown["comm_total"] == 0.0
+
+
+def test_comm_end_recurrence_matches_loop():
+    rng = np.random.default_rng(0)
+    ready = np.sort(rng.random(20))
+    c = rng.random(20) * 0.1
+    end = 0.0
+    for r, ci in zip(ready, c):
+        end = max(r, end) + ci
+    assert comm_end_s(ready, c) == pytest.approx(end)
+
+
+def test_split_batch_by_speed():
+    assert split_batch([2.0, 1.0], [2, 4], 64) == [16, 8]
+    b = split_batch([3.0, 1.0], [1, 1], 10)
+    assert sum(b) == 10 and b[0] > b[1]
+
+
+def test_mixed_cluster_batch_split_follows_speed():
+    prof = load_builtin_profile("resnet50")
+    pr = Predictor(prof, Job(batch_size=64))
+    p = pr.predict(cluster_from_spec("p3.2xlarge:1+g4dn.xlarge:1"))
+    split = {b["gpu"]: b["per_gpu_batch"] for b in p.batch_split}
+    v100 = pr.compute("V100-16GB", 64).speed
+    t4 = pr.compute("T4", 64).speed
+    assert split["V100-16GB"] == 64  # the fastest GPU takes --batch-size
+    assert split["T4"] == round(64 * t4 / v100)
+    assert p.global_batch_size == 64 + split["T4"]
+
+
+def test_global_batch_is_split_exactly():
+    p = predict(load_builtin_profile("resnet50"), cluster_from_spec("p3.8xlarge:1+g4dn.12xlarge:1"), Job(global_batch_size=512))
+    assert sum(b["per_gpu_batch"] * b["gpus"] for b in p.batch_split) == 512
+
+
+def test_memory_fit_and_no_fit():
+    prof = load_builtin_profile("resnet50")
+    k80 = cluster_from_spec("p2.xlarge")
+    assert predict(prof, k80, Job(batch_size=16)).fits_in_memory
+    big = predict(prof, k80, Job(batch_size=512))
+    assert not big.fits_in_memory and big.bottleneck == "memory"
+    m = big.memory_breakdown_bytes
+    assert m["weights"] == 4 * prof.params and m["optimizer_state"] == 4 * prof.params
+
+
+def test_spot_expectation_by_hand():
+    group = NodeGroup(count=2, gpus_per_node=1, gpu="T4", intra_node="pcie3", network_gbps=10, spot=True,
+                      interruption_per_hour=0.01, usd_per_hour=1.0)
+    s = spot_expectation(Cluster("c", (group,)), state_bytes=1e9, throughput=100.0, cost_per_hour=2.0)
+    rate = 0.02 / 3600
+    ckpt = 10 + 1.0
+    interval = math.sqrt(2 * ckpt / rate)
+    useful = (1 - rate * (87 + 60 + interval / 2)) / (1 + ckpt / interval)
+    assert s["useful_fraction"] == pytest.approx(useful)
+    assert s["expected_throughput_samples_per_s"] == pytest.approx(100 * useful)
+    assert s["expected_usd_per_million_samples"] == pytest.approx(2.0 / (100 * useful * 3600) * 1e6)
+    on_demand = Cluster("d", (NodeGroup(count=2, gpus_per_node=1, gpu="T4", intra_node="pcie3", network_gbps=10),))
+    assert spot_expectation(on_demand, 1e9, 100.0, 2.0) is None
+
+
+def test_p90_is_not_below_p50():
+    p = predict(load_builtin_profile("bert-base"), cluster_from_spec("g5.xlarge:4"))
+    assert p.p90_iteration_time_s > p.iteration_time_s
