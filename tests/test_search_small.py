@@ -1,0 +1,112 @@
+"""The search pinned on a small hand-made catalog and a hand-made speed model."""
+
+import pytest
+
+from srift.catalog.instances import Instance
+from srift.errors import SriftError
+from srift.search import Constraints, pareto, search
+from srift.simulate.prediction import Prediction
+
+PER_GPU_BATCH = 10
+SPEED = {"GA": 100.0, "GB": 120.0}  # samples/s of one GPU
+
+
+def inst(name, gpu, count, od, spot):
+    return Instance(instance_type=name, family=name.split(".")[0], gpu_name=gpu, gpu_count=count, gpu_memory_gib=16,
+                    vcpus=4, memory_gib=16, network_gbps=10, efa=False, intra_node="pcie3", on_demand_usd_per_hour=od,
+                    spot_usd_per_hour=spot, spot_estimated=False, spot_interruption_per_hour=0.0, region="test",
+                    as_of="2026-01-01", source="test")
+
+
+CATALOG = [inst("a.small", "GA", 1, 1.0, 0.3), inst("b.quad", "GB", 4, 3.5, None)]
+
+
+def fake_predict(cluster):
+    """Each extra node costs 10 % efficiency; throughput adds up over groups."""
+    tp = 0.0
+    nodes = cluster.nodes
+    for g in cluster.node_groups:
+        tp += g.gpus * SPEED[g.gpu]
+    tp *= 0.9 ** (nodes - 1)
+    gb = PER_GPU_BATCH * cluster.gpus
+    return Prediction(cluster=cluster.name, gpus=cluster.gpus, global_batch_size=gb, iteration_time_s=gb / tp,
+                      p90_iteration_time_s=gb / tp, throughput_samples_per_s=tp, cost_per_hour_usd=cluster.usd_per_hour,
+                      usd_per_million_samples=None, breakdown={}, bottleneck="compute", fits_in_memory=True,
+                      memory_per_gpu_bytes=0.0, batch_split=[{"gpu": g.gpu} for g in cluster.node_groups])
+
+
+def test_best_throughput_under_budget():
+    r = search(CATALOG, fake_predict, Constraints(budget_usd_per_hour=4.0, max_gpus=8))
+    # a.small x n: 100 n 0.9^(n-1) for $n (n <= 4 fits the budget: 100, 180, 243, 291.6);
+    # b.quad x 1: 480 for $3.50; b.quad x 2 costs $7.
+    top = r.recommendations[0]
+    assert top.instance == "b.quad:1" and top.expected_throughput_samples_per_s == pytest.approx(480)
+    assert [c.instance for c in r.recommendations[:3]] == ["b.quad:1", "a.small:4", "a.small:3"]
+    assert r.considered == 8 + 2 and r.evaluated == 5  # a x 1..8, b x 1..2; 5 within budget
+    assert r.pruned["budget"] == 5
+
+
+def test_spot_wins_when_allowed():
+    r = search(CATALOG, fake_predict, Constraints(budget_usd_per_hour=4.0, max_gpus=8, spot=True))
+    top = r.recommendations[0]
+    # a.small x 8 on spot: $2.40/h, 800 * 0.9^7 = 382.6 samples/s < 480; b.quad still wins throughput,
+    # but the cheapest per sample is spot.
+    assert top.instance == "b.quad:1"
+    cheap = search(CATALOG, fake_predict, Constraints(budget_usd_per_hour=4.0, max_gpus=8, spot=True, objective="cost"))
+    assert cheap.recommendations[0].instance == "a.small:1" and cheap.recommendations[0].spot
+    assert cheap.recommendations[0].cost_per_hour_usd == pytest.approx(0.3)
+
+
+def test_cheapest_under_deadline():
+    steps = 36_000  # a.small x 1 takes 36000 * 10 / 100 s = 1.0 h
+    r = search(CATALOG, fake_predict, Constraints(deadline_hours=1.0, steps=steps, max_gpus=8))
+    assert r.objective == "cost"
+    top = r.recommendations[0]
+    assert top.instance == "a.small:1" and top.job_hours == pytest.approx(1.0) and top.job_cost_usd == pytest.approx(1.0)
+    # 0.9 h: a.small never makes it (1/0.9^(n-1) h); b.quad x 1 takes 36000*40/480 s = 0.833 h for $2.92;
+    # b.quad x 2 takes 36000*80/864 s = 0.926 h.
+    r = search(CATALOG, fake_predict, Constraints(deadline_hours=0.9, steps=steps, max_gpus=8))
+    assert [c.instance for c in r.recommendations] == ["b.quad:1"]
+    assert r.recommendations[0].job_cost_usd == pytest.approx(3.5 * 36000 * 40 / 480 / 3600)
+
+
+def test_nothing_fits_names_the_constraint_and_the_closest():
+    r = search(CATALOG, fake_predict, Constraints(deadline_hours=0.5, steps=36_000, max_gpus=8))
+    assert not r.recommendations and r.cut_by == "deadline"
+    assert r.closest.instance == "b.quad:1"
+    r = search(CATALOG, fake_predict, Constraints(budget_usd_per_hour=0.1, max_gpus=8))
+    assert r.cut_by == "budget" and r.closest.instance == "a.small:1"
+
+
+def test_pareto_filters_dominated():
+    r = search(CATALOG, fake_predict, Constraints(max_gpus=8))
+    front = [(c.instance, round(c.cost_per_hour_usd, 2)) for c in r.frontier]
+    # a.small x 4 ($4, 291.6) is beaten by b.quad x 1 ($3.5, 480): off the frontier.
+    assert ("a.small:4", 4.0) not in front
+    assert front[:4] == [("a.small:1", 1.0), ("a.small:2", 2.0), ("a.small:3", 3.0), ("b.quad:1", 3.5)]
+    costs = [c.cost_per_hour_usd for c in r.frontier]
+    tps = [c.expected_throughput_samples_per_s for c in r.frontier]
+    assert costs == sorted(costs) and tps == sorted(tps)
+    assert pareto([]) == []
+
+
+def test_mixed_adds_spot_on_demand_and_two_type_mixes():
+    r = search(CATALOG, fake_predict, Constraints(max_gpus=8, spot=True, mixed=True, top=100))
+    names = {c.instance for c in r.recommendations}
+    assert "a.small:1@on-demand+a.small:3@spot" in names
+    mix = next(c for c in r.recommendations if c.instance == "a.small:1@on-demand+a.small:3@spot")
+    assert mix.cost_per_hour_usd == pytest.approx(1.0 + 3 * 0.3)
+    assert any("+" in n and "b.quad" in n and "a.small" in n for n in names)  # two-type mixes
+    assert all(c.gpus <= 8 for c in r.recommendations)
+
+
+def test_constraint_validation():
+    with pytest.raises(SriftError, match="needs the job's length"):
+        Constraints(deadline_hours=2)
+    with pytest.raises(SriftError, match="go together"):
+        Constraints(epochs=3)
+    with pytest.raises(SriftError, match="budget must be positive"):
+        Constraints(budget_usd_per_hour=-1)
+    with pytest.raises(SriftError, match="objective"):
+        Constraints(objective="fastest")
+    assert Constraints(epochs=2, dataset_size=100).job_steps(30) == 2 * 4
