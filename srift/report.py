@@ -265,3 +265,74 @@ def plot_recommend(result: "SearchResult", path: str, title: str) -> None:
         plt.close(fig)
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+# ---- check ----------------------------------------------------------------------------------
+_LIMIT_LABELS = {"max_cost_usd": "job cost", "max_hours": "job hours", "max_usd_per_hour": "$/hour",
+                 "fits_in_memory": "fits in GPU memory"}
+_CHANGE_LABELS = {"predicted_cost_usd": "cost", "predicted_hours": "hours", "cost_per_hour_usd": "$/hour"}
+
+
+def _fmt_limit(name: str, v: Any) -> str:
+    if v is None or isinstance(v, bool):
+        return "-" if v is None else ("yes" if v else "no")
+    return f"{v:,.2f} h" if name == "max_hours" else usd(v)
+
+
+def _change_rows(change: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for key, c in change.items():
+        fmt = (lambda v: f"{v:,.2f} h") if key == "predicted_hours" else usd
+        pct = "-" if c["change_pct"] is None else f"{c['change_pct']:+.0f}%"
+        sign = "+" if c["change"] >= 0 else "-"
+        rows.append([_CHANGE_LABELS[key], fmt(c["base"]), fmt(c["new"]), f"{sign}{fmt(abs(c['change']))}", pct])
+    return rows
+
+
+def check_markdown(result: dict[str, Any]) -> str:
+    cfg = result["configuration"]
+    status = "passed" if result["passed"] else "FAILED"
+    icon = "✅" if result["passed"] else "❌"
+    lines = [f"### {icon} srift check {status}: {result['job']['model']} on `{cfg['instance']}`" + (" [Spot]" if cfg["spot"] else ""),
+             "",
+             f"Predicted **{usd(result['predicted_cost_usd'])}** over **{result['predicted_hours']:,.2f} h** at "
+             f"{usd(result['cost_per_hour_usd'])}/h ({cfg['gpus']} GPUs, {cfg['throughput_samples_per_s']:,.0f} samples/s, "
+             f"{cfg['bottleneck']}-bound; configuration from {cfg['chosen_by']}).", "",
+             "| limit | allowed | predicted | margin | |", "|---|---|---|---|---|"]
+    for c in result["limits"]:
+        margin = "-" if c["margin"] is None else f"{_fmt_limit(c['limit'], c['margin'])} ({c['margin_pct']:.0f}%)"
+        lines.append(f"| {_LIMIT_LABELS[c['limit']]} | {_fmt_limit(c['limit'], c['value'])} | "
+                     f"{_fmt_limit(c['limit'], c['predicted'])} | {margin} | {'✅' if c['passed'] else '❌'} |")
+    if result.get("change"):
+        lines += ["", "Change against the base branch:", "", "| | base | this change | change | % |", "|---|---|---|---|---|"]
+        lines += ["| " + " | ".join(r) + " |" for r in _change_rows(result["change"])]
+    lines += ["", f"<sub>{result['schema']}, catalog prices as of {result.get('catalog_as_of') or '-'}</sub>"]
+    return "\n".join(lines)
+
+
+def render_check(result: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    con = console()
+    cfg = result["configuration"]
+    status = "[bold green]PASSED[/bold green]" if result["passed"] else "[bold red]FAILED[/bold red]"
+    con.print(f"srift check {status}: {result['job']['model']} on {cfg['instance']}" + (" [Spot]" if cfg["spot"] else "")
+              + f" ({cfg['gpus']} GPUs, from {cfg['chosen_by']})")
+    con.print(f"Predicted {usd(result['predicted_cost_usd'])} over {result['predicted_hours']:,.2f} h at "
+              f"{usd(result['cost_per_hour_usd'])}/h, {cfg['throughput_samples_per_s']:,.0f} samples/s.")
+    table = Table()
+    for h in ("limit", "allowed", "predicted", "margin", ""):
+        table.add_column(h)
+    for c in result["limits"]:
+        margin = "-" if c["margin"] is None else f"{_fmt_limit(c['limit'], c['margin'])} ({c['margin_pct']:.0f}%)"
+        table.add_row(_LIMIT_LABELS[c["limit"]], _fmt_limit(c["limit"], c["value"]), _fmt_limit(c["limit"], c["predicted"]),
+                      margin, "ok" if c["passed"] else "[red]EXCEEDED[/red]")
+    con.print(table)
+    if result.get("change"):
+        t2 = Table(title="Change against the baseline")
+        for h in ("", "base", "this change", "change", "%"):
+            t2.add_column(h)
+        for r in _change_rows(result["change"]):
+            t2.add_row(*r)
+        con.print(t2)
+    con.print(f"[dim]Catalog prices as of {result.get('catalog_as_of') or '-'}.[/dim]")

@@ -1,0 +1,136 @@
+"""`srift check`: job-file validation, exit codes, formats, baseline comparison, precedence."""
+
+import json
+
+import pytest
+import yaml
+
+from srift.check import load_job
+from srift.cli import main
+from srift.errors import SriftError
+from no_torch import run_without_torch
+
+JOB = {"model": "resnet50", "batch_size": 64, "precision": "amp", "steps": 20000, "instance": "p3.16xlarge:2",
+       "limits": {"max_cost_usd": 1000, "max_hours": 24}}
+
+
+def write(tmp_path, data, name="srift.yaml"):
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(data))
+    return str(p)
+
+
+def test_passing_job_exits_0_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "result.json"
+    assert main(["check", write(tmp_path, JOB), "--out-file", str(out), "--format", "json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    saved = json.loads(out.read_text())
+    assert printed == saved and saved["passed"] is True
+    for key in ("passed", "predicted_cost_usd", "predicted_hours", "cost_per_hour_usd", "configuration", "limits",
+                "schema", "catalog_as_of"):
+        assert key in saved
+    # cost = hours x $/h, hours = steps x global batch / throughput
+    cfg = saved["configuration"]
+    hours = 20000 * cfg["global_batch_size"] / cfg["throughput_samples_per_s"] / 3600
+    assert saved["predicted_hours"] == pytest.approx(hours)
+    assert saved["predicted_cost_usd"] == pytest.approx(hours * 48.96)
+    lim = {c["limit"]: c for c in saved["limits"]}
+    assert lim["max_cost_usd"]["margin"] == pytest.approx(1000 - saved["predicted_cost_usd"])
+
+
+def test_over_budget_exits_1(tmp_path, capsys):
+    job = dict(JOB, limits={"max_cost_usd": 1.0})
+    assert main(["check", write(tmp_path, job)]) == 1
+    assert "EXCEEDED" in capsys.readouterr().out
+
+
+def test_unknown_model_exits_2(tmp_path, capsys):
+    assert main(["check", write(tmp_path, dict(JOB, model="resnet5000"))]) == 2
+    assert "unknown model 'resnet5000'" in capsys.readouterr().err
+
+
+def test_markdown_is_a_table_and_compare_shows_change(tmp_path, capsys):
+    base = tmp_path / "base.json"
+    assert main(["check", write(tmp_path, JOB), "--out-file", str(base), "--format", "json"]) == 0
+    capsys.readouterr()
+    bigger = dict(JOB, steps=40000)
+    assert main(["check", write(tmp_path, bigger, "new.yaml"), "--format", "markdown", "--compare-to", str(base)]) == 0
+    out = capsys.readouterr().out
+    assert "| limit | allowed | predicted |" in out
+    assert "| cost |" in out and "+100%" in out  # twice the steps, twice the cost
+
+
+def test_compare_in_json(tmp_path, capsys):
+    base = tmp_path / "base.json"
+    main(["check", write(tmp_path, JOB), "--out-file", str(base), "--format", "json"])
+    capsys.readouterr()
+    main(["check", write(tmp_path, dict(JOB, steps=30000), "n.yaml"), "--format", "json", "--compare-to", str(base)])
+    change = json.loads(capsys.readouterr().out)["change"]
+    assert change["predicted_cost_usd"]["change_pct"] == pytest.approx(50.0)
+    assert change["cost_per_hour_usd"]["change"] == pytest.approx(0.0)
+
+
+def test_without_instance_uses_the_recommended_configuration(tmp_path, capsys):
+    job = {k: v for k, v in JOB.items() if k != "instance"}
+    job["limits"] = {"max_hours": 2, "max_usd_per_hour": 30}
+    assert main(["check", write(tmp_path, job), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["configuration"]["chosen_by"].startswith("srift recommend")
+    assert data["cost_per_hour_usd"] <= 30 and data["predicted_hours"] <= 2
+
+
+@pytest.mark.parametrize("patch, message", [
+    ({"colour": "red"}, "unknown key(s) colour"),
+    ({"batch_size": 0}, "'batch_size' must be a positive integer"),
+    ({"batch_size": "big"}, "'batch_size' must be a positive integer"),
+    ({"seq_len": -3}, "'seq_len' must be a positive integer"),
+    ({"precision": "fp8"}, "'precision' must be fp32, tf32 or amp"),
+    ({"steps": 1.5}, "'steps' must be a positive integer"),
+    ({"epochs": 3}, "give 'steps' or 'epochs', not both"),
+    ({"optimizer": "lbfgs"}, "'optimizer' must be sgd or kfac"),
+    ({"instance": ""}, "'instance' must be an instance spec"),
+    ({"spot": "maybe"}, "'spot' must be true or false"),
+    ({"region": 3}, "'region' must be an AWS region"),
+    ({"limits": {"max_cost": 3}}, "unknown limit(s) max_cost"),
+    ({"limits": {"max_hours": -1}}, "'max_hours' must be a positive number"),
+    ({"limits": {}}, "no limits to check"),
+    ({"profile": "p.yaml"}, "exactly one of 'model' and 'profile'"),
+])
+def test_each_field_is_validated(tmp_path, patch, message):
+    with pytest.raises(SriftError) as info:
+        load_job(write(tmp_path, dict(JOB, **patch)), env={})
+    assert message in info.value.message
+
+
+def test_missing_length_and_epochs_without_dataset(tmp_path):
+    job = {k: v for k, v in JOB.items() if k != "steps"}
+    with pytest.raises(SriftError, match="length is missing"):
+        load_job(write(tmp_path, job), env={})
+    with pytest.raises(SriftError, match="needs 'dataset_size'"):
+        load_job(write(tmp_path, dict(job, epochs=2)), env={})
+
+
+def test_precedence_flag_over_env_over_file(tmp_path):
+    path = write(tmp_path, JOB)
+    assert load_job(path, env={}).batch_size == 64
+    assert load_job(path, env={"SRIFT_BATCH_SIZE": "32"}).batch_size == 32
+    assert load_job(path, {"batch_size": 16}, env={"SRIFT_BATCH_SIZE": "32"}).batch_size == 16
+    assert load_job(path, env={"SRIFT_MAX_COST_USD": "5"}).limits["max_cost_usd"] == 5.0
+    assert load_job(path, env={"SRIFT_SPOT": "true"}).spot is True
+
+
+def test_bad_baseline_and_missing_file(tmp_path, capsys):
+    bad = tmp_path / "b.json"
+    bad.write_text("{not json")
+    assert main(["check", write(tmp_path, JOB), "--compare-to", str(bad)]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
+    assert main(["check", str(tmp_path / "nope.yaml")]) == 2
+
+
+def test_check_runs_without_torch(tmp_path):
+    path = write(tmp_path, JOB)
+    out = run_without_torch(["check", path, "--format", "json"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["passed"] is True
+    out = run_without_torch(["check", write(tmp_path, dict(JOB, limits={"max_cost_usd": 0.5}), "x.yaml")], tmp_path)
+    assert out.returncode == 1
