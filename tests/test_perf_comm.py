@@ -125,6 +125,12 @@ def test_bad_calibration_is_a_clear_error():
         CommModel(_cluster(NodeGroup(1, 2, "cpu", "shared-memory", 10.0)), PARAMS).allreduce_time_s(1e6, 1.5)
 
 
+def test_multi_node_without_network_bandwidth_is_a_clear_error():
+    c = _cluster(NodeGroup(1, 4, "A10G", "pcie4", 0.0), NodeGroup(1, 4, "A10G", "pcie4", 50.0))
+    with pytest.raises(SriftError, match="network_gbps"):
+        CommModel(c, PARAMS)
+
+
 def test_models_are_cached_per_topology():
     a = _cluster(NodeGroup(2, 8, "A100-40GB", "nvswitch", 400.0, "efa", usd_per_hour=32.0))
     b = _cluster(NodeGroup(2, 8, "A100-40GB", "nvswitch", 400.0, "efa", usd_per_hour=20.0, spot=True))

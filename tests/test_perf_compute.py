@@ -116,6 +116,23 @@ def test_scaling_to_another_gpu_follows_the_model_ratio_per_layer():
     assert lt.fwd_s[1] == pytest.approx(0.0012 * 900 / 1555)
 
 
+def test_same_gpu_other_precision_scales_by_the_model_ratio():
+    p = _measured_on("A100-40GB")
+    fp32 = C.layer_times(_profile(), "A100-40GB", "fp32", params=FLAT)
+    amp = C.layer_times(_profile(), "A100-40GB", "amp", params=FLAT)
+    lt = C.layer_times(p, "A100-40GB", "amp", params=FLAT)
+    assert lt.anchored
+    np.testing.assert_allclose(lt.fwd_s, np.array([0.150, 0.0012]) * amp.fwd_s / fp32.fwd_s)
+    # the memory-bound layer moves half the bytes under amp
+    assert lt.fwd_s[1] == pytest.approx(0.0006)
+
+
+def test_gpu_named_only_by_its_device_string_anchors():
+    p = _measured_on("V100-16GB")
+    p.device = {"name": "Tesla V100-SXM2-16GB", "kind": "cuda", "gpu": None}
+    np.testing.assert_array_equal(C.layer_times(p, "V100-16GB", "fp32").fwd_s, [0.150, 0.0012])
+
+
 def test_cpu_needs_a_cpu_measurement():
     with pytest.raises(SriftError, match="profile on this machine first"):
         C.layer_times(_profile(), "cpu", "fp32")

@@ -149,6 +149,11 @@ def topology(cluster: Cluster) -> Topology:
     else:
         link_bw, lclass = link_spec(groups[0].intra_node).bandwidth_gb_per_s, link_class(groups[0].intra_node)
     slow_net = min(groups, key=lambda g: g.network_gbps)
+    if cluster.nodes > 1 and slow_net.network_gbps <= 0:
+        raise SriftError(
+            f"cluster '{cluster.name}' has {cluster.nodes} nodes but a node group without network bandwidth.",
+            "set network_gbps (Gbit/s) on every node group of a multi-node cluster.",
+        )
     # The network class of the slowest group; a mix of EFA and plain ethernet runs at ethernet.
     nets = {g.network for g in groups}
     net_class = "ethernet" if "ethernet" in nets else ("efa" if "efa" in nets else "infiniband")
@@ -290,7 +295,7 @@ class _Calibration:
 
     def time_s(self, s: np.ndarray, quantile: float) -> np.ndarray:
         x = np.log(np.maximum(s, 1.0))
-        lo, hi = self.log_sizes[0], self.log_sizes[-1]
+        hi = self.log_sizes[-1]
         p50 = np.interp(x, self.log_sizes, self.log_p50)
         p90 = np.interp(x, self.log_sizes, self.log_p90)
         # Above the largest measured size, time grows linearly with size (bandwidth-bound);
@@ -298,7 +303,6 @@ class _Calibration:
         over = np.maximum(x - hi, 0.0)
         p50 = p50 + over
         p90 = p90 + over
-        del lo
         if quantile == 0.5:
             log_t = p50
         else:
