@@ -54,7 +54,7 @@ class NodeGroup:
 
     @property
     def label(self) -> str:
-        base = f"{self.instance_type or self.gpu + 'x' + str(self.gpus_per_node)}:{self.count}"
+        base = f"{self.instance_type}:{self.count}" if self.instance_type else f"{self.count} x ({self.gpus_per_node} x {self.gpu})"
         return base + (" [Spot]" if self.spot else "")
 
 
