@@ -55,7 +55,7 @@ def register(app: typer.Typer) -> None:
         prof = resolve_profile(model, profile)
         result = run(prof, job, cons, region)
         header = (f"{prof.name}, {job.precision or prof.precision}, batch {job.batch_size or prof.batch_size}/GPU"
-                  + (f", seq {job.seq_len or prof.seq_len}" if prof.seq_len else "") + f", {region}")
+                  + (f", seq {job.seq_len or prof.seq_len}" if prof.seq_len else "") + (f", K-FAC ({kfac_strategy})" if optimizer == "kfac" else "") + f", {region}")
         if plot:
             plot_recommend(result, plot, header)
         if not result.recommendations:

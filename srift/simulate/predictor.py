@@ -96,6 +96,10 @@ class Predictor:
         if m is None:
             m = memory_breakdown_bytes(self.profile_at(batch), self.precision)
             m["activations"] *= self._act_factor
+            if self.job.optimizer == "kfac":
+                from srift.simulate.kfac import kfac_memory_bytes
+
+                m["kfac_factors"] = kfac_memory_bytes(self.base)
             self._memory[batch] = m
         return m
 
