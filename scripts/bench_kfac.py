@@ -1,0 +1,279 @@
+"""Measured vs predicted distributed K-FAC on this machine (gloo, CPU processes).
+
+Runs a small CNN (CIFAR-sized input) data-parallel with N gloo processes, one thread each:
+
+1. first-order DDP + SGD, timing every Linear/Conv2d layer's forward and backward with hooks
+   (that is the "compute model" of this CPU for the prediction) and the iteration;
+2. gloo all-reduce times at sizes from 256 B to 8 MB (the cluster's ``comm_calibration``, as
+   ``srift calibrate comm`` writes it);
+3. K-FAC with each strategy (naive, mpd, spd): per-phase seconds from the preconditioner's
+   timers, and the iteration time.
+
+The prediction is ``srift.simulate.kfac.plan_kfac`` (what ``srift predict --optimizer kfac``
+adds) fed with srift.perf's ``layer_times`` of a profile carrying (1) and srift.perf's
+``CommModel`` of a CPU cluster carrying (2); the predicted K-FAC iteration is the measured
+first-order iteration plus the predicted K-FAC phases. Usage:
+
+    python scripts/bench_kfac.py [--nproc 2 4] [--iters 10] [--batch 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from srift.cluster import cluster_from_dict  # noqa: E402
+from srift.job import Job  # noqa: E402
+from srift.perf.comm import CommModel  # noqa: E402
+from srift.perf.compute import layer_times  # noqa: E402
+from srift.kfac import KFACPreconditioner  # noqa: E402
+from srift.profile import LayerProfile, Profile  # noqa: E402
+from srift.simulate.kfac import plan_kfac  # noqa: E402
+
+STRATEGIES = ("naive", "mpd", "spd")
+COMM_SIZES_ELEMS = [64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 2097152]
+PHASES = ("factor_compute", "factor_comm", "inversion", "inverse_broadcast", "preconditioning")
+PRED_KEY = {"factor_comm": "exposed_factor_comm"}
+
+
+def make_model(seed: int = 0) -> nn.Module:
+    """3x32x32 -> 10: convs with factor dims 28/32, 289/64, 577/128 and a Linear 513/10."""
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.ReLU(),
+        nn.Conv2d(64, 128, 3, stride=2, padding=1), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(2), nn.Flatten(),
+        nn.Linear(512, 10),
+    )
+
+
+def kfac_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+
+
+# ---- measurements inside each worker ---------------------------------------------------------
+def _time_layers(model: nn.Module) -> tuple[dict, list]:
+    """Hooks that record forward and backward seconds of every K-FAC layer."""
+    times: dict[str, dict[str, list[float]]] = {}
+    handles, start = [], {}
+    for name, m in kfac_modules(model):
+        times[name] = {"fwd": [], "bwd": []}
+
+        def fpre(mod, inp, name=name):
+            start[("f", name)] = time.perf_counter()
+
+        def fpost(mod, inp, out, name=name):
+            times[name]["fwd"].append(time.perf_counter() - start[("f", name)])
+
+        def bpre(mod, gout, name=name):
+            start[("b", name)] = time.perf_counter()
+
+        def bpost(mod, gin, gout, name=name):
+            times[name]["bwd"].append(time.perf_counter() - start[("b", name)])
+
+        handles += [m.register_forward_pre_hook(fpre), m.register_forward_hook(fpost),
+                    m.register_full_backward_pre_hook(bpre), m.register_full_backward_hook(bpost)]
+    return times, handles
+
+
+def _calibrate_comm(repeats: int = 11) -> dict:
+    """All-reduce time vs size, in the ``comm_calibration`` format of ``srift calibrate comm``."""
+    out: dict = {"backend": "gloo", "world_size": dist.get_world_size(), "sizes_bytes": [], "times_s": [], "p90_times_s": []}
+    for n in COMM_SIZES_ELEMS:
+        buf = torch.zeros(n)
+        dist.all_reduce(buf)
+        times = []
+        for _ in range(repeats):
+            dist.barrier()
+            t0 = time.perf_counter()
+            dist.all_reduce(buf)
+            times.append(time.perf_counter() - t0)
+        times.sort()
+        # The slowest rank's time is what a collective costs the job.
+        t = torch.tensor([statistics.median(times), times[int(0.9 * (len(times) - 1))]], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        out["sizes_bytes"].append(4 * n)
+        out["times_s"].append(float(t[0]))
+        out["p90_times_s"].append(float(t[1]))
+    return out
+
+
+def _run(model, pre, data, warmup: int) -> tuple[float, dict]:
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    iters = []
+    snap = None
+    for i, (x, y) in enumerate(data):
+        if i == warmup and pre is not None:
+            snap = dict(pre.timings)
+        dist.barrier()
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        if pre is not None:
+            pre.step()
+        opt.step()
+        if i >= warmup:
+            iters.append(time.perf_counter() - t0)
+    phases = {}
+    if pre is not None:
+        n = len(data) - warmup
+        phases = {p: (pre.timings.get(p, 0.0) - snap.get(p, 0.0)) / n for p in PHASES}
+    return statistics.mean(iters), phases
+
+
+def _max_over_ranks(values: list[float]) -> list[float]:
+    t = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()
+
+
+def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str) -> None:
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    # The timing hooks on the first conv (whose input needs no gradient) are expected to fire.
+    warnings.filterwarnings("ignore", message="Full backward hook is firing")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    g = torch.Generator().manual_seed(100 + rank)
+    n = args.warmup + args.iters
+    data = [(torch.randn(args.batch, 3, 32, 32, generator=g), torch.randint(0, 10, (args.batch,), generator=g)) for _ in range(n)]
+    result: dict = {"world": world}
+
+    result["comm"] = _calibrate_comm()
+
+    # First-order baseline, with per-layer timing hooks on the plain model (DDP wraps it after).
+    base = make_model()
+    times, handles = _time_layers(base)
+    ddp = DDP(base)
+    result["sgd_iter_s"] = _max_over_ranks([_run(ddp, None, data, args.warmup)[0]])[0]
+    for h in handles:
+        h.remove()
+    skip = args.warmup  # per-layer medians over the measured iterations, slowest rank
+    names = list(times)
+    fwd = _max_over_ranks([statistics.median(times[k]["fwd"][skip:]) for k in names])
+    bwd = _max_over_ranks([statistics.median(times[k]["bwd"][skip:]) for k in names])
+    result["layers"] = {k: {"fwd_s": f, "bwd_s": b} for k, f, b in zip(names, fwd, bwd)}
+
+    for strategy in STRATEGIES:
+        model = DDP(make_model())
+        pre = KFACPreconditioner(model, strategy=strategy, lr=0.01,
+                                 factor_update_steps=args.factor_steps, inv_update_steps=args.inv_steps)
+        it, phases = _run(model, pre, data, args.warmup)
+        # Phases of the slowest rank; the broadcast phase is what the last inverse arrives after
+        # the slowest rank's inversions (the model's makespan + exposed broadcast).
+        inv_end = phases["inversion"] + phases["inverse_broadcast"]
+        vals = _max_over_ranks([it] + [phases[p] for p in PHASES] + [inv_end])
+        measured = dict(zip(PHASES, vals[1:-1]))
+        measured["inverse_broadcast"] = max(vals[-1] - measured["inversion"], 0.0)
+        result[strategy] = {"iter_s": vals[0], **measured,
+                            "owners": pre.owners, "groups": pre.fusion_groups}
+        pre.remove_hooks()
+    if rank == 0:
+        Path(out).write_text(json.dumps(result))
+    dist.barrier()  # no rank tears its connections down while another is still in a collective
+    dist.destroy_process_group()
+
+
+# ---- prediction ------------------------------------------------------------------------------
+def measured_profile(result: dict, batch: int) -> Profile:
+    """The bench CNN's K-FAC layers: FLOPs (2 per multiply-add), factor dimensions, and the
+    forward/backward seconds measured on this CPU (so srift's compute model returns them)."""
+    model = make_model()
+    shapes = {}
+    hooks = [m.register_forward_hook(lambda mod, i, o, n=n: shapes.__setitem__(n, o.shape)) for n, m in kfac_modules(model)]
+    model(torch.zeros(1, 3, 32, 32))
+    for h in hooks:
+        h.remove()
+    layers = []
+    for name, m in kfac_modules(model):
+        bias = 1 if m.bias is not None else 0
+        if isinstance(m, nn.Conv2d):
+            spatial = shapes[name][2] * shapes[name][3]
+            a_dim = m.in_channels * m.kernel_size[0] * m.kernel_size[1]
+        else:
+            spatial, a_dim = 1, m.in_features
+        macs = batch * spatial * a_dim * m.weight.shape[0]
+        params = sum(p.numel() for p in m.parameters())
+        layers.append(LayerProfile(name, type(m).__name__, params=params, grad_bytes=4 * params,
+                                   fwd_flops=2.0 * macs, bwd_flops=4.0 * macs,
+                                   fwd_s=result["layers"][name]["fwd_s"], bwd_s=result["layers"][name]["bwd_s"],
+                                   kfac_a_dim=a_dim + bias, kfac_g_dim=m.weight.shape[0], kfac_spatial=spatial))
+    return Profile("bench-cnn", batch_size=batch, precision="fp32", layers=layers, iterations=1,
+                   device={"name": "cpu", "kind": "cpu", "gpu": None})
+
+
+def predict(result: dict, args: argparse.Namespace) -> dict:
+    """srift's K-FAC plan per strategy: srift.perf's compute model on the CPU-measured profile,
+    srift.perf's CommModel on a CPU cluster carrying the measured all-reduce calibration."""
+    profile = measured_profile(result, args.batch)
+    cluster = cluster_from_dict({
+        "name": f"local-gloo-{result['world']}",
+        "node_groups": [{"count": 1, "gpus_per_node": result["world"], "gpu": "cpu",
+                         "intra_node": "shared-memory", "network_gbps": 10}],
+        "comm_calibration": result["comm"],
+    })
+    times = layer_times(profile, "cpu", "fp32")
+    comm = CommModel(cluster)
+    out = {}
+    for s in STRATEGIES:
+        job = Job(optimizer="kfac", kfac_strategy=s, kfac_factor_steps=args.factor_steps, kfac_inv_steps=args.inv_steps)
+        out[s] = plan_kfac(profile, cluster, job, times, comm)
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nproc", type=int, nargs="+", default=[2])
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--factor-steps", type=int, default=1)
+    ap.add_argument("--inv-steps", type=int, default=1)
+    args = ap.parse_args()
+    for world in args.nproc:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "result.json")
+            mp.spawn(worker, args=(world, _free_port(), args, out), nprocs=world, join=True)
+            result = json.loads(Path(out).read_text())
+        plans = predict(result, args)
+        print(f"\n{world} gloo processes, batch {args.batch}/process, factor every {args.factor_steps}, "
+              f"inverse every {args.inv_steps} step(s); ms per iteration, measured / predicted "
+              f"(slowest rank; first-order DDP+SGD iteration measured: {1e3 * result['sgd_iter_s']:.1f} ms)")
+        head = f"{'strategy':8} " + " ".join(f"{p:>18}" for p in PHASES) + f" {'K-FAC iteration':>18} {'error':>6}"
+        print(head)
+        for s in STRATEGIES:
+            m, ph = result[s], plans[s].phases
+            cells = [f"{1e3 * m[p]:8.1f} /{1e3 * ph[PRED_KEY.get(p, p)]:7.1f}" for p in PHASES]
+            pred_iter = result["sgd_iter_s"] + sum(ph.values())
+            err = 100 * (pred_iter - m["iter_s"]) / m["iter_s"]
+            print(f"{s:8} " + " ".join(f"{c:>18}" for c in cells) + f" {1e3 * m['iter_s']:8.1f} /{1e3 * pred_iter:7.1f} {err:+5.0f}%")
+        spd = result["spd"]
+        print(f"spd runtime: owners {spd['owners']} (predicted {plans['spd'].owners}); fused groups "
+              f"A {[len(g) for g in spd['groups']['A']]} G {[len(g) for g in spd['groups']['G']]} "
+              f"(predicted A {[len(g) for g in plans['spd'].groups_a]} G {[len(g) for g in plans['spd'].groups_g]})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+"""Distributed K-FAC preconditioner with the SPD-KFAC optimizations (torch).
+
+``from srift.kfac import KFACPreconditioner`` imports torch; ``srift.kfac.schedule`` does not
+(the simulator uses it), which is why the preconditioner is loaded lazily here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["KFACPreconditioner", "STRATEGIES"]
+
+STRATEGIES = ("naive", "mpd", "spd")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "KFACPreconditioner":
+        from srift.kfac.preconditioner import KFACPreconditioner
+
+        return KFACPreconditioner
+    raise AttributeError(f"module 'srift.kfac' has no attribute {name!r}")

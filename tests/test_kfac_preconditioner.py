@@ -1,0 +1,208 @@
+"""KFACPreconditioner in one process: the math of one step, convergence on a real data set,
+checkpoints and argument validation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from srift.kfac import KFACPreconditioner  # noqa: E402
+from kfac_helpers import batches, run_steps, small_cnn  # noqa: E402
+
+
+def test_one_step_matches_the_formula_by_hand():
+    """P = (G + lam_G I)^-1 dW (A + lam_A I)^-1 with pi-damping, bias folded in, KL-clipped."""
+    torch.manual_seed(0)
+    layer = nn.Linear(5, 3)
+    x, y = torch.randn(12, 5), torch.randn(12, 3)
+    pre = KFACPreconditioner(layer, damping=0.01, kl_clip=0.001, lr=0.5)
+    nn.functional.mse_loss(layer(x), y).backward()
+    grad = torch.cat([layer.weight.grad, layer.bias.grad[:, None]], 1).clone()
+    out = layer(x).detach()
+
+    a = torch.cat([x, torch.ones(12, 1)], 1)
+    A = a.T @ a / 12
+    g = 2 * (out - y) / (12 * 3) * 12  # d(mean loss)/d(out), times the batch size
+    G = g.T @ g / 12
+    pi = math.sqrt((A.trace() / 6) / (G.trace() / 3))
+    lam_a, lam_g = math.sqrt(0.01) * pi, math.sqrt(0.01) / pi
+    P = torch.linalg.solve(G + lam_g * torch.eye(3), grad) @ torch.linalg.inv(A + lam_a * torch.eye(6))
+    nu = min(1.0, math.sqrt(0.001 / abs(float((P * grad).sum()) * 0.25)))
+
+    pre.step()
+    got = torch.cat([layer.weight.grad, layer.bias.grad[:, None]], 1)
+    torch.testing.assert_close(got, nu * P, rtol=1e-4, atol=1e-7)
+    assert nu < 1.0  # the clip was active: the test covers it
+
+
+def test_eigen_method_matches_the_formula_by_hand():
+    """P = Q_G [(Q_G^T dW Q_A) / (outer(l_G, l_A) + damping)] Q_A^T, without KL clipping."""
+    torch.manual_seed(0)
+    layer = nn.Linear(5, 3, bias=False)
+    x, y = torch.randn(12, 5), torch.randn(12, 3)
+    pre = KFACPreconditioner(layer, damping=0.01, kl_clip=None, inverse_method="eigen")
+    nn.functional.mse_loss(layer(x), y).backward()
+    grad = layer.weight.grad.clone()
+    g = 2 * (layer(x).detach() - y) / 3
+    A, G = x.T @ x / 12, g.T @ g / 12
+    la, qa = torch.linalg.eigh(A)
+    lg, qg = torch.linalg.eigh(G)
+    P = qg @ ((qg.T @ grad @ qa) / (torch.outer(lg, la) + 0.01)) @ qa.T
+    pre.step()
+    torch.testing.assert_close(layer.weight.grad, P, rtol=1e-4, atol=1e-6)
+    # The check is not vacuous: preconditioning changed the gradient.
+    assert not torch.allclose(P, grad)
+
+
+def _digits():
+    datasets = pytest.importorskip("sklearn.datasets")
+    d = datasets.load_digits()
+    return torch.tensor(d.data, dtype=torch.float32) / 16.0, torch.tensor(d.target)
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(),
+                         nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 10))
+
+
+def _train(X, Y, kind: str, lr: float, steps: int = 50, batch: int = 64) -> float:
+    model = _mlp()
+    if kind == "adam":
+        opt = torch.optim.Adam(model.parameters(), lr=lr)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    pre = KFACPreconditioner(model, lr=lr) if kind == "kfac" else None
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(steps):
+        idx = torch.randint(0, len(X), (batch,), generator=gen)
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(X[idx]), Y[idx]).backward()
+        if pre is not None:
+            pre.step()
+        opt.step()
+    with torch.no_grad():
+        return float(nn.functional.cross_entropy(model(X), Y))
+
+
+@pytest.mark.slow
+def test_kfac_beats_sgd_and_adam_on_digits():
+    """Same model, data order and number of steps. SGD and Adam each get their best of four
+    learning rates; K-FAC runs once with its defaults (damping 0.003, kl_clip 0.001) and lr 0.1."""
+    torch.set_num_threads(1)
+    X, Y = _digits()
+    sgd = min(_train(X, Y, "sgd", lr) for lr in (0.03, 0.1, 0.3, 1.0))
+    adam = min(_train(X, Y, "adam", lr) for lr in (1e-3, 3e-3, 1e-2, 3e-2))
+    kfac = _train(X, Y, "kfac", 0.1)
+    assert kfac < sgd and kfac < adam, (kfac, sgd, adam)
+
+
+def test_state_dict_round_trip_continues_identically():
+    """Checkpoint after 3 steps, restore into a fresh preconditioner (and model): the next steps'
+    preconditioned gradients are the same as without the interruption."""
+    data = batches(6, 8)
+    kw = dict(strategy="spd", factor_update_steps=1, inv_update_steps=2)
+    model = small_cnn()
+    pre = KFACPreconditioner(model, **kw)
+    run_steps(model, pre, data[:3])
+    state = pre.state_dict()
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    want = run_steps(model, pre, data[3:])
+
+    model2 = small_cnn(seed=5)
+    model2.load_state_dict(weights)
+    pre2 = KFACPreconditioner(model2, **kw)
+    pre2.load_state_dict(state)
+    assert pre2.steps == 3
+    got = run_steps(model2, pre2, data[3:])
+    for g, w in zip(got, want):
+        for name in w:
+            torch.testing.assert_close(g[name], w[name])
+
+
+def test_load_state_dict_rejects_another_model():
+    pre = KFACPreconditioner(small_cnn())
+    other = KFACPreconditioner(nn.Sequential(nn.Linear(3, 2)))
+    x = torch.randn(4, 3)
+    other_model = other.layers[0].module
+    other_model(x).sum().backward()
+    other.step()
+    with pytest.raises(ValueError, match="shape"):
+        pre.load_state_dict(other.state_dict())
+    with pytest.raises(ValueError):
+        pre.load_state_dict({"A": {}})
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(strategy="fast"), "strategy"),
+    (dict(damping=0.0), "damping"),
+    (dict(damping=-1.0), "damping"),
+    (dict(factor_decay=1.0), "factor_decay"),
+    (dict(kl_clip=0), "kl_clip"),
+    (dict(lr=float("nan")), "lr"),
+    (dict(factor_update_steps=0), "factor_update_steps"),
+    (dict(inv_update_steps=3, factor_update_steps=2), "multiple"),
+    (dict(inv_update_steps=1.5), "inv_update_steps"),
+    (dict(comm_alpha_s=-1.0), "comm_alpha_s"),
+    (dict(inv_flops_per_s=0), "inv_flops_per_s"),
+    (dict(inverse_method="svd"), "inverse_method"),
+    (dict(grad_scaler=object()), "grad_scaler"),
+])
+def test_invalid_arguments_fail_up_front(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        KFACPreconditioner(small_cnn(), **kwargs)
+
+
+def test_model_without_supported_layers_and_skip_layers():
+    with pytest.raises(ValueError, match="no Linear or Conv2d"):
+        KFACPreconditioner(nn.Sequential(nn.ReLU()))
+    with pytest.raises(ValueError, match="no Linear or Conv2d"):
+        KFACPreconditioner(nn.Sequential(nn.Linear(2, 2)), skip_layers=["Linear"])
+    pre = KFACPreconditioner(small_cnn(), skip_layers=[nn.Conv2d])
+    assert [l.name for l in pre.layers] == ["5"]
+
+
+def test_skipped_layers_keep_their_gradient_and_intervals_reuse_inverses():
+    model = small_cnn()
+    pre = KFACPreconditioner(model, skip_layers=["0"], factor_update_steps=2, inv_update_steps=4)
+    x, y = batches(1, 8)[0]
+    nn.functional.cross_entropy(model(x), y).backward()
+    raw = model[0].weight.grad.clone()
+    pre.step()
+    assert torch.equal(model[0].weight.grad, raw)
+    inv_before = {k: v.clone() for k, v in pre.A_inv.items()}
+    for _ in range(3):  # steps 1..3: no new inverses before step 4
+        model.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        pre.step()
+        for k in inv_before:
+            assert torch.equal(pre.A_inv[k], inv_before[k])
+    assert pre.steps == 4
+
+
+def test_step_before_backward_is_a_clear_error():
+    pre = KFACPreconditioner(small_cnn())
+    with pytest.raises(RuntimeError, match="forward"):
+        pre.step()
+
+
+def test_factors_stay_fp32_under_autocast():
+    model = small_cnn()
+    pre = KFACPreconditioner(model)
+    x, y = batches(1, 8)[0]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    pre.step()
+    ref_model = small_cnn()
+    ref = KFACPreconditioner(ref_model)
+    nn.functional.cross_entropy(ref_model(x), y).backward()
+    ref.step()
+    for name in ref.A:
+        assert pre.A[name].dtype == torch.float32 and pre.G[name].dtype == torch.float32
+        # bf16 activations (8 bits of mantissa): close to the fp32 factors, not equal.
+        torch.testing.assert_close(pre.A[name], ref.A[name], rtol=5e-2, atol=5e-3)
