@@ -19,10 +19,20 @@ def test_parameter_counts_match_published(name):
     assert sum(p.numel() for p in model.parameters()) == MODELS[name].params
 
 
+PUBLISHED = {
+    "resnet50": 25_557_032, "resnet152": 60_192_808, "vgg16": 138_357_544, "densenet201": 20_013_928,
+    "inception-v4": 42_679_816,  # timm inception_v4, 1000 classes
+    "vit-b16": 86_567_656, "gpt2": 124_439_808, "gpt2-medium": 354_823_168,  # tied LM head
+    # HF BertForPreTraining: BertModel (109,482,240 / 335,141,888) + MLM transform, LayerNorm and
+    # decoder bias (decoder weight tied to the word embeddings) + next-sentence head.
+    "bert-base": 109_482_240 + (768 * 768 + 768) + 2 * 768 + 30522 + (768 * 2 + 2),
+    "bert-large": 335_141_888 + (1024 * 1024 + 1024) + 2 * 1024 + 30522 + (1024 * 2 + 2),
+}
+
+
 def test_published_counts_are_the_known_ones():
-    assert MODELS["resnet50"].params == 25_557_032
-    assert MODELS["gpt2"].params == 124_439_808
-    assert 109_000_000 < MODELS["bert-base"].params < 111_000_000
+    assert {n: m.params for n, m in MODELS.items()} == PUBLISHED
+    assert PUBLISHED["bert-base"] == 110_106_428 and PUBLISHED["bert-large"] == 336_226_108
 
 
 def test_resnet50_first_conv_flops_by_hand():
@@ -94,3 +104,82 @@ def test_shipped_profiles_are_current():
         shipped = load_builtin_profile(name)
         fresh = structural_profile(name)
         assert shipped.fwd_flops == fresh.fwd_flops and shipped.params == fresh.params
+
+
+def test_step_that_calls_backward_itself_and_accumulates():
+    """A step that runs backward itself (twice: gradient accumulation) counts both passes."""
+    model = nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 5))
+    x = torch.randn(8, 10)
+
+    def step():
+        for _ in range(2):
+            model(x).sum().backward()
+
+    first, relu, last = analyze_layers(model, step)
+    assert first.fwd_flops == 2 * (2 * 8 * 10 * 20)
+    assert last.bwd_flops == 2 * (2 * (2 * 8 * 20 * 5))
+    assert relu.fwd_flops == 0 and relu.bwd_flops == 0
+    assert all(p.grad is None for p in model.parameters())  # the analysis leaves no gradients behind
+
+
+class _Shared(nn.Module):
+    """One Linear applied twice to a [B, T, F] input, and a parameter held by a non-leaf module."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(6))
+        self.lin = nn.Linear(6, 6, bias=False)
+
+    def forward(self, x):
+        return self.lin(self.lin(x) * self.scale)
+
+
+def test_reused_leaf_sums_and_non_leaf_params_get_a_pseudo_layer():
+    model = _Shared()
+    x = torch.randn(3, 7, 6)
+    layers = analyze_layers(model, lambda: model(x).sum())
+    by_name = {l.name: l for l in layers}
+    lin = by_name["lin"]
+    assert lin.fwd_flops == 2 * (2 * 3 * 7 * 6 * 6)  # called twice, summed
+    assert lin.params == 36 and lin.kfac_a_dim == 6 and lin.kfac_g_dim == 6 and lin.kfac_spatial == 7
+    assert lin.activation_bytes == 2 * 3 * 7 * 6 * 4
+    pseudo = by_name["_Shared.(params)"]
+    assert pseudo.params == 6 and pseudo.grad_bytes == 24
+    assert sum(l.params for l in layers) == sum(p.numel() for p in model.parameters())
+    assert sorted(l.grad_ready_order for l in layers if l.params) == [0, 1]
+
+
+def test_attention_core_flops_scale_with_seq_squared_by_hand():
+    b, t, d, depth = 2, 64, 768, 12
+    prof = structural_profile("bert-base", batch_size=b, seq_len=t)
+    cores = [l for l in prof.layers if l.type == "AttentionCore"]
+    assert len(cores) == depth
+    # q k^T and probs v: each 2 * B * T * T * D FLOPs (all heads together).
+    assert all(c.fwd_flops == c.fwd_flops_seq2 == 2 * (2 * b * t * t * d) for c in cores)
+    assert all(c.bwd_flops_seq2 == 2 * c.fwd_flops_seq2 for c in cores)  # grads of both operands
+    # Probabilities kept for backward: B * heads * T * T fp32 values.
+    assert all(c.activation_bytes_seq2 == b * 12 * t * t * 4 for c in cores)
+    assert sum(l.fwd_flops_seq2 for l in prof.layers) == sum(c.fwd_flops for c in cores)
+
+
+def test_amp_profile_same_flops_half_activations_fp32_grads():
+    fp32 = structural_profile("resnet50", batch_size=2)
+    amp = structural_profile("resnet50", batch_size=2, precision="amp")
+    assert amp.fwd_flops == fp32.fwd_flops and amp.grad_bytes == fp32.grad_bytes
+    conv32, conv16 = fp32.layers[0], amp.layers[0]
+    assert conv16.activation_bytes == conv32.activation_bytes / 2
+    bn32, bn16 = fp32.layers[1], amp.layers[1]
+    assert bn16.type == "BatchNorm2d" and bn16.activation_bytes == bn32.activation_bytes / 2  # fp16 in, fp16 out
+
+
+def test_amp_transformer_layernorm_stays_fp32_and_keeps_probs_twice():
+    fp32 = structural_profile("gpt2", batch_size=1, seq_len=32)
+    amp = structural_profile("gpt2", batch_size=1, seq_len=32, precision="amp")
+    pairs = list(zip(fp32.layers, amp.layers))
+    ln32, ln16 = next((a, b) for a, b in pairs if a.type == "LayerNorm")
+    assert ln16.activation_bytes == ln32.activation_bytes
+    core32, core16 = next((a, b) for a, b in pairs if a.type == "AttentionCore")
+    out_bytes = 1 * 32 * 768 * 4
+    probs_bytes = 1 * 12 * 32 * 32 * 4
+    assert core32.activation_bytes == out_bytes + probs_bytes
+    assert core16.activation_bytes == out_bytes / 2 + probs_bytes * 1.5

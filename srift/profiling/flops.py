@@ -4,8 +4,9 @@ Used by the zoo (structural profiles, on the meta device: no memory, no time) an
 profiler (on the user's model, one extra untimed step).
 
 FLOPs come from torch's own FlopCounterMode (2 FLOPs per multiply-add; matmuls and convolutions
-only, as torch counts them), attributed to modules by its module tracker; forward and backward are
-told apart by snapshotting the counts after the forward pass.
+only, as torch counts them), attributed to modules by its module tracker; an operation counts as
+backward when it runs inside an autograd graph task (what torch's ModuleTracker.is_bw checks), so
+the step may run several forward/backward passes (gradient accumulation) or call backward itself.
 
 Bytes are estimates: ``fwd_bytes`` = inputs + outputs + parameters of the module (each read or
 written once); ``bwd_bytes`` = twice that (read the output gradient, inputs and weights; write the
@@ -15,7 +16,7 @@ plus, for attention cores, the attention probabilities.
 
 from __future__ import annotations
 
-import copy
+from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -56,13 +57,34 @@ def _total(counts: dict[Any, int]) -> float:
     return float(sum(counts.values()))
 
 
-def analyze_layers(model: nn.Module, forward_fn: Callable[[], torch.Tensor]) -> list[LayerProfile]:
+class _PhaseFlopCounter(FlopCounterMode):
+    """FlopCounterMode that also keeps, per module, the FLOPs counted during backward."""
+
+    def __init__(self) -> None:
+        super().__init__(display=False)
+        self.bwd_flops: dict[str, float] = defaultdict(float)
+
+    def _count_flops(self, func_packet: Any, out: Any, args: Any, kwargs: Any) -> Any:
+        # Same as FlopCounterMode._count_flops, plus the backward split.
+        if func_packet in self.flop_registry:
+            n = self.flop_registry[func_packet](*args, **kwargs, out_val=out)
+            in_backward = torch._C._current_graph_task_id() != -1
+            for par in set(self.mod_tracker.parents):
+                self.flop_counts[par][func_packet] += n
+                if in_backward:
+                    self.bwd_flops[par] += n
+        return out
+
+
+def analyze_layers(model: nn.Module, step_fn: Callable[[], Any]) -> list[LayerProfile]:
     """Run one training step and describe every leaf module, in execution order.
 
     Args:
         model: The model (any device, including ``meta``).
-        forward_fn: Runs the forward pass and returns the scalar loss; this function calls
-            ``backward()`` on it. It must use ``model`` (not a copy).
+        step_fn: Runs one training step of ``model`` (not a copy): forward, loss and backward. It
+            may instead return the scalar loss without calling backward; then this function calls
+            ``backward()`` on it. It should not step an optimizer (the analysis clears the
+            gradients it made, but cannot undo an update).
 
     Returns:
         One LayerProfile per leaf module that ran (modules called several times are summed), plus
@@ -113,10 +135,10 @@ def analyze_layers(model: nn.Module, forward_fn: Callable[[], torch.Tensor]) -> 
     was_training = model.training
     model.train()
     try:
-        with FlopCounterMode(display=False) as counter:
-            loss = forward_fn()
-            fwd_counts = copy.deepcopy(counter.get_flop_counts())
-            loss.backward()
+        with _PhaseFlopCounter() as counter:
+            out = step_fn()
+            if not ready and isinstance(out, torch.Tensor) and out.requires_grad:
+                out.backward()
             all_counts = counter.get_flop_counts()
     finally:
         for h in handles:
@@ -125,10 +147,9 @@ def analyze_layers(model: nn.Module, forward_fn: Callable[[], torch.Tensor]) -> 
         for p in params:
             p.grad = None
 
-    def flops(counts: dict[str, dict[Any, int]], mod: nn.Module) -> float:
-        name = names[mod]
-        key = f"{root}.{name}" if name else root
-        return _total(counts.get(key, {}))
+    def key(mod: nn.Module) -> str:
+        # The module tracker names modules by their path from the root, headed by its class name.
+        return f"{root}.{names[mod]}" if names[mod] else root
 
     # Gradient-ready position of a module = when its last parameter's gradient became ready.
     ready_pos = {pid: i for i, pid in enumerate(ready)}
@@ -149,8 +170,8 @@ def analyze_layers(model: nn.Module, forward_fn: Callable[[], torch.Tensor]) -> 
         ps = own_params(m)
         n_params = sum(p.numel() for p in ps)
         grad_bytes = sum(p.numel() * p.element_size() for p in ps)
-        f_fwd = flops(fwd_counts, m)
-        f_bwd = flops(all_counts, m) - f_fwd
+        f_bwd = counter.bwd_flops.get(key(m), 0.0)
+        f_fwd = _total(all_counts.get(key(m), {})) - f_bwd
         fwd_bytes = s["in"] + s["out"] + sum(p.numel() * p.element_size() for p in m.parameters(recurse=False))
         seq2 = bool(getattr(m, "srift_seq2", False))
         a, g, sp = kfac.get(m, (None, None, None))

@@ -51,12 +51,43 @@ def forward_loss(name: str, model: nn.Module, batch: torch.Tensor) -> torch.Tens
     return nn.functional.cross_entropy(out, torch.zeros(out.shape[0], dtype=torch.long, device=out.device))
 
 
+# Autocast (CUDA, fp16/bf16) runs these in 16 bits, and these in fp32 whatever their input; every
+# other layer (BatchNorm, activations, dropout, pooling) keeps the dtype of its input.
+_AUTOCAST_16BIT = frozenset({"Conv2d", "Linear", "AttentionCore"})
+_AUTOCAST_FP32 = frozenset({"LayerNorm", "GroupNorm", "Embedding", "Softmax", "LogSoftmax"})
+
+
+def _apply_autocast_dtypes(layers: list) -> None:
+    """Rescale the byte estimates of a fp32 structural analysis to what autocast would move and keep.
+
+    The output dtype of a layer that autocast does not touch is taken from the layer that ran just
+    before it (its input, in these sequential-in-practice models). An attention core's softmax runs
+    in fp32 and its probabilities are cast to 16 bits for the value matmul: autograd keeps both
+    (6 bytes per score instead of 4).
+    """
+    half = False
+    for layer in layers:
+        if layer.type == "Parameters":
+            continue
+        if layer.type in _AUTOCAST_16BIT:
+            half = True
+        elif layer.type in _AUTOCAST_FP32:
+            half = False
+        if not half:
+            continue
+        seq2 = layer.activation_bytes_seq2
+        layer.activation_bytes = (layer.activation_bytes - seq2) / 2 + seq2 * 1.5
+        layer.activation_bytes_seq2 = seq2 * 1.5
+        layer.fwd_bytes /= 2
+        layer.bwd_bytes /= 2
+
+
 def structural_profile(name: str, batch_size: int | None = None, seq_len: int | None = None,
                        precision: str = "fp32") -> Profile:
     """Analyze one training step of a zoo model on the meta device (no memory, no time).
 
     AMP: FLOPs and gradient bytes (DDP all-reduces fp32 gradients) are unchanged; activation and
-    moved bytes of autocast-able layers (convolutions, linear layers, attention) are halved.
+    moved bytes follow the dtype autocast gives each layer's output (see _apply_autocast_dtypes).
     """
     from srift.profiling.flops import analyze_layers
 
@@ -72,12 +103,7 @@ def structural_profile(name: str, batch_size: int | None = None, seq_len: int | 
     batch = example_batch(key, b, t, "meta")
     layers = analyze_layers(model, lambda: forward_loss(key, model, batch))
     if precision == "amp":
-        for layer in layers:
-            if layer.type in ("Conv2d", "Linear", "AttentionCore"):
-                layer.activation_bytes /= 2
-                layer.activation_bytes_seq2 /= 2
-                layer.fwd_bytes /= 2
-                layer.bwd_bytes /= 2
+        _apply_autocast_dtypes(layers)
     return Profile(
         name=key,
         batch_size=b,
