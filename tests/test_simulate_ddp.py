@@ -18,29 +18,31 @@ MiB = 2**20
 S_PER_BYTE = 1e-8  # the calibrated link below: 100 MB/s, no latency
 
 
-def cpu_profile(grad_bytes, fwd=0.01, bwd=0.02, opt=0.005):
+def measured_profile(grad_bytes, fwd=0.01, bwd=0.02, opt=0.005, gpu="T4"):
+    """A profile measured on ``gpu`` ("cpu" for CPU processes); predictions there reuse its times."""
     layers = [LayerProfile(f"l{i}", "Linear", params=g // 4, grad_bytes=g, fwd_flops=1.0, bwd_flops=2.0,
                            fwd_s=fwd, bwd_s=bwd) for i, g in enumerate(grad_bytes)]
     n = len(layers)
     return Profile(name="toy", batch_size=8, precision="fp32", layers=layers,
-                   device={"name": "test cpu", "kind": "cpu", "gpu": None},
+                   device={"name": f"test {gpu}", "kind": "cpu" if gpu == "cpu" else "cuda", "gpu": None if gpu == "cpu" else gpu},
                    phases=PhaseTimes(data_s=0.0, forward_s=fwd * n, backward_s=bwd * n, optimizer_s=opt,
                                      total_s=(fwd + bwd) * n + opt))
 
 
-def cpu_cluster(workers=2, s_per_byte=S_PER_BYTE):
+def calibrated_cluster(workers=2, s_per_byte=S_PER_BYTE, gpu="T4"):
+    """One node whose all-reduce was measured: s_per_byte seconds per byte, no latency."""
     sizes = [1.0, 1e10]
     return cluster_from_dict({
-        "name": "local", "node_groups": [{"count": 1, "gpus_per_node": workers, "gpu": "cpu",
-                                          "intra_node": "shared-memory", "network_gbps": 0}],
+        "name": "local", "node_groups": [{"count": 1, "gpus_per_node": workers, "gpu": gpu,
+                                          "intra_node": "shared-memory" if gpu == "cpu" else "pcie3", "network_gbps": 0}],
         "comm_calibration": {"backend": "gloo", "world_size": workers, "sizes_bytes": sizes,
                              "times_s": [s * s_per_byte for s in sizes], "p90_times_s": [s * s_per_byte for s in sizes]},
     })
 
 
 def test_one_bucket_all_reduce_is_fully_exposed():
-    prof = cpu_profile([100_000, 100_000, 100_000])  # 300 kB < 1 MiB: one bucket, ready at the end
-    p = predict(prof, cpu_cluster())
+    prof = measured_profile([100_000, 100_000, 100_000])  # 300 kB < 1 MiB: one bucket, ready at the end
+    p = predict(prof, calibrated_cluster())
     comm = 300_000 * S_PER_BYTE
     assert p.breakdown["forward"] == pytest.approx(0.03)
     assert p.breakdown["backward"] == pytest.approx(0.06)
@@ -51,10 +53,10 @@ def test_one_bucket_all_reduce_is_fully_exposed():
 
 def test_two_buckets_first_one_overlaps_backward():
     # Backward runs l2, l1, l0. l2's 2 MiB fill the 1 MiB first bucket alone; l1 + l0 share the second.
-    prof = cpu_profile([MiB, MiB, 2 * MiB])
+    prof = measured_profile([MiB, MiB, 2 * MiB])
     layout = bucket_layout(prof)
     assert list(layout.sizes_bytes) == [2 * MiB, 2 * MiB]
-    p = predict(prof, cpu_cluster())
+    p = predict(prof, calibrated_cluster())
     c = 2 * MiB * S_PER_BYTE
     ready1, ready2 = 0.03 + 0.02, 0.03 + 0.06
     end1 = ready1 + c
@@ -64,16 +66,16 @@ def test_two_buckets_first_one_overlaps_backward():
 
 
 def test_first_bucket_is_one_mib_then_25():
-    prof = cpu_profile([10 * MiB] * 6 + [MiB // 2, MiB // 2])
+    prof = measured_profile([10 * MiB] * 6 + [MiB // 2, MiB // 2])
     sizes = list(bucket_layout(prof).sizes_bytes)
     assert sizes[0] == FIRST_BUCKET_BYTES  # the two last layers' 0.5 MiB each
     assert sizes[1:] == [30 * MiB, 30 * MiB]  # 10 MiB tensors close a bucket once it reaches 25 MiB
 
 
 def test_comm_bound_vs_compute_bound():
-    prof = cpu_profile([MiB, MiB, 2 * MiB])
-    fast = predict(prof, cpu_cluster(s_per_byte=1e-10))
-    slow = predict(prof, cpu_cluster(s_per_byte=1e-6))
+    prof = measured_profile([MiB, MiB, 2 * MiB])
+    fast = predict(prof, calibrated_cluster(s_per_byte=1e-10))
+    slow = predict(prof, calibrated_cluster(s_per_byte=1e-6))
     assert fast.bottleneck == "compute"
     assert fast.breakdown["exposed_comm"] == pytest.approx(2 * MiB * 1e-10)  # only the last bucket sticks out
     assert slow.bottleneck == "communication"
@@ -83,7 +85,7 @@ def test_comm_bound_vs_compute_bound():
 
 
 def test_single_worker_has_no_communication():
-    p = predict(cpu_profile([MiB] * 3), cpu_cluster(workers=1))
+    p = predict(measured_profile([MiB] * 3), calibrated_cluster(workers=1))
     assert p.breakdown["exposed_comm"] == 0.0 and p.breakdown["comm_total"] == 0.0
 
 
@@ -148,3 +150,11 @@ def test_spot_expectation_by_hand():
 def test_p90_is_not_below_p50():
     p = predict(load_builtin_profile("bert-base"), cluster_from_spec("g5.xlarge:4"))
     assert p.p90_iteration_time_s > p.iteration_time_s
+
+
+def test_cpu_workers_do_not_overlap_communication():
+    # gloo on CPU processes shares the cores with the compute: the all-reduce adds up.
+    prof = measured_profile([MiB, MiB, 2 * MiB], gpu="cpu")
+    p = predict(prof, calibrated_cluster(gpu="cpu"))
+    assert p.breakdown["exposed_comm"] == pytest.approx(4 * MiB * S_PER_BYTE)
+    assert p.iteration_time_s == pytest.approx(0.03 + 0.06 + 4 * MiB * S_PER_BYTE + 0.005)
