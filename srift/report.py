@@ -147,7 +147,7 @@ def why(result: "SearchResult") -> str:
     top = recs[0]
     if result.objective == "throughput":
         text = (f"{top.label} wins: the highest throughput ({top.expected_throughput_samples_per_s:,.0f} samples/s) "
-                f"of the {result.evaluated} configurations that meet the limits, at {usd(top.cost_per_hour_usd)}/h; "
+                f"of the {result.evaluated:,} configurations that meet the limits, at {usd(top.cost_per_hour_usd)}/h; "
                 f"it is {top.prediction.bottleneck}-bound.")
     else:
         what = f"{usd(top.job_cost_usd)} for the job" if top.job_cost_usd is not None else f"{usd(top.usd_per_million_samples)} per million samples"
