@@ -1,0 +1,156 @@
+"""`srift profile SCRIPT`: real scripts run under the profiler, checked against hand calculation."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from srift.profile import Profile
+
+pytest.importorskip("torch")
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+SRIFT = [sys.executable, "-m", "srift.cli"]
+
+
+def _srift(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([*SRIFT, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def _profile(tmp_path: Path, script: Path, *script_args: str, extra: tuple[str, ...] = ()) -> Profile:
+    out = tmp_path / "p.yaml"
+    res = _srift("profile", str(script), "--warmup", "2", "--iters", "5", "-o", str(out), *extra, "--", *script_args, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    prof = Profile.load(out)
+    assert prof.iterations == 5
+    assert prof.measured
+    return prof
+
+
+def test_plain_cnn_first_conv_has_hand_flops_and_every_layer_is_timed(tmp_path: Path) -> None:
+    prof = _profile(tmp_path, EXAMPLES / "train_cnn.py", "--batch-size", "8")
+    conv1 = prof.layers[0]
+    assert (conv1.name, conv1.type) == ("conv1", "Conv2d")
+    # 2 FLOPs per multiply-add: B * C_out * H_out * W_out * (C_in * k * k) multiply-adds.
+    assert conv1.fwd_flops == 2 * 8 * 16 * 32 * 32 * (3 * 3 * 3)
+    assert conv1.params == 16 * 3 * 3 * 3 + 16
+    assert prof.batch_size == 8 and prof.precision == "fp32"
+    assert [l.name for l in prof.layers] == ["conv1", "bn1", "relu", "pool", "conv2", "fc"]
+    for layer in prof.layers:
+        assert layer.fwd_s is not None and layer.fwd_s > 0, layer.name
+        assert layer.bwd_s is not None and layer.fwd_s_std is not None and layer.bwd_s_std is not None
+    # Layers with weights take backward time; fc's gradient is ready first, conv1's last.
+    assert all(prof.layers[i].bwd_s > 0 for i in (0, 4, 5))
+    assert [l.name for l in prof.gradient_order()] == ["fc", "conv2", "bn1", "conv1"]
+    ph = prof.phases
+    assert ph.total_s > 0 and ph.forward_s + ph.backward_s + ph.optimizer_s <= ph.total_s * 1.05
+    assert sum(l.fwd_s for l in prof.layers) <= ph.forward_s * 1.05
+    assert prof.optimizer["type"] == "SGD" and prof.optimizer["state_bytes_per_param"] == 4.0  # fp32 momentum
+    assert prof.input_bytes_per_sample == 3 * 32 * 32 * 4
+
+
+def test_dataloader_workers_amp_and_grad_accumulation(tmp_path: Path) -> None:
+    prof = _profile(tmp_path, EXAMPLES / "train_cnn.py", "--batch-size", "4", "--workers", "2", "--amp", "--accum", "2")
+    assert prof.precision == "amp"
+    # Two micro-batches of 4 per optimizer step: batch_size is per step, FLOPs too.
+    assert prof.batch_size == 8
+    assert prof.layers[0].fwd_flops == 2 * 8 * 16 * 32 * 32 * 27
+    assert any("2 micro-batches of 4" in n for n in prof.notes)
+
+
+def test_transformers_bert_from_config(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    prof = _profile(tmp_path, EXAMPLES / "train_bert.py", "--batch-size", "2", "--seq-len", "16")
+    assert prof.batch_size == 2 and prof.seq_len == 16
+    assert prof.optimizer["type"] == "AdamW" and prof.optimizer["state_bytes_per_param"] == 8.0
+    query = next(l for l in prof.layers if l.name.endswith("layer.0.attention.self.query"))
+    assert query.type == "Linear" and query.fwd_flops == 2 * 2 * 16 * 64 * 64
+    assert all(l.fwd_s is not None for l in prof.layers)
+
+
+def test_batch_size_override_and_default_output(tmp_path: Path) -> None:
+    res = _srift("profile", str(EXAMPLES / "train_cnn.py"), "--warmup", "1", "--iters", "2", "--batch-size", "32",
+                 "--", "--batch-size", "8", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    prof = Profile.load(tmp_path / "profiles" / "train_cnn.yaml")
+    assert prof.batch_size == 32 and prof.iterations == 2
+
+
+def test_crashing_script_shows_its_traceback_and_writes_nothing(tmp_path: Path) -> None:
+    script = tmp_path / "crash.py"
+    script.write_text(
+        "import torch\nm = torch.nn.Linear(2, 2)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for i in range(10):\n    m(torch.randn(1, 2)).sum().backward()\n    opt.step()\n"
+        "    if i == 4:\n        raise ValueError('boom in the user script')\n")
+    res = _srift("profile", str(script), "--warmup", "2", "--iters", "5", "-o", "out.yaml", cwd=tmp_path)
+    assert res.returncode != 0
+    assert "ValueError: boom in the user script" in res.stderr and "crash.py" in res.stderr
+    assert "no profile was written" in res.stderr
+    assert not (tmp_path / "out.yaml").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.yaml")]
+
+
+def test_script_without_optimizer_step_fails_clearly(tmp_path: Path) -> None:
+    script = tmp_path / "nostep.py"
+    script.write_text("import torch\nm = torch.nn.Linear(2, 2)\nm(torch.randn(1, 2)).sum().backward()\n")
+    res = _srift("profile", str(script), "-o", "out.yaml", cwd=tmp_path)
+    assert res.returncode != 0
+    assert "never called optimizer.step()" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "out.yaml").exists()
+
+
+def test_fewer_steps_than_asked_writes_what_was_measured_with_a_warning(tmp_path: Path) -> None:
+    res = _srift("profile", str(EXAMPLES / "train_cnn.py"), "--warmup", "2", "--iters", "20", "-o", "out.yaml",
+                 "--", "--epochs", "1", "--samples", "48", "--batch-size", "8", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "Warning: the script ended after 6 optimizer steps" in res.stderr
+    assert Profile.load(tmp_path / "out.yaml").iterations == 4
+
+
+def test_missing_script_is_a_usage_error(tmp_path: Path) -> None:
+    res = _srift("profile", "nope.py", cwd=tmp_path)
+    assert res.returncode == 2
+    assert "Error: script 'nope.py' does not exist." in res.stderr and "To fix:" in res.stderr
+
+
+def test_command_module_does_not_import_torch() -> None:
+    code = "import sys, srift.cli; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.distributed
+def test_ddp_under_torchrun_records_allreduce_buckets(tmp_path: Path) -> None:
+    out = tmp_path / "ddp.yaml"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
+           "--no-python", *SRIFT, "profile", str(EXAMPLES / "train_ddp.py"), "--warmup", "2", "--iters", "3", "-o", str(out)]
+    res = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=180, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    prof = Profile.load(out)
+    assert prof.world_size == 2
+    assert {b.rank for b in prof.allreduce} == {0, 1}
+    # Every parameter's gradient goes through exactly one bucket on each rank.
+    for rank in (0, 1):
+        sizes = [b.size_bytes for b in prof.allreduce if b.rank == rank]
+        assert len(sizes) >= 2 and sum(sizes) == prof.grad_bytes
+    assert all(b.time_s > 0 for b in prof.allreduce)
+    assert [l.name for l in prof.layers][0] == "0"  # leaves named inside the DDP wrapper
+
+
+def test_zoo_model_structural_profile_from_the_cli(tmp_path: Path) -> None:
+    res = _srift("profile", "--model", "resnet50", "--batch-size", "2", "-o", "r50.yaml", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    prof = Profile.load(tmp_path / "r50.yaml")
+    assert prof.params == 25_557_032 and prof.batch_size == 2 and not prof.measured
+    # ResNet-50's stem: 7x7 conv, 3->64, stride 2 on 224x224 -> 112x112 outputs.
+    assert prof.layers[0].fwd_flops == 2 * 2 * 64 * 112 * 112 * 3 * 7 * 7
+
+
+def test_script_and_model_together_is_a_usage_error(tmp_path: Path) -> None:
+    res = _srift("profile", "train.py", "--model", "resnet50", cwd=tmp_path)
+    assert res.returncode == 2 and "give either a training script or --model NAME" in res.stderr
