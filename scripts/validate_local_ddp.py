@@ -70,6 +70,15 @@ if args.ddp:
 '''
 
 
+def free_port() -> int:
+    """A port nobody listens on now (a fixed port can still be in TIME_WAIT from the last run)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, **kw)
@@ -96,7 +105,7 @@ def main() -> int:
         measured = []
         for _ in range(args.repeats):
             out = run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.nproc),
-                       "--master_port", str(29500 + os.getpid() % 1000), str(script), "--ddp",
+                       "--master_port", str(free_port()), str(script), "--ddp",
                        "--batch-size", str(args.batch_size)])
             measured.append(json.loads(out.stdout.strip().splitlines()[-1])["median_iteration_s"])
     m = statistics.median(measured)
