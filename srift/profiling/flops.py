@@ -25,32 +25,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from srift.profile import LayerProfile
-
-
-def _tensor_bytes(obj: Any) -> float:
-    if isinstance(obj, torch.Tensor):
-        return float(obj.numel() * obj.element_size())
-    if isinstance(obj, (list, tuple)):
-        return sum(_tensor_bytes(o) for o in obj)
-    if isinstance(obj, dict):
-        return sum(_tensor_bytes(o) for o in obj.values())
-    return 0.0
-
-
-def _first_tensor(obj: Any) -> torch.Tensor | None:
-    if isinstance(obj, torch.Tensor):
-        return obj
-    if isinstance(obj, (list, tuple)):
-        for o in obj:
-            t = _first_tensor(o)
-            if t is not None:
-                return t
-    if isinstance(obj, dict):
-        for o in obj.values():
-            t = _first_tensor(o)
-            if t is not None:
-                return t
-    return None
+from srift.profiling.tensors import first_tensor, tensor_bytes
 
 
 def _total(counts: dict[Any, int]) -> float:
@@ -100,14 +75,14 @@ def analyze_layers(model: nn.Module, step_fn: Callable[[], Any]) -> list[LayerPr
         if mod not in stats:
             order.append(mod)
             stats[mod] = {"in": 0.0, "out": 0.0, "extra": 0.0}
-        stats[mod]["in"] += _tensor_bytes(args)
+        stats[mod]["in"] += tensor_bytes(args)
 
     def post_hook(mod: nn.Module, args: Any, out: Any) -> None:
         s = stats[mod]
-        s["out"] += _tensor_bytes(out)
+        s["out"] += tensor_bytes(out)
         s["extra"] += float(getattr(mod, "extra_activation_bytes", 0.0) or 0.0)
-        x = _first_tensor(args)
-        y = _first_tensor(out)
+        x = first_tensor(args)
+        y = first_tensor(out)
         if isinstance(mod, nn.Linear) and x is not None:
             tokens = int(x.numel() // max(x.shape[0] * x.shape[-1], 1)) if x.dim() > 2 else 1
             kfac[mod] = (mod.in_features + (mod.bias is not None), mod.out_features, tokens)

@@ -33,43 +33,12 @@ from typing import Any
 import torch
 from torch import nn
 
-
-def first_tensor(obj: Any) -> torch.Tensor | None:
-    """The first tensor found in nested args / kwargs / outputs (depth first)."""
-    if isinstance(obj, torch.Tensor):
-        return obj
-    if isinstance(obj, (list, tuple)):
-        for o in obj:
-            t = first_tensor(o)
-            if t is not None:
-                return t
-    if isinstance(obj, dict):
-        for o in obj.values():
-            t = first_tensor(o)
-            if t is not None:
-                return t
-    if hasattr(obj, "to_tuple"):  # transformers ModelOutput
-        return first_tensor(obj.to_tuple())
-    return None
+from srift.profiling.tensors import first_tensor
 
 
 def _grad_tensor(obj: Any) -> torch.Tensor | None:
     """The first floating tensor in ``obj`` that takes part in autograd."""
-    if isinstance(obj, torch.Tensor):
-        return obj if obj.requires_grad and obj.grad_fn is not None else None
-    if isinstance(obj, (list, tuple)):
-        for o in obj:
-            t = _grad_tensor(o)
-            if t is not None:
-                return t
-    if isinstance(obj, dict):
-        for o in obj.values():
-            t = _grad_tensor(o)
-            if t is not None:
-                return t
-    if hasattr(obj, "to_tuple"):
-        return _grad_tensor(obj.to_tuple())
-    return None
+    return first_tensor(obj, lambda t: t.requires_grad and t.grad_fn is not None)
 
 
 class WallClock:

@@ -47,7 +47,8 @@ import srift
 from srift.errors import SriftError
 from srift.profile import AllReduceBucket, LayerProfile, PhaseTimes, Profile
 from srift.profiling.ddp import BucketTimer, is_ddp
-from srift.profiling.hooks import CudaClock, IterationTimes, LayerTimer, ModelFinder, WallClock, first_tensor, mean_std
+from srift.profiling.hooks import CudaClock, IterationTimes, LayerTimer, ModelFinder, WallClock, mean_std
+from srift.profiling.tensors import first_tensor
 
 
 class _StopProfiling(BaseException):
