@@ -1,6 +1,7 @@
 """Search the catalog for the best cluster: enumerate, prune, predict, constrain, rank, Pareto.
 
-Search space, per GPU instance type of the region (optionally filtered by GPU):
+Search space, per GPU instance type of the region (optionally filtered by GPU; AMD GPUs only when
+named with --gpu, since a CUDA profile says little about a ROCm run):
   * ``n`` instances for every ``n`` with ``n x GPUs per instance <= max_gpus``, on demand, and on
     spot when spot is allowed;
   * with ``mixed``: one on-demand node plus ``n - 1`` spot nodes of the same type (the on-demand
@@ -29,6 +30,15 @@ from srift.errors import SriftError
 from srift.simulate.prediction import Prediction
 
 MIX_TYPES = 6
+NON_CUDA_ARCHITECTURES = ("rdna1",)  # AMD GPUs: considered only when named with --gpu
+
+
+def cuda_gpu(name: str) -> bool:
+    """True for GPUs a PyTorch CUDA job runs on as profiled (unknown names count as CUDA)."""
+    from srift.hardware import gpus
+
+    spec = gpus().get(name)
+    return spec is None or spec.architecture not in NON_CUDA_ARCHITECTURES
 OBJECTIVES = ("throughput", "cost")
 
 
@@ -197,7 +207,7 @@ def search(
             simulating types that cannot hold it); None: rely on the prediction.
     """
     c = constraints
-    types = [i for i in catalog if i.on_demand_usd_per_hour is not None and (not c.gpus or i.gpu_name in c.gpus)]
+    types = [i for i in catalog if i.on_demand_usd_per_hour is not None and (i.gpu_name in c.gpus if c.gpus else cuda_gpu(i.gpu_name))]
     if not types:
         raise SriftError("no priced instance type matches the --gpu filter in this region.",
                          "check the names with `srift catalog list`, or drop --gpu.")

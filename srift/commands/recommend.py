@@ -69,9 +69,9 @@ def register(app: typer.Typer) -> None:
             what = {"budget": f"the budget of {usd(budget)}/h", "deadline": f"the deadline of {deadline:g} h" if deadline else "the deadline",
                     "max-cost": f"the maximum cost of {usd(max_cost)}" if max_cost else "the maximum cost",
                     "memory": "GPU memory (the job fits on no GPU at this batch size)"}[result.cut_by or "budget"]
-            raise SriftError(f"no configuration meets {what}.{near}",
-                             "relax that limit" + (", lower --batch-size" if result.cut_by == "memory" else "") + ".",
-                             exit_code=1)
+            hint = ("lower --batch-size, use --precision amp, or allow larger GPUs." if result.cut_by == "memory"
+                    else "relax that limit.")
+            raise SriftError(f"no configuration meets {what}.{near}", hint, exit_code=1)
         if fmt == "json":
             print_json(recommend_json(result, cons, {"model": prof.name, "region": region}))
         elif fmt == "markdown":
