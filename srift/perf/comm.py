@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -199,32 +199,25 @@ class CommModel:
     # ---- collectives ---------------------------------------------------------------------
     def allreduce_time_s(self, size_bytes: float | np.ndarray, quantile: float = 0.5) -> float | np.ndarray:
         """Seconds to all-reduce ``size_bytes`` (a number or an array of sizes) over all workers."""
-        scalar = np.ndim(size_bytes) == 0
-        s = np.asarray(size_bytes, dtype=float)
-        t = self.topology
-        if t.workers <= 1:
-            out = np.zeros_like(s)
-        elif self.calibration is not None:
-            out = self.calibration.time_s(s, quantile)
-        else:
-            out = self._allreduce_model(s) * self._spread(quantile)
-        out = np.where(s > 0, out, 0.0)
-        return float(out) if scalar else out
+        return self._collective(size_bytes, quantile, self._allreduce_model, 1.0)
 
     def broadcast_time_s(self, size_bytes: float | np.ndarray, quantile: float = 0.5) -> float | np.ndarray:
         """Seconds to broadcast ``size_bytes`` from one worker to all (pipelined ring/tree)."""
+        # A pipelined broadcast moves each byte over each link once; an all-reduce moves
+        # 2(n-1)/n: a measured all-reduce curve is read at the size scaled by that ratio.
+        n = self.topology.workers
+        return self._collective(size_bytes, quantile, self._broadcast_model, n / (2.0 * (n - 1)) if n > 1 else 1.0)
+
+    def _collective(self, size_bytes: float | np.ndarray, quantile: float,
+                    model: Callable[[np.ndarray], np.ndarray], calib_size_factor: float) -> float | np.ndarray:
         scalar = np.ndim(size_bytes) == 0
         s = np.asarray(size_bytes, dtype=float)
-        t = self.topology
-        if t.workers <= 1:
+        if self.topology.workers <= 1:
             out = np.zeros_like(s)
         elif self.calibration is not None:
-            # A pipelined broadcast moves each byte over each link once; an all-reduce moves
-            # 2(n-1)/n: scale the measured all-reduce curve by that ratio (latency kept).
-            n = t.workers
-            out = self.calibration.time_s(s * n / (2.0 * (n - 1)), quantile)
+            out = self.calibration.time_s(s * calib_size_factor, quantile)
         else:
-            out = self._broadcast_model(s) * self._spread(quantile)
+            out = model(s) * self._spread(quantile)
         out = np.where(s > 0, out, 0.0)
         return float(out) if scalar else out
 
