@@ -136,6 +136,9 @@ def load_job(path: str | None, overrides: dict[str, Any] | None = None, env: dic
     if unknown:
         raise SriftError(f"{source}: unknown limit(s) {', '.join(unknown)}.", f"use only {', '.join(LIMITS)}.")
     limits = dict(limits_raw)
+    if any((overrides or {}).get(k) is not None or env.get(f"SRIFT_{k.upper()}") for k in ("model", "profile")):
+        data.pop("model", None)  # a flag or variable naming the model or profile replaces the file's
+        data.pop("profile", None)
     for name in list(FIELDS) + list(LIMITS):
         var = f"SRIFT_{name.upper()}"
         target = limits if name in LIMITS else data
@@ -243,15 +246,10 @@ def compare(result: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
 
 def load_baseline(path: str) -> dict[str, Any]:
     """Read a JSON result written by `srift check --out-file`."""
-    import json
+    from srift.fileio import read_json
 
     p = Path(path)
-    if not p.is_file():
-        raise SriftError(f"baseline '{p}' does not exist.", "run `srift check --out-file BASE.json` on the base branch first.")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise SriftError(f"baseline '{p}' is not valid JSON.", "pass a file written by `srift check --out-file`.") from None
+    data = read_json(p, "baseline", "pass a JSON file written by `srift check --out-file` on the base branch.")
     if not isinstance(data, dict) or data.get("schema") != CHECK_SCHEMA:
         raise SriftError(f"baseline '{p}' is not a srift check result.", "pass a file written by `srift check --out-file`.")
     return data

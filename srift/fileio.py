@@ -64,3 +64,14 @@ def read_yaml(path: str | os.PathLike[str], what: str = "file") -> Any:
         raise SriftError(f"{what} '{p}' is not valid YAML{where}.", "fix the syntax of the file.") from exc
     except UnicodeDecodeError as exc:
         raise SriftError(f"{what} '{p}' is not a text file.", "pass a YAML file.") from exc
+
+
+def read_json(path: str | os.PathLike[str], what: str, hint: str) -> Any:
+    """Read a JSON file; raise SriftError (``what`` is missing / not valid JSON, then ``hint``)."""
+    p = Path(path)
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SriftError(f"{what} '{p}' does not exist.", hint) from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise SriftError(f"{what} '{p}' is not valid JSON.", hint) from None

@@ -134,3 +134,12 @@ def test_check_runs_without_torch(tmp_path):
     assert json.loads(out.stdout)["passed"] is True
     out = run_without_torch(["check", write(tmp_path, dict(JOB, limits={"max_cost_usd": 0.5}), "x.yaml")], tmp_path)
     assert out.returncode == 1
+
+
+def test_model_flag_replaces_the_files_profile(tmp_path):
+    data = {k: v for k, v in JOB.items() if k != "model"}
+    data["profile"] = "profiles/mine.yaml"
+    path = write(tmp_path, data)
+    job = load_job(path, {"model": "gpt2"}, env={})
+    assert job.model == "gpt2" and job.profile is None
+    assert load_job(path, env={"SRIFT_MODEL": "bert-base"}).model == "bert-base"

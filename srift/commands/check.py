@@ -40,8 +40,6 @@ def register(app: typer.Typer) -> None:
             path = "srift.yaml"
         overrides = {"model": model, "profile": profile, "instance": instance, "batch_size": batch_size, "steps": steps,
                      "spot": spot, "max_cost_usd": max_cost, "max_hours": max_hours, "max_usd_per_hour": max_usd_per_hour}
-        if model is not None or profile is not None:
-            overrides.update({"model": model, "profile": profile})
         if path is None and not any(v is not None for v in overrides.values()):
             raise SriftError("no job file: srift.yaml is not in this folder.", "pass a job file: srift check JOB.yaml.")
         job = load_job(path, overrides)

@@ -25,7 +25,6 @@ interpolation). One worker: 0 seconds.
 from __future__ import annotations
 
 import functools
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +35,7 @@ import numpy as np
 
 from srift.cluster import Cluster
 from srift.errors import SriftError
+from srift.fileio import read_json
 from srift.hardware import link as link_spec
 from srift.resources import configs_dir
 
@@ -98,12 +98,7 @@ def params_path() -> Path:
 def load_params(path: str | None = None) -> CommParams:
     """The shipped (fitted) communication parameters, or those in ``path``."""
     p = Path(path) if path else params_path()
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SriftError(f"communication-model parameters {p} are missing.", "reinstall srift or run scripts/fit_models.py.") from None
-    except json.JSONDecodeError as exc:
-        raise SriftError(f"communication-model parameters {p} are not valid JSON ({exc.msg}).", "re-run scripts/fit_models.py.") from None
+    data = read_json(p, "communication-model parameters", "reinstall srift, or re-run scripts/fit_models.py.")
     return CommParams.from_dict(data, str(p))
 
 

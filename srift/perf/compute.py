@@ -19,7 +19,6 @@ to both GPUs cancel); a structural profile is predicted from FLOPs and bytes alo
 from __future__ import annotations
 
 import functools
-import json
 import math
 import weakref
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 from srift.errors import SriftError
+from srift.fileio import read_json
 from srift.hardware import CPU, GpuSpec, find_gpu, gpu as gpu_spec
 from srift.profile import Profile
 from srift.resources import configs_dir
@@ -171,12 +171,7 @@ def params_path() -> Path:
 def load_params(path: str | None = None) -> ComputeParams:
     """The shipped (fitted) compute parameters, or those in ``path``."""
     p = Path(path) if path else params_path()
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SriftError(f"compute-model parameters {p} are missing.", "reinstall srift or run scripts/fit_models.py.") from None
-    except json.JSONDecodeError as exc:
-        raise SriftError(f"compute-model parameters {p} are not valid JSON ({exc.msg}).", "re-run scripts/fit_models.py.") from None
+    data = read_json(p, "compute-model parameters", "reinstall srift, or re-run scripts/fit_models.py.")
     return ComputeParams.from_dict(data, str(p))
 
 
