@@ -51,61 +51,39 @@ def loo_fits(single: pd.DataFrame, profiles: F.ProfileSource, key: str, launch_s
 
 
 def loo_predictions(rows: pd.DataFrame, profiles: F.ProfileSource, key: str, fits: dict[str, C.ComputeParams],
-                    simulate: bool = False) -> np.ndarray:
-    """Predictions for every row from the fit that held out the row's ``key`` value."""
+                    interference: dict[str, float] | None = None) -> np.ndarray:
+    """Predictions for every row from the fit that held out the row's ``key`` value; with
+    ``interference`` (held-out value -> k), multi-GPU rows go through the simulator and use the
+    all-reduce interference fitted without that value too."""
     out = np.full(len(rows), np.nan)
     for value, held in rows.groupby(key).groups.items():
         params = fits.get(value)
         if params is None:
             continue
         sub = rows.loc[held]
-        if simulate:
+        if interference is not None:
             # The simulator reads the shipped parameters; point it at the refitted ones meanwhile.
             shipped = C.load_params
             C.load_params = lambda path=None, _p=params: _p  # type: ignore[assignment]
             try:
-                pred, _ = simulate_rows(sub, profiles)
+                sim = F.simulate_rows(sub, profiles)
             finally:
                 C.load_params = shipped  # type: ignore[assignment]
+            pred = sim["ideal"] + interference[value] * sim["hidden"]
         else:
             pred = F.predict_rows(sub, profiles, params)
         out[rows.index.get_indexer(held)] = pred
     return out
 
 
-def intra_node_of(label: str, gpu: str) -> str:
-    low = label.lower()
-    arch = gpu_spec(gpu).architecture
-    if "sxm5" in low or arch == "hopper" and "pcie" not in low:
-        return "nvswitch4"
-    if "sxm4" in low:
-        return "nvswitch"
-    if "gen5" in low:
-        return "pcie5"
-    if arch == "volta":
-        return "nvlink"
-    if arch in ("ampere", "ada", "hopper"):
-        return "pcie4"
-    return "pcie3"
-
-
-def simulate_rows(rows: pd.DataFrame, profiles: F.ProfileSource) -> tuple[np.ndarray, str]:
-    """Simulator predictions for multi-GPU rows (NaN and a reason when the simulator is absent)."""
-    try:
-        from srift.simulate import predict  # type: ignore[attr-defined]
-    except ImportError:
-        return np.full(len(rows), np.nan), "srift.simulate.predict is not available"
-    from srift.cluster import Cluster, NodeGroup
-    from srift.job import Job
-
-    out = []
-    for r in rows.itertuples():
-        p = profiles.for_row(r)
-        link = r.intra_node if isinstance(getattr(r, "intra_node", None), str) else intra_node_of(str(r.label), r.gpu)
-        cluster = Cluster(str(r.label), (NodeGroup(1, int(r.n_gpus), r.gpu, link, 100.0, "ethernet"),))
-        pred = predict(p, cluster, Job(batch_size=int(r.batch_per_gpu), precision=r.precision))
-        out.append(pred.iteration_time_s)
-    return np.array(out), ""
+def interference_fits(pairs: pd.DataFrame, key: str, values) -> dict[str, float]:
+    """All-reduce interference refitted on the scaling pairs without each value of ``key``."""
+    out = {}
+    for value in values:
+        keep = pairs[key] != value
+        out[value], _ = F.fit_overlap_interference(pairs.loc[keep, "scaling"].to_numpy(), pairs.loc[keep, "ideal"].to_numpy(),
+                                                   pairs.loc[keep, "hidden"].to_numpy(), pairs.loc[keep, "pred1"].to_numpy())
+    return out
 
 
 def available_models(profiles: F.ProfileSource) -> list[str]:
@@ -142,13 +120,21 @@ def main() -> None:
     sb = F.load_superbench_models(Path(args.data))
     multi = pd.concat([rows[rows["n_gpus"] > 1], sb[sb["model"].isin(available_models(profiles))]], ignore_index=True)
     multi["silicon"] = multi["gpu"].map(silicon)
-    multi["pred"], why = simulate_rows(multi, profiles)
-    if not multi["pred"].isna().all():
-        multi["logo"] = loo_predictions(multi, profiles, "silicon", fits_gpu, simulate=True)
-        # Models the single-GPU fit never saw (SuperBench's resnet152, vgg16, ...) are already
-        # held out: they use the full fit.
-        full = {m: C.load_params() for m in multi["model"].unique() if m not in fits_model}
-        multi["lomo"] = loo_predictions(multi, profiles, "model", {**fits_model, **full}, simulate=True)
+    multi = multi.join(F.simulate_rows(multi, profiles))
+    # Scaling pairs (a multi-GPU row and the same system's 1-GPU row) for the interference refits.
+    pairs = F.scaling_pairs(rows)
+    pairs["silicon"] = pairs["gpu"].map(silicon)
+    pairs = pairs.join(F.simulate_rows(pairs, profiles)).join(F.simulate_rows(pairs, profiles, n_gpus=1)["pred"].rename("pred1"))
+    k_gpu = interference_fits(pairs, "silicon", multi["silicon"].unique())
+    k_model = interference_fits(pairs, "model", multi["model"].unique())
+    multi["logo"] = loo_predictions(multi, profiles, "silicon", fits_gpu, k_gpu)
+    # Models the single-GPU fit never saw (SuperBench's resnet152, vgg16, ...) are already
+    # held out: they use the full fit.
+    full = {m: C.load_params() for m in multi["model"].unique() if m not in fits_model}
+    multi["lomo"] = loo_predictions(multi, profiles, "model", {**fits_model, **full}, k_model)
+    k_all, scal_mape = F.fit_overlap_interference(pairs["scaling"].to_numpy(), pairs["ideal"].to_numpy(),
+                                                  pairs["hidden"].to_numpy(), pairs["pred1"].to_numpy())
+    ideal_scal = F.mape(pairs["ideal"] / pairs["pred1"], pairs["scaling"])
 
     def err(df: pd.DataFrame, col: str) -> pd.Series:
         return (df[col] - df[meas_col]) / df[meas_col] * 100.0
@@ -160,10 +146,11 @@ def main() -> None:
         cols = ["model", "gpu", "n_gpus", "precision", "batch_per_gpu", "source", meas_col, "pred", "pred_err%", "logo", "logo_err%", "lomo", "lomo_err%"]
         with pd.option_context("display.max_rows", None, "display.width", 200, "display.float_format", "{:.4f}".format):
             print(show[cols].sort_values(["model", "precision", "gpu"]).to_string(index=False))
-            if not multi["pred"].isna().all():
-                mshow = multi.copy()
-                mshow["pred_err%"] = err(mshow, "pred").round(1)
-                print(mshow[["model", "gpu", "n_gpus", "precision", "batch_per_gpu", meas_col, "pred", "pred_err%"]].to_string(index=False))
+            mshow = multi.copy()
+            for col in ("pred", "logo", "lomo"):
+                mshow[col + "_err%"] = err(mshow, col).round(1)
+            print(mshow[["model", "gpu", "n_gpus", "precision", "batch_per_gpu", "label", meas_col, "pred", "pred_err%",
+                         "logo_err%", "lomo_err%"]].to_string(index=False))
 
     print("\nMAPE (%) of predicted vs measured iteration time")
     print(f"{'group':<28}{'rows':>6}{'fit':>8}{'LOGO':>8}{'LOMO':>8}")
@@ -175,21 +162,27 @@ def main() -> None:
     for model in sorted(single.model.unique()):
         s = single[single.model == model]
         print(f"{'  ' + model:<28}{len(s):>6}{F.mape(s.pred, s[meas_col]):>8.1f}{F.mape(s.logo, s[meas_col]):>8.1f}{F.mape(s.lomo, s[meas_col]):>8.1f}")
-    if multi["pred"].isna().all():
-        print(f"{'one node, multi-GPU':<28}{len(multi):>6}   not predicted: {why}")
-    else:
-        def line(label: str, s: pd.DataFrame) -> str:
-            return (f"{label:<28}{len(s):>6}{F.mape(s.pred, s[meas_col]):>8.1f}"
-                    f"{F.mape(s.logo, s[meas_col]):>8.1f}{F.mape(s.lomo, s[meas_col]):>8.1f}")
+    def line(label: str, s: pd.DataFrame) -> str:
+        return (f"{label:<28}{len(s):>6}{F.mape(s.pred, s[meas_col]):>8.1f}"
+                f"{F.mape(s.logo, s[meas_col]):>8.1f}{F.mape(s.lomo, s[meas_col]):>8.1f}")
 
-        print(line("one node, multi-GPU", multi))
-        multi["src"] = multi["source"].str.split("/").str[0]
-        for src, s in multi.groupby("src"):
-            print(line("  " + src, s))
-        for n, s in multi.groupby("n_gpus"):
-            print(line(f"  {n} GPUs", s))
+    print(line("one node, multi-GPU", multi))
+    multi["src"] = multi["source"].str.split("/").str[0]
+    for src, s in multi.groupby("src"):
+        print(line("  " + src, s))
+    for n, s in multi.groupby("n_gpus"):
+        print(line(f"  {n} GPUs", s))
+    multi["link"] = [r.intra_node if isinstance(r.intra_node, str) else F.intra_node_of(str(r.label), r.gpu)
+                     for r in multi.itertuples()]
+    for link, s in multi.groupby("link"):
+        print(line(f"  {link}", s))
+    both = pd.concat([single, multi], ignore_index=True)
+    print(line("all single-node rows", both))
     print(f"{'multi-node':<28}{0:>6}   no multi-node row maps honestly to a zoo profile (see module docstring)")
-    print("\nLOGO: refit without the row's GPU silicon; LOMO: refit without the row's model.")
+    print(f"\nDDP scaling t_n/t_1 ({len(pairs)} pairs of a multi-GPU row and its system's 1-GPU row): MAPE "
+          f"{ideal_scal:.1f}% with ideal overlap, {scal_mape:.1f}% with all-reduce interference k = {k_all:.2f}")
+    print("LOGO: refit without the row's GPU silicon; LOMO: refit without the row's model (compute model and,")
+    print("for multi-GPU rows, the all-reduce interference).")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ PHASE_LABELS = {
     "forward": "forward",
     "backward": "backward",
     "exposed_comm": "exposed all-reduce",
+    "comm_interference": "all-reduce interference",
     "optimizer": "optimizer step",
     "overhead": "framework overhead",
     "factor_compute": "K-FAC factors",

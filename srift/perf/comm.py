@@ -68,10 +68,20 @@ class LinkClass:
 
 @dataclass(frozen=True)
 class CommParams:
-    """Per-class link parameters (configs/perf/comm.json)."""
+    """Per-class link parameters (configs/perf/comm.json).
+
+    Attributes:
+        classes: Fitted behaviour per link or network class.
+        overlap_interference: Seconds added to a GPU iteration per second of all-reduce that runs
+            behind backward: NCCL kernels share the SMs and memory bandwidth with the backward
+            kernels, so hiding communication is not free. Fitted to measured one-node DDP scaling
+            (scripts/fit_models.py); 0 is the ideal-overlap model.
+        meta: Provenance, carried but unused by the model.
+    """
 
     classes: dict[str, LinkClass]
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    overlap_interference: float = 0.0
 
     def get(self, name: str) -> LinkClass:
         if name not in self.classes:
@@ -79,7 +89,8 @@ class CommParams:
         return self.classes[name]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": PARAMS_SCHEMA, "classes": {k: vars(v) for k, v in self.classes.items()}, **self.meta}
+        return {"schema": PARAMS_SCHEMA, "classes": {k: vars(v) for k, v in self.classes.items()},
+                "overlap_interference": self.overlap_interference, **self.meta}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str = "comm params") -> "CommParams":
@@ -87,7 +98,10 @@ class CommParams:
             raise SriftError(f"{source} is not a '{PARAMS_SCHEMA}' file.", "re-run scripts/fit_models.py.")
         classes = {k: LinkClass(**{f: float(v[f]) for f in ("alpha_s", "eff_max", "s_half_bytes", "shape", "p90_ratio")})
                    for k, v in d["classes"].items()}
-        return cls(classes, {k: v for k, v in d.items() if k not in ("schema", "classes")})
+        k = float(d.get("overlap_interference", 0.0))
+        if not 0.0 <= k <= 10.0:
+            raise SriftError(f"{source}: overlap_interference {k} is outside [0, 10].", "re-run scripts/fit_models.py.")
+        return cls(classes, {k2: v for k2, v in d.items() if k2 not in ("schema", "classes", "overlap_interference")}, k)
 
 
 def params_path() -> Path:

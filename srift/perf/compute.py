@@ -89,6 +89,8 @@ FEATURES: dict[str, Callable[[GpuSpec, str], float]] = {
     # Tensor-core path (tf32/amp on a GPU that has them) reaches a lower fraction of peak.
     "tensor": _tensor_path,
     "log_sm": lambda s, p: math.log(s.sm_count / 80.0),
+    # Mixed precision: half-precision operands (autocast keeps norms, softmax and losses in fp32).
+    "half": lambda s, p: 1.0 if p == "amp" else 0.0,
 }
 
 

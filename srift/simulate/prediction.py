@@ -20,7 +20,7 @@ class Prediction:
         cost_per_hour_usd: Whole-cluster price per hour (None when unpriced).
         usd_per_million_samples: Cost of one million samples (None when unpriced).
         breakdown: Seconds per phase of one iteration: ``data``, ``forward``, ``backward``,
-            ``exposed_comm``, ``optimizer``, ``overhead`` (+ K-FAC phases); they add up to
+            ``exposed_comm``, ``comm_interference``, ``optimizer``, ``overhead`` (+ K-FAC phases); they add up to
             ``iteration_time_s``. ``comm_total`` (not exposed only) is reported beside them.
         bottleneck: ``compute``, ``communication`` or ``memory``.
         fits_in_memory: False when some GPU needs more memory than it has.

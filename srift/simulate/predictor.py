@@ -5,8 +5,9 @@
 memory estimate), so the recommender can score thousands of clusters quickly; ``predict`` is the
 one-shot form.
 
-Iteration = data + forward + backward + exposed communication + optimizer + overhead
-(+ K-FAC phases). Mixed clusters split the batch by speed (hetero.py) and every bucket's
+Iteration = data + forward + backward + exposed communication + communication interference
++ optimizer + overhead (+ K-FAC phases). Interference: on GPUs, each second of all-reduce hidden
+behind backward still costs ``overlap_interference`` seconds (configs/perf/comm.json). Mixed clusters split the batch by speed (hetero.py) and every bucket's
 all-reduce waits for the slowest worker. Spread: the p90 uses the communication model's p90 and a
 compute spread (the measured coefficient of variation, or 3 % for a structural profile) at
 z = 1.2816.
@@ -149,6 +150,7 @@ class Predictor:
         comm = CommModel.for_cluster(cluster)
         ar50 = self._allreduce_s(comm, 0.5)
         ar90 = self._allreduce_s(comm, 0.9)
+        interference50 = interference90 = 0.0
         if any(g.gpu == CPU for g in groups):
             # CPU workers: gloo's all-reduce runs on the same cores as the compute, so it takes
             # its time from the iteration instead of hiding behind backward.
@@ -156,6 +158,10 @@ class Predictor:
         else:
             exposed50 = max(0.0, comm_end_s(ready, ar50) - compute_end)
             exposed90 = max(0.0, comm_end_s(ready, ar90) - compute_end)
+            # The all-reduce hidden behind backward still slows it (shared SMs and memory).
+            k = comm.params.overlap_interference
+            interference50 = k * max(0.0, float(ar50.sum()) - exposed50)
+            interference90 = k * max(0.0, float(ar90.sum()) - exposed90)
         optimizer = max(c.times.optimizer_s for c in comps)
         overhead = max(c.times.overhead_s for c in comps)
         data = max((self.profile_at(b).phases.data_s or 0.0) for b in batches)
@@ -165,6 +171,7 @@ class Predictor:
             "forward": crit.forward_s,
             "backward": compute_end - crit.forward_s,
             "exposed_comm": exposed50,
+            "comm_interference": interference50,
             "optimizer": optimizer,
             "overhead": overhead,
         }
@@ -178,7 +185,7 @@ class Predictor:
             p90_phases = kfac_phases(prof, cluster, self.job, crit.times, comm, quantile=0.9)
             extra90 = sum(p90_phases.values())
         iteration = sum(breakdown.values())
-        p90 = data + compute_end * (1.0 + Z90 * self.compute_cv) + exposed90 + optimizer + overhead + extra90
+        p90 = data + compute_end * (1.0 + Z90 * self.compute_cv) + exposed90 + interference90 + optimizer + overhead + extra90
         breakdown["comm_total"] = float(ar50.sum())
 
         global_batch = sum(b * g.gpus for b, g in zip(batches, groups))
@@ -199,7 +206,7 @@ class Predictor:
                 mem_total, mem_break = total, m
         if not ok:
             bottleneck = "memory"
-        elif exposed50 > COMM_BOUND_FRACTION * iteration:
+        elif exposed50 + interference50 > COMM_BOUND_FRACTION * iteration:
             bottleneck = "communication"
         else:
             bottleneck = "compute"
