@@ -50,7 +50,7 @@ def single_gpu_rows(rows):
 def fit_compute_params(data: Path, profiles: F.ProfileSource):
     rows = single_gpu_rows(F.load_rows(data))
     designs = F.designs_for(rows, profiles, F.DEFAULT_FEATURES)
-    params = F.fit_compute(designs, F.launch_s_from_superbench(data))
+    params = F.fit_compute(designs)
     pred = F.predict_rows(rows, profiles, params)
     return params, rows, pred
 
@@ -131,13 +131,12 @@ def main() -> None:
     err = np.abs(pred - rows["iteration_time_s"].to_numpy()) / rows["iteration_time_s"].to_numpy()
     meta = {
         "sources": ["shared/data/lambda-deeplearning-benchmark (head, 2022-07; v1 files, 1-GPU rows)",
-                    "shared/data/nvidia-deeplearningexamples (PyTorch BERT SQuAD fine-tuning, 1-GPU rows)",
-                    "shared/data/superbench-results (kernel-launch/wall_overhead -> launch_s)"],
+                    "shared/data/nvidia-deeplearningexamples (PyTorch BERT SQuAD fine-tuning, 1-GPU rows)"],
         "fitted_on": today,
         "fit": {"rows": int(len(rows)), "gpus": sorted(rows["gpu"].unique().tolist()),
                 "models": sorted(rows["model"].unique().tolist()), "in_sample_mape_pct": round(float(err.mean() * 100), 2)},
         "kind_groups": {g: list(k) for g, k in F.KIND_GROUPS.items()},
-        "model": "t_layer = max(F/(peak*eff_kind), B/(bw*eff_mem)) + launch_s; 1/eff = max(1, coef . features)",
+        "model": "t_layer_pass = max(F/(peak*eff_kind), B/(bw*eff_mem)) + launch_s; 1/eff = max(1, coef . features); launch_s fitted",
     }
     cdict = cparams.to_dict()
     cdict.update(meta)

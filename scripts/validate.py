@@ -44,9 +44,9 @@ def silicon(gpu: str) -> str:
     return f"{s.architecture}-{s.sm_count}"
 
 
-def loo_fits(single: pd.DataFrame, profiles: F.ProfileSource, key: str, launch_s: float) -> dict[str, C.ComputeParams]:
+def loo_fits(single: pd.DataFrame, profiles: F.ProfileSource, key: str) -> dict[str, C.ComputeParams]:
     """Compute-model fits on the single-GPU rows without each value of ``key`` (GPU silicon or model)."""
-    return {value: F.fit_compute(F.designs_for(single.drop(index=held), profiles, F.DEFAULT_FEATURES), launch_s)
+    return {value: F.fit_compute(F.designs_for(single.drop(index=held), profiles, F.DEFAULT_FEATURES))
             for value, held in single.groupby(key).groups.items()}
 
 
@@ -111,9 +111,8 @@ def main() -> None:
 
     single = rows[rows["n_gpus"] == 1].reset_index(drop=True)
     single["pred"] = F.predict_rows(single, profiles, C.load_params())
-    launch_s = F.launch_s_from_superbench(Path(args.data))
-    fits_gpu = loo_fits(single, profiles, "silicon", launch_s)
-    fits_model = loo_fits(single, profiles, "model", launch_s)
+    fits_gpu = loo_fits(single, profiles, "silicon")
+    fits_model = loo_fits(single, profiles, "model")
     single["logo"] = loo_predictions(single, profiles, "silicon", fits_gpu)
     single["lomo"] = loo_predictions(single, profiles, "model", fits_model)
 

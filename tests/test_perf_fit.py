@@ -10,15 +10,16 @@ from srift.perf import fit as F
 from srift.profile import LayerProfile, Profile
 
 
-def _toy_model(scale: float) -> Profile:
+def _toy_model(scale: float, blocks: int = 6, fc_scale: float | None = None) -> Profile:
+    fc = scale if fc_scale is None else fc_scale
     layers = []
-    for i in range(6):
+    for i in range(blocks):
         layers.append(LayerProfile(f"conv{i}", "Conv2d", params=10_000, grad_bytes=40_000,
                                    fwd_flops=4e10 * scale, bwd_flops=8e10 * scale, fwd_bytes=5e7 * scale, bwd_bytes=1e8 * scale))
         layers.append(LayerProfile(f"bn{i}", "BatchNorm2d", params=128, grad_bytes=512,
                                    fwd_flops=1e7 * scale, bwd_flops=2e7 * scale, fwd_bytes=2e8 * scale, bwd_bytes=4e8 * scale))
         layers.append(LayerProfile(f"fc{i}", "Linear", params=1_000_000, grad_bytes=4_000_000,
-                                   fwd_flops=3e10 * scale, bwd_flops=6e10 * scale, fwd_bytes=2e7 * scale, bwd_bytes=4e7 * scale))
+                                   fwd_flops=3e10 * fc, bwd_flops=6e10 * fc, fwd_bytes=2e7 * fc, bwd_bytes=4e7 * fc))
     return Profile("toy", 32, "fp32", layers)
 
 
@@ -40,11 +41,35 @@ def test_fit_recovers_times_generated_by_a_known_model():
                 t = C.layer_times(p, gpu, precision, truth).total_s
                 rows.append((p, gpu, precision, t))
                 designs.append(F._design(p, gpu, precision, FEATURES, t))
-    fitted = F.fit_compute(designs, launch_s=1e-5, features=FEATURES, alpha=1e-8)
+    fitted = F.fit_compute(designs, launch_s=1e-5, features=FEATURES, alpha=1e-8, fit_overhead=True)
     pred = np.array([C.layer_times(p, g, pr, fitted).total_s for p, g, pr, _ in rows])
     meas = np.array([t for *_, t in rows])
     assert F.mape(pred, meas) < 1.0
     assert fitted.overhead_s == pytest.approx(3e-3, rel=0.2)
+
+
+def test_fit_recovers_a_per_layer_cost():
+    # The default fit: a cost per layer pass, no per-iteration constant. Models of different
+    # depth (6, 12 and 18 blocks) separate it from the per-FLOP and per-byte terms; their
+    # conv-to-matmul mixes differ so that each kind's efficiency is identified.
+    truth = C.ComputeParams(
+        features=FEATURES,
+        inv_eff={k: (1.5, 0.1, -0.1) for k in C.KINDS},
+        inv_eff_mem=(1.3, 0.0, 0.1), launch_s=5e-5, optimizer_s_per_tensor=5e-5, overhead_s=0.0,
+    )
+    rows, designs = [], []
+    for blocks, scale, fc in ((6, 1.0, 1.0), (18, 0.3, 1.0), (12, 2.0, 0.5)):
+        p = _toy_model(scale, blocks, fc)
+        for gpu in ("V100-16GB", "T4", "A100-40GB", "H100", "L4"):
+            for precision in ("tf32", "amp"):
+                t = C.layer_times(p, gpu, precision, truth).total_s
+                rows.append((p, gpu, precision, t))
+                designs.append(F._design(p, gpu, precision, FEATURES, t))
+    fitted = F.fit_compute(designs, features=FEATURES, alpha=1e-8)
+    assert fitted.overhead_s == 0.0
+    assert fitted.launch_s == pytest.approx(5e-5, rel=0.1)
+    pred = np.array([C.layer_times(p, g, pr, fitted).total_s for p, g, pr, _ in rows])
+    assert F.mape(pred, np.array([t for *_, t in rows])) < 1.0
 
 
 @pytest.mark.parametrize("label,canonical", [

@@ -7,9 +7,12 @@ Model (a roofline with learned efficiencies): for every layer and pass (forward,
 where ``eff_kind`` (per layer kind: conv, matmul, attention, norm, ...) and ``eff_mem`` depend on
 the GPU and precision through a few features (see ``FEATURES``); the coefficients are learned by
 ``scripts/fit_models.py`` from the measured data in shared/data and shipped in
-``configs/perf/compute.json``. The optimizer step reads and writes parameters, gradients and
-optimizer state at memory bandwidth, plus a per-tensor launch cost; a per-iteration framework
-overhead covers what no layer accounts for.
+``configs/perf/compute.json``. ``launch_s`` is the framework's fixed cost per layer pass (a few
+kernel launches, eager dispatch and the unhooked functional ops between modules), fitted with the
+rest. The optimizer step reads and writes parameters, gradients and optimizer state at memory
+bandwidth, plus ``optimizer_s_per_tensor`` per parameter tensor. ``overhead_s`` is a per-iteration
+constant: the fit puts the framework's fixed costs per layer instead (it generalises to unseen
+models; see srift/perf/fit.py), and a measured profile brings its own unattributed time.
 
 Anchoring: a profile measured on the target GPU returns its measured times; one measured on another
 GPU scales each layer by the model's predicted ratio between the two GPUs (the model's errors common

@@ -191,23 +191,22 @@ def _row_matrix(d: _RowDesign, theta_groups: np.ndarray, theta_mem: np.ndarray) 
     return np.concatenate([x_groups.sum() * d.z, shifts, x_mem * d.z, [1.0]])
 
 
-def launch_s_from_superbench(data_dir: Path) -> float:
-    """Per-kernel launch cost: mean SuperBench ``kernel-launch/wall_overhead`` (reported in ms)."""
-    sb = pd.read_csv(Path(data_dir) / "superbench-results" / "all_metrics_flat.csv")
-    v = sb[sb["metric"].str.startswith("kernel-launch/wall_overhead")]["value"].astype(float)
-    return float(v.mean()) * 1e-3
-
-
-def fit_compute(designs: list[_RowDesign], launch_s: float, features: tuple[str, ...] = DEFAULT_FEATURES,
-                alpha: float = 1e-2, iterations: int = 30) -> C.ComputeParams:
+def fit_compute(designs: list[_RowDesign], features: tuple[str, ...] = DEFAULT_FEATURES, alpha: float = 1e-2,
+                iterations: int = 30, launch_s: float | None = None, fit_overhead: bool = False) -> C.ComputeParams:
     """Fit the compute model to measured iteration times (relative least squares, ridge).
 
     The roofline max() makes the model piecewise linear: alternate between assigning each layer
     pass to its bound (compute or memory) under the current coefficients and solving the linear
     least-squares problem (scikit-learn Ridge on rows scaled by 1/measured time, so the loss is the
-    squared relative error) until the assignment stops changing. ``launch_s`` (one kernel launch
-    per layer pass and per optimizer tensor) is measured, not fitted: it is collinear with the
-    per-iteration overhead on whole-model data.
+    squared relative error) until the assignment stops changing.
+
+    Fixed costs: by default a cost per layer pass (and per optimizer tensor), ``launch_s``, is
+    fitted and there is no per-iteration constant. A layer pass is a few kernels plus the eager
+    framework's dispatch and the unhooked functional ops between modules, so its cost grows with
+    the number of layers; a per-iteration constant instead fitted one benchmark suite's loop
+    overhead (Lambda's 29 ms) and missed every other model (SuperBench's VGG-16 by +43%,
+    DenseNet-201 by -30%; see README). Pass ``launch_s`` to fix it, ``fit_overhead`` to fit the
+    constant as well.
     """
     from sklearn.linear_model import Ridge
 
@@ -219,10 +218,15 @@ def fit_compute(designs: list[_RowDesign], launch_s: float, features: tuple[str,
     theta_m = np.zeros(n_feat)
     theta_m[0] = 1.0 / 0.7
     overhead = 0.0
-    y = np.array([1.0 - launch_s * d.n_kernels / d.time_s for d in designs])
+    fit_launch = launch_s is None
+    y = np.array([1.0 - (0.0 if fit_launch else launch_s * d.n_kernels) / d.time_s for d in designs])
     prev = None
     for _ in range(iterations):
         X = np.array([_row_matrix(d, theta_g, theta_m) / d.time_s for d in designs])
+        if not fit_overhead:
+            X = X[:, :-1]
+        if fit_launch:
+            X = np.column_stack([X, [d.n_kernels / d.time_s for d in designs]])
         scale = np.sqrt((X ** 2).mean(axis=0))
         scale[scale == 0] = 1.0
         w = np.array([d.weight for d in designs])
@@ -235,7 +239,12 @@ def fit_compute(designs: list[_RowDesign], launch_s: float, features: tuple[str,
             if g != BASE_GROUP:
                 theta_g[i, 0] += next(shifts)
         theta_m = coef[n_feat + n_groups - 1: n_feat + n_groups - 1 + n_feat]
-        overhead = float(max(coef[-1], 0.0))
+        if fit_launch:
+            launch = float(max(coef[-1], 0.0))
+            coef_rest = coef[:-1]
+        else:
+            launch, coef_rest = launch_s, coef
+        overhead = float(max(coef_rest[-1], 0.0)) if fit_overhead else 0.0
         if prev is not None and np.allclose(prev, coef, rtol=1e-6, atol=1e-12):
             break
         prev = coef
@@ -244,8 +253,8 @@ def fit_compute(designs: list[_RowDesign], launch_s: float, features: tuple[str,
         features=tuple(features),
         inv_eff=inv_eff,
         inv_eff_mem=tuple(float(x) for x in theta_m),
-        launch_s=launch_s,
-        optimizer_s_per_tensor=launch_s,
+        launch_s=launch,
+        optimizer_s_per_tensor=launch,
         overhead_s=overhead,
     )
 
