@@ -107,3 +107,18 @@ def test_half_feature_marks_mixed_precision_only():
     spec = gpu_spec("A100-40GB")
     assert FEATURES["half"](spec, "amp") == 1.0
     assert FEATURES["half"](spec, "tf32") == 0.0 and FEATURES["half"](spec, "fp32") == 0.0
+
+
+def test_interference_across_nodes_counts_only_the_gpus_share():
+    from srift.cluster import Cluster, NodeGroup
+
+    sizes = np.array([MiB, 25 * MiB, 25 * MiB])
+    one_node = CM.CommModel(Cluster("a", (NodeGroup(1, 8, "V100-16GB", "nvlink", 25.0, "ethernet"),)))
+    assert one_node.gpu_side_fraction(sizes) == 1.0
+    fractions = []
+    for gbps in (10.0, 100.0, 400.0):
+        two = CM.CommModel(Cluster("b", (NodeGroup(2, 8, "V100-16GB", "nvlink", gbps, "efa"),)))
+        fractions.append(two.gpu_side_fraction(sizes))
+    # A slow network leaves the GPUs mostly waiting; a faster one makes their share grow.
+    assert 0.0 < fractions[0] < fractions[1] < fractions[2] <= 1.0
+    assert fractions[0] < 0.1

@@ -230,6 +230,23 @@ class CommModel:
         out = np.where(s > 0, out, 0.0)
         return float(out) if scalar else out
 
+    def gpu_side_fraction(self, size_bytes: np.ndarray) -> float:
+        """Share of the all-reduce time of these messages during which the GPUs move the data.
+
+        Within one node it is all of it. Across nodes the network sets the pace and the GPUs'
+        part is what the same all-reduce would take over the node's own link (the bytes they copy
+        and reduce), so the interference with backward (``overlap_interference``) shrinks with it.
+        """
+        t = self.topology
+        s = np.asarray(size_bytes, dtype=float)
+        if t.workers <= 1 or t.nodes == 1 or not len(s):
+            return 1.0
+        n = t.workers
+        link_bw = t.link_gbytes_per_s * 1e9
+        gpu_side = 2.0 * (n - 1) / n * s / (link_bw * self._link.efficiency(s))
+        total = self._allreduce_model(s)
+        return float(min(1.0, gpu_side.sum() / max(total.sum(), 1e-30)))
+
     # ---- model internals -----------------------------------------------------------------
     def _spread(self, quantile: float) -> float:
         cls = self._net if self._net is not None else self._link

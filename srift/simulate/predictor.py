@@ -7,13 +7,16 @@ one-shot form.
 
 Iteration = data + forward + backward + exposed communication + communication interference
 + optimizer + overhead (+ K-FAC phases). Interference: on GPUs, each second of all-reduce hidden
-behind backward still costs ``overlap_interference`` seconds (configs/perf/comm.json). Mixed clusters split the batch by speed (hetero.py) and every bucket's
+behind backward still costs ``overlap_interference`` seconds (configs/perf/comm.json), scaled
+across nodes by the share of the all-reduce the GPUs spend moving data (the rest is network wait). Mixed clusters split the batch by speed (hetero.py) and every bucket's
 all-reduce waits for the slowest worker. Spread: the p90 uses the communication model's p90 and a
 compute spread (the measured coefficient of variation, or 3 % for a structural profile) at
 z = 1.2816.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -68,7 +71,7 @@ class Predictor:
         self._profiles: dict[int, Profile] = {}
         self._compute: dict[tuple[str, int], _Compute] = {}
         self._memory: dict[int, dict[str, float]] = {}
-        self._allreduce: dict[tuple[int, float], np.ndarray] = {}
+        self._allreduce: dict[tuple[int, float | str], Any] = {}
         measured_cv = None
         ph = profile.phases
         if ph.total_s and ph.total_s_std is not None:
@@ -112,6 +115,13 @@ class Predictor:
                 self._allreduce.clear()
             ar = self._allreduce[key] = np.asarray(comm.allreduce_time_s(self.bucket_sizes_bytes, quantile), dtype=float)
         return ar
+
+    def _gpu_side(self, comm: CommModel) -> float:
+        key = (id(comm), "gpu_side")
+        f = self._allreduce.get(key)
+        if f is None:
+            f = self._allreduce[key] = comm.gpu_side_fraction(self.bucket_sizes_bytes)
+        return float(f)
 
     # ---- batches ---------------------------------------------------------------------------
     def batches(self, cluster: Cluster) -> list[int]:
@@ -159,7 +169,7 @@ class Predictor:
             exposed50 = max(0.0, comm_end_s(ready, ar50) - compute_end)
             exposed90 = max(0.0, comm_end_s(ready, ar90) - compute_end)
             # The all-reduce hidden behind backward still slows it (shared SMs and memory).
-            k = comm.params.overlap_interference
+            k = comm.params.overlap_interference * self._gpu_side(comm)
             interference50 = k * max(0.0, float(ar50.sum()) - exposed50)
             interference90 = k * max(0.0, float(ar90.sum()) - exposed90)
         optimizer = max(c.times.optimizer_s for c in comps)
