@@ -29,6 +29,7 @@ class GpuSpec:
     boost_clock_mhz: float
     aliases: tuple[str, ...] = ()
     source: str = ""
+    pcie_p2p: bool = True  # GeForce: no PCIe peer-to-peer; NCCL stages through host memory
 
     def peak_flops(self, precision: str) -> float:
         """Peak FLOP/s for a training precision: fp32 (CUDA cores), tf32, or amp (fp16/bf16 tensor)."""
@@ -85,6 +86,7 @@ def gpus() -> dict[str, GpuSpec]:
             boost_clock_mhz=float(d["boost_clock_mhz"]),
             aliases=tuple(d.get("aliases") or ()),
             source=d.get("source", ""),
+            pcie_p2p=bool(d.get("pcie_p2p", True)),
         )
     return out
 

@@ -149,3 +149,16 @@ def test_fitted_model_against_published_nccl_figures():
     s = 17179869184
     measured = s * (2 * 7 / 8) / 483.05e9
     assert p5.allreduce_time_s(s) == pytest.approx(measured, rel=0.3)
+
+
+def test_geforce_cards_without_pcie_p2p_get_half_the_link():
+    # RTX 3090 and RTX A6000 (same GA102 chip) on PCIe 4 (31.5 GB/s): the GeForce card has no
+    # peer-to-peer, so NCCL bounces through host memory and each byte crosses PCIe twice.
+    s = 100e6
+    pro = CommModel(_cluster(NodeGroup(1, 4, "RTX-A6000", "pcie4", 25.0)), PARAMS)
+    geforce = CommModel(_cluster(NodeGroup(1, 4, "RTX-3090", "pcie4", 25.0)), PARAMS)
+    assert pro.allreduce_time_s(s) == pytest.approx(2 * 3 * 1e-6 + 2 * 3 / 4 * s / 31.5e9)
+    assert geforce.allreduce_time_s(s) == pytest.approx(2 * 3 * 1e-6 + 2 * 3 / 4 * s / 15.75e9)
+    # An NVLink bridge is peer-to-peer: no penalty there.
+    bridged = CommModel(_cluster(NodeGroup(1, 2, "RTX-3090", "nvlink", 25.0)), PARAMS)
+    assert bridged.topology.link_gbytes_per_s == pytest.approx(150.0)

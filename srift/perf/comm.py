@@ -36,7 +36,7 @@ import numpy as np
 from srift.cluster import Cluster
 from srift.errors import SriftError
 from srift.fileio import read_json
-from srift.hardware import link as link_spec
+from srift.hardware import CPU, gpu as gpu_spec, link as link_spec
 from srift.resources import configs_dir
 
 PARAMS_SCHEMA = "srift.perf.comm/v1"
@@ -148,15 +148,22 @@ class Topology:
     net_class: str
 
 
+def _link_gbytes_per_s(group) -> float:
+    """Nominal intra-node bandwidth of a node group. Over PCIe without peer-to-peer (GeForce
+    cards, ``pcie_p2p: false`` in configs/gpus.yaml) NCCL stages each transfer through host
+    memory, so every byte crosses PCIe twice: half the bandwidth."""
+    bw = link_spec(group.intra_node).bandwidth_gb_per_s
+    if group.intra_node.startswith("pcie") and group.gpu != CPU and not gpu_spec(group.gpu).pcie_p2p:
+        return bw / 2.0
+    return bw
+
+
 def topology(cluster: Cluster) -> Topology:
     """Reduce a (possibly mixed) cluster to its bottleneck topology: slowest link and network."""
     groups = cluster.node_groups
     multi = [g for g in groups if g.gpus_per_node > 1]
-    if multi:
-        slow = min(multi, key=lambda g: link_spec(g.intra_node).bandwidth_gb_per_s)
-        link_bw, lclass = link_spec(slow.intra_node).bandwidth_gb_per_s, link_class(slow.intra_node)
-    else:
-        link_bw, lclass = link_spec(groups[0].intra_node).bandwidth_gb_per_s, link_class(groups[0].intra_node)
+    slow = min(multi, key=_link_gbytes_per_s) if multi else groups[0]
+    link_bw, lclass = _link_gbytes_per_s(slow), link_class(slow.intra_node)
     slow_net = min(groups, key=lambda g: g.network_gbps)
     if cluster.nodes > 1 and slow_net.network_gbps <= 0:
         raise SriftError(
