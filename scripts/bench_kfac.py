@@ -4,15 +4,18 @@ Runs a small CNN (CIFAR-sized input) data-parallel with N gloo processes, one th
 
 1. first-order DDP + SGD, timing every Linear/Conv2d layer's forward and backward with hooks
    (that is the "compute model" of this CPU for the prediction) and the iteration;
-2. gloo all-reduce times at sizes from 256 B to 8 MB (the cluster's ``comm_calibration``, as
-   ``srift calibrate comm`` writes it);
+2. gloo all-reduce and broadcast times at sizes from 256 B to 8 MB (the cluster's
+   ``comm_calibration``, measured by the code behind ``srift calibrate comm``);
 3. K-FAC with each strategy (naive, mpd, spd): per-phase seconds from the preconditioner's
    timers, and the iteration time.
 
 The prediction is ``srift.simulate.kfac.plan_kfac`` (what ``srift predict --optimizer kfac``
 adds) fed with srift.perf's ``layer_times`` of a profile carrying (1) and srift.perf's
 ``CommModel`` of a CPU cluster carrying (2); the predicted K-FAC iteration is the measured
-first-order iteration plus the predicted K-FAC phases. Usage:
+first-order iteration plus the predicted K-FAC phases. Two predictions are printed: from the
+layers' FLOPs at the model's GEMM rate (a profile without K-FAC kernel times), and from the K-FAC
+kernels timed in each process by ``srift.profiling.kfac_timing.measure_kfac`` (what
+``srift profile --kfac`` records). Usage:
 
     python scripts/bench_kfac.py [--nproc 2 4] [--iters 10] [--batch 32]
 """
@@ -45,6 +48,8 @@ from srift.perf.compute import layer_times  # noqa: E402
 from srift.kfac import KFACPreconditioner  # noqa: E402
 from srift.profile import LayerProfile, Profile  # noqa: E402
 from srift.simulate.kfac import plan_kfac  # noqa: E402
+from srift.profiling.comm import calibration_from_times, time_collectives  # noqa: E402
+from srift.profiling.kfac_timing import measure_kfac  # noqa: E402
 
 STRATEGIES = ("naive", "mpd", "spd")
 COMM_SIZES_ELEMS = [64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 2097152]
@@ -94,25 +99,10 @@ def _time_layers(model: nn.Module) -> tuple[dict, list]:
 
 
 def _calibrate_comm(repeats: int = 11) -> dict:
-    """All-reduce time vs size, in the ``comm_calibration`` format of ``srift calibrate comm``."""
-    out: dict = {"backend": "gloo", "world_size": dist.get_world_size(), "sizes_bytes": [], "times_s": [], "p90_times_s": []}
-    for n in COMM_SIZES_ELEMS:
-        buf = torch.zeros(n)
-        dist.all_reduce(buf)
-        times = []
-        for _ in range(repeats):
-            dist.barrier()
-            t0 = time.perf_counter()
-            dist.all_reduce(buf)
-            times.append(time.perf_counter() - t0)
-        times.sort()
-        # The slowest rank's time is what a collective costs the job.
-        t = torch.tensor([statistics.median(times), times[int(0.9 * (len(times) - 1))]], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        out["sizes_bytes"].append(4 * n)
-        out["times_s"].append(float(t[0]))
-        out["p90_times_s"].append(float(t[1]))
-    return out
+    """All-reduce and broadcast time vs size, measured as ``srift calibrate comm`` does."""
+    sizes = [4 * n for n in COMM_SIZES_ELEMS]
+    times = time_collectives(sizes, repeats, warmup=1)
+    return calibration_from_times("gloo", dist.get_world_size(), sizes, times)
 
 
 def _run(model, pre, data, warmup: int) -> tuple[float, dict]:
@@ -170,6 +160,14 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
     bwd = _max_over_ranks([statistics.median(times[k]["bwd"][skip:]) for k in names])
     result["layers"] = {k: {"fwd_s": f, "bwd_s": b} for k, f, b in zip(names, fwd, bwd)}
 
+    # K-FAC kernels on one batch, as `srift profile --kfac` times them (slowest rank).
+    probe = make_model()
+    x0, y0 = data[0]
+    kt = measure_kfac(probe, lambda: nn.functional.cross_entropy(probe(x0), y0))
+    fields = ("factor_a_s", "factor_g_s", "inverse_a_s", "inverse_g_s", "precondition_s")
+    flat = _max_over_ranks([getattr(kt[k], f) for k in names for f in fields])
+    result["kfac_kernels"] = {k: dict(zip(fields, flat[i * len(fields):(i + 1) * len(fields)])) for i, k in enumerate(names)}
+
     for strategy in STRATEGIES:
         model = DDP(make_model())
         pre = KFACPreconditioner(model, strategy=strategy, lr=0.01,
@@ -191,9 +189,10 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
 
 
 # ---- prediction ------------------------------------------------------------------------------
-def measured_profile(result: dict, batch: int) -> Profile:
+def measured_profile(result: dict, batch: int, kernels: bool) -> Profile:
     """The bench CNN's K-FAC layers: FLOPs (2 per multiply-add), factor dimensions, and the
-    forward/backward seconds measured on this CPU (so srift's compute model returns them)."""
+    forward/backward seconds measured on this CPU (so srift's compute model returns them); with
+    ``kernels``, also the measured K-FAC kernel times."""
     model = make_model()
     shapes = {}
     hooks = [m.register_forward_hook(lambda mod, i, o, n=n: shapes.__setitem__(n, o.shape)) for n, m in kfac_modules(model)]
@@ -210,18 +209,20 @@ def measured_profile(result: dict, batch: int) -> Profile:
             spatial, a_dim = 1, m.in_features
         macs = batch * spatial * a_dim * m.weight.shape[0]
         params = sum(p.numel() for p in m.parameters())
+        k = result["kfac_kernels"][name] if kernels else {}
         layers.append(LayerProfile(name, type(m).__name__, params=params, grad_bytes=4 * params,
                                    fwd_flops=2.0 * macs, bwd_flops=4.0 * macs,
                                    fwd_s=result["layers"][name]["fwd_s"], bwd_s=result["layers"][name]["bwd_s"],
-                                   kfac_a_dim=a_dim + bias, kfac_g_dim=m.weight.shape[0], kfac_spatial=spatial))
+                                   kfac_a_dim=a_dim + bias, kfac_g_dim=m.weight.shape[0], kfac_spatial=spatial,
+                                   **{f"kfac_{f}": v for f, v in k.items()}))
     return Profile("bench-cnn", batch_size=batch, precision="fp32", layers=layers, iterations=1,
                    device={"name": "cpu", "kind": "cpu", "gpu": None})
 
 
-def predict(result: dict, args: argparse.Namespace) -> dict:
+def predict(result: dict, args: argparse.Namespace, kernels: bool) -> dict:
     """srift's K-FAC plan per strategy: srift.perf's compute model on the CPU-measured profile,
     srift.perf's CommModel on a CPU cluster carrying the measured all-reduce calibration."""
-    profile = measured_profile(result, args.batch)
+    profile = measured_profile(result, args.batch, kernels)
     cluster = cluster_from_dict({
         "name": f"local-gloo-{result['world']}",
         "node_groups": [{"count": 1, "gpus_per_node": result["world"], "gpu": "cpu",
@@ -257,18 +258,20 @@ def main() -> None:
             out = os.path.join(tmp, "result.json")
             mp.spawn(worker, args=(world, _free_port(), args, out), nprocs=world, join=True)
             result = json.loads(Path(out).read_text())
-        plans = predict(result, args)
-        print(f"\n{world} gloo processes, batch {args.batch}/process, factor every {args.factor_steps}, "
-              f"inverse every {args.inv_steps} step(s); ms per iteration, measured / predicted "
-              f"(slowest rank; first-order DDP+SGD iteration measured: {1e3 * result['sgd_iter_s']:.1f} ms)")
-        head = f"{'strategy':8} " + " ".join(f"{p:>18}" for p in PHASES) + f" {'K-FAC iteration':>18} {'error':>6}"
-        print(head)
-        for s in STRATEGIES:
-            m, ph = result[s], plans[s].phases
-            cells = [f"{1e3 * m[p]:8.1f} /{1e3 * ph[PRED_KEY.get(p, p)]:7.1f}" for p in PHASES]
-            pred_iter = result["sgd_iter_s"] + sum(ph.values())
-            err = 100 * (pred_iter - m["iter_s"]) / m["iter_s"]
-            print(f"{s:8} " + " ".join(f"{c:>18}" for c in cells) + f" {1e3 * m['iter_s']:8.1f} /{1e3 * pred_iter:7.1f} {err:+5.0f}%")
+        for kernels in (False, True):
+            plans = predict(result, args, kernels)
+            source = "K-FAC kernels timed (srift profile --kfac)" if kernels else "FLOPs at the model's GEMM rate"
+            print(f"\n{world} gloo processes, batch {args.batch}/process, factor every {args.factor_steps}, "
+                  f"inverse every {args.inv_steps} step(s); predicted from {source}; ms per iteration, measured / predicted "
+                  f"(slowest rank; first-order DDP+SGD iteration measured: {1e3 * result['sgd_iter_s']:.1f} ms)")
+            head = f"{'strategy':8} " + " ".join(f"{p:>18}" for p in PHASES) + f" {'K-FAC iteration':>18} {'error':>6}"
+            print(head)
+            for s in STRATEGIES:
+                m, ph = result[s], plans[s].phases
+                cells = [f"{1e3 * m[p]:8.1f} /{1e3 * ph[PRED_KEY.get(p, p)]:7.1f}" for p in PHASES]
+                pred_iter = result["sgd_iter_s"] + sum(ph.values())
+                err = 100 * (pred_iter - m["iter_s"]) / m["iter_s"]
+                print(f"{s:8} " + " ".join(f"{c:>18}" for c in cells) + f" {1e3 * m['iter_s']:8.1f} /{1e3 * pred_iter:7.1f} {err:+5.0f}%")
         spd = result["spd"]
         print(f"spd runtime: owners {spd['owners']} (predicted {plans['spd'].owners}); fused groups "
               f"A {[len(g) for g in spd['groups']['A']]} G {[len(g) for g in spd['groups']['G']]} "

@@ -50,6 +50,11 @@ class LayerProfile:
         kfac_g_dim: K-FAC factor G dimension (d_out) for Linear/Conv2d, else None.
         kfac_spatial: Rows per sample in the factor computation (H_out*W_out for Conv2d, tokens
             for a Linear applied to a sequence, 1 otherwise).
+        kfac_factor_a_s: Measured seconds to compute factor A at this batch (``srift profile
+            --kfac``; None otherwise). ``kfac_factor_g_s`` likewise for factor G.
+        kfac_inverse_a_s: Measured seconds of the damped Cholesky inverse of a factor of A's
+            dimension; ``kfac_inverse_g_s`` likewise for G.
+        kfac_precondition_s: Measured seconds of ``G^-1 grad A^-1`` for this layer.
     """
 
     name: str
@@ -72,6 +77,11 @@ class LayerProfile:
     kfac_a_dim: int | None = None
     kfac_g_dim: int | None = None
     kfac_spatial: int | None = None
+    kfac_factor_a_s: float | None = None
+    kfac_factor_g_s: float | None = None
+    kfac_inverse_a_s: float | None = None
+    kfac_inverse_g_s: float | None = None
+    kfac_precondition_s: float | None = None
 
 
 @dataclass
@@ -222,6 +232,10 @@ class Profile:
                     fwd_s_std=None if layer.fwd_s_std is None else layer.fwd_s_std * fr,
                     bwd_s=None if layer.bwd_s is None else layer.bwd_s * br,
                     bwd_s_std=None if layer.bwd_s_std is None else layer.bwd_s_std * br,
+                    # Factor rows grow with the batch and the sequence; inverses and
+                    # preconditioning depend on the factor dimensions only.
+                    kfac_factor_a_s=None if layer.kfac_factor_a_s is None else layer.kfac_factor_a_s * rb * rs,
+                    kfac_factor_g_s=None if layer.kfac_factor_g_s is None else layer.kfac_factor_g_s * rb * rs,
                 )
             )
         ratio_flops = (sum(l.fwd_flops + l.bwd_flops for l in layers) / max(self.fwd_flops + self.bwd_flops, 1e-30))
@@ -349,7 +363,9 @@ class Profile:
 
 
 _INT_FIELDS = {"params", "grad_bytes", "grad_ready_order", "kfac_a_dim", "kfac_g_dim", "kfac_spatial"}
-_OPTIONAL = {"fwd_s", "fwd_s_std", "bwd_s", "bwd_s_std", "grad_ready_order", "kfac_a_dim", "kfac_g_dim", "kfac_spatial"}
+KFAC_TIME_FIELDS = ("kfac_factor_a_s", "kfac_factor_g_s", "kfac_inverse_a_s", "kfac_inverse_g_s", "kfac_precondition_s")
+_OPTIONAL = {"fwd_s", "fwd_s_std", "bwd_s", "bwd_s_std", "grad_ready_order", "kfac_a_dim", "kfac_g_dim", "kfac_spatial",
+             *KFAC_TIME_FIELDS}
 
 
 def _layer_to_dict(layer: LayerProfile) -> dict[str, Any]:

@@ -18,8 +18,10 @@ def test_calibrate_gloo_two_processes(tmp_path, capsys):
     assert calib["sizes_bytes"] == [4096, 262144, 1048576] and all(t > 0 for t in calib["times_s"])
     assert all(p90 >= p50 for p50, p90 in zip(calib["times_s"], calib["p90_times_s"]))
     model = CommModel(cluster)
-    # The model reproduces the measured points.
+    # The model reproduces the measured points, all-reduce and broadcast alike.
     assert model.allreduce_time_s(262144) == pytest.approx(calib["times_s"][1], rel=1e-6)
+    assert len(calib["broadcast_times_s"]) == 3 and all(t > 0 for t in calib["broadcast_times_s"])
+    assert model.broadcast_time_s(262144) == pytest.approx(calib["broadcast_times_s"][1], rel=1e-6)
     assert "Wrote" in capsys.readouterr().out
 
 

@@ -203,3 +203,45 @@ def test_amp_jobs_run_the_kfac_math_at_the_fp32_rate():
     amp = kfac_phases(_profile(), cluster, Job(optimizer="kfac", precision="amp"), TIMES, None)
     assert amp["preconditioning"] == pytest.approx(fp32["preconditioning"] / ratio)
     assert amp["factor_compute"] == pytest.approx(fp32["factor_compute"] / ratio)
+
+
+def _measured_kfac_profile():
+    """The two-layer profile with forward/backward and K-FAC kernel times as `srift profile --kfac`
+    records them (the compute model then returns the measured layer times: anchored)."""
+    p = _profile()
+    kernels = {"conv": (4e-3, 1e-3, 2e-3, 5e-4, 3e-4), "fc": (1e-3, 2e-4, 6e-3, 2e-3, 7e-4)}
+    for layer in p.layers:
+        layer.fwd_s, layer.bwd_s = 1e-3, 2e-3
+        (layer.kfac_factor_a_s, layer.kfac_factor_g_s, layer.kfac_inverse_a_s,
+         layer.kfac_inverse_g_s, layer.kfac_precondition_s) = kernels[layer.name]
+    return p
+
+
+@dataclass
+class Measured(Times):
+    anchored: bool = True
+
+
+def test_measured_kernel_times_replace_the_flop_model():
+    p = _measured_kfac_profile()
+    job = Job(optimizer="kfac", kfac_strategy="naive")
+    ph = kfac_phases(p, Workers(1), job, Measured([1e-3, 1e-3], [2e-3, 2e-3]), None)
+    assert ph == pytest.approx({
+        "factor_compute": 4e-3 + 1e-3 + 1e-3 + 2e-4, "exposed_factor_comm": 0.0,
+        "inversion": 2e-3 + 5e-4 + 6e-3 + 2e-3, "inverse_broadcast": 0.0, "preconditioning": 3e-4 + 7e-4,
+    })
+    # A GPU twice as fast on the model's layers runs the K-FAC kernels twice as fast.
+    fast = kfac_phases(p, Workers(1), job, Measured([5e-4, 5e-4], [1e-3, 1e-3]), None)
+    assert fast == pytest.approx({k: v / 2 for k, v in ph.items()})
+    # Layer times from the FLOP model alone (not anchored): the kernel times do not apply.
+    flops = kfac_phases(p, Workers(1), job, TIMES, None)
+    assert flops["factor_compute"] == pytest.approx(73.04e-6)
+
+
+def test_kernel_times_follow_the_batch_when_the_profile_is_rescaled():
+    p = _measured_kfac_profile().rescale(batch_size=16)
+    conv = p.layers[0]
+    assert conv.kfac_factor_a_s == pytest.approx(8e-3) and conv.kfac_factor_g_s == pytest.approx(2e-3)
+    assert conv.kfac_inverse_a_s == 2e-3 and conv.kfac_precondition_s == 3e-4  # dimensions unchanged
+    again = Profile.from_dict(p.to_dict())
+    assert again.layers[1].kfac_inverse_g_s == pytest.approx(2e-3)

@@ -162,3 +162,17 @@ def test_geforce_cards_without_pcie_p2p_get_half_the_link():
     # An NVLink bridge is peer-to-peer: no penalty there.
     bridged = CommModel(_cluster(NodeGroup(1, 2, "RTX-3090", "nvlink", 25.0)), PARAMS)
     assert bridged.topology.link_gbytes_per_s == pytest.approx(150.0)
+
+
+def test_a_measured_broadcast_curve_serves_broadcasts():
+    calib = {"backend": "gloo", "world_size": 2, "sizes_bytes": [1e3, 1e6],
+             "times_s": [1e-4, 4e-3], "p90_times_s": [1e-4, 4e-3],
+             "broadcast_times_s": [5e-5, 1e-3], "broadcast_p90_times_s": [6e-5, 2e-3]}
+    m = CommModel(_cluster(NodeGroup(1, 2, "cpu", "shared-memory", 0.0), calib=calib), PARAMS)
+    assert m.broadcast_time_s(1e6) == pytest.approx(1e-3)
+    assert m.broadcast_time_s(1e6, quantile=0.9) == pytest.approx(2e-3)
+    assert m.broadcast_time_s(np.array([0.0, 1e3])) == pytest.approx([0.0, 5e-5])
+    # Without one, a broadcast is read off the all-reduce curve (2 workers: the same bytes).
+    del calib["broadcast_times_s"], calib["broadcast_p90_times_s"]
+    m = CommModel(_cluster(NodeGroup(1, 2, "cpu", "shared-memory", 0.0), calib=calib), PARAMS)
+    assert m.broadcast_time_s(1e6) == pytest.approx(4e-3)

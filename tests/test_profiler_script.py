@@ -154,3 +154,19 @@ def test_zoo_model_structural_profile_from_the_cli(tmp_path: Path) -> None:
 def test_script_and_model_together_is_a_usage_error(tmp_path: Path) -> None:
     res = _srift("profile", "train.py", "--model", "resnet50", cwd=tmp_path)
     assert res.returncode == 2 and "give either a training script or --model NAME" in res.stderr
+
+
+def test_kfac_flag_times_the_kfac_kernels_of_every_linear_and_conv(tmp_path: Path) -> None:
+    prof = _profile(tmp_path, EXAMPLES / "train_cnn.py", "--batch-size", "8", extra=("--kfac",))
+    kfac = [l for l in prof.layers if l.kfac_a_dim]
+    assert [l.name for l in kfac] == ["conv1", "conv2", "fc"]
+    for layer in kfac:
+        for f in ("kfac_factor_a_s", "kfac_factor_g_s", "kfac_inverse_a_s", "kfac_inverse_g_s", "kfac_precondition_s"):
+            assert getattr(layer, f) is not None and getattr(layer, f) > 0, (layer.name, f)
+    assert all(l.kfac_factor_a_s is None for l in prof.layers if not l.kfac_a_dim)
+    assert any("K-FAC kernels timed on 3 layers" in n for n in prof.notes)
+
+
+def test_kfac_flag_needs_a_script(tmp_path: Path) -> None:
+    res = _srift("profile", "--model", "resnet18", "--kfac", cwd=tmp_path)
+    assert res.returncode == 2 and "To fix" in res.stderr and "Traceback" not in res.stderr

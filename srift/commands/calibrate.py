@@ -1,4 +1,4 @@
-"""`srift calibrate comm`: measure this machine's all-reduce and write a cluster file."""
+"""`srift calibrate comm`: measure this machine's all-reduce and broadcast and write a cluster file."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
         sizes: Optional[str] = typer.Option(None, "--sizes", help="Comma-separated message sizes in bytes (default 1 KiB..64 MiB)."),
         reps: int = typer.Option(10, "--reps", help="Timed repetitions per size."),
     ) -> None:
-        """Measure all-reduce time vs message size and write a cluster YAML usable with --cluster."""
+        """Measure all-reduce and broadcast time vs message size and write a cluster YAML usable with --cluster."""
         from srift.errors import SriftError
 
         try:

@@ -34,6 +34,7 @@ def register(app: typer.Typer) -> None:
         batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Samples per optimizer step (default: detected)."),
         seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Sequence length (zoo transformer models)."),
         precision: str = typer.Option("fp32", "--precision", help="fp32, tf32 or amp (zoo models)."),
+        kfac: bool = typer.Option(False, "--kfac", help="Also time K-FAC's factor, inversion and preconditioning kernels (scripts)."),
     ) -> None:
         """Profile a training script (`srift profile train.py -- ARGS`) or a zoo model (`--model resnet50`)."""
         if (script is None) == (model is None):
@@ -42,6 +43,9 @@ def register(app: typer.Typer) -> None:
         if model is not None:
             if ctx.args:
                 raise SriftError(f"unexpected arguments {' '.join(ctx.args)} with --model.", "script arguments only apply to a script.")
+            if kfac:
+                raise SriftError("--kfac times real kernels, so it needs a training script, not --model.",
+                                 "run `srift profile train.py --kfac -- ARGS`.")
             _require_torch()
             from srift.zoo import canonical_name, structural_profile
 
@@ -59,7 +63,8 @@ def register(app: typer.Typer) -> None:
         args = [a for a in ctx.args]
         if args[:1] == ["--"]:
             args = args[1:]
-        result = profile_script(script, args, warmup=warmup, iters=iters, output=output, name=name, batch_size=batch_size)
+        result = profile_script(script, args, warmup=warmup, iters=iters, output=output, name=name, batch_size=batch_size,
+                                kfac=kfac)
         for w in result.warnings:
             print(f"Warning: {w}", file=sys.stderr)
         prof = result.profile

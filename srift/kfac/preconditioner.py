@@ -28,7 +28,7 @@ from torch import nn
 
 from srift.kfac import STRATEGIES, schedule
 from srift.kfac.distributed import Comm, FusedAllReducer, pack_upper, unpack_upper
-from srift.kfac.layers import KFACLayer, make_layer, supported
+from srift.kfac.layers import KFACLayer, damped_inverse, make_layer, supported
 
 Hyper = Union[float, Callable[[int], float]]
 PHASES = ("factor_compute", "factor_comm", "inversion", "inverse_broadcast", "preconditioning")
@@ -333,9 +333,7 @@ class KFACPreconditioner:
         if self.inverse_method == "eigen":
             evals, evecs = torch.linalg.eigh(f)
             return torch.cat([evecs, evals.clamp_min(0.0)[None, :]], dim=0)
-        m = f.clone()
-        m.diagonal().add_(damp)
-        return torch.cholesky_inverse(torch.linalg.cholesky(m))
+        return damped_inverse(f, damp)
 
     def _pi_damping(self, layer: KFACLayer) -> tuple[float, float]:
         lam = self._value(self.damping)

@@ -19,7 +19,8 @@ SuperBench NCCL results and shipped in ``configs/perf/comm.json``, with each cla
 
 Mixed clusters run at the slowest link and network of any node group. A measured curve in
 ``cluster.comm_calibration`` (from ``srift calibrate comm``) replaces the model (log-log
-interpolation). One worker: 0 seconds.
+interpolation); its broadcast curve, when it has one, serves broadcasts, otherwise they are read
+off the all-reduce curve. One worker: 0 seconds.
 """
 
 from __future__ import annotations
@@ -194,7 +195,13 @@ class CommModel:
         self.cluster = cluster
         self.topology = _topology or topology(cluster)
         self.params = params or load_params()
-        self.calibration = _Calibration.from_dict(cluster.comm_calibration, self.topology.workers) if cluster.comm_calibration else None
+        calib = cluster.comm_calibration
+        self.calibration = _Calibration.from_dict(calib, self.topology.workers) if calib else None
+        # A measured broadcast curve (srift calibrate comm writes one) serves broadcasts directly.
+        self.broadcast_calibration = _Calibration.from_dict(
+            {"sizes_bytes": calib["sizes_bytes"], "times_s": calib["broadcast_times_s"],
+             "p90_times_s": calib.get("broadcast_p90_times_s")}, self.topology.workers,
+        ) if calib and calib.get("broadcast_times_s") else None
         t = self.topology
         self._link = self.params.get(t.link_class)
         self._net = self.params.get(t.net_class) if t.nodes > 1 else None
@@ -222,6 +229,11 @@ class CommModel:
         # A pipelined broadcast moves each byte over each link once; an all-reduce moves
         # 2(n-1)/n: a measured all-reduce curve is read at the size scaled by that ratio.
         n = self.topology.workers
+        if self.broadcast_calibration is not None and n > 1:
+            scalar = np.ndim(size_bytes) == 0
+            s = np.asarray(size_bytes, dtype=float)
+            out = np.where(s > 0, self.broadcast_calibration.time_s(s, quantile), 0.0)
+            return float(out) if scalar else out
         return self._collective(size_bytes, quantile, self._broadcast_model, n / (2.0 * (n - 1)) if n > 1 else 1.0)
 
     def _collective(self, size_bytes: float | np.ndarray, quantile: float,

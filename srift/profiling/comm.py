@@ -1,9 +1,11 @@
-"""`srift calibrate comm`: measure all-reduce time vs message size on this machine, write a cluster file.
+"""`srift calibrate comm`: measure all-reduce and broadcast time vs message size on this machine,
+write a cluster file.
 
 Spawns ``nproc`` processes with torch.distributed (gloo on CPU, or nccl with one GPU each), times
-``all_reduce`` of float32 tensors of each size (warm-up, then repetitions; median and p90 of the
-slowest rank per repetition), and writes a srift cluster YAML whose ``comm_calibration`` curve the
-communication model interpolates instead of its own model.
+``all_reduce`` and ``broadcast`` of float32 tensors of each size (warm-up, then repetitions;
+median and p90 of the slowest rank per repetition), and writes a srift cluster YAML whose
+``comm_calibration`` curves the communication model interpolates instead of its own model (the
+broadcast curve serves K-FAC's inverse broadcasts).
 """
 
 from __future__ import annotations
@@ -24,6 +26,57 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def time_collectives(sizes: list[int], reps: int, warmup: int, device: Any = "cpu") -> dict[str, list[list[float]]]:
+    """Time ``all_reduce`` and ``broadcast`` (from rank 0) of float32 tensors of each size in the
+    current process group: per size, the slowest rank's seconds of each measured repetition.
+
+    Every rank must call it with the same arguments (it runs collectives).
+    """
+    import torch
+    import torch.distributed as dist
+
+    cuda = torch.device(device).type == "cuda"
+    out: dict[str, list[list[float]]] = {"all_reduce": [], "broadcast": []}
+    ops = {"all_reduce": lambda x: dist.all_reduce(x), "broadcast": lambda x: dist.broadcast(x, 0)}
+    for size in sizes:
+        x = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
+        for name, op in ops.items():
+            times = []
+            for i in range(warmup + reps):
+                dist.barrier()
+                if cuda:
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                op(x)
+                if cuda:
+                    torch.cuda.synchronize()
+                t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
+                dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank sets the time
+                if i >= warmup:
+                    times.append(float(t.item()))
+            out[name].append(times)
+    return out
+
+
+def calibration_from_times(backend: str, world: int, sizes: list[int], times: dict[str, list[list[float]]]) -> dict[str, Any]:
+    """The ``comm_calibration`` mapping of measured times (median and p90 per size)."""
+
+    def p50(ts: list[list[float]]) -> list[float]:
+        return [statistics.median(t) for t in ts]
+
+    def p90(ts: list[list[float]]) -> list[float]:
+        return [max(sorted(t)[min(len(t) - 1, int(round(0.9 * (len(t) - 1))))], statistics.median(t)) for t in ts]
+
+    ar, bc = times["all_reduce"], times.get("broadcast")
+    out = {"backend": backend, "world_size": world, "sizes_bytes": [int(s) for s in sizes],
+           "times_s": p50(ar), "p90_times_s": p90(ar)}
+    if bc:
+        out.update(broadcast_times_s=p50(bc), broadcast_p90_times_s=p90(bc))
+    out.update(repetitions=len(ar[0]) if ar else 0, measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               host=socket.gethostname())
+    return out
+
+
 def _worker(rank: int, world: int, backend: str, port: int, sizes: list[int], reps: int, warmup: int, out: Any) -> None:
     import torch
     import torch.distributed as dist
@@ -35,31 +88,15 @@ def _worker(rank: int, world: int, backend: str, port: int, sizes: list[int], re
         device = torch.device("cuda", rank)
     dist.init_process_group(backend, rank=rank, world_size=world)
     try:
-        results = []
-        for size in sizes:
-            x = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
-            times = []
-            for i in range(warmup + reps):
-                dist.barrier()
-                if backend == "nccl":
-                    torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                dist.all_reduce(x)
-                if backend == "nccl":
-                    torch.cuda.synchronize()
-                t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
-                dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank sets the time
-                if i >= warmup:
-                    times.append(float(t.item()))
-            results.append(times)
+        times = time_collectives(sizes, reps, warmup, device)
         if rank == 0:
-            out.put(results)
+            out.put(times)
     finally:
         dist.destroy_process_group()
 
 
-def measure_allreduce(backend: str, nproc: int, sizes: list[int] | None = None, reps: int = 10, warmup: int = 3) -> dict[str, Any]:
-    """Measure the all-reduce curve; returns a ``comm_calibration`` mapping.
+def measure_collectives(backend: str, nproc: int, sizes: list[int] | None = None, reps: int = 10, warmup: int = 3) -> dict[str, Any]:
+    """Measure the all-reduce and broadcast curves; returns a ``comm_calibration`` mapping.
 
     Raises:
         SriftError: for a bad backend or process count, or nccl without enough GPUs.
@@ -82,12 +119,7 @@ def measure_allreduce(backend: str, nproc: int, sizes: list[int] | None = None, 
     port = _free_port()
     mp.start_processes(_worker, args=(nproc, backend, port, sizes, reps, warmup, queue), nprocs=nproc, join=True,
                        start_method="spawn")
-    results = queue.get()
-    p50 = [statistics.median(t) for t in results]
-    p90 = [sorted(t)[min(len(t) - 1, int(round(0.9 * (len(t) - 1))))] for t in results]
-    return {"backend": backend, "world_size": nproc, "sizes_bytes": [int(s) for s in sizes],
-            "times_s": p50, "p90_times_s": [max(a, b) for a, b in zip(p90, p50)], "repetitions": reps,
-            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": socket.gethostname()}
+    return calibration_from_times(backend, nproc, sizes, queue.get())
 
 
 def calibration_cluster(calib: dict[str, Any], name: str | None = None) -> dict[str, Any]:
@@ -115,6 +147,6 @@ def calibrate(backend: str, nproc: int, output: str | Path, sizes: list[int] | N
     """Measure and write the cluster file atomically; returns the document written."""
     from srift.fileio import write_yaml
 
-    doc = calibration_cluster(measure_allreduce(backend, nproc, sizes, reps))
+    doc = calibration_cluster(measure_collectives(backend, nproc, sizes, reps))
     write_yaml(output, doc)
     return doc

@@ -150,6 +150,7 @@ def profile_script(
     name: str | None = None,
     batch_size: int | None = None,
     show_progress: bool | None = None,
+    kfac: bool = False,
 ) -> ProfileResult:
     """Run ``script`` under the profiler and write its profile (see module docstring).
 
@@ -162,6 +163,7 @@ def profile_script(
         name: Profile name (default: the script's file name without extension).
         batch_size: Override of the detected samples per optimizer step.
         show_progress: Show a progress bar (default: when stderr is a terminal).
+        kfac: Also time K-FAC's kernels on the captured batch (srift/profiling/kfac_timing.py).
 
     Raises:
         SriftError: bad arguments (exit 2), or the script failed / never stepped (exit 1).
@@ -182,7 +184,7 @@ def profile_script(
     session = _Session(warmup, iters, progress)
     stopped = _run(path, script_args, session)
     try:
-        return _finish(session, stopped, name, out_path, batch_size)
+        return _finish(session, stopped, name, out_path, batch_size, kfac)
     finally:
         session.close()
 
@@ -251,7 +253,8 @@ def _print_script_traceback(exc: BaseException, path: Path) -> None:
     traceback.print_exception(type(exc), exc, tb if tb is not None else exc.__traceback__, file=sys.stderr)
 
 
-def _finish(session: _Session, stopped: bool, name: str, out_path: Path, batch_override: int | None) -> ProfileResult:
+def _finish(session: _Session, stopped: bool, name: str, out_path: Path, batch_override: int | None,
+            kfac: bool = False) -> ProfileResult:
     if session.optimizer is None:
         raise SriftError("the script never called optimizer.step(), so there was no iteration to measure; no profile was written.",
                          "make sure the script trains (a torch.optim optimizer's step()) with the arguments given.", exit_code=1)
@@ -327,6 +330,8 @@ def _finish(session: _Session, stopped: bool, name: str, out_path: Path, batch_o
         total_s=total,
         total_s_std=total_std,
     )
+    if kfac:
+        _kfac_times(session, layers, micro, notes)
     notes.extend(warnings)
     profile = Profile(
         name=name,
@@ -348,26 +353,61 @@ def _finish(session: _Session, stopped: bool, name: str, out_path: Path, batch_o
     return ProfileResult(profile, path, warnings)
 
 
+def _analysis_step(session: _Session) -> Any:
+    """One forward pass of the model on the batch captured in warm-up, returning a scalar to
+    backpropagate, under the script's autocast; None when no batch was captured."""
+    timer, model = session.timer, session.model
+    assert timer is not None and model is not None
+    if timer.capture is None:
+        return None
+    args, kwargs = timer.capture
+
+    def step() -> Any:
+        if timer.autocast is not None:
+            with torch.autocast(timer.autocast[0], dtype=timer.autocast[1]):
+                out = model(*args, **kwargs)
+        else:
+            out = model(*args, **kwargs)
+        t = _loss_tensor(out)
+        return t.float().sum() if t is not None else out
+
+    return step
+
+
+def _kfac_times(session: _Session, layers: list[LayerProfile], micro: int, notes: list[str]) -> None:
+    """Time K-FAC's kernels on the captured batch and write them into ``layers``."""
+    from srift.profiling.kfac_timing import measure_kfac
+
+    step = _analysis_step(session)
+    if step is None:
+        notes.append("--kfac: no training forward pass was captured; K-FAC kernels were not timed")
+        return
+    try:
+        times = measure_kfac(session.model, step)
+    except Exception as exc:  # keep the profile; say why the K-FAC times are missing
+        notes.append(f"--kfac: timing K-FAC kernels failed ({type(exc).__name__}: {exc})")
+        return
+    for layer in layers:
+        t = times.get(layer.name)
+        if t is None:
+            continue
+        # Factors are built per micro-batch: a step of `micro` micro-batches builds them `micro` times.
+        layer.kfac_factor_a_s, layer.kfac_factor_g_s = t.factor_a_s * micro, t.factor_g_s * micro
+        layer.kfac_inverse_a_s, layer.kfac_inverse_g_s = t.inverse_a_s, t.inverse_g_s
+        layer.kfac_precondition_s = t.precondition_s
+    notes.append(f"--kfac: K-FAC kernels timed on {len(times)} layers (factors, Cholesky inverses, preconditioning; fp32)")
+
+
 def _structure(session: _Session, notes: list[str]) -> list[LayerProfile]:
     """Per-layer FLOPs/bytes/params from one untimed analysed step on the captured batch."""
     from srift.profiling.flops import analyze_layers
 
     timer, model = session.timer, session.model
     assert timer is not None and model is not None
-    captured = timer.capture
-    if captured is not None:
-        args, kwargs = captured
-
-        def step() -> Any:
-            out = model(*args, **kwargs)
-            t = _loss_tensor(out)
-            return t.float().sum() if t is not None else out
-
+    step = _analysis_step(session)
+    if step is not None:
         try:
             with torch.enable_grad():
-                if timer.autocast is not None:
-                    with torch.autocast(timer.autocast[0], dtype=timer.autocast[1]):
-                        return analyze_layers(model, step)
                 return analyze_layers(model, step)
         except Exception as exc:  # a model FlopCounterMode cannot trace: keep the timings
             notes.append(f"structural analysis failed ({type(exc).__name__}: {exc}); FLOPs and bytes are missing")

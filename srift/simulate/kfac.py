@@ -12,7 +12,9 @@ runtime uses. FLOP counts follow shared/KFAC.md 1.3:
 
 They run at the effective FLOP/s the compute model predicts for the model's own Linear/Conv layers
 on the target GPU (forward + backward FLOPs over forward + backward seconds): the same dense GEMM
-kind of work, so the same efficiency; in fp32 (see ``fp32_rate_scale``).
+kind of work, so the same efficiency; in fp32 (see ``fp32_rate_scale``). A profile made with
+``srift profile --kfac`` carries the kernels' measured times instead (im2col and Cholesky run well
+below GEMM speed); those are used, scaled by ``measured_scale``.
 """
 
 from __future__ import annotations
@@ -133,6 +135,20 @@ def effective_flops_per_s(profile: Profile, seconds: list[tuple[float, float]]) 
     )
 
 
+def measured_scale(profile: Profile, layers: list[LayerProfile], seconds: list[tuple[float, float]]) -> float | None:
+    """Factor from the measured K-FAC kernel times (``srift profile --kfac``) to the target: the
+    target's forward + backward seconds of the K-FAC layers over the measured ones (1 on the
+    profiling device itself). None when some K-FAC layer lacks a measured kernel time."""
+    from srift.profile import KFAC_TIME_FIELDS
+
+    if not all(getattr(l, f) is not None for l in layers for f in KFAC_TIME_FIELDS):
+        return None
+    by_id = {id(l): s for l, s in zip(profile.layers, seconds)}
+    target = sum(sum(by_id[id(l)]) for l in layers)
+    measured = sum((l.fwd_s or 0.0) + (l.bwd_s or 0.0) for l in layers)
+    return target / measured if target > 0 and measured > 0 else 1.0
+
+
 def fp32_rate_scale(cluster: Any, precision: str) -> float:
     """K-FAC's factors, inversions and preconditioning run in fp32 (srift.kfac disables autocast:
     fp16 factors diverge). Under ``amp`` the model's layers run on the fp16 tensor path, so the
@@ -178,8 +194,19 @@ def plan_kfac(profile: Profile, cluster: Any, job: Any, compute: Any, comm: Comm
     def allreduce(nbytes: float) -> float:
         return float(comm.allreduce_time_s(nbytes, quantile)) if distributed else 0.0  # type: ignore[union-attr]
 
-    def invert(d: int) -> float:
-        return d**3 / rate
+    # Only where the layer times themselves come from measurements (a CPU profile says nothing
+    # about a GPU's kernels, and the compute model treats it as structural there).
+    anchor = measured_scale(profile, layers, seconds) if getattr(compute, "anchored", False) else None
+    if anchor is not None:
+        # `srift profile --kfac` timed the real kernels on the profiling device: use them, scaled
+        # to the target by how much faster its model layers run.
+        inverse_s = {d: s for l in layers for d, s in ((l.kfac_a_dim, l.kfac_inverse_a_s), (l.kfac_g_dim, l.kfac_inverse_g_s))}
+
+        def invert(d: int) -> float:
+            return inverse_s[d] * anchor  # type: ignore[operator]
+    else:
+        def invert(d: int) -> float:
+            return d**3 / rate
 
     packed = strategy == "spd"
 
@@ -190,8 +217,12 @@ def plan_kfac(profile: Profile, cluster: Any, job: Any, compute: Any, comm: Comm
     def broadcast(d: int) -> float:
         return float(comm.broadcast_time_s(factor_bytes(d), quantile)) if distributed else 0.0  # type: ignore[union-attr]
 
-    fa = [factor_flops(l, b)[0] / rate for l in layers]
-    fg = [factor_flops(l, b)[1] / rate for l in layers]
+    if anchor is not None:
+        fa = [l.kfac_factor_a_s * anchor for l in layers]  # type: ignore[operator]
+        fg = [l.kfac_factor_g_s * anchor for l in layers]  # type: ignore[operator]
+    else:
+        fa = [factor_flops(l, b)[0] / rate for l in layers]
+        fg = [factor_flops(l, b)[1] / rate for l in layers]
     factor_compute = sum(fa) + sum(fg)
     plan = KfacPlan(strategy, workers, [l.name for l in layers], dims, rate, schedule.place_local(len(dims)))
 
@@ -214,7 +245,10 @@ def plan_kfac(profile: Profile, cluster: Any, job: Any, compute: Any, comm: Comm
     plan.owners = owners
     timeline = schedule.inversion_timeline(dims, owners, workers, invert, broadcast, overlap=strategy == "spd")
 
-    precond = sum(precondition_flops(l) for l in layers) / rate
+    if anchor is not None:
+        precond = sum(l.kfac_precondition_s for l in layers) * anchor  # type: ignore[misc]
+    else:
+        precond = sum(precondition_flops(l) for l in layers) / rate
     plan.phases_per_update = {
         "factor_compute": factor_compute,
         "exposed_factor_comm": exposed_comm,
