@@ -245,3 +245,25 @@ def test_kernel_times_follow_the_batch_when_the_profile_is_rescaled():
     assert conv.kfac_inverse_a_s == 2e-3 and conv.kfac_precondition_s == 3e-4  # dimensions unchanged
     again = Profile.from_dict(p.to_dict())
     assert again.layers[1].kfac_inverse_g_s == pytest.approx(2e-3)
+
+
+@dataclass
+class CpuWorkers:  # a cluster of CPU processes (gloo): collectives share the computing cores
+    gpus: int
+    node_groups: tuple = ()
+
+    def __post_init__(self):
+        self.node_groups = (type("Group", (), {"gpu": "cpu"})(),)
+
+
+def test_spd_on_cpu_workers_exposes_every_fused_all_reduce():
+    job = Job(optimizer="kfac", kfac_strategy="spd")
+    comm = LinearComm(1e-4, 1e-9)
+    plan = plan_kfac(_profile(), CpuWorkers(2), job, TIMES, comm)
+    # Same fusion as on GPUs (no merge at alpha 100 us), but nothing hides behind backward: four
+    # packed all-reduces (10x10 -> 55, 17x17 -> 153, 4x4 -> 10, 10x10 -> 55 elements).
+    assert plan.groups_a == [[0], [1]] and plan.groups_g == [[1], [0]]
+    expected = sum(comm.allreduce_time_s(4 * e) for e in (55, 153, 10, 55))
+    assert plan.phases["exposed_factor_comm"] == pytest.approx(expected)
+    gpu = plan_kfac(_profile(), Workers(2), job, TIMES, comm)
+    assert gpu.phases["exposed_factor_comm"] == pytest.approx(0.0, abs=1e-12)

@@ -10,7 +10,7 @@ training step:
   runs), from the layer's input and output gradient;
 - the damped Cholesky inverse of every distinct factor dimension (on the first factor that has
   it: the cost depends on the dimension only);
-- preconditioning, ``G^-1 grad A^-1``, per layer.
+- preconditioning per layer: gathering the gradient, ``G^-1 grad A^-1`` and its KL-clip term.
 
 Each is the median of ``repeats`` timed runs after one warm-up run, synchronised on CUDA. The
 model's parameter gradients are restored afterwards.
@@ -119,7 +119,14 @@ def _measure_layer(layer: KFACLayer, x: torch.Tensor, g: torch.Tensor, repeats: 
             inverse_s[dim], inv = _timed(lambda: damped_inverse(f, damp), sync, repeats)
             inverses.append(inv)
     a_inv, g_inv = inverses
-    grad = layer.grad_matrix()
-    grad = torch.zeros(layer.g_dim, layer.a_dim, device=a.device) if grad is None else grad.float()
-    p_s, _ = _timed(lambda: g_inv @ grad @ a_inv, sync, repeats)
+
+    def precondition() -> float:
+        # What the preconditioner does per layer: gather the gradient (bias as a column),
+        # G^-1 grad A^-1, and the layer's term of the KL-clip sum.
+        grad = layer.grad_matrix()
+        grad = torch.zeros(layer.g_dim, layer.a_dim, device=a.device) if grad is None else grad.float()
+        p = g_inv @ grad @ a_inv
+        return float((p * grad).sum())
+
+    p_s, _ = _timed(precondition, sync, repeats)
     return KfacLayerTimes(fa_s, fg_s, inverse_s[layer.a_dim], inverse_s[layer.g_dim], p_s)

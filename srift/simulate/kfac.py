@@ -188,6 +188,9 @@ def plan_kfac(profile: Profile, cluster: Any, job: Any, compute: Any, comm: Comm
     dims = [d for l in layers for d in (l.kfac_a_dim, l.kfac_g_dim)]  # type: ignore[misc]
     b = profile.batch_size
     distributed = workers > 1 and comm is not None
+    # CPU processes (gloo) run collectives on the cores that compute: nothing overlaps there, as
+    # in the first-order simulation (srift/simulate/predictor.py).
+    cpu_workers = any(getattr(g, "gpu", None) == "cpu" for g in getattr(cluster, "node_groups", ()))
 
     # Cost models are called for the same few sizes many times (placement, timelines): memoize.
     @functools.lru_cache(maxsize=None)
@@ -233,7 +236,7 @@ def plan_kfac(profile: Profile, cluster: Any, job: Any, compute: Any, comm: Comm
         # D-KFAC / MPD: after backward, one all-reduce per full factor, nothing to overlap with.
         exposed_comm = sum(allreduce(factor_bytes(d)) for d in dims)
     else:
-        exposed_comm = _spd_exposed_comm(profile, layers, seconds, fa, fg, factor_bytes, allreduce, plan)
+        exposed_comm = _spd_exposed_comm(profile, layers, seconds, fa, fg, factor_bytes, allreduce, plan, cpu_workers)
 
     # ---- inversions and broadcasts ---------------------------------------------------------
     if strategy == "naive" or not distributed:
@@ -243,7 +246,7 @@ def plan_kfac(profile: Profile, cluster: Any, job: Any, compute: Any, comm: Comm
     else:
         owners = schedule.place_inversions(dims, workers, invert, broadcast)
     plan.owners = owners
-    timeline = schedule.inversion_timeline(dims, owners, workers, invert, broadcast, overlap=strategy == "spd")
+    timeline = schedule.inversion_timeline(dims, owners, workers, invert, broadcast, overlap=strategy == "spd" and not cpu_workers)
 
     if anchor is not None:
         precond = sum(l.kfac_precondition_s for l in layers) * anchor  # type: ignore[misc]
@@ -271,14 +274,15 @@ DDP_FIRST_BUCKET_BYTES = 1 << 20  # torch.distributed's first gradient bucket (1
 DDP_BUCKET_BYTES = 25 << 20  # DDP's default bucket_cap_mb = 25
 
 
-def _spd_exposed_comm(profile, layers, seconds, fa, fg, factor_bytes, allreduce, plan) -> float:
+def _spd_exposed_comm(profile, layers, seconds, fa, fg, factor_bytes, allreduce, plan, no_overlap: bool = False) -> float:
     """SPD pipeline on one link shared with DDP's gradient buckets.
 
     A factors are computed in the forward hooks, G factors when the gradient of a layer's output
     arrives (before that layer's own backward); each fused group's all-reduce is queued when its
     last factor is ready, gradient buckets when their last gradient is; the link serves them in
     ready order. Exposed is how much later the iteration ends than the first-order one
-    (``max(forward + backward, gradient comm end)``) beyond the factor compute itself.
+    (``max(forward + backward, gradient comm end)``) beyond the factor compute itself. With
+    ``no_overlap`` (CPU workers) the fused all-reduces are planned the same way but all exposed.
     """
     index = {id(l): i for i, l in enumerate(layers)}
 
@@ -323,8 +327,11 @@ def _spd_exposed_comm(profile, layers, seconds, fa, fg, factor_bytes, allreduce,
     plan.groups_a = schedule.plan_fusion(sizes_a, gaps(ready_a), alpha, beta)
     groups_g = schedule.plan_fusion(sizes_g, gaps(ready_g), alpha, beta)
     plan.groups_g = [[order_g[k] for k in g] for g in groups_g]
+    fused = [(groups, sizes, ready) for groups, sizes, ready in ((plan.groups_a, sizes_a, ready_a), (groups_g, sizes_g, ready_g))]
+    if no_overlap:  # every fused all-reduce takes its time from the iteration
+        return sum(allreduce(sum(sizes[i] for i in g)) for groups, sizes, _ in fused for g in groups)
     jobs = [(r, allreduce(b)) for r, b in buckets]
-    for groups, sizes, ready in ((plan.groups_a, sizes_a, ready_a), (groups_g, sizes_g, ready_g)):
+    for groups, sizes, ready in fused:
         jobs += [(max(ready[i] for i in g), allreduce(sum(sizes[i] for i in g))) for g in groups]
     end = max(compute_end, schedule.fifo_finish_s(jobs))
     factor_compute = sum(fa) + sum(fg)
