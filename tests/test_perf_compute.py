@@ -13,9 +13,9 @@ from srift.hardware import gpus
 from srift.perf import compute as C
 from srift.profile import LayerProfile, PhaseTimes, Profile
 
-# 50% of peak FLOP/s for every kind, 100% of bandwidth, no fixed costs: easy to do by hand.
+# 50% of peak FLOP/s for every kind, 80% of bandwidth, no fixed costs: easy to do by hand.
 FLAT = C.ComputeParams(
-    features=("one",), inv_eff={"other": (2.0,)}, inv_eff_mem=(1.0,),
+    features=("one",), inv_eff={"other": (2.0,)}, inv_eff_mem=(1.25,),
     launch_s=0.0, optimizer_s_per_tensor=0.0, overhead_s=0.0,
 )
 
@@ -35,20 +35,28 @@ def test_roofline_by_hand_on_v100():
     peak, bw = 15.7e12, 900e9
     assert lt.fwd_s[0] == pytest.approx(1e12 * 2.0 / peak)
     assert lt.bwd_s[0] == pytest.approx(2e12 * 2.0 / peak)
-    assert lt.fwd_s[1] == pytest.approx(9e8 / bw)  # 1 ms
-    assert lt.bwd_s[1] == pytest.approx(1.8e9 / bw)
+    assert lt.fwd_s[1] == pytest.approx(9e8 * 1.25 / bw)  # 1.25 ms
+    assert lt.bwd_s[1] == pytest.approx(1.8e9 * 1.25 / bw)
     assert not lt.anchored
 
 
+def test_efficiency_never_exceeds_the_physical_ceilings():
+    # Coefficients asking for 200% of peak and 500% of bandwidth are held at 80% and 90%.
+    greedy = dataclasses.replace(FLAT, inv_eff={"other": (0.5,)}, inv_eff_mem=(0.2,))
+    lt = C.layer_times(_profile(), "V100-16GB", "fp32", params=greedy)
+    assert lt.fwd_s[0] == pytest.approx(1e12 / (0.8 * 15.7e12))
+    assert lt.fwd_s[1] == pytest.approx(9e8 / (0.9 * 900e9))
+
+
 def test_layer_exactly_at_its_roofline_takes_the_ridge_time():
-    # F / (P * 0.5) == B / BW: both ceilings give the same time, and max() returns it once.
+    # F / (P * 0.5) == B / (BW * 0.8): both ceilings give the same time, and max() returns it once.
     peak, bw = 15.7e12, 900e9
     flops = 1e10
-    bytes_ = flops * 2.0 / peak * bw
+    bytes_ = flops * 2.0 / peak * bw / 1.25
     p = Profile("ridge", 1, "fp32", [LayerProfile("c", "Conv2d", fwd_flops=flops, fwd_bytes=bytes_)])
     lt = C.layer_times(p, "V100-16GB", "fp32", params=FLAT)
     assert lt.fwd_s[0] == pytest.approx(flops * 2.0 / peak)
-    assert lt.fwd_s[0] == pytest.approx(bytes_ / bw)
+    assert lt.fwd_s[0] == pytest.approx(bytes_ * 1.25 / bw)
 
 
 def test_launch_and_overhead_add_per_pass_and_per_iteration():
@@ -73,7 +81,7 @@ def test_optimizer_step_by_hand():
     per_tensor = 3e-6
     params = dataclasses.replace(FLAT, optimizer_s_per_tensor=per_tensor)
     # weight read+write 8, grad read 4, state read+write 8 = 20 bytes per parameter; 2 tensors
-    expected = 1e6 * 20 / 900e9 + 2 * per_tensor
+    expected = 1e6 * 20 * 1.25 / 900e9 + 2 * per_tensor
     assert C.optimizer_time_s(p, "V100-16GB", "fp32", params) == pytest.approx(expected)
     assert C.layer_times(p, "V100-16GB", "fp32", params=params).optimizer_s == pytest.approx(expected)
 

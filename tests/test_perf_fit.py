@@ -34,8 +34,9 @@ def test_fit_recovers_times_generated_by_a_known_model():
         inv_eff_mem=(1.3, 0.0, 0.1), launch_s=1e-5, optimizer_s_per_tensor=1e-5, overhead_s=3e-3,
     )
     rows, designs = [], []
-    for scale in (0.5, 1.0, 2.0):
-        p = _toy_model(scale)
+    # Different conv-to-matmul mixes, so that each kind's efficiency is identified.
+    for scale, fc in ((0.5, 0.5), (1.0, 2.0), (2.0, 1.0)):
+        p = _toy_model(scale, fc_scale=fc)
         for gpu in ("V100-16GB", "T4", "A10G", "A100-40GB", "H100", "RTX-3090", "L4"):
             for precision in ("tf32", "amp"):
                 t = C.layer_times(p, gpu, precision, truth).total_s

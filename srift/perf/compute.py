@@ -62,6 +62,13 @@ _KIND_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
 ATTENTION_SCORE_PASSES_FWD = 6.0
 ATTENTION_SCORE_PASSES_BWD = 9.0
 
+# Ceilings on the fraction of peak a training kernel sustains (a physical prior, not fitted):
+# dense GEMM/convolution kernels stay below ~80 % of the datasheet peak, streaming kernels below
+# ~90 % of the DRAM bandwidth. Without them the fit, which cannot tell a slow conv from a slow
+# BatchNorm on whole-model times, pushed conv efficiency to 100 % and put everything on memory.
+MIN_INV_EFF_COMPUTE = 1.0 / 0.8
+MIN_INV_EFF_MEMORY = 1.0 / 0.9
+
 # Bytes per element of activations at each training precision (amp keeps activations in fp16).
 _ELEMENT_BYTES = {"fp32": 4.0, "tf32": 4.0, "amp": 2.0}
 
@@ -125,7 +132,8 @@ class ComputeParams:
     optimizer_s_per_tensor: float
     overhead_s: float
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
-    _cache: dict[tuple[str, str], Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    # Per-instance (init=False: dataclasses.replace must not share it with the original).
+    _cache: dict[tuple[str, str], Any] = field(default_factory=dict, init=False, compare=False, hash=False, repr=False)
 
     def kind_matrix(self) -> np.ndarray:
         """(len(KINDS), len(features)) coefficient matrix."""
@@ -270,8 +278,8 @@ def _efficiency_terms(gpu_name: str, precision: str, params: ComputeParams) -> t
 def _efficiency_terms_uncached(gpu_name: str, precision: str, params: ComputeParams) -> tuple[np.ndarray, float, float, float]:
     spec = gpu_spec(gpu_name)
     z = gpu_features(spec, precision, params.features)
-    inv_kind = np.maximum(1.0, params.kind_matrix() @ z)
-    inv_mem = max(1.0, float(np.dot(params.inv_eff_mem, z)))
+    inv_kind = np.maximum(MIN_INV_EFF_COMPUTE, params.kind_matrix() @ z)
+    inv_mem = max(MIN_INV_EFF_MEMORY, float(np.dot(params.inv_eff_mem, z)))
     peak = spec.peak_flops(precision)
     bw = spec.memory_bandwidth_bytes_per_s
     return inv_kind / peak, inv_mem / bw, peak, bw

@@ -131,7 +131,7 @@ KIND_GROUPS: dict[str, tuple[str, ...]] = {
     "other": ("norm", "elementwise", "pool", "embedding", "other"),
 }
 # Chosen among candidate sets by leave-one-GPU-out error (scripts/validate.py; see README): adding
-# "half" took single-GPU LOGO MAPE from 12.0% to 10.2%; log_peak or log_sm instead of / beside
+# "half" took single-GPU LOGO MAPE from 11.8% to 9.9%; log_peak or log_sm instead of / beside
 # log_ridge, and a conv-specific slope on every feature, did worse.
 DEFAULT_FEATURES: tuple[str, ...] = ("one", "tensor", "log_ridge", "half")
 
@@ -179,8 +179,8 @@ def _row_matrix(d: _RowDesign, theta_groups: np.ndarray, theta_mem: np.ndarray) 
     1/efficiency), memory seconds at peak bandwidth x GPU features, per-iteration overhead.
     """
     group_names = list(KIND_GROUPS)
-    inv_g = np.maximum(1.0, theta_groups @ d.z)[d.group_of_layer]
-    inv_m = max(1.0, float(theta_mem @ d.z))
+    inv_g = np.maximum(C.MIN_INV_EFF_COMPUTE, theta_groups @ d.z)[d.group_of_layer]
+    inv_m = max(C.MIN_INV_EFF_MEMORY, float(theta_mem @ d.z))
     t_comp = d.flops * inv_g / d.peak
     t_mem = d.bytes_ * inv_m / d.bw
     comp_bound = t_comp >= t_mem
