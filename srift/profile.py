@@ -184,8 +184,10 @@ class Profile:
         """Return a copy for another per-GPU batch size and/or sequence length.
 
         FLOPs, bytes and activations scale linearly with the batch; with the sequence length
-        linearly, except the ``*_seq2`` parts, which scale with its square. Measured times scale
-        like the layer's FLOPs (a first-order estimate; the compute model refines it).
+        linearly, except the ``*_seq2`` parts, which scale with its square, and the weights' share
+        of the bytes (read once in forward, read and gradient-written in backward: ``grad_bytes``
+        and twice that), which does not scale. Measured times scale like the layer's FLOPs (a
+        first-order estimate; the compute model refines it).
 
         Raises:
             SriftError: for a non-positive size, or a seq_len on a profile without one.
@@ -211,6 +213,10 @@ class Profile:
         def scale(total: float, quad: float) -> float:
             return (total - quad) * rb * rs + quad * rb * rs * rs
 
+        def scale_bytes(total: float, weights: float) -> float:
+            fixed = min(total, weights)
+            return (total - fixed) * rb * rs + fixed
+
         layers = []
         for layer in self.layers:
             fwd = scale(layer.fwd_flops, layer.fwd_flops_seq2)
@@ -224,8 +230,8 @@ class Profile:
                     bwd_flops=bwd,
                     fwd_flops_seq2=layer.fwd_flops_seq2 * rb * rs * rs,
                     bwd_flops_seq2=layer.bwd_flops_seq2 * rb * rs * rs,
-                    fwd_bytes=layer.fwd_bytes * rb * rs,
-                    bwd_bytes=layer.bwd_bytes * rb * rs,
+                    fwd_bytes=scale_bytes(layer.fwd_bytes, layer.grad_bytes),
+                    bwd_bytes=scale_bytes(layer.bwd_bytes, 2.0 * layer.grad_bytes),
                     activation_bytes=scale(layer.activation_bytes, layer.activation_bytes_seq2),
                     activation_bytes_seq2=layer.activation_bytes_seq2 * rb * rs * rs,
                     fwd_s=None if layer.fwd_s is None else layer.fwd_s * fr,

@@ -54,6 +54,16 @@ def test_rescale_batch_is_linear():
     assert p.phases.data_s == pytest.approx(0.008)
 
 
+def test_rescale_keeps_the_weight_bytes_fixed():
+    p = _profile()
+    conv = p.layers[0]
+    conv.fwd_bytes, conv.bwd_bytes = 400.0 + 600.0, 800.0 + 1200.0  # 400 weight bytes + activations
+    q = p.rescale(batch_size=32)  # 4x the batch: activations x4, weights once
+    assert q.layers[0].fwd_bytes == pytest.approx(400.0 + 4 * 600.0)
+    assert q.layers[0].bwd_bytes == pytest.approx(800.0 + 4 * 1200.0)
+    assert p.rescale(batch_size=2).layers[0].fwd_bytes == pytest.approx(400.0 + 600.0 / 4)
+
+
 def test_rescale_seq_len_scales_quadratic_part_by_square():
     p = _profile().rescale(seq_len=32)
     attn = p.layers[1]

@@ -87,13 +87,15 @@ def test_dataset_labels_map_to_canonical_gpus(label, canonical):
     assert F.canonical_gpu(label) == canonical
 
 
-def test_pretraining_heads_are_dropped_for_fine_tuning_rows():
-    layers = [LayerProfile("word_embeddings", "Embedding", params=10), LayerProfile("layers.0.ffn", "Linear", params=5),
-              LayerProfile("pooler", "Linear", params=3), LayerProfile("pooler_act", "Tanh"),
-              LayerProfile("cls_decoder", "Linear", params=7), LayerProfile("cls_nsp", "Linear", params=2)]
-    p = Profile("bert-base", 8, "fp32", layers, seq_len=128)
-    assert [l.name for l in F.without_pretraining_head(p, "bert-base").layers] == ["word_embeddings", "layers.0.ffn"]
+def test_gpt2_lm_head_is_dropped_for_superbench_rows_and_berts_map_to_squad():
+    layers = [LayerProfile("wte", "Embedding", params=10), LayerProfile("h.0.fc", "Linear", params=5),
+              LayerProfile("ln_f", "LayerNorm", params=2), LayerProfile("lm_head", "Linear")]
+    p = Profile("gpt2", 8, "fp32", layers, seq_len=128)
+    assert [l.name for l in F.without_pretraining_head(p, "gpt2").layers] == ["wte", "h.0.fc", "ln_f"]
     assert F.without_pretraining_head(p, "resnet50") is p
+    # Fine-tuning rows use the zoo's question-answering BERTs, not a pre-training model cut down.
+    assert F.MODEL_MAP["bert_large_squad"] == ("bert-large-squad", 384)
+    assert F.SUPERBENCH_MODELS["bert-base"] == "bert-base-squad"
 
 
 def test_mape():

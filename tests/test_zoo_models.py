@@ -27,12 +27,16 @@ PUBLISHED = {
     # decoder bias (decoder weight tied to the word embeddings) + next-sentence head.
     "bert-base": 109_482_240 + (768 * 768 + 768) + 2 * 768 + 30522 + (768 * 2 + 2),
     "bert-large": 335_141_888 + (1024 * 1024 + 1024) + 2 * 1024 + 30522 + (1024 * 2 + 2),
+    # HF BertForQuestionAnswering: BertModel without its pooler + the span head (hidden x 2).
+    "bert-base-squad": 109_482_240 - (768 * 768 + 768) + (768 * 2 + 2),
+    "bert-large-squad": 335_141_888 - (1024 * 1024 + 1024) + (1024 * 2 + 2),
 }
 
 
 def test_published_counts_are_the_known_ones():
     assert {n: m.params for n, m in MODELS.items()} == PUBLISHED
     assert PUBLISHED["bert-base"] == 110_106_428 and PUBLISHED["bert-large"] == 336_226_108
+    assert PUBLISHED["bert-base-squad"] == 108_893_186 and PUBLISHED["bert-large-squad"] == 334_094_338
 
 
 def test_resnet50_first_conv_flops_by_hand():
@@ -74,6 +78,9 @@ def test_seq_len_rescale_matches_fresh_analysis():
     total = lambda p: p.fwd_flops + p.bwd_flops
     assert total(rescaled) == pytest.approx(total(fresh), rel=0.01)
     assert rescaled.activation_bytes == pytest.approx(fresh.activation_bytes, rel=0.01)
+    # Weight bytes do not grow with the sequence: the bytes match a fresh analysis too.
+    moved = lambda p: sum(l.fwd_bytes + l.bwd_bytes for l in p.layers)
+    assert moved(rescaled) == pytest.approx(moved(fresh), rel=0.01)
 
 
 def test_batch_rescale_is_linear():

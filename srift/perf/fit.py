@@ -31,11 +31,12 @@ from srift.perf import compute as C
 from srift.profile import Profile
 
 # Dataset model names -> (zoo profile name, sequence length). Only what maps honestly: the Lambda
-# and DLE BERT SQuAD runs fine-tune at sequence length 384 (DLE run_squad default).
+# and DLE BERT SQuAD runs fine-tune BertForQuestionAnswering at sequence length 384 (DLE
+# run_squad default), the zoo's bert-*-squad.
 MODEL_MAP: dict[str, tuple[str, int | None]] = {
     "resnet50": ("resnet50", None),
-    "bert_base_squad": ("bert-base", 384),
-    "bert_large_squad": ("bert-large", 384),
+    "bert_base_squad": ("bert-base-squad", 384),
+    "bert_large_squad": ("bert-large-squad", 384),
 }
 
 # Lambda system labels carry a site/vendor prefix and a GPU count; strip them before alias lookup.
@@ -107,7 +108,7 @@ def load_dle(data_dir: Path) -> pd.DataFrame:
         n = int(r["n_gpus"])
         total = float(r["throughput"])
         out.append({
-            "source": "dle/bert-squad", "dataset_model": "bert_large_squad", "model": "bert-large", "seq_len": 384,
+            "source": "dle/bert-squad", "dataset_model": "bert_large_squad", "model": "bert-large-squad", "seq_len": 384,
             "label": r["heading"], "gpu": gpu, "n_gpus": n, "precision": precision, "batch_per_gpu": b,
             "throughput_total": total, "iteration_time_s": b * n / total,
         })
@@ -259,13 +260,10 @@ def fit_compute(designs: list[_RowDesign], features: tuple[str, ...] = DEFAULT_F
     )
 
 
-# The zoo's BERT carries the pre-training heads (masked-LM decoder over the 30522-word vocabulary,
-# pooler, next-sentence) and GPT-2 its LM head; the measured runs fine-tune on SQuAD (a 2-way span
-# head) or, in SuperBench, put a small classifier on the bare encoder. Those heads are dropped
-# for the comparison (the replacement head is < 0.01% of the FLOPs and is left out).
-PRETRAINING_HEADS: dict[str, tuple[str, ...]] = {
-    "bert-base": ("cls_", "pooler"), "bert-large": ("cls_", "pooler"), "gpt2": ("lm_head",),
-}
+# SuperBench puts a small classifier on the bare GPT-2 decoder; the zoo's GPT-2 carries its LM head
+# (a 50257-way projection), which is dropped for the comparison (the classifier is < 0.01% of the
+# FLOPs and is left out). SuperBench's BERTs map to the zoo's bert-*-squad (encoder, 2-way head).
+PRETRAINING_HEADS: dict[str, tuple[str, ...]] = {"gpt2": ("lm_head",)}
 
 
 def without_pretraining_head(profile: Profile, model: str) -> Profile:
@@ -481,7 +479,7 @@ def intra_sigma(rows: pd.DataFrame) -> tuple[float, int]:
 # ---- SuperBench model step times (one node, DDP) ---------------------------------------------
 # SuperBench model names -> zoo names (only the models the zoo ships).
 SUPERBENCH_MODELS = {
-    "resnet50": "resnet50", "resnet152": "resnet152", "bert-base": "bert-base", "bert-large": "bert-large",
+    "resnet50": "resnet50", "resnet152": "resnet152", "bert-base": "bert-base-squad", "bert-large": "bert-large-squad",
     "gpt2-small": "gpt2", "vgg16": "vgg16", "densenet201": "densenet201",
 }
 # Platform -> (GPU, intra-node link). NDv4 = 8x A100 40GB SXM4 over NVSwitch; NDmv4 = 8x A100 80GB.

@@ -47,6 +47,8 @@ MODELS: dict[str, ModelInfo] = {m.name: m for m in (
     ModelInfo("vit-b16", "image", 64, None, 224, "AdamW", 86_567_656, "torchvision vit_b_16"),
     ModelInfo("bert-base", "sequence", 32, 128, None, "AdamW", 110_106_428, "HF BertForPreTraining bert-base-uncased"),
     ModelInfo("bert-large", "sequence", 16, 128, None, "AdamW", 336_226_108, "HF BertForPreTraining bert-large-uncased"),
+    ModelInfo("bert-base-squad", "sequence", 32, 384, None, "AdamW", 108_893_186, "HF BertForQuestionAnswering bert-base-uncased"),
+    ModelInfo("bert-large-squad", "sequence", 16, 384, None, "AdamW", 334_094_338, "HF BertForQuestionAnswering bert-large-uncased"),
     ModelInfo("gpt2", "sequence", 8, 1024, None, "AdamW", 124_439_808, "HF GPT2LMHeadModel gpt2 (tied head)"),
     ModelInfo("gpt2-medium", "sequence", 4, 1024, None, "AdamW", 354_823_168, "HF GPT2LMHeadModel gpt2-medium (tied head)"),
 )}

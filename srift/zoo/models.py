@@ -23,6 +23,8 @@ BUILDERS: dict[str, Callable[[], nn.Module]] = {
     "vit-b16": vision.vit_b16,
     "bert-base": text.bert_base,
     "bert-large": text.bert_large,
+    "bert-base-squad": text.bert_base_squad,
+    "bert-large-squad": text.bert_large_squad,
     "gpt2": text.gpt2,
     "gpt2-medium": text.gpt2_medium,
 }

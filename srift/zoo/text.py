@@ -129,12 +129,47 @@ class GPT2(nn.Module):
         return nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
 
 
+class BertSquad(nn.Module):
+    """BERT fine-tuned for extractive question answering (SQuAD), as BertForQuestionAnswering: the
+    encoder without pooler or pre-training heads, and a span head (start/end logits per token):
+    108,893,186 parameters for base, 334,094,338 for large."""
+
+    def __init__(self, dim: int, depth: int, heads: int, vocab: int = 30522, max_pos: int = 512) -> None:
+        super().__init__()
+        self.word_embeddings = nn.Embedding(vocab, dim)
+        self.position_embeddings = nn.Embedding(max_pos, dim)
+        self.token_type_embeddings = nn.Embedding(2, dim)
+        self.embeddings_ln = nn.LayerNorm(dim, eps=1e-12)
+        self.embeddings_drop = nn.Dropout(0.1)
+        self.layers = nn.ModuleList(TransformerBlock(dim, heads, 4 * dim, pre_norm=False, eps=1e-12) for _ in range(depth))
+        self.qa_outputs = nn.Linear(dim, 2)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(ids.shape[1], device=ids.device)
+        x = self.word_embeddings(ids) + self.position_embeddings(pos) + self.token_type_embeddings(torch.zeros_like(ids))
+        x = self.embeddings_drop(self.embeddings_ln(x))
+        for layer in self.layers:
+            x = layer(x)
+        start, end = self.qa_outputs(x).float().unbind(-1)
+        # Span loss: cross-entropy of the start and end positions (position 0 stands in for labels).
+        target = torch.zeros(ids.shape[0], dtype=torch.long, device=ids.device)
+        return (nn.functional.cross_entropy(start, target) + nn.functional.cross_entropy(end, target)) / 2
+
+
 def bert_base() -> nn.Module:
     return Bert(768, 12, 12)
 
 
 def bert_large() -> nn.Module:
     return Bert(1024, 24, 16)
+
+
+def bert_base_squad() -> nn.Module:
+    return BertSquad(768, 12, 12)
+
+
+def bert_large_squad() -> nn.Module:
+    return BertSquad(1024, 24, 16)
 
 
 def gpt2() -> nn.Module:
