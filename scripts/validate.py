@@ -185,6 +185,9 @@ def main() -> None:
     odd = pairs.loc[pairs["scaling"] < SUPERLINEAR, key].assign(odd=True)
     flagged = multi.merge(odd, on=key, how="left")["odd"].fillna(False).to_numpy(dtype=bool)
     print(line(f"  without {int(flagged.sum())} super-linear", multi[~flagged]))
+    # Rows whose total throughput did not grow with more GPUs (same system and batch): shown, not dropped.
+    flat = F.flat_scaling(multi)
+    print(line(f"  ... and {int((flat & ~flagged).sum())} flat-throughput", multi[~flagged & ~flat]))
     both = pd.concat([single, multi], ignore_index=True)
     print(line("all single-node rows", both))
     print(f"{'multi-node':<28}{0:>6}   no multi-node row maps honestly to a zoo profile (see module docstring)")

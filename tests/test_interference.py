@@ -122,3 +122,13 @@ def test_interference_across_nodes_counts_only_the_gpus_share():
     # A slow network leaves the GPUs mostly waiting; a faster one makes their share grow.
     assert 0.0 < fractions[0] < fractions[1] < fractions[2] <= 1.0
     assert fractions[0] < 0.1
+
+
+def test_flat_scaling_flags_rows_that_bought_nothing_with_more_gpus():
+    rows = pd.DataFrame([
+        ("2x RTX 3090", 2, 100.0), ("4x RTX 3090", 4, 104.0), ("8x RTX 3090", 8, 190.0),
+        ("2x A100 80GB SXM4", 2, 100.0), ("4x A100 80GB SXM4", 4, 199.0),
+    ], columns=["label", "n_gpus", "throughput_total"]).assign(
+        model="bert-large-squad", precision="tf32", batch_per_gpu=8, source="lambda/2022-07")
+    # 4x RTX 3090: +4% over 2 GPUs; 8x: +90% over the best smaller count; A100s scale.
+    assert F.flat_scaling(rows).tolist() == [False, True, False, False, False]

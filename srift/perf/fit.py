@@ -620,6 +620,23 @@ def scaling_pairs(rows: pd.DataFrame) -> pd.DataFrame:
     return pairs.assign(scaling=pairs["iteration_time_s"] / pairs["t1"])
 
 
+def flat_scaling(rows: pd.DataFrame, gain: float = 1.05) -> np.ndarray:
+    """Rows whose whole-system throughput is no more than ``gain`` times that of the same
+    system, model, precision, per-GPU batch and source on fewer GPUs: adding GPUs bought nothing.
+    A model-free check on the measurements themselves (in row order)."""
+    sys_ = rows["label"].map(_system)
+    key = pd.DataFrame({"system": sys_, "model": rows["model"], "precision": rows["precision"],
+                        "batch": rows["batch_per_gpu"], "source": rows["source"]})
+    out = np.zeros(len(rows), dtype=bool)
+    for _, idx in key.groupby(list(key.columns)).groups.items():
+        sub = rows.loc[idx]
+        for i, r in zip(idx, sub.itertuples()):
+            fewer = sub[sub["n_gpus"] < r.n_gpus]
+            if len(fewer) and r.throughput_total <= gain * fewer["throughput_total"].max():
+                out[rows.index.get_loc(i)] = True
+    return out
+
+
 def fit_overlap_interference(scaling: np.ndarray, ideal_n: np.ndarray, hidden_n: np.ndarray,
                              pred_1: np.ndarray, grid: np.ndarray | None = None) -> tuple[float, float]:
     """The interference ``k`` that best predicts measured DDP scaling, and its MAPE (%).
