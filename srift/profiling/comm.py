@@ -3,7 +3,7 @@ write a cluster file.
 
 Spawns ``nproc`` processes with torch.distributed (gloo on CPU, or nccl with one GPU each), times
 ``all_reduce`` and ``broadcast`` of float32 tensors of each size (warm-up, then repetitions;
-median and p90 of the slowest rank per repetition), and writes a srift cluster YAML whose
+the slowest rank's time per repetition; their trimmed mean and p90), and writes a srift cluster YAML whose
 ``comm_calibration`` curves the communication model interpolates instead of its own model (the
 broadcast curve serves K-FAC's inverse broadcasts).
 """
@@ -59,19 +59,26 @@ def time_collectives(sizes: list[int], reps: int, warmup: int, device: Any = "cp
 
 
 def calibration_from_times(backend: str, world: int, sizes: list[int], times: dict[str, list[list[float]]]) -> dict[str, Any]:
-    """The ``comm_calibration`` mapping of measured times (median and p90 per size)."""
+    """The ``comm_calibration`` mapping of measured times per size: ``times_s`` is the mean of the
+    repetitions without the slowest tenth (a training iteration pays the average collective, and
+    gloo's times are bimodal on a busy host, so a median jumps between the modes), ``p90_times_s``
+    the 90th percentile."""
 
-    def p50(ts: list[list[float]]) -> list[float]:
-        return [statistics.median(t) for t in ts]
+    def typical(ts: list[list[float]]) -> list[float]:
+        out = []
+        for t in ts:
+            kept = sorted(t)[: max(1, len(t) - len(t) // 10)]
+            out.append(statistics.fmean(kept))
+        return out
 
     def p90(ts: list[list[float]]) -> list[float]:
-        return [max(sorted(t)[min(len(t) - 1, int(round(0.9 * (len(t) - 1))))], statistics.median(t)) for t in ts]
+        return [max(sorted(t)[min(len(t) - 1, int(round(0.9 * (len(t) - 1))))], m) for t, m in zip(ts, typical(ts))]
 
     ar, bc = times["all_reduce"], times.get("broadcast")
     out = {"backend": backend, "world_size": world, "sizes_bytes": [int(s) for s in sizes],
-           "times_s": p50(ar), "p90_times_s": p90(ar)}
+           "times_s": typical(ar), "p90_times_s": p90(ar)}
     if bc:
-        out.update(broadcast_times_s=p50(bc), broadcast_p90_times_s=p90(bc))
+        out.update(broadcast_times_s=typical(bc), broadcast_p90_times_s=p90(bc))
     out.update(repetitions=len(ar[0]) if ar else 0, measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                host=socket.gethostname())
     return out
