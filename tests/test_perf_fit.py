@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -100,3 +105,21 @@ def test_gpt2_lm_head_is_dropped_for_superbench_rows_and_berts_map_to_squad():
 
 def test_mape():
     assert F.mape([110, 90], [100, 100]) == pytest.approx(10.0)
+
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="needs ../shared/data beside the project")
+def test_shipped_parameters_are_what_fit_models_writes(tmp_path):
+    """The fit is reproducible, and the shipped configs/perf files are its current output."""
+    root = Path(__file__).resolve().parents[1]
+    res = subprocess.run([sys.executable, str(root / "scripts" / "fit_models.py"), "--data", str(SHARED_DATA),
+                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    for name in ("compute.json", "comm.json"):
+        fresh = json.loads((tmp_path / name).read_text())
+        shipped = json.loads((root / "configs" / "perf" / name).read_text())
+        fresh.pop("fitted_on"), shipped.pop("fitted_on")
+        assert fresh == shipped, f"configs/perf/{name} is stale: re-run scripts/fit_models.py"
