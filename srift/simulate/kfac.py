@@ -54,6 +54,7 @@ class KfacPlan:
         phases_per_update: Unamortized seconds: factor phases per factor update, inversion phases
             per inverse update, preconditioning per iteration.
         phases: Seconds per iteration after amortization (``kfac_phases``' result).
+        measured_kernels: True when the profile's measured K-FAC kernel times were used.
     """
 
     strategy: str
@@ -66,6 +67,7 @@ class KfacPlan:
     groups_g: list[list[int]] = field(default_factory=list)
     phases_per_update: dict[str, float] = field(default_factory=dict)
     phases: dict[str, float] = field(default_factory=dict)
+    measured_kernels: bool = False
 
 
 def kfac_layers(profile: Profile) -> list[LayerProfile]:
@@ -227,7 +229,8 @@ def plan_kfac(profile: Profile, cluster: Any, job: Any, compute: Any, comm: Comm
         fa = [factor_flops(l, b)[0] / rate for l in layers]
         fg = [factor_flops(l, b)[1] / rate for l in layers]
     factor_compute = sum(fa) + sum(fg)
-    plan = KfacPlan(strategy, workers, [l.name for l in layers], dims, rate, schedule.place_local(len(dims)))
+    plan = KfacPlan(strategy, workers, [l.name for l in layers], dims, rate, schedule.place_local(len(dims)),
+                    measured_kernels=anchor is not None)
 
     # ---- factor communication --------------------------------------------------------------
     if not distributed:

@@ -186,12 +186,14 @@ class Predictor:
             "overhead": overhead,
         }
         extra90 = 0.0
+        kfac_measured = False
         if self.job.optimizer == "kfac":
-            from srift.simulate.kfac import kfac_phases
+            from srift.simulate.kfac import kfac_phases, plan_kfac
 
             prof = self.profile_at(batches[slowest])
-            phases = kfac_phases(prof, cluster, self.job, crit.times, comm)
-            breakdown.update(phases)
+            plan = plan_kfac(prof, cluster, self.job, crit.times, comm)
+            breakdown.update(plan.phases)
+            kfac_measured = plan.measured_kernels
             p90_phases = kfac_phases(prof, cluster, self.job, crit.times, comm, quantile=0.9)
             extra90 = sum(p90_phases.values())
         iteration = sum(breakdown.values())
@@ -224,6 +226,8 @@ class Predictor:
         notes = []
         if crit.times.anchored:
             notes.append("compute anchored on measured times")
+        if kfac_measured:
+            notes.append("K-FAC kernels from the profile's measured times (srift profile --kfac)")
         return Prediction(
             cluster=cluster.name,
             gpus=cluster.gpus,
