@@ -236,6 +236,8 @@ def test_measured_kernel_times_replace_the_flop_model():
     # Layer times from the FLOP model alone (not anchored): the kernel times do not apply.
     flops = kfac_phases(p, Workers(1), job, TIMES, None)
     assert flops["factor_compute"] == pytest.approx(73.04e-6)
+    assert plan_kfac(p, Workers(1), job, Measured([1e-3, 1e-3], [2e-3, 2e-3]), None).measured_kernels
+    assert not plan_kfac(p, Workers(1), job, TIMES, None).measured_kernels
 
 
 def test_kernel_times_follow_the_batch_when_the_profile_is_rescaled():
