@@ -8,8 +8,9 @@ one-shot form.
 Iteration = data + forward + backward + exposed communication + communication interference
 + optimizer + overhead (+ K-FAC phases). Interference: on GPUs, each second of all-reduce hidden
 behind backward still costs ``overlap_interference`` seconds (configs/perf/comm.json), scaled
-across nodes by the share of the all-reduce the GPUs spend moving data (the rest is network wait). Mixed clusters split the batch by speed (hetero.py) and every bucket's
-all-reduce waits for the slowest worker. Spread: the p90 uses the communication model's p90 and a
+across nodes by the share of the all-reduce the GPUs spend moving data (the rest is network
+wait). Mixed clusters split the batch by speed (hetero.py) and every bucket's all-reduce waits
+for the slowest worker. Spread: the p90 uses the communication model's p90 and a
 compute spread (the measured coefficient of variation, or 3 % for a structural profile) at
 z = 1.2816.
 """
