@@ -38,10 +38,6 @@ from srift.perf import compute as C  # noqa: E402
 from srift.perf import fit as F  # noqa: E402
 
 
-# Measured t_n / t_1 below this is super-linear scaling (see the summary's "without ... super-linear").
-SUPERLINEAR = 0.9
-
-
 def silicon(gpu: str) -> str:
     """GPUs with the same chip configuration (architecture and SM count) form one hold-out group."""
     s = gpu_spec(gpu)
@@ -204,15 +200,12 @@ def main() -> None:
                      for r in multi.itertuples()]
     for link, s in multi.groupby("link"):
         print(line(f"  {link}", s))
-    # Rows measured faster per GPU than their own system's single GPU (t_n/t_1 < 0.9): DDP cannot
-    # do that, so the row's batch or setup differs from what its file says. Shown, not dropped.
-    key = ["label", "n_gpus", "model", "precision", "batch_per_gpu", "source"]
-    odd = pairs.loc[pairs["scaling"] < SUPERLINEAR, key].assign(odd=True)
-    flagged = multi.merge(odd, on=key, how="left")["odd"].fillna(False).to_numpy(dtype=bool)
-    print(line(f"  without {int(flagged.sum())} super-linear", multi[~flagged]))
-    # Rows whose total throughput did not grow with more GPUs (same system and batch): shown, not dropped.
-    flat = F.flat_scaling(multi)
-    print(line(f"  ... and {int((flat & ~flagged).sum())} flat-throughput", multi[~flagged & ~flat]))
+    # Model-free checks against the same system with fewer GPUs (srift.perf.fit.scaling_anomalies):
+    # shown beside the headline figures, not dropped from them.
+    fast, flat = F.scaling_anomalies(pd.concat([single, multi], ignore_index=True))
+    fast, flat = fast[len(single):], flat[len(single):]
+    print(line(f"  without {int(fast.sum())} super-linear", multi[~fast]))
+    print(line(f"  ... and {int((flat & ~fast).sum())} flat-throughput", multi[~fast & ~flat]))
     both = pd.concat([single, multi], ignore_index=True)
     print(line("all single-node rows", both))
     print(f"{'multi-node':<28}{0:>6}   no multi-node row maps honestly to a zoo profile (see module docstring)")

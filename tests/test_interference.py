@@ -124,11 +124,15 @@ def test_interference_across_nodes_counts_only_the_gpus_share():
     assert fractions[0] < 0.1
 
 
-def test_flat_scaling_flags_rows_that_bought_nothing_with_more_gpus():
+def test_scaling_anomalies_compare_each_row_with_the_same_system_on_fewer_gpus():
     rows = pd.DataFrame([
-        ("2x RTX 3090", 2, 100.0), ("4x RTX 3090", 4, 104.0), ("8x RTX 3090", 8, 190.0),
-        ("2x A100 80GB SXM4", 2, 100.0), ("4x A100 80GB SXM4", 4, 199.0),
-    ], columns=["label", "n_gpus", "throughput_total"]).assign(
+        ("RTX 3090", 1, 0.50), ("2x RTX 3090", 2, 0.52), ("4x RTX 3090", 4, 1.00), ("8x RTX 3090", 8, 0.40),
+        ("A100 80GB SXM4", 1, 0.50), ("4x A100 80GB SXM4", 4, 0.52),
+    ], columns=["label", "n_gpus", "iteration_time_s"]).assign(
         model="bert-large-squad", precision="tf32", batch_per_gpu=8, source="lambda/2022-07")
-    # 4x RTX 3090: +4% over 2 GPUs; 8x: +90% over the best smaller count; A100s scale.
-    assert F.flat_scaling(rows).tolist() == [False, True, False, False, False]
+    rows["throughput_total"] = rows["n_gpus"] * 8 / rows["iteration_time_s"]
+    fast, flat = F.scaling_anomalies(rows)
+    # 4x RTX 3090: twice the 2x time, the same total throughput (flat). 8x: each GPU 20 % faster
+    # than the 1-GPU run (super-linear). The A100s scale normally.
+    assert fast.tolist() == [False, False, False, True, False, False]
+    assert flat.tolist() == [False, False, True, False, False, False]

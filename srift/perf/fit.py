@@ -620,21 +620,29 @@ def scaling_pairs(rows: pd.DataFrame) -> pd.DataFrame:
     return pairs.assign(scaling=pairs["iteration_time_s"] / pairs["t1"])
 
 
-def flat_scaling(rows: pd.DataFrame, gain: float = 1.05) -> np.ndarray:
-    """Rows whose whole-system throughput is no more than ``gain`` times that of the same
-    system, model, precision, per-GPU batch and source on fewer GPUs: adding GPUs bought nothing.
-    A model-free check on the measurements themselves (in row order)."""
-    sys_ = rows["label"].map(_system)
-    key = pd.DataFrame({"system": sys_, "model": rows["model"], "precision": rows["precision"],
+def scaling_anomalies(rows: pd.DataFrame, superlinear: float = 0.9, flat_gain: float = 1.05) -> tuple[np.ndarray, np.ndarray]:
+    """Model-free checks of measured multi-GPU rows against the same system's rows with fewer GPUs
+    (same model, precision, per-GPU batch and source), in row order:
+
+    - super-linear: the iteration is shorter than ``superlinear`` times the fastest such row's,
+      i.e. each GPU got more than 10 % faster by adding GPUs, which data parallelism cannot do;
+    - flat: the whole-system throughput is at most ``flat_gain`` times the best such row's, i.e.
+      the added GPUs bought nothing.
+    """
+    key = pd.DataFrame({"system": rows["label"].map(_system), "model": rows["model"], "precision": rows["precision"],
                         "batch": rows["batch_per_gpu"], "source": rows["source"]})
-    out = np.zeros(len(rows), dtype=bool)
+    fast = np.zeros(len(rows), dtype=bool)
+    flat = np.zeros(len(rows), dtype=bool)
     for _, idx in key.groupby(list(key.columns)).groups.items():
         sub = rows.loc[idx]
         for i, r in zip(idx, sub.itertuples()):
             fewer = sub[sub["n_gpus"] < r.n_gpus]
-            if len(fewer) and r.throughput_total <= gain * fewer["throughput_total"].max():
-                out[rows.index.get_loc(i)] = True
-    return out
+            if not len(fewer):
+                continue
+            pos = rows.index.get_loc(i)
+            fast[pos] = r.iteration_time_s < superlinear * fewer["iteration_time_s"].min()
+            flat[pos] = r.throughput_total <= flat_gain * fewer["throughput_total"].max()
+    return fast, flat
 
 
 def fit_overlap_interference(scaling: np.ndarray, ideal_n: np.ndarray, hidden_n: np.ndarray,
