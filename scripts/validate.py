@@ -7,10 +7,12 @@ Single-GPU rows are predicted by the compute model alone (structural profile, no
 row three predictions are shown: with the shipped fit (in-sample), refitted without the row's GPU
 (leave-one-GPU-out; GPUs with the same silicon, e.g. V100 16/32 GB, are held out together), and
 refitted without the row's model (leave-one-model-out). Multi-GPU rows (one node) go through the
-simulator (``srift.simulate``) when it is installed; the node's interconnect is inferred from the
-system label (SXM4 -> NVSwitch, SXM5 -> NVSwitch 4, PCIe Gen5 -> PCIe 5, other PCIe / RTX cards ->
-PCIe of their generation, V100 -> NVLink). MAPE is printed per group: single GPU, one node
-multi-GPU, multi-node.
+simulator (``srift.simulate``); the node's interconnect is inferred from the system label
+(``srift.perf.fit.intra_node_of``), and the leave-out refits cover the all-reduce interference
+too. MAPE is printed per group: single GPU, one node multi-GPU (by source, GPU count and link,
+and without the rows that model-free checks flag: super-linear or flat scaling against the same
+system on fewer GPUs), and multi-node, where only the all-reduce can be checked (nccl-tests-aws
+over EFA). The last lines give the DDP scaling fit (t_n / t_1 ratios).
 
 Rows left out, and why: SuperBench ``float16`` (the whole model cast to fp16, not srift's amp) and
 its unidentified "V100" box; NVIDIA DLE BERT pre-training (the per-GPU batch is reached by
