@@ -123,3 +123,17 @@ def test_shipped_parameters_are_what_fit_models_writes(tmp_path):
         shipped = json.loads((root / "configs" / "perf" / name).read_text())
         fresh.pop("fitted_on"), shipped.pop("fitted_on")
         assert fresh == shipped, f"configs/perf/{name} is stale: re-run scripts/fit_models.py"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="needs ../shared/data beside the project")
+def test_validate_script_prints_every_group():
+    root = Path(__file__).resolve().parents[1]
+    res = subprocess.run([sys.executable, str(root / "scripts" / "validate.py"), "--data", str(SHARED_DATA)],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    lines = {l[:28].strip(): l[28:].split() for l in res.stdout.splitlines() if len(l) > 28}
+    for group in ("single GPU", "one node, multi-GPU", "all single-node rows"):
+        rows, fit, logo, lomo = lines[group]
+        assert int(rows) > 0 and all(0.0 < float(v) < 100.0 for v in (fit, logo, lomo)), group
+    assert "DDP scaling t_n/t_1" in res.stdout and "all-reduce p5/block2" in res.stdout
