@@ -125,11 +125,24 @@ def multi_node_allreduce(data: Path) -> list[tuple[str, int, float, float]]:
     return out
 
 
+def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str) -> None:
+    """The figures `srift predict` and `recommend` quote (srift/perf/accuracy.py), atomically."""
+    from srift.fileio import write_json
+    from srift.perf.accuracy import SCHEMA
+
+    doc = {"schema": SCHEMA, "source": "scripts/validate.py (MAPE %, predicted vs measured iteration time)",
+           "groups": {name: {"rows": int(len(df)), **{col: round(F.mape(df[col], df[meas_col]), 1) for col in ("fit", "logo", "lomo")}}
+                      for name, df in ((n, d.rename(columns={"pred": "fit"})) for n, d in groups.items())}}
+    write_json(path, doc)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("--profiles-dir", default=None)
     ap.add_argument("--table", action="store_true", help="print every row, not only the summary")
+    ap.add_argument("--write-accuracy", nargs="?", const=str(ROOT / "configs" / "perf" / "accuracy.json"), default=None,
+                    metavar="FILE", help="write the group figures predict/recommend quote (default configs/perf/accuracy.json)")
     args = ap.parse_args()
     profiles = profile_source(args.profiles_dir)
     rows = F.load_rows(Path(args.data))
@@ -215,6 +228,8 @@ def main() -> None:
         short = inst.replace(".24xlarge", "").replace(".48xlarge", "")
         print(f"{'  all-reduce ' + short:<28}{n_rows:>6}{fit_mape:>8.1f}{held_mape:>8.1f}")
     print(f"{'':<28}(all-reduce >= 1 MiB over EFA; LOGO column: EFA refitted without the instance type)")
+    if args.write_accuracy:
+        write_accuracy(Path(args.write_accuracy), {"single_gpu": single, "one_node": multi}, meas_col)
     print(f"\nDDP scaling t_n/t_1 ({len(pairs)} pairs of a multi-GPU row and its system's 1-GPU row): MAPE "
           f"{ideal_scal:.1f}% with ideal overlap, {scal_mape:.1f}% with all-reduce interference k = {k_all:.2f}")
     print("LOGO: refit without the row's GPU silicon; LOMO: refit without the row's model (compute model and,")

@@ -50,6 +50,13 @@ def gib(v: float) -> str:
     return f"{v / 2**30:.1f} GiB"
 
 
+def error_text(pred: Prediction) -> str:
+    """``±9.9 % (what it rests on)``, or why there is no figure."""
+    if pred.typical_error_pct is None:
+        return pred.typical_error_basis or "unknown"
+    return f"±{pred.typical_error_pct:.1f} % ({pred.typical_error_basis})"
+
+
 def prediction_json(pred: Prediction, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """The JSON document of `srift predict`."""
     out = pred.to_dict()
@@ -74,6 +81,7 @@ def render_prediction(pred: Prediction, title: str) -> None:
     mem = f"{gib(pred.memory_per_gpu_bytes)} per GPU" + ("" if pred.fits_in_memory else "  [red]DOES NOT FIT[/red]")
     summary.add_row("Memory", mem)
     summary.add_row("Bottleneck", pred.bottleneck)
+    summary.add_row("Typical error", error_text(pred))
     if pred.spot:
         s = pred.spot
         summary.add_row(
@@ -137,6 +145,8 @@ def candidate_json(cand: "Candidate", rank: int) -> dict[str, Any]:
         "global_batch_size": p.global_batch_size,
         "batch_split": p.batch_split,
         "breakdown": p.breakdown,
+        "typical_error_pct": p.typical_error_pct,
+        "typical_error_basis": p.typical_error_basis,
     }
 
 
@@ -206,6 +216,8 @@ def render_recommend(result: "SearchResult", constraints: "Constraints", header:
         table.add_row(*row, style="bold green" if i == 0 else None)
     con.print(table)
     con.print(why(result))
+    if result.recommendations:
+        con.print(f"[dim]Typical error of the chosen prediction: {error_text(result.recommendations[0].prediction)}.[/dim]")
     con.print(f"[dim]{result.considered:,} configurations considered, {result.evaluated:,} simulated "
                   f"({result.pruned.get('budget', 0):,} over budget, {result.pruned.get('memory', 0):,} out of memory pruned first).[/dim]")
 

@@ -127,13 +127,16 @@ def test_shipped_parameters_are_what_fit_models_writes(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="needs ../shared/data beside the project")
-def test_validate_script_prints_every_group():
+def test_validate_script_prints_every_group_and_the_shipped_figures_are_current(tmp_path):
     root = Path(__file__).resolve().parents[1]
-    res = subprocess.run([sys.executable, str(root / "scripts" / "validate.py"), "--data", str(SHARED_DATA)],
-                         capture_output=True, text=True, timeout=600)
+    res = subprocess.run([sys.executable, str(root / "scripts" / "validate.py"), "--data", str(SHARED_DATA),
+                          "--write-accuracy", str(tmp_path / "accuracy.json")], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     lines = {l[:28].strip(): l[28:].split() for l in res.stdout.splitlines() if len(l) > 28}
     for group in ("single GPU", "one node, multi-GPU", "all single-node rows"):
         rows, fit, logo, lomo = lines[group]
         assert int(rows) > 0 and all(0.0 < float(v) < 100.0 for v in (fit, logo, lomo)), group
     assert "DDP scaling t_n/t_1" in res.stdout and "all-reduce p5/block2" in res.stdout
+    fresh = json.loads((tmp_path / "accuracy.json").read_text())
+    shipped = json.loads((root / "configs" / "perf" / "accuracy.json").read_text())
+    assert fresh == shipped, "configs/perf/accuracy.json is stale: re-run scripts/validate.py --write-accuracy"

@@ -31,6 +31,9 @@ class Prediction:
             ``expected_throughput_samples_per_s``, ``expected_cost_per_hour_usd``,
             ``expected_usd_per_million_samples``, ``interruptions_per_hour``, ``assumptions``.
         notes: Remarks (anchoring, extrapolation, etc).
+        typical_error_pct: How far such predictions have been from measurements (leave-one-GPU-out
+            MAPE of the matching validation group, srift/perf/accuracy.py); None where unvalidated.
+        typical_error_basis: What that figure rests on.
     """
 
     cluster: str
@@ -49,6 +52,8 @@ class Prediction:
     batch_split: list[dict[str, Any]] = field(default_factory=list)
     spot: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    typical_error_pct: float | None = None
+    typical_error_basis: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -25,6 +25,7 @@ from srift.cluster import Cluster
 from srift.errors import SriftError
 from srift.hardware import CPU, gpu as gpu_spec
 from srift.job import Job
+from srift.perf.accuracy import typical_error
 from srift.perf.comm import CommModel
 from srift.perf.compute import LayerTimes, layer_times
 from srift.profile import Profile
@@ -229,6 +230,7 @@ class Predictor:
             notes.append("compute anchored on measured times")
         if kfac_measured:
             notes.append("K-FAC kernels from the profile's measured times (srift profile --kfac)")
+        error_pct, error_basis = typical_error(cluster.nodes, cluster.gpus)
         return Prediction(
             cluster=cluster.name,
             gpus=cluster.gpus,
@@ -248,6 +250,8 @@ class Predictor:
             ],
             spot=spot_expectation(cluster, state_bytes, throughput, cost),
             notes=notes,
+            typical_error_pct=error_pct,
+            typical_error_basis=error_basis,
         )
 
 
