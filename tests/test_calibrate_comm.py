@@ -31,3 +31,16 @@ def test_calibrate_rejects_bad_arguments(tmp_path, capsys):
     assert main(["calibrate", "comm", "--backend", "mpi", "-o", str(tmp_path / "x.yaml")]) == 2
     assert main(["calibrate", "comm", "--sizes", "a,b", "-o", str(tmp_path / "x.yaml")]) == 2
     assert not (tmp_path / "x.yaml").exists()
+
+
+def test_calibration_keeps_the_trimmed_mean_and_the_p90():
+    from srift.profiling.comm import calibration_from_times
+
+    # Ten repetitions at one size, bimodal (gloo on a busy host) plus one stall of 50 ms.
+    reps = [1e-3] * 5 + [3e-3] * 4 + [50e-3]
+    calib = calibration_from_times("gloo", 2, [4096], {"all_reduce": [reps], "broadcast": [[1e-3] * 10]})
+    # The slowest tenth (the stall) is dropped; the rest averaged: (5 x 1 + 4 x 3) / 9 ms.
+    assert calib["times_s"] == pytest.approx([(5 * 1e-3 + 4 * 3e-3) / 9])
+    assert calib["p90_times_s"] == pytest.approx([3e-3])  # 90th percentile of the ten
+    assert calib["broadcast_times_s"] == pytest.approx([1e-3])
+    assert calib["sizes_bytes"] == [4096] and calib["world_size"] == 2 and calib["repetitions"] == 10
