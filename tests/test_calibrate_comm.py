@@ -44,3 +44,39 @@ def test_calibration_keeps_the_trimmed_mean_and_the_p90():
     assert calib["p90_times_s"] == pytest.approx([3e-3])  # 90th percentile of the ten
     assert calib["broadcast_times_s"] == pytest.approx([1e-3])
     assert calib["sizes_bytes"] == [4096] and calib["world_size"] == 2 and calib["repetitions"] == 10
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.distributed
+def test_calibrate_across_two_machines_under_torchrun(tmp_path):
+    """Two torchrun agents (two 'machines' of one worker each, on this host) measure together;
+    rank 0 writes a two-node cluster whose network figure is the measured bus bandwidth."""
+    import os
+    import subprocess
+    import sys
+
+    port = _free_port()
+    out = tmp_path / "two.yaml"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(r),
+                               "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port),
+                               "-m", "srift.cli", "calibrate", "comm", "--backend", "gloo", "-o", str(out),
+                               "--sizes", "4096,1048576", "--reps", "3", "--network", "efa"],
+                              cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in (0, 1)]
+    outs = [p.communicate(timeout=180) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    cluster = load_cluster(out)
+    g = cluster.node_groups[0]
+    assert (cluster.nodes, g.gpus_per_node, g.gpu, g.network) == (2, 1, "cpu", "efa")
+    calib = cluster.comm_calibration
+    size, t = calib["sizes_bytes"][-1], calib["times_s"][-1]
+    assert g.network_gbps == pytest.approx(2 * (2 - 1) / 2 * size / t * 8 / 1e9, rel=0.01)
+    assert CommModel(cluster).allreduce_time_s(1048576) == pytest.approx(t, rel=1e-6)

@@ -18,8 +18,13 @@ def register(app: typer.Typer) -> None:
         output: str = typer.Option("local.yaml", "-o", "--output", help="Cluster file to write."),
         sizes: Optional[str] = typer.Option(None, "--sizes", help="Comma-separated message sizes in bytes (default 1 KiB..64 MiB)."),
         reps: int = typer.Option(10, "--reps", help="Timed repetitions per size."),
+        network: str = typer.Option("ethernet", "--network", help="Network between machines under torchrun: ethernet, efa or infiniband."),
     ) -> None:
-        """Measure all-reduce and broadcast time vs message size and write a cluster YAML usable with --cluster."""
+        """Measure all-reduce and broadcast time vs message size and write a cluster YAML usable with --cluster.
+
+        Several machines: run it under torchrun on each (``torchrun --nnodes N --nproc_per_node G
+        --rdzv-endpoint HOST:PORT -m srift.cli calibrate comm --backend nccl``); --nproc is then ignored.
+        """
         from srift.errors import SriftError
 
         try:
@@ -38,7 +43,11 @@ def register(app: typer.Typer) -> None:
                 raise SriftError("--sizes needs at least two sizes of 4 bytes or more.", "e.g. --sizes 1024,1048576.")
         if reps < 1:
             raise SriftError("--reps must be at least 1.", "pass --reps 5 or more.")
-        doc = calibrate(backend, nproc, output, size_list, reps)
+        if network not in ("ethernet", "efa", "infiniband"):
+            raise SriftError(f"unknown network '{network}'.", "use --network ethernet, efa or infiniband.")
+        doc = calibrate(backend, nproc, output, size_list, reps, network)
+        if doc is None:  # a torchrun rank other than 0: rank 0 writes
+            return
         c = doc["comm_calibration"]
         for s, t in zip(c["sizes_bytes"], c["times_s"]):
             print(f"  {s:>12,d} B  {t * 1e3:9.3f} ms  {s / t / 1e9:7.3f} GB/s")

@@ -30,13 +30,16 @@ def load_accuracy() -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=64)
-def typical_error(nodes: int, gpus: int) -> tuple[float | None, str]:
+def typical_error(nodes: int, gpus: int, cpu: bool = False) -> tuple[float | None, str]:
     """Leave-one-GPU-out MAPE (%) of the matching validation group, and what it rests on.
 
     One GPU -> the single-GPU group; one node -> the one-node multi-GPU group; several nodes ->
-    None (no multi-node training measurement maps onto a zoo model yet).
+    None (no multi-node training measurement maps onto a zoo model yet); CPU workers -> None
+    (they run on measured times; scripts/validate_local_ddp.py checks them).
     """
     groups = load_accuracy().get("groups", {})
+    if cpu:
+        return None, "CPU workers: outside the GPU validation; scripts/validate_local_ddp.py checks them on your machine"
     if nodes > 1:
         one = groups.get("one_node")
         within = f"; within one node ±{float(one['logo']):.1f} %" if one else ""

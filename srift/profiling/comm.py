@@ -1,11 +1,13 @@
 """`srift calibrate comm`: measure all-reduce and broadcast time vs message size on this machine,
-write a cluster file.
+or on several under torchrun, and write a cluster file.
 
 Spawns ``nproc`` processes with torch.distributed (gloo on CPU, or nccl with one GPU each), times
 ``all_reduce`` and ``broadcast`` of float32 tensors of each size (warm-up, then repetitions;
 the slowest rank's time per repetition; their trimmed mean and p90), and writes a srift cluster YAML whose
 ``comm_calibration`` curves the communication model interpolates instead of its own model (the
-broadcast curve serves K-FAC's inverse broadcasts).
+broadcast curve serves K-FAC's inverse broadcasts). Launched by torchrun (``torchrun --nnodes N
+--nproc_per_node G -m srift.cli calibrate comm``), it measures in that group instead, across
+machines, and describes N nodes of G workers.
 """
 
 from __future__ import annotations
@@ -129,11 +131,59 @@ def measure_collectives(backend: str, nproc: int, sizes: list[int] | None = None
     return calibration_from_times(backend, nproc, sizes, queue.get())
 
 
-def calibration_cluster(calib: dict[str, Any], name: str | None = None) -> dict[str, Any]:
-    """A cluster YAML document describing this machine, with the measured curve."""
+def launched_by_torchrun() -> bool:
+    """True when torchrun (or another env:// launcher) started this process as one of several."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and "RANK" in os.environ
+
+
+def measure_launched(backend: str, sizes: list[int] | None = None, reps: int = 10, warmup: int = 3) -> dict[str, Any] | None:
+    """Measure in the process group torchrun launched, possibly across machines
+    (``torchrun --nnodes N --nproc_per_node G -m srift.cli calibrate comm ...``).
+
+    Returns the ``comm_calibration`` mapping on rank 0 (with ``nodes`` and ``gpus_per_node`` from
+    torchrun's WORLD_SIZE and LOCAL_WORLD_SIZE), None on the other ranks.
+    """
+    import torch
+    import torch.distributed as dist
+
+    from srift.errors import SriftError
+
+    if backend not in ("gloo", "nccl"):
+        raise SriftError(f"unknown backend '{backend}'.", "use --backend gloo (CPU) or --backend nccl (GPUs).")
+    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    if world % local_world:
+        raise SriftError(f"WORLD_SIZE {world} is not a multiple of LOCAL_WORLD_SIZE {local_world}.",
+                         "launch the same --nproc_per_node on every machine.")
+    device = torch.device("cpu")
+    if backend == "nccl":
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    sizes = sorted(sizes or DEFAULT_SIZES)
+    dist.init_process_group(backend)
+    try:
+        times = time_collectives(sizes, reps, warmup, device)
+    finally:
+        dist.destroy_process_group()
+    if rank != 0:
+        return None
+    calib = calibration_from_times(backend, world, sizes, times)
+    calib.update(nodes=world // local_world, gpus_per_node=local_world)
+    return calib
+
+
+def calibration_cluster(calib: dict[str, Any], name: str | None = None, network: str = "ethernet") -> dict[str, Any]:
+    """A cluster YAML document describing the measured machine(s), with the measured curves.
+
+    Across machines the network's Gb/s is what the largest measured all-reduce achieved (its bus
+    bandwidth, a lower bound of the nominal figure); the curve, not that number, sets predictions.
+    """
     import torch
 
-    nproc = calib["world_size"]
+    world = calib["world_size"]
+    nodes = int(calib.get("nodes", 1))
+    per_node = int(calib.get("gpus_per_node", world))
     if calib["backend"] == "nccl":
         from srift.hardware import find_gpu
 
@@ -142,18 +192,30 @@ def calibration_cluster(calib: dict[str, Any], name: str | None = None) -> dict[
         intra = "nvlink"
     else:
         gpu, intra = "cpu", "shared-memory"
+    gbps = 0.0
+    if nodes > 1:
+        size, t = calib["sizes_bytes"][-1], calib["times_s"][-1]
+        gbps = round(2.0 * (world - 1) / world * size / t * 8 / 1e9, 2)
+    where = f"{nodes} machines" if nodes > 1 else f"this machine ({calib['host']})"
     return {
-        "name": name or f"local-{calib['backend']}-{nproc}",
-        "description": f"this machine ({calib['host']}), {nproc} {calib['backend']} workers, measured by srift calibrate comm",
-        "node_groups": [{"count": 1, "gpus_per_node": nproc, "gpu": gpu, "intra_node": intra, "network_gbps": 0}],
+        "name": name or (f"measured-{calib['backend']}-{nodes}x{per_node}" if nodes > 1 else f"local-{calib['backend']}-{world}"),
+        "description": f"{where}, {world} {calib['backend']} workers, measured by srift calibrate comm"
+                       + (f"; network_gbps is the bus bandwidth of the largest all-reduce" if nodes > 1 else ""),
+        "node_groups": [{"count": nodes, "gpus_per_node": per_node, "gpu": gpu, "intra_node": intra,
+                         "network_gbps": gbps, "network": network}],
         "comm_calibration": calib,
     }
 
 
-def calibrate(backend: str, nproc: int, output: str | Path, sizes: list[int] | None = None, reps: int = 10) -> dict[str, Any]:
-    """Measure and write the cluster file atomically; returns the document written."""
+def calibrate(backend: str, nproc: int, output: str | Path, sizes: list[int] | None = None, reps: int = 10,
+              network: str = "ethernet") -> dict[str, Any] | None:
+    """Measure (spawning ``nproc`` local workers, or in the group torchrun launched) and write the
+    cluster file atomically; returns the document written, None on torchrun ranks other than 0."""
     from srift.fileio import write_yaml
 
-    doc = calibration_cluster(measure_collectives(backend, nproc, sizes, reps))
+    calib = measure_launched(backend, sizes, reps) if launched_by_torchrun() else measure_collectives(backend, nproc, sizes, reps)
+    if calib is None:
+        return None
+    doc = calibration_cluster(calib, network=network)
     write_yaml(output, doc)
     return doc

@@ -230,7 +230,7 @@ class Predictor:
             notes.append("compute anchored on measured times")
         if kfac_measured:
             notes.append("K-FAC kernels from the profile's measured times (srift profile --kfac)")
-        error_pct, error_basis = typical_error(cluster.nodes, cluster.gpus)
+        error_pct, error_basis = typical_error(cluster.nodes, cluster.gpus, any(g.gpu == CPU for g in groups))
         return Prediction(
             cluster=cluster.name,
             gpus=cluster.gpus,
