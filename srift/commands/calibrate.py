@@ -22,8 +22,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Measure all-reduce and broadcast time vs message size and write a cluster YAML usable with --cluster.
 
-        Several machines: run it under torchrun on each (``torchrun --nnodes N --nproc_per_node G
-        --rdzv-endpoint HOST:PORT -m srift.cli calibrate comm --backend nccl``); --nproc is then ignored.
+        Several machines: run it under torchrun on each (``torchrun --nnodes N --node_rank R
+        --nproc_per_node G --master_addr HOST --master_port PORT -m srift.cli calibrate comm
+        --backend nccl``); --nproc is then ignored.
         """
         from srift.errors import SriftError
 
