@@ -50,11 +50,14 @@ def gib(v: float) -> str:
     return f"{v / 2**30:.1f} GiB"
 
 
-def error_text(pred: Prediction) -> str:
-    """``±9.9 % (what it rests on)``, or why there is no figure."""
-    if pred.typical_error_pct is None:
-        return pred.typical_error_basis or "unknown"
-    return f"±{pred.typical_error_pct:.1f} % ({pred.typical_error_basis})"
+def error_text(pred: Prediction | dict[str, Any]) -> str:
+    """``±9.9 % (what it rests on)``, or why there is no figure (from a Prediction or a dict
+    carrying ``typical_error_pct`` and ``typical_error_basis``)."""
+    get = pred.get if isinstance(pred, dict) else (lambda k, d=None: getattr(pred, k, d))
+    pct, basis = get("typical_error_pct"), get("typical_error_basis") or ""
+    if pct is None:
+        return basis or "unknown"
+    return f"±{pct:.1f} % ({basis})"
 
 
 def prediction_json(pred: Prediction, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -310,7 +313,7 @@ def check_markdown(result: dict[str, Any]) -> str:
              "",
              f"Predicted **{usd(result['predicted_cost_usd'])}** over **{result['predicted_hours']:,.2f} h** at "
              f"{usd(result['cost_per_hour_usd'])}/h ({cfg['gpus']} GPUs, {cfg['throughput_samples_per_s']:,.0f} samples/s, "
-             f"{cfg['bottleneck']}-bound; configuration from {cfg['chosen_by']}).", "",
+             f"{cfg['bottleneck']}-bound; configuration from {cfg['chosen_by']}). Typical error: {error_text(cfg)}.", "",
              "| limit | allowed | predicted | margin | |", "|---|---|---|---|---|"]
     for c in result["limits"]:
         margin = "-" if c["margin"] is None else f"{_fmt_limit(c['limit'], c['margin'])} ({c['margin_pct']:.0f}%)"
@@ -333,6 +336,7 @@ def render_check(result: dict[str, Any]) -> None:
               + f" ({cfg['gpus']} GPUs, from {cfg['chosen_by']})")
     con.print(f"Predicted {usd(result['predicted_cost_usd'])} over {result['predicted_hours']:,.2f} h at "
               f"{usd(result['cost_per_hour_usd'])}/h, {cfg['throughput_samples_per_s']:,.0f} samples/s.")
+    con.print(f"[dim]Typical error: {error_text(cfg)}.[/dim]")
     table = Table()
     for h in ("limit", "allowed", "predicted", "margin", ""):
         table.add_column(h)
