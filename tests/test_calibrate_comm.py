@@ -80,3 +80,47 @@ def test_calibrate_across_two_machines_under_torchrun(tmp_path):
     size, t = calib["sizes_bytes"][-1], calib["times_s"][-1]
     assert g.network_gbps == pytest.approx(2 * (2 - 1) / 2 * size / t * 8 / 1e9, rel=0.01)
     assert CommModel(cluster).allreduce_time_s(1048576) == pytest.approx(t, rel=1e-6)
+
+
+DGX_A100_TOPO = """\
+\tGPU0\tGPU1\tGPU2\tGPU3\tGPU4\tGPU5\tGPU6\tGPU7\tmlx5_0\tCPU Affinity\tNUMA Affinity
+GPU0\t X \tNV12\tNV12\tNV12\tNV12\tNV12\tNV12\tNV12\tPXB\t48-63\t3
+GPU1\tNV12\t X \tNV12\tNV12\tNV12\tNV12\tNV12\tNV12\tPXB\t48-63\t3
+GPU2\tNV12\tNV12\t X \tNV12\tNV12\tNV12\tNV12\tNV12\tSYS\t16-31\t1
+GPU3\tNV12\tNV12\tNV12\t X \tNV12\tNV12\tNV12\tNV12\tSYS\t16-31\t1
+GPU4\tNV12\tNV12\tNV12\tNV12\t X \tNV12\tNV12\tNV12\tSYS\t112-127\t7
+GPU5\tNV12\tNV12\tNV12\tNV12\tNV12\t X \tNV12\tNV12\tSYS\t112-127\t7
+GPU6\tNV12\tNV12\tNV12\tNV12\tNV12\tNV12\t X \tNV12\tSYS\t80-95\t5
+GPU7\tNV12\tNV12\tNV12\tNV12\tNV12\tNV12\tNV12\t X \tSYS\t80-95\t5
+
+Legend:
+
+  X    = Self
+  NV#  = Connection traversing a bonded set of # NVLinks
+"""
+
+DGX1_TOPO = """\
+\tGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity
+GPU0\t X \tNV1\tNV1\tNV2\t0-19
+GPU1\tNV1\t X \tNV2\tSYS\t0-19
+GPU2\tNV1\tNV2\t X \tNV1\t0-19
+GPU3\tNV2\tSYS\tNV1\t X \t0-19
+"""
+
+PCIE_TOPO = """\
+\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity
+GPU0\t X \tPHB\t0-31\tN/A
+GPU1\tPHB\t X \t0-31\tN/A
+"""
+
+
+def test_intra_node_link_from_nvidia_smi_topology():
+    from srift.profiling.comm import intra_node_from_topo
+
+    assert intra_node_from_topo(DGX_A100_TOPO, "ampere") == "nvswitch"
+    assert intra_node_from_topo(DGX_A100_TOPO, "hopper") == "nvswitch4"
+    assert intra_node_from_topo(DGX1_TOPO, "volta") == "nvlink"  # hybrid cube mesh, some pairs over SYS
+    assert intra_node_from_topo(PCIE_TOPO, "ampere", 4) == "pcie4"
+    assert intra_node_from_topo(PCIE_TOPO, "turing", 3) == "pcie3"
+    assert intra_node_from_topo(PCIE_TOPO, "ada") == "pcie4"  # generation unknown
+    assert intra_node_from_topo("No devices were found", None) is None

@@ -13,6 +13,7 @@ machines, and describes N nodes of G workers.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import statistics
 import time
@@ -173,6 +174,48 @@ def measure_launched(backend: str, sizes: list[int] | None = None, reps: int = 1
     return calib
 
 
+def intra_node_from_topo(topo: str, gpu_arch: str | None = None, pcie_gen: int | None = None) -> str | None:
+    """The srift intra-node link of a machine from ``nvidia-smi topo -m`` output.
+
+    Every GPU pair on bonded NVLinks of one width (4 or more GPUs): NVSwitch (``nvswitch4`` on
+    Hopper and later); some pairs on NVLink: ``nvlink``; none: PCIe of ``pcie_gen`` (4 when
+    unknown). None when the text holds no GPU matrix.
+    """
+    lines = [l.split() for l in topo.splitlines() if l.strip()]
+    header = next((l for l in lines if l and l[0] == "GPU0"), None)
+    if header is None:
+        return None
+    gpu_cols = [i for i, h in enumerate(header) if re.fullmatch(r"GPU\d+", h)]
+    rows = [l for l in lines if l and re.fullmatch(r"GPU\d+", l[0]) and l is not header]
+    links = [r[i + 1] for r in rows for i in gpu_cols if i + 1 < len(r) and r[i + 1] != "X"]
+    if not links or len(gpu_cols) < 2:
+        return None
+    nv = [x for x in links if x.startswith("NV")]
+    if nv and len(nv) == len(links) and len(set(nv)) == 1 and len(gpu_cols) >= 4:
+        return "nvswitch4" if gpu_arch in ("hopper", "blackwell") else "nvswitch"
+    if nv:
+        return "nvlink"
+    return f"pcie{pcie_gen}" if pcie_gen in (3, 4, 5) else "pcie4"
+
+
+def _detect_intra_node(gpu: str) -> str:
+    """Ask nvidia-smi how this machine's GPUs connect; ``nvlink`` when it cannot tell."""
+    import subprocess
+
+    from srift.hardware import find_gpu, gpu as gpu_spec
+
+    try:
+        topo = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=20).stdout
+        gen_out = subprocess.run(["nvidia-smi", "--query-gpu=pcie.link.gen.max", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "nvlink"
+    gens = [int(x) for x in re.findall(r"\d+", gen_out)]
+    key = find_gpu(gpu)
+    arch = gpu_spec(key).architecture if key else None
+    return intra_node_from_topo(topo, arch, min(gens) if gens else None) or "nvlink"
+
+
 def calibration_cluster(calib: dict[str, Any], name: str | None = None, network: str = "ethernet") -> dict[str, Any]:
     """A cluster YAML document describing the measured machine(s), with the measured curves.
 
@@ -189,7 +232,7 @@ def calibration_cluster(calib: dict[str, Any], name: str | None = None, network:
 
         dev = torch.cuda.get_device_name(0)
         gpu = find_gpu(dev) or dev
-        intra = "nvlink"
+        intra = _detect_intra_node(gpu)
     else:
         gpu, intra = "cpu", "shared-memory"
     gbps = 0.0
