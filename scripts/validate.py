@@ -211,8 +211,7 @@ def main() -> None:
         print(line("  " + src, s))
     for n, s in multi.groupby("n_gpus"):
         print(line(f"  {n} GPUs", s))
-    multi["link"] = [r.intra_node if isinstance(r.intra_node, str) else F.intra_node_of(str(r.label), r.gpu)
-                     for r in multi.itertuples()]
+    multi["link"] = [F.row_link(r) for r in multi.itertuples()]
     for link, s in multi.groupby("link"):
         print(line(f"  {link}", s))
     # Model-free checks against the same system with fewer GPUs (srift.perf.fit.scaling_anomalies):

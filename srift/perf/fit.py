@@ -581,6 +581,12 @@ def intra_node_of(label: str, gpu: str) -> str:
     return "pcie3"
 
 
+def row_link(row) -> str:
+    """Intra-node link of a measured row: its own ``intra_node`` (SuperBench) or the label's."""
+    link = getattr(row, "intra_node", None)
+    return link if isinstance(link, str) else intra_node_of(str(row.label), row.gpu)
+
+
 def simulate_rows(rows: pd.DataFrame, profiles: ProfileSource, n_gpus: int | None = None) -> pd.DataFrame:
     """Simulator predictions for measured one-node rows (``n_gpus`` overrides the row's count).
 
@@ -593,10 +599,8 @@ def simulate_rows(rows: pd.DataFrame, profiles: ProfileSource, n_gpus: int | Non
 
     out = []
     for r in rows.itertuples():
-        link = getattr(r, "intra_node", None)
-        link = link if isinstance(link, str) else intra_node_of(str(r.label), r.gpu)
         n = int(n_gpus or r.n_gpus)
-        cluster = Cluster(str(r.label), (NodeGroup(1, n, r.gpu, link, 100.0, "ethernet"),))
+        cluster = Cluster(str(r.label), (NodeGroup(1, n, r.gpu, row_link(r), 100.0, "ethernet"),))
         p = predict(profiles.for_row(r), cluster, Job(batch_size=int(r.batch_per_gpu), precision=r.precision))
         b = p.breakdown
         out.append((p.iteration_time_s, p.iteration_time_s - b["comm_interference"],
