@@ -30,6 +30,9 @@ def test_calibrate_rejects_bad_arguments(tmp_path, capsys):
     assert "--nproc must be at least 2" in capsys.readouterr().err
     assert main(["calibrate", "comm", "--backend", "mpi", "-o", str(tmp_path / "x.yaml")]) == 2
     assert main(["calibrate", "comm", "--sizes", "a,b", "-o", str(tmp_path / "x.yaml")]) == 2
+    assert main(["calibrate", "comm", "--network", "carrier-pigeon", "-o", str(tmp_path / "x.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown network 'carrier-pigeon'" in err and "To fix" in err and not (tmp_path / "x.yaml").exists()
     assert not (tmp_path / "x.yaml").exists()
 
 
