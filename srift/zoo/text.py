@@ -74,9 +74,9 @@ class TransformerBlock(nn.Module):
         return self.ln_2(x + self.drop_2(self.fc_out(self.act(self.fc(x)))))
 
 
-class Bert(nn.Module):
-    """BERT with the pre-training heads (masked LM, tied to the word embeddings, and next sentence),
-    as BertForPreTraining: 110,106,428 parameters for base, 336,226,108 for large."""
+class _BertEncoder(nn.Module):
+    """BERT's embeddings and post-norm encoder, shared by the pre-training and SQuAD models (the
+    attribute names are the module names profiles record)."""
 
     def __init__(self, dim: int, depth: int, heads: int, vocab: int = 30522, max_pos: int = 512) -> None:
         super().__init__()
@@ -86,6 +86,22 @@ class Bert(nn.Module):
         self.embeddings_ln = nn.LayerNorm(dim, eps=1e-12)
         self.embeddings_drop = nn.Dropout(0.1)
         self.layers = nn.ModuleList(TransformerBlock(dim, heads, 4 * dim, pre_norm=False, eps=1e-12) for _ in range(depth))
+
+    def encode(self, ids: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(ids.shape[1], device=ids.device)
+        x = self.word_embeddings(ids) + self.position_embeddings(pos) + self.token_type_embeddings(torch.zeros_like(ids))
+        x = self.embeddings_drop(self.embeddings_ln(x))
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class Bert(_BertEncoder):
+    """BERT with the pre-training heads (masked LM, tied to the word embeddings, and next sentence),
+    as BertForPreTraining: 110,106,428 parameters for base, 336,226,108 for large."""
+
+    def __init__(self, dim: int, depth: int, heads: int, vocab: int = 30522, max_pos: int = 512) -> None:
+        super().__init__(dim, depth, heads, vocab, max_pos)
         self.pooler = nn.Linear(dim, dim)
         self.pooler_act = nn.Tanh()
         self.cls_transform = nn.Linear(dim, dim)
@@ -96,11 +112,7 @@ class Bert(nn.Module):
         self.cls_nsp = nn.Linear(dim, 2)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        pos = torch.arange(ids.shape[1], device=ids.device)
-        x = self.word_embeddings(ids) + self.position_embeddings(pos) + self.token_type_embeddings(torch.zeros_like(ids))
-        x = self.embeddings_drop(self.embeddings_ln(x))
-        for layer in self.layers:
-            x = layer(x)
+        x = self.encode(ids)
         nsp = self.cls_nsp(self.pooler_act(self.pooler(x[:, 0])))
         mlm = self.cls_decoder(self.cls_ln(self.cls_act(self.cls_transform(x))))
         # One scalar training loss (cross-entropy against the inputs stands in for the MLM labels).
@@ -129,28 +141,17 @@ class GPT2(nn.Module):
         return nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
 
 
-class BertSquad(nn.Module):
+class BertSquad(_BertEncoder):
     """BERT fine-tuned for extractive question answering (SQuAD), as BertForQuestionAnswering: the
     encoder without pooler or pre-training heads, and a span head (start/end logits per token):
     108,893,186 parameters for base, 334,094,338 for large."""
 
     def __init__(self, dim: int, depth: int, heads: int, vocab: int = 30522, max_pos: int = 512) -> None:
-        super().__init__()
-        self.word_embeddings = nn.Embedding(vocab, dim)
-        self.position_embeddings = nn.Embedding(max_pos, dim)
-        self.token_type_embeddings = nn.Embedding(2, dim)
-        self.embeddings_ln = nn.LayerNorm(dim, eps=1e-12)
-        self.embeddings_drop = nn.Dropout(0.1)
-        self.layers = nn.ModuleList(TransformerBlock(dim, heads, 4 * dim, pre_norm=False, eps=1e-12) for _ in range(depth))
+        super().__init__(dim, depth, heads, vocab, max_pos)
         self.qa_outputs = nn.Linear(dim, 2)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        pos = torch.arange(ids.shape[1], device=ids.device)
-        x = self.word_embeddings(ids) + self.position_embeddings(pos) + self.token_type_embeddings(torch.zeros_like(ids))
-        x = self.embeddings_drop(self.embeddings_ln(x))
-        for layer in self.layers:
-            x = layer(x)
-        start, end = self.qa_outputs(x).float().unbind(-1)
+        start, end = self.qa_outputs(self.encode(ids)).float().unbind(-1)
         # Span loss: cross-entropy of the start and end positions (position 0 stands in for labels).
         target = torch.zeros(ids.shape[0], dtype=torch.long, device=ids.device)
         return (nn.functional.cross_entropy(start, target) + nn.functional.cross_entropy(end, target)) / 2
