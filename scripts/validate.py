@@ -12,7 +12,10 @@ simulator (``srift.simulate``); the node's interconnect is inferred from the sys
 too. MAPE is printed per group: single GPU, one node multi-GPU (by source, GPU count and link,
 and without the rows that model-free checks flag: super-linear or flat scaling against the same
 system on fewer GPUs), and multi-node, where only the all-reduce can be checked (nccl-tests-aws
-over EFA). The last lines give the DDP scaling fit (t_n / t_1 ratios).
+over EFA). Then profiles measured on another GPU or precision: each single-GPU measurement anchors
+the prediction of the same model on every other GPU/precision of its source
+(``srift.perf.fit.anchor_pairs``), with none, all or the shipped share of its departure from the
+model carried over. The last lines give the DDP scaling fit (t_n / t_1 ratios).
 
 Rows left out, and why: SuperBench ``float16`` (the whole model cast to fp16, not srift's amp) and
 its unidentified "V100" box; NVIDIA DLE BERT pre-training (the per-GPU batch is reached by
@@ -44,12 +47,6 @@ def silicon(gpu: str) -> str:
     """GPUs with the same chip configuration (architecture and SM count) form one hold-out group."""
     s = gpu_spec(gpu)
     return f"{s.architecture}-{s.sm_count}"
-
-
-def loo_fits(single: pd.DataFrame, profiles: F.ProfileSource, key: str) -> dict[str, C.ComputeParams]:
-    """Compute-model fits on the single-GPU rows without each value of ``key`` (GPU silicon or model)."""
-    return {value: F.fit_compute(F.designs_for(single.drop(index=held), profiles, F.DEFAULT_FEATURES))
-            for value, held in single.groupby(key).groups.items()}
 
 
 def loo_predictions(rows: pd.DataFrame, profiles: F.ProfileSource, key: str, fits: dict[str, C.ComputeParams],
@@ -151,8 +148,8 @@ def main() -> None:
 
     single = rows[rows["n_gpus"] == 1].reset_index(drop=True)
     single["pred"] = F.predict_rows(single, profiles, C.load_params())
-    fits_gpu = loo_fits(single, profiles, "silicon")
-    fits_model = loo_fits(single, profiles, "model")
+    fits_gpu = F.held_out_fits(single, profiles, "silicon")
+    fits_model = F.held_out_fits(single, profiles, "model")
     single["logo"] = loo_predictions(single, profiles, "silicon", fits_gpu)
     single["lomo"] = loo_predictions(single, profiles, "model", fits_model)
 
@@ -229,6 +226,14 @@ def main() -> None:
     print(f"{'':<28}(all-reduce >= 1 MiB over EFA; LOGO column: EFA refitted without the instance type)")
     if args.write_accuracy:
         write_accuracy(Path(args.write_accuracy), {"single_gpu": single, "one_node": multi}, meas_col)
+    shipped = C.load_params()
+    print(f"\nProfile measured on another GPU or precision ({len(F.anchor_pairs(single, 'lomo'))} pairs of one model and "
+          f"source; its model held out of the fit), MAPE %:")
+    for label, w, clip in (("model only (anchor ignored)", 0.0, np.inf), ("whole departure carried over", 1.0, np.inf),
+                           (f"shipped: {shipped.anchor_weight:.0%} of it within +-{shipped.anchor_clip:.2f} (log)",
+                            shipped.anchor_weight, shipped.anchor_clip)):
+        print(f"  {label:<44}{F.anchored_mape(F.anchor_pairs(single, 'lomo'), w, clip):>6.1f}"
+              f"   in-fit model: {F.anchored_mape(F.anchor_pairs(single, 'pred'), w, clip):.1f}")
     print(f"\nDDP scaling t_n/t_1 ({len(pairs)} pairs of a multi-GPU row and its system's 1-GPU row): MAPE "
           f"{ideal_scal:.1f}% with ideal overlap, {scal_mape:.1f}% with all-reduce interference k = {k_all:.2f}")
     print("LOGO: refit without the row's GPU silicon; LOMO: refit without the row's model (compute model and,")

@@ -112,6 +112,7 @@ def test_anchored_alias_of_the_gpu_also_counts_as_the_same_gpu():
 
 
 def test_scaling_to_another_gpu_follows_the_model_ratio_per_layer():
+    # FLAT carries the whole departure over (anchor_weight 1): each layer scales by the model ratio.
     p = _measured_on("V100-16GB")
     src = C.layer_times(_profile(), "V100-16GB", "fp32", params=FLAT)
     dst = C.layer_times(_profile(), "A100-40GB", "fp32", params=FLAT)
@@ -122,6 +123,50 @@ def test_scaling_to_another_gpu_follows_the_model_ratio_per_layer():
     # compute-bound layer: fp32 peak ratio 15.7 / 19.5; memory-bound: bandwidth ratio 900 / 1555
     assert lt.fwd_s[0] == pytest.approx(0.150 * 15.7 / 19.5)
     assert lt.fwd_s[1] == pytest.approx(0.0012 * 900 / 1555)
+
+
+def test_another_gpu_carries_only_part_of_the_measured_departure():
+    # Measured on a V100 and scaled by the model's per-layer ratio (as above), the A100 layers sum
+    # to 0.120769 + 0.249590 + 0.000695 + 0.001215 = 0.372269 s, plus the unattributed 0.0227 s x
+    # (A100 / V100 model ratio 0.309862 / 0.385920) = 0.018226 s: r = 0.390495 / 0.309862 = 1.2602
+    # times the model's own A100 prediction. With anchor_weight 0.3 and no clip the total is
+    # model x r^0.3; with a clip at 0.2 (log), the part of log r beyond it is carried whole.
+    p = _measured_on("V100-16GB")
+    model = C.layer_times(_profile(), "A100-40GB", "fp32", params=FLAT)
+    full = C.layer_times(p, "A100-40GB", "fp32", params=FLAT)
+    r = (full.forward_s + full.backward_s + full.overhead_s) / (model.forward_s + model.backward_s)
+    assert r == pytest.approx(0.390495 / 0.309862, rel=1e-5)
+    part = C.layer_times(p, "A100-40GB", "fp32", params=dataclasses.replace(FLAT, anchor_weight=0.3))
+    assert part.anchored
+    assert part.forward_s + part.backward_s + part.overhead_s == pytest.approx((model.forward_s + model.backward_s) * r ** 0.3)
+    # the measured split over layers is kept
+    np.testing.assert_allclose(part.fwd_s / part.fwd_s.sum(), full.fwd_s / full.fwd_s.sum())
+    clipped = C.layer_times(p, "A100-40GB", "fp32", params=dataclasses.replace(FLAT, anchor_weight=0.3, anchor_clip=0.2))
+    expected = (model.forward_s + model.backward_s) * np.exp(0.3 * 0.2 + (np.log(r) - 0.2))
+    assert clipped.forward_s + clipped.backward_s + clipped.overhead_s == pytest.approx(expected)
+    # on the profiling GPU itself the measurement stands, whatever the weight
+    same = C.layer_times(p, "V100-16GB", "fp32", params=dataclasses.replace(FLAT, anchor_weight=0.0))
+    np.testing.assert_array_equal(same.fwd_s, [0.150, 0.0012])
+    assert (same.anchored_from, part.anchored_from) == (None, "V100-16GB fp32")
+
+
+def test_anchor_factor_by_hand():
+    p = dataclasses.replace(FLAT, anchor_weight=0.3, anchor_clip=0.24)
+    # log 2 = 0.693: 0.3 x 0.24 inside the clip + 0.453 beyond it = 0.525
+    assert C.anchor_factor(2.0, p) == pytest.approx(np.exp(0.3 * 0.24 + np.log(2.0) - 0.24))
+    assert C.anchor_factor(1.1, p) == pytest.approx(1.1 ** 0.3)
+    assert C.anchor_factor(0.5, p) == pytest.approx(1 / C.anchor_factor(2.0, p))
+    assert C.anchor_factor(1.7, FLAT) == pytest.approx(1.7)  # default: all of it
+
+
+def test_bad_anchor_parameters_in_a_params_file_are_rejected():
+    d = FLAT.to_dict()
+    assert d["anchor_weight"] == 1.0 and d["anchor_clip"] is None
+    assert C.ComputeParams.from_dict(d).anchor_clip == np.inf
+    with pytest.raises(SriftError, match="anchor_weight must be in"):
+        C.ComputeParams.from_dict({**d, "anchor_weight": 1.5})
+    with pytest.raises(SriftError, match="anchor_weight must be in"):
+        C.ComputeParams.from_dict({**d, "anchor_clip": -1})
 
 
 def test_same_gpu_other_precision_scales_by_the_model_ratio():

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from srift.perf import compute as C
@@ -140,3 +141,39 @@ def test_validate_script_prints_every_group_and_the_shipped_figures_are_current(
     fresh = json.loads((tmp_path / "accuracy.json").read_text())
     shipped = json.loads((root / "configs" / "perf" / "accuracy.json").read_text())
     assert fresh == shipped, "configs/perf/accuracy.json is stale: re-run scripts/validate.py --write-accuracy"
+
+
+def _anchor_rows(meas: dict, lomo: dict, pred: dict) -> pd.DataFrame:
+    rows = [{"source": "s", "model": m, "gpu": g, "precision": "tf32", "iteration_time_s": meas[m, g],
+             "lomo": lomo[m, g], "pred": pred[m, g]} for (m, g) in meas]
+    return pd.DataFrame(rows)
+
+
+GPUS3 = ("V100-16GB", "A100-40GB", "H100")
+
+
+def test_anchor_pairs_are_ordered_pairs_of_one_model_and_source():
+    meas = {(m, g): 1.0 for m in ("a", "b") for g in GPUS3}
+    rows = _anchor_rows(meas, meas, meas)
+    pairs = F.anchor_pairs(rows, "lomo")
+    assert len(pairs) == 2 * 3 * 2  # per model, 3 anchors x 2 other GPUs
+    # a repeated run of one configuration counts once (median)
+    extra = rows.iloc[[0]].assign(iteration_time_s=3.0)
+    assert len(F.anchor_pairs(pd.concat([rows, extra], ignore_index=True), "lomo")) == 12
+
+
+def test_fit_anchor_ignores_gpu_quirks_and_carries_the_jobs_own_departure():
+    truth = {(m, g): 1.0 + 0.1 * i + 0.3 * j for i, m in enumerate(("a", "b")) for j, g in enumerate(GPUS3)}
+    gpu_quirk = dict(zip(GPUS3, (1.15, 0.87, 1.0)))
+    model_miss = {"a": 1.12, "b": 0.9}
+    # The model's in-fit error on single GPUs is +-20 %: the clip sits at its 95th percentile.
+    pred = {k: t / (1.2 if k[1] == "V100-16GB" else 0.85 if k[1] == "H100" else 1.0) for k, t in truth.items()}
+    # Only the GPU departs from the model: the anchor says nothing about another GPU.
+    w, clip, info = F.fit_anchor(_anchor_rows(truth, {k: t / gpu_quirk[k[1]] for k, t in truth.items()}, pred), "pred", "lomo")
+    assert w == 0.0
+    assert clip == pytest.approx(np.quantile(np.abs(np.log([1.2, 1.2, 0.85, 0.85, 1.0, 1.0])), 0.95))
+    assert info["mape_pct"]["fitted"] == info["mape_pct"]["none"] < info["mape_pct"]["full"]
+    # Only the job departs from the model (the same on every GPU): carry all of it.
+    w, _, info = F.fit_anchor(_anchor_rows(truth, {k: t / model_miss[k[0]] for k, t in truth.items()}, pred), "pred", "lomo")
+    assert w == 1.0
+    assert info["mape_pct"]["fitted"] == pytest.approx(0.0, abs=1e-9)

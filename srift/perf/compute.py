@@ -14,9 +14,13 @@ bandwidth, plus ``optimizer_s_per_tensor`` per parameter tensor. ``overhead_s`` 
 constant: the fit puts the framework's fixed costs per layer instead (it generalises to unseen
 models; see srift/perf/fit.py), and a measured profile brings its own unattributed time.
 
-Anchoring: a profile measured on the target GPU returns its measured times; one measured on another
-GPU scales each layer by the model's predicted ratio between the two GPUs (the model's errors common
-to both GPUs cancel); a structural profile is predicted from FLOPs and bytes alone.
+Anchoring: a profile measured on the target GPU (at the target precision) returns its measured
+times; a structural profile is predicted from FLOPs and bytes alone. One measured on another GPU or
+precision scales each measured layer by the model's ratio between the two, then moves the total
+only part of the way from the model's prediction to that: by ``anchor_factor``. How far the
+measurement departs from the model on its own GPU is partly the job (which carries over to every
+GPU) and partly that GPU and its host (which does not); on the shared measurements, carrying all
+of it over was worse than ignoring it (srift/perf/fit.py ``fit_anchor``).
 """
 
 from __future__ import annotations
@@ -122,6 +126,10 @@ class ComputeParams:
         launch_s: Fixed cost per layer pass (kernel launches, framework dispatch), seconds.
         optimizer_s_per_tensor: Optimizer-step cost per parameter tensor, seconds.
         overhead_s: Per-iteration framework overhead (zero_grad, Python, sync), seconds.
+        anchor_weight: Share of a measured profile's departure from the model (log of measured /
+            predicted on the profiling GPU) carried to another GPU or precision (1 = all of it).
+        anchor_clip: Departures beyond this (in log) are carried over whole: larger than the
+            model's per-GPU errors, they are the job's own (unhooked ops, custom kernels).
         meta: Provenance (sources, fit statistics), carried but unused by the model.
     """
 
@@ -131,6 +139,8 @@ class ComputeParams:
     launch_s: float
     optimizer_s_per_tensor: float
     overhead_s: float
+    anchor_weight: float = 1.0
+    anchor_clip: float = math.inf
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     # Per-instance (init=False: dataclasses.replace must not share it with the original).
     _cache: dict[tuple[str, str], Any] = field(default_factory=dict, init=False, compare=False, hash=False, repr=False)
@@ -149,6 +159,8 @@ class ComputeParams:
             "launch_s": self.launch_s,
             "optimizer_s_per_tensor": self.optimizer_s_per_tensor,
             "overhead_s": self.overhead_s,
+            "anchor_weight": self.anchor_weight,
+            "anchor_clip": None if math.isinf(self.anchor_clip) else self.anchor_clip,
             **self.meta,
         }
 
@@ -164,7 +176,13 @@ class ComputeParams:
         inv = {k: tuple(float(x) for x in v) for k, v in d["inv_eff"].items()}
         if any(len(v) != n for v in inv.values()) or len(d["inv_eff_mem"]) != n:
             raise SriftError(f"{source}: coefficient lengths do not match the features.", "re-run scripts/fit_models.py.")
-        known = {"schema", "features", "inv_eff", "inv_eff_mem", "launch_s", "optimizer_s_per_tensor", "overhead_s"}
+        known = {"schema", "features", "inv_eff", "inv_eff_mem", "launch_s", "optimizer_s_per_tensor", "overhead_s",
+                 "anchor_weight", "anchor_clip"}
+        weight, clip = d.get("anchor_weight", 1.0), d.get("anchor_clip")
+        if not isinstance(weight, (int, float)) or not 0.0 <= weight <= 1.0 or (
+                clip is not None and (not isinstance(clip, (int, float)) or clip < 0)):
+            raise SriftError(f"{source}: anchor_weight must be in [0, 1] and anchor_clip >= 0 or null.",
+                             "re-run scripts/fit_models.py.")
         return cls(
             features=feats,
             inv_eff=inv,
@@ -172,6 +190,8 @@ class ComputeParams:
             launch_s=float(d["launch_s"]),
             optimizer_s_per_tensor=float(d["optimizer_s_per_tensor"]),
             overhead_s=float(d["overhead_s"]),
+            anchor_weight=float(weight),
+            anchor_clip=math.inf if clip is None else float(clip),
             meta={k: v for k, v in d.items() if k not in known},
         )
 
@@ -199,6 +219,8 @@ class LayerTimes:
         optimizer_s: Optimizer step seconds.
         overhead_s: Per-iteration time no layer accounts for (framework, unhooked ops).
         anchored: True when measured times were used (directly or scaled from another GPU).
+        anchored_from: ``GPU precision`` of the measurement when it was scaled from another GPU or
+            precision (``anchor_factor``), else None.
     """
 
     fwd_s: np.ndarray
@@ -206,6 +228,7 @@ class LayerTimes:
     optimizer_s: float
     overhead_s: float
     anchored: bool
+    anchored_from: str | None = None
 
     @property
     def forward_s(self) -> float:
@@ -379,7 +402,7 @@ def layer_times(profile: Profile, gpu: str, precision: str, params: ComputeParam
     if source == target and precision == profile.precision:
         return _measured(profile, arr, fallback=(fwd, bwd, opt))
 
-    # Measured on another GPU (or precision): scale each measured layer by the model's ratio.
+    # Measured on another GPU (or precision): scale each measured layer by the model's ratio ...
     fwd_src, bwd_src, _ = _model_times(arr, source, profile.precision, 1.0, params)
     opt_src = optimizer_time_s(profile, source, profile.precision, params)
     m = _measured(profile, arr, fallback=(fwd_src, bwd_src, opt_src))
@@ -388,14 +411,27 @@ def layer_times(profile: Profile, gpu: str, precision: str, params: ComputeParam
         rb = np.where(bwd_src > 0, bwd / bwd_src, 1.0)
     total_ratio = (fwd.sum() + bwd.sum()) / max(fwd_src.sum() + bwd_src.sum(), 1e-30)
     opt_ratio = opt / opt_src if opt_src > 0 else 1.0
-    return LayerTimes(
-        fwd_s=m.fwd_s * rf,
-        bwd_s=m.bwd_s * rb,
-        optimizer_s=m.optimizer_s * opt_ratio,
-        # Unattributed measured time is mostly unhooked GPU work (residual adds, functional ops).
-        overhead_s=m.overhead_s * total_ratio,
-        anchored=True,
-    )
+    a_fwd, a_bwd = m.fwd_s * rf, m.bwd_s * rb
+    # Unattributed measured time is mostly unhooked GPU work (residual adds, functional ops).
+    a_over = m.overhead_s * total_ratio
+    a_opt = m.optimizer_s * opt_ratio
+    # ... then keep the measured split over layers, with the total moved from the model's by
+    # anchor_factor of how far the scaled measurement is from it.
+    anchored_s = float(a_fwd.sum() + a_bwd.sum() + a_over)
+    model_s = float(fwd.sum() + bwd.sum() + params.overhead_s)
+    scale = model_s * anchor_factor(anchored_s / model_s, params) / anchored_s if anchored_s > 0 and model_s > 0 else 1.0
+    opt_final = opt * anchor_factor(a_opt / opt, params) if a_opt > 0 and opt > 0 else a_opt
+    return LayerTimes(a_fwd * scale, a_bwd * scale, float(opt_final), float(a_over * scale), anchored=True,
+                      anchored_from=f"{source} {profile.precision}")
+
+
+def anchor_factor(ratio: float, params: ComputeParams) -> float:
+    """How much of a measured/predicted ``ratio`` (from the profiling GPU) to carry to another GPU:
+    ``exp(w * clip(log r) + (log r - clip(log r)))`` with ``w = anchor_weight`` and the clip at
+    ``+-anchor_clip``. 1 carries nothing, ``ratio`` carries all of it (``anchor_weight = 1``)."""
+    log_r = math.log(ratio)
+    inside = min(max(log_r, -params.anchor_clip), params.anchor_clip)
+    return math.exp(params.anchor_weight * inside + (log_r - inside))
 
 
 def _measured(profile: Profile, arr: _Arrays,

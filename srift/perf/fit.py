@@ -323,6 +323,67 @@ def predict_rows(rows: pd.DataFrame, profiles: ProfileSource, params: C.ComputeP
     return np.array(out)
 
 
+def held_out_fits(single: pd.DataFrame, profiles: ProfileSource, key: str,
+                  features: tuple[str, ...] = DEFAULT_FEATURES) -> dict[str, C.ComputeParams]:
+    """Compute-model fits on the single-GPU rows without each value of column ``key`` (a model,
+    a GPU silicon), keyed by the held-out value."""
+    return {value: fit_compute(designs_for(single.drop(index=held), profiles, features))
+            for value, held in single.groupby(key).groups.items()}
+
+
+def held_out_predictions(single: pd.DataFrame, profiles: ProfileSource, key: str,
+                         fits: dict[str, C.ComputeParams] | None = None) -> np.ndarray:
+    """Compute-model predictions for every single-GPU row from the fit that held out its ``key``."""
+    fits = held_out_fits(single, profiles, key) if fits is None else fits
+    out = np.full(len(single), np.nan)
+    for value, held in single.groupby(key).groups.items():
+        if value in fits:
+            out[single.index.get_indexer(held)] = predict_rows(single.loc[held], profiles, fits[value])
+    return out
+
+
+# ---- measured anchors --------------------------------------------------------------------------
+def anchor_pairs(single: pd.DataFrame, pred_col: str) -> pd.DataFrame:
+    """Every ordered pair of single-GPU measurements of one model in one source (same software)
+    on another GPU or precision: ``ratio`` = measured / predicted on the anchor (``pred_col``),
+    ``pred`` and ``meas`` on the target. Repeated runs of a configuration count once (median)."""
+    g = single.groupby(["source", "model", "gpu", "precision"], as_index=False).agg(
+        meas=("iteration_time_s", "median"), pred=(pred_col, "median"))
+    m = g.merge(g, on=["source", "model"], suffixes=("_a", ""))
+    m = m[(m["gpu_a"] != m["gpu"]) | (m["precision_a"] != m["precision"])]
+    return pd.DataFrame({"ratio": (m["meas_a"] / m["pred_a"]).to_numpy(), "pred": m["pred"].to_numpy(),
+                         "meas": m["meas"].to_numpy(), "same_gpu": (m["gpu_a"] == m["gpu"]).to_numpy()})
+
+
+def anchored_mape(pairs: pd.DataFrame, weight: float, clip: float) -> float:
+    """MAPE of anchored predictions (``C.anchor_factor`` with ``weight``, ``clip``) over ``pairs``."""
+    p = C.ComputeParams((), {}, (), 0.0, 0.0, 0.0, anchor_weight=weight, anchor_clip=clip)
+    factors = np.array([C.anchor_factor(float(r), p) for r in pairs["ratio"]])
+    return mape(pairs["pred"] * factors, pairs["meas"])
+
+
+def fit_anchor(single: pd.DataFrame, in_fit_col: str, held_out_col: str,
+               quantile: float = 0.95, grid: np.ndarray | None = None) -> tuple[float, float, dict]:
+    """How much of a measured profile's departure from the model to carry to another GPU or
+    precision (``anchor_weight``, ``anchor_clip``; see ``C.anchor_factor``).
+
+    The clip is the ``quantile`` of the model's in-fit |log(measured / predicted)| on single GPUs:
+    a departure larger than what the model misses on GPUs it was fitted to is the job's own and
+    is carried whole. The weight is chosen by grid search (0..1, step 0.05) for the lowest MAPE
+    of anchored predictions with the model fitted without the row's model (``held_out_col``), as
+    a user's model is never in the fit.
+    """
+    clip = float(np.quantile(np.abs(np.log(single["iteration_time_s"] / single[in_fit_col])), quantile))
+    pairs = anchor_pairs(single, held_out_col)
+    grid = np.round(np.arange(0.0, 1.0001, 0.05), 2) if grid is None else grid
+    errs = [anchored_mape(pairs, float(w), clip) for w in grid]
+    i = int(np.argmin(errs))
+    info = {"pairs": int(len(pairs)), "held_out": held_out_col, "clip_quantile": quantile,
+            "mape_pct": {"none": round(anchored_mape(pairs, 0.0, math.inf), 2), "full": round(anchored_mape(pairs, 1.0, clip), 2),
+                         "fitted": round(errs[i], 2)}}
+    return float(grid[i]), clip, info
+
+
 def mape(pred: Iterable[float], meas: Iterable[float]) -> float:
     p, m = np.asarray(list(pred), float), np.asarray(list(meas), float)
     return float(np.mean(np.abs(p - m) / m) * 100.0) if len(m) else float("nan")

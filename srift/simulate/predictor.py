@@ -226,7 +226,10 @@ class Predictor:
             bottleneck = "compute"
         state_bytes = self.base.params * (4.0 + float(self.base.optimizer.get("state_bytes_per_param", 4)))
         notes = []
-        if crit.times.anchored:
+        if crit.times.anchored_from:
+            notes.append(f"compute scaled from times measured on {crit.times.anchored_from}, carrying part of their "
+                         "departure from the model (a GPU's own quirks do not carry over; README: Accuracy)")
+        elif crit.times.anchored:
             notes.append("compute anchored on measured times")
         if kfac_measured:
             notes.append("K-FAC kernels from the profile's measured times (srift profile --kfac)")
