@@ -11,8 +11,10 @@ simulator (``srift.simulate``); the node's interconnect is inferred from the sys
 (``srift.perf.fit.intra_node_of``), and the leave-out refits cover the all-reduce interference
 too. MAPE is printed per group: single GPU, one node multi-GPU (by source, GPU count and link,
 and without the rows that model-free checks flag: super-linear or flat scaling against the same
-system on fewer GPUs), and multi-node, where only the all-reduce can be checked (nccl-tests-aws
-over EFA). Then profiles measured on another GPU or precision: each single-GPU measurement anchors
+system on fewer GPUs), and multi-node: fast.ai's DAWNBench ImageNet runs on 4, 8 and 16
+p3.16xlarge (``srift.perf.fit.load_dawnbench_multinode``: PyTorch DDP in 2018, iteration time
+from epoch times, so it includes each epoch's validation and data-loader start), predicted on the
+catalog's p3.16xlarge, and the all-reduce across nodes on its own (nccl-tests-aws over EFA). Then profiles measured on another GPU or precision: each single-GPU measurement anchors
 the prediction of the same model on every other GPU/precision of its source
 (``srift.perf.fit.anchor_pairs``), with none, all or the shipped share of its departure from the
 model carried over. The last lines give the DDP scaling fit (t_n / t_1 ratios).
@@ -20,8 +22,9 @@ model carried over. The last lines give the DDP scaling fit (t_n / t_1 ratios).
 Rows left out, and why: SuperBench ``float16`` (the whole model cast to fp16, not srift's amp) and
 its unidentified "V100" box; NVIDIA DLE BERT pre-training (the per-GPU batch is reached by
 gradient accumulation and the masked-LM head's work depends on an option the tables do not give),
-which also holds the only multi-node rows with a zoo model; tf_cnn_benchmarks 2017 and CM-DARE
-(TensorFlow with parameter servers, not PyTorch DDP).
+and its multi-node rows with them; the DAWNBench epochs at other image sizes than the zoo's 224 px,
+and its TensorFlow/MXNet entries; tf_cnn_benchmarks 2017 and CM-DARE (TensorFlow with parameter
+servers, not PyTorch DDP).
 """
 
 from __future__ import annotations
@@ -122,14 +125,19 @@ def multi_node_allreduce(data: Path) -> list[tuple[str, int, float, float]]:
     return out
 
 
-def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str) -> None:
-    """The figures `srift predict` and `recommend` quote (srift/perf/accuracy.py), atomically."""
+def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str, basis: dict[str, str]) -> None:
+    """The figures `srift predict` and `recommend` quote (srift/perf/accuracy.py), atomically:
+    MAPE per group for each fit, the in-fit mean signed error (``bias_pct``, negative = predicted
+    too fast), and what a group rests on where it is narrow (``basis``)."""
     from srift.fileio import write_json
     from srift.perf.accuracy import SCHEMA
 
-    doc = {"schema": SCHEMA, "source": "scripts/validate.py (MAPE %, predicted vs measured iteration time)",
-           "groups": {name: {"rows": int(len(df)), **{col: round(F.mape(df[col], df[meas_col]), 1) for col in ("fit", "logo", "lomo")}}
-                      for name, df in ((n, d.rename(columns={"pred": "fit"})) for n, d in groups.items())}}
+    doc = {"schema": SCHEMA, "source": "scripts/validate.py (MAPE %, predicted vs measured iteration time)", "groups": {}}
+    for name, df in groups.items():
+        g = {"rows": int(len(df)), "fit": round(F.mape(df["pred"], df[meas_col]), 1),
+             "logo": round(F.mape(df["logo"], df[meas_col]), 1), "lomo": round(F.mape(df["lomo"], df[meas_col]), 1),
+             "bias_pct": round(float(((df["pred"] - df[meas_col]) / df[meas_col]).mean() * 100.0), 1)}
+        doc["groups"][name] = {**g, **({"basis": basis[name]} if name in basis else {})}
     write_json(path, doc)
 
 
@@ -171,6 +179,13 @@ def main() -> None:
     k_all, scal_mape = F.fit_overlap_interference(pairs["scaling"].to_numpy(), pairs["ideal"].to_numpy(),
                                                   pairs["hidden"].to_numpy(), pairs["pred1"].to_numpy())
     ideal_scal = F.mape(pairs["ideal"] / pairs["pred1"], pairs["scaling"])
+
+    # Multi-node: the DAWNBench runs on the catalog's p3.16xlarge, with the same leave-out refits.
+    nodes = F.load_dawnbench_multinode(Path(args.data)).sort_values("nodes").reset_index(drop=True)
+    nodes["silicon"] = nodes["gpu"].map(silicon)
+    nodes = nodes.join(F.simulate_rows(nodes, profiles))
+    nodes["logo"] = loo_predictions(nodes, profiles, "silicon", fits_gpu, k_gpu)
+    nodes["lomo"] = loo_predictions(nodes, profiles, "model", fits_model, k_model)
 
     def err(df: pd.DataFrame, col: str) -> pd.Series:
         return (df[col] - df[meas_col]) / df[meas_col] * 100.0
@@ -219,13 +234,24 @@ def main() -> None:
     print(line(f"  ... and {int((flat & ~fast).sum())} flat-throughput", multi[~fast & ~flat]))
     both = pd.concat([single, multi], ignore_index=True)
     print(line("all single-node rows", both))
-    print(f"{'multi-node':<28}{0:>6}   no multi-node row maps honestly to a zoo profile (see module docstring)")
+    print(line("multi-node (DAWNBench)", nodes))
+    for r in nodes.itertuples():
+        print(f"{'  ' + r.label.replace('fast.ai ', ''):<28}{1:>6}{err(nodes.loc[[r.Index]], 'pred').iloc[0]:>+8.1f}"
+              f"{err(nodes.loc[[r.Index]], 'logo').iloc[0]:>+8.1f}{err(nodes.loc[[r.Index]], 'lomo').iloc[0]:>+8.1f}"
+              f"   measured {r.iteration_time_s:.3f} s, predicted {r.pred:.3f} s ({r.batch_per_gpu}/GPU)")
+    same = nodes[nodes["batch_per_gpu"] == nodes["batch_per_gpu"].iloc[0]]
+    if len(same) > 1:
+        a, b = same.iloc[0], same.iloc[-1]
+        print(f"{'':<28}{b.nodes} vs {a.nodes} nodes at {a.batch_per_gpu}/GPU: measured t ratio "
+              f"{b.iteration_time_s / a.iteration_time_s:.3f}, predicted {b.pred / a.pred:.3f}")
     for inst, n_rows, fit_mape, held_mape in multi_node_allreduce(Path(args.data)):
         short = inst.replace(".24xlarge", "").replace(".48xlarge", "")
         print(f"{'  all-reduce ' + short:<28}{n_rows:>6}{fit_mape:>8.1f}{held_mape:>8.1f}")
     print(f"{'':<28}(all-reduce >= 1 MiB over EFA; LOGO column: EFA refitted without the instance type)")
     if args.write_accuracy:
-        write_accuracy(Path(args.write_accuracy), {"single_gpu": single, "one_node": multi}, meas_col)
+        write_accuracy(Path(args.write_accuracy), {"single_gpu": single, "one_node": multi, "multi_node": nodes}, meas_col,
+                       {"multi_node": "fast.ai's 2018 DAWNBench ImageNet ResNet-50 on 4-16x p3.16xlarge, 25 Gb/s, "
+                                      "epoch times with validation and data loading"})
     shipped = C.load_params()
     print(f"\nProfile measured on another GPU or precision ({len(F.anchor_pairs(single, 'lomo'))} pairs of one model and "
           f"source; its model held out of the fit), MAPE %:")

@@ -8,6 +8,7 @@ import yaml
 from srift.check import load_job
 from srift.cli import main
 from srift.errors import SriftError
+from srift.perf.accuracy import load_accuracy
 from no_torch import run_without_torch
 
 JOB = {"model": "resnet50", "batch_size": 64, "precision": "amp", "steps": 20000, "instance": "p3.16xlarge:2",
@@ -34,8 +35,9 @@ def test_passing_job_exits_0_and_writes_json(tmp_path, capsys):
     hours = 20000 * cfg["global_batch_size"] / cfg["throughput_samples_per_s"] / 3600
     assert saved["predicted_hours"] == pytest.approx(hours)
     assert saved["predicted_cost_usd"] == pytest.approx(hours * 48.96)
-    # 2x p3.16xlarge: two nodes, which the validation does not cover; the result says so.
-    assert cfg["typical_error_pct"] is None and "not validated across nodes" in cfg["typical_error_basis"]
+    # 2x p3.16xlarge: two nodes; the result quotes the multi-node validation and what it rests on.
+    assert cfg["typical_error_pct"] == load_accuracy()["groups"]["multi_node"]["fit"]
+    assert "multi-node runs" in cfg["typical_error_basis"]
     lim = {c["limit"]: c for c in saved["limits"]}
     assert lim["max_cost_usd"]["margin"] == pytest.approx(1000 - saved["predicted_cost_usd"])
 

@@ -177,3 +177,20 @@ def test_fit_anchor_ignores_gpu_quirks_and_carries_the_jobs_own_departure():
     w, _, info = F.fit_anchor(_anchor_rows(truth, {k: t / model_miss[k[0]] for k, t in truth.items()}, pred), "pred", "lomo")
     assert w == 1.0
     assert info["mape_pct"]["fitted"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_dawnbench_iteration_time_from_the_224px_epochs(tmp_path):
+    base = tmp_path / "dawnbench" / "ImageNet" / "train"
+    base.mkdir(parents=True)
+    entry = {"misc": {"batchSize": [{"batch_size": 4096, "epochs": 2}, {"batch_size": 8192, "epochs": 4}],
+                      "imageSize": [{"image_size": 128, "epochs": 2}, {"image_size": 224, "epochs": 4}]}}
+    (base / "fastai_resnet50_p3_2_machine_pytorch.json").write_text(json.dumps(entry))
+    # epoch seconds: 36, 36, 108 (first at 224 px: dropped), 36, 36, 37.8
+    hours = np.cumsum([36, 36, 108, 36, 36, 37.8]) / 3600.0
+    (base / "fastai_resnet50_p3_2_machine_pytorch.tsv").write_text(
+        "epoch\thours\ttop1Accuracy\ttop5Accuracy\n" + "".join(f"{i}\t{h:.8f}\t0\t0\n" for i, h in enumerate(hours)))
+    rows = F.load_dawnbench_multinode(tmp_path)
+    r = rows.iloc[0]
+    assert (r.nodes, r.n_gpus, r.batch_per_gpu, r.instance, r.gpu, r.epochs_used) == (2, 16, 512, "p3.16xlarge", "V100-16GB", 3)
+    # median of 36, 36, 37.8 s per epoch x 8192 images per iteration / 1,281,167 images per epoch
+    assert r.iteration_time_s == pytest.approx(36.0 * 8192 / 1_281_167, rel=1e-6)
