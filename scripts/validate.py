@@ -250,8 +250,7 @@ def main() -> None:
     print(f"{'':<28}(all-reduce >= 1 MiB over EFA; LOGO column: EFA refitted without the instance type)")
     if args.write_accuracy:
         write_accuracy(Path(args.write_accuracy), {"single_gpu": single, "one_node": multi, "multi_node": nodes}, meas_col,
-                       {"multi_node": "fast.ai's 2018 DAWNBench ImageNet ResNet-50 on 4-16x p3.16xlarge, 25 Gb/s, "
-                                      "epoch times with validation and data loading"})
+                       {"multi_node": "fast.ai's 2018 DAWNBench ResNet-50 on 4-16x p3.16xlarge"})
     shipped = C.load_params()
     print(f"\nProfile measured on another GPU or precision ({len(F.anchor_pairs(single, 'lomo'))} pairs of one model and "
           f"source; its model held out of the fit), MAPE %:")

@@ -171,6 +171,11 @@ def why(result: "SearchResult") -> str:
         dt = ru.expected_throughput_samples_per_s / top.expected_throughput_samples_per_s - 1
         dc = ru.cost_per_hour_usd / top.cost_per_hour_usd - 1
         text += f" Runner-up {ru.label}: {dt:+.0%} throughput for {dc:+.0%} $/h."
+    one = result.best_single_node
+    if one is not None:
+        dt = one.expected_throughput_samples_per_s / top.expected_throughput_samples_per_s - 1
+        text += (f" It spans {top.nodes} nodes, the least validated case (typical error below); "
+                 f"the best one-node choice is {one.label}: {dt:+.0%} throughput at {usd(one.cost_per_hour_usd)}/h.")
     return text
 
 
@@ -184,6 +189,7 @@ def recommend_json(result: "SearchResult", constraints: "Constraints", extra: di
         "pareto_frontier": [{"instance": c.instance, "spot": c.spot, "cost_per_hour_usd": c.cost_per_hour_usd,
                              "expected_throughput_samples_per_s": c.expected_throughput_samples_per_s} for c in result.frontier],
         "why": why(result),
+        "best_single_node": candidate_json(result.best_single_node, 0) if result.best_single_node else None,
     }
     out.update(extra)
     return out

@@ -21,6 +21,7 @@ given, else throughput.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -142,6 +143,11 @@ class Candidate:
     def usd_per_million_samples(self) -> float:
         return self.cost_per_hour_usd / (self.expected_throughput_samples_per_s * 3600.0) * 1e6
 
+    @property
+    def nodes(self) -> int:
+        """Nodes of the configuration (``TYPE:COUNT[@spot]`` parts joined by ``+``)."""
+        return sum(int(m.group(1)) if (m := re.search(r":(\d+)", part)) else 1 for part in self.instance.split("+"))
+
 
 @dataclass
 class SearchResult:
@@ -156,6 +162,9 @@ class SearchResult:
         objective: ``throughput`` or ``cost``.
         cut_by: When nothing is feasible: the constraint that removed the last candidates.
         closest: When nothing is feasible: the candidate that comes closest.
+        best_single_node: When the chosen configuration spans several nodes: the best feasible
+            one-node configuration (multi-node predictions are the least validated; see
+            srift/perf/accuracy.py), or None.
     """
 
     recommendations: list[Candidate]
@@ -167,6 +176,7 @@ class SearchResult:
     cut_by: str | None = None
     closest: Candidate | None = None
     pruned: dict[str, int] = field(default_factory=dict)
+    best_single_node: Candidate | None = None
 
 
 def _cluster(groups: list[tuple[Instance, int, bool]]) -> tuple[Cluster, str, str]:
@@ -289,6 +299,7 @@ def search(
         evaluated_points=[(x.cost_per_hour_usd, x.expected_throughput_samples_per_s, x.feasible) for x in evaluated],
         objective=goal,
         pruned=pruned,
+        best_single_node=next((x for x in feasible if x.nodes == 1), None) if feasible and feasible[0].nodes > 1 else None,
     )
     if not feasible:
         result.cut_by, result.closest = _explain_failure(evaluated, pruned)

@@ -1,5 +1,7 @@
 """The search pinned on a small hand-made catalog and a hand-made speed model."""
 
+import dataclasses
+
 import pytest
 
 from srift.catalog.instances import Instance
@@ -110,3 +112,23 @@ def test_constraint_validation():
     with pytest.raises(SriftError, match="objective"):
         Constraints(objective="fastest")
     assert Constraints(epochs=2, dataset_size=100).job_steps(30) == 2 * 4
+
+
+def test_a_multi_node_choice_names_the_best_single_node_one():
+    from srift.report import why
+
+    # Budget $7: b.quad x 2 (864 samples/s, 2 nodes) beats b.quad x 1 (480, one node).
+    r = search(CATALOG, fake_predict, Constraints(budget_usd_per_hour=7.0, max_gpus=8))
+    assert r.recommendations[0].instance == "b.quad:2" and r.recommendations[0].nodes == 2
+    assert r.best_single_node.instance == "b.quad:1"
+    # 480 / 864 - 1 = -44 %
+    assert "It spans 2 nodes" in why(r) and "best one-node choice is b.quad:1: -44% throughput at $3.50/h" in why(r)
+    # a one-node winner needs no such line
+    r = search(CATALOG, fake_predict, Constraints(budget_usd_per_hour=4.0, max_gpus=8))
+    assert r.recommendations[0].nodes == 1 and r.best_single_node is None and "one-node" not in why(r)
+
+
+def test_nodes_of_a_mixed_spot_spec():
+    c = search(CATALOG, fake_predict, Constraints(budget_usd_per_hour=7.0, max_gpus=8)).recommendations[0]
+    assert dataclasses.replace(c, instance="g5.12xlarge:1@on-demand+g5.12xlarge:6@spot").nodes == 7
+    assert dataclasses.replace(c, instance="p4d.24xlarge").nodes == 1
