@@ -13,7 +13,7 @@ from srift.errors import SriftError
 if TYPE_CHECKING:
     from srift.catalog.instances import Instance
 
-INTRA_NODE = ("shared-memory", "pcie3", "pcie4", "pcie5", "nvlink", "nvswitch", "nvswitch4", "nvswitch5")
+INTRA_NODE = ("shared-memory", "pcie3", "pcie4", "pcie5", "nvlink-bridge", "nvlink", "nvswitch", "nvswitch4", "nvswitch5")
 NETWORKS = ("ethernet", "efa", "infiniband")
 _SPEC_PART = re.compile(r"^(?P<type>[a-z0-9][a-z0-9.\-]*?)(?::(?P<count>\d+))?$")
 

@@ -54,3 +54,9 @@ def test_cpu_cluster_and_unpriced_cost():
     c = cluster_from_dict({"node_groups": [{"count": 1, "gpus_per_node": 2, "gpu": "cpu",
                                             "intra_node": "shared-memory", "network_gbps": 0}]}, source="local.yaml")
     assert c.name == "local" and c.gpus == 2 and c.usd_per_hour is None
+
+
+def test_a_workstation_with_an_nvlink_bridge():
+    c = cluster_from_dict({"node_groups": [{"count": 1, "gpus_per_node": 2, "gpu": "Quadro RTX 8000",
+                                            "intra_node": "nvlink-bridge", "network_gbps": 10}]})
+    assert c.node_groups[0].intra_node == "nvlink-bridge" and c.node_groups[0].gpu == "Quadro-RTX-8000"

@@ -98,9 +98,21 @@ def test_scaling_pairs_join_each_system_with_its_own_one_gpu_row():
     ("LambdaCloud 8xV100 16GB", "V100-16GB", "nvlink"),
     ("4x RTX 3090", "RTX-3090", "pcie4"),
     ("8x RTX 2080Ti", "RTX-2080-Ti", "pcie3"),
+    # an NVLink bridge joins two cards; with four or eight, the ring also crosses PCIe
+    ("2x RTX 2080Ti NVLink", "RTX-2080-Ti", "nvlink-bridge"),
+    ("4x RTX Quadro 8000 NVLink", "Quadro-RTX-8000", "pcie3"),
+    ("8x RTX A4500", "RTX-A4500", "pcie4"),
 ])
 def test_intra_node_link_is_inferred_from_the_system_label(label, gpu, link):
     assert F.intra_node_of(label, gpu) == link
+
+
+def test_v100_power_tells_pcie_cards_from_sxm2():
+    # The label "4x V100 32GB" does not say the form factor; 250 W per GPU is the PCIe card
+    # (SXM2 draws 300 W), whose GPUs talk over PCIe 3, not NVLink.
+    assert F.intra_node_of("4x V100 32GB", "V100-32GB", watt_per_gpu=250.0) == "pcie3"
+    assert F.intra_node_of("LambdaCloud 4xV100 16GB", "V100-16GB", watt_per_gpu=300.0) == "nvlink"
+    assert F.intra_node_of("4x V100 32GB", "V100-32GB") == "nvlink"
 
 
 def test_half_feature_marks_mixed_precision_only():

@@ -176,3 +176,8 @@ def test_a_measured_broadcast_curve_serves_broadcasts():
     del calib["broadcast_times_s"], calib["broadcast_p90_times_s"]
     m = CommModel(_cluster(NodeGroup(1, 2, "cpu", "shared-memory", 0.0), calib=calib), PARAMS)
     assert m.broadcast_time_s(1e6) == pytest.approx(4e-3)
+
+
+def test_an_nvlink_bridge_uses_the_nvlink_curve_at_the_bridge_bandwidth():
+    m = CommModel(_cluster(NodeGroup(1, 2, "Quadro-RTX-8000", "nvlink-bridge", 10.0)), PARAMS)
+    assert m.topology.link_class == "nvlink" and m.topology.link_gbytes_per_s == 50.0

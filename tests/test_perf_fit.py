@@ -88,6 +88,16 @@ def test_fit_recovers_a_per_layer_cost():
     ("RTX 2080Ti", "RTX-2080-Ti"),
     ("8x RTX 6000 Ada", "RTX-6000-Ada"),
     ("GTX 1080Ti", None),
+    # cloud prefixes, the NVLink-bridge suffix, a run tag, the throughput file's word order
+    ("Lambda Cloud — 4x Quadro RTX 6000", "Quadro-RTX-6000"),
+    ("Linode Cloud — 2x Quadro RTX 6000", "Quadro-RTX-6000"),
+    ("4x RTX 2080Ti NVLink", "RTX-2080-Ti"),
+    ("Quadro RTX 8000 V1", "Quadro-RTX-8000"),
+    ("8x RTX Quadro 8000", "Quadro-RTX-8000"),
+    ("16x RTX A4000", "RTX-A4000"),
+    ("2x RTX A40", "A40"),
+    # laptop parts: clocks set by the laptop's power limit, not a datasheet
+    ("RTX 3080 Max-Q", None),
 ])
 def test_dataset_labels_map_to_canonical_gpus(label, canonical):
     assert F.canonical_gpu(label) == canonical
@@ -194,3 +204,21 @@ def test_dawnbench_iteration_time_from_the_224px_epochs(tmp_path):
     assert (r.nodes, r.n_gpus, r.batch_per_gpu, r.instance, r.gpu, r.epochs_used) == (2, 16, 512, "p3.16xlarge", "V100-16GB", 3)
     # median of 36, 36, 37.8 s per epoch x 8192 images per iteration / 1,281,167 images per epoch
     assert r.iteration_time_s == pytest.approx(36.0 * 8192 / 1_281_167, rel=1e-6)
+
+
+def test_lambda_rows_join_the_two_spellings_of_a_system(tmp_path):
+    # The throughput file says "2x RTX Quadro 8000" where the batch-size file says "2x Quadro RTX 8000".
+    base = tmp_path / "lambda-deeplearning-benchmark"
+    cols = "name_gpu,num_gpu,watt,price,resnet50,bert_base_squad,bert_large_squad\n"
+    for snap in ("head", "2022-07"):
+        (base / snap).mkdir(parents=True)
+        for prec in ("fp32", "fp16"):
+            (base / snap / f"pytorch-train-throughput-{prec}.csv").write_text(
+                cols + ("2x RTX Quadro 8000,2.0,520.0,13800.0,400.0,0,0\n" if snap == "2022-07" and prec == "fp32" else ""))
+            (base / snap / f"pytorch-train-bs-{prec}.csv").write_text(
+                cols + ("2x Quadro RTX 8000,2,520,13800,200,0,0\n" if snap == "2022-07" and prec == "fp32" else ""))
+    rows = F.load_lambda(tmp_path)
+    assert len(rows) == 1
+    r = rows.iloc[0]
+    # 200 images over 2 GPUs at 400 images/s: 100 per GPU, 0.5 s per iteration, 260 W per GPU
+    assert (r.gpu, r.n_gpus, r.batch_per_gpu, r.iteration_time_s, r.watt_per_gpu) == ("Quadro-RTX-8000", 2, 100, 0.5, 260.0)

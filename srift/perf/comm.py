@@ -124,6 +124,8 @@ def link_class(intra_node: str) -> str:
         return "nvswitch4"
     if intra_node.startswith("pcie"):
         return "pcie"
+    if intra_node == "nvlink-bridge":
+        return "nvlink"
     return intra_node
 
 

@@ -39,23 +39,35 @@ MODEL_MAP: dict[str, tuple[str, int | None]] = {
     "bert_large_squad": ("bert-large-squad", 384),
 }
 
-# Lambda system labels carry a site/vendor prefix and a GPU count; strip them before alias lookup.
-_LABEL_PREFIX = re.compile(r"^(LambdaCloud|DellTexas|Dell|SMC|1CC|RAIDZ1)\s+", re.I)
+# Lambda system labels carry a site/vendor prefix, a GPU count, and on some systems an NVLink
+# bridge or a run tag; strip them before alias lookup.
+_LABEL_PREFIX = re.compile(r"^((LambdaCloud|DellTexas|Dell|SMC|1CC|RAIDZ1)\s+|(Lambda|Linode) Cloud\s*\W\s*)", re.I)
 _COUNT_PREFIX = re.compile(r"^\d+\s*x\s*", re.I)
+_LABEL_SUFFIX = re.compile(r"\s+(NVLink|V\d+)$", re.I)
 
 
 def canonical_gpu(label: str) -> str | None:
-    """Canonical GPU name of a dataset system label (``LambdaCloud 8x A100 40GB PCIe``), or None."""
+    """Canonical GPU name of a dataset system label (``LambdaCloud 8x A100 40GB PCIe``,
+    ``4x RTX 2080Ti NVLink``), or None. Laptop (Max-Q) parts and the GTX 1080 Ti have no entry in
+    configs/gpus.yaml: a laptop's clocks depend on its power limit, not on a datasheet, and Pascal
+    runs amp's half-precision tensors on fp32 units, which srift's precision model does not describe."""
     text = label.strip()
     for _ in range(2):
         text = _LABEL_PREFIX.sub("", text)
         text = _COUNT_PREFIX.sub("", text)
+    text = _LABEL_SUFFIX.sub("", text)
     return find_gpu(text) or find_gpu(label)
 
 
 # ---- measured throughput rows ---------------------------------------------------------------
 ROW_COLUMNS = ["source", "dataset_model", "model", "seq_len", "label", "gpu", "n_gpus", "precision",
-               "batch_per_gpu", "throughput_total", "iteration_time_s"]
+               "batch_per_gpu", "throughput_total", "iteration_time_s", "watt_per_gpu"]
+
+
+def _label_key(name: str) -> str:
+    """A system label as both Lambda files should spell it (the throughput file has "RTX Quadro
+    8000" where the batch-size file has "Quadro RTX 8000")."""
+    return re.sub(r"\s+", " ", str(name).replace("RTX Quadro", "Quadro RTX")).strip()
 
 
 def load_lambda(data_dir: Path) -> pd.DataFrame:
@@ -66,10 +78,10 @@ def load_lambda(data_dir: Path) -> pd.DataFrame:
         for file_prec, precision in (("fp32", "tf32"), ("fp16", "amp")):
             thr = pd.read_csv(base / snapshot / f"pytorch-train-throughput-{file_prec}.csv")
             bs = pd.read_csv(base / snapshot / f"pytorch-train-bs-{file_prec}.csv")
-            bs = bs.set_index(["name_gpu", bs["num_gpu"].astype(int)])
+            bs = bs.set_index([bs["name_gpu"].map(_label_key), bs["num_gpu"].astype(int)])
             for _, r in thr.iterrows():
                 n = int(r["num_gpu"])
-                key = (r["name_gpu"], n)
+                key = (_label_key(r["name_gpu"]), n)
                 gpu = canonical_gpu(str(r["name_gpu"]))
                 if gpu is None or key not in bs.index:
                     continue
@@ -84,7 +96,7 @@ def load_lambda(data_dir: Path) -> pd.DataFrame:
                         "source": f"lambda/{snapshot}", "dataset_model": col, "model": model, "seq_len": seq,
                         "label": r["name_gpu"], "gpu": gpu, "n_gpus": n, "precision": precision,
                         "batch_per_gpu": b, "throughput_total": total,
-                        "iteration_time_s": b * n / total,
+                        "iteration_time_s": b * n / total, "watt_per_gpu": float(r["watt"]) / n,
                     })
     return pd.DataFrame(out, columns=ROW_COLUMNS)
 
@@ -691,12 +703,17 @@ def load_superbench_models(data_dir: Path) -> pd.DataFrame:
 
 
 # ---- one-node DDP scaling (the all-reduce's interference with backward) ----------------------
-def intra_node_of(label: str, gpu: str) -> str:
+def intra_node_of(label: str, gpu: str, watt_per_gpu: float | None = None) -> str:
     """Intra-node link of a measured system, inferred from its label: SXM4 and DGX A100 ->
-    NVSwitch, SXM5 (or any non-PCIe Hopper) -> NVSwitch 4, PCIe Gen5 -> PCIe 5, V100 -> NVLink,
-    other Ampere/Ada/Hopper PCIe cards -> PCIe 4, older cards -> PCIe 3."""
+    NVSwitch, SXM5 (or any non-PCIe Hopper) -> NVSwitch 4, PCIe Gen5 -> PCIe 5, two cards with an
+    NVLink bridge -> the bridge (more than two: bridges join pairs, so the ring also crosses PCIe),
+    V100 -> NVLink (SXM2, 300 W) unless the system's power says PCIe cards (250 W), other
+    Ampere/Ada/Hopper PCIe cards -> PCIe 4, older cards -> PCIe 3."""
     low = label.lower()
     arch = gpu_spec(gpu).architecture
+    count = re.search(r"(\d+)\s*x", low)
+    if low.endswith("nvlink") and count and int(count.group(1)) == 2:
+        return "nvlink-bridge"
     if "sxm5" in low or arch == "hopper" and "pcie" not in low:
         return "nvswitch4"
     if "sxm4" in low or "dgx a100" in low:
@@ -704,7 +721,7 @@ def intra_node_of(label: str, gpu: str) -> str:
     if "gen5" in low:
         return "pcie5"
     if arch == "volta":
-        return "nvlink"
+        return "pcie3" if watt_per_gpu is not None and watt_per_gpu <= 250.0 else "nvlink"
     if arch in ("ampere", "ada", "hopper"):
         return "pcie4"
     return "pcie3"
@@ -713,7 +730,9 @@ def intra_node_of(label: str, gpu: str) -> str:
 def row_link(row) -> str:
     """Intra-node link of a measured row: its own ``intra_node`` (SuperBench) or the label's."""
     link = getattr(row, "intra_node", None)
-    return link if isinstance(link, str) else intra_node_of(str(row.label), row.gpu)
+    watt = getattr(row, "watt_per_gpu", None)
+    return link if isinstance(link, str) else intra_node_of(str(row.label), row.gpu,
+                                                            None if watt is None or pd.isna(watt) else float(watt))
 
 
 def simulate_rows(rows: pd.DataFrame, profiles: ProfileSource, n_gpus: int | None = None) -> pd.DataFrame:
@@ -745,8 +764,9 @@ def simulate_rows(rows: pd.DataFrame, profiles: ProfileSource, n_gpus: int | Non
 
 
 def _system(label: str) -> str:
-    """A system label without its GPU count (``Dell 8x H100 80GB SXM5`` -> ``Dell H100 80GB SXM5``)."""
-    return re.sub(r"\s+", " ", re.sub(r"\b\d+\s*x\s*", "", str(label))).strip()
+    """A system label without its GPU count (``Dell 8x H100 80GB SXM5`` -> ``Dell H100 80GB SXM5``)
+    or NVLink bridge (``4x RTX 2080Ti NVLink``: its 1-GPU row is the card's)."""
+    return re.sub(r"\s+NVLink$", "", _label_key(re.sub(r"\b\d+\s*x\s*", "", str(label))), flags=re.I).strip()
 
 
 def scaling_pairs(rows: pd.DataFrame) -> pd.DataFrame:
