@@ -9,10 +9,14 @@ Data used (each folder's README names its source):
 - lambda-deeplearning-benchmark (v1 files, head and 2022-07): whole-system training throughput and
   the global batch of resnet50, bert_base_squad, bert_large_squad; ``fp32`` files are TF32 on
   Ampere and newer (srift precision ``tf32``, whose peak equals fp32 on older GPUs), ``fp16`` = AMP.
+  Every system whose GPU has a datasheet entry in configs/gpus.yaml (``canonical_gpu`` says which
+  do not, and why).
 - nvidia-deeplearningexamples: PyTorch BERT SQuAD fine-tuning (BERT-large, sequence 384) on DGX-1
-  V100 and DGX A100, with the per-GPU batch printed in the table.
+  V100 and DGX A100, with the per-GPU batch printed in the table. (Its ResNet-50 tables give no
+  batch size, so they are not used.)
 - nccl-tests-aws and superbench-results (``nccl-bw``): all-reduce time vs message size.
 - cm-dare: run-to-run spread of distributed steps over cloud (GCE) ethernet.
+- dawnbench: fast.ai's multi-node ImageNet runs, for validation only (``load_dawnbench_multinode``).
 """
 
 from __future__ import annotations
