@@ -14,8 +14,9 @@ and without the rows that model-free checks flag: super-linear or flat scaling a
 system on fewer GPUs), and multi-node: fast.ai's DAWNBench ImageNet runs on 4, 8 and 16
 p3.16xlarge (``srift.perf.fit.load_dawnbench_multinode``: PyTorch DDP in 2018, iteration time
 from epoch times, so it includes each epoch's validation and data-loader start), predicted on the
-catalog's p3.16xlarge, and the all-reduce across nodes on its own (nccl-tests-aws over EFA). Then profiles measured on another GPU or precision: each single-GPU measurement anchors
-the prediction of the same model on every other GPU/precision of its source
+catalog's p3.16xlarge, and the all-reduce across nodes on its own (nccl-tests-aws over EFA).
+Then profiles measured on another GPU or precision: each single-GPU measurement anchors the
+prediction of the same model on every other GPU/precision of its source
 (``srift.perf.fit.anchor_pairs``), with none, all or the shipped share of its departure from the
 model carried over. The last lines give the DDP scaling fit (t_n / t_1 ratios).
 
@@ -181,11 +182,13 @@ def main() -> None:
     ideal_scal = F.mape(pairs["ideal"] / pairs["pred1"], pairs["scaling"])
 
     # Multi-node: the DAWNBench runs on the catalog's p3.16xlarge, with the same leave-out refits.
-    nodes = F.load_dawnbench_multinode(Path(args.data)).sort_values("nodes").reset_index(drop=True)
-    nodes["silicon"] = nodes["gpu"].map(silicon)
-    nodes = nodes.join(F.simulate_rows(nodes, profiles))
-    nodes["logo"] = loo_predictions(nodes, profiles, "silicon", fits_gpu, k_gpu)
-    nodes["lomo"] = loo_predictions(nodes, profiles, "model", fits_model, k_model)
+    nodes = F.load_dawnbench_multinode(Path(args.data))
+    if len(nodes):
+        nodes = nodes.sort_values("nodes").reset_index(drop=True)
+        nodes["silicon"] = nodes["gpu"].map(silicon)
+        nodes = nodes.join(F.simulate_rows(nodes, profiles))
+        nodes["logo"] = loo_predictions(nodes, profiles, "silicon", fits_gpu, k_gpu)
+        nodes["lomo"] = loo_predictions(nodes, profiles, "model", fits_model, k_model)
 
     def err(df: pd.DataFrame, col: str) -> pd.Series:
         return (df[col] - df[meas_col]) / df[meas_col] * 100.0
@@ -234,12 +237,15 @@ def main() -> None:
     print(line(f"  ... and {int((flat & ~fast).sum())} flat-throughput", multi[~fast & ~flat]))
     both = pd.concat([single, multi], ignore_index=True)
     print(line("all single-node rows", both))
-    print(line("multi-node (DAWNBench)", nodes))
+    if len(nodes):
+        print(line("multi-node (DAWNBench)", nodes))
+    else:
+        print(f"{'multi-node':<28}{0:>6}   no DAWNBench multi-node run in {args.data}")
     for r in nodes.itertuples():
         print(f"{'  ' + r.label.replace('fast.ai ', ''):<28}{1:>6}{err(nodes.loc[[r.Index]], 'pred').iloc[0]:>+8.1f}"
               f"{err(nodes.loc[[r.Index]], 'logo').iloc[0]:>+8.1f}{err(nodes.loc[[r.Index]], 'lomo').iloc[0]:>+8.1f}"
               f"   measured {r.iteration_time_s:.3f} s, predicted {r.pred:.3f} s ({r.batch_per_gpu}/GPU)")
-    same = nodes[nodes["batch_per_gpu"] == nodes["batch_per_gpu"].iloc[0]]
+    same = nodes[nodes["batch_per_gpu"] == nodes["batch_per_gpu"].iloc[0]] if len(nodes) else nodes
     if len(same) > 1:
         a, b = same.iloc[0], same.iloc[-1]
         print(f"{'':<28}{b.nodes} vs {a.nodes} nodes at {a.batch_per_gpu}/GPU: measured t ratio "
@@ -249,7 +255,8 @@ def main() -> None:
         print(f"{'  all-reduce ' + short:<28}{n_rows:>6}{fit_mape:>8.1f}{held_mape:>8.1f}")
     print(f"{'':<28}(all-reduce >= 1 MiB over EFA; LOGO column: EFA refitted without the instance type)")
     if args.write_accuracy:
-        write_accuracy(Path(args.write_accuracy), {"single_gpu": single, "one_node": multi, "multi_node": nodes}, meas_col,
+        write_accuracy(Path(args.write_accuracy), {"single_gpu": single, "one_node": multi,
+                                                   **({"multi_node": nodes} if len(nodes) else {})}, meas_col,
                        {"multi_node": "fast.ai's 2018 DAWNBench ResNet-50 on 4-16x p3.16xlarge"})
     shipped = C.load_params()
     print(f"\nProfile measured on another GPU or precision ({len(F.anchor_pairs(single, 'lomo'))} pairs of one model and "

@@ -120,6 +120,8 @@ def main() -> int:
                     help="whole experiments (profile, calibrate, predict, measure); with more than one, "
                          "each trial's error and the median |error| are printed")
     args = ap.parse_args()
+    if min(args.nproc, args.batch_size, args.repeats, args.trials) < 1:
+        ap.error("--nproc, --batch-size, --repeats and --trials must be at least 1")
     srift = [sys.executable, "-m", "srift.cli"]
     errors = []
     for t in range(args.trials):

@@ -199,7 +199,12 @@ def test_dawnbench_iteration_time_from_the_224px_epochs(tmp_path):
     hours = np.cumsum([36, 36, 108, 36, 36, 37.8]) / 3600.0
     (base / "fastai_resnet50_p3_2_machine_pytorch.tsv").write_text(
         "epoch\thours\ttop1Accuracy\ttop5Accuracy\n" + "".join(f"{i}\t{h:.8f}\t0\t0\n" for i, h in enumerate(hours)))
+    # a run with no 224-px epochs has nothing the zoo's ResNet-50 matches: skipped
+    small = {"misc": {"batchSize": [{"batch_size": 4096, "epochs": 2}], "imageSize": [{"image_size": 128, "epochs": 2}]}}
+    (base / "fastai_resnet50_p3_4_machine_pytorch.json").write_text(json.dumps(small))
+    (base / "fastai_resnet50_p3_4_machine_pytorch.tsv").write_text("epoch\thours\n0\t0.01\n1\t0.02\n")
     rows = F.load_dawnbench_multinode(tmp_path)
+    assert len(rows) == 1
     r = rows.iloc[0]
     assert (r.nodes, r.n_gpus, r.batch_per_gpu, r.instance, r.gpu, r.epochs_used) == (2, 16, 512, "p3.16xlarge", "V100-16GB", 3)
     # median of 36, 36, 37.8 s per epoch x 8192 images per iteration / 1,281,167 images per epoch

@@ -384,7 +384,7 @@ def anchor_pairs(single: pd.DataFrame, pred_col: str) -> pd.DataFrame:
     m = g.merge(g, on=["source", "model"], suffixes=("_a", ""))
     m = m[(m["gpu_a"] != m["gpu"]) | (m["precision_a"] != m["precision"])]
     return pd.DataFrame({"ratio": (m["meas_a"] / m["pred_a"]).to_numpy(), "pred": m["pred"].to_numpy(),
-                         "meas": m["meas"].to_numpy(), "same_gpu": (m["gpu_a"] == m["gpu"]).to_numpy()})
+                         "meas": m["meas"].to_numpy()})
 
 
 def anchored_mape(pairs: pd.DataFrame, weight: float, clip: float) -> float:
@@ -624,8 +624,9 @@ def load_dawnbench_multinode(data_dir: Path) -> pd.DataFrame:
     run of 224-px epochs with one batch size, the first epoch is dropped (the switch: cuDNN
     autotuning, data-loader restart) and the median epoch time is taken. Iteration time = epoch
     seconds x global batch / 1,281,167 images, so it holds each epoch's validation pass and
-    data-loader start as well, which srift's iteration does not model. Precision ``amp``: the runs
-    trained on the V100 tensor cores in half precision (the entry's NVIDIA-derived training code).
+    data-loader start as well, which srift's iteration does not model. Precision ``amp`` is an
+    assumption: the entries do not state it, and the runs' NVIDIA-derived training code trained in
+    half precision on the V100 tensor cores. A run without 224-px epochs is skipped.
     """
     import json
 
@@ -646,6 +647,8 @@ def load_dawnbench_multinode(data_dir: Path) -> pd.DataFrame:
                 runs[-1].append(e)
             else:
                 runs.append([e])
+        if not runs or len(max(runs, key=len)) < 2:
+            continue
         epochs = max(runs, key=len)[1:]
         gbs, n_gpus = batch[epochs[0]], 8 * nodes
         iteration_s = float(np.median(seconds[epochs])) * gbs / IMAGENET_TRAIN_IMAGES
