@@ -89,6 +89,17 @@ def interference_fits(pairs: pd.DataFrame, key: str, values) -> dict[str, float]
     return out
 
 
+def anchored_frame(single: pd.DataFrame, params: C.ComputeParams) -> pd.DataFrame:
+    """Single-GPU predictions anchored on a measurement of the same model on another GPU or
+    precision (``F.anchor_pairs``, one row per pair) with the shipped anchor share, from the
+    in-fit model and from each leave-out refit."""
+    out = {}
+    for col in ("pred", "logo", "lomo"):
+        pairs = F.anchor_pairs(single, col)
+        out[col] = pairs["pred"] * np.array([C.anchor_factor(float(r), params) for r in pairs["ratio"]])
+    return pd.DataFrame({**out, "iteration_time_s": pairs["meas"]})
+
+
 def available_models(profiles: F.ProfileSource) -> list[str]:
     """Zoo models whose structural profile loads (SuperBench rows need resnet152, vgg16, ...)."""
     ok = []
@@ -180,6 +191,17 @@ def main() -> None:
     k_all, scal_mape = F.fit_overlap_interference(pairs["scaling"].to_numpy(), pairs["ideal"].to_numpy(),
                                                   pairs["hidden"].to_numpy(), pairs["pred1"].to_numpy())
     ideal_scal = F.mape(pairs["ideal"] / pairs["pred1"], pairs["scaling"])
+    # A profile measured on one GPU of the system's type: the measured 1-GPU time, times the
+    # simulated t_n / t_1 (each refit predicts both).
+    from_one = pairs.assign(pred=pairs["t1"] * (pairs["ideal"] + k_all * pairs["hidden"]) / pairs["pred1"])
+    one = pairs.assign(n_gpus=1)
+    from_one["logo"] = pairs["t1"] * (loo_predictions(pairs, profiles, "silicon", fits_gpu, k_gpu)
+                                  / loo_predictions(one, profiles, "silicon", fits_gpu, k_gpu))
+    fits_pairs = {**fits_model, **{m: C.load_params() for m in pairs["model"].unique() if m not in fits_model}}
+    from_one["lomo"] = pairs["t1"] * (loo_predictions(pairs, profiles, "model", fits_pairs, k_model)
+                                  / loo_predictions(one, profiles, "model", fits_pairs, k_model))
+    repeats = F.same_gpu_repeats(single).assign(pred=lambda d: d["others_s"], logo=lambda d: d["others_s"],
+                                                lomo=lambda d: d["others_s"])
 
     # Multi-node: the DAWNBench runs on the catalog's p3.16xlarge, with the same leave-out refits.
     nodes = F.load_dawnbench_multinode(Path(args.data))
@@ -237,6 +259,11 @@ def main() -> None:
     print(line(f"  ... and {int((flat & ~fast).sum())} flat-throughput", multi[~fast & ~flat]))
     both = pd.concat([single, multi], ignore_index=True)
     print(line("all single-node rows", both))
+    print("profile measured on a GPU of the target's type (`srift profile` on your GPU):")
+    print(line("  1 GPU, on another system", repeats))
+    print(line("  one node, from its 1 GPU", from_one))
+    other = anchored_frame(single, C.load_params())
+    print(line("  1 GPU, from another GPU", other))
     if len(nodes):
         print(line("multi-node (DAWNBench)", nodes))
     else:
@@ -255,9 +282,14 @@ def main() -> None:
         print(f"{'  all-reduce ' + short:<28}{n_rows:>6}{fit_mape:>8.1f}{held_mape:>8.1f}")
     print(f"{'':<28}(all-reduce >= 1 MiB over EFA; LOGO column: EFA refitted without the instance type)")
     if args.write_accuracy:
-        write_accuracy(Path(args.write_accuracy), {"single_gpu": single, "one_node": multi,
-                                                   **({"multi_node": nodes} if len(nodes) else {})}, meas_col,
-                       {"multi_node": "fast.ai's 2018 DAWNBench ResNet-50 on 4-16x p3.16xlarge"})
+        write_accuracy(Path(args.write_accuracy),
+                       {"single_gpu": single, "one_node": multi, **({"multi_node": nodes} if len(nodes) else {}),
+                        "single_gpu_same_gpu": repeats, "single_gpu_other_gpu": other, "one_node_same_gpu": from_one},
+                       meas_col,
+                       {"multi_node": "fast.ai's 2018 DAWNBench ResNet-50 on 4-16x p3.16xlarge",
+                        "single_gpu_same_gpu": "the same runs on other systems of the same GPU model",
+                        "single_gpu_other_gpu": "single-GPU runs anchored on another GPU or precision of the same model",
+                        "one_node_same_gpu": "the same system's measured 1-GPU run, scaled by the simulator"})
     shipped = C.load_params()
     print(f"\nProfile measured on another GPU or precision ({len(F.anchor_pairs(single, 'lomo'))} pairs of one model and "
           f"source; its model held out of the fit), MAPE %:")

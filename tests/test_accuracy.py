@@ -63,3 +63,38 @@ def test_predict_json_carries_the_typical_error(capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["typical_error_pct"] == pytest.approx(A.load_accuracy()["groups"]["one_node"]["logo"])
     assert "leave-one-GPU-out" in d["typical_error_basis"]
+
+
+def test_where_compute_comes_from_picks_the_group():
+    groups = A.load_accuracy()["groups"]
+    pct, basis = A.typical_error(1, 1, measured=A.MEASURED_HERE)
+    assert pct == groups["single_gpu_same_gpu"]["logo"] and "other systems with that GPU" in basis
+    pct, basis = A.typical_error(1, 1, measured=A.MEASURED_ELSEWHERE)
+    assert pct == groups["single_gpu_other_gpu"]["logo"] and "from a run on another GPU" in basis
+    pct, basis = A.typical_error(1, 8, measured=A.MEASURED_HERE)
+    assert pct == groups["one_node_same_gpu"]["logo"] and "same system's 1-GPU run" in basis
+    # Measured elsewhere, a node falls back to the structural one-node figure and says why.
+    pct, basis = A.typical_error(1, 8, measured=A.MEASURED_ELSEWHERE)
+    assert pct == groups["one_node"]["logo"] and "carries little" in basis
+    # Across nodes the network dominates: the same multi-node figure whatever the profile.
+    assert A.typical_error(2, 16, measured=A.MEASURED_HERE) == A.typical_error(2, 16)
+    with pytest.raises(ValueError, match="measured must be one of"):
+        A.typical_error(1, 1, measured="gpu")
+
+
+def test_a_profile_measured_on_the_target_gpu_quotes_the_measured_groups():
+    from srift.cluster import cluster_from_spec
+    from srift.profile import LayerProfile, PhaseTimes, Profile
+    from srift.simulate import predict
+
+    layers = [LayerProfile("fc", "Linear", params=1_000_000, grad_bytes=4_000_000, fwd_flops=1e11, bwd_flops=2e11,
+                           fwd_bytes=1e6, bwd_bytes=2e6, fwd_s=0.010, bwd_s=0.020)]
+    prof = Profile(name="toy", batch_size=32, precision="fp32", layers=layers, iterations=10,
+                   device={"name": "NVIDIA A10G", "kind": "cuda", "gpu": "A10G"},
+                   phases=PhaseTimes(data_s=0.0, forward_s=0.010, backward_s=0.020, optimizer_s=0.001, total_s=0.032))
+    groups = A.load_accuracy()["groups"]
+    # g5.xlarge has one A10G: the profile's own GPU.
+    assert predict(prof, cluster_from_spec("g5.xlarge")).typical_error_pct == groups["single_gpu_same_gpu"]["logo"]
+    assert predict(prof, cluster_from_spec("g5.12xlarge")).typical_error_pct == groups["one_node_same_gpu"]["logo"]
+    # p3.2xlarge has a V100: scaled from the A10G measurement.
+    assert predict(prof, cluster_from_spec("p3.2xlarge")).typical_error_pct == groups["single_gpu_other_gpu"]["logo"]

@@ -29,21 +29,39 @@ def load_accuracy() -> dict[str, Any]:
     return data if isinstance(data, dict) and data.get("schema") == SCHEMA else {}
 
 
+#: Where a prediction's compute comes from (``typical_error``'s ``measured``).
+MEASURED_HERE = "target"  # a profile measured on the target GPU type at the target precision
+MEASURED_ELSEWHERE = "other"  # measured on another GPU or precision, scaled by the model
+MEASURED = (None, MEASURED_HERE, MEASURED_ELSEWHERE)
+
+
+def _figure(g: dict[str, Any]) -> float:
+    return float(g["logo"] if "logo" in g else g["fit"])
+
+
 @functools.lru_cache(maxsize=64)
-def typical_error(nodes: int, gpus: int, cpu: bool = False) -> tuple[float | None, str]:
+def typical_error(nodes: int, gpus: int, cpu: bool = False, measured: str | None = None) -> tuple[float | None, str]:
     """Leave-one-GPU-out MAPE (%) of the matching validation group, and what it rests on.
 
-    One GPU -> the single-GPU group; one node -> the one-node multi-GPU group; several nodes -> the
-    multi-node group's in-fit MAPE (leaving a GPU out says little about the network, which is what
-    changes across nodes), with which way those runs missed; CPU workers -> None (they run on
-    measured times; scripts/validate_local_ddp.py checks them).
+    The group follows the cluster and where the compute times come from (``measured``): a
+    structural profile (None) or one measured on another GPU uses the model's figures; a profile
+    measured on the target GPU type quotes how the same runs differ between systems of that GPU
+    (one GPU) or how well the simulator scales a measured 1-GPU time to the node (one node).
+    Several nodes -> the multi-node group's in-fit MAPE (leaving a GPU out says little about the
+    network, which is what changes across nodes), with which way those runs missed; CPU workers
+    -> None (they run on measured times; scripts/validate_local_ddp.py checks them).
+
+    Raises:
+        ValueError: for a ``measured`` other than None, ``"target"`` or ``"other"``.
     """
+    if measured not in MEASURED:
+        raise ValueError(f"measured must be one of {MEASURED}, got {measured!r}")
     groups = load_accuracy().get("groups", {})
     if cpu:
         return None, "CPU workers: outside the GPU validation; scripts/validate_local_ddp.py checks them on your machine"
     if nodes > 1:
         one = groups.get("one_node")
-        within = f"; within one node ±{float(one['logo']):.1f} %" if one else ""
+        within = f"; within one node ±{_figure(one):.1f} %" if one else ""
         g = groups.get("multi_node")
         if not g or not g.get("rows"):
             return None, f"not validated across nodes: no measured multi-node run to compare with{within}"
@@ -51,9 +69,24 @@ def typical_error(nodes: int, gpus: int, cpu: bool = False) -> tuple[float | Non
         way = f"they ran {-bias:.0f} % slower than predicted on average" if bias < 0 else f"they ran {bias:.0f} % faster than predicted on average"
         return float(g["fit"]), (f"MAPE over {g['rows']} measured multi-node runs ({g.get('basis', 'scripts/validate.py')}): "
                                  f"{way}{within}")
-    key = "single_gpu" if gpus <= 1 else "one_node"
+    if gpus <= 1:
+        key = {MEASURED_HERE: "single_gpu_same_gpu", MEASURED_ELSEWHERE: "single_gpu_other_gpu"}.get(measured, "single_gpu")
+    else:
+        key = "one_node_same_gpu" if measured == MEASURED_HERE else "one_node"
     g = groups.get(key)
     if not g:
         return None, "no validation figures shipped"
-    what = "single-GPU" if key == "single_gpu" else "one-node multi-GPU"
-    return float(g["logo"]), f"leave-one-GPU-out MAPE over {g['rows']} measured {what} runs, scripts/validate.py"
+    what = {
+        "single_gpu": f"leave-one-GPU-out MAPE over {g['rows']} measured single-GPU runs",
+        "one_node": f"leave-one-GPU-out MAPE over {g['rows']} measured one-node multi-GPU runs",
+        "single_gpu_same_gpu": f"MAPE of {g['rows']} single-GPU runs against the same runs on other systems with that GPU",
+        "single_gpu_other_gpu": f"leave-one-GPU-out MAPE over {g['rows']} single-GPU runs predicted from a run on another GPU or precision",
+        "one_node_same_gpu": f"leave-one-GPU-out MAPE over {g['rows']} one-node runs predicted from the same system's 1-GPU run",
+    }[key]
+    if gpus > 1 and measured == MEASURED_ELSEWHERE:
+        what += " (from structural profiles: a profile measured on another GPU carries little of its own time there)"
+    tip = ""
+    here = groups.get("one_node_same_gpu" if gpus > 1 else "single_gpu_same_gpu")
+    if measured != MEASURED_HERE and here:
+        tip = f"; from a profile measured on this GPU type: ±{_figure(here):.1f} %"
+    return _figure(g), f"{what}, scripts/validate.py{tip}"

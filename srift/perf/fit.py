@@ -416,6 +416,24 @@ def fit_anchor(single: pd.DataFrame, in_fit_col: str, held_out_col: str,
     return float(grid[i]), clip, info
 
 
+def same_gpu_repeats(single: pd.DataFrame) -> pd.DataFrame:
+    """Single-GPU rows measured on another system of the same GPU model as well (same model,
+    precision, per-GPU batch and source; another host, vendor or form factor), with ``others_s``:
+    the mean of those other systems' iteration times. It is what a profile measured on one
+    machine predicts for another machine with the GPU srift treats as the same (srift's
+    A100-40GB and A100-80GB each cover the PCIe card and the SXM4 module)."""
+    key = ["gpu", "model", "precision", "batch_per_gpu", "source"]
+    out = []
+    for _, g in single.groupby(key):
+        if g["label"].nunique() < 2:
+            continue
+        for i, r in g.iterrows():
+            others = g[g["label"] != r["label"]]["iteration_time_s"]
+            out.append((i, float(others.mean())))
+    idx, vals = zip(*out) if out else ((), ())
+    return single.loc[list(idx)].assign(others_s=list(vals))
+
+
 def mape(pred: Iterable[float], meas: Iterable[float]) -> float:
     p, m = np.asarray(list(pred), float), np.asarray(list(meas), float)
     return float(np.mean(np.abs(p - m) / m) * 100.0) if len(m) else float("nan")

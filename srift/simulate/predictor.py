@@ -25,7 +25,7 @@ from srift.cluster import Cluster
 from srift.errors import SriftError
 from srift.hardware import CPU, gpu as gpu_spec
 from srift.job import Job
-from srift.perf.accuracy import typical_error
+from srift.perf.accuracy import MEASURED_ELSEWHERE, MEASURED_HERE, typical_error
 from srift.perf.comm import CommModel
 from srift.perf.compute import LayerTimes, layer_times
 from srift.profile import Profile
@@ -233,7 +233,8 @@ class Predictor:
             notes.append("compute anchored on measured times")
         if kfac_measured:
             notes.append("K-FAC kernels from the profile's measured times (srift profile --kfac)")
-        error_pct, error_basis = typical_error(cluster.nodes, cluster.gpus, any(g.gpu == CPU for g in groups))
+        measured = (MEASURED_ELSEWHERE if crit.times.anchored_from else MEASURED_HERE) if crit.times.anchored else None
+        error_pct, error_basis = typical_error(cluster.nodes, cluster.gpus, any(g.gpu == CPU for g in groups), measured)
         return Prediction(
             cluster=cluster.name,
             gpus=cluster.gpus,
