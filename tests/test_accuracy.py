@@ -98,3 +98,12 @@ def test_a_profile_measured_on_the_target_gpu_quotes_the_measured_groups():
     assert predict(prof, cluster_from_spec("g5.12xlarge")).typical_error_pct == groups["one_node_same_gpu"]["logo"]
     # p3.2xlarge has a V100: scaled from the A10G measurement.
     assert predict(prof, cluster_from_spec("p3.2xlarge")).typical_error_pct == groups["single_gpu_other_gpu"]["logo"]
+
+
+def test_a_kfac_prediction_says_its_phases_are_unchecked_on_gpus(capsys):
+    assert main(["predict", "--model", "resnet50", "--instance", "p3.16xlarge", "--optimizer", "kfac", "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["typical_error_pct"] == pytest.approx(A.load_accuracy()["groups"]["one_node"]["logo"])
+    assert "K-FAC's phases have no GPU measurement" in d["typical_error_basis"]
+    # The cached first-order basis is left as it was.
+    assert "K-FAC" not in A.typical_error(1, 8)[1]
