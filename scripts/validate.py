@@ -137,6 +137,10 @@ def multi_node_allreduce(data: Path) -> list[tuple[str, int, float, float]]:
     return out
 
 
+# Fewest rows behind a per-link figure in configs/perf/accuracy.json (the others use the whole group).
+MIN_LINK_ROWS = 20
+
+
 def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str, basis: dict[str, str]) -> None:
     """The figures `srift predict` and `recommend` quote (srift/perf/accuracy.py), atomically:
     MAPE per group for each fit, the in-fit mean signed error (``bias_pct``, negative = predicted
@@ -144,11 +148,18 @@ def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str, b
     from srift.fileio import write_json
     from srift.perf.accuracy import SCHEMA
 
+    def figures(df: pd.DataFrame) -> dict:
+        return {"rows": int(len(df)), "fit": round(F.mape(df["pred"], df[meas_col]), 1),
+                "logo": round(F.mape(df["logo"], df[meas_col]), 1), "lomo": round(F.mape(df["lomo"], df[meas_col]), 1),
+                "bias_pct": round(float(((df["pred"] - df[meas_col]) / df[meas_col]).mean() * 100.0), 1)}
+
     doc = {"schema": SCHEMA, "source": "scripts/validate.py (MAPE %, predicted vs measured iteration time)", "groups": {}}
     for name, df in groups.items():
-        g = {"rows": int(len(df)), "fit": round(F.mape(df["pred"], df[meas_col]), 1),
-             "logo": round(F.mape(df["logo"], df[meas_col]), 1), "lomo": round(F.mape(df["lomo"], df[meas_col]), 1),
-             "bias_pct": round(float(((df["pred"] - df[meas_col]) / df[meas_col]).mean() * 100.0), 1)}
+        g = figures(df)
+        if "link" in df:
+            # One-node groups by intra-node link, where enough rows back a figure of its own.
+            by_link = {link: figures(s) for link, s in df.groupby("link") if len(s) >= MIN_LINK_ROWS}
+            g["by_link"] = dict(sorted(by_link.items()))
         doc["groups"][name] = {**g, **({"basis": basis[name]} if name in basis else {})}
     write_json(path, doc)
 
@@ -200,6 +211,7 @@ def main() -> None:
     fits_pairs = {**fits_model, **{m: C.load_params() for m in pairs["model"].unique() if m not in fits_model}}
     from_one["lomo"] = pairs["t1"] * (loo_predictions(pairs, profiles, "model", fits_pairs, k_model)
                                   / loo_predictions(one, profiles, "model", fits_pairs, k_model))
+    from_one["link"] = [F.row_link(r) for r in pairs.itertuples()]
     repeats = F.same_gpu_repeats(single).assign(pred=lambda d: d["others_s"], logo=lambda d: d["others_s"],
                                                 lomo=lambda d: d["others_s"])
 
@@ -262,6 +274,8 @@ def main() -> None:
     print("profile measured on a GPU of the target's type (`srift profile` on your GPU):")
     print(line("  1 GPU, on another system", repeats))
     print(line("  one node, from its 1 GPU", from_one))
+    for link, s in from_one.groupby("link"):
+        print(line(f"    {link}", s))
     other = anchored_frame(single, C.load_params())
     print(line("  1 GPU, from another GPU", other))
     if len(nodes):

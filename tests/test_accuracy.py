@@ -61,7 +61,7 @@ def test_missing_or_foreign_file_gives_no_figure(monkeypatch, tmp_path):
 def test_predict_json_carries_the_typical_error(capsys):
     assert main(["predict", "--model", "resnet50", "--instance", "p3.16xlarge", "--format", "json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["typical_error_pct"] == pytest.approx(A.load_accuracy()["groups"]["one_node"]["logo"])
+    assert d["typical_error_pct"] == pytest.approx(A.typical_error(1, 8, link="nvlink")[0])
     assert "leave-one-GPU-out" in d["typical_error_basis"]
 
 
@@ -95,7 +95,8 @@ def test_a_profile_measured_on_the_target_gpu_quotes_the_measured_groups():
     groups = A.load_accuracy()["groups"]
     # g5.xlarge has one A10G: the profile's own GPU.
     assert predict(prof, cluster_from_spec("g5.xlarge")).typical_error_pct == groups["single_gpu_same_gpu"]["logo"]
-    assert predict(prof, cluster_from_spec("g5.12xlarge")).typical_error_pct == groups["one_node_same_gpu"]["logo"]
+    assert (predict(prof, cluster_from_spec("g5.12xlarge")).typical_error_pct
+            == groups["one_node_same_gpu"]["by_link"]["pcie4"]["logo"])
     # p3.2xlarge has a V100: scaled from the A10G measurement.
     assert predict(prof, cluster_from_spec("p3.2xlarge")).typical_error_pct == groups["single_gpu_other_gpu"]["logo"]
 
@@ -103,7 +104,28 @@ def test_a_profile_measured_on_the_target_gpu_quotes_the_measured_groups():
 def test_a_kfac_prediction_says_its_phases_are_unchecked_on_gpus(capsys):
     assert main(["predict", "--model", "resnet50", "--instance", "p3.16xlarge", "--optimizer", "kfac", "--format", "json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["typical_error_pct"] == pytest.approx(A.load_accuracy()["groups"]["one_node"]["logo"])
+    assert d["typical_error_pct"] == pytest.approx(A.typical_error(1, 8, link="nvlink")[0])
     assert "K-FAC's phases have no GPU measurement" in d["typical_error_basis"]
     # The cached first-order basis is left as it was.
     assert "K-FAC" not in A.typical_error(1, 8)[1]
+
+
+def test_one_node_quotes_its_link_where_the_validation_covers_it():
+    groups = A.load_accuracy()["groups"]
+    by_link = groups["one_node"]["by_link"]
+    assert by_link and all(g["rows"] >= 20 for g in by_link.values())
+    link = max(by_link, key=lambda k: by_link[k]["rows"])
+    pct, basis = A.typical_error(1, 8, link=link)
+    assert pct == by_link[link]["logo"] and f"{by_link[link]['rows']} measured one-node multi-GPU runs over {link}" in basis
+    here = groups["one_node_same_gpu"]["by_link"][link]["logo"]
+    assert basis.endswith(f"from a profile measured on this GPU type: ±{here:.1f} %")
+    # A link without enough rows (or none) falls back to the whole group.
+    assert A.typical_error(1, 8, link="nvswitch5")[0] == groups["one_node"]["logo"]
+    assert A.typical_error(1, 1, link=link)[0] == groups["single_gpu"]["logo"]
+
+
+def test_predict_quotes_the_instance_link(capsys):
+    assert main(["predict", "--model", "resnet50", "--instance", "p5.48xlarge", "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    g = A.load_accuracy()["groups"]["one_node"]["by_link"]["nvswitch4"]
+    assert d["typical_error_pct"] == g["logo"] and "over nvswitch4" in d["typical_error_basis"]

@@ -40,13 +40,16 @@ def _figure(g: dict[str, Any]) -> float:
 
 
 @functools.lru_cache(maxsize=64)
-def typical_error(nodes: int, gpus: int, cpu: bool = False, measured: str | None = None) -> tuple[float | None, str]:
+def typical_error(nodes: int, gpus: int, cpu: bool = False, measured: str | None = None,
+                  link: str | None = None) -> tuple[float | None, str]:
     """Leave-one-GPU-out MAPE (%) of the matching validation group, and what it rests on.
 
     The group follows the cluster and where the compute times come from (``measured``): a
     structural profile (None) or one measured on another GPU uses the model's figures; a profile
     measured on the target GPU type quotes how the same runs differ between systems of that GPU
     (one GPU) or how well the simulator scales a measured 1-GPU time to the node (one node).
+    On one node with several GPUs, the figure of the node's intra-node ``link`` is used where the
+    validation had enough rows over that link (``by_link``), else the whole group's.
     Several nodes -> the multi-node group's in-fit MAPE (leaving a GPU out says little about the
     network, which is what changes across nodes), with which way those runs missed; CPU workers
     -> None (they run on measured times; scripts/validate_local_ddp.py checks them).
@@ -61,6 +64,8 @@ def typical_error(nodes: int, gpus: int, cpu: bool = False, measured: str | None
         return None, "CPU workers: outside the GPU validation; scripts/validate_local_ddp.py checks them on your machine"
     if nodes > 1:
         one = groups.get("one_node")
+        if one and link in one.get("by_link", {}):
+            one = one["by_link"][link]
         within = f"; within one node ±{_figure(one):.1f} %" if one else ""
         g = groups.get("multi_node")
         if not g or not g.get("rows"):
@@ -76,17 +81,22 @@ def typical_error(nodes: int, gpus: int, cpu: bool = False, measured: str | None
     g = groups.get(key)
     if not g:
         return None, "no validation figures shipped"
+    over = ""
+    if gpus > 1 and link in g.get("by_link", {}):
+        g, over = g["by_link"][link], f" over {link}"
     what = {
         "single_gpu": f"leave-one-GPU-out MAPE over {g['rows']} measured single-GPU runs",
-        "one_node": f"leave-one-GPU-out MAPE over {g['rows']} measured one-node multi-GPU runs",
+        "one_node": f"leave-one-GPU-out MAPE over {g['rows']} measured one-node multi-GPU runs{over}",
         "single_gpu_same_gpu": f"MAPE of {g['rows']} single-GPU runs against the same runs on other systems with that GPU",
         "single_gpu_other_gpu": f"leave-one-GPU-out MAPE over {g['rows']} single-GPU runs predicted from a run on another GPU or precision",
-        "one_node_same_gpu": f"leave-one-GPU-out MAPE over {g['rows']} one-node runs predicted from the same system's 1-GPU run",
+        "one_node_same_gpu": f"leave-one-GPU-out MAPE over {g['rows']} one-node runs{over} predicted from the same system's 1-GPU run",
     }[key]
     if gpus > 1 and measured == MEASURED_ELSEWHERE:
         what += " (from structural profiles: a profile measured on another GPU carries little of its own time there)"
     tip = ""
     here = groups.get("one_node_same_gpu" if gpus > 1 else "single_gpu_same_gpu")
+    if here and gpus > 1 and link in here.get("by_link", {}):
+        here = here["by_link"][link]
     if measured != MEASURED_HERE and here:
         tip = f"; from a profile measured on this GPU type: ±{_figure(here):.1f} %"
     return _figure(g), f"{what}, scripts/validate.py{tip}"
