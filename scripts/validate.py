@@ -100,6 +100,19 @@ def anchored_frame(single: pd.DataFrame, params: C.ComputeParams) -> pd.DataFram
     return pd.DataFrame({**out, "iteration_time_s": pairs["meas"]})
 
 
+def snapshot_scaling(pairs: pd.DataFrame) -> pd.DataFrame:
+    """Measured t_n / t_1 of one system, model, precision and GPU count in both Lambda snapshots
+    (2022-07 and head; the per-GPU batch may differ), with the relative difference head vs 2022-07:
+    a model-free floor under the scaling error on these rows."""
+    key = ["system", "model", "precision", "n_gpus"]
+    p = pairs.assign(system=pairs["label"].map(F._system))
+    med = p.groupby(key + ["source"])["scaling"].median().unstack("source")
+    if not {"lambda/2022-07", "lambda/head"} <= set(med.columns):
+        return pd.DataFrame(columns=["lambda/2022-07", "lambda/head", "diff_pct"])
+    both = med[["lambda/2022-07", "lambda/head"]].dropna()
+    return both.assign(diff_pct=(both["lambda/head"] / both["lambda/2022-07"] - 1.0) * 100.0)
+
+
 def available_models(profiles: F.ProfileSource) -> list[str]:
     """Zoo models whose structural profile loads (SuperBench rows need resnet152, vgg16, ...)."""
     ok = []
@@ -314,6 +327,13 @@ def main() -> None:
               f"   in-fit model: {F.anchored_mape(F.anchor_pairs(single, 'pred'), w, clip):.1f}")
     print(f"\nDDP scaling t_n/t_1 ({len(pairs)} pairs of a multi-GPU row and its system's 1-GPU row): MAPE "
           f"{ideal_scal:.1f}% with ideal overlap, {scal_mape:.1f}% with all-reduce interference k = {k_all:.2f}")
+    both_snapshots = snapshot_scaling(pairs)
+    if len(both_snapshots):
+        worst = both_snapshots.loc[both_snapshots["diff_pct"].abs().idxmax()]
+        print(f"Measured t_n/t_1 of the same system, model, precision and GPU count in Lambda's two snapshots "
+              f"({len(both_snapshots)} cases): they differ by {both_snapshots['diff_pct'].abs().mean():.1f} % on average "
+              f"(most: {' '.join(map(str, worst.name))}: {worst['lambda/2022-07']:.2f} vs {worst['lambda/head']:.2f}); "
+              f"no hardware model can match both.")
     print("LOGO: refit without the row's GPU silicon; LOMO: refit without the row's model (compute model and,")
     print("for multi-GPU rows, the all-reduce interference).")
 

@@ -148,9 +148,31 @@ def test_validate_script_prints_every_group_and_the_shipped_figures_are_current(
         rows, fit, logo, lomo = lines[group]
         assert int(rows) > 0 and all(0.0 < float(v) < 100.0 for v in (fit, logo, lomo)), group
     assert "DDP scaling t_n/t_1" in res.stdout and "all-reduce p5/block2" in res.stdout
+    for group in ("1 GPU, on another system", "one node, from its 1 GPU", "1 GPU, from another GPU"):
+        rows, fit, logo, lomo = lines[group]
+        assert int(rows) > 0 and all(0.0 < float(v) < 100.0 for v in (fit, logo, lomo)), group
+    assert "in Lambda's two snapshots" in res.stdout
     fresh = json.loads((tmp_path / "accuracy.json").read_text())
     shipped = json.loads((root / "configs" / "perf" / "accuracy.json").read_text())
     assert fresh == shipped, "configs/perf/accuracy.json is stale: re-run scripts/validate.py --write-accuracy"
+
+
+def test_same_gpu_repeats_compare_each_system_with_the_others():
+    base = {"gpu": "H100", "model": "m", "precision": "amp", "batch_per_gpu": 8, "source": "s"}
+    rows = pd.DataFrame([{**base, "label": "host a", "iteration_time_s": 1.0},
+                         {**base, "label": "host b", "iteration_time_s": 1.2},
+                         {**base, "label": "host c", "iteration_time_s": 1.4},
+                         # another batch: no twin, left out
+                         {**base, "batch_per_gpu": 16, "label": "host a", "iteration_time_s": 2.0},
+                         # a rerun on the same host is not another system
+                         {**base, "gpu": "A10", "label": "host d", "iteration_time_s": 1.0},
+                         {**base, "gpu": "A10", "label": "host d", "iteration_time_s": 1.1}])
+    rep = F.same_gpu_repeats(rows)
+    assert list(rep.index) == [0, 1, 2]
+    assert rep["others_s"].tolist() == pytest.approx([1.3, 1.2, 1.1])
+    # MAPE: |1.3-1|/1, 0, |1.1-1.4|/1.4
+    assert F.mape(rep["others_s"], rep["iteration_time_s"]) == pytest.approx((30.0 + 0.0 + 0.3 / 1.4 * 100) / 3)
+    assert F.same_gpu_repeats(rows.iloc[3:]).empty
 
 
 def _anchor_rows(meas: dict, lomo: dict, pred: dict) -> pd.DataFrame:
