@@ -249,3 +249,13 @@ def test_lambda_rows_join_the_two_spellings_of_a_system(tmp_path):
     r = rows.iloc[0]
     # 200 images over 2 GPUs at 400 images/s: 100 per GPU, 0.5 s per iteration, 260 W per GPU
     assert (r.gpu, r.n_gpus, r.batch_per_gpu, r.iteration_time_s, r.watt_per_gpu) == ("Quadro-RTX-8000", 2, 100, 0.5, 260.0)
+
+
+def test_held_out_fits_use_the_features_they_are_given():
+    profiles = F.ProfileSource(lambda model, batch, seq: _toy_model(1.0 if model == "a" else 2.0))
+    rows = pd.DataFrame([{"model": m, "gpu": g, "precision": "tf32", "batch_per_gpu": 32, "seq_len": None,
+                          "iteration_time_s": t} for m, t0 in (("a", 0.1), ("b", 0.2))
+                         for g, t in (("V100-16GB", t0), ("A100-40GB", t0 / 2), ("H100", t0 / 4))])
+    fits = F.held_out_fits(rows, profiles, "model", FEATURES)
+    assert set(fits) == {"a", "b"} and all(p.features == FEATURES for p in fits.values())
+    assert all(len(p.inv_eff_mem) == len(FEATURES) for p in fits.values())

@@ -359,7 +359,7 @@ def held_out_fits(single: pd.DataFrame, profiles: ProfileSource, key: str,
                   features: tuple[str, ...] = DEFAULT_FEATURES) -> dict[str, C.ComputeParams]:
     """Compute-model fits on the single-GPU rows without each value of column ``key`` (a model,
     a GPU silicon), keyed by the held-out value."""
-    return {value: fit_compute(designs_for(single.drop(index=held), profiles, features))
+    return {value: fit_compute(designs_for(single.drop(index=held), profiles, features), features)
             for value, held in single.groupby(key).groups.items()}
 
 
