@@ -89,6 +89,12 @@ def interference_fits(pairs: pd.DataFrame, key: str, values) -> dict[str, float]
     return out
 
 
+def model_free(repeats: pd.DataFrame) -> pd.DataFrame:
+    """``F.same_gpu_repeats`` rows as predictions: the other systems' time in every column (no
+    model is fitted, so leaving a GPU or model out changes nothing)."""
+    return repeats.assign(pred=repeats["others_s"], logo=repeats["others_s"], lomo=repeats["others_s"])
+
+
 def anchored_frame(single: pd.DataFrame, params: C.ComputeParams) -> pd.DataFrame:
     """Single-GPU predictions anchored on a measurement of the same model on another GPU or
     precision (``F.anchor_pairs``, one row per pair) with the shipped anchor share, from the
@@ -225,8 +231,7 @@ def main() -> None:
     from_one["lomo"] = pairs["t1"] * (loo_predictions(pairs, profiles, "model", fits_pairs, k_model)
                                   / loo_predictions(one, profiles, "model", fits_pairs, k_model))
     from_one["link"] = [F.row_link(r) for r in pairs.itertuples()]
-    repeats = F.same_gpu_repeats(single).assign(pred=lambda d: d["others_s"], logo=lambda d: d["others_s"],
-                                                lomo=lambda d: d["others_s"])
+    repeats = model_free(F.same_gpu_repeats(single))
 
     # Multi-node: the DAWNBench runs on the catalog's p3.16xlarge, with the same leave-out refits.
     nodes = F.load_dawnbench_multinode(Path(args.data))
@@ -286,6 +291,8 @@ def main() -> None:
     print(line("all single-node rows", both))
     print("profile measured on a GPU of the target's type (`srift profile` on your GPU):")
     print(line("  1 GPU, on another system", repeats))
+    # The same floor on several GPUs (Lambda rows only: SuperBench's have no twin).
+    print(line("  one node, another system", model_free(F.same_gpu_repeats(rows[rows["n_gpus"] > 1]))))
     print(line("  one node, from its 1 GPU", from_one))
     for link, s in from_one.groupby("link"):
         print(line(f"    {link}", s))

@@ -158,7 +158,7 @@ def test_validate_script_prints_every_group_and_the_shipped_figures_are_current(
 
 
 def test_same_gpu_repeats_compare_each_system_with_the_others():
-    base = {"gpu": "H100", "model": "m", "precision": "amp", "batch_per_gpu": 8, "source": "s"}
+    base = {"gpu": "H100", "n_gpus": 1, "model": "m", "precision": "amp", "batch_per_gpu": 8, "source": "s"}
     rows = pd.DataFrame([{**base, "label": "host a", "iteration_time_s": 1.0},
                          {**base, "label": "host b", "iteration_time_s": 1.2},
                          {**base, "label": "host c", "iteration_time_s": 1.4},
@@ -166,13 +166,17 @@ def test_same_gpu_repeats_compare_each_system_with_the_others():
                          {**base, "batch_per_gpu": 16, "label": "host a", "iteration_time_s": 2.0},
                          # a rerun on the same host is not another system
                          {**base, "gpu": "A10", "label": "host d", "iteration_time_s": 1.0},
-                         {**base, "gpu": "A10", "label": "host d", "iteration_time_s": 1.1}])
+                         {**base, "gpu": "A10", "label": "host d", "iteration_time_s": 1.1},
+                         # 8 GPUs of host a: not a twin of the others' single GPU
+                         {**base, "n_gpus": 8, "label": "host a", "iteration_time_s": 1.3}])
     rep = F.same_gpu_repeats(rows)
     assert list(rep.index) == [0, 1, 2]
     assert rep["others_s"].tolist() == pytest.approx([1.3, 1.2, 1.1])
     # MAPE: |1.3-1|/1, 0, |1.1-1.4|/1.4
     assert F.mape(rep["others_s"], rep["iteration_time_s"]) == pytest.approx((30.0 + 0.0 + 0.3 / 1.4 * 100) / 3)
     assert F.same_gpu_repeats(rows.iloc[3:]).empty
+    eight = rows.iloc[[6]].assign(label="host e", iteration_time_s=1.5)
+    assert F.same_gpu_repeats(pd.concat([rows, eight]))["others_s"].tolist()[-2:] == pytest.approx([1.5, 1.3])
 
 
 def _anchor_rows(meas: dict, lomo: dict, pred: dict) -> pd.DataFrame:

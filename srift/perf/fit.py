@@ -416,22 +416,23 @@ def fit_anchor(single: pd.DataFrame, in_fit_col: str, held_out_col: str,
     return float(grid[i]), clip, info
 
 
-def same_gpu_repeats(single: pd.DataFrame) -> pd.DataFrame:
-    """Single-GPU rows measured on another system of the same GPU model as well (same model,
+def same_gpu_repeats(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows measured on another system with the same GPU model and count as well (same model,
     precision, per-GPU batch and source; another host, vendor or form factor), with ``others_s``:
-    the mean of those other systems' iteration times. It is what a profile measured on one
-    machine predicts for another machine with the GPU srift treats as the same (srift's
-    A100-40GB and A100-80GB each cover the PCIe card and the SXM4 module)."""
-    key = ["gpu", "model", "precision", "batch_per_gpu", "source"]
+    the mean of those other systems' iteration times. On single GPUs it is what a profile
+    measured on one machine predicts for another machine with the GPU srift treats as the same
+    (srift's A100-40GB and A100-80GB each cover the PCIe card and the SXM4 module); on several,
+    how far one system's measurement is from another's."""
+    key = ["gpu", "n_gpus", "model", "precision", "batch_per_gpu", "source"]
     out = []
-    for _, g in single.groupby(key):
-        if g["label"].nunique() < 2:
+    for pos in rows.groupby(key).indices.values():
+        labels = rows["label"].to_numpy()[pos]
+        times = rows["iteration_time_s"].to_numpy()[pos]
+        if len(set(labels)) < 2:
             continue
-        for i, r in g.iterrows():
-            others = g[g["label"] != r["label"]]["iteration_time_s"]
-            out.append((i, float(others.mean())))
-    idx, vals = zip(*out) if out else ((), ())
-    return single.loc[list(idx)].assign(others_s=list(vals))
+        out += [(p, float(times[labels != label].mean())) for p, label in zip(pos, labels)]
+    out.sort()
+    return rows.iloc[[p for p, _ in out]].assign(others_s=[v for _, v in out])
 
 
 def mape(pred: Iterable[float], meas: Iterable[float]) -> float:
