@@ -171,12 +171,40 @@ def why(result: "SearchResult") -> str:
         dt = ru.expected_throughput_samples_per_s / top.expected_throughput_samples_per_s - 1
         dc = ru.cost_per_hour_usd / top.cost_per_hour_usd - 1
         text += f" Runner-up {ru.label}: {dt:+.0%} throughput for {dc:+.0%} $/h."
+        text += _close_call(top, ru, result.objective)
     one = result.best_single_node
     if one is not None:
         dt = one.expected_throughput_samples_per_s / top.expected_throughput_samples_per_s - 1
         text += (f" It spans {top.nodes} nodes, the least validated case (typical error below); "
                  f"the best one-node choice is {one.label}: {dt:+.0%} throughput at {usd(one.cost_per_hour_usd)}/h.")
     return text
+
+
+def _gpus_of(c: "Candidate") -> tuple[str, ...]:
+    return tuple(sorted({str(g["gpu"]) for g in c.prediction.batch_split}))
+
+
+def _close_call(top: "Candidate", ru: "Candidate", objective: str) -> str:
+    """A sentence when the runner-up runs on other GPUs and trails by less than the compute error.
+
+    On the same GPUs the two predictions share most of their error, so their order holds; across
+    GPU types the compute model's errors are separate (``compute_error_pct``: the network's error
+    is shared by two multi-node choices and does not enter), and a gap smaller than that does
+    not settle which is better."""
+    errs = [c.prediction.compute_error_pct for c in (top, ru)]
+    if None in errs or _gpus_of(top) == _gpus_of(ru):
+        return ""
+    err = max(errs)  # type: ignore[type-var]
+    if objective == "throughput":
+        gap = 1.0 - ru.expected_throughput_samples_per_s / top.expected_throughput_samples_per_s
+    else:
+        cost = (lambda c: c.job_cost_usd) if top.job_cost_usd is not None else (lambda c: c.usd_per_million_samples)
+        gap = cost(ru) / cost(top) - 1.0
+    if gap * 100.0 >= err:
+        return ""
+    return (f" The two are {gap:.0%} apart on other GPUs ({', '.join(_gpus_of(top))} against {', '.join(_gpus_of(ru))}), "
+            f"less than the compute model's typical error across GPUs (±{err:.1f} %): profile your job on one GPU of each (srift profile) "
+            f"before committing.")
 
 
 def recommend_json(result: "SearchResult", constraints: "Constraints", extra: dict[str, Any]) -> dict[str, Any]:

@@ -63,6 +63,7 @@ def test_predict_json_carries_the_typical_error(capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["typical_error_pct"] == pytest.approx(A.typical_error(1, 8, link="nvlink")[0])
     assert "leave-one-GPU-out" in d["typical_error_basis"]
+    assert d["compute_error_pct"] == A.load_accuracy()["groups"]["single_gpu"]["logo"]
 
 
 def test_where_compute_comes_from_picks_the_group():
@@ -99,6 +100,9 @@ def test_a_profile_measured_on_the_target_gpu_quotes_the_measured_groups():
             == groups["one_node_same_gpu"]["by_link"]["pcie4"]["logo"])
     # p3.2xlarge has a V100: scaled from the A10G measurement.
     assert predict(prof, cluster_from_spec("p3.2xlarge")).typical_error_pct == groups["single_gpu_other_gpu"]["logo"]
+    # The compute part alone: the single-GPU figure of where compute comes from, on any cluster.
+    assert predict(prof, cluster_from_spec("g5.12xlarge:2")).compute_error_pct == groups["single_gpu_same_gpu"]["logo"]
+    assert predict(prof, cluster_from_spec("p3.16xlarge")).compute_error_pct == groups["single_gpu_other_gpu"]["logo"]
 
 
 def test_a_kfac_prediction_says_its_phases_are_unchecked_on_gpus(capsys):

@@ -132,3 +132,25 @@ def test_nodes_of_a_mixed_spot_spec():
     c = search(CATALOG, fake_predict, Constraints(budget_usd_per_hour=7.0, max_gpus=8)).recommendations[0]
     assert dataclasses.replace(c, instance="g5.12xlarge:1@on-demand+g5.12xlarge:6@spot").nodes == 7
     assert dataclasses.replace(c, instance="p4d.24xlarge").nodes == 1
+
+
+def test_a_runner_up_on_other_gpus_within_the_compute_error_is_called_a_close_call():
+    from srift.report import why
+
+    r = search(CATALOG, fake_predict, Constraints(budget_usd_per_hour=4.0, max_gpus=8))
+    top, ru = r.recommendations[:2]  # b.quad:1 (GB, 480 samples/s), a.small:4 (GA, 291.6)
+
+    def with_error(c, pct):
+        return dataclasses.replace(c, prediction=dataclasses.replace(c.prediction, compute_error_pct=pct))
+
+    def close(top_pct, ru_pct, runner=ru):
+        return why(dataclasses.replace(r, recommendations=[with_error(top, top_pct), with_error(runner, ru_pct)]))
+
+    # 1 - 291.6 / 480 = 39 % apart: within a ±50 % compute error (the larger of the two counts), not within ±30 %.
+    assert "The two are 39% apart on other GPUs (GB against GA), less than the compute model's typical error across GPUs (±50.0 %)" in close(50.0, 20.0)
+    assert "apart on other GPUs" in close(20.0, 50.0)
+    assert "apart on other GPUs" not in close(30.0, 30.0)
+    # Unvalidated (None) or the same GPUs: no such sentence.
+    assert "apart on other GPUs" not in close(None, 50.0)
+    same = next(c for c in r.recommendations if c.instance == "a.small:3")
+    assert "apart on other GPUs" not in why(dataclasses.replace(r, recommendations=[with_error(ru, 90.0), with_error(same, 90.0)]))

@@ -34,6 +34,9 @@ class Prediction:
         typical_error_pct: How far such predictions have been from measurements (leave-one-GPU-out
             MAPE of the matching validation group, srift/perf/accuracy.py); None where unvalidated.
         typical_error_basis: What that figure rests on.
+        compute_error_pct: How far the compute part alone has been from measurements: the
+            single-GPU figure for where this prediction's compute times come from. It is what
+            separates two GPU types' predictions (on the same GPUs the errors are shared).
     """
 
     cluster: str
@@ -54,6 +57,7 @@ class Prediction:
     notes: list[str] = field(default_factory=list)
     typical_error_pct: float | None = None
     typical_error_basis: str = ""
+    compute_error_pct: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -235,8 +235,8 @@ class Predictor:
             notes.append("K-FAC kernels from the profile's measured times (srift profile --kfac)")
         measured = (MEASURED_ELSEWHERE if crit.times.anchored_from else MEASURED_HERE) if crit.times.anchored else None
         links = {g.intra_node for g in groups}
-        error_pct, error_basis = typical_error(cluster.nodes, cluster.gpus, any(g.gpu == CPU for g in groups), measured,
-                                               links.pop() if len(links) == 1 else None)
+        cpu = any(g.gpu == CPU for g in groups)
+        error_pct, error_basis = typical_error(cluster.nodes, cluster.gpus, cpu, measured, links.pop() if len(links) == 1 else None)
         if self.job.optimizer == "kfac" and error_pct is not None:
             # The figures come from first-order DDP runs; no GPU K-FAC run was there to check.
             error_basis += ("; for the first-order part only: K-FAC's phases have no GPU measurement to check them "
@@ -262,6 +262,7 @@ class Predictor:
             notes=notes,
             typical_error_pct=error_pct,
             typical_error_basis=error_basis,
+            compute_error_pct=typical_error(1, 1, cpu, measured)[0],
         )
 
 
