@@ -2,7 +2,7 @@
 
 Job file (YAML, default ``srift.yaml``)::
 
-    model: resnet50            # or profile: path/to/profile.yaml (relative to the job file)
+    model: resnet50            # or profile: path/to/profile.yaml (relative to the job file), or a list, one per GPU
     batch_size: 64             # per GPU
     seq_len: 128               # sequence models only
     precision: amp             # fp32 | tf32 | amp
@@ -33,7 +33,7 @@ CHECK_SCHEMA = "srift.check/v1"
 # field -> (type, description for messages)
 FIELDS: dict[str, tuple[type, str]] = {
     "model": (str, "a built-in model name"),
-    "profile": (str, "a profile file path"),
+    "profile": (str, "a profile file path, or a list of them (the same job measured on several GPUs)"),
     "batch_size": (int, "a positive integer (per-GPU batch)"),
     "seq_len": (int, "a positive integer"),
     "precision": (str, "fp32, tf32 or amp"),
@@ -53,7 +53,7 @@ class JobSpec:
     """A validated job file (after environment and flag overrides)."""
 
     model: str | None = None
-    profile: str | None = None
+    profile: str | list[str] | None = None
     batch_size: int | None = None
     seq_len: int | None = None
     precision: str | None = None
@@ -70,6 +70,10 @@ class JobSpec:
 def _coerce(name: str, value: Any, source: str) -> Any:
     kind, desc = FIELDS[name] if name in FIELDS else (float, "a positive number")
     bad = SriftError(f"{source}: '{name}' must be {desc}, got {value!r}.", f"fix '{name}' in the job file (or its SRIFT_ variable).")
+    if name == "profile" and isinstance(value, list):
+        if not value or not all(isinstance(v, str) and v.strip() for v in value):
+            raise bad
+        return [v.strip() for v in value]
     if isinstance(value, str) and kind is not str:  # from an environment variable
         text = value.strip().lower()
         if kind is bool:
@@ -151,8 +155,10 @@ def load_job(path: str | None, overrides: dict[str, Any] | None = None, env: dic
     job = JobSpec(**values, limits=limits)
     if (job.model is None) == (job.profile is None):
         raise SriftError(f"{source}: give exactly one of 'model' and 'profile'.", "add model: resnet50 (for example) or profile: FILE.")
-    if job.profile is not None and path is not None and not Path(job.profile).is_absolute():
-        job.profile = str(base / job.profile)
+    if job.profile is not None and path is not None:
+        def rooted(f: str) -> str:
+            return f if Path(f).is_absolute() else str(base / f)
+        job.profile = [rooted(f) for f in job.profile] if isinstance(job.profile, list) else rooted(job.profile)
     if job.steps is not None and job.epochs is not None:
         raise SriftError(f"{source}: give 'steps' or 'epochs', not both.", "drop one of them.")
     if job.steps is None and job.epochs is None:
@@ -173,16 +179,17 @@ def run_check(job: JobSpec, catalog_as_of: str | None = None) -> dict[str, Any]:
     import math
 
     from srift.job import Job
-    from srift.sources import resolve_cluster, resolve_profile
+    from srift.sources import resolve_cluster, resolve_profiles
 
-    profile = resolve_profile(job.model, job.profile)
+    files = None if job.profile is None else ([job.profile] if isinstance(job.profile, str) else job.profile)
+    profile, more = resolve_profiles(job.model, files)
     train = Job(batch_size=job.batch_size, seq_len=job.seq_len, precision=job.precision, optimizer=job.optimizer)
     lim = job.limits
     if job.instance is not None:
         from srift.simulate import predict
 
         cluster = resolve_cluster(job.instance, None, region=job.region, spot=job.spot)
-        pred = predict(profile, cluster, train)
+        pred = predict(profile, cluster, train, more)
         instance, cost_h = job.instance, pred.cost_per_hour_usd
         exp_tp = pred.spot["expected_throughput_samples_per_s"] if pred.spot else pred.throughput_samples_per_s
         chosen_by = "job file"
@@ -193,7 +200,7 @@ def run_check(job: JobSpec, catalog_as_of: str | None = None) -> dict[str, Any]:
         cons = Constraints(budget_usd_per_hour=lim.get("max_usd_per_hour"), deadline_hours=lim.get("max_hours"),
                            max_cost_usd=lim.get("max_cost_usd"), steps=job.steps, epochs=job.epochs,
                            dataset_size=job.dataset_size, objective="cost", spot=job.spot, top=1)
-        result = recommend(profile, train, cons, job.region)
+        result = recommend(profile, train, cons, job.region, more)
         best = result.recommendations[0] if result.recommendations else result.closest
         if best is None:
             raise SriftError("no configuration could be predicted for this job (it fits no GPU at this batch size).",

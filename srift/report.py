@@ -204,7 +204,7 @@ def _close_call(top: "Candidate", ru: "Candidate", objective: str) -> str:
         return ""
     return (f" The two are {gap:.0%} apart on other GPUs ({', '.join(_gpus_of(top))} against {', '.join(_gpus_of(ru))}), "
             f"less than the compute model's typical error across GPUs (±{err:.1f} %): profile your job on one GPU of each (srift profile) "
-            f"before committing.")
+            f"and pass both profiles (--profile A --profile B).")
 
 
 def recommend_json(result: "SearchResult", constraints: "Constraints", extra: dict[str, Any]) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from srift.cluster import Cluster, cluster_from_spec, load_cluster
 from srift.errors import SriftError
 from srift.profile import Profile
@@ -22,6 +24,14 @@ def resolve_profile(model: str | None, profile: str | None) -> Profile:
 
         return load_builtin_profile(model)
     return Profile.load(profile)  # type: ignore[arg-type]
+
+
+def resolve_profiles(model: str | None, profiles: Sequence[str] | None) -> tuple[Profile, list[Profile]]:
+    """``--model NAME``, or ``--profile FILE`` given once or more (the same job measured on
+    different GPUs; the Predictor checks that they fit together): the first profile and the rest."""
+    files = list(profiles or [])
+    first = resolve_profile(model, files[0] if files else None)
+    return first, [Profile.load(f) for f in files[1:]]
 
 
 def resolve_cluster(instance: str | None, cluster_file: str | None, region: str = "us-east-1", spot: bool = False) -> Cluster:

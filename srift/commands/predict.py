@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -13,7 +13,7 @@ def register(app: typer.Typer) -> None:
     @app.command("predict")
     def predict(
         model: Optional[str] = typer.Option(None, "--model", help="Built-in model (resnet50, bert-base, gpt2, ...)."),
-        profile: Optional[str] = typer.Option(None, "--profile", help="Profile file from `srift profile`."),
+        profile: Optional[List[str]] = typer.Option(None, "--profile", help="Profile file from `srift profile`; repeat it with the same job measured on other GPUs (each GPU type then uses its own)."),
         instance: Optional[str] = typer.Option(None, "--instance", help="TYPE[:COUNT] joined by + (p3.16xlarge:2, g5.xlarge:4+p3.2xlarge:2)."),
         cluster: Optional[str] = typer.Option(None, "--cluster", help="Cluster YAML file."),
         batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Per-GPU batch (of the fastest GPU in a mix)."),
@@ -32,15 +32,15 @@ def register(app: typer.Typer) -> None:
         from srift.job import Job
         from srift.report import prediction_json, render_prediction
         from srift.simulate import predict as run_predict
-        from srift.sources import resolve_cluster, resolve_profile
+        from srift.sources import resolve_cluster, resolve_profiles
 
         check_format(fmt)
         job = Job(batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
                   global_batch_size=global_batch_size, kfac_strategy=kfac_strategy,
                   kfac_factor_steps=kfac_factor_steps, kfac_inv_steps=kfac_inv_steps)
-        prof = resolve_profile(model, profile)
+        prof, more = resolve_profiles(model, profile)
         clus = resolve_cluster(instance, cluster, region=region, spot=spot)
-        pred = run_predict(prof, clus, job)
+        pred = run_predict(prof, clus, job, more)
         if fmt == "json":
             print_json(prediction_json(pred, {"model": prof.name, "precision": job.precision or prof.precision,
                                               "optimizer": optimizer, "spot_pricing": spot}))

@@ -13,7 +13,7 @@ def register(app: typer.Typer) -> None:
     @app.command("recommend")
     def recommend(
         model: Optional[str] = typer.Option(None, "--model", help="Built-in model (resnet50, bert-base, gpt2, ...)."),
-        profile: Optional[str] = typer.Option(None, "--profile", help="Profile file from `srift profile`."),
+        profile: Optional[List[str]] = typer.Option(None, "--profile", help="Profile file from `srift profile`; repeat it with the same job measured on other GPUs (each GPU type then uses its own)."),
         budget: Optional[float] = typer.Option(None, "--budget", help="Whole-cluster budget, USD per hour."),
         deadline: Optional[float] = typer.Option(None, "--deadline", help="Finish within HOURS (needs --steps or --epochs)."),
         steps: Optional[int] = typer.Option(None, "--steps", help="Job length in iterations."),
@@ -43,7 +43,7 @@ def register(app: typer.Typer) -> None:
         from srift.recommend import recommend as run
         from srift.report import plot_recommend, recommend_json, recommend_markdown, render_recommend, usd
         from srift.search import Constraints
-        from srift.sources import resolve_profile
+        from srift.sources import resolve_profiles
 
         check_format(fmt, FORMATS)
         job = Job(batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
@@ -52,8 +52,8 @@ def register(app: typer.Typer) -> None:
         cons = Constraints(budget_usd_per_hour=budget, deadline_hours=deadline, max_cost_usd=max_cost, steps=steps,
                            epochs=epochs, dataset_size=dataset_size, objective=objective, spot=spot, mixed=mixed,
                            gpus=wanted, max_gpus=max_gpus, top=top)
-        prof = resolve_profile(model, profile)
-        result = run(prof, job, cons, region)
+        prof, more = resolve_profiles(model, profile)
+        result = run(prof, job, cons, region, more)
         header = (f"{prof.name}, {job.precision or prof.precision}, batch {job.batch_size or prof.batch_size}/GPU"
                   + (f", seq {job.seq_len or prof.seq_len}" if prof.seq_len else "") + (f", K-FAC ({kfac_strategy})" if optimizer == "kfac" else "") + f", {region}")
         if plot:

@@ -341,7 +341,7 @@ def _canonical_target(gpu: str) -> str:
     return key  # type: ignore[return-value]
 
 
-def _profile_gpu(profile: Profile) -> str | None:
+def measured_gpu(profile: Profile) -> str | None:
     """Canonical GPU the profile was measured on, 'cpu', or None (structural / unknown GPU)."""
     if not profile.measured:
         return None
@@ -379,7 +379,7 @@ def layer_times(profile: Profile, gpu: str, precision: str, params: ComputeParam
     if precision not in _ELEMENT_BYTES:
         raise SriftError(f"unknown precision '{precision}'.", "use fp32, tf32 or amp.")
     target = _canonical_target(gpu)
-    source = _profile_gpu(profile)
+    source = measured_gpu(profile)
     arr = _arrays(profile)
 
     if target == CPU:

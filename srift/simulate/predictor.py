@@ -17,17 +17,17 @@ z = 1.2816.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from srift.cluster import Cluster
 from srift.errors import SriftError
-from srift.hardware import CPU, gpu as gpu_spec
+from srift.hardware import CPU, find_gpu, gpu as gpu_spec
 from srift.job import Job
 from srift.perf.accuracy import MEASURED_ELSEWHERE, MEASURED_HERE, typical_error
 from srift.perf.comm import CommModel
-from srift.perf.compute import LayerTimes, layer_times
+from srift.perf.compute import LayerTimes, layer_times, measured_gpu
 from srift.profile import Profile
 from srift.simulate.ddp import BucketLayout, bucket_layout, bucket_ready_s, comm_end_s
 from srift.simulate.hetero import batches_for_fastest, split_batch
@@ -52,25 +52,70 @@ class _Compute:
         self.speed = batch / max(times.total_s, 1e-12)
 
 
+def _layer_mismatch(a: Profile, b: Profile) -> str | None:
+    """How two profiles' layers differ (count, or the first name or type that differs), or None."""
+    if len(a.layers) != len(b.layers):
+        return f"{len(b.layers)} layers against {len(a.layers)}"
+    for i, (x, y) in enumerate(zip(a.layers, b.layers)):
+        if (x.name, x.type) != (y.name, y.type):
+            return f"layer {i} is '{y.name}' ({y.type}) against '{x.name}' ({x.type})"
+    return None
+
+
+def measured_sources(profile: Profile, more: Sequence[Profile]) -> dict[tuple[str, str], Profile]:
+    """Profiles of one job by (GPU measured on, precision): the first profile when it was measured,
+    and each of ``more``, which must be measured and of the same job (layer names and types).
+
+    Raises:
+        SriftError: for a profile of ``more`` that is structural, of another job, or measured on
+            the same GPU at the same precision as another.
+    """
+    out: dict[tuple[str, str], Profile] = {}
+    for i, p in enumerate([profile, *more]):
+        gpu = measured_gpu(p)
+        if gpu is None:
+            if i == 0:
+                continue
+            raise SriftError(f"profile '{p.name}' was not measured on a GPU or CPU, so it adds nothing beside the first.",
+                             "pass only profiles from `srift profile` after the first one.")
+        diff = _layer_mismatch(profile, p) if i else None
+        if diff:
+            raise SriftError(f"profile '{p.name}' is not of the same job as '{profile.name}': {diff}.",
+                             "pass profiles of one training script, measured on different GPUs.")
+        key = (gpu, p.precision)
+        if key in out:
+            raise SriftError(f"two profiles were measured on {gpu} at {p.precision}.",
+                             "keep one profile per GPU type and precision.")
+        out[key] = p
+    return out
+
+
 class Predictor:
     """Predictions for one profile and job on many clusters (see module docstring).
 
     Args:
         profile: The job's profile (measured or structural).
         job: Batch, sequence length, precision, optimizer.
+        more_profiles: The same job measured on other GPUs (``srift profile`` on each): a node
+            group's compute comes from the profile measured on its GPU (at the job's precision if
+            there is one), else from ``profile``. Memory, data loading and the gradient buckets
+            come from ``profile``.
 
     Raises:
-        SriftError: for a seq_len the profile cannot take.
+        SriftError: for a seq_len the profile cannot take, or ``more_profiles`` that do not fit
+            (``measured_sources``).
     """
 
-    def __init__(self, profile: Profile, job: Job) -> None:
+    def __init__(self, profile: Profile, job: Job, more_profiles: Sequence[Profile] = ()) -> None:
         self.job = job
         self.base = profile.rescale(seq_len=job.seq_len) if job.seq_len is not None else profile
+        self._sources = {k: (p.rescale(seq_len=job.seq_len) if job.seq_len is not None else p)
+                         for k, p in measured_sources(profile, more_profiles).items()}
         self.precision = job.precision or profile.precision
         self.ref_batch = job.batch_size or profile.batch_size
         self.layout = bucket_layout(self.base)
         self.bucket_sizes_bytes = self.layout.sizes_bytes
-        self._profiles: dict[int, Profile] = {}
+        self._profiles: dict[tuple[int, int], Profile] = {}
         self._compute: dict[tuple[str, int], _Compute] = {}
         self._memory: dict[int, dict[str, float]] = {}
         self._allreduce: dict[tuple[int, float | str], Any] = {}
@@ -84,17 +129,29 @@ class Predictor:
             2.0 if (profile.precision == "amp" and self.precision != "amp") else 1.0)
 
     # ---- cached pieces -------------------------------------------------------------------
-    def profile_at(self, batch: int) -> Profile:
-        p = self._profiles.get(batch)
+    def profile_at(self, batch: int, source: Profile | None = None) -> Profile:
+        """The job's profile (or ``source``, one of ``more_profiles``) at a per-GPU batch."""
+        src = self.base if source is None else source
+        key = (id(src), batch)
+        p = self._profiles.get(key)
         if p is None:
-            p = self._profiles[batch] = self.base.rescale(batch_size=batch)
+            p = self._profiles[key] = src.rescale(batch_size=batch)
         return p
+
+    def source_for(self, gpu: str) -> Profile:
+        """The profile whose times a node group of ``gpu`` uses (see ``more_profiles``)."""
+        key = CPU if gpu == CPU else (find_gpu(gpu) or gpu)
+        hit = self._sources.get((key, self.precision))
+        if hit is None:
+            hit = next((p for (g, _), p in self._sources.items() if g == key), None)
+        return self.base if hit is None else hit
 
     def compute(self, gpu: str, batch: int) -> _Compute:
         key = (gpu, batch)
         c = self._compute.get(key)
         if c is None:
-            c = self._compute[key] = _Compute(layer_times(self.profile_at(batch), gpu, self.precision), batch, self.layout)
+            prof = self.profile_at(batch, self.source_for(gpu))
+            c = self._compute[key] = _Compute(layer_times(prof, gpu, self.precision), batch, self.layout)
         return c
 
     def memory(self, batch: int) -> dict[str, float]:
@@ -192,7 +249,7 @@ class Predictor:
         if self.job.optimizer == "kfac":
             from srift.simulate.kfac import kfac_phases, plan_kfac
 
-            prof = self.profile_at(batches[slowest])
+            prof = self.profile_at(batches[slowest], self.source_for(groups[slowest].gpu))
             plan = plan_kfac(prof, cluster, self.job, crit.times, comm)
             breakdown.update(plan.phases)
             kfac_measured = plan.measured_kernels
@@ -266,6 +323,7 @@ class Predictor:
         )
 
 
-def predict(profile: Profile, cluster: Cluster, job: Job | None = None) -> Prediction:
-    """Predict one iteration of ``profile`` trained as ``job`` on ``cluster``."""
-    return Predictor(profile, job or Job()).predict(cluster)
+def predict(profile: Profile, cluster: Cluster, job: Job | None = None, more_profiles: Sequence[Profile] = ()) -> Prediction:
+    """Predict one iteration of ``profile`` trained as ``job`` on ``cluster`` (``more_profiles``:
+    the same job measured on other GPUs; see ``Predictor``)."""
+    return Predictor(profile, job or Job(), more_profiles).predict(cluster)
