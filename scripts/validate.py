@@ -216,8 +216,8 @@ def main() -> None:
     multi["logo"] = loo_predictions(multi, profiles, "silicon", fits_gpu, k_gpu)
     # Models the single-GPU fit never saw (SuperBench's resnet152, vgg16, ...) are already
     # held out: they use the full fit.
-    full = {m: C.load_params() for m in multi["model"].unique() if m not in fits_model}
-    multi["lomo"] = loo_predictions(multi, profiles, "model", {**fits_model, **full}, k_model)
+    fits_any_model = {**fits_model, **{m: C.load_params() for m in multi["model"].unique() if m not in fits_model}}
+    multi["lomo"] = loo_predictions(multi, profiles, "model", fits_any_model, k_model)
     k_all, scal_mape = F.fit_overlap_interference(pairs["scaling"].to_numpy(), pairs["ideal"].to_numpy(),
                                                   pairs["hidden"].to_numpy(), pairs["pred1"].to_numpy())
     ideal_scal = F.mape(pairs["ideal"] / pairs["pred1"], pairs["scaling"])
@@ -227,9 +227,8 @@ def main() -> None:
     one = pairs.assign(n_gpus=1)
     from_one["logo"] = pairs["t1"] * (loo_predictions(pairs, profiles, "silicon", fits_gpu, k_gpu)
                                   / loo_predictions(one, profiles, "silicon", fits_gpu, k_gpu))
-    fits_pairs = {**fits_model, **{m: C.load_params() for m in pairs["model"].unique() if m not in fits_model}}
-    from_one["lomo"] = pairs["t1"] * (loo_predictions(pairs, profiles, "model", fits_pairs, k_model)
-                                  / loo_predictions(one, profiles, "model", fits_pairs, k_model))
+    from_one["lomo"] = pairs["t1"] * (loo_predictions(pairs, profiles, "model", fits_any_model, k_model)
+                                  / loo_predictions(one, profiles, "model", fits_any_model, k_model))
     from_one["link"] = [F.row_link(r) for r in pairs.itertuples()]
     repeats = model_free(F.same_gpu_repeats(single))
 

@@ -56,14 +56,20 @@ def test_a_mixed_cluster_takes_each_groups_own_profile():
     speed_a10g = 32 / C.layer_times(a10g, "A10G", "fp32").total_s
     speed_l4 = 32 / C.layer_times(l4, "L4", "fp32").total_s
     assert both.compute("A10G", 32).speed == pytest.approx(speed_a10g) and both.compute("L4", 32).speed == pytest.approx(speed_l4)
-    pred = both.predict(mixed)
-    assert {s["gpu"] for s in pred.batch_split} == {"A10G", "L4"}
+    # The faster GPU takes the job's batch, the other keeps pace in proportion to its own profile.
+    split = {s["gpu"]: s["per_gpu_batch"] for s in both.predict(mixed).batch_split}
+    fast, slow = sorted(("A10G", "L4"), key=lambda g: -{"A10G": speed_a10g, "L4": speed_l4}[g])
+    assert split[fast] == 32 and split[slow] == round(32 * min(speed_a10g, speed_l4) / max(speed_a10g, speed_l4))
+    assert split[slow] < 32
 
 
 def test_more_profiles_must_be_measured_of_the_same_job_and_not_repeat_a_gpu():
     a10g = measured_on("A10G", 1.0)
-    with pytest.raises(SriftError, match="was not measured on a GPU or CPU"):
+    with pytest.raises(SriftError, match="is structural .no measured times., so it adds nothing"):
         Predictor(a10g, JOB, [load_builtin_profile("resnet50", batch_size=32)])
+    unknown = dataclasses.replace(measured_on("L4", 1.0), device={"name": "Mystery X1", "kind": "cuda", "gpu": None})
+    with pytest.raises(SriftError, match="measured on a device srift does not know"):
+        Predictor(a10g, JOB, [unknown])
     with pytest.raises(SriftError, match="not of the same job as 'resnet50': .*layers against"):
         Predictor(a10g, JOB, [measured_on("L4", 1.0, model="resnet152")])
     with pytest.raises(SriftError, match="two profiles were measured on A10G at fp32"):

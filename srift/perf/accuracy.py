@@ -39,6 +39,13 @@ def _figure(g: dict[str, Any]) -> float:
     return float(g["logo"] if "logo" in g else g["fit"])
 
 
+def _at_link(g: dict[str, Any] | None, link: str | None) -> tuple[dict[str, Any] | None, bool]:
+    """A group's figures over ``link`` where the validation had enough rows over it (its
+    ``by_link``), else the whole group's; and whether the link's were found."""
+    by_link = (g or {}).get("by_link", {})
+    return (by_link[link], True) if link in by_link else (g, False)
+
+
 @functools.lru_cache(maxsize=64)
 def typical_error(nodes: int, gpus: int, cpu: bool = False, measured: str | None = None,
                   link: str | None = None) -> tuple[float | None, str]:
@@ -63,9 +70,7 @@ def typical_error(nodes: int, gpus: int, cpu: bool = False, measured: str | None
     if cpu:
         return None, "CPU workers: outside the GPU validation; scripts/validate_local_ddp.py checks them on your machine"
     if nodes > 1:
-        one = groups.get("one_node")
-        if one and link in one.get("by_link", {}):
-            one = one["by_link"][link]
+        one, _ = _at_link(groups.get("one_node"), link)
         within = f"; within one node ±{_figure(one):.1f} %" if one else ""
         g = groups.get("multi_node")
         if not g or not g.get("rows"):
@@ -82,8 +87,9 @@ def typical_error(nodes: int, gpus: int, cpu: bool = False, measured: str | None
     if not g:
         return None, "no validation figures shipped"
     over = ""
-    if gpus > 1 and link in g.get("by_link", {}):
-        g, over = g["by_link"][link], f" over {link}"
+    if gpus > 1:
+        g, found = _at_link(g, link)
+        over = f" over {link}" if found else ""
     what = {
         "single_gpu": f"leave-one-GPU-out MAPE over {g['rows']} measured single-GPU runs",
         "one_node": f"leave-one-GPU-out MAPE over {g['rows']} measured one-node multi-GPU runs{over}",
@@ -94,9 +100,7 @@ def typical_error(nodes: int, gpus: int, cpu: bool = False, measured: str | None
     if gpus > 1 and measured == MEASURED_ELSEWHERE:
         what += " (from structural profiles: a profile measured on another GPU carries little of its own time there)"
     tip = ""
-    here = groups.get("one_node_same_gpu" if gpus > 1 else "single_gpu_same_gpu")
-    if here and gpus > 1 and link in here.get("by_link", {}):
-        here = here["by_link"][link]
+    here, _ = _at_link(groups.get("one_node_same_gpu" if gpus > 1 else "single_gpu_same_gpu"), link if gpus > 1 else None)
     if measured != MEASURED_HERE and here:
         tip = f"; from a profile measured on this GPU type: ±{_figure(here):.1f} %"
     return _figure(g), f"{what}, scripts/validate.py{tip}"

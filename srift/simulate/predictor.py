@@ -76,8 +76,9 @@ def measured_sources(profile: Profile, more: Sequence[Profile]) -> dict[tuple[st
         if gpu is None:
             if i == 0:
                 continue
-            raise SriftError(f"profile '{p.name}' was not measured on a GPU or CPU, so it adds nothing beside the first.",
-                             "pass only profiles from `srift profile` after the first one.")
+            what = ("was measured on a device srift does not know" if p.measured else "is structural (no measured times)")
+            raise SriftError(f"profile '{p.name}' {what}, so it adds nothing beside the first.",
+                             "after the first, pass only profiles `srift profile` measured on a GPU in configs/gpus.yaml.")
         diff = _layer_mismatch(profile, p) if i else None
         if diff:
             raise SriftError(f"profile '{p.name}' is not of the same job as '{profile.name}': {diff}.",
