@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from srift.catalog.instances import band_for_ratio, rows_to_csv  # noqa: E402
-from srift.fileio import atomic_write_text  # noqa: E402
+from srift.files import atomic_write_text  # noqa: E402
 from srift.hardware import family_link, find_gpu, gpus  # noqa: E402
 
 AS_OF = "2026-07-20"  # Karpenter's pricing file: "generated at 2026-07-20T13:44:30Z for us-east-1"

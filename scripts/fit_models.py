@@ -21,7 +21,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from srift.fileio import write_json  # noqa: E402
+from srift.files import write_json  # noqa: E402
 from srift.perf import comm as CM  # noqa: E402
 from srift.perf import fit as F  # noqa: E402
 

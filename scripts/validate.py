@@ -164,7 +164,7 @@ def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str, b
     """The figures `srift predict` and `recommend` quote (srift/perf/accuracy.py), atomically:
     MAPE per group for each fit, the in-fit mean signed error (``bias_pct``, negative = predicted
     too fast), and what a group rests on where it is narrow (``basis``)."""
-    from srift.fileio import write_json
+    from srift.files import write_json
     from srift.perf.accuracy import SCHEMA
 
     def figures(df: pd.DataFrame) -> dict:

@@ -119,7 +119,7 @@ def load_job(path: str | None, overrides: dict[str, Any] | None = None, env: dic
     source = "job file"
     base = Path(".")
     if path is not None:
-        from srift.fileio import read_yaml
+        from srift.files import read_yaml
 
         source = str(path)
         raw = read_yaml(path, "job file")
@@ -254,7 +254,7 @@ def compare(result: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
 
 def load_baseline(path: str) -> dict[str, Any]:
     """Read a JSON result written by `srift check --out-file`."""
-    from srift.fileio import read_json
+    from srift.files import read_json
 
     p = Path(path)
     data = read_json(p, "baseline", "pass a JSON file written by `srift check --out-file` on the base branch.")

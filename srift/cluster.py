@@ -251,6 +251,6 @@ def cluster_from_dict(data: Any, source: str = "cluster file") -> Cluster:
 
 def load_cluster(path: str | Path) -> Cluster:
     """Read and validate a cluster YAML file."""
-    from srift.fileio import read_yaml
+    from srift.files import read_yaml
 
     return cluster_from_dict(read_yaml(path, "cluster file"), source=str(path))

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from srift.errors import SriftError, unknown_name_error
-from srift.resources import configs_dir
+from srift.files import configs_dir
 
 CPU = "cpu"  # the pseudo-GPU of a cluster of CPU processes (gloo on one host)
 

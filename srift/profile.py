@@ -356,14 +356,14 @@ class Profile:
 
     def save(self, path: str | Path) -> Path:
         """Write the profile as YAML, atomically."""
-        from srift.fileio import write_yaml
+        from srift.files import write_yaml
 
         return write_yaml(path, self.to_dict())
 
     @classmethod
     def load(cls, path: str | Path) -> "Profile":
         """Read and validate a profile file (YAML or JSON)."""
-        from srift.fileio import read_yaml
+        from srift.files import read_yaml
 
         return cls.from_dict(read_yaml(path, "profile"), source=str(path))
 

@@ -1,6 +1,6 @@
 """Refresh the catalog from AWS with boto3: Pricing (on-demand), EC2 spot history and instance types.
 
-The result is written atomically to the user cache (srift.resources.cache_dir()/aws/REGION.csv),
+The result is written atomically to the user cache (srift.files.cache_dir()/aws/REGION.csv),
 which srift reads when it is newer than the bundled catalog. Any AWS failure (no credentials, no
 network, throttling, access denied) raises one SriftError; the catalog in use stays as it was.
 """
@@ -227,6 +227,6 @@ def _fallback_ratio(instance_type: str) -> float:
 
 
 def _write_cache(region: str, rows: list[dict[str, Any]]) -> None:
-    from srift.fileio import atomic_write_text
+    from srift.files import atomic_write_text
 
     atomic_write_text(cache_path(region), rows_to_csv(rows))

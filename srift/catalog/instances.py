@@ -116,13 +116,13 @@ def _parse_rows(text: str, source: str) -> list[Instance]:
 
 
 def bundled_path(region: str):
-    from srift.resources import configs_dir
+    from srift.files import configs_dir
 
     return configs_dir() / "aws" / f"{region}.csv"
 
 
 def cache_path(region: str):
-    from srift.resources import cache_dir
+    from srift.files import cache_dir
 
     return cache_dir() / "aws" / f"{region}.csv"
 

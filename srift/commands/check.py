@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
         from srift.catalog import load_catalog
         from srift.check import compare, load_baseline, load_job, run_check
         from srift.errors import SriftError
-        from srift.fileio import write_json
+        from srift.files import write_json
         from srift.report import check_markdown, render_check
 
         check_format(fmt, FORMATS)

@@ -8,8 +8,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from srift.fileio import read_json
-from srift.resources import configs_dir
+from srift.files import configs_dir, read_json
 
 SCHEMA = "srift.perf.accuracy/v1"
 GROUPS = ("single_gpu", "one_node", "multi_node")

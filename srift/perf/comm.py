@@ -36,9 +36,8 @@ import numpy as np
 
 from srift.cluster import Cluster
 from srift.errors import SriftError
-from srift.fileio import read_json
+from srift.files import configs_dir, read_json
 from srift.hardware import CPU, gpu as gpu_spec, link as link_spec
-from srift.resources import configs_dir
 
 PARAMS_SCHEMA = "srift.perf.comm/v1"
 _Z90 = NormalDist().inv_cdf(0.9)

@@ -35,10 +35,9 @@ from typing import Any, Callable
 import numpy as np
 
 from srift.errors import SriftError
-from srift.fileio import read_json
+from srift.files import configs_dir, read_json
 from srift.hardware import CPU, GpuSpec, find_gpu, gpu as gpu_spec
 from srift.profile import Profile
-from srift.resources import configs_dir
 
 PARAMS_SCHEMA = "srift.perf.compute/v1"
 

@@ -254,7 +254,7 @@ def calibrate(backend: str, nproc: int, output: str | Path, sizes: list[int] | N
               network: str = "ethernet") -> dict[str, Any] | None:
     """Measure (spawning ``nproc`` local workers, or in the group torchrun launched) and write the
     cluster file atomically; returns the document written, None on torchrun ranks other than 0."""
-    from srift.fileio import write_yaml
+    from srift.files import write_yaml
 
     calib = measure_launched(backend, sizes, reps) if launched_by_torchrun() else measure_collectives(backend, nproc, sizes, reps)
     if calib is None:

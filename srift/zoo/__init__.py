@@ -95,7 +95,7 @@ def load_builtin_profile(name: str, batch_size: int | None = None, seq_len: int 
         SriftError: for an unknown model, a missing profile file, or a seq_len on an image model.
     """
     from srift.profile import Profile
-    from srift.resources import profiles_dir
+    from srift.files import profiles_dir
 
     key = canonical_name(name)
     path = profiles_dir() / f"{key}.yaml"
