@@ -3,7 +3,7 @@
     python scripts/fit_models.py [--data ../shared/data] [--profiles-dir DIR] [--out configs/perf]
 
 Reproducible: the data files are read in a fixed order, the fits are deterministic (ridge
-regression with a fixed start; least squares from fixed starting points). See srift/perf/fit.py for
+regression with a fixed start; least squares from fixed starting points). See srift/fitting/ for
 the data used and the model forms. ``--profiles-dir`` reads ``<model>.yaml`` structural profiles
 from a folder instead of the shipped zoo profiles.
 """
@@ -23,10 +23,13 @@ sys.path.insert(0, str(ROOT))
 
 from srift.files import write_json  # noqa: E402
 from srift.perf import comm as CM  # noqa: E402
-from srift.perf import fit as F  # noqa: E402
+from srift.fitting import comm_fit  # noqa: E402
+from srift.fitting import compute_fit  # noqa: E402
+from srift.fitting import datasets  # noqa: E402
+from srift.fitting import validation  # noqa: E402
 
 
-def profile_source(profiles_dir: str | None) -> F.ProfileSource:
+def profile_source(profiles_dir: str | None) -> datasets.ProfileSource:
     """Structural profiles: the zoo's shipped ones, or ``<dir>/<model>.yaml`` rescaled."""
     if profiles_dir:
         from srift.profile import Profile
@@ -38,24 +41,24 @@ def profile_source(profiles_dir: str | None) -> F.ProfileSource:
                 base[model] = Profile.load(Path(profiles_dir) / f"{model}.yaml")
             return base[model].rescale(batch_size=batch, seq_len=seq)
 
-        return F.ProfileSource(load)
+        return datasets.ProfileSource(load)
     from srift.zoo import load_builtin_profile
 
-    return F.ProfileSource(lambda m, b, s: load_builtin_profile(m, b, s))
+    return datasets.ProfileSource(lambda m, b, s: load_builtin_profile(m, b, s))
 
 
 def single_gpu_rows(rows):
     return rows[rows["n_gpus"] == 1].reset_index(drop=True)
 
 
-def fit_compute_params(data: Path, profiles: F.ProfileSource):
-    rows = single_gpu_rows(F.load_rows(data))
-    designs = F.designs_for(rows, profiles, F.DEFAULT_FEATURES)
-    params = F.fit_compute(designs)
-    pred = F.predict_rows(rows, profiles, params)
+def fit_compute_params(data: Path, profiles: datasets.ProfileSource):
+    rows = single_gpu_rows(datasets.load_rows(data))
+    designs = compute_fit.designs_for(rows, profiles, compute_fit.DEFAULT_FEATURES)
+    params = compute_fit.fit_compute(designs)
+    pred = compute_fit.predict_rows(rows, profiles, params)
     # How far a measured profile's departure from the model carries to other GPUs/precisions.
-    scored = rows.assign(pred=pred, lomo=F.held_out_predictions(rows, profiles, "model"))
-    weight, clip, info = F.fit_anchor(scored, "pred", "lomo")
+    scored = rows.assign(pred=pred, lomo=compute_fit.held_out_predictions(rows, profiles, "model"))
+    weight, clip, info = compute_fit.fit_anchor(scored, "pred", "lomo")
     params = dataclasses.replace(params, anchor_weight=weight, anchor_clip=round(clip, 4))
     params.meta["anchor_fit"] = {**info, "method": "clip = 95th percentile of in-fit |log(measured/predicted)|; "
                                  "weight: grid 0..1 (step 0.05), lowest MAPE of anchored leave-one-model-out predictions"}
@@ -63,15 +66,15 @@ def fit_compute_params(data: Path, profiles: F.ProfileSource):
 
 
 def fit_comm_params(data: Path) -> tuple[CM.CommParams, dict]:
-    nccl = F.load_nccl(data)
-    eth = F.p3dn_issue_rows()
-    sig_intra, n_intra = F.intra_sigma(nccl)
-    sig_efa, n_efa = F.efa_sigma(data)
-    sig_eth, n_eth = F.ethernet_sigma(data)
+    nccl = datasets.load_nccl(data)
+    eth = datasets.p3dn_issue_rows()
+    sig_intra, n_intra = comm_fit.intra_sigma(nccl)
+    sig_efa, n_efa = comm_fit.efa_sigma(data)
+    sig_eth, n_eth = comm_fit.ethernet_sigma(data)
     # Plain ethernet: EFA's between-run spread (the only between-run network figure) plus the
     # within-run jitter CM-DARE measured over cloud ethernet, as independent log-normal terms.
     sig_eth_total = float(np.hypot(sig_efa, sig_eth))
-    p90 = {"intra": F.log_spread_to_p90(sig_intra), "efa": F.log_spread_to_p90(sig_efa), "ethernet": F.log_spread_to_p90(sig_eth_total)}
+    p90 = {"intra": comm_fit.log_spread_to_p90(sig_intra), "efa": comm_fit.log_spread_to_p90(sig_efa), "ethernet": comm_fit.log_spread_to_p90(sig_eth_total)}
     start = CM.LinkClass(alpha_s=2e-6, eff_max=0.9, s_half_bytes=4e6, shape=1.0, p90_ratio=p90["intra"])
     params = CM.CommParams({
         "nvswitch": start, "nvswitch4": start, "nvlink": start, "pcie": start, "shared-memory": start,
@@ -86,13 +89,13 @@ def fit_comm_params(data: Path) -> tuple[CM.CommParams, dict]:
                      ("nvswitch4", single["intra_node"].isin(["nvswitch4", "nvswitch5"])),
                      ("pcie", single["intra_node"].str.startswith("pcie"))):
         sub = single[sel].reset_index(drop=True)
-        fitted, rms = F.fit_link_class(sub, params, cls, (2e-6, 0.9, 4e6, 1.0))
+        fitted, rms = comm_fit.fit_link_class(sub, params, cls, (2e-6, 0.9, 4e6, 1.0))
         params = CM.CommParams({**params.classes, cls: fitted})
         report[cls] = {"rows": len(sub), "rms_log_error": round(rms, 4)}
-    fitted, rms = F.fit_link_class(multi, params, "efa", (3e-5, 0.8, 8e6, 1.0))
+    fitted, rms = comm_fit.fit_link_class(multi, params, "efa", (3e-5, 0.8, 8e6, 1.0))
     params = CM.CommParams({**params.classes, "efa": fitted})
     report["efa"] = {"rows": len(multi), "rms_log_error": round(rms, 4)}
-    fitted, rms = F.fit_link_class(eth, params, "ethernet", (5e-5, 0.6, 1.6e7), fixed_shape=params.classes["efa"].shape)
+    fitted, rms = comm_fit.fit_link_class(eth, params, "ethernet", (5e-5, 0.6, 1.6e7), fixed_shape=params.classes["efa"].shape)
     params = CM.CommParams({**params.classes, "ethernet": fitted})
     report["ethernet"] = {"rows": len(eth), "rms_log_error": round(rms, 4)}
     c = params.classes
@@ -142,7 +145,7 @@ def main() -> None:
         "fitted_on": today,
         "fit": {"rows": int(len(rows)), "gpus": sorted(rows["gpu"].unique().tolist()),
                 "models": sorted(rows["model"].unique().tolist()), "in_sample_mape_pct": round(float(err.mean() * 100), 2)},
-        "kind_groups": {g: list(k) for g, k in F.KIND_GROUPS.items()},
+        "kind_groups": {g: list(k) for g, k in compute_fit.KIND_GROUPS.items()},
         "model": "t_layer_pass = max(F/(peak*eff_kind), B/(bw*eff_mem)) + launch_s; 1/eff = max(1, coef . features); launch_s fitted",
     }
     cdict = cparams.to_dict()
@@ -167,7 +170,7 @@ def main() -> None:
     print(f"comm: all-reduce interference k = {k:.2f} ({info})  -> {out / 'comm.json'}")
 
 
-def fit_interference(data: Path, profiles: F.ProfileSource, params_dir: Path) -> tuple[float, dict]:
+def fit_interference(data: Path, profiles: datasets.ProfileSource, params_dir: Path) -> tuple[float, dict]:
     """Fit the all-reduce interference to measured one-node DDP scaling (t_n / t_1 of one system)."""
     from srift.perf import compute as C
 
@@ -178,17 +181,17 @@ def fit_interference(data: Path, profiles: F.ProfileSource, params_dir: Path) ->
     C.params_path = lambda: params_dir / "compute.json"  # type: ignore[assignment]
     CM.params_path = lambda: params_dir / "comm.json"  # type: ignore[assignment]
     try:
-        pairs = F.scaling_pairs(F.load_rows(data))
-        sim_n = F.simulate_rows(pairs, profiles)
-        sim_1 = F.simulate_rows(pairs, profiles, n_gpus=1)
+        pairs = validation.scaling_pairs(datasets.load_rows(data))
+        sim_n = validation.simulate_rows(pairs, profiles)
+        sim_1 = validation.simulate_rows(pairs, profiles, n_gpus=1)
     finally:
         C.params_path, CM.params_path = shipped_c, shipped_m  # type: ignore[assignment]
         C.load_params.cache_clear()
         CM.load_params.cache_clear()
         CM._MODEL_CACHE.clear()
     scaling = pairs["scaling"].to_numpy()
-    k, err = F.fit_overlap_interference(scaling, sim_n["ideal"].to_numpy(), sim_n["hidden"].to_numpy(), sim_1["pred"].to_numpy())
-    ideal = F.mape(sim_n["ideal"] / sim_1["pred"], scaling)
+    k, err = comm_fit.fit_overlap_interference(scaling, sim_n["ideal"].to_numpy(), sim_n["hidden"].to_numpy(), sim_1["pred"].to_numpy())
+    ideal = validation.mape(sim_n["ideal"] / sim_1["pred"], scaling)
     return k, {"pairs": int(len(pairs)), "scaling_mape_pct": round(err, 2), "ideal_overlap_scaling_mape_pct": round(ideal, 2),
                "method": "grid search k in 0..3 (step 0.05) minimising the MAPE of predicted vs measured t_n/t_1"}
 

@@ -8,16 +8,16 @@ row three predictions are shown: with the shipped fit (in-sample), refitted with
 (leave-one-GPU-out; GPUs with the same silicon, e.g. V100 16/32 GB, are held out together), and
 refitted without the row's model (leave-one-model-out). Multi-GPU rows (one node) go through the
 simulator (``srift.simulate``); the node's interconnect is inferred from the system label
-(``srift.perf.fit.intra_node_of``), and the leave-out refits cover the all-reduce interference
+(``srift.fitting.datasets.intra_node_of``), and the leave-out refits cover the all-reduce interference
 too. MAPE is printed per group: single GPU, one node multi-GPU (by source, GPU count and link,
 and without the rows that model-free checks flag: super-linear or flat scaling against the same
 system on fewer GPUs), and multi-node: fast.ai's DAWNBench ImageNet runs on 4, 8 and 16
-p3.16xlarge (``srift.perf.fit.load_dawnbench_multinode``: PyTorch DDP in 2018, iteration time
+p3.16xlarge (``srift.fitting.datasets.load_dawnbench_multinode``: PyTorch DDP in 2018, iteration time
 from epoch times, so it includes each epoch's validation and data-loader start), predicted on the
 catalog's p3.16xlarge, and the all-reduce across nodes on its own (nccl-tests-aws over EFA).
 Then profiles measured on another GPU or precision: each single-GPU measurement anchors the
 prediction of the same model on every other GPU/precision of its source
-(``srift.perf.fit.anchor_pairs``), with none, all or the shipped share of its departure from the
+(``srift.fitting.compute_fit.anchor_pairs``), with none, all or the shipped share of its departure from the
 model carried over. The last lines give the DDP scaling fit (t_n / t_1 ratios).
 
 Rows left out, and why: SuperBench ``float16`` (the whole model cast to fp16, not srift's amp) and
@@ -44,7 +44,10 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from fit_models import profile_source  # noqa: E402
 from srift.hardware import gpu as gpu_spec  # noqa: E402
 from srift.perf import compute as C  # noqa: E402
-from srift.perf import fit as F  # noqa: E402
+from srift.fitting import comm_fit  # noqa: E402
+from srift.fitting import compute_fit  # noqa: E402
+from srift.fitting import datasets  # noqa: E402
+from srift.fitting import validation  # noqa: E402
 
 
 def silicon(gpu: str) -> str:
@@ -53,7 +56,7 @@ def silicon(gpu: str) -> str:
     return f"{s.architecture}-{s.sm_count}"
 
 
-def loo_predictions(rows: pd.DataFrame, profiles: F.ProfileSource, key: str, fits: dict[str, C.ComputeParams],
+def loo_predictions(rows: pd.DataFrame, profiles: datasets.ProfileSource, key: str, fits: dict[str, C.ComputeParams],
                     interference: dict[str, float] | None = None) -> np.ndarray:
     """Predictions for every row from the fit that held out the row's ``key`` value; with
     ``interference`` (held-out value -> k), multi-GPU rows go through the simulator and use the
@@ -69,12 +72,12 @@ def loo_predictions(rows: pd.DataFrame, profiles: F.ProfileSource, key: str, fit
             shipped = C.load_params
             C.load_params = lambda path=None, _p=params: _p  # type: ignore[assignment]
             try:
-                sim = F.simulate_rows(sub, profiles)
+                sim = validation.simulate_rows(sub, profiles)
             finally:
                 C.load_params = shipped  # type: ignore[assignment]
             pred = sim["ideal"] + interference[value] * sim["hidden"]
         else:
-            pred = F.predict_rows(sub, profiles, params)
+            pred = compute_fit.predict_rows(sub, profiles, params)
         out[rows.index.get_indexer(held)] = pred
     return out
 
@@ -84,24 +87,24 @@ def interference_fits(pairs: pd.DataFrame, key: str, values) -> dict[str, float]
     out = {}
     for value in values:
         keep = pairs[key] != value
-        out[value], _ = F.fit_overlap_interference(pairs.loc[keep, "scaling"].to_numpy(), pairs.loc[keep, "ideal"].to_numpy(),
+        out[value], _ = comm_fit.fit_overlap_interference(pairs.loc[keep, "scaling"].to_numpy(), pairs.loc[keep, "ideal"].to_numpy(),
                                                    pairs.loc[keep, "hidden"].to_numpy(), pairs.loc[keep, "pred1"].to_numpy())
     return out
 
 
 def model_free(repeats: pd.DataFrame) -> pd.DataFrame:
-    """``F.same_gpu_repeats`` rows as predictions: the other systems' time in every column (no
+    """``validation.same_gpu_repeats`` rows as predictions: the other systems' time in every column (no
     model is fitted, so leaving a GPU or model out changes nothing)."""
     return repeats.assign(pred=repeats["others_s"], logo=repeats["others_s"], lomo=repeats["others_s"])
 
 
 def anchored_frame(single: pd.DataFrame, params: C.ComputeParams) -> pd.DataFrame:
     """Single-GPU predictions anchored on a measurement of the same model on another GPU or
-    precision (``F.anchor_pairs``, one row per pair) with the shipped anchor share, from the
+    precision (``compute_fit.anchor_pairs``, one row per pair) with the shipped anchor share, from the
     in-fit model and from each leave-out refit."""
     out = {}
     for col in ("pred", "logo", "lomo"):
-        pairs = F.anchor_pairs(single, col)
+        pairs = compute_fit.anchor_pairs(single, col)
         out[col] = pairs["pred"] * np.array([C.anchor_factor(float(r), params) for r in pairs["ratio"]])
     return pd.DataFrame({**out, "iteration_time_s": pairs["meas"]})
 
@@ -111,7 +114,7 @@ def snapshot_scaling(pairs: pd.DataFrame) -> pd.DataFrame:
     (2022-07 and head; the per-GPU batch may differ), with the relative difference head vs 2022-07:
     a model-free floor under the scaling error on these rows."""
     key = ["system", "model", "precision", "n_gpus"]
-    p = pairs.assign(system=pairs["label"].map(F._system))
+    p = pairs.assign(system=pairs["label"].map(validation.system_of))
     med = p.groupby(key + ["source"])["scaling"].median().unstack("source")
     if not {"lambda/2022-07", "lambda/head"} <= set(med.columns):
         return pd.DataFrame(columns=["lambda/2022-07", "lambda/head", "diff_pct"])
@@ -119,10 +122,10 @@ def snapshot_scaling(pairs: pd.DataFrame) -> pd.DataFrame:
     return both.assign(diff_pct=(both["lambda/head"] / both["lambda/2022-07"] - 1.0) * 100.0)
 
 
-def available_models(profiles: F.ProfileSource) -> list[str]:
+def available_models(profiles: datasets.ProfileSource) -> list[str]:
     """Zoo models whose structural profile loads (SuperBench rows need resnet152, vgg16, ...)."""
     ok = []
-    for m in sorted(set(F.SUPERBENCH_MODELS.values())):
+    for m in sorted(set(datasets.SUPERBENCH_MODELS.values())):
         try:
             profiles.get(m, 8, 224 if m.startswith(("bert", "gpt")) else None)
             ok.append(m)
@@ -137,22 +140,22 @@ def multi_node_allreduce(data: Path) -> list[tuple[str, int, float, float]]:
     buckets), with the shipped fit and with the EFA class refitted without the instance type."""
     from srift.perf.comm import load_params as comm_params
 
-    nccl = F.load_nccl(data)
+    nccl = datasets.load_nccl(data)
     multi = nccl[nccl["nodes"] > 1].reset_index(drop=True)
     multi["instance"] = multi["source"].str.split("/").str[1]
     shipped = comm_params()
     out = []
     for inst, held in multi.groupby("instance").groups.items():
         train = multi.drop(index=held).reset_index(drop=True)
-        refit, _ = F.fit_link_class(train, shipped, "efa", (3e-5, 0.8, 8e6, 1.0))
+        refit, _ = comm_fit.fit_link_class(train, shipped, "efa", (3e-5, 0.8, 8e6, 1.0))
         params = type(shipped)({**shipped.classes, "efa": refit}, shipped.meta, shipped.overlap_interference)
         # One line per run (the two 2x p5 runs, Slurm and EKS, differ by up to 2.3x: the spread
         # the EFA p90 is fitted to).
         for source, test in multi.loc[held].groupby("source"):
             big = test[test["size_bytes"] >= 2**20].reset_index(drop=True)
             if len(big):
-                out.append((source.split("/", 1)[1], len(big), F.mape(F.comm_times(big, shipped), big["time_s"]),
-                            F.mape(F.comm_times(big, params), big["time_s"])))
+                out.append((source.split("/", 1)[1], len(big), validation.mape(comm_fit.comm_times(big, shipped), big["time_s"]),
+                            validation.mape(comm_fit.comm_times(big, params), big["time_s"])))
     return out
 
 
@@ -168,8 +171,8 @@ def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str, b
     from srift.perf.accuracy import SCHEMA
 
     def figures(df: pd.DataFrame) -> dict:
-        return {"rows": int(len(df)), "fit": round(F.mape(df["pred"], df[meas_col]), 1),
-                "logo": round(F.mape(df["logo"], df[meas_col]), 1), "lomo": round(F.mape(df["lomo"], df[meas_col]), 1),
+        return {"rows": int(len(df)), "fit": round(validation.mape(df["pred"], df[meas_col]), 1),
+                "logo": round(validation.mape(df["logo"], df[meas_col]), 1), "lomo": round(validation.mape(df["lomo"], df[meas_col]), 1),
                 "bias_pct": round(float(((df["pred"] - df[meas_col]) / df[meas_col]).mean() * 100.0), 1)}
 
     doc = {"schema": SCHEMA, "source": "scripts/validate.py (MAPE %, predicted vs measured iteration time)", "groups": {}}
@@ -192,25 +195,25 @@ def main() -> None:
                     metavar="FILE", help="write the group figures predict/recommend quote (default configs/perf/accuracy.json)")
     args = ap.parse_args()
     profiles = profile_source(args.profiles_dir)
-    rows = F.load_rows(Path(args.data))
+    rows = datasets.load_rows(Path(args.data))
     rows["silicon"] = rows["gpu"].map(silicon)
     meas_col = "iteration_time_s"
 
     single = rows[rows["n_gpus"] == 1].reset_index(drop=True)
-    single["pred"] = F.predict_rows(single, profiles, C.load_params())
-    fits_gpu = F.held_out_fits(single, profiles, "silicon")
-    fits_model = F.held_out_fits(single, profiles, "model")
+    single["pred"] = compute_fit.predict_rows(single, profiles, C.load_params())
+    fits_gpu = compute_fit.held_out_fits(single, profiles, "silicon")
+    fits_model = compute_fit.held_out_fits(single, profiles, "model")
     single["logo"] = loo_predictions(single, profiles, "silicon", fits_gpu)
     single["lomo"] = loo_predictions(single, profiles, "model", fits_model)
 
-    sb = F.load_superbench_models(Path(args.data))
+    sb = datasets.load_superbench_models(Path(args.data))
     multi = pd.concat([rows[rows["n_gpus"] > 1], sb[sb["model"].isin(available_models(profiles))]], ignore_index=True)
     multi["silicon"] = multi["gpu"].map(silicon)
-    multi = multi.join(F.simulate_rows(multi, profiles))
+    multi = multi.join(validation.simulate_rows(multi, profiles))
     # Scaling pairs (a multi-GPU row and the same system's 1-GPU row) for the interference refits.
-    pairs = F.scaling_pairs(rows)
+    pairs = validation.scaling_pairs(rows)
     pairs["silicon"] = pairs["gpu"].map(silicon)
-    pairs = pairs.join(F.simulate_rows(pairs, profiles)).join(F.simulate_rows(pairs, profiles, n_gpus=1)["pred"].rename("pred1"))
+    pairs = pairs.join(validation.simulate_rows(pairs, profiles)).join(validation.simulate_rows(pairs, profiles, n_gpus=1)["pred"].rename("pred1"))
     k_gpu = interference_fits(pairs, "silicon", multi["silicon"].unique())
     k_model = interference_fits(pairs, "model", multi["model"].unique())
     multi["logo"] = loo_predictions(multi, profiles, "silicon", fits_gpu, k_gpu)
@@ -218,9 +221,9 @@ def main() -> None:
     # held out: they use the full fit.
     fits_any_model = {**fits_model, **{m: C.load_params() for m in multi["model"].unique() if m not in fits_model}}
     multi["lomo"] = loo_predictions(multi, profiles, "model", fits_any_model, k_model)
-    k_all, scal_mape = F.fit_overlap_interference(pairs["scaling"].to_numpy(), pairs["ideal"].to_numpy(),
+    k_all, scal_mape = comm_fit.fit_overlap_interference(pairs["scaling"].to_numpy(), pairs["ideal"].to_numpy(),
                                                   pairs["hidden"].to_numpy(), pairs["pred1"].to_numpy())
-    ideal_scal = F.mape(pairs["ideal"] / pairs["pred1"], pairs["scaling"])
+    ideal_scal = validation.mape(pairs["ideal"] / pairs["pred1"], pairs["scaling"])
     # A profile measured on one GPU of the system's type: the measured 1-GPU time, times the
     # simulated t_n / t_1 (each refit predicts both).
     from_one = pairs.assign(pred=pairs["t1"] * (pairs["ideal"] + k_all * pairs["hidden"]) / pairs["pred1"])
@@ -229,15 +232,15 @@ def main() -> None:
                                   / loo_predictions(one, profiles, "silicon", fits_gpu, k_gpu))
     from_one["lomo"] = pairs["t1"] * (loo_predictions(pairs, profiles, "model", fits_any_model, k_model)
                                   / loo_predictions(one, profiles, "model", fits_any_model, k_model))
-    from_one["link"] = [F.row_link(r) for r in pairs.itertuples()]
-    repeats = model_free(F.same_gpu_repeats(single))
+    from_one["link"] = [datasets.row_link(r) for r in pairs.itertuples()]
+    repeats = model_free(validation.same_gpu_repeats(single))
 
     # Multi-node: the DAWNBench runs on the catalog's p3.16xlarge, with the same leave-out refits.
-    nodes = F.load_dawnbench_multinode(Path(args.data))
+    nodes = datasets.load_dawnbench_multinode(Path(args.data))
     if len(nodes):
         nodes = nodes.sort_values("nodes").reset_index(drop=True)
         nodes["silicon"] = nodes["gpu"].map(silicon)
-        nodes = nodes.join(F.simulate_rows(nodes, profiles))
+        nodes = nodes.join(validation.simulate_rows(nodes, profiles))
         nodes["logo"] = loo_predictions(nodes, profiles, "silicon", fits_gpu, k_gpu)
         nodes["lomo"] = loo_predictions(nodes, profiles, "model", fits_model, k_model)
 
@@ -259,17 +262,17 @@ def main() -> None:
 
     print("\nMAPE (%) of predicted vs measured iteration time")
     print(f"{'group':<28}{'rows':>6}{'fit':>8}{'LOGO':>8}{'LOMO':>8}")
-    print(f"{'single GPU':<28}{len(single):>6}{F.mape(single.pred, single[meas_col]):>8.1f}"
-          f"{F.mape(single.logo, single[meas_col]):>8.1f}{F.mape(single.lomo, single[meas_col]):>8.1f}")
+    print(f"{'single GPU':<28}{len(single):>6}{validation.mape(single.pred, single[meas_col]):>8.1f}"
+          f"{validation.mape(single.logo, single[meas_col]):>8.1f}{validation.mape(single.lomo, single[meas_col]):>8.1f}")
     for prec in ("tf32", "amp"):
         s = single[single.precision == prec]
-        print(f"{'  ' + prec:<28}{len(s):>6}{F.mape(s.pred, s[meas_col]):>8.1f}{F.mape(s.logo, s[meas_col]):>8.1f}{F.mape(s.lomo, s[meas_col]):>8.1f}")
+        print(f"{'  ' + prec:<28}{len(s):>6}{validation.mape(s.pred, s[meas_col]):>8.1f}{validation.mape(s.logo, s[meas_col]):>8.1f}{validation.mape(s.lomo, s[meas_col]):>8.1f}")
     for model in sorted(single.model.unique()):
         s = single[single.model == model]
-        print(f"{'  ' + model:<28}{len(s):>6}{F.mape(s.pred, s[meas_col]):>8.1f}{F.mape(s.logo, s[meas_col]):>8.1f}{F.mape(s.lomo, s[meas_col]):>8.1f}")
+        print(f"{'  ' + model:<28}{len(s):>6}{validation.mape(s.pred, s[meas_col]):>8.1f}{validation.mape(s.logo, s[meas_col]):>8.1f}{validation.mape(s.lomo, s[meas_col]):>8.1f}")
     def line(label: str, s: pd.DataFrame) -> str:
-        return (f"{label:<28}{len(s):>6}{F.mape(s.pred, s[meas_col]):>8.1f}"
-                f"{F.mape(s.logo, s[meas_col]):>8.1f}{F.mape(s.lomo, s[meas_col]):>8.1f}")
+        return (f"{label:<28}{len(s):>6}{validation.mape(s.pred, s[meas_col]):>8.1f}"
+                f"{validation.mape(s.logo, s[meas_col]):>8.1f}{validation.mape(s.lomo, s[meas_col]):>8.1f}")
 
     print(line("one node, multi-GPU", multi))
     multi["src"] = multi["source"].str.split("/").str[0]
@@ -277,12 +280,12 @@ def main() -> None:
         print(line("  " + src, s))
     for n, s in multi.groupby("n_gpus"):
         print(line(f"  {n} GPUs", s))
-    multi["link"] = [F.row_link(r) for r in multi.itertuples()]
+    multi["link"] = [datasets.row_link(r) for r in multi.itertuples()]
     for link, s in multi.groupby("link"):
         print(line(f"  {link}", s))
-    # Model-free checks against the same system with fewer GPUs (srift.perf.fit.scaling_anomalies):
+    # Model-free checks against the same system with fewer GPUs (srift.fitting.validation.scaling_anomalies):
     # shown beside the headline figures, not dropped from them.
-    fast, flat = F.scaling_anomalies(pd.concat([single, multi], ignore_index=True))
+    fast, flat = validation.scaling_anomalies(pd.concat([single, multi], ignore_index=True))
     fast, flat = fast[len(single):], flat[len(single):]
     print(line(f"  without {int(fast.sum())} super-linear", multi[~fast]))
     print(line(f"  ... and {int((flat & ~fast).sum())} flat-throughput", multi[~fast & ~flat]))
@@ -291,7 +294,7 @@ def main() -> None:
     print("profile measured on a GPU of the target's type (`srift profile` on your GPU):")
     print(line("  1 GPU, on another system", repeats))
     # The same floor on several GPUs (Lambda rows only: SuperBench's have no twin).
-    print(line("  one node, another system", model_free(F.same_gpu_repeats(rows[rows["n_gpus"] > 1]))))
+    print(line("  one node, another system", model_free(validation.same_gpu_repeats(rows[rows["n_gpus"] > 1]))))
     print(line("  one node, from its 1 GPU", from_one))
     for link, s in from_one.groupby("link"):
         print(line(f"    {link}", s))
@@ -324,13 +327,13 @@ def main() -> None:
                         "single_gpu_other_gpu": "single-GPU runs anchored on another GPU or precision of the same model",
                         "one_node_same_gpu": "the same system's measured 1-GPU run, scaled by the simulator"})
     shipped = C.load_params()
-    print(f"\nProfile measured on another GPU or precision ({len(F.anchor_pairs(single, 'lomo'))} pairs of one model and "
+    print(f"\nProfile measured on another GPU or precision ({len(compute_fit.anchor_pairs(single, 'lomo'))} pairs of one model and "
           f"source; its model held out of the fit), MAPE %:")
     for label, w, clip in (("model only (anchor ignored)", 0.0, np.inf), ("whole departure carried over", 1.0, np.inf),
                            (f"shipped: {shipped.anchor_weight:.0%} of it within +-{shipped.anchor_clip:.2f} (log)",
                             shipped.anchor_weight, shipped.anchor_clip)):
-        print(f"  {label:<44}{F.anchored_mape(F.anchor_pairs(single, 'lomo'), w, clip):>6.1f}"
-              f"   in-fit model: {F.anchored_mape(F.anchor_pairs(single, 'pred'), w, clip):.1f}")
+        print(f"  {label:<44}{compute_fit.anchored_mape(compute_fit.anchor_pairs(single, 'lomo'), w, clip):>6.1f}"
+              f"   in-fit model: {compute_fit.anchored_mape(compute_fit.anchor_pairs(single, 'pred'), w, clip):.1f}")
     print(f"\nDDP scaling t_n/t_1 ({len(pairs)} pairs of a multi-GPU row and its system's 1-GPU row): MAPE "
           f"{ideal_scal:.1f}% with ideal overlap, {scal_mape:.1f}% with all-reduce interference k = {k_all:.2f}")
     both_snapshots = snapshot_scaling(pairs)

@@ -10,12 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from srift.errors import SriftError
 
-if TYPE_CHECKING:
-    from srift.catalog.instances import Instance
-
 INTRA_NODE = ("shared-memory", "pcie3", "pcie4", "pcie5", "nvlink-bridge", "nvlink", "nvswitch", "nvswitch4", "nvswitch5")
 NETWORKS = ("ethernet", "efa", "infiniband")
-_SPEC_PART = re.compile(r"^(?P<type>[a-z0-9][a-z0-9.\-]*?)(?::(?P<count>\d+))?$")
 
 
 @dataclass(frozen=True)
@@ -94,77 +90,6 @@ class Cluster:
                 return None
             total += g.usd_per_hour * g.count
         return total
-
-    @property
-    def spec(self) -> str:
-        """The instance-spec string for catalog clusters (``p3.16xlarge:2+g5.xlarge:4``)."""
-        return "+".join(g.label for g in self.node_groups)
-
-
-def parse_spec(spec: str) -> list[tuple[str, int]]:
-    """Split ``TYPE[:COUNT]`` parts joined by ``+`` into ``[(type, count), ...]``.
-
-    Raises:
-        SriftError: for an empty part, a bad count, or a malformed type.
-    """
-    if not spec or not spec.strip():
-        raise SriftError("the instance spec is empty.", "pass e.g. --instance p3.16xlarge:2 or g5.xlarge:4+p3.2xlarge:2.")
-    parts = []
-    for raw in spec.split("+"):
-        text = raw.strip().lower()
-        m = _SPEC_PART.match(text)
-        if not m:
-            raise SriftError(
-                f"'{raw}' in instance spec '{spec}' is not TYPE[:COUNT].",
-                "write each part as an instance type with an optional count, e.g. p3.16xlarge:2.",
-            )
-        count = int(m.group("count") or 1)
-        if count < 1:
-            raise SriftError(f"instance count in '{raw}' must be at least 1.", "use a count of 1 or more, e.g. p3.16xlarge:2.")
-        parts.append((m.group("type"), count))
-    return parts
-
-
-def node_group(inst: "Instance", count: int, spot: bool) -> NodeGroup:
-    """``count`` nodes of a catalog instance type, priced on spot or on demand."""
-    return NodeGroup(
-        count=count,
-        gpus_per_node=inst.gpu_count,
-        gpu=inst.gpu_name,
-        intra_node=inst.intra_node,
-        network_gbps=inst.network_gbps,
-        network="efa" if inst.efa else "ethernet",
-        usd_per_hour=inst.usd_per_hour(spot),
-        spot=spot,
-        interruption_per_hour=inst.spot_interruption_per_hour if spot else 0.0,
-        instance_type=inst.instance_type,
-        gpu_memory_gib=inst.gpu_memory_gib,
-    )
-
-
-def cluster_from_spec(spec: str, region: str = "us-east-1", spot: bool = False) -> Cluster:
-    """Build a Cluster from an instance spec and the catalog.
-
-    Args:
-        spec: ``TYPE[:COUNT]`` parts joined by ``+``; a part may end in ``@spot`` or
-            ``@on-demand`` to override ``spot`` for that part.
-        region: Catalog region.
-        spot: Price all parts at spot unless a part says otherwise.
-    """
-    from srift.catalog import get_instance
-
-    groups = []
-    for raw in spec.split("+"):
-        part_spot = spot
-        text = raw.strip()
-        if "@" in text:
-            text, _, market = text.partition("@")
-            if market.lower() not in ("spot", "on-demand", "ondemand"):
-                raise SriftError(f"unknown market '@{market}' in '{raw}'.", "use @spot or @on-demand.")
-            part_spot = market.lower() == "spot"
-        ((itype, count),) = parse_spec(text)
-        groups.append(node_group(get_instance(itype, region), count, part_spot))
-    return Cluster(name=spec, node_groups=tuple(groups))
 
 
 _GROUP_KEYS = {

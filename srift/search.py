@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from srift.catalog.instances import Instance
-from srift.cluster import Cluster, node_group
+from srift.catalog.spec import node_group
+from srift.cluster import Cluster
 from srift.errors import SriftError
 from srift.simulate.prediction import Prediction
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from srift.cluster import Cluster, cluster_from_spec, load_cluster
+from srift.catalog.spec import cluster_from_spec
+from srift.cluster import Cluster, load_cluster
 from srift.errors import SriftError
 from srift.profile import Profile
 

@@ -84,7 +84,7 @@ def test_where_compute_comes_from_picks_the_group():
 
 
 def test_a_profile_measured_on_the_target_gpu_quotes_the_measured_groups():
-    from srift.cluster import cluster_from_spec
+    from srift.catalog.spec import cluster_from_spec
     from srift.profile import LayerProfile, PhaseTimes, Profile
     from srift.simulate import predict
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from srift.cluster import cluster_from_dict, parse_spec
+from srift.catalog.spec import parse_spec
+from srift.cluster import cluster_from_dict
 from srift.errors import SriftError
 
 

@@ -9,7 +9,9 @@ import pytest
 
 from srift.errors import SriftError
 from srift.perf import comm as CM
-from srift.perf import fit as F
+from srift.fitting import comm_fit
+from srift.fitting import datasets
+from srift.fitting import validation
 from srift.perf.compute import FEATURES
 from srift.hardware import gpu as gpu_spec
 from srift.simulate import predict
@@ -71,7 +73,7 @@ def test_fit_recovers_the_interference_that_made_the_scaling():
     pred1 = ideal * rng.uniform(0.95, 1.0, 50)
     hidden = rng.uniform(0.0, 0.1, 50)
     scaling = (ideal + 0.8 * hidden) / pred1
-    k, err = F.fit_overlap_interference(scaling, ideal, hidden, pred1)
+    k, err = comm_fit.fit_overlap_interference(scaling, ideal, hidden, pred1)
     assert k == pytest.approx(0.8)
     assert err < 1e-6
 
@@ -84,7 +86,7 @@ def test_scaling_pairs_join_each_system_with_its_own_one_gpu_row():
         ("4x A10", 4, 1.0),  # no 1-GPU row: dropped
     ], columns=["label", "n_gpus", "iteration_time_s"]).assign(
         model="bert-base", precision="amp", batch_per_gpu=32, source="lambda/head")
-    pairs = F.scaling_pairs(rows).set_index("label")
+    pairs = validation.scaling_pairs(rows).set_index("label")
     assert sorted(pairs.index) == ["Dell 2x H100 80GB SXM5", "SMC 8x H100 80GB SXM5"]
     assert pairs.loc["Dell 2x H100 80GB SXM5", "scaling"] == pytest.approx(1.1)
     assert pairs.loc["SMC 8x H100 80GB SXM5", "scaling"] == pytest.approx(1.2)
@@ -104,15 +106,15 @@ def test_scaling_pairs_join_each_system_with_its_own_one_gpu_row():
     ("8x RTX A4500", "RTX-A4500", "pcie4"),
 ])
 def test_intra_node_link_is_inferred_from_the_system_label(label, gpu, link):
-    assert F.intra_node_of(label, gpu) == link
+    assert datasets.intra_node_of(label, gpu) == link
 
 
 def test_v100_power_tells_pcie_cards_from_sxm2():
     # The label "4x V100 32GB" does not say the form factor; 250 W per GPU is the PCIe card
     # (SXM2 draws 300 W), whose GPUs talk over PCIe 3, not NVLink.
-    assert F.intra_node_of("4x V100 32GB", "V100-32GB", watt_per_gpu=250.0) == "pcie3"
-    assert F.intra_node_of("LambdaCloud 4xV100 16GB", "V100-16GB", watt_per_gpu=300.0) == "nvlink"
-    assert F.intra_node_of("4x V100 32GB", "V100-32GB") == "nvlink"
+    assert datasets.intra_node_of("4x V100 32GB", "V100-32GB", watt_per_gpu=250.0) == "pcie3"
+    assert datasets.intra_node_of("LambdaCloud 4xV100 16GB", "V100-16GB", watt_per_gpu=300.0) == "nvlink"
+    assert datasets.intra_node_of("4x V100 32GB", "V100-32GB") == "nvlink"
 
 
 def test_half_feature_marks_mixed_precision_only():
@@ -143,7 +145,7 @@ def test_scaling_anomalies_compare_each_row_with_the_same_system_on_fewer_gpus()
     ], columns=["label", "n_gpus", "iteration_time_s"]).assign(
         model="bert-large-squad", precision="tf32", batch_per_gpu=8, source="lambda/2022-07")
     rows["throughput_total"] = rows["n_gpus"] * 8 / rows["iteration_time_s"]
-    fast, flat = F.scaling_anomalies(rows)
+    fast, flat = validation.scaling_anomalies(rows)
     # 4x RTX 3090: twice the 2x time, the same total throughput (flat). 8x: each GPU 20 % faster
     # than the 1-GPU run (super-linear). The A100s scale normally.
     assert fast.tolist() == [False, False, False, True, False, False]

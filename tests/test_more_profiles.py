@@ -8,7 +8,7 @@ import json
 import pytest
 
 from srift.cli import main
-from srift.cluster import cluster_from_spec
+from srift.catalog.spec import cluster_from_spec
 from srift.errors import SriftError
 from srift.job import Job
 from srift.perf import compute as C

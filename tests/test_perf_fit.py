@@ -12,7 +12,9 @@ import pandas as pd
 import pytest
 
 from srift.perf import compute as C
-from srift.perf import fit as F
+from srift.fitting import compute_fit
+from srift.fitting import datasets
+from srift.fitting import validation
 from srift.profile import LayerProfile, Profile
 
 
@@ -47,11 +49,11 @@ def test_fit_recovers_times_generated_by_a_known_model():
             for precision in ("tf32", "amp"):
                 t = C.layer_times(p, gpu, precision, truth).total_s
                 rows.append((p, gpu, precision, t))
-                designs.append(F._design(p, gpu, precision, FEATURES, t))
-    fitted = F.fit_compute(designs, launch_s=1e-5, features=FEATURES, alpha=1e-8, fit_overhead=True)
+                designs.append(compute_fit._design(p, gpu, precision, FEATURES, t))
+    fitted = compute_fit.fit_compute(designs, launch_s=1e-5, features=FEATURES, alpha=1e-8, fit_overhead=True)
     pred = np.array([C.layer_times(p, g, pr, fitted).total_s for p, g, pr, _ in rows])
     meas = np.array([t for *_, t in rows])
-    assert F.mape(pred, meas) < 1.0
+    assert validation.mape(pred, meas) < 1.0
     assert fitted.overhead_s == pytest.approx(3e-3, rel=0.2)
 
 
@@ -71,12 +73,12 @@ def test_fit_recovers_a_per_layer_cost():
             for precision in ("tf32", "amp"):
                 t = C.layer_times(p, gpu, precision, truth).total_s
                 rows.append((p, gpu, precision, t))
-                designs.append(F._design(p, gpu, precision, FEATURES, t))
-    fitted = F.fit_compute(designs, features=FEATURES, alpha=1e-8)
+                designs.append(compute_fit._design(p, gpu, precision, FEATURES, t))
+    fitted = compute_fit.fit_compute(designs, features=FEATURES, alpha=1e-8)
     assert fitted.overhead_s == 0.0
     assert fitted.launch_s == pytest.approx(5e-5, rel=0.1)
     pred = np.array([C.layer_times(p, g, pr, fitted).total_s for p, g, pr, _ in rows])
-    assert F.mape(pred, np.array([t for *_, t in rows])) < 1.0
+    assert validation.mape(pred, np.array([t for *_, t in rows])) < 1.0
 
 
 @pytest.mark.parametrize("label,canonical", [
@@ -100,22 +102,22 @@ def test_fit_recovers_a_per_layer_cost():
     ("RTX 3080 Max-Q", None),
 ])
 def test_dataset_labels_map_to_canonical_gpus(label, canonical):
-    assert F.canonical_gpu(label) == canonical
+    assert datasets.canonical_gpu(label) == canonical
 
 
 def test_gpt2_lm_head_is_dropped_for_superbench_rows_and_berts_map_to_squad():
     layers = [LayerProfile("wte", "Embedding", params=10), LayerProfile("h.0.fc", "Linear", params=5),
               LayerProfile("ln_f", "LayerNorm", params=2), LayerProfile("lm_head", "Linear")]
     p = Profile("gpt2", 8, "fp32", layers, seq_len=128)
-    assert [l.name for l in F.without_pretraining_head(p, "gpt2").layers] == ["wte", "h.0.fc", "ln_f"]
-    assert F.without_pretraining_head(p, "resnet50") is p
+    assert [l.name for l in datasets.without_pretraining_head(p, "gpt2").layers] == ["wte", "h.0.fc", "ln_f"]
+    assert datasets.without_pretraining_head(p, "resnet50") is p
     # Fine-tuning rows use the zoo's question-answering BERTs, not a pre-training model cut down.
-    assert F.MODEL_MAP["bert_large_squad"] == ("bert-large-squad", 384)
-    assert F.SUPERBENCH_MODELS["bert-base"] == "bert-base-squad"
+    assert datasets.MODEL_MAP["bert_large_squad"] == ("bert-large-squad", 384)
+    assert datasets.SUPERBENCH_MODELS["bert-base"] == "bert-base-squad"
 
 
 def test_mape():
-    assert F.mape([110, 90], [100, 100]) == pytest.approx(10.0)
+    assert validation.mape([110, 90], [100, 100]) == pytest.approx(10.0)
 
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -133,7 +135,45 @@ def test_shipped_parameters_are_what_fit_models_writes(tmp_path):
         fresh = json.loads((tmp_path / name).read_text())
         shipped = json.loads((root / "configs" / "perf" / name).read_text())
         fresh.pop("fitted_on"), shipped.pop("fitted_on")
-        assert fresh == shipped, f"configs/perf/{name} is stale: re-run scripts/fit_models.py"
+        if name == "comm.json":
+            # scipy's least squares stops at its tolerance: a class's parameters agree to ~1e-7
+            # between machines (BLAS summation order), the barely identified latency of the
+            # shared-memory class to ~1e-3; what matters is the all-reduce times they predict.
+            assert _same_allreduce_times(fresh, shipped), "configs/perf/comm.json is stale: re-run scripts/fit_models.py"
+            fresh.pop("classes"), shipped.pop("classes")
+        # The compute fit is closed-form per iteration: equal up to floating-point summation order.
+        assert _same_numbers(fresh, shipped), f"configs/perf/{name} is stale: re-run scripts/fit_models.py"
+
+
+def _same_allreduce_times(fresh: dict, shipped: dict, rel: float = 1e-4) -> bool:
+    """Both parameter sets predict the same all-reduce times (1 KiB - 1 GiB, p50 and p90) on one
+    and two nodes of every intra-node link and network."""
+    from srift.cluster import NETWORKS, Cluster, NodeGroup
+    from srift.hardware import links
+    from srift.perf.comm import CommModel, CommParams
+
+    a, b = CommParams.from_dict(fresh), CommParams.from_dict(shipped)
+    sizes = 2.0 ** np.arange(10, 31)
+    for intra in links():
+        for network in NETWORKS:
+            for nodes in (1, 2):
+                cluster = Cluster("fit", (NodeGroup(nodes, 8, "H100", intra, 100.0, network),))
+                for q in (0.5, 0.9):
+                    ta, tb = CommModel(cluster, a).allreduce_time_s(sizes, q), CommModel(cluster, b).allreduce_time_s(sizes, q)
+                    if not np.allclose(ta, tb, rtol=rel, atol=0.0):
+                        return False
+    return True
+
+
+def _same_numbers(a, b, rel: float = 1e-9) -> bool:
+    """Equal documents, floats compared to ``rel``."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_numbers(a[k], b[k], rel) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_numbers(x, y, rel) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        return isinstance(a, (int, float)) and isinstance(b, (int, float)) and a == pytest.approx(b, rel=rel, abs=1e-300)
+    return a == b
 
 
 @pytest.mark.slow
@@ -169,14 +209,14 @@ def test_same_gpu_repeats_compare_each_system_with_the_others():
                          {**base, "gpu": "A10", "label": "host d", "iteration_time_s": 1.1},
                          # 8 GPUs of host a: not a twin of the others' single GPU
                          {**base, "n_gpus": 8, "label": "host a", "iteration_time_s": 1.3}])
-    rep = F.same_gpu_repeats(rows)
+    rep = validation.same_gpu_repeats(rows)
     assert list(rep.index) == [0, 1, 2]
     assert rep["others_s"].tolist() == pytest.approx([1.3, 1.2, 1.1])
     # MAPE: |1.3-1|/1, 0, |1.1-1.4|/1.4
-    assert F.mape(rep["others_s"], rep["iteration_time_s"]) == pytest.approx((30.0 + 0.0 + 0.3 / 1.4 * 100) / 3)
-    assert F.same_gpu_repeats(rows.iloc[3:]).empty
+    assert validation.mape(rep["others_s"], rep["iteration_time_s"]) == pytest.approx((30.0 + 0.0 + 0.3 / 1.4 * 100) / 3)
+    assert validation.same_gpu_repeats(rows.iloc[3:]).empty
     eight = rows.iloc[[6]].assign(label="host e", iteration_time_s=1.5)
-    assert F.same_gpu_repeats(pd.concat([rows, eight]))["others_s"].tolist()[-2:] == pytest.approx([1.5, 1.3])
+    assert validation.same_gpu_repeats(pd.concat([rows, eight]))["others_s"].tolist()[-2:] == pytest.approx([1.5, 1.3])
 
 
 def _anchor_rows(meas: dict, lomo: dict, pred: dict) -> pd.DataFrame:
@@ -191,11 +231,11 @@ GPUS3 = ("V100-16GB", "A100-40GB", "H100")
 def test_anchor_pairs_are_ordered_pairs_of_one_model_and_source():
     meas = {(m, g): 1.0 for m in ("a", "b") for g in GPUS3}
     rows = _anchor_rows(meas, meas, meas)
-    pairs = F.anchor_pairs(rows, "lomo")
+    pairs = compute_fit.anchor_pairs(rows, "lomo")
     assert len(pairs) == 2 * 3 * 2  # per model, 3 anchors x 2 other GPUs
     # a repeated run of one configuration counts once (median)
     extra = rows.iloc[[0]].assign(iteration_time_s=3.0)
-    assert len(F.anchor_pairs(pd.concat([rows, extra], ignore_index=True), "lomo")) == 12
+    assert len(compute_fit.anchor_pairs(pd.concat([rows, extra], ignore_index=True), "lomo")) == 12
 
 
 def test_fit_anchor_ignores_gpu_quirks_and_carries_the_jobs_own_departure():
@@ -205,12 +245,12 @@ def test_fit_anchor_ignores_gpu_quirks_and_carries_the_jobs_own_departure():
     # The model's in-fit error on single GPUs is +-20 %: the clip sits at its 95th percentile.
     pred = {k: t / (1.2 if k[1] == "V100-16GB" else 0.85 if k[1] == "H100" else 1.0) for k, t in truth.items()}
     # Only the GPU departs from the model: the anchor says nothing about another GPU.
-    w, clip, info = F.fit_anchor(_anchor_rows(truth, {k: t / gpu_quirk[k[1]] for k, t in truth.items()}, pred), "pred", "lomo")
+    w, clip, info = compute_fit.fit_anchor(_anchor_rows(truth, {k: t / gpu_quirk[k[1]] for k, t in truth.items()}, pred), "pred", "lomo")
     assert w == 0.0
     assert clip == pytest.approx(np.quantile(np.abs(np.log([1.2, 1.2, 0.85, 0.85, 1.0, 1.0])), 0.95))
     assert info["mape_pct"]["fitted"] == info["mape_pct"]["none"] < info["mape_pct"]["full"]
     # Only the job departs from the model (the same on every GPU): carry all of it.
-    w, _, info = F.fit_anchor(_anchor_rows(truth, {k: t / model_miss[k[0]] for k, t in truth.items()}, pred), "pred", "lomo")
+    w, _, info = compute_fit.fit_anchor(_anchor_rows(truth, {k: t / model_miss[k[0]] for k, t in truth.items()}, pred), "pred", "lomo")
     assert w == 1.0
     assert info["mape_pct"]["fitted"] == pytest.approx(0.0, abs=1e-9)
 
@@ -229,7 +269,7 @@ def test_dawnbench_iteration_time_from_the_224px_epochs(tmp_path):
     small = {"misc": {"batchSize": [{"batch_size": 4096, "epochs": 2}], "imageSize": [{"image_size": 128, "epochs": 2}]}}
     (base / "fastai_resnet50_p3_4_machine_pytorch.json").write_text(json.dumps(small))
     (base / "fastai_resnet50_p3_4_machine_pytorch.tsv").write_text("epoch\thours\n0\t0.01\n1\t0.02\n")
-    rows = F.load_dawnbench_multinode(tmp_path)
+    rows = datasets.load_dawnbench_multinode(tmp_path)
     assert len(rows) == 1
     r = rows.iloc[0]
     assert (r.nodes, r.n_gpus, r.batch_per_gpu, r.instance, r.gpu, r.epochs_used) == (2, 16, 512, "p3.16xlarge", "V100-16GB", 3)
@@ -248,7 +288,7 @@ def test_lambda_rows_join_the_two_spellings_of_a_system(tmp_path):
                 cols + ("2x RTX Quadro 8000,2.0,520.0,13800.0,400.0,0,0\n" if snap == "2022-07" and prec == "fp32" else ""))
             (base / snap / f"pytorch-train-bs-{prec}.csv").write_text(
                 cols + ("2x Quadro RTX 8000,2,520,13800,200,0,0\n" if snap == "2022-07" and prec == "fp32" else ""))
-    rows = F.load_lambda(tmp_path)
+    rows = datasets.load_lambda(tmp_path)
     assert len(rows) == 1
     r = rows.iloc[0]
     # 200 images over 2 GPUs at 400 images/s: 100 per GPU, 0.5 s per iteration, 260 W per GPU
@@ -256,10 +296,10 @@ def test_lambda_rows_join_the_two_spellings_of_a_system(tmp_path):
 
 
 def test_held_out_fits_use_the_features_they_are_given():
-    profiles = F.ProfileSource(lambda model, batch, seq: _toy_model(1.0 if model == "a" else 2.0))
+    profiles = datasets.ProfileSource(lambda model, batch, seq: _toy_model(1.0 if model == "a" else 2.0))
     rows = pd.DataFrame([{"model": m, "gpu": g, "precision": "tf32", "batch_per_gpu": 32, "seq_len": None,
                           "iteration_time_s": t} for m, t0 in (("a", 0.1), ("b", 0.2))
                          for g, t in (("V100-16GB", t0), ("A100-40GB", t0 / 2), ("H100", t0 / 4))])
-    fits = F.held_out_fits(rows, profiles, "model", FEATURES)
+    fits = compute_fit.held_out_fits(rows, profiles, "model", FEATURES)
     assert set(fits) == {"a", "b"} and all(p.features == FEATURES for p in fits.values())
     assert all(len(p.inv_eff_mem) == len(FEATURES) for p in fits.values())

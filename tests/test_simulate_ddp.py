@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from srift.cluster import Cluster, NodeGroup, cluster_from_dict, cluster_from_spec
+from srift.catalog.spec import cluster_from_spec
+from srift.cluster import Cluster, NodeGroup, cluster_from_dict
 from srift.job import Job
 from srift.profile import LayerProfile, PhaseTimes, Profile
 from srift.simulate import Predictor, predict

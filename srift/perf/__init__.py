@@ -1,2 +1,3 @@
-"""Performance models: per-layer compute time on a GPU (compute.py), collectives (comm.py), and the
-fitting helpers that learn their parameters from measured data (fit.py). No torch here."""
+"""Performance models used at run time: per-layer compute time on a GPU (compute.py), collective
+communication (comm.py) and how far such predictions have been from measurements (accuracy.py).
+Their parameters are fitted offline by srift/fitting/. No torch here."""

@@ -12,7 +12,7 @@ kernel launches, eager dispatch and the unhooked functional ops between modules)
 rest. The optimizer step reads and writes parameters, gradients and optimizer state at memory
 bandwidth, plus ``optimizer_s_per_tensor`` per parameter tensor. ``overhead_s`` is a per-iteration
 constant: the fit puts the framework's fixed costs per layer instead (it generalises to unseen
-models; see srift/perf/fit.py), and a measured profile brings its own unattributed time.
+models; see srift/fitting/compute_fit.py), and a measured profile brings its own unattributed time.
 
 Anchoring: a profile measured on the target GPU (at the target precision) returns its measured
 times; a structural profile is predicted from FLOPs and bytes alone. One measured on another GPU or
@@ -20,7 +20,7 @@ precision scales each measured layer by the model's ratio between the two, then 
 only part of the way from the model's prediction to that: by ``anchor_factor``. How far the
 measurement departs from the model on its own GPU is partly the job (which carries over to every
 GPU) and partly that GPU and its host (which does not); on the shared measurements, carrying all
-of it over was worse than ignoring it (srift/perf/fit.py ``fit_anchor``).
+of it over was worse than ignoring it (srift/fitting/compute_fit.py ``fit_anchor``).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ MIN_INV_EFF_COMPUTE = 1.0 / 0.8
 MIN_INV_EFF_MEMORY = 1.0 / 0.9
 
 # Bytes per element of activations at each training precision (amp keeps activations in fp16).
-_ELEMENT_BYTES = {"fp32": 4.0, "tf32": 4.0, "amp": 2.0}
+ELEMENT_BYTES = {"fp32": 4.0, "tf32": 4.0, "amp": 2.0}
 
 
 def layer_kind(type_name: str) -> str:
@@ -245,7 +245,18 @@ class LayerTimes:
 
 # ---- per-profile arrays (cached) ------------------------------------------------------------
 @dataclass(frozen=True)
-class _Arrays:
+class LayerArrays:
+    """A profile's per-layer figures as arrays (layer order), the compute model's input.
+
+    Attributes:
+        kind_idx: Index into ``KINDS`` of each layer.
+        fwd_flops, bwd_flops: FLOPs per pass.
+        fwd_bytes, bwd_bytes: Bytes moved per pass (attention scores included).
+        fwd_meas, bwd_meas: Measured seconds (NaN where a layer has none), or None when structural.
+        n_param_tensors: Parameter tensors the optimizer updates.
+        params: Trainable parameters.
+    """
+
     kind_idx: np.ndarray
     fwd_flops: np.ndarray
     bwd_flops: np.ndarray
@@ -257,10 +268,11 @@ class _Arrays:
     params: int
 
 
-_ARRAY_CACHE: dict[int, tuple[weakref.ref, _Arrays]] = {}
+_ARRAY_CACHE: dict[int, tuple[weakref.ref, LayerArrays]] = {}
 
 
-def _arrays(profile: Profile) -> _Arrays:
+def layer_arrays(profile: Profile) -> LayerArrays:
+    """The profile's ``LayerArrays`` (cached per profile object)."""
     key = id(profile)
     hit = _ARRAY_CACHE.get(key)
     if hit is not None and hit[0]() is profile:
@@ -269,7 +281,7 @@ def _arrays(profile: Profile) -> _Arrays:
     measured = profile.measured
     kind_idx = np.array([_KIND_INDEX[layer_kind(l.type)] for l in layers], dtype=np.intp)
     scores = np.array([l.activation_bytes_seq2 for l in layers], dtype=float) * (kind_idx == _KIND_INDEX["attention"])
-    arr = _Arrays(
+    arr = LayerArrays(
         kind_idx=kind_idx,
         fwd_flops=np.array([l.fwd_flops for l in layers], dtype=float),
         bwd_flops=np.array([l.bwd_flops for l in layers], dtype=float),
@@ -307,7 +319,7 @@ def _efficiency_terms_uncached(gpu_name: str, precision: str, params: ComputePar
     return inv_kind / peak, inv_mem / bw, peak, bw
 
 
-def _model_times(arr: _Arrays, gpu_name: str, precision: str, byte_factor: float,
+def _model_times(arr: LayerArrays, gpu_name: str, precision: str, byte_factor: float,
                  params: ComputeParams) -> tuple[np.ndarray, np.ndarray, float]:
     s_per_flop, s_per_byte, _, _ = _efficiency_terms(gpu_name, precision, params)
     per_layer = s_per_flop[arr.kind_idx]
@@ -323,7 +335,7 @@ def optimizer_time_s(profile: Profile, gpu: str, precision: str, params: Compute
     and written once at memory bandwidth (fp32 master weights under amp too), plus a per-tensor cost.
     """
     params = params or load_params()
-    arr = _arrays(profile)
+    arr = layer_arrays(profile)
     _, s_per_byte, _, _ = _efficiency_terms(gpu, precision, params)
     state = float(profile.optimizer.get("state_bytes_per_param", 4) or 0)
     # weight read + write (4 + 4), gradient read (4), state read + write (2 x state).
@@ -375,11 +387,11 @@ def layer_times(profile: Profile, gpu: str, precision: str, params: ComputeParam
     Raises:
         SriftError: for an unknown GPU or precision, or ``"cpu"`` without a CPU-measured profile.
     """
-    if precision not in _ELEMENT_BYTES:
+    if precision not in ELEMENT_BYTES:
         raise SriftError(f"unknown precision '{precision}'.", "use fp32, tf32 or amp.")
     target = _canonical_target(gpu)
     source = measured_gpu(profile)
-    arr = _arrays(profile)
+    arr = layer_arrays(profile)
 
     if target == CPU:
         if source != CPU:
@@ -390,7 +402,7 @@ def layer_times(profile: Profile, gpu: str, precision: str, params: ComputeParam
         return _measured(profile, arr)
 
     params = params or load_params()
-    byte_factor = _ELEMENT_BYTES[precision] / _ELEMENT_BYTES.get(profile.precision, 4.0)
+    byte_factor = ELEMENT_BYTES[precision] / ELEMENT_BYTES.get(profile.precision, 4.0)
     fwd, bwd, _ = _model_times(arr, target, precision, byte_factor, params)
     opt = optimizer_time_s(profile, target, precision, params)
 
@@ -433,7 +445,7 @@ def anchor_factor(ratio: float, params: ComputeParams) -> float:
     return math.exp(params.anchor_weight * inside + (log_r - inside))
 
 
-def _measured(profile: Profile, arr: _Arrays,
+def _measured(profile: Profile, arr: LayerArrays,
               fallback: tuple[np.ndarray, np.ndarray, float] | None = None) -> LayerTimes:
     """The profile's measured times; layers without a measurement take the ``fallback`` model."""
     fwd = arr.fwd_meas.copy() if arr.fwd_meas is not None else np.full(len(arr.kind_idx), np.nan)

@@ -1,0 +1,99 @@
+"""Instance specs: ``TYPE[:COUNT]`` parts joined by ``+`` (``p3.16xlarge:2+g5.xlarge:4``), each
+part optionally ending in ``@spot`` or ``@on-demand``, and the catalog node groups they name.
+
+``cluster_from_spec`` turns a spec into a Cluster; ``spec_of`` writes the spec of a list of
+(instance type, count, spot) parts, so that any configuration the search finds can be given back
+to ``srift predict --instance``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from srift.catalog.instances import Instance, get_instance
+from srift.cluster import Cluster, NodeGroup
+from srift.errors import SriftError
+
+_SPEC_PART = re.compile(r"^(?P<type>[a-z0-9][a-z0-9.\-]*?)(?::(?P<count>\d+))?$")
+MARKETS = {"spot": True, "on-demand": False, "ondemand": False}
+
+#: One part of a configuration: ``count`` instances of a type, on spot or on demand.
+Part = tuple[Instance, int, bool]
+
+
+def parse_spec(spec: str) -> list[tuple[str, int]]:
+    """Split ``TYPE[:COUNT]`` parts joined by ``+`` into ``[(type, count), ...]``.
+
+    Raises:
+        SriftError: for an empty part, a bad count, or a malformed type.
+    """
+    if not spec or not spec.strip():
+        raise SriftError("the instance spec is empty.", "pass e.g. --instance p3.16xlarge:2 or g5.xlarge:4+p3.2xlarge:2.")
+    parts = []
+    for raw in spec.split("+"):
+        text = raw.strip().lower()
+        m = _SPEC_PART.match(text)
+        if not m:
+            raise SriftError(
+                f"'{raw}' in instance spec '{spec}' is not TYPE[:COUNT].",
+                "write each part as an instance type with an optional count, e.g. p3.16xlarge:2.",
+            )
+        count = int(m.group("count") or 1)
+        if count < 1:
+            raise SriftError(f"instance count in '{raw}' must be at least 1.", "use a count of 1 or more, e.g. p3.16xlarge:2.")
+        parts.append((m.group("type"), count))
+    return parts
+
+
+def node_group(inst: Instance, count: int, spot: bool) -> NodeGroup:
+    """``count`` nodes of a catalog instance type, priced on spot or on demand."""
+    return NodeGroup(
+        count=count,
+        gpus_per_node=inst.gpu_count,
+        gpu=inst.gpu_name,
+        intra_node=inst.intra_node,
+        network_gbps=inst.network_gbps,
+        network="efa" if inst.efa else "ethernet",
+        usd_per_hour=inst.usd_per_hour(spot),
+        spot=spot,
+        interruption_per_hour=inst.spot_interruption_per_hour if spot else 0.0,
+        instance_type=inst.instance_type,
+        gpu_memory_gib=inst.gpu_memory_gib,
+    )
+
+
+def cluster_from_spec(spec: str, region: str = "us-east-1", spot: bool = False) -> Cluster:
+    """Build a Cluster from an instance spec and the catalog.
+
+    Args:
+        spec: ``TYPE[:COUNT]`` parts joined by ``+``; a part may end in ``@spot`` or
+            ``@on-demand`` to override ``spot`` for that part.
+        region: Catalog region.
+        spot: Price all parts at spot unless a part says otherwise.
+    """
+    groups = []
+    for raw in spec.split("+"):
+        part_spot = spot
+        text = raw.strip()
+        if "@" in text:
+            text, _, market = text.partition("@")
+            if market.lower() not in MARKETS:
+                raise SriftError(f"unknown market '@{market}' in '{raw}'.", "use @spot or @on-demand.")
+            part_spot = MARKETS[market.lower()]
+        ((itype, count),) = parse_spec(text)
+        groups.append(node_group(get_instance(itype, region), count, part_spot))
+    return Cluster(name=spec, node_groups=tuple(groups))
+
+
+def spec_of(parts: Sequence[Part]) -> str:
+    """The spec ``cluster_from_spec`` reads back as these parts: ``TYPE:COUNT`` joined by ``+``,
+    each part marked ``@spot`` or ``@on-demand`` when the parts mix the two markets."""
+    if len({spot for _, _, spot in parts}) > 1:
+        return "+".join(f"{inst.instance_type}:{n}@{'spot' if spot else 'on-demand'}" for inst, n, spot in parts)
+    return "+".join(f"{inst.instance_type}:{n}" for inst, n, _ in parts)
+
+
+def cluster_of(parts: Sequence[Part]) -> Cluster:
+    """The Cluster of these parts, named by its spec."""
+    return Cluster(name=spec_of(parts), node_groups=tuple(node_group(inst, n, spot) for inst, n, spot in parts))

@@ -1,0 +1,412 @@
+"""The measured data srift fits and validates on, as tables of rows (offline: pandas, no torch).
+
+Used only by ``scripts/`` and tests (through ``srift.fitting``); nothing at run time reads these
+files. Each loader takes the data folder (``scripts/fit_models.py --data``) and returns one row per
+measurement.
+
+Data used (each folder's README names its source):
+
+- lambda-deeplearning-benchmark (v1 files, head and 2022-07): whole-system training throughput and
+  the global batch of resnet50, bert_base_squad, bert_large_squad; ``fp32`` files are TF32 on
+  Ampere and newer (srift precision ``tf32``, whose peak equals fp32 on older GPUs), ``fp16`` = AMP.
+  Every system whose GPU has a datasheet entry in configs/gpus.yaml (``canonical_gpu`` says which
+  do not, and why).
+- nvidia-deeplearningexamples: PyTorch BERT SQuAD fine-tuning (BERT-large, sequence 384) on DGX-1
+  V100 and DGX A100, with the per-GPU batch printed in the table. (Its ResNet-50 tables give no
+  batch size, so they are not used.)
+- superbench-results: DDP step times of zoo models on one 8x A100 node, and ``nccl-bw``
+  all-reduce times.
+- nccl-tests-aws: all-reduce time vs message size across nodes (EFA).
+- cm-dare: run-to-run spread of distributed steps over cloud (GCE) ethernet (``comm_fit``).
+- dawnbench: fast.ai's multi-node ImageNet runs, for validation only (``load_dawnbench_multinode``).
+
+``ProfileSource`` gives the srift profile of a measured row's model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from srift.catalog import get_instance
+from srift.hardware import find_gpu, gpu as gpu_spec
+from srift.profile import Profile
+
+# Dataset model names -> (zoo profile name, sequence length). Only what maps honestly: the Lambda
+# and DLE BERT SQuAD runs fine-tune BertForQuestionAnswering at sequence length 384 (DLE
+# run_squad default), the zoo's bert-*-squad.
+MODEL_MAP: dict[str, tuple[str, int | None]] = {
+    "resnet50": ("resnet50", None),
+    "bert_base_squad": ("bert-base-squad", 384),
+    "bert_large_squad": ("bert-large-squad", 384),
+}
+
+
+# Lambda system labels carry a site/vendor prefix, a GPU count, and on some systems an NVLink
+# bridge or a run tag; strip them before alias lookup.
+_LABEL_PREFIX = re.compile(r"^((LambdaCloud|DellTexas|Dell|SMC|1CC|RAIDZ1)\s+|(Lambda|Linode) Cloud\s*\W\s*)", re.I)
+
+
+_COUNT_PREFIX = re.compile(r"^\d+\s*x\s*", re.I)
+
+
+_LABEL_SUFFIX = re.compile(r"\s+(NVLink|V\d+)$", re.I)
+
+
+def canonical_gpu(label: str) -> str | None:
+    """Canonical GPU name of a dataset system label (``LambdaCloud 8x A100 40GB PCIe``,
+    ``4x RTX 2080Ti NVLink``), or None. Laptop (Max-Q) parts and the GTX 1080 Ti have no entry in
+    configs/gpus.yaml: a laptop's clocks depend on its power limit, not on a datasheet, and Pascal
+    runs amp's half-precision tensors on fp32 units, which srift's precision model does not describe."""
+    text = label.strip()
+    for _ in range(2):
+        text = _LABEL_PREFIX.sub("", text)
+        text = _COUNT_PREFIX.sub("", text)
+    text = _LABEL_SUFFIX.sub("", text)
+    return find_gpu(text) or find_gpu(label)
+
+
+ROW_COLUMNS = ["source", "dataset_model", "model", "seq_len", "label", "gpu", "n_gpus", "precision",
+               "batch_per_gpu", "throughput_total", "iteration_time_s", "watt_per_gpu"]
+
+
+def label_key(name: str) -> str:
+    """A system label as both Lambda files should spell it (the throughput file has "RTX Quadro
+    8000" where the batch-size file has "Quadro RTX 8000")."""
+    return re.sub(r"\s+", " ", str(name).replace("RTX Quadro", "Quadro RTX")).strip()
+
+
+def load_lambda(data_dir: Path) -> pd.DataFrame:
+    """Lambda v1 rows (head and 2022-07) for the mapped models, one row per measurement."""
+    out = []
+    base = Path(data_dir) / "lambda-deeplearning-benchmark"
+    for snapshot in ("head", "2022-07"):
+        for file_prec, precision in (("fp32", "tf32"), ("fp16", "amp")):
+            thr = pd.read_csv(base / snapshot / f"pytorch-train-throughput-{file_prec}.csv")
+            bs = pd.read_csv(base / snapshot / f"pytorch-train-bs-{file_prec}.csv")
+            bs = bs.set_index([bs["name_gpu"].map(label_key), bs["num_gpu"].astype(int)])
+            for _, r in thr.iterrows():
+                n = int(r["num_gpu"])
+                key = (label_key(r["name_gpu"]), n)
+                gpu = canonical_gpu(str(r["name_gpu"]))
+                if gpu is None or key not in bs.index:
+                    continue
+                for col, (model, seq) in MODEL_MAP.items():
+                    total = float(r.get(col, 0) or 0)
+                    gbs = bs.loc[key, col]
+                    gbs = float(gbs.iloc[0] if hasattr(gbs, "iloc") else gbs)
+                    if total <= 0 or gbs <= 0 or gbs % n:
+                        continue
+                    b = int(gbs // n)
+                    out.append({
+                        "source": f"lambda/{snapshot}", "dataset_model": col, "model": model, "seq_len": seq,
+                        "label": r["name_gpu"], "gpu": gpu, "n_gpus": n, "precision": precision,
+                        "batch_per_gpu": b, "throughput_total": total,
+                        "iteration_time_s": b * n / total, "watt_per_gpu": float(r["watt"]) / n,
+                    })
+    return pd.DataFrame(out, columns=ROW_COLUMNS)
+
+
+def load_dle(data_dir: Path) -> pd.DataFrame:
+    """NVIDIA DeepLearningExamples PyTorch BERT SQuAD fine-tuning rows (BERT-large, seq 384)."""
+    df = pd.read_csv(Path(data_dir) / "nvidia-deeplearningexamples" / "training_throughput_tidy.csv")
+    sel = df[(df["framework"] == "PyTorch") & (df["model_dir"] == "LanguageModeling/BERT")
+             & df["heading"].str.startswith("Fine-tuning")]
+    out = []
+    for _, r in sel.iterrows():
+        gpu = find_gpu(str(r["gpu"]))
+        # "8 and 16" = per-GPU batch for (FP32/TF32, mixed precision) in that order.
+        parts = [int(x) for x in re.findall(r"\d+", str(r["batch_per_gpu"]))]
+        if gpu is None or len(parts) != 2:
+            continue
+        precision = {"fp32": "tf32", "tf32": "tf32", "amp_fp16": "amp"}.get(r["precision"])
+        if precision is None:
+            continue
+        b = parts[0] if precision == "tf32" else parts[1]
+        n = int(r["n_gpus"])
+        total = float(r["throughput"])
+        out.append({
+            "source": "dle/bert-squad", "dataset_model": "bert_large_squad", "model": "bert-large-squad", "seq_len": 384,
+            "label": r["heading"], "gpu": gpu, "n_gpus": n, "precision": precision, "batch_per_gpu": b,
+            "throughput_total": total, "iteration_time_s": b * n / total,
+        })
+    return pd.DataFrame(out, columns=ROW_COLUMNS)
+
+
+def load_rows(data_dir: Path) -> pd.DataFrame:
+    """All measured rows the zoo and the data share, exact duplicates (same system, same number in
+    two snapshots) dropped."""
+    rows = pd.concat([load_lambda(data_dir), load_dle(data_dir)], ignore_index=True)
+    rows = rows.drop_duplicates(subset=["label", "n_gpus", "precision", "dataset_model", "batch_per_gpu", "throughput_total"])
+    return rows.reset_index(drop=True)
+
+
+# SuperBench model names -> zoo names (only the models the zoo ships).
+SUPERBENCH_MODELS = {
+    "resnet50": "resnet50", "resnet152": "resnet152", "bert-base": "bert-base-squad", "bert-large": "bert-large-squad",
+    "gpt2-small": "gpt2", "vgg16": "vgg16", "densenet201": "densenet201",
+}
+
+
+# Platform -> (GPU, intra-node link). NDv4 = 8x A100 40GB SXM4 over NVSwitch; NDmv4 = 8x A100 80GB.
+# The "V100" box is left out: its GPUs are not identified (its VGG16 steps imply 24 TFLOP/s, above a
+# V100's fp32 peak), and neither is its interconnect.
+SUPERBENCH_PLATFORMS = {
+    "Azure-NDv4-A100": ("A100-40GB", "nvswitch"),
+    "Azure-NDmv4-A100": ("A100-80GB", "nvswitch"),
+}
+
+
+def _superbench_config(path: Path) -> tuple[int, dict[str, tuple[int, int | None]]]:
+    """(processes, {model: (batch, seq_len)}) from a SuperBench config (YAML anchors resolved)."""
+    cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+    benches = cfg["superbench"]["benchmarks"]
+    out: dict[str, tuple[int, int | None]] = {}
+    procs = 1
+    for bench in benches.values():
+        models = bench.get("models") if isinstance(bench, dict) else None
+        if not models:
+            continue
+        params = bench.get("parameters") or {}
+        modes = bench.get("modes") or []
+        if modes:
+            procs = int(modes[0].get("proc_num", 1))
+        for m in models:
+            if "batch_size" in params:
+                out[m] = (int(params["batch_size"]), params.get("seq_len"))
+    return procs, out
+
+
+def load_superbench_models(data_dir: Path) -> pd.DataFrame:
+    """SuperBench DDP step times of zoo models on one node (8x A100 or the 2x V100 box).
+
+    ``float32`` rows are taken as srift ``tf32`` (PyTorch <= 1.11, used then, enabled TF32 on
+    Ampere by default). ``float16`` rows are skipped: SuperBench casts the whole model to fp16,
+    which is none of srift's precisions (amp = autocast with fp32 weights). Sequence models without
+    an explicit ``seq_len`` in the config are skipped.
+    """
+    base = Path(data_dir) / "superbench-results"
+    sb = pd.read_csv(base / "all_metrics_flat.csv")
+    pat = re.compile(r"^\w+_models/pytorch-([\w-]+)/(?:steptime_train_|)(float32|float16|fp32|fp16)(?:_train_step_time|)$")
+    configs: dict[tuple[str, str], Path] = {}
+    for ver_dir in sorted(base.glob("v*")):
+        for plat_dir in sorted(ver_dir.iterdir()):
+            ymls = sorted(plat_dir.glob("*.yaml"))
+            if ymls:
+                configs[(ver_dir.name, plat_dir.name)] = ymls[0]
+    out = []
+    for _, r in sb.iterrows():
+        plat = str(r["platform"])
+        m = pat.match(str(r["metric"]))
+        key = (str(r["superbench_version"]), plat)
+        if not m or plat not in SUPERBENCH_PLATFORMS or key not in configs:
+            continue
+        sb_model, prec = m.group(1), m.group(2)
+        if sb_model not in SUPERBENCH_MODELS or prec not in ("float32", "fp32"):
+            continue
+        procs, table = _superbench_config(configs[key])
+        if sb_model not in table:
+            continue
+        batch, seq = table[sb_model]
+        zoo = SUPERBENCH_MODELS[sb_model]
+        if zoo.startswith(("bert", "gpt")) and not seq:
+            continue
+        gpu, link = SUPERBENCH_PLATFORMS[plat]
+        step_s = float(r["value"]) * 1e-3
+        out.append({
+            "source": f"superbench/{key[0]}/{plat}", "dataset_model": sb_model, "model": zoo,
+            "seq_len": int(seq) if seq else None, "label": f"{plat} ({link})", "gpu": gpu, "n_gpus": procs,
+            "precision": "tf32", "batch_per_gpu": batch,
+            "throughput_total": batch * procs / step_s, "iteration_time_s": step_s, "intra_node": link,
+        })
+    df = pd.DataFrame(out)
+    # v0.4.0 baselines repeat v0.3.0's numbers: keep one of each.
+    return df.drop_duplicates(subset=["label", "model", "precision", "iteration_time_s"]).reset_index(drop=True)
+
+
+# ImageNet-1k training images: one epoch of the DAWNBench runs.
+IMAGENET_TRAIN_IMAGES = 1_281_167
+
+
+def _expand_schedule(phases: list[dict], key: str) -> list[int]:
+    """``[{key: v, "epochs": n}, ...]`` -> the value of every epoch in order."""
+    return [int(ph[key]) for ph in phases for _ in range(int(ph["epochs"]))]
+
+
+def load_dawnbench_multinode(data_dir: Path) -> pd.DataFrame:
+    """The multi-node PyTorch DDP measurements: fast.ai's DAWNBench ImageNet ResNet-50 runs on 4, 8
+    and 16 p3.16xlarge (8x V100 each, NCCL over the instance's 25 Gb/s network), 2018.
+
+    Each run changes image size and global batch by epoch (its entry's ``batchSize`` and
+    ``imageSize`` schedules). Only epochs at 224 px match the zoo's ResNet-50: from the longest
+    run of 224-px epochs with one batch size, the first epoch is dropped (the switch: cuDNN
+    autotuning, data-loader restart) and the median epoch time is taken. Iteration time = epoch
+    seconds x global batch / 1,281,167 images, so it holds each epoch's validation pass and
+    data-loader start as well, which srift's iteration does not model. Precision ``amp`` is an
+    assumption: the entries do not state it, and the runs' NVIDIA-derived training code trained in
+    half precision on the V100 tensor cores. A run without 224-px epochs is skipped.
+    """
+    base = Path(data_dir) / "dawnbench" / "ImageNet" / "train"
+    out = []
+    for path in sorted(base.glob("fastai_resnet50_p3_*_machine_pytorch.json")):
+        nodes = int(re.search(r"_p3_(\d+)_machine", path.name).group(1))  # type: ignore[union-attr]
+        misc = json.loads(path.read_text())["misc"]
+        batch = _expand_schedule(misc["batchSize"], "batch_size")
+        size = _expand_schedule(misc["imageSize"], "image_size")
+        table = pd.read_csv(path.with_suffix(".tsv"), sep="\t")
+        seconds = np.diff(np.concatenate([[0.0], table["hours"].to_numpy(float)])) * 3600.0
+        runs: list[list[int]] = []
+        for e in range(min(len(seconds), len(batch), len(size))):
+            if size[e] != 224:
+                continue
+            if runs and runs[-1][-1] == e - 1 and batch[runs[-1][-1]] == batch[e]:
+                runs[-1].append(e)
+            else:
+                runs.append([e])
+        if not runs or len(max(runs, key=len)) < 2:
+            continue
+        epochs = max(runs, key=len)[1:]
+        gbs, n_gpus = batch[epochs[0]], 8 * nodes
+        iteration_s = float(np.median(seconds[epochs])) * gbs / IMAGENET_TRAIN_IMAGES
+        out.append({
+            "source": "dawnbench/fastai", "dataset_model": "resnet50", "model": "resnet50", "seq_len": None,
+            "label": f"fast.ai {nodes}x p3.16xlarge", "gpu": "V100-16GB", "n_gpus": n_gpus, "precision": "amp",
+            "batch_per_gpu": gbs // n_gpus, "throughput_total": gbs / iteration_s, "iteration_time_s": iteration_s,
+            "instance": "p3.16xlarge", "nodes": nodes, "epochs_used": len(epochs),
+        })
+    return pd.DataFrame(out)
+
+
+NCCL_COLUMNS = ["source", "nodes", "gpus_per_node", "intra_node", "network_gbps", "network", "size_bytes", "time_s"]
+
+
+def load_nccl(data_dir: Path) -> pd.DataFrame:
+    """All-reduce (size, time) rows: nccl-tests-aws (p4de, p5; EFA) and SuperBench nccl-bw
+    (Azure NDv4 A100 8 GPUs over NVSwitch; the 2-GPU V100 box, whose 11.7 GB/s peak bus bandwidth
+    is a PCIe 3 figure). Rows under 1 KiB are dropped (latency-only, noisy)."""
+    out = []
+    df = pd.read_csv(Path(data_dir) / "nccl-tests-aws" / "allreduce_awsome_distributed_training.csv")
+    for _, r in df.iterrows():
+        if str(r["nranks"]) == "?" or str(r["nodes"]) == "?":
+            continue
+        inst = get_instance(str(r["instance_type"]), "us-east-1")
+        nodes, ranks = int(r["nodes"]), int(r["nranks"])
+        size = float(r["size_bytes"])
+        if size < 1024:
+            continue
+        out.append({"source": f"nccl-tests-aws/{r['instance_type']}/block{r['block']}", "nodes": nodes,
+                    "gpus_per_node": ranks // nodes, "intra_node": inst.intra_node,
+                    "network_gbps": inst.network_gbps, "network": "efa" if inst.efa else "ethernet",
+                    "size_bytes": size, "time_s": float(r["oop_time_us"]) * 1e-6})
+    sb = pd.read_csv(Path(data_dir) / "superbench-results" / "all_metrics_flat.csv")
+    sb = sb[sb["benchmark"] == "nccl-bw"]
+    pat = re.compile(r"nccl-bw/allreduce_(\d+)_time")
+    setups = {"Azure-NDv4-A100": (8, "nvswitch"), "Azure-NDmv4-A100": (8, "nvswitch"), "V100": (2, "pcie3")}
+    for _, r in sb.iterrows():
+        m = pat.match(str(r["metric"]))
+        plat = str(r["platform"])
+        if not m or plat not in setups:
+            continue
+        size = float(m.group(1))
+        if size < 1024:
+            continue
+        g, link = setups[plat]
+        out.append({"source": f"superbench/{r['superbench_version']}/{plat}", "nodes": 1, "gpus_per_node": g,
+                    "intra_node": link, "network_gbps": 0.0, "network": "ethernet", "size_bytes": size,
+                    "time_s": float(r["value"]) * 1e-6})
+    return pd.DataFrame(out, columns=NCCL_COLUMNS)
+
+
+def p3dn_issue_rows() -> pd.DataFrame:
+    """The 2x p3dn.24xlarge (100 Gb/s, early EFA) all-reduce figures quoted in the nccl-tests-aws
+    README (aws-ofi-nccl #33: bus bandwidth at 1/2/4 MiB; nccl-tests #22: 1 GB ring in 268 ms),
+    converted to times with busbw = algbw * 2(n-1)/n, n = 16. Used for the plain-ethernet class
+    (the slowest AWS multi-node figures on record; srift has no TCP-only NCCL measurement)."""
+    n = 16
+    factor = 2 * (n - 1) / n
+    rows = [(2**20, 1.90), (2**21, 5.86), (2**22, 6.90)]
+    out = [{"source": "nccl-tests-aws README (p3dn issues)", "nodes": 2, "gpus_per_node": 8, "intra_node": "nvlink",
+            "network_gbps": 100.0, "network": "ethernet", "size_bytes": float(s), "time_s": s * factor / (bw * 1e9)}
+           for s, bw in rows]
+    out.append({"source": "nccl-tests-aws README (p3dn issues)", "nodes": 2, "gpus_per_node": 8, "intra_node": "nvlink",
+                "network_gbps": 100.0, "network": "ethernet", "size_bytes": 1e9, "time_s": 0.268})
+    return pd.DataFrame(out, columns=NCCL_COLUMNS)
+
+
+def intra_node_of(label: str, gpu: str, watt_per_gpu: float | None = None) -> str:
+    """Intra-node link of a measured system, inferred from its label: SXM4 and DGX A100 ->
+    NVSwitch, SXM5 (or any non-PCIe Hopper) -> NVSwitch 4, PCIe Gen5 -> PCIe 5, two cards with an
+    NVLink bridge -> the bridge (more than two: bridges join pairs, so the ring also crosses PCIe),
+    V100 -> NVLink (SXM2, 300 W) unless the system's power says PCIe cards (250 W), other
+    Ampere/Ada/Hopper PCIe cards -> PCIe 4, older cards -> PCIe 3."""
+    low = label.lower()
+    arch = gpu_spec(gpu).architecture
+    count = re.search(r"(\d+)\s*x", low)
+    if low.endswith("nvlink") and count and int(count.group(1)) == 2:
+        return "nvlink-bridge"
+    if "sxm5" in low or arch == "hopper" and "pcie" not in low:
+        return "nvswitch4"
+    if "sxm4" in low or "dgx a100" in low:
+        return "nvswitch"
+    if "gen5" in low:
+        return "pcie5"
+    if arch == "volta":
+        return "pcie3" if watt_per_gpu is not None and watt_per_gpu <= 250.0 else "nvlink"
+    if arch in ("ampere", "ada", "hopper"):
+        return "pcie4"
+    return "pcie3"
+
+
+def row_link(row) -> str:
+    """Intra-node link of a measured row: its own ``intra_node`` (SuperBench) or the label's."""
+    link = getattr(row, "intra_node", None)
+    watt = getattr(row, "watt_per_gpu", None)
+    return link if isinstance(link, str) else intra_node_of(str(row.label), row.gpu,
+                                                            None if watt is None or pd.isna(watt) else float(watt))
+
+
+# SuperBench puts a small classifier on the bare GPT-2 decoder; the zoo's GPT-2 carries its LM head
+# (a 50257-way projection), which is dropped for the comparison (the classifier is < 0.01% of the
+# FLOPs and is left out). SuperBench's BERTs map to the zoo's bert-*-squad (encoder, 2-way head).
+PRETRAINING_HEADS: dict[str, tuple[str, ...]] = {"gpt2": ("lm_head",)}
+
+
+def without_pretraining_head(profile: Profile, model: str) -> Profile:
+    """The profile minus its pre-training/LM head layers (see PRETRAINING_HEADS)."""
+    prefixes = PRETRAINING_HEADS.get(model)
+    if not prefixes:
+        return profile
+    keep = [l for l in profile.layers if not l.name.split(".")[-1].startswith(prefixes) and not l.name.startswith(prefixes)]
+    if len(keep) == len(profile.layers):
+        return profile
+    return dataclasses.replace(profile, layers=keep, notes=profile.notes + [f"dropped pre-training head layers {prefixes}"])
+
+
+class ProfileSource:
+    """Structural profiles of the mapped models at any (batch, seq_len), cached; the measured
+    runs' models have no pre-training head, so it is dropped (``without_pretraining_head``)."""
+
+    def __init__(self, loader: Callable[[str, int, int | None], Profile]) -> None:
+        self._loader = loader
+        self._cache: dict[tuple[str, int, int | None], Profile] = {}
+
+    def get(self, model: str, batch: int, seq_len: int | None, keep_head: bool = False) -> Profile:
+        key = (model, batch, seq_len, keep_head)
+        if key not in self._cache:
+            p = self._loader(model, batch, seq_len)
+            self._cache[key] = p if keep_head else without_pretraining_head(p, model)
+        return self._cache[key]
+
+    def for_row(self, r) -> Profile:
+        """The profile of a measured row (its model, micro-batch, sequence length, head)."""
+        seq = getattr(r, "seq_len", None)
+        head = getattr(r, "head", None)
+        return self.get(r.model, int(r.batch_per_gpu), None if seq is None or pd.isna(seq) else int(seq),
+                        keep_head=isinstance(head, str) and head == "pretraining")
