@@ -31,7 +31,6 @@ import sys
 import tempfile
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -42,16 +41,16 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from srift.cluster import cluster_from_dict  # noqa: E402
-from srift.job import Job  # noqa: E402
+from srift.job import KFAC_STRATEGIES, Job  # noqa: E402
 from srift.perf.comm import CommModel  # noqa: E402
 from srift.perf.compute import layer_times  # noqa: E402
 from srift.kfac import KFACPreconditioner  # noqa: E402
 from srift.profile import LayerProfile, Profile  # noqa: E402
 from srift.simulate.kfac import plan_kfac  # noqa: E402
-from srift.profiling.comm import calibration_from_times, time_collectives  # noqa: E402
+from srift.profiling.calibrate import calibration_from_times, time_collectives  # noqa: E402
 from srift.profiling.kfac_timing import measure_kfac  # noqa: E402
 
-STRATEGIES = ("naive", "mpd", "spd")
+STRATEGIES = KFAC_STRATEGIES
 COMM_SIZES_ELEMS = [64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 2097152]
 PHASES = ("factor_compute", "factor_comm", "inversion", "inverse_broadcast", "preconditioning")
 PRED_KEY = {"factor_comm": "exposed_factor_comm"}
@@ -267,7 +266,7 @@ def main() -> None:
             head = f"{'strategy':8} " + " ".join(f"{p:>18}" for p in PHASES) + f" {'K-FAC iteration':>18} {'error':>6}"
             print(head)
             for s in STRATEGIES:
-                m, ph = result[s], plans[s].phases
+                m, ph = result[s], plans[s].phases.as_dict()
                 cells = [f"{1e3 * m[p]:8.1f} /{1e3 * ph[PRED_KEY.get(p, p)]:7.1f}" for p in PHASES]
                 pred_iter = result["sgd_iter_s"] + sum(ph.values())
                 err = 100 * (pred_iter - m["iter_s"]) / m["iter_s"]

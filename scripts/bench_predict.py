@@ -24,11 +24,11 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from srift.cluster import Cluster, NodeGroup  # noqa: E402
 from srift.perf.comm import CommModel  # noqa: E402
+from srift.job import PRECISIONS  # noqa: E402
 from srift.perf.compute import layer_times  # noqa: E402
 
 GPUS = [("V100-16GB", "nvlink", 25.0, "ethernet"), ("A100-40GB", "nvswitch", 400.0, "efa"), ("A10G", "pcie4", 50.0, "ethernet"),
         ("H100", "nvswitch4", 3200.0, "efa"), ("T4", "pcie3", 50.0, "ethernet"), ("L4", "pcie4", 100.0, "ethernet")]
-PRECISIONS = ("fp32", "tf32", "amp")
 SHAPES = [(1, 1), (1, 4), (1, 8), (2, 8), (4, 8), (8, 4)]
 
 

@@ -20,18 +20,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from srift import api  # noqa: E402
 from srift.job import Job  # noqa: E402
-from srift.recommend import recommend  # noqa: E402
-from srift.search import Constraints  # noqa: E402
-from srift.zoo import load_builtin_profile  # noqa: E402
+from srift.search.limits import Constraints  # noqa: E402
 
 
 def search_time(model: str, budget: float, max_gpus: int, spot: bool, mixed: bool) -> tuple[float, int, int]:
     times, considered, evaluated = [], 0, 0
     for _ in range(5):
         t0 = time.perf_counter()
-        prof = load_builtin_profile(model)
-        res = recommend(prof, Job(), Constraints(budget_usd_per_hour=budget, max_gpus=max_gpus, spot=spot, mixed=mixed))
+        res = api.recommend(Job(), Constraints(budget_usd_per_hour=budget, max_gpus=max_gpus, spot=spot, mixed=mixed),
+                            model=model).search
         times.append(time.perf_counter() - t0)
         considered, evaluated = res.considered, res.evaluated
     return statistics.median(times), considered, evaluated

@@ -1,8 +1,9 @@
-"""The `srift` command line: parse, call one function, render. No logic lives here.
+"""The `srift` command line: the typer app, the commands it registers (srift/commands/), and the
+one place a SriftError becomes ``Error: ...`` / ``To fix: ...`` with its exit code (2 for bad
+input), without a traceback unless ``SRIFT_DEBUG=1``.
 
-Each command is defined in srift/commands/<name>.py and registered on the app below. None of
-them imports torch at module level, so `srift --help`, recommend, predict, check and catalog start
-fast on a machine without torch.
+No command module imports torch at import time, so `srift --help`, recommend, predict, check and
+catalog start fast on a machine without torch.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 import typer
 
 from srift import __version__
-from srift.commands import calibrate, catalog, check, predict, profile, recommend
+from srift.commands import calibrate_cmd, catalog_cmd, check_cmd, predict_cmd, profile_cmd, recommend_cmd
 from srift.errors import SriftError
 
 app = typer.Typer(
@@ -39,12 +40,24 @@ def _root(
     """srift: where to train your PyTorch job, and what it will cost."""
 
 
-for _module in (profile, predict, recommend, check, catalog, calibrate):
-    _module.register(app)
+app.command("profile", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(profile_cmd.profile)
+app.command("predict")(predict_cmd.predict)
+app.command("recommend")(recommend_cmd.recommend)
+app.command("check")(check_cmd.check)
+
+catalog_app = typer.Typer(help="The EC2 GPU instance catalog: list, show, refresh.", no_args_is_help=True)
+catalog_app.command("list")(catalog_cmd.list_)
+catalog_app.command("show")(catalog_cmd.show)
+catalog_app.command("refresh")(catalog_cmd.refresh)
+app.add_typer(catalog_app, name="catalog")
+
+calibrate_app = typer.Typer(help="Measure your own machines so predictions use real numbers.", no_args_is_help=True)
+calibrate_app.command("comm")(calibrate_cmd.comm)
+app.add_typer(calibrate_app, name="calibrate")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point: run the app, turning SriftError into `Error:`/`To fix:` and exit 2."""
+    """Console entry point: run the app, turning SriftError into `Error:`/`To fix:` and its exit code."""
     try:
         app(args=argv, prog_name="srift", standalone_mode=True)
     except SriftError as exc:

@@ -1,16 +1,22 @@
-"""Cluster: the machines a job runs on, from an instance spec (``p3.16xlarge:2+g5.xlarge:4``) or a
-cluster YAML file (see docs and configs/clusters/)."""
+"""Cluster: the machines a job runs on, as node groups, and the cluster YAML file that describes
+your own machines (configs/clusters/ has examples). Catalog instance specs
+(``p3.16xlarge:2+g5.xlarge:4``) become clusters in srift/catalog/spec.py.
+
+Vocabularies: intra-node links are those of configs/gpus.yaml (``srift.hardware.links``);
+networks are NETWORKS.
+"""
 
 from __future__ import annotations
 
-import re
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from srift.errors import SriftError
+from srift.errors import SriftError, closest
+from srift.files import read_yaml
+from srift.hardware import CPU, find_gpu, gpus, links
 
-INTRA_NODE = ("shared-memory", "pcie3", "pcie4", "pcie5", "nvlink-bridge", "nvlink", "nvswitch", "nvswitch4", "nvswitch5")
 NETWORKS = ("ethernet", "efa", "infiniband")
 
 
@@ -81,6 +87,10 @@ class Cluster:
     def heterogeneous(self) -> bool:
         return len({g.gpu for g in self.node_groups}) > 1
 
+    def on_spot(self) -> "Cluster":
+        """The same machines, every node priced and interrupted as spot."""
+        return dataclasses.replace(self, node_groups=tuple(dataclasses.replace(g, spot=True) for g in self.node_groups))
+
     @property
     def usd_per_hour(self) -> float | None:
         """Whole-cluster price per hour, or None when any group is unpriced."""
@@ -104,7 +114,6 @@ def cluster_from_dict(data: Any, source: str = "cluster file") -> Cluster:
     Raises:
         SriftError: naming the first field that is missing or wrong.
     """
-    from srift.hardware import CPU, find_gpu
 
     def bad(what: str) -> SriftError:
         return SriftError(f"{source}: {what}.", "fix the field; see configs/clusters/ for examples.")
@@ -134,13 +143,10 @@ def cluster_from_dict(data: Any, source: str = "cluster file") -> Cluster:
         gpu_name = str(g["gpu"])
         canonical = CPU if gpu_name.lower() == CPU else find_gpu(gpu_name)
         if canonical is None:
-            from srift.errors import closest
-            from srift.hardware import gpus
-
             near = closest(gpu_name, list(gpus()))
             raise bad(f"{where}.gpu '{gpu_name}' is not a GPU in configs/gpus.yaml" + (f" (did you mean {', '.join(near)}?)" if near else ""))
-        if g["intra_node"] not in INTRA_NODE:
-            raise bad(f"{where}.intra_node must be one of {', '.join(INTRA_NODE)}, got {g['intra_node']!r}")
+        if g["intra_node"] not in links():
+            raise bad(f"{where}.intra_node must be one of {', '.join(links())}, got {g['intra_node']!r}")
         network = g.get("network", "ethernet")
         if network not in NETWORKS:
             raise bad(f"{where}.network must be one of {', '.join(NETWORKS)}, got {network!r}")
@@ -176,6 +182,4 @@ def cluster_from_dict(data: Any, source: str = "cluster file") -> Cluster:
 
 def load_cluster(path: str | Path) -> Cluster:
     """Read and validate a cluster YAML file."""
-    from srift.files import read_yaml
-
     return cluster_from_dict(read_yaml(path, "cluster file"), source=str(path))

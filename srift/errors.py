@@ -41,3 +41,9 @@ def unknown_name_error(kind: str, name: str, choices: list[str] | tuple[str, ...
     near = closest(name, choices)
     hint = f"did you mean {', '.join(near)}? " if near else ""
     return SriftError(f"unknown {kind} '{name}'.", f"{hint}See `{list_cmd}` for the names srift knows.")
+
+
+def one_of(names: list[str] | tuple[str, ...]) -> str:
+    """``a, b or c``: a vocabulary in a sentence (help texts, messages)."""
+    names = list(names)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"

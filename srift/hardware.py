@@ -7,8 +7,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from srift.errors import SriftError, unknown_name_error
-from srift.files import configs_dir
+from srift.errors import unknown_name_error
+from srift.files import configs_dir, read_yaml
+from srift.job import require_precision
 
 CPU = "cpu"  # the pseudo-GPU of a cluster of CPU processes (gloo on one host)
 
@@ -39,7 +40,8 @@ class GpuSpec:
             return self.tf32_tflops * 1e12
         if precision == "amp":
             return max(self.fp16_tflops, self.bf16_tflops or 0.0) * 1e12
-        raise SriftError(f"unknown precision '{precision}'.", "use fp32, tf32 or amp.")
+        require_precision(precision)  # raises for a name outside the vocabulary
+        raise AssertionError(f"no peak rate for precision '{precision}'")
 
     @property
     def memory_bytes(self) -> float:
@@ -61,11 +63,8 @@ class Link:
 
 @functools.lru_cache(maxsize=1)
 def _raw() -> dict[str, Any]:
-    import yaml
-
-    path = configs_dir() / "gpus.yaml"
-    with open(path, encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+    data: dict[str, Any] = read_yaml(configs_dir() / "gpus.yaml", "GPU specifications")
+    return data
 
 
 @functools.lru_cache(maxsize=1)
@@ -134,7 +133,8 @@ def matching_gpus(query: str) -> set[str]:
 
 @functools.lru_cache(maxsize=1)
 def links() -> dict[str, Link]:
-    """Intra-node links by name (pcie3, pcie4, pcie5, nvlink, nvswitch, ...)."""
+    """Intra-node links by name (pcie3, pcie4, pcie5, nvlink, nvswitch, ...): the vocabulary of
+    intra-node links, defined once in configs/gpus.yaml."""
     return {n: Link(n, float(d["bandwidth_gb_per_s"]), d.get("source", "")) for n, d in _raw()["links"].items()}
 
 

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from srift.errors import SriftError
+from srift.files import read_yaml, write_yaml
+from srift.job import PRECISIONS
 
 SCHEMA = "srift.profile/v1"
-PRECISIONS = ("fp32", "tf32", "amp")
 
 
 @dataclass
@@ -356,15 +357,11 @@ class Profile:
 
     def save(self, path: str | Path) -> Path:
         """Write the profile as YAML, atomically."""
-        from srift.files import write_yaml
-
         return write_yaml(path, self.to_dict())
 
     @classmethod
     def load(cls, path: str | Path) -> "Profile":
         """Read and validate a profile file (YAML or JSON)."""
-        from srift.files import read_yaml
-
         return cls.from_dict(read_yaml(path, "profile"), source=str(path))
 
 

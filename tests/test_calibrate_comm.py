@@ -37,7 +37,7 @@ def test_calibrate_rejects_bad_arguments(tmp_path, capsys):
 
 
 def test_calibration_keeps_the_trimmed_mean_and_the_p90():
-    from srift.profiling.comm import calibration_from_times
+    from srift.profiling.calibrate import calibration_from_times
 
     # Ten repetitions at one size, bimodal (gloo on a busy host) plus one stall of 50 ms.
     reps = [1e-3] * 5 + [3e-3] * 4 + [50e-3]
@@ -118,7 +118,7 @@ GPU1\tPHB\t X \t0-31\tN/A
 
 
 def test_intra_node_link_from_nvidia_smi_topology():
-    from srift.profiling.comm import intra_node_from_topo
+    from srift.profiling.calibrate import intra_node_from_topo
 
     assert intra_node_from_topo(DGX_A100_TOPO, "ampere") == "nvswitch"
     assert intra_node_from_topo(DGX_A100_TOPO, "hopper") == "nvswitch4"

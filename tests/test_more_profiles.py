@@ -57,7 +57,7 @@ def test_a_mixed_cluster_takes_each_groups_own_profile():
     speed_l4 = 32 / C.layer_times(l4, "L4", "fp32").total_s
     assert both.compute("A10G", 32).speed == pytest.approx(speed_a10g) and both.compute("L4", 32).speed == pytest.approx(speed_l4)
     # The faster GPU takes the job's batch, the other keeps pace in proportion to its own profile.
-    split = {s["gpu"]: s["per_gpu_batch"] for s in both.predict(mixed).batch_split}
+    split = {s.gpu: s.per_gpu_batch for s in both.predict(mixed).batch_split}
     fast, slow = sorted(("A10G", "L4"), key=lambda g: -{"A10G": speed_a10g, "L4": speed_l4}[g])
     assert split[fast] == 32 and split[slow] == round(32 * min(speed_a10g, speed_l4) / max(speed_a10g, speed_l4))
     assert split[slow] < 32

@@ -4,37 +4,17 @@ import dataclasses
 
 import pytest
 
-from srift.catalog.instances import Instance
 from srift.errors import SriftError
-from srift.search import Constraints, pareto, search
-from srift.simulate.prediction import Prediction
+from srift.job import JobLength
+from srift.report.recommend_view import why
+from srift.search import search
+from srift.search.limits import Constraints
+from srift.search.rank import pareto
+from srift.testing import SpeedModel, instance
 
-PER_GPU_BATCH = 10
-SPEED = {"GA": 100.0, "GB": 120.0}  # samples/s of one GPU
-
-
-def inst(name, gpu, count, od, spot):
-    return Instance(instance_type=name, family=name.split(".")[0], gpu_name=gpu, gpu_count=count, gpu_memory_gib=16,
-                    vcpus=4, memory_gib=16, network_gbps=10, efa=False, intra_node="pcie3", on_demand_usd_per_hour=od,
-                    spot_usd_per_hour=spot, spot_estimated=False, spot_interruption_per_hour=0.0, region="test",
-                    as_of="2026-01-01", source="test")
-
-
-CATALOG = [inst("a.small", "GA", 1, 1.0, 0.3), inst("b.quad", "GB", 4, 3.5, None)]
-
-
-def fake_predict(cluster):
-    """Each extra node costs 10 % efficiency; throughput adds up over groups."""
-    tp = 0.0
-    nodes = cluster.nodes
-    for g in cluster.node_groups:
-        tp += g.gpus * SPEED[g.gpu]
-    tp *= 0.9 ** (nodes - 1)
-    gb = PER_GPU_BATCH * cluster.gpus
-    return Prediction(cluster=cluster.name, gpus=cluster.gpus, global_batch_size=gb, iteration_time_s=gb / tp,
-                      p90_iteration_time_s=gb / tp, throughput_samples_per_s=tp, cost_per_hour_usd=cluster.usd_per_hour,
-                      usd_per_million_samples=None, breakdown={}, bottleneck="compute", fits_in_memory=True,
-                      memory_per_gpu_bytes=0.0, batch_split=[{"gpu": g.gpu} for g in cluster.node_groups])
+# GA: 100 samples/s per GPU, GB: 120; each node beyond the first costs 10 % of the throughput.
+fake_predict = SpeedModel({"GA": 100.0, "GB": 120.0})
+CATALOG = [instance("a.small", "GA", 1, 1.0, 0.3), instance("b.quad", "GB", 4, 3.5, None)]
 
 
 def test_best_throughput_under_budget():
@@ -49,31 +29,38 @@ def test_best_throughput_under_budget():
 
 
 def test_spot_wins_when_allowed():
-    r = search(CATALOG, fake_predict, Constraints(budget_usd_per_hour=4.0, max_gpus=8, spot=True))
+    # Budget $2/h. On demand: a.small x 2 ($2) gives 100 * 2 * 0.9 = 180 samples/s; b.quad costs $3.50.
+    # On spot ($0.30/h) a.small x 6 fits ($1.80): 600 * 0.9^5 = 354.3 samples/s, of which spot
+    # interruptions leave 80 %: 283.4, still the most (x 5: 500 * 0.9^4 * 0.8 = 262.4).
+    interrupted = SpeedModel({"GA": 100.0, "GB": 120.0}, spot_useful=0.8)
+    on_demand = search(CATALOG, interrupted, Constraints(budget_usd_per_hour=2.0, max_gpus=8))
+    assert on_demand.recommendations[0].instance == "a.small:2"
+    r = search(CATALOG, interrupted, Constraints(budget_usd_per_hour=2.0, max_gpus=8, spot=True))
     top = r.recommendations[0]
-    # a.small x 8 on spot: $2.40/h, 800 * 0.9^7 = 382.6 samples/s < 480; b.quad still wins throughput,
-    # but the cheapest per sample is spot.
-    assert top.instance == "b.quad:1"
-    cheap = search(CATALOG, fake_predict, Constraints(budget_usd_per_hour=4.0, max_gpus=8, spot=True, objective="cost"))
+    assert (top.instance, top.label, top.spot) == ("a.small:6", "a.small:6 [Spot]", True)
+    assert top.expected_throughput_samples_per_s == pytest.approx(600 * 0.9**5 * 0.8)
+    assert top.cost_per_hour_usd == pytest.approx(1.8)
+    # The cheapest per sample is spot too: a.small x 1 at $0.30/h for 80 samples/s.
+    cheap = search(CATALOG, interrupted, Constraints(budget_usd_per_hour=2.0, max_gpus=8, spot=True, objective="cost"))
     assert cheap.recommendations[0].instance == "a.small:1" and cheap.recommendations[0].spot
-    assert cheap.recommendations[0].cost_per_hour_usd == pytest.approx(0.3)
+    assert cheap.recommendations[0].usd_per_million_samples == pytest.approx(0.3 / (80 * 3600) * 1e6)
 
 
 def test_cheapest_under_deadline():
     steps = 36_000  # a.small x 1 takes 36000 * 10 / 100 s = 1.0 h
-    r = search(CATALOG, fake_predict, Constraints(deadline_hours=1.0, steps=steps, max_gpus=8))
+    r = search(CATALOG, fake_predict, Constraints(deadline_hours=1.0, max_gpus=8), JobLength(steps))
     assert r.objective == "cost"
     top = r.recommendations[0]
     assert top.instance == "a.small:1" and top.job_hours == pytest.approx(1.0) and top.job_cost_usd == pytest.approx(1.0)
     # 0.9 h: a.small never makes it (1/0.9^(n-1) h); b.quad x 1 takes 36000*40/480 s = 0.833 h for $2.92;
     # b.quad x 2 takes 36000*80/864 s = 0.926 h.
-    r = search(CATALOG, fake_predict, Constraints(deadline_hours=0.9, steps=steps, max_gpus=8))
+    r = search(CATALOG, fake_predict, Constraints(deadline_hours=0.9, max_gpus=8), JobLength(steps))
     assert [c.instance for c in r.recommendations] == ["b.quad:1"]
     assert r.recommendations[0].job_cost_usd == pytest.approx(3.5 * 36000 * 40 / 480 / 3600)
 
 
 def test_nothing_fits_names_the_constraint_and_the_closest():
-    r = search(CATALOG, fake_predict, Constraints(deadline_hours=0.5, steps=36_000, max_gpus=8))
+    r = search(CATALOG, fake_predict, Constraints(deadline_hours=0.5, max_gpus=8), JobLength(36_000))
     assert not r.recommendations and r.cut_by == "deadline"
     assert r.closest.instance == "b.quad:1"
     r = search(CATALOG, fake_predict, Constraints(budget_usd_per_hour=0.1, max_gpus=8))
@@ -104,19 +91,19 @@ def test_mixed_adds_spot_on_demand_and_two_type_mixes():
 
 def test_constraint_validation():
     with pytest.raises(SriftError, match="needs the job's length"):
-        Constraints(deadline_hours=2)
+        search(CATALOG, fake_predict, Constraints(deadline_hours=2))
     with pytest.raises(SriftError, match="go together"):
-        Constraints(epochs=3)
+        JobLength(epochs=3)
+    with pytest.raises(SriftError, match="given twice"):
+        JobLength(steps=10, epochs=3, dataset_size=100)
     with pytest.raises(SriftError, match="budget must be positive"):
         Constraints(budget_usd_per_hour=-1)
     with pytest.raises(SriftError, match="objective"):
         Constraints(objective="fastest")
-    assert Constraints(epochs=2, dataset_size=100).job_steps(30) == 2 * 4
+    assert JobLength(epochs=2, dataset_size=100).steps_for(30) == 2 * 4  # 100 / 30: 4 iterations, the last partial
 
 
 def test_a_multi_node_choice_names_the_best_single_node_one():
-    from srift.report import why
-
     # Budget $7: b.quad x 2 (864 samples/s, 2 nodes) beats b.quad x 1 (480, one node).
     r = search(CATALOG, fake_predict, Constraints(budget_usd_per_hour=7.0, max_gpus=8))
     assert r.recommendations[0].instance == "b.quad:2" and r.recommendations[0].nodes == 2
@@ -129,14 +116,13 @@ def test_a_multi_node_choice_names_the_best_single_node_one():
 
 
 def test_nodes_of_a_mixed_spot_spec():
-    c = search(CATALOG, fake_predict, Constraints(budget_usd_per_hour=7.0, max_gpus=8)).recommendations[0]
-    assert dataclasses.replace(c, instance="g5.12xlarge:1@on-demand+g5.12xlarge:6@spot").nodes == 7
-    assert dataclasses.replace(c, instance="p4d.24xlarge").nodes == 1
+    r = search(CATALOG, fake_predict, Constraints(max_gpus=8, spot=True, mixed=True, top=100))
+    mix = next(c for c in r.recommendations if c.instance == "a.small:1@on-demand+a.small:6@spot")
+    assert (mix.nodes, mix.gpus, mix.label) == (7, 7, "a.small:1@on-demand+a.small:6@spot")
+    assert next(c for c in r.recommendations if c.instance == "b.quad:1").nodes == 1
 
 
 def test_a_runner_up_on_other_gpus_within_the_compute_error_is_called_a_close_call():
-    from srift.report import why
-
     r = search(CATALOG, fake_predict, Constraints(budget_usd_per_hour=4.0, max_gpus=8))
     top, ru = r.recommendations[:2]  # b.quad:1 (GB, 480 samples/s), a.small:4 (GA, 291.6)
 

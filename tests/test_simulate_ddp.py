@@ -6,39 +6,14 @@ import numpy as np
 import pytest
 
 from srift.catalog.spec import cluster_from_spec
-from srift.cluster import Cluster, NodeGroup, cluster_from_dict
+from srift.cluster import Cluster, NodeGroup
 from srift.job import Job
-from srift.profile import LayerProfile, PhaseTimes, Profile
 from srift.simulate import Predictor, predict
 from srift.simulate.ddp import FIRST_BUCKET_BYTES, bucket_layout, comm_end_s
-from srift.simulate.hetero import split_batch
+from srift.simulate.mixed import split_batch
 from srift.simulate.spot import spot_expectation
+from srift.testing import S_PER_BYTE, MiB, calibrated_cluster, measured_profile
 from srift.zoo import load_builtin_profile
-
-MiB = 2**20
-S_PER_BYTE = 1e-8  # the calibrated link below: 100 MB/s, no latency
-
-
-def measured_profile(grad_bytes, fwd=0.01, bwd=0.02, opt=0.005, gpu="T4"):
-    """A profile measured on ``gpu`` ("cpu" for CPU processes); predictions there reuse its times."""
-    layers = [LayerProfile(f"l{i}", "Linear", params=g // 4, grad_bytes=g, fwd_flops=1.0, bwd_flops=2.0,
-                           fwd_s=fwd, bwd_s=bwd) for i, g in enumerate(grad_bytes)]
-    n = len(layers)
-    return Profile(name="toy", batch_size=8, precision="fp32", layers=layers,
-                   device={"name": f"test {gpu}", "kind": "cpu" if gpu == "cpu" else "cuda", "gpu": None if gpu == "cpu" else gpu},
-                   phases=PhaseTimes(data_s=0.0, forward_s=fwd * n, backward_s=bwd * n, optimizer_s=opt,
-                                     total_s=(fwd + bwd) * n + opt))
-
-
-def calibrated_cluster(workers=2, s_per_byte=S_PER_BYTE, gpu="T4"):
-    """One node whose all-reduce was measured: s_per_byte seconds per byte, no latency."""
-    sizes = [1.0, 1e10]
-    return cluster_from_dict({
-        "name": "local", "node_groups": [{"count": 1, "gpus_per_node": workers, "gpu": gpu,
-                                          "intra_node": "shared-memory" if gpu == "cpu" else "pcie3", "network_gbps": 0}],
-        "comm_calibration": {"backend": "gloo", "world_size": workers, "sizes_bytes": sizes,
-                             "times_s": [s * s_per_byte for s in sizes], "p90_times_s": [s * s_per_byte for s in sizes]},
-    })
 
 
 def test_one_bucket_all_reduce_is_fully_exposed():
@@ -110,7 +85,7 @@ def test_mixed_cluster_batch_split_follows_speed():
     prof = load_builtin_profile("resnet50")
     pr = Predictor(prof, Job(batch_size=64))
     p = pr.predict(cluster_from_spec("p3.2xlarge:1+g4dn.xlarge:1"))
-    split = {b["gpu"]: b["per_gpu_batch"] for b in p.batch_split}
+    split = {b.gpu: b.per_gpu_batch for b in p.batch_split}
     v100 = pr.compute("V100-16GB", 64).speed
     t4 = pr.compute("T4", 64).speed
     assert split["V100-16GB"] == 64  # the fastest GPU takes --batch-size
@@ -120,7 +95,7 @@ def test_mixed_cluster_batch_split_follows_speed():
 
 def test_global_batch_is_split_exactly():
     p = predict(load_builtin_profile("resnet50"), cluster_from_spec("p3.8xlarge:1+g4dn.12xlarge:1"), Job(global_batch_size=512))
-    assert sum(b["per_gpu_batch"] * b["gpus"] for b in p.batch_split) == 512
+    assert sum(b.per_gpu_batch * b.gpus for b in p.batch_split) == 512
 
 
 def test_memory_fit_and_no_fit():
@@ -141,16 +116,27 @@ def test_spot_expectation_by_hand():
     ckpt = 10 + 1.0
     interval = math.sqrt(2 * ckpt / rate)
     useful = (1 - rate * (87 + 60 + interval / 2)) / (1 + ckpt / interval)
-    assert s["useful_fraction"] == pytest.approx(useful)
-    assert s["expected_throughput_samples_per_s"] == pytest.approx(100 * useful)
-    assert s["expected_usd_per_million_samples"] == pytest.approx(2.0 / (100 * useful * 3600) * 1e6)
+    assert s.useful_fraction == pytest.approx(useful)
+    assert s.expected_throughput_samples_per_s == pytest.approx(100 * useful)
+    assert s.expected_usd_per_million_samples == pytest.approx(2.0 / (100 * useful * 3600) * 1e6)
     on_demand = Cluster("d", (NodeGroup(count=2, gpus_per_node=1, gpu="T4", intra_node="pcie3", network_gbps=10),))
     assert spot_expectation(on_demand, 1e9, 100.0, 2.0) is None
 
 
-def test_p90_is_not_below_p50():
-    p = predict(load_builtin_profile("bert-base"), cluster_from_spec("g5.xlarge:4"))
-    assert p.p90_iteration_time_s > p.iteration_time_s
+def test_p90_adds_the_compute_spread_and_the_p90_all_reduce():
+    # One 300 kB bucket, exposed whole: 3 ms at the median, 6 ms at the p90. Compute spread: the
+    # measured 10 % coefficient of variation at z = 1.2816.
+    prof = measured_profile([100_000, 100_000, 100_000])
+    prof.phases.total_s_std = 0.1 * prof.phases.total_s
+    p = predict(prof, calibrated_cluster(p90_factor=2.0))
+    comm = 300_000 * S_PER_BYTE
+    assert p.iteration_time_s == pytest.approx(0.09 + comm + 0.005)
+    assert p.p90_iteration_time_s == pytest.approx(0.09 * (1 + 1.2816 * 0.1) + 2 * comm + 0.005)
+    # A structural profile's compute spread is 3 %.
+    bert = predict(load_builtin_profile("bert-base"), cluster_from_spec("g5.xlarge"))
+    b = bert.breakdown
+    compute = b["forward"] + b["backward"]
+    assert bert.p90_iteration_time_s == pytest.approx(bert.iteration_time_s + 1.2816 * 0.03 * compute)
 
 
 def test_cpu_workers_do_not_overlap_communication():

@@ -97,3 +97,10 @@ def spec_of(parts: Sequence[Part]) -> str:
 def cluster_of(parts: Sequence[Part]) -> Cluster:
     """The Cluster of these parts, named by its spec."""
     return Cluster(name=spec_of(parts), node_groups=tuple(node_group(inst, n, spot) for inst, n, spot in parts))
+
+
+def label_of(parts: Sequence[Part]) -> str:
+    """How tables name a configuration: its spec, with `` [Spot]`` when every part is on spot."""
+    spec = spec_of(parts)
+    markets = {spot for _, _, spot in parts}
+    return spec if len(markets) > 1 else spec + (" [Spot]" if True in markets else "")

@@ -10,7 +10,7 @@ from typing import Any
 
 __all__ = ["KFACPreconditioner", "STRATEGIES"]
 
-STRATEGIES = ("naive", "mpd", "spd")
+from srift.job import KFAC_STRATEGIES as STRATEGIES  # the vocabulary is defined with the Job
 
 
 def __getattr__(name: str) -> Any:

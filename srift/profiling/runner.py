@@ -29,7 +29,6 @@ gathered to rank 0, which alone writes the profile.
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import platform
 import runpy
@@ -46,9 +45,8 @@ import torch.distributed as dist
 import srift
 from srift.errors import SriftError
 from srift.profile import AllReduceBucket, LayerProfile, PhaseTimes, Profile
-from srift.profiling.ddp import BucketTimer, is_ddp
+from srift.profiling.buckets import BucketTimer, is_ddp
 from srift.profiling.hooks import CudaClock, IterationTimes, LayerTimer, ModelFinder, WallClock, mean_std
-from srift.profiling.tensors import first_tensor
 
 
 class _StopProfiling(BaseException):

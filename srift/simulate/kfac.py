@@ -3,7 +3,12 @@ all-reduce, inversions, inverse broadcasts and preconditioning, for the naive (D
 spd (SPD-KFAC) strategies, amortized by the factor and inverse update intervals.
 
 The fusion plan and the inversion placement come from ``srift.kfac.schedule``, the functions the
-runtime uses. FLOP counts follow shared/KFAC.md 1.3:
+runtime uses, and the gradient buckets SPD's factor all-reduces share the link with come from
+``srift.simulate.ddp.bucket_layout``, the one DDP bucket rule. A plan is made once per prediction,
+with the median communication times (as the runtime plans with one cost model); the p90 phases
+time the same plan with the p90 communication times.
+
+FLOP counts follow shared/KFAC.md 1.3:
 
 * factor A / G of a layer: ``2 * B * S * d^2`` (the GEMM ``a^T a``; ``B`` per-GPU batch,
   ``S`` rows per sample, i.e. ``kfac_spatial``);
@@ -19,28 +24,63 @@ below GEMM speed); those are used, scaled by ``measured_scale``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
+import numpy as np
+
+from srift.cluster import Cluster
 from srift.errors import SriftError
+from srift.hardware import CPU, gpu as gpu_spec
+from srift.job import Job
 from srift.kfac import schedule
-from srift.profile import LayerProfile, Profile
+from srift.perf.compute import LayerTimes
+from srift.profile import KFAC_TIME_FIELDS, LayerProfile, Profile
+from srift.simulate.ddp import BucketLayout, bucket_layout, bucket_ready_s
 
 FP32_BYTES = 4  # factors are kept and communicated in fp32 (fp16 factor all-reduce diverges)
-PHASE_KEYS = ("factor_compute", "exposed_factor_comm", "inversion", "inverse_broadcast", "preconditioning")
+QUANTILES = (0.5, 0.9)
 
 
 class CommLike(Protocol):
+    """What the plan needs of a communication model (``srift.perf.comm.CommModel``)."""
+
     def allreduce_time_s(self, size_bytes: float, quantile: float = 0.5) -> float: ...
 
     def broadcast_time_s(self, size_bytes: float, quantile: float = 0.5) -> float: ...
 
 
-@dataclass
+@dataclass(frozen=True)
+class KfacPhases:
+    """Seconds of each K-FAC phase: what K-FAC adds to the first-order iteration."""
+
+    factor_compute: float
+    exposed_factor_comm: float
+    inversion: float
+    inverse_broadcast: float
+    preconditioning: float
+
+    def as_dict(self) -> dict[str, float]:
+        """The phases by name, in iteration order (the prediction's breakdown keys)."""
+        return dataclasses.asdict(self)
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.as_dict().values())
+
+    def amortized(self, factor_steps: int, inv_steps: int) -> "KfacPhases":
+        """Per iteration when factors are updated every ``factor_steps`` and inverses every
+        ``inv_steps`` iterations (preconditioning runs every iteration)."""
+        return KfacPhases(self.factor_compute / factor_steps, self.exposed_factor_comm / factor_steps,
+                          self.inversion / inv_steps, self.inverse_broadcast / inv_steps, self.preconditioning)
+
+
+@dataclass(frozen=True)
 class KfacPlan:
-    """Everything behind one K-FAC prediction (for reports, the bench script and tests).
+    """Everything behind one K-FAC prediction (for the predictor, the bench script and tests).
 
     Attributes:
         strategy: naive, mpd or spd.
@@ -48,13 +88,14 @@ class KfacPlan:
         layer_names: K-FAC layers in execution order.
         dims: Factor dimensions, ``[A_0, G_0, A_1, G_1, ...]``.
         flops_per_s: Effective FLOP/s used for factor compute, inversion and preconditioning.
-        owners: Inversion owner per factor (``-1``: every worker inverts it).
+        owners: Inversion owner per factor (``schedule.LOCAL``: every worker inverts it).
         groups_a: Fused all-reduce groups of the A factors (layer indices, forward order).
         groups_g: Fused all-reduce groups of the G factors (layer indices, backward order).
-        phases_per_update: Unamortized seconds: factor phases per factor update, inversion phases
-            per inverse update, preconditioning per iteration.
-        phases: Seconds per iteration after amortization (``kfac_phases``' result).
         measured_kernels: True when the profile's measured K-FAC kernel times were used.
+        phases_per_update: Median seconds, unamortized: factor phases per factor update,
+            inversion phases per inverse update, preconditioning per iteration.
+        phases: Median seconds per iteration (amortized).
+        phases_p90: The same plan timed with the p90 communication times, per iteration.
     """
 
     strategy: str
@@ -63,11 +104,12 @@ class KfacPlan:
     dims: list[int]
     flops_per_s: float
     owners: list[int]
-    groups_a: list[list[int]] = field(default_factory=list)
-    groups_g: list[list[int]] = field(default_factory=list)
-    phases_per_update: dict[str, float] = field(default_factory=dict)
-    phases: dict[str, float] = field(default_factory=dict)
-    measured_kernels: bool = False
+    groups_a: list[list[int]]
+    groups_g: list[list[int]]
+    measured_kernels: bool
+    phases_per_update: KfacPhases
+    phases: KfacPhases
+    phases_p90: KfacPhases
 
 
 def kfac_layers(profile: Profile) -> list[LayerProfile]:
@@ -92,43 +134,14 @@ def precondition_flops(layer: LayerProfile) -> float:
     return 2.0 * a * g * (a + g)  # type: ignore[operator]
 
 
-def _is_array(x: Any) -> bool:
-    """A list, tuple or numpy array (not a string or mapping)."""
-    return hasattr(x, "__len__") and hasattr(x, "__getitem__") and not isinstance(x, (str, bytes, Mapping))
-
-
-def _layer_seconds(compute: Any, profile: Profile) -> list[tuple[float, float]]:
-    """(forward s, backward s) per profile layer from the compute model's LayerTimes.
-
-    Accepts the shapes a LayerTimes may take: sequences ``fwd_s``/``bwd_s`` aligned with the
-    profile's layers, mappings by layer name, or a ``layers`` sequence of objects with
-    ``fwd_s``/``bwd_s``; falls back to the profile's own measured times.
-    """
-    n = len(profile.layers)
-    fwd = getattr(compute, "fwd_s", None)
-    bwd = getattr(compute, "bwd_s", None)
-    if isinstance(fwd, Mapping) and isinstance(bwd, Mapping):
-        return [(float(fwd.get(l.name, 0.0)), float(bwd.get(l.name, 0.0))) for l in profile.layers]
-    if _is_array(fwd) and _is_array(bwd) and len(fwd) == n == len(bwd):  # srift.perf.compute.LayerTimes
-        return [(float(f), float(b)) for f, b in zip(fwd, bwd)]
-    items = getattr(compute, "layers", None)
-    if isinstance(items, Sequence) and len(items) == n:
-        return [(float(getattr(i, "fwd_s", 0.0) or 0.0), float(getattr(i, "bwd_s", 0.0) or 0.0)) for i in items]
-    if isinstance(compute, Mapping):
-        return [(float(getattr(compute.get(l.name), "fwd_s", 0.0) or 0.0),
-                 float(getattr(compute.get(l.name), "bwd_s", 0.0) or 0.0)) for l in profile.layers]
-    if profile.measured:
-        return [(l.fwd_s or 0.0, l.bwd_s or 0.0) for l in profile.layers]
-    raise SriftError("the compute model gave no per-layer forward/backward times for K-FAC.", "use a profile with FLOPs or measured layer times.")
-
-
-def effective_flops_per_s(profile: Profile, seconds: list[tuple[float, float]]) -> float:
+def effective_flops_per_s(profile: Profile, compute: LayerTimes) -> float:
     """FLOP/s the target achieves on the model's Linear/Conv (GEMM-like) layers; all layers
     when those carry no time."""
+    seconds = list(zip(compute.fwd_s, compute.bwd_s))
     ks = [(l, s) for l, s in zip(profile.layers, seconds) if l.kfac_a_dim and l.kfac_g_dim]
     for pairs in (ks, list(zip(profile.layers, seconds))):
         flops = sum(l.fwd_flops + l.bwd_flops for l, _ in pairs)
-        secs = sum(f + b for _, (f, b) in pairs)
+        secs = sum(float(f + b) for _, (f, b) in pairs)
         if flops > 0 and secs > 0:
             return flops / secs
     raise SriftError(
@@ -137,215 +150,224 @@ def effective_flops_per_s(profile: Profile, seconds: list[tuple[float, float]]) 
     )
 
 
-def measured_scale(profile: Profile, layers: list[LayerProfile], seconds: list[tuple[float, float]]) -> float | None:
+def measured_scale(profile: Profile, compute: LayerTimes) -> float | None:
     """Factor from the measured K-FAC kernel times (``srift profile --kfac``) to the target: the
     target's forward + backward seconds of the K-FAC layers over the measured ones (1 on the
-    profiling device itself). None when some K-FAC layer lacks a measured kernel time."""
-    from srift.profile import KFAC_TIME_FIELDS
-
-    if not all(getattr(l, f) is not None for l in layers for f in KFAC_TIME_FIELDS):
+    profiling device itself). None when the compute times are not anchored on measurements (a
+    CPU profile says nothing about a GPU's kernels) or some K-FAC layer lacks a kernel time."""
+    layers = kfac_layers(profile)
+    if not compute.anchored or not all(getattr(l, f) is not None for l in layers for f in KFAC_TIME_FIELDS):
         return None
-    by_id = {id(l): s for l, s in zip(profile.layers, seconds)}
-    target = sum(sum(by_id[id(l)]) for l in layers)
+    is_kfac = np.array([bool(l.kfac_a_dim and l.kfac_g_dim) for l in profile.layers])
+    target = float((compute.fwd_s + compute.bwd_s)[is_kfac].sum())
     measured = sum((l.fwd_s or 0.0) + (l.bwd_s or 0.0) for l in layers)
     return target / measured if target > 0 and measured > 0 else 1.0
 
 
-def fp32_rate_scale(cluster: Any, precision: str) -> float:
+def fp32_rate_scale(cluster: Cluster, precision: str) -> float:
     """K-FAC's factors, inversions and preconditioning run in fp32 (srift.kfac disables autocast:
     fp16 factors diverge). Under ``amp`` the model's layers run on the fp16 tensor path, so the
     rate derived from them is scaled by the GPU's fp32 / amp peak ratio; 1 otherwise."""
     if precision != "amp":
         return 1.0
-    from srift.hardware import CPU, gpu
-
-    for group in getattr(cluster, "node_groups", ()):
+    for group in cluster.node_groups:
         if group.gpu != CPU:
-            spec = gpu(group.gpu)
+            spec = gpu_spec(group.gpu)
             return spec.peak_flops("fp32") / spec.peak_flops("amp")
     return 1.0
 
 
-def plan_kfac(profile: Profile, cluster: Any, job: Any, compute: Any, comm: CommLike | None, quantile: float = 0.5) -> KfacPlan:
-    """Predict one K-FAC iteration of ``job.kfac_strategy`` and return the plan behind it.
+@dataclass(frozen=True)
+class _Kernels:
+    """Seconds of K-FAC's own kernels on the target: measured (scaled) or from FLOPs."""
+
+    factor_a_s: list[float]
+    factor_g_s: list[float]
+    precondition_s: float
+    invert: Callable[[int], float]
+
+    @property
+    def factor_s(self) -> float:
+        return sum(self.factor_a_s) + sum(self.factor_g_s)
+
+    @classmethod
+    def of(cls, profile: Profile, layers: list[LayerProfile], rate: float, anchor: float | None) -> "_Kernels":
+        if anchor is not None:
+            # `srift profile --kfac` timed the real kernels on the profiling device: use them, scaled
+            # to the target by how much faster its model layers run.
+            inverse_s = {d: s for l in layers for d, s in ((l.kfac_a_dim, l.kfac_inverse_a_s), (l.kfac_g_dim, l.kfac_inverse_g_s))}
+            return cls([l.kfac_factor_a_s * anchor for l in layers],  # type: ignore[operator]
+                       [l.kfac_factor_g_s * anchor for l in layers],  # type: ignore[operator]
+                       sum(l.kfac_precondition_s for l in layers) * anchor,  # type: ignore[misc]
+                       lambda d: inverse_s[d] * anchor)  # type: ignore[operator]
+        b = profile.batch_size
+        return cls([factor_flops(l, b)[0] / rate for l in layers], [factor_flops(l, b)[1] / rate for l in layers],
+                   sum(precondition_flops(l) for l in layers) / rate, lambda d: d**3 / rate)
+
+
+class _Link:
+    """All-reduce and broadcast seconds at one quantile, memoized (the planner asks for the same
+    few sizes many times); zero for one worker or without a communication model."""
+
+    def __init__(self, comm: CommLike | None, workers: int, quantile: float, factor_bytes: Callable[[int], float]) -> None:
+        self.comm = comm if workers > 1 else None
+        self.quantile = quantile
+        self.factor_bytes = factor_bytes
+        self.allreduce = functools.lru_cache(maxsize=None)(self._allreduce)
+        self.broadcast = functools.lru_cache(maxsize=None)(self._broadcast)
+
+    @property
+    def distributed(self) -> bool:
+        return self.comm is not None
+
+    def _allreduce(self, nbytes: float) -> float:
+        return float(self.comm.allreduce_time_s(nbytes, self.quantile)) if self.comm is not None else 0.0
+
+    def _broadcast(self, dim: int) -> float:
+        return float(self.comm.broadcast_time_s(self.factor_bytes(dim), self.quantile)) if self.comm is not None else 0.0
+
+
+@dataclass(frozen=True)
+class _Pipeline:
+    """When SPD's factors and DDP's gradient buckets are ready in one iteration with K-FAC's hooks
+    (A factors computed in forward hooks, G factors when a layer's output gradient arrives, before
+    the layer's own backward), and in the first-order iteration without them."""
+
+    ready_a: list[float]  # per K-FAC layer, forward order
+    ready_g: list[float]  # per K-FAC layer, layer order
+    bucket_ready: np.ndarray  # per bucket, with the hooks
+    bucket_sizes: np.ndarray
+    compute_end: float  # with the hooks
+    base_bucket_ready: np.ndarray  # per bucket, first-order
+    base_compute_end: float
+
+    @classmethod
+    def of(cls, profile: Profile, compute: LayerTimes, kernels: _Kernels, layout: BucketLayout) -> "_Pipeline":
+        idx = [i for i, l in enumerate(profile.layers) if l.kfac_a_dim and l.kfac_g_dim]
+        fa = np.zeros(len(profile.layers))
+        fg = np.zeros(len(profile.layers))
+        fa[idx], fg[idx] = kernels.factor_a_s, kernels.factor_g_s
+        fwd = np.asarray(compute.fwd_s, dtype=float) + fa
+        bwd = np.asarray(compute.bwd_s, dtype=float) + fg
+        forward_end = float(fwd.sum())
+        # Backward visits layers in reverse: a layer's backward (its G factor first) ends at
+        # forward_end + the backward seconds of it and every later layer.
+        bwd_end = forward_end + np.cumsum(bwd[::-1])[::-1]
+        ready, end = bucket_ready_s(forward_end, bwd, layout)
+        base_ready, base_end = bucket_ready_s(compute.forward_s, np.asarray(compute.bwd_s, dtype=float), layout)
+        return cls([float(t) for t in np.cumsum(fwd)[idx]], [float(t) for t in (bwd_end - bwd + fg)[idx]],
+                   ready, layout.sizes_bytes, end, base_ready, base_end)
+
+
+def _gaps(ready: Sequence[float]) -> list[float]:
+    return [ready[0]] + [b - a for a, b in zip(ready, ready[1:])]
+
+
+def _bucket_jobs(ready: np.ndarray, sizes: np.ndarray, link: _Link) -> list[tuple[float, float]]:
+    """(issue time, all-reduce seconds) of each gradient bucket: DDP issues buckets in order, so a
+    bucket goes out once it and every bucket before it is ready."""
+    issue = np.maximum.accumulate(ready) if len(ready) else ready
+    return [(float(t), link.allreduce(float(s))) for t, s in zip(issue, sizes)]
+
+
+def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes, comm: CommLike | None,
+              layout: BucketLayout | None = None) -> KfacPlan:
+    """Plan one K-FAC iteration of ``job.kfac_strategy`` and predict its phases.
 
     Args:
         profile: The profile at the job's per-GPU batch.
-        cluster: The cluster (``.gpus`` workers).
-        job: The Job (``kfac_strategy``, ``kfac_factor_steps``, ``kfac_inv_steps``).
-        compute: LayerTimes of the target GPU (per-layer forward/backward seconds).
-        comm: CommModel of the cluster (None or unused for one worker).
-        quantile: Quantile of the communication times (0.5 median, 0.9 for p90).
+        cluster: The cluster (``gpus`` workers; CPU workers overlap nothing).
+        job: The Job (``kfac_strategy``, ``kfac_factor_steps``, ``kfac_inv_steps``, ``precision``).
+        compute: The compute model's times of ``profile`` on the target GPU.
+        comm: Communication model of the cluster (None or unused for one worker).
+        layout: The profile's DDP gradient buckets (default: ``bucket_layout(profile)``).
+
+    Raises:
+        SriftError: for a profile without K-FAC factor dimensions.
     """
-    strategy = job.kfac_strategy
-    workers = int(getattr(cluster, "gpus", 1) or 1)
+    strategy, workers = job.kfac_strategy, cluster.gpus
     layers = kfac_layers(profile)
     if not layers:
         raise SriftError(
             f"profile '{profile.name}' has no K-FAC factor dimensions (no Linear/Conv2d layer with kfac_a_dim/kfac_g_dim).",
             "re-create the profile with this srift version (`srift profile`), or use --optimizer sgd.",
         )
-    seconds = _layer_seconds(compute, profile)
-    rate = effective_flops_per_s(profile, seconds) * fp32_rate_scale(cluster, getattr(job, "precision", None) or profile.precision)
+    rate = effective_flops_per_s(profile, compute) * fp32_rate_scale(cluster, job.precision or profile.precision)
+    anchor = measured_scale(profile, compute)
+    kernels = _Kernels.of(profile, layers, rate, anchor)
     dims = [d for l in layers for d in (l.kfac_a_dim, l.kfac_g_dim)]  # type: ignore[misc]
-    b = profile.batch_size
-    distributed = workers > 1 and comm is not None
     # CPU processes (gloo) run collectives on the cores that compute: nothing overlaps there, as
     # in the first-order simulation (srift/simulate/predictor.py).
-    cpu_workers = any(getattr(g, "gpu", None) == "cpu" for g in getattr(cluster, "node_groups", ()))
-
-    # Cost models are called for the same few sizes many times (placement, timelines): memoize.
-    @functools.lru_cache(maxsize=None)
-    def allreduce(nbytes: float) -> float:
-        return float(comm.allreduce_time_s(nbytes, quantile)) if distributed else 0.0  # type: ignore[union-attr]
-
-    # Only where the layer times themselves come from measurements (a CPU profile says nothing
-    # about a GPU's kernels, and the compute model treats it as structural there).
-    anchor = measured_scale(profile, layers, seconds) if getattr(compute, "anchored", False) else None
-    if anchor is not None:
-        # `srift profile --kfac` timed the real kernels on the profiling device: use them, scaled
-        # to the target by how much faster its model layers run.
-        inverse_s = {d: s for l in layers for d, s in ((l.kfac_a_dim, l.kfac_inverse_a_s), (l.kfac_g_dim, l.kfac_inverse_g_s))}
-
-        def invert(d: int) -> float:
-            return inverse_s[d] * anchor  # type: ignore[operator]
-    else:
-        def invert(d: int) -> float:
-            return d**3 / rate
-
+    cpu_workers = any(g.gpu == CPU for g in cluster.node_groups)
     packed = strategy == "spd"
 
     def factor_bytes(d: int) -> float:
         return FP32_BYTES * (schedule.packed_elements(d) if packed else d * d)
 
-    @functools.lru_cache(maxsize=None)
-    def broadcast(d: int) -> float:
-        return float(comm.broadcast_time_s(factor_bytes(d), quantile)) if distributed else 0.0  # type: ignore[union-attr]
+    links = {q: _Link(comm, workers, q, factor_bytes) for q in QUANTILES}
+    median = links[0.5]
+    pipeline = _Pipeline.of(profile, compute, kernels, layout or bucket_layout(profile)) if packed else None
 
-    if anchor is not None:
-        fa = [l.kfac_factor_a_s * anchor for l in layers]  # type: ignore[operator]
-        fg = [l.kfac_factor_g_s * anchor for l in layers]  # type: ignore[operator]
-    else:
-        fa = [factor_flops(l, b)[0] / rate for l in layers]
-        fg = [factor_flops(l, b)[1] / rate for l in layers]
-    factor_compute = sum(fa) + sum(fg)
-    plan = KfacPlan(strategy, workers, [l.name for l in layers], dims, rate, schedule.place_local(len(dims)),
-                    measured_kernels=anchor is not None)
-
-    # ---- factor communication --------------------------------------------------------------
-    if not distributed:
-        exposed_comm = 0.0
-    elif strategy != "spd":
-        # D-KFAC / MPD: after backward, one all-reduce per full factor, nothing to overlap with.
-        exposed_comm = sum(allreduce(factor_bytes(d)) for d in dims)
-    else:
-        exposed_comm = _spd_exposed_comm(profile, layers, seconds, fa, fg, factor_bytes, allreduce, plan, cpu_workers)
-
-    # ---- inversions and broadcasts ---------------------------------------------------------
-    if strategy == "naive" or not distributed:
+    # ---- the plan (median costs) -----------------------------------------------------------
+    groups_a: list[list[int]] = []
+    groups_g: list[list[int]] = []
+    if pipeline is not None and median.distributed:
+        order_g = sorted(range(len(layers)), key=lambda i: pipeline.ready_g[i])  # backward order
+        sizes_a = [factor_bytes(l.kfac_a_dim) for l in layers]  # type: ignore[arg-type]
+        sizes_g = [factor_bytes(layers[i].kfac_g_dim) for i in order_g]  # type: ignore[arg-type]
+        # The planner's linear cost model, fitted to the all-reduce between the smallest and
+        # largest factor sizes.
+        lo, hi = min(sizes_a + sizes_g), max(sizes_a + sizes_g)
+        alpha, beta = schedule.fit_alpha_beta(median.allreduce, lo, hi) if hi > lo else (median.allreduce(lo), 0.0)
+        groups_a = schedule.plan_fusion(sizes_a, _gaps(pipeline.ready_a), alpha, beta)
+        fused_g = schedule.plan_fusion(sizes_g, _gaps([pipeline.ready_g[i] for i in order_g]), alpha, beta)
+        groups_g = [[order_g[k] for k in g] for g in fused_g]
+    if strategy == "naive" or not median.distributed:
         owners = schedule.place_local(len(dims))
     elif strategy == "mpd":
         owners = schedule.place_round_robin(len(dims), workers)
     else:
-        owners = schedule.place_inversions(dims, workers, invert, broadcast)
-    plan.owners = owners
-    timeline = schedule.inversion_timeline(dims, owners, workers, invert, broadcast, overlap=strategy == "spd" and not cpu_workers)
+        owners = schedule.place_inversions(dims, workers, kernels.invert, median.broadcast)
 
-    if anchor is not None:
-        precond = sum(l.kfac_precondition_s for l in layers) * anchor  # type: ignore[misc]
-    else:
-        precond = sum(precondition_flops(l) for l in layers) / rate
-    plan.phases_per_update = {
-        "factor_compute": factor_compute,
-        "exposed_factor_comm": exposed_comm,
-        "inversion": timeline.compute_s,
-        "inverse_broadcast": timeline.broadcast_exposed_s,
-        "preconditioning": precond,
-    }
-    f_steps, i_steps = job.kfac_factor_steps, job.kfac_inv_steps
-    plan.phases = {
-        "factor_compute": factor_compute / f_steps,
-        "exposed_factor_comm": exposed_comm / f_steps,
-        "inversion": timeline.compute_s / i_steps,
-        "inverse_broadcast": timeline.broadcast_exposed_s / i_steps,
-        "preconditioning": precond,
-    }
-    return plan
+    # ---- its phases at each quantile ---------------------------------------------------------
+    def phases_at(link: _Link) -> KfacPhases:
+        if not link.distributed:
+            exposed = 0.0
+        elif pipeline is None:
+            # D-KFAC / MPD: after backward, one all-reduce per full factor, nothing to overlap with.
+            exposed = sum(link.allreduce(factor_bytes(d)) for d in dims)
+        else:
+            exposed = _spd_exposed_comm(layers, pipeline, groups_a, groups_g, factor_bytes, link, kernels.factor_s, cpu_workers)
+        timeline = schedule.inversion_timeline(dims, owners, workers, kernels.invert, link.broadcast,
+                                               overlap=strategy == "spd" and not cpu_workers)
+        return KfacPhases(kernels.factor_s, exposed, timeline.compute_s, timeline.broadcast_exposed_s, kernels.precondition_s)
+
+    per_update = phases_at(median)
+    steps = (job.kfac_factor_steps, job.kfac_inv_steps)
+    return KfacPlan(strategy, workers, [l.name for l in layers], dims, rate, owners, groups_a, groups_g,
+                    measured_kernels=anchor is not None,
+                    phases_per_update=per_update, phases=per_update.amortized(*steps),
+                    phases_p90=phases_at(links[0.9]).amortized(*steps))
 
 
-DDP_FIRST_BUCKET_BYTES = 1 << 20  # torch.distributed's first gradient bucket (1 MiB)
-DDP_BUCKET_BYTES = 25 << 20  # DDP's default bucket_cap_mb = 25
+def _spd_exposed_comm(layers: list[LayerProfile], pipeline: _Pipeline, groups_a: list[list[int]], groups_g: list[list[int]],
+                      factor_bytes: Callable[[int], float], link: _Link, factor_s: float, no_overlap: bool) -> float:
+    """SPD's factor all-reduces on one link shared with DDP's gradient buckets.
 
-
-def _spd_exposed_comm(profile, layers, seconds, fa, fg, factor_bytes, allreduce, plan, no_overlap: bool = False) -> float:
-    """SPD pipeline on one link shared with DDP's gradient buckets.
-
-    A factors are computed in the forward hooks, G factors when the gradient of a layer's output
-    arrives (before that layer's own backward); each fused group's all-reduce is queued when its
-    last factor is ready, gradient buckets when their last gradient is; the link serves them in
-    ready order. Exposed is how much later the iteration ends than the first-order one
-    (``max(forward + backward, gradient comm end)``) beyond the factor compute itself. With
-    ``no_overlap`` (CPU workers) the fused all-reduces are planned the same way but all exposed.
+    Each fused group's all-reduce is queued when its last factor is ready, each gradient bucket
+    when DDP issues it; the link serves them in ready order. Exposed is how much later the
+    iteration ends than the first-order one (``max(forward + backward, gradient comm end)``)
+    beyond the factor compute itself. With ``no_overlap`` (CPU workers) the fused all-reduces
+    are planned the same way but all exposed.
     """
-    index = {id(l): i for i, l in enumerate(layers)}
-
-    def walk(hooks: bool) -> tuple[list[float], dict[int, float], list[tuple[float, float]], float]:
-        t, ready_a, ready_g = 0.0, [], {}
-        for layer, (f, _) in zip(profile.layers, seconds):
-            t += f
-            if hooks and id(layer) in index:
-                t += fa[index[id(layer)]]
-                ready_a.append(t)
-        buckets, filled, cap = [], 0.0, DDP_FIRST_BUCKET_BYTES
-        for layer, (_, bw) in zip(reversed(profile.layers), reversed(seconds)):
-            if hooks and id(layer) in index:
-                t += fg[index[id(layer)]]
-                ready_g[index[id(layer)]] = t
-            t += bw
-            if layer.grad_bytes:
-                filled += layer.grad_bytes
-                if filled >= cap:
-                    buckets.append((t, filled))
-                    filled, cap = 0.0, DDP_BUCKET_BYTES
-        if filled:
-            buckets.append((t, filled))
-        return ready_a, ready_g, buckets, t
-
-    _, _, base_buckets, base_compute = walk(hooks=False)
-    base_end = max(base_compute, schedule.fifo_finish_s([(r, allreduce(b)) for r, b in base_buckets]))
-    ready_a, ready_g_by_layer, buckets, compute_end = walk(hooks=True)
-
-    order_g = sorted(ready_g_by_layer, key=ready_g_by_layer.get)  # backward order
-    ready_g = [ready_g_by_layer[i] for i in order_g]
-    sizes_a = [factor_bytes(l.kfac_a_dim) for l in layers]
-    sizes_g = [factor_bytes(layers[i].kfac_g_dim) for i in order_g]
-    # The planner's linear cost model, fitted to the cluster's all-reduce between the smallest and
-    # largest factor sizes.
-    lo, hi = min(sizes_a + sizes_g), max(sizes_a + sizes_g)
-    alpha, beta = schedule.fit_alpha_beta(allreduce, lo, hi) if hi > lo else (allreduce(lo), 0.0)
-
-    def gaps(ready: list[float]) -> list[float]:
-        return [ready[0]] + [b - a for a, b in zip(ready, ready[1:])]
-
-    plan.groups_a = schedule.plan_fusion(sizes_a, gaps(ready_a), alpha, beta)
-    groups_g = schedule.plan_fusion(sizes_g, gaps(ready_g), alpha, beta)
-    plan.groups_g = [[order_g[k] for k in g] for g in groups_g]
-    fused = [(groups, sizes, ready) for groups, sizes, ready in ((plan.groups_a, sizes_a, ready_a), (groups_g, sizes_g, ready_g))]
+    fused = [(groups_a, [factor_bytes(l.kfac_a_dim) for l in layers], pipeline.ready_a),  # type: ignore[arg-type]
+             (groups_g, [factor_bytes(l.kfac_g_dim) for l in layers], pipeline.ready_g)]  # type: ignore[arg-type]
     if no_overlap:  # every fused all-reduce takes its time from the iteration
-        return sum(allreduce(sum(sizes[i] for i in g)) for groups, sizes, _ in fused for g in groups)
-    jobs = [(r, allreduce(b)) for r, b in buckets]
+        return sum(link.allreduce(sum(sizes[i] for i in g)) for groups, sizes, _ in fused for g in groups)
+    base_jobs = _bucket_jobs(pipeline.base_bucket_ready, pipeline.bucket_sizes, link)
+    base_end = max(pipeline.base_compute_end, schedule.fifo_finish_s(base_jobs))
+    jobs = _bucket_jobs(pipeline.bucket_ready, pipeline.bucket_sizes, link)
     for groups, sizes, ready in fused:
-        jobs += [(max(ready[i] for i in g), allreduce(sum(sizes[i] for i in g))) for g in groups]
-    end = max(compute_end, schedule.fifo_finish_s(jobs))
-    factor_compute = sum(fa) + sum(fg)
-    return max(0.0, end - base_end - factor_compute)
-
-
-def kfac_phases(profile: Profile, cluster: Any, job: Any, compute: Any, comm: CommLike | None, quantile: float = 0.5) -> dict[str, float]:
-    """Seconds per iteration of each K-FAC phase, amortized by the update intervals.
-
-    Returns:
-        ``factor_compute``, ``exposed_factor_comm``, ``inversion``, ``inverse_broadcast`` and
-        ``preconditioning``; they add to what K-FAC puts on top of the first-order iteration.
-    """
-    return plan_kfac(profile, cluster, job, compute, comm, quantile).phases
+        jobs += [(max(ready[i] for i in g), link.allreduce(sum(sizes[i] for i in g))) for g in groups]
+    end = max(pipeline.compute_end, schedule.fifo_finish_s(jobs))
+    return max(0.0, end - base_end - factor_s)

@@ -5,6 +5,26 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from srift.job import JobLength, JobRun
+from srift.simulate.spot import SpotExpectation
+
+
+@dataclass(frozen=True)
+class BatchShare:
+    """The batch one node group takes.
+
+    Attributes:
+        group: The group's label (``g5.xlarge:4``, or ``2 x (8 x A100-40GB)`` for a cluster file).
+        gpu: Its GPU (canonical name, or ``cpu``).
+        per_gpu_batch: Samples per GPU per iteration.
+        gpus: GPUs in the group.
+    """
+
+    group: str
+    gpu: str
+    per_gpu_batch: int
+    gpus: int
+
 
 @dataclass
 class Prediction:
@@ -26,10 +46,8 @@ class Prediction:
         fits_in_memory: False when some GPU needs more memory than it has.
         memory_per_gpu_bytes: Estimated peak memory of the most loaded GPU.
         memory_breakdown_bytes: weights, gradients, optimizer_state, activations, workspace.
-        batch_split: Per node group: ``{"group": label, "per_gpu_batch": b, "gpus": n}``.
-        spot: Expected values with interruptions (None for on-demand clusters):
-            ``expected_throughput_samples_per_s``, ``expected_cost_per_hour_usd``,
-            ``expected_usd_per_million_samples``, ``interruptions_per_hour``, ``assumptions``.
+        batch_split: The batch of each node group.
+        spot: Expected values with interruptions (None for on-demand clusters).
         notes: Remarks (anchoring, extrapolation, etc).
         typical_error_pct: How far such predictions have been from measurements (leave-one-GPU-out
             MAPE of the matching validation group, srift/perf/accuracy.py); None where unvalidated.
@@ -52,12 +70,26 @@ class Prediction:
     fits_in_memory: bool
     memory_per_gpu_bytes: float
     memory_breakdown_bytes: dict[str, float] = field(default_factory=dict)
-    batch_split: list[dict[str, Any]] = field(default_factory=list)
-    spot: dict[str, Any] | None = None
+    batch_split: list[BatchShare] = field(default_factory=list)
+    spot: SpotExpectation | None = None
     notes: list[str] = field(default_factory=list)
     typical_error_pct: float | None = None
     typical_error_basis: str = ""
     compute_error_pct: float | None = None
+
+    @property
+    def expected_throughput_samples_per_s(self) -> float:
+        """Samples per second over a long run: spot interruptions included."""
+        return self.spot.expected_throughput_samples_per_s if self.spot else self.throughput_samples_per_s
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        """The GPUs the job runs on (sorted names)."""
+        return tuple(sorted({share.gpu for share in self.batch_split}))
+
+    def job_run(self, length: JobLength) -> JobRun:
+        """Steps, hours and cost of a job of ``length`` at the expected throughput."""
+        return JobRun.estimate(length, self.global_batch_size, self.expected_throughput_samples_per_s, self.cost_per_hour_usd)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -9,7 +9,7 @@ Iteration = data + forward + backward + exposed communication + communication in
 + optimizer + overhead (+ K-FAC phases). Interference: on GPUs, each second of all-reduce hidden
 behind backward still costs ``overlap_interference`` seconds (configs/perf/comm.json), scaled
 across nodes by the share of the all-reduce the GPUs spend moving data (the rest is network
-wait). Mixed clusters split the batch by speed (hetero.py) and every bucket's all-reduce waits
+wait). Mixed clusters split the batch by speed (mixed.py) and every bucket's all-reduce waits
 for the slowest worker. Spread: the p90 uses the communication model's p90 and a
 compute spread (the measured coefficient of variation, or 3 % for a structural profile) at
 z = 1.2816.
@@ -17,22 +17,24 @@ z = 1.2816.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from srift.cluster import Cluster
+from srift.cluster import Cluster, NodeGroup
 from srift.errors import SriftError
 from srift.hardware import CPU, find_gpu, gpu as gpu_spec
-from srift.job import Job
+from srift.job import Job, usd_per_million_samples
 from srift.perf.accuracy import MEASURED_ELSEWHERE, MEASURED_HERE, typical_error
 from srift.perf.comm import CommModel
 from srift.perf.compute import LayerTimes, layer_times, measured_gpu
 from srift.profile import Profile
 from srift.simulate.ddp import BucketLayout, bucket_layout, bucket_ready_s, comm_end_s
-from srift.simulate.hetero import batches_for_fastest, split_batch
+from srift.simulate.kfac import KfacPlan, kfac_memory_bytes, plan_kfac
 from srift.simulate.memory import fits, memory_breakdown_bytes
-from srift.simulate.prediction import Prediction
+from srift.simulate.mixed import batches_for_fastest, split_batch
+from srift.simulate.prediction import BatchShare, Prediction
 from srift.simulate.spot import spot_expectation
 
 Z90 = 1.2816
@@ -119,7 +121,9 @@ class Predictor:
         self._profiles: dict[tuple[int, int], Profile] = {}
         self._compute: dict[tuple[str, int], _Compute] = {}
         self._memory: dict[int, dict[str, float]] = {}
-        self._allreduce: dict[tuple[int, float | str], Any] = {}
+        # Keyed by the model itself (not its id(): a freed model's id can come back for another).
+        self._allreduce: dict[tuple[CommModel, float], np.ndarray] = {}
+        self._gpu_side_of: dict[CommModel, float] = {}
         measured_cv = None
         ph = profile.phases
         if ph.total_s and ph.total_s_std is not None:
@@ -160,35 +164,33 @@ class Predictor:
         if m is None:
             m = memory_breakdown_bytes(self.profile_at(batch), self.precision)
             m["activations"] *= self._act_factor
-            if self.job.optimizer == "kfac":
-                from srift.simulate.kfac import kfac_memory_bytes
-
+            if self.job.kfac:
                 m["kfac_factors"] = kfac_memory_bytes(self.base)
             self._memory[batch] = m
         return m
 
     def _allreduce_s(self, comm: CommModel, quantile: float) -> np.ndarray:
-        key = (id(comm), quantile)
+        key = (comm, quantile)
         ar = self._allreduce.get(key)
         if ar is None:
             if len(self._allreduce) > 4096:
                 self._allreduce.clear()
+                self._gpu_side_of.clear()
             ar = self._allreduce[key] = np.asarray(comm.allreduce_time_s(self.bucket_sizes_bytes, quantile), dtype=float)
         return ar
 
     def _gpu_side(self, comm: CommModel) -> float:
-        key = (id(comm), "gpu_side")
-        f = self._allreduce.get(key)
+        f = self._gpu_side_of.get(comm)
         if f is None:
-            f = self._allreduce[key] = comm.gpu_side_fraction(self.bucket_sizes_bytes)
-        return float(f)
+            f = self._gpu_side_of[comm] = comm.gpu_side_fraction(self.bucket_sizes_bytes)
+        return f
 
     # ---- batches ---------------------------------------------------------------------------
     def batches(self, cluster: Cluster) -> list[int]:
         """Per-GPU batch of each node group."""
         groups = cluster.node_groups
         gpus = [g.gpus for g in groups]
-        if len({g.gpu for g in groups}) == 1:
+        if not cluster.heterogeneous:
             if self.job.global_batch_size is None:
                 return [self.ref_batch] * len(groups)
             speeds = [1.0] * len(groups)
@@ -213,25 +215,8 @@ class Predictor:
         slowest = max(range(len(comps)), key=lambda i: comps[i].compute_end_s)
         crit = comps[slowest]
         compute_end = crit.compute_end_s
-        ready = comps[0].ready_rel_s
-        for c in comps[1:]:
-            ready = np.maximum(ready, c.ready_rel_s)
-
         comm = CommModel.for_cluster(cluster)
-        ar50 = self._allreduce_s(comm, 0.5)
-        ar90 = self._allreduce_s(comm, 0.9)
-        interference50 = interference90 = 0.0
-        if any(g.gpu == CPU for g in groups):
-            # CPU workers: gloo's all-reduce runs on the same cores as the compute, so it takes
-            # its time from the iteration instead of hiding behind backward.
-            exposed50, exposed90 = float(ar50.sum()), float(ar90.sum())
-        else:
-            exposed50 = max(0.0, comm_end_s(ready, ar50) - compute_end)
-            exposed90 = max(0.0, comm_end_s(ready, ar90) - compute_end)
-            # The all-reduce hidden behind backward still slows it (shared SMs and memory).
-            k = comm.params.overlap_interference * self._gpu_side(comm)
-            interference50 = k * max(0.0, float(ar50.sum()) - exposed50)
-            interference90 = k * max(0.0, float(ar90.sum()) - exposed90)
+        ar = self._communication(cluster, comps, compute_end, comm)
         optimizer = max(c.times.optimizer_s for c in comps)
         overhead = max(c.times.overhead_s for c in comps)
         data = max((self.profile_at(b).phases.data_s or 0.0) for b in batches)
@@ -240,65 +225,27 @@ class Predictor:
             "data": data,
             "forward": crit.forward_s,
             "backward": compute_end - crit.forward_s,
-            "exposed_comm": exposed50,
-            "comm_interference": interference50,
+            "exposed_comm": ar.exposed_s,
+            "comm_interference": ar.interference_s,
             "optimizer": optimizer,
             "overhead": overhead,
         }
-        extra90 = 0.0
-        kfac_measured = False
-        if self.job.optimizer == "kfac":
-            from srift.simulate.kfac import kfac_phases, plan_kfac
-
+        kfac = None
+        if self.job.kfac:
             prof = self.profile_at(batches[slowest], self.source_for(groups[slowest].gpu))
-            plan = plan_kfac(prof, cluster, self.job, crit.times, comm)
-            breakdown.update(plan.phases)
-            kfac_measured = plan.measured_kernels
-            p90_phases = kfac_phases(prof, cluster, self.job, crit.times, comm, quantile=0.9)
-            extra90 = sum(p90_phases.values())
+            kfac = plan_kfac(prof, cluster, self.job, crit.times, comm, self.layout)
+            breakdown.update(kfac.phases.as_dict())
         iteration = sum(breakdown.values())
-        p90 = data + compute_end * (1.0 + Z90 * self.compute_cv) + exposed90 + interference90 + optimizer + overhead + extra90
-        breakdown["comm_total"] = float(ar50.sum())
+        p90 = (data + compute_end * (1.0 + Z90 * self.compute_cv) + ar.exposed_p90_s + ar.interference_p90_s + optimizer
+               + overhead + (kfac.phases_p90.total_s if kfac is not None else 0.0))
+        breakdown["comm_total"] = ar.total_s
 
         global_batch = sum(b * g.gpus for b, g in zip(batches, groups))
         throughput = global_batch / iteration
         cost = cluster.usd_per_hour
-        per_million = cost / (throughput * 3600.0) * 1e6 if cost is not None else None
-
-        mem_total = 0.0
-        mem_break: dict[str, float] = {}
-        ok = True
-        for g, b in zip(groups, batches):
-            m = self.memory(b)
-            total = sum(m.values())
-            if g.gpu != CPU:
-                cap = g.gpu_memory_gib if g.gpu_memory_gib is not None else gpu_spec(g.gpu).memory_gib
-                ok = ok and fits(total, cap)
-            if total > mem_total:
-                mem_total, mem_break = total, m
-        if not ok:
-            bottleneck = "memory"
-        elif exposed50 + interference50 > COMM_BOUND_FRACTION * iteration:
-            bottleneck = "communication"
-        else:
-            bottleneck = "compute"
+        memory = self._memory_fit(groups, batches)
+        error_pct, error_basis, compute_error_pct = self._typical_error(cluster, crit.times)
         state_bytes = self.base.params * (4.0 + float(self.base.optimizer.get("state_bytes_per_param", 4)))
-        notes = []
-        if crit.times.anchored_from:
-            notes.append(f"compute scaled from times measured on {crit.times.anchored_from}, carrying part of their "
-                         "departure from the model (a GPU's own quirks do not carry over; README: Accuracy)")
-        elif crit.times.anchored:
-            notes.append("compute anchored on measured times")
-        if kfac_measured:
-            notes.append("K-FAC kernels from the profile's measured times (srift profile --kfac)")
-        measured = (MEASURED_ELSEWHERE if crit.times.anchored_from else MEASURED_HERE) if crit.times.anchored else None
-        links = {g.intra_node for g in groups}
-        cpu = any(g.gpu == CPU for g in groups)
-        error_pct, error_basis = typical_error(cluster.nodes, cluster.gpus, cpu, measured, links.pop() if len(links) == 1 else None)
-        if self.job.optimizer == "kfac" and error_pct is not None:
-            # The figures come from first-order DDP runs; no GPU K-FAC run was there to check.
-            error_basis += ("; for the first-order part only: K-FAC's phases have no GPU measurement to check them "
-                            "(scripts/bench_kfac.py compares them on CPU workers: README, Second-order training)")
         return Prediction(
             cluster=cluster.name,
             gpus=cluster.gpus,
@@ -307,21 +254,100 @@ class Predictor:
             p90_iteration_time_s=max(p90, iteration),
             throughput_samples_per_s=throughput,
             cost_per_hour_usd=cost,
-            usd_per_million_samples=per_million,
+            usd_per_million_samples=usd_per_million_samples(cost, throughput),
             breakdown=breakdown,
-            bottleneck=bottleneck,
-            fits_in_memory=ok,
-            memory_per_gpu_bytes=mem_total,
-            memory_breakdown_bytes=dict(mem_break),
-            batch_split=[
-                {"group": g.label, "gpu": g.gpu, "per_gpu_batch": b, "gpus": g.gpus} for g, b in zip(groups, batches)
-            ],
+            bottleneck=bottleneck(memory.fits, ar.exposed_s + ar.interference_s, iteration),
+            fits_in_memory=memory.fits,
+            memory_per_gpu_bytes=memory.per_gpu_bytes,
+            memory_breakdown_bytes=dict(memory.breakdown_bytes),
+            batch_split=[BatchShare(g.label, g.gpu, b, g.gpus) for g, b in zip(groups, batches)],
             spot=spot_expectation(cluster, state_bytes, throughput, cost),
-            notes=notes,
+            notes=self._notes(crit.times, kfac),
             typical_error_pct=error_pct,
             typical_error_basis=error_basis,
-            compute_error_pct=typical_error(1, 1, cpu, measured)[0],
+            compute_error_pct=compute_error_pct,
         )
+
+    def _communication(self, cluster: Cluster, comps: list[_Compute], compute_end: float, comm: CommModel) -> _AllReduce:
+        """The gradient all-reduce's exposed time and interference at the median and the p90."""
+        ready = comps[0].ready_rel_s
+        for c in comps[1:]:
+            ready = np.maximum(ready, c.ready_rel_s)  # a bucket waits for its slowest worker
+        ar50 = self._allreduce_s(comm, 0.5)
+        ar90 = self._allreduce_s(comm, 0.9)
+        if any(g.gpu == CPU for g in cluster.node_groups):
+            # CPU workers: gloo's all-reduce runs on the same cores as the compute, so it takes
+            # its time from the iteration instead of hiding behind backward.
+            return _AllReduce(float(ar50.sum()), float(ar90.sum()), 0.0, 0.0, float(ar50.sum()))
+        exposed50 = max(0.0, comm_end_s(ready, ar50) - compute_end)
+        exposed90 = max(0.0, comm_end_s(ready, ar90) - compute_end)
+        # The all-reduce hidden behind backward still slows it (shared SMs and memory).
+        k = comm.params.overlap_interference * self._gpu_side(comm)
+        return _AllReduce(exposed50, exposed90, k * max(0.0, float(ar50.sum()) - exposed50),
+                          k * max(0.0, float(ar90.sum()) - exposed90), float(ar50.sum()))
+
+    def _memory_fit(self, groups: Sequence[NodeGroup], batches: list[int]) -> _MemoryFit:
+        """Whether every GPU holds its share, and the most loaded GPU's memory."""
+        most, most_breakdown, ok = 0.0, {}, True
+        for g, b in zip(groups, batches):
+            m = self.memory(b)
+            total = sum(m.values())
+            if g.gpu != CPU:
+                cap = g.gpu_memory_gib if g.gpu_memory_gib is not None else gpu_spec(g.gpu).memory_gib
+                ok = ok and fits(total, cap)
+            if total > most:
+                most, most_breakdown = total, m
+        return _MemoryFit(ok, most, most_breakdown)
+
+    def _typical_error(self, cluster: Cluster, times: LayerTimes) -> tuple[float | None, str, float | None]:
+        """The validation figure of this prediction, what it rests on, and the compute part's."""
+        measured = (MEASURED_ELSEWHERE if times.anchored_from else MEASURED_HERE) if times.anchored else None
+        links = {g.intra_node for g in cluster.node_groups}
+        cpu = any(g.gpu == CPU for g in cluster.node_groups)
+        pct, basis = typical_error(cluster.nodes, cluster.gpus, cpu, measured, links.pop() if len(links) == 1 else None)
+        if self.job.kfac and pct is not None:
+            # The figures come from first-order DDP runs; no GPU K-FAC run was there to check.
+            basis += ("; for the first-order part only: K-FAC's phases have no GPU measurement to check them "
+                      "(scripts/bench_kfac.py compares them on CPU workers: README, Second-order training)")
+        return pct, basis, typical_error(1, 1, cpu, measured)[0]
+
+    @staticmethod
+    def _notes(times: LayerTimes, kfac: KfacPlan | None) -> list[str]:
+        notes = []
+        if times.anchored_from:
+            notes.append(f"compute scaled from times measured on {times.anchored_from}, carrying part of their "
+                         "departure from the model (a GPU's own quirks do not carry over; README: Accuracy)")
+        elif times.anchored:
+            notes.append("compute anchored on measured times")
+        if kfac is not None and kfac.measured_kernels:
+            notes.append("K-FAC kernels from the profile's measured times (srift profile --kfac)")
+        return notes
+
+
+@dataclass(frozen=True)
+class _AllReduce:
+    """The gradient all-reduce of one iteration, in seconds."""
+
+    exposed_s: float
+    exposed_p90_s: float
+    interference_s: float
+    interference_p90_s: float
+    total_s: float
+
+
+@dataclass(frozen=True)
+class _MemoryFit:
+    fits: bool
+    per_gpu_bytes: float
+    breakdown_bytes: dict[str, float]
+
+
+def bottleneck(fits_in_memory: bool, comm_cost_s: float, iteration_s: float) -> str:
+    """``memory`` when the job does not fit, ``communication`` when the all-reduce's exposed time
+    and interference exceed COMM_BOUND_FRACTION of the iteration, else ``compute``."""
+    if not fits_in_memory:
+        return "memory"
+    return "communication" if comm_cost_s > COMM_BOUND_FRACTION * iteration_s else "compute"
 
 
 def predict(profile: Profile, cluster: Cluster, job: Job | None = None, more_profiles: Sequence[Profile] = ()) -> Prediction:

@@ -21,18 +21,48 @@ Assumptions (also in docs/simulator.md):
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
 
 from srift.cluster import Cluster
+from srift.job import usd_per_million_samples
 
 VM_STARTUP_S = 87.0
 JOB_RESTART_S = 60.0
 CHECKPOINT_FIXED_S = 10.0
 CHECKPOINT_BYTES_PER_S = 1e9
 MIN_INTERVAL_S, MAX_INTERVAL_S = 300.0, 7200.0
+ASSUMPTIONS = ("Poisson interruptions at the catalog rate; any interruption restarts the whole DDP job "
+               "from its last checkpoint (Young's interval); see srift/simulate/spot.py")
 
 
-def spot_expectation(cluster: Cluster, state_bytes: float, throughput: float, cost_per_hour: float | None) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class SpotExpectation:
+    """Expected values of a job on a cluster with spot nodes (see module docstring).
+
+    Attributes:
+        interruptions_per_hour: Expected interruptions of the whole cluster per hour.
+        useful_fraction: Share of wall time that trains (restarts, lost work and checkpoints aside).
+        expected_throughput_samples_per_s: Throughput x useful fraction.
+        expected_cost_per_hour_usd: What the cluster bills per hour (None when unpriced).
+        expected_usd_per_million_samples: Cost of a million samples at the expected throughput.
+        checkpoint_interval_s: Seconds between checkpoints (Young's rule, clipped).
+        checkpoint_s: Seconds one checkpoint takes.
+        restart_s: Seconds from an interruption to training again.
+        assumptions: What the figures rest on.
+    """
+
+    interruptions_per_hour: float
+    useful_fraction: float
+    expected_throughput_samples_per_s: float
+    expected_cost_per_hour_usd: float | None
+    expected_usd_per_million_samples: float | None
+    checkpoint_interval_s: float
+    checkpoint_s: float
+    restart_s: float
+    assumptions: str = ASSUMPTIONS
+
+
+def spot_expectation(cluster: Cluster, state_bytes: float, throughput: float, cost_per_hour: float | None) -> SpotExpectation | None:
     """Expected values under interruptions, or None when the cluster has no spot node.
 
     Args:
@@ -51,16 +81,13 @@ def spot_expectation(cluster: Cluster, state_bytes: float, throughput: float, co
     restart = VM_STARTUP_S + JOB_RESTART_S
     useful = max(0.0, 1.0 - rate_per_s * (restart + interval / 2.0)) / (1.0 + ckpt_s / interval)
     exp_tp = throughput * useful
-    exp_cost = cost_per_hour
-    return {
-        "interruptions_per_hour": rate_per_s * 3600.0,
-        "useful_fraction": useful,
-        "expected_throughput_samples_per_s": exp_tp,
-        "expected_cost_per_hour_usd": exp_cost,
-        "expected_usd_per_million_samples": (exp_cost / (exp_tp * 3600.0) * 1e6) if (exp_cost is not None and exp_tp > 0) else None,
-        "checkpoint_interval_s": interval,
-        "checkpoint_s": ckpt_s,
-        "restart_s": restart,
-        "assumptions": "Poisson interruptions at the catalog rate; any interruption restarts the whole DDP job "
-                       "from its last checkpoint (Young's interval); see srift/simulate/spot.py",
-    }
+    return SpotExpectation(
+        interruptions_per_hour=rate_per_s * 3600.0,
+        useful_fraction=useful,
+        expected_throughput_samples_per_s=exp_tp,
+        expected_cost_per_hour_usd=cost_per_hour,  # the bill runs the whole time
+        expected_usd_per_million_samples=usd_per_million_samples(cost_per_hour, exp_tp),
+        checkpoint_interval_s=interval,
+        checkpoint_s=ckpt_s,
+        restart_s=restart,
+    )

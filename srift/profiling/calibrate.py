@@ -243,7 +243,7 @@ def calibration_cluster(calib: dict[str, Any], name: str | None = None, network:
     return {
         "name": name or (f"measured-{calib['backend']}-{nodes}x{per_node}" if nodes > 1 else f"local-{calib['backend']}-{world}"),
         "description": f"{where}, {world} {calib['backend']} workers, measured by srift calibrate comm"
-                       + (f"; network_gbps is the bus bandwidth of the largest all-reduce" if nodes > 1 else ""),
+                       + ("; network_gbps is the bus bandwidth of the largest all-reduce" if nodes > 1 else ""),
         "node_groups": [{"count": nodes, "gpus_per_node": per_node, "gpu": gpu, "intra_node": intra,
                          "network_gbps": gbps, "network": network}],
         "comm_calibration": calib,

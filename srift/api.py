@@ -1,0 +1,266 @@
+"""What each command computes: names and paths in, typed results out, nothing printed.
+
+The commands (srift/commands/) parse their flags, call one function here and hand its result to
+one renderer (srift/report/). Scripts and notebooks can call these functions the same way.
+
+Nothing here imports torch at import time: ``profile_*`` and ``calibrate_comm`` import it when
+called (``require_torch`` says clearly when it is missing).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from srift.catalog import Instance, get_instance, load_catalog
+from srift.catalog.spec import cluster_from_spec
+from srift.cluster import Cluster, load_cluster
+from srift.errors import SriftError
+from srift.files import read_json
+from srift.hardware import GpuSpec, matching_gpus
+from srift.hardware import gpu as gpu_spec
+from srift.job import Job
+from srift.jobfile import JobFile
+from srift.profile import Profile
+from srift.report.format import usd
+from srift.results import (
+    CHECK_SCHEMA,
+    CheckedConfiguration,
+    CheckResult,
+    MetricChange,
+    PredictResult,
+    RecommendResult,
+)
+from srift.search import search
+from srift.search.limits import Constraints, check_limits
+from srift.search.rank import SearchResult
+from srift.simulate import Predictor
+from srift.simulate.memory import fits
+from srift.zoo import canonical_name, load_builtin_profile
+
+if TYPE_CHECKING:
+    from srift.profiling.runner import ProfileResult
+
+# ---- what the user names ------------------------------------------------------------------------
+def resolve_profiles(model: str | None, profiles: Sequence[str] | None) -> tuple[Profile, list[Profile]]:
+    """``--model NAME`` (a shipped profile, torch-free), or ``--profile FILE`` given once or more
+    (the same job measured on different GPUs; the Predictor checks that they fit together): the
+    first profile and the rest. Profiles come at their own batch and sequence length.
+
+    Raises:
+        SriftError: unless exactly one of a model and profiles is given.
+    """
+    files = list(profiles or [])
+    if (model is None) == (not files):
+        raise SriftError(
+            "give exactly one of --model and --profile.",
+            "use --model NAME for a built-in model (e.g. resnet50) or --profile FILE for a profile from `srift profile`.",
+        )
+    if model is not None:
+        return load_builtin_profile(model), []
+    return Profile.load(files[0]), [Profile.load(f) for f in files[1:]]
+
+
+def resolve_cluster(instance: str | None, cluster_file: str | None, region: str = "us-east-1", spot: bool = False) -> Cluster:
+    """The cluster of ``--instance SPEC`` (catalog) or ``--cluster FILE``; exactly one.
+
+    Raises:
+        SriftError: unless exactly one is given.
+    """
+    if (instance is None) == (cluster_file is None):
+        raise SriftError(
+            "give exactly one of --instance and --cluster.",
+            "use --instance TYPE[:COUNT][+TYPE[:COUNT]] (e.g. p3.16xlarge:2) or --cluster FILE (a cluster YAML).",
+        )
+    if instance is not None:
+        return cluster_from_spec(instance, region=region, spot=spot)
+    cluster = load_cluster(cluster_file)  # type: ignore[arg-type]
+    return cluster.on_spot() if spot else cluster
+
+
+# ---- predict ------------------------------------------------------------------------------------
+def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None = None, instance: str | None = None,
+            cluster_file: str | None = None, region: str = "us-east-1", spot: bool = False) -> PredictResult:
+    """Predict ``job`` of a model or profile(s) on an instance spec or a cluster file."""
+    prof, more = resolve_profiles(model, profiles)
+    cluster = resolve_cluster(instance, cluster_file, region=region, spot=spot)
+    pred = Predictor(prof, job, more).predict(cluster)
+    return PredictResult(pred, prof.name, job.precision or prof.precision, job.optimizer, job.kfac_strategy, spot)
+
+
+# ---- recommend ----------------------------------------------------------------------------------
+def recommend(job: Job, constraints: Constraints, model: str | None = None, profiles: Sequence[str] | None = None,
+              region: str = "us-east-1") -> RecommendResult:
+    """Search the region's catalog for the best configurations of a model or profile(s)."""
+    constraints.require_length(job.length)
+    prof, more = resolve_profiles(model, profiles)
+    predictor = Predictor(prof, job, more)
+    return RecommendResult(_search(predictor, constraints, region), constraints, job, prof.name, predictor.precision,
+                           predictor.ref_batch, (job.seq_len or prof.seq_len) if prof.seq_len else None, region)
+
+
+def _search(predictor: Predictor, constraints: Constraints, region: str) -> SearchResult:
+    job = predictor.job
+    per_gpu = sum(predictor.memory(predictor.ref_batch).values())
+
+    def memory_ok(inst: Instance) -> bool:  # with a fixed global batch the per-GPU batch varies: let the simulator judge
+        return job.global_batch_size is not None or fits(per_gpu, inst.gpu_memory_gib)
+
+    return search(load_catalog(region), predictor.predict, constraints, job.length, per_gpu_memory_ok=memory_ok)
+
+
+def no_fit_error(result: RecommendResult) -> SriftError | None:
+    """None when some configuration meets the limits; else the error naming the limit that removed
+    the last configurations and the one that came closest."""
+    found, c = result.search, result.constraints
+    if found.recommendations:
+        return None
+    near = ""
+    closest = found.closest
+    if closest is not None:
+        near = f" Closest: {closest.label} at {usd(closest.cost_per_hour_usd)}/h"
+        if closest.job_hours is not None:
+            near += f", {closest.job_hours:,.1f} h, {usd(closest.job_cost_usd)}"
+        near += "."
+    what = {
+        "budget": f"the budget of {usd(c.budget_usd_per_hour)}/h",
+        "deadline": f"the deadline of {c.deadline_hours:g} h" if c.deadline_hours else "the deadline",
+        "max-cost": f"the maximum cost of {usd(c.max_cost_usd)}" if c.max_cost_usd else "the maximum cost",
+        "memory": "GPU memory (the job fits on no GPU at this batch size)",
+    }[found.cut_by or "budget"]
+    hint = "lower --batch-size, use --precision amp, or allow larger GPUs." if found.cut_by == "memory" else "relax that limit."
+    return SriftError(f"no configuration meets {what}.{near}", hint, exit_code=1)
+
+
+# ---- check --------------------------------------------------------------------------------------
+_COMPARED = ("predicted_cost_usd", "predicted_hours", "cost_per_hour_usd")
+
+
+def check(jobfile: JobFile, compare_to: str | None = None) -> CheckResult:
+    """Predict the job of a job file (on its instance, or on what `srift recommend` would choose
+    within its limits) and compare it with its limits, and with a baseline result if given.
+
+    Raises:
+        SriftError: for a bad baseline, an unpriced instance, or a job that fits no GPU (exit 1).
+    """
+    base = load_baseline(compare_to) if compare_to else None
+    as_of = load_catalog(jobfile.region)[0].as_of
+    profile, more = resolve_profiles(jobfile.model, jobfile.profiles)
+    job = jobfile.job
+    assert job.length is not None  # a job file always has one
+    predictor = Predictor(profile, job, more)
+    if jobfile.instance is not None:
+        cluster = resolve_cluster(jobfile.instance, None, region=jobfile.region, spot=jobfile.spot)
+        pred, instance, chosen_by = predictor.predict(cluster), jobfile.instance, "job file"
+    else:
+        found = _search(predictor, Constraints.of_check(jobfile.limits, jobfile.spot), jobfile.region)
+        best = found.recommendations[0] if found.recommendations else found.closest
+        if best is None:
+            raise SriftError("no configuration could be predicted for this job (it fits no GPU at this batch size).",
+                             "lower batch_size, or give an instance.", exit_code=1)
+        pred, instance = best.prediction, best.instance
+        chosen_by = "srift recommend (cheapest under the limits)" if found.recommendations else "closest to the limits"
+    cost_h = pred.cost_per_hour_usd
+    if cost_h is None:
+        raise SriftError(f"'{instance}' has no price in the catalog, so its cost cannot be checked.", "choose a priced instance type.")
+    run = pred.job_run(job.length)
+    assert run.cost_usd is not None
+    limits = check_limits(jobfile.limits, run, cost_h, pred.fits_in_memory)
+    config = CheckedConfiguration(instance, jobfile.spot, pred.gpus, chosen_by, pred.global_batch_size, pred.iteration_time_s,
+                                  pred.expected_throughput_samples_per_s, pred.bottleneck, jobfile.region,
+                                  pred.typical_error_pct, pred.typical_error_basis)
+    result = CheckResult(all(c.passed for c in limits), run.cost_usd, run.hours, cost_h, config, profile.name,
+                         job.precision or profile.precision, run.steps, job.optimizer, limits, as_of)
+    return dataclasses.replace(result, change=compare(result, base)) if base is not None else result
+
+
+def compare(result: CheckResult, base: Mapping[str, Any]) -> dict[str, MetricChange]:
+    """Cost, hours and $/h against an earlier result (absolute and %).
+
+    Raises:
+        SriftError: when the baseline lacks one of those figures.
+    """
+    out = {}
+    for key in _COMPARED:
+        new, old = getattr(result, key), base.get(key)
+        if not isinstance(old, (int, float)) or isinstance(old, bool):
+            raise SriftError(f"the baseline has no numeric '{key}'.", "pass a JSON file written by `srift check --out-file`.")
+        out[key] = MetricChange(old, new, new - old, ((new - old) / old * 100.0) if old else None)
+    return out
+
+
+def load_baseline(path: str) -> dict[str, Any]:
+    """Read a JSON result written by `srift check --out-file`.
+
+    Raises:
+        SriftError: for a missing file, bad JSON or another document.
+    """
+    p = Path(path)
+    data = read_json(p, "baseline", "pass a JSON file written by `srift check --out-file` on the base branch.")
+    if not isinstance(data, dict) or data.get("schema") != CHECK_SCHEMA:
+        raise SriftError(f"baseline '{p}' is not a srift check result.", "pass a file written by `srift check --out-file`.")
+    return data
+
+
+# ---- catalog ------------------------------------------------------------------------------------
+def catalog_list(gpus: Sequence[str] = (), region: str = "us-east-1") -> list[Instance]:
+    """The region's GPU instance types, only those of the named GPUs (names or aliases) if any."""
+    wanted = set().union(*(matching_gpus(g) for g in gpus)) if gpus else set()
+    return [i for i in load_catalog(region) if not wanted or i.gpu_name in wanted]
+
+
+def catalog_show(instance_type: str, region: str = "us-east-1") -> tuple[Instance, GpuSpec]:
+    """One instance type and its GPU's datasheet."""
+    inst = get_instance(instance_type, region)
+    return inst, gpu_spec(inst.gpu_name)
+
+
+def catalog_refresh(region: str = "us-east-1", progress: Callable[[str], None] | None = None) -> list[Instance]:
+    """Re-price the region's catalog from AWS (boto3) into the user cache."""
+    from srift.catalog.aws import refresh  # boto3: only for this command
+
+    return refresh(region, progress=progress)
+
+
+# ---- profile and calibrate (torch) --------------------------------------------------------------
+def require_torch(command: str) -> None:
+    """Raise a clear error when torch, which ``command`` needs, is not installed."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise SriftError(f"`{command}` needs PyTorch, which is not installed.",
+                         "install the torch extra in your srift checkout: pip install -e '.[torch]'.") from None
+
+
+def profile_model(model: str, batch_size: int | None = None, seq_len: int | None = None, precision: str = "fp32",
+                  name: str | None = None, output: str | None = None) -> tuple[Profile, Path]:
+    """Write the structural profile of a zoo model (default ``profiles/<name>.yaml``)."""
+    require_torch("srift profile")
+    from srift.zoo.models import structural_profile  # torch
+
+    key = canonical_name(model)
+    prof = structural_profile(key, batch_size=batch_size, seq_len=seq_len, precision=precision)
+    if name:
+        prof.name = name
+    return prof, prof.save(output or f"profiles/{name or key}.yaml")
+
+
+def profile_script(script: str, args: Sequence[str], warmup: int = 5, iters: int = 20, output: str | None = None,
+                   name: str | None = None, batch_size: int | None = None, kfac: bool = False) -> "ProfileResult":
+    """Run a training script under the profiler and write its profile (srift/profiling/runner.py)."""
+    require_torch("srift profile")
+    from srift.profiling.runner import profile_script as run  # torch
+
+    return run(script, list(args), warmup=warmup, iters=iters, output=output, name=name, batch_size=batch_size, kfac=kfac)
+
+
+def calibrate_comm(backend: str, nproc: int, output: str, sizes: list[int] | None = None, reps: int = 10,
+                   network: str = "ethernet") -> dict[str, Any] | None:
+    """Measure all-reduce and broadcast times and write a cluster file (None on torchrun ranks
+    other than 0, which write nothing)."""
+    require_torch("srift calibrate comm")
+    from srift.profiling.calibrate import calibrate  # torch
+
+    return calibrate(backend, nproc, output, sizes, reps, network)

@@ -1,0 +1,191 @@
+"""The job file of `srift check` (YAML, default ``srift.yaml``) and where each setting comes from.
+
+::
+
+    model: resnet50            # or profile: path/to/profile.yaml (relative to the job file), or a list, one per GPU
+    batch_size: 64             # per GPU
+    seq_len: 128               # sequence models only
+    precision: amp             # fp32 | tf32 | amp
+    steps: 50000               # or epochs: 90 with dataset_size: 1281167
+    optimizer: sgd             # sgd | kfac
+    instance: p3.16xlarge:2    # optional; without it: what `srift recommend` would choose
+    spot: false
+    region: us-east-1
+    limits: {max_cost_usd: 500, max_hours: 24, max_usd_per_hour: 30}
+
+Settings resolve as: command-line flag > environment variable (``SRIFT_`` + the field name in
+capitals: ``SRIFT_MODEL``, ``SRIFT_BATCH_SIZE``, ``SRIFT_MAX_COST_USD``, ...) > job file.
+
+This module parses and merges (types, unknown keys, which source wins); what the settings mean is
+validated where they are defined: the training settings by ``srift.job.Job``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from srift.errors import SriftError, one_of
+from srift.files import read_yaml
+from srift.job import OPTIMIZERS, PRECISIONS, Job, JobLength
+
+# The limits a job file may set, in the order `srift check` reports them.
+LIMITS = ("max_cost_usd", "max_hours", "max_usd_per_hour")
+
+# field -> (type, description for messages)
+FIELDS: dict[str, tuple[type, str]] = {
+    "model": (str, "a built-in model name"),
+    "profile": (str, "a profile file path, or a list of them (the same job measured on several GPUs)"),
+    "batch_size": (int, "a positive integer (per-GPU batch)"),
+    "seq_len": (int, "a positive integer"),
+    "precision": (str, one_of(PRECISIONS)),
+    "steps": (int, "a positive integer"),
+    "epochs": (float, "a positive number"),
+    "dataset_size": (int, "a positive integer"),
+    "optimizer": (str, one_of(OPTIMIZERS)),
+    "instance": (str, "an instance spec like p3.16xlarge:2"),
+    "spot": (bool, "true or false"),
+    "region": (str, "an AWS region like us-east-1"),
+}
+_JOB_FIELDS = ("batch_size", "seq_len", "precision", "optimizer")
+_LENGTH_FIELDS = ("steps", "epochs", "dataset_size")
+
+
+@dataclass(frozen=True)
+class JobFile:
+    """A job file after environment and flag overrides.
+
+    Attributes:
+        model: A built-in model name, or None when ``profiles`` are given.
+        profiles: Profile files (paths resolved against the job file's folder), or None.
+        job: The training settings, with their length.
+        instance: An instance spec to check, or None for what `srift recommend` would choose.
+        spot: Price the instances on spot.
+        region: Catalog region.
+        limits: Limit name (one of LIMITS) -> allowed value.
+    """
+
+    model: str | None
+    profiles: list[str] | None
+    job: Job
+    instance: str | None = None
+    spot: bool = False
+    region: str = "us-east-1"
+    limits: dict[str, float] = field(default_factory=dict)
+
+
+def _coerce(name: str, value: Any, source: str) -> Any:
+    """``value`` of field ``name`` as its type (strings from environment variables are parsed)."""
+    kind, desc = FIELDS[name] if name in FIELDS else (float, "a positive number")
+    bad = SriftError(f"{source}: '{name}' must be {desc}, got {value!r}.", f"fix '{name}' in the job file (or its SRIFT_ variable).")
+    if name == "profile" and isinstance(value, list):
+        if not value or not all(isinstance(v, str) and v.strip() for v in value):
+            raise bad
+        return [v.strip() for v in value]
+    if isinstance(value, str) and kind is not str:  # from an environment variable
+        text = value.strip().lower()
+        if kind is bool:
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise bad
+        try:
+            value = int(text) if kind is int else float(text)
+        except ValueError:
+            raise bad from None
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise bad
+        return value
+    if kind is str:
+        if not isinstance(value, str) or not value.strip():
+            raise bad
+        return value.strip()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise bad
+    if kind is int and (not float(value).is_integer()):
+        raise bad
+    if value <= 0:
+        raise bad
+    return int(value) if kind is int else float(value)
+
+
+def _read(path: str, source: str) -> dict[str, Any]:
+    """The file's fields (unknown keys refused)."""
+    raw = read_yaml(path, "job file")
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise SriftError(f"{source}: the job file must be a mapping of fields.", "see `srift check --help` for the format.")
+    unknown = sorted(set(raw) - set(FIELDS) - {"limits"})
+    if unknown:
+        raise SriftError(f"{source}: unknown key(s) {', '.join(unknown)}.", f"use only {', '.join(list(FIELDS) + ['limits'])}.")
+    return dict(raw)
+
+
+def _limits_of(data: dict[str, Any], source: str) -> dict[str, Any]:
+    limits_raw = data.pop("limits", None) or {}
+    if not isinstance(limits_raw, dict):
+        raise SriftError(f"{source}: 'limits' must be a mapping.", f"write limits: {{{', '.join(f'{k}: ...' for k in LIMITS)}}}.")
+    unknown = sorted(set(limits_raw) - set(LIMITS))
+    if unknown:
+        raise SriftError(f"{source}: unknown limit(s) {', '.join(unknown)}.", f"use only {', '.join(LIMITS)}.")
+    return dict(limits_raw)
+
+
+def _merge(data: dict[str, Any], limits: dict[str, Any], overrides: Mapping[str, Any], env: Mapping[str, str]) -> None:
+    """Apply environment variables, then flags, over the file's values (in place)."""
+    if any(overrides.get(k) is not None or env.get(f"SRIFT_{k.upper()}") for k in ("model", "profile")):
+        data.pop("model", None)  # a flag or variable naming the model or profile replaces the file's
+        data.pop("profile", None)
+    for name in list(FIELDS) + list(LIMITS):
+        target = limits if name in LIMITS else data
+        var = f"SRIFT_{name.upper()}"
+        if env.get(var) not in (None, ""):
+            target[name] = env[var]
+        if overrides.get(name) is not None:
+            target[name] = overrides[name]
+
+
+def load_jobfile(path: str | None, overrides: Mapping[str, Any] | None = None,
+                 env: Mapping[str, str] | None = None) -> JobFile:
+    """Read, merge and validate a job file.
+
+    Args:
+        path: Job file (None: no file, everything from env and flags).
+        overrides: Command-line values by field or limit name (None entries are ignored).
+        env: Environment (default: os.environ).
+
+    Raises:
+        SriftError: naming the field that is missing, unknown or wrong.
+    """
+    env = os.environ if env is None else env
+    source = "job file" if path is None else str(path)
+    data = _read(path, source) if path is not None else {}
+    limits = _limits_of(data, source)
+    _merge(data, limits, overrides or {}, env)
+    values = {k: _coerce(k, v, source) for k, v in data.items() if v is not None}
+    allowed = {k: _coerce(k, v, source) for k, v in limits.items() if v is not None}
+
+    if ("model" in values) == ("profile" in values):
+        raise SriftError(f"{source}: give exactly one of 'model' and 'profile'.", "add model: resnet50 (for example) or profile: FILE.")
+    profiles = None
+    if "profile" in values:
+        files = values["profile"] if isinstance(values["profile"], list) else [values["profile"]]
+        base = Path(path).parent if path is not None else Path(".")
+        profiles = [f if Path(f).is_absolute() or path is None else str(base / f) for f in files]
+    if not any(k in values for k in _LENGTH_FIELDS):
+        raise SriftError(f"{source}: the job's length is missing.", "add steps: N, or epochs: E with dataset_size: N.")
+    try:
+        job = Job(**{k: values[k] for k in _JOB_FIELDS if k in values},
+                  length=JobLength(**{k: values[k] for k in _LENGTH_FIELDS if k in values}))
+    except SriftError as exc:  # say which file the setting came from
+        raise SriftError(f"{source}: {exc.message}", exc.hint) from None
+    if not allowed:
+        raise SriftError(f"{source}: no limits to check.", f"add limits with one or more of {', '.join(LIMITS)}.")
+    return JobFile(model=values.get("model"), profiles=profiles, job=job, instance=values.get("instance"),
+                   spot=values.get("spot", False), region=values.get("region", "us-east-1"), limits=allowed)

@@ -1,0 +1,102 @@
+"""`srift check`: the limits table (rich or markdown, for a PR comment) or the JSON document."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from srift.files import write_json
+from srift.report.format import console, error_text, print_json, usd
+from srift.results import CheckResult, MetricChange
+
+_LIMIT_LABELS = {"max_cost_usd": "job cost", "max_hours": "job hours", "max_usd_per_hour": "$/hour",
+                 "fits_in_memory": "fits in GPU memory"}
+_CHANGE_LABELS = {"predicted_cost_usd": "cost", "predicted_hours": "hours", "cost_per_hour_usd": "$/hour"}
+
+
+def _fmt_limit(name: str, v: Any) -> str:
+    if v is None or isinstance(v, bool):
+        return "-" if v is None else ("yes" if v else "no")
+    return f"{v:,.2f} h" if name == "max_hours" else usd(v)
+
+
+def _hours(v: float) -> str:
+    return f"{v:,.2f} h"
+
+
+def _change_rows(change: dict[str, MetricChange]) -> list[list[str]]:
+    rows = []
+    for key, c in change.items():
+        fmt = _hours if key == "predicted_hours" else usd
+        pct = "-" if c.change_pct is None else f"{c.change_pct:+.0f}%"
+        sign = "+" if c.change >= 0 else "-"
+        rows.append([_CHANGE_LABELS[key], fmt(c.base), fmt(c.new), f"{sign}{fmt(abs(c.change))}", pct])
+    return rows
+
+
+def _limit_cells(result: CheckResult) -> list[tuple[str, str, str, str, bool]]:
+    """(label, allowed, predicted, margin, passed) per limit."""
+    out = []
+    for c in result.limits:
+        margin = "-" if c.margin is None else f"{_fmt_limit(c.limit, c.margin)} ({c.margin_pct:.0f}%)"
+        out.append((_LIMIT_LABELS[c.limit], _fmt_limit(c.limit, c.value), _fmt_limit(c.limit, c.predicted), margin, c.passed))
+    return out
+
+
+def markdown(result: CheckResult) -> str:
+    cfg = result.configuration
+    status = "passed" if result.passed else "FAILED"
+    icon = "✅" if result.passed else "❌"
+    lines = [f"### {icon} srift check {status}: {result.model} on `{cfg.instance}`" + (" [Spot]" if cfg.spot else ""),
+             "",
+             f"Predicted **{usd(result.predicted_cost_usd)}** over **{result.predicted_hours:,.2f} h** at "
+             f"{usd(result.cost_per_hour_usd)}/h ({cfg.gpus} GPUs, {cfg.throughput_samples_per_s:,.0f} samples/s, "
+             f"{cfg.bottleneck}-bound; configuration from {cfg.chosen_by}). "
+             f"Typical error: {error_text(cfg.typical_error_pct, cfg.typical_error_basis)}.", "",
+             "| limit | allowed | predicted | margin | |", "|---|---|---|---|---|"]
+    for label, allowed, predicted, margin, passed in _limit_cells(result):
+        lines.append(f"| {label} | {allowed} | {predicted} | {margin} | {'✅' if passed else '❌'} |")
+    if result.change:
+        lines += ["", "Change against the base branch:", "", "| | base | this change | change | % |", "|---|---|---|---|---|"]
+        lines += ["| " + " | ".join(r) + " |" for r in _change_rows(result.change)]
+    lines += ["", f"<sub>{result.schema}, catalog prices as of {result.catalog_as_of or '-'}</sub>"]
+    return "\n".join(lines)
+
+
+def render(result: CheckResult) -> None:
+    con = console()
+    cfg = result.configuration
+    status = "[bold green]PASSED[/bold green]" if result.passed else "[bold red]FAILED[/bold red]"
+    con.print(f"srift check {status}: {result.model} on {cfg.instance}" + (" [Spot]" if cfg.spot else "")
+              + f" ({cfg.gpus} GPUs, from {cfg.chosen_by})")
+    con.print(f"Predicted {usd(result.predicted_cost_usd)} over {result.predicted_hours:,.2f} h at "
+              f"{usd(result.cost_per_hour_usd)}/h, {cfg.throughput_samples_per_s:,.0f} samples/s.")
+    con.print(f"[dim]Typical error: {error_text(cfg.typical_error_pct, cfg.typical_error_basis)}.[/dim]")
+    table = Table()
+    for h in ("limit", "allowed", "predicted", "margin", ""):
+        table.add_column(h)
+    for label, allowed, predicted, margin, passed in _limit_cells(result):
+        table.add_row(label, allowed, predicted, margin, "ok" if passed else "[red]EXCEEDED[/red]")
+    con.print(table)
+    if result.change:
+        t2 = Table(title="Change against the baseline")
+        for h in ("", "base", "this change", "change", "%"):
+            t2.add_column(h)
+        for r in _change_rows(result.change):
+            t2.add_row(*r)
+        con.print(t2)
+    con.print(f"[dim]Catalog prices as of {result.catalog_as_of or '-'}.[/dim]")
+
+
+def show(result: CheckResult, fmt: str, out_file: str | None = None) -> None:
+    """Write the JSON document to ``out_file`` if given, and print ``result`` as ``table``,
+    ``json`` or ``markdown``."""
+    if out_file:
+        write_json(out_file, result.to_dict())
+    if fmt == "json":
+        print_json(result.to_dict())
+    elif fmt == "markdown":
+        print(markdown(result))
+    else:
+        render(result)

@@ -1,0 +1,51 @@
+"""Formatting shared by the renderers: money, durations, sizes, the typical-error sentence, JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+
+
+def console(width: int = 140) -> Console:
+    """A rich console; ``width`` columns when output goes to a file or a pipe (wide enough for the tables)."""
+    return Console(width=None if sys.stdout.isatty() else width)
+
+
+def usd(v: float | None, digits: int = 2) -> str:
+    return "-" if v is None else f"${v:,.{digits}f}"
+
+
+def seconds(v: float) -> str:
+    if v >= 1:
+        return f"{v:.2f} s"
+    if v >= 1e-3:
+        return f"{v * 1e3:.1f} ms"
+    return f"{v * 1e6:.0f} us"
+
+
+def gib(v: float) -> str:
+    return f"{v / 2**30:.1f} GiB"
+
+
+def error_text(pct: float | None, basis: str) -> str:
+    """``±9.9 % (what it rests on)``, or why there is no figure."""
+    if pct is None:
+        return basis or "unknown"
+    return f"±{pct:.1f} % ({basis})"
+
+
+def print_json(data: Any) -> None:
+    """Print JSON to stdout (indented, stable)."""
+    print(json.dumps(data, indent=2, default=_default))
+
+
+def _default(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")

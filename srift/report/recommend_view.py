@@ -1,0 +1,167 @@
+"""`srift recommend`: the ranked table with the sentence on why the top choice wins, as a rich
+table, markdown or the JSON document."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from rich.table import Table
+
+from srift.report.format import console, error_text, print_json, seconds, usd
+from srift.results import RecommendResult
+from srift.search.rank import Candidate, SearchResult
+
+
+def header(result: RecommendResult) -> str:
+    """``resnet50, fp32, batch 64/GPU, us-east-1``: what was searched for."""
+    job = result.job
+    return (f"{result.model}, {result.precision}, batch {result.batch_size}/GPU"
+            + (f", seq {result.seq_len}" if result.seq_len else "")
+            + (f", K-FAC ({job.kfac_strategy})" if job.kfac else "") + f", {result.region}")
+
+
+def target_line(result: RecommendResult) -> str:
+    c = result.constraints
+    limits = []
+    if c.budget_usd_per_hour is not None:
+        limits.append(f"under {usd(c.budget_usd_per_hour)}/h")
+    if c.deadline_hours is not None:
+        limits.append(f"within {c.deadline_hours:g} h")
+    if c.max_cost_usd is not None:
+        limits.append(f"at most {usd(c.max_cost_usd)} per job")
+    goal = "maximizing throughput" if result.search.objective == "throughput" else (
+        "minimizing job cost" if result.job.length is not None else "minimizing cost per sample")
+    return f"Target: {goal}" + (f" {' and '.join(limits)}" if limits else "")
+
+
+def candidate_json(cand: Candidate, rank: int) -> dict[str, Any]:
+    p = cand.prediction
+    return {
+        "rank": rank,
+        "instance": cand.instance,
+        "spot": cand.spot,
+        "gpus": cand.gpus,
+        "throughput_samples_per_s": p.throughput_samples_per_s,
+        "expected_throughput_samples_per_s": cand.expected_throughput_samples_per_s,
+        "iteration_time_s": p.iteration_time_s,
+        "p90_iteration_time_s": p.p90_iteration_time_s,
+        "cost_per_hour_usd": cand.cost_per_hour_usd,
+        "usd_per_million_samples": cand.usd_per_million_samples,
+        "job_hours": cand.job_hours,
+        "job_cost_usd": cand.job_cost_usd,
+        "bottleneck": p.bottleneck,
+        "fits_in_memory": p.fits_in_memory,
+        "global_batch_size": p.global_batch_size,
+        "batch_split": [dataclasses.asdict(b) for b in p.batch_split],
+        "breakdown": p.breakdown,
+        "typical_error_pct": p.typical_error_pct,
+        "typical_error_basis": p.typical_error_basis,
+    }
+
+
+def why(result: SearchResult) -> str:
+    """One or two sentences on why the top choice wins and what the runner-up trades."""
+    recs = result.recommendations
+    if not recs:
+        return ""
+    top = recs[0]
+    if result.objective == "throughput":
+        text = (f"{top.label} wins: the highest throughput ({top.expected_throughput_samples_per_s:,.0f} samples/s) "
+                f"of the {result.evaluated:,} configurations that meet the limits, at {usd(top.cost_per_hour_usd)}/h; "
+                f"it is {top.prediction.bottleneck}-bound.")
+    else:
+        what = f"{usd(top.job_cost_usd)} for the job" if top.job_cost_usd is not None else f"{usd(top.usd_per_million_samples)} per million samples"
+        text = f"{top.label} wins: the lowest cost ({what}) that meets the limits; it is {top.prediction.bottleneck}-bound."
+    if len(recs) > 1:
+        ru = recs[1]
+        dt = ru.expected_throughput_samples_per_s / top.expected_throughput_samples_per_s - 1
+        dc = ru.cost_per_hour_usd / top.cost_per_hour_usd - 1
+        text += f" Runner-up {ru.label}: {dt:+.0%} throughput for {dc:+.0%} $/h."
+        close = result.close_call
+        if close is not None:
+            text += (f" The two are {close.gap:.0%} apart on other GPUs ({', '.join(close.gpus)} against "
+                     f"{', '.join(close.runner_up_gpus)}), less than the compute model's typical error across GPUs "
+                     f"(±{close.error_pct:.1f} %): profile your job on one GPU of each (srift profile) "
+                     f"and pass both profiles (--profile A --profile B).")
+    one = result.best_single_node
+    if one is not None:
+        dt = one.expected_throughput_samples_per_s / top.expected_throughput_samples_per_s - 1
+        text += (f" It spans {top.nodes} nodes, the least validated case (typical error below); "
+                 f"the best one-node choice is {one.label}: {dt:+.0%} throughput at {usd(one.cost_per_hour_usd)}/h.")
+    return text
+
+
+def recommend_json(result: RecommendResult) -> dict[str, Any]:
+    """The JSON document of `srift recommend`."""
+    found = result.search
+    return {
+        "target": target_line(result),
+        "objective": found.objective,
+        "recommendations": [candidate_json(c, i + 1) for i, c in enumerate(found.recommendations)],
+        "considered": found.considered,
+        "evaluated": found.evaluated,
+        "pareto_frontier": [{"instance": c.instance, "spot": c.spot, "cost_per_hour_usd": c.cost_per_hour_usd,
+                             "expected_throughput_samples_per_s": c.expected_throughput_samples_per_s} for c in found.frontier],
+        "why": why(found),
+        "best_single_node": candidate_json(found.best_single_node, 0) if found.best_single_node else None,
+        "model": result.model,
+        "region": result.region,
+    }
+
+
+def _rows(result: RecommendResult) -> tuple[list[str], list[list[str]]]:
+    with_job = result.job.length is not None
+    head = ["", "configuration", "GPUs", "samples/s", "iteration", "$/h", "$/M samples"]
+    if with_job:
+        head += ["job hours", "job $"]
+    head.append("bottleneck")
+    rows = []
+    for i, c in enumerate(result.search.recommendations):
+        row = ["CHOSEN" if i == 0 else str(i + 1), c.label, str(c.gpus), f"{c.expected_throughput_samples_per_s:,.0f}",
+               seconds(c.prediction.iteration_time_s), usd(c.cost_per_hour_usd), usd(c.usd_per_million_samples, 3)]
+        if with_job:
+            row += [f"{c.job_hours:,.2f}" if c.job_hours is not None else "-", usd(c.job_cost_usd)]
+        row.append(c.prediction.bottleneck)
+        rows.append(row)
+    return head, rows
+
+
+def render(result: RecommendResult) -> None:
+    """Print the header, the target, the ranked table and why the top choice wins."""
+    found = result.search
+    con = console()
+    con.print(header(result))
+    con.print(f"[bold]{target_line(result)}[/bold]")
+    head, rows = _rows(result)
+    table = Table()
+    for h in head:
+        table.add_column(h, justify="right" if h not in ("", "configuration", "bottleneck") else "left")
+    for i, row in enumerate(rows):
+        table.add_row(*row, style="bold green" if i == 0 else None)
+    con.print(table)
+    con.print(why(found))
+    if found.recommendations:
+        top = found.recommendations[0].prediction
+        con.print(f"[dim]Typical error of the chosen prediction: {error_text(top.typical_error_pct, top.typical_error_basis)}.[/dim]")
+    con.print(f"[dim]{found.considered:,} configurations considered, {found.evaluated:,} simulated "
+              f"({found.pruned.get('budget', 0):,} over budget, {found.pruned.get('memory', 0):,} out of memory pruned first).[/dim]")
+
+
+def markdown(result: RecommendResult) -> str:
+    head, rows = _rows(result)
+    lines = [f"**{header(result)}**", "", target_line(result), "",
+             "| " + " | ".join(h or "rank" for h in head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines += ["", why(result.search), "", f"{result.search.considered:,} configurations considered, {result.search.evaluated:,} simulated."]
+    return "\n".join(lines)
+
+
+def show(result: RecommendResult, fmt: str) -> None:
+    """Print ``result`` as ``table``, ``json`` or ``markdown``."""
+    if fmt == "json":
+        print_json(recommend_json(result))
+    elif fmt == "markdown":
+        print(markdown(result))
+    else:
+        render(result)

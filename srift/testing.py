@@ -1,0 +1,116 @@
+"""Small, hand-computable stand-ins for srift's tests (and for anyone testing code built on srift).
+
+Nothing in srift imports this module. Every fake is a real srift object (Profile, Cluster,
+Instance, LayerTimes, Prediction) with round numbers, so a test can state the expected result by
+hand: a profile measured on a GPU returns its own times there, a calibrated cluster's all-reduce
+takes exactly ``s_per_byte`` seconds per byte, a toy catalog's throughput follows a speed table.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from srift.catalog.instances import Instance
+from srift.cluster import Cluster, NodeGroup, cluster_from_dict
+from srift.perf.compute import LayerTimes
+from srift.profile import LayerProfile, PhaseTimes, Profile
+from srift.simulate.prediction import BatchShare, Prediction
+from srift.simulate.spot import SpotExpectation
+
+MiB = 2**20
+S_PER_BYTE = 1e-8  # calibrated_cluster's default link: 100 MB/s, no latency
+
+
+def measured_profile(grad_bytes: Sequence[int], fwd: float = 0.01, bwd: float = 0.02, opt: float = 0.005,
+                     gpu: str = "T4", batch_size: int = 8) -> Profile:
+    """A profile of one Linear layer per entry of ``grad_bytes``, each ``fwd``/``bwd`` seconds,
+    measured on ``gpu`` (``"cpu"`` for CPU processes): predictions there reuse these times."""
+    layers = [LayerProfile(f"l{i}", "Linear", params=g // 4, grad_bytes=g, fwd_flops=1.0, bwd_flops=2.0,
+                           fwd_s=fwd, bwd_s=bwd) for i, g in enumerate(grad_bytes)]
+    n = len(layers)
+    return Profile(name="toy", batch_size=batch_size, precision="fp32", layers=layers,
+                   device={"name": f"test {gpu}", "kind": "cpu" if gpu == "cpu" else "cuda", "gpu": None if gpu == "cpu" else gpu},
+                   phases=PhaseTimes(data_s=0.0, forward_s=fwd * n, backward_s=bwd * n, optimizer_s=opt,
+                                     total_s=(fwd + bwd) * n + opt))
+
+
+def calibrated_cluster(workers: int = 2, s_per_byte: float = S_PER_BYTE, gpu: str = "T4", p90_factor: float = 1.0) -> Cluster:
+    """One node whose all-reduce was measured: ``s_per_byte`` seconds per byte, no latency, and
+    ``p90_factor`` times that at the p90."""
+    sizes = [1.0, 1e10]
+    return cluster_from_dict({
+        "name": "local", "node_groups": [{"count": 1, "gpus_per_node": workers, "gpu": gpu,
+                                          "intra_node": "shared-memory" if gpu == "cpu" else "pcie3", "network_gbps": 0}],
+        "comm_calibration": {"backend": "gloo", "world_size": workers, "sizes_bytes": sizes,
+                             "times_s": [s * s_per_byte for s in sizes], "p90_times_s": [s * s_per_byte * p90_factor for s in sizes]},
+    })
+
+
+def workers(n: int, gpu: str = "T4") -> Cluster:
+    """``n`` workers on one node (``gpu="cpu"``: CPU processes sharing memory), unpriced."""
+    link = "shared-memory" if gpu == "cpu" else "pcie3"
+    return Cluster(f"{n} x {gpu}", (NodeGroup(count=1, gpus_per_node=n, gpu=gpu, intra_node=link, network_gbps=10.0),))
+
+
+def layer_times(fwd_s: Sequence[float], bwd_s: Sequence[float], anchored: bool = False) -> LayerTimes:
+    """Compute times given per layer (no optimizer step or overhead); ``anchored``: as if measured."""
+    return LayerTimes(np.asarray(fwd_s, dtype=float), np.asarray(bwd_s, dtype=float), 0.0, 0.0, anchored=anchored)
+
+
+@dataclass(frozen=True)
+class LinearComm:
+    """All-reduce and broadcast both take ``alpha + beta * bytes`` seconds, at every quantile."""
+
+    alpha: float
+    beta: float
+
+    def allreduce_time_s(self, size_bytes: float, quantile: float = 0.5) -> float:
+        return self.alpha + self.beta * size_bytes
+
+    def broadcast_time_s(self, size_bytes: float, quantile: float = 0.5) -> float:
+        return self.alpha + self.beta * size_bytes
+
+
+def instance(name: str, gpu: str, count: int, on_demand: float, spot: float | None, memory_gib: float = 16.0,
+             interruption_per_hour: float = 0.0) -> Instance:
+    """A catalog row of ``count`` ``gpu``s at these prices (one region, one date)."""
+    return Instance(instance_type=name, family=name.split(".")[0], gpu_name=gpu, gpu_count=count, gpu_memory_gib=memory_gib,
+                    vcpus=4, memory_gib=16, network_gbps=10, efa=False, intra_node="pcie3", on_demand_usd_per_hour=on_demand,
+                    spot_usd_per_hour=spot, spot_estimated=False, spot_interruption_per_hour=interruption_per_hour,
+                    region="test", as_of="2026-01-01", source="test")
+
+
+@dataclass(frozen=True)
+class SpeedModel:
+    """A predictor for the search: each GPU trains ``speeds[gpu]`` samples/s at ``per_gpu_batch``,
+    every node beyond the first costs ``node_penalty`` of the throughput, and spot nodes keep
+    ``spot_useful`` of it (interruptions)."""
+
+    speeds: Mapping[str, float]
+    per_gpu_batch: int = 10
+    node_penalty: float = 0.1
+    spot_useful: float = 1.0
+
+    def __call__(self, cluster: Cluster) -> Prediction:
+        tp = sum(g.gpus * self.speeds[g.gpu] for g in cluster.node_groups) * (1.0 - self.node_penalty) ** (cluster.nodes - 1)
+        gb = self.per_gpu_batch * cluster.gpus
+        cost = cluster.usd_per_hour
+        spot = None
+        if any(g.spot for g in cluster.node_groups):
+            spot = SpotExpectation(0.0, self.spot_useful, tp * self.spot_useful, cost, None, 0.0, 0.0, 0.0)
+        return Prediction(cluster=cluster.name, gpus=cluster.gpus, global_batch_size=gb, iteration_time_s=gb / tp,
+                          p90_iteration_time_s=gb / tp, throughput_samples_per_s=tp, cost_per_hour_usd=cost,
+                          usd_per_million_samples=None, breakdown={}, bottleneck="compute", fits_in_memory=True,
+                          memory_per_gpu_bytes=0.0, spot=spot,
+                          batch_split=[BatchShare(g.label, g.gpu, self.per_gpu_batch, g.gpus) for g in cluster.node_groups])
+
+
+def free_port() -> int:
+    """A TCP port free on this host now (for a torch.distributed rendezvous)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
