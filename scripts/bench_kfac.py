@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -48,6 +47,7 @@ from srift.kfac import KFACPreconditioner  # noqa: E402
 from srift.profile import LayerProfile, Profile  # noqa: E402
 from srift.simulate.kfac import plan_kfac  # noqa: E402
 from srift.profiling.calibrate import calibration_from_times, time_collectives  # noqa: E402
+from srift.profiling import free_port  # noqa: E402
 from srift.profiling.kfac_timing import measure_kfac  # noqa: E402
 
 STRATEGIES = KFAC_STRATEGIES
@@ -237,12 +237,6 @@ def predict(result: dict, args: argparse.Namespace, kernels: bool) -> dict:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nproc", type=int, nargs="+", default=[2])
@@ -255,7 +249,7 @@ def main() -> None:
     for world in args.nproc:
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "result.json")
-            mp.spawn(worker, args=(world, _free_port(), args, out), nprocs=world, join=True)
+            mp.spawn(worker, args=(world, free_port(), args, out), nprocs=world, join=True)
             result = json.loads(Path(out).read_text())
         for kernels in (False, True):
             plans = predict(result, args, kernels)

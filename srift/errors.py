@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+
 
 class SriftError(Exception):
     """A user-facing error: what is wrong, and how to fix it.
@@ -27,8 +29,6 @@ class SriftError(Exception):
 
 def closest(name: str, choices: list[str] | tuple[str, ...], n: int = 3) -> list[str]:
     """Return up to ``n`` names from ``choices`` that look like ``name`` (for suggestions)."""
-    import difflib
-
     lowered = {c.lower(): c for c in choices}
     hits = difflib.get_close_matches(name.lower(), list(lowered), n=n, cutoff=0.5)
     if not hits:  # nothing close: still offer the nearest few rather than nothing

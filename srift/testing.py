@@ -8,7 +8,6 @@ takes exactly ``s_per_byte`` seconds per byte, a toy catalog's throughput follow
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -107,10 +106,3 @@ class SpeedModel:
                           usd_per_million_samples=None, breakdown={}, bottleneck="compute", fits_in_memory=True,
                           memory_per_gpu_bytes=0.0, spot=spot,
                           batch_split=[BatchShare(g.label, g.gpu, self.per_gpu_batch, g.gpus) for g in cluster.node_groups])
-
-
-def free_port() -> int:
-    """A TCP port free on this host now (for a torch.distributed rendezvous)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

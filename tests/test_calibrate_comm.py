@@ -5,6 +5,7 @@ import pytest
 from srift.cli import main
 from srift.cluster import load_cluster
 from srift.perf.comm import CommModel
+from srift.profiling import free_port
 
 
 @pytest.mark.distributed
@@ -49,14 +50,6 @@ def test_calibration_keeps_the_trimmed_mean_and_the_p90():
     assert calib["sizes_bytes"] == [4096] and calib["world_size"] == 2 and calib["repetitions"] == 10
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.distributed
 def test_calibrate_across_two_machines_under_torchrun(tmp_path):
     """Two torchrun agents (two 'machines' of one worker each, on this host) measure together;
@@ -65,7 +58,7 @@ def test_calibrate_across_two_machines_under_torchrun(tmp_path):
     import subprocess
     import sys
 
-    port = _free_port()
+    port = free_port()
     out = tmp_path / "two.yaml"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(r),

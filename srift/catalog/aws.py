@@ -8,13 +8,13 @@ network, throttling, access denied) raises one SriftError; the catalog in use st
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from srift.catalog.instances import (
-    CSV_COLUMNS,
     Instance,
     band_for_ratio,
     cache_path,
@@ -23,6 +23,7 @@ from srift.catalog.instances import (
     rows_to_csv,
 )
 from srift.errors import SriftError
+from srift.files import atomic_write_text
 from srift.hardware import family_link, find_gpu
 
 Progress = Callable[[str], None]
@@ -86,8 +87,6 @@ def fetch_instance_types(ec2: Any, progress: Progress) -> dict[str, dict[str, An
 
 
 def _parse_gbps(text: str) -> float:
-    import re
-
     m = re.search(r"(\d+(?:\.\d+)?)\s*Gigabit", text)
     return float(m.group(1)) if m else 10.0
 
@@ -151,7 +150,7 @@ def refresh(region: str = "us-east-1", session: Any = None, progress: Progress |
     Raises:
         SriftError: for missing credentials, no network, throttling or any AWS error.
     """
-    import boto3
+    import boto3  # only `srift catalog refresh` needs boto3 (slow to import)
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
 
     say = progress or (lambda _msg: None)
@@ -227,6 +226,4 @@ def _fallback_ratio(instance_type: str) -> float:
 
 
 def _write_cache(region: str, rows: list[dict[str, Any]]) -> None:
-    from srift.files import atomic_write_text
-
     atomic_write_text(cache_path(region), rows_to_csv(rows))

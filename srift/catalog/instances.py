@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import sys
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from srift.errors import SriftError, unknown_name_error
+from srift.files import cache_dir, configs_dir
 
 
 @dataclass(frozen=True)
@@ -81,9 +89,6 @@ def _opt_float(text: str) -> float | None:
 
 def _parse_rows(text: str, source: str) -> list[Instance]:
     """Parse catalog CSV text; raise ValueError on any malformed row (a cache is then ignored)."""
-    import csv
-    import io
-
     reader = csv.DictReader(io.StringIO(text))
     if reader.fieldnames is None or [c for c in CSV_COLUMNS if c not in reader.fieldnames]:
         raise ValueError(f"{source}: missing columns")
@@ -115,15 +120,11 @@ def _parse_rows(text: str, source: str) -> list[Instance]:
     return out
 
 
-def bundled_path(region: str):
-    from srift.files import configs_dir
-
+def bundled_path(region: str) -> Path:
     return configs_dir() / "aws" / f"{region}.csv"
 
 
-def cache_path(region: str):
-    from srift.files import cache_dir
-
+def cache_path(region: str) -> Path:
     return cache_dir() / "aws" / f"{region}.csv"
 
 
@@ -141,10 +142,6 @@ def load_catalog(region: str = "us-east-1") -> list[Instance]:
     """
     if region in _CACHE:
         return _CACHE[region]
-    import sys
-
-    from srift.errors import SriftError
-
     bundled, cached = bundled_path(region), cache_path(region)
     rows: list[Instance] | None = None
     if cached.is_file() and (not bundled.is_file() or cached.stat().st_mtime >= bundled.stat().st_mtime):
@@ -174,8 +171,6 @@ def get_instance(instance_type: str, region: str = "us-east-1") -> Instance:
     Raises:
         SriftError: for a type not in the catalog, with the closest names.
     """
-    from srift.errors import unknown_name_error
-
     rows = load_catalog(region)
     for inst in rows:
         if inst.instance_type == instance_type.lower():
@@ -183,11 +178,8 @@ def get_instance(instance_type: str, region: str = "us-east-1") -> Instance:
     raise unknown_name_error("instance type", instance_type, [i.instance_type for i in rows], "srift catalog list")
 
 
-def rows_to_csv(rows: list[dict]) -> str:
+def rows_to_csv(rows: list[dict[str, Any]]) -> str:
     """Catalog rows (dicts keyed by CSV_COLUMNS) as CSV text; booleans as true/false."""
-    import csv
-    import io
-
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()

@@ -36,6 +36,7 @@ import numpy as np
 
 from srift.errors import SriftError
 from srift.files import configs_dir, read_json
+from srift.job import require_precision
 from srift.hardware import CPU, GpuSpec, find_gpu, gpu as gpu_spec
 from srift.profile import Profile
 
@@ -387,8 +388,7 @@ def layer_times(profile: Profile, gpu: str, precision: str, params: ComputeParam
     Raises:
         SriftError: for an unknown GPU or precision, or ``"cpu"`` without a CPU-measured profile.
     """
-    if precision not in ELEMENT_BYTES:
-        raise SriftError(f"unknown precision '{precision}'.", "use fp32, tf32 or amp.")
+    require_precision(precision)
     target = _canonical_target(gpu)
     source = measured_gpu(profile)
     arr = layer_arrays(profile)

@@ -16,17 +16,21 @@ import os
 import re
 import socket
 import statistics
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from srift.errors import SriftError
+from srift.files import write_yaml
+from srift.hardware import find_gpu, gpu as gpu_spec
+from srift.profiling import free_port
+
 DEFAULT_SIZES = [2**k for k in range(10, 27, 2)]  # 1 KiB .. 64 MiB
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def time_collectives(sizes: list[int], reps: int, warmup: int, device: Any = "cpu") -> dict[str, list[list[float]]]:
@@ -35,8 +39,6 @@ def time_collectives(sizes: list[int], reps: int, warmup: int, device: Any = "cp
 
     Every rank must call it with the same arguments (it runs collectives).
     """
-    import torch
-    import torch.distributed as dist
 
     cuda = torch.device(device).type == "cuda"
     out: dict[str, list[list[float]]] = {"all_reduce": [], "broadcast": []}
@@ -88,8 +90,6 @@ def calibration_from_times(backend: str, world: int, sizes: list[int], times: di
 
 
 def _worker(rank: int, world: int, backend: str, port: int, sizes: list[int], reps: int, warmup: int, out: Any) -> None:
-    import torch
-    import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     device = torch.device("cpu")
@@ -111,10 +111,7 @@ def measure_collectives(backend: str, nproc: int, sizes: list[int] | None = None
     Raises:
         SriftError: for a bad backend or process count, or nccl without enough GPUs.
     """
-    import torch
-    import torch.multiprocessing as mp
 
-    from srift.errors import SriftError
 
     if backend not in ("gloo", "nccl"):
         raise SriftError(f"unknown backend '{backend}'.", "use --backend gloo (CPU) or --backend nccl (GPUs).")
@@ -126,7 +123,7 @@ def measure_collectives(backend: str, nproc: int, sizes: list[int] | None = None
     sizes = sorted(sizes or DEFAULT_SIZES)
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    port = _free_port()
+    port = free_port()
     mp.start_processes(_worker, args=(nproc, backend, port, sizes, reps, warmup, queue), nprocs=nproc, join=True,
                        start_method="spawn")
     return calibration_from_times(backend, nproc, sizes, queue.get())
@@ -144,10 +141,7 @@ def measure_launched(backend: str, sizes: list[int] | None = None, reps: int = 1
     Returns the ``comm_calibration`` mapping on rank 0 (with ``nodes`` and ``gpus_per_node`` from
     torchrun's WORLD_SIZE and LOCAL_WORLD_SIZE), None on the other ranks.
     """
-    import torch
-    import torch.distributed as dist
 
-    from srift.errors import SriftError
 
     if backend not in ("gloo", "nccl"):
         raise SriftError(f"unknown backend '{backend}'.", "use --backend gloo (CPU) or --backend nccl (GPUs).")
@@ -200,9 +194,6 @@ def intra_node_from_topo(topo: str, gpu_arch: str | None = None, pcie_gen: int |
 
 def _detect_intra_node(gpu: str) -> str:
     """Ask nvidia-smi how this machine's GPUs connect; ``nvlink`` when it cannot tell."""
-    import subprocess
-
-    from srift.hardware import find_gpu, gpu as gpu_spec
 
     try:
         topo = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=20).stdout
@@ -222,14 +213,10 @@ def calibration_cluster(calib: dict[str, Any], name: str | None = None, network:
     Across machines the network's Gb/s is what the largest measured all-reduce achieved (its bus
     bandwidth, a lower bound of the nominal figure); the curve, not that number, sets predictions.
     """
-    import torch
-
     world = calib["world_size"]
     nodes = int(calib.get("nodes", 1))
     per_node = int(calib.get("gpus_per_node", world))
     if calib["backend"] == "nccl":
-        from srift.hardware import find_gpu
-
         dev = torch.cuda.get_device_name(0)
         gpu = find_gpu(dev) or dev
         intra = _detect_intra_node(gpu)
@@ -254,8 +241,6 @@ def calibrate(backend: str, nproc: int, output: str | Path, sizes: list[int] | N
               network: str = "ethernet") -> dict[str, Any] | None:
     """Measure (spawning ``nproc`` local workers, or in the group torchrun launched) and write the
     cluster file atomically; returns the document written, None on torchrun ranks other than 0."""
-    from srift.files import write_yaml
-
     calib = measure_launched(backend, sizes, reps) if launched_by_torchrun() else measure_collectives(backend, nproc, sizes, reps)
     if calib is None:
         return None

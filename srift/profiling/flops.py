@@ -51,6 +51,51 @@ class _PhaseFlopCounter(FlopCounterMode):
         return out
 
 
+class _LeafRecorder:
+    """Forward hooks on every leaf module: execution order, bytes in and out, K-FAC dimensions."""
+
+    def __init__(self) -> None:
+        self.order: list[nn.Module] = []
+        self.stats: dict[nn.Module, dict[str, float]] = {}
+        self.kfac: dict[nn.Module, tuple[int, int, int]] = {}
+
+    def pre_hook(self, mod: nn.Module, args: Any) -> None:
+        if mod not in self.stats:
+            self.order.append(mod)
+            self.stats[mod] = {"in": 0.0, "out": 0.0, "extra": 0.0}
+        self.stats[mod]["in"] += tensor_bytes(args)
+
+    def post_hook(self, mod: nn.Module, args: Any, out: Any) -> None:
+        s = self.stats[mod]
+        s["out"] += tensor_bytes(out)
+        s["extra"] += float(getattr(mod, "extra_activation_bytes", 0.0) or 0.0)
+        x = first_tensor(args)
+        y = first_tensor(out)
+        if isinstance(mod, nn.Linear) and x is not None:
+            tokens = int(x.numel() // max(x.shape[0] * x.shape[-1], 1)) if x.dim() > 2 else 1
+            self.kfac[mod] = (mod.in_features + (mod.bias is not None), mod.out_features, tokens)
+        elif isinstance(mod, nn.Conv2d) and y is not None:
+            kh, kw = mod.kernel_size
+            a_dim = mod.in_channels // mod.groups * kh * kw + (mod.bias is not None)
+            self.kfac[mod] = (a_dim, mod.out_channels, int(y.shape[-1] * y.shape[-2]))
+
+
+def _param_bytes(params: list[nn.Parameter]) -> int:
+    return sum(p.numel() * p.element_size() for p in params)
+
+
+def _ready_ranks(modules: list[nn.Module], owner: dict[int, nn.Module], params: list[nn.Parameter],
+                 ready: list[int]) -> dict[nn.Module, int]:
+    """Each module's position among modules by when its last parameter's gradient became ready."""
+    ready_pos = {pid: i for i, pid in enumerate(ready)}
+    module_ready: dict[nn.Module, int] = {}
+    for p in params:
+        m = owner[id(p)]
+        if id(p) in ready_pos:
+            module_ready[m] = max(module_ready.get(m, -1), ready_pos[id(p)])
+    return {m: i for i, m in enumerate(sorted(module_ready, key=lambda m: module_ready[m]))}
+
+
 def analyze_layers(model: nn.Module, step_fn: Callable[[], Any]) -> list[LayerProfile]:
     """Run one training step and describe every leaf module, in execution order.
 
@@ -66,37 +111,11 @@ def analyze_layers(model: nn.Module, step_fn: Callable[[], Any]) -> list[LayerPr
         a pseudo-layer ``<name>.(params)`` for parameters that belong to non-leaf modules.
     """
     names = {m: n for n, m in model.named_modules()}
-    root = type(model).__name__
-    order: list[nn.Module] = []
-    stats: dict[nn.Module, dict[str, float]] = {}
-    kfac: dict[nn.Module, tuple[int, int, int]] = {}
-
-    def pre_hook(mod: nn.Module, args: Any) -> None:
-        if mod not in stats:
-            order.append(mod)
-            stats[mod] = {"in": 0.0, "out": 0.0, "extra": 0.0}
-        stats[mod]["in"] += tensor_bytes(args)
-
-    def post_hook(mod: nn.Module, args: Any, out: Any) -> None:
-        s = stats[mod]
-        s["out"] += tensor_bytes(out)
-        s["extra"] += float(getattr(mod, "extra_activation_bytes", 0.0) or 0.0)
-        x = first_tensor(args)
-        y = first_tensor(out)
-        if isinstance(mod, nn.Linear) and x is not None:
-            tokens = int(x.numel() // max(x.shape[0] * x.shape[-1], 1)) if x.dim() > 2 else 1
-            kfac[mod] = (mod.in_features + (mod.bias is not None), mod.out_features, tokens)
-        elif isinstance(mod, nn.Conv2d) and y is not None:
-            kh, kw = mod.kernel_size
-            a_dim = mod.in_channels // mod.groups * kh * kw + (mod.bias is not None)
-            kfac[mod] = (a_dim, mod.out_channels, int(y.shape[-1] * y.shape[-2]))
-
-    leaves = [m for m in model.modules() if not list(m.children())]
+    rec = _LeafRecorder()
     handles = []
-    for m in leaves:
-        handles.append(m.register_forward_pre_hook(pre_hook))
-        handles.append(m.register_forward_hook(post_hook))
-
+    for m in model.modules():
+        if not list(m.children()):
+            handles += [m.register_forward_pre_hook(rec.pre_hook), m.register_forward_hook(rec.post_hook)]
     # Parameter ownership: a shared (tied) parameter belongs to the first module that registers it.
     owner: dict[int, nn.Module] = {}
     for m in model.modules():
@@ -122,64 +141,40 @@ def analyze_layers(model: nn.Module, step_fn: Callable[[], Any]) -> list[LayerPr
         for p in params:
             p.grad = None
 
-    def key(mod: nn.Module) -> str:
-        # The module tracker names modules by their path from the root, headed by its class name.
-        return f"{root}.{names[mod]}" if names[mod] else root
+    root = type(model).__name__
+    ready_rank = _ready_ranks(rec.order, owner, params, ready)
 
-    # Gradient-ready position of a module = when its last parameter's gradient became ready.
-    ready_pos = {pid: i for i, pid in enumerate(ready)}
-    module_ready: dict[nn.Module, int] = {}
-    for p in params:
-        m = owner[id(p)]
-        if id(p) in ready_pos:
-            module_ready[m] = max(module_ready.get(m, -1), ready_pos[id(p)])
-    ranked = sorted(module_ready, key=lambda m: module_ready[m])
-    ready_rank = {m: i for i, m in enumerate(ranked)}
-
-    def own_params(m: nn.Module) -> list[torch.nn.Parameter]:
+    def own_params(m: nn.Module) -> list[nn.Parameter]:
         return [p for p in m.parameters(recurse=False) if p.requires_grad and owner[id(p)] is m]
 
-    layers = []
-    for m in order:
-        s = stats[m]
-        ps = own_params(m)
+    def layer(m: nn.Module) -> LayerProfile:
+        # The module tracker names modules by their path from the root, headed by its class name.
+        key = f"{root}.{names[m]}" if names[m] else root
+        s, ps = rec.stats[m], own_params(m)
         n_params = sum(p.numel() for p in ps)
-        grad_bytes = sum(p.numel() * p.element_size() for p in ps)
-        f_bwd = counter.bwd_flops.get(key(m), 0.0)
-        f_fwd = _total(all_counts.get(key(m), {})) - f_bwd
-        fwd_bytes = s["in"] + s["out"] + sum(p.numel() * p.element_size() for p in m.parameters(recurse=False))
+        f_bwd = counter.bwd_flops.get(key, 0.0)
+        f_fwd = _total(all_counts.get(key, {})) - f_bwd
+        fwd_bytes = s["in"] + s["out"] + _param_bytes(list(m.parameters(recurse=False)))
         seq2 = bool(getattr(m, "srift_seq2", False))
-        a, g, sp = kfac.get(m, (None, None, None))
-        layers.append(
-            LayerProfile(
-                name=names[m] or root,
-                type=type(m).__name__,
-                params=n_params,
-                grad_bytes=grad_bytes,
-                fwd_flops=f_fwd,
-                bwd_flops=max(f_bwd, 0.0),
-                fwd_bytes=fwd_bytes,
-                bwd_bytes=2.0 * fwd_bytes,
-                activation_bytes=s["out"] + s["extra"],
-                fwd_flops_seq2=f_fwd if seq2 else 0.0,
-                bwd_flops_seq2=max(f_bwd, 0.0) if seq2 else 0.0,
-                activation_bytes_seq2=s["extra"] if seq2 else 0.0,
-                grad_ready_order=ready_rank.get(m) if n_params else None,
-                kfac_a_dim=a,
-                kfac_g_dim=g,
-                kfac_spatial=sp,
-            )
+        a, g, sp = rec.kfac.get(m, (None, None, None))
+        return LayerProfile(
+            name=names[m] or root, type=type(m).__name__, params=n_params, grad_bytes=_param_bytes(ps),
+            fwd_flops=f_fwd, bwd_flops=max(f_bwd, 0.0), fwd_bytes=fwd_bytes, bwd_bytes=2.0 * fwd_bytes,
+            activation_bytes=s["out"] + s["extra"],
+            fwd_flops_seq2=f_fwd if seq2 else 0.0, bwd_flops_seq2=max(f_bwd, 0.0) if seq2 else 0.0,
+            activation_bytes_seq2=s["extra"] if seq2 else 0.0,
+            grad_ready_order=ready_rank.get(m) if n_params else None, kfac_a_dim=a, kfac_g_dim=g, kfac_spatial=sp,
         )
+
+    layers = [layer(m) for m in rec.order]
     # Parameters held directly by non-leaf modules (ViT's class token, position embedding).
     for m in model.modules():
-        if m in stats or not list(m.children()):
+        if m in rec.stats or not list(m.children()):
             continue
         ps = own_params(m)
         if ps:
             layers.insert(0, LayerProfile(
-                name=f"{names[m] or root}.(params)", type="Parameters",
-                params=sum(p.numel() for p in ps), grad_bytes=sum(p.numel() * p.element_size() for p in ps),
-                fwd_bytes=float(sum(p.numel() * p.element_size() for p in ps)),
-                grad_ready_order=ready_rank.get(m),
+                name=f"{names[m] or root}.(params)", type="Parameters", params=sum(p.numel() for p in ps),
+                grad_bytes=_param_bytes(ps), fwd_bytes=float(_param_bytes(ps)), grad_ready_order=ready_rank.get(m),
             ))
     return layers

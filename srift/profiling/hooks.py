@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from srift.profiling.tensors import first_tensor
+from srift.profiling.tensors import first_tensor, tensor_bytes
 
 
 def _grad_tensor(obj: Any) -> torch.Tensor | None:
@@ -185,7 +185,7 @@ class LayerTimer:
         self._starts[-1].append(self.clock.mark())
         if self.first_input is None:
             self.first_input = first_tensor((args, kwargs))
-            self.input_bytes = _tensor_bytes((args, kwargs))
+            self.input_bytes = tensor_bytes((args, kwargs))
             for dev in ("cuda", "cpu"):
                 if torch.is_autocast_enabled(dev):
                     self.autocast = (dev, torch.get_autocast_dtype(dev))
@@ -271,16 +271,6 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     if not values:
         return 0.0, 0.0
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
-
-
-def _tensor_bytes(obj: Any) -> float:
-    if isinstance(obj, torch.Tensor):
-        return float(obj.numel() * obj.element_size())
-    if isinstance(obj, (list, tuple)):
-        return sum(_tensor_bytes(o) for o in obj)
-    if isinstance(obj, dict):
-        return sum(_tensor_bytes(o) for o in obj.values())
-    return 0.0
 
 
 def _detached_clone(obj: Any) -> Any:

@@ -9,19 +9,14 @@ srift.profiling.hooks) and installs the timing hooks; steps 2..warmup are warm-u
 that unwinds the script (the ``except Exception`` blocks scripts commonly have do not catch it),
 so the script stops cleanly and its DataLoader workers shut down with their iterator.
 
-Then, untimed, the model's structure is analysed with srift.profiling.flops.analyze_layers on
+Then srift/profiling/assemble.py builds the profile: the model's structure, analysed untimed on
 the batch captured in the first measured-phase iteration (one extra forward/backward, FLOPs from
-torch's FlopCounterMode) and merged with the timings by module name.
+torch's FlopCounterMode), merged with the timings by module name.
 
 Outcomes: the script raising shows its own traceback and writes nothing; no optimizer step, or
 fewer steps than warm-up + 1, fails and writes nothing; a script that ends after at least one
 measured step but fewer than ``iters`` writes what was measured, with a warning (also recorded
 in the profile's ``notes`` and ``iterations``).
-
-Gradient accumulation: every forward/backward of the model between two steps belongs to the
-iteration; per-layer times are summed over those micro-batches, and ``batch_size`` is the number
-of samples per optimizer step (micro-batch x accumulation steps) with FLOPs and moved bytes
-scaled to match; ``activation_bytes`` stays per micro-batch (what is live at once).
 
 Under torchrun (DDP, world size > 1) every rank measures its own all-reduce buckets; they are
 gathered to rank 0, which alone writes the profile.
@@ -30,7 +25,6 @@ gathered to rank 0, which alone writes the profile.
 from __future__ import annotations
 
 import gc
-import platform
 import runpy
 import sys
 import time
@@ -41,12 +35,15 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-import srift
 from srift.errors import SriftError
-from srift.profile import AllReduceBucket, LayerProfile, PhaseTimes, Profile
+from srift.profile import AllReduceBucket, Profile
+from srift.profiling.assemble import Measurement, assemble_profile
 from srift.profiling.buckets import BucketTimer, is_ddp
-from srift.profiling.hooks import CudaClock, IterationTimes, LayerTimer, ModelFinder, WallClock, mean_std
+from srift.profiling.hooks import CudaClock, IterationTimes, LayerTimer, ModelFinder, WallClock
 
 
 class _StopProfiling(BaseException):
@@ -192,9 +189,6 @@ def _progress(show: bool | None) -> Any:
         show = sys.stderr.isatty()
     if not show:
         return None
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
     return Progress(TextColumn("profiling"), BarColumn(), MofNCompleteColumn(), TextColumn("optimizer steps"),
                     console=Console(stderr=True), transient=True)
 
@@ -204,8 +198,6 @@ def _run(path: Path, args: list[str], session: _Session) -> bool:
     old_argv, old_path = sys.argv, list(sys.path)
     sys.argv = [str(path), *args]
     sys.path.insert(0, str(path.resolve().parent))
-    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-
     pre = register_optimizer_step_pre_hook(session.pre_step)
     post = register_optimizer_step_post_hook(session.post_step)
     if session.progress is not None:
@@ -283,180 +275,9 @@ def _finish(session: _Session, stopped: bool, name: str, out_path: Path, batch_o
     if rank != 0:
         return ProfileResult(None, None, warnings)
 
-    timer = session.timer
-    timer.remove()
-    layers = _structure(session, notes)
-    leaf_names = [n for n, _ in timer.leaves]
-    by_name = {n: i for i, n in enumerate(leaf_names)}
-    micro = max(1, round(sum(r.micro_batches for r in session.records) / len(session.records)))
-    for layer in layers:
-        i = by_name.get(layer.name)
-        if i is None:
-            continue
-        layer.fwd_s, layer.fwd_s_std = mean_std([r.layer_fwd_s.get(i, 0.0) for r in session.records])
-        layer.bwd_s, layer.bwd_s_std = mean_std([r.layer_bwd_s.get(i, 0.0) for r in session.records])
-        if micro > 1:  # the analysis ran one micro-batch; the iteration runs `micro` of them
-            layer.fwd_flops *= micro
-            layer.bwd_flops *= micro
-            layer.fwd_flops_seq2 *= micro
-            layer.bwd_flops_seq2 *= micro
-            layer.fwd_bytes *= micro
-            layer.bwd_bytes *= micro
-
-    x = timer.first_input
-    micro_batch = int(x.shape[0]) if x is not None and x.dim() > 0 else 1
-    seq_len = int(x.shape[1]) if x is not None and x.dim() >= 2 and not x.is_floating_point() else None
-    batch = batch_override or micro_batch * micro
-    if micro > 1:
-        notes.append(f"gradient accumulation: {micro} micro-batches of {micro_batch} per optimizer step; "
-                     "batch_size, FLOPs and times are per step, activation_bytes per micro-batch")
-    if batch_override:
-        notes.append(f"batch size {batch_override} given with --batch-size (detected {micro_batch * micro})")
-    if timer.autocast is not None:
-        precision = "amp"
-        notes.append(f"autocast {timer.autocast[0]} {str(timer.autocast[1]).replace('torch.', '')} detected")
-    elif session.clock.kind == "cuda" and torch.backends.cuda.matmul.allow_tf32:
-        precision = "tf32"
-    else:
-        precision = "fp32"
-    total, total_std = mean_std([r.total_s for r in session.records])
-    phases = PhaseTimes(
-        data_s=mean_std([r.data_s for r in session.records])[0],
-        forward_s=mean_std([r.forward_s for r in session.records])[0],
-        backward_s=mean_std([r.backward_s for r in session.records])[0],
-        optimizer_s=mean_std([r.optimizer_s for r in session.records])[0],
-        total_s=total,
-        total_s_std=total_std,
-    )
-    if kfac:
-        _kfac_times(session, layers, micro, notes)
-    notes.extend(warnings)
-    profile = Profile(
-        name=name,
-        batch_size=int(batch),
-        precision=precision,
-        layers=layers,
-        seq_len=seq_len,
-        device=_device(session.clock.kind),
-        framework=_versions(),
-        optimizer=_optimizer_info(session.optimizer, session.model),
-        phases=phases,
-        iterations=len(session.records),
-        world_size=world,
-        allreduce=buckets,
-        input_bytes_per_sample=timer.input_bytes / max(micro_batch, 1),
-        notes=[f"measured with `srift profile` ({session.warmup} warm-up + {len(session.records)} measured optimizer steps)"] + notes,
-    )
-    path = profile.save(out_path)
-    return ProfileResult(profile, path, warnings)
-
-
-def _analysis_step(session: _Session) -> Any:
-    """One forward pass of the model on the batch captured in warm-up, returning a scalar to
-    backpropagate, under the script's autocast; None when no batch was captured."""
-    timer, model = session.timer, session.model
-    assert timer is not None and model is not None
-    if timer.capture is None:
-        return None
-    args, kwargs = timer.capture
-
-    def step() -> Any:
-        if timer.autocast is not None:
-            with torch.autocast(timer.autocast[0], dtype=timer.autocast[1]):
-                out = model(*args, **kwargs)
-        else:
-            out = model(*args, **kwargs)
-        t = _loss_tensor(out)
-        return t.float().sum() if t is not None else out
-
-    return step
-
-
-def _kfac_times(session: _Session, layers: list[LayerProfile], micro: int, notes: list[str]) -> None:
-    """Time K-FAC's kernels on the captured batch and write them into ``layers``."""
-    from srift.profiling.kfac_timing import measure_kfac
-
-    step = _analysis_step(session)
-    if step is None:
-        notes.append("--kfac: no training forward pass was captured; K-FAC kernels were not timed")
-        return
-    try:
-        times = measure_kfac(session.model, step)
-    except Exception as exc:  # keep the profile; say why the K-FAC times are missing
-        notes.append(f"--kfac: timing K-FAC kernels failed ({type(exc).__name__}: {exc})")
-        return
-    for layer in layers:
-        t = times.get(layer.name)
-        if t is None:
-            continue
-        # Factors are built per micro-batch: a step of `micro` micro-batches builds them `micro` times.
-        layer.kfac_factor_a_s, layer.kfac_factor_g_s = t.factor_a_s * micro, t.factor_g_s * micro
-        layer.kfac_inverse_a_s, layer.kfac_inverse_g_s = t.inverse_a_s, t.inverse_g_s
-        layer.kfac_precondition_s = t.precondition_s
-    notes.append(f"--kfac: K-FAC kernels timed on {len(times)} layers (factors, Cholesky inverses, preconditioning; fp32)")
-
-
-def _structure(session: _Session, notes: list[str]) -> list[LayerProfile]:
-    """Per-layer FLOPs/bytes/params from one untimed analysed step on the captured batch."""
-    from srift.profiling.flops import analyze_layers
-
-    timer, model = session.timer, session.model
-    assert timer is not None and model is not None
-    step = _analysis_step(session)
-    if step is not None:
-        try:
-            with torch.enable_grad():
-                return analyze_layers(model, step)
-        except Exception as exc:  # a model FlopCounterMode cannot trace: keep the timings
-            notes.append(f"structural analysis failed ({type(exc).__name__}: {exc}); FLOPs and bytes are missing")
-    else:
-        notes.append("no training forward pass was captured; FLOPs and bytes are missing")
-    layers = []
-    for name, m in timer.leaves:
-        ps = [p for p in m.parameters(recurse=False) if p.requires_grad]
-        layers.append(LayerProfile(name=name, type=type(m).__name__, params=sum(p.numel() for p in ps),
-                                   grad_bytes=sum(p.numel() * p.element_size() for p in ps)))
-    return layers
-
-
-def _loss_tensor(out: Any) -> torch.Tensor | None:
-    """The first floating tensor output that autograd can differentiate (loss or logits)."""
-    if isinstance(out, torch.Tensor):
-        return out if out.requires_grad else None
-    if isinstance(out, dict) or hasattr(out, "to_tuple"):
-        values = out.to_tuple() if hasattr(out, "to_tuple") else tuple(out.values())
-        return _loss_tensor(values)
-    if isinstance(out, (list, tuple)):
-        for o in out:
-            t = _loss_tensor(o)
-            if t is not None:
-                return t
-    return None
-
-
-def _device(kind: str) -> dict[str, Any]:
-    if kind == "cuda":
-        from srift.hardware import find_gpu
-
-        dev_name = torch.cuda.get_device_name()
-        return {"name": dev_name, "kind": "cuda", "gpu": find_gpu(dev_name)}
-    return {"name": platform.processor() or platform.machine() or "cpu", "kind": "cpu", "gpu": None}
-
-
-def _versions() -> dict[str, str]:
-    out = {"torch": str(torch.__version__), "python": platform.python_version(), "srift": srift.__version__}
-    for mod in ("transformers", "torchvision", "timm"):
-        if mod in sys.modules:
-            out[mod] = str(getattr(sys.modules[mod], "__version__", "unknown"))
-    return out
-
-
-def _optimizer_info(opt: torch.optim.Optimizer, model: torch.nn.Module) -> dict[str, Any]:
-    """Optimizer type and its measured state bytes per trainable parameter."""
-    n_params = sum(p.numel() for g in opt.param_groups for p in g["params"]) or 1
-    state_bytes = 0
-    for st in opt.state.values():
-        for v in st.values():
-            if isinstance(v, torch.Tensor) and v.dim() > 0:  # skip scalar step counters
-                state_bytes += v.numel() * v.element_size()
-    return {"type": type(opt).__name__, "state_bytes_per_param": round(state_bytes / n_params, 3)}
+    session.timer.remove()
+    measured = Measurement(name=name, model=session.model, optimizer=session.optimizer, timer=session.timer,
+                           clock_kind=session.clock.kind, records=session.records, warmup=session.warmup,
+                           world_size=world, buckets=buckets)
+    profile = assemble_profile(measured, notes, warnings, batch_override, kfac)
+    return ProfileResult(profile, profile.save(out_path), warnings)

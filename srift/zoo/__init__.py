@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 
 from srift.errors import SriftError, closest
+from srift.files import profiles_dir
+from srift.profile import Profile
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ def canonical_name(name: str) -> str:
     )
 
 
-def load_builtin_profile(name: str, batch_size: int | None = None, seq_len: int | None = None):
+def load_builtin_profile(name: str, batch_size: int | None = None, seq_len: int | None = None) -> Profile:
     """The shipped structural profile of a zoo model, rescaled to a batch size and sequence length.
 
     Torch-free: reads profiles/<name>.yaml.
@@ -94,9 +96,6 @@ def load_builtin_profile(name: str, batch_size: int | None = None, seq_len: int 
     Raises:
         SriftError: for an unknown model, a missing profile file, or a seq_len on an image model.
     """
-    from srift.profile import Profile
-    from srift.files import profiles_dir
-
     key = canonical_name(name)
     path = profiles_dir() / f"{key}.yaml"
     if not path.is_file():
@@ -107,8 +106,8 @@ def load_builtin_profile(name: str, batch_size: int | None = None, seq_len: int 
     return Profile.load(path).rescale(batch_size=batch_size, seq_len=seq_len)
 
 
-def structural_profile(name: str, batch_size: int | None = None, seq_len: int | None = None, precision: str = "fp32"):
+def structural_profile(name: str, batch_size: int | None = None, seq_len: int | None = None, precision: str = "fp32") -> Profile:
     """Build a zoo model and analyze one training step (needs torch). See srift.zoo.models."""
-    from srift.zoo.models import structural_profile as _make
+    from srift.zoo.models import structural_profile as _make  # torch: not for predict/recommend/check
 
     return _make(name, batch_size=batch_size, seq_len=seq_len, precision=precision)

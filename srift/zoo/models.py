@@ -10,8 +10,10 @@ from torch import nn
 
 import srift
 from srift.errors import SriftError
-from srift.profile import PRECISIONS, Profile
+from srift.job import require_precision
+from srift.profile import Profile
 from srift.zoo import MODELS, OPTIMIZER_STATE_BYTES_PER_PARAM, canonical_name
+from srift.profiling.flops import analyze_layers
 from srift.zoo import text, vision
 
 BUILDERS: dict[str, Callable[[], nn.Module]] = {
@@ -91,12 +93,9 @@ def structural_profile(name: str, batch_size: int | None = None, seq_len: int | 
     AMP: FLOPs and gradient bytes (DDP all-reduces fp32 gradients) are unchanged; activation and
     moved bytes follow the dtype autocast gives each layer's output (see _apply_autocast_dtypes).
     """
-    from srift.profiling.flops import analyze_layers
-
     key = canonical_name(name)
     info = MODELS[key]
-    if precision not in PRECISIONS:
-        raise SriftError(f"unknown precision '{precision}'.", f"use one of {', '.join(PRECISIONS)}.")
+    require_precision(precision)
     if seq_len is not None and info.kind != "sequence":
         raise SriftError(f"'{key}' is an image model: --seq-len does not apply.", "drop --seq-len.")
     b = batch_size or info.batch_size

@@ -6,6 +6,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from srift.zoo.text import TransformerBlock
+
 
 # ---- ResNet (torchvision v1.5: stride on the 3x3 conv) ------------------------------------------
 class Bottleneck(nn.Module):
@@ -263,8 +265,6 @@ def inception_v4() -> nn.Module:
 
 # ---- ViT-B/16 ------------------------------------------------------------------------------------
 def vit_b16() -> nn.Module:
-    from srift.zoo.text import TransformerBlock
-
     class ViT(nn.Module):
         def __init__(self, image: int = 224, patch: int = 16, dim: int = 768, depth: int = 12, heads: int = 12,
                      mlp: int = 3072, num_classes: int = 1000) -> None:
