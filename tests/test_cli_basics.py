@@ -1,7 +1,5 @@
-"""The CLI shell: version, help, error rendering, and no torch on the light path."""
+"""The CLI shell: version, help, error rendering."""
 
-import subprocess
-import sys
 
 from srift.cli import main
 from srift.errors import SriftError, closest
@@ -34,9 +32,3 @@ def test_srift_error_renders_error_and_fix(capsys, monkeypatch):
 
 def test_closest_suggests_near_names():
     assert closest("p4d.24xlarg", ["p4d.24xlarge", "p3.2xlarge", "g5.xlarge"])[0] == "p4d.24xlarge"
-
-
-def test_cli_import_does_not_import_torch():
-    code = "import sys, srift.cli; print('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"

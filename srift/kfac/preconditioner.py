@@ -26,7 +26,8 @@ from typing import Any, Callable, Iterable, Union
 import torch
 from torch import nn
 
-from srift.kfac import STRATEGIES, schedule
+from srift.job import KFAC_STRATEGIES as STRATEGIES
+from srift.kfac import schedule
 from srift.kfac.distributed import Comm, FusedAllReducer, pack_upper, unpack_upper
 from srift.kfac.layers import KFACLayer, damped_inverse, make_layer, supported
 

@@ -1,8 +1,8 @@
 """The model zoo: well-known architectures srift can predict without a user profile.
 
 This module is torch-free: it lists the models and loads their shipped structural profiles
-(profiles/<name>.yaml) for predict/recommend/check. Building the models (srift.zoo.models) and
-making profiles need torch.
+(profiles/<name>.yaml) for predict/recommend/check. Building the models and making profiles
+(srift.zoo.models) need torch.
 """
 
 from __future__ import annotations
@@ -105,9 +105,3 @@ def load_builtin_profile(name: str, batch_size: int | None = None, seq_len: int 
         raise SriftError(f"'{key}' is an image model: --seq-len does not apply.", "drop --seq-len.")
     return Profile.load(path).rescale(batch_size=batch_size, seq_len=seq_len)
 
-
-def structural_profile(name: str, batch_size: int | None = None, seq_len: int | None = None, precision: str = "fp32") -> Profile:
-    """Build a zoo model and analyze one training step (needs torch). See srift.zoo.models."""
-    from srift.zoo.models import structural_profile as _make  # torch: not for predict/recommend/check
-
-    return _make(name, batch_size=batch_size, seq_len=seq_len, precision=precision)
