@@ -204,7 +204,7 @@ class Profile:
                     f"profile '{self.name}' has no sequence length, so --seq-len {seq_len} cannot apply.",
                     "drop --seq-len for this model.",
                 )
-            if s_new <= 0:
+            if seq_len <= 0:
                 raise SriftError(f"sequence length must be positive, got {seq_len}.", "pass --seq-len 1 or more.")
         if b_new == self.batch_size and s_new == s_old:
             return self

@@ -67,10 +67,10 @@ class LinearComm:
     alpha: float
     beta: float
 
-    def allreduce_time_s(self, size_bytes: float, quantile: float = 0.5) -> float:
+    def allreduce_time_s(self, size_bytes: float | np.ndarray, quantile: float = 0.5) -> float | np.ndarray:
         return self.alpha + self.beta * size_bytes
 
-    def broadcast_time_s(self, size_bytes: float, quantile: float = 0.5) -> float:
+    def broadcast_time_s(self, size_bytes: float | np.ndarray, quantile: float = 0.5) -> float | np.ndarray:
         return self.alpha + self.beta * size_bytes
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -19,7 +20,7 @@ from srift.cluster import Cluster, NodeGroup
 from srift.fitting.validation import mape
 from srift.perf.comm import CommModel, CommParams, LinkClass
 
-def _cluster_of(row) -> "object":
+def _cluster_of(row: Any) -> Cluster:
     return Cluster("fit", (NodeGroup(int(row.nodes), int(row.gpus_per_node), "H100", str(row.intra_node),
                                      float(row.network_gbps) or 1.0, str(row.network)),))
 

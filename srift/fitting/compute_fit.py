@@ -132,7 +132,8 @@ def fit_compute(designs: list[_RowDesign], features: tuple[str, ...] = DEFAULT_F
     theta_m[0] = 1.0 / 0.7
     overhead = 0.0
     fit_launch = launch_s is None
-    y = np.array([1.0 - (0.0 if fit_launch else launch_s * d.n_kernels) / d.time_s for d in designs])
+    launch = 0.0 if launch_s is None else launch_s
+    y = np.array([1.0 - launch * d.n_kernels / d.time_s for d in designs])
     prev = None
     for _ in range(iterations):
         X = np.array([_row_matrix(d, theta_g, theta_m) / d.time_s for d in designs])
@@ -159,7 +160,7 @@ def fit_compute(designs: list[_RowDesign], features: tuple[str, ...] = DEFAULT_F
             launch = float(max(coef[-1], 0.0))
             coef_rest = coef[:-1]
         else:
-            launch, coef_rest = launch_s, coef
+            coef_rest = coef
         overhead = float(max(coef_rest[-1], 0.0)) if fit_overhead else 0.0
         if prev is not None and np.allclose(prev, coef, rtol=1e-6, atol=1e-12):
             break

@@ -395,7 +395,7 @@ class ProfileSource:
 
     def __init__(self, loader: Callable[[str, int, int | None], Profile]) -> None:
         self._loader = loader
-        self._cache: dict[tuple[str, int, int | None], Profile] = {}
+        self._cache: dict[tuple[str, int, int | None, bool], Profile] = {}
 
     def get(self, model: str, batch: int, seq_len: int | None, keep_head: bool = False) -> Profile:
         key = (model, batch, seq_len, keep_head)

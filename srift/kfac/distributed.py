@@ -148,6 +148,7 @@ class FusedAllReducer:
         for grp in self._launched:
             if grp.handle is not None:
                 grp.handle.wait()
+            assert grp.buffer is not None  # every launched group has its buffer
             buf = grp.buffer / self.comm.world_size
             offset = 0
             for k in grp.keys:

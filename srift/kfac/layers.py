@@ -15,6 +15,7 @@ the whole batch, which is what makes the distributed preconditioner equal the si
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -33,7 +34,7 @@ class KFACLayer:
     """
 
     name: str
-    module: nn.Module
+    module: nn.Linear | nn.Conv2d
     a_dim: int
     g_dim: int
 
@@ -52,7 +53,7 @@ class KFACLayer:
                 # Pad exactly as the layer does, then unfold without padding.
                 mode = "constant" if m.padding_mode == "zeros" else m.padding_mode
                 x = F.pad(x, m._reversed_padding_repeated_twice, mode=mode)
-                padding = 0
+                padding: Any = 0
             else:
                 padding = m.padding
             cols = F.unfold(x, m.kernel_size, dilation=m.dilation, padding=padding, stride=m.stride)
@@ -107,6 +108,7 @@ class KFACLayer:
             return None
         grad = w.grad.reshape(w.shape[0], -1)
         if self.has_bias:
+            assert self.module.bias is not None
             b = self.module.bias.grad
             bcol = torch.zeros_like(grad[:, :1]) if b is None else b.reshape(-1, 1)
             grad = torch.cat([grad, bcol], dim=1)
@@ -115,9 +117,11 @@ class KFACLayer:
     def set_grad(self, mat: torch.Tensor) -> None:
         """Write a ``g_dim x a_dim`` matrix back into the weight (and bias) gradients."""
         w = self.module.weight
+        assert w.grad is not None  # set after backward, over the gradient grad_matrix read
         if self.has_bias:
             w.grad.copy_(mat[:, :-1].reshape(w.shape))
             b = self.module.bias
+            assert b is not None
             if b.grad is None:
                 b.grad = mat[:, -1].reshape(b.shape).clone()
             else:
@@ -151,5 +155,6 @@ def make_layer(name: str, module: nn.Module) -> KFACLayer:
     bias = 1 if getattr(module, "bias", None) is not None else 0
     if isinstance(module, nn.Linear):
         return KFACLayer(name, module, module.in_features + bias, module.out_features)
+    assert isinstance(module, nn.Conv2d), f"{name}: unsupported {type(module).__name__} (check supported() first)"
     kh, kw = module.kernel_size
     return KFACLayer(name, module, module.in_channels * kh * kw + bias, module.out_channels)

@@ -108,9 +108,9 @@ class KFACPreconditioner:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
         if inv_update_steps % factor_update_steps:
             raise ValueError(f"inv_update_steps ({inv_update_steps}) must be a multiple of factor_update_steps ({factor_update_steps})")
-        for name, v in (("comm_alpha_s", comm_alpha_s), ("comm_beta_s_per_byte", comm_beta_s_per_byte)):
-            if v is not None and (not isinstance(v, (int, float)) or v < 0):
-                raise ValueError(f"{name} must be a non-negative number or None, got {v!r}")
+        for name, cost in (("comm_alpha_s", comm_alpha_s), ("comm_beta_s_per_byte", comm_beta_s_per_byte)):
+            if cost is not None and (not isinstance(cost, (int, float)) or cost < 0):
+                raise ValueError(f"{name} must be a non-negative number or None, got {cost!r}")
         if inv_flops_per_s is not None and (not isinstance(inv_flops_per_s, (int, float)) or inv_flops_per_s <= 0):
             raise ValueError(f"inv_flops_per_s must be a positive number or None, got {inv_flops_per_s!r}")
         if inverse_method not in ("cholesky", "eigen"):
@@ -192,6 +192,7 @@ class KFACPreconditioner:
         if self.strategy == "mpd":
             return schedule.place_round_robin(n, p)
         rate, alpha, beta = self.inv_flops_per_s, self.comm_alpha_s or 0.0, self.comm_beta_s_per_byte or 0.0
+        assert rate is not None  # measured at construction when not given
         return schedule.place_inversions(
             self._factor_dims(), p,
             invert_time_s=lambda d: d**3 / rate,

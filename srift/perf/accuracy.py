@@ -79,7 +79,7 @@ def typical_error(nodes: int, gpus: int, cpu: bool = False, measured: str | None
         return float(g["fit"]), (f"MAPE over {g['rows']} measured multi-node runs ({g.get('basis', 'scripts/validate.py')}): "
                                  f"{way}{within}")
     if gpus <= 1:
-        key = {MEASURED_HERE: "single_gpu_same_gpu", MEASURED_ELSEWHERE: "single_gpu_other_gpu"}.get(measured, "single_gpu")
+        key = {MEASURED_HERE: "single_gpu_same_gpu", MEASURED_ELSEWHERE: "single_gpu_other_gpu"}.get(measured or "", "single_gpu")
     else:
         key = "one_node_same_gpu" if measured == MEASURED_HERE else "one_node"
     g = groups.get(key)

@@ -183,9 +183,9 @@ def _structure(m: Measurement, notes: list[str]) -> list[LayerProfile]:
     else:
         notes.append("no training forward pass was captured; FLOPs and bytes are missing")
     layers = []
-    for name, m in timer.leaves:
-        ps = [p for p in m.parameters(recurse=False) if p.requires_grad]
-        layers.append(LayerProfile(name=name, type=type(m).__name__, params=sum(p.numel() for p in ps),
+    for name, mod in timer.leaves:
+        ps = [p for p in mod.parameters(recurse=False) if p.requires_grad]
+        layers.append(LayerProfile(name=name, type=type(mod).__name__, params=sum(p.numel() for p in ps),
                                    grad_bytes=sum(p.numel() * p.element_size() for p in ps)))
     return layers
 

@@ -93,7 +93,7 @@ class _Session:
         self.finder.remove()
         if root is None:
             return
-        model = root.module if is_ddp(root) else root
+        model: torch.nn.Module = root.module if is_ddp(root) else root  # type: ignore[assignment]
         param = next(model.parameters(), None)
         if param is not None and param.is_cuda:
             self.clock = CudaClock()

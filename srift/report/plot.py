@@ -23,9 +23,9 @@ def plot_recommend(result: RecommendResult, path: str) -> None:
     ok = [(x, y) for x, y, f in found.evaluated_points if f]
     bad = [(x, y) for x, y, f in found.evaluated_points if not f]
     if bad:
-        ax.scatter(*zip(*bad), s=8, c="#cccccc", label="violates a limit")
+        ax.scatter([x for x, _ in bad], [y for _, y in bad], s=8, c="#cccccc", label="violates a limit")
     if ok:
-        ax.scatter(*zip(*ok), s=10, c="#4c72b0", alpha=0.6, label="meets the limits")
+        ax.scatter([x for x, _ in ok], [y for _, y in ok], s=10, c="#4c72b0", alpha=0.6, label="meets the limits")
     if found.frontier:
         ax.plot([c.cost_per_hour_usd for c in found.frontier], [c.expected_throughput_samples_per_s for c in found.frontier],
                 "-", c="#dd8452", lw=1.5, label="Pareto frontier")

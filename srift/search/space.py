@@ -90,7 +90,12 @@ def two_type_parts(front: Sequence[Instance], c: Constraints) -> Iterator[list[P
 
 def price(parts: Sequence[Part]) -> float:
     """Dollars per hour of a configuration."""
-    return sum(inst.usd_per_hour(spot) * n for inst, n, spot in parts)  # type: ignore[operator]
+    total = 0.0
+    for inst, n, spot in parts:
+        usd = inst.usd_per_hour(spot)
+        assert usd is not None, f"{inst.instance_type} is not priced {'on spot' if spot else 'on demand'}"
+        total += usd * n
+    return total
 
 
 class Explorer:

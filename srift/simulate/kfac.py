@@ -48,9 +48,9 @@ QUANTILES = (0.5, 0.9)
 class CommLike(Protocol):
     """What the plan needs of a communication model (``srift.perf.comm.CommModel``)."""
 
-    def allreduce_time_s(self, size_bytes: float, quantile: float = 0.5) -> float: ...
+    def allreduce_time_s(self, size_bytes: float | np.ndarray, quantile: float = 0.5) -> float | np.ndarray: ...
 
-    def broadcast_time_s(self, size_bytes: float, quantile: float = 0.5) -> float: ...
+    def broadcast_time_s(self, size_bytes: float | np.ndarray, quantile: float = 0.5) -> float | np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -117,21 +117,27 @@ def kfac_layers(profile: Profile) -> list[LayerProfile]:
     return [l for l in profile.layers if l.kfac_a_dim and l.kfac_g_dim]
 
 
+def factor_dims(layer: LayerProfile) -> tuple[int, int]:
+    """(A, G) factor dimensions of a K-FAC layer (0 for a layer without them)."""
+    return layer.kfac_a_dim or 0, layer.kfac_g_dim or 0
+
+
 def kfac_memory_bytes(profile: Profile) -> float:
     """Bytes per GPU of the running factors and their inverses (fp32, full matrices)."""
-    return 2.0 * FP32_BYTES * sum(l.kfac_a_dim**2 + l.kfac_g_dim**2 for l in kfac_layers(profile))  # type: ignore[operator]
+    return 2.0 * FP32_BYTES * sum(a**2 + g**2 for a, g in map(factor_dims, kfac_layers(profile)))
 
 
 def factor_flops(layer: LayerProfile, batch_size: int) -> tuple[float, float]:
     """FLOPs of computing factor A and factor G of one layer for a per-GPU batch."""
     rows = batch_size * (layer.kfac_spatial or 1)
-    return 2.0 * rows * layer.kfac_a_dim**2, 2.0 * rows * layer.kfac_g_dim**2  # type: ignore[operator]
+    a, g = factor_dims(layer)
+    return 2.0 * rows * a**2, 2.0 * rows * g**2
 
 
 def precondition_flops(layer: LayerProfile) -> float:
     """FLOPs of ``G^-1 grad A^-1`` for one layer."""
-    a, g = layer.kfac_a_dim, layer.kfac_g_dim
-    return 2.0 * a * g * (a + g)  # type: ignore[operator]
+    a, g = factor_dims(layer)
+    return 2.0 * a * g * (a + g)
 
 
 def effective_flops_per_s(profile: Profile, compute: LayerTimes) -> float:
@@ -195,11 +201,13 @@ class _Kernels:
         if anchor is not None:
             # `srift profile --kfac` timed the real kernels on the profiling device: use them, scaled
             # to the target by how much faster its model layers run.
-            inverse_s = {d: s for l in layers for d, s in ((l.kfac_a_dim, l.kfac_inverse_a_s), (l.kfac_g_dim, l.kfac_inverse_g_s))}
-            return cls([l.kfac_factor_a_s * anchor for l in layers],  # type: ignore[operator]
-                       [l.kfac_factor_g_s * anchor for l in layers],  # type: ignore[operator]
-                       sum(l.kfac_precondition_s for l in layers) * anchor,  # type: ignore[misc]
-                       lambda d: inverse_s[d] * anchor)  # type: ignore[operator]
+            # (measured_scale checked that every K-FAC layer carries its kernel times.)
+            inverse_s = {d: s or 0.0 for l in layers
+                         for d, s in zip(factor_dims(l), (l.kfac_inverse_a_s, l.kfac_inverse_g_s))}
+            return cls([(l.kfac_factor_a_s or 0.0) * anchor for l in layers],
+                       [(l.kfac_factor_g_s or 0.0) * anchor for l in layers],
+                       sum(l.kfac_precondition_s or 0.0 for l in layers) * anchor,
+                       lambda d: inverse_s[d] * anchor)
         b = profile.batch_size
         return cls([factor_flops(l, b)[0] / rate for l in layers], [factor_flops(l, b)[1] / rate for l in layers],
                    sum(precondition_flops(l) for l in layers) / rate, lambda d: d**3 / rate)
@@ -295,7 +303,7 @@ def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes,
     rate = effective_flops_per_s(profile, compute) * fp32_rate_scale(cluster, job.precision or profile.precision)
     anchor = measured_scale(profile, compute)
     kernels = _Kernels.of(profile, layers, rate, anchor)
-    dims = [d for l in layers for d in (l.kfac_a_dim, l.kfac_g_dim)]  # type: ignore[misc]
+    dims = [d for l in layers for d in factor_dims(l)]
     # CPU processes (gloo) run collectives on the cores that compute: nothing overlaps there, as
     # in the first-order simulation (srift/simulate/predictor.py).
     cpu_workers = any(g.gpu == CPU for g in cluster.node_groups)
@@ -313,8 +321,8 @@ def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes,
     groups_g: list[list[int]] = []
     if pipeline is not None and median.distributed:
         order_g = sorted(range(len(layers)), key=lambda i: pipeline.ready_g[i])  # backward order
-        sizes_a = [factor_bytes(l.kfac_a_dim) for l in layers]  # type: ignore[arg-type]
-        sizes_g = [factor_bytes(layers[i].kfac_g_dim) for i in order_g]  # type: ignore[arg-type]
+        sizes_a = [factor_bytes(factor_dims(l)[0]) for l in layers]
+        sizes_g = [factor_bytes(factor_dims(layers[i])[1]) for i in order_g]
         # The planner's linear cost model, fitted to the all-reduce between the smallest and
         # largest factor sizes.
         lo, hi = min(sizes_a + sizes_g), max(sizes_a + sizes_g)
@@ -360,8 +368,8 @@ def _spd_exposed_comm(layers: list[LayerProfile], pipeline: _Pipeline, groups_a:
     beyond the factor compute itself. With ``no_overlap`` (CPU workers) the fused all-reduces
     are planned the same way but all exposed.
     """
-    fused = [(groups_a, [factor_bytes(l.kfac_a_dim) for l in layers], pipeline.ready_a),  # type: ignore[arg-type]
-             (groups_g, [factor_bytes(l.kfac_g_dim) for l in layers], pipeline.ready_g)]  # type: ignore[arg-type]
+    fused = [(groups_a, [factor_bytes(factor_dims(l)[0]) for l in layers], pipeline.ready_a),
+             (groups_g, [factor_bytes(factor_dims(l)[1]) for l in layers], pipeline.ready_g)]
     if no_overlap:  # every fused all-reduce takes its time from the iteration
         return sum(link.allreduce(sum(sizes[i] for i in g)) for groups, sizes, _ in fused for g in groups)
     base_jobs = _bucket_jobs(pipeline.base_bucket_ready, pipeline.bucket_sizes, link)

@@ -43,8 +43,11 @@ def example_batch(name: str, batch_size: int, seq_len: int | None = None, device
     """An input batch of the right shape: images [B, 3, H, W] or token ids [B, T]."""
     info = MODELS[canonical_name(name)]
     if info.kind == "image":
+        assert info.image_size is not None  # every image model has one
         return torch.randn(batch_size, 3, info.image_size, info.image_size, device=device)
-    return torch.randint(0, 1000, (batch_size, seq_len or info.seq_len), device=device)
+    tokens = seq_len or info.seq_len
+    assert tokens is not None  # every sequence model has one
+    return torch.randint(0, 1000, (batch_size, tokens), device=device)
 
 
 def forward_loss(name: str, model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
