@@ -7,6 +7,7 @@ Every import counts: at module level, inside functions and under ``TYPE_CHECKING
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from collections import defaultdict
@@ -53,10 +54,17 @@ def _imports(path: Path, known: set[str]) -> set[str]:
     return out
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the srift modules it imports (itself left out)."""
+@functools.lru_cache(maxsize=1)
+def _graph() -> dict[str, frozenset[str]]:
     mods = _modules()
-    return {m: _imports(p, set(mods)) - {m} for m, p in mods.items()}
+    return {m: frozenset(_imports(p, set(mods)) - {m}) for m, p in mods.items()}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the srift modules it imports (itself left out); a fresh copy each call."""
+    return {m: set(v) for m, v in _graph().items()}
+
+
 
 
 def _prefix_of(module: str, prefixes: tuple[str, ...]) -> str | None:

@@ -8,6 +8,7 @@ from srift.perf.comm import CommModel
 from srift.profiling import free_port
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_calibrate_gloo_two_processes(tmp_path, capsys):
     out = tmp_path / "local.yaml"
@@ -50,6 +51,7 @@ def test_calibration_keeps_the_trimmed_mean_and_the_p90():
     assert calib["sizes_bytes"] == [4096] and calib["world_size"] == 2 and calib["repetitions"] == 10
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_calibrate_across_two_machines_under_torchrun(tmp_path):
     """Two torchrun agents (two 'machines' of one worker each, on this host) measure together;

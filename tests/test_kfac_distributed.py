@@ -59,6 +59,7 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.parametrize("strategy", ["naive", "mpd", "spd", "spd-eigen"])
 def test_two_processes_match_one_process(strategy, tmp_path):

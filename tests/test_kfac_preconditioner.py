@@ -101,6 +101,7 @@ def test_kfac_beats_sgd_and_adam_on_digits():
     assert kfac < sgd and kfac < adam, (kfac, sgd, adam)
 
 
+@pytest.mark.slow
 def test_state_dict_round_trip_continues_identically():
     """Checkpoint after 3 steps, restore into a fresh preconditioner (and model): the next steps'
     preconditioned gradients are the same as without the interruption."""

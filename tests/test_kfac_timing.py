@@ -10,6 +10,7 @@ from torch import nn  # noqa: E402
 from srift.profiling.kfac_timing import measure_kfac  # noqa: E402
 
 
+@pytest.mark.slow
 def test_every_linear_and_conv_gets_positive_times_and_gradients_are_restored():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 4))

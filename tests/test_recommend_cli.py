@@ -64,6 +64,7 @@ def test_gpu_filter(capsys):
     assert all(r["gpus"] <= 16 for r in recs)
 
 
+@pytest.mark.slow
 def test_plot_writes_png(tmp_path, capsys):
     png = tmp_path / "plot.png"
     assert main(["recommend", "--model", "resnet50", "--budget", "20", "--plot", str(png)]) == 0
