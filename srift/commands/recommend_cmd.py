@@ -7,18 +7,20 @@ from typing import List, Optional
 import typer
 
 from srift import api
-from srift.commands.options import FORMATS, check_format
+from srift.commands.options import (
+    FORMATS, GLOBAL_BATCH_SIZE, KFAC_STRATEGY, MODEL, OPTIMIZER, PRECISION, PROFILES, REGION, SEQ_LEN, check_format,
+)
 from srift.errors import one_of
 from srift.hardware import matching_gpus
-from srift.job import KFAC_STRATEGIES, OPTIMIZERS, PRECISIONS, Job, JobLength
+from srift.job import Job, JobLength
 from srift.report import recommend_view
 from srift.report.plot import plot_recommend
 from srift.search.limits import OBJECTIVES, Constraints
 
 
 def recommend(
-    model: Optional[str] = typer.Option(None, "--model", help="Built-in model (resnet50, bert-base, gpt2, ...)."),
-    profile: Optional[List[str]] = typer.Option(None, "--profile", help="Profile file from `srift profile`; repeat it with the same job measured on other GPUs (each GPU type then uses its own)."),
+    model: Optional[str] = MODEL,
+    profile: Optional[List[str]] = PROFILES,
     budget: Optional[float] = typer.Option(None, "--budget", help="Whole-cluster budget, USD per hour."),
     deadline: Optional[float] = typer.Option(None, "--deadline", help="Finish within HOURS (needs --steps or --epochs)."),
     steps: Optional[int] = typer.Option(None, "--steps", help="Job length in iterations."),
@@ -28,16 +30,16 @@ def recommend(
     objective: Optional[str] = typer.Option(None, "--objective", help=f"{one_of(OBJECTIVES)} (default: cost under a deadline)."),
     spot: bool = typer.Option(False, "--spot/--no-spot", help="Also consider spot instances."),
     mixed: bool = typer.Option(False, "--mixed/--no-mixed", help="Also consider two-type and spot/on-demand mixes."),
-    region: str = typer.Option("us-east-1", "--region", help="AWS region."),
+    region: str = REGION,
     gpu: List[str] = typer.Option([], "--gpu", help="Only this GPU (repeatable; A100 means both sizes)."),
     max_gpus: int = typer.Option(64, "--max-gpus", help="Largest cluster, in GPUs."),
     top: int = typer.Option(5, "--top", help="How many configurations to show."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Per-GPU batch (default: the profile's)."),
-    global_batch_size: Optional[int] = typer.Option(None, "--global-batch-size", help="Fix the global batch across configurations."),
-    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Sequence length (sequence models)."),
-    precision: Optional[str] = typer.Option(None, "--precision", help=f"{one_of(PRECISIONS)}."),
-    optimizer: str = typer.Option("sgd", "--optimizer", help=f"{one_of(OPTIMIZERS)}."),
-    kfac_strategy: str = typer.Option("spd", "--kfac-strategy", help=f"{one_of(KFAC_STRATEGIES)}."),
+    global_batch_size: Optional[int] = GLOBAL_BATCH_SIZE,
+    seq_len: Optional[int] = SEQ_LEN,
+    precision: Optional[str] = PRECISION,
+    optimizer: str = OPTIMIZER,
+    kfac_strategy: str = KFAC_STRATEGY,
     fmt: str = typer.Option("table", "--format", help="table, json or markdown."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Write throughput vs $/h of every configuration to FILE.png."),
 ) -> None:
