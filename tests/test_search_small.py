@@ -140,3 +140,24 @@ def test_a_runner_up_on_other_gpus_within_the_compute_error_is_called_a_close_ca
     assert "apart on other GPUs" not in close(None, 50.0)
     same = next(c for c in r.recommendations if c.instance == "a.small:3")
     assert "apart on other GPUs" not in why(dataclasses.replace(r, recommendations=[with_error(ru, 90.0), with_error(same, 90.0)]))
+
+
+def _recommend_result(constraints, length=None):
+    from srift.job import Job
+    from srift.results import RecommendResult
+
+    found = search(CATALOG, fake_predict, constraints, length)
+    return RecommendResult(found, constraints, Job(length=length), "toy", "fp32", 10, None, "test")
+
+
+def test_the_no_fit_message_names_the_limit_and_the_closest_configuration():
+    from srift.api import no_fit_error
+
+    assert no_fit_error(_recommend_result(Constraints(budget_usd_per_hour=4.0, max_gpus=8))) is None
+    # Budget: nothing simulated, so the cheapest type that fits is priced: a.small x 1, $1/h.
+    err = no_fit_error(_recommend_result(Constraints(budget_usd_per_hour=0.1, max_gpus=8)))
+    assert (err.message, err.hint, err.exit_code) == (
+        "no configuration meets the budget of $0.10/h. Closest: a.small:1 at $1.00/h.", "relax that limit.", 1)
+    # Deadline of 0.5 h for 36,000 steps: b.quad x 1 comes closest, 36000 * 40 / 480 s = 0.83 h for $2.92.
+    err = no_fit_error(_recommend_result(Constraints(deadline_hours=0.5, max_gpus=8), JobLength(36_000)))
+    assert err.message == "no configuration meets the deadline of 0.5 h. Closest: b.quad:1 at $3.50/h, 0.8 h, $2.92."

@@ -96,6 +96,35 @@ def _ready_ranks(modules: list[nn.Module], owner: dict[int, nn.Module], params: 
     return {m: i for i, m in enumerate(sorted(module_ready, key=lambda m: module_ready[m]))}
 
 
+def _run_step(model: nn.Module, step_fn: Callable[[], Any], rec: _LeafRecorder,
+              params: list[nn.Parameter]) -> tuple[_PhaseFlopCounter, dict[str, dict[Any, int]], list[int]]:
+    """Run one step with the leaf hooks and the FLOP counter; return the counter, its FLOPs per
+    module and the ids of the parameters in the order their gradients became ready. The model's
+    mode and gradients are left as they were."""
+    handles = []
+    for m in model.modules():
+        if not list(m.children()):
+            handles += [m.register_forward_pre_hook(rec.pre_hook), m.register_forward_hook(rec.post_hook)]
+    ready: list[int] = []
+    for p in params:
+        handles.append(p.register_post_accumulate_grad_hook(lambda t, pid=id(p): ready.append(pid)))
+    was_training = model.training
+    model.train()
+    try:
+        with _PhaseFlopCounter() as counter:
+            out = step_fn()
+            if not ready and isinstance(out, torch.Tensor) and out.requires_grad:
+                out.backward()
+            all_counts = counter.get_flop_counts()
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+        for p in params:
+            p.grad = None
+    return counter, all_counts, ready
+
+
 def analyze_layers(model: nn.Module, step_fn: Callable[[], Any]) -> list[LayerProfile]:
     """Run one training step and describe every leaf module, in execution order.
 
@@ -112,35 +141,13 @@ def analyze_layers(model: nn.Module, step_fn: Callable[[], Any]) -> list[LayerPr
     """
     names = {m: n for n, m in model.named_modules()}
     rec = _LeafRecorder()
-    handles = []
-    for m in model.modules():
-        if not list(m.children()):
-            handles += [m.register_forward_pre_hook(rec.pre_hook), m.register_forward_hook(rec.post_hook)]
     # Parameter ownership: a shared (tied) parameter belongs to the first module that registers it.
     owner: dict[int, nn.Module] = {}
     for m in model.modules():
         for p in m.parameters(recurse=False):
             owner.setdefault(id(p), m)
-    ready: list[int] = []
     params = [p for p in model.parameters() if p.requires_grad]
-    for p in params:
-        handles.append(p.register_post_accumulate_grad_hook(lambda t, pid=id(p): ready.append(pid)))
-
-    was_training = model.training
-    model.train()
-    try:
-        with _PhaseFlopCounter() as counter:
-            out = step_fn()
-            if not ready and isinstance(out, torch.Tensor) and out.requires_grad:
-                out.backward()
-            all_counts = counter.get_flop_counts()
-    finally:
-        for h in handles:
-            h.remove()
-        model.train(was_training)
-        for p in params:
-            p.grad = None
-
+    counter, all_counts, ready = _run_step(model, step_fn, rec, params)
     root = type(model).__name__
     ready_rank = _ready_ranks(rec.order, owner, params, ready)
 

@@ -320,16 +320,7 @@ def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes,
     groups_a: list[list[int]] = []
     groups_g: list[list[int]] = []
     if pipeline is not None and median.distributed:
-        order_g = sorted(range(len(layers)), key=lambda i: pipeline.ready_g[i])  # backward order
-        sizes_a = [factor_bytes(factor_dims(l)[0]) for l in layers]
-        sizes_g = [factor_bytes(factor_dims(layers[i])[1]) for i in order_g]
-        # The planner's linear cost model, fitted to the all-reduce between the smallest and
-        # largest factor sizes.
-        lo, hi = min(sizes_a + sizes_g), max(sizes_a + sizes_g)
-        alpha, beta = schedule.fit_alpha_beta(median.allreduce, lo, hi) if hi > lo else (median.allreduce(lo), 0.0)
-        groups_a = schedule.plan_fusion(sizes_a, _gaps(pipeline.ready_a), alpha, beta)
-        fused_g = schedule.plan_fusion(sizes_g, _gaps([pipeline.ready_g[i] for i in order_g]), alpha, beta)
-        groups_g = [[order_g[k] for k in g] for g in fused_g]
+        groups_a, groups_g = _fusion(layers, pipeline, factor_bytes, median)
     if strategy == "naive" or not median.distributed:
         owners = schedule.place_local(len(dims))
     elif strategy == "mpd":
@@ -356,6 +347,21 @@ def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes,
                     measured_kernels=anchor is not None,
                     phases_per_update=per_update, phases=per_update.amortized(*steps),
                     phases_p90=phases_at(links[0.9]).amortized(*steps))
+
+
+def _fusion(layers: list[LayerProfile], pipeline: _Pipeline, factor_bytes: Callable[[int], float],
+            link: _Link) -> tuple[list[list[int]], list[list[int]]]:
+    """SPD's fused all-reduce groups of the A factors (forward order) and of the G factors
+    (backward order), as layer indices, from the planner's linear cost model fitted to the
+    all-reduce between the smallest and largest factor sizes."""
+    order_g = sorted(range(len(layers)), key=lambda i: pipeline.ready_g[i])  # backward order
+    sizes_a = [factor_bytes(factor_dims(l)[0]) for l in layers]
+    sizes_g = [factor_bytes(factor_dims(layers[i])[1]) for i in order_g]
+    lo, hi = min(sizes_a + sizes_g), max(sizes_a + sizes_g)
+    alpha, beta = schedule.fit_alpha_beta(link.allreduce, lo, hi) if hi > lo else (link.allreduce(lo), 0.0)
+    groups_a = schedule.plan_fusion(sizes_a, _gaps(pipeline.ready_a), alpha, beta)
+    fused_g = schedule.plan_fusion(sizes_g, _gaps([pipeline.ready_g[i] for i in order_g]), alpha, beta)
+    return groups_a, [[order_g[k] for k in g] for g in fused_g]
 
 
 def _spd_exposed_comm(layers: list[LayerProfile], pipeline: _Pipeline, groups_a: list[list[int]], groups_g: list[list[int]],
