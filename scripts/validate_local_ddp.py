@@ -25,6 +25,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from srift.profiling import free_port  # noqa: E402  (a fixed port can still be in TIME_WAIT from the last run)
+
 SCRIPT = r'''
 import argparse, json, os, statistics, time
 import torch
@@ -68,15 +71,6 @@ if args.ddp:
         print(json.dumps({"median_iteration_s": float(t)}))
     dist.destroy_process_group()
 '''
-
-
-def free_port() -> int:
-    """A port nobody listens on now (a fixed port can still be in TIME_WAIT from the last run)."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def run(cmd: list[str], retries: int = 0, **kw) -> subprocess.CompletedProcess:
