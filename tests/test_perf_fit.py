@@ -118,29 +118,51 @@ def test_mape():
     assert F.mape([110, 90], [100, 100]) == pytest.approx(10.0)
 
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+# The measurements ship in the repository (data/): these tests run on a fresh clone, never skipped.
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def _same_numbers(a: object, b: object, rel: float = 5e-3) -> bool:
+    """Equal structure and text, numbers equal to ``rel``.
+
+    Not bit-exact: two machines with the same package versions fit the same data 1e-12 apart in
+    the compute model and up to 0.12 % apart in the PCIe class's latency, which sits on its 1e-8 s
+    lower bound where the least-squares objective is flat (where the solver stops differs).
+    """
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_numbers(a[k], b[k], rel) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_numbers(x, y, rel) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        return isinstance(a, (int, float)) and isinstance(b, (int, float)) and b == pytest.approx(a, rel=rel, abs=1e-300)
+    return a == b
+
+
+def test_same_numbers_tolerates_only_the_last_bits():
+    assert _same_numbers({"k": [1.0, {"x": 2.002}], "s": "a"}, {"k": [1.0, {"x": 2.0}], "s": "a"})
+    assert not _same_numbers({"k": [1.0, 2.02]}, {"k": [1.0, 2.0]})
+    assert not _same_numbers({"k": 1.0, "s": "a"}, {"k": 1.0, "s": "b"})
+    assert not _same_numbers({"k": [1.0]}, {"k": [1.0, 2.0]})
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="needs ../shared/data beside the project")
 def test_shipped_parameters_are_what_fit_models_writes(tmp_path):
     """The fit is reproducible, and the shipped configs/perf files are its current output."""
     root = Path(__file__).resolve().parents[1]
-    res = subprocess.run([sys.executable, str(root / "scripts" / "fit_models.py"), "--data", str(SHARED_DATA),
+    res = subprocess.run([sys.executable, str(root / "scripts" / "fit_models.py"), "--data", str(DATA),
                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     for name in ("compute.json", "comm.json"):
         fresh = json.loads((tmp_path / name).read_text())
         shipped = json.loads((root / "configs" / "perf" / name).read_text())
         fresh.pop("fitted_on"), shipped.pop("fitted_on")
-        assert fresh == shipped, f"configs/perf/{name} is stale: re-run scripts/fit_models.py"
+        assert _same_numbers(fresh, shipped), f"configs/perf/{name} is stale: re-run scripts/fit_models.py"
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="needs ../shared/data beside the project")
 def test_validate_script_prints_every_group_and_the_shipped_figures_are_current(tmp_path):
     root = Path(__file__).resolve().parents[1]
-    res = subprocess.run([sys.executable, str(root / "scripts" / "validate.py"), "--data", str(SHARED_DATA),
+    res = subprocess.run([sys.executable, str(root / "scripts" / "validate.py"), "--data", str(DATA),
                           "--write-accuracy", str(tmp_path / "accuracy.json")], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     lines = {l[:28].strip(): l[28:].split() for l in res.stdout.splitlines() if len(l) > 28}
