@@ -78,7 +78,7 @@ _SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", ".pytest_cache", ".mypy_ca
 
 
 def _repository_files() -> list[Path]:
-    out = []
+    out: list[Path] = []
     for here, dirs, files in os.walk(ROOT):
         dirs[:] = [d for d in dirs if d not in _SKIP_DIRS and not d.endswith(".egg-info")]
         out.extend(Path(here) / f for f in files)
