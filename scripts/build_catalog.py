@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Build configs/aws/us-east-1.csv, srift's bundled EC2 GPU catalog, from the shared data.
+"""Build configs/aws/us-east-1.csv, srift's bundled EC2 GPU catalog, from data/.
 
 Sources (see each folder's README):
-  ../shared/data/karpenter-aws: instance types, GPUs, vCPUs, memory, network, EFA, on-demand price.
-  ../shared/data/skypilot-catalog-aws-spot-snapshot: per-zone spot prices for some GPU types.
+  data/karpenter-aws: instance types, GPUs, vCPUs, memory, network, EFA, on-demand price.
+  data/skypilot-catalog-aws-spot-snapshot: per-zone spot prices for some GPU types.
 
 Rules (also in configs/aws/README.md):
   * GPU instance types only (NVIDIA and AMD GPUs); Inferentia, Trainium, Gaudi and Qualcomm
@@ -19,7 +19,7 @@ Rules (also in configs/aws/README.md):
     per instance. This is an assumption, documented as such; `srift catalog refresh` keeps it.
   * Network: Karpenter's baseline Mbit/s; blank for old "Up to 10 Gigabit" sizes, taken as 10 Gb/s.
 
-Run: python scripts/build_catalog.py [--data ../shared/data] [--out configs/aws/us-east-1.csv]
+Run: python scripts/build_catalog.py [--data data] [--out configs/aws/us-east-1.csv]
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def build(data: Path) -> list[dict[str, object]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
+    ap.add_argument("--data", type=Path, default=ROOT / "data")
     ap.add_argument("--out", type=Path, default=ROOT / "configs" / "aws" / f"{REGION}.csv")
     args = ap.parse_args()
     rows = build(args.data)

@@ -1,6 +1,6 @@
-"""Fit srift's compute and communication models to shared/data and write configs/perf/*.json.
+"""Fit srift's compute and communication models to data/ and write configs/perf/*.json.
 
-    python scripts/fit_models.py [--data ../shared/data] [--profiles-dir DIR] [--out configs/perf]
+    python scripts/fit_models.py [--data data] [--profiles-dir DIR] [--out configs/perf]
 
 Reproducible: the data files are read in a fixed order, the fits are deterministic (ridge
 regression with a fixed start; least squares from fixed starting points). See srift/fitting/ for
@@ -101,7 +101,7 @@ def fit_comm_params(data: Path) -> tuple[CM.CommParams, dict]:
     c = params.classes
     classes = {
         **c,
-        # No NVLink (p3) NCCL measurement in shared/data: NVLink uses the NVSwitch curve's shape
+        # No NVLink (p3) NCCL measurement in data/: NVLink uses the NVSwitch curve's shape
         # against its own nominal bandwidth (configs/gpus.yaml links).
         "nvlink": c["nvswitch"],
         # No InfiniBand NCCL measurement: treated like EFA (RDMA, same NCCL net plugin behaviour).
@@ -129,7 +129,7 @@ def fit_comm_params(data: Path) -> tuple[CM.CommParams, dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
+    ap.add_argument("--data", default=str(ROOT / "data"), help="the measurements (default: the repository's data/)")
     ap.add_argument("--profiles-dir", default=None)
     ap.add_argument("--out", default=str(ROOT / "configs" / "perf"))
     args = ap.parse_args()
@@ -140,8 +140,8 @@ def main() -> None:
     cparams, rows, pred = fit_compute_params(data, profiles)
     err = np.abs(pred - rows["iteration_time_s"].to_numpy()) / rows["iteration_time_s"].to_numpy()
     meta = {
-        "sources": ["shared/data/lambda-deeplearning-benchmark (head, 2022-07; v1 files, 1-GPU rows)",
-                    "shared/data/nvidia-deeplearningexamples (PyTorch BERT SQuAD fine-tuning, 1-GPU rows)"],
+        "sources": ["data/lambda-deeplearning-benchmark (head, 2022-07; v1 files, 1-GPU rows)",
+                    "data/nvidia-deeplearningexamples (PyTorch BERT SQuAD fine-tuning, 1-GPU rows)"],
         "fitted_on": today,
         "fit": {"rows": int(len(rows)), "gpus": sorted(rows["gpu"].unique().tolist()),
                 "models": sorted(rows["model"].unique().tolist()), "in_sample_mape_pct": round(float(err.mean() * 100), 2)},
@@ -155,9 +155,9 @@ def main() -> None:
 
     mparams, mmeta = fit_comm_params(data)
     mdict = mparams.to_dict()
-    mdict.update({"sources": ["shared/data/nccl-tests-aws", "shared/data/superbench-results (nccl-bw)",
-                              "shared/data/cm-dare (spread)",
-                              "shared/data/lambda-deeplearning-benchmark + nvidia-deeplearningexamples (one-node DDP scaling)"],
+    mdict.update({"sources": ["data/nccl-tests-aws", "data/superbench-results (nccl-bw)",
+                              "data/cm-dare (spread)",
+                              "data/lambda-deeplearning-benchmark + nvidia-deeplearningexamples (one-node DDP scaling)"],
                   "fitted_on": today, **mmeta})
     write_json(out / "comm.json", mdict)
     print(f"comm: {mmeta['fit']}  -> {out / 'comm.json'}")

@@ -1,7 +1,7 @@
 """Predicted vs measured iteration time for every (model, GPU, #GPUs, precision) that the zoo and
-shared/data share, with leave-one-GPU-out and leave-one-model-out refits.
+the measurements in data/ share, with leave-one-GPU-out and leave-one-model-out refits.
 
-    python scripts/validate.py [--data ../shared/data] [--profiles-dir DIR] [--table]
+    python scripts/validate.py [--data data] [--profiles-dir DIR] [--table]
 
 Single-GPU rows are predicted by the compute model alone (structural profile, no anchor). For each
 row three predictions are shown: with the shipped fit (in-sample), refitted without the row's GPU
@@ -188,7 +188,7 @@ def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str, b
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
+    ap.add_argument("--data", default=str(ROOT / "data"), help="the measurements (default: the repository's data/)")
     ap.add_argument("--profiles-dir", default=None)
     ap.add_argument("--table", action="store_true", help="print every row, not only the summary")
     ap.add_argument("--write-accuracy", nargs="?", const=str(ROOT / "configs" / "perf" / "accuracy.json"), default=None,

@@ -1,4 +1,4 @@
-"""The bundled catalog: built from the shared data, with the figures a user checks first."""
+"""The bundled catalog: built from the data/ copies, with the figures a user checks first."""
 
 import csv
 import json
@@ -15,7 +15,7 @@ from srift.cli import main
 from srift.errors import SriftError
 
 ROOT = Path(__file__).resolve().parents[1]
-SNAPSHOT = ROOT.parent / "shared" / "data" / "skypilot-catalog-aws-spot-snapshot" / "spot_us_east_1_gpu_subset.csv"
+SNAPSHOT = ROOT / "data" / "skypilot-catalog-aws-spot-snapshot" / "spot_us_east_1_gpu_subset.csv"
 
 
 def test_build_script_reproduces_the_bundled_csv(tmp_path):

@@ -13,7 +13,7 @@ All-reduce of ``S`` bytes over ``n`` workers (``N`` nodes of ``g`` GPUs):
 message of ``S`` bytes reaches (small messages are dominated by protocol and pipeline start-up).
 Latency is ``2(g-1) * alpha_link`` within a node plus ``2 ceil(log2 N) * alpha_net`` across nodes
 (tree). The per-class parameters (link: nvlink, nvswitch, nvswitch4, pcie, shared-memory; network: efa,
-infiniband, ethernet) are fitted by ``scripts/fit_models.py`` to shared/data/nccl-tests-aws and the
+infiniband, ethernet) are fitted by ``scripts/fit_models.py`` to data/nccl-tests-aws and the
 SuperBench NCCL results and shipped in ``configs/perf/comm.json``, with each class's p90/p50 ratio
 (cloud ethernet varies more than EFA or InfiniBand).
 

@@ -6,7 +6,7 @@ Model (a roofline with learned efficiencies): for every layer and pass (forward,
 
 where ``eff_kind`` (per layer kind: conv, matmul, attention, norm, ...) and ``eff_mem`` depend on
 the GPU and precision through a few features (see ``FEATURES``); the coefficients are learned by
-``scripts/fit_models.py`` from the measured data in shared/data and shipped in
+``scripts/fit_models.py`` from the measured data in data/ and shipped in
 ``configs/perf/compute.json``. ``launch_s`` is the framework's fixed cost per layer pass (a few
 kernel launches, eager dispatch and the unhooked functional ops between modules), fitted with the
 rest. The optimizer step reads and writes parameters, gradients and optimizer state at memory

@@ -7,8 +7,8 @@ Assumptions (also in docs/simulator.md):
 - DDP runs with a fixed world size: any interruption stops every rank. The job restarts from its
   last checkpoint once a replacement node is up: a restart costs the node's start-up time
   (87 s, the median provisioning + staging + booting of preemptible GPU VMs measured by CM-DARE,
-  shared/data/cm-dare/startup_time) plus 60 s to restart the job (process launch, NCCL set-up, loading
-  the checkpoint), an assumption.
+  its repository's data/processed_data/startup_time, not copied to data/) plus 60 s to restart the
+  job (process launch, NCCL set-up, loading the checkpoint), an assumption.
 - The job checkpoints model and optimizer state every T seconds, T from Young's rule
   T = sqrt(2 C / rate), clipped to [5 min, 2 h]; a checkpoint takes C = 10 s + state bytes / 1 GB/s
   (an assumed write rate to local NVMe or S3). On average half an interval of work is lost per
