@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 INTRA_NODE = ("shared-memory", "pcie3", "pcie4", "pcie5", "nvlink-bridge", "nvlink", "nvswitch", "nvswitch4", "nvswitch5")
 NETWORKS = ("ethernet", "efa", "infiniband")
-_SPEC_PART = re.compile(r"^(?P<type>[a-z0-9][a-z0-9.\-]*?)(?::(?P<count>\d+))?$")
+_SPEC_PART = re.compile(r"^(?P<type>[a-z0-9][a-z0-9._\-]*?)(?::(?P<count>\d+))?$")  # _: Lambda, Azure names
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ def node_group(inst: "Instance", count: int, spot: bool) -> NodeGroup:
         gpu=inst.gpu_name,
         intra_node=inst.intra_node,
         network_gbps=inst.network_gbps,
-        network="efa" if inst.efa else "ethernet",
+        network=inst.cluster_network,
         usd_per_hour=inst.usd_per_hour(spot),
         spot=spot,
         interruption_per_hour=inst.spot_interruption_per_hour if spot else 0.0,
