@@ -174,7 +174,7 @@ def price_region(region: str, hardware: dict[str, Instance], on_demand: dict[str
             band, rate = "", 0.0
         rows.append(replace(
             base, region=region, on_demand_usd_per_hour=round(od, 6), spot_usd_per_hour=None if spot is None else round(spot, 6),
-            spot_estimated=estimated, spot_interruption_band=band, spot_interruption_per_hour=round(rate, 8), zones=None,
+            spot_estimated=estimated, spot_interruption_band=band, spot_interruption_per_hour=round(rate, 10), zones=None,
             flags=tuple(f for f in base.flags if f == FLAG_NETWORK_ASSUMED), as_of=as_of, source=source,
         ))
     return rows

@@ -197,7 +197,7 @@ def _cell(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        text = f"{value:.8f}".rstrip("0")  # fixed notation, at most 8 decimals, no float noise
+        text = f"{value:.10f}".rstrip("0")  # fixed notation, at most 10 decimals, no float noise
         return text + "0" if text.endswith(".") else text
     if isinstance(value, (tuple, list)):
         return ";".join(value)
@@ -205,7 +205,7 @@ def _cell(value: Any) -> str:
 
 
 def rows_to_csv(rows: list[dict[str, Any]]) -> str:
-    """Catalog rows (dicts keyed by CSV_COLUMNS) as CSV text: booleans true/false, None empty, floats with at most 8 decimals."""
+    """Catalog rows (dicts keyed by CSV_COLUMNS) as CSV text: booleans true/false, None empty, floats with at most 10 decimals."""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n", extrasaction="raise")
     writer.writeheader()
