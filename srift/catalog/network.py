@@ -175,8 +175,9 @@ def resolve(cloud: str, family: str, instance_type: str, *, efa: bool = False,
         transport = "efa" if efa else "tcp"
         transport_source = "data/karpenter-aws: EFA interfaces of the size" if efa else "no EFA on this size: TCP over ENA"
         doc = entry.get("documented", {}).get(instance_type, UNKNOWN)
-        if isinstance(doc, str) and _UP_TO.match(doc):
-            burst, burstable = float(_UP_TO.match(doc).group(1)), True  # type: ignore[union-attr]
+        up_to = _UP_TO.match(doc) if isinstance(doc, str) else None
+        if up_to:
+            burst, burstable = float(up_to.group(1)), True
         elif doc != UNKNOWN:
             burst, burstable = float(doc), False
         network = baseline_gbps
@@ -188,7 +189,8 @@ def resolve(cloud: str, family: str, instance_type: str, *, efa: bool = False,
             unknowns.append("efa_generation")
         efa_generation = int(gen) if efa and gen not in (None, UNKNOWN) else None
         flows = cloud_cfg["single_flow_gbps"]
-        single = (float(flows["outside_placement_group"]), float(flows["inside_cluster_placement_group"]), str(flows["source"]))
+        single: tuple[float | None, float | None, str] = (
+            float(flows["outside_placement_group"]), float(flows["inside_cluster_placement_group"]), str(flows["source"]))
     else:
         transport = str(entry.get("transport", UNKNOWN))
         transport_source = str(entry.get("transport_source", cloud_cfg.get("network_source", "")))
@@ -196,7 +198,7 @@ def resolve(cloud: str, family: str, instance_type: str, *, efa: bool = False,
         burst = network
         network_source = str(entry.get("network_source", cloud_cfg.get("network_source", "")))
         efa_generation = None
-        single = (None, None, "")
+        single = (None, None, "")  # no documented single-flow limit
     if transport == UNKNOWN:
         unknowns.append("transport")
     if network is None:
