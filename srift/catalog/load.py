@@ -158,11 +158,18 @@ def get_instance(instance_type: str, infra: str | Sequence[str] = "aws/us-east-1
     hits = [r for r in rows if r.instance_type.lower() == wanted]
     if hits:
         return min(hits, key=lambda r: (r.on_demand_usd_per_hour is None, r.on_demand_usd_per_hour or 0.0, r.cloud, r.region))
-    elsewhere = sorted({r.infra for c in CLOUDS for r in load_catalog(c) if r.instance_type.lower() == wanted})
-    if elsewhere:
-        where = ", ".join(elsewhere[:6]) + (", ..." if len(elsewhere) > 6 else "")
+    elsewhere: dict[str, list[str]] = {}
+    for cloud in CLOUDS:
+        for r in load_catalog(cloud):
+            if r.instance_type.lower() == wanted and r.region not in elsewhere.setdefault(cloud, []):
+                elsewhere[cloud].append(r.region)
+    where = {c: sorted(rs) for c, rs in elsewhere.items() if rs}
+    if where:
+        parts = [f"{c} ({len(rs)} region{'s' if len(rs) > 1 else ''}: {', '.join(rs[:4])}{', ...' if len(rs) > 4 else ''})"
+                 for c, rs in where.items()]
+        first = next(iter(where))
         raise SriftError(f"{instance_type} is not offered in {','.join(str(t) for t in parse_infra(infra))}.",
-                         f"it is in {where}: choose one of them with --infra.")
+                         f"it is offered by {'; '.join(parts)}: select it with --infra {first} or --infra {first}/{where[first][0]}.")
     raise unknown_name_error("instance type", instance_type, sorted({r.instance_type for r in rows}), "srift catalog list")
 
 
