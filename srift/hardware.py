@@ -31,6 +31,7 @@ class GpuSpec:
     aliases: tuple[str, ...] = ()
     source: str = ""
     pcie_p2p: bool = True  # GeForce: no PCIe peer-to-peer; NCCL stages through host memory
+    compute_capability: str | None = None  # CUDA "major.minor"; None for a non-CUDA GPU
 
     def peak_flops(self, precision: str) -> float:
         """Peak FLOP/s for a training precision: fp32 (CUDA cores), tf32, or amp (fp16/bf16 tensor)."""
@@ -86,6 +87,7 @@ def gpus() -> dict[str, GpuSpec]:
             aliases=tuple(d.get("aliases") or ()),
             source=d.get("source", ""),
             pcie_p2p=bool(d.get("pcie_p2p", True)),
+            compute_capability=None if d.get("compute_capability") is None else str(d["compute_capability"]),
         )
     return out
 
@@ -146,7 +148,6 @@ def link(name: str) -> Link:
     return table[name]
 
 
-def family_link(instance_family: str) -> str | None:
-    """The intra-node link of an EC2 instance family (``p4d`` -> ``nvswitch``), or None if unknown."""
-    entry = _raw().get("families", {}).get(instance_family)
-    return entry["intra_node"] if entry else None
+def pytorch_cuda_wheels() -> dict[str, Any]:
+    """The ``pytorch_cuda_wheels`` block of configs/gpus.yaml: torch version and CUDA arch list per host."""
+    return dict(_raw()["pytorch_cuda_wheels"])

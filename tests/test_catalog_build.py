@@ -1,4 +1,4 @@
-"""The bundled catalog: built from the data/ copies, with the figures a user checks first."""
+"""The bundled catalog: rebuilt byte for byte from data/, with the figures a user checks first."""
 
 import csv
 import json
@@ -10,19 +10,26 @@ from pathlib import Path
 import pytest
 
 from srift.catalog import get_instance, load_catalog
-from srift.catalog.instances import band_for_ratio
 from srift.cli import main
 from srift.errors import SriftError
 
 ROOT = Path(__file__).resolve().parents[1]
-SNAPSHOT = ROOT / "data" / "skypilot-catalog-aws-spot-snapshot" / "spot_us_east_1_gpu_subset.csv"
+DATA = ROOT / "data"
+SNAPSHOT = DATA / "skypilot-catalog-aws-spot-snapshot" / "spot_us_east_1_gpu_subset.csv"
+SKY_AWS = DATA / "skypilot-catalog-multicloud" / "aws-gpu-vms.csv"
 
 
-def test_build_script_reproduces_the_bundled_csv(tmp_path):
-    out = tmp_path / "cat.csv"
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "build_catalog.py"), "--out", str(out)], check=True,
+def test_build_script_reproduces_the_bundled_csvs(tmp_path):
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "build_catalog.py"), "--out", str(tmp_path)], check=True,
                    capture_output=True)
-    assert out.read_text() == (ROOT / "configs" / "aws" / "us-east-1.csv").read_text()
+    for cloud in ("aws", "gcp", "lambda", "azure"):
+        assert (tmp_path / f"{cloud}.csv").read_bytes() == (ROOT / "configs" / "catalog" / f"{cloud}.csv").read_bytes(), cloud
+
+
+def test_every_source_file_the_build_reads_is_in_the_repository():
+    for folder in ("skypilot-catalog-multicloud", "karpenter-aws", "skypilot-catalog-aws-spot-snapshot"):
+        readme = (DATA / folder / "README.md").read_text()
+        assert "srift" in readme.split("\n\n")[1]  # the line saying srift copies it
 
 
 def test_catalog_covers_the_gpu_families_and_is_priced():
@@ -30,16 +37,17 @@ def test_catalog_covers_the_gpu_families_and_is_priced():
     assert len(rows) >= 60
     families = {r.family for r in rows}
     assert {"p2", "p3", "p3dn", "p4d", "p4de", "p5", "p5en", "g4dn", "g5", "g5g", "g6", "g6e"} <= families
-    priced = [r for r in rows if r.on_demand_usd_per_hour is not None]
-    assert len(priced) >= len(rows) - 2
-    assert all(r.gpu_count >= 1 for r in rows)
+    assert all(r.on_demand_usd_per_hour is not None for r in rows)
+    assert all(r.gpu_count >= 1 and r.cloud == "aws" and r.region == "us-east-1" for r in rows)
+    assert len({r.region for r in load_catalog("aws")}) == 22
 
 
 def test_p4d_matches_the_aws_facts():
     p4d = get_instance("p4d.24xlarge")
     assert (p4d.gpu_count, p4d.gpu_name, p4d.gpu_memory_gib) == (8, "A100-40GB", 40.0)
-    assert p4d.network_gbps == 400 and p4d.efa and p4d.intra_node == "nvswitch"
+    assert p4d.network_gbps == 400 and p4d.efa and p4d.intra_node == "nvswitch" and p4d.transport == "efa"
     assert p4d.on_demand_usd_per_hour == pytest.approx(21.96, abs=0.005)
+    assert (p4d.as_of, p4d.host_arch, p4d.accelerators) == ("2026-07-20", "x86_64", "A100:8")
 
 
 def test_spot_is_the_median_of_uncapped_zones():
@@ -53,16 +61,56 @@ def test_spot_is_the_median_of_uncapped_zones():
     assert not p5.spot_estimated
 
 
-def test_unknown_spot_is_estimated_from_family_ratio():
-    g5x = get_instance("g5.xlarge")  # not in the snapshot; g5.12xlarge and g5.16xlarge are
-    assert g5x.spot_estimated
-    ratios = [get_instance(t).spot_usd_per_hour / get_instance(t).on_demand_usd_per_hour for t in ("g5.12xlarge", "g5.16xlarge")]
-    assert g5x.spot_usd_per_hour / g5x.on_demand_usd_per_hour == pytest.approx(statistics.median(ratios), rel=1e-4)
+def test_other_regions_take_skypilot_zone_prices():
+    # g5.xlarge in us-west-2: SkyPilot's three AZ rows, on-demand 1.006, spot the median of the zones
+    zones = [r for r in csv.DictReader(open(SKY_AWS)) if r["InstanceType"] == "g5.xlarge" and r["Region"] == "us-west-2"]
+    g5 = get_instance("g5.xlarge", "aws/us-west-2")
+    assert g5.on_demand_usd_per_hour == pytest.approx(float(zones[0]["Price"]))
+    assert g5.spot_usd_per_hour == pytest.approx(statistics.median(float(z["SpotPrice"]) for z in zones))
+    assert g5.zones == len(zones) and not g5.spot_estimated and g5.as_of == ""
 
 
-def test_interruption_bands():
-    assert band_for_ratio(0.12)[0] == "5-10%"
-    assert band_for_ratio(0.9) == (">20%", pytest.approx(0.25 / 730))
+def test_price_cut_rebases_other_regions_by_the_us_east_1_ratio():
+    sky = {(r["Region"], r["AvailabilityZone"]): float(r["Price"]) for r in csv.DictReader(open(SKY_AWS))
+           if r["InstanceType"] == "p4d.24xlarge"}
+    old_use1 = next(p for (reg, _), p in sky.items() if reg == "us-east-1")
+    old_usw2 = next(p for (reg, _), p in sky.items() if reg == "us-west-2")
+    assert old_use1 == 32.7726  # SkyPilot's pre-cut price; Karpenter's 2026-07-20 list price is 21.957642
+    usw2 = get_instance("p4d.24xlarge", "aws/us-west-2")
+    assert usw2.on_demand_usd_per_hour == pytest.approx(old_usw2 * 21.957642 / 32.7726, rel=1e-6)
+    assert "on-demand-rebased" in usw2.flags and usw2.spot_estimated
+
+
+def test_p4de_duplicate_zone_rows_merge_and_p5e_has_no_on_demand():
+    p4de = get_instance("p4de.24xlarge", "aws/us-east-1")
+    assert p4de.gpu_name == "A100-80GB" and p4de.accelerators == "A100-80GB:8"
+    p5e = [r for r in load_catalog("aws") if r.instance_type == "p5e.48xlarge"]
+    assert p5e and all(r.on_demand_usd_per_hour is None for r in p5e)
+
+
+def test_unknown_spot_is_estimated_from_the_class_ratio():
+    g7 = get_instance("g7.2xlarge")  # Karpenter only; no g7 spot observed: the g-family ratio
+    ratios = [r.spot_usd_per_hour / r.on_demand_usd_per_hour for r in load_catalog("us-east-1")
+              if r.family.startswith("g") and r.spot_usd_per_hour and not r.spot_estimated]
+    assert g7.spot_estimated
+    assert g7.spot_usd_per_hour / g7.on_demand_usd_per_hour == pytest.approx(statistics.median(ratios), rel=1e-4)
+
+
+def test_arm64_hosts_are_marked():
+    arm = {(r.cloud, r.family) for r in load_catalog(["aws", "gcp", "lambda", "azure"]) if r.host_arch == "arm64"}
+    assert arm == {("aws", "g5g"), ("lambda", "gpu_1x")}
+    assert get_instance("gpu_1x_gh200", "lambda").host_arch == "arm64"
+    assert get_instance("gpu_1x_h100_sxm5", "lambda").host_arch == "x86_64"
+
+
+def test_lambda_and_azure_rows():
+    h100 = get_instance("gpu_8x_h100_sxm5", "lambda/us-east-1")
+    assert (h100.gpu_name, h100.gpu_count, h100.on_demand_usd_per_hour, h100.spot_usd_per_hour) == ("H100", 8, 23.92, None)
+    assert get_instance("gpu_1x_h100_pcie", "lambda/us-east-1").gpu_name == "H100-PCIe"
+    nd = get_instance("Standard_ND96isr_H100_v5", "azure/eastus")
+    assert nd.gpu_count == 8 and "corrected" in nd.flags  # the v6 file says 12
+    assert nd.spot_usd_per_hour is None and "spot-at-on-demand" in nd.flags  # spot listed at on-demand
+    assert not [r for r in load_catalog("azure") if r.instance_type.endswith("_Promo")]
 
 
 def test_show_unknown_type_suggests_and_exits_2(capsys):
@@ -85,7 +133,7 @@ def test_list_json_fields_and_gpu_filter(capsys):
     rows = json.loads(capsys.readouterr().out)
     assert {r["instance_type"] for r in rows} == {"p4d.24xlarge", "p4de.24xlarge"}
     for key in ("instance_type", "gpu_name", "gpu_count", "gpu_memory_gib", "vcpus", "memory_gib", "network_gbps",
-                "efa", "on_demand_usd_per_hour", "spot_usd_per_hour", "region"):
+                "efa", "on_demand_usd_per_hour", "spot_usd_per_hour", "region", "cloud", "host_arch", "transport"):
         assert key in rows[0]
 
 
@@ -96,5 +144,6 @@ def test_list_unknown_gpu_exits_2(capsys):
 
 def test_unknown_region_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("SRIFT_CACHE_DIR", str(tmp_path))
-    with pytest.raises(SriftError, match="no catalog for region"):
+    with pytest.raises(SriftError, match="no catalog for region") as info:
         load_catalog("mars-north-1")
+    assert "us-west-2" in info.value.hint

@@ -1,26 +1,107 @@
-"""`srift catalog refresh` with real boto3 clients, stubbed by botocore's Stubber."""
+"""`srift catalog refresh`: AWS's public price list and Spot Advisor (fixtures in their real formats, a fake
+HTTP opener, no network), spot history with credentials (botocore Stubber), offline behaviour, the cache."""
 
+import io
 import json
 import os
 import time
+import tracemalloc
+import urllib.error
 from datetime import datetime, timezone
 
 import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-from srift.catalog import load_catalog
-from srift.catalog.aws import refresh
-from srift.catalog.instances import cache_path, clear_cache
+import srift.catalog.offer_file as offer_file
+from srift.catalog import catalog_as_of, get_instance, load_catalog
+from srift.catalog.aws import REGION_INDEX_URL, REGION_OFFER_URL, SPOT_ADVISOR_URL, parse_spot_advisor, refresh
+from srift.catalog.load import bundled_path, cache_path, clear_cache
+from srift.catalog.offer_file import on_demand_prices
+from srift.catalog.spot import band_rate
 from srift.cli import main
 from srift.errors import SriftError
 
+LINUX = {"tenancy": "Shared", "operatingSystem": "Linux", "preInstalledSw": "NA", "capacitystatus": "Used"}
+
+
+def product(sku, itype, region="us-west-2", **overrides):
+    attrs = {"servicecode": "AmazonEC2", "location": "US West (Oregon)", "locationType": "AWS Region", "instanceType": itype,
+             "currentGeneration": "Yes", "instanceFamily": "GPU instance", "vcpu": "4", "memory": "16 GiB",
+             "networkPerformance": "Up to 10 Gigabit", "licenseModel": "No License required",
+             "usagetype": f"USW2-BoxUsage:{itype}", "operation": "RunInstances", "regionCode": region, **LINUX, **overrides}
+    return sku, {"sku": sku, "productFamily": "Compute Instance", "attributes": attrs}
+
+
+def on_demand_term(sku, usd):
+    code = f"{sku}.JRTCKXETXF"
+    return {code: {"offerTermCode": "JRTCKXETXF", "sku": sku, "effectiveDate": "2026-10-01T00:00:00Z",
+                   "priceDimensions": {f"{code}.6YS6EN2CT7": {
+                       "rateCode": f"{code}.6YS6EN2CT7", "description": f"${usd} per On Demand Linux Instance Hour",
+                       "beginRange": "0", "endRange": "Inf", "unit": "Hrs", "pricePerUnit": {"USD": f"{usd:.10f}"},
+                       "appliesTo": []}},
+                   "termAttributes": {}}}
+
+
+def offer_json(products, prices, terms_first=False):
+    """An EC2 offer file as AWS publishes it (same keys, nesting and ` : ` spacing), products before terms."""
+    reserved = {sku: {f"{sku}.4NA7Y494T4": {"offerTermCode": "4NA7Y494T4", "sku": sku, "priceDimensions": {
+        f"{sku}.4NA7Y494T4.2TG2D8R56U": {"unit": "Quantity", "pricePerUnit": {"USD": "9999"}}},
+        "termAttributes": {"LeaseContractLength": "1yr", "PurchaseOption": "All Upfront"}}} for sku in prices}
+    doc = {"formatVersion": "v1.0", "disclaimer": "This pricing list is for informational purposes only.",
+           "offerCode": "AmazonEC2", "version": "20261030182301", "publicationDate": "2026-10-30T18:23:01Z"}
+    body = {"products": dict(products), "terms": {"OnDemand": {s: on_demand_term(s, p) for s, p in prices.items()},
+                                                  "Reserved": reserved}}
+    if terms_first:
+        doc["terms"], doc["products"] = body["terms"], body["products"]
+    else:
+        doc.update(body)
+    return json.dumps(doc, indent=2, separators=(",", " : ")).encode()
+
+
+US_WEST_2 = offer_json(
+    [product("G5LINUX", "g5.xlarge"), product("G5WIN", "g5.xlarge", operatingSystem="Windows"),
+     product("G5DEDICATED", "g5.xlarge", tenancy="Dedicated"), product("G5SQL", "g5.xlarge", preInstalledSw="SQL Std"),
+     product("G5RESERVED", "g5.xlarge", capacitystatus="UnusedCapacityReservation"),
+     product("P4D", "p4d.24xlarge"), product("M5", "m5.large")],
+    {"G5LINUX": 1.006, "G5WIN": 1.19, "G5DEDICATED": 1.11, "G5SQL": 2.5, "G5RESERVED": 1.006, "P4D": 21.957642, "M5": 0.096},
+)
+EU_WEST_1 = offer_json([product("M5", "m5.large", region="eu-west-1")], {"M5": 0.107})
+REGION_INDEX = json.dumps({
+    "formatVersion": "v1.0", "disclaimer": "This pricing list is for informational purposes only.",
+    "publicationDate": "2026-10-30T18:23:01Z",
+    "regions": {r: {"regionCode": r, "currentVersionUrl": f"/offers/v1.0/aws/AmazonEC2/20261030182301/{r}/index.json"}
+                for r in ("eu-west-1", "us-west-2")},
+}, indent=2).encode()
+ADVISOR = json.dumps({
+    "global_rate": "<10%",
+    "instance_types": {"g5.xlarge": {"emr": True, "cores": 4, "ram_gb": 16.0}, "p4d.24xlarge": {"emr": False, "cores": 96, "ram_gb": 1152.0}},
+    "ranges": [{"index": 0, "label": "<5%", "dots": 0, "max": 5}, {"index": 1, "label": "5-10%", "dots": 1, "max": 11},
+               {"index": 2, "label": "10-15%", "dots": 2, "max": 16}, {"index": 3, "label": "15-20%", "dots": 3, "max": 22},
+               {"index": 4, "label": ">20%", "dots": 4, "max": 100}],
+    "spot_advisor": {"us-west-2": {"Linux": {"g5.xlarge": {"s": 60, "r": 1}, "p4d.24xlarge": {"s": 62, "r": 4}},
+                                   "Windows": {"g5.xlarge": {"s": 30, "r": 0}}}},
+}).encode()
+FILES = {REGION_INDEX_URL: REGION_INDEX, SPOT_ADVISOR_URL: ADVISOR,
+         REGION_OFFER_URL.format(region="us-west-2"): US_WEST_2, REGION_OFFER_URL.format(region="eu-west-1"): EU_WEST_1}
+
+
+def opener(files, fail=()):
+    def open_url(url):
+        if url in fail or url not in files:
+            raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+        return io.BytesIO(files[url])
+    return open_url
+
 
 class FakeSession:
-    """A boto3-like session handing out pre-made (stubbed) clients."""
+    """A boto3-like session: credentials or none, and pre-made (stubbed) clients."""
 
-    def __init__(self, clients):
-        self.clients = clients
+    def __init__(self, credentials=None, clients=None):
+        self.credentials, self.clients = credentials, clients or {}
+
+    def get_credentials(self):
+        return self.credentials
 
     def client(self, name, region_name=None):
         return self.clients[name]
@@ -29,115 +110,166 @@ class FakeSession:
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SRIFT_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("SRIFT_SPOT_INTERRUPTIONS_PER_HOUR", raising=False)
     clear_cache()
     yield tmp_path
     clear_cache()
 
 
-def _clients():
-    kw = dict(region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="y")
-    return boto3.client("ec2", **kw), boto3.client("pricing", **kw)
+def test_public_files_refresh_a_region_without_credentials():
+    bundled_g5 = get_instance("g5.xlarge", "aws/us-west-2")
+    steps = []
+    rows = refresh("aws/us-west-2", session=FakeSession(), progress=steps.append, opener=opener(FILES))
+    assert [r.instance_type for r in rows] == ["g5.xlarge", "p4d.24xlarge"]  # m5.large: no GPU, not in the catalog
+    g5, p4d = rows
+    assert g5.on_demand_usd_per_hour == 1.006  # the Linux/Shared/NA/Used SKU, not Windows, Dedicated, SQL or reserved capacity
+    assert g5.spot_usd_per_hour == pytest.approx(1.006 * (1 - 0.60)) and g5.spot_estimated  # the Advisor's 60 % saving
+    assert (g5.spot_interruption_band, g5.spot_interruption_per_hour) == ("5-10%", pytest.approx(0.075 / 730))
+    assert (p4d.spot_interruption_band, p4d.spot_interruption_per_hour) == (">20%", pytest.approx(0.25 / 730))
+    assert (g5.network_gbps, g5.gpu_name, g5.host_arch) == (bundled_g5.network_gbps, "A10G", "x86_64")  # hardware kept
+    assert any("no AWS credentials" in s for s in steps)
+    assert cache_path("aws", "us-west-2").is_file()
+    # srift now reads the refreshed region; other regions stay bundled
+    assert get_instance("g5.xlarge", "aws/us-west-2").source.startswith("srift catalog refresh")
+    as_of = catalog_as_of("aws", "us-west-2")
+    assert (as_of.as_of, as_of.source, as_of.refreshed_regions) == ("2026-10-30", "refreshed", ("us-west-2",))
+    assert catalog_as_of("aws").source == "bundled+refreshed"
+    assert not get_instance("g5.xlarge", "aws/us-east-1").source.startswith("srift catalog refresh")
 
 
-def _instance_types_response():
-    return {"InstanceTypes": [{
-        "InstanceType": "g5.xlarge",
-        "VCpuInfo": {"DefaultVCpus": 4},
-        "MemoryInfo": {"SizeInMiB": 16384},
-        "GpuInfo": {"Gpus": [{"Name": "A10G", "Manufacturer": "NVIDIA", "Count": 1, "MemoryInfo": {"SizeInMiB": 22888}}]},
-        "NetworkInfo": {"NetworkPerformance": "Up to 10 Gigabit", "EfaSupported": False,
-                        "NetworkCards": [{"BaselineBandwidthInGbps": 2.5}]},
-    }, {
-        "InstanceType": "m5.large",  # no GPU: skipped
-        "VCpuInfo": {"DefaultVCpus": 2},
-        "MemoryInfo": {"SizeInMiB": 8192},
-        "NetworkInfo": {"NetworkPerformance": "Up to 10 Gigabit"},
-    }]}
+def test_infra_aws_refreshes_every_region_of_the_index():
+    steps = []
+    rows = refresh("aws", session=FakeSession(), progress=steps.append, opener=opener(FILES))
+    assert {r.region for r in rows} == {"us-west-2"}
+    assert any(s.startswith("eu-west-1: no GPU instance type") for s in steps)  # read, nothing to write
+    assert not cache_path("aws", "eu-west-1").exists()
 
 
-def _price_item(usd):
-    return json.dumps({"product": {"attributes": {"instanceType": "g5.xlarge"}},
-                       "terms": {"OnDemand": {"T1": {"priceDimensions": {"D1": {"unit": "Hrs", "pricePerUnit": {"USD": usd}}}}}}})
+def test_offline_is_one_clear_error_and_the_bundled_catalog_stays():
+    bundled = get_instance("g5.xlarge", "aws/us-west-2")
+    with pytest.raises(SriftError, match="could not reach the AWS price list region index") as info:
+        refresh("aws", session=FakeSession(), opener=opener({}))
+    assert "catalog in use is unchanged" in info.value.message and "network" in info.value.hint
+    assert "\n" not in info.value.message
+    assert not cache_path("aws", "us-west-2").exists()
+    assert get_instance("g5.xlarge", "aws/us-west-2") == bundled
 
 
-def test_refresh_writes_cache_that_srift_then_reads(isolated_cache):
-    ec2, pricing = _clients()
-    now = datetime(2026, 11, 1, tzinfo=timezone.utc)
-    with Stubber(ec2) as s_ec2, Stubber(pricing) as s_pr:
-        s_ec2.add_response("describe_instance_types", _instance_types_response(), {"Filters": ANY})
-        s_pr.add_response("get_products", {"PriceList": [_price_item("1.1000000000")], "FormatVersion": "aws_v1"},
-                          {"ServiceCode": "AmazonEC2", "Filters": ANY})
-        s_ec2.add_response("describe_spot_price_history", {"SpotPriceHistory": [
-            {"InstanceType": "g5.xlarge", "AvailabilityZone": "us-east-1a", "SpotPrice": "0.40", "Timestamp": now},
-            {"InstanceType": "g5.xlarge", "AvailabilityZone": "us-east-1a", "SpotPrice": "0.90", "Timestamp": datetime(2026, 10, 31, tzinfo=timezone.utc)},
-            {"InstanceType": "g5.xlarge", "AvailabilityZone": "us-east-1b", "SpotPrice": "0.50", "Timestamp": now},
-            {"InstanceType": "g5.xlarge", "AvailabilityZone": "us-east-1c", "SpotPrice": "0.30", "Timestamp": now},
-        ]}, {"InstanceTypes": ["g5.xlarge"], "ProductDescriptions": ["Linux/UNIX"], "StartTime": ANY, "EndTime": ANY})
-        steps = []
-        rows = refresh("us-east-1", session=FakeSession({"ec2": ec2, "pricing": pricing}), progress=steps.append)
-    assert [r.instance_type for r in rows] == ["g5.xlarge"]
-    g5 = rows[0]
-    assert g5.gpu_name == "A10G" and g5.network_gbps == 2.5 and g5.on_demand_usd_per_hour == 1.1
-    assert g5.spot_usd_per_hour == pytest.approx(0.40)  # latest price per zone (0.40, 0.50, 0.30), median
-    assert not g5.spot_estimated
-    assert cache_path("us-east-1").is_file() and steps
-    clear_cache()
-    assert [r.instance_type for r in load_catalog("us-east-1")] == ["g5.xlarge"]  # the cache is now in use
+def test_region_written_before_a_later_failure_stays_refreshed():
+    files = dict(FILES)
+    files[REGION_INDEX_URL] = json.dumps({"regions": {"us-west-2": {}, "zz-fake-1": {}}}).encode()
+    with pytest.raises(SriftError, match=r"1 region\(s\) were refreshed before it \(us-west-2\)"):
+        refresh("aws", session=FakeSession(), opener=opener(files))
+    assert cache_path("aws", "us-west-2").is_file()
 
 
-def test_no_credentials_is_one_clear_line(monkeypatch):
+def test_credentials_bring_spot_price_history():
+    ec2 = boto3.client("ec2", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="y")
+    now = datetime.now(timezone.utc)
+    with Stubber(ec2) as stub:
+        stub.add_response("describe_spot_price_history", {"SpotPriceHistory": [
+            {"InstanceType": "g5.xlarge", "AvailabilityZone": "us-west-2a", "SpotPrice": "0.40", "Timestamp": now},
+            {"InstanceType": "g5.xlarge", "AvailabilityZone": "us-west-2a", "SpotPrice": "0.90", "Timestamp": datetime(2020, 1, 1, tzinfo=timezone.utc)},
+            {"InstanceType": "g5.xlarge", "AvailabilityZone": "us-west-2b", "SpotPrice": "0.50", "Timestamp": now},
+            {"InstanceType": "g5.xlarge", "AvailabilityZone": "us-west-2c", "SpotPrice": "0.30", "Timestamp": now},
+        ]}, {"InstanceTypes": ["g5.xlarge", "p4d.24xlarge"], "ProductDescriptions": ["Linux/UNIX"], "StartTime": ANY, "EndTime": ANY})
+        rows = refresh("aws/us-west-2", session=FakeSession(credentials=object(), clients={"ec2": ec2}), opener=opener(FILES))
+    g5, p4d = rows
+    assert g5.spot_usd_per_hour == pytest.approx(0.40) and not g5.spot_estimated  # latest per zone (0.40, 0.50, 0.30): median
+    assert g5.spot_interruption_band == "5-10%"  # bands still from the Advisor
+    assert p4d.spot_usd_per_hour == pytest.approx(21.957642 * 0.38) and p4d.spot_estimated  # no history: the Advisor
+    assert "EC2 spot price history" in g5.source
+
+
+def test_throttling_on_spot_history_writes_nothing():
+    ec2 = boto3.client("ec2", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="y")
+    with Stubber(ec2) as stub:
+        stub.add_client_error("describe_spot_price_history", service_error_code="RequestLimitExceeded",
+                              service_message="Rate exceeded", http_status_code=503)
+        with pytest.raises(SriftError, match="throttled"):
+            refresh("aws/us-west-2", session=FakeSession(credentials=object(), clients={"ec2": ec2}), opener=opener(FILES))
+    assert not cache_path("aws", "us-west-2").exists()
+
+
+def test_a_real_boto3_session_without_credentials_uses_the_advisor(monkeypatch):
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    session = boto3.Session(region_name="us-east-1")
-    with pytest.raises(SriftError, match="no AWS credentials") as info:
-        refresh("us-east-1", session=session)
-    assert "aws configure" in info.value.hint
-    assert not cache_path("us-east-1").exists()
-    assert len(load_catalog("us-east-1")) >= 60  # the bundled catalog stays in use
+    rows = refresh("us-west-2", session=boto3.Session(region_name="us-west-2"), opener=opener(FILES))
+    assert all(r.spot_estimated for r in rows)
 
 
-def test_throttling_keeps_the_catalog(isolated_cache):
-    ec2, pricing = _clients()
-    with Stubber(ec2) as s_ec2:
-        s_ec2.add_client_error("describe_instance_types", service_error_code="RequestLimitExceeded",
-                               service_message="Rate exceeded", http_status_code=503)
-        with pytest.raises(SriftError, match="throttled"):
-            refresh("us-east-1", session=FakeSession({"ec2": ec2, "pricing": pricing}))
-    assert not cache_path("us-east-1").exists()
+def test_only_aws_refreshes():
+    with pytest.raises(SriftError, match="only AWS"):
+        refresh("gcp", session=FakeSession(), opener=opener(FILES))
 
 
-def test_refresh_cli_exits_2_without_credentials(monkeypatch, capsys):
+def test_offer_file_parse_is_independent_of_chunking_and_order(monkeypatch):
+    want = {"g5.xlarge", "p4d.24xlarge"}
+    whole = on_demand_prices(io.BytesIO(US_WEST_2), want)
+    monkeypatch.setattr(offer_file, "_CHUNK_CHARS", 7)  # values split across many reads
+    assert on_demand_prices(io.BytesIO(US_WEST_2), want) == whole
+    assert on_demand_prices(io.BytesIO(offer_json([product("P4D", "p4d.24xlarge")], {"P4D": 21.957642}, terms_first=True)),
+                            want).on_demand_usd_per_hour == {"p4d.24xlarge": 21.957642}
+    assert whole.on_demand_usd_per_hour == {"g5.xlarge": 1.006, "p4d.24xlarge": 21.957642}
+    assert whole.publication_date == "2026-10-30"
+    with pytest.raises(ValueError):
+        on_demand_prices(io.BytesIO(US_WEST_2[: len(US_WEST_2) // 2]), want)
+
+
+def test_offer_file_memory_stays_bounded(monkeypatch):
+    # 4,000 products and their terms (about 8 MB of JSON); decoded one member at a time, memory is the buffer.
+    products = [product(f"SKU{i:05d}", "m5.large") for i in range(4000)] + [product("G5", "g5.xlarge")]
+    body = offer_json(products, {sku: 0.096 for sku, _ in products[:-1]} | {"G5": 1.006})
+    monkeypatch.setattr(offer_file, "_CHUNK_CHARS", 1 << 16)
+    tracemalloc.start()
+    try:
+        result = on_demand_prices(io.BytesIO(body), {"g5.xlarge"})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.on_demand_usd_per_hour == {"g5.xlarge": 1.006}
+    assert len(body) > 5_000_000 and peak < 1_500_000
+
+
+def test_spot_advisor_format():
+    table = parse_spot_advisor(json.loads(ADVISOR))
+    assert table["us-west-2"]["g5.xlarge"].savings_pct == 60 and table["us-west-2"]["g5.xlarge"].band == "5-10%"
+    assert band_rate(table["us-west-2"]["p4d.24xlarge"].band) == pytest.approx(0.25 / 730)
+    with pytest.raises(ValueError):
+        parse_spot_advisor({"spot_advisor": {}})
+
+
+def test_refresh_cli_exits_2_with_one_line(monkeypatch, capsys):
     import srift.catalog.aws as aws
 
-    def no_creds(region, progress=None):
-        raise SriftError("no AWS credentials found, so the catalog was not refreshed.", "configure credentials.")
+    def offline(region, progress=None):
+        raise SriftError("could not reach the AWS price list (URLError); the catalog in use is unchanged.", "check your network.")
 
-    monkeypatch.setattr(aws, "refresh", no_creds)
+    monkeypatch.setattr(aws, "refresh", offline)
     assert main(["catalog", "refresh"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 2 and "Traceback" not in err
 
 
-def test_half_written_cache_is_never_read(isolated_cache, capsys):
-    path = cache_path("us-east-1")
-    path.parent.mkdir(parents=True)
-    bundled = load_catalog("us-east-1")
+def test_half_written_cache_is_never_read(capsys):
+    bundled = load_catalog("aws/us-west-2")
     clear_cache()
-    header = "instance_type,family,gpu_name,gpu_count,gpu_memory_gib,vcpus,memory_gib,network_gbps,efa,intra_node,on_demand_usd_per_hour,spot_usd_per_hour,spot_estimated,spot_interruption_band,spot_interruption_per_hour,region,as_of,source\n"
-    path.write_text(header + "g5.xlarge,g5,A10G,1,22.35,4,16.0,2.5,false,pci")  # cut off mid-row
+    path = cache_path("aws", "us-west-2")
+    path.parent.mkdir(parents=True)
+    header = bundled_path("aws").read_text().splitlines()[0]
+    path.write_text(header + "\naws,us-west-2,g5.xlarge,g5,g5.xlarge,A10G:1,A10G,1,22.35,4,16.0,x86_64,pci")  # cut off mid-row
     future = time.time() + 60
     os.utime(path, (future, future))
-    rows = load_catalog("us-east-1")
-    assert len(rows) == len(bundled)
+    assert load_catalog("aws/us-west-2") == bundled
     assert "ignoring the unreadable catalog cache" in capsys.readouterr().err
 
 
-def test_stale_cache_older_than_bundled_is_ignored(isolated_cache):
-    path = cache_path("us-east-1")
-    path.parent.mkdir(parents=True)
-    path.write_text("garbage")
-    os.utime(path, (0, 0))
-    assert len(load_catalog("us-east-1")) >= 60
+def test_cache_older_than_the_bundled_catalog_is_ignored():
+    rows = refresh("aws/us-west-2", session=FakeSession(), opener=opener(FILES))
+    assert rows
+    os.utime(cache_path("aws", "us-west-2"), (0, 0))  # an old refresh; a newer srift ships newer prices
+    clear_cache()
+    assert not get_instance("g5.xlarge", "aws/us-west-2").source.startswith("srift catalog refresh")

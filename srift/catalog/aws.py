@@ -1,127 +1,111 @@
-"""Refresh the catalog from AWS with boto3: Pricing (on-demand), EC2 spot history and instance types.
+"""Refresh AWS prices into the user cache, without credentials, from AWS's public files.
 
-The result is written atomically to the user cache (srift.files.cache_dir()/aws/REGION.csv),
-which srift reads when it is newer than the bundled catalog. Any AWS failure (no credentials, no
-network, throttling, access denied) raises one SriftError; the catalog in use stays as it was.
+* On-demand: the Price List bulk offer file of each region,
+  ``https://pricing.us-east-1.amazonaws.com/offers/v1.0/aws/AmazonEC2/current/{region}/index.json``
+  (regions from ``.../current/region_index.json``), stream-parsed (``srift.catalog.offer_file``).
+* Spot: the Spot Advisor file ``https://spot-bid-advisor.s3.amazonaws.com/spot-advisor-data.json``
+  gives, per region and type, the average saving over on-demand (``s``, percent: spot is then
+  on-demand x (1 - s/100), marked estimated) and the monthly interruption band (``r``, an index
+  into ``ranges``), which replaces the price-ratio assumption (``srift.catalog.spot``).
+* With AWS credentials (any boto3 source), the latest spot price per zone from EC2's spot price
+  history replaces the Advisor's saving: the median over zones, as in the bundled catalog.
+
+The instance types and their hardware are the bundled catalog's (GPU, vCPUs, network, EFA, host):
+a refresh re-prices the types srift can model; a new type needs a catalog rebuild. Each region is
+written atomically to <cache>/catalog/aws/<region>.csv, which srift then reads instead of the
+bundled rows of that region. Any network failure raises one SriftError: the catalog in use stays.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import statistics
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import IO, Any
 
-from srift.catalog.instances import (
-    Instance,
-    band_for_ratio,
-    cache_path,
-    clear_cache,
-    load_catalog,
-    rows_to_csv,
-)
+from srift.catalog.instances import Instance, instance_to_row, rows_to_csv
+from srift.catalog.load import REFRESH_SOURCE_PREFIX, cache_path, clear_cache, load_catalog
+from srift.catalog.network import FLAG_NETWORK_ASSUMED
+from srift.catalog.spot import band_for_ratio, band_rate
 from srift.errors import SriftError
-from srift.files import atomic_write_text
-from srift.hardware import family_link, find_gpu
+
+PRICE_LIST_BASE = "https://pricing.us-east-1.amazonaws.com"
+REGION_INDEX_URL = f"{PRICE_LIST_BASE}/offers/v1.0/aws/AmazonEC2/current/region_index.json"
+REGION_OFFER_URL = PRICE_LIST_BASE + "/offers/v1.0/aws/AmazonEC2/current/{region}/index.json"
+SPOT_ADVISOR_URL = "https://spot-bid-advisor.s3.amazonaws.com/spot-advisor-data.json"
 
 Progress = Callable[[str], None]
-
-# Pricing's location names for the regions srift users ask for most.
-REGION_NAMES = {
-    "us-east-1": "US East (N. Virginia)",
-    "us-east-2": "US East (Ohio)",
-    "us-west-1": "US West (N. California)",
-    "us-west-2": "US West (Oregon)",
-    "eu-west-1": "EU (Ireland)",
-    "eu-central-1": "EU (Frankfurt)",
-    "ap-northeast-1": "Asia Pacific (Tokyo)",
-    "ap-southeast-1": "Asia Pacific (Singapore)",
-}
+Opener = Callable[[str], AbstractContextManager[IO[bytes]]]
 
 
-def _gpu_key(name: str, memory_mib: float) -> str | None:
-    if name.lower() == "v100":
-        return "V100-32GB" if memory_mib > 20 * 1024 else "V100-16GB"
-    if name.lower() == "a100":
-        return "A100-80GB" if memory_mib > 50 * 1024 else "A100-40GB"
-    return find_gpu(name)
+def _urlopen(url: str) -> AbstractContextManager[IO[bytes]]:
+    import urllib.request
+
+    return urllib.request.urlopen(url, timeout=60)  # noqa: S310 (fixed https URLs)
 
 
-def fetch_instance_types(ec2: Any, progress: Progress) -> dict[str, dict[str, Any]]:
-    """GPU instance types of the region from EC2 DescribeInstanceTypes."""
-    out: dict[str, dict[str, Any]] = {}
-    for page in ec2.get_paginator("describe_instance_types").paginate(
-        Filters=[{"Name": "instance-type", "Values": ["p*", "g*"]}]
-    ):
-        for it in page["InstanceTypes"]:
-            gpu_info = it.get("GpuInfo")
-            if not gpu_info or not gpu_info.get("Gpus"):
-                continue
-            g = gpu_info["Gpus"][0]
-            key = _gpu_key(g["Name"], g["MemoryInfo"]["SizeInMiB"])
-            family = it["InstanceType"].split(".")[0]
-            link = family_link(family)
-            if key is None or link is None or g.get("Count", 0) < 1:
-                continue
-            net = it.get("NetworkInfo", {})
-            cards = net.get("NetworkCards") or []
-            gbps = sum(c.get("BaselineBandwidthInGbps") or c.get("PeakBandwidthInGbps") or 0 for c in cards)
-            if not gbps:
-                gbps = _parse_gbps(net.get("NetworkPerformance", ""))
-            out[it["InstanceType"]] = {
-                "instance_type": it["InstanceType"],
-                "family": family,
-                "gpu_name": key,
-                "gpu_count": g["Count"],
-                "gpu_memory_gib": round(g["MemoryInfo"]["SizeInMiB"] / 1024, 2),
-                "vcpus": it["VCpuInfo"]["DefaultVCpus"],
-                "memory_gib": round(it["MemoryInfo"]["SizeInMiB"] / 1024, 2),
-                "network_gbps": float(gbps),
-                "efa": bool(net.get("EfaSupported")),
-                "intra_node": link,
-            }
-    progress(f"{len(out)} GPU instance types")
+def _offline(what: str, exc: BaseException, done: list[str]) -> SriftError:
+    kept = (f"{len(done)} region(s) were refreshed before it ({', '.join(done)}); the others keep their prices"
+            if done else "the catalog in use is unchanged")
+    return SriftError(f"could not reach {what} ({type(exc).__name__}: {exc}); {kept}.",
+                      "check your network connection, then run `srift catalog refresh` again.")
+
+
+def _fetch_json(opener: Opener, url: str, what: str, done: list[str]) -> Any:
+    try:
+        with opener(url) as fh:
+            return json.load(fh)
+    except (OSError, ValueError) as exc:  # URLError, timeouts and refused connections are OSErrors
+        if isinstance(exc, ValueError):
+            raise SriftError(f"{what} at {url} is not the JSON srift expects.", "try again later; if it persists, report it.") from None
+        raise _offline(what, exc, done) from None
+
+
+@dataclass(frozen=True)
+class AdvisorEntry:
+    """The Spot Advisor's figures for one (region, type): saving over on-demand and interruption band."""
+
+    savings_pct: float
+    band: str
+
+
+def parse_spot_advisor(data: Any) -> dict[str, dict[str, AdvisorEntry]]:
+    """region -> instance type -> AdvisorEntry, from spot-advisor-data.json (Linux only).
+
+    Raises:
+        ValueError: when the file lacks ``spot_advisor`` or ``ranges``.
+    """
+    if not isinstance(data, dict) or "spot_advisor" not in data or "ranges" not in data:
+        raise ValueError("spot advisor file: no 'spot_advisor' / 'ranges'")
+    labels = {int(r.get("index", i)): str(r["label"]) for i, r in enumerate(data["ranges"])}
+    out: dict[str, dict[str, AdvisorEntry]] = {}
+    for region, by_os in data["spot_advisor"].items():
+        for itype, fig in (by_os.get("Linux") or {}).items():
+            band = labels.get(int(fig["r"]))
+            if band is not None:
+                out.setdefault(region, {})[itype] = AdvisorEntry(float(fig["s"]), band)
     return out
 
 
-def _parse_gbps(text: str) -> float:
-    m = re.search(r"(\d+(?:\.\d+)?)\s*Gigabit", text)
-    return float(m.group(1)) if m else 10.0
+def parse_region_index(data: Any) -> list[str]:
+    """The region codes of the EC2 region index (``regions`` -> code -> ``currentVersionUrl``)."""
+    if not isinstance(data, dict) or not isinstance(data.get("regions"), dict):
+        raise ValueError("region index: no 'regions'")
+    return sorted(data["regions"])
 
 
-def fetch_on_demand(pricing: Any, region: str, types: list[str], progress: Progress) -> dict[str, float]:
-    """On-demand Linux, shared-tenancy hourly prices from the Pricing API."""
-    location = REGION_NAMES.get(region)
-    if location is None:
-        raise SriftError(f"srift does not know the Pricing name of region '{region}'.", f"use one of {', '.join(REGION_NAMES)}.")
-    filters = [
-        {"Type": "TERM_MATCH", "Field": "location", "Value": location},
-        {"Type": "TERM_MATCH", "Field": "operatingSystem", "Value": "Linux"},
-        {"Type": "TERM_MATCH", "Field": "tenancy", "Value": "Shared"},
-        {"Type": "TERM_MATCH", "Field": "preInstalledSw", "Value": "NA"},
-        {"Type": "TERM_MATCH", "Field": "capacitystatus", "Value": "Used"},
-    ]
-    prices: dict[str, float] = {}
-    for itype in types:
-        for page in pricing.get_paginator("get_products").paginate(
-            ServiceCode="AmazonEC2",
-            Filters=filters + [{"Type": "TERM_MATCH", "Field": "instanceType", "Value": itype}],
-        ):
-            for item in page["PriceList"]:
-                product = json.loads(item) if isinstance(item, str) else item
-                for term in product.get("terms", {}).get("OnDemand", {}).values():
-                    for dim in term.get("priceDimensions", {}).values():
-                        usd = float(dim.get("pricePerUnit", {}).get("USD", 0) or 0)
-                        if usd > 0:
-                            prices[itype] = usd
-        progress(f"on-demand price of {itype}")
-    return prices
+def _session_has_credentials(session: Any) -> bool:
+    try:
+        return session.get_credentials() is not None
+    except Exception:  # noqa: BLE001 (a broken profile is "no credentials" for this optional step)
+        return False
 
 
 def fetch_spot(ec2: Any, types: list[str], progress: Progress, now: datetime | None = None) -> dict[str, float]:
-    """Median over zones of the latest spot price per type (last 24 hours of history)."""
+    """Median over zones of the latest spot price per type (last 24 hours of EC2 spot price history)."""
     now = now or datetime.now(timezone.utc)
     latest: dict[tuple[str, str], tuple[datetime, float]] = {}
     for page in ec2.get_paginator("describe_spot_price_history").paginate(
@@ -129,101 +113,154 @@ def fetch_spot(ec2: Any, types: list[str], progress: Progress, now: datetime | N
     ):
         for rec in page["SpotPriceHistory"]:
             key = (rec["InstanceType"], rec["AvailabilityZone"])
-            ts = rec["Timestamp"]
-            if key not in latest or ts > latest[key][0]:
-                latest[key] = (ts, float(rec["SpotPrice"]))
+            if key not in latest or rec["Timestamp"] > latest[key][0]:
+                latest[key] = (rec["Timestamp"], float(rec["SpotPrice"]))
     per_type: dict[str, list[float]] = {}
     for (itype, _zone), (_ts, price) in latest.items():
         per_type.setdefault(itype, []).append(price)
-    progress(f"spot prices of {len(per_type)} types")
+    progress(f"spot price history of {len(per_type)} types")
     return {t: statistics.median(p) for t, p in per_type.items()}
 
 
-def refresh(region: str = "us-east-1", session: Any = None, progress: Progress | None = None) -> list[Instance]:
-    """Query AWS and write the region's catalog to the user cache (atomically).
+def _spot_history(session: Any, region: str, types: list[str], progress: Progress) -> dict[str, float]:
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
-    Args:
-        region: AWS region to price.
-        session: A boto3 Session (tests pass one whose clients are stubbed).
-        progress: Called with a short line per step.
-
-    Raises:
-        SriftError: for missing credentials, no network, throttling or any AWS error.
-    """
-    import boto3  # only `srift catalog refresh` needs boto3 (slow to import)
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
-
-    say = progress or (lambda _msg: None)
-    session = session or boto3.Session()
     try:
-        ec2 = session.client("ec2", region_name=region)
-        pricing = session.client("pricing", region_name="us-east-1")  # the Pricing endpoint lives there
-        types = fetch_instance_types(ec2, say)
-        if not types:
-            raise SriftError(f"AWS lists no GPU instance types srift can model in {region}.", "try another --region.")
-        names = sorted(types)
-        on_demand = fetch_on_demand(pricing, region, names, say)
-        spot = fetch_spot(ec2, names, say)
+        return fetch_spot(session.client("ec2", region_name=region), types, progress)
     except NoCredentialsError:
-        raise SriftError(
-            "no AWS credentials found, so the catalog was not refreshed (the bundled catalog stays in use).",
-            "configure credentials (`aws configure`, AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY).",
-        ) from None
+        raise SriftError("the AWS credentials could not be used, so spot history was not read; the catalog in use is unchanged.",
+                         "configure credentials (`aws configure`, AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY).") from None
     except ClientError as exc:
         code = exc.response.get("Error", {}).get("Code", "Error")
         if code in ("Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequestsException"):
-            raise SriftError(
-                f"AWS throttled the refresh ({code}); the catalog in use is unchanged.", "wait a minute and run it again."
-            ) from None
-        raise SriftError(
-            f"AWS refused the refresh ({code}); the catalog in use is unchanged.",
-            "check that your credentials allow pricing:GetProducts, ec2:DescribeSpotPriceHistory and ec2:DescribeInstanceTypes.",
-        ) from None
-    except (BotoCoreError, NoRegionError) as exc:
-        raise SriftError(
-            f"could not reach AWS ({type(exc).__name__}); the catalog in use is unchanged.",
-            "check your network connection and region, then run it again.",
-        ) from None
+            raise SriftError(f"AWS throttled the spot price history ({code}); the catalog in use is unchanged.",
+                             "wait a minute and run it again.") from None
+        raise SriftError(f"AWS refused the spot price history ({code}); the catalog in use is unchanged.",
+                         "check that your credentials allow ec2:DescribeSpotPriceHistory, or unset them to use the Spot Advisor.") from None
+    except BotoCoreError as exc:
+        raise SriftError(f"could not reach AWS ({type(exc).__name__}); the catalog in use is unchanged.",
+                         "check your network connection and region, then run it again.") from None
 
-    as_of = datetime.now(timezone.utc).date().isoformat()
+
+def _hardware_rows() -> dict[str, Instance]:
+    """One bundled row per AWS instance type (us-east-1 first): the hardware a refresh re-prices."""
+    out: dict[str, Instance] = {}
+    for inst in sorted(load_catalog("aws"), key=lambda r: r.region != "us-east-1"):
+        out.setdefault(inst.instance_type, inst)
+    return out
+
+
+def price_region(region: str, hardware: dict[str, Instance], on_demand: dict[str, float],
+                 advisor: dict[str, AdvisorEntry], history: dict[str, float] | None, as_of: str, source: str) -> list[Instance]:
+    """The refreshed rows of one region (no I/O): the public on-demand price, spot from history or the Advisor."""
     rows = []
-    for itype in names:
-        row = dict(types[itype])
-        od = on_demand.get(itype)
-        sp = spot.get(itype)
-        estimated = sp is None
-        if estimated and od is not None:
-            sp = od * _fallback_ratio(itype)
-        ratio = (sp / od) if (sp is not None and od) else 0.35
-        band, rate = band_for_ratio(ratio)
-        row.update(
-            on_demand_usd_per_hour="" if od is None else round(od, 6),
-            spot_usd_per_hour="" if sp is None else round(sp, 6),
-            spot_estimated=estimated,
-            spot_interruption_band=band,
-            spot_interruption_per_hour=round(rate, 8),
-            region=region,
-            as_of=as_of,
-            source="aws-api (srift catalog refresh)",
-        )
-        rows.append(row)
-    _write_cache(region, rows)
-    clear_cache()
-    say(f"wrote {cache_path(region)}")
-    return load_catalog(region)
+    for itype in sorted(on_demand):
+        base = hardware[itype]
+        od = on_demand[itype]
+        adv = advisor.get(itype)
+        spot: float | None
+        if history is not None and itype in history:
+            spot, estimated = history[itype], False
+        elif adv is not None:
+            spot, estimated = od * (1 - adv.savings_pct / 100), True
+        else:
+            prior = base.spot_usd_per_hour / base.on_demand_usd_per_hour if base.spot_usd_per_hour and base.on_demand_usd_per_hour else None
+            spot, estimated = (od * prior if prior else None), True
+        if adv is not None:
+            band, rate = adv.band, band_rate(adv.band)
+        elif spot is not None:
+            band, rate = band_for_ratio(spot / od)
+        else:
+            band, rate = "", 0.0
+        rows.append(replace(
+            base, region=region, on_demand_usd_per_hour=round(od, 6), spot_usd_per_hour=None if spot is None else round(spot, 6),
+            spot_estimated=estimated, spot_interruption_band=band, spot_interruption_per_hour=round(rate, 10), zones=None,
+            flags=tuple(f for f in base.flags if f == FLAG_NETWORK_ASSUMED), as_of=as_of, source=source,
+        ))
+    return rows
 
 
-def _fallback_ratio(instance_type: str) -> float:
-    """Spot/on-demand ratio for a type without spot history: the bundled catalog's family ratio."""
+def refresh(infra: str = "aws", session: Any = None, progress: Progress | None = None, opener: Opener | None = None,
+            today: str | None = None) -> list[Instance]:
+    """Re-price AWS regions from the public price list and Spot Advisor; write each to the user cache.
+
+    Args:
+        infra: ``aws`` (every region AWS lists), ``aws/us-west-2``, or a bare AWS region.
+        session: A boto3 Session for spot price history; default ``boto3.Session()``. Without
+            credentials the Spot Advisor's savings price spot (one line says so).
+        progress: Called with a short line per step.
+        opener: ``opener(url)`` -> a context manager yielding the response body (tests pass a fake).
+        today: ISO date for the rows' ``as_of`` when the offer file has no publication date.
+
+    Returns:
+        The refreshed rows of every region written.
+
+    Raises:
+        SriftError: offline or unreachable, a malformed file, a non-AWS infra, or AWS errors on the
+            credentialed spot step. Regions written before the failure stay refreshed.
+    """
+    from srift.catalog.infra import parse_infra
+
+    say = progress or (lambda _msg: None)
+    open_url = opener or _urlopen
+    targets = parse_infra(infra)
+    if any(t.cloud != "aws" for t in targets):
+        raise SriftError("only AWS prices refresh from public price files.",
+                         "refresh with --infra aws (or aws/REGION); other clouds: rebuild with scripts/build_catalog.py on newer data.")
+    done: list[str] = []
+    if any(t.region is None for t in targets):
+        try:
+            region_list = parse_region_index(_fetch_json(open_url, REGION_INDEX_URL, "the AWS price list region index", done))
+        except ValueError:
+            raise SriftError("the AWS price list region index is not in the expected format.", "try again later.") from None
+    else:
+        region_list = [t.region for t in targets if t.region]
     try:
-        rows = load_catalog("us-east-1")
-    except SriftError:
-        return 0.35
-    fam = instance_type.split(".")[0]
-    ratios = [r.spot_usd_per_hour / r.on_demand_usd_per_hour for r in rows
-              if r.family == fam and r.spot_usd_per_hour and r.on_demand_usd_per_hour]
-    return statistics.median(ratios) if ratios else 0.35
+        advisor = parse_spot_advisor(_fetch_json(open_url, SPOT_ADVISOR_URL, "the AWS Spot Advisor", done))
+    except ValueError:
+        raise SriftError("the Spot Advisor file is not in the expected format.", "try again later.") from None
+    say(f"Spot Advisor: {sum(len(v) for v in advisor.values())} Linux entries")
+
+    if session is None:
+        import boto3
+
+        session = boto3.Session()
+    credentialed = _session_has_credentials(session)
+    if not credentialed:
+        say("no AWS credentials: spot prices from the Spot Advisor's average savings (marked estimated)")
+
+    hardware = _hardware_rows()
+    stamp = today or datetime.now(timezone.utc).date().isoformat()
+    written: list[Instance] = []
+    for region in region_list:
+        url = REGION_OFFER_URL.format(region=region)
+        say(f"{region}: reading {url}")
+        from srift.catalog.offer_file import on_demand_prices
+
+        try:
+            with open_url(url) as fh:
+                offer = on_demand_prices(fh, set(hardware))
+        except ValueError as exc:
+            raise SriftError(f"the AWS price list of {region} could not be read ({exc}).", "try again later.") from None
+        except OSError as exc:
+            raise _offline(f"the AWS price list of {region}", exc, done) from None
+        if not offer.on_demand_usd_per_hour:
+            say(f"{region}: no GPU instance type srift models is priced there")
+            continue
+        history = _spot_history(session, region, sorted(offer.on_demand_usd_per_hour), say) if credentialed else None
+        as_of = offer.publication_date or stamp
+        source = (f"{REFRESH_SOURCE_PREFIX} {stamp}: AWS price list (published {as_of}); "
+                  + ("EC2 spot price history" if history is not None else "Spot Advisor savings"))
+        rows = price_region(region, hardware, offer.on_demand_usd_per_hour, advisor.get(region, {}), history, as_of, source)
+        _write_cache(region, rows)
+        done.append(region)
+        written.extend(rows)
+        say(f"{region}: {len(rows)} GPU instance types -> {cache_path('aws', region)}")
+    clear_cache()
+    return written
 
 
-def _write_cache(region: str, rows: list[dict[str, Any]]) -> None:
-    atomic_write_text(cache_path(region), rows_to_csv(rows))
+def _write_cache(region: str, rows: list[Instance]) -> None:
+    from srift.files import atomic_write_text
+
+    atomic_write_text(cache_path("aws", region), rows_to_csv([instance_to_row(r) for r in rows]))

@@ -1,40 +1,70 @@
-"""Instance: one EC2 GPU instance type in one region, with prices (bundled catalog or user cache)."""
+"""Instance: one GPU VM type of one cloud in one region, with its prices; and the catalog CSV format.
+
+The bundled catalog is one CSV per cloud under configs/catalog/ (built by scripts/build_catalog.py,
+columns in configs/catalog/README.md); a refreshed region is the same CSV format in the user cache.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
-import sys
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
-from srift.errors import SriftError, unknown_name_error
-from srift.files import cache_dir, configs_dir
+from srift.catalog.transports import cluster_network
+
+CLOUDS = ("aws", "gcp", "lambda", "azure")
+HOST_ARCHES = ("x86_64", "arm64")
+
+# Row flags (the `flags` column, ';'-separated). Each says why a price deserves a second look.
+FLAG_SUSPECT_PRICE = "suspect-price"  # the cloud's per-GPU price of this GPU spans > 2x across regions
+FLAG_ON_DEMAND_REBASED = "on-demand-rebased"  # regional price scaled to a newer us-east-1 list price
+FLAG_SPOT_ABOVE_ON_DEMAND = "spot-above-on-demand-dropped"  # a zone's spot > on-demand was left out
+FLAG_NO_SPOT_DISCOUNT = "spot-at-on-demand"  # every zone priced spot at on-demand: no spot offer
+FLAG_AVAILABILITY_UNVERIFIED = "availability-unverified"  # listed in every region at one price (Lambda)
+FLAG_CORRECTED = "corrected"  # a source value fixed by a documented rule (configs/catalog/rules.yaml)
+FLAG_OLD_SNAPSHOT = "old-snapshot"  # from the older Azure catalog (v6)
 
 
 @dataclass(frozen=True)
 class Instance:
-    """One row of the catalog.
+    """One row of the catalog: a VM type in one region of one cloud.
 
     Attributes:
-        instance_type: ``p4d.24xlarge``.
-        family: ``p4d``.
+        instance_type: srift's name, unique within (cloud, region): ``p4d.24xlarge``,
+            ``a2-highgpu-8g``, ``n1-highmem-8-t4x1`` (a GCP N1 host with attached GPUs),
+            ``gpu_8x_h100_sxm5``, ``Standard_ND96asr_v4``.
+        family: Instance family / machine series (``p4d``, ``a2-highgpu``, ``n1-t4``, ``ND_A100_v4``).
         gpu_name: Canonical GPU name from configs/gpus.yaml (``A100-40GB``).
         gpu_count: GPUs per instance.
         gpu_memory_gib: Memory per GPU, GiB.
         vcpus: vCPUs.
         memory_gib: Host memory, GiB.
-        network_gbps: Network bandwidth, Gbit/s.
-        efa: True when the type has an Elastic Fabric Adapter.
-        intra_node: Link between its GPUs (``pcie3``, ``nvlink``, ``nvswitch``...).
-        on_demand_usd_per_hour: On-demand Linux price, None when not priced in this region.
-        spot_usd_per_hour: Spot price (median over zones), or an estimate (see spot_estimated).
+        network_gbps: Per-VM network bandwidth a sustained all-reduce gets, Gbit/s: AWS's baseline
+            (not the "up to" burst), a documented figure, or the stated assumption when unknown
+            (see ``srift.catalog.network.facts_for``).
+        efa: True when the type has an AWS Elastic Fabric Adapter.
+        intra_node: Link between its GPUs (``pcie3``, ``nvlink``, ``nvswitch``...); the stated
+            assumption when unknown.
+        on_demand_usd_per_hour: On-demand price, None when not priced in this region.
+        spot_usd_per_hour: Spot price (median over the region's zones), an estimate (see
+            ``spot_estimated``), or None when the cloud offers none (Lambda) or the catalog has none.
         spot_estimated: True when the spot price is estimated from a spot/on-demand ratio.
         spot_interruption_per_hour: Expected spot interruptions per instance-hour.
-        region: AWS region.
-        as_of: Date of the prices (ISO).
+        region: Cloud region (``us-west-2``, ``us-central1``, ``us-east-1``, ``eastus``).
+        as_of: Date of the on-demand price (ISO), or "" when the source does not record it.
         source: Where the row came from.
+        cloud: ``aws``, ``gcp``, ``lambda`` or ``azure``.
+        vm_type: What the cloud calls the VM (``n1-highmem-8`` for ``n1-highmem-8-t4x1``).
+        accelerators: SkyPilot's accelerator spec (``A100:8``, ``H100-MEGA:8``).
+        host_arch: CPU architecture of the host, ``x86_64`` or ``arm64``.
+        network_burst_gbps: The documented figure when it is a burst ("up to N Gigabit"), else
+            the same as ``network_gbps`` when documented; None when not documented.
+        transport: Inter-VM transport NCCL uses (configs/network.yaml ``transports``).
+        spot_interruption_band: Monthly interruption band (``<5%`` ... ``>20%``), "" if no spot.
+        zones: Zones of the region offering the type in the source catalog; None when the source
+            has no zones (Lambda, Azure, AWS types only in the Karpenter data).
+        flags: Row flags (``FLAG_*`` above).
     """
 
     instance_type: str
@@ -54,63 +84,104 @@ class Instance:
     region: str
     as_of: str
     source: str
+    cloud: str = "aws"
+    vm_type: str = ""
+    accelerators: str = ""
+    host_arch: str = "x86_64"
+    network_burst_gbps: float | None = None
+    transport: str = "tcp"
+    spot_interruption_band: str = ""
+    zones: int | None = None
+    flags: tuple[str, ...] = field(default=())
 
     def usd_per_hour(self, spot: bool) -> float | None:
         """The hourly price on spot or on demand (None when not priced)."""
         return self.spot_usd_per_hour if spot else self.on_demand_usd_per_hour
 
+    @property
+    def infra(self) -> str:
+        """SkyPilot's ``--infra`` spelling of where this row is: ``aws/us-west-2``."""
+        return f"{self.cloud}/{self.region}"
+
+    @property
+    def price_suspect(self) -> bool:
+        """True when the catalog's price for this row is flagged as doubtful (see ``flags``)."""
+        return FLAG_SUSPECT_PRICE in self.flags
+
+    @property
+    def cluster_network(self) -> str:
+        """The cluster-file ``network`` class of the transport (``ethernet``, ``efa``, ``infiniband``)."""
+        return cluster_network(self.transport)
+
+    @property
+    def hardware_key(self) -> tuple[Any, ...]:
+        """What a prediction depends on, not where or at what price: rows with equal keys share one simulation.
+
+        GPU model, count and memory, vCPUs (the input pipeline), the intra-node link and the
+        network (bandwidth and transport). Two regions of one type, or the same hardware under
+        two names, have equal keys.
+        """
+        return (self.gpu_name, self.gpu_count, self.gpu_memory_gib, self.vcpus, self.intra_node,
+                self.network_gbps, self.transport)
+
 
 CSV_COLUMNS = [
-    "instance_type", "family", "gpu_name", "gpu_count", "gpu_memory_gib", "vcpus", "memory_gib",
-    "network_gbps", "efa", "intra_node", "on_demand_usd_per_hour", "spot_usd_per_hour",
-    "spot_estimated", "spot_interruption_band", "spot_interruption_per_hour", "region", "as_of", "source",
+    "cloud", "region", "instance_type", "family", "vm_type", "accelerators", "gpu_name", "gpu_count",
+    "gpu_memory_gib", "vcpus", "memory_gib", "host_arch", "intra_node", "network_gbps", "network_burst_gbps",
+    "efa", "transport", "on_demand_usd_per_hour", "spot_usd_per_hour", "spot_estimated", "spot_interruption_band",
+    "spot_interruption_per_hour", "zones", "flags", "as_of", "source",
 ]
-
-HOURS_PER_MONTH = 730.0
-# Advisor-style monthly interruption bands by spot/on-demand price ratio (see configs/aws/README.md).
-_BANDS = ((0.25, "5-10%", 0.075), (0.40, "10-15%", 0.125), (0.55, "15-20%", 0.175), (float("inf"), ">20%", 0.25))
-
-
-def band_for_ratio(spot_to_on_demand: float) -> tuple[str, float]:
-    """Interruption band and expected interruptions per instance-hour for a spot/on-demand ratio.
-
-    An assumption (AWS Spot Advisor data is not available offline): a type whose spot price sits
-    close to on-demand is scarce, and scarce capacity is reclaimed more often.
-    """
-    for upper, band, monthly in _BANDS:
-        if spot_to_on_demand < upper:
-            return band, monthly / HOURS_PER_MONTH
-    raise AssertionError("unreachable")
 
 
 def _opt_float(text: str) -> float | None:
-    return float(text) if text not in ("", None) else None
+    return float(text) if text else None
 
 
-def _parse_rows(text: str, source: str) -> list[Instance]:
-    """Parse catalog CSV text; raise ValueError on any malformed row (a cache is then ignored)."""
+def _bool(text: str) -> bool:
+    if text not in ("true", "false"):
+        raise ValueError(f"not a boolean: {text!r}")
+    return text == "true"
+
+
+def parse_rows(text: str, source: str) -> list[Instance]:
+    """Parse catalog CSV text.
+
+    Raises:
+        ValueError: on a missing column or any malformed row (a cache is then ignored).
+    """
     reader = csv.DictReader(io.StringIO(text))
     if reader.fieldnames is None or [c for c in CSV_COLUMNS if c not in reader.fieldnames]:
         raise ValueError(f"{source}: missing columns")
     out = []
     for row in reader:
+        if None in row.values() or row["cloud"] not in CLOUDS or row["host_arch"] not in HOST_ARCHES:
+            raise ValueError(f"{source}: malformed row {reader.line_num}")
         out.append(
             Instance(
+                cloud=row["cloud"],
+                region=row["region"],
                 instance_type=row["instance_type"],
                 family=row["family"],
+                vm_type=row["vm_type"],
+                accelerators=row["accelerators"],
                 gpu_name=row["gpu_name"],
                 gpu_count=int(row["gpu_count"]),
                 gpu_memory_gib=float(row["gpu_memory_gib"]),
                 vcpus=int(row["vcpus"]),
                 memory_gib=float(row["memory_gib"]),
-                network_gbps=float(row["network_gbps"]),
-                efa=row["efa"] == "true",
+                host_arch=row["host_arch"],
                 intra_node=row["intra_node"],
+                network_gbps=float(row["network_gbps"]),
+                network_burst_gbps=_opt_float(row["network_burst_gbps"]),
+                efa=_bool(row["efa"]),
+                transport=row["transport"],
                 on_demand_usd_per_hour=_opt_float(row["on_demand_usd_per_hour"]),
                 spot_usd_per_hour=_opt_float(row["spot_usd_per_hour"]),
-                spot_estimated=row["spot_estimated"] == "true",
+                spot_estimated=_bool(row["spot_estimated"]),
+                spot_interruption_band=row["spot_interruption_band"],
                 spot_interruption_per_hour=float(row["spot_interruption_per_hour"]),
-                region=row["region"],
+                zones=int(row["zones"]) if row["zones"] else None,
+                flags=tuple(f for f in row["flags"].split(";") if f),
                 as_of=row["as_of"],
                 source=row["source"],
             )
@@ -120,69 +191,29 @@ def _parse_rows(text: str, source: str) -> list[Instance]:
     return out
 
 
-def bundled_path(region: str) -> Path:
-    return configs_dir() / "aws" / f"{region}.csv"
-
-
-def cache_path(region: str) -> Path:
-    return cache_dir() / "aws" / f"{region}.csv"
-
-
-_CACHE: dict[str, list[Instance]] = {}
-
-
-def load_catalog(region: str = "us-east-1") -> list[Instance]:
-    """The GPU instance types of a region: the user cache when newer and valid, else the bundled CSV.
-
-    A cache that does not parse (half-written, edited by hand) is never used: srift warns once on
-    stderr and falls back to the bundled catalog.
-
-    Raises:
-        SriftError: when srift has no catalog for the region.
-    """
-    if region in _CACHE:
-        return _CACHE[region]
-    bundled, cached = bundled_path(region), cache_path(region)
-    rows: list[Instance] | None = None
-    if cached.is_file() and (not bundled.is_file() or cached.stat().st_mtime >= bundled.stat().st_mtime):
-        try:
-            rows = _parse_rows(cached.read_text(encoding="utf-8"), str(cached))
-        except (ValueError, KeyError, TypeError, OSError, UnicodeDecodeError):
-            print(f"Warning: ignoring the unreadable catalog cache {cached}; using the bundled catalog.", file=sys.stderr)
-    if rows is None:
-        if not bundled.is_file():
-            raise SriftError(
-                f"srift has no catalog for region '{region}'.",
-                f"run `srift catalog refresh --region {region}` with AWS credentials, or use --region us-east-1.",
-            )
-        rows = _parse_rows(bundled.read_text(encoding="utf-8"), str(bundled))
-    _CACHE[region] = rows
-    return rows
-
-
-def clear_cache() -> None:
-    """Forget loaded catalogs (after a refresh, or in tests)."""
-    _CACHE.clear()
-
-
-def get_instance(instance_type: str, region: str = "us-east-1") -> Instance:
-    """Look up one instance type.
-
-    Raises:
-        SriftError: for a type not in the catalog, with the closest names.
-    """
-    rows = load_catalog(region)
-    for inst in rows:
-        if inst.instance_type == instance_type.lower():
-            return inst
-    raise unknown_name_error("instance type", instance_type, [i.instance_type for i in rows], "srift catalog list")
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        text = f"{value:.10f}".rstrip("0")  # fixed notation, at most 10 decimals, no float noise
+        return text + "0" if text.endswith(".") else text
+    if isinstance(value, (tuple, list)):
+        return ";".join(value)
+    return str(value)
 
 
 def rows_to_csv(rows: list[dict[str, Any]]) -> str:
-    """Catalog rows (dicts keyed by CSV_COLUMNS) as CSV text; booleans as true/false."""
+    """Catalog rows (dicts keyed by CSV_COLUMNS) as CSV text: booleans true/false, None empty, floats with at most 10 decimals."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n", extrasaction="raise")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: (str(v).lower() if isinstance(v, bool) else v) for k, v in row.items()})
+        writer.writerow({k: _cell(row.get(k)) for k in CSV_COLUMNS})
     return buf.getvalue()
+
+
+def instance_to_row(inst: Instance) -> dict[str, Any]:
+    """An Instance as a CSV row dict (the inverse of ``parse_rows``)."""
+    return {k: getattr(inst, k) for k in CSV_COLUMNS}

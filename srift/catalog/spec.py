@@ -11,11 +11,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from srift.catalog.instances import Instance, get_instance
+from srift.catalog.instances import Instance
+from srift.catalog.load import get_instance
 from srift.cluster import Cluster, NodeGroup
 from srift.errors import SriftError
 
-_SPEC_PART = re.compile(r"^(?P<type>[a-z0-9][a-z0-9.\-]*?)(?::(?P<count>\d+))?$")
+_SPEC_PART = re.compile(r"^(?P<type>[a-z0-9][a-z0-9._\-]*?)(?::(?P<count>\d+))?$")  # _: Lambda, Azure names
 MARKETS = {"spot": True, "on-demand": False, "ondemand": False}
 
 #: One part of a configuration: ``count`` instances of a type, on spot or on demand.
@@ -54,7 +55,7 @@ def node_group(inst: Instance, count: int, spot: bool) -> NodeGroup:
         gpu=inst.gpu_name,
         intra_node=inst.intra_node,
         network_gbps=inst.network_gbps,
-        network="efa" if inst.efa else "ethernet",
+        network=inst.cluster_network,
         usd_per_hour=inst.usd_per_hour(spot),
         spot=spot,
         interruption_per_hour=inst.spot_interruption_per_hour if spot else 0.0,

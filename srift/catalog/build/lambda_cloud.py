@@ -1,0 +1,43 @@
+"""The Lambda catalog: one on-demand price per instance type, listed in every region; no spot.
+
+Lambda's catalog lists each type in all 17 regions at one price; a row does not mean the type is
+available there (multicloud README). Rows are kept per region, so ``--infra lambda/us-east-1``
+works, and flagged ``availability-unverified``. Lambda has no spot market: spot is empty.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from srift.catalog.build.common import Row, make_row, network_columns, opt_float, read_csv, rules
+from srift.catalog.instances import FLAG_AVAILABILITY_UNVERIFIED
+from srift.hardware import gpus
+
+
+def build(data: Path) -> list[Row]:
+    """Every Lambda row from data/skypilot-catalog-multicloud/lambda-gpu-vms.csv."""
+    rule, src = rules()["lambda"], rules()["sources"]["skypilot"]["lambda"]
+    known = gpus()
+    rows: list[Row] = []
+    for r in read_csv(data / "skypilot-catalog-multicloud" / "lambda-gpu-vms.csv"):
+        itype = r["InstanceType"]
+        if itype not in rule["families"]:
+            raise SystemExit(f"lambda-gpu-vms.csv: no family for {itype} in configs/catalog/rules.yaml")
+        gpu = rule["type_gpus"].get(itype) or rule["gpus"].get(r["AcceleratorName"])
+        if gpu not in known:
+            raise SystemExit(f"lambda-gpu-vms.csv: {itype} has GPU {r['AcceleratorName']!r} without a spec")
+        # Lambda's TotalGpuMemoryInMiB is per GPU (README); the per-GPU size is in Gpus[0].
+        info = ast.literal_eval(r["GpuInfo"])
+        family = rule["families"][itype]
+        count = int(float(r["AcceleratorCount"]))
+        net, net_flags = network_columns("lambda", family, itype)
+        rows.append(make_row(
+            cloud="lambda", region=r["Region"], instance_type=itype, family=family, vm_type=itype,
+            accelerators=f"{r['AcceleratorName']}:{count}", gpu_name=gpu, gpu_count=count,
+            gpu_memory_gib=float(info["Gpus"][0]["MemoryInfo"]["SizeInMiB"]) / 1024, vcpus=int(float(r["vCPUs"])),
+            memory_gib=float(r["MemoryGiB"]), host_arch="arm64" if gpu in rule["arm64_gpus"] else "x86_64",
+            network=net, on_demand=opt_float(r["Price"]), spot=opt_float(r["SpotPrice"]), spot_estimated=False,
+            zones=None, flags=[FLAG_AVAILABILITY_UNVERIFIED] + net_flags, as_of="", source=src,
+        ))
+    return rows
