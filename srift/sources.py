@@ -9,16 +9,22 @@ from srift.errors import SriftError
 from srift.profile import Profile
 
 
-def resolve_profile(model: str | None, profile: str | None) -> Profile:
-    """The profile of ``--model NAME`` (shipped, torch-free) or ``--profile FILE``; exactly one.
+def resolve_profile(model: str | None, profile: str | None, model_config: str | None = None) -> Profile:
+    """The profile of ``--model NAME`` (shipped, torch-free), ``--profile FILE`` or
+    ``--model-config config.json`` (a Hugging Face decoder, analytic); exactly one.
 
     The profile comes at its own batch and sequence length; the Predictor rescales it.
     """
-    if (model is None) == (profile is None):
+    if sum(x is not None for x in (model, profile, model_config)) != 1:
         raise SriftError(
-            "give exactly one of --model and --profile.",
-            "use --model NAME for a built-in model (e.g. resnet50) or --profile FILE for a profile from `srift profile`.",
+            "give exactly one of --model and --profile, or --model-config alone.",
+            "use --model NAME for a built-in model (e.g. resnet50), --profile FILE for a profile from `srift profile`, "
+            "or --model-config config.json for a Hugging Face decoder LLM.",
         )
+    if model_config is not None:
+        from srift.zoo.hf_config import hf_config_profile
+
+        return hf_config_profile(model_config)
     if model is not None:
         from srift.zoo import load_builtin_profile
 
@@ -26,11 +32,13 @@ def resolve_profile(model: str | None, profile: str | None) -> Profile:
     return Profile.load(profile)  # type: ignore[arg-type]
 
 
-def resolve_profiles(model: str | None, profiles: Sequence[str] | None) -> tuple[Profile, list[Profile]]:
-    """``--model NAME``, or ``--profile FILE`` given once or more (the same job measured on
-    different GPUs; the Predictor checks that they fit together): the first profile and the rest."""
+def resolve_profiles(model: str | None, profiles: Sequence[str] | None,
+                     model_config: str | None = None) -> tuple[Profile, list[Profile]]:
+    """``--model NAME``, ``--model-config config.json``, or ``--profile FILE`` given once or more (the
+    same job measured on different GPUs; the Predictor checks that they fit together): the first
+    profile and the rest."""
     files = list(profiles or [])
-    first = resolve_profile(model, files[0] if files else None)
+    first = resolve_profile(model, files[0] if files else None, model_config)
     return first, [Profile.load(f) for f in files[1:]]
 
 

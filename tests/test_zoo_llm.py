@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from srift.cli import main
 from srift.errors import SriftError
 from srift.perf.compute import layer_kind
 from srift.profile import Profile
@@ -280,6 +281,11 @@ def test_llm_profiles_need_no_torch(tmp_path):
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert out["fits_in_memory"] is False  # DDP keeps 16 bytes per parameter on each GPU
+    res = run_without_torch(["profile", "--model", "meta-llama/Meta-Llama-3-8B", "--seq-len", "8192", "-o", "l.yaml"],
+                            tmp_path)
+    assert res.returncode == 0, res.stderr
+    written = Profile.load(tmp_path / "l.yaml")
+    assert (written.name, written.seq_len, written.params) == ("llama3-8b", 8192, 8_030_261_248)
 
 
 def test_bad_zoo_list_is_named(tmp_path):
@@ -358,6 +364,28 @@ def test_hf_config_refuses_moe_and_bad_files(tmp_path):
     (tmp_path / "list.json").write_text("[1, 2]")
     with pytest.raises(SriftError, match="not a JSON object"):
         arch_from_hf_config(tmp_path / "list.json")
+
+
+def test_predict_and_recommend_take_a_model_config(capsys):
+    """--model-config predicts the model a config.json describes: the same as its zoo entry."""
+    args = ["--instance", "p4d.24xlarge:1", "--seq-len", "1024", "--batch-size", "1", "--precision", "amp",
+            "--format", "json"]
+    assert main(["predict", "--model-config", str(FIXTURES / "Llama-3.2-1B.json"), *args]) == 0
+    via_config = json.loads(capsys.readouterr().out)
+    assert main(["predict", "--model", "llama3.2-1b", *args]) == 0
+    via_zoo = json.loads(capsys.readouterr().out)
+    assert via_config["iteration_time_s"] == pytest.approx(via_zoo["iteration_time_s"], rel=1e-12)
+    assert via_config["memory_per_gpu_bytes"] == via_zoo["memory_per_gpu_bytes"]
+    assert main(["recommend", "--model-config", str(FIXTURES / "Llama-3.2-1B.json"), "--budget", "40",
+                 "--seq-len", "1024", "--precision", "amp", "--max-gpus", "8", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["recommendations"]
+    assert main(["predict", "--model-config", str(FIXTURES / "Mixtral-8x7B-v0.1.json"),
+                 "--instance", "p4d.24xlarge:1"]) == 2
+    err = capsys.readouterr().err
+    assert "Error: model config" in err and "mixture-of-experts" in err and "To fix:" in err
+    assert "Traceback" not in err
+    assert main(["predict", "--model", "gpt2", "--model-config", "c.json", "--instance", "p4d.24xlarge:1"]) == 2
+    assert "--model-config alone" in capsys.readouterr().err
 
 
 # ---- reference: srift's torch analysis of a tiny Hugging Face Llama -----------------------------------

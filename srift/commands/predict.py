@@ -14,6 +14,7 @@ def register(app: typer.Typer) -> None:
     def predict(
         model: Optional[str] = typer.Option(None, "--model", help="Built-in model (resnet50, bert-base, gpt2, ...)."),
         profile: Optional[List[str]] = typer.Option(None, "--profile", help="Profile file from `srift profile`; repeat it with the same job measured on other GPUs (each GPU type then uses its own)."),
+        model_config: Optional[str] = typer.Option(None, "--model-config", help="A Hugging Face decoder config.json (Llama, Mistral, Qwen2): predict that model without its weights."),
         instance: Optional[str] = typer.Option(None, "--instance", help="TYPE[:COUNT] joined by + (p3.16xlarge:2, g5.xlarge:4+p3.2xlarge:2)."),
         cluster: Optional[str] = typer.Option(None, "--cluster", help="Cluster YAML file."),
         batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Per-GPU batch (of the fastest GPU in a mix)."),
@@ -38,7 +39,7 @@ def register(app: typer.Typer) -> None:
         job = Job(batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
                   global_batch_size=global_batch_size, kfac_strategy=kfac_strategy,
                   kfac_factor_steps=kfac_factor_steps, kfac_inv_steps=kfac_inv_steps)
-        prof, more = resolve_profiles(model, profile)
+        prof, more = resolve_profiles(model, profile, model_config)
         clus = resolve_cluster(instance, cluster, region=region, spot=spot)
         pred = run_predict(prof, clus, job, more)
         if fmt == "json":

@@ -46,10 +46,11 @@ def register(app: typer.Typer) -> None:
             if kfac:
                 raise SriftError("--kfac times real kernels, so it needs a training script, not --model.",
                                  "run `srift profile train.py --kfac -- ARGS`.")
-            _require_torch()
-            from srift.zoo import canonical_name, structural_profile
+            from srift.zoo import MODELS, canonical_name, structural_profile
 
             key = canonical_name(model)
+            if not MODELS[key].llm:  # decoder LLMs are profiled by arithmetic, without torch
+                _require_torch()
             prof = structural_profile(key, batch_size=batch_size, seq_len=seq_len, precision=precision)
             if name:
                 prof.name = name

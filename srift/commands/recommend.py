@@ -14,6 +14,7 @@ def register(app: typer.Typer) -> None:
     def recommend(
         model: Optional[str] = typer.Option(None, "--model", help="Built-in model (resnet50, bert-base, gpt2, ...)."),
         profile: Optional[List[str]] = typer.Option(None, "--profile", help="Profile file from `srift profile`; repeat it with the same job measured on other GPUs (each GPU type then uses its own)."),
+        model_config: Optional[str] = typer.Option(None, "--model-config", help="A Hugging Face decoder config.json (Llama, Mistral, Qwen2): predict that model without its weights."),
         budget: Optional[float] = typer.Option(None, "--budget", help="Whole-cluster budget, USD per hour."),
         deadline: Optional[float] = typer.Option(None, "--deadline", help="Finish within HOURS (needs --steps or --epochs)."),
         steps: Optional[int] = typer.Option(None, "--steps", help="Job length in iterations."),
@@ -52,7 +53,7 @@ def register(app: typer.Typer) -> None:
         cons = Constraints(budget_usd_per_hour=budget, deadline_hours=deadline, max_cost_usd=max_cost, steps=steps,
                            epochs=epochs, dataset_size=dataset_size, objective=objective, spot=spot, mixed=mixed,
                            gpus=wanted, max_gpus=max_gpus, top=top)
-        prof, more = resolve_profiles(model, profile)
+        prof, more = resolve_profiles(model, profile, model_config)
         result = run(prof, job, cons, region, more)
         header = (f"{prof.name}, {job.precision or prof.precision}, batch {job.batch_size or prof.batch_size}/GPU"
                   + (f", seq {job.seq_len or prof.seq_len}" if prof.seq_len else "") + (f", K-FAC ({kfac_strategy})" if optimizer == "kfac" else "") + f", {region}")
