@@ -18,13 +18,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from srift.zoo import MODEL_NAMES  # noqa: E402
+from srift.zoo import TORCH_MODEL_NAMES  # noqa: E402
 from srift.zoo.models import structural_profile  # noqa: E402
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", nargs="*", default=list(MODEL_NAMES))
+    ap.add_argument("--only", nargs="*", default=list(TORCH_MODEL_NAMES))
     ap.add_argument("--out", type=Path, default=ROOT / "profiles")
     args = ap.parse_args()
     for name in args.only:

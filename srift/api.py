@@ -38,26 +38,32 @@ from srift.search.limits import Constraints, check_limits
 from srift.search.rank import SearchResult
 from srift.simulate import Predictor
 from srift.simulate.memory import fits
-from srift.zoo import canonical_name, load_builtin_profile
+from srift.zoo import MODELS, canonical_name, load_builtin_profile
+from srift.zoo.hf_config import hf_config_profile
 
 if TYPE_CHECKING:
     from srift.profiling.runner import ProfileResult
 
 # ---- what the user names ------------------------------------------------------------------------
-def resolve_profiles(model: str | None, profiles: Sequence[str] | None) -> tuple[Profile, list[Profile]]:
-    """``--model NAME`` (a shipped profile, torch-free), or ``--profile FILE`` given once or more
-    (the same job measured on different GPUs; the Predictor checks that they fit together): the
-    first profile and the rest. Profiles come at their own batch and sequence length.
+def resolve_profiles(model: str | None, profiles: Sequence[str] | None,
+                     model_config: str | None = None) -> tuple[Profile, list[Profile]]:
+    """``--model NAME`` (a shipped profile, torch-free), ``--model-config config.json`` (a Hugging
+    Face decoder LLM, an analytic profile), or ``--profile FILE`` given once or more (the same job
+    measured on different GPUs; the Predictor checks that they fit together): the first profile
+    and the rest. Profiles come at their own batch and sequence length.
 
     Raises:
-        SriftError: unless exactly one of a model and profiles is given.
+        SriftError: unless exactly one of a model, a model config and profiles is given.
     """
     files = list(profiles or [])
-    if (model is None) == (not files):
+    if sum((model is not None, model_config is not None, bool(files))) != 1:
         raise SriftError(
-            "give exactly one of --model and --profile.",
-            "use --model NAME for a built-in model (e.g. resnet50) or --profile FILE for a profile from `srift profile`.",
+            "give exactly one of --model and --profile, or --model-config alone.",
+            "use --model NAME for a built-in model (e.g. resnet50), --profile FILE for a profile from `srift profile`, "
+            "or --model-config config.json for a Hugging Face decoder LLM.",
         )
+    if model_config is not None:
+        return hf_config_profile(model_config), []
     if model is not None:
         return load_builtin_profile(model), []
     return Profile.load(files[0]), [Profile.load(f) for f in files[1:]]
@@ -82,9 +88,10 @@ def resolve_cluster(instance: str | None, cluster_file: str | None, region: str 
 
 # ---- predict ------------------------------------------------------------------------------------
 def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None = None, instance: str | None = None,
-            cluster_file: str | None = None, region: str = "us-east-1", spot: bool = False) -> PredictResult:
-    """Predict ``job`` of a model or profile(s) on an instance spec or a cluster file."""
-    prof, more = resolve_profiles(model, profiles)
+            cluster_file: str | None = None, region: str = "us-east-1", spot: bool = False,
+            model_config: str | None = None) -> PredictResult:
+    """Predict ``job`` of a model, a Hugging Face config or profile(s) on an instance spec or a cluster file."""
+    prof, more = resolve_profiles(model, profiles, model_config)
     cluster = resolve_cluster(instance, cluster_file, region=region, spot=spot)
     pred = Predictor(prof, job, more).predict(cluster)
     return PredictResult(pred, prof.name, job.precision or prof.precision, job.optimizer, job.kfac_strategy, spot)
@@ -92,10 +99,10 @@ def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None =
 
 # ---- recommend ----------------------------------------------------------------------------------
 def recommend(job: Job, constraints: Constraints, model: str | None = None, profiles: Sequence[str] | None = None,
-              region: str = "us-east-1") -> RecommendResult:
-    """Search the region's catalog for the best configurations of a model or profile(s)."""
+              region: str = "us-east-1", model_config: str | None = None) -> RecommendResult:
+    """Search the region's catalog for the best configurations of a model, a Hugging Face config or profile(s)."""
     constraints.require_length(job.length)
-    prof, more = resolve_profiles(model, profiles)
+    prof, more = resolve_profiles(model, profiles, model_config)
     predictor = Predictor(prof, job, more)
     return RecommendResult(_search(predictor, constraints, region), constraints, job, prof.name, predictor.precision,
                            predictor.ref_batch, (job.seq_len or prof.seq_len) if prof.seq_len else None, region)
@@ -236,12 +243,16 @@ def require_torch(command: str) -> None:
 
 def profile_model(model: str, batch_size: int | None = None, seq_len: int | None = None, precision: str = "fp32",
                   name: str | None = None, output: str | None = None) -> tuple[Profile, Path]:
-    """Write the structural profile of a zoo model (default ``profiles/<name>.yaml``)."""
-    require_torch("srift profile")
-    from srift.zoo.models import structural_profile  # torch
-
+    """Write the structural profile of a zoo model (default ``profiles/<name>.yaml``); a decoder LLM's
+    is made by arithmetic, without torch."""
     key = canonical_name(model)
-    prof = structural_profile(key, batch_size=batch_size, seq_len=seq_len, precision=precision)
+    if MODELS[key].llm:
+        prof = load_builtin_profile(key, batch_size=batch_size, seq_len=seq_len, precision=precision)
+    else:
+        require_torch("srift profile")
+        from srift.zoo.models import structural_profile  # torch
+
+        prof = structural_profile(key, batch_size=batch_size, seq_len=seq_len, precision=precision)
     if name:
         prof.name = name
     return prof, prof.save(output or f"profiles/{name or key}.yaml")

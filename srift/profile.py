@@ -56,6 +56,9 @@ class LayerProfile:
         kfac_inverse_a_s: Measured seconds of the damped Cholesky inverse of a factor of A's
             dimension; ``kfac_inverse_g_s`` likewise for G.
         kfac_precondition_s: Measured seconds of ``G^-1 grad A^-1`` for this layer.
+        unit: The FSDP wrapping unit the layer belongs to (a transformer block's module name,
+            ``model.layers.3``): its parameters are all-gathered and its gradients reduce-scattered
+            together. None: the root unit (embeddings, final norm, head) or not known.
     """
 
     name: str
@@ -83,6 +86,7 @@ class LayerProfile:
     kfac_inverse_a_s: float | None = None
     kfac_inverse_g_s: float | None = None
     kfac_precondition_s: float | None = None
+    unit: str | None = None
 
 
 @dataclass
@@ -243,6 +247,9 @@ class Profile:
                     # preconditioning depend on the factor dimensions only.
                     kfac_factor_a_s=None if layer.kfac_factor_a_s is None else layer.kfac_factor_a_s * rb * rs,
                     kfac_factor_g_s=None if layer.kfac_factor_g_s is None else layer.kfac_factor_g_s * rb * rs,
+                    # A Linear applied to every token has the sequence as its factor rows per sample.
+                    kfac_spatial=s_new if (layer.kfac_spatial is not None and layer.kfac_spatial == s_old)
+                    else layer.kfac_spatial,
                 )
             )
         ratio_flops = (sum(l.fwd_flops + l.bwd_flops for l in layers) / max(self.fwd_flops + self.bwd_flops, 1e-30))
@@ -368,7 +375,7 @@ class Profile:
 _INT_FIELDS = {"params", "grad_bytes", "grad_ready_order", "kfac_a_dim", "kfac_g_dim", "kfac_spatial"}
 KFAC_TIME_FIELDS = ("kfac_factor_a_s", "kfac_factor_g_s", "kfac_inverse_a_s", "kfac_inverse_g_s", "kfac_precondition_s")
 _OPTIONAL = {"fwd_s", "fwd_s_std", "bwd_s", "bwd_s_std", "grad_ready_order", "kfac_a_dim", "kfac_g_dim", "kfac_spatial",
-             *KFAC_TIME_FIELDS}
+             "unit", *KFAC_TIME_FIELDS}
 
 
 def _layer_to_dict(layer: LayerProfile) -> dict[str, Any]:
@@ -396,6 +403,11 @@ def _layer_from_dict(item: Any, index: int, source: str) -> LayerProfile:
         if key in ("name", "type") or key not in known:
             continue  # unknown per-layer keys are tolerated: newer profilers may add fields
         where = f"layers[{index}].{key}"
+        if key == "unit":
+            if value is not None and not isinstance(value, str):
+                raise _bad(source, f"{where} must be a module name or null, got {value!r}")
+            kwargs[key] = value
+            continue
         if key in _INT_FIELDS:
             if value is None and key in _OPTIONAL:
                 kwargs[key] = None

@@ -18,7 +18,8 @@ def check_format(fmt: str, allowed: tuple[str, ...] = ("table", "json")) -> str:
 
 
 # Options several commands take, declared once (typer reads these as the parameters' defaults).
-MODEL = typer.Option(None, "--model", help="Built-in model (resnet50, bert-base, gpt2, ...).")
+MODEL = typer.Option(None, "--model", help="Built-in model (resnet50, bert-base, gpt2, llama3-8b, ...).")
+MODEL_CONFIG = typer.Option(None, "--model-config", help="A Hugging Face decoder config.json (Llama, Mistral, Qwen2): predict that model without its weights.")
 PROFILES = typer.Option(None, "--profile", help="Profile file from `srift profile`; repeat it with the same job measured "
                                                 "on other GPUs (each GPU type then uses its own).")
 GLOBAL_BATCH_SIZE = typer.Option(None, "--global-batch-size", help="Fix the global batch instead of the per-GPU batch.")

@@ -8,7 +8,7 @@ import typer
 
 from srift import api
 from srift.commands.options import (
-    GLOBAL_BATCH_SIZE, KFAC_STRATEGY, MODEL, OPTIMIZER, PRECISION, PROFILES, REGION, SEQ_LEN, check_format,
+    GLOBAL_BATCH_SIZE, KFAC_STRATEGY, MODEL, MODEL_CONFIG, OPTIMIZER, PRECISION, PROFILES, REGION, SEQ_LEN, check_format,
 )
 from srift.job import Job
 from srift.report import predict_view
@@ -17,6 +17,7 @@ from srift.report import predict_view
 def predict(
     model: Optional[str] = MODEL,
     profile: Optional[List[str]] = PROFILES,
+    model_config: Optional[str] = MODEL_CONFIG,
     instance: Optional[str] = typer.Option(None, "--instance", help="TYPE[:COUNT] joined by + (p3.16xlarge:2, g5.xlarge:4+p3.2xlarge:2)."),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Cluster YAML file."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Per-GPU batch (of the fastest GPU in a mix)."),
@@ -36,5 +37,5 @@ def predict(
     job = Job(batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
               global_batch_size=global_batch_size, kfac_strategy=kfac_strategy,
               kfac_factor_steps=kfac_factor_steps, kfac_inv_steps=kfac_inv_steps)
-    result = api.predict(job, model=model, profiles=profile, instance=instance, cluster_file=cluster, region=region, spot=spot)
+    result = api.predict(job, model=model, profiles=profile, instance=instance, cluster_file=cluster, region=region, spot=spot, model_config=model_config)
     predict_view.show(result, fmt)

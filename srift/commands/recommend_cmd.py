@@ -8,7 +8,7 @@ import typer
 
 from srift import api
 from srift.commands.options import (
-    FORMATS, GLOBAL_BATCH_SIZE, KFAC_STRATEGY, MODEL, OPTIMIZER, PRECISION, PROFILES, REGION, SEQ_LEN, check_format,
+    FORMATS, GLOBAL_BATCH_SIZE, KFAC_STRATEGY, MODEL, MODEL_CONFIG, OPTIMIZER, PRECISION, PROFILES, REGION, SEQ_LEN, check_format,
 )
 from srift.errors import one_of
 from srift.hardware import matching_gpus
@@ -21,6 +21,7 @@ from srift.search.limits import OBJECTIVES, Constraints
 def recommend(
     model: Optional[str] = MODEL,
     profile: Optional[List[str]] = PROFILES,
+    model_config: Optional[str] = MODEL_CONFIG,
     budget: Optional[float] = typer.Option(None, "--budget", help="Whole-cluster budget, USD per hour."),
     deadline: Optional[float] = typer.Option(None, "--deadline", help="Finish within HOURS (needs --steps or --epochs)."),
     steps: Optional[int] = typer.Option(None, "--steps", help="Job length in iterations."),
@@ -51,7 +52,7 @@ def recommend(
     constraints = Constraints(budget_usd_per_hour=budget, deadline_hours=deadline, max_cost_usd=max_cost,
                               objective=objective, spot=spot, mixed=mixed,
                               gpus=frozenset().union(*(matching_gpus(g) for g in gpu)), max_gpus=max_gpus, top=top)
-    result = api.recommend(job, constraints, model=model, profiles=profile, region=region)
+    result = api.recommend(job, constraints, model=model, profiles=profile, region=region, model_config=model_config)
     if plot:
         plot_recommend(result, plot)
     failure = api.no_fit_error(result)

@@ -1,8 +1,9 @@
 """The model zoo: well-known architectures srift can predict without a user profile.
 
 This module is torch-free: it lists the models and loads their shipped structural profiles
-(profiles/<name>.yaml) for predict/recommend/check. Building the models and making profiles
-(srift.zoo.models) need torch.
+(profiles/<name>.yaml) for predict/recommend/check. Building the models (srift.zoo.models) and
+making profiles need torch. The decoder LLMs (configs/zoo/llm.yaml) need neither: their profiles
+are made by arithmetic (srift.zoo.llm) at any batch and sequence length.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from srift.errors import SriftError, closest
 from srift.files import profiles_dir
 from srift.profile import Profile
+from srift.zoo import llm
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,8 @@ class ModelInfo:
         optimizer: Usual optimizer (sets optimizer state bytes per parameter).
         params: Published parameter count (tests check the definition against it).
         reference: Where the parameter count comes from.
+        llm: A decoder LLM of configs/zoo/llm.yaml: its profile is analytic (srift.zoo.llm), at
+            any batch and sequence length, with no file and no torch.
     """
 
     name: str
@@ -38,6 +42,7 @@ class ModelInfo:
     optimizer: str
     params: int
     reference: str
+    llm: bool = False
 
 
 MODELS: dict[str, ModelInfo] = {m.name: m for m in (
@@ -54,21 +59,53 @@ MODELS: dict[str, ModelInfo] = {m.name: m for m in (
     ModelInfo("gpt2", "sequence", 8, 1024, None, "AdamW", 124_439_808, "HF GPT2LMHeadModel gpt2 (tied head)"),
     ModelInfo("gpt2-medium", "sequence", 4, 1024, None, "AdamW", 354_823_168, "HF GPT2LMHeadModel gpt2-medium (tied head)"),
 )}
-MODEL_NAMES: tuple[str, ...] = tuple(MODELS)
-
-OPTIMIZER_STATE_BYTES_PER_PARAM = {"SGD": 4, "Adam": 8, "AdamW": 8}
+# Models built with torch, whose structural profiles ship in profiles/ (scripts/make_zoo_profiles.py).
+TORCH_MODEL_NAMES: tuple[str, ...] = tuple(MODELS)
 
 _ALIASES = {"gpt2-124m": "gpt2", "gpt2-small": "gpt2", "gpt2-355m": "gpt2-medium", "inceptionv4": "inception-v4",
             "vit-b-16": "vit-b16", "vitb16": "vit-b16", "bert": "bert-base"}
 
 
+
+def _register_llms() -> None:
+    """Add the decoder LLMs of configs/zoo/llm.yaml to MODELS, and their names to _ALIASES (the
+    aliases listed, the Hugging Face repository id and its last part)."""
+    for name, entry in llm.zoo_llms().items():
+        MODELS[name] = ModelInfo(name, "sequence", llm.DEFAULT_BATCH_SIZE, llm.default_seq_len(entry.arch), None,
+                                 "AdamW", entry.published_params, entry.published_params_source, llm=True)
+        repo = (entry.hf_repo, entry.hf_repo.rsplit("/", 1)[-1]) if entry.hf_repo else ()
+        for alias in (*entry.aliases, *repo):
+            _ALIASES[alias.lower()] = name
+
+
+_register_llms()
+MODEL_NAMES: tuple[str, ...] = tuple(MODELS)
+
+OPTIMIZER_STATE_BYTES_PER_PARAM = {"SGD": 4, "Adam": 8, "AdamW": 8}
+
+
 def canonical_name(name: str) -> str:
-    """Canonical zoo name for a name or alias (``resnet-50``, ``bert_base``, ``vit_b_16``).
+    """Canonical zoo name for a name or alias (``resnet-50``, ``bert_base``, ``vit_b_16``,
+    ``Llama-3-8B``, a Hugging Face repository such as ``meta-llama/Meta-Llama-3-8B``).
 
     Raises:
         SriftError: for an unknown model, listing the known ones.
     """
     key = re.sub(r"[\s_]+", "-", name.strip().lower())
+    # A repository id's organisation does not change the model (mosaicml/mpt-1b is mpt-1b).
+    for candidate in (key, key.rsplit("/", 1)[-1]) if "/" in key else (key,):
+        found = _lookup(candidate)
+        if found is not None:
+            return found
+    near = closest(name, list(MODELS))
+    hint = f"did you mean {', '.join(near)}? " if near else ""
+    raise SriftError(
+        f"unknown model '{name}'.",
+        f"{hint}Built-in models: {', '.join(MODEL_NAMES)}; or profile your own script with `srift profile` and pass --profile.",
+    )
+
+
+def _lookup(key: str) -> str | None:
     if key in MODELS:
         return key
     if key in _ALIASES:
@@ -80,23 +117,39 @@ def canonical_name(name: str) -> str:
     for alias, known in _ALIASES.items():
         if alias.replace("-", "") == squashed:
             return known
-    near = closest(name, list(MODELS))
-    hint = f"did you mean {', '.join(near)}? " if near else ""
-    raise SriftError(
-        f"unknown model '{name}'.",
-        f"{hint}Built-in models: {', '.join(MODEL_NAMES)}; or profile your own script with `srift profile` and pass --profile.",
-    )
+    return None
 
 
-def load_builtin_profile(name: str, batch_size: int | None = None, seq_len: int | None = None) -> Profile:
-    """The shipped structural profile of a zoo model, rescaled to a batch size and sequence length.
+def llm_arch(name: str) -> llm.DecoderArch:
+    """The architecture of a zoo LLM (any name or alias).
 
-    Torch-free: reads profiles/<name>.yaml.
+    Raises:
+        SriftError: for an unknown model or one that is not a decoder LLM.
+    """
+    key = canonical_name(name)
+    if not MODELS[key].llm:
+        raise SriftError(f"'{key}' is not a decoder LLM of the zoo.",
+                         f"decoder LLMs: {', '.join(n for n, m in MODELS.items() if m.llm)}.")
+    return llm.zoo_llms()[key].arch
+
+
+def load_builtin_profile(name: str, batch_size: int | None = None, seq_len: int | None = None,
+                         precision: str = "fp32") -> Profile:
+    """The structural profile of a zoo model at a batch size and sequence length.
+
+    Torch-free: reads the shipped profiles/<name>.yaml and rescales it (at its own precision), or,
+    for a decoder LLM, builds the analytic profile at ``precision`` (default batch and sequence
+    length: the ModelInfo's).
 
     Raises:
         SriftError: for an unknown model, a missing profile file, or a seq_len on an image model.
     """
     key = canonical_name(name)
+    info = MODELS[key]
+    if info.llm:
+        return llm.decoder_profile(llm.zoo_llms()[key].arch,
+                                   batch_size=info.batch_size if batch_size is None else batch_size,
+                                   seq_len=info.seq_len if seq_len is None else seq_len, precision=precision)
     path = profiles_dir() / f"{key}.yaml"
     if not path.is_file():
         raise SriftError(f"the shipped profile of '{key}' is missing ({path}).",

@@ -1,0 +1,138 @@
+"""Read a Hugging Face decoder config.json into a DecoderArch, so any such model is predicted
+without its weights (``--model-config config.json``).
+
+Understood: dense Llama-style decoders, ``model_type`` llama, mistral or qwen2 (their keys:
+num_hidden_layers, hidden_size, num_attention_heads, num_key_value_heads, head_dim,
+intermediate_size, vocab_size, tie_word_embeddings, hidden_act, rms_norm_eps, attention_bias,
+mlp_bias, max_position_embeddings). Biases follow each implementation: Llama puts
+``attention_bias`` on q, k, v and o and ``mlp_bias`` on the MLP; Qwen2 always has q/k/v biases and
+no others; Mistral has none. Anything else, mixture-of-experts models first, is refused with the
+key that says why. JSON only (``json.loads``: nothing in the file is executed).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from srift.errors import SriftError
+from srift.files import read_json
+from srift.profile import Profile
+from srift.zoo.llm import DecoderArch, decoder_profile
+
+MODEL_TYPES = ("llama", "mistral", "qwen2")
+# Keys that mark a mixture-of-experts model (Mixtral, Qwen2-MoE, DeepSeek, ...).
+_MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size", "num_experts_per_tok")
+_GATED_ACTIVATIONS = ("silu", "swish")
+_HINT = "fix the key in the model's config.json (as published in its Hugging Face repository)."
+
+
+def arch_from_hf_config(path: str | Path) -> DecoderArch:
+    """The architecture a Hugging Face ``config.json`` describes.
+
+    The name is ``_name_or_path`` when the file has one, else the folder of a ``config.json``
+    (``models/Llama-3-8B/config.json`` -> ``Llama-3-8B``), else the file name.
+
+    Raises:
+        SriftError: for a missing or unreadable file, invalid JSON, a missing or wrong key (named),
+            or a model type srift does not model (named, with the reason).
+    """
+    p = Path(path)
+    data = read_json(p, "model config", "pass the config.json of a Hugging Face decoder model.")
+    if not isinstance(data, dict):
+        raise _bad(p, "the file is not a JSON object of settings")
+    model_type = data.get("model_type")
+    if not isinstance(model_type, str):
+        raise _bad(p, f"'model_type' is missing or not a string ({model_type!r})")
+    experts = [k for k in _MOE_KEYS if data.get(k)]
+    if experts:
+        raise SriftError(
+            f"model config '{p}' is a mixture-of-experts model ('{experts[0]}': {data[experts[0]]!r}); "
+            "srift models dense decoders only.",
+            f"use a dense model's config.json ({', '.join(MODEL_TYPES)}).")
+    if model_type not in MODEL_TYPES:
+        raise SriftError(
+            f"model config '{p}' has model_type '{model_type}', which srift does not model.",
+            f"srift reads dense decoder configs of model_type {', '.join(MODEL_TYPES)}.")
+    heads = _positive_int(data, "num_attention_heads", p)
+    hidden = _positive_int(data, "hidden_size", p)
+    kv_heads = _positive_int(data, "num_key_value_heads", p, default=heads)
+    head_dim = _positive_int(data, "head_dim", p, default=0)  # 0: hidden_size / num_attention_heads
+    if head_dim == 0 and hidden % heads:
+        raise _bad(p, f"'hidden_size' {hidden} is not a multiple of 'num_attention_heads' {heads} and there is no 'head_dim'")
+    if heads % kv_heads:
+        raise _bad(p, f"'num_attention_heads' {heads} is not a multiple of 'num_key_value_heads' {kv_heads}")
+    act = data.get("hidden_act", "silu")
+    if act not in _GATED_ACTIVATIONS:
+        raise _bad(p, f"'hidden_act' is {act!r}; srift models the SwiGLU MLP of these models ('silu')")
+    eps = data.get("rms_norm_eps", 1e-6)
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or eps <= 0:
+        raise _bad(p, f"'rms_norm_eps' must be a positive number, got {eps!r}")
+    return DecoderArch(
+        name=_name(data, p),
+        n_layers=_positive_int(data, "num_hidden_layers", p),
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv_heads,
+        intermediate=_positive_int(data, "intermediate_size", p),
+        vocab=_positive_int(data, "vocab_size", p),
+        tied_embeddings=_bool(data, "tie_word_embeddings", p),
+        mlp="swiglu",
+        norm="rmsnorm",
+        biases=_biases(model_type, data, p),
+        position="rope",
+        max_seq_len=_positive_int(data, "max_position_embeddings", p),
+        head_dim=head_dim,
+        norm_eps=float(eps),
+        naming="hf-llama",
+        source=f"Hugging Face config {p}",
+    )
+
+
+def hf_config_profile(path: str | Path, batch_size: int = 1, seq_len: int | None = None,
+                      precision: str = "fp32") -> Profile:
+    """The analytic structural profile of the model a ``config.json`` describes (see srift.zoo.llm)."""
+    return decoder_profile(arch_from_hf_config(path), batch_size=batch_size, seq_len=seq_len, precision=precision)
+
+
+def _biases(model_type: str, data: dict[str, Any], path: Path) -> frozenset[str]:
+    if model_type == "qwen2":  # Qwen2Attention: q/k/v projections with bias, o_proj without
+        return frozenset({"qkv"})
+    parts: set[str] = set()
+    if model_type == "llama":
+        if _bool(data, "attention_bias", path):
+            parts |= {"qkv", "o"}
+        if _bool(data, "mlp_bias", path):
+            parts.add("mlp")
+    return frozenset(parts)
+
+
+def _name(data: dict[str, Any], path: Path) -> str:
+    named = data.get("_name_or_path")
+    if isinstance(named, str) and named.strip():
+        return named.strip()
+    if path.name == "config.json" and path.resolve().parent.name:
+        return path.resolve().parent.name
+    return path.stem
+
+
+def _positive_int(data: dict[str, Any], key: str, path: Path, default: int | None = None) -> int:
+    if key not in data or data[key] is None:
+        if default is not None:
+            return default
+        raise _bad(path, f"required key '{key}' is missing")
+    value = data[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise _bad(path, f"'{key}' must be a positive integer, got {value!r}")
+    return value
+
+
+def _bool(data: dict[str, Any], key: str, path: Path) -> bool:
+    value = data.get(key, False)  # False: the default of all three model types' configs
+    if not isinstance(value, bool):
+        raise _bad(path, f"'{key}' must be true or false, got {value!r}")
+    return value
+
+
+def _bad(path: Path, what: str) -> SriftError:
+    return SriftError(f"model config '{path}' is not a decoder config srift can read: {what}.", _HINT)
