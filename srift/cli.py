@@ -13,6 +13,13 @@ import sys
 
 import typer
 
+from typer import Abort
+
+try:  # recent typer carries its own click
+    from typer._click.exceptions import ClickException, UsageError
+except ImportError:  # pragma: no cover (older typer uses click's)
+    from click.exceptions import ClickException, UsageError  # type: ignore[assignment]
+
 from srift import __version__
 from srift.commands import calibrate_cmd, catalog_cmd, check_cmd, predict_cmd, profile_cmd, recommend_cmd
 from srift.errors import SriftError
@@ -57,24 +64,45 @@ app.add_typer(calibrate_app, name="calibrate")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point: run the app, turning SriftError into `Error:`/`To fix:` and its exit code."""
+    """Console entry point: run the app; a SriftError or a usage error (bad flag, bad value) becomes
+    one ``Error:`` line and one ``To fix:`` line with its exit code (2 for bad input)."""
     try:
-        app(args=argv, prog_name="srift", standalone_mode=True)
+        rv = app(args=argv, prog_name="srift", standalone_mode=False)
     except SriftError as exc:
         if os.environ.get("SRIFT_DEBUG") == "1":
             raise
-        err = f"Error: {exc.message}"
-        if exc.hint:
-            err += f"\nTo fix: {exc.hint}"
-        print(err, file=sys.stderr)
-        return exc.exit_code
-    except SystemExit as exc:  # typer/click exit codes (usage errors are 2)
+        return _error(exc.message, exc.hint, exc.exit_code)
+    except UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `srift` or `srift catalog` alone: the help
+            exc.show()
+            return 0
+        command = exc.ctx.command_path if exc.ctx is not None else "srift"
+        return _error(exc.format_message(), f"see `{command} --help` for the options and their values.", 2)
+    except ClickException as exc:
+        return _error(exc.format_message(), "see `srift --help`.", exc.exit_code)
+    except Abort:
+        print("Interrupted.", file=sys.stderr)
+        return 130
+    except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     except KeyboardInterrupt:
         print("Interrupted.", file=sys.stderr)
         return 130
-    return 0
+    return rv if isinstance(rv, int) else 0
+
+
+def _error(message: str, hint: str, code: int) -> int:
+    """Print ``Error: message`` and ``To fix: hint``, each on one line and of bounded length."""
+    print(f"Error: {_one_line(message)}", file=sys.stderr)
+    if hint:
+        print(f"To fix: {_one_line(hint)}", file=sys.stderr)
+    return code
+
+
+def _one_line(text: str, limit: int = 600) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def entry() -> None:

@@ -1,0 +1,117 @@
+"""What srift models: the bounds of every count, size, budget and duration it accepts, in one place.
+
+A value outside its bound is refused with exit code 2 and the bound in the message (``require``)
+before it reaches the simulator: srift never predicts a cluster of 10^11 instances or a per-GPU
+batch of 10^8 samples. The bounds are wide on purpose (they sit well beyond any real job), so a
+job inside them is judged on its merits: a batch that is in bounds but too large for the GPU is
+refused because it does not fit in memory (``srift predict``), not because of its size.
+docs/limits.md lists them with their reasons.
+
+Input files are bounded too, before they are parsed: their size, the nodes a YAML document
+expands to (aliases counted at every use: "billion laughs") and its nesting depth.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from srift.errors import SriftError
+
+# ---- a job -------------------------------------------------------------------------------------
+MAX_BATCH_SIZE = 1 << 20  # samples per GPU per iteration (1,048,576)
+MAX_GLOBAL_BATCH_SIZE = 1 << 26  # samples per iteration over the whole cluster (67,108,864)
+MAX_SEQ_LEN = 1 << 20  # tokens per sample (1,048,576: the longest published contexts)
+MAX_STEPS = 10**12  # iterations of one job
+MAX_EPOCHS = 1e6
+MAX_DATASET_SIZE = 10**15  # samples per epoch
+MAX_KFAC_INTERVAL = 10**6  # K-FAC factor / inverse update interval, iterations
+
+# ---- a cluster ---------------------------------------------------------------------------------
+MAX_NODES = 16_384  # instances (nodes) in one cluster, over all its parts
+MAX_GPUS_PER_NODE = 256  # GPUs, or CPU worker processes, per node
+MAX_GPUS = 131_072  # GPUs (workers) in one cluster
+MAX_NETWORK_GBPS = 100_000.0  # node network bandwidth, Gbit/s (the largest today: 3,200)
+MAX_NODE_USD_PER_HOUR = 100_000.0  # price of one node per hour (the dearest today: about $100)
+MAX_INTERRUPTIONS_PER_HOUR = 60.0  # spot interruptions per node-hour
+MAX_GPU_MEMORY_GIB = 16_384.0  # memory of one GPU
+
+# ---- the user's limits and the search ----------------------------------------------------------
+MAX_BUDGET_USD_PER_HOUR = 1e7  # whole-cluster budget
+MAX_DEADLINE_HOURS = 1e6  # about 114 years
+MAX_COST_USD = 1e12
+MAX_SEARCH_GPUS = 4096  # `srift recommend --max-gpus`: the largest cluster the search enumerates
+MAX_TOP = 1000  # configurations shown
+
+# ---- the profiler ------------------------------------------------------------------------------
+MAX_WARMUP = 10_000  # optimizer steps
+MAX_ITERS = 100_000  # optimizer steps measured
+DEFAULT_PROFILE_TIMEOUT_S = 600.0  # longest wait for the next optimizer step (the first included)
+MAX_PROFILE_TIMEOUT_S = 7 * 24 * 3600.0
+PROFILE_STOP_GRACE_S = 10.0  # after a timeout, how long the script has to unwind before a hard stop
+
+# ---- a profile ---------------------------------------------------------------------------------
+MAX_LAYERS = 100_000  # leaf modules
+MAX_LAYER_PARAMS = 10**13  # parameters of one leaf module
+MAX_LAYER_BYTES = 1e18  # gradient, activation and moved bytes of one leaf module per iteration
+MAX_LAYER_FLOPS = 1e24  # FLOPs of one leaf module per iteration
+MAX_LAYER_S = 1e6  # measured seconds of one leaf module (or phase) per iteration
+MAX_KFAC_DIM = 1 << 24  # K-FAC factor dimension
+MAX_KFAC_SPATIAL = 1 << 40  # K-FAC factor rows per sample
+MAX_STATE_BYTES_PER_PARAM = 64  # optimizer state per parameter (Adam in fp32: 8)
+MAX_SAMPLE_BYTES = 1e12  # bytes of one input sample
+MAX_NAME_CHARS = 200  # a profile, cluster or model name
+
+# ---- input files -------------------------------------------------------------------------------
+MAX_INPUT_BYTES = 64 * 2**20  # any YAML or JSON file srift reads
+MAX_CATALOG_BYTES = 256 * 2**20  # a catalog CSV (bundled or refreshed)
+MAX_YAML_NODES = 2_000_000  # nodes of a YAML document with every alias expanded
+MAX_NESTING = 64  # nesting depth of a YAML or JSON document
+
+
+def require(value: Any, name: str, low: float, high: float, *, hint: str, integer: bool = False,
+            low_open: bool = False, unit: str = "") -> Any:
+    """``value`` when it is a number (an integer if ``integer``) in ``[low, high]`` (``(low, high]``
+    with ``low_open``); else a SriftError naming ``name`` and the bound.
+
+    Args:
+        value: The value to check (bools are refused: YAML's ``yes`` is not a count).
+        name: How the message names it (a flag like ``--batch-size`` or a field like ``steps``).
+        low: Lowest allowed value.
+        high: Highest allowed value.
+        hint: The ``To fix:`` line.
+        integer: The value must be an integer.
+        low_open: ``low`` itself is not allowed (``> 0`` rather than ``>= 0``).
+        unit: Unit for the message (``GPUs``, ``$/h``).
+
+    Returns:
+        The value, unchanged.
+
+    Raises:
+        SriftError: for a non-number, NaN, infinity or a value outside the bound.
+    """
+    kind = "an integer" if integer else "a number"
+    ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok_type:
+        raise SriftError(f"{name} must be {kind}, got {shown(value)}.", hint)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise SriftError(f"{name} must be a finite number, got {shown(value)}.", hint)
+    too_low = value <= low if low_open else value < low
+    if too_low or value > high:
+        lo = f"above {_num(low)}" if low_open else f"at least {_num(low)}"
+        suffix = f" {unit}" if unit else ""
+        raise SriftError(f"{name} is {_num(value)}{suffix}; srift models {lo} and at most {_num(high)}{suffix}.", hint)
+    return value
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for messages (never echo a huge value whole)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _num(v: float) -> str:
+    """A bound or value for a message: ``1,048,576``, ``1e+12``, ``0.5``; a huge integer by its size."""
+    if isinstance(v, int):
+        return f"{v:,}" if abs(v) < 10**16 else f"a {len(str(abs(v)))}-digit number"
+    return f"{int(v):,}" if v.is_integer() and abs(v) < 1e16 else f"{v:g}"
