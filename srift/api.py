@@ -19,7 +19,7 @@ from srift.catalog.spec import cluster_from_spec
 from srift.cluster import Cluster, load_cluster
 from srift.errors import SriftError
 from srift.files import read_json
-from srift.hardware import GpuSpec, matching_gpus
+from srift.hardware import CPU, GpuSpec, matching_gpus
 from srift.hardware import gpu as gpu_spec
 from srift.job import Job
 from srift.jobfile import JobFile
@@ -37,7 +37,8 @@ from srift.search import search
 from srift.search.limits import Constraints, check_limits
 from srift.search.rank import SearchResult
 from srift.simulate import Predictor
-from srift.simulate.memory import fits
+from srift.simulate.memory import USABLE_FRACTION, fits
+from srift.simulate.prediction import Prediction
 from srift.zoo import MODELS, canonical_name, load_builtin_profile
 from srift.zoo.hf_config import hf_config_profile
 
@@ -93,8 +94,30 @@ def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None =
     """Predict ``job`` of a model, a Hugging Face config or profile(s) on an instance spec or a cluster file."""
     prof, more = resolve_profiles(model, profiles, model_config)
     cluster = resolve_cluster(instance, cluster_file, region=region, spot=spot)
-    pred = Predictor(prof, job, more).predict(cluster)
+    predictor = Predictor(prof, job, more)
+    pred = predictor.predict(cluster)
+    if not pred.fits_in_memory:  # an iteration time for a job that cannot run would mislead
+        raise memory_error(predictor, cluster, pred, prof.name)
     return PredictResult(pred, prof.name, job.precision or prof.precision, job.optimizer, job.kfac_strategy, spot)
+
+
+def memory_error(predictor: Predictor, cluster: Cluster, pred: Prediction, model: str) -> SriftError:
+    """The error for a job that does not fit: what one GPU of the first group short of memory
+    would need, its largest part, and what the GPU has."""
+    for group, share in zip(cluster.node_groups, pred.batch_split):
+        parts = predictor.memory(share.per_gpu_batch)
+        need = sum(parts.values())
+        cap = group.gpu_memory_gib if group.gpu_memory_gib is not None else gpu_spec(group.gpu).memory_gib
+        if group.gpu != CPU and not fits(need, cap):
+            largest = max(parts, key=lambda k: parts[k])
+            seq = f" and sequence length {predictor.base.seq_len:,}" if predictor.base.seq_len else ""
+            return SriftError(
+                f"{model} does not fit in GPU memory on {cluster.name}: at a per-GPU batch of {share.per_gpu_batch:,}{seq} "
+                f"one GPU needs {need / 2**30:,.1f} GiB ({largest.replace('_', ' ')}: {parts[largest] / 2**30:,.1f} GiB), and a {group.gpu} has "
+                f"{cap:g} GiB ({USABLE_FRACTION:.0%} of it usable).",
+                "lower --batch-size (or --seq-len), use --precision amp, or choose GPUs with more memory "
+                "(`srift recommend` searches only the configurations the job fits).")
+    return SriftError(f"{model} does not fit in GPU memory on {cluster.name}.", "lower --batch-size, or choose GPUs with more memory.")
 
 
 # ---- recommend ----------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ MAX_KFAC_INTERVAL = 10**6  # K-FAC factor / inverse update interval, iterations
 
 # ---- a cluster ---------------------------------------------------------------------------------
 MAX_NODES = 16_384  # instances (nodes) in one cluster, over all its parts
+MAX_NODE_GROUPS = 64  # node groups (instance types) in one cluster
 MAX_GPUS_PER_NODE = 256  # GPUs, or CPU worker processes, per node
 MAX_GPUS = 131_072  # GPUs (workers) in one cluster
 MAX_NETWORK_GBPS = 100_000.0  # node network bandwidth, Gbit/s (the largest today: 3,200)
@@ -40,7 +41,7 @@ MAX_GPU_MEMORY_GIB = 16_384.0  # memory of one GPU
 MAX_BUDGET_USD_PER_HOUR = 1e7  # whole-cluster budget
 MAX_DEADLINE_HOURS = 1e6  # about 114 years
 MAX_COST_USD = 1e12
-MAX_SEARCH_GPUS = 4096  # `srift recommend --max-gpus`: the largest cluster the search enumerates
+MAX_SEARCH_GPUS = 1024  # `srift recommend --max-gpus`: the largest cluster the search enumerates (128 x 8-GPU nodes)
 MAX_TOP = 1000  # configurations shown
 
 # ---- the profiler ------------------------------------------------------------------------------
@@ -96,11 +97,12 @@ def require(value: Any, name: str, low: float, high: float, *, hint: str, intege
         raise SriftError(f"{name} must be {kind}, got {shown(value)}.", hint)
     if isinstance(value, float) and not math.isfinite(value):
         raise SriftError(f"{name} must be a finite number, got {shown(value)}.", hint)
-    too_low = value <= low if low_open else value < low
-    if too_low or value > high:
+    suffix = f" {unit}" if unit else ""
+    if value <= low if low_open else value < low:
         lo = f"above {_num(low)}" if low_open else f"at least {_num(low)}"
-        suffix = f" {unit}" if unit else ""
-        raise SriftError(f"{name} is {_num(value)}{suffix}; srift models {lo} and at most {_num(high)}{suffix}.", hint)
+        raise SriftError(f"{name} must be {lo}{suffix}, got {_num(value)}.", hint)
+    if value > high:
+        raise SriftError(f"{name} is {_num(value)}{suffix}; srift models at most {_num(high)}{suffix}.", hint)
     return value
 
 
@@ -108,6 +110,11 @@ def shown(value: Any, limit: int = 60) -> str:
     """``repr(value)`` cut to ``limit`` characters, for messages (never echo a huge value whole)."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def key_text(key: Any) -> str:
+    """A mapping key for a message: as written when it is a short plain string, else ``shown``."""
+    return key if isinstance(key, str) and key.isprintable() and len(key) <= 40 else shown(key, 40)
 
 
 def _num(v: float) -> str:

@@ -11,8 +11,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from srift.bounds import (
+    MAX_GPU_MEMORY_GIB, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_INTERRUPTIONS_PER_HOUR, MAX_NAME_CHARS, MAX_NETWORK_GBPS,
+    MAX_NODE_GROUPS, MAX_NODE_USD_PER_HOUR, MAX_NODES, key_text, shown,
+)
 from srift.errors import SriftError, closest
 from srift.files import read_yaml
 from srift.hardware import CPU, find_gpu, gpus, links
@@ -106,10 +110,19 @@ _GROUP_KEYS = {
     "count", "gpus_per_node", "gpu", "intra_node", "network_gbps", "network", "usd_per_hour",
     "spot", "interruption_per_hour", "gpu_memory_gib", "instance_type",
 }
+# comm_calibration lists: the measured curves (srift calibrate comm); the first two are required.
+_CURVES = ("sizes_bytes", "times_s", "p90_times_s", "broadcast_times_s", "broadcast_p90_times_s")
+_MAX_MESSAGE_BYTES = 2.0**50  # a calibrated message size (1 PiB)
+_MAX_COLLECTIVE_S = 1e6
+# (upper bound, may be zero) of each numeric node-group field (srift/bounds.py)
+_GROUP_NUMBERS = {"network_gbps": (MAX_NETWORK_GBPS, True), "usd_per_hour": (MAX_NODE_USD_PER_HOUR, True),
+                  "interruption_per_hour": (MAX_INTERRUPTIONS_PER_HOUR, True), "gpu_memory_gib": (MAX_GPU_MEMORY_GIB, False)}
 
 
 def cluster_from_dict(data: Any, source: str = "cluster file") -> Cluster:
     """Validate a parsed cluster YAML document and build the Cluster.
+
+    Every count and number is checked against what srift models (srift/bounds.py).
 
     Raises:
         SriftError: naming the first field that is missing or wrong.
@@ -122,62 +135,102 @@ def cluster_from_dict(data: Any, source: str = "cluster file") -> Cluster:
         raise bad("the file must be a mapping with 'name' and 'node_groups'")
     unknown = set(data) - {"name", "node_groups", "comm_calibration", "description"}
     if unknown:
-        raise bad(f"unknown key(s) {', '.join(sorted(unknown))}")
+        raise bad(f"unknown key(s) {', '.join(sorted(key_text(k) for k in unknown))}")
+    name = data.get("name")
+    if name is not None and (not isinstance(name, str) or not name.isprintable() or len(name) > MAX_NAME_CHARS):
+        raise bad(f"'name' must be a one-line name of at most {MAX_NAME_CHARS} characters, got {shown(name)}")
     groups_raw = data.get("node_groups")
     if not isinstance(groups_raw, list) or not groups_raw:
         raise bad("'node_groups' must be a non-empty list")
-    groups = []
-    for i, g in enumerate(groups_raw):
-        where = f"node_groups[{i}]"
-        if not isinstance(g, dict):
-            raise bad(f"{where} must be a mapping")
-        extra = set(g) - _GROUP_KEYS
-        if extra:
-            raise bad(f"{where} has unknown key(s) {', '.join(sorted(extra))}")
-        for key in ("count", "gpus_per_node", "gpu", "intra_node", "network_gbps"):
-            if key not in g:
-                raise bad(f"{where}.{key} is required")
-        for key in ("count", "gpus_per_node"):
-            if not isinstance(g[key], int) or isinstance(g[key], bool) or g[key] < 1:
-                raise bad(f"{where}.{key} must be a positive integer, got {g[key]!r}")
-        gpu_name = str(g["gpu"])
-        canonical = CPU if gpu_name.lower() == CPU else find_gpu(gpu_name)
-        if canonical is None:
-            near = closest(gpu_name, list(gpus()))
-            raise bad(f"{where}.gpu '{gpu_name}' is not a GPU in configs/gpus.yaml" + (f" (did you mean {', '.join(near)}?)" if near else ""))
-        if g["intra_node"] not in links():
-            raise bad(f"{where}.intra_node must be one of {', '.join(links())}, got {g['intra_node']!r}")
-        network = g.get("network", "ethernet")
-        if network not in NETWORKS:
-            raise bad(f"{where}.network must be one of {', '.join(NETWORKS)}, got {network!r}")
-        for key in ("network_gbps", "usd_per_hour", "interruption_per_hour", "gpu_memory_gib"):
-            v = g.get(key)
-            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0):
-                raise bad(f"{where}.{key} must be a non-negative number, got {v!r}")
-        if g["network_gbps"] <= 0 and g["count"] > 1:
-            raise bad(f"{where}.network_gbps must be positive for several nodes")
-        groups.append(
-            NodeGroup(
-                count=g["count"],
-                gpus_per_node=g["gpus_per_node"],
-                gpu=canonical,
-                intra_node=g["intra_node"],
-                network_gbps=float(g["network_gbps"]),
-                network=network,
-                usd_per_hour=None if g.get("usd_per_hour") is None else float(g["usd_per_hour"]),
-                spot=bool(g.get("spot", False)),
-                interruption_per_hour=float(g.get("interruption_per_hour") or 0.0),
-                instance_type=g.get("instance_type"),
-                gpu_memory_gib=None if g.get("gpu_memory_gib") is None else float(g["gpu_memory_gib"]),
-            )
-        )
+    if len(groups_raw) > MAX_NODE_GROUPS:
+        raise bad(f"'node_groups' has {len(groups_raw)} groups; srift models at most {MAX_NODE_GROUPS}")
+    groups = [_group(g, f"node_groups[{i}]", bad) for i, g in enumerate(groups_raw)]
+    nodes, gpu_count = sum(g.count for g in groups), sum(g.gpus for g in groups)
+    if nodes > MAX_NODES or gpu_count > MAX_GPUS:
+        raise bad(f"the cluster has {nodes:,} nodes and {gpu_count:,} GPUs; srift models at most {MAX_NODES:,} nodes "
+                  f"and {MAX_GPUS:,} GPUs")
     calib = data.get("comm_calibration")
     if calib is not None:
-        if not isinstance(calib, dict) or not isinstance(calib.get("sizes_bytes"), list) or not isinstance(calib.get("times_s"), list):
-            raise bad("'comm_calibration' needs 'sizes_bytes' and 'times_s' lists")
-        if len(calib["sizes_bytes"]) != len(calib["times_s"]) or len(calib["sizes_bytes"]) < 2:
-            raise bad("'comm_calibration' sizes_bytes and times_s must have the same length (2 or more)")
-    return Cluster(name=str(data.get("name") or Path(source).stem), node_groups=tuple(groups), comm_calibration=calib)
+        _check_calibration(calib, bad)
+    return Cluster(name=name or Path(source).stem, node_groups=tuple(groups), comm_calibration=calib)
+
+
+def _group(g: Any, where: str, bad: Callable[[str], SriftError]) -> NodeGroup:
+    """One validated node group."""
+    if not isinstance(g, dict):
+        raise bad(f"{where} must be a mapping")
+    extra = set(g) - _GROUP_KEYS
+    if extra:
+        raise bad(f"{where} has unknown key(s) {', '.join(sorted(key_text(k) for k in extra))}")
+    for key in ("count", "gpus_per_node", "gpu", "intra_node", "network_gbps"):
+        if key not in g:
+            raise bad(f"{where}.{key} is required")
+    for key, high in (("count", MAX_NODES), ("gpus_per_node", MAX_GPUS_PER_NODE)):
+        v = g[key]
+        if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= high:
+            raise bad(f"{where}.{key} must be an integer from 1 to {high:,}, got {shown(v)}")
+    gpu_name = g["gpu"]
+    if not isinstance(gpu_name, str):
+        raise bad(f"{where}.gpu must be a GPU name, got {shown(gpu_name)}")
+    canonical = CPU if gpu_name.lower() == CPU else find_gpu(gpu_name)
+    if canonical is None:
+        near = closest(gpu_name, list(gpus()))
+        raise bad(f"{where}.gpu {shown(gpu_name)} is not a GPU in configs/gpus.yaml" + (f" (did you mean {', '.join(near)}?)" if near else ""))
+    if not isinstance(g["intra_node"], str) or g["intra_node"] not in links():
+        raise bad(f"{where}.intra_node must be one of {', '.join(links())}, got {shown(g['intra_node'])}")
+    network = g.get("network", "ethernet")
+    if not isinstance(network, str) or network not in NETWORKS:
+        raise bad(f"{where}.network must be one of {', '.join(NETWORKS)}, got {shown(network)}")
+    for key, (high, zero_ok) in _GROUP_NUMBERS.items():
+        v = g.get(key)
+        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v <= high or (v == 0 and not zero_ok)):
+            low = "0" if zero_ok else "above 0"
+            raise bad(f"{where}.{key} must be a number from {low} to {high:,.0f}, got {shown(v)}")
+    if g["network_gbps"] <= 0 and g["count"] > 1:
+        raise bad(f"{where}.network_gbps must be positive for several nodes")
+    spot = g.get("spot", False)
+    if not isinstance(spot, bool):
+        raise bad(f"{where}.spot must be true or false, got {shown(spot)}")
+    itype = g.get("instance_type")
+    if itype is not None and (not isinstance(itype, str) or not itype.isprintable() or len(itype) > MAX_NAME_CHARS):
+        raise bad(f"{where}.instance_type must be a name, got {shown(itype)}")
+    return NodeGroup(
+        count=g["count"],
+        gpus_per_node=g["gpus_per_node"],
+        gpu=canonical,
+        intra_node=g["intra_node"],
+        network_gbps=float(g["network_gbps"]),
+        network=network,
+        usd_per_hour=None if g.get("usd_per_hour") is None else float(g["usd_per_hour"]),
+        spot=spot,
+        interruption_per_hour=float(g.get("interruption_per_hour") or 0.0),
+        instance_type=itype,
+        gpu_memory_gib=None if g.get("gpu_memory_gib") is None else float(g["gpu_memory_gib"]),
+    )
+
+
+def _check_calibration(calib: Any, bad: Callable[[str], SriftError]) -> None:
+    """A measured curve: positive, finite sizes and times, lists of one length (2 or more)."""
+    if not isinstance(calib, dict) or not isinstance(calib.get("sizes_bytes"), list) or not isinstance(calib.get("times_s"), list):
+        raise bad("'comm_calibration' needs 'sizes_bytes' and 'times_s' lists")
+    n = len(calib["sizes_bytes"])
+    if n < 2 or n > 1000:
+        raise bad("'comm_calibration' sizes_bytes must list 2 to 1,000 sizes")
+    for key in _CURVES:
+        values = calib.get(key)
+        if values is None and key not in ("sizes_bytes", "times_s"):
+            continue
+        if not isinstance(values, list) or len(values) != n:
+            raise bad(f"'comm_calibration' {key} and sizes_bytes must be lists of the same length ({n})")
+        high = _MAX_MESSAGE_BYTES if key == "sizes_bytes" else _MAX_COLLECTIVE_S
+        for v in values:
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v <= high:
+                raise bad(f"'comm_calibration' {key} must hold numbers above 0 and at most {high:g}, got {shown(v)}")
+    if len(set(calib["sizes_bytes"])) != n:
+        raise bad("'comm_calibration' sizes_bytes must not repeat a size")
+    world = calib.get("world_size")
+    if world is not None and (not isinstance(world, int) or isinstance(world, bool) or not 1 <= world <= MAX_GPUS):
+        raise bad(f"'comm_calibration' world_size must be an integer from 1 to {MAX_GPUS:,}, got {shown(world)}")
 
 
 def load_cluster(path: str | Path) -> Cluster:

@@ -3,6 +3,7 @@ vocabularies of those settings, and what one run of the job takes on a configura
 
 This is the one place job settings are validated: the command line and the job file
 (srift/jobfile.py) both build a Job; the search's limits (srift/search/limits.py) hold only limits.
+Every count is bounded by what srift models (srift/bounds.py).
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from srift.bounds import (
+    MAX_BATCH_SIZE, MAX_DATASET_SIZE, MAX_EPOCHS, MAX_GLOBAL_BATCH_SIZE, MAX_KFAC_INTERVAL, MAX_SEQ_LEN, MAX_STEPS, require,
+)
 from srift.errors import SriftError
 
 PRECISIONS = ("fp32", "tf32", "amp")
@@ -49,11 +53,11 @@ class JobLength:
             raise SriftError("epochs and a dataset size go together.", "give both, or give steps instead.")
         if self.steps is None and self.epochs is None:
             raise SriftError("the job's length is missing.", "give steps, or epochs with a dataset size.")
-        for flag, count in (("steps", self.steps), ("dataset-size", self.dataset_size)):
-            if count is not None and count < 1:
-                raise SriftError(f"{flag} must be at least 1, got {count}.", f"pass --{flag} 1 or more.")
-        if self.epochs is not None and not self.epochs > 0:
-            raise SriftError(f"epochs must be positive, got {self.epochs}.", "pass a positive --epochs.")
+        for flag, count, high in (("steps", self.steps, MAX_STEPS), ("dataset-size", self.dataset_size, MAX_DATASET_SIZE)):
+            if count is not None:
+                require(count, f"--{flag}", 1, high, integer=True, hint=f"pass --{flag} from 1 to {high:,}.")
+        if self.epochs is not None:
+            require(self.epochs, "--epochs", 0, MAX_EPOCHS, low_open=True, hint=f"pass --epochs above 0 and at most {MAX_EPOCHS:,.0f}.")
 
     @classmethod
     def given(cls, steps: int | None = None, epochs: float | None = None,
@@ -130,18 +134,19 @@ class Job:
     length: JobLength | None = None
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "seq_len", "global_batch_size"):
+        for name, high in (("batch_size", MAX_BATCH_SIZE), ("seq_len", MAX_SEQ_LEN), ("global_batch_size", MAX_GLOBAL_BATCH_SIZE)):
             v = getattr(self, name)
-            if v is not None and v < 1:
-                raise SriftError(f"{name.replace('_', '-')} must be at least 1, got {v}.", f"pass --{name.replace('_', '-')} 1 or more.")
+            if v is not None:
+                flag = f"--{name.replace('_', '-')}"
+                require(v, flag, 1, high, integer=True, hint=f"pass {flag} from 1 to {high:,}.")
         if self.precision is not None:
             require_precision(self.precision)
         if self.optimizer not in OPTIMIZERS:
             raise SriftError(f"unknown optimizer '{self.optimizer}'.", f"use one of {', '.join(OPTIMIZERS)}.")
         if self.kfac_strategy not in KFAC_STRATEGIES:
             raise SriftError(f"unknown K-FAC strategy '{self.kfac_strategy}'.", f"use one of {', '.join(KFAC_STRATEGIES)}.")
-        if self.kfac_factor_steps < 1 or self.kfac_inv_steps < 1:
-            raise SriftError("K-FAC update intervals must be at least 1.", "pass --kfac-factor-steps/--kfac-inv-steps 1 or more.")
+        for flag, v in (("--kfac-factor-steps", self.kfac_factor_steps), ("--kfac-inv-steps", self.kfac_inv_steps)):
+            require(v, flag, 1, MAX_KFAC_INTERVAL, integer=True, hint=f"pass {flag} from 1 to {MAX_KFAC_INTERVAL:,}.")
         if self.kfac_inv_steps % self.kfac_factor_steps:
             raise SriftError(
                 f"--kfac-inv-steps {self.kfac_inv_steps} is not a multiple of --kfac-factor-steps {self.kfac_factor_steps}.",

@@ -28,6 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from srift.bounds import (
+    MAX_BATCH_SIZE, MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DATASET_SIZE, MAX_DEADLINE_HOURS, MAX_EPOCHS,
+    MAX_SEQ_LEN, MAX_STEPS, key_text, require, shown,
+)
 from srift.errors import SriftError, one_of
 from srift.files import read_yaml
 from srift.job import OPTIMIZERS, PRECISIONS, Job, JobLength
@@ -49,6 +53,12 @@ FIELDS: dict[str, tuple[type, str]] = {
     "instance": (str, "an instance spec like p3.16xlarge:2"),
     "spot": (bool, "true or false"),
     "region": (str, "an AWS region like us-east-1"),
+}
+# Upper bound of each numeric field and limit (srift/bounds.py); all must be above 0.
+BOUNDS: dict[str, float] = {
+    "batch_size": MAX_BATCH_SIZE, "seq_len": MAX_SEQ_LEN, "steps": MAX_STEPS, "epochs": MAX_EPOCHS,
+    "dataset_size": MAX_DATASET_SIZE, "max_cost_usd": MAX_COST_USD, "max_hours": MAX_DEADLINE_HOURS,
+    "max_usd_per_hour": MAX_BUDGET_USD_PER_HOUR,
 }
 _JOB_FIELDS = ("batch_size", "seq_len", "precision", "optimizer")
 _LENGTH_FIELDS = ("steps", "epochs", "dataset_size")
@@ -80,9 +90,9 @@ class JobFile:
 def _coerce(name: str, value: Any, source: str) -> Any:
     """``value`` of field ``name`` as its type (strings from environment variables are parsed)."""
     kind, desc = FIELDS[name] if name in FIELDS else (float, "a positive number")
-    bad = SriftError(f"{source}: '{name}' must be {desc}, got {value!r}.", f"fix '{name}' in the job file (or its SRIFT_ variable).")
+    bad = SriftError(f"{source}: '{name}' must be {desc}, got {shown(value)}.", f"fix '{name}' in the job file (or its SRIFT_ variable).")
     if name == "profile" and isinstance(value, list):
-        if not value or not all(isinstance(v, str) and v.strip() for v in value):
+        if not value or len(value) > 64 or not all(isinstance(v, str) and v.strip() and v.strip().isprintable() for v in value):
             raise bad
         return [v.strip() for v in value]
     if isinstance(value, str) and kind is not str:  # from an environment variable
@@ -102,16 +112,20 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             raise bad
         return value
     if kind is str:
-        if not isinstance(value, str) or not value.strip():
+        if not isinstance(value, str) or not value.strip() or len(value) > 4096 or not value.strip().isprintable():
             raise bad
         return value.strip()
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise bad
-    if kind is int and (not float(value).is_integer()):
-        raise bad
+    if kind is int and isinstance(value, float):
+        if not value.is_integer():  # NaN and infinities included
+            raise bad
+        value = int(value)
     if value <= 0:
         raise bad
-    return int(value) if kind is int else float(value)
+    require(value, f"{source}: '{name}'", 0, BOUNDS.get(name, MAX_STEPS), integer=kind is int, low_open=True,
+            hint=f"fix '{name}' in the job file (or its SRIFT_ variable).")
+    return value if kind is int else float(value)
 
 
 def _read(path: str, source: str) -> dict[str, Any]:
@@ -121,7 +135,7 @@ def _read(path: str, source: str) -> dict[str, Any]:
         raw = {}
     if not isinstance(raw, dict):
         raise SriftError(f"{source}: the job file must be a mapping of fields.", "see `srift check --help` for the format.")
-    unknown = sorted(set(raw) - set(FIELDS) - {"limits"})
+    unknown = sorted(key_text(k) for k in set(raw) - set(FIELDS) - {"limits"})
     if unknown:
         raise SriftError(f"{source}: unknown key(s) {', '.join(unknown)}.", f"use only {', '.join(list(FIELDS) + ['limits'])}.")
     return dict(raw)
@@ -131,7 +145,7 @@ def _limits_of(data: dict[str, Any], source: str) -> dict[str, Any]:
     limits_raw = data.pop("limits", None) or {}
     if not isinstance(limits_raw, dict):
         raise SriftError(f"{source}: 'limits' must be a mapping.", f"write limits: {{{', '.join(f'{k}: ...' for k in LIMITS)}}}.")
-    unknown = sorted(set(limits_raw) - set(LIMITS))
+    unknown = sorted(key_text(k) for k in set(limits_raw) - set(LIMITS))
     if unknown:
         raise SriftError(f"{source}: unknown limit(s) {', '.join(unknown)}.", f"use only {', '.join(LIMITS)}.")
     return dict(limits_raw)

@@ -17,6 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from srift.bounds import (
+    MAX_BATCH_SIZE, MAX_GPUS, MAX_ITERS, MAX_KFAC_DIM, MAX_KFAC_SPATIAL, MAX_LAYER_BYTES, MAX_LAYER_FLOPS, MAX_LAYER_PARAMS,
+    MAX_LAYER_S, MAX_LAYERS, MAX_NAME_CHARS, MAX_SAMPLE_BYTES, MAX_SEQ_LEN, MAX_STATE_BYTES_PER_PARAM, shown,
+)
 from srift.errors import SriftError
 from srift.files import read_yaml, write_yaml
 from srift.job import PRECISIONS
@@ -304,6 +308,10 @@ class Profile:
     def from_dict(cls, data: Any, source: str = "profile") -> "Profile":
         """Build and validate a Profile from a parsed YAML/JSON document.
 
+        Every number is checked against what srift models (srift/bounds.py): finite, not
+        negative, and within its bound, so that nothing a prediction derives from it can
+        overflow or come out negative.
+
         Raises:
             SriftError: naming the first field that is missing or wrong.
         """
@@ -311,60 +319,66 @@ class Profile:
             raise _bad(source, "the file is not a mapping of fields")
         schema = data.get("schema")
         if schema != SCHEMA:
-            raise _bad(source, f"'schema' is {schema!r}, expected '{SCHEMA}'")
+            raise _bad(source, f"'schema' is {shown(schema)}, expected '{SCHEMA}'")
         for key in ("name", "batch_size", "precision", "layers"):
             if key not in data:
                 raise _bad(source, f"required field '{key}' is missing")
-        batch = data["batch_size"]
-        if not isinstance(batch, int) or isinstance(batch, bool) or batch <= 0:
-            raise _bad(source, f"'batch_size' must be a positive integer, got {batch!r}")
+        name = _text(data["name"], "name", source)
+        batch = _int(data["batch_size"], "batch_size", source, MAX_BATCH_SIZE, low=1)
         seq = data.get("seq_len")
-        if seq is not None and (not isinstance(seq, int) or isinstance(seq, bool) or seq <= 0):
-            raise _bad(source, f"'seq_len' must be a positive integer or null, got {seq!r}")
+        if seq is not None:
+            seq = _int(seq, "seq_len", source, MAX_SEQ_LEN, low=1)
         precision = data["precision"]
-        if precision not in PRECISIONS:
-            raise _bad(source, f"'precision' must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        if not isinstance(precision, str) or precision not in PRECISIONS:
+            raise _bad(source, f"'precision' must be one of {', '.join(PRECISIONS)}, got {shown(precision)}")
         raw_layers = data["layers"]
         if not isinstance(raw_layers, list) or not raw_layers:
             raise _bad(source, "'layers' must be a non-empty list")
+        if len(raw_layers) > MAX_LAYERS:
+            raise _bad(source, f"'layers' has {len(raw_layers):,} entries; srift models at most {MAX_LAYERS:,}")
         layers = [_layer_from_dict(item, i, source) for i, item in enumerate(raw_layers)]
-        phases_raw = data.get("phases") or {}
-        if not isinstance(phases_raw, dict):
-            raise _bad(source, "'phases' must be a mapping")
+        phases_raw = _mapping(data.get("phases"), "phases", source)
         phase_fields = {f.name for f in dataclasses.fields(PhaseTimes)}
         phases = PhaseTimes(**{k: _opt_float(v, f"phases.{k}", source) for k, v in phases_raw.items() if k in phase_fields})
-        buckets = []
-        for i, b in enumerate(data.get("allreduce") or []):
-            try:
-                buckets.append(AllReduceBucket(int(b["rank"]), int(b["index"]), int(b["size_bytes"]), float(b["time_s"])))
-            except (KeyError, TypeError, ValueError):
-                raise _bad(source, f"allreduce[{i}] needs rank, index, size_bytes and time_s") from None
-        device = data.get("device") or {"name": "none", "kind": "none", "gpu": None}
-        if not isinstance(device, dict):
-            raise _bad(source, "'device' must be a mapping")
-        optimizer = data.get("optimizer") or {"type": "SGD", "state_bytes_per_param": 4}
-        if not isinstance(optimizer, dict):
-            raise _bad(source, "'optimizer' must be a mapping")
-        return cls(
-            name=str(data["name"]),
+        raw_buckets = data.get("allreduce") or []
+        if not isinstance(raw_buckets, list):
+            raise _bad(source, "'allreduce' must be a list of buckets")
+        buckets = [_bucket(b, i, source) for i, b in enumerate(raw_buckets)]
+        device = _scalars(data.get("device") or {"name": "none", "kind": "none", "gpu": None}, "device", source)
+        for key in ("name", "kind", "gpu"):
+            if device.get(key) is not None and not isinstance(device[key], str):
+                raise _bad(source, f"'device.{key}' must be a string, got {shown(device[key])}")
+        optimizer = _scalars(data.get("optimizer") or {"type": "SGD", "state_bytes_per_param": 4}, "optimizer", source)
+        if "state_bytes_per_param" in optimizer:
+            _num(optimizer["state_bytes_per_param"], "optimizer.state_bytes_per_param", source, MAX_STATE_BYTES_PER_PARAM)
+        notes = data.get("notes") or []
+        if not isinstance(notes, list) or any(isinstance(n, (list, dict)) for n in notes):
+            raise _bad(source, "'notes' must be a list of strings")
+        profile = cls(
+            name=name,
             batch_size=batch,
             precision=precision,
             layers=layers,
             seq_len=seq,
             device=device,
-            framework={str(k): str(v) for k, v in (data.get("framework") or {}).items()},
+            framework={str(k): str(v) for k, v in _scalars(data.get("framework"), "framework", source).items()},
             optimizer=optimizer,
             phases=phases,
-            iterations=int(data.get("iterations") or 0),
-            world_size=int(data.get("world_size") or 1),
+            iterations=_int(data.get("iterations") or 0, "iterations", source, MAX_ITERS),
+            world_size=_int(data.get("world_size") or 1, "world_size", source, MAX_GPUS, low=1),
             allreduce=buckets,
-            input_bytes_per_sample=float(data.get("input_bytes_per_sample") or 0.0),
-            notes=[str(n) for n in (data.get("notes") or [])],
+            input_bytes_per_sample=_num(data.get("input_bytes_per_sample") or 0.0, "input_bytes_per_sample", source,
+                                        MAX_SAMPLE_BYTES),
+            notes=[str(n) for n in notes],
         )
+        if profile.measured and not (profile.phases.total_s or any(l.fwd_s or l.bwd_s for l in profile.layers)):
+            raise _bad(source, "its measured times are all zero")
+        return profile
 
-    def save(self, path: str | Path) -> Path:
-        """Write the profile as YAML, atomically."""
-        return write_yaml(path, self.to_dict())
+    def save(self, path: str | Path, overwrite: bool = True) -> Path:
+        """Write the profile as YAML, atomically (``overwrite=False``: FileExistsError, and nothing
+        written, when the file exists)."""
+        return write_yaml(path, self.to_dict(), overwrite)
 
     @classmethod
     def load(cls, path: str | Path) -> "Profile":
@@ -372,10 +386,20 @@ class Profile:
         return cls.from_dict(read_yaml(path, "profile"), source=str(path))
 
 
+# Upper bound of each numeric layer field (srift/bounds.py); integers are those of _INT_FIELDS.
+_LAYER_BOUNDS: dict[str, float] = {
+    "params": MAX_LAYER_PARAMS, "grad_bytes": MAX_LAYER_BYTES, "grad_ready_order": MAX_LAYERS,
+    "kfac_a_dim": MAX_KFAC_DIM, "kfac_g_dim": MAX_KFAC_DIM, "kfac_spatial": MAX_KFAC_SPATIAL,
+    "fwd_flops": MAX_LAYER_FLOPS, "bwd_flops": MAX_LAYER_FLOPS, "fwd_flops_seq2": MAX_LAYER_FLOPS,
+    "bwd_flops_seq2": MAX_LAYER_FLOPS, "fwd_bytes": MAX_LAYER_BYTES, "bwd_bytes": MAX_LAYER_BYTES,
+    "activation_bytes": MAX_LAYER_BYTES, "activation_bytes_seq2": MAX_LAYER_BYTES,
+}
 _INT_FIELDS = {"params", "grad_bytes", "grad_ready_order", "kfac_a_dim", "kfac_g_dim", "kfac_spatial"}
 KFAC_TIME_FIELDS = ("kfac_factor_a_s", "kfac_factor_g_s", "kfac_inverse_a_s", "kfac_inverse_g_s", "kfac_precondition_s")
 _OPTIONAL = {"fwd_s", "fwd_s_std", "bwd_s", "bwd_s_std", "grad_ready_order", "kfac_a_dim", "kfac_g_dim", "kfac_spatial",
              "unit", *KFAC_TIME_FIELDS}
+# A part that grows with seq_len squared is part of its total: rescaling relies on total >= part.
+_SEQ2_OF = {"fwd_flops_seq2": "fwd_flops", "bwd_flops_seq2": "bwd_flops", "activation_bytes_seq2": "activation_bytes"}
 
 
 def _layer_to_dict(layer: LayerProfile) -> dict[str, Any]:
@@ -398,36 +422,85 @@ def _layer_from_dict(item: Any, index: int, source: str) -> LayerProfile:
     for key in ("name", "type"):
         if key not in item:
             raise _bad(source, f"layers[{index}] is missing '{key}'")
-    kwargs: dict[str, Any] = {"name": str(item["name"]), "type": str(item["type"])}
+    kwargs: dict[str, Any] = {"name": _text(item["name"], f"layers[{index}].name", source),
+                              "type": _text(item["type"], f"layers[{index}].type", source)}
     for key, value in item.items():
         if key in ("name", "type") or key not in known:
             continue  # unknown per-layer keys are tolerated: newer profilers may add fields
         where = f"layers[{index}].{key}"
         if key == "unit":
             if value is not None and not isinstance(value, str):
-                raise _bad(source, f"{where} must be a module name or null, got {value!r}")
-            kwargs[key] = value
-            continue
-        if key in _INT_FIELDS:
-            if value is None and key in _OPTIONAL:
-                kwargs[key] = None
-                continue
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-                raise _bad(source, f"{where} must be a non-negative integer, got {value!r}")
-            kwargs[key] = int(value)
+                raise _bad(source, f"{where} must be a module name or null, got {shown(value)}")
+            kwargs[key] = None if value is None else _text(value, where, source)
+        elif value is None and key in _OPTIONAL:
+            kwargs[key] = None
+        elif key in _INT_FIELDS:
+            kwargs[key] = _int(value, where, source, _LAYER_BOUNDS[key], integral_float=True)
         else:
-            kwargs[key] = _opt_float(value, where, source) if key in _OPTIONAL else _req_float(value, where, source)
-    return LayerProfile(**kwargs)
+            kwargs[key] = _num(value, where, source, _LAYER_BOUNDS.get(key, MAX_LAYER_S))
+    layer = LayerProfile(**kwargs)
+    for part, total in _SEQ2_OF.items():
+        if getattr(layer, part) > getattr(layer, total):
+            raise _bad(source, f"layers[{index}].{part} ({getattr(layer, part):g}) is more than its total {total} "
+                               f"({getattr(layer, total):g})")
+    return layer
 
 
-def _req_float(value: Any, where: str, source: str) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
-        raise _bad(source, f"{where} must be a non-negative number, got {value!r}")
+def _bucket(item: Any, index: int, source: str) -> AllReduceBucket:
+    if not isinstance(item, dict) or not all(k in item for k in ("rank", "index", "size_bytes", "time_s")):
+        raise _bad(source, f"allreduce[{index}] needs rank, index, size_bytes and time_s")
+    where = f"allreduce[{index}]"
+    return AllReduceBucket(_int(item["rank"], f"{where}.rank", source, MAX_GPUS),
+                           _int(item["index"], f"{where}.index", source, MAX_LAYERS),
+                           _int(item["size_bytes"], f"{where}.size_bytes", source, MAX_LAYER_BYTES),
+                           _num(item["time_s"], f"{where}.time_s", source, MAX_LAYER_S))
+
+
+def _num(value: Any, where: str, source: str, high: float) -> float:
+    """A finite number in ``[0, high]``."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= high:
+        # (NaN fails the comparison; an int too large for a float compares exactly)
+        raise _bad(source, f"{where} must be a number from 0 to {high:g}, got {shown(value)}")
     return float(value)
 
 
+def _int(value: Any, where: str, source: str, high: float, low: int = 0, integral_float: bool = False) -> int:
+    """An integer in ``[low, high]`` (with ``integral_float``, a float with no fraction counts)."""
+    if integral_float and isinstance(value, float) and value.is_integer():
+        value = int(value) if low <= value <= high else value
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise _bad(source, f"{where} must be an integer from {low} to {high:,.0f}, got {shown(value)}")
+    return value
+
+
 def _opt_float(value: Any, where: str, source: str) -> float | None:
-    return None if value is None else _req_float(value, where, source)
+    return None if value is None else _num(value, where, source, MAX_LAYER_S)
+
+
+def _text(value: Any, where: str, source: str) -> str:
+    """A one-line printable name (numbers are taken as their text)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not value or len(value) > MAX_NAME_CHARS or not value.isprintable():
+        raise _bad(source, f"{where} must be a one-line name of at most {MAX_NAME_CHARS} characters, got {shown(value)}")
+    return value
+
+
+def _mapping(value: Any, where: str, source: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _bad(source, f"'{where}' must be a mapping")
+    return value
+
+
+def _scalars(value: Any, where: str, source: str) -> dict[str, Any]:
+    """A mapping of plain values (text, numbers, booleans, null): nothing nested."""
+    out = _mapping(value, where, source)
+    for key, v in out.items():
+        if not isinstance(key, str) or not (v is None or isinstance(v, (str, int, float, bool))):
+            raise _bad(source, f"'{where}' must map names to plain values, got {shown(key)}: {shown(v)}")
+    return dict(out)
 
 
 def _bad(source: str, what: str) -> SriftError:

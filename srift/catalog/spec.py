@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from srift.catalog.instances import Instance
 from srift.catalog.load import get_instance
 from srift.cluster import Cluster, NodeGroup
+from srift.bounds import MAX_GPUS, MAX_NODE_GROUPS, MAX_NODES, shown
 from srift.errors import SriftError
 
 _SPEC_PART = re.compile(r"^(?P<type>[a-z0-9][a-z0-9._\-]*?)(?::(?P<count>\d+))?$")  # _: Lambda, Azure names
@@ -31,19 +32,31 @@ def parse_spec(spec: str) -> list[tuple[str, int]]:
     """
     if not spec or not spec.strip():
         raise SriftError("the instance spec is empty.", "pass e.g. --instance p3.16xlarge:2 or g5.xlarge:4+p3.2xlarge:2.")
+    raw_parts = spec.split("+")
+    if len(raw_parts) > MAX_NODE_GROUPS:
+        raise SriftError(f"the instance spec has {len(raw_parts)} parts; srift models at most {MAX_NODE_GROUPS}.",
+                         "join fewer instance types with +.")
     parts = []
-    for raw in spec.split("+"):
+    for raw in raw_parts:
         text = raw.strip().lower()
         m = _SPEC_PART.match(text)
         if not m:
             raise SriftError(
-                f"'{raw}' in instance spec '{spec}' is not TYPE[:COUNT].",
+                f"{shown(raw)} in instance spec {shown(spec)} is not TYPE[:COUNT].",
                 "write each part as an instance type with an optional count, e.g. p3.16xlarge:2.",
             )
-        count = int(m.group("count") or 1)
+        digits = (m.group("count") or "1").lstrip("0") or "0"
+        count = int(digits) if len(digits) <= 18 else MAX_NODES + 1  # 18 digits: int() of any length is not free
         if count < 1:
             raise SriftError(f"instance count in '{raw}' must be at least 1.", "use a count of 1 or more, e.g. p3.16xlarge:2.")
+        if count > MAX_NODES:
+            raise SriftError(f"instance count {shown(digits, 24)} in instance spec {shown(spec)} is more than the "
+                             f"{MAX_NODES:,} instances srift models in one cluster.", f"use a count from 1 to {MAX_NODES:,}.")
         parts.append((m.group("type"), count))
+    total = sum(n for _, n in parts)
+    if total > MAX_NODES:
+        raise SriftError(f"instance spec {shown(spec)} has {total:,} instances; srift models at most {MAX_NODES:,} in one cluster.",
+                         "use fewer instances.")
     return parts
 
 
@@ -73,6 +86,8 @@ def cluster_from_spec(spec: str, region: str = "us-east-1", spot: bool = False) 
         region: Catalog region.
         spot: Price all parts at spot unless a part says otherwise.
     """
+    if len(spec.split("+")) > MAX_NODE_GROUPS:
+        parse_spec(spec)  # says so
     groups = []
     for raw in spec.split("+"):
         part_spot = spot
@@ -84,6 +99,10 @@ def cluster_from_spec(spec: str, region: str = "us-east-1", spot: bool = False) 
             part_spot = MARKETS[market.lower()]
         ((itype, count),) = parse_spec(text)
         groups.append(node_group(get_instance(itype, region), count, part_spot))
+    nodes, gpus = sum(g.count for g in groups), sum(g.gpus for g in groups)
+    if nodes > MAX_NODES or gpus > MAX_GPUS:
+        raise SriftError(f"instance spec {shown(spec)} has {nodes:,} instances with {gpus:,} GPUs; srift models at most "
+                         f"{MAX_NODES:,} instances and {MAX_GPUS:,} GPUs in one cluster.", "use fewer instances.")
     return Cluster(name=spec, node_groups=tuple(groups))
 
 

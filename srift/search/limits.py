@@ -7,10 +7,12 @@ limits ``max_usd_per_hour``, ``max_hours`` and ``max_cost_usd`` (srift/jobfile.p
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from srift.bounds import MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DEADLINE_HOURS, MAX_SEARCH_GPUS, MAX_TOP, require
 from srift.errors import SriftError
 from srift.job import JobLength, JobRun
 from srift.jobfile import LIMITS
@@ -51,14 +53,16 @@ class Constraints:
     top: int = 5
 
     def __post_init__(self) -> None:
-        for name in ("budget_usd_per_hour", "deadline_hours", "max_cost_usd"):
+        for name, high in (("budget_usd_per_hour", MAX_BUDGET_USD_PER_HOUR), ("deadline_hours", MAX_DEADLINE_HOURS),
+                           ("max_cost_usd", MAX_COST_USD)):
             v = getattr(self, name)
-            if v is not None and not v > 0:
-                raise SriftError(f"--{_flag(name)} must be positive, got {v}.", f"pass a positive --{_flag(name)}.")
-        for name in ("max_gpus", "top"):
-            v = getattr(self, name)
-            if v < 1:
-                raise SriftError(f"--{_flag(name)} must be at least 1, got {v}.", f"pass --{_flag(name)} 1 or more.")
+            if v is not None:
+                if isinstance(v, (int, float)) and not v > 0 and not math.isnan(v):
+                    raise SriftError(f"--{_flag(name)} must be positive, got {v}.", f"pass a positive --{_flag(name)}.")
+                require(v, f"--{_flag(name)}", 0, high, low_open=True, hint=f"pass --{_flag(name)} above 0 and at most {high:g}.")
+        # The search enumerates every count up to max_gpus: its bound is what keeps a search short.
+        for name, high in (("max_gpus", MAX_SEARCH_GPUS), ("top", MAX_TOP)):
+            require(getattr(self, name), f"--{_flag(name)}", 1, high, integer=True, hint=f"pass --{_flag(name)} from 1 to {high:,}.")
         if self.objective is not None and self.objective not in OBJECTIVES:
             raise SriftError(f"unknown objective '{self.objective}'.", "use --objective throughput or --objective cost.")
 
