@@ -10,10 +10,12 @@ called (``require_torch`` says clearly when it is missing).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from srift.bounds import MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DEADLINE_HOURS, require
 from srift.catalog import Instance, get_instance, load_catalog
 from srift.catalog.spec import cluster_from_spec
 from srift.cluster import Cluster, load_cluster
@@ -166,6 +168,9 @@ def no_fit_error(result: RecommendResult) -> SriftError | None:
 
 # ---- check --------------------------------------------------------------------------------------
 _COMPARED = ("predicted_cost_usd", "predicted_hours", "cost_per_hour_usd")
+# What a baseline's figures may be (srift/bounds.py): the cost and hours of the largest job srift models.
+_BASELINE_BOUNDS = {"predicted_cost_usd": MAX_COST_USD * 1e6, "predicted_hours": MAX_DEADLINE_HOURS * 1e6,
+                    "cost_per_hour_usd": MAX_BUDGET_USD_PER_HOUR}
 
 
 def check(jobfile: JobFile, compare_to: str | None = None) -> CheckResult:
@@ -217,20 +222,29 @@ def compare(result: CheckResult, base: Mapping[str, Any]) -> dict[str, MetricCha
         new, old = getattr(result, key), base.get(key)
         if not isinstance(old, (int, float)) or isinstance(old, bool):
             raise SriftError(f"the baseline has no numeric '{key}'.", "pass a JSON file written by `srift check --out-file`.")
-        out[key] = MetricChange(old, new, new - old, ((new - old) / old * 100.0) if old else None)
+        old = float(old)
+        pct = (new - old) / old * 100.0 if old > 0 else None
+        # A base of a few denormal dollars makes any change "infinite %": no percentage then.
+        out[key] = MetricChange(old, new, new - old, pct if pct is None or math.isfinite(pct) else None)
     return out
 
 
 def load_baseline(path: str) -> dict[str, Any]:
-    """Read a JSON result written by `srift check --out-file`.
+    """Read a JSON result written by `srift check --out-file`, its figures validated like any input.
 
     Raises:
-        SriftError: for a missing file, bad JSON or another document.
+        SriftError: for a missing file, bad JSON, another document, or a figure that is missing,
+            not a number, negative, infinite or beyond what srift models.
     """
     p = Path(path)
-    data = read_json(p, "baseline", "pass a JSON file written by `srift check --out-file` on the base branch.")
+    hint = "pass a JSON file written by `srift check --out-file` on the base branch."
+    data = read_json(p, "baseline", hint)
     if not isinstance(data, dict) or data.get("schema") != CHECK_SCHEMA:
         raise SriftError(f"baseline '{p}' is not a srift check result.", "pass a file written by `srift check --out-file`.")
+    for key, high in _BASELINE_BOUNDS.items():
+        if key not in data:
+            raise SriftError(f"baseline '{p}' has no '{key}'.", hint)
+        require(data[key], f"baseline '{p}': '{key}'", 0, high, hint=hint)
     return data
 
 

@@ -26,6 +26,7 @@ from srift.files import read_yaml, write_yaml
 from srift.job import PRECISIONS
 
 SCHEMA = "srift.profile/v1"
+MIN_MEASURED_S = 1e-6  # a measured iteration's layer times add up to at least this
 
 
 @dataclass
@@ -371,8 +372,14 @@ class Profile:
                                         MAX_SAMPLE_BYTES),
             notes=[str(n) for n in notes],
         )
-        if profile.measured and not (profile.phases.total_s or any(l.fwd_s or l.bwd_s for l in profile.layers)):
-            raise _bad(source, "its measured times are all zero")
+        # An iteration of no work takes no time: every throughput would divide by zero.
+        if profile.measured:
+            measured_s = sum((l.fwd_s or 0.0) + (l.bwd_s or 0.0) for l in layers) + (phases.total_s or 0.0)
+            if measured_s < MIN_MEASURED_S:
+                raise _bad(source, f"its measured times add up to {measured_s:g} s, less than the {MIN_MEASURED_S:g} s "
+                                   "of any real iteration")
+        elif not any(l.fwd_flops or l.bwd_flops or l.fwd_bytes or l.bwd_bytes for l in layers):
+            raise _bad(source, "its layers do no work (every FLOP and byte count is zero)")
         return profile
 
     def save(self, path: str | Path, overwrite: bool = True) -> Path:

@@ -8,10 +8,16 @@ from __future__ import annotations
 
 import csv
 import io
+import math
+from datetime import date
 from dataclasses import dataclass, field
 from typing import Any
 
-from srift.catalog.transports import cluster_network
+from srift.bounds import (
+    MAX_GPU_MEMORY_GIB, MAX_GPUS_PER_NODE, MAX_INTERRUPTIONS_PER_HOUR, MAX_NETWORK_GBPS, MAX_NODE_USD_PER_HOUR,
+)
+from srift.catalog.spot import BAND_MONTHLY_FREQUENCY
+from srift.catalog.transports import cluster_network, transports
 
 CLOUDS = ("aws", "gcp", "lambda", "azure")
 HOST_ARCHES = ("x86_64", "arm64")
@@ -133,8 +139,18 @@ CSV_COLUMNS = [
 ]
 
 
-def _opt_float(text: str) -> float | None:
-    return float(text) if text else None
+def _number(row: dict[str, str], key: str, high: float, low: float = 0.0, optional: bool = False,
+            integer: bool = False) -> Any:
+    """The cell ``key`` as a finite number in ``[low, high]`` (None for an empty optional cell)."""
+    text = row[key]
+    if not text and optional:
+        return None
+    if len(text) > 40:
+        raise ValueError(f"{key}: not a number")
+    value: float = int(text) if integer else float(text)  # ValueError for anything else
+    if not (math.isfinite(value) and low <= value <= high):
+        raise ValueError(f"{key}: {text} is outside [{low:g}, {high:g}]")
+    return value
 
 
 def _bool(text: str) -> bool:
@@ -143,8 +159,16 @@ def _bool(text: str) -> bool:
     return text == "true"
 
 
+def _text(row: dict[str, str], key: str, empty_ok: bool = True) -> str:
+    text = row[key]
+    if (not text and not empty_ok) or len(text) > 400 or not text.isprintable():
+        raise ValueError(f"{key}: not a name")
+    return text
+
+
 def parse_rows(text: str, source: str) -> list[Instance]:
-    """Parse catalog CSV text.
+    """Parse catalog CSV text, every cell checked (a refreshed cache is read with it too, so a
+    hand-edited or corrupted cache never brings a NaN price or an unknown GPU into a prediction).
 
     Raises:
         ValueError: on a missing column or any malformed row (a cache is then ignored).
@@ -154,41 +178,58 @@ def parse_rows(text: str, source: str) -> list[Instance]:
         raise ValueError(f"{source}: missing columns")
     out = []
     for row in reader:
-        if None in row.values() or row["cloud"] not in CLOUDS or row["host_arch"] not in HOST_ARCHES:
+        if None in row.values() or None in row or row["cloud"] not in CLOUDS or row["host_arch"] not in HOST_ARCHES:
             raise ValueError(f"{source}: malformed row {reader.line_num}")
-        out.append(
-            Instance(
-                cloud=row["cloud"],
-                region=row["region"],
-                instance_type=row["instance_type"],
-                family=row["family"],
-                vm_type=row["vm_type"],
-                accelerators=row["accelerators"],
-                gpu_name=row["gpu_name"],
-                gpu_count=int(row["gpu_count"]),
-                gpu_memory_gib=float(row["gpu_memory_gib"]),
-                vcpus=int(row["vcpus"]),
-                memory_gib=float(row["memory_gib"]),
-                host_arch=row["host_arch"],
-                intra_node=row["intra_node"],
-                network_gbps=float(row["network_gbps"]),
-                network_burst_gbps=_opt_float(row["network_burst_gbps"]),
-                efa=_bool(row["efa"]),
-                transport=row["transport"],
-                on_demand_usd_per_hour=_opt_float(row["on_demand_usd_per_hour"]),
-                spot_usd_per_hour=_opt_float(row["spot_usd_per_hour"]),
-                spot_estimated=_bool(row["spot_estimated"]),
-                spot_interruption_band=row["spot_interruption_band"],
-                spot_interruption_per_hour=float(row["spot_interruption_per_hour"]),
-                zones=int(row["zones"]) if row["zones"] else None,
-                flags=tuple(f for f in row["flags"].split(";") if f),
-                as_of=row["as_of"],
-                source=row["source"],
-            )
-        )
+        try:
+            out.append(_instance(row))
+        except (ValueError, KeyError) as exc:
+            raise ValueError(f"{source}: row {reader.line_num}: {exc}") from None
     if not out:
         raise ValueError(f"{source}: no rows")
     return out
+
+
+def _instance(row: dict[str, str]) -> Instance:
+    from srift.hardware import find_gpu, links
+
+    if find_gpu(row["gpu_name"]) != row["gpu_name"]:
+        raise ValueError(f"gpu_name {row['gpu_name'][:40]!r} is not a GPU of configs/gpus.yaml")
+    if row["intra_node"] not in links():
+        raise ValueError(f"intra_node {row['intra_node'][:40]!r} is not a link of configs/gpus.yaml")
+    if row["transport"] not in transports():
+        raise ValueError(f"transport {row['transport'][:40]!r} is not one of configs/network.yaml")
+    if row["as_of"]:
+        date.fromisoformat(row["as_of"])  # ValueError when it is not an ISO date
+    if row["spot_interruption_band"] and row["spot_interruption_band"] not in BAND_MONTHLY_FREQUENCY:
+        raise ValueError(f"spot_interruption_band {row['spot_interruption_band'][:20]!r} is not a Spot Advisor band")
+    return Instance(
+        cloud=row["cloud"],
+        region=_text(row, "region", empty_ok=False),
+        instance_type=_text(row, "instance_type", empty_ok=False),
+        family=_text(row, "family"),
+        vm_type=_text(row, "vm_type"),
+        accelerators=_text(row, "accelerators"),
+        gpu_name=row["gpu_name"],
+        gpu_count=_number(row, "gpu_count", MAX_GPUS_PER_NODE, low=1, integer=True),
+        gpu_memory_gib=_number(row, "gpu_memory_gib", MAX_GPU_MEMORY_GIB, low=1e-9),
+        vcpus=_number(row, "vcpus", 1 << 20, low=1, integer=True),
+        memory_gib=_number(row, "memory_gib", 1e9),
+        host_arch=row["host_arch"],
+        intra_node=row["intra_node"],
+        network_gbps=_number(row, "network_gbps", MAX_NETWORK_GBPS),
+        network_burst_gbps=_number(row, "network_burst_gbps", MAX_NETWORK_GBPS, optional=True),
+        efa=_bool(row["efa"]),
+        transport=row["transport"],
+        on_demand_usd_per_hour=_number(row, "on_demand_usd_per_hour", MAX_NODE_USD_PER_HOUR, optional=True),
+        spot_usd_per_hour=_number(row, "spot_usd_per_hour", MAX_NODE_USD_PER_HOUR, optional=True),
+        spot_estimated=_bool(row["spot_estimated"]),
+        spot_interruption_band=row["spot_interruption_band"],
+        spot_interruption_per_hour=_number(row, "spot_interruption_per_hour", MAX_INTERRUPTIONS_PER_HOUR),
+        zones=_number(row, "zones", 10_000, optional=True, integer=True),
+        flags=tuple(f for f in _text(row, "flags").split(";") if f),
+        as_of=row["as_of"],
+        source=_text(row, "source"),
+    )
 
 
 def _cell(value: Any) -> str:

@@ -28,9 +28,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from srift.bounds import MAX_CATALOG_BYTES
 from srift.catalog.infra import InfraTarget, parse_infra
 from srift.catalog.instances import CLOUDS, Instance, parse_rows
 from srift.errors import SriftError
+from srift.files import read_text
 
 _CLOUD_NAMES = {"aws": "AWS", "gcp": "GCP", "lambda": "Lambda", "azure": "Azure"}
 
@@ -73,13 +75,13 @@ def _cloud_rows(cloud: str) -> dict[str, list[Instance]]:
     if cache_folder.is_dir():
         for cached in sorted(cache_folder.glob("*.csv")):
             region = cached.stem
-            if cached.stat().st_mtime < bundled_mtime:
-                continue  # a newer srift ships newer prices than this old refresh
             try:
-                rows = parse_rows(cached.read_text(encoding="utf-8"), str(cached))
+                if cached.stat().st_mtime < bundled_mtime:
+                    continue  # a newer srift ships newer prices than this old refresh
+                rows = parse_rows(read_text(cached, "catalog cache", MAX_CATALOG_BYTES), str(cached))
                 if any(r.cloud != cloud or r.region != region for r in rows):
                     raise ValueError("rows of another cloud or region")
-            except (ValueError, KeyError, TypeError, OSError, UnicodeDecodeError):
+            except (ValueError, KeyError, TypeError, OSError, SriftError):
                 print(f"Warning: ignoring the unreadable catalog cache {cached}; using the bundled catalog.", file=sys.stderr)
                 continue
             by_region[region] = rows

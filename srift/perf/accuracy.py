@@ -8,6 +8,8 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from srift.bounds import key_text, require
+from srift.errors import SriftError
 from srift.files import configs_dir, read_json
 
 SCHEMA = "srift.perf.accuracy/v1"
@@ -24,8 +26,33 @@ def load_accuracy() -> dict[str, Any]:
     path = accuracy_path()
     if not path.is_file():
         return {}
-    data = read_json(path, "validation figures", "reinstall srift, or re-run scripts/validate.py --write-accuracy.")
-    return data if isinstance(data, dict) and data.get("schema") == SCHEMA else {}
+    data = read_json(path, "validation figures", _HINT)
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        return {}
+    groups = data.get("groups", {})
+    if not isinstance(groups, dict):
+        raise SriftError(f"{path}: 'groups' must be a mapping.", _HINT)
+    for name, g in groups.items():
+        _check_group(g, f"{path}: groups.{key_text(name)}")
+        for link, sub in (g.get("by_link") or {}).items():
+            _check_group(sub, f"{path}: groups.{key_text(name)}.by_link.{key_text(link)}")
+    return data
+
+
+_HINT = "reinstall srift, or re-run scripts/validate.py --write-accuracy."
+
+
+def _check_group(g: Any, where: str) -> None:
+    """A validation group: a row count and MAPE figures (%), what typical_error reads."""
+    if not isinstance(g, dict) or not ("fit" in g or "logo" in g):
+        raise SriftError(f"{where} must be a mapping with 'fit' or 'logo' figures.", _HINT)
+    require(g.get("rows", 0), f"{where}.rows", 0, 10**9, integer=True, hint=_HINT)
+    for key in ("fit", "logo", "lomo"):
+        if key in g:
+            require(g[key], f"{where}.{key}", 0.0, 1000.0, hint=_HINT)
+    require(g.get("bias_pct", 0.0), f"{where}.bias_pct", -1000.0, 1000.0, hint=_HINT)
+    if not isinstance(g.get("basis", ""), str) or not isinstance(g.get("by_link") or {}, dict):
+        raise SriftError(f"{where}: 'basis' must be text and 'by_link' a mapping.", _HINT)
 
 
 #: Where a prediction's compute comes from (``typical_error``'s ``measured``).

@@ -34,12 +34,17 @@ from typing import Any, Callable
 
 import numpy as np
 
+from srift.bounds import key_text, require
 from srift.cluster import Cluster
 from srift.errors import SriftError
 from srift.files import configs_dir, read_json
 from srift.hardware import CPU, gpu as gpu_spec, link as link_spec
 
 PARAMS_SCHEMA = "srift.perf.comm/v1"
+# What each fitted link parameter may be (beyond these the efficiency curve underflows or the
+# latency dwarfs any real collective).
+_CLASS_BOUNDS = {"alpha_s": (0.0, 1.0), "eff_max": (1e-3, 10.0), "s_half_bytes": (0.0, 1e12), "shape": (0.01, 4.0),
+                 "p90_ratio": (1.0, 100.0)}
 _Z90 = NormalDist().inv_cdf(0.9)
 
 
@@ -94,14 +99,26 @@ class CommParams:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str = "comm params") -> "CommParams":
+        """Read a ``srift.perf.comm/v1`` document, every parameter within _CLASS_BOUNDS.
+
+        Raises:
+            SriftError: for another document, a missing class field, or a value out of its range.
+        """
+        hint = "re-run scripts/fit_models.py, or reinstall srift."
         if not isinstance(d, dict) or d.get("schema") != PARAMS_SCHEMA:
-            raise SriftError(f"{source} is not a '{PARAMS_SCHEMA}' file.", "re-run scripts/fit_models.py.")
-        classes = {k: LinkClass(**{f: float(v[f]) for f in ("alpha_s", "eff_max", "s_half_bytes", "shape", "p90_ratio")})
-                   for k, v in d["classes"].items()}
-        k = float(d.get("overlap_interference", 0.0))
-        if not 0.0 <= k <= 10.0:
-            raise SriftError(f"{source}: overlap_interference {k} is outside [0, 10].", "re-run scripts/fit_models.py.")
-        return cls(classes, {k2: v for k2, v in d.items() if k2 not in ("schema", "classes", "overlap_interference")}, k)
+            raise SriftError(f"{source} is not a '{PARAMS_SCHEMA}' file.", hint)
+        raw = d.get("classes")
+        if not isinstance(raw, dict) or not raw:
+            raise SriftError(f"{source} has no 'classes' of link parameters.", hint)
+        classes = {}
+        for name, v in raw.items():
+            if not isinstance(name, str) or not isinstance(v, dict):
+                raise SriftError(f"{source}: classes.{key_text(name)} must be a mapping of parameters.", hint)
+            for f, (low, high) in _CLASS_BOUNDS.items():
+                require(v.get(f), f"{source}: classes.{name}.{f}", low, high, hint=hint)
+            classes[name] = LinkClass(**{f: float(v[f]) for f in _CLASS_BOUNDS})
+        k = require(d.get("overlap_interference", 0.0), f"{source}: overlap_interference", 0.0, 10.0, hint=hint)
+        return cls(classes, {k2: v for k2, v in d.items() if k2 not in ("schema", "classes", "overlap_interference")}, float(k))
 
 
 def params_path() -> Path:

@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from srift.bounds import key_text, require, shown
 from srift.errors import SriftError
 from srift.files import configs_dir, read_json
 from srift.job import require_precision
@@ -41,6 +42,10 @@ from srift.hardware import CPU, GpuSpec, find_gpu, gpu as gpu_spec
 from srift.profile import Profile
 
 PARAMS_SCHEMA = "srift.perf.compute/v1"
+# What the fitted parameters may be: coefficients of 1/efficiency, and seconds per layer pass,
+# per parameter tensor and per iteration.
+_MAX_COEFFICIENT = 1e6
+_TIME_BOUNDS = {"launch_s": 1.0, "optimizer_s_per_tensor": 1.0, "overhead_s": 100.0}
 
 KINDS = ("conv", "matmul", "attention", "norm", "elementwise", "pool", "embedding", "other")
 _KIND_INDEX = {k: i for i, k in enumerate(KINDS)}
@@ -166,30 +171,44 @@ class ComputeParams:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str = "compute params") -> "ComputeParams":
+        hint = "re-run scripts/fit_models.py, or reinstall srift."
         if not isinstance(d, dict) or d.get("schema") != PARAMS_SCHEMA:
-            raise SriftError(f"{source} is not a '{PARAMS_SCHEMA}' file.", "re-run scripts/fit_models.py.")
-        feats = tuple(d["features"])
+            raise SriftError(f"{source} is not a '{PARAMS_SCHEMA}' file.", hint)
+        feats_raw = d.get("features")
+        if not isinstance(feats_raw, list) or not feats_raw or not all(isinstance(f, str) for f in feats_raw):
+            raise SriftError(f"{source}: 'features' must be a list of feature names.", hint)
+        feats = tuple(feats_raw)
         unknown = [f for f in feats if f not in FEATURES]
         if unknown:
-            raise SriftError(f"{source} uses unknown features {unknown}.", "re-run scripts/fit_models.py.")
+            raise SriftError(f"{source} uses unknown features {shown(unknown)}.", hint)
         n = len(feats)
-        inv = {k: tuple(float(x) for x in v) for k, v in d["inv_eff"].items()}
-        if any(len(v) != n for v in inv.values()) or len(d["inv_eff_mem"]) != n:
-            raise SriftError(f"{source}: coefficient lengths do not match the features.", "re-run scripts/fit_models.py.")
-        known = {"schema", "features", "inv_eff", "inv_eff_mem", "launch_s", "optimizer_s_per_tensor", "overhead_s",
-                 "anchor_weight", "anchor_clip"}
+
+        def coefficients(v: Any, where: str) -> tuple[float, ...]:
+            if not isinstance(v, list) or len(v) != n:
+                raise SriftError(f"{source}: {where} must list {n} coefficients, one per feature.", hint)
+            return tuple(float(require(x, f"{source}: {where}", -_MAX_COEFFICIENT, _MAX_COEFFICIENT, hint=hint)) for x in v)
+
+        raw_inv = d.get("inv_eff")
+        if not isinstance(raw_inv, dict) or not raw_inv:
+            raise SriftError(f"{source}: 'inv_eff' must map layer kinds to coefficients.", hint)
+        inv = {str(k): coefficients(v, f"inv_eff.{key_text(k)}") for k, v in raw_inv.items()}
+        inv_mem = coefficients(d.get("inv_eff_mem"), "inv_eff_mem")
+        times = {key: float(require(d.get(key), f"{source}: {key}", 0.0, high, hint=hint)) for key, high in _TIME_BOUNDS.items()}
+        known = {"schema", "features", "inv_eff", "inv_eff_mem", *_TIME_BOUNDS, "anchor_weight", "anchor_clip"}
         weight, clip = d.get("anchor_weight", 1.0), d.get("anchor_clip")
-        if not isinstance(weight, (int, float)) or not 0.0 <= weight <= 1.0 or (
-                clip is not None and (not isinstance(clip, (int, float)) or clip < 0)):
-            raise SriftError(f"{source}: anchor_weight must be in [0, 1] and anchor_clip >= 0 or null.",
-                             "re-run scripts/fit_models.py.")
+
+        def number_in(v: Any, high: float) -> bool:  # NaN fails the comparison
+            return isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v <= high
+
+        if not number_in(weight, 1.0) or (clip is not None and not number_in(clip, 100.0)):
+            raise SriftError(f"{source}: anchor_weight must be in [0, 1] and anchor_clip in [0, 100] or null.", hint)
         return cls(
             features=feats,
             inv_eff=inv,
-            inv_eff_mem=tuple(float(x) for x in d["inv_eff_mem"]),
-            launch_s=float(d["launch_s"]),
-            optimizer_s_per_tensor=float(d["optimizer_s_per_tensor"]),
-            overhead_s=float(d["overhead_s"]),
+            inv_eff_mem=inv_mem,
+            launch_s=times["launch_s"],
+            optimizer_s_per_tensor=times["optimizer_s_per_tensor"],
+            overhead_s=times["overhead_s"],
             anchor_weight=float(weight),
             anchor_clip=math.inf if clip is None else float(clip),
             meta={k: v for k, v in d.items() if k not in known},

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from srift.bounds import shown
 from srift.errors import SriftError
 from srift.files import configs_dir, read_json
 
@@ -64,12 +65,12 @@ class InputParams:
 
     def __post_init__(self) -> None:
         checks = (
-            (self.images_per_s_per_vcpu > 0 and math.isfinite(self.images_per_s_per_vcpu), "images_per_s_per_vcpu"),
-            (0 < self.images_per_s_per_vcpu_slow <= self.images_per_s_per_vcpu, "images_per_s_per_vcpu (min)"),
-            (self.reference_image_size > 0, "reference_image_size"),
+            (1e-6 <= self.images_per_s_per_vcpu <= 1e9, "images_per_s_per_vcpu"),
+            (1e-6 <= self.images_per_s_per_vcpu_slow <= self.images_per_s_per_vcpu, "images_per_s_per_vcpu (min)"),
+            (0 < self.reference_image_size <= 100_000, "reference_image_size"),
             (0.0 <= self.source_share <= 1.0, "source_share_at_reference"),
-            (self.reserved_vcpus_per_gpu >= 0 and math.isfinite(self.reserved_vcpus_per_gpu), "reserved_vcpus_per_gpu"),
-            (self.token_s_per_token >= 0 and math.isfinite(self.token_s_per_token), "tokens.s_per_token"),
+            (0 <= self.reserved_vcpus_per_gpu <= 1024, "reserved_vcpus_per_gpu"),
+            (0 <= self.token_s_per_token <= 1.0, "tokens.s_per_token"),
         )
         for ok, name in checks:
             if not ok:
@@ -94,8 +95,8 @@ class InputParams:
                 token_s_per_token=float(d["tokens"]["s_per_token"]),
                 source=source,
             )
-        except (KeyError, TypeError, ValueError) as e:
-            raise SriftError(f"{source} lacks an input-pipeline figure ({e})", hint) from None
+        except (KeyError, TypeError, ValueError, OverflowError) as e:
+            raise SriftError(f"{source} lacks an input-pipeline figure ({shown(str(e))})", hint) from None
 
     def image_rate_per_vcpu(self, image_size: int, slow: bool = False) -> float:
         """Images per second one vCPU prepares at output side ``image_size`` px."""
