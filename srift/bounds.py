@@ -38,6 +38,8 @@ MAX_INTERRUPTIONS_PER_HOUR = 60.0  # spot interruptions per node-hour
 MAX_GPU_MEMORY_GIB = 16_384.0  # memory of one GPU
 
 # ---- the user's limits and the search ----------------------------------------------------------
+MIN_USD = 0.01  # the smallest budget or cost limit (a cent): below it margins in % lose meaning
+MIN_HOURS = 1e-3  # the shortest deadline (3.6 s)
 MAX_BUDGET_USD_PER_HOUR = 1e7  # whole-cluster budget
 MAX_DEADLINE_HOURS = 1e6  # about 114 years
 MAX_COST_USD = 1e12

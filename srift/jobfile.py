@@ -30,7 +30,7 @@ from typing import Any
 
 from srift.bounds import (
     MAX_BATCH_SIZE, MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DATASET_SIZE, MAX_DEADLINE_HOURS, MAX_EPOCHS,
-    MAX_SEQ_LEN, MAX_STEPS, key_text, require, shown,
+    MAX_SEQ_LEN, MAX_STEPS, MIN_HOURS, MIN_USD, key_text, require, shown,
 )
 from srift.errors import SriftError, one_of
 from srift.files import read_yaml
@@ -54,12 +54,14 @@ FIELDS: dict[str, tuple[type, str]] = {
     "spot": (bool, "true or false"),
     "region": (str, "an AWS region like us-east-1"),
 }
-# Upper bound of each numeric field and limit (srift/bounds.py); all must be above 0.
+# Upper bound of each numeric field and limit (srift/bounds.py); all must be above 0, the limits
+# at least LOW_BOUNDS.
 BOUNDS: dict[str, float] = {
     "batch_size": MAX_BATCH_SIZE, "seq_len": MAX_SEQ_LEN, "steps": MAX_STEPS, "epochs": MAX_EPOCHS,
     "dataset_size": MAX_DATASET_SIZE, "max_cost_usd": MAX_COST_USD, "max_hours": MAX_DEADLINE_HOURS,
     "max_usd_per_hour": MAX_BUDGET_USD_PER_HOUR,
 }
+LOW_BOUNDS: dict[str, float] = {"max_cost_usd": MIN_USD, "max_hours": MIN_HOURS, "max_usd_per_hour": MIN_USD}
 _JOB_FIELDS = ("batch_size", "seq_len", "precision", "optimizer")
 _LENGTH_FIELDS = ("steps", "epochs", "dataset_size")
 
@@ -123,8 +125,8 @@ def _coerce(name: str, value: Any, source: str) -> Any:
         value = int(value)
     if value <= 0:
         raise bad
-    require(value, f"{source}: '{name}'", 0, BOUNDS.get(name, MAX_STEPS), integer=kind is int, low_open=True,
-            hint=f"fix '{name}' in the job file (or its SRIFT_ variable).")
+    require(value, f"{source}: '{name}'", LOW_BOUNDS.get(name, 0), BOUNDS.get(name, MAX_STEPS), integer=kind is int,
+            low_open=name not in LOW_BOUNDS, hint=f"fix '{name}' in the job file (or its SRIFT_ variable).")
     return value if kind is int else float(value)
 
 

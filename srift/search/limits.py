@@ -12,7 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from srift.bounds import MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DEADLINE_HOURS, MAX_SEARCH_GPUS, MAX_TOP, require
+from srift.bounds import (
+    MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DEADLINE_HOURS, MAX_SEARCH_GPUS, MAX_TOP, MIN_HOURS, MIN_USD, require,
+)
 from srift.errors import SriftError
 from srift.job import JobLength, JobRun
 from srift.jobfile import LIMITS
@@ -53,13 +55,13 @@ class Constraints:
     top: int = 5
 
     def __post_init__(self) -> None:
-        for name, high in (("budget_usd_per_hour", MAX_BUDGET_USD_PER_HOUR), ("deadline_hours", MAX_DEADLINE_HOURS),
-                           ("max_cost_usd", MAX_COST_USD)):
+        for name, low, high in (("budget_usd_per_hour", MIN_USD, MAX_BUDGET_USD_PER_HOUR),
+                                ("deadline_hours", MIN_HOURS, MAX_DEADLINE_HOURS), ("max_cost_usd", MIN_USD, MAX_COST_USD)):
             v = getattr(self, name)
             if v is not None:
                 if isinstance(v, (int, float)) and not v > 0 and not math.isnan(v):
                     raise SriftError(f"--{_flag(name)} must be positive, got {v}.", f"pass a positive --{_flag(name)}.")
-                require(v, f"--{_flag(name)}", 0, high, low_open=True, hint=f"pass --{_flag(name)} above 0 and at most {high:g}.")
+                require(v, f"--{_flag(name)}", low, high, hint=f"pass --{_flag(name)} from {low:g} to {high:g}.")
         # The search enumerates every count up to max_gpus: its bound is what keeps a search short.
         for name, high in (("max_gpus", MAX_SEARCH_GPUS), ("top", MAX_TOP)):
             require(getattr(self, name), f"--{_flag(name)}", 1, high, integer=True, hint=f"pass --{_flag(name)} from 1 to {high:,}.")

@@ -1,0 +1,313 @@
+"""Every loader, fuzzed through the real command line: 1,000 mutated documents each (slow), plus
+the documents that once broke them (fast).
+
+Each mutated document must load or be refused with one ``Error:`` / ``To fix:`` line (exit 2);
+no other exception, and on success no NaN, infinite or negative number anywhere in the JSON
+result (tests/fuzz_helpers.py). ``SRIFT_FUZZ_EXAMPLES`` changes the count (default 1,000); run
+with ``-s`` to see each loader's tally.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import srift.perf.accuracy as accuracy
+import srift.perf.comm as comm
+import srift.perf.compute as compute
+import srift.perf.input as input_model
+from fuzz_helpers import Tally, check_numbers, dump_json, dump_yaml, mutated_text, run_cli, write
+from srift.catalog import clear_cache
+from srift.catalog.instances import CSV_COLUMNS
+from srift.errors import SriftError
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = int(os.environ.get("SRIFT_FUZZ_EXAMPLES", "1000"))
+SIGNED = ("margin", "margin_pct", "change", "change_pct")  # a check's margins and changes may be negative
+
+
+def _settings(n: int = EXAMPLES) -> settings:
+    return settings(max_examples=n, deadline=None, database=None, derandomize=False,
+                    suppress_health_check=list(HealthCheck))
+
+
+def _load(path: Path) -> Any:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(autouse=True)
+def _quiet(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv("SRIFT_DEBUG", raising=False)
+    for var in ("SRIFT_MODEL", "SRIFT_PROFILE", "SRIFT_BATCH_SIZE", "SRIFT_STEPS", "SRIFT_INSTANCE"):
+        monkeypatch.delenv(var, raising=False)
+    yield
+
+
+def _fuzz(tally: Tally, case: Callable[[st.DataObject, Path], None], n: int = EXAMPLES) -> None:
+    """Run ``case`` on ``n`` hypothesis draws, each in a fresh folder; print the tally."""
+    with tempfile.TemporaryDirectory() as root:
+        counter = iter(range(10**9))
+
+        @_settings(n)
+        @given(st.data())
+        def run(data: st.DataObject) -> None:
+            folder = Path(root) / str(next(counter))
+            folder.mkdir()
+            case(data, folder)
+
+        run()
+    print("\n" + tally.line())
+    assert tally.cases >= n
+
+
+# ---- seeds -------------------------------------------------------------------------------------
+def measured_seed() -> dict[str, Any]:
+    """vgg16's profile as if measured on a V100 (times per layer, phases): the anchoring path."""
+    doc = _load(ROOT / "profiles" / "vgg16.yaml")
+    for i, layer in enumerate(doc["layers"]):
+        layer["fwd_s"], layer["fwd_s_std"] = 1e-4 * (i + 1), 1e-6
+        layer["bwd_s"], layer["bwd_s_std"] = 2e-4 * (i + 1), 2e-6
+    doc["device"] = {"name": "Tesla V100-SXM2-16GB", "kind": "cuda", "gpu": "V100-16GB"}
+    doc["phases"] = {"data_s": 0.001, "forward_s": 0.01, "backward_s": 0.02, "optimizer_s": 0.003, "total_s": 0.04,
+                     "total_s_std": 0.001}
+    doc["iterations"] = 20
+    return doc
+
+
+PROFILE_SEEDS = [_load(ROOT / "profiles" / "vgg16.yaml"), _load(ROOT / "profiles" / "gpt2.yaml"), measured_seed()]
+CLUSTER_SEEDS = [_load(p) for p in sorted((ROOT / "configs" / "clusters").glob("*.yaml"))] + [{
+    "name": "calibrated", "description": "two local GPUs with a measured curve",
+    "node_groups": [{"count": 2, "gpus_per_node": 2, "gpu": "T4", "intra_node": "pcie3", "network_gbps": 25,
+                     "network": "ethernet", "usd_per_hour": 1.5, "spot": True, "interruption_per_hour": 0.01,
+                     "gpu_memory_gib": 16}],
+    "comm_calibration": {"backend": "nccl", "world_size": 4, "sizes_bytes": [1024, 1048576, 67108864],
+                         "times_s": [1e-4, 1e-3, 5e-2], "p90_times_s": [2e-4, 2e-3, 6e-2],
+                         "broadcast_times_s": [5e-5, 5e-4, 3e-2]}}]
+JOB_SEEDS = [
+    {"model": "resnet50", "batch_size": 64, "precision": "amp", "steps": 50000, "instance": "p3.16xlarge:2",
+     "spot": False, "region": "us-east-1", "limits": {"max_cost_usd": 500, "max_hours": 24, "max_usd_per_hour": 30}},
+    {"profile": "vgg16.yaml", "batch_size": 32, "epochs": 2, "dataset_size": 100000, "optimizer": "kfac",
+     "instance": "g5.12xlarge:1", "spot": True, "limits": {"max_cost_usd": 50}},
+    {"model": "bert-base", "seq_len": 128, "steps": 1000, "limits": {"max_hours": 10, "max_usd_per_hour": 20}},
+]
+
+
+# ---- the loaders -------------------------------------------------------------------------------
+def profile_case(tally: Tally) -> Callable[[st.DataObject, Path], None]:
+    def case(data: st.DataObject, folder: Path) -> None:
+        seed = data.draw(st.sampled_from(PROFILE_SEEDS), label="seed")
+        path = write(folder / "p.yaml", mutated_text(seed, data, dump_yaml, yaml_text=True))
+        instance = data.draw(st.sampled_from(["p4d.24xlarge:2", "g5.12xlarge:1+p4d.24xlarge:1", "p3dn.24xlarge:1"]),
+                             label="instance")
+        optimizer = data.draw(st.sampled_from(["sgd", "sgd", "kfac"]), label="optimizer")
+        fmt = data.draw(st.sampled_from(["json", "json", "table"]), label="format")
+        run_cli(["predict", "--profile", str(path), "--instance", instance, "--optimizer", optimizer, "--format", fmt], tally)
+    return case
+
+
+def cluster_case(tally: Tally) -> Callable[[st.DataObject, Path], None]:
+    def case(data: st.DataObject, folder: Path) -> None:
+        seed = data.draw(st.sampled_from(CLUSTER_SEEDS), label="seed")
+        path = write(folder / "c.yaml", mutated_text(seed, data, dump_yaml, yaml_text=True))
+        spot = data.draw(st.sampled_from([[], ["--spot"]]), label="spot")
+        fmt = data.draw(st.sampled_from(["json", "json", "table"]), label="format")
+        run_cli(["predict", "--model", "vgg16", "--batch-size", "16", "--cluster", str(path), *spot, "--format", fmt], tally)
+    return case
+
+
+def job_case(tally: Tally) -> Callable[[st.DataObject, Path], None]:
+    def case(data: st.DataObject, folder: Path) -> None:
+        seed = data.draw(st.sampled_from(JOB_SEEDS), label="seed")
+        (folder / "vgg16.yaml").write_bytes((ROOT / "profiles" / "vgg16.yaml").read_bytes())
+        # Two seeds keep their instance (a deleted one makes check search the catalog: covered by the third).
+        protect = ("instance",) if "instance" in seed else ()
+        path = write(folder / "srift.yaml", mutated_text(seed, data, dump_yaml, yaml_text=True, protect=protect))
+        run_cli(["check", str(path), "--format", "json"], tally, allowed=(0, 1, 2), signed=SIGNED)
+    return case
+
+
+def baseline_case(tally: Tally, job: Path, base: dict[str, Any]) -> Callable[[st.DataObject, Path], None]:
+    def case(data: st.DataObject, folder: Path) -> None:
+        path = write(folder / "base.json", mutated_text(base, data, dump_json, yaml_text=False))
+        run_cli(["check", str(job), "--compare-to", str(path), "--format", "json"], tally, allowed=(0, 1, 2), signed=SIGNED)
+    return case
+
+
+def _csv(rows: Any) -> str:
+    """Rows (mutated dicts) back to CSV text: the first row's columns, other cells as their text."""
+    if not isinstance(rows, list) or not rows or not isinstance(rows[0], dict):
+        return str(rows)
+    buf = io.StringIO()
+    header = [str(k) for k in rows[0]]
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    for row in rows:
+        if isinstance(row, dict):
+            writer.writerow([_cell(row.get(k, "")) for k in rows[0]])
+        else:
+            writer.writerow([_cell(row)])
+    return buf.getvalue()
+
+
+def _cell(v: Any) -> str:
+    return "true" if v is True else "false" if v is False else "" if v is None else str(v)[:2000]
+
+
+def cache_case(tally: Tally, seed_rows: list[dict[str, str]], monkeypatch: pytest.MonkeyPatch) -> Callable[[st.DataObject, Path], None]:
+    types = sorted({r["instance_type"] for r in seed_rows})
+
+    def case(data: st.DataObject, folder: Path) -> None:
+        monkeypatch.setenv("SRIFT_CACHE_DIR", str(folder))
+        text = mutated_text(seed_rows, data, _csv, yaml_text=False)
+        (folder / "catalog" / "aws").mkdir(parents=True)
+        write(folder / "catalog" / "aws" / "us-east-1.csv", text)
+        clear_cache()
+        itype = data.draw(st.sampled_from(types), label="type")
+        command = data.draw(st.sampled_from(["predict", "predict", "list", "show", "recommend"]), label="command")
+        argv = {
+            "predict": ["predict", "--model", "resnet50", "--instance", f"{itype}:2", "--region", "us-east-1"]
+                       + data.draw(st.sampled_from([[], ["--spot"]]), label="spot"),
+            "list": ["catalog", "list", "--region", "us-east-1"],
+            "show": ["catalog", "show", itype, "--region", "us-east-1"],
+            "recommend": ["recommend", "--model", "resnet50", "--budget", "60", "--max-gpus", "8", "--spot", "--region",
+                          "us-east-1"],
+        }[command]
+        run_cli([*argv, "--format", "json"], tally, allowed=(0, 1, 2) if command == "recommend" else (0, 2))
+    return case
+
+
+PARAM_FILES = {"comm": "comm.json", "compute": "compute.json", "input": "input.json", "accuracy": "accuracy.json"}
+
+
+def _reset_model_caches() -> None:
+    comm.load_params.cache_clear()
+    comm._MODEL_CACHE.clear()
+    compute.load_params.cache_clear()
+    input_model.load_params.cache_clear()
+    accuracy.load_accuracy.cache_clear()
+    accuracy.typical_error.cache_clear()
+
+
+def params_case(tally: Tally, which: str, monkeypatch: pytest.MonkeyPatch) -> Callable[[st.DataObject, Path], None]:
+    seed = json.loads((ROOT / "configs" / "perf" / PARAM_FILES[which]).read_text(encoding="utf-8"))
+
+    def case(data: st.DataObject, folder: Path) -> None:
+        path = write(folder / PARAM_FILES[which], mutated_text(seed, data, dump_json, yaml_text=False))
+        module = {"comm": comm, "compute": compute, "input": input_model, "accuracy": accuracy}[which]
+        monkeypatch.setattr(module, "accuracy_path" if which == "accuracy" else "params_path", lambda: path)
+        _reset_model_caches()
+        if which == "input":  # not in predict yet: the loader and the model it feeds
+            tally.cases += 1
+            try:
+                params = input_model.load_params()
+                times = [input_model.input_time("images", 64, 8, 224, params=params),
+                         input_model.input_time("images", 1, 96, 512, params=params),
+                         input_model.input_time("tokens", 8, 4, seq_len=2048, params=params)]
+            except SriftError:
+                tally.outcomes[2] = tally.outcomes.get(2, 0) + 1
+                return
+            tally.outcomes[0] = tally.outcomes.get(0, 0) + 1
+            tally.numbers_checked += check_numbers([[t.time_s, t.slow_time_s] for t in times])
+            return
+        model = data.draw(st.sampled_from(["resnet50", "bert-base", "vgg16"]), label="model")
+        instance = data.draw(st.sampled_from(["p3.16xlarge:2", "p4d.24xlarge:2", "g5.xlarge:1", "g4dn.12xlarge:3"]),
+                             label="instance")
+        fmt = data.draw(st.sampled_from(["json", "json", "table"]), label="format")
+        run_cli(["predict", "--model", model, "--instance", instance, "--format", fmt], tally)
+    return case
+
+
+HF_SEEDS = [json.loads((ROOT / "tests" / "fixtures" / "hf_configs" / f).read_text(encoding="utf-8"))
+            for f in ("Llama-3.2-1B.json", "Llama-3.2-1B.json", "Qwen2.5-7B.json", "Mistral-7B-v0.1.json")]
+
+
+def hf_case(tally: Tally) -> Callable[[st.DataObject, Path], None]:
+    def case(data: st.DataObject, folder: Path) -> None:
+        seed = data.draw(st.sampled_from(HF_SEEDS), label="seed")
+        path = write(folder / "config.json", mutated_text(seed, data, dump_json, yaml_text=False))
+        seq = data.draw(st.sampled_from(["128", "512"]), label="seq")
+        run_cli(["predict", "--model-config", str(path), "--instance", "p4d.24xlarge:2", "--batch-size", "1",
+                 "--seq-len", seq, "--format", "json"], tally)
+    return case
+
+
+# ---- the slow fuzz tests -----------------------------------------------------------------------
+@pytest.mark.slow
+def test_fuzz_profile_yaml() -> None:
+    tally = Tally("profile YAML (predict --profile)")
+    _fuzz(tally, profile_case(tally))
+
+
+@pytest.mark.slow
+def test_fuzz_cluster_yaml() -> None:
+    tally = Tally("cluster YAML (predict --cluster)")
+    _fuzz(tally, cluster_case(tally))
+
+
+@pytest.mark.slow
+def test_fuzz_job_file() -> None:
+    tally = Tally("job file (check)")
+    _fuzz(tally, job_case(tally))
+
+
+@pytest.fixture
+def job_and_baseline(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+    job = tmp_path / "srift.yaml"
+    job.write_text(dump_yaml(JOB_SEEDS[0]), encoding="utf-8")
+    out = tmp_path / "base.json"
+    assert run_cli(["check", str(job), "--out-file", str(out), "--format", "json"], Tally("setup"), allowed=(0, 1), signed=SIGNED)
+    return job, json.loads(out.read_text(encoding="utf-8"))
+
+
+@pytest.mark.slow
+def test_fuzz_compare_to_baseline(job_and_baseline: tuple[Path, dict[str, Any]]) -> None:
+    tally = Tally("--compare-to baseline (check)")
+    _fuzz(tally, baseline_case(tally, *job_and_baseline))
+
+
+def _aws_rows(region: str = "us-east-1") -> list[dict[str, str]]:
+    with open(ROOT / "configs" / "catalog" / "aws.csv", encoding="utf-8") as fh:
+        return [row for row in csv.DictReader(fh) if row["region"] == region]
+
+
+@pytest.mark.slow
+def test_fuzz_price_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    tally = Tally("price cache CSV (predict, catalog list/show, recommend)")
+    try:
+        _fuzz(tally, cache_case(tally, _aws_rows(), monkeypatch))
+    finally:
+        monkeypatch.undo()
+        clear_cache()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", list(PARAM_FILES))
+def test_fuzz_fitted_parameters(which: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    tally = Tally(f"fitted parameters configs/perf/{PARAM_FILES[which]}")
+    try:
+        _fuzz(tally, params_case(tally, which, monkeypatch))
+    finally:
+        monkeypatch.undo()
+        _reset_model_caches()
+
+
+@pytest.mark.slow
+def test_fuzz_hugging_face_config() -> None:
+    tally = Tally("Hugging Face config.json (predict --model-config)")
+    _fuzz(tally, hf_case(tally))
+
+
+# ---- fast: the documents that once broke a loader ----------------------------------------------
+def test_catalog_columns_are_what_the_cache_fuzzer_writes() -> None:
+    assert list(_aws_rows()[0]) == CSV_COLUMNS
