@@ -15,12 +15,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srift.bounds import MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DEADLINE_HOURS, require
+from srift.bounds import DEFAULT_PROFILE_TIMEOUT_S, MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DEADLINE_HOURS, require
 from srift.catalog import Instance, get_instance, load_catalog
 from srift.catalog.spec import cluster_from_spec
 from srift.cluster import Cluster, load_cluster
 from srift.errors import SriftError
-from srift.files import read_json
+from srift.files import check_name, file_in, output_file, read_json
 from srift.hardware import CPU, GpuSpec, matching_gpus
 from srift.hardware import gpu as gpu_spec
 from srift.job import Job
@@ -279,10 +279,15 @@ def require_torch(command: str) -> None:
 
 
 def profile_model(model: str, batch_size: int | None = None, seq_len: int | None = None, precision: str = "fp32",
-                  name: str | None = None, output: str | None = None) -> tuple[Profile, Path]:
-    """Write the structural profile of a zoo model (default ``profiles/<name>.yaml``); a decoder LLM's
-    is made by arithmetic, without torch."""
+                  name: str | None = None, output: str | None = None, overwrite: bool = False) -> tuple[Profile, Path]:
+    """Write the structural profile of a zoo model (default ``profiles/<name>.yaml``, never over an
+    existing file unless ``overwrite``); a decoder LLM's is made by arithmetic, without torch."""
     key = canonical_name(model)
+    if name is not None:
+        check_name(name)
+    Job(batch_size=batch_size, seq_len=seq_len, precision=precision)  # the bounds, before any work
+    out = output_file(output or file_in("profiles", name or key, ".yaml"), "profile", overwrite,
+                      "pass --force to replace it, or choose another --name or -o.")
     if MODELS[key].llm:
         prof = load_builtin_profile(key, batch_size=batch_size, seq_len=seq_len, precision=precision)
     else:
@@ -292,16 +297,23 @@ def profile_model(model: str, batch_size: int | None = None, seq_len: int | None
         prof = structural_profile(key, batch_size=batch_size, seq_len=seq_len, precision=precision)
     if name:
         prof.name = name
-    return prof, prof.save(output or f"profiles/{name or key}.yaml")
+    try:
+        return prof, prof.save(out, overwrite=overwrite)
+    except FileExistsError:
+        raise SriftError(f"profile '{out}' already exists; srift does not replace it unasked.",
+                         "pass --force to replace it, or choose another --name or -o.") from None
 
 
 def profile_script(script: str, args: Sequence[str], warmup: int = 5, iters: int = 20, output: str | None = None,
-                   name: str | None = None, batch_size: int | None = None, kfac: bool = False) -> "ProfileResult":
-    """Run a training script under the profiler and write its profile (srift/profiling/runner.py)."""
+                   name: str | None = None, batch_size: int | None = None, kfac: bool = False,
+                   timeout_s: float = DEFAULT_PROFILE_TIMEOUT_S, overwrite: bool = False) -> "ProfileResult":
+    """Run a training script under the profiler and write its profile (srift/profiling/runner.py):
+    bounded by ``timeout_s`` per optimizer step, never over an existing file unless ``overwrite``."""
     require_torch("srift profile")
     from srift.profiling.runner import profile_script as run  # torch
 
-    return run(script, list(args), warmup=warmup, iters=iters, output=output, name=name, batch_size=batch_size, kfac=kfac)
+    return run(script, list(args), warmup=warmup, iters=iters, output=output, name=name, batch_size=batch_size, kfac=kfac,
+               timeout_s=timeout_s, overwrite=overwrite)
 
 
 def calibrate_comm(backend: str, nproc: int, output: str, sizes: list[int] | None = None, reps: int = 10,

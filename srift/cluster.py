@@ -181,11 +181,11 @@ def _group(g: Any, where: str, bad: Callable[[str], SriftError]) -> NodeGroup:
     network = g.get("network", "ethernet")
     if not isinstance(network, str) or network not in NETWORKS:
         raise bad(f"{where}.network must be one of {', '.join(NETWORKS)}, got {shown(network)}")
-    for key, (high, zero_ok) in _GROUP_NUMBERS.items():
+    for key, (upper, zero_ok) in _GROUP_NUMBERS.items():
         v = g.get(key)
-        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v <= high or (v == 0 and not zero_ok)):
+        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v <= upper or (v == 0 and not zero_ok)):
             low = "0" if zero_ok else "above 0"
-            raise bad(f"{where}.{key} must be a number from {low} to {high:,.0f}, got {shown(v)}")
+            raise bad(f"{where}.{key} must be a number from {low} to {upper:,.0f}, got {shown(v)}")
     if g["network_gbps"] <= 0 and g["count"] > 1:
         raise bad(f"{where}.network_gbps must be positive for several nodes")
     spot = g.get("spot", False)

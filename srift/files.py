@@ -300,7 +300,7 @@ def _check_yaml_size(text: str, source: str) -> None:
         if isinstance(event, _COLLECTION_END):
             anchor, size = open_.pop()
         elif isinstance(event, yaml.AliasEvent):
-            anchor, size = None, anchors.get(event.anchor, 1)
+            anchor, size = None, anchors.get(event.anchor or "", 1)
         elif isinstance(event, yaml.ScalarEvent):
             anchor, size = event.anchor, 1
         else:  # stream and document marks

@@ -14,11 +14,13 @@ The instance types and their hardware are the bundled catalog's (GPU, vCPUs, net
 a refresh re-prices the types srift can model; a new type needs a catalog rebuild. Each region is
 written atomically to <cache>/catalog/aws/<region>.csv, which srift then reads instead of the
 bundled rows of that region. Any network failure raises one SriftError: the catalog in use stays.
+``SRIFT_AWS_PRICE_LIST_URL`` and ``SRIFT_AWS_SPOT_ADVISOR_URL`` point the refresh at a mirror.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -36,6 +38,19 @@ PRICE_LIST_BASE = "https://pricing.us-east-1.amazonaws.com"
 REGION_INDEX_URL = f"{PRICE_LIST_BASE}/offers/v1.0/aws/AmazonEC2/current/region_index.json"
 REGION_OFFER_URL = PRICE_LIST_BASE + "/offers/v1.0/aws/AmazonEC2/current/{region}/index.json"
 SPOT_ADVISOR_URL = "https://spot-bid-advisor.s3.amazonaws.com/spot-advisor-data.json"
+# A mirror (or a local test server) of the price list and the Spot Advisor file.
+PRICE_LIST_ENV = "SRIFT_AWS_PRICE_LIST_URL"
+SPOT_ADVISOR_ENV = "SRIFT_AWS_SPOT_ADVISOR_URL"
+
+
+def _sources() -> tuple[str, str, str]:
+    """(region index URL, offer URL template, Spot Advisor URL): AWS's, or the mirror's of the
+    environment (``SRIFT_AWS_PRICE_LIST_URL`` replaces ``https://pricing.us-east-1.amazonaws.com``)."""
+    base = os.environ.get(PRICE_LIST_ENV, "").rstrip("/")
+    advisor = os.environ.get(SPOT_ADVISOR_ENV) or SPOT_ADVISOR_URL
+    if not base:
+        return REGION_INDEX_URL, REGION_OFFER_URL, advisor
+    return (REGION_INDEX_URL.replace(PRICE_LIST_BASE, base, 1), REGION_OFFER_URL.replace(PRICE_LIST_BASE, base, 1), advisor)
 
 Progress = Callable[[str], None]
 Opener = Callable[[str], AbstractContextManager[IO[bytes]]]
@@ -44,7 +59,7 @@ Opener = Callable[[str], AbstractContextManager[IO[bytes]]]
 def _urlopen(url: str) -> AbstractContextManager[IO[bytes]]:
     import urllib.request
 
-    return urllib.request.urlopen(url, timeout=60)  # noqa: S310 (fixed https URLs)
+    return urllib.request.urlopen(url, timeout=60)  # noqa: S310 (AWS's URLs, or the mirror the user set)
 
 
 def _offline(what: str, exc: BaseException, done: list[str]) -> SriftError:
@@ -208,15 +223,16 @@ def refresh(infra: str = "aws", session: Any = None, progress: Progress | None =
         raise SriftError("only AWS prices refresh from public price files.",
                          "refresh with --infra aws (or aws/REGION); other clouds: rebuild with scripts/build_catalog.py on newer data.")
     done: list[str] = []
+    index_url, offer_url, advisor_url = _sources()
     if any(t.region is None for t in targets):
         try:
-            region_list = parse_region_index(_fetch_json(open_url, REGION_INDEX_URL, "the AWS price list region index", done))
+            region_list = parse_region_index(_fetch_json(open_url, index_url, "the AWS price list region index", done))
         except ValueError:
             raise SriftError("the AWS price list region index is not in the expected format.", "try again later.") from None
     else:
         region_list = [t.region for t in targets if t.region]
     try:
-        advisor = parse_spot_advisor(_fetch_json(open_url, SPOT_ADVISOR_URL, "the AWS Spot Advisor", done))
+        advisor = parse_spot_advisor(_fetch_json(open_url, advisor_url, "the AWS Spot Advisor", done))
     except ValueError:
         raise SriftError("the Spot Advisor file is not in the expected format.", "try again later.") from None
     say(f"Spot Advisor: {sum(len(v) for v in advisor.values())} Linux entries")
@@ -233,7 +249,7 @@ def refresh(infra: str = "aws", session: Any = None, progress: Progress | None =
     stamp = today or datetime.now(timezone.utc).date().isoformat()
     written: list[Instance] = []
     for region in region_list:
-        url = REGION_OFFER_URL.format(region=region)
+        url = offer_url.format(region=region)
         say(f"{region}: reading {url}")
         from srift.catalog.offer_file import on_demand_prices
 

@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from srift import api
+from srift.bounds import DEFAULT_PROFILE_TIMEOUT_S
 from srift.errors import SriftError, one_of
 from srift.job import PRECISIONS
 from srift.report import profiling_view
@@ -24,6 +25,10 @@ def profile(
     seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Sequence length (zoo transformer models)."),
     precision: str = typer.Option("fp32", "--precision", help=f"{one_of(PRECISIONS)} (zoo models)."),
     kfac: bool = typer.Option(False, "--kfac", help="Also time K-FAC's factor, inversion and preconditioning kernels (scripts)."),
+    timeout: float = typer.Option(DEFAULT_PROFILE_TIMEOUT_S, "--timeout",
+                                  help="Longest wait in seconds for the next optimizer step, the first included; then the "
+                                       "script is stopped and nothing is written."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing profile file."),
 ) -> None:
     """Profile a training script (`srift profile train.py -- ARGS`) or a zoo model (`--model resnet50`)."""
     if (script is None) == (model is None):
@@ -35,12 +40,13 @@ def profile(
         if kfac:
             raise SriftError("--kfac times real kernels, so it needs a training script, not --model.",
                              "run `srift profile train.py --kfac -- ARGS`.")
-        prof, path = api.profile_model(model, batch_size=batch_size, seq_len=seq_len, precision=precision, name=name, output=output)
+        prof, path = api.profile_model(model, batch_size=batch_size, seq_len=seq_len, precision=precision, name=name,
+                                       output=output, overwrite=force)
         profiling_view.show_model_profile(prof, path)
         return
     args = list(ctx.args)
     if args[:1] == ["--"]:
         args = args[1:]
     result = api.profile_script(script, args, warmup=warmup, iters=iters, output=output, name=name,  # type: ignore[arg-type]
-                                batch_size=batch_size, kfac=kfac)
+                                batch_size=batch_size, kfac=kfac, timeout_s=timeout, overwrite=force)
     profiling_view.show_script_profile(result)

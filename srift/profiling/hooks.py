@@ -103,10 +103,13 @@ class _Pending:
 
 
 class ModelFinder:
-    """Notes top-level module calls until the first optimizer step (see module docstring)."""
+    """Notes top-level module calls until the first optimizer step (see module docstring), and
+    counts them and the backward passes that reach their outputs (what a profiler timeout reports)."""
 
     def __init__(self) -> None:
         self.candidates: list[nn.Module] = []
+        self.forward_calls = 0
+        self.backward_passes = 0
         self._depth = 0
         self._handles = [
             torch.nn.modules.module.register_module_forward_pre_hook(self._pre),
@@ -114,12 +117,21 @@ class ModelFinder:
         ]
 
     def _pre(self, module: nn.Module, args: Any) -> None:
-        if self._depth == 0 and not any(module is c for c in self.candidates):
-            self.candidates.append(module)
+        if self._depth == 0:
+            self.forward_calls += 1
+            if not any(module is c for c in self.candidates):
+                self.candidates.append(module)
         self._depth += 1
 
     def _post(self, module: nn.Module, args: Any, out: Any) -> None:
         self._depth = max(self._depth - 1, 0)
+        if self._depth == 0:
+            t = _grad_tensor(out)
+            if t is not None:
+                t.register_hook(self._backward)
+
+    def _backward(self, grad: torch.Tensor) -> None:
+        self.backward_passes += 1
 
     def choose(self, optimizer: torch.optim.Optimizer) -> nn.Module | None:
         """The candidate owning the most of ``optimizer``'s parameters (None if none does)."""

@@ -18,6 +18,15 @@ fewer steps than warm-up + 1, fails and writes nothing; a script that ends after
 measured step but fewer than ``iters`` writes what was measured, with a warning (also recorded
 in the profile's ``notes`` and ``iterations``).
 
+Bounded: no run waits more than ``timeout_s`` for its next optimizer step (the first one
+included, so a script stuck before training stops too). A SIGALRM raises a private
+BaseException in the script's thread, which unwinds it as a stop does; the error says what was
+seen (forward calls, backward passes, steps) and the script line it was waiting on. A script that
+swallows it or sits in C code past a grace period is ended from a watchdog thread. Either way
+the child processes the script started (DataLoader workers, subprocesses) are stopped, and
+nothing is written. The profile is written atomically and, unless ``overwrite``, never over an
+existing file (checked before the script runs, and again at the write).
+
 Under torchrun (DDP, world size > 1) every rank measures its own all-reduce buckets; they are
 gathered to rank 0, which alone writes the profile.
 """
@@ -25,8 +34,13 @@ gathered to rank 0, which alone writes the profile.
 from __future__ import annotations
 
 import gc
+import linecache
+import math
+import os
 import runpy
+import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -39,7 +53,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+from srift.bounds import (
+    DEFAULT_PROFILE_TIMEOUT_S, MAX_BATCH_SIZE, MAX_ITERS, MAX_PROFILE_TIMEOUT_S, MAX_WARMUP, PROFILE_STOP_GRACE_S, require,
+)
 from srift.errors import SriftError
+from srift.files import check_name, file_in, input_file, name_from, output_file
 from srift.profile import AllReduceBucket, Profile
 from srift.profiling.assemble import Measurement, assemble_profile
 from srift.profiling.buckets import BucketTimer, is_ddp
@@ -48,6 +66,10 @@ from srift.profiling.hooks import CudaClock, IterationTimes, LayerTimer, ModelFi
 
 class _StopProfiling(BaseException):
     """Raised from the optimizer step hook once enough iterations are measured."""
+
+
+class _StepTimeout(BaseException):
+    """Raised in the script's thread when no optimizer step came within the timeout."""
 
 
 @dataclass
@@ -80,6 +102,7 @@ class _Session:
         self.world_size = 1
         self.rank = 0
         self.gathered: list[AllReduceBucket] | None = None
+        self.watch: _StepWatch | None = None
 
     def pre_step(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self.optimizer is None:
@@ -114,6 +137,8 @@ class _Session:
         self.clock.sync()  # the one synchronisation per iteration (no-op on CPU)
         end = time.perf_counter()
         self.steps += 1
+        if self.watch is not None:
+            self.watch.stepped()
         measured = self.steps > self.warmup
         if self.timer is not None:
             rec = self.timer.finish_iteration(self.prev_end, end, measured)
@@ -146,6 +171,9 @@ def profile_script(
     batch_size: int | None = None,
     show_progress: bool | None = None,
     kfac: bool = False,
+    timeout_s: float = DEFAULT_PROFILE_TIMEOUT_S,
+    overwrite: bool = False,
+    stop_grace_s: float = PROFILE_STOP_GRACE_S,
 ) -> ProfileResult:
     """Run ``script`` under the profiler and write its profile (see module docstring).
 
@@ -159,27 +187,39 @@ def profile_script(
         batch_size: Override of the detected samples per optimizer step.
         show_progress: Show a progress bar (default: when stderr is a terminal).
         kfac: Also time K-FAC's kernels on the captured batch (srift/profiling/kfac_timing.py).
+        timeout_s: Longest wait for the next optimizer step, the first included (see module docstring).
+        overwrite: Replace an existing profile at the output path (``--force``).
+        stop_grace_s: After a timeout, how long the script has to unwind before it is ended.
 
     Raises:
-        SriftError: bad arguments (exit 2), or the script failed / never stepped (exit 1).
+        SriftError: bad arguments or an existing output (exit 2), or the script failed, never
+            stepped or timed out (exit 1).
     """
+    input_file(script, "script")
     path = Path(script)
-    if not path.is_file():
-        raise SriftError(f"script '{script}' does not exist.", "pass the path of your training script, e.g. `srift profile train.py`.")
     if warmup < 1:
         raise SriftError(f"--warmup must be at least 1, got {warmup}.", "the first step is used to find the model; pass --warmup 1 or more.")
+    require(warmup, "--warmup", 1, MAX_WARMUP, integer=True, hint=f"pass --warmup from 1 to {MAX_WARMUP:,}.")
     if iters < 1:
         raise SriftError(f"--iters must be at least 1, got {iters}.", "pass --iters 1 or more (20 gives a stable mean).")
-    if batch_size is not None and batch_size < 1:
-        raise SriftError(f"--batch-size must be positive, got {batch_size}.", "pass --batch-size 1 or more, or leave it out to detect it.")
-    name = name or path.stem
-    out_path = Path(output) if output else Path("profiles") / f"{name}.yaml"
+    require(iters, "--iters", 1, MAX_ITERS, integer=True, hint=f"pass --iters from 1 to {MAX_ITERS:,} (20 gives a stable mean).")
+    if batch_size is not None:
+        if batch_size < 1:
+            raise SriftError(f"--batch-size must be positive, got {batch_size}.", "pass --batch-size 1 or more, or leave it out to detect it.")
+        require(batch_size, "--batch-size", 1, MAX_BATCH_SIZE, integer=True, hint=f"pass --batch-size from 1 to {MAX_BATCH_SIZE:,}.")
+    require(timeout_s, "--timeout", 0, MAX_PROFILE_TIMEOUT_S, low_open=True, unit="s",
+            hint=f"pass --timeout SECONDS above 0 and at most {MAX_PROFILE_TIMEOUT_S:,.0f} (default {DEFAULT_PROFILE_TIMEOUT_S:g}).")
+    name = check_name(name) if name is not None else name_from(path.stem)
+    out_path = output_file(output if output else file_in("profiles", name, ".yaml"), "profile", overwrite,
+                           "pass --force to replace it, or choose another --name or -o.")
 
     progress = _progress(show_progress)
     session = _Session(warmup, iters, progress)
-    stopped = _run(path, script_args, session)
+    watch = _StepWatch(timeout_s, stop_grace_s, session, path)
+    session.watch = watch
+    stopped = _run(path, script_args, session, watch)
     try:
-        return _finish(session, stopped, name, out_path, batch_size, kfac)
+        return _finish(session, stopped, name, out_path, batch_size, kfac, overwrite)
     finally:
         session.close()
 
@@ -193,8 +233,9 @@ def _progress(show: bool | None) -> Any:
                     console=Console(stderr=True), transient=True)
 
 
-def _run(path: Path, args: list[str], session: _Session) -> bool:
+def _run(path: Path, args: list[str], session: _Session, watch: "_StepWatch | None" = None) -> bool:
     """Run the script; True when the profiler stopped it, False when it ended by itself."""
+    watch = watch or _StepWatch(DEFAULT_PROFILE_TIMEOUT_S, PROFILE_STOP_GRACE_S, session, path)
     old_argv, old_path = sys.argv, list(sys.path)
     sys.argv = [str(path), *args]
     sys.path.insert(0, str(path.resolve().parent))
@@ -204,10 +245,14 @@ def _run(path: Path, args: list[str], session: _Session) -> bool:
         session.progress.start()
         session.task = session.progress.add_task("steps", total=session.warmup + session.iters)
     try:
-        runpy.run_path(str(path), run_name="__main__")
+        with watch:
+            runpy.run_path(str(path), run_name="__main__")
         return False
     except _StopProfiling:
         return True
+    except _StepTimeout:
+        watch.unwound()
+        raise watch.error() from None
     except SystemExit as exc:
         if exc.code in (0, None):
             return False
@@ -228,6 +273,7 @@ def _run(path: Path, args: list[str], session: _Session) -> bool:
         sys.argv = old_argv
         sys.path[:] = old_path
         gc.collect()  # drop the script's frames: DataLoader workers shut down with their iterator
+        stop_children(watch.children_before)  # and whatever the script started that is still running
 
 
 def _exit_code(code: Any) -> int:
@@ -244,7 +290,7 @@ def _print_script_traceback(exc: BaseException, path: Path) -> None:
 
 
 def _finish(session: _Session, stopped: bool, name: str, out_path: Path, batch_override: int | None,
-            kfac: bool = False) -> ProfileResult:
+            kfac: bool = False, overwrite: bool = True) -> ProfileResult:
     if session.optimizer is None:
         raise SriftError("the script never called optimizer.step(), so there was no iteration to measure; no profile was written.",
                          "make sure the script trains (a torch.optim optimizer's step()) with the arguments given.", exit_code=1)
@@ -280,4 +326,172 @@ def _finish(session: _Session, stopped: bool, name: str, out_path: Path, batch_o
                            clock_kind=session.clock.kind, records=session.records, warmup=session.warmup,
                            world_size=world, buckets=buckets)
     profile = assemble_profile(measured, notes, warnings, batch_override, kfac)
-    return ProfileResult(profile, profile.save(out_path), warnings)
+    try:
+        written = profile.save(out_path, overwrite=overwrite)
+    except FileExistsError:  # created while the script ran
+        raise SriftError(f"profile '{out_path}' appeared while the script ran; srift does not replace it unasked.",
+                         "pass --force to replace it, or choose another --name or -o.") from None
+    return ProfileResult(profile, written, warnings)
+
+
+# ---- the step watch ------------------------------------------------------------------------------
+class _StepWatch:
+    """Bounds the wait for each optimizer step (see module docstring).
+
+    Armed around the script's run: SIGALRM (when srift runs in the main thread) raises
+    _StepTimeout in the script after ``timeout_s`` without a step; ``stepped`` re-arms it. A
+    daemon thread ends the process ``grace_s`` later if the script has not unwound by then.
+    """
+
+    def __init__(self, timeout_s: float, grace_s: float, session: _Session, script: Path) -> None:
+        self.timeout_s = timeout_s
+        self.grace_s = grace_s
+        self.session = session
+        self.script = str(script.resolve())
+        self._names = {str(script), self.script, os.path.abspath(script)}  # how runpy may have named its code
+        self.children_before = set(descendants(os.getpid()))
+        self.deadline = math.inf
+        self.where: str | None = None
+        self._signal = False
+        self._old_handler: Any = None
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> "_StepWatch":
+        self._signal = threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGALRM")
+        if self._signal:
+            self._old_handler = signal.signal(signal.SIGALRM, self._on_alarm)
+        self.stepped()
+        self._thread = threading.Thread(target=self._watchdog, name="srift-step-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.unwound()
+
+    def stepped(self) -> None:
+        """An optimizer step happened: the next has ``timeout_s`` from now."""
+        self.deadline = time.monotonic() + self.timeout_s
+        if self._signal:
+            signal.setitimer(signal.ITIMER_REAL, self.timeout_s)
+
+    def unwound(self) -> None:
+        """The script is done (stopped, ended, failed or timed out): disarm."""
+        self._done.set()
+        if self._signal:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._old_handler if self._old_handler is not None else signal.SIG_DFL)
+            self._signal = False
+
+    def _on_alarm(self, signum: int, frame: Any) -> None:
+        if self._done.is_set():
+            return
+        self.where = self._script_line(frame)
+        raise _StepTimeout
+
+    def _script_line(self, frame: Any) -> str | None:
+        """``train.py:12 (time.sleep(60))``: the innermost line of the script in ``frame``'s stack."""
+        while frame is not None:
+            if frame.f_code.co_filename in self._names:
+                line = linecache.getline(self.script, frame.f_lineno).strip()
+                return f"{Path(self.script).name}:{frame.f_lineno}" + (f" ({line[:80]})" if line else "")
+            frame = frame.f_back
+        return None
+
+    def _watchdog(self) -> None:
+        while not self._done.wait(0.25):
+            if time.monotonic() > self.deadline + self.grace_s:
+                if self.where is None:
+                    self.where = self._script_line(sys._current_frames().get(threading.main_thread().ident or 0))
+                err = self.error(hard=True)
+                print(f"Error: {err.message}\nTo fix: {err.hint}", file=sys.stderr, flush=True)
+                stop_children(self.children_before)
+                os._exit(err.exit_code)
+
+    def error(self, hard: bool = False) -> SriftError:
+        """What the timeout saw: steps, forward calls, backward passes, and where the script waited."""
+        s, t = self.session, f"{self.timeout_s:g} s"
+        finder = s.finder
+        if s.steps:
+            seen = (f"no optimizer step for {t} after step {s.steps} of the {s.warmup + s.iters} asked")
+            hint = "the script stalls between steps (data loading, I/O, a collective waiting for a peer); raise --timeout if a step really takes that long."
+        elif finder.backward_passes:
+            seen = (f"no torch.optim optimizer stepped within {t}, though the model ran {finder.forward_calls} forward "
+                    f"and {finder.backward_passes} backward pass(es)")
+            hint = ("srift counts one iteration per torch.optim.Optimizer.step(): make the script call one "
+                    "(a custom optimizer must subclass torch.optim.Optimizer).")
+        elif finder.forward_calls:
+            seen = (f"no optimizer step within {t}: the model ran {finder.forward_calls} forward pass(es) but no backward "
+                    "pass reached its output")
+            hint = "check that the script trains (loss.backward(), then optimizer.step()) with the arguments given."
+        else:
+            seen = f"no optimizer step within {t}: no model forward, no backward; the script never reached training"
+            hint = ("the script may be waiting (a download, input(), a lock, a rendezvous): run it on its own "
+                    "(`python SCRIPT ARGS`), or raise --timeout if its start really takes that long.")
+        where = f"; it was at {self.where}" if self.where else ""
+        ended = (f"; it did not stop within {self.grace_s:g} s of being interrupted, so srift ended it" if hard else "")
+        return SriftError(f"{seen}{where}{ended}; no profile was written.", hint, exit_code=1)
+
+
+# ---- the script's child processes ---------------------------------------------------------------
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, their children, ...): /proc on Linux, else the
+    multiprocessing children this process knows."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        import multiprocessing
+
+        return [p.pid for p in multiprocessing.active_children() if p.pid is not None]
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = (proc / entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 1 and fields[0] != "Z":  # zombies are already gone
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def stop_children(before: set[int], grace_s: float = 3.0) -> list[int]:
+    """Stop the processes started under this one since ``before`` was taken (SIGTERM, then
+    SIGKILL after ``grace_s``) and reap the direct ones; return their pids."""
+    pids = [p for p in descendants(os.getpid()) if p not in before]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for p in pids:
+            try:
+                os.kill(p, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        end = time.monotonic() + grace_s
+        while time.monotonic() < end and any(_alive(p) for p in pids):
+            time.sleep(0.05)
+        if not any(_alive(p) for p in pids):
+            break
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)  # reaps a direct child that has exited
+        if done:
+            return False
+    except ChildProcessError:  # not our child: look for it
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
