@@ -23,7 +23,7 @@ MAX_BATCH_SIZE = 1 << 20  # samples per GPU per iteration (1,048,576)
 MAX_GLOBAL_BATCH_SIZE = 1 << 26  # samples per iteration over the whole cluster (67,108,864)
 MAX_SEQ_LEN = 1 << 20  # tokens per sample (1,048,576: the longest published contexts)
 MAX_STEPS = 10**12  # iterations of one job
-MAX_EPOCHS = 1e6
+MAX_EPOCHS = 1e6  # epochs of one job
 MAX_DATASET_SIZE = 10**15  # samples per epoch
 MAX_KFAC_INTERVAL = 10**6  # K-FAC factor / inverse update interval, iterations
 
@@ -69,7 +69,7 @@ MAX_NAME_CHARS = 200  # a profile, cluster or model name
 MAX_INPUT_BYTES = 64 * 2**20  # any YAML or JSON file srift reads
 MAX_CATALOG_BYTES = 256 * 2**20  # a catalog CSV (bundled or refreshed)
 MAX_YAML_NODES = 2_000_000  # nodes of a YAML document with every alias expanded
-MAX_NESTING = 64  # nesting depth of a YAML or JSON document
+MAX_NESTING = 64  # nesting depth of a YAML document (JSON: as deep as Python parses, then refused)
 
 
 def require(value: Any, name: str, low: float, high: float, *, hint: str, integer: bool = False,

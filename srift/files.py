@@ -42,10 +42,16 @@ def atomic_open(path: PathLike, mode: str = "w", overwrite: bool = True) -> Iter
 
     Raises:
         FileExistsError: with ``overwrite=False``, when ``path`` exists (nothing is written).
+        SriftError: when the folder cannot be made or written.
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:  # a parent that is a file or a device, a read-only or full disk
+        above = next((p for p in target.parents if os.path.lexists(p)), None)
+        why = f"'{above}' is not a folder" if above is not None and not above.is_dir() else (exc.strerror or type(exc).__name__)
+        raise SriftError(f"cannot write '{_show(target)}': {why}.", "pass a path in a folder you can write.") from None
     try:
         with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as fh:
             yield fh

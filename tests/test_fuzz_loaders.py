@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -308,6 +309,114 @@ def test_fuzz_hugging_face_config() -> None:
     _fuzz(tally, hf_case(tally))
 
 
-# ---- fast: the documents that once broke a loader ----------------------------------------------
+# ---- fast: documents of the kinds that broke the loaders before they were validated -------------
+def _edited(seed: Any, edit: Callable[[Any], None]) -> Any:
+    doc = json.loads(json.dumps(seed, default=str))
+    edit(doc)
+    return doc
+
+
+def _set(path: tuple[Any, ...], value: Any) -> Callable[[Any], None]:
+    def edit(doc: Any) -> None:
+        node = doc
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+    return edit
+
+
+def _layers(**fields: Any) -> Callable[[Any], None]:
+    def edit(doc: Any) -> None:
+        for layer in doc["layers"]:
+            layer.update(fields)
+    return edit
+
+
+VGG, GPT2, MEASURED = PROFILE_SEEDS
+BROKE = {  # name -> (loader, document); each once raised, or predicted a NaN, infinite or negative number
+    "profile: params .inf (OverflowError)": ("profile", _edited(VGG, _set(("layers", 0, "params"), math.inf))),
+    "profile: a bucket's rank .inf": ("profile", _edited(MEASURED, _set(("allreduce",), [
+        {"rank": math.inf, "index": 0, "size_bytes": 1, "time_s": 0.1}]))),
+    "profile: framework is a list (AttributeError)": ("profile", _edited(VGG, _set(("framework",), ["torch"]))),
+    "profile: iterations 'abc' (ValueError)": ("profile", _edited(VGG, _set(("iterations",), "abc"))),
+    "profile: total_s .nan": ("profile", _edited(MEASURED, _set(("phases", "total_s"), math.nan))),
+    "profile: seq2 part above its total (negative FLOPs)": ("profile", _edited(GPT2, _layers(fwd_flops_seq2=1e15))),
+    "profile: no work (ZeroDivisionError)": ("profile", _edited(VGG, _layers(fwd_flops=0, bwd_flops=0, fwd_bytes=0, bwd_bytes=0))),
+    "profile: measured times all zero (ZeroDivisionError)": ("profile", _edited(MEASURED, _layers(fwd_s=0.0, bwd_s=0.0))),
+    "profile: state bytes .inf": ("profile", _edited(VGG, _set(("optimizer",), {"state_bytes_per_param": math.inf}))),
+    "profile: name with rich markup": ("profile", _edited(VGG, _set(("name",), "[bold]x[/y]"))),
+    "cluster: intra_node a list (TypeError)": ("cluster", _edited(CLUSTER_SEEDS[0], _set(("node_groups", 0, "intra_node"), ["x"]))),
+    "cluster: network_gbps .nan": ("cluster", _edited(CLUSTER_SEEDS[0], _set(("node_groups", 0, "network_gbps"), math.nan))),
+    "cluster: usd_per_hour .inf (cost inf)": ("cluster", _edited(CLUSTER_SEEDS[0], _set(("node_groups", 0, "usd_per_hour"), math.inf))),
+    "cluster: keys 1 and 'a' (sorting TypeError)": ("cluster", _edited(CLUSTER_SEEDS[0], _set((1,), "x"))),
+    "cluster: calibration NaN": ("cluster", _edited(CLUSTER_SEEDS[-1], _set(("comm_calibration", "times_s", 1), math.nan))),
+    "job: batch_size 10^400 (OverflowError)": ("job", _edited(JOB_SEEDS[0], _set(("batch_size",), 10**400))),
+    "job: max_cost_usd .inf": ("job", _edited(JOB_SEEDS[0], _set(("limits", "max_cost_usd"), math.inf))),
+    "job: max_hours 1e-320 (margin -inf %)": ("job", _edited(JOB_SEEDS[0], _set(("limits", "max_hours"), 1e-320))),
+    "baseline: negative cost": ("baseline", {"schema": "srift.check/v1", "predicted_cost_usd": -5.0, "predicted_hours": 1.0,
+                                             "cost_per_hour_usd": 1.0}),
+    "baseline: denormal cost (change inf %)": ("baseline", {"schema": "srift.check/v1", "predicted_cost_usd": 5e-324,
+                                                             "predicted_hours": 1.0, "cost_per_hour_usd": 1.0}),
+    "hf: hidden_size 10^30": ("hf", {**HF_SEEDS[0], "hidden_size": 10**30}),
+}
+
+
+@pytest.mark.parametrize("name", list(BROKE))
+def test_documents_that_broke_a_loader(name: str, tmp_path: Path) -> None:
+    loader, doc = BROKE[name]
+    tally = Tally(name)
+    if loader == "profile":
+        path = write(tmp_path / "p.yaml", dump_yaml(doc))
+        run_cli(["predict", "--profile", str(path), "--instance", "p4d.24xlarge:2", "--seq-len", "64"]
+                if doc.get("seq_len") else ["predict", "--profile", str(path), "--instance", "p4d.24xlarge:2"], tally)
+        run_cli(["predict", "--profile", str(path), "--instance", "p4d.24xlarge:2", "--format", "json"], tally)
+    elif loader == "cluster":
+        path = write(tmp_path / "c.yaml", dump_yaml(doc))
+        run_cli(["predict", "--model", "vgg16", "--batch-size", "16", "--cluster", str(path), "--format", "json"], tally)
+    elif loader == "job":
+        path = write(tmp_path / "srift.yaml", dump_yaml(doc))
+        run_cli(["check", str(path), "--format", "json"], tally, allowed=(0, 1, 2), signed=SIGNED)
+    elif loader == "baseline":
+        job = write(tmp_path / "srift.yaml", dump_yaml(JOB_SEEDS[0]))
+        base = write(tmp_path / "base.json", dump_json(doc))
+        run_cli(["check", str(job), "--compare-to", str(base), "--format", "json"], tally, allowed=(0, 1, 2), signed=SIGNED)
+    else:
+        path = write(tmp_path / "config.json", dump_json(doc))
+        run_cli(["predict", "--model-config", str(path), "--instance", "p4d.24xlarge:2", "--format", "json"], tally)
+    assert tally.cases >= 1
+
+
+PARAMS_BROKE = {  # fitted-parameter files: name -> (file, edit)
+    "comm: shape 100 (infinite times)": ("comm", _set(("classes", "nvswitch", "shape"), 100.0)),
+    "comm: eff_max 0 (division by zero)": ("comm", _set(("classes", "efa", "eff_max"), 0.0)),
+    "comm: classes a list (AttributeError)": ("comm", _set(("classes",), [])),
+    "compute: a NaN coefficient": ("compute", _set(("inv_eff", "conv", 0), "NaN")),
+    "compute: launch_s 'x' (ValueError)": ("compute", _set(("launch_s",), "x")),
+    "input: reference size 1e400 (OverflowError)": ("input", _set(("images", "reference_image_size"), 1e300 * 1e300)),
+    "accuracy: logo 'x' (ValueError)": ("accuracy", _set(("groups", "single_gpu", "logo"), "x")),
+}
+
+
+@pytest.mark.parametrize("name", list(PARAMS_BROKE))
+def test_parameter_files_that_broke_a_prediction(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    which, edit = PARAMS_BROKE[name]
+    doc = _edited(json.loads((ROOT / "configs" / "perf" / PARAM_FILES[which]).read_text(encoding="utf-8")), edit)
+    path = write(tmp_path / PARAM_FILES[which], json.dumps(doc))  # inf becomes Infinity: not JSON, refused
+    module = {"comm": comm, "compute": compute, "input": input_model, "accuracy": accuracy}[which]
+    monkeypatch.setattr(module, "accuracy_path" if which == "accuracy" else "params_path", lambda: path)
+    _reset_model_caches()
+    try:
+        if which == "input":
+            with pytest.raises(SriftError):
+                input_model.load_params()
+        else:
+            code, _, _ = run_cli(["predict", "--model", "resnet50", "--instance", "p4d.24xlarge:2", "--format", "json"],
+                                 Tally(name))
+            assert code == 2
+    finally:
+        monkeypatch.undo()
+        _reset_model_caches()
+
+
 def test_catalog_columns_are_what_the_cache_fuzzer_writes() -> None:
     assert list(_aws_rows()[0]) == CSV_COLUMNS

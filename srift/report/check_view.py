@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from srift.files import write_json
@@ -68,7 +69,7 @@ def render(result: CheckResult) -> None:
     con = console()
     cfg = result.configuration
     status = "[bold green]PASSED[/bold green]" if result.passed else "[bold red]FAILED[/bold red]"
-    con.print(f"srift check {status}: {result.model} on {cfg.instance}" + (" [Spot]" if cfg.spot else "")
+    con.print(f"srift check {status}: {escape(result.model)} on {escape(cfg.instance)}" + (" [Spot]" if cfg.spot else "")
               + f" ({cfg.gpus} GPUs, from {cfg.chosen_by})")
     con.print(f"Predicted {usd(result.predicted_cost_usd)} over {result.predicted_hours:,.2f} h at "
               f"{usd(result.cost_per_hour_usd)}/h, {cfg.throughput_samples_per_s:,.0f} samples/s.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from srift.results import PredictResult
@@ -42,7 +43,7 @@ def render(result: PredictResult) -> None:
     """Print a prediction as a rich table with its breakdown."""
     pred = result.prediction
     con = console()
-    con.print(f"[bold]{title(result)}[/bold]")
+    con.print(f"[bold]{escape(title(result))}[/bold]")  # names come from the user's files: never markup
     summary = Table(show_header=False, box=None, pad_edge=False)
     summary.add_column(style="dim")
     summary.add_column()
@@ -62,7 +63,7 @@ def render(result: PredictResult) -> None:
             f"({s.interruptions_per_hour:.3f} interruptions/h, {s.useful_fraction:.1%} useful)",
         )
     if len(pred.batch_split) > 1:
-        summary.add_row("Batch split", ", ".join(f"{b.group}: {b.per_gpu_batch}/GPU" for b in pred.batch_split))
+        summary.add_row("Batch split", escape(", ".join(f"{b.group}: {b.per_gpu_batch}/GPU" for b in pred.batch_split)))
     con.print(summary)
     table = Table(title="Iteration breakdown")
     table.add_column("phase")

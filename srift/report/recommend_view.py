@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from srift.report.format import console, error_text, print_json, seconds, usd
@@ -131,14 +132,14 @@ def render(result: RecommendResult) -> None:
     """Print the header, the target, the ranked table and why the top choice wins."""
     found = result.search
     con = console()
-    con.print(header(result))
+    con.print(escape(header(result)))  # the model's name comes from the user's files
     con.print(f"[bold]{target_line(result)}[/bold]")
     head, rows = _rows(result)
     table = Table()
     for h in head:
         table.add_column(h, justify="right" if h not in ("", "configuration", "bottleneck") else "left")
     for i, row in enumerate(rows):
-        table.add_row(*row, style="bold green" if i == 0 else None)
+        table.add_row(*(escape(cell) for cell in row), style="bold green" if i == 0 else None)
     con.print(table)
     con.print(why(found))
     if found.recommendations:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from srift.bounds import MAX_SEQ_LEN, shown
 from srift.errors import SriftError
 from srift.files import read_json
 from srift.profile import Profile
@@ -25,6 +26,9 @@ MODEL_TYPES = ("llama", "mistral", "qwen2")
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size", "num_experts_per_tok")
 _GATED_ACTIVATIONS = ("silu", "swish")
 _HINT = "fix the key in the model's config.json (as published in its Hugging Face repository)."
+# What srift models (srift/bounds.py): sizes beyond any published decoder by orders of magnitude.
+_MAX_DIM = 1 << 20  # hidden, intermediate and head sizes, head counts
+_MAX = {"num_hidden_layers": 10_000, "vocab_size": 1 << 24, "max_position_embeddings": MAX_SEQ_LEN}
 
 
 def arch_from_hf_config(path: str | Path) -> DecoderArch:
@@ -123,7 +127,10 @@ def _positive_int(data: dict[str, Any], key: str, path: Path, default: int | Non
         raise _bad(path, f"required key '{key}' is missing")
     value = data[key]
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise _bad(path, f"'{key}' must be a positive integer, got {value!r}")
+        raise _bad(path, f"'{key}' must be a positive integer, got {shown(value)}")
+    high = _MAX.get(key, _MAX_DIM)
+    if value > high:
+        raise _bad(path, f"'{key}' is {value:,}; srift models at most {high:,}" if value < 10**30 else f"'{key}' is beyond what srift models")
     return value
 
 
