@@ -94,6 +94,7 @@ def probes() -> list[Probe]:
         Probe("predict --kfac-factor-steps 10^9", [*predict, "--optimizer", "kfac", "--kfac-factor-steps", "1000000000"]),
         Probe("predict --format xml", [*predict, "--format", "xml"]),
         Probe("predict unknown flag", [*predict, "--gpus", "8"]),
+        Probe("predict SRIFT_SPOT_INTERRUPTIONS_PER_HOUR=nan", [*predict, "--spot"], env={"SRIFT_SPOT_INTERRUPTIONS_PER_HOUR": "nan"}),
         # ---- predict: the profile file
         Probe("profile path is a folder", [*on_profile, "folder"], setup=lambda d: (d / "folder").mkdir()),
         Probe("profile path is /dev/null", [*on_profile, "/dev/null"]),

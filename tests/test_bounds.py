@@ -245,6 +245,16 @@ def test_input_file_names_what_a_path_is(tmp_path: Path) -> None:
         input_file(tmp_path / "big.yaml", "profile", max_bytes=1024)
 
 
+def test_an_unreadable_file_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "secret.yaml"
+    path.write_text("x: 1\n", encoding="utf-8")
+    path.chmod(0)
+    if os.access(path, os.R_OK):  # root reads anything: make the check see what a user would
+        monkeypatch.setattr(os, "access", lambda p, mode: False)
+    with pytest.raises(SriftError, match=re.escape(f"profile '{path}' cannot be read: permission denied.")):
+        input_file(path, "profile")
+
+
 def test_yaml_is_refused_by_size_before_it_is_built() -> None:
     laughs = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
         f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(9))

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import os
 
+from srift.bounds import MAX_INTERRUPTIONS_PER_HOUR
+
 HOURS_PER_MONTH = 730.0
 OVERRIDE_ENV = "SRIFT_SPOT_INTERRUPTIONS_PER_HOUR"
 
@@ -62,9 +64,9 @@ def rate_override() -> float | None:
         rate = float(text)
     except ValueError:
         rate = -1.0
-    if not rate >= 0.0 or rate == float("inf"):
+    if not 0.0 <= rate <= MAX_INTERRUPTIONS_PER_HOUR:  # NaN fails the comparison
         from srift.errors import SriftError
 
-        raise SriftError(f"{OVERRIDE_ENV}={text!r} is not a rate.",
+        raise SriftError(f"{OVERRIDE_ENV}={text[:40]!r} is not a rate from 0 to {MAX_INTERRUPTIONS_PER_HOUR:g} per hour.",
                          f"set {OVERRIDE_ENV} to expected interruptions per instance-hour, e.g. 0.0002 (about 15 % a month), or unset it.")
     return rate
