@@ -44,9 +44,9 @@ _HINT = "reinstall srift, or re-run scripts/validate.py --write-accuracy."
 
 def _check_group(g: Any, where: str) -> None:
     """A validation group: a row count and MAPE figures (%), what typical_error reads."""
-    if not isinstance(g, dict) or not ("fit" in g or "logo" in g):
-        raise SriftError(f"{where} must be a mapping with 'fit' or 'logo' figures.", _HINT)
-    require(g.get("rows", 0), f"{where}.rows", 0, 10**9, integer=True, hint=_HINT)
+    if not isinstance(g, dict) or "fit" not in g or "rows" not in g:
+        raise SriftError(f"{where} must be a mapping with 'rows' and 'fit' figures.", _HINT)
+    require(g["rows"], f"{where}.rows", 0, 10**9, integer=True, hint=_HINT)
     for key in ("fit", "logo", "lomo"):
         if key in g:
             require(g[key], f"{where}.{key}", 0.0, 1000.0, hint=_HINT)
