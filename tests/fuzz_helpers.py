@@ -94,7 +94,10 @@ def mutate_doc(doc: Any, data: st.DataObject, protect: tuple[str, ...] = ()) -> 
     elif op == "scale":
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             factor = data.draw(st.sampled_from(SCALE_FACTORS), label="factor")
-            parent[key] = value * factor if not (isinstance(factor, int) and isinstance(value, float)) else value * float(factor)
+            try:
+                parent[key] = value * factor
+            except OverflowError:  # an integer beyond any float, times a float
+                parent[key] = -value
         else:
             parent[key] = data.draw(st.sampled_from([-1, 0, 1e300, math.nan]), label="number")
     elif op == "rename" and isinstance(parent, dict):
