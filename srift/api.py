@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srift.catalog import Instance, get_instance, load_catalog
-from srift.catalog.spec import cluster_from_spec
+from srift.catalog import Instance, catalog_as_of, get_instance, load_catalog, parse_infra, supported
+from srift.catalog.spec import cluster_from_spec, parse_spec
 from srift.cluster import Cluster, load_cluster
 from srift.errors import SriftError
 from srift.files import read_json
@@ -30,12 +30,16 @@ from srift.results import (
     CheckedConfiguration,
     CheckResult,
     MetricChange,
+    GpuOffers,
     PredictResult,
+    PriceAge,
     RecommendResult,
 )
 from srift.search import search
+from srift.search.confidence import at_confidence, uncertainty_of
 from srift.search.limits import Constraints, check_limits
 from srift.search.rank import SearchResult
+from srift.search.sweep import Progress
 from srift.simulate import Predictor
 from srift.simulate.memory import fits
 from srift.zoo import MODELS, canonical_name, load_builtin_profile
@@ -69,8 +73,23 @@ def resolve_profiles(model: str | None, profiles: Sequence[str] | None,
     return Profile.load(files[0]), [Profile.load(f) for f in files[1:]]
 
 
-def resolve_cluster(instance: str | None, cluster_file: str | None, region: str = "us-east-1", spot: bool = False) -> Cluster:
-    """The cluster of ``--instance SPEC`` (catalog) or ``--cluster FILE``; exactly one.
+def resolve_infra(infra: str | None, region: str | None, default: str) -> str:
+    """The ``--infra`` selection: ``--infra`` as given, ``--region R`` as ``aws/R``, else ``default``.
+
+    Raises:
+        SriftError: when both are given.
+    """
+    if infra is not None and region is not None:
+        raise SriftError("give --infra or --region, not both.", f"--region {region} means --infra aws/{region}.")
+    if infra is not None:
+        parse_infra(infra)  # syntax errors name the flag
+        return infra
+    return f"aws/{region}" if region is not None else default
+
+
+def resolve_cluster(instance: str | None, cluster_file: str | None, region: str = "aws/us-east-1", spot: bool = False) -> Cluster:
+    """The cluster of ``--instance SPEC`` (catalog, in the ``region`` selection: ``--infra``
+    spelling; several regions: where each type is cheapest) or ``--cluster FILE``; exactly one.
 
     Raises:
         SriftError: unless exactly one is given.
@@ -86,36 +105,92 @@ def resolve_cluster(instance: str | None, cluster_file: str | None, region: str 
     return cluster.on_spot() if spot else cluster
 
 
+def spec_instances(spec: str, infra: str) -> list[Instance]:
+    """The catalog rows an instance spec names (as ``cluster_from_spec`` picks them)."""
+    out = []
+    for raw in spec.split("+"):
+        ((itype, _),) = parse_spec(raw.strip().partition("@")[0])
+        out.append(get_instance(itype, infra))
+    return out
+
+
+def price_ages(targets: Sequence[tuple[str, str | None]]) -> dict[str, PriceAge]:
+    """How old the prices in use are, per ``--infra`` target (a cloud, or cloud/region)."""
+    out: dict[str, PriceAge] = {}
+    for cloud, region in targets:
+        key = cloud if region is None else f"{cloud}/{region}"
+        if key not in out:
+            a = catalog_as_of(cloud, region)
+            out[key] = PriceAge(key, a.as_of, a.age_days(), a.source, a.undated_rows, a.rows, a.refreshed_regions)
+    return out
+
+
+def hardware_notes(instances: Sequence[Instance]) -> list[str]:
+    """What a user must know about the instances' hardware: GPUs the current PyTorch wheels do not
+    run on, and arm64 hosts."""
+    notes = []
+    for inst in {i.instance_type: i for i in instances}.values():
+        ok, why = supported(inst)
+        if not ok:
+            notes.append(f"{inst.instance_type}: {why} srift predicts it anyway; recommend leaves it out unless --include-unsupported")
+        if inst.host_arch == "arm64":
+            notes.append(f"{inst.instance_type} has an arm64 host (Graviton or Grace): it needs an aarch64 build of PyTorch "
+                         "and of every native package the job uses")
+    return notes
+
+
 # ---- predict ------------------------------------------------------------------------------------
 def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None = None, instance: str | None = None,
-            cluster_file: str | None = None, region: str = "us-east-1", spot: bool = False,
+            cluster_file: str | None = None, region: str = "aws/us-east-1", spot: bool = False,
             model_config: str | None = None) -> PredictResult:
-    """Predict ``job`` of a model, a Hugging Face config or profile(s) on an instance spec or a cluster file."""
+    """Predict ``job`` of a model, a Hugging Face config or profile(s) on an instance spec (in the
+    ``region`` selection, ``--infra`` spelling) or a cluster file."""
     prof, more = resolve_profiles(model, profiles, model_config)
     cluster = resolve_cluster(instance, cluster_file, region=region, spot=spot)
     pred = Predictor(prof, job, more).predict(cluster)
-    return PredictResult(pred, prof.name, job.precision or prof.precision, job.optimizer, job.kfac_strategy, spot)
+    ages: dict[str, PriceAge] = {}
+    host_arch = None
+    if instance is not None:
+        rows = spec_instances(instance, region)
+        pred = dataclasses.replace(pred, notes=[*pred.notes, *hardware_notes(rows)])
+        ages = price_ages([(r.cloud, r.region) for r in rows])
+        host_arch = rows[0].host_arch if len({r.host_arch for r in rows}) == 1 else "mixed"
+    return PredictResult(pred, prof.name, job.precision or prof.precision, job.optimizer, job.kfac_strategy, spot,
+                         catalog_as_of=ages, host_arch=host_arch)
 
 
 # ---- recommend ----------------------------------------------------------------------------------
+def with_resolved_length(job: Job, prof: Profile) -> Job:
+    """The job with its length knowing the sequence length (a ``--tokens`` length needs it)."""
+    if job.length is None:
+        return job
+    seq = (job.seq_len or prof.seq_len) if prof.seq_len else None
+    return dataclasses.replace(job, length=job.length.with_seq_len(seq))
+
+
 def recommend(job: Job, constraints: Constraints, model: str | None = None, profiles: Sequence[str] | None = None,
-              region: str = "us-east-1", model_config: str | None = None) -> RecommendResult:
-    """Search the region's catalog for the best configurations of a model, a Hugging Face config or profile(s)."""
-    constraints.require_length(job.length)
+              infra: str = "aws", model_config: str | None = None, progress: Progress | None = None) -> RecommendResult:
+    """Search the catalog of ``infra`` (every AWS region by default) for the best configurations of
+    a model, a Hugging Face config or profile(s)."""
+    constraints.require_length(job.length, job.global_batch_size)
     prof, more = resolve_profiles(model, profiles, model_config)
+    job = with_resolved_length(job, prof)
     predictor = Predictor(prof, job, more)
-    return RecommendResult(_search(predictor, constraints, region), constraints, job, prof.name, predictor.precision,
-                           predictor.ref_batch, (job.seq_len or prof.seq_len) if prof.seq_len else None, region)
+    found = _search(predictor, constraints, infra, progress)
+    return RecommendResult(found, constraints, job, prof.name, predictor.precision, predictor.ref_batch,
+                           (job.seq_len or prof.seq_len) if prof.seq_len else None, infra,
+                           price_ages([(t.cloud, t.region) for t in parse_infra(infra)]))
 
 
-def _search(predictor: Predictor, constraints: Constraints, region: str) -> SearchResult:
+def _search(predictor: Predictor, constraints: Constraints, infra: str, progress: Progress | None = None) -> SearchResult:
     job = predictor.job
     per_gpu = sum(predictor.memory(predictor.ref_batch).values())
 
     def memory_ok(inst: Instance) -> bool:  # with a fixed global batch the per-GPU batch varies: let the simulator judge
         return job.global_batch_size is not None or fits(per_gpu, inst.gpu_memory_gib)
 
-    return search(load_catalog(region), predictor.predict, constraints, job.length, per_gpu_memory_ok=memory_ok)
+    return search(load_catalog(infra), predictor.predict, constraints, job.length, per_gpu_memory_ok=memory_ok,
+                  global_batch_size=job.global_batch_size, progress=progress)
 
 
 def no_fit_error(result: RecommendResult) -> SriftError | None:
@@ -128,8 +203,9 @@ def no_fit_error(result: RecommendResult) -> SriftError | None:
     closest = found.closest
     if closest is not None:
         near = f" Closest: {closest.label} at {usd(closest.cost_per_hour_usd)}/h"
-        if closest.job_hours is not None:
-            near += f", {closest.job_hours:,.1f} h, {usd(closest.job_cost_usd)}"
+        at = closest.at_confidence
+        if at is not None:
+            near += f", {at.hours:,.1f} h and {usd(at.cost_usd)} at {at.confidence:.0%} confidence"
         near += "."
     what = {
         "budget": f"the budget of {usd(c.budget_usd_per_hour)}/h",
@@ -147,39 +223,48 @@ _COMPARED = ("predicted_cost_usd", "predicted_hours", "cost_per_hour_usd")
 
 def check(jobfile: JobFile, compare_to: str | None = None) -> CheckResult:
     """Predict the job of a job file (on its instance, or on what `srift recommend` would choose
-    within its limits) and compare it with its limits, and with a baseline result if given.
+    within its limits) and compare it with its limits at the job file's confidence, and with a
+    baseline result if given.
 
     Raises:
         SriftError: for a bad baseline, an unpriced instance, or a job that fits no GPU (exit 1).
     """
     base = load_baseline(compare_to) if compare_to else None
-    as_of = load_catalog(jobfile.region)[0].as_of
     profile, more = resolve_profiles(jobfile.model, jobfile.profiles)
-    job = jobfile.job
+    job = with_resolved_length(jobfile.job, profile)
     assert job.length is not None  # a job file always has one
     predictor = Predictor(profile, job, more)
+    infra = jobfile.infra
     if jobfile.instance is not None:
-        cluster = resolve_cluster(jobfile.instance, None, region=jobfile.region, spot=jobfile.spot)
+        cluster = resolve_cluster(jobfile.instance, None, region=infra, spot=jobfile.spot)
         pred, instance, chosen_by = predictor.predict(cluster), jobfile.instance, "job file"
+        rows = spec_instances(jobfile.instance, infra)
+        pred = dataclasses.replace(pred, notes=[*pred.notes, *hardware_notes(rows)])
+        where = ", ".join(sorted({f"{r.cloud}/{r.region}" for r in rows}))
+        ages = price_ages([(r.cloud, r.region) for r in rows])
     else:
-        found = _search(predictor, Constraints.of_check(jobfile.limits, jobfile.spot), jobfile.region)
+        constraints = Constraints.of_check(jobfile.limits, jobfile.spot, jobfile.confidence)
+        constraints.require_length(job.length, job.global_batch_size)
+        found = _search(predictor, constraints, infra)
         best = found.recommendations[0] if found.recommendations else found.closest
         if best is None:
             raise SriftError("no configuration could be predicted for this job (it fits no GPU at this batch size).",
                              "lower batch_size, or give an instance.", exit_code=1)
-        pred, instance = best.prediction, best.instance
+        pred, instance, where = best.prediction, best.instance, best.infra
         chosen_by = "srift recommend (cheapest under the limits)" if found.recommendations else "closest to the limits"
+        ages = price_ages([(t.cloud, t.region) for t in parse_infra(infra)])
     cost_h = pred.cost_per_hour_usd
     if cost_h is None:
         raise SriftError(f"'{instance}' has no price in the catalog, so its cost cannot be checked.", "choose a priced instance type.")
     run = pred.job_run(job.length)
     assert run.cost_usd is not None
-    limits = check_limits(jobfile.limits, run, cost_h, pred.fits_in_memory)
+    at = at_confidence(run.hours, cost_h, uncertainty_of(pred, run.hours), jobfile.confidence)
+    limits = check_limits(jobfile.limits, run, at, cost_h, pred.fits_in_memory)
     config = CheckedConfiguration(instance, jobfile.spot, pred.gpus, chosen_by, pred.global_batch_size, pred.iteration_time_s,
-                                  pred.expected_throughput_samples_per_s, pred.bottleneck, jobfile.region,
-                                  pred.typical_error_pct, pred.typical_error_basis)
+                                  pred.expected_throughput_samples_per_s, pred.bottleneck, where,
+                                  pred.typical_error_pct, pred.typical_error_basis, tuple(pred.notes))
     result = CheckResult(all(c.passed for c in limits), run.cost_usd, run.hours, cost_h, config, profile.name,
-                         job.precision or profile.precision, run.steps, job.optimizer, limits, as_of)
+                         job.precision or profile.precision, run.steps, job.optimizer, limits, ages, at)
     return dataclasses.replace(result, change=compare(result, base)) if base is not None else result
 
 
@@ -212,23 +297,68 @@ def load_baseline(path: str) -> dict[str, Any]:
 
 
 # ---- catalog ------------------------------------------------------------------------------------
-def catalog_list(gpus: Sequence[str] = (), region: str = "us-east-1") -> list[Instance]:
-    """The region's GPU instance types, only those of the named GPUs (names or aliases) if any."""
+def catalog_list(gpus: Sequence[str] = (), infra: str = "aws/us-east-1") -> list[Instance]:
+    """The GPU instance types of the selection, only those of the named GPUs (names or aliases) if any."""
     wanted = set().union(*(matching_gpus(g) for g in gpus)) if gpus else set()
-    return [i for i in load_catalog(region) if not wanted or i.gpu_name in wanted]
+    return [i for i in load_catalog(infra) if not wanted or i.gpu_name in wanted]
 
 
-def catalog_show(instance_type: str, region: str = "us-east-1") -> tuple[Instance, GpuSpec]:
+GPU_SORTS = ("name", "price", "memory")
+
+
+def catalog_gpus(infra: str = "aws,gcp,lambda,azure", gpus: Sequence[str] = (), sort: str = "name") -> list[GpuOffers]:
+    """One entry per GPU type of the selection, as SkyPilot's ``sky gpus list``: memory, the
+    instance types that have it, and per cloud the cheapest on-demand and spot $ per GPU-hour
+    (and where).
+
+    Raises:
+        SriftError: for an unknown sort key.
+    """
+    if sort not in GPU_SORTS:
+        raise SriftError(f"unknown sort '{sort}'.", f"use --sort {' or --sort '.join(GPU_SORTS)}.")
+    by_gpu: dict[str, list[Instance]] = {}
+    for inst in catalog_list(gpus, infra):
+        by_gpu.setdefault(inst.gpu_name, []).append(inst)
+    out = []
+    for name, rows in by_gpu.items():
+        clouds: dict[str, dict[str, tuple[float, str] | None]] = {}
+        for cloud in dict.fromkeys(r.cloud for r in rows):
+            mine = [r for r in rows if r.cloud == cloud]
+            clouds[cloud] = {market: _cheapest_per_gpu(mine, market == "spot") for market in ("on_demand", "spot")}
+        out.append(GpuOffers(name, max(r.gpu_memory_gib for r in rows), tuple(sorted({r.instance_type for r in rows})),
+                             tuple(sorted({r.gpu_count for r in rows})), clouds, all(supported(r)[0] for r in rows)))
+    if sort == "price":
+        out.sort(key=lambda g: (g.cheapest_usd_per_gpu_hour is None, g.cheapest_usd_per_gpu_hour or 0.0, g.gpu))
+    elif sort == "memory":
+        out.sort(key=lambda g: (-g.memory_gib, g.gpu))
+    else:
+        out.sort(key=lambda g: g.gpu.lower())
+    return out
+
+
+def _cheapest_per_gpu(rows: Sequence[Instance], spot: bool) -> tuple[float, str] | None:
+    """(cheapest $ per GPU-hour, where: ``instance_type in region``) on a market, or None."""
+    priced = [(p / r.gpu_count, f"{r.instance_type} in {r.region}") for r in rows if (p := r.usd_per_hour(spot)) is not None]
+    return min(priced) if priced else None
+
+
+def catalog_show(instance_type: str, region: str = "aws/us-east-1") -> tuple[Instance, GpuSpec]:
     """One instance type and its GPU's datasheet."""
     inst = get_instance(instance_type, region)
     return inst, gpu_spec(inst.gpu_name)
 
 
-def catalog_refresh(region: str = "us-east-1", progress: Callable[[str], None] | None = None) -> list[Instance]:
-    """Re-price the region's catalog from AWS (boto3) into the user cache."""
+def catalog_ages(infra: str) -> dict[str, PriceAge]:
+    """How old the prices of an ``--infra`` selection are, per target."""
+    return price_ages([(t.cloud, t.region) for t in parse_infra(infra)])
+
+
+def catalog_refresh(infra: str = "aws", progress: Callable[[str], None] | None = None) -> list[Instance]:
+    """Re-price AWS regions from AWS's public price list and Spot Advisor (spot history with
+    credentials) into the user cache; the catalog in use is unchanged when AWS cannot be reached."""
     from srift.catalog.aws import refresh  # boto3: only for this command
 
-    return refresh(region, progress=progress)
+    return refresh(infra, progress=progress)
 
 
 # ---- profile and calibrate (torch) --------------------------------------------------------------

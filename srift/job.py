@@ -7,12 +7,14 @@ This is the one place job settings are validated: the command line and the job f
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 from srift.errors import SriftError
 
 PRECISIONS = ("fp32", "tf32", "amp")
+DEFAULT_CONFIDENCE = 0.9  # limits that rest on a prediction are met at this quantile (srift/search/confidence.py)
 OPTIMIZERS = ("sgd", "kfac")
 KFAC_STRATEGIES = ("naive", "mpd", "spd")
 
@@ -28,46 +30,122 @@ def require_precision(precision: str) -> str:
     return precision
 
 
-@dataclass(frozen=True)
-class JobLength:
-    """How long the job trains: ``steps`` iterations, or ``epochs`` over ``dataset_size`` samples.
+def require_confidence(confidence: float) -> float:
+    """``confidence`` when it is in [0.5, 1).
 
     Raises:
-        SriftError: for both forms at once, an epoch count without a dataset size (or the
+        SriftError: for anything else (below 0.5 a limit would be met less often than not).
+    """
+    if isinstance(confidence, bool) or not (isinstance(confidence, (int, float)) and 0.5 <= confidence < 1.0):
+        raise SriftError(f"confidence must be at least 0.5 and below 1, got {confidence!r}.",
+                         "pass e.g. --confidence 0.9 (limits met in 9 runs out of 10); 0.5 meets them at the median.")
+    return float(confidence)
+
+
+@dataclass(frozen=True)
+class JobLength:
+    """How long the job trains, in one of the units people think in.
+
+    * ``epochs`` over ``dataset_size`` samples, ``samples`` or ``tokens`` (sequence models: tokens
+      = samples x sequence length): a fixed amount of data, so more GPUs mean fewer steps;
+    * ``steps`` iterations: the data a step takes grows with the GPU count unless the global batch
+      is fixed, so a search needs ``--global-batch-size`` with it (``srift.search.limits``).
+
+    ``seq_len`` (tokens per sample) is set by ``with_seq_len`` once the job's sequence length is
+    known; a ``tokens`` length needs it before it can count steps.
+
+    Raises:
+        SriftError: for no form or several at once, an epoch count without a dataset size (or the
             reverse), or a non-positive number.
     """
 
     steps: int | None = None
     epochs: float | None = None
     dataset_size: int | None = None
+    samples: int | None = None
+    tokens: int | None = None
+    seq_len: int | None = None
 
     def __post_init__(self) -> None:
-        if self.steps is not None and (self.epochs is not None or self.dataset_size is not None):
-            raise SriftError("the job's length is given twice: as steps and as epochs.",
-                             "give steps, or epochs with a dataset size; not both.")
         if (self.epochs is None) != (self.dataset_size is None):
-            raise SriftError("epochs and a dataset size go together.", "give both, or give steps instead.")
-        if self.steps is None and self.epochs is None:
-            raise SriftError("the job's length is missing.", "give steps, or epochs with a dataset size.")
-        for flag, count in (("steps", self.steps), ("dataset-size", self.dataset_size)):
+            raise SriftError("epochs and a dataset size go together.",
+                             "give both (--epochs E --dataset-size N), or give --samples N, --tokens N or --steps N instead.")
+        forms = [name for name, on in (("steps", self.steps is not None), ("epochs", self.epochs is not None),
+                                       ("samples", self.samples is not None), ("tokens", self.tokens is not None)) if on]
+        if len(forms) > 1:
+            raise SriftError(f"the job's length is given more than once: as {' and as '.join(forms)}.",
+                             "give one of steps, epochs with a dataset size, samples or tokens.")
+        if not forms:
+            raise SriftError("the job's length is missing.", "give steps, epochs with a dataset size, samples or tokens.")
+        for flag, count in (("steps", self.steps), ("dataset-size", self.dataset_size), ("samples", self.samples),
+                            ("tokens", self.tokens), ("seq-len", self.seq_len)):
             if count is not None and count < 1:
                 raise SriftError(f"{flag} must be at least 1, got {count}.", f"pass --{flag} 1 or more.")
         if self.epochs is not None and not self.epochs > 0:
             raise SriftError(f"epochs must be positive, got {self.epochs}.", "pass a positive --epochs.")
 
     @classmethod
-    def given(cls, steps: int | None = None, epochs: float | None = None,
-              dataset_size: int | None = None) -> "JobLength | None":
+    def given(cls, steps: int | None = None, epochs: float | None = None, dataset_size: int | None = None,
+              samples: int | None = None, tokens: int | None = None) -> "JobLength | None":
         """The length these options give, or None when none of them is set."""
-        if steps is None and epochs is None and dataset_size is None:
+        if all(v is None for v in (steps, epochs, dataset_size, samples, tokens)):
             return None
-        return cls(steps, epochs, dataset_size)
+        return cls(steps, epochs, dataset_size, samples, tokens)
+
+    def with_seq_len(self, seq_len: int | None) -> "JobLength":
+        """The same length, knowing the job's tokens per sample (needed by a ``tokens`` length).
+
+        Raises:
+            SriftError: for a ``tokens`` length and a model without a sequence length.
+        """
+        if self.tokens is not None and seq_len is None:
+            raise SriftError("--tokens counts tokens, but this model has no sequence length.",
+                             "give the length as --samples N or --epochs E --dataset-size N for this model.")
+        return self if seq_len == self.seq_len else dataclasses.replace(self, seq_len=seq_len)
+
+    @property
+    def fixed_data(self) -> bool:
+        """True when the length is an amount of data (epochs, samples, tokens), not a step count."""
+        return self.steps is None
+
+    @property
+    def data_samples(self) -> int | None:
+        """Samples the length names when it is an amount of data (tokens rounded up to whole
+        samples), None for a step count: the least data any configuration trains on."""
+        if self.epochs is not None and self.dataset_size is not None:
+            return math.ceil(self.epochs * self.dataset_size)
+        if self.samples is not None:
+            return self.samples
+        if self.tokens is not None:
+            if self.seq_len is None:
+                raise SriftError("a length in tokens needs the sequence length.", "give --seq-len, or the length in samples.")
+            return math.ceil(self.tokens / self.seq_len)
+        return None
 
     def steps_for(self, global_batch_size: int) -> float:
-        """Iterations of the whole job at this global batch (an epoch's last batch may be partial)."""
+        """Iterations of the whole job at this global batch.
+
+        An epoch's last batch may be partial (it still takes one iteration), so epochs take
+        ``epochs x ceil(dataset_size / global batch)`` iterations; samples and tokens take
+        ``ceil(samples / global batch)``.
+        """
         if self.steps is not None:
             return float(self.steps)
-        return self.epochs * math.ceil(self.dataset_size / global_batch_size)  # type: ignore[operator]
+        if self.epochs is not None and self.dataset_size is not None:
+            return self.epochs * math.ceil(self.dataset_size / global_batch_size)
+        samples = self.data_samples
+        assert samples is not None
+        return float(math.ceil(samples / global_batch_size))
+
+    def describe(self) -> str:
+        """``90 epochs of 1,281,167 samples``, ``1e+09 tokens``, ``20,000 steps``: for headers."""
+        if self.steps is not None:
+            return f"{self.steps:,} steps"
+        if self.epochs is not None:
+            return f"{self.epochs:g} epochs of {self.dataset_size:,} samples"
+        if self.samples is not None:
+            return f"{self.samples:,} samples"
+        return f"{self.tokens:,} tokens" + (f" ({self.data_samples:,} samples of {self.seq_len:,})" if self.seq_len else "")
 
 
 def usd_per_million_samples(usd_per_hour: float | None, samples_per_s: float) -> float | None:

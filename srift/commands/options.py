@@ -27,4 +27,21 @@ SEQ_LEN = typer.Option(None, "--seq-len", help="Sequence length (sequence models
 PRECISION = typer.Option(None, "--precision", help=f"{one_of(PRECISIONS)} (default: the profile's).")
 OPTIMIZER = typer.Option("sgd", "--optimizer", help=f"{one_of(OPTIMIZERS)} (sgd: any first-order optimizer).")
 KFAC_STRATEGY = typer.Option("spd", "--kfac-strategy", help=f"K-FAC strategy: {one_of(KFAC_STRATEGIES)}.")
-REGION = typer.Option("us-east-1", "--region", help="AWS region of the catalog.")
+REGION = typer.Option(None, "--region", help="AWS region (= --infra aws/REGION).")
+INFRA = typer.Option(None, "--infra", help="Clouds and regions, SkyPilot's spelling: aws (every region), aws/us-west-2, gcp,lambda.")
+CONFIDENCE = typer.Option(0.9, "--confidence", help="Meet the deadline and the maximum cost at this quantile of the prediction (0.5-0.99).")
+SAMPLES = typer.Option(None, "--samples", help="Job length in samples (e.g. 1.2e8): more GPUs, fewer steps.")
+TOKENS = typer.Option(None, "--tokens", help="Job length in tokens, sequence models (e.g. 1e9): samples x sequence length.")
+
+
+def whole(value: float | None, flag: str) -> int | None:
+    """A count given as a number (``1e9``) as an integer.
+
+    Raises:
+        SriftError: for a count that is not a whole number of at least 1.
+    """
+    if value is None:
+        return None
+    if not (value >= 1 and float(value).is_integer()):
+        raise SriftError(f"{flag} must be a whole number of at least 1, got {value:g}.", f"pass e.g. {flag} 1e9.")
+    return int(value)

@@ -29,7 +29,8 @@ def predict(
     kfac_strategy: str = KFAC_STRATEGY,
     kfac_factor_steps: int = typer.Option(1, "--kfac-factor-steps", help="K-FAC factor update interval."),
     kfac_inv_steps: int = typer.Option(1, "--kfac-inv-steps", help="K-FAC inverse update interval."),
-    region: str = REGION,
+    infra: Optional[str] = typer.Option(None, "--infra", help="Where to price --instance (default aws/us-east-1); several regions: where each type is cheapest."),
+    region: Optional[str] = REGION,
     fmt: str = typer.Option("table", "--format", help="table or json."),
 ) -> None:
     """Predict iteration time, throughput and cost of a job on a cluster."""
@@ -37,5 +38,7 @@ def predict(
     job = Job(batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
               global_batch_size=global_batch_size, kfac_strategy=kfac_strategy,
               kfac_factor_steps=kfac_factor_steps, kfac_inv_steps=kfac_inv_steps)
-    result = api.predict(job, model=model, profiles=profile, instance=instance, cluster_file=cluster, region=region, spot=spot, model_config=model_config)
+    where = api.resolve_infra(infra, region, "aws/us-east-1")
+    result = api.predict(job, model=model, profiles=profile, instance=instance, cluster_file=cluster, region=where, spot=spot,
+                         model_config=model_config)
     predict_view.show(result, fmt)

@@ -5,9 +5,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
+
+from srift.results import STALE_AFTER_DAYS
 
 
 def console(width: int = 140) -> Console:
@@ -36,6 +39,26 @@ def error_text(pct: float | None, basis: str) -> str:
     if pct is None:
         return basis or "unknown"
     return f"±{pct:.1f} % ({basis})"
+
+
+def price_lines(ages: Mapping[str, Any]) -> list[str]:
+    """Where the prices come from and how old they are (one line), then one warning line when any
+    are older than STALE_AFTER_DAYS or undated. ``ages``: target -> srift.results.PriceAge."""
+    if not ages:
+        return []
+    parts = []
+    for key, a in ages.items():
+        when = f"as of {a.as_of}, {a.age_days} days old" if a.as_of else "date not recorded"
+        undated = f", {a.undated_rows:,} of {a.rows:,} rows undated" if a.as_of and a.undated_rows else ""
+        parts.append(f"{key} {when} ({a.source}{undated})")
+    lines = ["Prices: " + "; ".join(parts) + "."]
+    old = [k for k, a in ages.items() if a.stale]
+    if old:
+        aws = any(k.split("/")[0] == "aws" for k in old)
+        lines.append(f"Warning: prices of {', '.join(old)} are over {STALE_AFTER_DAYS} days old or undated"
+                     + ("; `srift catalog refresh --infra aws` re-prices AWS from its public price list." if aws
+                        else "; other clouds are re-priced by rebuilding the catalog (scripts/build_catalog.py)."))
+    return lines
 
 
 def print_json(data: Any) -> None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
-from srift.results import PredictResult
-from srift.report.format import console, error_text, gib, print_json, seconds, usd
+from srift.report.format import console, error_text, gib, price_lines, print_json, seconds, usd
+from srift.results import PredictResult, ages_json
 
 PHASE_LABELS = {
     "data": "data loading",
@@ -27,9 +28,11 @@ PHASE_LABELS = {
 
 def prediction_json(result: PredictResult) -> dict[str, Any]:
     """The JSON document of `srift predict`."""
-    out = result.prediction.to_dict()
+    out: dict[str, Any] = {"schema": result.schema}
+    out.update(result.prediction.to_dict())
     out.update({"model": result.model, "precision": result.precision, "optimizer": result.optimizer,
-                "spot_pricing": result.spot_pricing})
+                "spot_pricing": result.spot_pricing, "host_arch": result.host_arch,
+                "catalog_as_of": ages_json(result.catalog_as_of), "warnings": price_lines(result.catalog_as_of)[1:]})
     return out
 
 
@@ -79,7 +82,9 @@ def render(result: PredictResult) -> None:
         hidden = max(0.0, total - pred.breakdown.get("exposed_comm", 0.0)) / total
         con.print(f"All-reduce {seconds(total)} per iteration, {hidden:.0%} of it hidden behind backward.")
     for note in pred.notes:
-        con.print(f"[dim]Note: {note}[/dim]")
+        con.print(f"[dim]Note: {escape(note)}[/dim]")
+    for line in price_lines(result.catalog_as_of):
+        con.print(f"[dim]{escape(line)}[/dim]")
 
 
 def show(result: PredictResult, fmt: str) -> None:
