@@ -8,7 +8,7 @@ import time
 from types import TracebackType
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 DELAY_S = 1.0
 
@@ -22,7 +22,7 @@ class SearchProgress:
         self.start = time.perf_counter()
         self.tty = sys.stderr.isatty()
         self._bar: Progress | None = None
-        self._task = None
+        self._task: TaskID | None = None
 
     def __call__(self, done: int, total: int) -> None:
         if not self.tty:

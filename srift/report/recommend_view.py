@@ -207,6 +207,7 @@ def recommend_json(result: RecommendResult, failure: SriftError | None = None) -
                 "length": None if job.length is None else {**{k: v for k, v in dataclasses.asdict(job.length).items() if v is not None},
                                                            "described": job.length.describe()}},
         "infra": result.infra,
+        "regions_searched": list(found.regions_searched),
         "catalog_as_of": ages_json(result.catalog_as_of),
         "warnings": price_lines(result.catalog_as_of)[1:],
         "recommendations": [candidate_json(x, i + 1, found, c) for i, x in enumerate(found.recommendations)],
@@ -284,7 +285,7 @@ def render(result: RecommendResult) -> None:
         table.add_column(h, justify="right" if h not in ("", "configuration", "where", "bottleneck") else "left",
                          no_wrap=h in ("configuration", "where"))
     for i, row in enumerate(rows):
-        table.add_row(*row, style="bold green" if i == 0 else None)
+        table.add_row(*(escape(cell) for cell in row), style="bold green" if i == 0 else None)
     con.print(table)
     con.print(why(found))
     for line in _notes(result):

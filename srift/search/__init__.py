@@ -43,6 +43,7 @@ def search(
     per_gpu_memory_ok: Callable[[Instance], bool] | None = None,
     global_batch_size: int | None = None,
     progress: Progress | None = None,
+    exhaustive: bool = False,
 ) -> SearchResult:
     """Find the best configurations (see module docstring).
 
@@ -56,6 +57,8 @@ def search(
         global_batch_size: The job's fixed global batch, if any (counts that do not divide it are
             left out rather than changing it).
         progress: Called with (simulations done, most there could be) as the search goes.
+        exhaustive: Simulate every count instead of bounding (what tests and benchmarks compare the
+            bound against).
 
     Raises:
         SriftError: for a deadline or maximum cost without a length, a step count without a
@@ -65,7 +68,7 @@ def search(
     c.require_length(length, global_batch_size)
     space = build_space(instance_types(catalog, c), c, per_gpu_memory_ok, global_batch_size)
     table = OfferTable(space, c, length)
-    sweep = CountSweep(space, table, predict, c, length, dense=global_batch_size is not None, progress=progress)
+    sweep = CountSweep(space, table, predict, c, length, dense=exhaustive or global_batch_size is not None, progress=progress)
     sweep.run()
     simulated = sweep.simulations
     if c.mixed:
@@ -101,6 +104,7 @@ def _result(table: OfferTable, c: Constraints, simulated: int, predict: Callable
         recommendations=recs, considered=space.considered, evaluated=len(table), simulated=simulated,
         frontier=_frontier(table), evaluated_points=_points(table), objective=c.goal, pruned=pruned,
         best_single_node=best_single, simpler_choice=why, confidence=c.confidence,
+        regions_searched=tuple(f"{cloud}/{region}" for cloud, region in space.places),
     )
     if not recs:
         everything = table.ranked(feasible=False)

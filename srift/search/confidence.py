@@ -92,7 +92,7 @@ def spread_sigma(p50_s: Num, p90_s: Num) -> Num:
     """Log-sigma of the run-to-run spread from a p50 and a p90 (0 when the p90 is not above the p50)."""
     ratio = np.maximum(np.asarray(p90_s, dtype=float) / np.asarray(p50_s, dtype=float), 1.0)
     out = np.log(ratio) / Z90
-    return out if isinstance(p50_s, np.ndarray) or isinstance(p90_s, np.ndarray) else float(out)  # type: ignore[return-value]
+    return out if isinstance(p50_s, np.ndarray) or isinstance(p90_s, np.ndarray) else float(out)
 
 
 def spot_sigma(interruptions_per_hour: Num, job_hours: Num, restart_s: Num, interval_s: Num) -> Num:
@@ -116,7 +116,7 @@ def combine(*sigmas: Any) -> Any:
 def quantile(p50: Num, sigma: Num, confidence: float) -> Num:
     """The value at ``confidence`` of a log-normal with median ``p50`` and log-sigma ``sigma``."""
     out = np.asarray(p50, dtype=float) * np.exp(z_of(confidence) * np.asarray(sigma, dtype=float))
-    return out if isinstance(p50, np.ndarray) or isinstance(sigma, np.ndarray) else float(out)  # type: ignore[return-value]
+    return out if isinstance(p50, np.ndarray) or isinstance(sigma, np.ndarray) else float(out)
 
 
 @dataclass(frozen=True)

@@ -245,9 +245,9 @@ def choose(ranked: Sequence[Candidate], goal: str) -> tuple[int, SimplerChoice |
             if i == 0:
                 return 0, None
             assert first_block is not None
-            j, gain, err = first_block
+            b, gain, err = first_block
             top = ranked[0]
-            return i, SimplerChoice(x, top, ranked[j], gain, err, what_it_adds(top, ranked[j]))
+            return i, SimplerChoice(x, top, ranked[b], gain, err, what_it_adds(top, ranked[b]))
         if i == 0:
             first_block = blocker
     # Unreachable: the simplest candidates have nothing simpler and pass.
@@ -305,6 +305,7 @@ class SearchResult:
             one-node configuration, or None.
         simpler_choice: Why a simpler configuration was chosen over the best-ranked one, or None.
         confidence: The confidence limits were met at.
+        regions_searched: ``cloud/region`` of every region whose rows were searched.
     """
 
     recommendations: list[Candidate]
@@ -320,6 +321,7 @@ class SearchResult:
     simpler_choice: SimplerChoice | None = None
     simulated: int = 0
     confidence: float = 0.9
+    regions_searched: tuple[str, ...] = ()
 
     @property
     def close_call(self) -> CloseCall | None:

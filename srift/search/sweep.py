@@ -28,6 +28,7 @@ needs about log2(largest count) rounds and simulates mostly around the winners.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -132,7 +133,7 @@ class CountSweep:
         """How far from the best the simplicity rule looks: the largest combined typical error of
         two simulated predictions (the root-sum-square of the two largest), capped at MAX_REACH."""
         errs = sorted((c.prediction.typical_error_pct or 0.0) for c in self.table.cores)[-2:]
-        return min(MAX_REACH, float(np.hypot(*(errs + [0.0, 0.0])[:2])) / 100.0)
+        return min(MAX_REACH, math.hypot(*errs) / 100.0)
 
     def _monotone(self, g: HardwareGroup, before: np.ndarray) -> bool:
         """Whether the counts just simulated keep p(n) non-increasing and memory fit monotone (from
