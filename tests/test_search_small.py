@@ -177,3 +177,51 @@ def test_the_no_fit_message_names_the_limit_and_the_closest_configuration():
     err = no_fit_error(_recommend_result(Constraints(deadline_hours=0.1, max_gpus=8), JobLength(samples=360_000)))
     assert err.message == ("no configuration meets the deadline of 0.1 h. Closest: b.quad:2 at $7.00/h, "
                            "0.1 h and $0.81 at 90% confidence.")
+
+
+def test_an_input_bound_choice_names_its_vcpus_per_gpu():
+    # When the predictor says the input pipeline bounds the iteration (networking's input model), the row and
+    # the sentence say how many vCPUs per GPU feed it: the fake catalog's instances have 4 vCPUs.
+    from srift.job import Job
+    from srift.report.recommend_view import markdown, recommend_json
+    from srift.results import RecommendResult
+
+    model = SpeedModel({"GA": 100.0, "GB": 120.0}, bottleneck="input")
+    constraints = Constraints(budget_usd_per_hour=4.0, max_gpus=8)
+    found = search(CATALOG, model, constraints)
+    top = found.recommendations[0]
+    assert (top.instance, top.vcpus_per_gpu) == ("b.quad:1", 1.0)  # 4 vCPUs over 4 GPUs
+    assert "Its 1 vCPUs per GPU cannot prepare the input as fast as its GPUs train" in why(found)
+    result = RecommendResult(found, constraints, Job(), "toy", "fp32", 10, None, "test")
+    assert "input (1 vCPUs/GPU)" in markdown(result)
+    rec = recommend_json(result)["recommendations"][0]
+    assert rec["input_bound"] is True and rec["vcpus_per_gpu"] == 1.0 and rec["host_arch"] == "x86_64"
+
+
+def test_the_progress_bar_shows_only_on_a_terminal_after_a_second(monkeypatch):
+    import io
+
+    from srift.report import progress as prog
+
+    shown = []
+
+    class FakeBar:
+        def __init__(self, *a, **k): shown.append("start")
+        def start(self): pass
+        def add_task(self, *a, **k): return 0
+        def update(self, *a, **k): shown.append(k["completed"])
+        def stop(self): shown.append("stop")
+
+    monkeypatch.setattr(prog, "Progress", FakeBar)
+    monkeypatch.setattr("sys.stderr", io.StringIO())  # not a terminal: nothing at all
+    with prog.SearchProgress(delay_s=0.0) as bar:
+        bar(5, 10)
+    assert shown == []
+    monkeypatch.setattr(prog.sys.stderr, "isatty", lambda: True, raising=False)
+    with prog.SearchProgress(delay_s=3600.0) as bar:  # a terminal, but a quick search: nothing either
+        bar(5, 10)
+    assert shown == []
+    with prog.SearchProgress(delay_s=0.0) as bar:
+        bar(5, 10)
+        bar(9, 10)
+    assert shown == ["start", 5, 9, "stop"]
