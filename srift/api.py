@@ -156,7 +156,7 @@ def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None =
         ages = price_ages([(r.cloud, r.region) for r in rows])
         host_arch = rows[0].host_arch if len({r.host_arch for r in rows}) == 1 else "mixed"
     return PredictResult(pred, prof.name, job.precision or prof.precision, job.optimizer, job.kfac_strategy, spot,
-                         catalog_as_of=ages, host_arch=host_arch)
+                         catalog_as_of=ages, host_arch=host_arch, uncertainty=uncertainty_of(pred, None))
 
 
 # ---- recommend ----------------------------------------------------------------------------------
@@ -213,7 +213,10 @@ def no_fit_error(result: RecommendResult) -> SriftError | None:
         "max-cost": f"the maximum cost of {usd(c.max_cost_usd)}" if c.max_cost_usd else "the maximum cost",
         "memory": "GPU memory (the job fits on no GPU at this batch size)",
     }[found.cut_by or "budget"]
-    hint = "lower --batch-size, use --precision amp, or allow larger GPUs." if found.cut_by == "memory" else "relax that limit."
+    hint = {"memory": "lower --batch-size, use --precision amp, or allow larger GPUs.",
+            "deadline": f"relax that limit, or meet it at a lower --confidence than {c.confidence:g} (0.5: at the median).",
+            "max-cost": f"relax that limit, or meet it at a lower --confidence than {c.confidence:g} (0.5: at the median)."
+            }.get(found.cut_by or "", "relax that limit.")
     return SriftError(f"no configuration meets {what}.{near}", hint, exit_code=1)
 
 

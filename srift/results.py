@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from srift.job import Job
-from srift.search.confidence import AtConfidence
+from srift.search.confidence import AtConfidence, Uncertainty
 from srift.search.limits import Constraints, LimitCheck
 from srift.search.rank import SearchResult
 from srift.simulate.prediction import Prediction
@@ -96,6 +96,7 @@ class PredictResult:
         spot_pricing: The cluster was priced on spot.
         catalog_as_of: Age of the prices used, per cloud/region (empty for a cluster file).
         host_arch: ``x86_64``, ``arm64`` or ``mixed`` for catalog instances, None for a cluster file.
+        uncertainty: The prediction's log-normal spread (model error and run-to-run; srift/search/confidence.py).
     """
 
     prediction: Prediction
@@ -106,6 +107,7 @@ class PredictResult:
     spot_pricing: bool
     catalog_as_of: dict[str, PriceAge] = dataclasses.field(default_factory=dict)
     host_arch: str | None = None
+    uncertainty: Uncertainty | None = None
     schema: str = PREDICT_SCHEMA
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from srift.cli import main
+from srift.search.confidence import sigma_from_mape
 from no_torch import run_without_torch
 
 FIELDS = ("iteration_time_s", "p90_iteration_time_s", "throughput_samples_per_s", "cost_per_hour_usd",
@@ -66,6 +67,10 @@ def test_json_names_its_schema_the_prices_age_and_unsupported_hardware(capsys):
     assert data["schema"] == "srift.predict/v1" and data["host_arch"] == "x86_64"
     assert data["iteration_time_s"] > 0 and data["catalog_as_of"]["aws/us-east-1"]["as_of"] == "2026-07-20"
     assert any("compute capability 7.0" in n and "needs an older PyTorch build" in n for n in data["notes"])
+    # the typical error as a log-normal sigma (srift/search/confidence.py): about 1.25 x the MAPE
+    assert data["uncertainty"]["model"] == pytest.approx(sigma_from_mape(data["typical_error_pct"]))
+    assert data["uncertainty"]["model"] == pytest.approx(data["typical_error_pct"] / 100 * 1.2533, rel=0.02)
+    assert data["uncertainty"]["spot"] == 0.0
     assert main(["predict", "--model", "resnet50", "--instance", "p3.16xlarge"]) == 0
     out = capsys.readouterr().out
     assert "Note: p3.16xlarge: V100-16GB has compute capability 7.0" in out and "Prices: aws/us-east-1 as of 2026-07-20" in out

@@ -32,7 +32,8 @@ def prediction_json(result: PredictResult) -> dict[str, Any]:
     out.update(result.prediction.to_dict())
     out.update({"model": result.model, "precision": result.precision, "optimizer": result.optimizer,
                 "spot_pricing": result.spot_pricing, "host_arch": result.host_arch,
-                "catalog_as_of": ages_json(result.catalog_as_of), "warnings": price_lines(result.catalog_as_of)[1:]})
+                "catalog_as_of": ages_json(result.catalog_as_of), "warnings": price_lines(result.catalog_as_of)[1:],
+                "uncertainty": result.uncertainty.to_dict() if result.uncertainty else None})
     return out
 
 

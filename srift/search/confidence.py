@@ -163,11 +163,12 @@ class AtConfidence:
         return label(self.confidence)
 
 
-def uncertainty_of(prediction: Prediction, job_hours: float) -> Uncertainty:
-    """The three sigmas of one prediction for a job of ``job_hours`` (median)."""
+def uncertainty_of(prediction: Prediction, job_hours: float | None) -> Uncertainty:
+    """The three sigmas of one prediction for a job of ``job_hours`` (median; None: no length, so
+    no spot part, which depends on how long the job runs)."""
     spot = prediction.spot
     spot_s = (spot_sigma(spot.interruptions_per_hour, job_hours, spot.restart_s, spot.checkpoint_interval_s)
-              if spot is not None and spot.interruptions_per_hour > 0 else 0.0)
+              if spot is not None and spot.interruptions_per_hour > 0 and job_hours is not None else 0.0)
     return Uncertainty(sigma_from_mape(prediction.typical_error_pct),
                        spread_sigma(prediction.iteration_time_s, prediction.p90_iteration_time_s), spot_s)
 
