@@ -19,8 +19,7 @@ from srift.zoo import load_builtin_profile
 COUNTS = [2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 256, 512]
 
 
-@pytest.mark.parametrize("model", ["resnet50", pytest.param("bert-large", marks=pytest.mark.slow),
-                                   pytest.param("gpt2", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("model", ["resnet50", "bert-large", "gpt2"])
 def test_per_node_throughput_never_rises_with_more_nodes(model):
     predictor = Predictor(load_builtin_profile(model), Job())
     hardware = {r.hardware_key: r for r in load_catalog("aws,gcp,lambda,azure") if r.on_demand_usd_per_hour}
@@ -39,7 +38,7 @@ def _top(result, k=5):
 
 @pytest.mark.parametrize("constraints, length", [
     (Constraints(budget_usd_per_hour=20, max_gpus=64), None),
-    pytest.param(Constraints(budget_usd_per_hour=60, max_gpus=128, spot=True), None, marks=pytest.mark.slow),
+    (Constraints(budget_usd_per_hour=60, max_gpus=128, spot=True), None),
     (Constraints(max_gpus=64, objective="cost"), None),
     (Constraints(deadline_hours=24, max_gpus=64), JobLength(epochs=90, dataset_size=1_281_167)),
     pytest.param(Constraints(deadline_hours=6, max_gpus=256, spot=True), JobLength(epochs=90, dataset_size=1_281_167),

@@ -1,7 +1,5 @@
 """The search pinned on a small hand-made catalog and a hand-made speed model."""
 
-import dataclasses
-
 import pytest
 
 from srift.errors import SriftError

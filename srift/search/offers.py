@@ -24,7 +24,7 @@ from srift.job import JobLength, JobRun
 from srift.search import confidence as conf
 from srift.search.limits import Constraints
 from srift.search.rank import Candidate
-from srift.search.space import ON_DEMAND, SPOT, SPOT_MIX, Space
+from srift.search.space import SPOT, SPOT_MIX, Space
 from srift.simulate.prediction import BatchShare, Prediction
 from srift.simulate.spot import RESTART_S, checkpoint_interval_s, expectation, useful_fraction
 
