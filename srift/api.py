@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from srift import DISTRIBUTION
 from srift.catalog import Instance, get_instance, load_catalog
 from srift.catalog.spec import cluster_from_spec
 from srift.cluster import Cluster, load_cluster
@@ -238,7 +239,8 @@ def require_torch(command: str) -> None:
         import torch  # noqa: F401
     except ImportError:
         raise SriftError(f"`{command}` needs PyTorch, which is not installed.",
-                         "install the torch extra in your srift checkout: pip install -e '.[torch]'.") from None
+                         f"install PyTorch in this environment: pip install torch (the torch extra of {DISTRIBUTION}; "
+                         "in a srift checkout: pip install -e '.[torch]').") from None
 
 
 def profile_model(model: str, batch_size: int | None = None, seq_len: int | None = None, precision: str = "fp32",

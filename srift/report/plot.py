@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from srift import DISTRIBUTION
 from srift.errors import SriftError
 from srift.files import atomic_open
 from srift.report.recommend_view import header
@@ -17,7 +18,8 @@ def plot_recommend(result: RecommendResult, path: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise SriftError("--plot needs matplotlib, which is not installed.",
-                         "install the plot extra in your srift checkout: pip install -e '.[plot]' (or drop --plot).") from None
+                         f"install matplotlib: pip install 'matplotlib>=3.7' (the plot extra of {DISTRIBUTION}; "
+                         "in a srift checkout: pip install -e '.[plot]'), or drop --plot.") from None
     found = result.search
     fig, ax = plt.subplots(figsize=(8, 5.5))
     ok = [(x, y) for x, y, f in found.evaluated_points if f]
