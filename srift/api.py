@@ -26,6 +26,7 @@ from srift.job import Job
 from srift.jobfile import JobFile
 from srift.profile import Profile
 from srift.report.format import usd
+from srift.report.handoff import LaunchGroup, LaunchPlan
 from srift.results import (
     CHECK_SCHEMA,
     CheckedConfiguration,
@@ -38,6 +39,7 @@ from srift.search import search
 from srift.search.limits import Constraints, check_limits
 from srift.search.rank import SearchResult
 from srift.simulate import Predictor
+from srift.simulate.prediction import Prediction
 from srift.simulate.memory import fits
 from srift.zoo import MODELS, canonical_name, load_builtin_profile
 from srift.zoo.hf_config import hf_config_profile
@@ -96,6 +98,27 @@ def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None =
     cluster = resolve_cluster(instance, cluster_file, region=region, spot=spot)
     pred = Predictor(prof, job, more).predict(cluster)
     return PredictResult(pred, prof.name, job.precision or prof.precision, job.optimizer, job.kfac_strategy, spot)
+
+
+# ---- hand-off -----------------------------------------------------------------------------------
+def launch_plan(model: str, prediction: Prediction, instance: str | None = None, cluster_file: str | None = None,
+                region: str = "us-east-1", spot: bool = False) -> LaunchPlan:
+    """What to start for a predicted configuration (``--instance SPEC`` or ``--cluster FILE``, as
+    predicted): its node groups with their catalog rows and per-GPU batches, for a SkyPilot task
+    or torchrun lines (srift/report/handoff.py)."""
+    cluster = resolve_cluster(instance, cluster_file, region=region, spot=spot)
+    shares = prediction.batch_split if len(prediction.batch_split) == len(cluster.node_groups) else None
+    groups = tuple(
+        LaunchGroup(g.count, g.gpus_per_node, g.gpu, g.spot, shares[i].per_gpu_batch if shares else None,
+                    get_instance(g.instance_type, region) if g.instance_type else None)
+        for i, g in enumerate(cluster.node_groups))
+    return LaunchPlan(model, prediction.cluster, groups, prediction)
+
+
+def recommended_plan(result: RecommendResult) -> LaunchPlan:
+    """The launch plan of the chosen configuration (call only when there is one)."""
+    top = result.search.recommendations[0]
+    return launch_plan(result.model, top.prediction, top.instance, region=result.region, spot=top.spot)
 
 
 # ---- recommend ----------------------------------------------------------------------------------

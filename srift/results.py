@@ -13,6 +13,8 @@ from srift.search.rank import SearchResult
 from srift.simulate.prediction import Prediction
 
 CHECK_SCHEMA = "srift.check/v1"
+PREDICT_SCHEMA = "srift.predict/v1"
+CATALOG_SCHEMA = "srift.catalog/v1"
 
 
 @dataclass(frozen=True)

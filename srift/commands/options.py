@@ -28,3 +28,7 @@ PRECISION = typer.Option(None, "--precision", help=f"{one_of(PRECISIONS)} (defau
 OPTIMIZER = typer.Option("sgd", "--optimizer", help=f"{one_of(OPTIMIZERS)} (sgd: any first-order optimizer).")
 KFAC_STRATEGY = typer.Option("spd", "--kfac-strategy", help=f"K-FAC strategy: {one_of(KFAC_STRATEGIES)}.")
 REGION = typer.Option("us-east-1", "--region", help="AWS region of the catalog.")
+FORMAT = typer.Option("table", "--format", help="table, json or markdown.")
+OUT_FILE = typer.Option(None, "--out-file", help="Also write the JSON document to FILE (whatever --format prints).")
+SKYPILOT = typer.Option(None, "--skypilot", help="Write a SkyPilot task for the configuration to FILE (sky launch FILE).")
+TORCHRUN = typer.Option(False, "--torchrun", help="Print the torchrun command of every node of the configuration.")

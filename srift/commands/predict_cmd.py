@@ -8,10 +8,11 @@ import typer
 
 from srift import api
 from srift.commands.options import (
-    GLOBAL_BATCH_SIZE, KFAC_STRATEGY, MODEL, MODEL_CONFIG, OPTIMIZER, PRECISION, PROFILES, REGION, SEQ_LEN, check_format,
+    FORMAT, FORMATS, GLOBAL_BATCH_SIZE, KFAC_STRATEGY, MODEL, MODEL_CONFIG, OPTIMIZER, OUT_FILE, PRECISION, PROFILES, REGION,
+    SEQ_LEN, SKYPILOT, TORCHRUN, check_format,
 )
 from srift.job import Job
-from srift.report import predict_view
+from srift.report import handoff, predict_view
 
 
 def predict(
@@ -30,12 +31,20 @@ def predict(
     kfac_factor_steps: int = typer.Option(1, "--kfac-factor-steps", help="K-FAC factor update interval."),
     kfac_inv_steps: int = typer.Option(1, "--kfac-inv-steps", help="K-FAC inverse update interval."),
     region: str = REGION,
-    fmt: str = typer.Option("table", "--format", help="table or json."),
+    fmt: str = FORMAT,
+    out_file: Optional[str] = OUT_FILE,
+    skypilot: Optional[str] = SKYPILOT,
+    torchrun: bool = TORCHRUN,
 ) -> None:
     """Predict iteration time, throughput and cost of a job on a cluster."""
-    check_format(fmt)
+    check_format(fmt, FORMATS)
     job = Job(batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
               global_batch_size=global_batch_size, kfac_strategy=kfac_strategy,
               kfac_factor_steps=kfac_factor_steps, kfac_inv_steps=kfac_inv_steps)
     result = api.predict(job, model=model, profiles=profile, instance=instance, cluster_file=cluster, region=region, spot=spot, model_config=model_config)
-    predict_view.show(result, fmt)
+    plan = None
+    if skypilot or torchrun:  # refused (a mixed cluster as one SkyPilot task) before anything is printed
+        plan = handoff.check(api.launch_plan(result.model, result.prediction, instance, cluster, region=region, spot=spot), skypilot)
+    predict_view.show(result, fmt, out_file)
+    if plan is not None:
+        handoff.hand_off(plan, skypilot, torchrun, fmt)

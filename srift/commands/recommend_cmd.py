@@ -8,12 +8,13 @@ import typer
 
 from srift import api
 from srift.commands.options import (
-    FORMATS, GLOBAL_BATCH_SIZE, KFAC_STRATEGY, MODEL, MODEL_CONFIG, OPTIMIZER, PRECISION, PROFILES, REGION, SEQ_LEN, check_format,
+    FORMATS, GLOBAL_BATCH_SIZE, KFAC_STRATEGY, MODEL, MODEL_CONFIG, OPTIMIZER, OUT_FILE, PRECISION, PROFILES, REGION, SEQ_LEN,
+    SKYPILOT, TORCHRUN, check_format,
 )
 from srift.errors import one_of
 from srift.hardware import matching_gpus
 from srift.job import Job, JobLength
-from srift.report import recommend_view
+from srift.report import handoff, recommend_view
 from srift.report.plot import plot_recommend
 from srift.search.limits import OBJECTIVES, Constraints
 
@@ -43,6 +44,9 @@ def recommend(
     kfac_strategy: str = KFAC_STRATEGY,
     fmt: str = typer.Option("table", "--format", help="table, json or markdown."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Write throughput vs $/h of every configuration to FILE.png."),
+    out_file: Optional[str] = OUT_FILE,
+    skypilot: Optional[str] = SKYPILOT,
+    torchrun: bool = TORCHRUN,
 ) -> None:
     """Recommend the best EC2 configurations for a training job."""
     check_format(fmt, FORMATS)
@@ -58,4 +62,7 @@ def recommend(
     failure = api.no_fit_error(result)
     if failure is not None:
         raise failure
-    recommend_view.show(result, fmt)
+    plan = handoff.check(api.recommended_plan(result), skypilot) if skypilot or torchrun else None
+    recommend_view.show(result, fmt, out_file)
+    if plan is not None:
+        handoff.hand_off(plan, skypilot, torchrun, fmt)

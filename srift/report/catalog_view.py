@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
-
-from rich.table import Table
+from typing import Any
 
 from srift.catalog import Instance
 from srift.hardware import GpuSpec
-from srift.report.format import console, print_json
+from srift.report.format import console, print_json, save_json
+from srift.report.table import Column, print_table
+from srift.results import CATALOG_SCHEMA
+
+
+# Narrow terminals drop host memory first, then vCPUs, GPU memory and network; never names or prices.
+LIST_COLUMNS = [Column("instance"), Column("GPUs"), Column("GPU mem", "right", 3), Column("vCPUs", "right", 2),
+                Column("memory", "right", 1), Column("network", "right", 4), Column("on-demand/h", "right"),
+                Column("spot/h", "right")]
 
 
 def price(v: float | None, estimated: bool = False) -> str:
@@ -18,30 +26,52 @@ def price(v: float | None, estimated: bool = False) -> str:
     return (f"${v:,.2f}" if v >= 1 else f"${v:.3f}") + ("*" if estimated else "")
 
 
-def show_list(rows: list[Instance], region: str, fmt: str) -> None:
-    """The instance types as a table or a JSON list."""
+def list_json(rows: list[Instance], region: str) -> dict[str, Any]:
+    """The JSON document of `srift catalog list` (schema ``srift.catalog/v1``)."""
+    return {"schema": CATALOG_SCHEMA, "region": region, "as_of": rows[0].as_of if rows else None,
+            "instances": [dataclasses.asdict(i) for i in rows]}
+
+
+def instance_json(inst: Instance) -> dict[str, Any]:
+    """The JSON document of `srift catalog show` (schema ``srift.catalog/v1``): the instance's fields."""
+    return {"schema": CATALOG_SCHEMA, **dataclasses.asdict(inst)}
+
+
+def _list_cells(rows: list[Instance]) -> list[list[str]]:
+    return [[i.instance_type, f"{i.gpu_count} x {i.gpu_name}", f"{i.gpu_memory_gib:g} GiB", str(i.vcpus),
+             f"{i.memory_gib:g} GiB", f"{i.network_gbps:g} Gb/s" + (" EFA" if i.efa else ""),
+             price(i.on_demand_usd_per_hour), price(i.spot_usd_per_hour, i.spot_estimated)] for i in rows]
+
+
+def _list_title(rows: list[Instance], region: str) -> str:
+    return f"EC2 GPU instances, {region} (prices as of {rows[0].as_of if rows else '-'})"
+
+
+def show_list(rows: list[Instance], region: str, fmt: str, out_file: str | None = None) -> None:
+    """The instance types as a table, markdown or a JSON document (also written to ``out_file``)."""
+    if out_file:
+        save_json(out_file, list_json(rows, region))
     if fmt == "json":
-        print_json([dataclasses.asdict(i) for i in rows])
+        print_json(list_json(rows, region))
         return
-    table = Table(title=f"EC2 GPU instances, {region} (prices as of {rows[0].as_of if rows else '-'})")
-    for col, just in (("instance", "left"), ("GPUs", "left"), ("GPU mem", "right"), ("vCPUs", "right"),
-                      ("memory", "right"), ("network", "right"), ("on-demand/h", "right"), ("spot/h", "right")):
-        table.add_column(col, justify=just)  # type: ignore[arg-type]
-    for i in rows:
-        table.add_row(
-            i.instance_type, f"{i.gpu_count} x {i.gpu_name}", f"{i.gpu_memory_gib:g} GiB", str(i.vcpus),
-            f"{i.memory_gib:g} GiB", f"{i.network_gbps:g} Gb/s" + (" EFA" if i.efa else ""),
-            price(i.on_demand_usd_per_hour), price(i.spot_usd_per_hour, i.spot_estimated),
-        )
+    if fmt == "markdown":
+        lines = [f"**{_list_title(rows, region)}**", "", "| " + " | ".join(c.header for c in LIST_COLUMNS) + " |",
+                 "|" + "|".join("---:" if c.justify == "right" else "---" for c in LIST_COLUMNS) + "|"]
+        lines += ["| " + " | ".join(r) + " |" for r in _list_cells(rows)]
+        print("\n".join(lines + ["", f"{len(rows)} instance type(s). * spot price estimated from the family's spot/on-demand ratio."]))
+        return
     con = console(width=160)
-    con.print(table)
+    print_table(con, LIST_COLUMNS, _list_cells(rows), title=_list_title(rows, region))
     con.print(f"{len(rows)} instance type(s). * spot price estimated from the family's spot/on-demand ratio.")
 
 
-def show_instance(inst: Instance, spec: GpuSpec, region: str, fmt: str) -> None:
-    """One instance type's GPUs, host, network and prices."""
+def show_instance(inst: Instance, spec: GpuSpec, region: str, fmt: str, out_file: str | None = None) -> None:
+    """One instance type's GPUs, host, network and prices (text, markdown, or the JSON document,
+    also written to ``out_file``)."""
+    if out_file:
+        save_json(out_file, instance_json(inst))
     if fmt == "json":
-        print_json(dataclasses.asdict(inst))
+        print_json(instance_json(inst))
         return
     lines = [
         f"{inst.instance_type} ({region})",
@@ -56,6 +86,8 @@ def show_instance(inst: Instance, spec: GpuSpec, region: str, fmt: str) -> None:
         + f", ~{inst.spot_interruption_per_hour * 730:.0%} interruptions per month (assumed)",
         f"  Prices as of {inst.as_of}; source: {inst.source}",
     ]
+    if fmt == "markdown":  # the same lines as a list under the name
+        lines = [f"**{lines[0]}**", ""] + ["- " + re.sub(r":\s+", ": ", line.strip(), count=1) for line in lines[1:]]
     print("\n".join(lines))
 
 

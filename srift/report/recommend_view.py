@@ -6,9 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from rich.table import Table
-
-from srift.report.format import console, error_text, print_json, seconds, usd
+from srift.report.format import console, error_text, print_json, save_json, seconds, usd
+from srift.report.table import Column, print_table
 from srift.results import RecommendResult
 from srift.search.rank import Candidate, SearchResult
 
@@ -127,6 +126,15 @@ def _rows(result: RecommendResult) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def _drop_order(result: RecommendResult) -> dict[str, int]:
+    """Columns a narrow terminal loses first: detail before the figures the target is about
+    ($ per million samples is the target when minimizing cost without a job length)."""
+    order = ["iteration", "bottleneck", "$/M samples", "GPUs"]
+    if result.search.objective == "cost" and result.job.length is None:
+        order.remove("$/M samples")
+    return {h: i + 1 for i, h in enumerate(order)}
+
+
 def render(result: RecommendResult) -> None:
     """Print the header, the target, the ranked table and why the top choice wins."""
     found = result.search
@@ -134,12 +142,9 @@ def render(result: RecommendResult) -> None:
     con.print(header(result))
     con.print(f"[bold]{target_line(result)}[/bold]")
     head, rows = _rows(result)
-    table = Table()
-    for h in head:
-        table.add_column(h, justify="right" if h not in ("", "configuration", "bottleneck") else "left")
-    for i, row in enumerate(rows):
-        table.add_row(*row, style="bold green" if i == 0 else None)
-    con.print(table)
+    print_table(con, [Column(h, "left" if h in ("", "configuration", "bottleneck") else "right", _drop_order(result).get(h))
+                      for h in head],
+                rows, row_styles=["bold green" if i == 0 else None for i in range(len(rows))])
     con.print(why(found))
     if found.recommendations:
         top = found.recommendations[0].prediction
@@ -157,8 +162,11 @@ def markdown(result: RecommendResult) -> str:
     return "\n".join(lines)
 
 
-def show(result: RecommendResult, fmt: str) -> None:
-    """Print ``result`` as ``table``, ``json`` or ``markdown``."""
+def show(result: RecommendResult, fmt: str, out_file: str | None = None) -> None:
+    """Write the JSON document to ``out_file`` if given, and print ``result`` as ``table``,
+    ``json`` or ``markdown``."""
+    if out_file:
+        save_json(out_file, recommend_json(result))
     if fmt == "json":
         print_json(recommend_json(result))
     elif fmt == "markdown":
