@@ -141,7 +141,8 @@ class SearchResult:
         considered: Configurations enumerated (before pruning).
         evaluated: Configurations simulated.
         frontier: Pareto-optimal evaluated candidates (throughput vs $/h), cheapest first.
-        evaluated_points: (cost per hour, expected throughput, feasible) of every evaluated one.
+        evaluated_points: (cost per hour, expected throughput, feasible, GPUs) of every evaluated one;
+            GPUs names its GPU types (``A10G``, ``A10G+V100`` for a mix).
         objective: ``throughput`` or ``cost``.
         cut_by: When nothing is feasible: the limit that removed the last candidates.
         closest: When nothing is feasible: the candidate that comes closest.
@@ -156,7 +157,7 @@ class SearchResult:
     considered: int
     evaluated: int
     frontier: list[Candidate]
-    evaluated_points: list[tuple[float, float, bool]]
+    evaluated_points: list[tuple[float, float, bool, str]]
     objective: str
     cut_by: str | None = None
     closest: Candidate | None = None
@@ -179,7 +180,8 @@ def rank(evaluated: list[Candidate], c: Constraints, considered: int, pruned: di
         considered=considered,
         evaluated=len(evaluated),
         frontier=pareto(evaluated),
-        evaluated_points=[(x.cost_per_hour_usd, x.expected_throughput_samples_per_s, x.feasible) for x in evaluated],
+        evaluated_points=[(x.cost_per_hour_usd, x.expected_throughput_samples_per_s, x.feasible, "+".join(x.prediction.gpu_types))
+                          for x in evaluated],
         objective=goal,
         pruned=pruned,
         best_single_node=next((x for x in feasible if x.nodes == 1), None) if feasible and feasible[0].nodes > 1 else None,
