@@ -19,6 +19,8 @@ from srift.catalog import Instance, get_instance, load_catalog
 from srift.catalog.spec import cluster_from_spec
 from srift.cluster import Cluster, load_cluster
 from srift.errors import SriftError
+from srift.examples import CopiedExamples, bundled
+from srift.examples import copy_examples as copy_example_files
 from srift.files import read_json
 from srift.hardware import GpuSpec, matching_gpus
 from srift.hardware import gpu as gpu_spec
@@ -85,7 +87,9 @@ def resolve_cluster(instance: str | None, cluster_file: str | None, region: str 
         )
     if instance is not None:
         return cluster_from_spec(instance, region=region, spot=spot)
-    cluster = load_cluster(cluster_file)  # type: ignore[arg-type]
+    # The README's `--cluster configs/clusters/ib-64.yaml` also works outside a checkout: a relative
+    # path that is not here but names a shipped example reads the shipped file.
+    cluster = load_cluster(bundled(cluster_file) or cluster_file)  # type: ignore[arg-type]
     return cluster.on_spot() if spot else cluster
 
 
@@ -253,6 +257,20 @@ def catalog_refresh(region: str = "us-east-1", progress: Callable[[str], None] |
     from srift.catalog.aws import refresh  # boto3: only for this command
 
     return refresh(region, progress=progress)
+
+
+# ---- examples -----------------------------------------------------------------------------------
+def copy_examples(dest: str = ".", force: bool = False, repo: str | None = None, ref: str | None = None) -> CopiedExamples:
+    """Copy the shipped example files (cluster files, CI workflow and job file, training scripts)
+    into ``dest``; the workflow is pinned to ``repo`` at ``ref`` when both are given, else to the
+    commit srift was installed from when it came from git (srift/examples.py).
+
+    Raises:
+        SriftError: for only one of ``repo`` and ``ref``, or ``dest`` a file.
+    """
+    if (repo is None) != (ref is None):
+        raise SriftError("--repo and --ref go together.", "pass both (e.g. --repo https://github.com/you/srift --ref v0.1.0), or neither.")
+    return copy_example_files(dest, force, (repo, ref) if repo is not None and ref is not None else None)
 
 
 # ---- profile and calibrate (torch) --------------------------------------------------------------

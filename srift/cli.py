@@ -17,7 +17,7 @@ from typing import Any
 import typer
 
 from srift import __version__
-from srift.commands import calibrate_cmd, catalog_cmd, check_cmd, metavars, predict_cmd, profile_cmd, recommend_cmd
+from srift.commands import calibrate_cmd, catalog_cmd, check_cmd, examples_cmd, metavars, predict_cmd, profile_cmd, recommend_cmd
 from srift.errors import SriftError
 
 app = typer.Typer(
@@ -47,6 +47,7 @@ app.command("profile", context_settings={"allow_extra_args": True, "ignore_unkno
 app.command("predict")(predict_cmd.predict)
 app.command("recommend")(recommend_cmd.recommend)
 app.command("check")(check_cmd.check)
+app.command("examples")(examples_cmd.examples)
 
 catalog_app = typer.Typer(help="The EC2 GPU instance catalog: list, show, refresh.", no_args_is_help=True)
 catalog_app.command("list")(catalog_cmd.list_)

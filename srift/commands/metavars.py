@@ -22,7 +22,7 @@ FORMATS = "table|json|markdown"
 METAVARS: dict[str, str] = {
     # files
     "--profile": "FILE", "--cluster": "FILE", "--model-config": "FILE", "--plot": "FILE.png", "--skypilot": "FILE",
-    "--out-file": "FILE", "--compare-to": "FILE", "--output": "FILE", "job_file": "JOB_FILE", "script": "SCRIPT",
+    "--out-file": "FILE", "--compare-to": "FILE", "--output": "FILE", "job_file": "JOB_FILE", "script": "SCRIPT", "dest": "DIR", "--repo": "URL", "--ref": "COMMIT",
     # what the cloud sells, and where
     "--instance": "TYPE[:COUNT]", "instance_type": "TYPE", "--gpu": "NAME", "--region": "REGION",
     "--infra": "CLOUD[/REGION]", "--model": "NAME", "--name": "NAME",

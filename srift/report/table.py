@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 _UNBOUNDED = 100_000
 
@@ -34,6 +35,11 @@ class Column:
     drop: int | None = None
 
 
+def cell_len(markup: str) -> int:
+    """Terminal columns a cell takes once its rich markup (``[red]...[/red]``) is applied."""
+    return Text.from_markup(markup).cell_len
+
+
 def _build(columns: Sequence[Column], rows: Sequence[Sequence[str]], keep: Sequence[int], title: str | None,
            row_styles: Sequence[str | None] | None, table_args: dict[str, Any], whole: bool = True) -> Table:
     table = Table(title=title, **table_args)
@@ -41,7 +47,7 @@ def _build(columns: Sequence[Column], rows: Sequence[Sequence[str]], keep: Seque
         col = columns[i]
         # A cell is shown whole or its column is dropped: never "g5.12xl…" or "14,…". When even the
         # columns that are always kept do not fit (``whole`` False), their cells fold onto more lines.
-        widest = max([len(col.header)] + [len(r[i]) for r in rows]) if whole else None
+        widest = max([cell_len(col.header)] + [cell_len(r[i]) for r in rows]) if whole else None
         table.add_column(col.header, justify=col.justify, no_wrap=whole, overflow="fold", min_width=widest)  # type: ignore[arg-type]
     for r, row in enumerate(rows):
         table.add_row(*(row[i] for i in keep), style=row_styles[r] if row_styles else None)
