@@ -23,7 +23,7 @@ SPD_COSTS = dict(comm_alpha_s=1e-2, comm_beta_s_per_byte=1e-9, inv_flops_per_s=1
 
 
 def _kwargs(strategy: str) -> dict:
-    method = "cholesky"
+    method = "inverse"
     if strategy.endswith("-eigen"):
         strategy, method = strategy.split("-")[0], "eigen"
     kw = dict(strategy=strategy, lr=0.1, damping=0.003, kl_clip=0.001, inverse_method=method)
