@@ -1,5 +1,5 @@
-"""KFACPreconditioner in one process: the math of one step, convergence on a real data set,
-checkpoints and argument validation."""
+"""KFACPreconditioner in one process: the math of one step, convergence on a real data set and
+argument validation (checkpoints and the other adoption features: test_kfac_adoption.py)."""
 
 from __future__ import annotations
 
@@ -104,29 +104,6 @@ def test_kfac_beats_its_base_optimizer_on_digits():
     assert kfac < 0.95 * sgd, (kfac, sgd)
 
 
-def test_state_dict_round_trip_continues_identically():
-    """Checkpoint after 3 steps, restore into a fresh preconditioner (and model): the next steps'
-    preconditioned gradients are the same as without the interruption."""
-    data = batches(6, 8)
-    kw = dict(strategy="spd", factor_update_steps=1, inv_update_steps=2)
-    model = small_cnn()
-    pre = KFACPreconditioner(model, **kw)
-    run_steps(model, pre, data[:3])
-    state = pre.state_dict()
-    weights = {k: v.clone() for k, v in model.state_dict().items()}
-    want = run_steps(model, pre, data[3:])
-
-    model2 = small_cnn(seed=5)
-    model2.load_state_dict(weights)
-    pre2 = KFACPreconditioner(model2, **kw)
-    pre2.load_state_dict(state)
-    assert pre2.steps == 3
-    got = run_steps(model2, pre2, data[3:])
-    for g, w in zip(got, want):
-        for name in w:
-            torch.testing.assert_close(g[name], w[name])
-
-
 def test_load_state_dict_rejects_another_model():
     pre = KFACPreconditioner(small_cnn())
     other = KFACPreconditioner(nn.Sequential(nn.Linear(3, 2)))
@@ -153,6 +130,11 @@ def test_load_state_dict_rejects_another_model():
     (dict(comm_alpha_s=-1.0), "comm_alpha_s"),
     (dict(inv_flops_per_s=0), "inv_flops_per_s"),
     (dict(inverse_method="svd"), "inverse_method"),
+    (dict(inverse_method="cholesky"), "inverse_method"),
+    (dict(accumulation_steps=0), "accumulation_steps"),
+    (dict(fusion_buffer_bytes=0), "fusion_buffer_bytes"),
+    (dict(factor_update_steps="2"), "factor_update_steps"),
+    (dict(skip_layers=5), "skip_layers"),
     (dict(grad_scaler=object()), "grad_scaler"),
 ])
 def test_invalid_arguments_fail_up_front(kwargs, match):

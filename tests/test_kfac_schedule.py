@@ -48,6 +48,46 @@ def test_plan_fusion_rejects_bad_input():
     assert schedule.plan_fusion([], [], 1.0, 1.0) == []
 
 
+def test_fixed_fusion_packs_consecutive_tensors_up_to_the_buffer():
+    # Buffer 10 bytes: 4 + 5 fit (9), + 3 would be 12: new buffer; 3 + 7 = 10 fits exactly;
+    # 12 is larger than the buffer: alone; 1 starts the last buffer.
+    assert schedule.plan_fixed_fusion([4, 5, 3, 7, 12, 1], 10) == [[0, 1], [2, 3], [4], [5]]
+    assert schedule.plan_fixed_fusion([], 10) == []
+    with pytest.raises(ValueError):
+        schedule.plan_fixed_fusion([1], 0)
+    with pytest.raises(ValueError):
+        schedule.plan_fixed_fusion([-1], 10)
+
+
+def test_fixed_fusion_of_resnet50_factors_at_horovods_64_mib():
+    """ResNet-50's 108 factors (model order A_0, G_0, ...), packed: 4 * 77.0 M elements = 308 MB
+    (shared/KFAC.md 1.3), so at least five 64 MiB buffers; every buffer but the last is filled past
+    the point where the next factor would overflow it."""
+    from srift.zoo import load_builtin_profile
+
+    prof = load_builtin_profile("resnet50")
+    dims = [d for l in prof.layers if l.kfac_a_dim for d in (l.kfac_a_dim, l.kfac_g_dim)]
+    assert len(dims) == 108
+    sizes = [schedule.factor_message_bytes(d) for d in dims]
+    assert sum(sizes) == pytest.approx(4 * 77.0e6, rel=0.01)
+    groups = schedule.plan_fixed_fusion(sizes)
+    assert [i for g in groups for i in g] == list(range(108))
+    assert len(groups) >= sum(sizes) / schedule.FUSION_BUFFER_BYTES
+    for g, nxt in zip(groups, groups[1:]):
+        assert sum(sizes[i] for i in g) + sizes[nxt[0]] > schedule.FUSION_BUFFER_BYTES
+
+
+def test_message_bytes_are_the_packed_upper_triangle():
+    assert schedule.factor_message_bytes(1) == 4
+    assert schedule.factor_message_bytes(3) == 4 * 6  # 3 + 2 + 1 elements
+    assert schedule.inverse_message_bytes(3) == 24
+    assert schedule.inverse_message_bytes(3, "eigen") == 4 * (3 * 3 + 3)  # eigenvectors + eigenvalues
+    with pytest.raises(ValueError):
+        schedule.factor_message_bytes(0)
+    with pytest.raises(ValueError):
+        schedule.inverse_message_bytes(3, "svd")
+
+
 def test_fit_alpha_beta_recovers_a_line():
     assert schedule.fit_alpha_beta(lambda b: 2e-5 + 1e-9 * b, 100, 1e6) == pytest.approx((2e-5, 1e-9))
 
@@ -130,12 +170,13 @@ def test_phases_one_gpu_amortized_by_the_intervals():
 
 def test_phases_mpd_two_workers():
     ph = kfac_phases(_profile(), Workers(2), Job(optimizer="kfac", kfac_strategy="mpd"), TIMES, LinearComm(1e-4, 1e-9))
-    # Four full factors all-reduced after backward: 4 * 100 us + 1 ns * 4 * 505 bytes.
-    assert ph["exposed_factor_comm"] == pytest.approx(4e-4 + 2020e-9)
+    # Four packed factors (55 + 10 + 153 + 55 = 273 elements, 1092 bytes) enqueued after backward
+    # and fused into one 64 MiB buffer: one all-reduce, 100 us + 1 ns * 1092.
+    assert ph["exposed_factor_comm"] == pytest.approx(1e-4 + 1092e-9)
     # Round robin [0, 1, 0, 1] over dims [10, 4, 17, 10]: w0 1000 + 4913 = 5913 -> 5.913 us.
     assert ph["inversion"] == pytest.approx(5.913e-6)
-    # Then four full-matrix broadcasts, not overlapped.
-    assert ph["inverse_broadcast"] == pytest.approx(4e-4 + 2020e-9)
+    # Then four packed-inverse broadcasts, not overlapped.
+    assert ph["inverse_broadcast"] == pytest.approx(4e-4 + 1092e-9)
 
 
 # SPD timeline with hooks (seconds): forward conv 1e-3 + A_conv 57.6e-6 -> A0 ready 1.0576e-3;

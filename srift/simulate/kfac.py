@@ -213,14 +213,13 @@ def plan_kfac(profile: Profile, cluster: Any, job: Any, compute: Any, comm: Comm
         def invert(d: int) -> float:
             return d**3 / rate
 
-    packed = strategy == "spd"
-
+    # What the runtime sends (srift.kfac.schedule): packed factors and inverses, every strategy.
     def factor_bytes(d: int) -> float:
-        return FP32_BYTES * (schedule.packed_elements(d) if packed else d * d)
+        return float(schedule.factor_message_bytes(d))
 
     @functools.lru_cache(maxsize=None)
     def broadcast(d: int) -> float:
-        return float(comm.broadcast_time_s(factor_bytes(d), quantile)) if distributed else 0.0  # type: ignore[union-attr]
+        return float(comm.broadcast_time_s(schedule.inverse_message_bytes(d), quantile)) if distributed else 0.0  # type: ignore[union-attr]
 
     if anchor is not None:
         fa = [l.kfac_factor_a_s * anchor for l in layers]  # type: ignore[operator]
@@ -236,8 +235,10 @@ def plan_kfac(profile: Profile, cluster: Any, job: Any, compute: Any, comm: Comm
     if not distributed:
         exposed_comm = 0.0
     elif strategy != "spd":
-        # D-KFAC / MPD: after backward, one all-reduce per full factor, nothing to overlap with.
-        exposed_comm = sum(allreduce(factor_bytes(d)) for d in dims)
+        # D-KFAC / MPD: after backward every factor is enqueued at once (model order) and fused by
+        # the fixed buffer; nothing to overlap with.
+        sizes = [factor_bytes(d) for d in dims]
+        exposed_comm = sum(allreduce(sum(sizes[i] for i in g)) for g in schedule.plan_fixed_fusion(sizes))
     else:
         exposed_comm = _spd_exposed_comm(profile, layers, seconds, fa, fg, factor_bytes, allreduce, plan, cpu_workers)
 
