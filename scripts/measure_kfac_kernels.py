@@ -16,7 +16,7 @@ Matrices are ``M M^T / n + I`` (well conditioned, like a damped factor); the dam
 Each row: median, 10th and 90th percentile over ``repeats`` timed calls after one warm-up call,
 with the thread count torch used. Usage::
 
-    python scripts/measure_kfac_kernels.py [-o data/measurements/kfac-kernels-cpu.csv] [--max-n 4096] [--threads 2 1]
+    python scripts/measure_kfac_kernels.py [-o data/measurements/kfac-kernels-cpu.csv] [--max-n 4096] [--threads 2 1] [--merge]
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from srift.zoo.models import build_model  # noqa: E402
 DAMPING = 1e-3
 SIZES = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
 BATCH = 8  # matrices per batched call
-COLUMNS = ("kernel", "n", "batch", "median_s", "p10_s", "p90_s", "repeats", "threads", "layer", "rows", "bytes")
+COLUMNS = ("kernel", "n", "batch", "median_s", "p10_s", "p90_s", "repeats", "threads", "layer", "rows", "bytes", "flop")
 
 
 @dataclass
@@ -55,12 +55,14 @@ class Row:
     layer: str = ""
     rows: int = 0
     bytes: int = 0  # the bytes the kernel reads: the unfolded input (factor_a) or the rows (factor_g)
+    flop: int = 0  # of the Gram product: 2 * rows * width^2
 
     def cells(self, threads: int) -> list[str]:
         t = sorted(self.times_s)
         q = statistics.quantiles(t, n=10, method="inclusive") if len(t) > 1 else [t[0]] * 9
         return [self.kernel, str(self.n), str(self.batch), f"{statistics.median(t):.6g}", f"{q[0]:.6g}",
-                f"{q[8]:.6g}", str(len(t)), str(threads), self.layer, str(self.rows or ""), str(self.bytes or "")]
+                f"{q[8]:.6g}", str(len(t)), str(threads), self.layer, str(self.rows or ""), str(self.bytes or ""),
+                str(self.flop or "")]
 
 
 NOISY = 2.0  # p90 / p10 above this: the machine was busy (it is shared): time the kernel again
@@ -123,11 +125,16 @@ def linalg_rows(max_n: int, max_eigh_n: int, max_batched_n: int, gen: torch.Gene
                     return torch.cholesky_inverse(torch.linalg.cholesky(m))
             rows.append(Row("cholesky_inverse", n, batch, timed(inv_fn, reps, warm)))
             damped = f + DAMPING * torch.eye(n)
-            rows.append(Row("inv", n, batch, timed(lambda: torch.linalg.inv(damped), reps, warm)))
+            try:
+                rows.append(Row("inv", n, batch, timed(lambda: torch.linalg.inv(damped), reps, warm)))
+            except RuntimeError as exc:
+                # torch 2.13's CPU build: batched LU with 2+ threads fails for n >= 256 (MKL
+                # "Parameter 6 was incorrect on entry to SLASWP"); the runtime never calls inv.
+                print(f"inv n={n} batch={batch} threads={torch.get_num_threads()} failed: {str(exc)[:80]}", flush=True)
             if n <= max_eigh_n and (batch == 1 or n <= max_batched_n // 2):
                 eig = (lambda: eigen_decomposition(f)) if batch == 1 else (lambda: torch.linalg.eigh(f))
                 rows.append(Row("eigh", n, batch, timed(eig, max(3, reps // 2) if n >= 2048 else reps, warm)))
-            for r in rows[-3:]:
+            for r in [r for r in rows[-3:] if r.n == n and r.batch == batch]:
                 print(f"{r.kernel:17} n={r.n:5} batch={r.batch} threads={torch.get_num_threads()} "
                       f"median {statistics.median(r.times_s):.4g} s", flush=True)
     return rows
@@ -138,7 +145,7 @@ def _capture(model: nn.Module, x: torch.Tensor, kinds: tuple[type, ...]) -> dict
     seen: dict[str, tuple[nn.Module, torch.Tensor, tuple[int, ...]]] = {}
     handles = []
     for name, m in model.named_modules():
-        if isinstance(m, kinds):
+        if isinstance(m, nn.Module) and isinstance(m, kinds):
             def hook(mod: nn.Module, args: tuple[torch.Tensor, ...], out: torch.Tensor, name: str = name) -> None:
                 if not any(s is mod or (str(s) == str(mod) and xi.shape == args[0].shape) for s, xi, _ in seen.values()):
                     seen[f"resnet50 {name} {tuple(args[0].shape)}"] = (mod, args[0].detach().clone(), tuple(out.shape))
@@ -168,14 +175,29 @@ def factor_rows(batch: int, gen: torch.Generator) -> list[Row]:
         a_rows, _ = layer._input_rows(x)
         n_rows, width = a_rows.shape
         del a_rows
-        rows.append(Row("factor_a", layer.a_dim, 1, ta, label, n_rows, 4 * n_rows * width))
+        rows.append(Row("factor_a", layer.a_dim, 1, ta, label, n_rows, 4 * n_rows * width, 2 * n_rows * width**2))
         if isinstance(module, nn.Conv2d):
             rows.append(Row("unfold", layer.a_dim, 1, timed(lambda: layer._input_rows(x), reps), label, n_rows, 4 * n_rows * width))
         g_rows = g.numel() // layer.g_dim
-        rows.append(Row("factor_g", layer.g_dim, 1, timed(lambda: layer.factor_g(g), reps), label, g_rows, 4 * g.numel()))
-        gbps = 4 * n_rows * width / statistics.median(ta) / 1e9
-        print(f"{label[:70]:70} factor_a {statistics.median(ta):.4g} s ({gbps:.2f} GB/s unfolded)", flush=True)
+        rows.append(Row("factor_g", layer.g_dim, 1, timed(lambda: layer.factor_g(g), reps), label, g_rows, 4 * g.numel(),
+                        2 * g_rows * layer.g_dim**2))
+        med = statistics.median(ta)
+        print(f"{label[:60]:60} factor_a {med:.4g} s ({4 * n_rows * width / med / 1e9:.2f} GB/s unfolded, "
+              f"{2 * n_rows * width**2 / med / 1e9:.1f} GFLOP/s)", flush=True)
     return rows
+
+
+def merge_quieter(table: list[list[str]], previous: Path) -> list[list[str]]:
+    """Per kernel, size, batch, threads and layer, the row of this run or of the previous CSV
+    with the lower median (the same rule as ``timed``'s reruns, across runs of the script)."""
+    key = lambda cells: (cells[0], cells[1], cells[2], cells[7], cells[8])  # noqa: E731
+    with previous.open(newline="") as f:
+        old = {key(c): c for c in list(csv.reader(f))[1:]}
+    out = []
+    for cells in table:
+        prev = old.pop(key(cells), None)
+        out.append(prev if prev is not None and float(prev[3]) < float(cells[3]) else cells)
+    return out + list(old.values())
 
 
 def main() -> None:
@@ -189,6 +211,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, nargs="+", default=[len(os.sched_getaffinity(0))],
                     help="torch thread counts to time with (default: the cores available); factor kernels use the first")
     ap.add_argument("--single-thread-max-n", type=int, default=2048, help="largest n for thread counts after the first")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep, per row, the lower median of this run and the existing output (a busy shared machine)")
     args = ap.parse_args()
     print(f"torch {torch.__version__}, threads {args.threads}, load average {os.getloadavg()}", flush=True)
     gen = torch.Generator().manual_seed(0)
@@ -200,11 +224,13 @@ def main() -> None:
         rows += [(threads, r) for r in linalg_rows(max_n, min(max_n, args.max_eigh_n), min(max_n, args.max_batched_n), gen)]
         if i == 0 and not args.skip_factors:
             rows += [(threads, r) for r in factor_rows(args.factor_batch, gen)]
+    table = [r.cells(threads) for threads, r in rows]
+    if args.merge and Path(args.output).exists():
+        table = merge_quieter(table, Path(args.output))
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(COLUMNS)
-    for threads, r in rows:
-        w.writerow(r.cells(threads))
+    w.writerows(table)
     atomic_write_text(Path(args.output), buf.getvalue())
     print(f"wrote {len(rows)} rows to {args.output} in {time.time() - t0:.0f} s; load average {os.getloadavg()}")
 

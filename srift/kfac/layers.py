@@ -132,25 +132,26 @@ class KFACLayer:
     # ---- gradients -------------------------------------------------------------------------
     def grad_matrix(self) -> torch.Tensor | None:
         """The weight gradient as ``g_dim x a_dim`` with the bias gradient as the last column."""
-        w = self.module.weight
+        w: torch.Tensor = self.module.weight  # type: ignore[assignment]
         if w.grad is None:
             return None
         rows = self._out_slice()
         grad = w.grad[rows].reshape(self.g_dim, -1)
         if self.has_bias:
-            b = self.module.bias.grad
+            b: torch.Tensor | None = self.module.bias.grad  # type: ignore[union-attr,assignment]
             bcol = torch.zeros_like(grad[:, :1]) if b is None else b[rows].reshape(-1, 1)
             grad = torch.cat([grad, bcol], dim=1)
         return grad
 
     def set_grad(self, mat: torch.Tensor) -> None:
         """Write a ``g_dim x a_dim`` matrix back into the weight (and bias) gradients."""
-        w = self.module.weight
+        w: torch.Tensor = self.module.weight  # type: ignore[assignment]
+        assert w.grad is not None  # set_grad follows grad_matrix
         rows = self._out_slice()
         shape = w[rows].shape
         if self.has_bias:
             w.grad[rows].copy_(mat[:, :-1].reshape(shape))
-            b = self.module.bias
+            b: torch.Tensor = self.module.bias  # type: ignore[assignment]
             if b.grad is None:
                 b.grad = torch.zeros_like(b)
             b.grad[rows].copy_(mat[:, -1])
