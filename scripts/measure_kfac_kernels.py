@@ -96,6 +96,20 @@ def timed(fn: Callable[[], object], repeats: int, warmup: bool = True) -> list[f
     return best
 
 
+MAX_CALL_S = 60.0  # the largest size is timed only where one call takes less than this
+
+
+def timed_guarded(fn: Callable[[], object], repeats: int, label: str) -> list[float] | None:
+    """``timed`` after one trial call (the warm-up), or None when that call took MAX_CALL_S or more."""
+    t0 = time.perf_counter()
+    fn()
+    trial = time.perf_counter() - t0
+    if trial >= MAX_CALL_S:
+        print(f"{label}: one call took {trial:.0f} s (>= {MAX_CALL_S:.0f} s): not timed", flush=True)
+        return None
+    return timed(fn, repeats, warmup=False)
+
+
 def repeats_for(n: int, batch: int) -> int:
     work = batch * n**3  # keep each size to a few seconds on two cores
     return 21 if work <= 512**3 else 9 if work <= 1024**3 else 5 if work <= 2048**3 else 3
@@ -107,15 +121,15 @@ def spd(n: int, batch: int, gen: torch.Generator) -> torch.Tensor:
     return out[0] if batch == 1 else out
 
 
-def linalg_rows(max_n: int, max_eigh_n: int, max_batched_n: int, gen: torch.Generator) -> list[Row]:
+def linalg_rows(max_n: int, max_eigh_n: int, max_batched_n: int, gen: torch.Generator, min_n: int = 0) -> list[Row]:
     rows = []
-    for n in (s for s in SIZES if s <= max_n):
+    for n in (s for s in SIZES if min_n <= s <= max_n):
         for batch in (1, BATCH):
             if batch > 1 and n > max_batched_n:
                 continue
             f = spd(n, batch, gen)
             reps = repeats_for(n, batch)
-            warm = n <= 1024  # larger sizes follow smaller ones: already warm, and a call is long
+            warm = n <= 1024 or n == min_n  # larger sizes follow smaller ones: already warm, and a call is long
             if batch == 1:
                 inv_fn: Callable[[], object] = lambda: damped_inverse(f, DAMPING)  # noqa: E731
             else:  # what damped_inverse does, on a stack
@@ -123,17 +137,22 @@ def linalg_rows(max_n: int, max_eigh_n: int, max_batched_n: int, gen: torch.Gene
                     m = f.clone()
                     m.diagonal(dim1=-2, dim2=-1).add_(DAMPING)
                     return torch.cholesky_inverse(torch.linalg.cholesky(m))
-            rows.append(Row("cholesky_inverse", n, batch, timed(inv_fn, reps, warm)))
             damped = f + DAMPING * torch.eye(n)
-            try:
-                rows.append(Row("inv", n, batch, timed(lambda: torch.linalg.inv(damped), reps, warm)))
-            except RuntimeError as exc:
-                # torch 2.13's CPU build: batched LU with 2+ threads fails for n >= 256 (MKL
-                # "Parameter 6 was incorrect on entry to SLASWP"); the runtime never calls inv.
-                print(f"inv n={n} batch={batch} threads={torch.get_num_threads()} failed: {str(exc)[:80]}", flush=True)
+            eig = (lambda: eigen_decomposition(f)) if batch == 1 else (lambda: torch.linalg.eigh(f))
+            kernels: list[tuple[str, Callable[[], object], int]] = [
+                ("cholesky_inverse", inv_fn, reps), ("inv", lambda: torch.linalg.inv(damped), reps)]
             if n <= max_eigh_n and (batch == 1 or n <= max_batched_n // 2):
-                eig = (lambda: eigen_decomposition(f)) if batch == 1 else (lambda: torch.linalg.eigh(f))
-                rows.append(Row("eigh", n, batch, timed(eig, max(3, reps // 2) if n >= 2048 else reps, warm)))
+                kernels.append(("eigh", eig, max(3, reps // 2) if n >= 2048 else reps))
+            for kernel, fn, k_reps in kernels:
+                try:
+                    t = timed_guarded(fn, k_reps, f"{kernel} n={n}") if n > 4096 else timed(fn, k_reps, warm)
+                except RuntimeError as exc:
+                    # torch 2.13's CPU build: batched LU with 2+ threads fails for n >= 256 (MKL
+                    # "Parameter 6 was incorrect on entry to SLASWP"); the runtime never calls inv.
+                    print(f"{kernel} n={n} batch={batch} threads={torch.get_num_threads()} failed: {str(exc)[:80]}", flush=True)
+                    continue
+                if t is not None:
+                    rows.append(Row(kernel, n, batch, t))
             for r in [r for r in rows[-3:] if r.n == n and r.batch == batch]:
                 print(f"{r.kernel:17} n={r.n:5} batch={r.batch} threads={torch.get_num_threads()} "
                       f"median {statistics.median(r.times_s):.4g} s", flush=True)
@@ -203,7 +222,8 @@ def merge_quieter(table: list[list[str]], previous: Path) -> list[list[str]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-o", "--output", default="data/measurements/kfac-kernels-cpu.csv")
-    ap.add_argument("--max-n", type=int, default=4096, help="largest matrix dimension (8192: ~1 min per Cholesky call on 2 cores)")
+    ap.add_argument("--min-n", type=int, default=0, help="smallest matrix dimension")
+    ap.add_argument("--max-n", type=int, default=4096, help="largest matrix dimension (8192: see data/measurements/README.md)")
     ap.add_argument("--max-eigh-n", type=int, default=4096)
     ap.add_argument("--max-batched-n", type=int, default=2048, help=f"largest n timed as a batch of {BATCH}")
     ap.add_argument("--factor-batch", type=int, default=32, help="ResNet-50 per-GPU batch for the factor kernels")
@@ -221,7 +241,7 @@ def main() -> None:
     for i, threads in enumerate(args.threads):
         torch.set_num_threads(threads)
         max_n = args.max_n if i == 0 else min(args.max_n, args.single_thread_max_n)
-        rows += [(threads, r) for r in linalg_rows(max_n, min(max_n, args.max_eigh_n), min(max_n, args.max_batched_n), gen)]
+        rows += [(threads, r) for r in linalg_rows(max_n, min(max_n, args.max_eigh_n), min(max_n, args.max_batched_n), gen, args.min_n)]
         if i == 0 and not args.skip_factors:
             rows += [(threads, r) for r in factor_rows(args.factor_batch, gen)]
     table = [r.cells(threads) for threads, r in rows]
@@ -232,7 +252,7 @@ def main() -> None:
     w.writerow(COLUMNS)
     w.writerows(table)
     atomic_write_text(Path(args.output), buf.getvalue())
-    print(f"wrote {len(rows)} rows to {args.output} in {time.time() - t0:.0f} s; load average {os.getloadavg()}")
+    print(f"wrote {len(table)} rows ({len(rows)} timed now) to {args.output} in {time.time() - t0:.0f} s; load average {os.getloadavg()}")
 
 
 if __name__ == "__main__":
