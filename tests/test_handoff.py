@@ -215,3 +215,11 @@ def test_skypilot_accepts_the_tasks(tmp_path, capsys):
             assert got["catalog_accelerators"] == {acc: int(n)}, name
     # The chosen AWS row (on-demand, us-east-1) is priced from SkyPilot's catalog: the same $/h.
     assert seen[str(tmp_path / "recommend.yaml")]["usd_per_hour"] == pytest.approx(costs["recommend"], rel=1e-3)
+
+
+def test_the_task_in_docs_launch_md_is_what_srift_writes(tmp_path):
+    doc = (ROOT / "docs/launch.md").read_text(encoding="utf-8")
+    shown = yaml.safe_load(doc.split("```yaml\n", 1)[1].split("```", 1)[0])
+    f = tmp_path / "t.yaml"
+    assert main(["predict", "--model", "resnet50", "--instance", "g5.12xlarge:3", "--skypilot", str(f)]) == 0
+    assert shown == _task(f)
