@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # `pip install srift`, `pip3 install -U "srift[plot]"`, `pipx install srift`, `uv pip install 'srift'`:
 # an installer, optional flags, then the bare name `srift` (extras allowed), not `srift-planner`.
-WRONG_INSTALL = re.compile(r"\b(?:pip3?|pipx|uv\s+pip)\s+install\s+(?:-\S+\s+)*[\"']?srift(?![\w.-])")
+WRONG_INSTALL = re.compile(r"\b(?:pip3?|pipx|uv\s+pip)\s+install\s+(?:-\S+\s+)*[\"']?srift(?![\w.-])"
+                           r"|\breinstall\s+srift(?![\w.-])")  # a hint to reinstall must name the distribution
 SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", ".pytest_cache", ".mypy_cache", "build", "dist"}
 
 
@@ -43,9 +44,9 @@ def shipped_text_files() -> list[Path]:
 
 def test_the_pattern_catches_every_spelling_and_spares_the_real_name():
     bad = ["pip install srift", "pip3 install -U srift", "pip install 'srift[plot]'", 'pip install "srift[torch]"',
-           "pipx install srift", "uv pip install srift", "run: pip install srift\n"]
+           "pipx install srift", "uv pip install srift", "run: pip install srift\n", "reinstall srift, or re-run"]
     good = ["pip install srift-planner", "pip install -e '.[plot]'", "pip install 'srift-planner[plot]'",
-            'pip install "srift-planner @ git+https://x/srift@abc"', "pip install sriftx", "srift install"]
+            'pip install "srift-planner @ git+https://x/srift@abc"', "pip install sriftx", "srift install", "reinstall srift-planner, or"]
     assert [s for s in bad if not WRONG_INSTALL.search(s)] == []
     assert [s for s in good if WRONG_INSTALL.search(s)] == []
 
