@@ -14,10 +14,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from srift import DISTRIBUTION
 from srift.catalog import Instance, catalog_as_of, get_instance, load_catalog, parse_infra, supported
 from srift.catalog.spec import cluster_from_spec, parse_spec
 from srift.cluster import Cluster, load_cluster
 from srift.errors import SriftError
+from srift.examples import CopiedExamples, bundled
+from srift.examples import copy_examples as copy_example_files
 from srift.files import read_json
 from srift.hardware import GpuSpec, matching_gpus
 from srift.hardware import gpu as gpu_spec
@@ -25,6 +28,7 @@ from srift.job import Job
 from srift.jobfile import JobFile
 from srift.profile import Profile
 from srift.report.format import usd
+from srift.report.handoff import LaunchGroup, LaunchPlan
 from srift.results import (
     CHECK_SCHEMA,
     CheckedConfiguration,
@@ -41,6 +45,7 @@ from srift.search.limits import Constraints, check_limits
 from srift.search.rank import SearchResult
 from srift.search.sweep import Progress
 from srift.simulate import Predictor
+from srift.simulate.prediction import Prediction
 from srift.simulate.memory import fits
 from srift.zoo import MODELS, canonical_name, load_builtin_profile
 from srift.zoo.hf_config import hf_config_profile
@@ -84,6 +89,9 @@ def resolve_infra(infra: str | None, region: str | None, default: str) -> str:
     if infra is not None:
         parse_infra(infra)  # syntax errors name the flag
         return infra
+    if region is not None and "/" in region:  # --region gcp/us-central1: already CLOUD/REGION
+        parse_infra(region)
+        return region
     return f"aws/{region}" if region is not None else default
 
 
@@ -101,7 +109,9 @@ def resolve_cluster(instance: str | None, cluster_file: str | None, region: str 
         )
     if instance is not None:
         return cluster_from_spec(instance, region=region, spot=spot)
-    cluster = load_cluster(cluster_file)  # type: ignore[arg-type]
+    # The README's `--cluster configs/clusters/ib-64.yaml` also works outside a checkout: a relative
+    # path that is not here but names a shipped example reads the shipped file.
+    cluster = load_cluster(bundled(cluster_file) or cluster_file)  # type: ignore[arg-type]
     return cluster.on_spot() if spot else cluster
 
 
@@ -157,6 +167,27 @@ def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None =
         host_arch = rows[0].host_arch if len({r.host_arch for r in rows}) == 1 else "mixed"
     return PredictResult(pred, prof.name, job.precision or prof.precision, job.optimizer, job.kfac_strategy, spot,
                          catalog_as_of=ages, host_arch=host_arch, uncertainty=uncertainty_of(pred, None))
+
+
+# ---- hand-off -----------------------------------------------------------------------------------
+def launch_plan(model: str, prediction: Prediction, instance: str | None = None, cluster_file: str | None = None,
+                region: str = "aws/us-east-1", spot: bool = False) -> LaunchPlan:
+    """What to start for a predicted configuration (``--instance SPEC`` or ``--cluster FILE``, as
+    predicted): its node groups with their catalog rows and per-GPU batches, for a SkyPilot task
+    or torchrun lines (srift/report/handoff.py)."""
+    cluster = resolve_cluster(instance, cluster_file, region=region, spot=spot)
+    shares = prediction.batch_split if len(prediction.batch_split) == len(cluster.node_groups) else None
+    groups = tuple(
+        LaunchGroup(g.count, g.gpus_per_node, g.gpu, g.spot, shares[i].per_gpu_batch if shares else None,
+                    get_instance(g.instance_type, region) if g.instance_type else None)
+        for i, g in enumerate(cluster.node_groups))
+    return LaunchPlan(model, prediction.cluster, groups, prediction)
+
+
+def recommended_plan(result: RecommendResult) -> LaunchPlan:
+    """The launch plan of the chosen configuration (call only when there is one)."""
+    top = result.search.recommendations[0]
+    return launch_plan(result.model, top.prediction, top.instance, region=top.infra, spot=top.spot)
 
 
 # ---- recommend ----------------------------------------------------------------------------------
@@ -364,6 +395,20 @@ def catalog_refresh(infra: str = "aws", progress: Callable[[str], None] | None =
     return refresh(infra, progress=progress)
 
 
+# ---- examples -----------------------------------------------------------------------------------
+def copy_examples(dest: str = ".", force: bool = False, repo: str | None = None, ref: str | None = None) -> CopiedExamples:
+    """Copy the shipped example files (cluster files, CI workflow and job file, training scripts)
+    into ``dest``; the workflow is pinned to ``repo`` at ``ref`` when both are given, else to the
+    commit srift was installed from when it came from git (srift/examples.py).
+
+    Raises:
+        SriftError: for only one of ``repo`` and ``ref``, or ``dest`` a file.
+    """
+    if (repo is None) != (ref is None):
+        raise SriftError("--repo and --ref go together.", "pass both (e.g. --repo https://github.com/you/srift --ref v0.1.0), or neither.")
+    return copy_example_files(dest, force, (repo, ref) if repo is not None and ref is not None else None)
+
+
 # ---- profile and calibrate (torch) --------------------------------------------------------------
 def require_torch(command: str) -> None:
     """Raise a clear error when torch, which ``command`` needs, is not installed."""
@@ -371,7 +416,8 @@ def require_torch(command: str) -> None:
         import torch  # noqa: F401
     except ImportError:
         raise SriftError(f"`{command}` needs PyTorch, which is not installed.",
-                         "install the torch extra in your srift checkout: pip install -e '.[torch]'.") from None
+                         f"install PyTorch in this environment: pip install torch (the torch extra of {DISTRIBUTION}; "
+                         "in a srift checkout: pip install -e '.[torch]').") from None
 
 
 def profile_model(model: str, batch_size: int | None = None, seq_len: int | None = None, precision: str = "fp32",

@@ -8,20 +8,23 @@ catalog start fast on a machine without torch.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+
+from typing import Any
 
 import typer
 
 from srift import __version__
-from srift.commands import calibrate_cmd, catalog_cmd, check_cmd, predict_cmd, profile_cmd, recommend_cmd
+from srift.commands import calibrate_cmd, catalog_cmd, check_cmd, examples_cmd, metavars, predict_cmd, profile_cmd, recommend_cmd
 from srift.errors import SriftError
 
 app = typer.Typer(
     name="srift",
     help="Predict a PyTorch training job's speed and cost on cloud GPU configurations, and pick the best one.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish, PowerShell
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -44,6 +47,7 @@ app.command("profile", context_settings={"allow_extra_args": True, "ignore_unkno
 app.command("predict")(predict_cmd.predict)
 app.command("recommend")(recommend_cmd.recommend)
 app.command("check")(check_cmd.check)
+app.command("examples")(examples_cmd.examples)
 
 catalog_app = typer.Typer(help="The GPU instance catalog of AWS, GCP, Lambda and Azure: list, gpus, show, refresh.", no_args_is_help=True)
 catalog_app.command("list")(catalog_cmd.list_)
@@ -57,10 +61,16 @@ calibrate_app.command("comm")(calibrate_cmd.comm)
 app.add_typer(calibrate_app, name="calibrate")
 
 
+@functools.lru_cache(maxsize=1)
+def command() -> Any:
+    """The click command tree of the app, with the metavars of srift/commands/metavars.py."""
+    return metavars.apply(typer.main.get_command(app))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: run the app, turning SriftError into `Error:`/`To fix:` and its exit code."""
     try:
-        app(args=argv, prog_name="srift", standalone_mode=True)
+        command().main(args=argv, prog_name="srift", standalone_mode=True)
     except SriftError as exc:
         if os.environ.get("SRIFT_DEBUG") == "1":
             raise

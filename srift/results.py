@@ -16,6 +16,7 @@ from srift.simulate.prediction import Prediction
 CHECK_SCHEMA = "srift.check/v1"
 RECOMMEND_SCHEMA = "srift.recommend/v1"
 PREDICT_SCHEMA = "srift.predict/v1"
+CATALOG_SCHEMA = "srift.catalog/v1"
 STALE_AFTER_DAYS = 30  # prices older than this are worth a warning
 
 

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from srift import api
-from srift.commands.options import REGION, check_format
+from srift.commands.options import FORMAT, FORMATS, OUT_FILE, REGION, check_format
 from srift.report import catalog_view
 
 ALL_CLOUDS = "aws,gcp,lambda,azure"
@@ -17,35 +17,38 @@ def list_(
     gpu: list[str] = typer.Option([], "--gpu", help="Only this GPU (name or alias, e.g. A100, a10g); repeatable."),
     infra: Optional[str] = typer.Option(None, "--infra", help="Clouds and regions (default aws/us-east-1): aws, aws/us-west-2, gcp,lambda."),
     region: Optional[str] = REGION,
-    fmt: str = typer.Option("table", "--format", help="table or json."),
+    fmt: str = FORMAT,
+    out_file: Optional[str] = OUT_FILE,
 ) -> None:
     """List the GPU instance types with GPUs, network and prices."""
-    check_format(fmt)
+    check_format(fmt, FORMATS)
     where = api.resolve_infra(infra, region, "aws/us-east-1")
-    catalog_view.show_list(api.catalog_list(gpu, where), api.catalog_ages(where), fmt)
+    catalog_view.show_list(api.catalog_list(gpu, where), api.catalog_ages(where), fmt, out_file)
 
 
 def gpus(
     infra: str = typer.Option(ALL_CLOUDS, "--infra", help="Clouds and regions (default: every cloud and region)."),
     gpu: list[str] = typer.Option([], "--gpu", help="Only this GPU (name or alias); repeatable."),
     sort: str = typer.Option("name", "--sort", help=f"{' or '.join(api.GPU_SORTS)} (price: cheapest on-demand $/GPU-hour first)."),
-    fmt: str = typer.Option("table", "--format", help="table or json."),
+    fmt: str = FORMAT,
+    out_file: Optional[str] = OUT_FILE,
 ) -> None:
     """One row per GPU type: memory, the instance types that have it, and the cheapest on-demand and spot $ per GPU-hour per cloud."""
-    check_format(fmt)
-    catalog_view.show_gpus(api.catalog_gpus(infra, gpu, sort), api.catalog_ages(infra), fmt)
+    check_format(fmt, FORMATS)
+    catalog_view.show_gpus(api.catalog_gpus(infra, gpu, sort), api.catalog_ages(infra), fmt, out_file)
 
 
 def show(
     instance_type: str = typer.Argument(..., help="Instance type, e.g. p4d.24xlarge."),
     infra: Optional[str] = typer.Option(None, "--infra", help="Where (default aws/us-east-1); several regions: the cheapest."),
     region: Optional[str] = REGION,
-    fmt: str = typer.Option("table", "--format", help="table or json."),
+    fmt: str = FORMAT,
+    out_file: Optional[str] = OUT_FILE,
 ) -> None:
     """Show one instance type."""
-    check_format(fmt)
+    check_format(fmt, FORMATS)
     inst, spec = api.catalog_show(instance_type, api.resolve_infra(infra, region, "aws/us-east-1"))
-    catalog_view.show_instance(inst, spec, api.catalog_ages(inst.infra), fmt)
+    catalog_view.show_instance(inst, spec, api.catalog_ages(inst.infra), fmt, out_file)
 
 
 def refresh(

@@ -45,3 +45,7 @@ def whole(value: float | None, flag: str) -> int | None:
     if not (value >= 1 and float(value).is_integer()):
         raise SriftError(f"{flag} must be a whole number of at least 1, got {value:g}.", f"pass e.g. {flag} 1e9.")
     return int(value)
+FORMAT = typer.Option("table", "--format", help="table, json or markdown.")
+OUT_FILE = typer.Option(None, "--out-file", help="Also write the JSON document to FILE (whatever --format prints).")
+SKYPILOT = typer.Option(None, "--skypilot", help="Write a SkyPilot task for the configuration to FILE (sky launch FILE).")
+TORCHRUN = typer.Option(False, "--torchrun", help="Print the torchrun command of every node of the configuration.")

@@ -8,13 +8,13 @@ import typer
 
 from srift import api
 from srift.commands.options import (
-    CONFIDENCE, FORMATS, GLOBAL_BATCH_SIZE, INFRA, KFAC_STRATEGY, MODEL, MODEL_CONFIG, OPTIMIZER, PRECISION, PROFILES, REGION,
-    SAMPLES, SEQ_LEN, TOKENS, check_format, whole,
+    CONFIDENCE, FORMATS, GLOBAL_BATCH_SIZE, INFRA, KFAC_STRATEGY, MODEL, MODEL_CONFIG, OPTIMIZER, OUT_FILE, PRECISION, PROFILES,
+    REGION, SAMPLES, SEQ_LEN, SKYPILOT, TOKENS, TORCHRUN, check_format, whole,
 )
 from srift.errors import one_of
 from srift.hardware import matching_gpus
 from srift.job import Job, JobLength
-from srift.report import recommend_view
+from srift.report import handoff, recommend_view
 from srift.report.plot import plot_recommend
 from srift.report.progress import SearchProgress
 from srift.search.limits import MAX_SEARCH_GPUS, OBJECTIVES, Constraints
@@ -50,6 +50,9 @@ def recommend(
     kfac_strategy: str = KFAC_STRATEGY,
     fmt: str = typer.Option("table", "--format", help="table, json or markdown."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Write throughput vs $/h of every configuration to FILE.png."),
+    out_file: Optional[str] = OUT_FILE,
+    skypilot: Optional[str] = SKYPILOT,
+    torchrun: bool = TORCHRUN,
 ) -> None:
     """Recommend the best cloud GPU configurations for a training job (every AWS region by default; --infra for more)."""
     check_format(fmt, FORMATS)
@@ -67,8 +70,11 @@ def recommend(
     if plot:
         plot_recommend(result, plot)
     failure = api.no_fit_error(result)
-    if failure is not None and fmt == "json":
-        recommend_view.show(result, fmt, failure)  # the document says why, then the error line and exit 1
+    if failure is not None and (fmt == "json" or out_file):
+        recommend_view.show(result, fmt, out_file, failure)  # the document says why, then the error line and exit 1
     if failure is not None:
         raise failure
-    recommend_view.show(result, fmt)
+    plan = handoff.check(api.recommended_plan(result), skypilot) if skypilot or torchrun else None
+    recommend_view.show(result, fmt, out_file)
+    if plan is not None:
+        handoff.hand_off(plan, skypilot, torchrun, fmt)

@@ -24,7 +24,7 @@ def load_accuracy() -> dict[str, Any]:
     path = accuracy_path()
     if not path.is_file():
         return {}
-    data = read_json(path, "validation figures", "reinstall srift, or re-run scripts/validate.py --write-accuracy.")
+    data = read_json(path, "validation figures", "reinstall srift-planner, or re-run scripts/validate.py --write-accuracy.")
     return data if isinstance(data, dict) and data.get("schema") == SCHEMA else {}
 
 

@@ -112,7 +112,7 @@ def params_path() -> Path:
 def load_params(path: str | None = None) -> CommParams:
     """The shipped (fitted) communication parameters, or those in ``path``."""
     p = Path(path) if path else params_path()
-    data = read_json(p, "communication-model parameters", "reinstall srift, or re-run scripts/fit_models.py.")
+    data = read_json(p, "communication-model parameters", "reinstall srift-planner, or re-run scripts/fit_models.py.")
     return CommParams.from_dict(data, str(p))
 
 

@@ -204,7 +204,7 @@ def params_path() -> Path:
 def load_params(path: str | None = None) -> ComputeParams:
     """The shipped (fitted) compute parameters, or those in ``path``."""
     p = Path(path) if path else params_path()
-    data = read_json(p, "compute-model parameters", "reinstall srift, or re-run scripts/fit_models.py.")
+    data = read_json(p, "compute-model parameters", "reinstall srift-planner, or re-run scripts/fit_models.py.")
     return ComputeParams.from_dict(data, str(p))
 
 

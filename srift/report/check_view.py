@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.table import Table
-
 from rich.markup import escape
 
 from srift.files import write_json
 from srift.report.format import console, error_text, price_lines, print_json, usd
+from srift.report.table import Column, print_table
 from srift.results import CheckResult, MetricChange
 
 _LIMIT_LABELS = {"max_cost_usd": "job cost", "max_hours": "job hours", "max_usd_per_hour": "$/hour",
@@ -85,19 +84,12 @@ def render(result: CheckResult) -> None:
     con.print(f"Predicted {usd(result.predicted_cost_usd)} over {result.predicted_hours:,.2f} h (median), {_confidence_text(result)}, "
               f"at {usd(result.cost_per_hour_usd)}/h in {cfg.region}, {cfg.throughput_samples_per_s:,.0f} samples/s.")
     con.print(f"[dim]Typical error: {error_text(cfg.typical_error_pct, cfg.typical_error_basis)}.[/dim]")
-    table = Table()
-    for h in ("limit", "allowed", "predicted", "margin", ""):
-        table.add_column(h)
-    for label, allowed, predicted, margin, passed in _limit_cells(result):
-        table.add_row(label, allowed, predicted, margin, "ok" if passed else "[red]EXCEEDED[/red]")
-    con.print(table)
+    cells = [[label, allowed, predicted, margin, "ok" if passed else "[red]EXCEEDED[/red]"]
+             for label, allowed, predicted, margin, passed in _limit_cells(result)]
+    print_table(con, [Column("limit"), Column("allowed"), Column("predicted"), Column("margin", drop=1), Column("")], cells)
     if result.change:
-        t2 = Table(title="Change against the baseline")
-        for h in ("", "base", "this change", "change", "%"):
-            t2.add_column(h)
-        for r in _change_rows(result.change):
-            t2.add_row(*r)
-        con.print(t2)
+        print_table(con, [Column(""), Column("base"), Column("this change"), Column("change", drop=1), Column("%")],
+                    _change_rows(result.change), title="Change against the baseline")
     for note in cfg.notes:
         con.print(f"[dim]Note: {escape(note)}[/dim]")
     for line in price_lines(result.catalog_as_of):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -11,11 +12,19 @@ from typing import Any
 from rich.console import Console
 
 from srift.results import STALE_AFTER_DAYS
+from srift.files import atomic_write_text
 
 
 def console(width: int = 140) -> Console:
-    """A rich console; ``width`` columns when output goes to a file or a pipe (wide enough for the tables)."""
-    return Console(width=None if sys.stdout.isatty() else width)
+    """A rich console as wide as ``$COLUMNS`` when set (also when piped), else the terminal, else
+    ``width`` columns when output goes to a file or a pipe (wide enough for the tables)."""
+    return Console(width=terminal_columns() or (None if sys.stdout.isatty() else width))
+
+
+def terminal_columns() -> int | None:
+    """``$COLUMNS`` as a positive number of columns, or None when unset or not a number."""
+    text = os.environ.get("COLUMNS", "").strip()
+    return int(text) if text.isdigit() and int(text) > 0 else None
 
 
 def usd(v: float | None, digits: int = 2) -> str:
@@ -64,6 +73,11 @@ def price_lines(ages: Mapping[str, Any]) -> list[str]:
 def print_json(data: Any) -> None:
     """Print JSON to stdout (indented, stable)."""
     print(json.dumps(data, indent=2, default=_default))
+
+
+def save_json(path: str, data: Any) -> None:
+    """Write the JSON document a command prints to ``path`` as well (``--out-file``), atomically."""
+    atomic_write_text(path, json.dumps(data, indent=2, default=_default) + "\n")
 
 
 def _default(obj: Any) -> Any:

@@ -7,10 +7,10 @@ import dataclasses
 from typing import Any
 
 from rich.markup import escape
-from rich.table import Table
 
 from srift.errors import SriftError
-from srift.report.format import console, error_text, price_lines, print_json, seconds, usd
+from srift.report.format import console, error_text, price_lines, print_json, save_json, seconds, usd
+from srift.report.table import Column, print_table
 from srift.results import RecommendResult, ages_json
 from srift.search.confidence import label as q_label
 from srift.search.rank import MARKETS, Candidate, SearchResult
@@ -254,6 +254,15 @@ def _rows(result: RecommendResult) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def _drop_order(result: RecommendResult) -> dict[str, int]:
+    """Columns a narrow terminal loses first: detail before the figures the target is about
+    ($ per million samples is the target when minimizing cost without a job length)."""
+    order = ["iteration", "batch/GPU", "bottleneck", "$/M samples", "GPUs", "where"]
+    if result.search.objective == "cost" and result.job.length is None:
+        order.remove("$/M samples")
+    return {h: i + 1 for i, h in enumerate(order)}
+
+
 def _notes(result: RecommendResult) -> list[str]:
     found = result.search
     out = []
@@ -276,17 +285,15 @@ def _notes(result: RecommendResult) -> list[str]:
 def render(result: RecommendResult) -> None:
     """Print the header, the target, the ranked table, why the top choice wins, and the notes."""
     found = result.search
-    con = console(width=180)
+    con = console()
     con.print(header(result))
     con.print(f"[bold]{target_line(result)}[/bold]")
     head, rows = _rows(result)
-    table = Table()
-    for h in head:
-        table.add_column(h, justify="right" if h not in ("", "configuration", "where", "bottleneck") else "left",
-                         no_wrap=h in ("configuration", "where"))
-    for i, row in enumerate(rows):
-        table.add_row(*(escape(cell) for cell in row), style="bold green" if i == 0 else None)
-    con.print(table)
+    drop = _drop_order(result)
+    print_table(con, [Column(h, "left" if h in ("", "configuration", "where", "bottleneck") else "right", drop.get(h))
+                      for h in head],
+                [[escape(cell) for cell in row] for row in rows],
+                row_styles=["bold green" if i == 0 else None for i in range(len(rows))])
     con.print(why(found))
     for line in _notes(result):
         con.print(f"[dim]{escape(line)}[/dim]", highlight=False)
@@ -301,8 +308,13 @@ def markdown(result: RecommendResult) -> str:
     return "\n".join(lines)
 
 
-def show(result: RecommendResult, fmt: str, failure: SriftError | None = None) -> None:
-    """Print ``result`` as ``table``, ``json`` or ``markdown`` (``failure``: why nothing was chosen, JSON only)."""
+def show(result: RecommendResult, fmt: str, out_file: str | None = None, failure: SriftError | None = None) -> None:
+    """Write the JSON document to ``out_file`` if given, and print ``result`` as ``table``,
+    ``json`` or ``markdown`` (``failure``: why nothing was chosen; the JSON document carries it)."""
+    if out_file:
+        save_json(out_file, recommend_json(result, failure))
+    if failure is not None and fmt != "json":
+        return  # the command prints the error line
     if fmt == "json":
         print_json(recommend_json(result, failure))
     elif fmt == "markdown":

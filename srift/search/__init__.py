@@ -145,12 +145,13 @@ def _frontier(table: OfferTable) -> list[Candidate]:
     return pareto(_candidate(table, int(i)) for i in keep)
 
 
-def _points(table: OfferTable) -> list[tuple[float, float, bool]]:
-    """(price, expected throughput, feasible) of the priced configurations, at most MAX_POINTS."""
+def _points(table: OfferTable) -> list[tuple[float, float, bool, str]]:
+    """(price, expected throughput, feasible, GPU types) of the priced configurations, at most MAX_POINTS."""
     t = table.cols
     n = len(t["core"])
     idx = np.arange(n) if n <= MAX_POINTS else np.linspace(0, n - 1, MAX_POINTS).round().astype(np.int64)
-    return [(float(t["price"][i]), float(t["throughput"][i]), bool(t["feasible"][i])) for i in idx]
+    gpus = ["+".join(core.prediction.gpu_types) for core in table.cores]
+    return [(float(t["price"][i]), float(t["throughput"][i]), bool(t["feasible"][i]), gpus[int(t["core"][i])]) for i in idx]
 
 
 def _cheapest_that_fits(space: Space, c: Constraints, predict: Callable[[Cluster], Prediction]) -> Candidate | None:

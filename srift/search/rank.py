@@ -294,8 +294,9 @@ class SearchResult:
         simulated: Simulations run (one per hardware and node count, shared by every region).
         frontier: Pareto-optimal feasible-or-not candidates among those priced (throughput vs $/h),
             cheapest first.
-        evaluated_points: (cost per hour, expected throughput, feasible) of the priced ones
-            (at most a few thousand, for the plot).
+        evaluated_points: (cost per hour, expected throughput, feasible, GPUs) of the priced ones
+            (at most a few thousand, for the plot); GPUs names its GPU types (``A10G``, ``A10G+V100``
+            for a mix).
         objective: ``throughput`` or ``cost``.
         cut_by: When nothing is feasible: the limit that removed the last candidates.
         closest: When nothing is feasible: the candidate that comes closest.
@@ -312,7 +313,7 @@ class SearchResult:
     considered: int
     evaluated: int
     frontier: list[Candidate]
-    evaluated_points: list[tuple[float, float, bool]]
+    evaluated_points: list[tuple[float, float, bool, str]]
     objective: str
     cut_by: str | None = None
     closest: Candidate | None = None

@@ -466,7 +466,7 @@ def _entry(name: str, raw: Any, path: Path) -> ZooLlm:
 
 
 def _catalog_error(path: Path, what: str) -> SriftError:
-    return SriftError(f"the LLM zoo list '{path}' is not valid: {what}.", "reinstall srift, or fix configs/zoo/llm.yaml.")
+    return SriftError(f"the LLM zoo list '{path}' is not valid: {what}.", "reinstall srift-planner, or fix configs/zoo/llm.yaml.")
 
 
 def _arch_error(name: str, what: str) -> SriftError:
