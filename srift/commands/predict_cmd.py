@@ -8,7 +8,8 @@ import typer
 
 from srift import api
 from srift.commands.options import (
-    GLOBAL_BATCH_SIZE, KFAC_STRATEGY, MODEL, MODEL_CONFIG, OPTIMIZER, PRECISION, PROFILES, REGION, SEQ_LEN, check_format,
+    ACTIVATION_CHECKPOINTING, GLOBAL_BATCH_SIZE, GRAD_ACCUM, KFAC_STRATEGY, MODEL, MODEL_CONFIG, OPTIMIZER, PARALLELISM,
+    FUSED_LOSS, PRECISION, PROFILES, REDUCE_DTYPE, REGION, SEQ_LEN, check_format,
 )
 from srift.job import Job
 from srift.report import predict_view
@@ -29,6 +30,11 @@ def predict(
     kfac_strategy: str = KFAC_STRATEGY,
     kfac_factor_steps: int = typer.Option(1, "--kfac-factor-steps", help="K-FAC factor update interval."),
     kfac_inv_steps: int = typer.Option(1, "--kfac-inv-steps", help="K-FAC inverse update interval."),
+    parallelism: str = PARALLELISM,
+    activation_checkpointing: str = ACTIVATION_CHECKPOINTING,
+    grad_accum: int = GRAD_ACCUM,
+    reduce_dtype: str = REDUCE_DTYPE,
+    fused_loss: bool = FUSED_LOSS,
     region: str = REGION,
     fmt: str = typer.Option("table", "--format", help="table or json."),
 ) -> None:
@@ -36,6 +42,8 @@ def predict(
     check_format(fmt)
     job = Job(batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
               global_batch_size=global_batch_size, kfac_strategy=kfac_strategy,
-              kfac_factor_steps=kfac_factor_steps, kfac_inv_steps=kfac_inv_steps)
+              kfac_factor_steps=kfac_factor_steps, kfac_inv_steps=kfac_inv_steps, parallelism=parallelism,
+              activation_checkpointing=activation_checkpointing, grad_accum=grad_accum, reduce_dtype=reduce_dtype,
+              fused_loss=fused_loss)
     result = api.predict(job, model=model, profiles=profile, instance=instance, cluster_file=cluster, region=region, spot=spot, model_config=model_config)
     predict_view.show(result, fmt)
