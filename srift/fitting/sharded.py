@@ -235,3 +235,41 @@ def held_out(rows: pd.DataFrame, key: str) -> np.ndarray:
         params, _ = fit_llm_kernels(train)
         out[idx] = predicted_tokens(rows.iloc[idx], params)
     return out
+
+
+MEMORY_COLUMNS = ["row_id", "source", "model", "gpu", "n_gpus", "seq_len", "micro_batch", "checkpointing", "compiled",
+                  "meas_peak_gib"]
+
+
+def load_memory_rows(data: Path) -> pd.DataFrame:
+    """The rows that state peak memory per GPU and that srift can model (MEMORY_COLUMNS): PyTorch
+    FSDP in bf16, data parallel only, a zoo model, an NVIDIA GPU (the GPU's speed does not enter;
+    the ROCm rows' allocator behaves differently). torch.compile rows are kept (``compiled``:
+    compilation fuses ops and saves some memory; srift models eager PyTorch). torchtitan reports
+    the caching allocator's peak reserved memory."""
+    table = pd.read_csv(Path(data) / CSV, dtype=str, keep_default_na=False)
+    out = []
+    for r in table.to_dict("records"):
+        if not r["meas_peak_mem_gib"] or r["precision"] != "bf16" or r["training_type"] != "pretrain":
+            continue
+        if any(_num(r[k]) != 1.0 for k in ("tp_degree", "pp_degree", "cp_degree") if r[k]):
+            continue
+        if not r["gpu_type"].startswith("h100") or _model(r) is None or r["activation_checkpointing"] not in CHECKPOINTING:
+            continue
+        out.append({"row_id": int(r["row_id"]), "source": r["source_id"], "model": _model(r), "gpu": r["gpu_type"],
+                    "n_gpus": int(r["n_gpus"]), "seq_len": int(r["seq_len"]),
+                    "micro_batch": int(float(r["local_batch_size"] or r["micro_batch_size"])),
+                    "checkpointing": CHECKPOINTING[r["activation_checkpointing"]],
+                    "compiled": r["torch_compile"].startswith("yes"), "meas_peak_gib": float(r["meas_peak_mem_gib"])})
+    return pd.DataFrame(out, columns=MEMORY_COLUMNS)
+
+
+def predicted_peak_gib(r) -> float:
+    """srift's memory per GPU of a memory row (FSDP, plain cross-entropy as torchtitan computes it)
+    without the fixed workspace (CUDA context, which the allocator's figure does not hold)."""
+    from srift.simulate.memory import WORKSPACE_BYTES, sharded_memory_bytes
+
+    profile = decoder_profile(row_arch(r.model, int(r.seq_len)), batch_size=int(r.micro_batch), seq_len=int(r.seq_len),
+                              precision="bf16")
+    m = sharded_memory_bytes(profile, "bf16", "fsdp", r.checkpointing, int(r.n_gpus))
+    return (sum(m.values()) - WORKSPACE_BYTES) / 2**30

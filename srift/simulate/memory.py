@@ -103,7 +103,8 @@ def activation_bytes(profile: Profile, precision: str, checkpointing: str, fused
 
 
 def sharded_memory_bytes(profile: Profile, precision: str, parallelism: str, checkpointing: str, shard_gpus: int,
-                         reduce_dtype: str = "fp32", fused_loss: bool = False) -> dict[str, float]:
+                         reduce_dtype: str = "fp32", fused_loss: bool = False,
+                         activations: float | None = None) -> dict[str, float]:
     """Bytes per GPU by kind (see the module docstring) for ``profile`` at its per-GPU micro-batch.
 
     Args:
@@ -114,17 +115,19 @@ def sharded_memory_bytes(profile: Profile, precision: str, parallelism: str, che
         shard_gpus: GPUs the states are sharded over (all of them; one node's under hsdp; 1 for ddp).
         reduce_dtype: ``fp32`` or ``bf16`` (gradients reduced in).
         fused_loss: The loss is a fused cross-entropy kernel (``loss_bytes``).
+        activations: ``activation_bytes`` of this profile, precision, checkpointing and loss when
+            the caller has it (it does not depend on the parallelism).
     """
     layout = unit_layout(profile)
-    p = float(profile.params)
+    p = layout.params
     n = float(max(1, shard_gpus)) if parallelism != "ddp" else 1.0
     e = compute_param_bytes(precision)
     state = float(profile.optimizer.get("state_bytes_per_param", 4) or 0)
-    acts = activation_bytes(profile, precision, checkpointing, fused_loss)
+    acts = activation_bytes(profile, precision, checkpointing, fused_loss) if activations is None else activations
     if parallelism == "ddp":
         weights = p * MASTER_BYTES
         gathered = p * 2.0 if precision in HALF_PRECISIONS else 0.0
-        grads = 2.0 * float(profile.grad_bytes)
+        grads = 2.0 * layout.grad_bytes
         in_flight = 0.0
     else:
         weights = p * MASTER_BYTES / n

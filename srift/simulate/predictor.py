@@ -40,7 +40,9 @@ from srift.perf.compute import KINDS, LayerTimes, layer_arrays, layer_times, mea
 from srift.profile import Profile
 from srift.simulate.ddp import BucketLayout, bucket_layout, bucket_ready_s, comm_end_s
 from srift.simulate.kfac import KfacPlan, kfac_memory_bytes, plan_kfac
-from srift.simulate.memory import FRAGMENTATION, compute_param_bytes, fits, memory_breakdown_bytes, sharded_memory_bytes
+from srift.simulate.memory import (
+    FRAGMENTATION, activation_bytes, compute_param_bytes, fits, memory_breakdown_bytes, sharded_memory_bytes,
+)
 from srift.simulate.mixed import batches_for_fastest, split_batch
 from srift.simulate.prediction import BatchShare, Prediction
 from srift.simulate.sharded import EXPOSED_KEYS, StepInputs, StepTimes, checkpoint_masks, simulate_step, unit_layout
@@ -136,6 +138,7 @@ class Predictor:
         self._compute: dict[tuple[str, int], _Compute] = {}
         self._memory: dict[int, dict[str, float]] = {}
         self._sharded_memory: dict[tuple[int, str, str, int], dict[str, float]] = {}
+        self._activations: dict[tuple[int, str], float] = {}
         self._unit_compute: dict[tuple[str, int, str], tuple[list[float], list[float], list[float]]] = {}
         self._unit_comm: dict[tuple[CommModel, str, float], tuple[list[float], list[float], list[float]]] = {}
         # Keyed by the model itself (not its id(): a freed model's id can come back for another).
@@ -220,8 +223,13 @@ class Predictor:
         if m is None:
             if len(self._sharded_memory) > 4096:
                 self._sharded_memory.clear()
+            acts_key = (batch, checkpointing)
+            acts = self._activations.get(acts_key)
+            if acts is None:
+                acts = self._activations[acts_key] = activation_bytes(self.profile_at(batch), self.precision, checkpointing,
+                                                                      self.job.fused_loss)
             m = sharded_memory_bytes(self.profile_at(batch), self.precision, parallelism, checkpointing, key[3],
-                                     self.job.reduce_dtype, self.job.fused_loss)
+                                     self.job.reduce_dtype, self.job.fused_loss, acts)
             if self._act_factor != 1.0:
                 m["fragmentation"] += FRAGMENTATION * m["activations"] * (self._act_factor - 1.0)
                 m["activations"] *= self._act_factor
@@ -292,7 +300,7 @@ class Predictor:
         cost = cluster.usd_per_hour
         crit = max(comps, key=lambda c: c.compute_end_s)
         error_pct, error_basis, compute_error_pct = self._typical_error(cluster, crit.times, plan.parallelism)
-        state_bytes = self.base.params * (4.0 + float(self.base.optimizer.get("state_bytes_per_param", 4)))
+        state_bytes = self.units.params * (4.0 + float(self.base.optimizer.get("state_bytes_per_param", 4)))
         if plan.parallelism != "ddp":
             state_bytes /= cluster.nodes  # every node writes its own shards of the checkpoint
         tokens = throughput * self.seq_len if self.seq_len else None

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from srift.perf.compute import KINDS, layer_arrays, layer_kind
+from srift.perf.compute import KINDS, layer_arrays
 from srift.profile import Profile
 
 # Breakdown keys of a sharded iteration (they add up to the iteration time with data, forward,
@@ -57,6 +57,7 @@ EXPOSED_KEYS = ("exposed_all_gather", "exposed_reduce_scatter", "exposed_cross_n
 _AG, _RS, _AR = 0, 1, 2
 _MATMUL = KINDS.index("matmul")
 _ATTENTION = KINDS.index("attention")
+_ELEMENTWISE = KINDS.index("elementwise")
 
 
 # ---- units --------------------------------------------------------------------------------------
@@ -75,6 +76,7 @@ class UnitLayout:
         input_bytes: Activation bytes of each unit's input (the output of the layer before its
             first layer; 0 for the root and for a unit whose input is a root layer's output, which
             the root keeps anyway).
+        grad_bytes: The profile's gradient bytes (all units).
     """
 
     units: tuple[str | None, ...]
@@ -83,6 +85,11 @@ class UnitLayout:
     run_unit: tuple[int, ...]
     unit_params: np.ndarray
     input_bytes: np.ndarray
+    grad_bytes: float
+
+    @property
+    def params(self) -> float:
+        return float(self.unit_params.sum())
 
     @property
     def blocks(self) -> int:
@@ -124,7 +131,8 @@ def unit_layout(profile: Profile) -> UnitLayout:
         u = layer_unit[start]
         if u and start > 0 and layer_unit[start - 1] != 0 and not inputs[u]:
             inputs[u] = profile.layers[start - 1].activation_bytes
-    out = UnitLayout(tuple(names), layer_unit, run_starts, tuple(int(layer_unit[s]) for s in run_starts), params, inputs)
+    out = UnitLayout(tuple(names), layer_unit, run_starts, tuple(int(layer_unit[s]) for s in run_starts), params, inputs,
+                     float(profile.grad_bytes))
     if len(_LAYOUTS) > 256:
         for k in [k for k, (ref, _) in _LAYOUTS.items() if ref() is None]:
             del _LAYOUTS[k]
@@ -179,11 +187,12 @@ def gated_product_bytes(profile: Profile) -> np.ndarray:
     projection, run between the activation and the product); the product has that size too and is
     counted at the activation."""
     layers = profile.layers
+    kinds = layer_arrays(profile).kind_idx
     out = np.zeros(len(layers))
-    for i in range(len(layers) - 1):
+    for i in np.flatnonzero((kinds[:-1] == _ELEMENTWISE) & (kinds[1:] == _MATMUL)):
         a, b = layers[i], layers[i + 1]
-        if (layer_kind(a.type) == "elementwise" and layer_kind(b.type) == "matmul" and a.activation_bytes > 0
-                and a.unit is not None and a.unit == b.unit and abs(b.activation_bytes - a.activation_bytes) <= 1e-6 * a.activation_bytes):
+        if a.activation_bytes > 0 and a.unit is not None and a.unit == b.unit and abs(
+                b.activation_bytes - a.activation_bytes) <= 1e-6 * a.activation_bytes:
             out[i] = a.activation_bytes
     return out
 
@@ -238,116 +247,143 @@ class StepTimes:
         return max(0.0, sum(self.comm_s) - sum(self.exposed_s))
 
 
+@functools.lru_cache(maxsize=256)
+def _program(runs: tuple[int, ...], n_units: int, regather: bool) -> tuple[tuple[tuple[int, int, int], ...], ...]:
+    """The order of FSDP's events for a unit layout, independent of any time: per forward run
+    ``(unit, gather first or -1, prefetch after start or -1)``, then per backward run
+    ``(unit, gather first or -1, prefetch after start or -1, reduce after or -1)``."""
+    fwd_order: list[int] = []
+    for u in runs:
+        if u not in fwd_order:
+            fwd_order.append(u)
+    issued = {0}
+    fwd = []
+    for u in runs:
+        first = -1
+        if u not in issued:
+            first = u
+            issued.add(u)
+        nxt = fwd_order.index(u) + 1
+        pre = -1
+        if nxt < len(fwd_order) and fwd_order[nxt] not in issued:
+            pre = fwd_order[nxt]
+            issued.add(pre)
+        fwd.append((u, first, pre))
+    last_bwd: dict[int, int] = {}
+    for r, u in enumerate(runs):
+        last_bwd.setdefault(u, r)  # the first forward run is the last backward one
+    bwd_order: list[int] = []
+    for u in reversed(runs):
+        if u not in bwd_order:
+            bwd_order.append(u)
+    gathered = {u for u in range(n_units) if not regather or u == 0}
+    bwd = []
+    for r in range(len(runs) - 1, -1, -1):
+        u = runs[r]
+        first = -1
+        if u not in gathered:
+            first = u
+            gathered.add(u)
+        pre = next((v for v in bwd_order[bwd_order.index(u) + 1:] if v not in gathered), -1)
+        if pre >= 0:
+            gathered.add(pre)
+        bwd.append((u, first, pre, u if last_bwd[u] == r else -1))
+    return tuple(fwd), tuple(bwd)  # type: ignore[return-value]
+
+
 def simulate_step(x: StepInputs) -> StepTimes:
     """The schedule of one micro-batch (see the module docstring), from an idle start."""
-    runs = x.run_unit
     gather, scatter, allreduce = x.gather_s, x.scatter_s, x.allreduce_s
-    n_units = len(gather)
-    ops: list[tuple[float, float, int]] = []  # (start, end, kind) on the communication stream, in order
-    comm_free = 0.0
-    exposed = [0.0, 0.0, 0.0]
-    busy = [0.0, 0.0, 0.0]
-    cursor = 0  # first op that may still overlap a wait window
-
-    def issue(t: float, dur: float, kind: int) -> float:
-        nonlocal comm_free
-        if dur <= 0.0:
-            return t
-        start = comm_free if comm_free > t else t
-        comm_free = start + dur
-        ops.append((start, comm_free, kind))
-        busy[kind] += dur
-        return comm_free
-
+    fwd_prog, bwd_prog = _program(x.run_unit, len(gather), x.regather)
     serial = x.serial
+    starts: list[float] = []  # the communication stream's ops, in order
+    ends: list[float] = []
+    kinds: list[int] = []
+    busy = [0.0, 0.0, 0.0]
+    exposed = [0.0, 0.0, 0.0]
+    cursor = 0  # first op that may still overlap a wait window
+    free = 0.0  # when the communication stream is next free
 
     def wait(a: float, b: float) -> None:
         """The compute stream idles over [a, b]: charge it to what the comm stream ran then."""
         nonlocal cursor
-        if b <= a:
-            return
-        i = cursor
-        while i < len(ops) and ops[i][1] <= a:
+        i, n = cursor, len(ends)
+        while i < n and ends[i] <= a:
             i += 1
         cursor = i
-        while i < len(ops) and ops[i][0] < b:
-            s, e, k = ops[i]
-            exposed[k] += min(e, b) - max(s, a)
+        while i < n and starts[i] < b:
+            exposed[kinds[i]] += min(ends[i], b) - max(starts[i], a)
             i += 1
 
-    # Forward: units in order of first use; the root first (at t = 0), then prefetch one ahead.
-    ready = [0.0] * n_units
-    fwd_order: list[int] = []
-    seen = set()
-    for u in runs:
-        if u not in seen:
-            seen.add(u)
-            fwd_order.append(u)
-    pos = {u: i for i, u in enumerate(fwd_order)}
-    issued = [False] * n_units
-    ready[0] = issue(0.0, gather[0], _AG)
-    issued[0] = True
+    ready = [0.0] * len(gather)
+    if gather[0] > 0.0:  # the root's parameters, first
+        starts.append(0.0)
+        free = ready[0] = gather[0]
+        ends.append(free)
+        kinds.append(_AG)
+        busy[_AG] += gather[0]
     comp = 0.0
-    for r, u in enumerate(runs):
-        if not issued[u]:
-            ready[u] = issue(comp, gather[u], _AG)
-            issued[u] = True
+    fwd_s, bwd_s = x.fwd_s, x.bwd_s
+    for r, (u, first, pre) in enumerate(fwd_prog):
+        if first >= 0 and gather[first] > 0.0:
+            t = free if free > comp else comp
+            starts.append(t)
+            free = ready[first] = t + gather[first]
+            ends.append(free)
+            kinds.append(_AG)
+            busy[_AG] += gather[first]
         start = ready[u] if ready[u] > comp else comp
-        wait(comp, start)
-        nxt = pos[u] + 1
-        if nxt < len(fwd_order) and not issued[fwd_order[nxt]]:
-            v = fwd_order[nxt]
-            ready[v] = issue(start, gather[v], _AG)
-            issued[v] = True
-            if serial:
-                wait(start, ready[v])
-                start = max(start, ready[v])
-        comp = start + x.fwd_s[r]
+        if start > comp:
+            wait(comp, start)
+        if pre >= 0 and gather[pre] > 0.0:
+            t = free if free > start else start
+            starts.append(t)
+            free = ready[pre] = t + gather[pre]
+            ends.append(free)
+            kinds.append(_AG)
+            busy[_AG] += gather[pre]
+            if serial and free > start:
+                wait(start, free)
+                start = free
+        comp = start + fwd_s[r]
 
-    # Backward: runs in reverse; block units gathered again (fsdp, hsdp) one ahead; each unit's
-    # gradients reduce-scattered (and all-reduced across nodes) after its last backward run.
-    last_bwd = {}
-    for r, u in enumerate(runs):
-        last_bwd.setdefault(u, r)  # the first forward run is the last backward one
-    bwd_order: list[int] = []
-    seen = set()
-    for u in reversed(runs):
-        if u not in seen:
-            seen.add(u)
-            bwd_order.append(u)
-    bpos = {u: i for i, u in enumerate(bwd_order)}
-    regathered = [not x.regather or u == 0 for u in range(n_units)]
-    bready = [0.0] * n_units
-
-    def prefetch_after(u: int, t: float) -> None:
-        k = bpos[u] + 1
-        while k < len(bwd_order):
-            v = bwd_order[k]
-            if not regathered[v]:
-                bready[v] = issue(t, gather[v], _AG)
-                regathered[v] = True
-                return
-            k += 1
-
-    for r in range(len(runs) - 1, -1, -1):
-        u = runs[r]
-        if not regathered[u]:
-            bready[u] = issue(comp, gather[u], _AG)
-            regathered[u] = True
-        start = bready[u] if bready[u] > comp else comp
-        wait(comp, start)
-        prefetch_after(u, start)
-        if serial and comm_free > start:
-            wait(start, comm_free)
-            start = comm_free
-        comp = start + x.bwd_s[r]
-        if last_bwd[u] == r:
-            issue(comp, scatter[u], _RS)
-            issue(comp, allreduce[u], _AR)
-            if serial and comm_free > comp:
-                wait(comp, comm_free)
-                comp = comm_free
-    end = comm_free if comm_free > comp else comp
-    wait(comp, end)
-    compute = sum(x.fwd_s) + sum(x.bwd_s)
-    return StepTimes(end, compute, (exposed[0], exposed[1], exposed[2]), (busy[0], busy[1], busy[2]))
+    ready = [0.0] * len(gather)
+    n_runs = len(bwd_s)
+    for i, (u, first, pre, reduce) in enumerate(bwd_prog):
+        if first >= 0 and gather[first] > 0.0:
+            t = free if free > comp else comp
+            starts.append(t)
+            free = ready[first] = t + gather[first]
+            ends.append(free)
+            kinds.append(_AG)
+            busy[_AG] += gather[first]
+        start = ready[u] if ready[u] > comp else comp
+        if start > comp:
+            wait(comp, start)
+        if pre >= 0 and gather[pre] > 0.0:
+            t = free if free > start else start
+            starts.append(t)
+            free = ready[pre] = t + gather[pre]
+            ends.append(free)
+            kinds.append(_AG)
+            busy[_AG] += gather[pre]
+        if serial and free > start:
+            wait(start, free)
+            start = free
+        comp = start + bwd_s[n_runs - 1 - i]
+        if reduce >= 0:
+            for dur, kind in ((scatter[reduce], _RS), (allreduce[reduce], _AR)):
+                if dur > 0.0:
+                    t = free if free > comp else comp
+                    starts.append(t)
+                    free = t + dur
+                    ends.append(free)
+                    kinds.append(kind)
+                    busy[kind] += dur
+            if serial and free > comp:
+                wait(comp, free)
+                comp = free
+    end = free if free > comp else comp
+    if end > comp:
+        wait(comp, end)
+    return StepTimes(end, sum(fwd_s) + sum(bwd_s), (exposed[0], exposed[1], exposed[2]), (busy[0], busy[1], busy[2]))
