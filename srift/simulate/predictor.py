@@ -552,7 +552,8 @@ class Predictor:
             "forward": sum(fwd) * accum,
             "backward": (sum(bwd) - recompute) * accum,
             "recompute": recompute * accum,
-            **{key: value * accum for key, value in zip(EXPOSED_KEYS, s50.exposed_s)},
+            **{key: value * accum for key, value in zip(EXPOSED_KEYS, s50.exposed_s)
+               if parallelism == "hsdp" or key != "exposed_cross_node_allreduce"},
             "comm_interference": k * s50.hidden_s * accum,
             "optimizer": optimizer,
             "overhead": overhead * accum,
