@@ -64,11 +64,11 @@ def resolve_profiles(model: str | None, profiles: Sequence[str] | None,
             "use --model NAME for a built-in model (e.g. resnet50), --profile FILE for a profile from `srift profile`, "
             "or --model-config config.json for a Hugging Face decoder LLM.",
         )
-    at = {"precision": precision} if precision else {}
+    at = precision or "fp32"
     if model_config is not None:
-        return hf_config_profile(model_config, **at), []
+        return hf_config_profile(model_config, precision=at), []
     if model is not None:
-        return load_builtin_profile(model, **at), []
+        return load_builtin_profile(model, precision=at), []
     return Profile.load(files[0]), [Profile.load(f) for f in files[1:]]
 
 
@@ -189,7 +189,7 @@ def check(jobfile: JobFile, compare_to: str | None = None) -> CheckResult:
     limits = check_limits(jobfile.limits, run, cost_h, pred.fits_in_memory)
     config = CheckedConfiguration(instance, jobfile.spot, pred.gpus, chosen_by, pred.global_batch_size, pred.iteration_time_s,
                                   pred.expected_throughput_samples_per_s, pred.bottleneck, jobfile.region,
-                                  pred.typical_error_pct, pred.typical_error_basis)
+                                  pred.typical_error_pct, pred.typical_error_basis, plan=pred.plan_label)
     result = CheckResult(all(c.passed for c in limits), run.cost_usd, run.hours, cost_h, config, profile.name,
                          job.precision or profile.precision, run.steps, job.optimizer, limits, as_of)
     return dataclasses.replace(result, change=compare(result, base)) if base is not None else result

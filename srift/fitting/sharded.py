@@ -196,7 +196,7 @@ def llm_params(params: LlmKernelParams) -> Iterator[None]:
     try:
         yield
     finally:
-        compute.load_llm_params = shipped  # type: ignore[assignment]
+        compute.load_llm_params = shipped
 
 
 def predicted_tokens(rows: pd.DataFrame, params: LlmKernelParams) -> np.ndarray:

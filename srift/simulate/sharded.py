@@ -248,7 +248,8 @@ class StepTimes:
 
 
 @functools.lru_cache(maxsize=256)
-def _program(runs: tuple[int, ...], n_units: int, regather: bool) -> tuple[tuple[tuple[int, int, int], ...], ...]:
+def _program(runs: tuple[int, ...], n_units: int,
+             regather: bool) -> tuple[tuple[tuple[int, int, int], ...], tuple[tuple[int, int, int, int], ...]]:
     """The order of FSDP's events for a unit layout, independent of any time: per forward run
     ``(unit, gather first or -1, prefetch after start or -1)``, then per backward run
     ``(unit, gather first or -1, prefetch after start or -1, reduce after or -1)``."""
@@ -257,7 +258,7 @@ def _program(runs: tuple[int, ...], n_units: int, regather: bool) -> tuple[tuple
         if u not in fwd_order:
             fwd_order.append(u)
     issued = {0}
-    fwd = []
+    fwd: list[tuple[int, int, int]] = []
     for u in runs:
         first = -1
         if u not in issued:
@@ -277,7 +278,7 @@ def _program(runs: tuple[int, ...], n_units: int, regather: bool) -> tuple[tuple
         if u not in bwd_order:
             bwd_order.append(u)
     gathered = {u for u in range(n_units) if not regather or u == 0}
-    bwd = []
+    bwd: list[tuple[int, int, int, int]] = []
     for r in range(len(runs) - 1, -1, -1):
         u = runs[r]
         first = -1
@@ -288,7 +289,7 @@ def _program(runs: tuple[int, ...], n_units: int, regather: bool) -> tuple[tuple
         if pre >= 0:
             gathered.add(pre)
         bwd.append((u, first, pre, u if last_bwd[u] == r else -1))
-    return tuple(fwd), tuple(bwd)  # type: ignore[return-value]
+    return tuple(fwd), tuple(bwd)
 
 
 def simulate_step(x: StepInputs) -> StepTimes:
