@@ -40,7 +40,7 @@ def prediction_json(result: PredictResult) -> dict[str, Any]:
 
 PLAN_LABELS = {"ddp": "DDP", "zero2": "ZeRO-2 (FSDP SHARD_GRAD_OP)", "fsdp": "FSDP (FULL_SHARD)",
                "hsdp": "HSDP (sharded within a node, replicated across nodes)"}
-MEMORY_LABELS = {"weights": "parameters", "gathered_weights": "gathered parameters", "gradients": "gradients",
+MEMORY_LABELS = {"weights": "parameters", "gathered_weights": "gathered (half-precision) parameters", "gradients": "gradients",
                  "optimizer_state": "optimizer states", "activations": "activations", "fragmentation": "allocator slack",
                  "workspace": "workspace", "kfac_factors": "K-FAC factors"}
 
