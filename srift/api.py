@@ -10,6 +10,7 @@ called (``require_torch`` says clearly when it is missing).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,19 +44,21 @@ from srift.search.rank import SearchResult
 from srift.simulate import Predictor
 from srift.simulate.prediction import Prediction
 from srift.simulate.memory import fits
-from srift.zoo import MODELS, canonical_name, load_builtin_profile
-from srift.zoo.hf_config import hf_config_profile
+from srift.zoo import MODELS, canonical_name, llm_arch, load_builtin_profile
+from srift.zoo.hf_config import arch_from_hf_config, hf_config_profile
+from srift.zoo.llm import model_flops_per_token
 
 if TYPE_CHECKING:
     from srift.profiling.runner import ProfileResult
 
 # ---- what the user names ------------------------------------------------------------------------
 def resolve_profiles(model: str | None, profiles: Sequence[str] | None,
-                     model_config: str | None = None) -> tuple[Profile, list[Profile]]:
+                     model_config: str | None = None, precision: str | None = None) -> tuple[Profile, list[Profile]]:
     """``--model NAME`` (a shipped profile, torch-free), ``--model-config config.json`` (a Hugging
     Face decoder LLM, an analytic profile), or ``--profile FILE`` given once or more (the same job
     measured on different GPUs; the Predictor checks that they fit together): the first profile
-    and the rest. Profiles come at their own batch and sequence length.
+    and the rest. Profiles come at their own batch and sequence length; a decoder LLM's analytic
+    profile is made at ``precision`` (its element sizes follow it; None: fp32).
 
     Raises:
         SriftError: unless exactly one of a model, a model config and profiles is given.
@@ -67,10 +70,11 @@ def resolve_profiles(model: str | None, profiles: Sequence[str] | None,
             "use --model NAME for a built-in model (e.g. resnet50), --profile FILE for a profile from `srift profile`, "
             "or --model-config config.json for a Hugging Face decoder LLM.",
         )
+    at = precision or "fp32"
     if model_config is not None:
-        return hf_config_profile(model_config), []
+        return hf_config_profile(model_config, precision=at), []
     if model is not None:
-        return load_builtin_profile(model), []
+        return load_builtin_profile(model, precision=at), []
     return Profile.load(files[0]), [Profile.load(f) for f in files[1:]]
 
 
@@ -93,14 +97,24 @@ def resolve_cluster(instance: str | None, cluster_file: str | None, region: str 
     return cluster.on_spot() if spot else cluster
 
 
+def model_flops_fn(model: str | None, model_config: str | None = None) -> Callable[[int], float] | None:
+    """Training FLOPs per token at a sequence length for MFU, for a decoder LLM of the zoo or a
+    Hugging Face config (srift.zoo.llm.model_flops_per_token); None for other models."""
+    if model_config is not None:
+        return functools.partial(model_flops_per_token, arch_from_hf_config(model_config))
+    if model is not None and MODELS[canonical_name(model)].llm:
+        return functools.partial(model_flops_per_token, llm_arch(model))
+    return None
+
+
 # ---- predict ------------------------------------------------------------------------------------
 def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None = None, instance: str | None = None,
             cluster_file: str | None = None, region: str = "us-east-1", spot: bool = False,
             model_config: str | None = None) -> PredictResult:
     """Predict ``job`` of a model, a Hugging Face config or profile(s) on an instance spec or a cluster file."""
-    prof, more = resolve_profiles(model, profiles, model_config)
+    prof, more = resolve_profiles(model, profiles, model_config, job.precision)
     cluster = resolve_cluster(instance, cluster_file, region=region, spot=spot)
-    pred = Predictor(prof, job, more).predict(cluster)
+    pred = Predictor(prof, job, more, model_flops_fn(model, model_config)).predict(cluster)
     return PredictResult(pred, prof.name, job.precision or prof.precision, job.optimizer, job.kfac_strategy, spot)
 
 
@@ -130,18 +144,17 @@ def recommend(job: Job, constraints: Constraints, model: str | None = None, prof
               region: str = "us-east-1", model_config: str | None = None) -> RecommendResult:
     """Search the region's catalog for the best configurations of a model, a Hugging Face config or profile(s)."""
     constraints.require_length(job.length)
-    prof, more = resolve_profiles(model, profiles, model_config)
-    predictor = Predictor(prof, job, more)
+    prof, more = resolve_profiles(model, profiles, model_config, job.precision)
+    predictor = Predictor(prof, job, more, model_flops_fn(model, model_config))
     return RecommendResult(_search(predictor, constraints, region), constraints, job, prof.name, predictor.precision,
                            predictor.ref_batch, (job.seq_len or prof.seq_len) if prof.seq_len else None, region)
 
 
 def _search(predictor: Predictor, constraints: Constraints, region: str) -> SearchResult:
     job = predictor.job
-    per_gpu = sum(predictor.memory(predictor.ref_batch).values())
 
     def memory_ok(inst: Instance) -> bool:  # with a fixed global batch the per-GPU batch varies: let the simulator judge
-        return job.global_batch_size is not None or fits(per_gpu, inst.gpu_memory_gib)
+        return job.global_batch_size is not None or predictor.could_fit(inst.gpu_memory_gib, constraints.max_gpus)
 
     return search(load_catalog(region), predictor.predict, constraints, job.length, per_gpu_memory_ok=memory_ok)
 
@@ -182,10 +195,10 @@ def check(jobfile: JobFile, compare_to: str | None = None) -> CheckResult:
     """
     base = load_baseline(compare_to) if compare_to else None
     as_of = load_catalog(jobfile.region)[0].as_of
-    profile, more = resolve_profiles(jobfile.model, jobfile.profiles)
     job = jobfile.job
+    profile, more = resolve_profiles(jobfile.model, jobfile.profiles, precision=job.precision)
     assert job.length is not None  # a job file always has one
-    predictor = Predictor(profile, job, more)
+    predictor = Predictor(profile, job, more, model_flops_fn(jobfile.model))
     if jobfile.instance is not None:
         cluster = resolve_cluster(jobfile.instance, None, region=jobfile.region, spot=jobfile.spot)
         pred, instance, chosen_by = predictor.predict(cluster), jobfile.instance, "job file"
@@ -205,7 +218,7 @@ def check(jobfile: JobFile, compare_to: str | None = None) -> CheckResult:
     limits = check_limits(jobfile.limits, run, cost_h, pred.fits_in_memory)
     config = CheckedConfiguration(instance, jobfile.spot, pred.gpus, chosen_by, pred.global_batch_size, pred.iteration_time_s,
                                   pred.expected_throughput_samples_per_s, pred.bottleneck, jobfile.region,
-                                  pred.typical_error_pct, pred.typical_error_basis)
+                                  pred.typical_error_pct, pred.typical_error_basis, plan=pred.plan_label)
     result = CheckResult(all(c.passed for c in limits), run.cost_usd, run.hours, cost_h, config, profile.name,
                          job.precision or profile.precision, run.steps, job.optimizer, limits, as_of)
     return dataclasses.replace(result, change=compare(result, base)) if base is not None else result

@@ -5,9 +5,12 @@
     model: resnet50            # or profile: path/to/profile.yaml (relative to the job file), or a list, one per GPU
     batch_size: 64             # per GPU
     seq_len: 128               # sequence models only
-    precision: amp             # fp32 | tf32 | amp
+    precision: amp             # fp32 | tf32 | amp | bf16
     steps: 50000               # or epochs: 90 with dataset_size: 1281167
     optimizer: sgd             # sgd | kfac
+    parallelism: auto          # ddp | zero2 | fsdp | hsdp | auto
+    activation_checkpointing: auto  # none | selective | full | auto
+    grad_accum: 1              # micro-batches per optimizer step
     instance: p3.16xlarge:2    # optional; without it: what `srift recommend` would choose
     spot: false
     region: us-east-1
@@ -30,7 +33,7 @@ from typing import Any
 
 from srift.errors import SriftError, one_of
 from srift.files import read_yaml
-from srift.job import OPTIMIZERS, PRECISIONS, Job, JobLength
+from srift.job import AUTO, CHECKPOINTING, OPTIMIZERS, PARALLELISMS, PRECISIONS, REDUCE_DTYPES, Job, JobLength
 
 # The limits a job file may set, in the order `srift check` reports them.
 LIMITS = ("max_cost_usd", "max_hours", "max_usd_per_hour")
@@ -46,11 +49,17 @@ FIELDS: dict[str, tuple[type, str]] = {
     "epochs": (float, "a positive number"),
     "dataset_size": (int, "a positive integer"),
     "optimizer": (str, one_of(OPTIMIZERS)),
+    "parallelism": (str, one_of((*PARALLELISMS, AUTO))),
+    "activation_checkpointing": (str, one_of((*CHECKPOINTING, AUTO))),
+    "grad_accum": (int, "a positive integer (micro-batches per optimizer step)"),
+    "reduce_dtype": (str, one_of(REDUCE_DTYPES)),
+    "fused_loss": (bool, "true or false (a fused cross-entropy kernel)"),
     "instance": (str, "an instance spec like p3.16xlarge:2"),
     "spot": (bool, "true or false"),
     "region": (str, "an AWS region like us-east-1"),
 }
-_JOB_FIELDS = ("batch_size", "seq_len", "precision", "optimizer")
+_JOB_FIELDS = ("batch_size", "seq_len", "precision", "optimizer", "parallelism", "activation_checkpointing",
+               "grad_accum", "reduce_dtype", "fused_loss")
 _LENGTH_FIELDS = ("steps", "epochs", "dataset_size")
 
 

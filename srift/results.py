@@ -78,6 +78,7 @@ class CheckedConfiguration:
     region: str
     typical_error_pct: float | None
     typical_error_basis: str
+    plan: str = "ddp"  # parallelism and checkpointing (Prediction.plan_label): ddp, fsdp+sel, ...
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from srift.report.format import console, error_text, print_json, save_json, seconds, usd
+from srift.report.format import console, error_text, print_json, save_json, seconds, usd, usd_per_million_tokens
 from srift.report.table import Column, print_table
 from srift.results import RecommendResult
 from srift.search.rank import Candidate, SearchResult
@@ -34,6 +34,17 @@ def target_line(result: RecommendResult) -> str:
     return f"Target: {goal}" + (f" {' and '.join(limits)}" if limits else "")
 
 
+def _tokens(cand: Candidate) -> float | None:
+    """Expected tokens/s of a sequence model's candidate, else None."""
+    return cand.prediction.expected_throughput_tokens_per_s
+
+
+def rate_text(cand: Candidate) -> str:
+    """``3,855 samples/s`` or, for a sequence model, ``102,669 tokens/s``."""
+    tokens = _tokens(cand)
+    return f"{tokens:,.0f} tokens/s" if tokens is not None else f"{cand.expected_throughput_samples_per_s:,.0f} samples/s"
+
+
 def candidate_json(cand: Candidate, rank: int) -> dict[str, Any]:
     p = cand.prediction
     return {
@@ -56,6 +67,15 @@ def candidate_json(cand: Candidate, rank: int) -> dict[str, Any]:
         "breakdown": p.breakdown,
         "typical_error_pct": p.typical_error_pct,
         "typical_error_basis": p.typical_error_basis,
+        "parallelism": p.parallelism,
+        "activation_checkpointing": p.activation_checkpointing,
+        "grad_accum": p.grad_accum,
+        "memory_per_gpu_bytes": p.memory_per_gpu_bytes,
+        "throughput_tokens_per_s": p.throughput_tokens_per_s,
+        "expected_throughput_tokens_per_s": _tokens(cand),
+        "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
+        "mfu": p.mfu,
+        "usd_per_million_tokens": usd_per_million_tokens(p),
     }
 
 
@@ -66,7 +86,7 @@ def why(result: SearchResult) -> str:
         return ""
     top = recs[0]
     if result.objective == "throughput":
-        text = (f"{top.label} wins: the highest throughput ({top.expected_throughput_samples_per_s:,.0f} samples/s) "
+        text = (f"{top.label} wins: the highest throughput ({rate_text(top)}) "
                 f"of the {result.evaluated:,} configurations that meet the limits, at {usd(top.cost_per_hour_usd)}/h; "
                 f"it is {top.prediction.bottleneck}-bound.")
     else:
@@ -111,14 +131,21 @@ def recommend_json(result: RecommendResult) -> dict[str, Any]:
 
 def _rows(result: RecommendResult) -> tuple[list[str], list[list[str]]]:
     with_job = result.job.length is not None
-    head = ["", "configuration", "GPUs", "samples/s", "iteration", "$/h", "$/M samples"]
+    recs = result.search.recommendations
+    tokens = result.seq_len is not None
+    # How each row trains, where there is a choice (a profile with FSDP units, e.g. an LLM).
+    plans = any(c.prediction.plan_label != "ddp" for c in recs)
+    head = ["", "configuration", "GPUs"] + (["plan"] if plans else []) + [
+        "tokens/s" if tokens else "samples/s", "iteration", "$/h", "$/M tokens" if tokens else "$/M samples"]
     if with_job:
         head += ["job hours", "job $"]
     head.append("bottleneck")
     rows = []
-    for i, c in enumerate(result.search.recommendations):
-        row = ["CHOSEN" if i == 0 else str(i + 1), c.label, str(c.gpus), f"{c.expected_throughput_samples_per_s:,.0f}",
-               seconds(c.prediction.iteration_time_s), usd(c.cost_per_hour_usd), usd(c.usd_per_million_samples, 3)]
+    for i, c in enumerate(recs):
+        rate = f"{_tokens(c):,.0f}" if tokens else f"{c.expected_throughput_samples_per_s:,.0f}"
+        cost = usd(usd_per_million_tokens(c.prediction), 3) if tokens else usd(c.usd_per_million_samples, 3)
+        row = ["CHOSEN" if i == 0 else str(i + 1), c.label, str(c.gpus)] + ([c.prediction.plan_label] if plans else []) + [
+               rate, seconds(c.prediction.iteration_time_s), usd(c.cost_per_hour_usd), cost]
         if with_job:
             row += [f"{c.job_hours:,.2f}" if c.job_hours is not None else "-", usd(c.job_cost_usd)]
         row.append(c.prediction.bottleneck)
@@ -129,9 +156,10 @@ def _rows(result: RecommendResult) -> tuple[list[str], list[list[str]]]:
 def _drop_order(result: RecommendResult) -> dict[str, int]:
     """Columns a narrow terminal loses first: detail before the figures the target is about
     ($ per million samples is the target when minimizing cost without a job length)."""
-    order = ["iteration", "bottleneck", "$/M samples", "GPUs"]
+    per_million = "$/M tokens" if result.seq_len is not None else "$/M samples"
+    order = ["iteration", "bottleneck", per_million, "GPUs"]
     if result.search.objective == "cost" and result.job.length is None:
-        order.remove("$/M samples")
+        order.remove(per_million)
     return {h: i + 1 for i, h in enumerate(order)}
 
 
@@ -142,7 +170,7 @@ def render(result: RecommendResult) -> None:
     con.print(header(result))
     con.print(f"[bold]{target_line(result)}[/bold]")
     head, rows = _rows(result)
-    print_table(con, [Column(h, "left" if h in ("", "configuration", "bottleneck") else "right", _drop_order(result).get(h))
+    print_table(con, [Column(h, "left" if h in ("", "configuration", "plan", "bottleneck") else "right", _drop_order(result).get(h))
                       for h in head],
                 rows, row_styles=["bold green" if i == 0 else None for i in range(len(rows))])
     con.print(why(found))
