@@ -1,4 +1,4 @@
-"""Fit srift's compute and communication models to data/ and write configs/perf/*.json.
+"""Fit srift's compute, communication and decoder-LLM kernel models to data/ and write configs/perf/*.json.
 
     python scripts/fit_models.py [--data data] [--profiles-dir DIR] [--out configs/perf]
 
@@ -14,6 +14,8 @@ import argparse
 import dataclasses
 import datetime as _dt
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +28,7 @@ from srift.perf import comm as CM  # noqa: E402
 from srift.fitting import comm_fit  # noqa: E402
 from srift.fitting import compute_fit  # noqa: E402
 from srift.fitting import datasets  # noqa: E402
+from srift.fitting import sharded  # noqa: E402
 from srift.fitting import validation  # noqa: E402
 
 
@@ -169,9 +172,17 @@ def main() -> None:
     write_json(out / "comm.json", mdict)
     print(f"comm: all-reduce interference k = {k:.2f} ({info})  -> {out / 'comm.json'}")
 
+    sdoc = fit_sharded(data, out, today)
+    write_json(out / "sharded.json", sdoc)
+    print(f"sharded: fused attention efficiency {sdoc['fused_attention_efficiency']:.3f}, LLM matmul factor "
+          f"{sdoc['llm_matmul_factor']:.3f} over {sdoc['fit']['rows']} FSDP runs, in-sample MAPE "
+          f"{sdoc['fit']['in_sample_mape_pct']:.1f}%  -> {out / 'sharded.json'}")
 
-def fit_interference(data: Path, profiles: datasets.ProfileSource, params_dir: Path) -> tuple[float, dict]:
-    """Fit the all-reduce interference to measured one-node DDP scaling (t_n / t_1 of one system)."""
+
+@contextmanager
+def params_from(params_dir: Path) -> Iterator[None]:
+    """The simulator reads compute.json and comm.json from ``params_dir`` meanwhile (the files
+    this run has just written)."""
     from srift.perf import compute as C
 
     C.load_params.cache_clear()
@@ -181,14 +192,40 @@ def fit_interference(data: Path, profiles: datasets.ProfileSource, params_dir: P
     C.params_path = lambda: params_dir / "compute.json"  # type: ignore[assignment]
     CM.params_path = lambda: params_dir / "comm.json"  # type: ignore[assignment]
     try:
-        pairs = validation.scaling_pairs(datasets.load_rows(data))
-        sim_n = validation.simulate_rows(pairs, profiles)
-        sim_1 = validation.simulate_rows(pairs, profiles, n_gpus=1)
+        yield
     finally:
         C.params_path, CM.params_path = shipped_c, shipped_m  # type: ignore[assignment]
         C.load_params.cache_clear()
         CM.load_params.cache_clear()
         CM._MODEL_CACHE.clear()
+
+
+def fit_sharded(data: Path, params_dir: Path, today: str) -> dict:
+    """Fit the decoder-LLM kernel rates (fused attention, LLM matmuls) to the PyTorch FSDP runs
+    of data/llm-training-throughput, through the sharded simulator on the parameters just
+    written (srift/fitting/sharded.py), and return configs/perf/sharded.json's document."""
+    rows, _ = sharded.load_rows(data)
+    with params_from(params_dir):
+        params, mape = sharded.fit_llm_kernels(rows)
+    doc = params.to_dict()
+    doc.update({
+        "sources": ["data/llm-training-throughput (llm-foundry MPT tables: PyTorch FSDP, bf16; see srift/fitting/sharded.py)"],
+        "fitted_on": today,
+        "fit": {"rows": int(len(rows)), "gpus": sorted(rows["gpu"].unique().tolist()),
+                "models": sorted(rows["model"].unique().tolist()), "in_sample_mape_pct": round(mape, 2)},
+        "model": "fused attention: FLOPs / (fused_attention_efficiency x min(peak, SMs x clock x 2048)); "
+                 "matmuls of FSDP-unit profiles: llm_matmul_factor x the compute model's time (half precision)",
+        "method": "least squares on log(predicted / measured tokens/s per GPU), from (0.3, 1.0)",
+    })
+    return doc
+
+
+def fit_interference(data: Path, profiles: datasets.ProfileSource, params_dir: Path) -> tuple[float, dict]:
+    """Fit the all-reduce interference to measured one-node DDP scaling (t_n / t_1 of one system)."""
+    with params_from(params_dir):
+        pairs = validation.scaling_pairs(datasets.load_rows(data))
+        sim_n = validation.simulate_rows(pairs, profiles)
+        sim_1 = validation.simulate_rows(pairs, profiles, n_gpus=1)
     scaling = pairs["scaling"].to_numpy()
     k, err = comm_fit.fit_overlap_interference(scaling, sim_n["ideal"].to_numpy(), sim_n["hidden"].to_numpy(), sim_1["pred"].to_numpy())
     ideal = validation.mape(sim_n["ideal"] / sim_1["pred"], scaling)

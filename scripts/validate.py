@@ -20,6 +20,10 @@ prediction of the same model on every other GPU/precision of its source
 (``srift.fitting.compute_fit.anchor_pairs``), with none, all or the shipped share of its departure from the
 model carried over. The last lines give the DDP scaling fit (t_n / t_1 ratios).
 
+Sharded (FSDP) group: tokens/s per GPU of the PyTorch FSDP runs of data/llm-training-throughput
+(``srift.fitting.sharded``), with the decoder-LLM kernel rates refitted without the row's GPU
+(LOGO) or model size (LOSO), and peak memory against the runs that state it (``sharded_group``).
+
 Rows left out, and why: SuperBench ``float16`` (the whole model cast to fp16, not srift's amp) and
 its unidentified "V100" box; NVIDIA DLE BERT pre-training (the per-GPU batch is reached by
 gradient accumulation and the masked-LM head's work depends on an option the tables do not give),
@@ -163,10 +167,65 @@ def multi_node_allreduce(data: Path) -> list[tuple[str, int, float, float]]:
 MIN_LINK_ROWS = 20
 
 
-def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str, basis: dict[str, str]) -> None:
+def sharded_group(data: Path) -> dict:
+    """The sharded group: tokens/s per GPU of the PyTorch FSDP runs of data/llm-training-throughput
+    (srift.fitting.sharded: which rows and why), predicted with the shipped fit, refitted without
+    the row's GPU (LOGO; also without its silicon) and without the row's model size (LOSO), and
+    peak memory against the runs that state it. Prints the table; returns accuracy.json's group."""
+    from srift.fitting import sharded
+
+    rows, out = sharded.load_rows(data)
+    meas = rows["tokens_per_s_per_gpu"].to_numpy(float)
+    rows["silicon"] = rows["gpu"].map(silicon)
+    pred = np.array([sharded.predict_row(r).tokens_per_s_per_gpu for r in rows.itertuples()])
+    cols = {"fit": pred, "LOGO": sharded.held_out(rows, "gpu"), "leave-silicon": sharded.held_out(rows, "silicon"),
+            "LOSO": sharded.held_out(rows, "model")}
+    err = {k: (v / meas - 1.0) * 100.0 for k, v in cols.items()}
+    print(f"\nSharded (FSDP) group: tokens/s per GPU of {len(rows)} PyTorch FSDP runs (data/llm-training-throughput), MAPE %")
+    print(f"  rows left out: " + "; ".join(f"{n} {why}" for why, n in out["reason"].value_counts().items()))
+    print(f"{'':<28}{'rows':>6}" + "".join(f"{k:>15}" for k in cols))
+
+    def line(label: str, mask: np.ndarray) -> None:
+        print(f"{label:<28}{int(mask.sum()):>6}" + "".join(f"{np.abs(e[mask]).mean():>15.1f}" for e in err.values()))
+
+    line("all", np.ones(len(rows), bool))
+    for key in ("gpu", "model", "parallelism", "checkpointing"):
+        for value in sorted(rows[key].unique(), key=str):
+            line(f"  {value}", (rows[key] == value).to_numpy())
+    for n in sorted(rows["nodes"].unique()):
+        line(f"  {n} node{'s' if n > 1 else ''}", (rows["nodes"] == n).to_numpy())
+    print(f"{'bias (+ = predicted faster)':<28}{'':>6}" + "".join(f"{e.mean():>+15.1f}" for e in err.values()))
+    print("LOGO: fused-attention efficiency and LLM matmul factor refitted without the row's GPU (leave-silicon: "
+          "without A100 40/80 GB together, or H100); LOSO: without the row's model size.")
+    mfu = np.array([sharded.predict_row(r).mfu or np.nan for r in rows.itertuples()]) * 100.0
+    ok = np.isfinite(rows["meas_mfu_pct"].to_numpy(float))
+    print(f"  MFU: predicted {np.nanmean(mfu[ok]):.1f} % vs llm-foundry's stated {rows['meas_mfu_pct'][ok].mean():.1f} % on average "
+          "(its formula counts all parameters, srift's 6N + 12LHs the non-embedding ones)")
+    fits = np.array([sharded.predict_row(r).fits_in_memory for r in rows.itertuples()])
+    print(f"  memory: {int(fits.sum())} of {len(rows)} measured runs predicted to fit (95 % of the GPU usable)")
+    mem = sharded.load_memory_rows(data)
+    if len(mem):
+        mp = np.array([sharded.predicted_peak_gib(r) for r in mem.itertuples()])
+        merr = (mp / mem["meas_peak_gib"].to_numpy() - 1.0) * 100.0
+        print(f"  peak memory per GPU vs {len(mem)} torchtitan/torchao runs that state it: MAPE {np.abs(merr).mean():.1f} % "
+              f"(eager {np.abs(merr[~mem['compiled'].to_numpy()]).mean():.1f} %, torch.compile {np.abs(merr[mem['compiled'].to_numpy()]).mean():.1f} %)")
+        for r, e, m in zip(mem.itertuples(), merr, mp):
+            print(f"    row {r.row_id}: {r.model} {r.n_gpus} GPUs batch {r.micro_batch}x{r.seq_len} {r.checkpointing}"
+                  f"{' compiled' if r.compiled else ''}: measured {r.meas_peak_gib:.1f} GiB, predicted {m:.1f} ({e:+.1f} %)")
+    return {"rows": int(len(rows)), "fit": round(float(np.abs(err["fit"]).mean()), 1),
+            "logo": round(float(np.abs(err["LOGO"]).mean()), 1), "loso": round(float(np.abs(err["LOSO"]).mean()), 1),
+            "leave_silicon": round(float(np.abs(err["leave-silicon"]).mean()), 1),
+            # As the other groups: the mean signed error of the time per token, negative = predicted too fast.
+            "bias_pct": round(float(np.mean(meas / cols["fit"] - 1.0) * 100.0), 1),
+            "basis": "llm-foundry MPT 125M-70B on A100-40GB/80GB and H100, 8-512 GPUs, FSDP1 FULL_SHARD/SHARD_GRAD_OP, bf16"}
+
+
+def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str, basis: dict[str, str],
+                   computed: dict[str, dict] | None = None) -> None:
     """The figures `srift predict` and `recommend` quote (srift/perf/accuracy.py), atomically:
     MAPE per group for each fit, the in-fit mean signed error (``bias_pct``, negative = predicted
-    too fast), and what a group rests on where it is narrow (``basis``)."""
+    too fast), and what a group rests on where it is narrow (``basis``); ``computed``: groups whose
+    figures are already made (the sharded group, on tokens/s)."""
     from srift.files import write_json
     from srift.perf.accuracy import SCHEMA
 
@@ -183,6 +242,7 @@ def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str, b
             by_link = {link: figures(s) for link, s in df.groupby("link") if len(s) >= MIN_LINK_ROWS}
             g["by_link"] = dict(sorted(by_link.items()))
         doc["groups"][name] = {**g, **({"basis": basis[name]} if name in basis else {})}
+    doc["groups"].update(computed or {})
     write_json(path, doc)
 
 
@@ -317,6 +377,7 @@ def main() -> None:
         short = inst.replace(".24xlarge", "").replace(".48xlarge", "")
         print(f"{'  all-reduce ' + short:<28}{n_rows:>6}{fit_mape:>8.1f}{held_mape:>8.1f}")
     print(f"{'':<28}(all-reduce >= 1 MiB over EFA; LOGO column: EFA refitted without the instance type)")
+    sharded_figures = sharded_group(Path(args.data))
     if args.write_accuracy:
         write_accuracy(Path(args.write_accuracy),
                        {"single_gpu": single, "one_node": multi, **({"multi_node": nodes} if len(nodes) else {}),
@@ -325,7 +386,8 @@ def main() -> None:
                        {"multi_node": "fast.ai's 2018 DAWNBench ResNet-50 on 4-16x p3.16xlarge",
                         "single_gpu_same_gpu": "the same runs on other systems of the same GPU model",
                         "single_gpu_other_gpu": "single-GPU runs anchored on another GPU or precision of the same model",
-                        "one_node_same_gpu": "the same system's measured 1-GPU run, scaled by the simulator"})
+                        "one_node_same_gpu": "the same system's measured 1-GPU run, scaled by the simulator"},
+                       {"sharded": sharded_figures})
     shipped = C.load_params()
     print(f"\nProfile measured on another GPU or precision ({len(compute_fit.anchor_pairs(single, 'lomo'))} pairs of one model and "
           f"source; its model held out of the fit), MAPE %:")

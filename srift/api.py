@@ -10,6 +10,7 @@ called (``require_torch`` says clearly when it is missing).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,19 +48,21 @@ from srift.search.sweep import Progress
 from srift.simulate import Predictor
 from srift.simulate.prediction import Prediction
 from srift.simulate.memory import fits
-from srift.zoo import MODELS, canonical_name, load_builtin_profile
-from srift.zoo.hf_config import hf_config_profile
+from srift.zoo import MODELS, canonical_name, llm_arch, load_builtin_profile
+from srift.zoo.hf_config import arch_from_hf_config, hf_config_profile
+from srift.zoo.llm import model_flops_per_token
 
 if TYPE_CHECKING:
     from srift.profiling.runner import ProfileResult
 
 # ---- what the user names ------------------------------------------------------------------------
 def resolve_profiles(model: str | None, profiles: Sequence[str] | None,
-                     model_config: str | None = None) -> tuple[Profile, list[Profile]]:
+                     model_config: str | None = None, precision: str | None = None) -> tuple[Profile, list[Profile]]:
     """``--model NAME`` (a shipped profile, torch-free), ``--model-config config.json`` (a Hugging
     Face decoder LLM, an analytic profile), or ``--profile FILE`` given once or more (the same job
     measured on different GPUs; the Predictor checks that they fit together): the first profile
-    and the rest. Profiles come at their own batch and sequence length.
+    and the rest. Profiles come at their own batch and sequence length; a decoder LLM's analytic
+    profile is made at ``precision`` (its element sizes follow it; None: fp32).
 
     Raises:
         SriftError: unless exactly one of a model, a model config and profiles is given.
@@ -71,10 +74,11 @@ def resolve_profiles(model: str | None, profiles: Sequence[str] | None,
             "use --model NAME for a built-in model (e.g. resnet50), --profile FILE for a profile from `srift profile`, "
             "or --model-config config.json for a Hugging Face decoder LLM.",
         )
+    at = precision or "fp32"
     if model_config is not None:
-        return hf_config_profile(model_config), []
+        return hf_config_profile(model_config, precision=at), []
     if model is not None:
-        return load_builtin_profile(model), []
+        return load_builtin_profile(model, precision=at), []
     return Profile.load(files[0]), [Profile.load(f) for f in files[1:]]
 
 
@@ -149,15 +153,25 @@ def hardware_notes(instances: Sequence[Instance]) -> list[str]:
     return notes
 
 
+def model_flops_fn(model: str | None, model_config: str | None = None) -> Callable[[int], float] | None:
+    """Training FLOPs per token at a sequence length for MFU, for a decoder LLM of the zoo or a
+    Hugging Face config (srift.zoo.llm.model_flops_per_token); None for other models."""
+    if model_config is not None:
+        return functools.partial(model_flops_per_token, arch_from_hf_config(model_config))
+    if model is not None and MODELS[canonical_name(model)].llm:
+        return functools.partial(model_flops_per_token, llm_arch(model))
+    return None
+
+
 # ---- predict ------------------------------------------------------------------------------------
 def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None = None, instance: str | None = None,
             cluster_file: str | None = None, region: str = "aws/us-east-1", spot: bool = False,
             model_config: str | None = None) -> PredictResult:
     """Predict ``job`` of a model, a Hugging Face config or profile(s) on an instance spec (in the
     ``region`` selection, ``--infra`` spelling) or a cluster file."""
-    prof, more = resolve_profiles(model, profiles, model_config)
+    prof, more = resolve_profiles(model, profiles, model_config, job.precision)
     cluster = resolve_cluster(instance, cluster_file, region=region, spot=spot)
-    pred = Predictor(prof, job, more).predict(cluster)
+    pred = Predictor(prof, job, more, model_flops_fn(model, model_config)).predict(cluster)
     ages: dict[str, PriceAge] = {}
     host_arch = None
     if instance is not None:
@@ -204,9 +218,9 @@ def recommend(job: Job, constraints: Constraints, model: str | None = None, prof
     """Search the catalog of ``infra`` (every AWS region by default) for the best configurations of
     a model, a Hugging Face config or profile(s)."""
     constraints.require_length(job.length, job.global_batch_size)
-    prof, more = resolve_profiles(model, profiles, model_config)
+    prof, more = resolve_profiles(model, profiles, model_config, job.precision)
     job = with_resolved_length(job, prof)
-    predictor = Predictor(prof, job, more)
+    predictor = Predictor(prof, job, more, model_flops_fn(model, model_config))
     found = _search(predictor, constraints, infra, progress)
     return RecommendResult(found, constraints, job, prof.name, predictor.precision, predictor.ref_batch,
                            (job.seq_len or prof.seq_len) if prof.seq_len else None, infra,
@@ -215,13 +229,12 @@ def recommend(job: Job, constraints: Constraints, model: str | None = None, prof
 
 def _search(predictor: Predictor, constraints: Constraints, infra: str, progress: Progress | None = None) -> SearchResult:
     job = predictor.job
-    per_gpu = sum(predictor.memory(predictor.ref_batch).values())
 
     def memory_ok(inst: Instance) -> bool:  # with a fixed global batch the per-GPU batch varies: let the simulator judge
-        return job.global_batch_size is not None or fits(per_gpu, inst.gpu_memory_gib)
+        return job.global_batch_size is not None or predictor.could_fit(inst.gpu_memory_gib, constraints.max_gpus)
 
     return search(load_catalog(infra), predictor.predict, constraints, job.length, per_gpu_memory_ok=memory_ok,
-                  global_batch_size=job.global_batch_size, progress=progress)
+                  global_batch_size=job.global_batch_size, progress=progress, grad_accum=job.grad_accum)
 
 
 def no_fit_error(result: RecommendResult) -> SriftError | None:
@@ -264,10 +277,11 @@ def check(jobfile: JobFile, compare_to: str | None = None) -> CheckResult:
         SriftError: for a bad baseline, an unpriced instance, or a job that fits no GPU (exit 1).
     """
     base = load_baseline(compare_to) if compare_to else None
-    profile, more = resolve_profiles(jobfile.model, jobfile.profiles)
-    job = with_resolved_length(jobfile.job, profile)
+    job = jobfile.job
+    profile, more = resolve_profiles(jobfile.model, jobfile.profiles, precision=job.precision)
+    job = with_resolved_length(job, profile)
     assert job.length is not None  # a job file always has one
-    predictor = Predictor(profile, job, more)
+    predictor = Predictor(profile, job, more, model_flops_fn(jobfile.model))
     infra = jobfile.infra
     if jobfile.instance is not None:
         cluster = resolve_cluster(jobfile.instance, None, region=infra, spot=jobfile.spot)
@@ -296,7 +310,7 @@ def check(jobfile: JobFile, compare_to: str | None = None) -> CheckResult:
     limits = check_limits(jobfile.limits, run, at, cost_h, pred.fits_in_memory)
     config = CheckedConfiguration(instance, jobfile.spot, pred.gpus, chosen_by, pred.global_batch_size, pred.iteration_time_s,
                                   pred.expected_throughput_samples_per_s, pred.bottleneck, where,
-                                  pred.typical_error_pct, pred.typical_error_basis, tuple(pred.notes))
+                                  pred.typical_error_pct, pred.typical_error_basis, tuple(pred.notes), plan=pred.plan_label)
     result = CheckResult(all(c.passed for c in limits), run.cost_usd, run.hours, cost_h, config, profile.name,
                          job.precision or profile.precision, run.steps, job.optimizer, limits, ages, at)
     return dataclasses.replace(result, change=compare(result, base)) if base is not None else result

@@ -34,13 +34,17 @@ class GpuSpec:
     compute_capability: str | None = None  # CUDA "major.minor"; None for a non-CUDA GPU
 
     def peak_flops(self, precision: str) -> float:
-        """Peak FLOP/s for a training precision: fp32 (CUDA cores), tf32, or amp (fp16/bf16 tensor)."""
+        """Peak dense FLOP/s for a training precision: fp32 (CUDA cores), tf32, amp (fp16/bf16
+        tensor cores, whichever is faster) or bf16 (the bf16 rate; a GPU without bf16 units, e.g.
+        V100 or T4, runs bf16 at its fp32 rate: PyTorch emulates it there without tensor cores)."""
         if precision == "fp32":
             return self.fp32_tflops * 1e12
         if precision == "tf32":
             return self.tf32_tflops * 1e12
         if precision == "amp":
             return max(self.fp16_tflops, self.bf16_tflops or 0.0) * 1e12
+        if precision == "bf16":
+            return (self.bf16_tflops if self.bf16_tflops is not None else self.fp32_tflops) * 1e12
         require_precision(precision)  # raises for a name outside the vocabulary
         raise AssertionError(f"no peak rate for precision '{precision}'")
 

@@ -13,10 +13,26 @@ from dataclasses import dataclass
 
 from srift.errors import SriftError
 
-PRECISIONS = ("fp32", "tf32", "amp")
+PRECISIONS = ("fp32", "tf32", "amp", "bf16")
+# Half-precision compute: amp (autocast, fp32 parameters) and bf16 (FSDP mixed precision: bf16
+# parameters for compute, fp32 master copy).
+HALF_PRECISIONS = ("amp", "bf16")
 DEFAULT_CONFIDENCE = 0.9  # limits that rest on a prediction are met at this quantile (srift/search/confidence.py)
 OPTIMIZERS = ("sgd", "kfac")
 KFAC_STRATEGIES = ("naive", "mpd", "spd")
+# How the job is spread over the GPUs (srift/simulate/sharded.py): ddp (replicated), zero2
+# (gradients and optimizer states sharded: FSDP SHARD_GRAD_OP, DeepSpeed ZeRO-2), fsdp (everything
+# sharded: FULL_SHARD, FSDP2 fully_shard, ZeRO-3), hsdp (HYBRID_SHARD: sharded within a node,
+# replicated across nodes). ``auto``: the fastest that fits, per configuration.
+PARALLELISMS = ("ddp", "zero2", "fsdp", "hsdp")
+SHARDED_PARALLELISMS = ("zero2", "fsdp", "hsdp")
+# Activation checkpointing of each FSDP unit (transformer block): none, selective (torchtitan's
+# per-op policy) or full (the block's forward again in backward). ``auto``: the least recompute
+# that fits.
+CHECKPOINTING = ("none", "selective", "full")
+AUTO = "auto"
+# The dtype gradients are reduce-scattered (all-reduced) in: FSDP MixedPrecision's reduce_dtype.
+REDUCE_DTYPES = ("fp32", "bf16")
 
 
 def require_precision(precision: str) -> str:
@@ -28,6 +44,17 @@ def require_precision(precision: str) -> str:
     if precision not in PRECISIONS:
         raise SriftError(f"unknown precision '{precision}'.", f"use one of {', '.join(PRECISIONS)}.")
     return precision
+
+
+def require_choice(value: str, allowed: tuple[str, ...], what: str, flag: str) -> str:
+    """``value`` when it is one of ``allowed``.
+
+    Raises:
+        SriftError: naming the setting and the values it takes.
+    """
+    if value not in allowed:
+        raise SriftError(f"unknown {what} '{value}'.", f"use {flag} with one of {', '.join(allowed)}.")
+    return value
 
 
 def require_confidence(confidence: float) -> float:
@@ -187,11 +214,22 @@ class Job:
         seq_len: Sequence length (None: the profile's).
         precision: One of PRECISIONS (None: the profile's).
         optimizer: ``sgd`` (any first-order optimizer) or ``kfac``.
-        global_batch_size: Fix the global batch across GPU counts (None: batch_size x GPUs).
+        global_batch_size: Fix the global batch (per optimizer step) across GPU counts (None:
+            batch_size x grad_accum x GPUs).
         kfac_strategy: One of KFAC_STRATEGIES (K-FAC only).
         kfac_factor_steps: Factor update interval in iterations (K-FAC only).
         kfac_inv_steps: Inverse update interval in iterations (K-FAC only).
         length: How long the job trains (None: unknown; then no job hours or cost).
+        parallelism: One of PARALLELISMS, or ``auto`` (per configuration, the fastest that fits;
+            a profile without FSDP units, such as a CNN, is trained with DDP).
+        activation_checkpointing: One of CHECKPOINTING, or ``auto`` (with ``parallelism``).
+        grad_accum: Micro-batches of ``batch_size`` per optimizer step (gradient accumulation):
+            one iteration is one optimizer step of ``batch_size x grad_accum`` samples per GPU.
+        reduce_dtype: Gradient reduction dtype of sharded jobs (FSDP MixedPrecision
+            ``reduce_dtype``): ``fp32`` (torchtitan's and Composer's default) or ``bf16``.
+        fused_loss: The loss is a fused cross-entropy kernel (flash-attn's, llm-foundry's
+            default; Liger's) that keeps no fp32 copy of the logits; False: PyTorch's
+            ``cross_entropy`` on upcast logits (Hugging Face, torchtitan). Memory only.
 
     Raises:
         SriftError: for a setting out of its vocabulary or range.
@@ -206,9 +244,14 @@ class Job:
     kfac_factor_steps: int = 1
     kfac_inv_steps: int = 1
     length: JobLength | None = None
+    parallelism: str = AUTO
+    activation_checkpointing: str = AUTO
+    grad_accum: int = 1
+    reduce_dtype: str = "fp32"
+    fused_loss: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "seq_len", "global_batch_size"):
+        for name in ("batch_size", "seq_len", "global_batch_size", "grad_accum"):
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise SriftError(f"{name.replace('_', '-')} must be at least 1, got {v}.", f"pass --{name.replace('_', '-')} 1 or more.")
@@ -225,6 +268,16 @@ class Job:
                 f"--kfac-inv-steps {self.kfac_inv_steps} is not a multiple of --kfac-factor-steps {self.kfac_factor_steps}.",
                 "make the inverse interval a multiple of the factor interval.",
             )
+        if self.global_batch_size is not None and self.global_batch_size % self.grad_accum:
+            raise SriftError(f"global batch {self.global_batch_size} is not a multiple of --grad-accum {self.grad_accum}.",
+                             "make the global batch a multiple of the micro-batches per step.")
+        require_choice(self.parallelism, (*PARALLELISMS, AUTO), "parallelism", "--parallelism")
+        require_choice(self.activation_checkpointing, (*CHECKPOINTING, AUTO), "activation checkpointing",
+                       "--activation-checkpointing")
+        require_choice(self.reduce_dtype, REDUCE_DTYPES, "reduce dtype", "--reduce-dtype")
+        if self.kfac and self.parallelism in SHARDED_PARALLELISMS:
+            raise SriftError(f"K-FAC is modelled with DDP only, not with --parallelism {self.parallelism}.",
+                             "use --parallelism ddp with --optimizer kfac.")
 
     @property
     def kfac(self) -> bool:

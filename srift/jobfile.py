@@ -5,11 +5,14 @@
     model: resnet50            # or profile: path/to/profile.yaml (relative to the job file), or a list, one per GPU
     batch_size: 64             # per GPU
     seq_len: 128               # sequence models only
-    precision: amp             # fp32 | tf32 | amp
+    precision: amp             # fp32 | tf32 | amp | bf16
     epochs: 90                 # with dataset_size: 1281167; or samples: N, tokens: N (sequence models),
                                # or steps: N (with global_batch_size: B when no instance is given)
     global_batch_size: 1024    # optional: fix the global batch instead of batch_size per GPU
     optimizer: sgd             # sgd | kfac
+    parallelism: auto          # ddp | zero2 | fsdp | hsdp | auto
+    activation_checkpointing: auto  # none | selective | full | auto
+    grad_accum: 1              # micro-batches per optimizer step
     instance: p3.16xlarge:2    # optional; without it: what `srift recommend` would choose
     spot: false
     infra: aws/us-east-1       # where to price it (--infra spelling: aws, aws/us-west-2, gcp,lambda); or region: us-east-1
@@ -33,7 +36,10 @@ from typing import Any
 
 from srift.errors import SriftError, one_of
 from srift.files import read_yaml
-from srift.job import DEFAULT_CONFIDENCE, OPTIMIZERS, PRECISIONS, Job, JobLength, require_confidence
+from srift.job import (
+    AUTO, CHECKPOINTING, DEFAULT_CONFIDENCE, OPTIMIZERS, PARALLELISMS, PRECISIONS, REDUCE_DTYPES, Job, JobLength,
+    require_confidence,
+)
 
 # The limits a job file may set, in the order `srift check` reports them.
 LIMITS = ("max_cost_usd", "max_hours", "max_usd_per_hour")
@@ -52,13 +58,19 @@ FIELDS: dict[str, tuple[type, str]] = {
     "tokens": (int, "a positive integer"),
     "global_batch_size": (int, "a positive integer (samples per step over all GPUs)"),
     "optimizer": (str, one_of(OPTIMIZERS)),
+    "parallelism": (str, one_of((*PARALLELISMS, AUTO))),
+    "activation_checkpointing": (str, one_of((*CHECKPOINTING, AUTO))),
+    "grad_accum": (int, "a positive integer (micro-batches per optimizer step)"),
+    "reduce_dtype": (str, one_of(REDUCE_DTYPES)),
+    "fused_loss": (bool, "true or false (a fused cross-entropy kernel)"),
     "instance": (str, "an instance spec like p3.16xlarge:2"),
     "spot": (bool, "true or false"),
     "region": (str, "an AWS region like us-east-1"),
     "infra": (str, "clouds and regions like aws, aws/us-west-2 or gcp,lambda"),
     "confidence": (float, "a number from 0.5 to below 1, like 0.9"),
 }
-_JOB_FIELDS = ("batch_size", "seq_len", "precision", "optimizer", "global_batch_size")
+_JOB_FIELDS = ("batch_size", "seq_len", "precision", "optimizer", "global_batch_size", "parallelism",
+               "activation_checkpointing", "grad_accum", "reduce_dtype", "fused_loss")
 _LENGTH_FIELDS = ("steps", "epochs", "dataset_size", "samples", "tokens")
 DEFAULT_INFRA = "aws/us-east-1"  # a CI gate keeps one price list unless the file names others
 

@@ -156,6 +156,7 @@ class CheckedConfiguration:
     typical_error_pct: float | None
     typical_error_basis: str
     notes: tuple[str, ...] = ()
+    plan: str = "ddp"  # parallelism and checkpointing (Prediction.plan_label): ddp, fsdp+sel, ...
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,25 @@ def measured_profile(grad_bytes: Sequence[int], fwd: float = 0.01, bwd: float = 
                                      total_s=(fwd + bwd) * n + opt))
 
 
+def measured_unit_profile(block_params: Sequence[int], root_params: int = 0, fwd: float = 0.01, bwd: float = 0.02,
+                          opt: float = 0.005, gpu: str = "T4", batch_size: int = 8) -> Profile:
+    """A profile of FSDP units measured on ``gpu``: a root layer ``embed`` (``root_params``), one
+    Linear per entry of ``block_params`` in its own unit ``blocks.{i}``, and a root ``head``
+    without parameters; every layer ``fwd``/``bwd`` seconds, fp32."""
+    def layer(name: str, params: int, unit: str | None) -> LayerProfile:
+        return LayerProfile(name, "Linear", params=params, grad_bytes=4 * params, fwd_flops=1.0, bwd_flops=2.0,
+                            fwd_s=fwd, bwd_s=bwd, unit=unit)
+
+    layers = [layer("embed", root_params, None)]
+    layers += [layer(f"blocks.{i}.linear", p, f"blocks.{i}") for i, p in enumerate(block_params)]
+    layers.append(layer("head", 0, None))
+    n = len(layers)
+    return Profile(name="toy-units", batch_size=batch_size, precision="fp32", layers=layers,
+                   device={"name": f"test {gpu}", "kind": "cuda", "gpu": gpu},
+                   phases=PhaseTimes(data_s=0.0, forward_s=fwd * n, backward_s=bwd * n, optimizer_s=opt,
+                                     total_s=(fwd + bwd) * n + opt))
+
+
 def calibrated_cluster(workers: int = 2, s_per_byte: float = S_PER_BYTE, gpu: str = "T4", p90_factor: float = 1.0) -> Cluster:
     """One node whose all-reduce was measured: ``s_per_byte`` seconds per byte, no latency, and
     ``p90_factor`` times that at the p90."""

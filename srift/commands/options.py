@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from srift.errors import SriftError, one_of
-from srift.job import KFAC_STRATEGIES, OPTIMIZERS, PRECISIONS
+from srift.job import AUTO, CHECKPOINTING, KFAC_STRATEGIES, OPTIMIZERS, PARALLELISMS, PRECISIONS, REDUCE_DTYPES
 
 FORMATS = ("table", "json", "markdown")
 
@@ -49,3 +49,13 @@ FORMAT = typer.Option("table", "--format", help="table, json or markdown.")
 OUT_FILE = typer.Option(None, "--out-file", help="Also write the JSON document to FILE (whatever --format prints).")
 SKYPILOT = typer.Option(None, "--skypilot", help="Write a SkyPilot task for the configuration to FILE (sky launch FILE).")
 TORCHRUN = typer.Option(False, "--torchrun", help="Print the torchrun command of every node of the configuration.")
+PARALLELISM = typer.Option(AUTO, "--parallelism", help=f"{one_of((*PARALLELISMS, AUTO))}: how the job is spread "
+                           "(auto: per configuration the fastest that fits; DDP for models without transformer blocks).")
+ACTIVATION_CHECKPOINTING = typer.Option(AUTO, "--activation-checkpointing",
+                                        help=f"{one_of((*CHECKPOINTING, AUTO))} (per transformer block; selective: "
+                                             "torchtitan's per-op policy).")
+GRAD_ACCUM = typer.Option(1, "--grad-accum", help="Micro-batches of --batch-size per optimizer step (gradient accumulation).")
+REDUCE_DTYPE = typer.Option("fp32", "--reduce-dtype", help=f"{one_of(REDUCE_DTYPES)}: dtype sharded jobs reduce gradients in "
+                                                          "(FSDP MixedPrecision reduce_dtype).")
+FUSED_LOSS = typer.Option(False, "--fused-loss/--plain-loss", help="The loss is a fused cross-entropy kernel (flash-attn, "
+                          "llm-foundry, Liger) that keeps no fp32 copy of the logits (memory).")

@@ -8,8 +8,9 @@ import typer
 
 from srift import api
 from srift.commands.options import (
-    FORMAT, FORMATS, GLOBAL_BATCH_SIZE, KFAC_STRATEGY, MODEL, MODEL_CONFIG, OPTIMIZER, OUT_FILE, PRECISION, PROFILES, REGION,
-    SEQ_LEN, SKYPILOT, TORCHRUN, check_format,
+    ACTIVATION_CHECKPOINTING, FORMAT, FORMATS, FUSED_LOSS, GLOBAL_BATCH_SIZE, GRAD_ACCUM, KFAC_STRATEGY, MODEL,
+    MODEL_CONFIG, OPTIMIZER, OUT_FILE, PARALLELISM, PRECISION, PROFILES, REDUCE_DTYPE, REGION, SEQ_LEN, SKYPILOT,
+    TORCHRUN, check_format,
 )
 from srift.job import Job
 from srift.report import handoff, predict_view
@@ -30,6 +31,11 @@ def predict(
     kfac_strategy: str = KFAC_STRATEGY,
     kfac_factor_steps: int = typer.Option(1, "--kfac-factor-steps", help="K-FAC factor update interval."),
     kfac_inv_steps: int = typer.Option(1, "--kfac-inv-steps", help="K-FAC inverse update interval."),
+    parallelism: str = PARALLELISM,
+    activation_checkpointing: str = ACTIVATION_CHECKPOINTING,
+    grad_accum: int = GRAD_ACCUM,
+    reduce_dtype: str = REDUCE_DTYPE,
+    fused_loss: bool = FUSED_LOSS,
     infra: Optional[str] = typer.Option(None, "--infra", help="Where to price --instance (default aws/us-east-1); several regions: where each type is cheapest."),
     region: Optional[str] = REGION,
     fmt: str = FORMAT,
@@ -41,7 +47,9 @@ def predict(
     check_format(fmt, FORMATS)
     job = Job(batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
               global_batch_size=global_batch_size, kfac_strategy=kfac_strategy,
-              kfac_factor_steps=kfac_factor_steps, kfac_inv_steps=kfac_inv_steps)
+              kfac_factor_steps=kfac_factor_steps, kfac_inv_steps=kfac_inv_steps, parallelism=parallelism,
+              activation_checkpointing=activation_checkpointing, grad_accum=grad_accum, reduce_dtype=reduce_dtype,
+              fused_loss=fused_loss)
     where = api.resolve_infra(infra, region, "aws/us-east-1")
     result = api.predict(job, model=model, profiles=profile, instance=instance, cluster_file=cluster, region=where, spot=spot,
                          model_config=model_config)

@@ -11,7 +11,7 @@ from typing import Any
 from srift.files import configs_dir, read_json
 
 SCHEMA = "srift.perf.accuracy/v1"
-GROUPS = ("single_gpu", "one_node", "multi_node")
+GROUPS = ("single_gpu", "one_node", "multi_node", "sharded")
 
 
 def accuracy_path() -> Path:
@@ -103,3 +103,16 @@ def typical_error(nodes: int, gpus: int, cpu: bool = False, measured: str | None
     if measured != MEASURED_HERE and here:
         tip = f"; from a profile measured on this GPU type: ±{_figure(here):.1f} %"
     return _figure(g), f"{what}, scripts/validate.py{tip}"
+
+
+@functools.lru_cache(maxsize=1)
+def sharded_typical_error() -> tuple[float | None, str]:
+    """The sharded group's figure (FSDP/ZeRO-2/HSDP predictions): the leave-one-GPU-out MAPE of
+    tokens/s per GPU over the PyTorch FSDP runs of data/llm-training-throughput
+    (``scripts/validate.py``'s sharded group), and what it rests on."""
+    g = load_accuracy().get("groups", {}).get("sharded")
+    if not g or not g.get("rows"):
+        return None, "sharded training not validated: no figures shipped (scripts/validate.py --write-accuracy)"
+    return _figure(g), (f"leave-one-GPU-out MAPE of tokens/s per GPU over {g['rows']} PyTorch FSDP runs "
+                        f"({g.get('basis', 'data/llm-training-throughput')}), scripts/validate.py; "
+                        f"leaving a model size out: ±{float(g.get('loso', g['fit'])):.1f} %")

@@ -1,4 +1,4 @@
-"""Collective-communication time (all-reduce, broadcast) on a cluster.
+"""Collective-communication time (all-reduce, all-gather, reduce-scatter, broadcast) on a cluster.
 
 All-reduce of ``S`` bytes over ``n`` workers (``N`` nodes of ``g`` GPUs):
 
@@ -25,6 +25,7 @@ off the all-reduce curve. One worker: 0 seconds.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
@@ -225,6 +226,45 @@ class CommModel:
         """Seconds to all-reduce ``size_bytes`` (a number or an array of sizes) over all workers."""
         return self._collective(size_bytes, quantile, self._allreduce_model, 1.0)
 
+    def all_gather_time_s(self, size_bytes: float | np.ndarray, quantile: float = 0.5) -> float | np.ndarray:
+        """Seconds to all-gather ``size_bytes`` (the gathered, unsharded size) over all workers.
+
+        Ring (and, across nodes, hierarchical) all-gather moves ``(n-1)/n`` of the bytes over each
+        link: half an all-reduce's traffic (an all-reduce is a reduce-scatter and an all-gather),
+        on the same per-class bandwidth, efficiency and latency terms, with half its ring steps.
+        A measured all-reduce curve is read at half the size.
+        """
+        return self._collective(size_bytes, quantile, self._half_allreduce_model, 0.5)
+
+    def reduce_scatter_time_s(self, size_bytes: float | np.ndarray, quantile: float = 0.5) -> float | np.ndarray:
+        """Seconds to reduce-scatter ``size_bytes`` (the unsharded gradient size): the other half
+        of an all-reduce, priced as ``all_gather_time_s``."""
+        return self._collective(size_bytes, quantile, self._half_allreduce_model, 0.5)
+
+    def within_node(self) -> "CommModel":
+        """The collectives of one node's GPUs among themselves (HSDP's shard group): this
+        cluster's intra-node link, one node. Model-based (a measured curve is of the whole cluster)."""
+        t = self.topology
+        return self._derived(dataclasses.replace(t, workers=t.gpus_per_node, nodes=1))
+
+    def across_nodes(self) -> "CommModel":
+        """The collectives between nodes of one GPU per node, each over its own share of the node's
+        network (HSDP's replica groups: the ``g`` GPUs of a node run ``g`` such collectives at
+        once, one per NIC share): ``nodes`` workers, ``network / g`` each. An all-reduce of a
+        ``S / g`` shard here takes the inter-node term of a hierarchical all-reduce of ``S``."""
+        t = self.topology
+        return self._derived(dataclasses.replace(t, workers=t.nodes, gpus_per_node=1,
+                                                 net_gbytes_per_s=t.net_gbytes_per_s / max(t.gpus_per_node, 1)))
+
+    def _derived(self, topo: Topology) -> "CommModel":
+        model = _DERIVED_CACHE.get(topo)
+        if model is None or model.params is not self.params:
+            if len(_DERIVED_CACHE) > 4096:
+                _DERIVED_CACHE.clear()
+            plain = dataclasses.replace(self.cluster, comm_calibration=None)
+            model = _DERIVED_CACHE[topo] = CommModel(plain, self.params, _topology=topo)
+        return model
+
     def broadcast_time_s(self, size_bytes: float | np.ndarray, quantile: float = 0.5) -> float | np.ndarray:
         """Seconds to broadcast ``size_bytes`` from one worker to all (pipelined ring/tree)."""
         # A pipelined broadcast moves each byte over each link once; an all-reduce moves
@@ -290,6 +330,10 @@ class CommModel:
         inter = 2.0 * (nn - 1) / nn * s / (t.net_gbytes_per_s * 1e9 * self._net.efficiency(s))  # type: ignore[union-attr]
         return self._latency_s() + np.maximum(intra, inter)
 
+    def _half_allreduce_model(self, s: np.ndarray) -> np.ndarray:
+        """All-gather or reduce-scatter: half an all-reduce's latency and bandwidth terms."""
+        return self._allreduce_model(s) * 0.5
+
     def _broadcast_model(self, s: np.ndarray) -> np.ndarray:
         t = self.topology
         link_bw = t.link_gbytes_per_s * 1e9
@@ -301,6 +345,9 @@ class CommModel:
 
 # Clusters with the same topology share one model (the recommender builds thousands of clusters).
 _MODEL_CACHE: dict[Topology, CommModel] = {}
+# Sub-topologies of a cluster (HSDP's shard and replica groups), by topology (the parameters
+# are checked by identity: they are loaded once).
+_DERIVED_CACHE: dict[Topology, CommModel] = {}
 
 
 @dataclass(frozen=True)

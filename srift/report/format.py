@@ -31,6 +31,14 @@ def usd(v: float | None, digits: int = 2) -> str:
     return "-" if v is None else f"${v:,.{digits}f}"
 
 
+def usd_per_million_tokens(pred: Any) -> float | None:
+    """What a million tokens cost (sequence models; spot interruptions included), else None."""
+    tokens = pred.expected_throughput_tokens_per_s
+    if tokens is None or pred.cost_per_hour_usd is None or tokens <= 0:
+        return None
+    return pred.cost_per_hour_usd / (tokens * 3600.0) * 1e6
+
+
 def seconds(v: float) -> str:
     if v >= 1:
         return f"{v:.2f} s"

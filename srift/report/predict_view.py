@@ -7,9 +7,10 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from srift.report.format import console, error_text, gib, price_lines, print_json, save_json, seconds, usd
+from srift.report.format import console, error_text, gib, price_lines, print_json, save_json, seconds, usd, usd_per_million_tokens
 from srift.results import PredictResult, ages_json
 from srift.report.table import Column, print_table
+from srift.simulate.prediction import Prediction
 
 NO_FIT = "DOES NOT FIT"
 
@@ -17,8 +18,12 @@ PHASE_LABELS = {
     "data": "data loading",
     "forward": "forward",
     "backward": "backward",
+    "recompute": "recompute (activation checkpointing)",
     "exposed_comm": "exposed all-reduce",
-    "comm_interference": "all-reduce interference",
+    "exposed_all_gather": "exposed all-gather",
+    "exposed_reduce_scatter": "exposed reduce-scatter",
+    "exposed_cross_node_allreduce": "exposed cross-node all-reduce",
+    "comm_interference": "communication interference",
     "optimizer": "optimizer step",
     "overhead": "framework overhead",
     "factor_compute": "K-FAC factors",
@@ -40,9 +45,31 @@ def prediction_json(result: PredictResult) -> dict[str, Any]:
     return out
 
 
+PLAN_LABELS = {"ddp": "DDP", "zero2": "ZeRO-2 (FSDP SHARD_GRAD_OP)", "fsdp": "FSDP (FULL_SHARD)",
+               "hsdp": "HSDP (sharded within a node, replicated across nodes)"}
+MEMORY_LABELS = {"weights": "parameters", "gathered_weights": "gathered (half-precision) parameters", "gradients": "gradients",
+                 "optimizer_state": "optimizer states", "activations": "activations", "fragmentation": "allocator slack",
+                 "workspace": "workspace", "kfac_factors": "K-FAC factors"}
+
+
 def title(result: PredictResult) -> str:
     return (f"{result.model} on {result.prediction.cluster}{' [Spot]' if result.spot_pricing else ''}, {result.precision}"
             + (f", K-FAC ({result.kfac_strategy})" if result.optimizer == "kfac" else ""))
+
+
+def plan_text(pred: Prediction) -> str:
+    """``FSDP (FULL_SHARD), selective activation checkpointing, 4 micro-batches``."""
+    text = PLAN_LABELS.get(pred.parallelism, pred.parallelism)
+    if pred.activation_checkpointing != "none":
+        text += f", {pred.activation_checkpointing} activation checkpointing"
+    if pred.grad_accum > 1:
+        text += f", {pred.grad_accum} micro-batches of {pred.micro_batch_size or '?'}"
+    return text
+
+
+def exposed_comm_s(pred: Prediction) -> float:
+    """Communication the compute waited for (all kinds)."""
+    return sum(v for k, v in pred.breakdown.items() if k.startswith("exposed_") and "factor" not in k)
 
 
 def summary_rows(result: PredictResult) -> list[tuple[str, str]]:
@@ -50,13 +77,22 @@ def summary_rows(result: PredictResult) -> list[tuple[str, str]]:
     pred = result.prediction
     rows = [
         ("GPUs", f"{pred.gpus}  (global batch {pred.global_batch_size})"),
+        ("Parallelism", plan_text(pred)),
         ("Iteration", f"{seconds(pred.iteration_time_s)}  (p90 {seconds(pred.p90_iteration_time_s)})"),
         ("Throughput", f"{pred.throughput_samples_per_s:,.1f} samples/s"),
-        ("Cost", f"{usd(pred.cost_per_hour_usd)}/h, {usd(pred.usd_per_million_samples)} per million samples"),
-        ("Memory", f"{gib(pred.memory_per_gpu_bytes)} per GPU" + ("" if pred.fits_in_memory else f"  {NO_FIT}")),
-        ("Bottleneck", pred.bottleneck),
-        ("Typical error", error_text(pred.typical_error_pct, pred.typical_error_basis)),
     ]
+    if pred.throughput_tokens_per_s is not None:
+        tokens = f"{pred.throughput_tokens_per_s:,.0f} tokens/s ({pred.tokens_per_s_per_gpu:,.0f} per GPU)"
+        if pred.mfu is not None:
+            tokens += f", MFU {pred.mfu:.1%}"
+        rows.append(("Tokens", tokens))
+    rows.append(("Cost", f"{usd(pred.cost_per_hour_usd)}/h, {usd(pred.usd_per_million_samples)} per million samples"
+                 + (f", {usd(usd_per_million_tokens(pred), 3)} per million tokens" if pred.seq_len else "")))
+    mem = f"{gib(pred.memory_per_gpu_bytes)} per GPU" + ("" if pred.fits_in_memory else f"  {NO_FIT}")
+    if pred.parallelism != "ddp" or "gathered_weights" in pred.memory_breakdown_bytes:
+        mem += " (" + ", ".join(f"{MEMORY_LABELS.get(k, k)} {gib(v)}" for k, v in pred.memory_breakdown_bytes.items() if v) + ")"
+    rows += [("Memory", mem), ("Bottleneck", pred.bottleneck),
+             ("Typical error", error_text(pred.typical_error_pct, pred.typical_error_basis))]
     if pred.spot:
         s = pred.spot
         rows.append(("Spot (expected)",
@@ -76,12 +112,16 @@ def breakdown_rows(result: PredictResult) -> list[list[str]]:
 
 
 def comm_line(result: PredictResult) -> str:
-    """How much of the all-reduce backward hides, or "" without one."""
-    total = result.prediction.breakdown.get("comm_total", 0.0)
+    """How much of the communication compute hides, or "" without any."""
+    pred = result.prediction
+    total = pred.breakdown.get("comm_total", 0.0)
     if total <= 0:
         return ""
-    hidden = max(0.0, total - result.prediction.breakdown.get("exposed_comm", 0.0)) / total
-    return f"All-reduce {seconds(total)} per iteration, {hidden:.0%} of it hidden behind backward."
+    hidden = max(0.0, total - exposed_comm_s(pred)) / total
+    if pred.parallelism == "ddp":
+        return f"All-reduce {seconds(total)} per iteration, {hidden:.0%} of it hidden behind backward."
+    return (f"All-gather and reduce-scatter{' and cross-node all-reduce' if pred.parallelism == 'hsdp' else ''} "
+            f"{seconds(total)} per iteration, {hidden:.0%} of it hidden behind compute.")
 
 
 def render(result: PredictResult) -> None:

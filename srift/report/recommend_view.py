@@ -9,7 +9,7 @@ from typing import Any
 from rich.markup import escape
 
 from srift.errors import SriftError
-from srift.report.format import console, error_text, price_lines, print_json, save_json, seconds, usd
+from srift.report.format import console, error_text, price_lines, print_json, save_json, seconds, usd, usd_per_million_tokens
 from srift.report.table import Column, print_table
 from srift.results import RecommendResult, ages_json
 from srift.search.confidence import label as q_label
@@ -48,6 +48,17 @@ def target_line(result: RecommendResult) -> str:
     if c.deadline_hours is not None or c.max_cost_usd is not None:
         text += f", met at {c.confidence:.0%} confidence"
     return text
+
+
+def _tokens(cand: Candidate) -> float | None:
+    """Expected tokens/s of a sequence model's candidate, else None."""
+    return cand.prediction.expected_throughput_tokens_per_s
+
+
+def rate_text(cand: Candidate) -> str:
+    """``3,855 samples/s`` or, for a sequence model, ``102,669 tokens/s``."""
+    tokens = _tokens(cand)
+    return f"{tokens:,.0f} tokens/s" if tokens is not None else f"{cand.expected_throughput_samples_per_s:,.0f} samples/s"
 
 
 def marks(c: Candidate) -> str:
@@ -107,6 +118,15 @@ def candidate_json(cand: Candidate, rank: int, result: SearchResult | None = Non
         "typical_error_pct": p.typical_error_pct,
         "typical_error_basis": p.typical_error_basis,
         "flags": list(cand.flags),
+        "parallelism": p.parallelism,
+        "activation_checkpointing": p.activation_checkpointing,
+        "grad_accum": p.grad_accum,
+        "memory_per_gpu_bytes": p.memory_per_gpu_bytes,
+        "throughput_tokens_per_s": p.throughput_tokens_per_s,
+        "expected_throughput_tokens_per_s": _tokens(cand),
+        "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
+        "mfu": p.mfu,
+        "usd_per_million_tokens": usd_per_million_tokens(p),
     }
     if at is not None:
         out.update({"confidence": at.confidence, "job_hours_p50": cand.job_hours, f"job_hours_{at.label}": at.hours,
@@ -147,7 +167,7 @@ def why(result: SearchResult) -> str:
                     f"{pick.edge:.0%}, less than their combined typical error (±{pick.error_pct:.0f} %), and {top.label} is "
                     "the best configuration that beats every simpler one by more than their combined error.")
     elif result.objective == "throughput":
-        text = (f"{top.label} wins: the highest throughput ({top.expected_throughput_samples_per_s:,.0f} samples/s) "
+        text = (f"{top.label} wins: the highest throughput ({rate_text(top)}) "
                 f"that meets the limits, at {usd(top.cost_per_hour_usd)}/h; it is {top.prediction.bottleneck}-bound.")
     else:
         what = f"{usd(top.job_cost_usd)} for the job" if top.job_cost_usd is not None else f"{usd(top.usd_per_million_samples)} per million samples"
@@ -233,8 +253,11 @@ def _rows(result: RecommendResult) -> tuple[list[str], list[list[str]]]:
     with_job = result.job.length is not None
     q = q_label(result.constraints.confidence)
     batch_col = result.job.global_batch_size is not None or any(len(c.prediction.batch_split) > 1 for c in recs)
-    head = ["", "configuration", "where", "GPUs"] + (["batch/GPU"] if batch_col else []) + [
-        "samples/s", "iteration", "$/h", "$/M samples"]
+    tokens = result.seq_len is not None
+    # How each row trains, where there is a choice (a profile with FSDP units, e.g. an LLM).
+    plans = any(c.prediction.plan_label != "ddp" for c in recs)
+    head = ["", "configuration", "where", "GPUs"] + (["batch/GPU"] if batch_col else []) + (["plan"] if plans else []) + [
+        "tokens/s" if tokens else "samples/s", "iteration", "$/h", "$/M tokens" if tokens else "$/M samples"]
     if with_job:
         head += [f"job hours ({q})", f"job $ ({q})"]
     head.append("bottleneck")
@@ -243,8 +266,12 @@ def _rows(result: RecommendResult) -> tuple[list[str], list[list[str]]]:
         row = ["CHOSEN" if i == 0 else str(i + 1), c.label + marks(c), where(c), str(c.gpus)]
         if batch_col:
             row.append("/".join(dict.fromkeys(str(b.per_gpu_batch) for b in c.prediction.batch_split)))
-        row += [f"{c.expected_throughput_samples_per_s:,.0f}", seconds(c.prediction.iteration_time_s),
-                usd(c.cost_per_hour_usd), usd(c.usd_per_million_samples, 3)]
+        if plans:
+            row.append(c.prediction.plan_label)
+        rate = _tokens(c)
+        row += [f"{rate:,.0f}" if tokens and rate is not None else f"{c.expected_throughput_samples_per_s:,.0f}",
+                seconds(c.prediction.iteration_time_s), usd(c.cost_per_hour_usd),
+                usd(usd_per_million_tokens(c.prediction), 3) if tokens else usd(c.usd_per_million_samples, 3)]
         if with_job:
             at = c.at_confidence
             row += [f"{c.job_hours:,.1f} ({at.hours:,.1f})" if c.job_hours is not None and at is not None else "-",
@@ -257,9 +284,10 @@ def _rows(result: RecommendResult) -> tuple[list[str], list[list[str]]]:
 def _drop_order(result: RecommendResult) -> dict[str, int]:
     """Columns a narrow terminal loses first: detail before the figures the target is about
     ($ per million samples is the target when minimizing cost without a job length)."""
-    order = ["iteration", "batch/GPU", "bottleneck", "$/M samples", "GPUs", "where"]
+    per_million = "$/M tokens" if result.seq_len is not None else "$/M samples"
+    order = ["iteration", "batch/GPU", "bottleneck", per_million, "GPUs", "where"]
     if result.search.objective == "cost" and result.job.length is None:
-        order.remove("$/M samples")
+        order.remove(per_million)
     return {h: i + 1 for i, h in enumerate(order)}
 
 
@@ -290,7 +318,7 @@ def render(result: RecommendResult) -> None:
     con.print(f"[bold]{target_line(result)}[/bold]")
     head, rows = _rows(result)
     drop = _drop_order(result)
-    print_table(con, [Column(h, "left" if h in ("", "configuration", "where", "bottleneck") else "right", drop.get(h))
+    print_table(con, [Column(h, "left" if h in ("", "configuration", "where", "plan", "bottleneck") else "right", drop.get(h))
                       for h in head],
                 [[escape(cell) for cell in row] for row in rows],
                 row_styles=["bold green" if i == 0 else None for i in range(len(rows))])

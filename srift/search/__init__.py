@@ -44,6 +44,7 @@ def search(
     global_batch_size: int | None = None,
     progress: Progress | None = None,
     exhaustive: bool = False,
+    grad_accum: int = 1,
 ) -> SearchResult:
     """Find the best configurations (see module docstring).
 
@@ -59,6 +60,8 @@ def search(
         progress: Called with (simulations done, most there could be) as the search goes.
         exhaustive: Simulate every count instead of bounding (what tests and benchmarks compare the
             bound against).
+        grad_accum: Micro-batches per optimizer step: with a fixed global batch, each micro-batch
+            (the global batch / grad_accum) must divide over the GPUs.
 
     Raises:
         SriftError: for a deadline or maximum cost without a length, a step count without a
@@ -66,7 +69,8 @@ def search(
     """
     c = constraints
     c.require_length(length, global_batch_size)
-    space = build_space(instance_types(catalog, c), c, per_gpu_memory_ok, global_batch_size)
+    per_micro_batch = None if global_batch_size is None else global_batch_size // grad_accum
+    space = build_space(instance_types(catalog, c), c, per_gpu_memory_ok, per_micro_batch)
     table = OfferTable(space, c, length)
     sweep = CountSweep(space, table, predict, c, length, dense=exhaustive or global_batch_size is not None, progress=progress)
     sweep.run()

@@ -181,7 +181,8 @@ class Space:
 def build_space(selection: TypeSelection, c: Constraints, memory_ok: Callable[[Instance], bool] | None = None,
                 global_batch_size: int | None = None) -> Space:
     """Group the rows by hardware, fix each group's counts, and count what exists and what is left
-    out before any simulation."""
+    out before any simulation (``global_batch_size``: the fixed samples of one micro-batch over
+    all GPUs, which a count's GPUs must divide)."""
     rows = selection.rows
     markets = (ON_DEMAND,) + ((SPOT,) if c.spot else ()) + ((SPOT_MIX,) if c.spot and c.mixed else ())
     places: dict[tuple[str, str], int] = {}

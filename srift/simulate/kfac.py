@@ -35,7 +35,7 @@ import numpy as np
 from srift.cluster import Cluster
 from srift.errors import SriftError
 from srift.hardware import CPU, gpu as gpu_spec
-from srift.job import Job
+from srift.job import HALF_PRECISIONS, Job
 from srift.kfac import schedule
 from srift.perf.compute import LayerTimes
 from srift.profile import KFAC_TIME_FIELDS, LayerProfile, Profile
@@ -172,14 +172,14 @@ def measured_scale(profile: Profile, compute: LayerTimes) -> float | None:
 
 def fp32_rate_scale(cluster: Cluster, precision: str) -> float:
     """K-FAC's factors, inversions and preconditioning run in fp32 (srift.kfac disables autocast:
-    fp16 factors diverge). Under ``amp`` the model's layers run on the fp16 tensor path, so the
+    fp16 factors diverge). Under ``amp`` or ``bf16`` the model's layers run on the fp16 tensor path, so the
     rate derived from them is scaled by the GPU's fp32 / amp peak ratio; 1 otherwise."""
-    if precision != "amp":
+    if precision not in HALF_PRECISIONS:
         return 1.0
     for group in cluster.node_groups:
         if group.gpu != CPU:
             spec = gpu_spec(group.gpu)
-            return spec.peak_flops("fp32") / spec.peak_flops("amp")
+            return spec.peak_flops("fp32") / spec.peak_flops(precision)
     return 1.0
 
 
