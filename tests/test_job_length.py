@@ -62,6 +62,10 @@ def test_counts_that_do_not_divide_the_global_batch_are_left_out():
     assert sorted(c.instance for c in r.recommendations) == sorted(
         ["a.small:1", "a.small:2", "a.small:3", "a.small:4", "a.small:6", "b.quad:1"])
     assert r.pruned["batch"] == 4
+    # With 2 micro-batches per step, a global batch of 24 is 12 per micro-batch: the same counts.
+    accum = search(catalog, SpeedModel({"GA": 100.0, "GB": 120.0}), Constraints(max_gpus=8, top=20), global_batch_size=24,
+                   grad_accum=2)
+    assert sorted(c.instance for c in accum.recommendations) == sorted(c.instance for c in r.recommendations)
 
 
 def test_the_global_batch_simulated_is_the_one_asked_for(capsys):
