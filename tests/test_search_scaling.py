@@ -38,7 +38,7 @@ def _top(result, k=5):
 
 @pytest.mark.parametrize("constraints, length", [
     (Constraints(budget_usd_per_hour=20, max_gpus=64), None),
-    (Constraints(budget_usd_per_hour=60, max_gpus=128, spot=True), None),
+    pytest.param(Constraints(budget_usd_per_hour=60, max_gpus=128, spot=True), None, marks=pytest.mark.slow),
     (Constraints(max_gpus=64, objective="cost"), None),
     (Constraints(deadline_hours=24, max_gpus=64), JobLength(epochs=90, dataset_size=1_281_167)),
     pytest.param(Constraints(deadline_hours=6, max_gpus=256, spot=True), JobLength(epochs=90, dataset_size=1_281_167),
