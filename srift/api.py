@@ -69,8 +69,10 @@ def resolve_profiles(model: str | None, profiles: Sequence[str] | None,
     return Profile.load(files[0]), [Profile.load(f) for f in files[1:]]
 
 
-def resolve_cluster(instance: str | None, cluster_file: str | None, region: str = "us-east-1", spot: bool = False) -> Cluster:
-    """The cluster of ``--instance SPEC`` (catalog) or ``--cluster FILE``; exactly one.
+def resolve_cluster(instance: str | None, cluster_file: str | None, region: str = "us-east-1", spot: bool = False,
+                    placement_group: bool | None = None) -> Cluster:
+    """The cluster of ``--instance SPEC`` (catalog) or ``--cluster FILE``; exactly one
+    (``placement_group``: the catalog instances share an EC2 cluster placement group).
 
     Raises:
         SriftError: unless exactly one is given.
@@ -81,7 +83,7 @@ def resolve_cluster(instance: str | None, cluster_file: str | None, region: str 
             "use --instance TYPE[:COUNT][+TYPE[:COUNT]] (e.g. p3.16xlarge:2) or --cluster FILE (a cluster YAML).",
         )
     if instance is not None:
-        return cluster_from_spec(instance, region=region, spot=spot)
+        return cluster_from_spec(instance, region=region, spot=spot, placement_group=placement_group)
     cluster = load_cluster(cluster_file)  # type: ignore[arg-type]
     return cluster.on_spot() if spot else cluster
 
@@ -89,10 +91,10 @@ def resolve_cluster(instance: str | None, cluster_file: str | None, region: str 
 # ---- predict ------------------------------------------------------------------------------------
 def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None = None, instance: str | None = None,
             cluster_file: str | None = None, region: str = "us-east-1", spot: bool = False,
-            model_config: str | None = None) -> PredictResult:
+            model_config: str | None = None, placement_group: bool | None = None) -> PredictResult:
     """Predict ``job`` of a model, a Hugging Face config or profile(s) on an instance spec or a cluster file."""
     prof, more = resolve_profiles(model, profiles, model_config)
-    cluster = resolve_cluster(instance, cluster_file, region=region, spot=spot)
+    cluster = resolve_cluster(instance, cluster_file, region=region, spot=spot, placement_group=placement_group)
     pred = Predictor(prof, job, more).predict(cluster)
     return PredictResult(pred, prof.name, job.precision or prof.precision, job.optimizer, job.kfac_strategy, spot)
 

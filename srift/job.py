@@ -12,7 +12,14 @@ from dataclasses import dataclass
 
 from srift.errors import SriftError
 
-PRECISIONS = ("fp32", "tf32", "amp")
+# fp32 means what PyTorch does by default: on GPUs with TF32 units (Ampere and newer) cuDNN runs
+# convolutions in TF32 (torch.backends.cudnn.allow_tf32 defaults to True) while matmuls stay in
+# FP32 (torch.backends.cuda.matmul.allow_tf32 defaults to False since PyTorch 1.12);
+# fp32-strict turns TF32 off everywhere; tf32 allows it for both (srift/perf/compute.py).
+PRECISIONS = ("fp32", "fp32-strict", "tf32", "amp")
+# Where the training batches come from (srift/perf/input.py): tensors already on the GPU, JPEGs
+# decoded and augmented on the vCPUs, or pre-tokenized text.
+DATA_LOADING = ("synthetic", "images", "tokens")
 OPTIMIZERS = ("sgd", "kfac")
 KFAC_STRATEGIES = ("naive", "mpd", "spd")
 
@@ -114,6 +121,8 @@ class Job:
         kfac_factor_steps: Factor update interval in iterations (K-FAC only).
         kfac_inv_steps: Inverse update interval in iterations (K-FAC only).
         length: How long the job trains (None: unknown; then no job hours or cost).
+        data_loading: One of DATA_LOADING (None: ``images`` for image models, ``tokens`` for
+            sequence models, or a measured profile's own data time).
 
     Raises:
         SriftError: for a setting out of its vocabulary or range.
@@ -128,6 +137,7 @@ class Job:
     kfac_factor_steps: int = 1
     kfac_inv_steps: int = 1
     length: JobLength | None = None
+    data_loading: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "seq_len", "global_batch_size"):
@@ -136,6 +146,8 @@ class Job:
                 raise SriftError(f"{name.replace('_', '-')} must be at least 1, got {v}.", f"pass --{name.replace('_', '-')} 1 or more.")
         if self.precision is not None:
             require_precision(self.precision)
+        if self.data_loading is not None and self.data_loading not in DATA_LOADING:
+            raise SriftError(f"unknown data loading '{self.data_loading}'.", f"use one of {', '.join(DATA_LOADING)}.")
         if self.optimizer not in OPTIMIZERS:
             raise SriftError(f"unknown optimizer '{self.optimizer}'.", f"use one of {', '.join(OPTIMIZERS)}.")
         if self.kfac_strategy not in KFAC_STRATEGIES:

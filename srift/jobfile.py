@@ -5,7 +5,8 @@
     model: resnet50            # or profile: path/to/profile.yaml (relative to the job file), or a list, one per GPU
     batch_size: 64             # per GPU
     seq_len: 128               # sequence models only
-    precision: amp             # fp32 | tf32 | amp
+    precision: amp             # fp32 | fp32-strict | tf32 | amp
+    data_loading: images       # synthetic | images | tokens (default: by model kind)
     steps: 50000               # or epochs: 90 with dataset_size: 1281167
     optimizer: sgd             # sgd | kfac
     instance: p3.16xlarge:2    # optional; without it: what `srift recommend` would choose
@@ -30,7 +31,7 @@ from typing import Any
 
 from srift.errors import SriftError, one_of
 from srift.files import read_yaml
-from srift.job import OPTIMIZERS, PRECISIONS, Job, JobLength
+from srift.job import DATA_LOADING, OPTIMIZERS, PRECISIONS, Job, JobLength
 
 # The limits a job file may set, in the order `srift check` reports them.
 LIMITS = ("max_cost_usd", "max_hours", "max_usd_per_hour")
@@ -46,11 +47,12 @@ FIELDS: dict[str, tuple[type, str]] = {
     "epochs": (float, "a positive number"),
     "dataset_size": (int, "a positive integer"),
     "optimizer": (str, one_of(OPTIMIZERS)),
+    "data_loading": (str, one_of(DATA_LOADING)),
     "instance": (str, "an instance spec like p3.16xlarge:2"),
     "spot": (bool, "true or false"),
     "region": (str, "an AWS region like us-east-1"),
 }
-_JOB_FIELDS = ("batch_size", "seq_len", "precision", "optimizer")
+_JOB_FIELDS = ("batch_size", "seq_len", "precision", "optimizer", "data_loading")
 _LENGTH_FIELDS = ("steps", "epochs", "dataset_size")
 
 

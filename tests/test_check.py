@@ -87,7 +87,7 @@ def test_without_instance_uses_the_recommended_configuration(tmp_path, capsys):
     ({"batch_size": 0}, "'batch_size' must be a positive integer"),
     ({"batch_size": "big"}, "'batch_size' must be a positive integer"),
     ({"seq_len": -3}, "'seq_len' must be a positive integer"),
-    ({"precision": 8}, "'precision' must be fp32, tf32 or amp"),
+    ({"precision": 8}, "'precision' must be fp32, fp32-strict, tf32 or amp"),
     ({"precision": "fp8"}, "unknown precision 'fp8'"),
     ({"steps": 1.5}, "'steps' must be a positive integer"),
     ({"epochs": 3, "dataset_size": 100}, "the job's length is given twice"),

@@ -8,7 +8,8 @@ import typer
 
 from srift import api
 from srift.commands.options import (
-    FORMATS, GLOBAL_BATCH_SIZE, KFAC_STRATEGY, MODEL, MODEL_CONFIG, OPTIMIZER, PRECISION, PROFILES, REGION, SEQ_LEN, check_format,
+    DATA_LOADING_OPT, FORMATS, GLOBAL_BATCH_SIZE, KFAC_STRATEGY, MODEL, MODEL_CONFIG, OPTIMIZER, PRECISION, PROFILES, REGION,
+    SEQ_LEN, check_format,
 )
 from srift.errors import one_of
 from srift.hardware import matching_gpus
@@ -41,6 +42,7 @@ def recommend(
     precision: Optional[str] = PRECISION,
     optimizer: str = OPTIMIZER,
     kfac_strategy: str = KFAC_STRATEGY,
+    data_loading: Optional[str] = DATA_LOADING_OPT,
     fmt: str = typer.Option("table", "--format", help="table, json or markdown."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Write throughput vs $/h of every configuration to FILE.png."),
 ) -> None:
@@ -48,7 +50,7 @@ def recommend(
     check_format(fmt, FORMATS)
     job = Job(batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
               global_batch_size=global_batch_size, kfac_strategy=kfac_strategy,
-              length=JobLength.given(steps, epochs, dataset_size))
+              length=JobLength.given(steps, epochs, dataset_size), data_loading=data_loading)
     constraints = Constraints(budget_usd_per_hour=budget, deadline_hours=deadline, max_cost_usd=max_cost,
                               objective=objective, spot=spot, mixed=mixed,
                               gpus=frozenset().union(*(matching_gpus(g) for g in gpu)), max_gpus=max_gpus, top=top)

@@ -42,7 +42,8 @@ class Prediction:
         breakdown: Seconds per phase of one iteration: ``data``, ``forward``, ``backward``,
             ``exposed_comm``, ``comm_interference``, ``optimizer``, ``overhead`` (+ K-FAC phases); they add up to
             ``iteration_time_s``. ``comm_total`` (not exposed only) is reported beside them.
-        bottleneck: ``compute``, ``communication`` or ``memory``.
+        bottleneck: ``compute``, ``communication``, ``input`` (the data loader is slower than the
+            GPUs) or ``memory``.
         fits_in_memory: False when some GPU needs more memory than it has.
         memory_per_gpu_bytes: Estimated peak memory of the most loaded GPU.
         memory_breakdown_bytes: weights, gradients, optimizer_state, activations, workspace.
@@ -55,6 +56,11 @@ class Prediction:
         compute_error_pct: How far the compute part alone has been from measurements: the
             single-GPU figure for where this prediction's compute times come from. It is what
             separates two GPU types' predictions (on the same GPUs the errors are shared).
+        data_loading: Where the batches come from: ``synthetic``, ``images``, ``tokens`` or
+            ``measured`` (a profile's own data time).
+        input_time_s: Seconds the slowest GPU's data loader needs per iteration (it runs beside the
+            GPU: only what exceeds the GPU's iteration shows as ``data``); None when unknown (no
+            vCPU count) or for ``measured``.
     """
 
     cluster: str
@@ -76,6 +82,8 @@ class Prediction:
     typical_error_pct: float | None = None
     typical_error_basis: str = ""
     compute_error_pct: float | None = None
+    data_loading: str = "synthetic"
+    input_time_s: float | None = None
 
     @property
     def expected_throughput_samples_per_s(self) -> float:

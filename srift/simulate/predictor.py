@@ -13,12 +13,22 @@ wait). Mixed clusters split the batch by speed (mixed.py) and every bucket's all
 for the slowest worker. Spread: the p90 uses the communication model's p90 and a
 compute spread (the measured coefficient of variation, or 3 % for a structural profile) at
 z = 1.2816.
+
+Data: the loader runs beside the GPUs (srift/perf/input.py), so the iteration is bounded below by
+the time the slowest GPU's loader needs for its batch on the vCPUs it has (the node's vCPUs per
+GPU; NCCL's socket threads take theirs on a multi-node TCP cluster); ``data`` is what exceeds the
+GPU's iteration, and the bottleneck is ``input`` when there is any. ``--data-loading`` picks the
+kind (default: ``tokens`` for sequence models, ``images`` otherwise); unknown vCPUs: no bound
+(said in the notes). A measured profile brings its own data time (``phases.data_s``, the time its
+training loop waited for batches), added as measured.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import math
 
 import numpy as np
 
@@ -29,6 +39,7 @@ from srift.job import Job, usd_per_million_samples
 from srift.perf.accuracy import MEASURED_ELSEWHERE, MEASURED_HERE, typical_error
 from srift.perf.comm import CommModel
 from srift.perf.compute import LayerTimes, layer_times, measured_gpu
+from srift.perf.input import InputTime, input_time
 from srift.profile import Profile
 from srift.simulate.ddp import BucketLayout, bucket_layout, bucket_ready_s, comm_end_s
 from srift.simulate.kfac import KfacPlan, kfac_memory_bytes, plan_kfac
@@ -132,6 +143,10 @@ class Predictor:
         # Activations scale with precision when the profile was taken at another one.
         self._act_factor = 0.5 if (self.precision == "amp" and profile.precision != "amp") else (
             2.0 if (profile.precision == "amp" and self.precision != "amp") else 1.0)
+        self.data_loading = job.data_loading or ("tokens" if self.base.seq_len else "images")
+        self._measured = profile.measured and profile.phases.data_s is not None
+        self._image_size = image_side_px(profile.input_bytes_per_sample)
+        self._inputs: dict[tuple[int, float], InputTime] = {}
 
     # ---- cached pieces -------------------------------------------------------------------
     def profile_at(self, batch: int, source: Profile | None = None) -> Profile:
@@ -185,6 +200,19 @@ class Predictor:
             f = self._gpu_side_of[comm] = comm.gpu_side_fraction(self.bucket_sizes_bytes)
         return f
 
+    def input_time(self, batch: int, vcpus_per_gpu: float | None) -> InputTime | None:
+        """One GPU's loader time for ``batch`` samples on ``vcpus_per_gpu`` vCPUs (None: unknown vCPUs)."""
+        # A measured profile's wait for batches scales with the batch (Profile.rescale).
+        measured = self.profile_at(batch).phases.data_s if self._measured and self.data_loading != "synthetic" else None
+        if vcpus_per_gpu is None and measured is None and self.data_loading != "synthetic":
+            return None
+        key = (batch, vcpus_per_gpu or 0.0)
+        t = self._inputs.get(key)
+        if t is None:
+            t = self._inputs[key] = input_time(self.data_loading, batch, vcpus_per_gpu or 1.0, self._image_size,
+                                               self.job.seq_len or self.base.seq_len, measured)
+        return t
+
     # ---- batches ---------------------------------------------------------------------------
     def batches(self, cluster: Cluster) -> list[int]:
         """Per-GPU batch of each node group."""
@@ -219,10 +247,10 @@ class Predictor:
         ar = self._communication(cluster, comps, compute_end, comm)
         optimizer = max(c.times.optimizer_s for c in comps)
         overhead = max(c.times.overhead_s for c in comps)
-        data = max((self.profile_at(b).phases.data_s or 0.0) for b in batches)
+        inputs = self._inputs_for(cluster, batches, comm)
 
         breakdown = {
-            "data": data,
+            "data": 0.0,
             "forward": crit.forward_s,
             "backward": compute_end - crit.forward_s,
             "exposed_comm": ar.exposed_s,
@@ -235,9 +263,18 @@ class Predictor:
             prof = self.profile_at(batches[slowest], self.source_for(groups[slowest].gpu))
             kfac = plan_kfac(prof, cluster, self.job, crit.times, comm, self.layout)
             breakdown.update(kfac.phases.as_dict())
-        iteration = sum(breakdown.values())
-        p90 = (data + compute_end * (1.0 + Z90 * self.compute_cv) + ar.exposed_p90_s + ar.interference_p90_s + optimizer
+        gpu_s = sum(breakdown.values())
+        p90 = (compute_end * (1.0 + Z90 * self.compute_cv) + ar.exposed_p90_s + ar.interference_p90_s + optimizer
                + overhead + (kfac.phases_p90.total_s if kfac is not None else 0.0))
+        loader = max(inputs, key=lambda t: t.time_s) if inputs and None not in inputs else None
+        if loader is not None and loader.kind == "measured":
+            breakdown["data"] = loader.time_s  # the measured wait, as the profile saw it
+            p90 += loader.time_s
+        elif loader is not None:
+            # The loader runs beside the GPUs: only what it needs beyond their iteration shows.
+            breakdown["data"] = max(0.0, loader.time_s - gpu_s)
+            p90 = max(p90, max(t.slow_time_s for t in inputs))  # type: ignore[union-attr]
+        iteration = sum(breakdown.values())
         breakdown["comm_total"] = ar.total_s
 
         global_batch = sum(b * g.gpus for b, g in zip(batches, groups))
@@ -256,17 +293,49 @@ class Predictor:
             cost_per_hour_usd=cost,
             usd_per_million_samples=usd_per_million_samples(cost, throughput),
             breakdown=breakdown,
-            bottleneck=bottleneck(memory.fits, ar.exposed_s + ar.interference_s, iteration),
+            bottleneck=bottleneck(memory.fits, ar.exposed_s + ar.interference_s, iteration,
+                                  input_bound=loader is not None and loader.kind != "measured" and breakdown["data"] > 0),
             fits_in_memory=memory.fits,
             memory_per_gpu_bytes=memory.per_gpu_bytes,
             memory_breakdown_bytes=dict(memory.breakdown_bytes),
             batch_split=[BatchShare(g.label, g.gpu, b, g.gpus) for g, b in zip(groups, batches)],
             spot=spot_expectation(cluster, state_bytes, throughput, cost),
-            notes=self._notes(crit.times, kfac),
+            notes=self._notes(crit.times, kfac) + comm.assumptions() + self._input_notes(loader, inputs, gpu_s),
             typical_error_pct=error_pct,
             typical_error_basis=error_basis,
             compute_error_pct=compute_error_pct,
+            data_loading=loader.kind if loader is not None else self.data_loading,
+            input_time_s=loader.time_s if loader is not None and loader.kind != "measured" else None,
         )
+
+    def _inputs_for(self, cluster: Cluster, batches: list[int], comm: CommModel) -> list[InputTime | None]:
+        """Each node group's loader time (None where its vCPUs are unknown). On a multi-node
+        cluster over TCP sockets NCCL's helper threads take their vCPUs from the loader (at most
+        half of the loader's share: the threads sleep while the network is idle)."""
+        out = []
+        for g, b in zip(cluster.node_groups, batches):
+            vcpus = None
+            if g.vcpus_per_node is not None and g.gpu != CPU:
+                per_gpu = g.vcpus_per_node / g.gpus_per_node
+                socket = comm.socket_vcpus_per_node / g.gpus_per_node
+                vcpus = max(per_gpu - socket, (per_gpu + 1.0) / 2.0) if socket else per_gpu
+            out.append(self.input_time(b, vcpus))
+        return out
+
+    def _input_notes(self, loader: InputTime | None, inputs: list[InputTime | None], gpu_s: float) -> list[str]:
+        """What the data-loading figure rests on."""
+        if self.data_loading == "synthetic":
+            return []
+        if loader is None:
+            if any(t is not None for t in inputs):
+                return ["data loading: the vCPUs of some node group are unknown, so its loader is not bounded"]
+            return [f"data loading ({self.data_loading}): the vCPUs are unknown, so the loader is assumed to keep up "
+                    "(give vcpus_per_node in the cluster file)"]
+        if loader.kind == "measured":
+            return [f"data loading: {loader.basis}"]
+        verdict = ("the GPUs wait for it: input-bound" if loader.time_s > gpu_s
+                   else f"hidden behind the GPUs' {gpu_s * 1e3:.3g} ms")
+        return [f"data loading ({loader.kind}): {loader.basis} = {loader.time_s * 1e3:.3g} ms per iteration, {verdict}"]
 
     def _communication(self, cluster: Cluster, comps: list[_Compute], compute_end: float, comm: CommModel) -> _AllReduce:
         """The gradient all-reduce's exposed time and interference at the median and the p90."""
@@ -342,12 +411,22 @@ class _MemoryFit:
     breakdown_bytes: dict[str, float]
 
 
-def bottleneck(fits_in_memory: bool, comm_cost_s: float, iteration_s: float) -> str:
-    """``memory`` when the job does not fit, ``communication`` when the all-reduce's exposed time
-    and interference exceed COMM_BOUND_FRACTION of the iteration, else ``compute``."""
+def bottleneck(fits_in_memory: bool, comm_cost_s: float, iteration_s: float, input_bound: bool = False) -> str:
+    """``memory`` when the job does not fit, ``input`` when the data loader is slower than the
+    GPUs, ``communication`` when the all-reduce's exposed time and interference exceed
+    COMM_BOUND_FRACTION of the iteration, else ``compute``."""
     if not fits_in_memory:
         return "memory"
+    if input_bound:
+        return "input"
     return "communication" if comm_cost_s > COMM_BOUND_FRACTION * iteration_s else "compute"
+
+
+def image_side_px(input_bytes_per_sample: float) -> int:
+    """Side of a square RGB float32 input (the crop the loader produces), 224 when the profile's
+    input is not one (``3 x side^2 x 4`` bytes)."""
+    side = math.sqrt(input_bytes_per_sample / 12.0) if input_bytes_per_sample > 0 else 0.0
+    return int(round(side)) if 32 <= side <= 2048 and abs(side - round(side)) < 0.01 else 224
 
 
 def predict(profile: Profile, cluster: Cluster, job: Job | None = None, more_profiles: Sequence[Profile] = ()) -> Prediction:
