@@ -281,7 +281,7 @@ class Predictor:
         throughput = global_batch / iteration
         cost = cluster.usd_per_hour
         memory = self._memory_fit(groups, batches)
-        error_pct, error_basis, compute_error_pct = self._typical_error(cluster, crit.times)
+        error_pct, error_basis, compute_error_pct = self._typical_error(cluster, crit.times, comm)
         state_bytes = self.base.params * (4.0 + float(self.base.optimizer.get("state_bytes_per_param", 4)))
         return Prediction(
             cluster=cluster.name,
@@ -368,12 +368,13 @@ class Predictor:
                 most, most_breakdown = total, m
         return _MemoryFit(ok, most, most_breakdown)
 
-    def _typical_error(self, cluster: Cluster, times: LayerTimes) -> tuple[float | None, str, float | None]:
+    def _typical_error(self, cluster: Cluster, times: LayerTimes, comm: CommModel) -> tuple[float | None, str, float | None]:
         """The validation figure of this prediction, what it rests on, and the compute part's."""
         measured = (MEASURED_ELSEWHERE if times.anchored_from else MEASURED_HERE) if times.anchored else None
         links = {g.intra_node for g in cluster.node_groups}
         cpu = any(g.gpu == CPU for g in cluster.node_groups)
-        pct, basis = typical_error(cluster.nodes, cluster.gpus, cpu, measured, links.pop() if len(links) == 1 else None)
+        pct, basis = typical_error(cluster.nodes, cluster.gpus, cpu, measured, links.pop() if len(links) == 1 else None,
+                                   comm.topology.net_class if cluster.nodes > 1 else None)
         if self.job.kfac and pct is not None:
             # The figures come from first-order DDP runs; no GPU K-FAC run was there to check.
             basis += ("; for the first-order part only: K-FAC's phases have no GPU measurement to check them "
