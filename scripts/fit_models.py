@@ -140,7 +140,7 @@ def fit_comm_params(data: Path, profiles: datasets.ProfileSource, compute: "obje
 
     # Sockets and InfiniBand from the same jobs on the same servers (ddl-benchmarks), as t_N / t_1 server.
     with validation.using_params(compute=compute):  # type: ignore[arg-type]
-        params, net_report = comm_fit.fit_ddl_networks(ddl_scaling_rows(data), profiles, params)
+        params, net_report = comm_fit.fit_ddl_networks(datasets.ddl_scaling_rows(data), profiles, params)
     report.update(net_report)
     meta = {
         "fit": report,
@@ -175,16 +175,6 @@ def fit_comm_params(data: Path, profiles: datasets.ProfileSource, compute: "obje
         ],
     }
     return params, meta
-
-
-def ddl_scaling_rows(data: Path):
-    """ddl-benchmarks' multi-node rows with their job's measured 1-GPU time (``t1``) and one-server
-    time (``ref_time_s``)."""
-    ddl = datasets.load_ddl(data)
-    one_gpu = ddl[ddl["n_gpus"] == 1].set_index("model")["iteration_time_s"]
-    one_server = ddl[(ddl["nodes"] == 1) & (ddl["n_gpus"] > 1)].set_index("model")["iteration_time_s"]
-    multi = ddl[ddl["nodes"] > 1].reset_index(drop=True)
-    return multi.assign(t1=multi["model"].map(one_gpu).to_numpy(), ref_time_s=multi["model"].map(one_server).to_numpy())
 
 
 def main() -> None:

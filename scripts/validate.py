@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from fit_models import ddl_scaling_rows, profile_source  # noqa: E402
+from fit_models import profile_source  # noqa: E402
 from srift.perf import comm as CM  # noqa: E402
 from srift.hardware import gpu as gpu_spec  # noqa: E402
 from srift.perf import compute as C  # noqa: E402
@@ -172,7 +172,7 @@ def multi_node_rows(data: Path) -> pd.DataFrame:
     servers of 4 RTX 2080 Ti, synthetic data) and fast.ai's DAWNBench runs (3: 4-16 p3.16xlarge
     over 25 Gb/s TCP, JPEGs decoded on the vCPUs), with ``net`` (the network as measured) and the
     1-GPU and one-server times of the ddl jobs (``t1``, ``ref_time_s``)."""
-    ddl = ddl_scaling_rows(data)
+    ddl = datasets.ddl_scaling_rows(data)
     ddl["net"] = ddl["network_label"].map({"ethernet-10g-tcp": "10 GbE TCP", "infiniband": "100 Gb/s InfiniBand"}).fillna("100 Gb/s TCP (IPoIB)")
     dawn = datasets.load_dawnbench_multinode(data)
     if len(dawn):

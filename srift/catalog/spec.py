@@ -50,8 +50,13 @@ def parse_spec(spec: str) -> list[tuple[str, int]]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _facts(inst: Instance) -> NetworkFacts:
-    return facts_for(inst)
+def _facts(inst: Instance) -> NetworkFacts | None:
+    """The row's network facts; None for a row configs/network.yaml does not describe (a
+    hand-made catalog): its node group then carries no per-flow limit or EFA generation."""
+    try:
+        return facts_for(inst)
+    except SriftError:
+        return None
 
 
 def node_group(inst: Instance, count: int, spot: bool, placement_group: bool | None = None) -> NodeGroup:
@@ -60,7 +65,7 @@ def node_group(inst: Instance, count: int, spot: bool, placement_group: bool | N
     cloud (NCCL's socket defaults), EC2's single-flow limit inside or outside a cluster placement
     group (``placement_group`` None: not known, outside assumed) and the EFA generation."""
     facts = _facts(inst)
-    flow = facts.single_flow_gbps_placement_group if placement_group else facts.single_flow_gbps
+    flow = None if facts is None else (facts.single_flow_gbps_placement_group if placement_group else facts.single_flow_gbps)
     return NodeGroup(
         count=count,
         gpus_per_node=inst.gpu_count,
@@ -77,8 +82,8 @@ def node_group(inst: Instance, count: int, spot: bool, placement_group: bool | N
         cloud=inst.cloud,
         placement_group=placement_group,
         single_flow_gbps=flow if inst.cluster_network == "ethernet" else None,
-        efa_generation=facts.efa_generation,
-        network_burst_gbps=facts.network_burst_gbps if facts.burstable else None,
+        efa_generation=None if facts is None else facts.efa_generation,
+        network_burst_gbps=facts.network_burst_gbps if facts is not None and facts.burstable else None,
     )
 
 

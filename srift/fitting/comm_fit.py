@@ -175,38 +175,40 @@ def scaling_errors(rows: pd.DataFrame, profiles: ProfileSource, params: CommPara
     one = rows.assign(nodes=1, network="", n_gpus=rows["gpus_per_node"])
     with using_params(comm=params):
         t_n = simulate_anchored(rows, profiles)["pred"].to_numpy()
-        t_1 = simulate_anchored(one, profiles)["pred"].to_numpy()
+        t_1 = simulate_anchored(one, profiles)["pred"].to_numpy()  # no network: the same for every class
     return np.log(t_n / t_1) - np.log(rows["iteration_time_s"].to_numpy() / rows["ref_time_s"].to_numpy())
 
 
 def fit_network_scaling(rows: pd.DataFrame, profiles: ProfileSource, base: CommParams, name: str,
                         fields: tuple[str, ...], start: tuple[float, ...],
-                        bounds: tuple[tuple[float, ...], tuple[float, ...]], grid: int = 7) -> tuple[NetworkClass, float]:
+                        bounds: tuple[tuple[float, ...], tuple[float, ...]], grid: int = 13,
+                        starts: int = 2) -> tuple[NetworkClass, float]:
     """Fit ``fields`` of network class ``name`` (e.g. ``per_thread_gbps``, ``alpha_s``) to measured
     multi-node scaling (``scaling_errors``), least squares in log.
 
-    The error surface is flat where a limit never binds (a thread limit above every row's link), so
-    a log-spaced grid of ``grid`` points per field (inside ``bounds``) picks the start, and among
-    equally good points the one with the largest values (no limit the rows do not show); the
-    least-squares refinement starts there. ``start`` is the grid's first point's fallback order.
+    The error surface has kinks (a limit starts or stops binding) and is flat where a limit never
+    binds (a thread limit above every row's link), so a log-spaced grid of ``grid`` points per
+    field (inside ``bounds``) ranks starting points; least squares refines the ``starts`` best and
+    the best result wins. Among equally good grid points the one with the largest values comes
+    first (no limit the rows do not show). ``start`` is used when the grid has no finite point.
     """
     def params_of(x: np.ndarray) -> CommParams:
         cls = dataclasses.replace(base.networks[name], **dict(zip(fields, map(float, np.exp(x)))))
         return dataclasses.replace(base, networks={**base.networks, name: cls})
 
-    def cost(x: np.ndarray) -> float:
-        return float(np.sum(scaling_errors(rows, profiles, params_of(x)) ** 2))
+    def resid(x: np.ndarray) -> np.ndarray:
+        return scaling_errors(rows, profiles, params_of(x))
 
     lo, hi = np.log(bounds[0]), np.log(bounds[1])
     axes = [np.linspace(a, b, grid) for a, b in zip(lo, hi)]
     points = np.array(np.meshgrid(*axes, indexing="ij")).reshape(len(fields), -1).T
-    costs = np.array([cost(x) for x in points])
-    best = costs.min()
-    ties = points[costs <= best * (1.0 + 1e-9) + 1e-15]
-    x0 = ties[np.lexsort(ties.T[::-1])][-1] if len(ties) else np.log(start)  # the largest of the best
-    res = least_squares(lambda x: scaling_errors(rows, profiles, params_of(x)), x0,
-                        bounds=(lo, hi), method="trf", diff_step=1e-3)
-    return params_of(res.x).networks[name], float(np.sqrt(np.mean(res.fun ** 2)))
+    costs = np.array([float(np.sum(resid(x) ** 2)) for x in points])
+    # Best first; ties broken towards the largest values (lexsort's last key is the primary one).
+    order = np.lexsort((*(-points.T[::-1]), costs))
+    x0s = [points[i] for i in order[:starts] if np.isfinite(costs[i])] or [np.log(start)]
+    fits = [least_squares(resid, x0, bounds=(lo, hi), method="trf", diff_step=1e-3) for x0 in x0s]
+    best = min(fits, key=lambda r: float(np.sum(r.fun ** 2)))
+    return params_of(best.x).networks[name], float(np.sqrt(np.mean(best.fun ** 2)))
 
 
 # What the ddl-benchmarks rows fit, and where each search starts: the per-thread rate from "no

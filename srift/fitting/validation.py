@@ -118,12 +118,23 @@ def anchored_profile(profile: Profile, gpu: str, precision: str, measured_s: flo
                                device={"name": gpu, "kind": "cuda", "gpu": gpu})
 
 
+# Anchored profiles by (model, batch, seq_len, GPU, precision, 1-GPU time): the fits simulate the
+# same rows many times.
+_ANCHORED: dict[tuple, Profile] = {}
+
+
 def simulate_anchored(rows: pd.DataFrame, profiles: ProfileSource) -> pd.DataFrame:
     """``simulate_rows`` from each row's measured 1-GPU time (``t1`` column): compute anchored
     (``anchored_profile``), so the prediction's error is the multi-GPU part's alone."""
     out = []
     for r in rows.itertuples():
-        prof = anchored_profile(profiles.for_row(r), r.gpu, r.precision, float(r.t1))
+        base = profiles.for_row(r)
+        key = (id(base), r.gpu, r.precision, float(r.t1))
+        prof = _ANCHORED.get(key)
+        if prof is None:
+            if len(_ANCHORED) > 1024:
+                _ANCHORED.clear()
+            prof = _ANCHORED[key] = anchored_profile(base, r.gpu, r.precision, float(r.t1))
         p = predict(prof, row_cluster(r), row_job(r))
         b = p.breakdown
         out.append((p.iteration_time_s, p.iteration_time_s - b["comm_interference"],
