@@ -50,9 +50,10 @@ def test_p4d_fp32_reflects_tf32_convolutions_and_fp32_strict_does_not(capsys):
 
     fp32, strict, tf32 = throughput("fp32"), throughput("fp32-strict"), throughput("tf32")
     # ResNet-50 is convolutions but for its classifier: PyTorch's default runs at TF32 speed, and
-    # strict FP32 far below it (issue 14: measured 3,158 FP32 vs 5,507 TF32 samples/s on p4d).
-    assert fp32 == pytest.approx(tf32, rel=0.02)
-    assert tf32 / strict == pytest.approx(5507 / 3158, rel=0.15)
+    # strict FP32 far below it (an A100 has 19.5 TFLOP/s of FP32 against 156 of TF32; the
+    # memory-bound layers cap the gain).
+    assert fp32 == pytest.approx(tf32, rel=0.01)
+    assert strict < 0.7 * tf32
     # BERT is matmuls: PyTorch's default fp32 runs them in FP32.
     bert = load_builtin_profile("bert-large-squad", batch_size=8)
     assert C.layer_times(bert, "A100-40GB", "fp32").total_s == pytest.approx(C.layer_times(bert, "A100-40GB", "fp32-strict").total_s)

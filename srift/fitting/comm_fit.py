@@ -193,7 +193,8 @@ def fit_network_scaling(rows: pd.DataFrame, profiles: ProfileSource, base: CommP
     first (no limit the rows do not show). ``start`` is used when the grid has no finite point.
     """
     def params_of(x: np.ndarray) -> CommParams:
-        cls = dataclasses.replace(base.networks[name], **dict(zip(fields, map(float, np.exp(x)))))
+        values: dict[str, Any] = dict(zip(fields, map(float, np.exp(x))))
+        cls = dataclasses.replace(base.networks[name], **values)
         return dataclasses.replace(base, networks={**base.networks, name: cls})
 
     def resid(x: np.ndarray) -> np.ndarray:

@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import re
 from collections.abc import Iterator
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
@@ -75,7 +75,8 @@ def row_cluster(r, n_gpus: int | None = None) -> Cluster:
                                                    float(r.network_gbps), str(r.network)),))
     else:
         return Cluster(str(r.label), (NodeGroup(1, int(r.n_gpus), r.gpu, row_link(r), 100.0, "ethernet"),))
-    extra = {k: (bool(v) if k == "placement_group" else int(v)) for k in _ROW_TRANSPORT if (v := _given(r, k)) is not None}
+    extra: dict[str, Any] = {k: (bool(v) if k == "placement_group" else int(v))
+                             for k in _ROW_TRANSPORT if (v := _given(r, k)) is not None}
     if extra:
         cluster = dataclasses.replace(cluster, node_groups=tuple(dataclasses.replace(g, **extra) for g in cluster.node_groups))
     return cluster
@@ -154,7 +155,7 @@ def using_params(compute: C.ComputeParams | None = None, comm: CM.CommParams | N
     try:
         yield
     finally:
-        C.load_params, CM.load_params = shipped_c, shipped_m  # type: ignore[assignment]
+        C.load_params, CM.load_params = shipped_c, shipped_m
         CM._MODEL_CACHE.clear()
 
 

@@ -266,14 +266,15 @@ class Predictor:
         gpu_s = sum(breakdown.values())
         p90 = (compute_end * (1.0 + Z90 * self.compute_cv) + ar.exposed_p90_s + ar.interference_p90_s + optimizer
                + overhead + (kfac.phases_p90.total_s if kfac is not None else 0.0))
-        loader = max(inputs, key=lambda t: t.time_s) if inputs and None not in inputs else None
+        known = [t for t in inputs if t is not None]
+        loader = max(known, key=lambda t: t.time_s) if known and len(known) == len(inputs) else None
         if loader is not None and loader.kind == "measured":
             breakdown["data"] = loader.time_s  # the measured wait, as the profile saw it
             p90 += loader.time_s
         elif loader is not None:
             # The loader runs beside the GPUs: only what it needs beyond their iteration shows.
             breakdown["data"] = max(0.0, loader.time_s - gpu_s)
-            p90 = max(p90, max(t.slow_time_s for t in inputs))  # type: ignore[union-attr]
+            p90 = max(p90, max(t.slow_time_s for t in known))
         iteration = sum(breakdown.values())
         breakdown["comm_total"] = ar.total_s
 
