@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -113,11 +114,10 @@ def fit_comm_params(data: Path, profiles: datasets.ProfileSource, compute: "obje
     # own nominal bandwidth (configs/gpus.yaml links). CPU processes (gloo): the PCIe curve against
     # the shared-memory nominal bandwidth; a `srift calibrate comm` curve replaces it.
     params = dataclasses.replace(params, classes={**c, "nvlink": c["nvswitch"], "shared-memory": c["pcie"]})
-    # The interference of hidden all-reduce with backward, from one-node DDP scaling (the networks
-    # play no part there); the network fits below predict with it.
+    # The interference of hidden all-reduce with backward, first from one-node DDP scaling (the
+    # networks play no part there), for the network fits below to predict with.
     k, k_info = fit_interference(data, profiles, compute, params)
     params = dataclasses.replace(params, overlap_interference=k)
-    report["overlap_interference"] = k_info
 
     # NCCL's own start-up over a host-mediated path (the PCIe class's half-efficiency size at the
     # rate it reaches): the curve of the networks without a measured NCCL curve.
@@ -138,10 +138,21 @@ def fit_comm_params(data: Path, profiles: datasets.ProfileSource, compute: "obje
     params = dataclasses.replace(params, networks={**params.networks, "efa": fitted})
     report["efa"] = {"rows": len(multi), "rms_log_error": round(rms, 4)}
 
-    # Sockets and InfiniBand from the same jobs on the same servers (ddl-benchmarks), as t_N / t_1 server.
+    # Sockets and InfiniBand from the same jobs on the same servers (ddl-benchmarks), as t_N / t_1
+    # server; then the interference again with ddl's multi-node rows beside the one-node pairs (the
+    # GPUs' share of a cross-node all-reduce interferes as one node's does), and the networks again.
+    ddl = datasets.ddl_scaling_rows(data)
     with validation.using_params(compute=compute):  # type: ignore[arg-type]
-        params, net_report = comm_fit.fit_ddl_networks(datasets.ddl_scaling_rows(data), profiles, params)
+        params, net_report = comm_fit.fit_ddl_networks(ddl, profiles, params)
+        with validation.using_params(comm=params):
+            extra = comm_fit.anchored_scaling_rows(datasets.ddl_scaling_rows(data, one_server=True), profiles)
+    k_one = k
+    k, k_info = fit_interference(data, profiles, compute, params, extra)
+    params = dataclasses.replace(params, overlap_interference=k)
+    with validation.using_params(compute=compute):  # type: ignore[arg-type]
+        params, net_report = comm_fit.fit_ddl_networks(ddl, profiles, params)
     report.update(net_report)
+    report["overlap_interference"] = {**k_info, "one_node_pairs_alone": k_one}
     meta = {
         "fit": report,
         "p90": {"intra_node": {"log_sigma": round(sig_intra, 4), "rows": n_intra, "source": "superbench-results nccl-bw NDv4/NDmv4 baselines"},
@@ -221,17 +232,24 @@ def main() -> None:
 
 
 def fit_interference(data: Path, profiles: datasets.ProfileSource, compute: "object",
-                     comm: CM.CommParams) -> tuple[float, dict]:
-    """Fit the all-reduce interference to measured one-node DDP scaling (t_n / t_1 of one system)."""
+                     comm: CM.CommParams, extra=None) -> tuple[float, dict]:
+    """Fit the all-reduce interference to measured DDP scaling: one-node t_n / t_1 of one system,
+    and ``extra`` rows (``comm_fit.anchored_scaling_rows``: ddl-benchmarks' multi-GPU rows) when given."""
     with validation.using_params(compute=compute, comm=comm):  # type: ignore[arg-type]
         pairs = validation.scaling_pairs(datasets.load_rows(data))
         sim_n = validation.simulate_rows(pairs, profiles)
         sim_1 = validation.simulate_rows(pairs, profiles, n_gpus=1)
-    scaling = pairs["scaling"].to_numpy()
-    k, err = comm_fit.fit_overlap_interference(scaling, sim_n["ideal"].to_numpy(), sim_n["hidden"].to_numpy(), sim_1["pred"].to_numpy())
-    ideal = validation.mape(sim_n["ideal"] / sim_1["pred"], scaling)
-    return k, {"pairs": int(len(pairs)), "scaling_mape_pct": round(err, 2), "ideal_overlap_scaling_mape_pct": round(ideal, 2),
-               "method": "grid search k in 0..3 (step 0.05) minimising the MAPE of predicted vs measured t_n/t_1"}
+    rows = pd.DataFrame({"scaling": pairs["scaling"].to_numpy(), "ideal": sim_n["ideal"].to_numpy(),
+                         "hidden": sim_n["hidden"].to_numpy(), "pred1": sim_1["pred"].to_numpy()})
+    if extra is not None:
+        rows = pd.concat([rows, extra[list(rows.columns)]], ignore_index=True)
+    k, err = comm_fit.fit_overlap_interference(rows["scaling"].to_numpy(), rows["ideal"].to_numpy(), rows["hidden"].to_numpy(),
+                                               rows["pred1"].to_numpy())
+    ideal = validation.mape(rows["ideal"] / rows["pred1"], rows["scaling"])
+    return k, {"pairs": int(len(pairs)), "multi_node_rows": 0 if extra is None else int(len(extra)),
+               "scaling_mape_pct": round(err, 2), "ideal_overlap_scaling_mape_pct": round(ideal, 2),
+               "method": ("grid search k in 0..3 (step 0.05) minimising the MAPE of predicted vs measured t_n/t_1 over the "
+                          "one-node pairs and ddl-benchmarks' multi-GPU rows (compute anchored on their measured 1-GPU time)")}
 
 
 if __name__ == "__main__":

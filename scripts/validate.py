@@ -292,16 +292,21 @@ def main() -> None:
     pairs["silicon"] = pairs["gpu"].map(silicon)
     pairs = pairs.join(validation.simulate_rows(pairs, profiles)).join(validation.simulate_rows(pairs, profiles, n_gpus=1)["pred"].rename("pred1"))
     nodes = multi_node_rows(Path(args.data))
-    k_gpu = interference_fits(pairs, "silicon", set(multi["silicon"]) | set(nodes["silicon"]))
-    k_model = interference_fits(pairs, "model", set(multi["model"]) | set(nodes["family"]))
+    # The interference is fitted on the one-node pairs and ddl-benchmarks' multi-GPU rows (compute
+    # anchored on their measured 1-GPU time), as scripts/fit_models.py does; its refits hold both out.
+    ddl_k = comm_fit.anchored_scaling_rows(datasets.ddl_scaling_rows(Path(args.data), one_server=True), profiles)
+    cols = ["scaling", "ideal", "hidden", "pred1", "silicon", "model"]
+    k_rows = pd.concat([pairs[cols], ddl_k.assign(silicon=ddl_k["gpu"].map(silicon))[cols]], ignore_index=True)
+    k_gpu = interference_fits(k_rows, "silicon", set(multi["silicon"]) | set(nodes["silicon"]))
+    k_model = interference_fits(k_rows, "model", set(multi["model"]) | set(nodes["family"]))
     multi["logo"] = loo_predictions(multi, profiles, "silicon", fits_gpu, k_gpu)
     # Models the single-GPU fit never saw (SuperBench's resnet152, vgg16, ...) are already
     # held out: they use the full fit.
     fits_any_model = {**fits_model, **{m: C.load_params() for m in multi["model"].unique() if m not in fits_model}}
     multi["lomo"] = loo_predictions(multi, profiles, "model", fits_any_model, k_model)
-    k_all, scal_mape = comm_fit.fit_overlap_interference(pairs["scaling"].to_numpy(), pairs["ideal"].to_numpy(),
-                                                  pairs["hidden"].to_numpy(), pairs["pred1"].to_numpy())
-    ideal_scal = validation.mape(pairs["ideal"] / pairs["pred1"], pairs["scaling"])
+    k_all, scal_mape = comm_fit.fit_overlap_interference(k_rows["scaling"].to_numpy(), k_rows["ideal"].to_numpy(),
+                                                         k_rows["hidden"].to_numpy(), k_rows["pred1"].to_numpy())
+    ideal_scal = validation.mape(k_rows["ideal"] / k_rows["pred1"], k_rows["scaling"])
     # A profile measured on one GPU of the system's type: the measured 1-GPU time, times the
     # simulated t_n / t_1 (each refit predicts both).
     from_one = pairs.assign(pred=pairs["t1"] * (pairs["ideal"] + k_all * pairs["hidden"]) / pairs["pred1"])
@@ -419,8 +424,9 @@ def main() -> None:
                             shipped.anchor_weight, shipped.anchor_clip)):
         print(f"  {label:<44}{compute_fit.anchored_mape(compute_fit.anchor_pairs(single, 'lomo'), w, clip):>6.1f}"
               f"   in-fit model: {compute_fit.anchored_mape(compute_fit.anchor_pairs(single, 'pred'), w, clip):.1f}")
-    print(f"\nDDP scaling t_n/t_1 ({len(pairs)} pairs of a multi-GPU row and its system's 1-GPU row): MAPE "
-          f"{ideal_scal:.1f}% with ideal overlap, {scal_mape:.1f}% with all-reduce interference k = {k_all:.2f}")
+    print(f"\nDDP scaling t_n/t_1 ({len(pairs)} pairs of a multi-GPU row and its system's 1-GPU row, and {len(ddl_k)} "
+          f"ddl-benchmarks multi-GPU rows): MAPE {ideal_scal:.1f}% with ideal overlap, {scal_mape:.1f}% with all-reduce "
+          f"interference k = {k_all:.2f}")
     both_snapshots = snapshot_scaling(pairs)
     if len(both_snapshots):
         worst = both_snapshots.loc[both_snapshots["diff_pct"].abs().idxmax()]

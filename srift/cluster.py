@@ -54,6 +54,9 @@ class NodeGroup:
         efa_generation: EFA generation (1-4) of an ``efa`` group, None when unknown.
         network_burst_gbps: An "up to N Gigabit" size's burst figure (``network_gbps`` is then the
             baseline it sustains), None otherwise.
+        tcp_plugin: For ``ethernet``: an NCCL net plugin that moves TCP itself (``gpudirect-tcpx``,
+            ``gpudirect-tcpxo`` on Google Cloud A3), so NCCL's socket threads and sockets do not
+            limit it; None for NCCL's own socket transport.
     """
 
     count: int
@@ -75,6 +78,7 @@ class NodeGroup:
     single_flow_gbps: float | None = None
     efa_generation: int | None = None
     network_burst_gbps: float | None = None
+    tcp_plugin: str | None = None
 
     @property
     def gpus(self) -> int:
@@ -132,8 +136,9 @@ _GROUP_KEYS = {
     "count", "gpus_per_node", "gpu", "intra_node", "network_gbps", "network", "usd_per_hour",
     "spot", "interruption_per_hour", "gpu_memory_gib", "instance_type",
     "vcpus_per_node", "cloud", "placement_group", "nccl_socket_threads", "nccl_nsocks_perthread",
-    "single_flow_gbps", "efa_generation",
+    "single_flow_gbps", "efa_generation", "tcp_plugin",
 }
+TCP_PLUGINS = ("gpudirect-tcpx", "gpudirect-tcpxo")
 # NCCL accepts 1-16 socket threads and 1-64 sockets per thread, their product at most 64
 # (NCCL documentation, Environment Variables: NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD).
 MAX_SOCKET_THREADS, MAX_SOCKETS_PER_THREAD, MAX_SOCKETS = 16, 64, 64
@@ -245,6 +250,11 @@ def _transport_fields(g: dict[str, Any], where: str, bad: Any) -> dict[str, Any]
         out["cloud"] = cloud
     if out.get("efa_generation") is not None and g.get("network", "ethernet") != "efa":
         raise bad(f"{where}.efa_generation is for network: efa only")
+    plugin = g.get("tcp_plugin")
+    if plugin is not None:
+        if plugin not in TCP_PLUGINS or g.get("network", "ethernet") != "ethernet":
+            raise bad(f"{where}.tcp_plugin must be one of {', '.join(TCP_PLUGINS)}, with network: ethernet, got {plugin!r}")
+        out["tcp_plugin"] = plugin
     return out
 
 

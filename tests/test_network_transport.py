@@ -167,3 +167,15 @@ def test_shipped_socket_fit_explains_the_tcp_cap():
     r100 = net_rate(_group(gbps=100.0), eth, load_params())
     assert r10.limit == "link" and r100.limit == "threads"
     assert math.isclose(r100.bytes_per_s, eth.per_thread_gbps * 1e9 / 8)
+
+
+def test_a_tcp_plugin_is_not_limited_by_nccls_socket_threads():
+    # Google Cloud A3 High: GPUDirect-TCPX drives its own flows over 800 Gb/s of GPU NICs.
+    g = cluster_from_spec("a3-highgpu-8g:2", region="gcp/us-central1").node_groups[0]
+    assert (g.network, g.tcp_plugin, g.cloud) == ("ethernet", "gpudirect-tcpx", "gcp")
+    r = net_rate(g, SOCKETS, PARAMS)
+    assert r.limit == "link" and r.bytes_per_s == pytest.approx(800e9 / 8 * 1408 / 1498)
+    assert CommModel(Cluster("t", (g,)), PARAMS).socket_vcpus_per_node == 0.0
+    with pytest.raises(SriftError, match="tcp_plugin"):
+        cluster_from_dict({"name": "x", "node_groups": [{"count": 2, "gpus_per_node": 8, "gpu": "H100", "intra_node": "nvswitch4",
+                                                         "network_gbps": 800, "network": "efa", "tcp_plugin": "gpudirect-tcpx"}]})

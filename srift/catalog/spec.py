@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from srift.catalog.instances import Instance
 from srift.catalog.load import get_instance
 from srift.catalog.network import NetworkFacts, facts_for
-from srift.cluster import Cluster, NodeGroup
+from srift.cluster import TCP_PLUGINS, Cluster, NodeGroup
 from srift.errors import SriftError
 
 _SPEC_PART = re.compile(r"^(?P<type>[a-z0-9][a-z0-9._\-]*?)(?::(?P<count>\d+))?$")  # _: Lambda, Azure names
@@ -84,6 +84,7 @@ def node_group(inst: Instance, count: int, spot: bool, placement_group: bool | N
         single_flow_gbps=flow if inst.cluster_network == "ethernet" else None,
         efa_generation=None if facts is None else facts.efa_generation,
         network_burst_gbps=facts.network_burst_gbps if facts is not None and facts.burstable else None,
+        tcp_plugin=inst.transport if inst.transport in TCP_PLUGINS else None,
     )
 
 

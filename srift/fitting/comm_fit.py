@@ -131,6 +131,20 @@ def intra_sigma(rows: pd.DataFrame) -> tuple[float, int]:
     return float(logs.mean()), int(len(sb))
 
 
+def anchored_scaling_rows(rows: pd.DataFrame, profiles: ProfileSource) -> pd.DataFrame:
+    """Measured multi-GPU rows with a measured 1-GPU time (``t1``) as interference-fit rows: the
+    columns ``fit_overlap_interference`` takes (``scaling`` = t / t1 measured; ``ideal`` and
+    ``hidden`` from the simulator with the compute anchored on t1, over t1; ``pred1`` = 1), and
+    the row's ``model`` as the zoo model a leave-one-model-out fit holds out with it (a BERT
+    pre-training row goes with the same encoder's SQuAD rows) and its ``gpu``."""
+    sim = simulate_anchored(rows, profiles)
+    t1 = rows["t1"].to_numpy()
+    model = [m if m.endswith("-squad") or not m.startswith("bert") else f"{m}-squad" for m in rows["model"]]
+    return pd.DataFrame({"scaling": rows["iteration_time_s"].to_numpy() / t1, "ideal": sim["ideal"].to_numpy() / t1,
+                         "hidden": sim["hidden"].to_numpy() / t1, "pred1": np.ones(len(rows)), "model": model,
+                         "gpu": rows["gpu"].to_numpy()})
+
+
 def fit_overlap_interference(scaling: np.ndarray, ideal_n: np.ndarray, hidden_n: np.ndarray,
                              pred_1: np.ndarray, grid: np.ndarray | None = None) -> tuple[float, float]:
     """The interference ``k`` that best predicts measured DDP scaling, and its MAPE (%).

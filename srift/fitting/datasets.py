@@ -335,14 +335,15 @@ def load_ddl(data_dir: Path) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def ddl_scaling_rows(data_dir: Path) -> pd.DataFrame:
-    """ddl-benchmarks' multi-node rows with their job's measured 1-GPU time (``t1``) and one-server
-    time (``ref_time_s``): what the network fits compare with (srift.fitting.comm_fit)."""
+def ddl_scaling_rows(data_dir: Path, one_server: bool = False) -> pd.DataFrame:
+    """ddl-benchmarks' multi-node rows (and with ``one_server`` the 4-GPU one-server rows) with
+    their job's measured 1-GPU time (``t1``) and one-server time (``ref_time_s``): what the network
+    and interference fits compare with (srift.fitting.comm_fit)."""
     ddl = load_ddl(data_dir)
     one_gpu = ddl[ddl["n_gpus"] == 1].set_index("model")["iteration_time_s"]
-    one_server = ddl[(ddl["nodes"] == 1) & (ddl["n_gpus"] > 1)].set_index("model")["iteration_time_s"]
-    multi = ddl[ddl["nodes"] > 1].reset_index(drop=True)
-    return multi.assign(t1=multi["model"].map(one_gpu).to_numpy(), ref_time_s=multi["model"].map(one_server).to_numpy())
+    servers = ddl[(ddl["nodes"] == 1) & (ddl["n_gpus"] > 1)].set_index("model")["iteration_time_s"]
+    multi = ddl[(ddl["n_gpus"] > 1) if one_server else (ddl["nodes"] > 1)].reset_index(drop=True)
+    return multi.assign(t1=multi["model"].map(one_gpu).to_numpy(), ref_time_s=multi["model"].map(servers).to_numpy())
 
 
 NCCL_COLUMNS = ["source", "nodes", "gpus_per_node", "intra_node", "network_gbps", "network", "size_bytes", "time_s"]

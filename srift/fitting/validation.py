@@ -22,7 +22,7 @@ from srift.job import Job
 from srift.perf import comm as CM
 from srift.perf import compute as C
 from srift.profile import PhaseTimes, Profile
-from srift.simulate import predict
+from srift.simulate import Predictor
 
 def mape(pred: Iterable[float], meas: Iterable[float]) -> float:
     p, m = np.asarray(list(pred), float), np.asarray(list(meas), float)
@@ -89,19 +89,30 @@ def row_job(r) -> Job:
     return Job(batch_size=int(r.batch_per_gpu), precision=r.precision, data_loading=_given(r, "data_loading") or "synthetic")
 
 
+SIMULATED = ["pred", "ideal", "hidden"]
+
+
+def _simulated(profile: Profile, cluster: Cluster, job: Job) -> tuple[float, float, float]:
+    """(iteration, the same without all-reduce interference, the hidden all-reduce seconds the
+    interference ``k`` multiplies: those hidden behind backward x the GPUs' share of them)."""
+    predictor = Predictor(profile, job)
+    p = predictor.predict(cluster)
+    b = p.breakdown
+    hidden = max(0.0, b["comm_total"] - b["exposed_comm"])
+    if cluster.nodes > 1 and hidden > 0:
+        hidden *= CM.CommModel.for_cluster(cluster).gpu_side_fraction(predictor.bucket_sizes_bytes)
+    return p.iteration_time_s, p.iteration_time_s - b["comm_interference"], hidden
+
+
 def simulate_rows(rows: pd.DataFrame, profiles: ProfileSource, n_gpus: int | None = None) -> pd.DataFrame:
     """Simulator predictions for measured rows (``n_gpus`` overrides the row's count, on one node).
 
     Returns columns ``pred`` (iteration seconds), ``ideal`` (the same without all-reduce
-    interference) and ``hidden`` (all-reduce seconds hidden behind backward), in row order.
+    interference) and ``hidden`` (all-reduce seconds hidden behind backward, across nodes times
+    the GPUs' share of them: ``pred = ideal + k x hidden``), in row order.
     """
-    out = []
-    for r in rows.itertuples():
-        p = predict(profiles.for_row(r), row_cluster(r, n_gpus), row_job(r))
-        b = p.breakdown
-        out.append((p.iteration_time_s, p.iteration_time_s - b["comm_interference"],
-                    max(0.0, b["comm_total"] - b["exposed_comm"])))
-    return pd.DataFrame(out, columns=["pred", "ideal", "hidden"], index=rows.index)
+    out = [_simulated(profiles.for_row(r), row_cluster(r, n_gpus), row_job(r)) for r in rows.itertuples()]
+    return pd.DataFrame(out, columns=SIMULATED, index=rows.index)
 
 
 def anchored_profile(profile: Profile, gpu: str, precision: str, measured_s: float) -> Profile:
@@ -136,11 +147,8 @@ def simulate_anchored(rows: pd.DataFrame, profiles: ProfileSource) -> pd.DataFra
             if len(_ANCHORED) > 1024:
                 _ANCHORED.clear()
             prof = _ANCHORED[key] = anchored_profile(base, r.gpu, r.precision, float(r.t1))
-        p = predict(prof, row_cluster(r), row_job(r))
-        b = p.breakdown
-        out.append((p.iteration_time_s, p.iteration_time_s - b["comm_interference"],
-                    max(0.0, b["comm_total"] - b["exposed_comm"])))
-    return pd.DataFrame(out, columns=["pred", "ideal", "hidden"], index=rows.index)
+        out.append(_simulated(prof, row_cluster(r), row_job(r)))
+    return pd.DataFrame(out, columns=SIMULATED, index=rows.index)
 
 
 @contextlib.contextmanager

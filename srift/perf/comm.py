@@ -288,6 +288,12 @@ def net_rate(group: NodeGroup, net: NetworkClass, params: CommParams) -> NetRate
     defaults, platform = params.sockets_on(group.cloud)
     share = tcp_goodput_share(defaults.mtu_bytes)
     wire = link_gbps * share
+    if group.tcp_plugin:
+        # GPUDirect-TCPX/O drive their own flows from the GPU NICs: no socket-thread or per-flow
+        # limit of NCCL's transport applies (and no measurement says what does): the link's TCP share.
+        return NetRate(wire * 1e9 / 8.0, "link", f"NCCL over {group.tcp_plugin} (its own TCP flows, no socket-thread limit; "
+                                                    f"not measured): {link_gbps:g} Gb/s{burst} x {share:.3f} (TCP at a "
+                                                    f"{defaults.mtu_bytes}-byte MTU) = {wire:.3g} Gb/s per node")
     threads = group.nccl_socket_threads or defaults.threads
     socks = group.nccl_nsocks_perthread or defaults.sockets_per_thread
     said = "set" if group.nccl_socket_threads or group.nccl_nsocks_perthread else (
@@ -450,7 +456,7 @@ class CommModel:
     def socket_vcpus_per_node(self) -> float:
         """vCPUs per node NCCL's socket helper threads keep busy while communicating: one send
         and one receive connection of ``threads`` threads each (0 for RDMA or one node)."""
-        return 2.0 * self.topology.socket_threads if self._net is not None else 0.0
+        return 2.0 * self.topology.socket_threads if self._net is not None else 0.0  # 0 threads for a TCP plugin
 
     # ---- collectives ---------------------------------------------------------------------
     def allreduce_time_s(self, size_bytes: float | np.ndarray, quantile: float = 0.5) -> float | np.ndarray:
