@@ -20,7 +20,7 @@ IDEAL = LinkClass(alpha_s=1e-6, eff_max=1.0, s_half_bytes=1e-30, shape=1.0, p90_
 SOCKETS = NetworkClass(alpha_s=1e-4, efficiency=tcp_goodput_share(1500), t_half_s=0.0, shape=1.0, p90_ratio=1.0,
                        algorithm="ring", per_thread_gbps=20.0)
 IB = NetworkClass(alpha_s=2e-6, efficiency=0.95, t_half_s=2e-5, shape=1.0, p90_ratio=1.0, algorithm="ring")
-PARAMS = CommParams({k: IDEAL for k in ("nvswitch", "nvlink", "pcie", "shared-memory")},
+PARAMS = CommParams({k: IDEAL for k in ("nvswitch", "nvswitch4", "nvlink", "pcie", "shared-memory")},
                     networks={"ethernet": SOCKETS, "infiniband": IB, "roce": IB, "efa": IB},
                     socket_defaults={"generic": SocketDefaults(1, 1, 1500), "aws": SocketDefaults(2, 8, 9001),
                                      "gcp": SocketDefaults(4, 1, 1460)})
