@@ -381,7 +381,7 @@ def topology(cluster: Cluster, params: CommParams | None = None) -> Topology:
         p = params or load_params()
         net = p.network(net_class)
         # Every group's transport at the class the mix runs as; the slowest sets the pace.
-        rates = [net_rate(g if g.network == net_class else _as_network(g, net_class), net, p) for g in groups]
+        rates = [_net_rate_cached(g if g.network == net_class else _as_network(g, net_class), net, p) for g in groups]
         rate = min(rates, key=lambda r: r.bytes_per_s)
     return Topology(
         workers=cluster.gpus,
@@ -396,6 +396,23 @@ def topology(cluster: Cluster, params: CommParams | None = None) -> Topology:
         net_limit=rate.limit,
         socket_threads=rate.socket_threads,
     )
+
+
+_NET_RATES: dict[tuple[Any, ...], NetRate] = {}
+
+
+def _net_rate_cached(group: NodeGroup, net: NetworkClass, params: CommParams) -> NetRate:
+    """``net_rate`` memoized on what it reads (the network class and the platform's socket
+    defaults by value, the group's transport fields; not the node count, price or market)."""
+    key = (net, params.sockets_on(group.cloud), group.network_gbps, group.network, group.cloud, group.placement_group,
+           group.nccl_socket_threads, group.nccl_nsocks_perthread, group.single_flow_gbps, group.efa_generation,
+           group.network_burst_gbps, group.tcp_plugin)
+    hit = _NET_RATES.get(key)
+    if hit is None:
+        if len(_NET_RATES) > 4096:
+            _NET_RATES.clear()
+        hit = _NET_RATES[key] = net_rate(group, net, params)
+    return hit
 
 
 def _as_network(group: NodeGroup, network: str) -> NodeGroup:
@@ -422,6 +439,7 @@ class CommModel:
         t = self.topology
         self._link = self.params.get(t.link_class)
         self._net = self.params.network(t.net_class) if t.nodes > 1 else None
+        self._assumptions: list[str] | None = None
 
     @classmethod
     def for_cluster(cls, cluster: Cluster) -> "CommModel":
@@ -448,9 +466,11 @@ class CommModel:
         t = self.topology
         if self._net is None or self.calibration is not None:
             return []
-        algo = ("one ring over all ranks: the network carries 2(n-1)/n of the data" if self.algorithm == "ring"
-                else "hierarchical (intra-node and inter-node stages concurrent)")
-        return [f"network: {t.net_basis}; all-reduce {algo}"]
+        if self._assumptions is None:
+            algo = ("one ring over all ranks: the network carries 2(n-1)/n of the data" if self.algorithm == "ring"
+                    else "hierarchical (intra-node and inter-node stages concurrent)")
+            self._assumptions = [f"network: {t.net_basis}; all-reduce {algo}"]
+        return list(self._assumptions)
 
     @property
     def socket_vcpus_per_node(self) -> float:

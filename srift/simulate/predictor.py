@@ -147,6 +147,7 @@ class Predictor:
         self._measured = profile.measured and profile.phases.data_s is not None
         self._image_size = image_side_px(profile.input_bytes_per_sample)
         self._inputs: dict[tuple[int, float], InputTime] = {}
+        self._state_bytes = self.base.params * (4.0 + float(self.base.optimizer.get("state_bytes_per_param", 4)))
 
     # ---- cached pieces -------------------------------------------------------------------
     def profile_at(self, batch: int, source: Profile | None = None) -> Profile:
@@ -283,7 +284,7 @@ class Predictor:
         cost = cluster.usd_per_hour
         memory = self._memory_fit(groups, batches)
         error_pct, error_basis, compute_error_pct = self._typical_error(cluster, crit.times, comm)
-        state_bytes = self.base.params * (4.0 + float(self.base.optimizer.get("state_bytes_per_param", 4)))
+        state_bytes = self._state_bytes
         return Prediction(
             cluster=cluster.name,
             gpus=cluster.gpus,
