@@ -103,3 +103,16 @@ def test_bad_data_loading_is_a_usage_error(capsys):
     assert main(["predict", "--model", "resnet50", "--instance", "g5.xlarge", "--data-loading", "tape"]) == 2
     err = capsys.readouterr().err
     assert "unknown data loading 'tape'" in err and "To fix:" in err
+
+
+def test_the_job_file_takes_data_loading(tmp_path):
+    from srift.errors import SriftError
+    from srift.jobfile import load_jobfile
+
+    path = tmp_path / "srift.yaml"
+    path.write_text("model: resnet50\nsteps: 10\ndata_loading: synthetic\nlimits: {max_cost_usd: 10}\n")
+    assert load_jobfile(str(path), env={}).job.data_loading == "synthetic"
+    assert load_jobfile(str(path), {"data_loading": "images"}, env={}).job.data_loading == "images"
+    path.write_text("model: resnet50\nsteps: 10\ndata_loading: tape\nlimits: {max_cost_usd: 10}\n")
+    with pytest.raises(SriftError, match="data_loading"):
+        load_jobfile(str(path), env={})
