@@ -114,5 +114,5 @@ def test_the_job_file_takes_data_loading(tmp_path):
     assert load_jobfile(str(path), env={}).job.data_loading == "synthetic"
     assert load_jobfile(str(path), {"data_loading": "images"}, env={}).job.data_loading == "images"
     path.write_text("model: resnet50\nsteps: 10\ndata_loading: tape\nlimits: {max_cost_usd: 10}\n")
-    with pytest.raises(SriftError, match="data_loading"):
+    with pytest.raises(SriftError, match="unknown data loading 'tape'"):
         load_jobfile(str(path), env={})
