@@ -35,6 +35,7 @@ servers, not PyTorch DDP).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -46,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from fit_models import profile_source  # noqa: E402
+from srift.perf import comm as CM  # noqa: E402
 from srift.hardware import gpu as gpu_spec  # noqa: E402
 from srift.perf import compute as C  # noqa: E402
 from srift.fitting import comm_fit  # noqa: E402
@@ -151,8 +153,8 @@ def multi_node_allreduce(data: Path) -> list[tuple[str, int, float, float]]:
     out = []
     for inst, held in multi.groupby("instance").groups.items():
         train = multi.drop(index=held).reset_index(drop=True)
-        refit, _ = comm_fit.fit_link_class(train, shipped, "efa", (3e-5, 0.8, 8e6, 1.0))
-        params = type(shipped)({**shipped.classes, "efa": refit}, shipped.meta, shipped.overlap_interference)
+        refit, _ = comm_fit.fit_network_class(train, shipped, "efa", shipped.networks["efa"])
+        params = dataclasses.replace(shipped, networks={**shipped.networks, "efa": refit})
         # One line per run (the two 2x p5 runs, Slurm and EKS, differ by up to 2.3x: the spread
         # the EFA p90 is fitted to).
         for source, test in multi.loc[held].groupby("source"):
@@ -160,6 +162,74 @@ def multi_node_allreduce(data: Path) -> list[tuple[str, int, float, float]]:
             if len(big):
                 out.append((source.split("/", 1)[1], len(big), validation.mape(comm_fit.comm_times(big, shipped), big["time_s"]),
                             validation.mape(comm_fit.comm_times(big, params), big["time_s"])))
+    return out
+
+
+def family(model: str) -> str:
+    """The zoo model a leave-one-model-out fit holds out for a row: BERT pre-training rows hold out
+    the same encoder's SQuAD rows (``bert-base`` -> ``bert-base-squad``)."""
+    return model if model.endswith("-squad") or not model.startswith("bert") else f"{model}-squad"
+
+
+def multi_node_rows(data: Path) -> pd.DataFrame:
+    """Every multi-node row the data map onto the zoo: ddl-benchmarks (27: three networks, 2-8
+    servers of 4 RTX 2080 Ti, synthetic data) and fast.ai's DAWNBench runs (3: 4-16 p3.16xlarge
+    over 25 Gb/s TCP, JPEGs decoded on the vCPUs), with ``net`` (the network as measured) and the
+    1-GPU and one-server times of the ddl jobs (``t1``, ``ref_time_s``)."""
+    ddl = datasets.ddl_scaling_rows(data)
+    ddl["net"] = ddl["network_label"].map({"ethernet-10g-tcp": "10 GbE TCP", "infiniband": "100 Gb/s InfiniBand"}).fillna("100 Gb/s TCP (IPoIB)")
+    dawn = datasets.load_dawnbench_multinode(data)
+    if len(dawn):
+        dawn = dawn.assign(net="EC2 25 Gb/s TCP", network="ethernet", network_label="ec2-tcp", gpus_per_node=8)
+    rows = pd.concat([ddl, dawn], ignore_index=True)
+    rows["silicon"] = rows["gpu"].map(silicon)
+    rows["family"] = rows["model"].map(family)
+    return rows
+
+
+def refit_networks(ddl: pd.DataFrame, profiles: datasets.ProfileSource, compute: C.ComputeParams,
+                   k: float) -> CM.CommParams:
+    """The shipped communication parameters with the interference ``k`` and the ddl-fitted network
+    terms refitted on ``ddl`` (scripts/fit_models.py's fit, on fewer rows)."""
+    base = dataclasses.replace(CM.load_params(), overlap_interference=k)
+    with validation.using_params(compute=compute):
+        params, _ = comm_fit.fit_ddl_networks(ddl.reset_index(drop=True), profiles, base)
+    return params
+
+
+def simulate_with(rows: pd.DataFrame, profiles: datasets.ProfileSource, compute: C.ComputeParams | None,
+                  comm: CM.CommParams | None) -> np.ndarray:
+    with validation.using_params(compute=compute, comm=comm):
+        return validation.simulate_rows(rows, profiles)["pred"].to_numpy()
+
+
+def multi_node_predictions(nodes: pd.DataFrame, profiles: datasets.ProfileSource, fits_gpu: dict, fits_model: dict,
+                           k_gpu: dict, k_model: dict) -> pd.DataFrame:
+    """``pred`` (shipped), ``logo`` (compute and interference refitted without the GPU; the network
+    terms are fitted on one GPU type, ddl's, and stay), ``lomo`` (compute, interference and network
+    terms refitted without the model, BERT pre-training rows without the same encoder's SQuAD rows
+    as well), ``lono`` (the network terms refitted without the row's network: the socket transport
+    without 10 GbE or without 100 Gb/s TCP, InfiniBand without its rows; the DAWNBench runs are in
+    no fit) and ``from_one`` (compute anchored on the job's measured 1-GPU time: ddl only)."""
+    out = nodes.copy()
+    out["pred"] = validation.simulate_rows(nodes, profiles)["pred"].to_numpy()
+    out["logo"] = np.nan
+    for sil, idx in nodes.groupby("silicon").groups.items():
+        comm = dataclasses.replace(CM.load_params(), overlap_interference=k_gpu[sil])
+        out.loc[idx, "logo"] = simulate_with(nodes.loc[idx], profiles, fits_gpu.get(sil, C.load_params()), comm)
+    ddl = nodes[nodes["source"].str.startswith("ddl")]
+    out["lomo"] = np.nan
+    for fam, idx in nodes.groupby("family").groups.items():
+        compute = fits_model.get(fam, C.load_params())
+        comm = refit_networks(ddl[ddl["family"] != fam], profiles, compute, k_model.get(fam, CM.load_params().overlap_interference))
+        out.loc[idx, "lomo"] = simulate_with(nodes.loc[idx], profiles, compute, comm)
+    out["lono"] = out["pred"]
+    for label, idx in nodes[nodes["source"].str.startswith("ddl")].groupby("network_label").groups.items():
+        comm = refit_networks(ddl[ddl["network_label"] != label], profiles, C.load_params(), CM.load_params().overlap_interference)
+        out.loc[idx, "lono"] = simulate_with(nodes.loc[idx], profiles, None, comm)
+    out["from_one"] = np.nan
+    sel = out["t1"].notna()
+    out.loc[sel, "from_one"] = validation.simulate_anchored(out[sel], profiles)["pred"].to_numpy()
     return out
 
 
@@ -230,9 +300,12 @@ def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str, b
     from srift.perf.accuracy import SCHEMA
 
     def figures(df: pd.DataFrame) -> dict:
-        return {"rows": int(len(df)), "fit": round(validation.mape(df["pred"], df[meas_col]), 1),
-                "logo": round(validation.mape(df["logo"], df[meas_col]), 1), "lomo": round(validation.mape(df["lomo"], df[meas_col]), 1),
-                "bias_pct": round(float(((df["pred"] - df[meas_col]) / df[meas_col]).mean() * 100.0), 1)}
+        out = {"rows": int(len(df)), "fit": round(validation.mape(df["pred"], df[meas_col]), 1),
+               "logo": round(validation.mape(df["logo"], df[meas_col]), 1), "lomo": round(validation.mape(df["lomo"], df[meas_col]), 1),
+               "bias_pct": round(float(((df["pred"] - df[meas_col]) / df[meas_col]).mean() * 100.0), 1)}
+        if "lono" in df:
+            out["lono"] = round(validation.mape(df["lono"], df[meas_col]), 1)
+        return out
 
     doc = {"schema": SCHEMA, "source": "scripts/validate.py (MAPE %, predicted vs measured iteration time)", "groups": {}}
     for name, df in groups.items():
@@ -241,6 +314,10 @@ def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str, b
             # One-node groups by intra-node link, where enough rows back a figure of its own.
             by_link = {link: figures(s) for link, s in df.groupby("link") if len(s) >= MIN_LINK_ROWS}
             g["by_link"] = dict(sorted(by_link.items()))
+        if "network" in df and name == "multi_node":
+            # The multi-node group by network class (ethernet = NCCL over TCP sockets), where enough rows back it.
+            by_net = {net: figures(s) for net, s in df.groupby("network") if len(s) >= MIN_LINK_ROWS}
+            g["by_network"] = dict(sorted(by_net.items()))
         doc["groups"][name] = {**g, **({"basis": basis[name]} if name in basis else {})}
     doc["groups"].update(computed or {})
     write_json(path, doc)
@@ -274,16 +351,22 @@ def main() -> None:
     pairs = validation.scaling_pairs(rows)
     pairs["silicon"] = pairs["gpu"].map(silicon)
     pairs = pairs.join(validation.simulate_rows(pairs, profiles)).join(validation.simulate_rows(pairs, profiles, n_gpus=1)["pred"].rename("pred1"))
-    k_gpu = interference_fits(pairs, "silicon", multi["silicon"].unique())
-    k_model = interference_fits(pairs, "model", multi["model"].unique())
+    nodes = multi_node_rows(Path(args.data))
+    # The interference is fitted on the one-node pairs and ddl-benchmarks' multi-GPU rows (compute
+    # anchored on their measured 1-GPU time), as scripts/fit_models.py does; its refits hold both out.
+    ddl_k = comm_fit.anchored_scaling_rows(datasets.ddl_scaling_rows(Path(args.data), one_server=True), profiles)
+    cols = ["scaling", "ideal", "hidden", "pred1", "silicon", "model"]
+    k_rows = pd.concat([pairs[cols], ddl_k.assign(silicon=ddl_k["gpu"].map(silicon))[cols]], ignore_index=True)
+    k_gpu = interference_fits(k_rows, "silicon", set(multi["silicon"]) | set(nodes["silicon"]))
+    k_model = interference_fits(k_rows, "model", set(multi["model"]) | set(nodes["family"]))
     multi["logo"] = loo_predictions(multi, profiles, "silicon", fits_gpu, k_gpu)
     # Models the single-GPU fit never saw (SuperBench's resnet152, vgg16, ...) are already
     # held out: they use the full fit.
     fits_any_model = {**fits_model, **{m: C.load_params() for m in multi["model"].unique() if m not in fits_model}}
     multi["lomo"] = loo_predictions(multi, profiles, "model", fits_any_model, k_model)
-    k_all, scal_mape = comm_fit.fit_overlap_interference(pairs["scaling"].to_numpy(), pairs["ideal"].to_numpy(),
-                                                  pairs["hidden"].to_numpy(), pairs["pred1"].to_numpy())
-    ideal_scal = validation.mape(pairs["ideal"] / pairs["pred1"], pairs["scaling"])
+    k_all, scal_mape = comm_fit.fit_overlap_interference(k_rows["scaling"].to_numpy(), k_rows["ideal"].to_numpy(),
+                                                         k_rows["hidden"].to_numpy(), k_rows["pred1"].to_numpy())
+    ideal_scal = validation.mape(k_rows["ideal"] / k_rows["pred1"], k_rows["scaling"])
     # A profile measured on one GPU of the system's type: the measured 1-GPU time, times the
     # simulated t_n / t_1 (each refit predicts both).
     from_one = pairs.assign(pred=pairs["t1"] * (pairs["ideal"] + k_all * pairs["hidden"]) / pairs["pred1"])
@@ -295,14 +378,8 @@ def main() -> None:
     from_one["link"] = [datasets.row_link(r) for r in pairs.itertuples()]
     repeats = model_free(validation.same_gpu_repeats(single))
 
-    # Multi-node: the DAWNBench runs on the catalog's p3.16xlarge, with the same leave-out refits.
-    nodes = datasets.load_dawnbench_multinode(Path(args.data))
-    if len(nodes):
-        nodes = nodes.sort_values("nodes").reset_index(drop=True)
-        nodes["silicon"] = nodes["gpu"].map(silicon)
-        nodes = nodes.join(validation.simulate_rows(nodes, profiles))
-        nodes["logo"] = loo_predictions(nodes, profiles, "silicon", fits_gpu, k_gpu)
-        nodes["lomo"] = loo_predictions(nodes, profiles, "model", fits_model, k_model)
+    # Multi-node: ddl-benchmarks and DAWNBench, with the leave-out refits and leave-one-network-out.
+    nodes = multi_node_predictions(nodes, profiles, fits_gpu, fits_model, k_gpu, k_model)
 
     def err(df: pd.DataFrame, col: str) -> pd.Series:
         return (df[col] - df[meas_col]) / df[meas_col] * 100.0
@@ -360,19 +437,31 @@ def main() -> None:
         print(line(f"    {link}", s))
     other = anchored_frame(single, C.load_params())
     print(line("  1 GPU, from another GPU", other))
-    if len(nodes):
-        print(line("multi-node (DAWNBench)", nodes))
-    else:
-        print(f"{'multi-node':<28}{0:>6}   no DAWNBench multi-node run in {args.data}")
-    for r in nodes.itertuples():
+    def line5(label: str, df: pd.DataFrame) -> str:
+        return line(label, df) + f"{validation.mape(df.lono, df[meas_col]):>8.1f}"
+
+    print(f"\n{'multi-node':<28}{'rows':>6}{'fit':>8}{'LOGO':>8}{'LOMO':>8}{'LONO':>8}")
+    print(line5("multi-node", nodes))
+    for net, s_ in nodes.groupby("net", sort=False):
+        print(line5("  " + net, s_))
+    for cls, s_ in nodes.groupby("network"):
+        print(line5(f"  class {cls}", s_))
+    for model, s_ in nodes.groupby("model"):
+        print(line5("  " + model, s_))
+    ddl_rows = nodes[nodes["from_one"].notna()]
+    print(f"{'  from its 1-GPU run (ddl)':<28}{len(ddl_rows):>6}{validation.mape(ddl_rows.from_one, ddl_rows[meas_col]):>8.1f}"
+          "   (compute anchored on the job's measured 1-GPU time: the multi-GPU part's error alone)")
+    for r in nodes[nodes["source"].str.startswith("dawnbench")].itertuples():
         print(f"{'  ' + r.label.replace('fast.ai ', ''):<28}{1:>6}{err(nodes.loc[[r.Index]], 'pred').iloc[0]:>+8.1f}"
               f"{err(nodes.loc[[r.Index]], 'logo').iloc[0]:>+8.1f}{err(nodes.loc[[r.Index]], 'lomo').iloc[0]:>+8.1f}"
               f"   measured {r.iteration_time_s:.3f} s, predicted {r.pred:.3f} s ({r.batch_per_gpu}/GPU)")
-    same = nodes[nodes["batch_per_gpu"] == nodes["batch_per_gpu"].iloc[0]] if len(nodes) else nodes
-    if len(same) > 1:
-        a, b = same.iloc[0], same.iloc[-1]
-        print(f"{'':<28}{b.nodes} vs {a.nodes} nodes at {a.batch_per_gpu}/GPU: measured t ratio "
-              f"{b.iteration_time_s / a.iteration_time_s:.3f}, predicted {b.pred / a.pred:.3f}")
+    if args.table:
+        show = nodes.assign(**{c + "_err%": err(nodes, c).round(1) for c in ("pred", "logo", "lomo", "lono", "from_one")})
+        with pd.option_context("display.max_rows", None, "display.width", 220, "display.float_format", "{:.4f}".format):
+            print(show[["model", "net", "nodes", "n_gpus", "batch_per_gpu", meas_col, "pred", "pred_err%", "logo_err%",
+                        "lomo_err%", "lono_err%", "from_one_err%"]].to_string(index=False))
+    print(f"{'':<28}(LONO: the network terms refitted without the row's network; ddl-benchmarks rows are synthetic data,"
+          " DAWNBench decodes JPEGs)")
     for inst, n_rows, fit_mape, held_mape in multi_node_allreduce(Path(args.data)):
         short = inst.replace(".24xlarge", "").replace(".48xlarge", "")
         print(f"{'  all-reduce ' + short:<28}{n_rows:>6}{fit_mape:>8.1f}{held_mape:>8.1f}")
@@ -383,7 +472,8 @@ def main() -> None:
                        {"single_gpu": single, "one_node": multi, **({"multi_node": nodes} if len(nodes) else {}),
                         "single_gpu_same_gpu": repeats, "single_gpu_other_gpu": other, "one_node_same_gpu": from_one},
                        meas_col,
-                       {"multi_node": "fast.ai's 2018 DAWNBench ResNet-50 on 4-16x p3.16xlarge",
+                       {"multi_node": ("ddl-benchmarks: 2-8 servers of 4 RTX 2080 Ti over 10 GbE TCP, 100 Gb/s TCP, "
+                                       "100 Gb/s InfiniBand; DAWNBench: 4-16 p3.16xlarge"),
                         "single_gpu_same_gpu": "the same runs on other systems of the same GPU model",
                         "single_gpu_other_gpu": "single-GPU runs anchored on another GPU or precision of the same model",
                         "one_node_same_gpu": "the same system's measured 1-GPU run, scaled by the simulator"},
@@ -396,8 +486,9 @@ def main() -> None:
                             shipped.anchor_weight, shipped.anchor_clip)):
         print(f"  {label:<44}{compute_fit.anchored_mape(compute_fit.anchor_pairs(single, 'lomo'), w, clip):>6.1f}"
               f"   in-fit model: {compute_fit.anchored_mape(compute_fit.anchor_pairs(single, 'pred'), w, clip):.1f}")
-    print(f"\nDDP scaling t_n/t_1 ({len(pairs)} pairs of a multi-GPU row and its system's 1-GPU row): MAPE "
-          f"{ideal_scal:.1f}% with ideal overlap, {scal_mape:.1f}% with all-reduce interference k = {k_all:.2f}")
+    print(f"\nDDP scaling t_n/t_1 ({len(pairs)} pairs of a multi-GPU row and its system's 1-GPU row, and {len(ddl_k)} "
+          f"ddl-benchmarks multi-GPU rows): MAPE {ideal_scal:.1f}% with ideal overlap, {scal_mape:.1f}% with all-reduce "
+          f"interference k = {k_all:.2f}")
     both_snapshots = snapshot_scaling(pairs)
     if len(both_snapshots):
         worst = both_snapshots.loc[both_snapshots["diff_pct"].abs().idxmax()]

@@ -99,9 +99,11 @@ def resolve_infra(infra: str | None, region: str | None, default: str) -> str:
     return f"aws/{region}" if region is not None else default
 
 
-def resolve_cluster(instance: str | None, cluster_file: str | None, region: str = "aws/us-east-1", spot: bool = False) -> Cluster:
+def resolve_cluster(instance: str | None, cluster_file: str | None, region: str = "aws/us-east-1", spot: bool = False,
+                    placement_group: bool | None = None) -> Cluster:
     """The cluster of ``--instance SPEC`` (catalog, in the ``region`` selection: ``--infra``
-    spelling; several regions: where each type is cheapest) or ``--cluster FILE``; exactly one.
+    spelling; several regions: where each type is cheapest) or ``--cluster FILE``; exactly one
+    (``placement_group``: the catalog instances share an EC2 cluster placement group).
 
     Raises:
         SriftError: unless exactly one is given.
@@ -112,7 +114,7 @@ def resolve_cluster(instance: str | None, cluster_file: str | None, region: str 
             "use --instance TYPE[:COUNT][+TYPE[:COUNT]] (e.g. p3.16xlarge:2) or --cluster FILE (a cluster YAML).",
         )
     if instance is not None:
-        return cluster_from_spec(instance, region=region, spot=spot)
+        return cluster_from_spec(instance, region=region, spot=spot, placement_group=placement_group)
     # The README's `--cluster configs/clusters/ib-64.yaml` also works outside a checkout: a relative
     # path that is not here but names a shipped example reads the shipped file.
     cluster = load_cluster(bundled(cluster_file) or cluster_file)  # type: ignore[arg-type]
@@ -166,11 +168,11 @@ def model_flops_fn(model: str | None, model_config: str | None = None) -> Callab
 # ---- predict ------------------------------------------------------------------------------------
 def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None = None, instance: str | None = None,
             cluster_file: str | None = None, region: str = "aws/us-east-1", spot: bool = False,
-            model_config: str | None = None) -> PredictResult:
+            model_config: str | None = None, placement_group: bool | None = None) -> PredictResult:
     """Predict ``job`` of a model, a Hugging Face config or profile(s) on an instance spec (in the
     ``region`` selection, ``--infra`` spelling) or a cluster file."""
     prof, more = resolve_profiles(model, profiles, model_config, job.precision)
-    cluster = resolve_cluster(instance, cluster_file, region=region, spot=spot)
+    cluster = resolve_cluster(instance, cluster_file, region=region, spot=spot, placement_group=placement_group)
     pred = Predictor(prof, job, more, model_flops_fn(model, model_config)).predict(cluster)
     ages: dict[str, PriceAge] = {}
     host_arch = None

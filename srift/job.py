@@ -13,11 +13,18 @@ from dataclasses import dataclass
 
 from srift.errors import SriftError
 
-PRECISIONS = ("fp32", "tf32", "amp", "bf16")
+# fp32 means what PyTorch does by default: on GPUs with TF32 units (Ampere and newer) cuDNN runs
+# convolutions in TF32 (torch.backends.cudnn.allow_tf32 defaults to True) while matmuls stay in
+# FP32 (torch.backends.cuda.matmul.allow_tf32 defaults to False since PyTorch 1.12);
+# fp32-strict turns TF32 off everywhere; tf32 allows it for both (srift/perf/compute.py).
+PRECISIONS = ("fp32", "fp32-strict", "tf32", "amp", "bf16")
 # Half-precision compute: amp (autocast, fp32 parameters) and bf16 (FSDP mixed precision: bf16
 # parameters for compute, fp32 master copy).
 HALF_PRECISIONS = ("amp", "bf16")
 DEFAULT_CONFIDENCE = 0.9  # limits that rest on a prediction are met at this quantile (srift/search/confidence.py)
+# Where the training batches come from (srift/perf/input.py): tensors already on the GPU, JPEGs
+# decoded and augmented on the vCPUs, or pre-tokenized text.
+DATA_LOADING = ("synthetic", "images", "tokens")
 OPTIMIZERS = ("sgd", "kfac")
 KFAC_STRATEGIES = ("naive", "mpd", "spd")
 # How the job is spread over the GPUs (srift/simulate/sharded.py): ddp (replicated), zero2
@@ -230,6 +237,8 @@ class Job:
         fused_loss: The loss is a fused cross-entropy kernel (flash-attn's, llm-foundry's
             default; Liger's) that keeps no fp32 copy of the logits; False: PyTorch's
             ``cross_entropy`` on upcast logits (Hugging Face, torchtitan). Memory only.
+        data_loading: One of DATA_LOADING (None: ``images`` for image models, ``tokens`` for
+            sequence models, or a measured profile's own data time).
 
     Raises:
         SriftError: for a setting out of its vocabulary or range.
@@ -249,6 +258,7 @@ class Job:
     grad_accum: int = 1
     reduce_dtype: str = "fp32"
     fused_loss: bool = False
+    data_loading: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "seq_len", "global_batch_size", "grad_accum"):
@@ -257,6 +267,8 @@ class Job:
                 raise SriftError(f"{name.replace('_', '-')} must be at least 1, got {v}.", f"pass --{name.replace('_', '-')} 1 or more.")
         if self.precision is not None:
             require_precision(self.precision)
+        if self.data_loading is not None and self.data_loading not in DATA_LOADING:
+            raise SriftError(f"unknown data loading '{self.data_loading}'.", f"use one of {', '.join(DATA_LOADING)}.")
         if self.optimizer not in OPTIMIZERS:
             raise SriftError(f"unknown optimizer '{self.optimizer}'.", f"use one of {', '.join(OPTIMIZERS)}.")
         if self.kfac_strategy not in KFAC_STRATEGIES:

@@ -5,7 +5,8 @@
     model: resnet50            # or profile: path/to/profile.yaml (relative to the job file), or a list, one per GPU
     batch_size: 64             # per GPU
     seq_len: 128               # sequence models only
-    precision: amp             # fp32 | tf32 | amp | bf16
+    precision: amp             # fp32 | fp32-strict | tf32 | amp | bf16
+    data_loading: images       # synthetic | images | tokens (default: by model kind)
     epochs: 90                 # with dataset_size: 1281167; or samples: N, tokens: N (sequence models),
                                # or steps: N (with global_batch_size: B when no instance is given)
     global_batch_size: 1024    # optional: fix the global batch instead of batch_size per GPU
@@ -37,8 +38,8 @@ from typing import Any
 from srift.errors import SriftError, one_of
 from srift.files import read_yaml
 from srift.job import (
-    AUTO, CHECKPOINTING, DEFAULT_CONFIDENCE, OPTIMIZERS, PARALLELISMS, PRECISIONS, REDUCE_DTYPES, Job, JobLength,
-    require_confidence,
+    AUTO, CHECKPOINTING, DATA_LOADING, DEFAULT_CONFIDENCE, OPTIMIZERS, PARALLELISMS, PRECISIONS, REDUCE_DTYPES, Job,
+    JobLength, require_confidence,
 )
 
 # The limits a job file may set, in the order `srift check` reports them.
@@ -63,6 +64,7 @@ FIELDS: dict[str, tuple[type, str]] = {
     "grad_accum": (int, "a positive integer (micro-batches per optimizer step)"),
     "reduce_dtype": (str, one_of(REDUCE_DTYPES)),
     "fused_loss": (bool, "true or false (a fused cross-entropy kernel)"),
+    "data_loading": (str, one_of(DATA_LOADING)),
     "instance": (str, "an instance spec like p3.16xlarge:2"),
     "spot": (bool, "true or false"),
     "region": (str, "an AWS region like us-east-1"),
@@ -70,7 +72,7 @@ FIELDS: dict[str, tuple[type, str]] = {
     "confidence": (float, "a number from 0.5 to below 1, like 0.9"),
 }
 _JOB_FIELDS = ("batch_size", "seq_len", "precision", "optimizer", "global_batch_size", "parallelism",
-               "activation_checkpointing", "grad_accum", "reduce_dtype", "fused_loss")
+               "activation_checkpointing", "grad_accum", "reduce_dtype", "fused_loss", "data_loading")
 _LENGTH_FIELDS = ("steps", "epochs", "dataset_size", "samples", "tokens")
 DEFAULT_INFRA = "aws/us-east-1"  # a CI gate keeps one price list unless the file names others
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from srift.errors import SriftError, one_of
-from srift.job import AUTO, CHECKPOINTING, KFAC_STRATEGIES, OPTIMIZERS, PARALLELISMS, PRECISIONS, REDUCE_DTYPES
+from srift.job import AUTO, CHECKPOINTING, DATA_LOADING, KFAC_STRATEGIES, OPTIMIZERS, PARALLELISMS, PRECISIONS, REDUCE_DTYPES
 
 FORMATS = ("table", "json", "markdown")
 
@@ -24,7 +24,10 @@ PROFILES = typer.Option(None, "--profile", help="Profile file from `srift profil
                                                 "on other GPUs (each GPU type then uses its own).")
 GLOBAL_BATCH_SIZE = typer.Option(None, "--global-batch-size", help="Fix the global batch instead of the per-GPU batch.")
 SEQ_LEN = typer.Option(None, "--seq-len", help="Sequence length (sequence models).")
-PRECISION = typer.Option(None, "--precision", help=f"{one_of(PRECISIONS)} (default: the profile's).")
+PRECISION = typer.Option(None, "--precision", help=f"{one_of(PRECISIONS)} (default: the profile's). fp32 is PyTorch's "
+                         "default: TF32 convolutions and FP32 matmuls on Ampere and newer; fp32-strict: no TF32 at all.")
+DATA_LOADING_OPT = typer.Option(None, "--data-loading", help=f"{one_of(DATA_LOADING)}: where batches come from (default: "
+                                "images for vision models, tokens for sequence models; a measured profile's own data time).")
 OPTIMIZER = typer.Option("sgd", "--optimizer", help=f"{one_of(OPTIMIZERS)} (sgd: any first-order optimizer).")
 KFAC_STRATEGY = typer.Option("spd", "--kfac-strategy", help=f"K-FAC strategy: {one_of(KFAC_STRATEGIES)}.")
 REGION = typer.Option(None, "--region", help="AWS region (= --infra aws/REGION).")

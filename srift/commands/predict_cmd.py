@@ -8,8 +8,8 @@ import typer
 
 from srift import api
 from srift.commands.options import (
-    ACTIVATION_CHECKPOINTING, FORMAT, FORMATS, FUSED_LOSS, GLOBAL_BATCH_SIZE, GRAD_ACCUM, KFAC_STRATEGY, MODEL,
-    MODEL_CONFIG, OPTIMIZER, OUT_FILE, PARALLELISM, PRECISION, PROFILES, REDUCE_DTYPE, REGION, SEQ_LEN, SKYPILOT,
+    ACTIVATION_CHECKPOINTING, DATA_LOADING_OPT, FORMAT, FORMATS, FUSED_LOSS, GLOBAL_BATCH_SIZE, GRAD_ACCUM, KFAC_STRATEGY,
+    MODEL, MODEL_CONFIG, OPTIMIZER, OUT_FILE, PARALLELISM, PRECISION, PROFILES, REDUCE_DTYPE, REGION, SEQ_LEN, SKYPILOT,
     TORCHRUN, check_format,
 )
 from srift.job import Job
@@ -36,6 +36,10 @@ def predict(
     grad_accum: int = GRAD_ACCUM,
     reduce_dtype: str = REDUCE_DTYPE,
     fused_loss: bool = FUSED_LOSS,
+    data_loading: Optional[str] = DATA_LOADING_OPT,
+    placement_group: Optional[bool] = typer.Option(None, "--placement-group/--no-placement-group",
+                                                   help="EC2 instances in one cluster placement group (TCP: 10 Gb/s per flow "
+                                                        "instead of 5). Default: not known, simulated as outside one."),
     infra: Optional[str] = typer.Option(None, "--infra", help="Where to price --instance (default aws/us-east-1); several regions: where each type is cheapest."),
     region: Optional[str] = REGION,
     fmt: str = FORMAT,
@@ -49,10 +53,10 @@ def predict(
               global_batch_size=global_batch_size, kfac_strategy=kfac_strategy,
               kfac_factor_steps=kfac_factor_steps, kfac_inv_steps=kfac_inv_steps, parallelism=parallelism,
               activation_checkpointing=activation_checkpointing, grad_accum=grad_accum, reduce_dtype=reduce_dtype,
-              fused_loss=fused_loss)
+              fused_loss=fused_loss, data_loading=data_loading)
     where = api.resolve_infra(infra, region, "aws/us-east-1")
     result = api.predict(job, model=model, profiles=profile, instance=instance, cluster_file=cluster, region=where, spot=spot,
-                         model_config=model_config)
+                         model_config=model_config, placement_group=placement_group)
     plan = None
     if skypilot or torchrun:  # refused (a mixed cluster as one SkyPilot task) before anything is printed
         plan = handoff.check(api.launch_plan(result.model, result.prediction, instance, cluster, region=where, spot=spot), skypilot)

@@ -25,6 +25,13 @@ data/llm-training-throughput (srift/fitting/sharded.py, shipped in configs/perf/
 Matmuls of a profile with FSDP units (``LayerProfile.unit``: the decoder LLMs) run at
 ``llm_matmul_factor`` times the model's time in half precision (fitted there too): the fit above
 saw no decoder LLM.
+Precision is applied per layer kind, as PyTorch runs it (``math_mode``): ``fp32`` is PyTorch's
+default, where cuDNN convolutions use TF32 on GPUs that have it (``torch.backends.cudnn.allow_tf32``
+is True by default) and matmuls (linear, attention) stay FP32 (``torch.backends.cuda.matmul.allow_tf32``
+is False by default since PyTorch 1.12); ``fp32-strict`` runs everything in FP32; ``tf32`` allows
+TF32 for both; ``amp`` runs both on half-precision tensor cores. Layers without FLOP-heavy math
+(norms, element-wise, embeddings) are memory-bound whatever the mode. On GPUs without TF32 units
+(before Ampere) ``fp32``, ``fp32-strict`` and ``tf32`` are the same.
 
 Anchoring: a profile measured on the target GPU (at the target precision) returns its measured
 times; a structural profile is predicted from FLOPs and bytes alone. One measured on another GPU or
@@ -92,7 +99,31 @@ LLM_PARAMS_SCHEMA = "srift.perf.sharded/v1"
 
 # Bytes per element of activations at each training precision (amp keeps activations in fp16,
 # bf16 in bf16).
-ELEMENT_BYTES = {"fp32": 4.0, "tf32": 4.0, "amp": 2.0, "bf16": 2.0}
+ELEMENT_BYTES = {"fp32": 4.0, "fp32-strict": 4.0, "tf32": 4.0, "amp": 2.0, "bf16": 2.0}
+
+# Layer kinds whose math cuDNN runs (convolutions): TF32 under PyTorch's default ``fp32``.
+CUDNN_KINDS = ("conv",)
+
+
+def math_mode(precision: str, kind: str) -> str:
+    """The math a layer of ``kind`` runs in under a training ``precision``: ``fp32``, ``tf32`` or
+    ``amp`` (the peak-rate vocabulary of ``GpuSpec.peak_flops``). PyTorch's default ``fp32`` runs
+    convolutions in TF32 (cuDNN's flag) and matmuls in FP32 (cuBLAS's flag); see the module docstring.
+    """
+    if precision == "fp32":
+        return "tf32" if kind in CUDNN_KINDS else "fp32"
+    if precision == "fp32-strict":
+        return "fp32"
+    return precision
+
+
+def precision_label(cudnn_tf32: bool, matmul_tf32: bool) -> str:
+    """srift's precision for a run without autocast, from PyTorch's two TF32 flags: both on ->
+    ``tf32``, convolutions only (PyTorch's default) -> ``fp32``, neither -> ``fp32-strict``; matmuls
+    only (no srift name) -> ``tf32``."""
+    if matmul_tf32:
+        return "tf32"
+    return "fp32" if cudnn_tf32 else "fp32-strict"
 
 
 def layer_kind(type_name: str) -> str:
@@ -329,7 +360,8 @@ def layer_arrays(profile: Profile) -> LayerArrays:
 
 # ---- the model ------------------------------------------------------------------------------
 def _efficiency_terms(gpu_name: str, precision: str, params: ComputeParams) -> tuple[np.ndarray, float, float, float]:
-    """(seconds per FLOP per kind, seconds per byte, peak FLOP/s, bandwidth) for a GPU and precision."""
+    """(seconds per FLOP per kind, seconds per byte, peak FLOP/s, bandwidth) for a GPU and precision;
+    each kind at its own math mode (``math_mode``), the peak that of the precision's matmuls."""
     hit = params._cache.get((gpu_name, precision))
     if hit is None:
         hit = params._cache[(gpu_name, precision)] = _efficiency_terms_uncached(gpu_name, precision, params)
@@ -338,12 +370,20 @@ def _efficiency_terms(gpu_name: str, precision: str, params: ComputeParams) -> t
 
 def _efficiency_terms_uncached(gpu_name: str, precision: str, params: ComputeParams) -> tuple[np.ndarray, float, float, float]:
     spec = gpu_spec(gpu_name)
-    z = gpu_features(spec, precision, params.features)
-    inv_kind = np.maximum(MIN_INV_EFF_COMPUTE, params.kind_matrix() @ z)
+    matrix = params.kind_matrix()
+    s_per_flop = np.empty(len(KINDS))
+    for mode in {math_mode(precision, k) for k in KINDS}:
+        z = gpu_features(spec, mode, params.features)
+        inv_kind = np.maximum(MIN_INV_EFF_COMPUTE, matrix @ z) / spec.peak_flops(mode)
+        rows = [i for i, k in enumerate(KINDS) if math_mode(precision, k) == mode]
+        s_per_flop[rows] = inv_kind[rows]
+    # Memory-bound kernels (norms, element-wise) do not depend on the TF32 flags: every 4-byte
+    # precision takes the memory efficiency the fit learned for its rows (tf32), half precision its own.
+    mem_mode = precision if precision in HALF_PRECISIONS else "tf32"
+    z = gpu_features(spec, mem_mode, params.features)
     inv_mem = max(MIN_INV_EFF_MEMORY, float(np.dot(params.inv_eff_mem, z)))
-    peak = spec.peak_flops(precision)
     bw = spec.memory_bandwidth_bytes_per_s
-    return inv_kind / peak, inv_mem / bw, peak, bw
+    return s_per_flop, inv_mem / bw, spec.peak_flops(math_mode(precision, "matmul")), bw
 
 
 @dataclass(frozen=True)
@@ -465,7 +505,7 @@ def layer_times(profile: Profile, gpu: str, precision: str, params: ComputeParam
     Args:
         profile: The job's profile (at the per-GPU batch and sequence length to predict).
         gpu: Canonical GPU name from configs/gpus.yaml (aliases accepted), or ``"cpu"``.
-        precision: ``fp32``, ``tf32``, ``amp`` or ``bf16``.
+        precision: One of srift.job.PRECISIONS (applied per layer kind: ``math_mode``).
         params: Model parameters (default: the shipped fitted ones).
 
     Returns:

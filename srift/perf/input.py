@@ -34,8 +34,9 @@ from typing import Any
 
 from srift.errors import SriftError
 from srift.files import configs_dir, read_json
+from srift.job import DATA_LOADING
 
-DATA_LOADING_KINDS = ("synthetic", "images", "tokens")
+DATA_LOADING_KINDS = DATA_LOADING  # the vocabulary lives in srift/job.py
 SCHEMA = "srift.perf.input/v1"
 
 

@@ -42,7 +42,8 @@ class Prediction:
         breakdown: Seconds per phase of one iteration: ``data``, ``forward``, ``backward``,
             ``exposed_comm``, ``comm_interference``, ``optimizer``, ``overhead`` (+ K-FAC phases); they add up to
             ``iteration_time_s``. ``comm_total`` (not exposed only) is reported beside them.
-        bottleneck: ``compute``, ``communication`` or ``memory``.
+        bottleneck: ``compute``, ``communication``, ``input`` (the data loader is slower than the
+            GPUs) or ``memory``.
         fits_in_memory: False when some GPU needs more memory than it has.
         memory_per_gpu_bytes: Estimated peak memory of the most loaded GPU.
         memory_breakdown_bytes: weights, gradients, optimizer_state, activations, workspace.
@@ -72,6 +73,11 @@ class Prediction:
     The breakdown of a sharded job (``zero2``, ``fsdp``, ``hsdp``) has ``recompute`` (activation
     checkpointing), ``exposed_all_gather``, ``exposed_reduce_scatter`` and
     ``exposed_cross_node_allreduce`` (hsdp) in place of ``exposed_comm``.
+        data_loading: Where the batches come from: ``synthetic``, ``images``, ``tokens`` or
+            ``measured`` (a profile's own data time).
+        input_time_s: Seconds the slowest GPU's data loader needs per iteration (it runs beside the
+            GPU: only what exceeds the GPU's iteration shows as ``data``); None when unknown (no
+            vCPU count) or for ``measured``.
     """
 
     cluster: str
@@ -102,6 +108,8 @@ class Prediction:
     tokens_per_s_per_gpu: float | None = None
     mfu: float | None = None
     model_flops_per_token: float | None = None
+    data_loading: str = "synthetic"
+    input_time_s: float | None = None
 
     @property
     def expected_throughput_samples_per_s(self) -> float:

@@ -21,10 +21,19 @@ wait). Mixed clusters split the batch by speed (mixed.py) and every bucket's all
 for the slowest worker. Spread: the p90 uses the communication model's p90 and a
 compute spread (the measured coefficient of variation, or 3 % for a structural profile) at
 z = 1.2816.
+
+Data: the loader runs beside the GPUs (srift/perf/input.py), so the iteration is bounded below by
+the time the slowest GPU's loader needs for its batch on the vCPUs it has (the node's vCPUs per
+GPU; NCCL's socket threads take theirs on a multi-node TCP cluster); ``data`` is what exceeds the
+GPU's iteration, and the bottleneck is ``input`` when there is any. ``--data-loading`` picks the
+kind (default: ``tokens`` for sequence models, ``images`` otherwise); unknown vCPUs: no bound
+(said in the notes). A measured profile brings its own data time (``phases.data_s``, the time its
+training loop waited for batches), added as measured.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -37,6 +46,7 @@ from srift.job import AUTO, CHECKPOINTING, HALF_PRECISIONS, PARALLELISMS, Job, u
 from srift.perf.accuracy import MEASURED_ELSEWHERE, MEASURED_HERE, sharded_typical_error, typical_error
 from srift.perf.comm import CommModel
 from srift.perf.compute import KINDS, LayerTimes, layer_arrays, layer_times, measured_gpu
+from srift.perf.input import InputTime, input_time
 from srift.profile import Profile
 from srift.simulate.ddp import BucketLayout, bucket_layout, bucket_ready_s, comm_end_s
 from srift.simulate.kfac import KfacPlan, kfac_memory_bytes, plan_kfac
@@ -157,6 +167,10 @@ class Predictor:
         self.flops_per_token = (model_flops_per_token(self.seq_len) if model_flops_per_token is not None and self.seq_len
                                 else profile_flops_per_token(self.base))
         self.parallelisms, self.checkpointings = self._choices()
+        self.data_loading = job.data_loading or ("tokens" if self.base.seq_len else "images")
+        self._measured = profile.measured and profile.phases.data_s is not None
+        self._image_size = image_side_px(profile.input_bytes_per_sample)
+        self._inputs: dict[tuple[int, float], InputTime] = {}
 
     def _choices(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The parallelisms and checkpointing policies this job may use (``auto`` widens them)."""
@@ -263,6 +277,19 @@ class Predictor:
             f = self._gpu_side_of[comm] = comm.gpu_side_fraction(self.bucket_sizes_bytes)
         return f
 
+    def input_time(self, batch: int, vcpus_per_gpu: float | None) -> InputTime | None:
+        """One GPU's loader time for ``batch`` samples on ``vcpus_per_gpu`` vCPUs (None: unknown vCPUs)."""
+        # A measured profile's wait for batches scales with the batch (Profile.rescale).
+        measured = self.profile_at(batch).phases.data_s if self._measured and self.data_loading != "synthetic" else None
+        if vcpus_per_gpu is None and measured is None and self.data_loading != "synthetic":
+            return None
+        key = (batch, vcpus_per_gpu or 0.0)
+        t = self._inputs.get(key)
+        if t is None:
+            t = self._inputs[key] = input_time(self.data_loading, batch, vcpus_per_gpu or 1.0, self._image_size,
+                                               self.job.seq_len or self.base.seq_len, measured)
+        return t
+
     # ---- batches ---------------------------------------------------------------------------
     def batches(self, cluster: Cluster) -> list[int]:
         """Per-GPU batch (micro-batch, with gradient accumulation) of each node group."""
@@ -293,14 +320,26 @@ class Predictor:
         comm = CommModel.for_cluster(cluster)
         plan = self._plan(cluster, batches, comps, comm)
         breakdown = plan.breakdown
+        accum = self.job.grad_accum
+        inputs = self._inputs_for(cluster, [b * accum for b in batches], comm)
+        gpu_s = sum(breakdown.values())
+        p90 = max(plan.p90_s, gpu_s)
+        known = [t for t in inputs if t is not None]
+        loader = max(known, key=lambda t: t.time_s) if known and len(known) == len(inputs) else None
+        if loader is not None and loader.kind == "measured":
+            breakdown["data"] = loader.time_s  # the measured wait, as the profile saw it
+            p90 += loader.time_s
+        elif loader is not None:
+            # The loader runs beside the GPUs: only what it needs beyond their iteration shows.
+            breakdown["data"] = max(0.0, loader.time_s - gpu_s)
+            p90 = max(p90, max(t.slow_time_s for t in known))
         iteration = sum(breakdown.values())
         breakdown["comm_total"] = plan.comm_total_s
-        accum = self.job.grad_accum
         global_batch = sum(b * g.gpus for b, g in zip(batches, groups)) * accum
         throughput = global_batch / iteration
         cost = cluster.usd_per_hour
         crit = max(comps, key=lambda c: c.compute_end_s)
-        error_pct, error_basis, compute_error_pct = self._typical_error(cluster, crit.times, plan.parallelism)
+        error_pct, error_basis, compute_error_pct = self._typical_error(cluster, crit.times, plan.parallelism, comm)
         state_bytes = self.units.params * (4.0 + float(self.base.optimizer.get("state_bytes_per_param", 4)))
         if plan.parallelism != "ddp":
             state_bytes /= cluster.nodes  # every node writes its own shards of the checkpoint
@@ -310,18 +349,19 @@ class Predictor:
             gpus=cluster.gpus,
             global_batch_size=global_batch,
             iteration_time_s=iteration,
-            p90_iteration_time_s=max(plan.p90_s, iteration),
+            p90_iteration_time_s=max(p90, iteration),
             throughput_samples_per_s=throughput,
             cost_per_hour_usd=cost,
             usd_per_million_samples=usd_per_million_samples(cost, throughput),
             breakdown=breakdown,
-            bottleneck=bottleneck(plan.memory.fits, plan.comm_cost_s, iteration),
+            bottleneck=bottleneck(plan.memory.fits, plan.comm_cost_s, iteration,
+                                  input_bound=loader is not None and loader.kind != "measured" and breakdown["data"] > 0),
             fits_in_memory=plan.memory.fits,
             memory_per_gpu_bytes=plan.memory.per_gpu_bytes,
             memory_breakdown_bytes=dict(plan.memory.breakdown_bytes),
             batch_split=[BatchShare(g.label, g.gpu, b * accum, g.gpus) for g, b in zip(groups, batches)],
             spot=spot_expectation(cluster, state_bytes, throughput, cost),
-            notes=self._notes(crit.times, plan.kfac),
+            notes=self._notes(crit.times, plan.kfac) + comm.assumptions() + self._input_notes(loader, inputs, gpu_s),
             typical_error_pct=error_pct,
             typical_error_basis=error_basis,
             compute_error_pct=compute_error_pct,
@@ -334,6 +374,8 @@ class Predictor:
             tokens_per_s_per_gpu=tokens / cluster.gpus if tokens is not None else None,
             mfu=self._mfu(cluster, tokens),
             model_flops_per_token=self.flops_per_token if self.seq_len else None,
+            data_loading=loader.kind if loader is not None else self.data_loading,
+            input_time_s=loader.time_s if loader is not None and loader.kind != "measured" else None,
         )
 
     def _mfu(self, cluster: Cluster, tokens_per_s: float | None) -> float | None:
@@ -343,6 +385,35 @@ class Predictor:
             return None
         peak = sum(g.gpus * gpu_spec(g.gpu).peak_flops(self.precision) for g in cluster.node_groups)
         return tokens_per_s * self.flops_per_token / peak
+
+    def _inputs_for(self, cluster: Cluster, batches: list[int], comm: CommModel) -> list[InputTime | None]:
+        """Each node group's loader time (None where its vCPUs are unknown). On a multi-node
+        cluster over TCP sockets NCCL's helper threads take their vCPUs from the loader (at most
+        half of the loader's share: the threads sleep while the network is idle)."""
+        out = []
+        for g, b in zip(cluster.node_groups, batches):
+            vcpus = None
+            if g.vcpus_per_node is not None and g.gpu != CPU:
+                per_gpu = g.vcpus_per_node / g.gpus_per_node
+                socket = comm.socket_vcpus_per_node / g.gpus_per_node
+                vcpus = max(per_gpu - socket, (per_gpu + 1.0) / 2.0) if socket else per_gpu
+            out.append(self.input_time(b, vcpus))
+        return out
+
+    def _input_notes(self, loader: InputTime | None, inputs: list[InputTime | None], gpu_s: float) -> list[str]:
+        """What the data-loading figure rests on."""
+        if self.data_loading == "synthetic":
+            return []
+        if loader is None:
+            if any(t is not None for t in inputs):
+                return ["data loading: the vCPUs of some node group are unknown, so its loader is not bounded"]
+            return [f"data loading ({self.data_loading}): the vCPUs are unknown, so the loader is assumed to keep up "
+                    "(give vcpus_per_node in the cluster file)"]
+        if loader.kind == "measured":
+            return [f"data loading: {loader.basis}"]
+        verdict = ("the GPUs wait for it: input-bound" if loader.time_s > gpu_s
+                   else f"hidden behind the GPUs' {gpu_s * 1e3:.3g} ms")
+        return [f"data loading ({loader.kind}): {loader.basis} = {loader.time_s * 1e3:.3g} ms per iteration, {verdict}"]
 
     # ---- plans -------------------------------------------------------------------------------
     def _plan(self, cluster: Cluster, batches: list[int], comps: list[_Compute], comm: CommModel) -> _Plan:
@@ -431,7 +502,6 @@ class Predictor:
         ar = self._communication(cluster, comps, compute_end, comm)
         optimizer = max(c.times.optimizer_s for c in comps)
         overhead = max(c.times.overhead_s for c in comps)
-        data = max((self.profile_at(b).phases.data_s or 0.0) for b in batches)
         # Gradient accumulation: the first grad_accum - 1 micro-batches run without the
         # all-reduce (no_sync), the last one as a plain iteration.
         accum = self.job.grad_accum
@@ -440,7 +510,7 @@ class Predictor:
             _, _, rec = self._unit_times(cluster, batches, checkpointing)
             recompute = accum * sum(rec)
         breakdown = {
-            "data": data * accum,
+            "data": 0.0,  # the loader: added in predict()
             "forward": crit.forward_s * accum,
             "backward": (compute_end - crit.forward_s) * accum,
             "exposed_comm": ar.exposed_s,
@@ -455,7 +525,7 @@ class Predictor:
             prof = self.profile_at(batches[slowest], self.source_for(groups[slowest].gpu))
             kfac = plan_kfac(prof, cluster, self.job, crit.times, comm, self.layout)
             breakdown.update(kfac.phases.as_dict())
-        p90 = (data * accum + compute_end * (1.0 + Z90 * self.compute_cv) * accum + ar.exposed_p90_s
+        p90 = (compute_end * (1.0 + Z90 * self.compute_cv) * accum + ar.exposed_p90_s
                + ar.interference_p90_s + optimizer + overhead * accum
                + (kfac.phases_p90.total_s if kfac is not None else 0.0) + recompute)
         return _Plan("ddp", checkpointing, breakdown, ar.total_s, p90, ar.exposed_s + ar.interference_s,
@@ -553,11 +623,10 @@ class Predictor:
         accum = self.job.grad_accum
         optimizer = max(c.times.optimizer_s for c in comps) / self._shard_gpus(cluster, parallelism)
         overhead = max(c.times.overhead_s for c in comps)
-        data = max((self.profile_at(b).phases.data_s or 0.0) for b in batches)
         recompute = sum(rec)
         k = 0.0 if cpu else comm.params.overlap_interference * self._sharded_gpu_side(comm)
         breakdown = {
-            "data": data * accum,
+            "data": 0.0,  # the loader: added in predict()
             "forward": sum(fwd) * accum,
             "backward": (sum(bwd) - recompute) * accum,
             "recompute": recompute * accum,
@@ -571,13 +640,14 @@ class Predictor:
         p90_s = 0.0
         if p90:
             s90 = step(0.9)
-            p90_s = (accum * (data + overhead + s90.end_s + s90.compute_s * Z90 * self.compute_cv + k * s90.hidden_s)
+            p90_s = (accum * (overhead + s90.end_s + s90.compute_s * Z90 * self.compute_cv + k * s90.hidden_s)
                      + optimizer)
         return _Plan(parallelism, checkpointing, breakdown, sum(s50.comm_s) * accum, p90_s,
                      exposed + breakdown["comm_interference"], self._memory_fit(cluster, batches, parallelism, checkpointing),
                      None)
 
-    def _typical_error(self, cluster: Cluster, times: LayerTimes, parallelism: str) -> tuple[float | None, str, float | None]:
+    def _typical_error(self, cluster: Cluster, times: LayerTimes, parallelism: str,
+                       comm: CommModel) -> tuple[float | None, str, float | None]:
         """The validation figure of this prediction, what it rests on, and the compute part's."""
         measured = (MEASURED_ELSEWHERE if times.anchored_from else MEASURED_HERE) if times.anchored else None
         links = {g.intra_node for g in cluster.node_groups}
@@ -585,7 +655,8 @@ class Predictor:
         if parallelism != "ddp" and not cpu:
             pct, basis = sharded_typical_error()
         else:
-            pct, basis = typical_error(cluster.nodes, cluster.gpus, cpu, measured, links.pop() if len(links) == 1 else None)
+            pct, basis = typical_error(cluster.nodes, cluster.gpus, cpu, measured, links.pop() if len(links) == 1 else None,
+                                       comm.topology.net_class if cluster.nodes > 1 else None)
         if self.job.kfac and pct is not None:
             # The figures come from first-order DDP runs; no GPU K-FAC run was there to check.
             basis += ("; for the first-order part only: K-FAC's phases have no GPU measurement to check them "
@@ -661,12 +732,22 @@ def profile_flops_per_token(profile: Profile) -> float:
     return 3.0 * float(arr.fwd_flops[mask].sum()) / (profile.batch_size * profile.seq_len)
 
 
-def bottleneck(fits_in_memory: bool, comm_cost_s: float, iteration_s: float) -> str:
-    """``memory`` when the job does not fit, ``communication`` when the exposed communication
-    and its interference exceed COMM_BOUND_FRACTION of the iteration, else ``compute``."""
+def bottleneck(fits_in_memory: bool, comm_cost_s: float, iteration_s: float, input_bound: bool = False) -> str:
+    """``memory`` when the job does not fit, ``input`` when the data loader is slower than the
+    GPUs, ``communication`` when the all-reduce's exposed time and interference exceed
+    COMM_BOUND_FRACTION of the iteration, else ``compute``."""
     if not fits_in_memory:
         return "memory"
+    if input_bound:
+        return "input"
     return "communication" if comm_cost_s > COMM_BOUND_FRACTION * iteration_s else "compute"
+
+
+def image_side_px(input_bytes_per_sample: float) -> int:
+    """Side of a square RGB float32 input (the crop the loader produces), 224 when the profile's
+    input is not one (``3 x side^2 x 4`` bytes)."""
+    side = math.sqrt(input_bytes_per_sample / 12.0) if input_bytes_per_sample > 0 else 0.0
+    return int(round(side)) if 32 <= side <= 2048 and abs(side - round(side)) < 0.01 else 224
 
 
 def predict(profile: Profile, cluster: Cluster, job: Job | None = None, more_profiles: Sequence[Profile] = (),
