@@ -6,6 +6,8 @@ Prints a table: per-call time of the compute model (``layer_times``), the commun
 (``CommModel.allreduce_time_s`` on all of a model's DDP buckets), and the whole simulator
 (``srift.simulate.predict``, when installed), each cold (first call: caches empty) and amortized
 over ``--repeat`` configurations cycling through GPUs, precisions, batch sizes and cluster shapes.
+The last line is a decoder LLM (``--llm``, default llama3-70b) with ``--parallelism auto``: the
+first prediction on 1,024 GPUs, profile included, and the amortized cost over 256 cluster sizes.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ def main() -> None:
     ap.add_argument("--model", default="resnet50")
     ap.add_argument("--repeat", type=int, default=2000)
     ap.add_argument("--profiles-dir", default=None)
+    ap.add_argument("--llm", default="llama3-70b", help="decoder LLM of the sharded line (bf16, 4096 tokens, auto)")
     args = ap.parse_args()
 
     from fit_models import profile_source
@@ -96,11 +99,40 @@ def main() -> None:
     except ImportError:
         rows.append(("simulate.predict (not installed)", float("nan"), float("nan")))
 
+    rows += llm_rows(args.llm)
     print(f"model {args.model}: {len(profiles[32].layers)} layers, {len(buckets)} buckets; "
           f"{len(configs)} distinct configurations cycled, {args.repeat} calls each")
     print(f"{'what':<40}{'first call (ms)':>16}{'amortized (ms)':>16}")
     for name, cold, warm in rows:
         print(f"{name:<40}{cold * 1e3:>16.3f}{warm * 1e3:>16.4f}")
+
+
+def llm_rows(model: str) -> list[tuple[str, float, float]]:
+    """A decoder LLM with ``--parallelism auto`` (every parallelism and checkpointing that fits is
+    simulated, the fastest kept): the first call (profile, Predictor and prediction) on 1,024 GPUs
+    (128 x p5.48xlarge), and the prediction amortized over every node count up to 128 of two
+    instance types, as the search calls it."""
+    import functools
+
+    from srift.catalog.spec import cluster_from_spec
+    from srift.job import Job
+    from srift.simulate import Predictor
+    from srift.zoo import llm_arch, load_builtin_profile
+    from srift.zoo.llm import model_flops_per_token
+
+    job = Job(precision="bf16", batch_size=1, seq_len=4096)
+    big = cluster_from_spec("p5.48xlarge:128")
+    t0 = time.perf_counter()
+    prof = load_builtin_profile(model, batch_size=1, seq_len=4096, precision="bf16")
+    predictor = Predictor(prof, job, model_flops_per_token=functools.partial(model_flops_per_token, llm_arch(model)))
+    pred = predictor.predict(big)
+    cold = time.perf_counter() - t0
+    clusters = [cluster_from_spec(f"{t}:{n}") for t in ("p5.48xlarge", "p4de.24xlarge") for n in range(1, 129)]
+    t0 = time.perf_counter()
+    for c in clusters:
+        predictor.predict(c)
+    warm = (time.perf_counter() - t0) / len(clusters)
+    return [(f"{model} auto, 1,024 GPUs ({pred.plan_label})", cold, warm)]
 
 
 if __name__ == "__main__":

@@ -20,6 +20,10 @@ prediction of the same model on every other GPU/precision of its source
 (``srift.fitting.compute_fit.anchor_pairs``), with none, all or the shipped share of its departure from the
 model carried over. The last lines give the DDP scaling fit (t_n / t_1 ratios).
 
+Sharded (FSDP) group: tokens/s per GPU of the PyTorch FSDP runs of data/llm-training-throughput
+(``srift.fitting.sharded``), with the decoder-LLM kernel rates refitted without the row's GPU
+(LOGO) or model size (LOSO), and peak memory against the runs that state it (``sharded_group``).
+
 Rows left out, and why: SuperBench ``float16`` (the whole model cast to fp16, not srift's amp) and
 its unidentified "V100" box; NVIDIA DLE BERT pre-training (the per-GPU batch is reached by
 gradient accumulation and the masked-LM head's work depends on an option the tables do not give),
@@ -31,6 +35,7 @@ servers, not PyTorch DDP).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -42,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from fit_models import profile_source  # noqa: E402
+from srift.perf import comm as CM  # noqa: E402
 from srift.hardware import gpu as gpu_spec  # noqa: E402
 from srift.perf import compute as C  # noqa: E402
 from srift.fitting import comm_fit  # noqa: E402
@@ -147,8 +153,8 @@ def multi_node_allreduce(data: Path) -> list[tuple[str, int, float, float]]:
     out = []
     for inst, held in multi.groupby("instance").groups.items():
         train = multi.drop(index=held).reset_index(drop=True)
-        refit, _ = comm_fit.fit_link_class(train, shipped, "efa", (3e-5, 0.8, 8e6, 1.0))
-        params = type(shipped)({**shipped.classes, "efa": refit}, shipped.meta, shipped.overlap_interference)
+        refit, _ = comm_fit.fit_network_class(train, shipped, "efa", shipped.networks["efa"])
+        params = dataclasses.replace(shipped, networks={**shipped.networks, "efa": refit})
         # One line per run (the two 2x p5 runs, Slurm and EKS, differ by up to 2.3x: the spread
         # the EFA p90 is fitted to).
         for source, test in multi.loc[held].groupby("source"):
@@ -159,21 +165,147 @@ def multi_node_allreduce(data: Path) -> list[tuple[str, int, float, float]]:
     return out
 
 
+def family(model: str) -> str:
+    """The zoo model a leave-one-model-out fit holds out for a row: BERT pre-training rows hold out
+    the same encoder's SQuAD rows (``bert-base`` -> ``bert-base-squad``)."""
+    return model if model.endswith("-squad") or not model.startswith("bert") else f"{model}-squad"
+
+
+def multi_node_rows(data: Path) -> pd.DataFrame:
+    """Every multi-node row the data map onto the zoo: ddl-benchmarks (27: three networks, 2-8
+    servers of 4 RTX 2080 Ti, synthetic data) and fast.ai's DAWNBench runs (3: 4-16 p3.16xlarge
+    over 25 Gb/s TCP, JPEGs decoded on the vCPUs), with ``net`` (the network as measured) and the
+    1-GPU and one-server times of the ddl jobs (``t1``, ``ref_time_s``)."""
+    ddl = datasets.ddl_scaling_rows(data)
+    ddl["net"] = ddl["network_label"].map({"ethernet-10g-tcp": "10 GbE TCP", "infiniband": "100 Gb/s InfiniBand"}).fillna("100 Gb/s TCP (IPoIB)")
+    dawn = datasets.load_dawnbench_multinode(data)
+    if len(dawn):
+        dawn = dawn.assign(net="EC2 25 Gb/s TCP", network="ethernet", network_label="ec2-tcp", gpus_per_node=8)
+    rows = pd.concat([ddl, dawn], ignore_index=True)
+    rows["silicon"] = rows["gpu"].map(silicon)
+    rows["family"] = rows["model"].map(family)
+    return rows
+
+
+def refit_networks(ddl: pd.DataFrame, profiles: datasets.ProfileSource, compute: C.ComputeParams,
+                   k: float) -> CM.CommParams:
+    """The shipped communication parameters with the interference ``k`` and the ddl-fitted network
+    terms refitted on ``ddl`` (scripts/fit_models.py's fit, on fewer rows)."""
+    base = dataclasses.replace(CM.load_params(), overlap_interference=k)
+    with validation.using_params(compute=compute):
+        params, _ = comm_fit.fit_ddl_networks(ddl.reset_index(drop=True), profiles, base)
+    return params
+
+
+def simulate_with(rows: pd.DataFrame, profiles: datasets.ProfileSource, compute: C.ComputeParams | None,
+                  comm: CM.CommParams | None) -> np.ndarray:
+    with validation.using_params(compute=compute, comm=comm):
+        return validation.simulate_rows(rows, profiles)["pred"].to_numpy()
+
+
+def multi_node_predictions(nodes: pd.DataFrame, profiles: datasets.ProfileSource, fits_gpu: dict, fits_model: dict,
+                           k_gpu: dict, k_model: dict) -> pd.DataFrame:
+    """``pred`` (shipped), ``logo`` (compute and interference refitted without the GPU; the network
+    terms are fitted on one GPU type, ddl's, and stay), ``lomo`` (compute, interference and network
+    terms refitted without the model, BERT pre-training rows without the same encoder's SQuAD rows
+    as well), ``lono`` (the network terms refitted without the row's network: the socket transport
+    without 10 GbE or without 100 Gb/s TCP, InfiniBand without its rows; the DAWNBench runs are in
+    no fit) and ``from_one`` (compute anchored on the job's measured 1-GPU time: ddl only)."""
+    out = nodes.copy()
+    out["pred"] = validation.simulate_rows(nodes, profiles)["pred"].to_numpy()
+    out["logo"] = np.nan
+    for sil, idx in nodes.groupby("silicon").groups.items():
+        comm = dataclasses.replace(CM.load_params(), overlap_interference=k_gpu[sil])
+        out.loc[idx, "logo"] = simulate_with(nodes.loc[idx], profiles, fits_gpu.get(sil, C.load_params()), comm)
+    ddl = nodes[nodes["source"].str.startswith("ddl")]
+    out["lomo"] = np.nan
+    for fam, idx in nodes.groupby("family").groups.items():
+        compute = fits_model.get(fam, C.load_params())
+        comm = refit_networks(ddl[ddl["family"] != fam], profiles, compute, k_model.get(fam, CM.load_params().overlap_interference))
+        out.loc[idx, "lomo"] = simulate_with(nodes.loc[idx], profiles, compute, comm)
+    out["lono"] = out["pred"]
+    for label, idx in nodes[nodes["source"].str.startswith("ddl")].groupby("network_label").groups.items():
+        comm = refit_networks(ddl[ddl["network_label"] != label], profiles, C.load_params(), CM.load_params().overlap_interference)
+        out.loc[idx, "lono"] = simulate_with(nodes.loc[idx], profiles, None, comm)
+    out["from_one"] = np.nan
+    sel = out["t1"].notna()
+    out.loc[sel, "from_one"] = validation.simulate_anchored(out[sel], profiles)["pred"].to_numpy()
+    return out
+
+
 # Fewest rows behind a per-link figure in configs/perf/accuracy.json (the others use the whole group).
 MIN_LINK_ROWS = 20
 
 
-def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str, basis: dict[str, str]) -> None:
+def sharded_group(data: Path) -> dict:
+    """The sharded group: tokens/s per GPU of the PyTorch FSDP runs of data/llm-training-throughput
+    (srift.fitting.sharded: which rows and why), predicted with the shipped fit, refitted without
+    the row's GPU (LOGO; also without its silicon) and without the row's model size (LOSO), and
+    peak memory against the runs that state it. Prints the table; returns accuracy.json's group."""
+    from srift.fitting import sharded
+
+    rows, out = sharded.load_rows(data)
+    meas = rows["tokens_per_s_per_gpu"].to_numpy(float)
+    rows["silicon"] = rows["gpu"].map(silicon)
+    pred = np.array([sharded.predict_row(r).tokens_per_s_per_gpu for r in rows.itertuples()])
+    cols = {"fit": pred, "LOGO": sharded.held_out(rows, "gpu"), "leave-silicon": sharded.held_out(rows, "silicon"),
+            "LOSO": sharded.held_out(rows, "model")}
+    err = {k: (v / meas - 1.0) * 100.0 for k, v in cols.items()}
+    print(f"\nSharded (FSDP) group: tokens/s per GPU of {len(rows)} PyTorch FSDP runs (data/llm-training-throughput), MAPE %")
+    print(f"  rows left out: " + "; ".join(f"{n} {why}" for why, n in out["reason"].value_counts().items()))
+    print(f"{'':<28}{'rows':>6}" + "".join(f"{k:>15}" for k in cols))
+
+    def line(label: str, mask: np.ndarray) -> None:
+        print(f"{label:<28}{int(mask.sum()):>6}" + "".join(f"{np.abs(e[mask]).mean():>15.1f}" for e in err.values()))
+
+    line("all", np.ones(len(rows), bool))
+    for key in ("gpu", "model", "parallelism", "checkpointing"):
+        for value in sorted(rows[key].unique(), key=str):
+            line(f"  {value}", (rows[key] == value).to_numpy())
+    for n in sorted(rows["nodes"].unique()):
+        line(f"  {n} node{'s' if n > 1 else ''}", (rows["nodes"] == n).to_numpy())
+    print(f"{'bias (+ = predicted faster)':<28}{'':>6}" + "".join(f"{e.mean():>+15.1f}" for e in err.values()))
+    print("LOGO: fused-attention efficiency and LLM matmul factor refitted without the row's GPU (leave-silicon: "
+          "without A100 40/80 GB together, or H100); LOSO: without the row's model size.")
+    mfu = np.array([sharded.predict_row(r).mfu or np.nan for r in rows.itertuples()]) * 100.0
+    ok = np.isfinite(rows["meas_mfu_pct"].to_numpy(float))
+    print(f"  MFU: predicted {np.nanmean(mfu[ok]):.1f} % vs llm-foundry's stated {rows['meas_mfu_pct'][ok].mean():.1f} % on average "
+          "(its formula counts all parameters, srift's 6N + 12LHs the non-embedding ones)")
+    fits = np.array([sharded.predict_row(r).fits_in_memory for r in rows.itertuples()])
+    print(f"  memory: {int(fits.sum())} of {len(rows)} measured runs predicted to fit (95 % of the GPU usable)")
+    mem = sharded.load_memory_rows(data)
+    if len(mem):
+        mp = np.array([sharded.predicted_peak_gib(r) for r in mem.itertuples()])
+        merr = (mp / mem["meas_peak_gib"].to_numpy() - 1.0) * 100.0
+        print(f"  peak memory per GPU vs {len(mem)} torchtitan/torchao runs that state it: MAPE {np.abs(merr).mean():.1f} % "
+              f"(eager {np.abs(merr[~mem['compiled'].to_numpy()]).mean():.1f} %, torch.compile {np.abs(merr[mem['compiled'].to_numpy()]).mean():.1f} %)")
+        for r, e, m in zip(mem.itertuples(), merr, mp):
+            print(f"    row {r.row_id}: {r.model} {r.n_gpus} GPUs batch {r.micro_batch}x{r.seq_len} {r.checkpointing}"
+                  f"{' compiled' if r.compiled else ''}: measured {r.meas_peak_gib:.1f} GiB, predicted {m:.1f} ({e:+.1f} %)")
+    return {"rows": int(len(rows)), "fit": round(float(np.abs(err["fit"]).mean()), 1),
+            "logo": round(float(np.abs(err["LOGO"]).mean()), 1), "loso": round(float(np.abs(err["LOSO"]).mean()), 1),
+            "leave_silicon": round(float(np.abs(err["leave-silicon"]).mean()), 1),
+            # As the other groups: the mean signed error of the time per token, negative = predicted too fast.
+            "bias_pct": round(float(np.mean(meas / cols["fit"] - 1.0) * 100.0), 1),
+            "basis": "llm-foundry MPT 125M-70B on A100-40GB/80GB and H100, 8-512 GPUs, FSDP1 FULL_SHARD/SHARD_GRAD_OP, bf16"}
+
+
+def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str, basis: dict[str, str],
+                   computed: dict[str, dict] | None = None) -> None:
     """The figures `srift predict` and `recommend` quote (srift/perf/accuracy.py), atomically:
     MAPE per group for each fit, the in-fit mean signed error (``bias_pct``, negative = predicted
-    too fast), and what a group rests on where it is narrow (``basis``)."""
+    too fast), and what a group rests on where it is narrow (``basis``); ``computed``: groups whose
+    figures are already made (the sharded group, on tokens/s)."""
     from srift.files import write_json
     from srift.perf.accuracy import SCHEMA
 
     def figures(df: pd.DataFrame) -> dict:
-        return {"rows": int(len(df)), "fit": round(validation.mape(df["pred"], df[meas_col]), 1),
-                "logo": round(validation.mape(df["logo"], df[meas_col]), 1), "lomo": round(validation.mape(df["lomo"], df[meas_col]), 1),
-                "bias_pct": round(float(((df["pred"] - df[meas_col]) / df[meas_col]).mean() * 100.0), 1)}
+        out = {"rows": int(len(df)), "fit": round(validation.mape(df["pred"], df[meas_col]), 1),
+               "logo": round(validation.mape(df["logo"], df[meas_col]), 1), "lomo": round(validation.mape(df["lomo"], df[meas_col]), 1),
+               "bias_pct": round(float(((df["pred"] - df[meas_col]) / df[meas_col]).mean() * 100.0), 1)}
+        if "lono" in df:
+            out["lono"] = round(validation.mape(df["lono"], df[meas_col]), 1)
+        return out
 
     doc = {"schema": SCHEMA, "source": "scripts/validate.py (MAPE %, predicted vs measured iteration time)", "groups": {}}
     for name, df in groups.items():
@@ -182,7 +314,12 @@ def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str, b
             # One-node groups by intra-node link, where enough rows back a figure of its own.
             by_link = {link: figures(s) for link, s in df.groupby("link") if len(s) >= MIN_LINK_ROWS}
             g["by_link"] = dict(sorted(by_link.items()))
+        if "network" in df and name == "multi_node":
+            # The multi-node group by network class (ethernet = NCCL over TCP sockets), where enough rows back it.
+            by_net = {net: figures(s) for net, s in df.groupby("network") if len(s) >= MIN_LINK_ROWS}
+            g["by_network"] = dict(sorted(by_net.items()))
         doc["groups"][name] = {**g, **({"basis": basis[name]} if name in basis else {})}
+    doc["groups"].update(computed or {})
     write_json(path, doc)
 
 
@@ -214,16 +351,22 @@ def main() -> None:
     pairs = validation.scaling_pairs(rows)
     pairs["silicon"] = pairs["gpu"].map(silicon)
     pairs = pairs.join(validation.simulate_rows(pairs, profiles)).join(validation.simulate_rows(pairs, profiles, n_gpus=1)["pred"].rename("pred1"))
-    k_gpu = interference_fits(pairs, "silicon", multi["silicon"].unique())
-    k_model = interference_fits(pairs, "model", multi["model"].unique())
+    nodes = multi_node_rows(Path(args.data))
+    # The interference is fitted on the one-node pairs and ddl-benchmarks' multi-GPU rows (compute
+    # anchored on their measured 1-GPU time), as scripts/fit_models.py does; its refits hold both out.
+    ddl_k = comm_fit.anchored_scaling_rows(datasets.ddl_scaling_rows(Path(args.data), one_server=True), profiles)
+    cols = ["scaling", "ideal", "hidden", "pred1", "silicon", "model"]
+    k_rows = pd.concat([pairs[cols], ddl_k.assign(silicon=ddl_k["gpu"].map(silicon))[cols]], ignore_index=True)
+    k_gpu = interference_fits(k_rows, "silicon", set(multi["silicon"]) | set(nodes["silicon"]))
+    k_model = interference_fits(k_rows, "model", set(multi["model"]) | set(nodes["family"]))
     multi["logo"] = loo_predictions(multi, profiles, "silicon", fits_gpu, k_gpu)
     # Models the single-GPU fit never saw (SuperBench's resnet152, vgg16, ...) are already
     # held out: they use the full fit.
     fits_any_model = {**fits_model, **{m: C.load_params() for m in multi["model"].unique() if m not in fits_model}}
     multi["lomo"] = loo_predictions(multi, profiles, "model", fits_any_model, k_model)
-    k_all, scal_mape = comm_fit.fit_overlap_interference(pairs["scaling"].to_numpy(), pairs["ideal"].to_numpy(),
-                                                  pairs["hidden"].to_numpy(), pairs["pred1"].to_numpy())
-    ideal_scal = validation.mape(pairs["ideal"] / pairs["pred1"], pairs["scaling"])
+    k_all, scal_mape = comm_fit.fit_overlap_interference(k_rows["scaling"].to_numpy(), k_rows["ideal"].to_numpy(),
+                                                         k_rows["hidden"].to_numpy(), k_rows["pred1"].to_numpy())
+    ideal_scal = validation.mape(k_rows["ideal"] / k_rows["pred1"], k_rows["scaling"])
     # A profile measured on one GPU of the system's type: the measured 1-GPU time, times the
     # simulated t_n / t_1 (each refit predicts both).
     from_one = pairs.assign(pred=pairs["t1"] * (pairs["ideal"] + k_all * pairs["hidden"]) / pairs["pred1"])
@@ -235,14 +378,8 @@ def main() -> None:
     from_one["link"] = [datasets.row_link(r) for r in pairs.itertuples()]
     repeats = model_free(validation.same_gpu_repeats(single))
 
-    # Multi-node: the DAWNBench runs on the catalog's p3.16xlarge, with the same leave-out refits.
-    nodes = datasets.load_dawnbench_multinode(Path(args.data))
-    if len(nodes):
-        nodes = nodes.sort_values("nodes").reset_index(drop=True)
-        nodes["silicon"] = nodes["gpu"].map(silicon)
-        nodes = nodes.join(validation.simulate_rows(nodes, profiles))
-        nodes["logo"] = loo_predictions(nodes, profiles, "silicon", fits_gpu, k_gpu)
-        nodes["lomo"] = loo_predictions(nodes, profiles, "model", fits_model, k_model)
+    # Multi-node: ddl-benchmarks and DAWNBench, with the leave-out refits and leave-one-network-out.
+    nodes = multi_node_predictions(nodes, profiles, fits_gpu, fits_model, k_gpu, k_model)
 
     def err(df: pd.DataFrame, col: str) -> pd.Series:
         return (df[col] - df[meas_col]) / df[meas_col] * 100.0
@@ -300,32 +437,47 @@ def main() -> None:
         print(line(f"    {link}", s))
     other = anchored_frame(single, C.load_params())
     print(line("  1 GPU, from another GPU", other))
-    if len(nodes):
-        print(line("multi-node (DAWNBench)", nodes))
-    else:
-        print(f"{'multi-node':<28}{0:>6}   no DAWNBench multi-node run in {args.data}")
-    for r in nodes.itertuples():
+    def line5(label: str, df: pd.DataFrame) -> str:
+        return line(label, df) + f"{validation.mape(df.lono, df[meas_col]):>8.1f}"
+
+    print(f"\n{'multi-node':<28}{'rows':>6}{'fit':>8}{'LOGO':>8}{'LOMO':>8}{'LONO':>8}")
+    print(line5("multi-node", nodes))
+    for net, s_ in nodes.groupby("net", sort=False):
+        print(line5("  " + net, s_))
+    for cls, s_ in nodes.groupby("network"):
+        print(line5(f"  class {cls}", s_))
+    for model, s_ in nodes.groupby("model"):
+        print(line5("  " + model, s_))
+    ddl_rows = nodes[nodes["from_one"].notna()]
+    print(f"{'  from its 1-GPU run (ddl)':<28}{len(ddl_rows):>6}{validation.mape(ddl_rows.from_one, ddl_rows[meas_col]):>8.1f}"
+          "   (compute anchored on the job's measured 1-GPU time: the multi-GPU part's error alone)")
+    for r in nodes[nodes["source"].str.startswith("dawnbench")].itertuples():
         print(f"{'  ' + r.label.replace('fast.ai ', ''):<28}{1:>6}{err(nodes.loc[[r.Index]], 'pred').iloc[0]:>+8.1f}"
               f"{err(nodes.loc[[r.Index]], 'logo').iloc[0]:>+8.1f}{err(nodes.loc[[r.Index]], 'lomo').iloc[0]:>+8.1f}"
               f"   measured {r.iteration_time_s:.3f} s, predicted {r.pred:.3f} s ({r.batch_per_gpu}/GPU)")
-    same = nodes[nodes["batch_per_gpu"] == nodes["batch_per_gpu"].iloc[0]] if len(nodes) else nodes
-    if len(same) > 1:
-        a, b = same.iloc[0], same.iloc[-1]
-        print(f"{'':<28}{b.nodes} vs {a.nodes} nodes at {a.batch_per_gpu}/GPU: measured t ratio "
-              f"{b.iteration_time_s / a.iteration_time_s:.3f}, predicted {b.pred / a.pred:.3f}")
+    if args.table:
+        show = nodes.assign(**{c + "_err%": err(nodes, c).round(1) for c in ("pred", "logo", "lomo", "lono", "from_one")})
+        with pd.option_context("display.max_rows", None, "display.width", 220, "display.float_format", "{:.4f}".format):
+            print(show[["model", "net", "nodes", "n_gpus", "batch_per_gpu", meas_col, "pred", "pred_err%", "logo_err%",
+                        "lomo_err%", "lono_err%", "from_one_err%"]].to_string(index=False))
+    print(f"{'':<28}(LONO: the network terms refitted without the row's network; ddl-benchmarks rows are synthetic data,"
+          " DAWNBench decodes JPEGs)")
     for inst, n_rows, fit_mape, held_mape in multi_node_allreduce(Path(args.data)):
         short = inst.replace(".24xlarge", "").replace(".48xlarge", "")
         print(f"{'  all-reduce ' + short:<28}{n_rows:>6}{fit_mape:>8.1f}{held_mape:>8.1f}")
     print(f"{'':<28}(all-reduce >= 1 MiB over EFA; LOGO column: EFA refitted without the instance type)")
+    sharded_figures = sharded_group(Path(args.data))
     if args.write_accuracy:
         write_accuracy(Path(args.write_accuracy),
                        {"single_gpu": single, "one_node": multi, **({"multi_node": nodes} if len(nodes) else {}),
                         "single_gpu_same_gpu": repeats, "single_gpu_other_gpu": other, "one_node_same_gpu": from_one},
                        meas_col,
-                       {"multi_node": "fast.ai's 2018 DAWNBench ResNet-50 on 4-16x p3.16xlarge",
+                       {"multi_node": ("ddl-benchmarks: 2-8 servers of 4 RTX 2080 Ti over 10 GbE TCP, 100 Gb/s TCP, "
+                                       "100 Gb/s InfiniBand; DAWNBench: 4-16 p3.16xlarge"),
                         "single_gpu_same_gpu": "the same runs on other systems of the same GPU model",
                         "single_gpu_other_gpu": "single-GPU runs anchored on another GPU or precision of the same model",
-                        "one_node_same_gpu": "the same system's measured 1-GPU run, scaled by the simulator"})
+                        "one_node_same_gpu": "the same system's measured 1-GPU run, scaled by the simulator"},
+                       {"sharded": sharded_figures})
     shipped = C.load_params()
     print(f"\nProfile measured on another GPU or precision ({len(compute_fit.anchor_pairs(single, 'lomo'))} pairs of one model and "
           f"source; its model held out of the fit), MAPE %:")
@@ -334,8 +486,9 @@ def main() -> None:
                             shipped.anchor_weight, shipped.anchor_clip)):
         print(f"  {label:<44}{compute_fit.anchored_mape(compute_fit.anchor_pairs(single, 'lomo'), w, clip):>6.1f}"
               f"   in-fit model: {compute_fit.anchored_mape(compute_fit.anchor_pairs(single, 'pred'), w, clip):.1f}")
-    print(f"\nDDP scaling t_n/t_1 ({len(pairs)} pairs of a multi-GPU row and its system's 1-GPU row): MAPE "
-          f"{ideal_scal:.1f}% with ideal overlap, {scal_mape:.1f}% with all-reduce interference k = {k_all:.2f}")
+    print(f"\nDDP scaling t_n/t_1 ({len(pairs)} pairs of a multi-GPU row and its system's 1-GPU row, and {len(ddl_k)} "
+          f"ddl-benchmarks multi-GPU rows): MAPE {ideal_scal:.1f}% with ideal overlap, {scal_mape:.1f}% with all-reduce "
+          f"interference k = {k_all:.2f}")
     both_snapshots = snapshot_scaling(pairs)
     if len(both_snapshots):
         worst = both_snapshots.loc[both_snapshots["diff_pct"].abs().idxmax()]

@@ -10,16 +10,20 @@ called (``require_torch`` says clearly when it is missing).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from srift import DISTRIBUTION
 from srift.bounds import DEFAULT_PROFILE_TIMEOUT_S, MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DEADLINE_HOURS, require
-from srift.catalog import Instance, get_instance, load_catalog
-from srift.catalog.spec import cluster_from_spec
+from srift.catalog import Instance, catalog_as_of, get_instance, load_catalog, parse_infra, supported
+from srift.catalog.spec import cluster_from_spec, parse_spec
 from srift.cluster import Cluster, load_cluster
 from srift.errors import SriftError
+from srift.examples import CopiedExamples, bundled
+from srift.examples import copy_examples as copy_example_files
 from srift.files import check_name, file_in, output_file, read_json
 from srift.hardware import CPU, GpuSpec, matching_gpus
 from srift.hardware import gpu as gpu_spec
@@ -27,33 +31,40 @@ from srift.job import Job
 from srift.jobfile import JobFile
 from srift.profile import Profile
 from srift.report.format import usd
+from srift.report.handoff import LaunchGroup, LaunchPlan
 from srift.results import (
     CHECK_SCHEMA,
     CheckedConfiguration,
     CheckResult,
     MetricChange,
+    GpuOffers,
     PredictResult,
+    PriceAge,
     RecommendResult,
 )
 from srift.search import search
+from srift.search.confidence import at_confidence, uncertainty_of
 from srift.search.limits import Constraints, check_limits
 from srift.search.rank import SearchResult
+from srift.search.sweep import Progress
 from srift.simulate import Predictor
-from srift.simulate.memory import USABLE_FRACTION, fits
 from srift.simulate.prediction import Prediction
-from srift.zoo import MODELS, canonical_name, load_builtin_profile
-from srift.zoo.hf_config import hf_config_profile
+from srift.simulate.memory import USABLE_FRACTION, fits
+from srift.zoo import MODELS, canonical_name, llm_arch, load_builtin_profile
+from srift.zoo.hf_config import arch_from_hf_config, hf_config_profile
+from srift.zoo.llm import model_flops_per_token
 
 if TYPE_CHECKING:
     from srift.profiling.runner import ProfileResult
 
 # ---- what the user names ------------------------------------------------------------------------
 def resolve_profiles(model: str | None, profiles: Sequence[str] | None,
-                     model_config: str | None = None) -> tuple[Profile, list[Profile]]:
+                     model_config: str | None = None, precision: str | None = None) -> tuple[Profile, list[Profile]]:
     """``--model NAME`` (a shipped profile, torch-free), ``--model-config config.json`` (a Hugging
     Face decoder LLM, an analytic profile), or ``--profile FILE`` given once or more (the same job
     measured on different GPUs; the Predictor checks that they fit together): the first profile
-    and the rest. Profiles come at their own batch and sequence length.
+    and the rest. Profiles come at their own batch and sequence length; a decoder LLM's analytic
+    profile is made at ``precision`` (its element sizes follow it; None: fp32).
 
     Raises:
         SriftError: unless exactly one of a model, a model config and profiles is given.
@@ -65,15 +76,36 @@ def resolve_profiles(model: str | None, profiles: Sequence[str] | None,
             "use --model NAME for a built-in model (e.g. resnet50), --profile FILE for a profile from `srift profile`, "
             "or --model-config config.json for a Hugging Face decoder LLM.",
         )
+    at = precision or "fp32"
     if model_config is not None:
-        return hf_config_profile(model_config), []
+        return hf_config_profile(model_config, precision=at), []
     if model is not None:
-        return load_builtin_profile(model), []
+        return load_builtin_profile(model, precision=at), []
     return Profile.load(files[0]), [Profile.load(f) for f in files[1:]]
 
 
-def resolve_cluster(instance: str | None, cluster_file: str | None, region: str = "us-east-1", spot: bool = False) -> Cluster:
-    """The cluster of ``--instance SPEC`` (catalog) or ``--cluster FILE``; exactly one.
+def resolve_infra(infra: str | None, region: str | None, default: str) -> str:
+    """The ``--infra`` selection: ``--infra`` as given, ``--region R`` as ``aws/R``, else ``default``.
+
+    Raises:
+        SriftError: when both are given.
+    """
+    if infra is not None and region is not None:
+        raise SriftError("give --infra or --region, not both.", f"--region {region} means --infra aws/{region}.")
+    if infra is not None:
+        parse_infra(infra)  # syntax errors name the flag
+        return infra
+    if region is not None and "/" in region:  # --region gcp/us-central1: already CLOUD/REGION
+        parse_infra(region)
+        return region
+    return f"aws/{region}" if region is not None else default
+
+
+def resolve_cluster(instance: str | None, cluster_file: str | None, region: str = "aws/us-east-1", spot: bool = False,
+                    placement_group: bool | None = None) -> Cluster:
+    """The cluster of ``--instance SPEC`` (catalog, in the ``region`` selection: ``--infra``
+    spelling; several regions: where each type is cheapest) or ``--cluster FILE``; exactly one
+    (``placement_group``: the catalog instances share an EC2 cluster placement group).
 
     Raises:
         SriftError: unless exactly one is given.
@@ -84,63 +116,151 @@ def resolve_cluster(instance: str | None, cluster_file: str | None, region: str 
             "use --instance TYPE[:COUNT][+TYPE[:COUNT]] (e.g. p3.16xlarge:2) or --cluster FILE (a cluster YAML).",
         )
     if instance is not None:
-        return cluster_from_spec(instance, region=region, spot=spot)
-    cluster = load_cluster(cluster_file)  # type: ignore[arg-type]
+        return cluster_from_spec(instance, region=region, spot=spot, placement_group=placement_group)
+    # The README's `--cluster configs/clusters/ib-64.yaml` also works outside a checkout: a relative
+    # path that is not here but names a shipped example reads the shipped file.
+    cluster = load_cluster(bundled(cluster_file) or cluster_file)  # type: ignore[arg-type]
     return cluster.on_spot() if spot else cluster
+
+
+def spec_instances(spec: str, infra: str) -> list[Instance]:
+    """The catalog rows an instance spec names (as ``cluster_from_spec`` picks them)."""
+    out = []
+    for raw in spec.split("+"):
+        ((itype, _),) = parse_spec(raw.strip().partition("@")[0])
+        out.append(get_instance(itype, infra))
+    return out
+
+
+def price_ages(targets: Sequence[tuple[str, str | None]]) -> dict[str, PriceAge]:
+    """How old the prices in use are, per ``--infra`` target (a cloud, or cloud/region)."""
+    out: dict[str, PriceAge] = {}
+    for cloud, region in targets:
+        key = cloud if region is None else f"{cloud}/{region}"
+        if key not in out:
+            a = catalog_as_of(cloud, region)
+            out[key] = PriceAge(key, a.as_of, a.age_days(), a.source, a.undated_rows, a.rows, a.refreshed_regions)
+    return out
+
+
+def hardware_notes(instances: Sequence[Instance]) -> list[str]:
+    """What a user must know about the instances' hardware: GPUs the current PyTorch wheels do not
+    run on, and arm64 hosts."""
+    notes = []
+    for inst in {i.instance_type: i for i in instances}.values():
+        ok, why = supported(inst)
+        if not ok:
+            notes.append(f"{inst.instance_type}: {why} srift predicts it anyway; recommend leaves it out unless --include-unsupported")
+        if inst.host_arch == "arm64":
+            notes.append(f"{inst.instance_type} has an arm64 host (Graviton or Grace): it needs an aarch64 build of PyTorch "
+                         "and of every native package the job uses")
+    return notes
+
+
+def model_flops_fn(model: str | None, model_config: str | None = None) -> Callable[[int], float] | None:
+    """Training FLOPs per token at a sequence length for MFU, for a decoder LLM of the zoo or a
+    Hugging Face config (srift.zoo.llm.model_flops_per_token); None for other models."""
+    if model_config is not None:
+        return functools.partial(model_flops_per_token, arch_from_hf_config(model_config))
+    if model is not None and MODELS[canonical_name(model)].llm:
+        return functools.partial(model_flops_per_token, llm_arch(model))
+    return None
 
 
 # ---- predict ------------------------------------------------------------------------------------
 def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None = None, instance: str | None = None,
-            cluster_file: str | None = None, region: str = "us-east-1", spot: bool = False,
-            model_config: str | None = None) -> PredictResult:
-    """Predict ``job`` of a model, a Hugging Face config or profile(s) on an instance spec or a cluster file."""
-    prof, more = resolve_profiles(model, profiles, model_config)
-    cluster = resolve_cluster(instance, cluster_file, region=region, spot=spot)
-    predictor = Predictor(prof, job, more)
-    pred = predictor.predict(cluster)
+            cluster_file: str | None = None, region: str = "aws/us-east-1", spot: bool = False,
+            model_config: str | None = None, placement_group: bool | None = None) -> PredictResult:
+    """Predict ``job`` of a model, a Hugging Face config or profile(s) on an instance spec (in the
+    ``region`` selection, ``--infra`` spelling) or a cluster file."""
+    prof, more = resolve_profiles(model, profiles, model_config, job.precision)
+    cluster = resolve_cluster(instance, cluster_file, region=region, spot=spot, placement_group=placement_group)
+    pred = Predictor(prof, job, more, model_flops_fn(model, model_config)).predict(cluster)
     if not pred.fits_in_memory:  # an iteration time for a job that cannot run would mislead
-        raise memory_error(predictor, cluster, pred, prof.name)
-    return PredictResult(pred, prof.name, job.precision or prof.precision, job.optimizer, job.kfac_strategy, spot)
+        raise memory_error(cluster, pred, prof.name)
+    ages: dict[str, PriceAge] = {}
+    host_arch = None
+    if instance is not None:
+        rows = spec_instances(instance, region)
+        pred = dataclasses.replace(pred, notes=[*pred.notes, *hardware_notes(rows)])
+        ages = price_ages([(r.cloud, r.region) for r in rows])
+        host_arch = rows[0].host_arch if len({r.host_arch for r in rows}) == 1 else "mixed"
+    return PredictResult(pred, prof.name, job.precision or prof.precision, job.optimizer, job.kfac_strategy, spot,
+                         catalog_as_of=ages, host_arch=host_arch, uncertainty=uncertainty_of(pred, None))
 
 
-def memory_error(predictor: Predictor, cluster: Cluster, pred: Prediction, model: str) -> SriftError:
-    """The error for a job that does not fit: what one GPU of the first group short of memory
-    would need, its largest part, and what the GPU has."""
-    for group, share in zip(cluster.node_groups, pred.batch_split):
-        parts = predictor.memory(share.per_gpu_batch)
-        need = sum(parts.values())
-        cap = group.gpu_memory_gib if group.gpu_memory_gib is not None else gpu_spec(group.gpu).memory_gib
-        if group.gpu != CPU and not fits(need, cap):
-            largest = max(parts, key=lambda k: parts[k])
-            seq = f" and sequence length {predictor.base.seq_len:,}" if predictor.base.seq_len else ""
-            return SriftError(
-                f"{model} does not fit in GPU memory on {cluster.name}: at a per-GPU batch of {share.per_gpu_batch:,}{seq} "
-                f"one GPU needs {need / 2**30:,.1f} GiB ({largest.replace('_', ' ')}: {parts[largest] / 2**30:,.1f} GiB), and a {group.gpu} has "
-                f"{cap:g} GiB ({USABLE_FRACTION:.0%} of it usable).",
-                "lower --batch-size (or --seq-len), use --precision amp, or choose GPUs with more memory "
-                "(`srift recommend` searches only the configurations the job fits).")
-    return SriftError(f"{model} does not fit in GPU memory on {cluster.name}.", "lower --batch-size, or choose GPUs with more memory.")
+# ---- hand-off -----------------------------------------------------------------------------------
+def launch_plan(model: str, prediction: Prediction, instance: str | None = None, cluster_file: str | None = None,
+                region: str = "aws/us-east-1", spot: bool = False) -> LaunchPlan:
+    """What to start for a predicted configuration (``--instance SPEC`` or ``--cluster FILE``, as
+    predicted): its node groups with their catalog rows and per-GPU batches, for a SkyPilot task
+    or torchrun lines (srift/report/handoff.py)."""
+    cluster = resolve_cluster(instance, cluster_file, region=region, spot=spot)
+    shares = prediction.batch_split if len(prediction.batch_split) == len(cluster.node_groups) else None
+    groups = tuple(
+        LaunchGroup(g.count, g.gpus_per_node, g.gpu, g.spot, shares[i].per_gpu_batch if shares else None,
+                    get_instance(g.instance_type, region) if g.instance_type else None)
+        for i, g in enumerate(cluster.node_groups))
+    return LaunchPlan(model, prediction.cluster, groups, prediction)
+
+
+def recommended_plan(result: RecommendResult) -> LaunchPlan:
+    """The launch plan of the chosen configuration (call only when there is one)."""
+    top = result.search.recommendations[0]
+    return launch_plan(result.model, top.prediction, top.instance, region=top.infra, spot=top.spot)
+
+
+def memory_error(cluster: Cluster, pred: Prediction, model: str) -> SriftError:
+    """The error for a job that does not fit: what the most loaded GPU needs under the plan the
+    prediction chose, its largest part, and what the smallest GPU short of it has."""
+    need, parts = pred.memory_per_gpu_bytes, pred.memory_breakdown_bytes
+    caps = [(g.gpu_memory_gib if g.gpu_memory_gib is not None else gpu_spec(g.gpu).memory_gib, g.gpu)
+            for g in cluster.node_groups if g.gpu != CPU]
+    cap, gpu = min(caps) if caps else (0.0, "GPU")
+    largest = max(parts, key=lambda k: parts[k]) if parts else None
+    part = f" ({largest.replace('_', ' ')}: {parts[largest] / 2**30:,.1f} GiB)" if largest else ""
+    seq = f" and sequence length {pred.seq_len:,}" if pred.seq_len else ""
+    batch = max((b.per_gpu_batch for b in pred.batch_split), default=0)
+    return SriftError(
+        f"{model} does not fit in GPU memory on {cluster.name} with {pred.plan_label}: at a per-GPU batch of {batch:,}{seq} "
+        f"the most loaded GPU needs {need / 2**30:,.1f} GiB{part}, and a {gpu} has {cap:g} GiB "
+        f"({USABLE_FRACTION:.0%} of it usable).",
+        "lower --batch-size (or --seq-len), use --precision bf16 or amp, shard it (--parallelism fsdp, "
+        "--activation-checkpointing full), or choose GPUs with more memory (`srift recommend` searches only the "
+        "configurations the job fits).")
 
 
 # ---- recommend ----------------------------------------------------------------------------------
+def with_resolved_length(job: Job, prof: Profile) -> Job:
+    """The job with its length knowing the sequence length (a ``--tokens`` length needs it)."""
+    if job.length is None:
+        return job
+    seq = (job.seq_len or prof.seq_len) if prof.seq_len else None
+    return dataclasses.replace(job, length=job.length.with_seq_len(seq))
+
+
 def recommend(job: Job, constraints: Constraints, model: str | None = None, profiles: Sequence[str] | None = None,
-              region: str = "us-east-1", model_config: str | None = None) -> RecommendResult:
-    """Search the region's catalog for the best configurations of a model, a Hugging Face config or profile(s)."""
-    constraints.require_length(job.length)
-    prof, more = resolve_profiles(model, profiles, model_config)
-    predictor = Predictor(prof, job, more)
-    return RecommendResult(_search(predictor, constraints, region), constraints, job, prof.name, predictor.precision,
-                           predictor.ref_batch, (job.seq_len or prof.seq_len) if prof.seq_len else None, region)
+              infra: str = "aws", model_config: str | None = None, progress: Progress | None = None) -> RecommendResult:
+    """Search the catalog of ``infra`` (every AWS region by default) for the best configurations of
+    a model, a Hugging Face config or profile(s)."""
+    constraints.require_length(job.length, job.global_batch_size)
+    prof, more = resolve_profiles(model, profiles, model_config, job.precision)
+    job = with_resolved_length(job, prof)
+    predictor = Predictor(prof, job, more, model_flops_fn(model, model_config))
+    found = _search(predictor, constraints, infra, progress)
+    return RecommendResult(found, constraints, job, prof.name, predictor.precision, predictor.ref_batch,
+                           (job.seq_len or prof.seq_len) if prof.seq_len else None, infra,
+                           price_ages([(t.cloud, t.region) for t in parse_infra(infra)]))
 
 
-def _search(predictor: Predictor, constraints: Constraints, region: str) -> SearchResult:
+def _search(predictor: Predictor, constraints: Constraints, infra: str, progress: Progress | None = None) -> SearchResult:
     job = predictor.job
-    per_gpu = sum(predictor.memory(predictor.ref_batch).values())
 
     def memory_ok(inst: Instance) -> bool:  # with a fixed global batch the per-GPU batch varies: let the simulator judge
-        return job.global_batch_size is not None or fits(per_gpu, inst.gpu_memory_gib)
+        return job.global_batch_size is not None or predictor.could_fit(inst.gpu_memory_gib, constraints.max_gpus)
 
-    return search(load_catalog(region), predictor.predict, constraints, job.length, per_gpu_memory_ok=memory_ok)
+    return search(load_catalog(infra), predictor.predict, constraints, job.length, per_gpu_memory_ok=memory_ok,
+                  global_batch_size=job.global_batch_size, progress=progress, grad_accum=job.grad_accum)
 
 
 def no_fit_error(result: RecommendResult) -> SriftError | None:
@@ -153,8 +273,9 @@ def no_fit_error(result: RecommendResult) -> SriftError | None:
     closest = found.closest
     if closest is not None:
         near = f" Closest: {closest.label} at {usd(closest.cost_per_hour_usd)}/h"
-        if closest.job_hours is not None:
-            near += f", {closest.job_hours:,.1f} h, {usd(closest.job_cost_usd)}"
+        at = closest.at_confidence
+        if at is not None:
+            near += f", {at.hours:,.1f} h and {usd(at.cost_usd)} at {at.confidence:.0%} confidence"
         near += "."
     what = {
         "budget": f"the budget of {usd(c.budget_usd_per_hour)}/h",
@@ -162,7 +283,10 @@ def no_fit_error(result: RecommendResult) -> SriftError | None:
         "max-cost": f"the maximum cost of {usd(c.max_cost_usd)}" if c.max_cost_usd else "the maximum cost",
         "memory": "GPU memory (the job fits on no GPU at this batch size)",
     }[found.cut_by or "budget"]
-    hint = "lower --batch-size, use --precision amp, or allow larger GPUs." if found.cut_by == "memory" else "relax that limit."
+    hint = {"memory": "lower --batch-size, use --precision amp, or allow larger GPUs.",
+            "deadline": f"relax that limit, or meet it at a lower --confidence than {c.confidence:g} (0.5: at the median).",
+            "max-cost": f"relax that limit, or meet it at a lower --confidence than {c.confidence:g} (0.5: at the median)."
+            }.get(found.cut_by or "", "relax that limit.")
     return SriftError(f"no configuration meets {what}.{near}", hint, exit_code=1)
 
 
@@ -175,39 +299,49 @@ _BASELINE_BOUNDS = {"predicted_cost_usd": MAX_COST_USD * 1e6, "predicted_hours":
 
 def check(jobfile: JobFile, compare_to: str | None = None) -> CheckResult:
     """Predict the job of a job file (on its instance, or on what `srift recommend` would choose
-    within its limits) and compare it with its limits, and with a baseline result if given.
+    within its limits) and compare it with its limits at the job file's confidence, and with a
+    baseline result if given.
 
     Raises:
         SriftError: for a bad baseline, an unpriced instance, or a job that fits no GPU (exit 1).
     """
     base = load_baseline(compare_to) if compare_to else None
-    as_of = load_catalog(jobfile.region)[0].as_of
-    profile, more = resolve_profiles(jobfile.model, jobfile.profiles)
     job = jobfile.job
+    profile, more = resolve_profiles(jobfile.model, jobfile.profiles, precision=job.precision)
+    job = with_resolved_length(job, profile)
     assert job.length is not None  # a job file always has one
-    predictor = Predictor(profile, job, more)
+    predictor = Predictor(profile, job, more, model_flops_fn(jobfile.model))
+    infra = jobfile.infra
     if jobfile.instance is not None:
-        cluster = resolve_cluster(jobfile.instance, None, region=jobfile.region, spot=jobfile.spot)
+        cluster = resolve_cluster(jobfile.instance, None, region=infra, spot=jobfile.spot)
         pred, instance, chosen_by = predictor.predict(cluster), jobfile.instance, "job file"
+        rows = spec_instances(jobfile.instance, infra)
+        pred = dataclasses.replace(pred, notes=[*pred.notes, *hardware_notes(rows)])
+        where = ", ".join(sorted({f"{r.cloud}/{r.region}" for r in rows}))
+        ages = price_ages([(r.cloud, r.region) for r in rows])
     else:
-        found = _search(predictor, Constraints.of_check(jobfile.limits, jobfile.spot), jobfile.region)
+        constraints = Constraints.of_check(jobfile.limits, jobfile.spot, jobfile.confidence)
+        constraints.require_length(job.length, job.global_batch_size)
+        found = _search(predictor, constraints, infra)
         best = found.recommendations[0] if found.recommendations else found.closest
         if best is None:
             raise SriftError("no configuration could be predicted for this job (it fits no GPU at this batch size).",
                              "lower batch_size, or give an instance.", exit_code=1)
-        pred, instance = best.prediction, best.instance
+        pred, instance, where = best.prediction, best.instance, best.infra
         chosen_by = "srift recommend (cheapest under the limits)" if found.recommendations else "closest to the limits"
+        ages = price_ages([(t.cloud, t.region) for t in parse_infra(infra)])
     cost_h = pred.cost_per_hour_usd
     if cost_h is None:
         raise SriftError(f"'{instance}' has no price in the catalog, so its cost cannot be checked.", "choose a priced instance type.")
     run = pred.job_run(job.length)
     assert run.cost_usd is not None
-    limits = check_limits(jobfile.limits, run, cost_h, pred.fits_in_memory)
+    at = at_confidence(run.hours, cost_h, uncertainty_of(pred, run.hours), jobfile.confidence)
+    limits = check_limits(jobfile.limits, run, at, cost_h, pred.fits_in_memory)
     config = CheckedConfiguration(instance, jobfile.spot, pred.gpus, chosen_by, pred.global_batch_size, pred.iteration_time_s,
-                                  pred.expected_throughput_samples_per_s, pred.bottleneck, jobfile.region,
-                                  pred.typical_error_pct, pred.typical_error_basis)
+                                  pred.expected_throughput_samples_per_s, pred.bottleneck, where,
+                                  pred.typical_error_pct, pred.typical_error_basis, tuple(pred.notes), plan=pred.plan_label)
     result = CheckResult(all(c.passed for c in limits), run.cost_usd, run.hours, cost_h, config, profile.name,
-                         job.precision or profile.precision, run.steps, job.optimizer, limits, as_of)
+                         job.precision or profile.precision, run.steps, job.optimizer, limits, ages, at)
     return dataclasses.replace(result, change=compare(result, base)) if base is not None else result
 
 
@@ -249,23 +383,82 @@ def load_baseline(path: str) -> dict[str, Any]:
 
 
 # ---- catalog ------------------------------------------------------------------------------------
-def catalog_list(gpus: Sequence[str] = (), region: str = "us-east-1") -> list[Instance]:
-    """The region's GPU instance types, only those of the named GPUs (names or aliases) if any."""
+def catalog_list(gpus: Sequence[str] = (), infra: str = "aws/us-east-1") -> list[Instance]:
+    """The GPU instance types of the selection, only those of the named GPUs (names or aliases) if any."""
     wanted = set().union(*(matching_gpus(g) for g in gpus)) if gpus else set()
-    return [i for i in load_catalog(region) if not wanted or i.gpu_name in wanted]
+    return [i for i in load_catalog(infra) if not wanted or i.gpu_name in wanted]
 
 
-def catalog_show(instance_type: str, region: str = "us-east-1") -> tuple[Instance, GpuSpec]:
+GPU_SORTS = ("name", "price", "memory")
+
+
+def catalog_gpus(infra: str = "aws,gcp,lambda,azure", gpus: Sequence[str] = (), sort: str = "name") -> list[GpuOffers]:
+    """One entry per GPU type of the selection, as SkyPilot's ``sky gpus list``: memory, the
+    instance types that have it, and per cloud the cheapest on-demand and spot $ per GPU-hour
+    (and where).
+
+    Raises:
+        SriftError: for an unknown sort key.
+    """
+    if sort not in GPU_SORTS:
+        raise SriftError(f"unknown sort '{sort}'.", f"use --sort {' or --sort '.join(GPU_SORTS)}.")
+    by_gpu: dict[str, list[Instance]] = {}
+    for inst in catalog_list(gpus, infra):
+        by_gpu.setdefault(inst.gpu_name, []).append(inst)
+    out = []
+    for name, rows in by_gpu.items():
+        clouds: dict[str, dict[str, tuple[float, str] | None]] = {}
+        for cloud in dict.fromkeys(r.cloud for r in rows):
+            mine = [r for r in rows if r.cloud == cloud]
+            clouds[cloud] = {market: _cheapest_per_gpu(mine, market == "spot") for market in ("on_demand", "spot")}
+        out.append(GpuOffers(name, max(r.gpu_memory_gib for r in rows), tuple(sorted({r.instance_type for r in rows})),
+                             tuple(sorted({r.gpu_count for r in rows})), clouds, all(supported(r)[0] for r in rows)))
+    if sort == "price":
+        out.sort(key=lambda g: (g.cheapest_usd_per_gpu_hour is None, g.cheapest_usd_per_gpu_hour or 0.0, g.gpu))
+    elif sort == "memory":
+        out.sort(key=lambda g: (-g.memory_gib, g.gpu))
+    else:
+        out.sort(key=lambda g: g.gpu.lower())
+    return out
+
+
+def _cheapest_per_gpu(rows: Sequence[Instance], spot: bool) -> tuple[float, str] | None:
+    """(cheapest $ per GPU-hour, where: ``instance_type in region``) on a market, or None."""
+    priced = [(p / r.gpu_count, f"{r.instance_type} in {r.region}") for r in rows if (p := r.usd_per_hour(spot)) is not None]
+    return min(priced) if priced else None
+
+
+def catalog_show(instance_type: str, region: str = "aws/us-east-1") -> tuple[Instance, GpuSpec]:
     """One instance type and its GPU's datasheet."""
     inst = get_instance(instance_type, region)
     return inst, gpu_spec(inst.gpu_name)
 
 
-def catalog_refresh(region: str = "us-east-1", progress: Callable[[str], None] | None = None) -> list[Instance]:
-    """Re-price the region's catalog from AWS (boto3) into the user cache."""
+def catalog_ages(infra: str) -> dict[str, PriceAge]:
+    """How old the prices of an ``--infra`` selection are, per target."""
+    return price_ages([(t.cloud, t.region) for t in parse_infra(infra)])
+
+
+def catalog_refresh(infra: str = "aws", progress: Callable[[str], None] | None = None) -> list[Instance]:
+    """Re-price AWS regions from AWS's public price list and Spot Advisor (spot history with
+    credentials) into the user cache; the catalog in use is unchanged when AWS cannot be reached."""
     from srift.catalog.aws import refresh  # boto3: only for this command
 
-    return refresh(region, progress=progress)
+    return refresh(infra, progress=progress)
+
+
+# ---- examples -----------------------------------------------------------------------------------
+def copy_examples(dest: str = ".", force: bool = False, repo: str | None = None, ref: str | None = None) -> CopiedExamples:
+    """Copy the shipped example files (cluster files, CI workflow and job file, training scripts)
+    into ``dest``; the workflow is pinned to ``repo`` at ``ref`` when both are given, else to the
+    commit srift was installed from when it came from git (srift/examples.py).
+
+    Raises:
+        SriftError: for only one of ``repo`` and ``ref``, or ``dest`` a file.
+    """
+    if (repo is None) != (ref is None):
+        raise SriftError("--repo and --ref go together.", "pass both (e.g. --repo https://github.com/you/srift --ref v0.1.0), or neither.")
+    return copy_example_files(dest, force, (repo, ref) if repo is not None and ref is not None else None)
 
 
 # ---- profile and calibrate (torch) --------------------------------------------------------------
@@ -275,7 +468,8 @@ def require_torch(command: str) -> None:
         import torch  # noqa: F401
     except ImportError:
         raise SriftError(f"`{command}` needs PyTorch, which is not installed.",
-                         "install the torch extra in your srift checkout: pip install -e '.[torch]'.") from None
+                         f"install PyTorch in this environment: pip install torch (the torch extra of {DISTRIBUTION}; "
+                         "in a srift checkout: pip install -e '.[torch]').") from None
 
 
 def profile_model(model: str, batch_size: int | None = None, seq_len: int | None = None, precision: str = "fp32",

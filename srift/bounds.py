@@ -25,12 +25,16 @@ MAX_SEQ_LEN = 1 << 20  # tokens per sample (1,048,576: the longest published con
 MAX_STEPS = 10**12  # iterations of one job
 MAX_EPOCHS = 1e6  # epochs of one job
 MAX_DATASET_SIZE = 10**15  # samples per epoch
+MAX_SAMPLES = 10**18  # samples of one job (--samples)
+MAX_TOKENS = 10**18  # tokens of one job (--tokens; the largest LLM runs: about 2 x 10^13)
+MAX_GRAD_ACCUM = 65_536  # micro-batches per optimizer step
 MAX_KFAC_INTERVAL = 10**6  # K-FAC factor / inverse update interval, iterations
 
 # ---- a cluster ---------------------------------------------------------------------------------
 MAX_NODES = 16_384  # instances (nodes) in one cluster, over all its parts
 MAX_NODE_GROUPS = 64  # node groups (instance types) in one cluster
 MAX_GPUS_PER_NODE = 256  # GPUs, or CPU worker processes, per node
+MAX_VCPUS_PER_NODE = 1 << 20  # vCPUs of one node
 MAX_GPUS = 131_072  # GPUs (workers) in one cluster
 MAX_NETWORK_GBPS = 100_000.0  # node network bandwidth, Gbit/s (the largest today: 3,200)
 MAX_NODE_USD_PER_HOUR = 100_000.0  # price of one node per hour (the dearest today: about $100)
@@ -43,7 +47,10 @@ MIN_HOURS = 1e-3  # the shortest deadline (3.6 s)
 MAX_BUDGET_USD_PER_HOUR = 1e7  # whole-cluster budget
 MAX_DEADLINE_HOURS = 1e6  # about 114 years
 MAX_COST_USD = 1e12
-MAX_SEARCH_GPUS = 1024  # `srift recommend --max-gpus`: the largest cluster the search enumerates (128 x 8-GPU nodes)
+# `srift recommend --max-gpus`: the largest cluster a search takes; its cost grows at most linearly
+# with it (scripts/bench_recommend.py), and beyond the largest clusters run today a prediction
+# would rest on nothing measured.
+MAX_SEARCH_GPUS = 16_384
 MAX_TOP = 1000  # configurations shown
 
 # ---- the profiler ------------------------------------------------------------------------------

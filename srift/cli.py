@@ -8,11 +8,12 @@ catalog start fast on a machine without torch.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+from typing import Any
 
 import typer
-
 from typer import Abort
 
 try:  # recent typer carries its own click
@@ -21,14 +22,14 @@ except ImportError:  # pragma: no cover (older typer uses click's)
     from click.exceptions import ClickException, UsageError  # type: ignore[assignment]
 
 from srift import __version__
-from srift.commands import calibrate_cmd, catalog_cmd, check_cmd, predict_cmd, profile_cmd, recommend_cmd
+from srift.commands import calibrate_cmd, catalog_cmd, check_cmd, examples_cmd, metavars, predict_cmd, profile_cmd, recommend_cmd
 from srift.errors import SriftError
 
 app = typer.Typer(
     name="srift",
     help="Predict a PyTorch training job's speed and cost on cloud GPU configurations, and pick the best one.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish, PowerShell
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -51,9 +52,11 @@ app.command("profile", context_settings={"allow_extra_args": True, "ignore_unkno
 app.command("predict")(predict_cmd.predict)
 app.command("recommend")(recommend_cmd.recommend)
 app.command("check")(check_cmd.check)
+app.command("examples")(examples_cmd.examples)
 
-catalog_app = typer.Typer(help="The EC2 GPU instance catalog: list, show, refresh.", no_args_is_help=True)
+catalog_app = typer.Typer(help="The GPU instance catalog of AWS, GCP, Lambda and Azure: list, gpus, show, refresh.", no_args_is_help=True)
 catalog_app.command("list")(catalog_cmd.list_)
+catalog_app.command("gpus")(catalog_cmd.gpus)
 catalog_app.command("show")(catalog_cmd.show)
 catalog_app.command("refresh")(catalog_cmd.refresh)
 app.add_typer(catalog_app, name="catalog")
@@ -63,11 +66,17 @@ calibrate_app.command("comm")(calibrate_cmd.comm)
 app.add_typer(calibrate_app, name="calibrate")
 
 
+@functools.lru_cache(maxsize=1)
+def command() -> Any:
+    """The click command tree of the app, with the metavars of srift/commands/metavars.py."""
+    return metavars.apply(typer.main.get_command(app))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: run the app; a SriftError or a usage error (bad flag, bad value) becomes
     one ``Error:`` line and one ``To fix:`` line with its exit code (2 for bad input)."""
     try:
-        rv = app(args=argv, prog_name="srift", standalone_mode=False)
+        rv = command().main(args=argv, prog_name="srift", standalone_mode=False)
     except SriftError as exc:
         if os.environ.get("SRIFT_DEBUG") == "1":
             raise
@@ -76,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         if type(exc).__name__ == "NoArgsIsHelpError":  # `srift` or `srift catalog` alone: the help
             exc.show()
             return 0
-        command = exc.ctx.command_path if exc.ctx is not None else "srift"
-        return _error(exc.format_message(), f"see `{command} --help` for the options and their values.", 2)
+        where = exc.ctx.command_path if exc.ctx is not None else "srift"
+        return _error(exc.format_message(), f"see `{where} --help` for the options and their values.", 2)
     except ClickException as exc:
         return _error(exc.format_message(), "see `srift --help`.", exc.exit_code)
     except Abort:

@@ -3,7 +3,11 @@ your own machines (configs/clusters/ has examples). Catalog instance specs
 (``p3.16xlarge:2+g5.xlarge:4``) become clusters in srift/catalog/spec.py.
 
 Vocabularies: intra-node links are those of configs/gpus.yaml (``srift.hardware.links``);
-networks are NETWORKS.
+networks are NETWORKS: the transport NCCL runs between nodes (``ethernet`` = NCCL's socket
+transport over TCP; ``efa``, ``infiniband`` and ``roce`` are RDMA). What a user knows about the
+transport (a cluster placement group, NCCL's socket threads, a per-flow limit, vCPUs for the
+data loader) goes in optional node-group fields; unset, the simulator uses NCCL's documented
+defaults and says so (srift/perf/comm.py).
 """
 
 from __future__ import annotations
@@ -15,13 +19,14 @@ from typing import Any, Callable
 
 from srift.bounds import (
     MAX_GPU_MEMORY_GIB, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_INTERRUPTIONS_PER_HOUR, MAX_NAME_CHARS, MAX_NETWORK_GBPS,
-    MAX_NODE_GROUPS, MAX_NODE_USD_PER_HOUR, MAX_NODES, key_text, shown,
+    MAX_NODE_GROUPS, MAX_NODE_USD_PER_HOUR, MAX_NODES, MAX_VCPUS_PER_NODE, key_text, shown,
 )
 from srift.errors import SriftError, closest
 from srift.files import read_yaml
 from srift.hardware import CPU, find_gpu, gpus, links
 
-NETWORKS = ("ethernet", "efa", "infiniband")
+NETWORKS = ("ethernet", "efa", "infiniband", "roce")
+CLOUDS = ("aws", "gcp", "azure", "lambda")
 
 
 @dataclass(frozen=True)
@@ -34,12 +39,28 @@ class NodeGroup:
         gpu: Canonical GPU name from configs/gpus.yaml, or ``cpu``.
         intra_node: Link between the GPUs of one node.
         network_gbps: Node network bandwidth, Gbit/s.
-        network: ``ethernet``, ``efa`` or ``infiniband``.
+        network: ``ethernet`` (NCCL over TCP sockets), ``efa``, ``infiniband`` or ``roce``.
         usd_per_hour: Price per node per hour (None when unknown: cost is then not reported).
         spot: True for spot (preemptible) nodes.
         interruption_per_hour: Expected spot interruptions per node-hour (0 for on-demand).
         instance_type: EC2 type when the group came from the catalog.
         gpu_memory_gib: Memory per GPU (defaults to the GPU spec's).
+        vcpus_per_node: vCPUs of one node (the data loader's), None when unknown (then no
+            input-pipeline bound).
+        cloud: Cloud the nodes run in (``aws``, ``gcp``, ...), None on premises: NCCL picks its
+            socket defaults by platform.
+        placement_group: True inside an EC2 cluster placement group, False outside, None unknown
+            (simulated as outside).
+        nccl_socket_threads: NCCL_SOCKET_NTHREADS, None for NCCL's default on the platform.
+        nccl_nsocks_perthread: NCCL_NSOCKS_PERTHREAD, None for NCCL's default on the platform.
+        single_flow_gbps: Limit of one TCP flow between nodes, Gbit/s (EC2: 5 outside a cluster
+            placement group, 10 inside), None for no limit.
+        efa_generation: EFA generation (1-4) of an ``efa`` group, None when unknown.
+        network_burst_gbps: An "up to N Gigabit" size's burst figure (``network_gbps`` is then the
+            baseline it sustains), None otherwise.
+        tcp_plugin: For ``ethernet``: an NCCL net plugin that moves TCP itself (``gpudirect-tcpx``,
+            ``gpudirect-tcpxo`` on Google Cloud A3), so NCCL's socket threads and sockets do not
+            limit it; None for NCCL's own socket transport.
     """
 
     count: int
@@ -53,6 +74,15 @@ class NodeGroup:
     interruption_per_hour: float = 0.0
     instance_type: str | None = None
     gpu_memory_gib: float | None = None
+    vcpus_per_node: int | None = None
+    cloud: str | None = None
+    placement_group: bool | None = None
+    nccl_socket_threads: int | None = None
+    nccl_nsocks_perthread: int | None = None
+    single_flow_gbps: float | None = None
+    efa_generation: int | None = None
+    network_burst_gbps: float | None = None
+    tcp_plugin: str | None = None
 
     @property
     def gpus(self) -> int:
@@ -109,7 +139,13 @@ class Cluster:
 _GROUP_KEYS = {
     "count", "gpus_per_node", "gpu", "intra_node", "network_gbps", "network", "usd_per_hour",
     "spot", "interruption_per_hour", "gpu_memory_gib", "instance_type",
+    "vcpus_per_node", "cloud", "placement_group", "nccl_socket_threads", "nccl_nsocks_perthread",
+    "single_flow_gbps", "efa_generation", "tcp_plugin",
 }
+TCP_PLUGINS = ("gpudirect-tcpx", "gpudirect-tcpxo")
+# NCCL accepts 1-16 socket threads and 1-64 sockets per thread, their product at most 64
+# (NCCL documentation, Environment Variables: NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD).
+MAX_SOCKET_THREADS, MAX_SOCKETS_PER_THREAD, MAX_SOCKETS = 16, 64, 64
 # comm_calibration lists: the measured curves (srift calibrate comm); the first two are required.
 _CURVES = ("sizes_bytes", "times_s", "p90_times_s", "broadcast_times_s", "broadcast_p90_times_s")
 _MAX_MESSAGE_BYTES = 2.0**50  # a calibrated message size (1 PiB)
@@ -194,6 +230,7 @@ def _group(g: Any, where: str, bad: Callable[[str], SriftError]) -> NodeGroup:
     itype = g.get("instance_type")
     if itype is not None and (not isinstance(itype, str) or not itype.isprintable() or len(itype) > MAX_NAME_CHARS):
         raise bad(f"{where}.instance_type must be a name, got {shown(itype)}")
+    transport = _transport_fields(g, where, bad)
     return NodeGroup(
         count=g["count"],
         gpus_per_node=g["gpus_per_node"],
@@ -206,6 +243,7 @@ def _group(g: Any, where: str, bad: Callable[[str], SriftError]) -> NodeGroup:
         interruption_per_hour=float(g.get("interruption_per_hour") or 0.0),
         instance_type=itype,
         gpu_memory_gib=None if g.get("gpu_memory_gib") is None else float(g["gpu_memory_gib"]),
+        **transport,
     )
 
 
@@ -231,6 +269,46 @@ def _check_calibration(calib: Any, bad: Callable[[str], SriftError]) -> None:
     world = calib.get("world_size")
     if world is not None and (not isinstance(world, int) or isinstance(world, bool) or not 1 <= world <= MAX_GPUS):
         raise bad(f"'comm_calibration' world_size must be an integer from 1 to {MAX_GPUS:,}, got {shown(world)}")
+
+
+def _transport_fields(g: dict[str, Any], where: str, bad: Any) -> dict[str, Any]:
+    """The optional transport and host fields of a node group, validated."""
+    out: dict[str, Any] = {}
+    for key, lo, hi in (("vcpus_per_node", 1, MAX_VCPUS_PER_NODE), ("nccl_socket_threads", 1, MAX_SOCKET_THREADS),
+                        ("nccl_nsocks_perthread", 1, MAX_SOCKETS_PER_THREAD), ("efa_generation", 1, 4)):
+        v = g.get(key)
+        if v is None:
+            continue
+        if not isinstance(v, int) or isinstance(v, bool) or v < lo or (hi is not None and v > hi):
+            raise bad(f"{where}.{key} must be an integer " + (f"from {lo} to {hi}" if hi else f"of at least {lo}") + f", got {v!r}")
+        out[key] = v
+    threads, socks = out.get("nccl_socket_threads"), out.get("nccl_nsocks_perthread")
+    if threads is not None and socks is not None and threads * socks > MAX_SOCKETS:
+        raise bad(f"{where}: nccl_socket_threads x nccl_nsocks_perthread must be at most {MAX_SOCKETS} (NCCL's limit), "
+                  f"got {threads * socks}")
+    flow = g.get("single_flow_gbps")
+    if flow is not None:
+        if not isinstance(flow, (int, float)) or isinstance(flow, bool) or not 0 < flow <= MAX_NETWORK_GBPS:
+            raise bad(f"{where}.single_flow_gbps must be a number above 0 and at most {MAX_NETWORK_GBPS:,.0f}, got {shown(flow)}")
+        out["single_flow_gbps"] = float(flow)
+    pg = g.get("placement_group")
+    if pg is not None:
+        if not isinstance(pg, bool):
+            raise bad(f"{where}.placement_group must be true or false, got {pg!r}")
+        out["placement_group"] = pg
+    cloud = g.get("cloud")
+    if cloud is not None:
+        if cloud not in CLOUDS:
+            raise bad(f"{where}.cloud must be one of {', '.join(CLOUDS)} (leave it out on premises), got {cloud!r}")
+        out["cloud"] = cloud
+    if out.get("efa_generation") is not None and g.get("network", "ethernet") != "efa":
+        raise bad(f"{where}.efa_generation is for network: efa only")
+    plugin = g.get("tcp_plugin")
+    if plugin is not None:
+        if plugin not in TCP_PLUGINS or g.get("network", "ethernet") != "ethernet":
+            raise bad(f"{where}.tcp_plugin must be one of {', '.join(TCP_PLUGINS)}, with network: ethernet, got {plugin!r}")
+        out["tcp_plugin"] = plugin
+    return out
 
 
 def load_cluster(path: str | Path) -> Cluster:

@@ -34,15 +34,26 @@ class GpuSpec:
     compute_capability: str | None = None  # CUDA "major.minor"; None for a non-CUDA GPU
 
     def peak_flops(self, precision: str) -> float:
-        """Peak FLOP/s for a training precision: fp32 (CUDA cores), tf32, or amp (fp16/bf16 tensor)."""
-        if precision == "fp32":
+        """Peak dense FLOP/s of a math mode: fp32 / fp32-strict (CUDA cores), tf32, amp (fp16/bf16
+        tensor cores, whichever is faster) or bf16 (the bf16 rate; a GPU without bf16 units, e.g.
+        V100 or T4, runs bf16 at its fp32 rate: PyTorch emulates it there without tensor cores).
+        ``fp32`` here is the FP32 units' rate; which layers of an ``fp32`` job run in TF32 is the
+        compute model's business (srift/perf/compute.py)."""
+        if precision in ("fp32", "fp32-strict"):
             return self.fp32_tflops * 1e12
         if precision == "tf32":
             return self.tf32_tflops * 1e12
         if precision == "amp":
             return max(self.fp16_tflops, self.bf16_tflops or 0.0) * 1e12
+        if precision == "bf16":
+            return (self.bf16_tflops if self.bf16_tflops is not None else self.fp32_tflops) * 1e12
         require_precision(precision)  # raises for a name outside the vocabulary
         raise AssertionError(f"no peak rate for precision '{precision}'")
+
+    @property
+    def has_tf32(self) -> bool:
+        """True when the GPU has TF32 tensor cores (Ampere and newer): its TF32 rate exceeds FP32."""
+        return self.tf32_tflops > self.fp32_tflops * 1.01
 
     @property
     def memory_bytes(self) -> float:

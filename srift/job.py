@@ -8,17 +8,43 @@ Every count is bounded by what srift models (srift/bounds.py).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 from srift.bounds import (
-    MAX_BATCH_SIZE, MAX_DATASET_SIZE, MAX_EPOCHS, MAX_GLOBAL_BATCH_SIZE, MAX_KFAC_INTERVAL, MAX_SEQ_LEN, MAX_STEPS, require,
+    MAX_BATCH_SIZE, MAX_DATASET_SIZE, MAX_EPOCHS, MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM, MAX_KFAC_INTERVAL, MAX_SAMPLES,
+    MAX_SEQ_LEN, MAX_STEPS, MAX_TOKENS, require,
 )
 from srift.errors import SriftError
 
-PRECISIONS = ("fp32", "tf32", "amp")
+# fp32 means what PyTorch does by default: on GPUs with TF32 units (Ampere and newer) cuDNN runs
+# convolutions in TF32 (torch.backends.cudnn.allow_tf32 defaults to True) while matmuls stay in
+# FP32 (torch.backends.cuda.matmul.allow_tf32 defaults to False since PyTorch 1.12);
+# fp32-strict turns TF32 off everywhere; tf32 allows it for both (srift/perf/compute.py).
+PRECISIONS = ("fp32", "fp32-strict", "tf32", "amp", "bf16")
+# Half-precision compute: amp (autocast, fp32 parameters) and bf16 (FSDP mixed precision: bf16
+# parameters for compute, fp32 master copy).
+HALF_PRECISIONS = ("amp", "bf16")
+DEFAULT_CONFIDENCE = 0.9  # limits that rest on a prediction are met at this quantile (srift/search/confidence.py)
+# Where the training batches come from (srift/perf/input.py): tensors already on the GPU, JPEGs
+# decoded and augmented on the vCPUs, or pre-tokenized text.
+DATA_LOADING = ("synthetic", "images", "tokens")
 OPTIMIZERS = ("sgd", "kfac")
 KFAC_STRATEGIES = ("naive", "mpd", "spd")
+# How the job is spread over the GPUs (srift/simulate/sharded.py): ddp (replicated), zero2
+# (gradients and optimizer states sharded: FSDP SHARD_GRAD_OP, DeepSpeed ZeRO-2), fsdp (everything
+# sharded: FULL_SHARD, FSDP2 fully_shard, ZeRO-3), hsdp (HYBRID_SHARD: sharded within a node,
+# replicated across nodes). ``auto``: the fastest that fits, per configuration.
+PARALLELISMS = ("ddp", "zero2", "fsdp", "hsdp")
+SHARDED_PARALLELISMS = ("zero2", "fsdp", "hsdp")
+# Activation checkpointing of each FSDP unit (transformer block): none, selective (torchtitan's
+# per-op policy) or full (the block's forward again in backward). ``auto``: the least recompute
+# that fits.
+CHECKPOINTING = ("none", "selective", "full")
+AUTO = "auto"
+# The dtype gradients are reduce-scattered (all-reduced) in: FSDP MixedPrecision's reduce_dtype.
+REDUCE_DTYPES = ("fp32", "bf16")
 
 
 def require_precision(precision: str) -> str:
@@ -32,46 +58,134 @@ def require_precision(precision: str) -> str:
     return precision
 
 
-@dataclass(frozen=True)
-class JobLength:
-    """How long the job trains: ``steps`` iterations, or ``epochs`` over ``dataset_size`` samples.
+def require_choice(value: str, allowed: tuple[str, ...], what: str, flag: str) -> str:
+    """``value`` when it is one of ``allowed``.
 
     Raises:
-        SriftError: for both forms at once, an epoch count without a dataset size (or the
+        SriftError: naming the setting and the values it takes.
+    """
+    if value not in allowed:
+        raise SriftError(f"unknown {what} '{value}'.", f"use {flag} with one of {', '.join(allowed)}.")
+    return value
+
+
+def require_confidence(confidence: float) -> float:
+    """``confidence`` when it is in [0.5, 1).
+
+    Raises:
+        SriftError: for anything else (below 0.5 a limit would be met less often than not).
+    """
+    if isinstance(confidence, bool) or not (isinstance(confidence, (int, float)) and 0.5 <= confidence < 1.0):
+        raise SriftError(f"confidence must be at least 0.5 and below 1, got {confidence!r}.",
+                         "pass e.g. --confidence 0.9 (limits met in 9 runs out of 10); 0.5 meets them at the median.")
+    return float(confidence)
+
+
+@dataclass(frozen=True)
+class JobLength:
+    """How long the job trains, in one of the units people think in.
+
+    * ``epochs`` over ``dataset_size`` samples, ``samples`` or ``tokens`` (sequence models: tokens
+      = samples x sequence length): a fixed amount of data, so more GPUs mean fewer steps;
+    * ``steps`` iterations: the data a step takes grows with the GPU count unless the global batch
+      is fixed, so a search needs ``--global-batch-size`` with it (``srift.search.limits``).
+
+    ``seq_len`` (tokens per sample) is set by ``with_seq_len`` once the job's sequence length is
+    known; a ``tokens`` length needs it before it can count steps.
+
+    Raises:
+        SriftError: for no form or several at once, an epoch count without a dataset size (or the
             reverse), or a non-positive number.
     """
 
     steps: int | None = None
     epochs: float | None = None
     dataset_size: int | None = None
+    samples: int | None = None
+    tokens: int | None = None
+    seq_len: int | None = None
 
     def __post_init__(self) -> None:
-        if self.steps is not None and (self.epochs is not None or self.dataset_size is not None):
-            raise SriftError("the job's length is given twice: as steps and as epochs.",
-                             "give steps, or epochs with a dataset size; not both.")
         if (self.epochs is None) != (self.dataset_size is None):
-            raise SriftError("epochs and a dataset size go together.", "give both, or give steps instead.")
-        if self.steps is None and self.epochs is None:
-            raise SriftError("the job's length is missing.", "give steps, or epochs with a dataset size.")
-        for flag, count, high in (("steps", self.steps, MAX_STEPS), ("dataset-size", self.dataset_size, MAX_DATASET_SIZE)):
+            raise SriftError("epochs and a dataset size go together.",
+                             "give both (--epochs E --dataset-size N), or give --samples N, --tokens N or --steps N instead.")
+        forms = [name for name, on in (("steps", self.steps is not None), ("epochs", self.epochs is not None),
+                                       ("samples", self.samples is not None), ("tokens", self.tokens is not None)) if on]
+        if len(forms) > 1:
+            raise SriftError(f"the job's length is given more than once: as {' and as '.join(forms)}.",
+                             "give one of steps, epochs with a dataset size, samples or tokens.")
+        if not forms:
+            raise SriftError("the job's length is missing.", "give steps, epochs with a dataset size, samples or tokens.")
+        for flag, count, high in (("steps", self.steps, MAX_STEPS), ("dataset-size", self.dataset_size, MAX_DATASET_SIZE),
+                                  ("samples", self.samples, MAX_SAMPLES), ("tokens", self.tokens, MAX_TOKENS),
+                                  ("seq-len", self.seq_len, MAX_SEQ_LEN)):
             if count is not None:
                 require(count, f"--{flag}", 1, high, integer=True, hint=f"pass --{flag} from 1 to {high:,}.")
         if self.epochs is not None:
             require(self.epochs, "--epochs", 0, MAX_EPOCHS, low_open=True, hint=f"pass --epochs above 0 and at most {MAX_EPOCHS:,.0f}.")
 
     @classmethod
-    def given(cls, steps: int | None = None, epochs: float | None = None,
-              dataset_size: int | None = None) -> "JobLength | None":
+    def given(cls, steps: int | None = None, epochs: float | None = None, dataset_size: int | None = None,
+              samples: int | None = None, tokens: int | None = None) -> "JobLength | None":
         """The length these options give, or None when none of them is set."""
-        if steps is None and epochs is None and dataset_size is None:
+        if all(v is None for v in (steps, epochs, dataset_size, samples, tokens)):
             return None
-        return cls(steps, epochs, dataset_size)
+        return cls(steps, epochs, dataset_size, samples, tokens)
+
+    def with_seq_len(self, seq_len: int | None) -> "JobLength":
+        """The same length, knowing the job's tokens per sample (needed by a ``tokens`` length).
+
+        Raises:
+            SriftError: for a ``tokens`` length and a model without a sequence length.
+        """
+        if self.tokens is not None and seq_len is None:
+            raise SriftError("--tokens counts tokens, but this model has no sequence length.",
+                             "give the length as --samples N or --epochs E --dataset-size N for this model.")
+        return self if seq_len == self.seq_len else dataclasses.replace(self, seq_len=seq_len)
+
+    @property
+    def fixed_data(self) -> bool:
+        """True when the length is an amount of data (epochs, samples, tokens), not a step count."""
+        return self.steps is None
+
+    @property
+    def data_samples(self) -> int | None:
+        """Samples the length names when it is an amount of data (tokens rounded up to whole
+        samples), None for a step count: the least data any configuration trains on."""
+        if self.epochs is not None and self.dataset_size is not None:
+            return math.ceil(self.epochs * self.dataset_size)
+        if self.samples is not None:
+            return self.samples
+        if self.tokens is not None:
+            if self.seq_len is None:
+                raise SriftError("a length in tokens needs the sequence length.", "give --seq-len, or the length in samples.")
+            return math.ceil(self.tokens / self.seq_len)
+        return None
 
     def steps_for(self, global_batch_size: int) -> float:
-        """Iterations of the whole job at this global batch (an epoch's last batch may be partial)."""
+        """Iterations of the whole job at this global batch.
+
+        An epoch's last batch may be partial (it still takes one iteration), so epochs take
+        ``epochs x ceil(dataset_size / global batch)`` iterations; samples and tokens take
+        ``ceil(samples / global batch)``.
+        """
         if self.steps is not None:
             return float(self.steps)
-        return self.epochs * math.ceil(self.dataset_size / global_batch_size)  # type: ignore[operator]
+        if self.epochs is not None and self.dataset_size is not None:
+            return self.epochs * math.ceil(self.dataset_size / global_batch_size)
+        samples = self.data_samples
+        assert samples is not None
+        return float(math.ceil(samples / global_batch_size))
+
+    def describe(self) -> str:
+        """``90 epochs of 1,281,167 samples``, ``1e+09 tokens``, ``20,000 steps``: for headers."""
+        if self.steps is not None:
+            return f"{self.steps:,} steps"
+        if self.epochs is not None:
+            return f"{self.epochs:g} epochs of {self.dataset_size:,} samples"
+        if self.samples is not None:
+            return f"{self.samples:,} samples"
+        return f"{self.tokens:,} tokens" + (f" ({self.data_samples:,} samples of {self.seq_len:,})" if self.seq_len else "")
 
 
 def usd_per_million_samples(usd_per_hour: float | None, samples_per_s: float) -> float | None:
@@ -113,11 +227,24 @@ class Job:
         seq_len: Sequence length (None: the profile's).
         precision: One of PRECISIONS (None: the profile's).
         optimizer: ``sgd`` (any first-order optimizer) or ``kfac``.
-        global_batch_size: Fix the global batch across GPU counts (None: batch_size x GPUs).
+        global_batch_size: Fix the global batch (per optimizer step) across GPU counts (None:
+            batch_size x grad_accum x GPUs).
         kfac_strategy: One of KFAC_STRATEGIES (K-FAC only).
         kfac_factor_steps: Factor update interval in iterations (K-FAC only).
         kfac_inv_steps: Inverse update interval in iterations (K-FAC only).
         length: How long the job trains (None: unknown; then no job hours or cost).
+        parallelism: One of PARALLELISMS, or ``auto`` (per configuration, the fastest that fits;
+            a profile without FSDP units, such as a CNN, is trained with DDP).
+        activation_checkpointing: One of CHECKPOINTING, or ``auto`` (with ``parallelism``).
+        grad_accum: Micro-batches of ``batch_size`` per optimizer step (gradient accumulation):
+            one iteration is one optimizer step of ``batch_size x grad_accum`` samples per GPU.
+        reduce_dtype: Gradient reduction dtype of sharded jobs (FSDP MixedPrecision
+            ``reduce_dtype``): ``fp32`` (torchtitan's and Composer's default) or ``bf16``.
+        fused_loss: The loss is a fused cross-entropy kernel (flash-attn's, llm-foundry's
+            default; Liger's) that keeps no fp32 copy of the logits; False: PyTorch's
+            ``cross_entropy`` on upcast logits (Hugging Face, torchtitan). Memory only.
+        data_loading: One of DATA_LOADING (None: ``images`` for image models, ``tokens`` for
+            sequence models, or a measured profile's own data time).
 
     Raises:
         SriftError: for a setting out of its vocabulary or range.
@@ -132,15 +259,24 @@ class Job:
     kfac_factor_steps: int = 1
     kfac_inv_steps: int = 1
     length: JobLength | None = None
+    parallelism: str = AUTO
+    activation_checkpointing: str = AUTO
+    grad_accum: int = 1
+    reduce_dtype: str = "fp32"
+    fused_loss: bool = False
+    data_loading: str | None = None
 
     def __post_init__(self) -> None:
-        for name, high in (("batch_size", MAX_BATCH_SIZE), ("seq_len", MAX_SEQ_LEN), ("global_batch_size", MAX_GLOBAL_BATCH_SIZE)):
+        for name, high in (("batch_size", MAX_BATCH_SIZE), ("seq_len", MAX_SEQ_LEN), ("global_batch_size", MAX_GLOBAL_BATCH_SIZE),
+                           ("grad_accum", MAX_GRAD_ACCUM)):
             v = getattr(self, name)
             if v is not None:
                 flag = f"--{name.replace('_', '-')}"
                 require(v, flag, 1, high, integer=True, hint=f"pass {flag} from 1 to {high:,}.")
         if self.precision is not None:
             require_precision(self.precision)
+        if self.data_loading is not None and self.data_loading not in DATA_LOADING:
+            raise SriftError(f"unknown data loading '{self.data_loading}'.", f"use one of {', '.join(DATA_LOADING)}.")
         if self.optimizer not in OPTIMIZERS:
             raise SriftError(f"unknown optimizer '{self.optimizer}'.", f"use one of {', '.join(OPTIMIZERS)}.")
         if self.kfac_strategy not in KFAC_STRATEGIES:
@@ -152,6 +288,16 @@ class Job:
                 f"--kfac-inv-steps {self.kfac_inv_steps} is not a multiple of --kfac-factor-steps {self.kfac_factor_steps}.",
                 "make the inverse interval a multiple of the factor interval.",
             )
+        if self.global_batch_size is not None and self.global_batch_size % self.grad_accum:
+            raise SriftError(f"global batch {self.global_batch_size} is not a multiple of --grad-accum {self.grad_accum}.",
+                             "make the global batch a multiple of the micro-batches per step.")
+        require_choice(self.parallelism, (*PARALLELISMS, AUTO), "parallelism", "--parallelism")
+        require_choice(self.activation_checkpointing, (*CHECKPOINTING, AUTO), "activation checkpointing",
+                       "--activation-checkpointing")
+        require_choice(self.reduce_dtype, REDUCE_DTYPES, "reduce dtype", "--reduce-dtype")
+        if self.kfac and self.parallelism in SHARDED_PARALLELISMS:
+            raise SriftError(f"K-FAC is modelled with DDP only, not with --parallelism {self.parallelism}.",
+                             "use --parallelism ddp with --optimizer kfac.")
 
     @property
     def kfac(self) -> bool:

@@ -5,12 +5,19 @@
     model: resnet50            # or profile: path/to/profile.yaml (relative to the job file), or a list, one per GPU
     batch_size: 64             # per GPU
     seq_len: 128               # sequence models only
-    precision: amp             # fp32 | tf32 | amp
-    steps: 50000               # or epochs: 90 with dataset_size: 1281167
+    precision: amp             # fp32 | fp32-strict | tf32 | amp | bf16
+    data_loading: images       # synthetic | images | tokens (default: by model kind)
+    epochs: 90                 # with dataset_size: 1281167; or samples: N, tokens: N (sequence models),
+                               # or steps: N (with global_batch_size: B when no instance is given)
+    global_batch_size: 1024    # optional: fix the global batch instead of batch_size per GPU
     optimizer: sgd             # sgd | kfac
+    parallelism: auto          # ddp | zero2 | fsdp | hsdp | auto
+    activation_checkpointing: auto  # none | selective | full | auto
+    grad_accum: 1              # micro-batches per optimizer step
     instance: p3.16xlarge:2    # optional; without it: what `srift recommend` would choose
     spot: false
-    region: us-east-1
+    infra: aws/us-east-1       # where to price it (--infra spelling: aws, aws/us-west-2, gcp,lambda); or region: us-east-1
+    confidence: 0.9            # hours and cost limits are met at this quantile of the prediction
     limits: {max_cost_usd: 500, max_hours: 24, max_usd_per_hour: 30}
 
 Settings resolve as: command-line flag > environment variable (``SRIFT_`` + the field name in
@@ -30,11 +37,15 @@ from typing import Any
 
 from srift.bounds import (
     MAX_BATCH_SIZE, MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DATASET_SIZE, MAX_DEADLINE_HOURS, MAX_EPOCHS,
-    MAX_SEQ_LEN, MAX_STEPS, MIN_HOURS, MIN_USD, key_text, require, shown,
+    MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM, MAX_SAMPLES, MAX_SEQ_LEN, MAX_STEPS, MAX_TOKENS, MIN_HOURS, MIN_USD, key_text,
+    require, shown,
 )
 from srift.errors import SriftError, one_of
 from srift.files import read_yaml
-from srift.job import OPTIMIZERS, PRECISIONS, Job, JobLength
+from srift.job import (
+    AUTO, CHECKPOINTING, DATA_LOADING, DEFAULT_CONFIDENCE, OPTIMIZERS, PARALLELISMS, PRECISIONS, REDUCE_DTYPES, Job,
+    JobLength, require_confidence,
+)
 
 # The limits a job file may set, in the order `srift check` reports them.
 LIMITS = ("max_cost_usd", "max_hours", "max_usd_per_hour")
@@ -49,21 +60,35 @@ FIELDS: dict[str, tuple[type, str]] = {
     "steps": (int, "a positive integer"),
     "epochs": (float, "a positive number"),
     "dataset_size": (int, "a positive integer"),
+    "samples": (int, "a positive integer"),
+    "tokens": (int, "a positive integer"),
+    "global_batch_size": (int, "a positive integer (samples per step over all GPUs)"),
     "optimizer": (str, one_of(OPTIMIZERS)),
+    "parallelism": (str, one_of((*PARALLELISMS, AUTO))),
+    "activation_checkpointing": (str, one_of((*CHECKPOINTING, AUTO))),
+    "grad_accum": (int, "a positive integer (micro-batches per optimizer step)"),
+    "reduce_dtype": (str, one_of(REDUCE_DTYPES)),
+    "fused_loss": (bool, "true or false (a fused cross-entropy kernel)"),
+    "data_loading": (str, one_of(DATA_LOADING)),
     "instance": (str, "an instance spec like p3.16xlarge:2"),
     "spot": (bool, "true or false"),
     "region": (str, "an AWS region like us-east-1"),
+    "infra": (str, "clouds and regions like aws, aws/us-west-2 or gcp,lambda"),
+    "confidence": (float, "a number from 0.5 to below 1, like 0.9"),
 }
 # Upper bound of each numeric field and limit (srift/bounds.py); all must be above 0, the limits
 # at least LOW_BOUNDS.
 BOUNDS: dict[str, float] = {
     "batch_size": MAX_BATCH_SIZE, "seq_len": MAX_SEQ_LEN, "steps": MAX_STEPS, "epochs": MAX_EPOCHS,
-    "dataset_size": MAX_DATASET_SIZE, "max_cost_usd": MAX_COST_USD, "max_hours": MAX_DEADLINE_HOURS,
-    "max_usd_per_hour": MAX_BUDGET_USD_PER_HOUR,
+    "dataset_size": MAX_DATASET_SIZE, "samples": MAX_SAMPLES, "tokens": MAX_TOKENS,
+    "global_batch_size": MAX_GLOBAL_BATCH_SIZE, "grad_accum": MAX_GRAD_ACCUM, "confidence": 1.0,
+    "max_cost_usd": MAX_COST_USD, "max_hours": MAX_DEADLINE_HOURS, "max_usd_per_hour": MAX_BUDGET_USD_PER_HOUR,
 }
 LOW_BOUNDS: dict[str, float] = {"max_cost_usd": MIN_USD, "max_hours": MIN_HOURS, "max_usd_per_hour": MIN_USD}
-_JOB_FIELDS = ("batch_size", "seq_len", "precision", "optimizer")
-_LENGTH_FIELDS = ("steps", "epochs", "dataset_size")
+_JOB_FIELDS = ("batch_size", "seq_len", "precision", "optimizer", "global_batch_size", "parallelism",
+               "activation_checkpointing", "grad_accum", "reduce_dtype", "fused_loss", "data_loading")
+_LENGTH_FIELDS = ("steps", "epochs", "dataset_size", "samples", "tokens")
+DEFAULT_INFRA = "aws/us-east-1"  # a CI gate keeps one price list unless the file names others
 
 
 @dataclass(frozen=True)
@@ -76,8 +101,9 @@ class JobFile:
         job: The training settings, with their length.
         instance: An instance spec to check, or None for what `srift recommend` would choose.
         spot: Price the instances on spot.
-        region: Catalog region.
+        infra: Where to price it (``--infra`` spelling; ``region: R`` means ``aws/R``).
         limits: Limit name (one of LIMITS) -> allowed value.
+        confidence: Hours and cost limits are met at this quantile.
     """
 
     model: str | None
@@ -85,8 +111,9 @@ class JobFile:
     job: Job
     instance: str | None = None
     spot: bool = False
-    region: str = "us-east-1"
+    infra: str = DEFAULT_INFRA
     limits: dict[str, float] = field(default_factory=dict)
+    confidence: float = DEFAULT_CONFIDENCE
 
 
 def _coerce(name: str, value: Any, source: str) -> Any:
@@ -106,7 +133,7 @@ def _coerce(name: str, value: Any, source: str) -> Any:
                 return False
             raise bad
         try:
-            value = int(text) if kind is int else float(text)
+            value = float(text)  # "1e9" tokens read as a number; whole-ness is checked below
         except ValueError:
             raise bad from None
     if kind is bool:
@@ -195,7 +222,8 @@ def load_jobfile(path: str | None, overrides: Mapping[str, Any] | None = None,
         base = Path(path).parent if path is not None else Path(".")
         profiles = [f if Path(f).is_absolute() or path is None else str(base / f) for f in files]
     if not any(k in values for k in _LENGTH_FIELDS):
-        raise SriftError(f"{source}: the job's length is missing.", "add steps: N, or epochs: E with dataset_size: N.")
+        raise SriftError(f"{source}: the job's length is missing.",
+                         "add epochs: E with dataset_size: N, samples: N, tokens: N, or steps: N.")
     try:
         job = Job(**{k: values[k] for k in _JOB_FIELDS if k in values},
                   length=JobLength(**{k: values[k] for k in _LENGTH_FIELDS if k in values}))
@@ -203,5 +231,12 @@ def load_jobfile(path: str | None, overrides: Mapping[str, Any] | None = None,
         raise SriftError(f"{source}: {exc.message}", exc.hint) from None
     if not allowed:
         raise SriftError(f"{source}: no limits to check.", f"add limits with one or more of {', '.join(LIMITS)}.")
+    if "region" in values and "infra" in values:
+        raise SriftError(f"{source}: give 'infra' or 'region', not both.", f"region: {values['region']} means infra: aws/{values['region']}.")
+    infra = values.get("infra") or (f"aws/{values['region']}" if "region" in values else DEFAULT_INFRA)
+    try:
+        confidence = require_confidence(values.get("confidence", DEFAULT_CONFIDENCE))
+    except SriftError as exc:
+        raise SriftError(f"{source}: {exc.message}", "set confidence: 0.9 (or anything from 0.5 to below 1).") from None
     return JobFile(model=values.get("model"), profiles=profiles, job=job, instance=values.get("instance"),
-                   spot=values.get("spot", False), region=values.get("region", "us-east-1"), limits=allowed)
+                   spot=values.get("spot", False), infra=infra, limits=allowed, confidence=confidence)

@@ -8,11 +8,80 @@ from dataclasses import dataclass
 from typing import Any
 
 from srift.job import Job
+from srift.search.confidence import AtConfidence, Uncertainty
 from srift.search.limits import Constraints, LimitCheck
 from srift.search.rank import SearchResult
 from srift.simulate.prediction import Prediction
 
 CHECK_SCHEMA = "srift.check/v1"
+RECOMMEND_SCHEMA = "srift.recommend/v1"
+PREDICT_SCHEMA = "srift.predict/v1"
+CATALOG_SCHEMA = "srift.catalog/v1"
+STALE_AFTER_DAYS = 30  # prices older than this are worth a warning
+
+
+@dataclass(frozen=True)
+class PriceAge:
+    """How old the prices of one ``--infra`` target (a cloud, or cloud/region) are, and their source.
+
+    Attributes:
+        target: ``aws``, ``aws/us-west-2``, ``gcp``...
+        as_of: The oldest dated price (ISO), None when the source records no date.
+        age_days: Days since ``as_of`` (None when undated).
+        source: ``bundled``, ``refreshed`` or ``bundled+refreshed`` (srift catalog refresh).
+        undated_rows: Rows whose source records no date.
+        rows: Rows of the target.
+        refreshed_regions: Regions re-priced by ``srift catalog refresh``.
+    """
+
+    target: str
+    as_of: str | None
+    age_days: int | None
+    source: str
+    undated_rows: int
+    rows: int
+    refreshed_regions: tuple[str, ...] = ()
+
+    @property
+    def stale(self) -> bool:
+        """Older than STALE_AFTER_DAYS, or of unknown age."""
+        return self.age_days is None or self.age_days > STALE_AFTER_DAYS or self.undated_rows > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"as_of": self.as_of, "age_days": self.age_days, "source": self.source, "undated_rows": self.undated_rows,
+                "rows": self.rows, "refreshed_regions": list(self.refreshed_regions), "stale": self.stale}
+
+
+def ages_json(ages: dict[str, PriceAge]) -> dict[str, Any]:
+    """``catalog_as_of`` in every JSON document: target -> its age and source."""
+    return {k: v.to_dict() for k, v in ages.items()}
+
+
+@dataclass(frozen=True)
+class GpuOffers:
+    """One GPU type of the catalog, as `srift catalog gpus` lists it.
+
+    Attributes:
+        gpu: Canonical GPU name.
+        memory_gib: Memory per GPU.
+        instance_types: The instance types that have it.
+        counts: GPUs per instance offered.
+        clouds: cloud -> {``on_demand``, ``spot``} -> (cheapest $ per GPU-hour, where) or None.
+        supported: The current PyTorch CUDA wheels run on it (every host it comes with).
+    """
+
+    gpu: str
+    memory_gib: float
+    instance_types: tuple[str, ...]
+    counts: tuple[int, ...]
+    clouds: dict[str, dict[str, tuple[float, str] | None]]
+    supported: bool
+
+    @property
+    def cheapest_usd_per_gpu_hour(self) -> float | None:
+        """The cheapest on-demand $ per GPU-hour over the clouds."""
+        prices = [m["on_demand"][0] for m in self.clouds.values() if m["on_demand"] is not None]
+        return min(prices) if prices else None
 
 
 @dataclass(frozen=True)
@@ -26,6 +95,9 @@ class PredictResult:
         optimizer: ``sgd`` or ``kfac``.
         kfac_strategy: The K-FAC strategy (K-FAC only).
         spot_pricing: The cluster was priced on spot.
+        catalog_as_of: Age of the prices used, per cloud/region (empty for a cluster file).
+        host_arch: ``x86_64``, ``arm64`` or ``mixed`` for catalog instances, None for a cluster file.
+        uncertainty: The prediction's log-normal spread (model error and run-to-run; srift/search/confidence.py).
     """
 
     prediction: Prediction
@@ -34,6 +106,10 @@ class PredictResult:
     optimizer: str
     kfac_strategy: str
     spot_pricing: bool
+    catalog_as_of: dict[str, PriceAge] = dataclasses.field(default_factory=dict)
+    host_arch: str | None = None
+    uncertainty: Uncertainty | None = None
+    schema: str = PREDICT_SCHEMA
 
 
 @dataclass(frozen=True)
@@ -48,7 +124,8 @@ class RecommendResult:
         precision: The precision the job trains at.
         batch_size: Per-GPU batch of the fastest GPU.
         seq_len: Sequence length (sequence models), else None.
-        region: Catalog region.
+        infra: The clouds and regions searched (``--infra`` spelling).
+        catalog_as_of: Age of the prices searched, per ``--infra`` target.
     """
 
     search: SearchResult
@@ -58,7 +135,9 @@ class RecommendResult:
     precision: str
     batch_size: int
     seq_len: int | None
-    region: str
+    infra: str
+    catalog_as_of: dict[str, PriceAge] = dataclasses.field(default_factory=dict)
+    schema: str = RECOMMEND_SCHEMA
 
 
 @dataclass(frozen=True)
@@ -73,9 +152,11 @@ class CheckedConfiguration:
     iteration_time_s: float
     throughput_samples_per_s: float  # expected: spot interruptions included
     bottleneck: str
-    region: str
+    region: str  # where it is priced: ``aws/us-east-1`` (several, comma-separated, for a spec across regions)
     typical_error_pct: float | None
     typical_error_basis: str
+    notes: tuple[str, ...] = ()
+    plan: str = "ddp"  # parallelism and checkpointing (Prediction.plan_label): ddp, fsdp+sel, ...
 
 
 @dataclass(frozen=True)
@@ -99,8 +180,9 @@ class CheckResult:
         cost_per_hour_usd: Price of the configuration.
         configuration: What ran.
         model, precision, steps, optimizer: The job.
-        limits: Each limit against its prediction.
-        catalog_as_of: Date of the catalog's prices.
+        limits: Each limit against its prediction (hours and cost at the confidence).
+        catalog_as_of: Age and source of the prices used, per cloud/region.
+        at_confidence: Hours and cost at the job file's confidence, and the sigmas behind them.
         change: Cost, hours and $/h against a baseline result (``--compare-to``), or None.
     """
 
@@ -114,7 +196,8 @@ class CheckResult:
     steps: float
     optimizer: str
     limits: list[LimitCheck]
-    catalog_as_of: str | None
+    catalog_as_of: dict[str, PriceAge]
+    at_confidence: AtConfidence
     change: dict[str, MetricChange] | None = None
     schema: str = CHECK_SCHEMA
 
@@ -123,13 +206,17 @@ class CheckResult:
         out: dict[str, Any] = {
             "schema": self.schema,
             "passed": self.passed,
+            "confidence": self.at_confidence.confidence,
             "predicted_cost_usd": self.predicted_cost_usd,
             "predicted_hours": self.predicted_hours,
+            f"predicted_cost_usd_{self.at_confidence.label}": self.at_confidence.cost_usd,
+            f"predicted_hours_{self.at_confidence.label}": self.at_confidence.hours,
+            "uncertainty": self.at_confidence.uncertainty.to_dict(),
             "cost_per_hour_usd": self.cost_per_hour_usd,
             "configuration": dataclasses.asdict(self.configuration),
             "job": {"model": self.model, "precision": self.precision, "steps": self.steps, "optimizer": self.optimizer},
             "limits": [c.to_dict() for c in self.limits],
-            "catalog_as_of": self.catalog_as_of,
+            "catalog_as_of": ages_json(self.catalog_as_of),
         }
         if self.change is not None:
             out["change"] = {k: dataclasses.asdict(v) for k, v in self.change.items()}

@@ -18,7 +18,7 @@ from srift.cluster import Cluster, NodeGroup, cluster_from_dict
 from srift.perf.compute import LayerTimes
 from srift.profile import LayerProfile, PhaseTimes, Profile
 from srift.simulate.prediction import BatchShare, Prediction
-from srift.simulate.spot import SpotExpectation
+from srift.simulate.spot import spot_expectation
 
 MiB = 2**20
 S_PER_BYTE = 1e-8  # calibrated_cluster's default link: 100 MB/s, no latency
@@ -33,6 +33,25 @@ def measured_profile(grad_bytes: Sequence[int], fwd: float = 0.01, bwd: float = 
     n = len(layers)
     return Profile(name="toy", batch_size=batch_size, precision="fp32", layers=layers,
                    device={"name": f"test {gpu}", "kind": "cpu" if gpu == "cpu" else "cuda", "gpu": None if gpu == "cpu" else gpu},
+                   phases=PhaseTimes(data_s=0.0, forward_s=fwd * n, backward_s=bwd * n, optimizer_s=opt,
+                                     total_s=(fwd + bwd) * n + opt))
+
+
+def measured_unit_profile(block_params: Sequence[int], root_params: int = 0, fwd: float = 0.01, bwd: float = 0.02,
+                          opt: float = 0.005, gpu: str = "T4", batch_size: int = 8) -> Profile:
+    """A profile of FSDP units measured on ``gpu``: a root layer ``embed`` (``root_params``), one
+    Linear per entry of ``block_params`` in its own unit ``blocks.{i}``, and a root ``head``
+    without parameters; every layer ``fwd``/``bwd`` seconds, fp32."""
+    def layer(name: str, params: int, unit: str | None) -> LayerProfile:
+        return LayerProfile(name, "Linear", params=params, grad_bytes=4 * params, fwd_flops=1.0, bwd_flops=2.0,
+                            fwd_s=fwd, bwd_s=bwd, unit=unit)
+
+    layers = [layer("embed", root_params, None)]
+    layers += [layer(f"blocks.{i}.linear", p, f"blocks.{i}") for i, p in enumerate(block_params)]
+    layers.append(layer("head", 0, None))
+    n = len(layers)
+    return Profile(name="toy-units", batch_size=batch_size, precision="fp32", layers=layers,
+                   device={"name": f"test {gpu}", "kind": "cuda", "gpu": gpu},
                    phases=PhaseTimes(data_s=0.0, forward_s=fwd * n, backward_s=bwd * n, optimizer_s=opt,
                                      total_s=(fwd + bwd) * n + opt))
 
@@ -86,23 +105,29 @@ def instance(name: str, gpu: str, count: int, on_demand: float, spot: float | No
 @dataclass(frozen=True)
 class SpeedModel:
     """A predictor for the search: each GPU trains ``speeds[gpu]`` samples/s at ``per_gpu_batch``,
-    every node beyond the first costs ``node_penalty`` of the throughput, and spot nodes keep
-    ``spot_useful`` of it (interruptions)."""
+    every node beyond the first costs ``node_penalty`` of the throughput, and spot nodes are
+    interrupted at their catalog rate (srift/simulate/spot.py's model, checkpoints of
+    ``state_bytes``: 0 bytes take 10 s). ``typical_error_pct`` gives the validation figure by
+    cluster shape (``gpu``: one GPU, ``node``: one node of several, ``nodes``: several nodes) and
+    ``compute_error_pct`` the compute part; ``bottleneck`` is reported as is."""
 
     speeds: Mapping[str, float]
     per_gpu_batch: int = 10
     node_penalty: float = 0.1
-    spot_useful: float = 1.0
+    state_bytes: float = 0.0
+    typical_error_pct: Mapping[str, float] | None = None
+    compute_error_pct: float | None = None
+    bottleneck: str = "compute"
 
     def __call__(self, cluster: Cluster) -> Prediction:
         tp = sum(g.gpus * self.speeds[g.gpu] for g in cluster.node_groups) * (1.0 - self.node_penalty) ** (cluster.nodes - 1)
         gb = self.per_gpu_batch * cluster.gpus
         cost = cluster.usd_per_hour
-        spot = None
-        if any(g.spot for g in cluster.node_groups):
-            spot = SpotExpectation(0.0, self.spot_useful, tp * self.spot_useful, cost, None, 0.0, 0.0, 0.0)
+        errors = self.typical_error_pct or {}
+        shape = "nodes" if cluster.nodes > 1 else ("node" if cluster.gpus > 1 else "gpu")
         return Prediction(cluster=cluster.name, gpus=cluster.gpus, global_batch_size=gb, iteration_time_s=gb / tp,
                           p90_iteration_time_s=gb / tp, throughput_samples_per_s=tp, cost_per_hour_usd=cost,
-                          usd_per_million_samples=None, breakdown={}, bottleneck="compute", fits_in_memory=True,
-                          memory_per_gpu_bytes=0.0, spot=spot,
-                          batch_split=[BatchShare(g.label, g.gpu, self.per_gpu_batch, g.gpus) for g in cluster.node_groups])
+                          usd_per_million_samples=None, breakdown={}, bottleneck=self.bottleneck, fits_in_memory=True,
+                          memory_per_gpu_bytes=0.0, spot=spot_expectation(cluster, self.state_bytes, tp, cost),
+                          batch_split=[BatchShare(g.label, g.gpu, self.per_gpu_batch, g.gpus) for g in cluster.node_groups],
+                          typical_error_pct=errors.get(shape), compute_error_pct=self.compute_error_pct)

@@ -169,7 +169,7 @@ def test_the_checks_catch_an_upward_import_and_a_cycle():
 def test_commands_go_through_the_api_and_the_renderers():
     """A command parses flags (nouns, limits, errors), calls srift.api, renders with srift.report."""
     allowed = ("srift.api", "srift.report", "srift.commands", "srift.errors", "srift.job", "srift.jobfile",
-               "srift.search.limits", "srift.hardware", "srift.cluster")
+               "srift.search.limits", "srift.hardware", "srift.cluster", "srift.bounds")
     for module, targets in import_graph().items():
         if module.startswith("srift.commands."):
             assert [t for t in targets if not _prefix_of(t, allowed)] == [], module

@@ -17,6 +17,7 @@ import srift.bounds as bounds
 from srift import api
 from srift.bounds import require, shown
 from srift.catalog import clear_cache, get_instance
+from srift.catalog.spec import cluster_from_spec
 from srift.cli import main
 from srift.cluster import cluster_from_dict
 from srift.errors import SriftError
@@ -26,7 +27,7 @@ from srift.files import (
 from srift.job import Job, JobLength
 from srift.profile import Profile
 from srift.simulate.memory import USABLE_FRACTION
-from srift.simulate.predictor import Predictor
+from srift.simulate.predictor import predict
 from srift.zoo import load_builtin_profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,11 +54,10 @@ def test_a_batch_of_ten_to_the_eight_is_outside_what_srift_models(capsys: pytest
 
 def test_a_sequence_of_a_million_tokens_does_not_fit_and_says_how_much_it_needs(capsys: pytest.CaptureFixture[str]) -> None:
     err = _error(["predict", "--model", "gpt2", "--instance", "p3.2xlarge", "--seq-len", "1000000"], capsys)
-    job = Job(seq_len=1_000_000)
-    predictor = Predictor(load_builtin_profile("gpt2"), job)
-    need = sum(predictor.memory(predictor.ref_batch).values()) / 2**30
-    assert f"one GPU needs {need:,.1f} GiB" in err and "a V100-16GB has 16 GiB (95% of it usable)" in err
-    assert need > 16 * USABLE_FRACTION  # the check the message reports
+    pred = predict(load_builtin_profile("gpt2"), cluster_from_spec("p3.2xlarge"), Job(seq_len=1_000_000))
+    assert not pred.fits_in_memory and pred.memory_per_gpu_bytes > 16 * 2**30 * USABLE_FRACTION
+    assert f"the most loaded GPU needs {pred.memory_per_gpu_bytes / 2**30:,.1f} GiB" in err
+    assert "a V100-16GB has 16 GiB (95% of it usable)" in err
 
 
 def test_a_job_that_does_not_fit_gets_no_iteration_time(capsys: pytest.CaptureFixture[str]) -> None:
@@ -85,7 +85,7 @@ def test_a_device_and_a_folder_say_what_they_are(tmp_path: Path, capsys: pytest.
 
 def test_recommend_bounds_its_search(capsys: pytest.CaptureFixture[str]) -> None:
     err = _error(["recommend", "--model", "resnet50", "--budget", "20", "--max-gpus", "100000"], capsys)
-    assert err == f"Error: --max-gpus is 100,000; srift models at most {bounds.MAX_SEARCH_GPUS:,}."
+    assert err == f"Error: --max-gpus 100,000 is beyond the largest cluster srift searches ({bounds.MAX_SEARCH_GPUS:,} GPUs)."
 
 
 # ---- bounds ------------------------------------------------------------------------------------

@@ -130,7 +130,9 @@ def test_show_p4d_text(capsys):
 
 def test_list_json_fields_and_gpu_filter(capsys):
     assert main(["catalog", "list", "--format", "json", "--gpu", "A100"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == "srift.catalog/v1" and doc["region"] == "us-east-1"
+    rows = doc["instances"]
     assert {r["instance_type"] for r in rows} == {"p4d.24xlarge", "p4de.24xlarge"}
     for key in ("instance_type", "gpu_name", "gpu_count", "gpu_memory_gib", "vcpus", "memory_gib", "network_gbps",
                 "efa", "on_demand_usd_per_hour", "spot_usd_per_hour", "region", "cloud", "host_arch", "transport"):

@@ -52,7 +52,7 @@ def test_efa_generations_and_gpudirect():
 def test_other_clouds_transports():
     assert facts_for(get_instance("a3-highgpu-8g", "gcp/us-central1")).transport == "gpudirect-tcpx"
     ultra = facts_for(get_instance("a3-ultragpu-8g", "gcp/us-central1"))
-    assert (ultra.transport, ultra.network_gbps, ultra.cluster_network) == ("roce", 3200.0, "infiniband")
+    assert (ultra.transport, ultra.network_gbps, ultra.cluster_network) == ("roce", 3200.0, "roce")
     nd = facts_for(get_instance("Standard_ND96asr_v4", "azure/eastus"))
     assert (nd.transport, nd.network_gbps, nd.intra_node) == ("infiniband", 1600.0, "nvswitch")
 

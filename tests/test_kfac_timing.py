@@ -31,3 +31,13 @@ def test_layers_the_step_does_not_reach_are_left_out_and_bad_repeats_rejected():
     assert list(measure_kfac(model, lambda: model["used"](x).sum(), repeats=1)) == ["used"]
     with pytest.raises(ValueError, match="repeats"):
         measure_kfac(model, lambda: model["used"](x).sum(), repeats=0)
+
+
+def test_a_grouped_conv_is_timed_as_the_sum_of_its_groups():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(4, 6, 3, groups=2), nn.Flatten(), nn.Linear(6 * 4 * 4, 3))
+    x, y = torch.randn(3, 4, 6, 6), torch.randint(0, 3, (3,))
+    times = measure_kfac(model, lambda: nn.functional.cross_entropy(model(x), y), repeats=1)
+    assert sorted(times) == ["0", "2"]
+    t = times["0"]
+    assert min(t.factor_a_s, t.factor_g_s, t.inverse_a_s, t.inverse_g_s, t.precondition_s) > 0

@@ -1,4 +1,5 @@
-"""Communication model: ring/hierarchical all-reduce by hand, calibration curves, mixes, spread."""
+"""Communication model: ring/hierarchical all-reduce by hand, calibration curves, mixes, spread.
+The transports (sockets, RDMA) are pinned in tests/test_network_transport.py."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ import pytest
 
 from srift.cluster import Cluster, NodeGroup
 from srift.errors import SriftError
-from srift.perf.comm import CommModel, CommParams, LinkClass, load_params
+from srift.perf.comm import CommModel, CommParams, LinkClass, NetworkClass, load_params, tcp_goodput_share
 
 # Full nominal bandwidth at every size (s_half ~ 0), 1 us per step inside a node, 10 us across.
 IDEAL = LinkClass(alpha_s=1e-6, eff_max=1.0, s_half_bytes=1e-30, shape=1.0, p90_ratio=1.0)
-NET = LinkClass(alpha_s=1e-5, eff_max=1.0, s_half_bytes=1e-30, shape=1.0, p90_ratio=1.5)
-PARAMS = CommParams({k: IDEAL for k in ("nvswitch", "nvlink", "pcie", "shared-memory")}
-                    | {"efa": NET, "infiniband": NET, "ethernet": NET})
+RDMA = NetworkClass(alpha_s=1e-5, efficiency=1.0, t_half_s=0.0, shape=1.0, p90_ratio=1.5, algorithm="hierarchical")
+RING = NetworkClass(alpha_s=1e-5, efficiency=1.0, t_half_s=0.0, shape=1.0, p90_ratio=1.5, algorithm="ring")
+PARAMS = CommParams({k: IDEAL for k in ("nvswitch", "nvlink", "pcie", "shared-memory")},
+                    networks={"efa": RDMA, "infiniband": RING, "roce": RING, "ethernet": RING})
+TCP = tcp_goodput_share(1500)  # on premises: NCCL's generic socket settings, a 1500-byte MTU
 
 
 def _cluster(*groups: NodeGroup, calib=None) -> Cluster:
@@ -70,10 +73,13 @@ def test_slowest_link_and_network_dominate_a_mix():
     mix = CommModel(_cluster(fast, slow), PARAMS)
     assert mix.topology.link_class == "pcie" and mix.topology.net_class == "ethernet"
     assert mix.topology.net_gbytes_per_s == 5.0 and mix.topology.link_gbytes_per_s == 31.5
+    # TCP sockets on the slow group's 40 Gb/s (the EFA group runs at the mix's transport, on 400)
+    assert mix.topology.net_rate_bytes_per_s == pytest.approx(40e9 / 8 * TCP)
     all_fast = CommModel(_cluster(NodeGroup(2, 8, "A100-40GB", "nvswitch", 400.0, "efa")), PARAMS)
     s = 500e6
-    # 2 nodes: the 40 Gb/s ethernet NIC carries S; hand value with 8 GPUs/node on PCIe 4
-    expected = 2 * 7 * 1e-6 + 2 * 1e-5 + max(2 * 7 / 8 * s / 31.5e9, s / 5e9)
+    # One ring over the 12 ranks: each link carries 2 x 11/12 of S at the slower of PCIe 4 and the
+    # network; 22 steps, 2 x 2 nodes of them across the network.
+    expected = 18 * 1e-6 + 4 * 1e-5 + 2 * 11 / 12 * s / min(31.5e9, 40e9 / 8 * TCP)
     assert mix.allreduce_time_s(s) == pytest.approx(expected)
     assert mix.allreduce_time_s(s) > 5 * all_fast.allreduce_time_s(s)
 

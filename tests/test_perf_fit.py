@@ -140,7 +140,7 @@ def test_shipped_parameters_are_what_fit_models_writes(tmp_path):
             # between machines (BLAS summation order), the barely identified latency of the
             # shared-memory class to ~1e-3; what matters is the all-reduce times they predict.
             assert _same_allreduce_times(fresh, shipped), "configs/perf/comm.json is stale: re-run scripts/fit_models.py"
-            fresh.pop("classes"), shipped.pop("classes")
+            fresh.pop("classes"), shipped.pop("classes"), fresh.pop("networks"), shipped.pop("networks")
         # The compute fit is closed-form per iteration: equal up to floating-point summation order.
         assert _same_numbers(fresh, shipped), f"configs/perf/{name} is stale: re-run scripts/fit_models.py"
 
@@ -191,6 +191,11 @@ def test_validate_script_prints_every_group_and_the_shipped_figures_are_current(
         rows, fit, logo, lomo = lines[group]
         assert int(rows) > 0 and all(0.0 < float(v) < 100.0 for v in (fit, logo, lomo)), group
     assert "in Lambda's two snapshots" in res.stdout
+    # The multi-node group: ddl-benchmarks' 27 rows and DAWNBench's 3, with leave-one-network-out.
+    rows, fit, logo, lomo, lono = lines["multi-node"]
+    assert int(rows) == 30 and all(0.0 < float(v) < 100.0 for v in (fit, logo, lomo, lono))
+    for net in ("10 GbE TCP", "100 Gb/s InfiniBand", "100 Gb/s TCP (IPoIB)", "EC2 25 Gb/s TCP"):
+        assert len(lines[net]) == 5, net
     fresh = json.loads((tmp_path / "accuracy.json").read_text())
     shipped = json.loads((root / "configs" / "perf" / "accuracy.json").read_text())
     assert fresh == shipped, "configs/perf/accuracy.json is stale: re-run scripts/validate.py --write-accuracy"

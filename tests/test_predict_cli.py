@@ -1,10 +1,12 @@
 """`srift predict`: the JSON contract, errors, and no torch on the way."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 from srift.cli import main
+from srift.search.confidence import sigma_from_mape
 from no_torch import run_without_torch
 
 FIELDS = ("iteration_time_s", "p90_iteration_time_s", "throughput_samples_per_s", "cost_per_hour_usd",
@@ -56,3 +58,26 @@ def test_cluster_file(tmp_path, capsys):
     assert main(["predict", "--model", "resnet50", "--cluster", str(f), "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["gpus"] == 64 and data["cost_per_hour_usd"] == pytest.approx(32.0)
+
+
+def test_json_names_its_schema_the_prices_age_and_unsupported_hardware(capsys):
+    # p3.16xlarge (V100, compute capability 7.0): the default PyTorch wheel does not run on it, but srift predicts it.
+    assert main(["predict", "--model", "resnet50", "--instance", "p3.16xlarge", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["schema"] == "srift.predict/v1" and data["host_arch"] == "x86_64"
+    assert data["iteration_time_s"] > 0 and data["catalog_as_of"]["aws/us-east-1"]["as_of"] == "2026-07-20"
+    assert any("compute capability 7.0" in n and "needs an older PyTorch build" in n for n in data["notes"])
+    # the typical error as a log-normal sigma (srift/search/confidence.py): about 1.25 x the MAPE
+    assert data["uncertainty"]["model"] == pytest.approx(sigma_from_mape(data["typical_error_pct"]))
+    assert data["uncertainty"]["model"] == pytest.approx(data["typical_error_pct"] / 100 * 1.2533, rel=0.02)
+    assert data["uncertainty"]["spot"] == 0.0
+    assert main(["predict", "--model", "resnet50", "--instance", "p3.16xlarge"]) == 0
+    out = capsys.readouterr().out
+    assert "Note: p3.16xlarge: V100-16GB has compute capability 7.0" in out and "Prices: aws/us-east-1 as of 2026-07-20" in out
+    # Elsewhere with --infra; arm64 hosts are named.
+    assert main(["predict", "--model", "resnet50", "--instance", "gpu_1x_gh200", "--infra", "lambda/us-east-1", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["host_arch"] == "arm64" and any("arm64 host" in n for n in data["notes"])
+    ib = Path(__file__).resolve().parents[1] / "configs" / "clusters" / "ib-64.yaml"
+    assert main(["predict", "--model", "resnet50", "--cluster", str(ib), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["catalog_as_of"] == {}

@@ -49,12 +49,13 @@ def test_phases_one_gpu_amortized_by_the_intervals():
 
 def test_phases_mpd_two_workers():
     ph = phases(_profile(), workers(2), Job(optimizer="kfac", kfac_strategy="mpd"), TIMES, LinearComm(1e-4, 1e-9))
-    # Four full factors all-reduced after backward: 4 * 100 us + 1 ns * 4 * 505 bytes.
-    assert ph["exposed_factor_comm"] == pytest.approx(4e-4 + 2020e-9)
+    # Four packed factors (55 + 10 + 153 + 55 = 273 elements, 1092 bytes) enqueued after backward
+    # and fused into one 64 MiB buffer: one all-reduce, 100 us + 1 ns * 1092.
+    assert ph["exposed_factor_comm"] == pytest.approx(1e-4 + 1092e-9)
     # Round robin [0, 1, 0, 1] over dims [10, 4, 17, 10]: w0 1000 + 4913 = 5913 -> 5.913 us.
     assert ph["inversion"] == pytest.approx(5.913e-6)
-    # Then four full-matrix broadcasts, not overlapped.
-    assert ph["inverse_broadcast"] == pytest.approx(4e-4 + 2020e-9)
+    # Then four packed-inverse broadcasts, not overlapped.
+    assert ph["inverse_broadcast"] == pytest.approx(4e-4 + 1092e-9)
 
 
 # SPD timeline with hooks (seconds): forward conv 1e-3 + A_conv 57.6e-6 -> A0 ready 1.0576e-3;
@@ -198,12 +199,13 @@ def test_the_p90_times_the_median_plan_with_the_p90_communication(strategy):
     plan = plan_kfac(_profile(), workers(2), Job(optimizer="kfac", kfac_strategy=strategy), TIMES, comm)
     ph, p90 = plan.phases, plan.phases_p90
     assert (p90.factor_compute, p90.inversion, p90.preconditioning) == (ph.factor_compute, ph.inversion, ph.preconditioning)
-    if strategy == "naive":  # four full factors all-reduced after backward, no broadcast
-        full = sum(comm.allreduce_time_s(4 * d * d) for d in (10, 4, 17, 10))
+    packed = [4 * d * (d + 1) // 2 for d in (10, 4, 17, 10)]  # upper triangles, fp32
+    if strategy == "naive":  # four packed factors fused into one buffer after backward, no broadcast
+        full = comm.allreduce_time_s(sum(packed))
         assert ph.exposed_factor_comm == pytest.approx(full)
         assert p90.exposed_factor_comm == pytest.approx(20 * full) and p90.inverse_broadcast == 0.0
-    if strategy == "mpd":  # round robin: the four full-matrix broadcasts follow the inversions
-        bcast = sum(comm.broadcast_time_s(4 * d * d) for d in (10, 4, 17, 10))
+    if strategy == "mpd":  # round robin: the four packed-inverse broadcasts follow the inversions
+        bcast = sum(comm.broadcast_time_s(b) for b in packed)
         assert ph.inverse_broadcast == pytest.approx(bcast) and p90.inverse_broadcast == pytest.approx(20 * bcast)
     if strategy == "spd":
         assert plan.owners == [-1] * 4 and ph.inverse_broadcast == p90.inverse_broadcast == 0.0

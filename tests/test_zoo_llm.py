@@ -277,7 +277,7 @@ def test_llm_profiles_need_no_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["884", "False"]
     res = run_without_torch(["predict", "--model", "Llama-3-8B", "--instance", "p5.48xlarge:1", "--seq-len", "2048",
-                             "--batch-size", "1", "--precision", "amp", "--format", "json"], tmp_path)
+                             "--batch-size", "1", "--precision", "amp", "--parallelism", "ddp", "--format", "json"], tmp_path)
     # DDP keeps 16 bytes per parameter on each GPU: predict says the job does not fit, with no iteration time
     assert res.returncode == 2 and "does not fit in GPU memory" in res.stderr and not res.stdout, res.stderr
     res = run_without_torch(["profile", "--model", "meta-llama/Meta-Llama-3-8B", "--seq-len", "8192", "-o", "l.yaml"],

@@ -8,13 +8,15 @@ to ``srift predict --instance``.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
 from srift.catalog.instances import Instance
 from srift.catalog.load import get_instance
-from srift.cluster import Cluster, NodeGroup
 from srift.bounds import MAX_GPUS, MAX_NODE_GROUPS, MAX_NODES, shown
+from srift.catalog.network import NetworkFacts, facts_for
+from srift.cluster import TCP_PLUGINS, Cluster, NodeGroup
 from srift.errors import SriftError
 
 _SPEC_PART = re.compile(r"^(?P<type>[a-z0-9][a-z0-9._\-]*?)(?::(?P<count>\d+))?$")  # _: Lambda, Azure names
@@ -60,8 +62,23 @@ def parse_spec(spec: str) -> list[tuple[str, int]]:
     return parts
 
 
-def node_group(inst: Instance, count: int, spot: bool) -> NodeGroup:
-    """``count`` nodes of a catalog instance type, priced on spot or on demand."""
+@functools.lru_cache(maxsize=4096)
+def _facts(inst: Instance) -> NetworkFacts | None:
+    """The row's network facts; None for a row configs/network.yaml does not describe (a
+    hand-made catalog): its node group then carries no per-flow limit or EFA generation."""
+    try:
+        return facts_for(inst)
+    except SriftError:
+        return None
+
+
+def node_group(inst: Instance, count: int, spot: bool, placement_group: bool | None = None) -> NodeGroup:
+    """``count`` nodes of a catalog instance type, priced on spot or on demand, with what the
+    network facts say about its transport: the baseline (not burst) bandwidth, the vCPUs, the
+    cloud (NCCL's socket defaults), EC2's single-flow limit inside or outside a cluster placement
+    group (``placement_group`` None: not known, outside assumed) and the EFA generation."""
+    facts = _facts(inst)
+    flow = None if facts is None else (facts.single_flow_gbps_placement_group if placement_group else facts.single_flow_gbps)
     return NodeGroup(
         count=count,
         gpus_per_node=inst.gpu_count,
@@ -74,10 +91,18 @@ def node_group(inst: Instance, count: int, spot: bool) -> NodeGroup:
         interruption_per_hour=inst.spot_interruption_per_hour if spot else 0.0,
         instance_type=inst.instance_type,
         gpu_memory_gib=inst.gpu_memory_gib,
+        vcpus_per_node=inst.vcpus or None,
+        cloud=inst.cloud,
+        placement_group=placement_group,
+        single_flow_gbps=flow if inst.cluster_network == "ethernet" else None,
+        efa_generation=None if facts is None else facts.efa_generation,
+        network_burst_gbps=facts.network_burst_gbps if facts is not None and facts.burstable else None,
+        tcp_plugin=inst.transport if inst.transport in TCP_PLUGINS else None,
     )
 
 
-def cluster_from_spec(spec: str, region: str = "us-east-1", spot: bool = False) -> Cluster:
+def cluster_from_spec(spec: str, region: str = "us-east-1", spot: bool = False,
+                      placement_group: bool | None = None) -> Cluster:
     """Build a Cluster from an instance spec and the catalog.
 
     Args:
@@ -85,6 +110,8 @@ def cluster_from_spec(spec: str, region: str = "us-east-1", spot: bool = False) 
             ``@on-demand`` to override ``spot`` for that part.
         region: Catalog region.
         spot: Price all parts at spot unless a part says otherwise.
+        placement_group: The instances share an EC2 cluster placement group (True), do not
+            (False), or it is not known (None: simulated as outside one).
     """
     if len(spec.split("+")) > MAX_NODE_GROUPS:
         parse_spec(spec)  # says so
@@ -98,7 +125,7 @@ def cluster_from_spec(spec: str, region: str = "us-east-1", spot: bool = False) 
                 raise SriftError(f"unknown market '@{market}' in '{raw}'.", "use @spot or @on-demand.")
             part_spot = MARKETS[market.lower()]
         ((itype, count),) = parse_spec(text)
-        groups.append(node_group(get_instance(itype, region), count, part_spot))
+        groups.append(node_group(get_instance(itype, region), count, part_spot, placement_group))
     nodes, gpus = sum(g.count for g in groups), sum(g.gpus for g in groups)
     if nodes > MAX_NODES or gpus > MAX_GPUS:
         raise SriftError(f"instance spec {shown(spec)} has {nodes:,} instances with {gpus:,} GPUs; srift models at most "

@@ -25,7 +25,7 @@ def transports() -> dict[str, dict[str, Any]]:
 
 
 def cluster_network(transport: str) -> str:
-    """The cluster-file network class (``ethernet``, ``efa``, ``infiniband``) a transport is simulated as.
+    """The cluster-file network class (``ethernet``, ``efa``, ``infiniband``, ``roce``) a transport is simulated as.
 
     Raises:
         SriftError: for a transport configs/network.yaml does not define.

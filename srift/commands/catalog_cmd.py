@@ -1,35 +1,61 @@
-"""`srift catalog list|show|refresh`: the EC2 GPU instance catalog."""
+"""`srift catalog list|gpus|show|refresh`: the GPU instance catalog of AWS, GCP, Lambda and Azure."""
 
 from __future__ import annotations
+
+from typing import Optional
 
 import typer
 
 from srift import api
-from srift.commands.options import check_format
+from srift.commands.options import FORMAT, FORMATS, OUT_FILE, REGION, check_format
 from srift.report import catalog_view
+
+ALL_CLOUDS = "aws,gcp,lambda,azure"
 
 
 def list_(
     gpu: list[str] = typer.Option([], "--gpu", help="Only this GPU (name or alias, e.g. A100, a10g); repeatable."),
-    region: str = typer.Option("us-east-1", "--region", help="AWS region."),
-    fmt: str = typer.Option("table", "--format", help="table or json."),
+    infra: Optional[str] = typer.Option(None, "--infra", help="Clouds and regions (default aws/us-east-1): aws, aws/us-west-2, gcp,lambda."),
+    region: Optional[str] = REGION,
+    fmt: str = FORMAT,
+    out_file: Optional[str] = OUT_FILE,
 ) -> None:
     """List the GPU instance types with GPUs, network and prices."""
-    check_format(fmt)
-    catalog_view.show_list(api.catalog_list(gpu, region), region, fmt)
+    check_format(fmt, FORMATS)
+    where = api.resolve_infra(infra, region, "aws/us-east-1")
+    catalog_view.show_list(api.catalog_list(gpu, where), api.catalog_ages(where), fmt, out_file)
+
+
+def gpus(
+    infra: str = typer.Option(ALL_CLOUDS, "--infra", help="Clouds and regions (default: every cloud and region)."),
+    gpu: list[str] = typer.Option([], "--gpu", help="Only this GPU (name or alias); repeatable."),
+    sort: str = typer.Option("name", "--sort", help=f"{' or '.join(api.GPU_SORTS)} (price: cheapest on-demand $/GPU-hour first)."),
+    fmt: str = FORMAT,
+    out_file: Optional[str] = OUT_FILE,
+) -> None:
+    """One row per GPU type: memory, the instance types that have it, and the cheapest on-demand and spot $ per GPU-hour per cloud."""
+    check_format(fmt, FORMATS)
+    catalog_view.show_gpus(api.catalog_gpus(infra, gpu, sort), api.catalog_ages(infra), fmt, out_file)
 
 
 def show(
     instance_type: str = typer.Argument(..., help="Instance type, e.g. p4d.24xlarge."),
-    region: str = typer.Option("us-east-1", "--region", help="AWS region."),
-    fmt: str = typer.Option("table", "--format", help="table or json."),
+    infra: Optional[str] = typer.Option(None, "--infra", help="Where (default aws/us-east-1); several regions: the cheapest."),
+    region: Optional[str] = REGION,
+    fmt: str = FORMAT,
+    out_file: Optional[str] = OUT_FILE,
 ) -> None:
     """Show one instance type."""
-    check_format(fmt)
-    inst, spec = api.catalog_show(instance_type, region)
-    catalog_view.show_instance(inst, spec, region, fmt)
+    check_format(fmt, FORMATS)
+    inst, spec = api.catalog_show(instance_type, api.resolve_infra(infra, region, "aws/us-east-1"))
+    catalog_view.show_instance(inst, spec, api.catalog_ages(inst.infra), fmt, out_file)
 
 
-def refresh(region: str = typer.Option("us-east-1", "--region", help="AWS region.")) -> None:
-    """Fetch current prices and instance types from AWS (boto3) into the user cache."""
-    catalog_view.show_refreshed(api.catalog_refresh(region, progress=catalog_view.progress), region)
+def refresh(
+    infra: Optional[str] = typer.Option(None, "--infra", help="AWS regions to re-price: aws (every region, the default) or aws/REGION."),
+    region: Optional[str] = REGION,
+) -> None:
+    """Re-price AWS from its public price list and Spot Advisor (no credentials needed; spot price history with them)."""
+    where = api.resolve_infra(infra, region, "aws")
+    rows = api.catalog_refresh(where, progress=catalog_view.progress)
+    catalog_view.show_refreshed(rows, api.catalog_ages(where))

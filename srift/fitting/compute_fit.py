@@ -52,6 +52,13 @@ class _RowDesign:
 
 def _design(profile: Profile, gpu: str, precision: str, features: tuple[str, ...], time_s: float) -> _RowDesign:
     spec = gpu_spec(gpu)
+    # A row's layers share one math mode here (one peak and one feature vector). That holds for
+    # tf32, amp and fp32-strict, and for fp32 on a GPU without TF32 units; PyTorch's default fp32
+    # on Ampere+ mixes TF32 convolutions with FP32 matmuls (C.math_mode), which this design cannot
+    # express: no such row is in the data (Lambda's, NVIDIA's and SuperBench's fp32 runs are TF32
+    # throughout, srift.fitting.datasets), and one would be refused rather than mis-fitted.
+    if len({C.math_mode(precision, k) for k in C.KINDS}) > 1 and spec.has_tf32:
+        raise ValueError(f"{gpu} {precision}: mixed TF32/FP32 layers cannot be a compute-fit row")
     arr = C.layer_arrays(profile)
     group_names = list(KIND_GROUPS)
     kind_to_group = {k: group_names.index(g) for g, ks in KIND_GROUPS.items() for k in ks}

@@ -19,6 +19,9 @@ Data used (each folder's README names its source):
 - nccl-tests-aws: all-reduce time vs message size across nodes (EFA).
 - cm-dare: run-to-run spread of distributed steps over cloud (GCE) ethernet (``comm_fit``).
 - dawnbench: fast.ai's multi-node ImageNet runs, for validation only (``load_dawnbench_multinode``).
+- ddl-benchmarks: the same jobs on 1-8 servers of 4 RTX 2080 Ti over 10 GbE TCP, 100 Gb/s
+  InfiniBand and 100 Gb/s TCP (``load_ddl``): the socket transport's thread limit and the
+  networks' latency are fitted on its multi-node rows, as ratios to the same job on one server.
 
 ``ProfileSource`` gives the srift profile of a measured row's model.
 """
@@ -249,7 +252,10 @@ def load_dawnbench_multinode(data_dir: Path) -> pd.DataFrame:
     run of 224-px epochs with one batch size, the first epoch is dropped (the switch: cuDNN
     autotuning, data-loader restart) and the median epoch time is taken. Iteration time = epoch
     seconds x global batch / 1,281,167 images, so it holds each epoch's validation pass and
-    data-loader start as well, which srift's iteration does not model. Precision ``amp`` is an
+    data-loader start as well, which srift's iteration does not model. The images are real JPEGs
+    decoded on the instance's vCPUs (``data_loading`` ``images``); NCCL then ran one socket
+    thread with one socket (``nccl_socket_threads``); whether the instances were in a cluster
+    placement group is not recorded (srift's default: outside one). Precision ``amp`` is an
     assumption: the entries do not state it, and the runs' NVIDIA-derived training code trained in
     half precision on the V100 tensor cores. A run without 224-px epochs is skipped.
     """
@@ -279,9 +285,65 @@ def load_dawnbench_multinode(data_dir: Path) -> pd.DataFrame:
             "source": "dawnbench/fastai", "dataset_model": "resnet50", "model": "resnet50", "seq_len": None,
             "label": f"fast.ai {nodes}x p3.16xlarge", "gpu": "V100-16GB", "n_gpus": n_gpus, "precision": "amp",
             "batch_per_gpu": gbs // n_gpus, "throughput_total": gbs / iteration_s, "iteration_time_s": iteration_s,
-            "instance": "p3.16xlarge", "nodes": nodes, "epochs_used": len(epochs),
+            "instance": "p3.16xlarge", "nodes": nodes, "epochs_used": len(epochs), "data_loading": "images",
+            # NCCL of 2018 (2.2-2.3, with PyTorch 0.4/1.0) had one socket per connection: its
+            # NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD exist "since 2.4.8" (NCCL docs).
+            "nccl_socket_threads": 1, "nccl_nsocks_perthread": 1,
         })
     return pd.DataFrame(out)
+
+
+# ddl-benchmarks network column -> (srift network class, what it is).
+DDL_NETWORKS = {
+    "ethernet-10g-tcp": "ethernet",
+    "infiniband": "infiniband",
+    "ethernet-100g-tcp (IPoIB, NCCL_IB_DISABLE=1)": "ethernet",
+}
+# Its model column -> (zoo profile, the Hugging Face class it ran: BertForPreTraining for the BERTs).
+DDL_MODELS = {"resnet50": "resnet50", "bert-base": "bert-base", "bert-large": "bert-large"}
+
+
+def load_ddl(data_dir: Path) -> pd.DataFrame:
+    """ddl-benchmarks' MG-WFBP rows: ResNet-50 and BERT-base/large (BertForPreTraining, sequence
+    64) in fp32 on 1-8 servers of 4 RTX 2080 Ti (PCIe 3, no peer-to-peer), synthetic data.
+
+    Columns as ``load_rows`` plus ``nodes``, ``gpus_per_node``, ``network`` (srift class:
+    ``ethernet`` = NCCL over TCP sockets, also for the 100 Gb/s IPoIB rows that disable NCCL's IB
+    transport; ``infiniband``), ``network_gbps``, ``network_label`` (the source's) and
+    ``data_loading`` (``synthetic``). On premises: NCCL's generic socket defaults (one thread, one
+    socket) and no per-flow limit. One-server rows have no network (``network`` is empty).
+    Precision ``fp32`` on Turing is full FP32 (no TF32 units).
+    """
+    df = pd.read_csv(Path(data_dir) / "ddl-benchmarks" / "mgwfbp-throughput.csv")
+    out = []
+    for _, r in df.iterrows():
+        model = DDL_MODELS[str(r["model"])]
+        nodes, per_node = int(r["nodes"]), int(r["gpus_per_node"])
+        n = nodes * per_node
+        b = int(r["batch_per_gpu"])
+        total = float(r["throughput_samples_per_s_total"])
+        label = "" if pd.isna(r["network"]) else str(r["network"])
+        seq = None if pd.isna(r["seq_len"]) else int(r["seq_len"])
+        out.append({
+            "source": "ddl-benchmarks/mgwfbp", "dataset_model": str(r["model"]), "model": model, "seq_len": seq,
+            "label": f"{nodes}x 4x RTX 2080 Ti {label or 'one server'}".strip(), "gpu": find_gpu(str(r["gpu"])),
+            "n_gpus": n, "precision": "fp32", "batch_per_gpu": b, "throughput_total": total,
+            "iteration_time_s": b * n / total, "nodes": nodes, "gpus_per_node": per_node, "intra_node": "pcie3",
+            "network": DDL_NETWORKS[label] if label else "", "network_gbps": float(r["network_gbps"]) if label else 0.0,
+            "network_label": label, "data_loading": "synthetic",
+        })
+    return pd.DataFrame(out)
+
+
+def ddl_scaling_rows(data_dir: Path, one_server: bool = False) -> pd.DataFrame:
+    """ddl-benchmarks' multi-node rows (and with ``one_server`` the 4-GPU one-server rows) with
+    their job's measured 1-GPU time (``t1``) and one-server time (``ref_time_s``): what the network
+    and interference fits compare with (srift.fitting.comm_fit)."""
+    ddl = load_ddl(data_dir)
+    one_gpu = ddl[ddl["n_gpus"] == 1].set_index("model")["iteration_time_s"]
+    servers = ddl[(ddl["nodes"] == 1) & (ddl["n_gpus"] > 1)].set_index("model")["iteration_time_s"]
+    multi = ddl[(ddl["n_gpus"] > 1) if one_server else (ddl["nodes"] > 1)].reset_index(drop=True)
+    return multi.assign(t1=multi["model"].map(one_gpu).to_numpy(), ref_time_s=multi["model"].map(servers).to_numpy())
 
 
 NCCL_COLUMNS = ["source", "nodes", "gpus_per_node", "intra_node", "network_gbps", "network", "size_bytes", "time_s"]

@@ -6,8 +6,11 @@ Used by ``scripts/validate.py`` and ``scripts/fit_models.py``.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import re
-from typing import Iterable
+from collections.abc import Iterator
+from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
@@ -16,7 +19,10 @@ from srift.catalog.spec import cluster_from_spec
 from srift.cluster import Cluster, NodeGroup
 from srift.fitting.datasets import ProfileSource, label_key, row_link
 from srift.job import Job
-from srift.simulate import predict
+from srift.perf import comm as CM
+from srift.perf import compute as C
+from srift.profile import PhaseTimes, Profile
+from srift.simulate import Predictor
 
 def mape(pred: Iterable[float], meas: Iterable[float]) -> float:
     p, m = np.asarray(list(pred), float), np.asarray(list(meas), float)
@@ -42,26 +48,123 @@ def same_gpu_repeats(rows: pd.DataFrame) -> pd.DataFrame:
     return rows.iloc[[p for p, _ in out]].assign(others_s=[v for _, v in out])
 
 
+# Node-group fields a measured row may carry (what its NCCL ran with, when the source says).
+_ROW_TRANSPORT = ("nccl_socket_threads", "nccl_nsocks_perthread", "placement_group")
+
+
+def _given(r, name: str):
+    v = getattr(r, name, None)
+    return None if v is None or (isinstance(v, float) and np.isnan(v)) or v == "" else v
+
+
+def row_cluster(r, n_gpus: int | None = None) -> Cluster:
+    """The cluster a measured row ran on (``n_gpus``: that many GPUs of its system on one node).
+
+    An EC2 row (``instance``) is the catalog's instance type x its ``nodes``; a row with ``nodes``
+    and a ``network`` (ddl-benchmarks) is that many nodes of ``gpus_per_node``; any other row is one
+    node. A row's NCCL settings (``nccl_socket_threads`` ...) replace the platform's defaults.
+    """
+    instance = _given(r, "instance")
+    nodes = _given(r, "nodes")
+    if n_gpus is not None:
+        return Cluster(str(r.label), (NodeGroup(1, int(n_gpus), r.gpu, row_link(r), 100.0, "ethernet"),))
+    if isinstance(instance, str):
+        cluster = cluster_from_spec(f"{instance}:{int(r.nodes)}")
+    elif nodes is not None and _given(r, "network"):
+        cluster = Cluster(str(r.label), (NodeGroup(int(nodes), int(r.gpus_per_node), r.gpu, row_link(r),
+                                                   float(r.network_gbps), str(r.network)),))
+    else:
+        return Cluster(str(r.label), (NodeGroup(1, int(r.n_gpus), r.gpu, row_link(r), 100.0, "ethernet"),))
+    extra: dict[str, Any] = {k: (bool(v) if k == "placement_group" else int(v))
+                             for k in _ROW_TRANSPORT if (v := _given(r, k)) is not None}
+    if extra:
+        cluster = dataclasses.replace(cluster, node_groups=tuple(dataclasses.replace(g, **extra) for g in cluster.node_groups))
+    return cluster
+
+
+def row_job(r) -> Job:
+    """The job of a measured row: its per-GPU batch and precision; its ``data_loading`` when the
+    source says (ddl-benchmarks: synthetic; DAWNBench: JPEGs), else synthetic: the other sources
+    are throughput benchmarks, predicted without an input pipeline as before."""
+    return Job(batch_size=int(r.batch_per_gpu), precision=r.precision, data_loading=_given(r, "data_loading") or "synthetic")
+
+
+SIMULATED = ["pred", "ideal", "hidden"]
+
+
+def _simulated(profile: Profile, cluster: Cluster, job: Job) -> tuple[float, float, float]:
+    """(iteration, the same without all-reduce interference, the hidden all-reduce seconds the
+    interference ``k`` multiplies: those hidden behind backward x the GPUs' share of them)."""
+    predictor = Predictor(profile, job)
+    p = predictor.predict(cluster)
+    b = p.breakdown
+    hidden = max(0.0, b["comm_total"] - b["exposed_comm"])
+    if cluster.nodes > 1 and hidden > 0:
+        hidden *= CM.CommModel.for_cluster(cluster).gpu_side_fraction(predictor.bucket_sizes_bytes)
+    return p.iteration_time_s, p.iteration_time_s - b["comm_interference"], hidden
+
+
 def simulate_rows(rows: pd.DataFrame, profiles: ProfileSource, n_gpus: int | None = None) -> pd.DataFrame:
-    """Simulator predictions for measured one-node rows (``n_gpus`` overrides the row's count).
+    """Simulator predictions for measured rows (``n_gpus`` overrides the row's count, on one node).
 
     Returns columns ``pred`` (iteration seconds), ``ideal`` (the same without all-reduce
-    interference) and ``hidden`` (all-reduce seconds hidden behind backward), in row order.
+    interference) and ``hidden`` (all-reduce seconds hidden behind backward, across nodes times
+    the GPUs' share of them: ``pred = ideal + k x hidden``), in row order.
     """
+    out = [_simulated(profiles.for_row(r), row_cluster(r, n_gpus), row_job(r)) for r in rows.itertuples()]
+    return pd.DataFrame(out, columns=SIMULATED, index=rows.index)
+
+
+def anchored_profile(profile: Profile, gpu: str, precision: str, measured_s: float) -> Profile:
+    """``profile`` as if ``srift profile`` had measured it on one ``gpu`` at ``precision`` in
+    ``measured_s`` per iteration: the compute model's per-layer, optimizer and overhead times
+    scaled to that total (what a user's measured profile gives the simulator). Multi-GPU
+    predictions from it carry no compute-model error: only the communication's and the overlap's."""
+    lt = C.layer_times(profile, gpu, precision)
+    scale = measured_s / lt.total_s
+    layers = [dataclasses.replace(layer, fwd_s=float(f * scale), bwd_s=float(b * scale))
+              for layer, f, b in zip(profile.layers, lt.fwd_s, lt.bwd_s)]
+    phases = PhaseTimes(data_s=0.0, forward_s=lt.forward_s * scale, backward_s=lt.backward_s * scale,
+                        optimizer_s=lt.optimizer_s * scale, total_s=measured_s)
+    return dataclasses.replace(profile, layers=layers, phases=phases, precision=precision,
+                               device={"name": gpu, "kind": "cuda", "gpu": gpu})
+
+
+# Anchored profiles by (model, batch, seq_len, GPU, precision, 1-GPU time): the fits simulate the
+# same rows many times.
+_ANCHORED: dict[tuple, Profile] = {}
+
+
+def simulate_anchored(rows: pd.DataFrame, profiles: ProfileSource) -> pd.DataFrame:
+    """``simulate_rows`` from each row's measured 1-GPU time (``t1`` column): compute anchored
+    (``anchored_profile``), so the prediction's error is the multi-GPU part's alone."""
     out = []
     for r in rows.itertuples():
-        n = int(n_gpus or r.n_gpus)
-        instance = getattr(r, "instance", None)
-        if isinstance(instance, str) and n_gpus is None:
-            # A measured EC2 cluster: the catalog's instance (GPUs, link, network) x its nodes.
-            cluster = cluster_from_spec(f"{instance}:{int(r.nodes)}")
-        else:
-            cluster = Cluster(str(r.label), (NodeGroup(1, n, r.gpu, row_link(r), 100.0, "ethernet"),))
-        p = predict(profiles.for_row(r), cluster, Job(batch_size=int(r.batch_per_gpu), precision=r.precision))
-        b = p.breakdown
-        out.append((p.iteration_time_s, p.iteration_time_s - b["comm_interference"],
-                    max(0.0, b["comm_total"] - b["exposed_comm"])))
-    return pd.DataFrame(out, columns=["pred", "ideal", "hidden"], index=rows.index)
+        base = profiles.for_row(r)
+        key = (id(base), r.gpu, r.precision, float(r.t1))
+        prof = _ANCHORED.get(key)
+        if prof is None:
+            if len(_ANCHORED) > 1024:
+                _ANCHORED.clear()
+            prof = _ANCHORED[key] = anchored_profile(base, r.gpu, r.precision, float(r.t1))
+        out.append(_simulated(prof, row_cluster(r), row_job(r)))
+    return pd.DataFrame(out, columns=SIMULATED, index=rows.index)
+
+
+@contextlib.contextmanager
+def using_params(compute: C.ComputeParams | None = None, comm: CM.CommParams | None = None) -> Iterator[None]:
+    """Run the simulator on these parameters instead of the shipped ones (fits and leave-out refits)."""
+    shipped_c, shipped_m = C.load_params, CM.load_params
+    if compute is not None:
+        C.load_params = lambda path=None, _p=compute: _p  # type: ignore[assignment]
+    if comm is not None:
+        CM.load_params = lambda path=None, _p=comm: _p  # type: ignore[assignment]
+    CM._MODEL_CACHE.clear()
+    try:
+        yield
+    finally:
+        C.load_params, CM.load_params = shipped_c, shipped_m
+        CM._MODEL_CACHE.clear()
 
 
 def system_of(label: str) -> str:

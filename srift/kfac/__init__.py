@@ -1,4 +1,4 @@
-"""Distributed K-FAC preconditioner with the SPD-KFAC optimizations (torch).
+"""Distributed K-FAC preconditioner with the SPD-KFAC optimizations (torch; see docs/kfac.md).
 
 ``from srift.kfac import KFACPreconditioner`` imports torch; ``srift.kfac.schedule`` does not
 (the simulator uses it), which is why the preconditioner is loaded lazily here.

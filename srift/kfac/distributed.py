@@ -148,8 +148,8 @@ class FusedAllReducer:
         for grp in self._launched:
             if grp.handle is not None:
                 grp.handle.wait()
-            assert grp.buffer is not None  # every launched group has its buffer
-            buf = grp.buffer / self.comm.world_size
+            assert grp.buffer is not None  # set by _launch
+            buf = grp.buffer.div(self.comm.world_size)
             offset = 0
             for k in grp.keys:
                 n = grp.parts[k].numel()

@@ -1,14 +1,18 @@
 """KFACPreconditioner: distributed K-FAC for Linear and Conv2d layers, three strategies in one code
-base (see shared/KFAC.md):
+base that compute the same mathematics and differ only in what they send when (docs/kfac.md):
 
-* ``naive`` (D-KFAC): factors computed and all-reduced (one per factor, full matrices) after
-  backward; every worker inverts every factor.
-* ``mpd`` (MPD-KFAC): as naive, but factor ``i`` is inverted by worker ``i mod P`` and the
-  inverses are broadcast after the inversion phase.
-* ``spd`` (SPD-KFAC): factors computed in the forward/backward hooks and their all-reduce
-  started at once (asynchronous), fused by ``schedule.plan_fusion`` and sent packed (upper
-  triangle); inversions placed by ``schedule.place_inversions`` (load balance, "invert locally
-  when cheaper than broadcasting"); broadcasts asynchronous, overlapped with the next inversions.
+* ``naive`` (D-KFAC as the SPD-KFAC paper ran it): after backward, one asynchronous all-reduce
+  per factor, fused into fixed-size buffers (Horovod's 64 MiB fusion buffer,
+  ``schedule.plan_fixed_fusion``); every worker inverts every factor.
+* ``mpd`` (MPD-KFAC): the factor all-reduce of ``naive``; factor ``i`` is inverted by worker
+  ``i mod P`` and the results are broadcast after the inversion phase.
+* ``spd`` (SPD-KFAC): factors all-reduced from the forward/backward hooks as soon as they are
+  computed (asynchronous), fused by ``schedule.plan_fusion``; inversions placed by
+  ``schedule.place_inversions``; broadcasts asynchronous, overlapped with the next inversions.
+
+Every strategy sends factors and symmetric inverses packed (upper triangle,
+``schedule.factor_message_bytes``). Factors are computed in the hooks from every micro-batch and
+averaged (gradient accumulation), in kfac-pytorch's scaling (``srift.kfac.layers``).
 
 Usage (with or without DDP)::
 
@@ -29,15 +33,15 @@ from torch import nn
 from srift.job import KFAC_STRATEGIES as STRATEGIES
 from srift.kfac import schedule
 from srift.kfac.distributed import Comm, FusedAllReducer, pack_upper, unpack_upper
-from srift.kfac.layers import KFACLayer, damped_inverse, make_layer, supported
+from srift.kfac.layers import KFACLayer, damped_inverse, eigen_decomposition, make_layers, supported
 
 Hyper = Union[float, Callable[[int], float]]
+Interval = Union[int, Callable[[int], int]]
 PHASES = ("factor_compute", "factor_comm", "inversion", "inverse_broadcast", "preconditioning")
+STATE_VERSION = 2
 
 
 def _check_hyper(name: str, value: Any, low: float, low_inclusive: bool, high: float | None = None) -> None:
-    if callable(value):
-        return
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number or a callable of the step, got {value!r}")
     if value < low or (value == low and not low_inclusive) or (high is not None and value >= high):
@@ -45,34 +49,56 @@ def _check_hyper(name: str, value: Any, low: float, low_inclusive: bool, high: f
         raise ValueError(f"{name} must be {bound}, got {value!r}")
 
 
+def _check_interval(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1 or a callable of the step, got {value!r}")
+
+
+# name -> (lower bound, lower bound allowed, upper bound): checked up front for constants and at
+# every use for callables (a schedule can go wrong mid-training).
+_BOUNDS: dict[str, tuple[float, bool, float | None]] = {
+    "damping": (0.0, False, None), "factor_decay": (0.0, True, 1.0), "lr": (0.0, False, None), "kl_clip": (0.0, False, None),
+}
+
+
 class KFACPreconditioner:
     """K-FAC preconditioner; call ``step()`` between ``loss.backward()`` and ``optimizer.step()``.
 
     Args:
-        model: The model (plain or DDP-wrapped). Its Linear and Conv2d (groups=1) layers are
-            preconditioned; other parameters keep their gradients.
+        model: The model (plain or DDP-wrapped). Its Linear and Conv2d layers (grouped included)
+            are preconditioned; other parameters keep their gradients (listed in ``unsupported``).
         strategy: ``naive``, ``mpd`` or ``spd``.
-        damping: Tikhonov damping lambda (pi-damping splits it between A and G).
-        factor_decay: Running-average decay of the factors, in [0, 1).
+        damping: Tikhonov damping lambda (``inverse``: pi-damping splits it between A and G;
+            ``eigen``: added to the Kronecker eigenvalues, as kfac-pytorch does).
+        factor_decay: Running-average decay of the factors, in [0, 1). The average starts from the
+            first factor update's factors.
         factor_update_steps: Recompute the factors every this many steps.
-        inv_update_steps: Recompute the inverses every this many steps (a multiple of
-            ``factor_update_steps``).
+        inv_update_steps: Recompute the inverses (or eigendecompositions) every this many steps.
         kl_clip: KL clipping bound (None: no clipping).
         lr: Learning rate used by the KL clip (give the optimizer's).
         skip_layers: Module names (or prefixes), class names, or module types not to precondition.
-        fusion_profile_steps: SPD: factor steps timed before the fusion groups are planned.
-        comm_alpha_s: All-reduce/broadcast latency for the SPD planner (None: measured).
-        comm_beta_s_per_byte: Seconds per byte for the SPD planner (None: measured).
-        inv_flops_per_s: Inversion speed for the SPD placement, d^3 per second (None: measured).
-        grad_scaler: The ``torch.amp.GradScaler`` in use with mixed precision (its loss scale is
-            divided out of factor G; call ``scaler.unscale_(optimizer)`` before ``step()``).
-        inverse_method: ``cholesky`` (damped inverses, pi-damping; what srift predicts) or
-            ``eigen`` (eigendecompositions, ``P = Q_G (Q_G^T dW Q_A / (d_G d_A^T + damping)) Q_A^T``).
+        accumulation_steps: Forward/backward passes per ``step()`` (gradient accumulation). Factors
+            are averaged over every pass whatever this is; ``spd`` starts a factor's all-reduce at
+            this pass, so it must not be smaller than the passes actually run.
+        inverse_method: ``inverse`` (damped inverses by Cholesky, pi-damping; the SPD-KFAC code's
+            method and what srift predicts) or ``eigen`` (``torch.linalg.eigh``, kfac-pytorch's
+            default: ``P = Q_G [(Q_G^T dW Q_A) / (l_G l_A^T + damping)] Q_A^T``).
+        grad_scaler: The ``torch.amp.GradScaler`` in use with mixed precision. Its loss scale is
+            divided out of factor G, and a factor update with non-finite factors (an overflow
+            step, which the scaler skips) is dropped. Call ``scaler.unscale_(optimizer)`` before
+            ``step()``.
+        fusion_buffer_bytes: ``naive``/``mpd``: the fixed fusion buffer of the factor all-reduces.
+        fusion_profile_steps: ``spd``: factor steps timed before the fusion groups are planned.
+        comm_alpha_s: ``spd``: all-reduce/broadcast latency for the planner (None: measured).
+        comm_beta_s_per_byte: ``spd``: seconds per byte for the planner (None: measured).
+        inv_flops_per_s: ``spd``: inversion speed for the placement, d^3 per second (None: measured).
 
-    Damping, factor_decay, kl_clip and lr may be callables of the step number.
+    ``damping``, ``factor_decay``, ``kl_clip``, ``lr``, ``factor_update_steps`` and
+    ``inv_update_steps`` may be callables of the step number (``pre.steps``).
 
     Raises:
-        ValueError: for an invalid argument or a model without supported layers.
+        ValueError: for an invalid argument, a ``skip_layers`` entry that matches no module, or a
+            model without supported layers.
     """
 
     def __init__(
@@ -81,84 +107,103 @@ class KFACPreconditioner:
         strategy: str = "spd",
         damping: Hyper = 0.003,
         factor_decay: Hyper = 0.95,
-        factor_update_steps: int = 1,
-        inv_update_steps: int = 1,
+        factor_update_steps: Interval = 1,
+        inv_update_steps: Interval = 1,
         kl_clip: Hyper | None = 0.001,
         lr: Hyper = 0.1,
         skip_layers: Iterable[Any] = (),
+        accumulation_steps: int = 1,
+        inverse_method: str = "inverse",
+        grad_scaler: Any = None,
+        fusion_buffer_bytes: int = schedule.FUSION_BUFFER_BYTES,
         fusion_profile_steps: int = 3,
         comm_alpha_s: float | None = None,
         comm_beta_s_per_byte: float | None = None,
         inv_flops_per_s: float | None = None,
-        grad_scaler: Any = None,
-        inverse_method: str = "cholesky",
     ) -> None:
         if not isinstance(model, nn.Module):
             raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
-        _check_hyper("damping", damping, 0.0, False)
-        _check_hyper("factor_decay", factor_decay, 0.0, True, 1.0)
-        _check_hyper("lr", lr, 0.0, False)
-        if kl_clip is not None:
-            _check_hyper("kl_clip", kl_clip, 0.0, False)
-        for name, v in (("factor_update_steps", factor_update_steps), ("inv_update_steps", inv_update_steps),
-                        ("fusion_profile_steps", fusion_profile_steps)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-        if inv_update_steps % factor_update_steps:
+        for name, value in (("damping", damping), ("factor_decay", factor_decay), ("lr", lr), ("kl_clip", kl_clip)):
+            if not callable(value) and not (name == "kl_clip" and value is None):
+                _check_hyper(name, value, *_BOUNDS[name])
+        for name, value in (("factor_update_steps", factor_update_steps), ("inv_update_steps", inv_update_steps)):
+            if not callable(value):
+                _check_interval(name, value)
+        if isinstance(factor_update_steps, int) and isinstance(inv_update_steps, int) and inv_update_steps % factor_update_steps:
             raise ValueError(f"inv_update_steps ({inv_update_steps}) must be a multiple of factor_update_steps ({factor_update_steps})")
-        for name, cost in (("comm_alpha_s", comm_alpha_s), ("comm_beta_s_per_byte", comm_beta_s_per_byte)):
-            if cost is not None and (not isinstance(cost, (int, float)) or cost < 0):
-                raise ValueError(f"{name} must be a non-negative number or None, got {cost!r}")
-        if inv_flops_per_s is not None and (not isinstance(inv_flops_per_s, (int, float)) or inv_flops_per_s <= 0):
+        for name, n in (("accumulation_steps", accumulation_steps), ("fusion_profile_steps", fusion_profile_steps)):
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {n!r}")
+        if isinstance(fusion_buffer_bytes, bool) or not isinstance(fusion_buffer_bytes, int) or fusion_buffer_bytes < 1:
+            raise ValueError(f"fusion_buffer_bytes must be a positive integer, got {fusion_buffer_bytes!r}")
+        for name, v in (("comm_alpha_s", comm_alpha_s), ("comm_beta_s_per_byte", comm_beta_s_per_byte)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0):
+                raise ValueError(f"{name} must be a non-negative number or None, got {v!r}")
+        if inv_flops_per_s is not None and (isinstance(inv_flops_per_s, bool) or not isinstance(inv_flops_per_s, (int, float)) or not inv_flops_per_s > 0):
             raise ValueError(f"inv_flops_per_s must be a positive number or None, got {inv_flops_per_s!r}")
-        if inverse_method not in ("cholesky", "eigen"):
-            raise ValueError(f"inverse_method must be 'cholesky' or 'eigen', got {inverse_method!r}")
-        self.inverse_method = inverse_method
+        if inverse_method not in schedule.INVERSE_METHODS:
+            raise ValueError(f"inverse_method must be one of {', '.join(schedule.INVERSE_METHODS)}, got {inverse_method!r}")
         if grad_scaler is not None and not callable(getattr(grad_scaler, "get_scale", None)):
             raise ValueError("grad_scaler must be a torch.amp.GradScaler (with get_scale())")
-        self.grad_scaler = grad_scaler
-        if isinstance(skip_layers, (str, type)):
-            skip_layers = (skip_layers,)
-        skip = tuple(skip_layers)
+        skip = _skip_entries(skip_layers)
 
         self.strategy = strategy
+        self.inverse_method = inverse_method
+        self.grad_scaler = grad_scaler
         self.damping, self.factor_decay, self.kl_clip, self.lr = damping, factor_decay, kl_clip, lr
-        self.factor_update_steps = factor_update_steps
-        self.inv_update_steps = inv_update_steps
+        self.factor_update_steps, self.inv_update_steps = factor_update_steps, inv_update_steps
+        self.accumulation_steps = accumulation_steps
         self.fusion_profile_steps = fusion_profile_steps
 
         self.layers: list[KFACLayer] = []
+        self.unsupported: list[str] = []  # modules with trainable parameters K-FAC leaves alone
+        by_module: dict[nn.Module, list[KFACLayer]] = {}
+        matched: set[int] = set()
         for name, module in model.named_modules():
             clean = name[len("module."):] if name.startswith("module.") else name
-            if not supported(module) or _skipped(clean, module, skip):
+            hit = _skip_match(clean, module, skip)
+            if hit is not None:
+                matched.add(hit)
                 continue
             if not any(p.requires_grad for p in module.parameters(recurse=False)):
                 continue
-            self.layers.append(make_layer(clean, module))
+            if not supported(module):
+                self.unsupported.append(clean or type(module).__name__)
+                continue
+            by_module[module] = make_layers(clean, module)
+            self.layers += by_module[module]
+        unmatched = [s for i, s in enumerate(skip) if i not in matched]
+        if unmatched:
+            raise ValueError(f"skip_layers entries match no module of the model: {', '.join(map(str, unmatched))}")
         if not self.layers:
-            raise ValueError("the model has no Linear or Conv2d layer to precondition (check skip_layers)")
+            raise ValueError("the model has no Linear or Conv2d layer with trainable weights to precondition (check skip_layers)")
 
         self.steps = 0
         self._factor_updates = 0
+        self.skipped_factor_updates = 0  # overflow steps under a GradScaler
         self.A: dict[str, torch.Tensor] = {}
         self.G: dict[str, torch.Tensor] = {}
-        self.A_inv: dict[str, torch.Tensor] = {}
+        self.A_inv: dict[str, torch.Tensor] = {}  # damped inverse, or eigenvectors + eigenvalues row
         self.G_inv: dict[str, torch.Tensor] = {}
-        self._saved_a: dict[str, torch.Tensor] = {}
-        self._saved_g: dict[str, torch.Tensor] = {}
+        # Sum and count of this step's per-pass factors, by key "A:name" / "G:name".
+        self._acc: dict[str, tuple[torch.Tensor, int]] = {}
         self.timings: dict[str, float] = defaultdict(float)  # seconds per phase, summed over steps
 
         self.comm = Comm()
-        self._reducer_a = FusedAllReducer(self.comm)
-        self._reducer_g = FusedAllReducer(self.comm)
-        self._added: set[str] = set()
+        self._reducer_a = FusedAllReducer(self.comm)  # spd: forward (A) factors
+        self._reducer_g = FusedAllReducer(self.comm)  # spd: backward (G) factors; naive/mpd: all
+        self._launched: set[str] = set()
         self._ready_log: dict[str, list[float]] = {"A": [], "G": []}
         self._gap_samples: dict[str, list[list[float]]] = {"A": [], "G": []}
         self._key_order: dict[str, list[str]] = {"A": [], "G": []}
         self._fusion_planned = False
         self._order_recorded = False
+        self._fixed_keys = [f"{kind}:{l.name}" for l in self.layers for kind in ("A", "G")]
+        if strategy != "spd":
+            sizes = [schedule.factor_message_bytes(d) for d in self._factor_dims()]
+            self._reducer_g.set_groups([[self._fixed_keys[i] for i in g] for g in schedule.plan_fixed_fusion(sizes, fusion_buffer_bytes)])
 
         # Costs for the SPD planner and placement: given, or measured on rank 0 and broadcast so
         # every rank takes the same decisions.
@@ -170,19 +215,31 @@ class KFACPreconditioner:
                 self.comm_alpha_s = a if comm_alpha_s is None else comm_alpha_s
                 self.comm_beta_s_per_byte = b if comm_beta_s_per_byte is None else comm_beta_s_per_byte
             if inv_flops_per_s is None:
-                self.inv_flops_per_s = self.comm.broadcast_floats([_measure_inv_flops()])[0]
+                self.inv_flops_per_s = self.comm.broadcast_floats([_measure_inv_flops(inverse_method)])[0]
         self.owners = self._placement()
 
-        self._handles = []
-        for layer in self.layers:
-            self._handles.append(layer.module.register_forward_hook(self._forward_hook(layer)))
+        self._handles = [m.register_forward_hook(self._forward_hook(blocks)) for m, blocks in by_module.items()]
+
+    # ---- hyperparameters -------------------------------------------------------------------
+    def _value(self, name: str) -> float:
+        h = getattr(self, name)
+        if not callable(h):
+            return float(h)
+        v = h(self.steps)
+        _check_hyper(f"{name}({self.steps})", v, *_BOUNDS[name])
+        return float(v)
+
+    def _interval(self, name: str) -> int:
+        h = getattr(self, name)
+        if not callable(h):
+            return int(h)
+        v = h(self.steps)
+        _check_interval(f"{name}({self.steps})", v)
+        return int(v)
 
     # ---- placement -------------------------------------------------------------------------
     def _factor_dims(self) -> list[int]:
-        dims = []
-        for layer in self.layers:
-            dims += [layer.a_dim, layer.g_dim]
-        return dims
+        return [d for layer in self.layers for d in (layer.a_dim, layer.g_dim)]
 
     def _placement(self) -> list[int]:
         """Owner per factor (A_0, G_0, A_1, G_1, ...)."""
@@ -192,54 +249,64 @@ class KFACPreconditioner:
         if self.strategy == "mpd":
             return schedule.place_round_robin(n, p)
         rate, alpha, beta = self.inv_flops_per_s, self.comm_alpha_s or 0.0, self.comm_beta_s_per_byte or 0.0
-        assert rate is not None  # measured at construction when not given
         return schedule.place_inversions(
             self._factor_dims(), p,
-            invert_time_s=lambda d: d**3 / rate,
-            # What is sent: the packed inverse, or eigenvectors plus eigenvalues.
-            broadcast_time_s=lambda d: alpha + beta * 4 * (d * (d + 1) if self.inverse_method == "eigen" else schedule.packed_elements(d)),
+            invert_time_s=lambda d: d**3 / rate,  # type: ignore[operator]
+            broadcast_time_s=lambda d: alpha + beta * schedule.inverse_message_bytes(d, self.inverse_method),
         )
 
     # ---- hooks -----------------------------------------------------------------------------
     def _is_factor_step(self) -> bool:
-        return self.steps % self.factor_update_steps == 0
+        return self.steps % self._interval("factor_update_steps") == 0
 
-    def _forward_hook(self, layer: KFACLayer) -> Callable[..., None]:
+    def _forward_hook(self, blocks: list[KFACLayer]) -> Callable[..., None]:
         def hook(module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
             if not (module.training and torch.is_grad_enabled() and self._is_factor_step()):
                 return
             if not isinstance(output, torch.Tensor) or not output.requires_grad:
                 return
             x = inputs[0]
-            if self.strategy == "spd":
-                self._spd_add("A", layer, lambda: layer.factor_a(x))
-            else:
-                self._saved_a[layer.name] = x.detach()
+            for layer in blocks:
+                self._add("A", layer, lambda layer=layer: layer.factor_a(x))  # type: ignore[misc]
 
             def grad_hook(grad: torch.Tensor) -> None:
-                if self.strategy == "spd":
-                    self._spd_add("G", layer, lambda: layer.factor_g(grad, self._loss_scale()))
-                else:
-                    self._saved_g[layer.name] = grad.detach()
+                # The gradient of the loss the optimizer sees: DDP averages over the workers, so
+                # each worker's output gradient is world_size times that of the global-batch loss.
+                scale = self._loss_scale() * self.comm.world_size
+                for layer in blocks:
+                    self._add("G", layer, lambda layer=layer: layer.factor_g(grad, scale))  # type: ignore[misc]
 
             output.register_hook(grad_hook)
 
         return hook
 
-    def _spd_add(self, kind: str, layer: KFACLayer, compute: Callable[[], torch.Tensor]) -> None:
+    def _add(self, kind: str, layer: KFACLayer, compute: Callable[[], torch.Tensor]) -> None:
+        """Add one pass's factor to this step's sum; ``spd`` starts its all-reduce at the last pass."""
         key = f"{kind}:{layer.name}"
-        if key in self._added:  # a second forward before step(): the first one's factor counts
-            return
+        if key in self._launched:
+            raise RuntimeError(
+                f"K-FAC layer {layer.name} ran more forward/backward passes before step() than accumulation_steps="
+                f"{self.accumulation_steps}: with strategy 'spd' its factor all-reduce had already started. Set "
+                "accumulation_steps to the number of passes per step (a layer called twice in one forward counts twice)."
+            )
         t0 = time.perf_counter()
         factor = compute()
-        flat = pack_upper(factor)
-        t1 = time.perf_counter()
-        self.timings["factor_compute"] += t1 - t0
-        self._added.add(key)
-        self._ready_log[kind].append(t1)
+        total, count = self._acc.get(key, (None, 0))
+        self._acc[key] = (factor if total is None else total.add_(factor), count + 1)
+        self.timings["factor_compute"] += time.perf_counter() - t0
+        if self.strategy == "spd" and count + 1 == self.accumulation_steps:
+            self._spd_launch(kind, key)
+
+    def _spd_launch(self, kind: str, key: str) -> None:
+        t0 = time.perf_counter()
+        total, count = self._acc.pop(key)
+        flat = pack_upper(total.div_(count) if count > 1 else total)
+        self._launched.add(key)
+        self._ready_log[kind].append(time.perf_counter())
         if not self._order_recorded:  # the ready order, recorded on the first factor step
             self._key_order[kind].append(key)
         (self._reducer_a if kind == "A" else self._reducer_g).add(key, flat)
+        self.timings["factor_compute"] += time.perf_counter() - t0
 
     def _loss_scale(self) -> float:
         if self.grad_scaler is None or not getattr(self.grad_scaler, "is_enabled", lambda: True)():
@@ -247,9 +314,6 @@ class KFACPreconditioner:
         return float(self.grad_scaler.get_scale())
 
     # ---- the step --------------------------------------------------------------------------
-    def _value(self, h: Hyper) -> float:
-        return float(h(self.steps)) if callable(h) else float(h)
-
     @torch.no_grad()
     def step(self) -> None:
         """Precondition the gradients in place (call after backward, before optimizer.step())."""
@@ -257,46 +321,57 @@ class KFACPreconditioner:
             self._update_factors()
         if not self.A:
             raise RuntimeError("K-FAC step() was called before any forward/backward pass computed its factors")
-        if self.steps % self.inv_update_steps == 0 or not self.A_inv:
+        if self.steps % self._interval("inv_update_steps") == 0 or not self.A_inv:
             self._update_inverses()
         t0 = time.perf_counter()
         self._precondition()
         self.timings["preconditioning"] += time.perf_counter() - t0
         self.steps += 1
 
+    def _mean_factor(self, key: str) -> torch.Tensor:
+        if key not in self._acc:
+            name = key.split(":", 1)[1]
+            raise RuntimeError(f"K-FAC layer {name} saw no forward/backward pass this step: "
+                               "add it to skip_layers if the model does not use it")
+        total, count = self._acc.pop(key)
+        return total.div_(count) if count > 1 else total
+
     def _update_factors(self) -> None:
-        new: dict[str, torch.Tensor] = {}
+        dims = dict(zip(self._fixed_keys, self._factor_dims()))
+        t0 = time.perf_counter()
         if self.strategy == "spd":
-            t0 = time.perf_counter()
-            flat = {**self._reducer_a.synchronize(), **self._reducer_g.synchronize()}
-            self.timings["factor_comm"] += time.perf_counter() - t0
-            for layer in self.layers:
-                for kind, dim in (("A", layer.a_dim), ("G", layer.g_dim)):
-                    key = f"{kind}:{layer.name}"
-                    if key not in flat:
-                        raise RuntimeError(f"K-FAC factor {key} was not computed: was the layer used in the forward pass?")
-                    new[key] = unpack_upper(flat[key], dim)
-            self._record_gaps()
-            self._added.clear()
-        else:
-            t0 = time.perf_counter()
-            for layer in self.layers:
-                if layer.name not in self._saved_a or layer.name not in self._saved_g:
-                    raise RuntimeError(f"K-FAC layer {layer.name} saw no forward/backward pass this step")
-                new[f"A:{layer.name}"] = layer.factor_a(self._saved_a.pop(layer.name))
-                new[f"G:{layer.name}"] = layer.factor_g(self._saved_g.pop(layer.name), self._loss_scale())
+            # Passes fewer than accumulation_steps: start what the hooks did not.
+            for key in self._fixed_keys:
+                if key not in self._launched and key in self._acc:
+                    self._spd_launch(key[0], key)
+            missing = [k for k in self._fixed_keys if k not in self._launched]
+            if missing:
+                self._mean_factor(missing[0])  # raises the error that names the layer
             t1 = time.perf_counter()
-            self.timings["factor_compute"] += t1 - t0
-            for layer in self.layers:  # after backward, one full matrix at a time (D-KFAC)
-                self.comm.allreduce_mean(new[f"A:{layer.name}"])
-                self.comm.allreduce_mean(new[f"G:{layer.name}"])
-            self.timings["factor_comm"] += time.perf_counter() - t1
-        decay = self._value(self.factor_decay)
+            flat = {**self._reducer_a.synchronize(), **self._reducer_g.synchronize()}
+            self._record_gaps()
+            self._launched.clear()
+        else:
+            # D-KFAC: every factor enqueued at once, in model order, fused by the fixed buffer.
+            packed = [(key, pack_upper(self._mean_factor(key))) for key in self._fixed_keys]
+            t1 = time.perf_counter()
+            for key, vec in packed:
+                self._reducer_g.add(key, vec)
+            flat = self._reducer_g.synchronize()
+        self.timings["factor_compute"] += t1 - t0
+        self.timings["factor_comm"] += time.perf_counter() - t1
+        new = {key: unpack_upper(flat[key], dims[key]) for key in self._fixed_keys}
+        if self.grad_scaler is not None and not all(bool(torch.isfinite(f).all()) for f in new.values()):
+            # An overflow step (the scaler skips the optimizer step): keep the running factors.
+            # The reduced factors are the same on every rank, so every rank decides alike.
+            self.skipped_factor_updates += 1
+            return
+        decay = self._value("factor_decay")
         first = self._factor_updates == 0
         for layer in self.layers:
             for store, kind in ((self.A, "A"), (self.G, "G")):
                 f = new[f"{kind}:{layer.name}"]
-                store[layer.name] = f.clone() if first else store[layer.name].mul_(decay).add_(f, alpha=1 - decay)
+                store[layer.name] = f if first else store[layer.name].mul_(decay).add_(f, alpha=1 - decay)
         self._factor_updates += 1
 
     def _record_gaps(self) -> None:
@@ -311,34 +386,31 @@ class KFACPreconditioner:
                 self._gap_samples[kind].append([0.0] + [b - a for a, b in zip(ts, ts[1:])])
         if len(self._gap_samples["A"]) < self.fusion_profile_steps:
             return
-        dims = {f"A:{l.name}": l.a_dim for l in self.layers}
-        dims.update({f"G:{l.name}": l.g_dim for l in self.layers})
+        dims = dict(zip(self._fixed_keys, self._factor_dims()))
         for kind, reducer in (("A", self._reducer_a), ("G", self._reducer_g)):
             samples = self._gap_samples[kind]
             keys = self._key_order[kind]
             gaps = [sum(s[i] for s in samples) / len(samples) for i in range(len(keys))]
             gaps = self.comm.broadcast_floats(gaps)  # rank 0's timings: identical groups everywhere
-            sizes = [4.0 * schedule.packed_elements(dims[k]) for k in keys]
+            sizes = [float(schedule.factor_message_bytes(dims[k])) for k in keys]
             groups = schedule.plan_fusion(sizes, gaps, self.comm_alpha_s or 0.0, self.comm_beta_s_per_byte or 0.0)
             reducer.set_groups([[keys[i] for i in g] for g in groups])
         self._fusion_planned = True
 
     @property
     def fusion_groups(self) -> dict[str, list[list[str]]]:
-        """SPD fusion groups of the A (forward) and G (backward) factor all-reduces."""
+        """Fused all-reduce groups of the factors: ``spd``'s A (forward) and G (backward) groups, or
+        ``naive``/``mpd``'s fixed-buffer groups (under "G", A and G factors together)."""
         return {"A": self._reducer_a.groups, "G": self._reducer_g.groups}
 
     def _second_order(self, f: torch.Tensor, damp: float) -> torch.Tensor:
-        """Cholesky: the damped inverse ``(F + damp I)^-1`` (symmetric, d x d). Eigen: the
-        eigenvectors with the eigenvalues as an extra last row ((d+1) x d); damping is applied
-        when preconditioning."""
+        """``inverse``: ``(F + damp I)^-1`` (d x d). ``eigen``: eigenvectors with the eigenvalues
+        as an extra last row ((d+1) x d); damping is applied when preconditioning."""
         if self.inverse_method == "eigen":
-            evals, evecs = torch.linalg.eigh(f)
-            return torch.cat([evecs, evals.clamp_min(0.0)[None, :]], dim=0)
+            return eigen_decomposition(f)
         return damped_inverse(f, damp)
 
-    def _pi_damping(self, layer: KFACLayer) -> tuple[float, float]:
-        lam = self._value(self.damping)
+    def _pi_damping(self, layer: KFACLayer, lam: float) -> tuple[float, float]:
         a, g = self.A[layer.name], self.G[layer.name]
         ta = float(torch.trace(a)) / layer.a_dim
         tg = float(torch.trace(g)) / layer.g_dim
@@ -348,11 +420,12 @@ class KFACPreconditioner:
     def _update_inverses(self) -> None:
         rank = self.comm.rank
         eigen = self.inverse_method == "eigen"
-        pending = []  # SPD: async broadcasts issued while the next inversions run
-        deferred = []  # MPD: broadcasts after the whole inversion phase
+        lam = self._value("damping")
+        pending = []  # spd: async broadcasts issued while the next inversions run
+        deferred = []  # mpd: broadcasts after the whole inversion phase
         inv_s = 0.0
         for i, layer in enumerate(self.layers):
-            damp_a, damp_g = self._pi_damping(layer)
+            damp_a, damp_g = self._pi_damping(layer, lam)
             for j, (factors, results, damp, dim) in enumerate((
                 (self.A, self.A_inv, damp_a, layer.a_dim),
                 (self.G, self.G_inv, damp_g, layer.g_dim),
@@ -364,30 +437,34 @@ class KFACPreconditioner:
                     inv_s += time.perf_counter() - t0
                 if owner == schedule.LOCAL:
                     continue
-                shape = (dim + 1, dim) if eigen else (dim, dim)
-                if owner != rank:
-                    results[layer.name] = factors[layer.name].new_empty(shape)
-                if self.strategy == "spd":
-                    # Inverses are symmetric: send the upper triangle (eigenvectors are not).
-                    packed = not eigen
-                    buf = (pack_upper(results[layer.name]) if owner == rank else factors[layer.name].new_empty(schedule.packed_elements(dim))) if packed else results[layer.name]
-                    pending.append((results, layer.name, dim, owner, packed, buf, self.comm.broadcast(buf, owner, async_op=True)))
+                # What is sent (schedule.inverse_message_bytes): the packed upper triangle of a
+                # (symmetric) inverse, or the whole eigenbasis with its eigenvalues.
+                if owner == rank:
+                    buf = results[layer.name] if eigen else pack_upper(results[layer.name])
                 else:
-                    deferred.append((results[layer.name], owner))
+                    shape = (dim + 1, dim) if eigen else (schedule.packed_elements(dim),)
+                    buf = factors[layer.name].new_empty(shape)
+                item = (results, layer.name, dim, owner, buf)
+                if self.strategy == "spd":
+                    pending.append((item, self.comm.broadcast(buf, owner, async_op=True)))
+                else:
+                    deferred.append(item)
         self.timings["inversion"] += inv_s
         t0 = time.perf_counter()
-        for results, name, dim, owner, packed, buf, handle in pending:
+        for item, handle in pending:
             if handle is not None:
                 handle.wait()
-            if owner != rank and packed:
-                results[name] = unpack_upper(buf, dim)
-        for tensor, owner in deferred:
-            self.comm.broadcast(tensor, owner)
-        # SPD broadcasts run during the inversions: only the wait after them is exposed.
+        for item in deferred:
+            self.comm.broadcast(item[4], item[3])
+        for results, name, dim, owner, buf in [it for it, _ in pending] + deferred:
+            if owner != rank:
+                results[name] = buf if eigen else unpack_upper(buf, dim)
+        # spd broadcasts run during the inversions: only the wait after them is exposed.
         self.timings["inverse_broadcast"] += time.perf_counter() - t0
 
     def _precondition(self) -> None:
-        lr = self._value(self.lr)
+        lr = self._value("lr")
+        damping = self._value("damping") if self.inverse_method == "eigen" else 0.0
         updates = []
         vg_sum = 0.0
         for layer in self.layers:
@@ -399,54 +476,69 @@ class KFACPreconditioner:
             if self.inverse_method == "eigen":
                 qa, da, qg, dg = a_inv[:-1], a_inv[-1], g_inv[:-1], g_inv[-1]
                 v = qg.t() @ grad @ qa
-                p = qg @ (v / (torch.outer(dg, da) + self._value(self.damping))) @ qa.t()
+                p = qg @ (v / (torch.outer(dg, da) + damping)) @ qa.t()
             else:
                 p = g_inv @ grad @ a_inv
             vg_sum += float((p * grad).sum()) * lr * lr
             updates.append((layer, p))
         nu = 1.0
         if self.kl_clip is not None and vg_sum != 0.0:
-            nu = min(1.0, math.sqrt(self._value(self.kl_clip) / abs(vg_sum)))
+            nu = min(1.0, math.sqrt(self._value("kl_clip") / abs(vg_sum)))
         for layer, p in updates:
             layer.set_grad(p.mul_(nu))
 
     # ---- checkpoints -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Steps, running factors and current inverses (tensors cloned)."""
-        clone = lambda d: {k: v.detach().clone() for k, v in d.items()}  # noqa: E731
+        """What resuming needs to take the same steps: the step counters, the running factors and
+        the current inverses (or eigendecompositions). Tensors are cloned; the result saves with
+        ``torch.save`` and loads with ``torch.load(..., weights_only=True)``. Factors of a step in
+        progress (passes before ``step()``) are not included: checkpoint after ``step()``."""
+        def clone(d: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+            return {k: v.detach().clone() for k, v in d.items()}
+
         return {
+            "version": STATE_VERSION,
             "inverse_method": self.inverse_method,
             "steps": self.steps,
             "factor_updates": self._factor_updates,
+            "skipped_factor_updates": self.skipped_factor_updates,
             "A": clone(self.A), "G": clone(self.G),
             "A_inv": clone(self.A_inv), "G_inv": clone(self.G_inv),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore ``state_dict()``'s output.
+        """Restore ``state_dict()``'s output (onto this preconditioner's device).
 
         Raises:
-            ValueError: when the state does not match this model's layers.
+            ValueError: when the state is not a K-FAC state or does not match this model's layers
+                or inverse method.
         """
-        if not isinstance(state, dict) or "steps" not in state:
-            raise ValueError("not a KFACPreconditioner state_dict (no 'steps')")
-        method = state.get("inverse_method", "cholesky")
+        if not isinstance(state, dict) or "steps" not in state or "A" not in state:
+            raise ValueError("not a KFACPreconditioner state_dict (no 'steps' or 'A')")
+        method = state.get("inverse_method")
         if method != self.inverse_method:
             raise ValueError(f"state_dict was saved with inverse_method={method!r}, this preconditioner uses {self.inverse_method!r}")
         dims = {l.name: (l.a_dim, l.g_dim) for l in self.layers}
         for key in ("A", "G", "A_inv", "G_inv"):
             part = state.get(key, {})
+            if not isinstance(part, dict):
+                raise ValueError(f"state_dict['{key}'] must be a dict of tensors")
+            if part and set(part) != set(dims):
+                extra, missing = sorted(set(part) - set(dims)), sorted(set(dims) - set(part))
+                raise ValueError(f"state_dict['{key}'] does not match this model's K-FAC layers "
+                                 f"(unknown: {', '.join(extra) or '-'}; missing: {', '.join(missing) or '-'})")
             for name, t in part.items():
-                if name not in dims:
-                    raise ValueError(f"state_dict has layer '{name}' that this model does not have")
                 d = dims[name][0 if key.startswith("A") else 1]
                 want = (d + 1, d) if key.endswith("_inv") and self.inverse_method == "eigen" else (d, d)
-                if tuple(t.shape) != want:
-                    raise ValueError(f"state_dict {key}['{name}'] has shape {tuple(t.shape)}, expected {want}")
+                if not isinstance(t, torch.Tensor) or tuple(t.shape) != want:
+                    raise ValueError(f"state_dict {key}['{name}'] has shape {tuple(getattr(t, 'shape', ()))}, expected {want}")
+        device = self.layers[0].module.weight.device
         self.steps = int(state["steps"])
-        self._factor_updates = int(state.get("factor_updates", 0))
+        self._factor_updates = int(state.get("factor_updates", 1 if state["A"] else 0))
+        self.skipped_factor_updates = int(state.get("skipped_factor_updates", 0))
         for key in ("A", "G", "A_inv", "G_inv"):
-            setattr(self, key, {k: v.detach().clone() for k, v in state.get(key, {}).items()})
+            setattr(self, key, {k: v.detach().to(device, torch.float32, copy=True) for k, v in state.get(key, {}).items()})
+        self._acc.clear()
 
     def remove_hooks(self) -> None:
         """Detach from the model."""
@@ -455,22 +547,37 @@ class KFACPreconditioner:
         self._handles = []
 
 
-def _skipped(name: str, module: nn.Module, skip: tuple[Any, ...]) -> bool:
+def _skip_entries(skip_layers: Iterable[Any]) -> tuple[Any, ...]:
+    if isinstance(skip_layers, (str, type)):
+        skip_layers = (skip_layers,)
+    try:
+        skip = tuple(skip_layers)
+    except TypeError:
+        raise ValueError(f"skip_layers must be module names, class names or module types, got {skip_layers!r}") from None
     for s in skip:
+        if not isinstance(s, (str, type)):
+            raise ValueError(f"skip_layers entries must be module names, class names or module types, got {s!r}")
+    return skip
+
+
+def _skip_match(name: str, module: nn.Module, skip: tuple[Any, ...]) -> int | None:
+    """Index of the first ``skip_layers`` entry that matches this module, or None."""
+    for i, s in enumerate(skip):
         if isinstance(s, type) and isinstance(module, s):
-            return True
+            return i
         if isinstance(s, str) and (s == type(module).__name__ or name == s or name.startswith(s + ".")):
-            return True
-    return False
+            return i
+    return None
 
 
-def _measure_inv_flops(dim: int = 256, repeats: int = 3) -> float:
-    """d^3 per second of a damped Cholesky inverse on this process's device."""
+def _measure_inv_flops(method: str, dim: int = 256, repeats: int = 3) -> float:
+    """d^3 per second of the inverse method's kernel on this process's device."""
     m = torch.randn(dim, dim)
     m = m @ m.t() / dim + torch.eye(dim)
+    fn = eigen_decomposition if method == "eigen" else (lambda f: damped_inverse(f, 1e-3))
     best = float("inf")
     for _ in range(repeats + 1):
         t0 = time.perf_counter()
-        torch.cholesky_inverse(torch.linalg.cholesky(m))
+        fn(m)
         best = min(best, time.perf_counter() - t0)
     return dim**3 / max(best, 1e-9)

@@ -3,6 +3,10 @@
 The same functions decide what the runtime (``srift.kfac``) does and what the simulator
 (``srift.simulate.kfac``) predicts, so what is predicted is what runs:
 
+* ``factor_message_bytes`` / ``inverse_message_bytes``: what one factor's all-reduce and one
+  inverse's broadcast carry (fp32; symmetric matrices packed as their upper triangle).
+* ``plan_fixed_fusion``: D-KFAC's fusion (Horovod's fusion buffer: consecutive tensors packed
+  into buffers of at most ``FUSION_BUFFER_BYTES``), used by the ``naive`` and ``mpd`` strategies.
 * ``plan_fusion``: SPD-KFAC's dynamic tensor fusion of factor all-reduces (the MG-WFBP merge
   rule applied to factors ready one after another, cost model ``alpha + beta * bytes``).
 * ``pipeline_finish_s`` / ``fifo_finish_s``: when the last all-reduce on one link ends.
@@ -19,11 +23,74 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 LOCAL = -1  # owner value: every worker inverts this factor itself (no broadcast)
+FP32_BYTES = 4  # factors and inverses are kept and sent in fp32 (fp16 factor all-reduce diverges)
+# Horovod's default fusion threshold (HOROVOD_FUSION_THRESHOLD, 64 MiB): the buffer the SPD-KFAC
+# paper's D-KFAC baseline had its per-factor asynchronous all-reduces fused into.
+FUSION_BUFFER_BYTES = 64 * 2**20
+INVERSE_METHODS = ("inverse", "eigen")
 
 
 def packed_elements(dim: int) -> int:
     """Elements of the upper triangle (diagonal included) of a ``dim x dim`` symmetric matrix."""
     return dim * (dim + 1) // 2
+
+
+def factor_message_bytes(dim: int) -> int:
+    """Bytes one ``dim x dim`` factor adds to an all-reduce: its upper triangle in fp32 (every
+    strategy packs; the factor is symmetric, so nothing is lost)."""
+    if dim < 1:
+        raise ValueError(f"factor dimension must be at least 1, got {dim}")
+    return FP32_BYTES * packed_elements(dim)
+
+
+def inverse_message_bytes(dim: int, method: str = "inverse") -> int:
+    """Bytes of one broadcast of a factor's second-order result: the packed upper triangle of the
+    damped inverse (``inverse``), or the ``dim x dim`` eigenvectors plus ``dim`` eigenvalues
+    (``eigen``: the eigenbasis is not symmetric)."""
+    if dim < 1:
+        raise ValueError(f"factor dimension must be at least 1, got {dim}")
+    if method == "inverse":
+        return FP32_BYTES * packed_elements(dim)
+    if method == "eigen":
+        return FP32_BYTES * (dim + 1) * dim
+    raise ValueError(f"method must be one of {', '.join(INVERSE_METHODS)}, got {method!r}")
+
+
+def plan_fixed_fusion(sizes_bytes: Sequence[float], buffer_bytes: float = FUSION_BUFFER_BYTES) -> list[list[int]]:
+    """Horovod's tensor fusion of tensors enqueued together (D-KFAC's factor all-reduces).
+
+    Walking the tensors in the order they were enqueued, each joins the current buffer while the
+    buffer's total stays at most ``buffer_bytes``; otherwise the buffer is sent and a new one
+    starts. A tensor larger than the buffer is sent alone. (Horovod looks ahead past a tensor that
+    does not fit only for tensors of another dtype or device; factors are all fp32 on one device,
+    so the rule is this greedy, order-preserving one.)
+
+    Args:
+        sizes_bytes: Message size of each tensor, in enqueue order.
+        buffer_bytes: Fusion buffer size.
+
+    Returns:
+        Groups of consecutive tensor indices; every index appears once.
+
+    Raises:
+        ValueError: for a non-positive buffer or a negative size.
+    """
+    if buffer_bytes <= 0:
+        raise ValueError(f"buffer_bytes must be positive, got {buffer_bytes}")
+    if any(s < 0 for s in sizes_bytes):
+        raise ValueError("sizes_bytes must be non-negative")
+    groups: list[list[int]] = []
+    current: list[int] = []
+    filled = 0.0
+    for i, size in enumerate(sizes_bytes):
+        if current and filled + size > buffer_bytes:
+            groups.append(current)
+            current, filled = [], 0.0
+        current.append(i)
+        filled += size
+    if current:
+        groups.append(current)
+    return groups
 
 
 def _ready_times(gaps_s: Sequence[float]) -> list[float]:

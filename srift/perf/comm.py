@@ -1,21 +1,46 @@
-"""Collective-communication time (all-reduce, broadcast) on a cluster.
+"""Collective-communication time (all-reduce, broadcast, all-gather, reduce-scatter) on a cluster.
 
-All-reduce of ``S`` bytes over ``n`` workers (``N`` nodes of ``g`` GPUs):
+Inside one node NCCL runs a ring over the intra-node link:
+``t = 2(n-1) alpha_link + 2(n-1)/n * S / (B_link * eff_link(S))``.
 
-- one node: ring over the intra-node link,
-  ``t = latency + 2(n-1)/n * S / (B_link * eff_link(S))``;
-- several nodes: hierarchical and pipelined (what NCCL does with one ring or tree per NIC): the
-  intra-node reduce-scatter/all-gather and the inter-node all-reduce of the node's shard run
-  concurrently, so the slower stage sets the pace:
-  ``t = latency + max(2(g-1)/g * S / (B_link * eff_link(S)), 2(N-1)/N * S / (B_net * eff_net(S)))``.
+Across nodes the time depends on the *transport* NCCL runs between them, not only on the link's
+nominal rate (the cluster file's ``network``):
 
-``eff(S) = eff_max / (1 + (s_half / S) ** shape)`` is the fraction of the nominal bandwidth a
-message of ``S`` bytes reaches (small messages are dominated by protocol and pipeline start-up).
-Latency is ``2(g-1) * alpha_link`` within a node plus ``2 ceil(log2 N) * alpha_net`` across nodes
-(tree). The per-class parameters (link: nvlink, nvswitch, nvswitch4, pcie, shared-memory; network: efa,
-infiniband, ethernet) are fitted by ``scripts/fit_models.py`` to data/nccl-tests-aws and the
-SuperBench NCCL results and shipped in ``configs/perf/comm.json``, with each class's p90/p50 ratio
-(cloud ethernet varies more than EFA or InfiniBand).
+- ``ethernet``: NCCL's socket transport (TCP). Its large-message rate per node is the smallest of
+  three documented limits: the link after TCP/IP framing (``link x efficiency``), what NCCL's
+  socket helper threads can push (``threads x per_thread_gbps``: each thread copies through the
+  kernel's socket buffers, a CPU limit), and, on EC2, what its TCP flows may carry
+  (``threads x sockets per thread x single-flow limit``: 5 Gb/s per flow outside a cluster
+  placement group, 10 inside). NCCL's defaults are 1 thread x 1 socket, 2 x 8 on AWS and 4 x 1
+  on Google Cloud with gVNIC (NCCL environment-variable documentation); a cluster file may set
+  them. The threads cost CPU (``socket_vcpus_per_node``).
+- ``efa``, ``infiniband``, ``roce``: RDMA; the rate is ``link x efficiency`` of the class (EFA
+  fitted to nccl-tests on p4de and p5; InfiniBand and RoCE from their wire formats).
+
+Every class has its own efficiency-vs-size curve, scaled with the rate it reaches: a message of
+``rate x t_half_s`` bytes gets half of it (a fixed start-up time per collective, so a faster
+link needs a larger message to reach the same share):
+``eff(S) = 1 / (1 + (rate x t_half_s / S) ** shape)``.
+
+Algorithm (``algorithm`` of the class, chosen by what the data show):
+
+- ``ring``: one ring over all ``n = N x g`` ranks; every link of it, the node's network link
+  included, carries ``2(n-1)/n x S``, and the ring runs at its slowest link:
+  ``t = latency + 2(n-1)/n * S / min(B_link eff_link(S), B_net eff_net(S))``,
+  latency ``2N alpha_net + (2(n-1) - 2N) alpha_link`` (NCCL's tuning model: 2N of the ring's
+  steps cross the network). ddl-benchmarks (NCCL over TCP and over InfiniBand, 2-8 servers) scale
+  as this predicts: the per-node rate they imply is the same on 2, 4 and 8 servers only under the
+  ring's traffic.
+- ``hierarchical``: the intra-node reduce-scatter/all-gather and the inter-node all-reduce of
+  each node's shard run concurrently (NCCL's tree and PXN paths on EFA):
+  ``t = latency + max(2(g-1)/g S / (B_link eff_link), 2(N-1)/N S / (B_net eff_net))``, latency
+  ``2(g-1) alpha_link + 2 ceil(log2 N) alpha_net``. On two EFA nodes nccl-tests reports bus
+  bandwidth above the NICs' line rate (p4de: 78 GB/s over 50 GB/s of EFA), which no ring can do.
+
+All-gather and reduce-scatter of ``S`` bytes (the whole tensor) move half an all-reduce's data
+and take half its latency; a broadcast moves each byte over each link once. ``eff_link``:
+per-class curves for nvlink, nvswitch, nvswitch4, pcie, shared-memory (fitted to nccl-tests and
+SuperBench NCCL results). Each class has a p90/p50 ratio (cloud TCP varies more than RDMA).
 
 Mixed clusters run at the slowest link and network of any node group. A measured curve in
 ``cluster.comm_calibration`` (from ``srift calibrate comm``) replaces the model (log-log
@@ -25,6 +50,7 @@ off the all-reduce curve. One worker: 0 seconds.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
@@ -34,8 +60,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from srift.bounds import key_text, require
-from srift.cluster import Cluster
+from srift.bounds import MAX_NETWORK_GBPS, key_text, require
+from srift.cluster import Cluster, NodeGroup
 from srift.errors import SriftError
 from srift.files import configs_dir, read_json
 from srift.hardware import CPU, gpu as gpu_spec, link as link_spec
@@ -45,19 +71,23 @@ PARAMS_SCHEMA = "srift.perf.comm/v1"
 # latency dwarfs any real collective).
 _CLASS_BOUNDS = {"alpha_s": (0.0, 1.0), "eff_max": (1e-3, 10.0), "s_half_bytes": (0.0, 1e12), "shape": (0.01, 4.0),
                  "p90_ratio": (1.0, 100.0)}
+_NETWORK_BOUNDS = {"alpha_s": (0.0, 1.0), "efficiency": (1e-3, 1.0), "t_half_s": (0.0, 10.0), "shape": (0.01, 4.0),
+                   "p90_ratio": (1.0, 100.0)}
 _Z90 = NormalDist().inv_cdf(0.9)
+ALGORITHMS = ("ring", "hierarchical")
+SOCKETS = "ethernet"  # the cluster-file network class NCCL runs over TCP sockets
 
 
 @dataclass(frozen=True)
 class LinkClass:
-    """Fitted behaviour of one kind of link or network.
+    """Fitted behaviour of one kind of intra-node link.
 
     Attributes:
         alpha_s: Latency per algorithm step (seconds).
         eff_max: Large-message fraction of the nominal bandwidth reached (bus bandwidth).
         s_half_bytes: Message size where the efficiency is half of ``eff_max`` (shape 1).
         shape: Steepness of the efficiency-vs-size curve.
-        p90_ratio: p90 / p50 of the communication time (run-to-run and tenant variation).
+        p90_ratio: p90 / p50 of the communication time (run-to-run variation).
     """
 
     alpha_s: float
@@ -72,53 +102,149 @@ class LinkClass:
 
 
 @dataclass(frozen=True)
-class CommParams:
-    """Per-class link parameters (configs/perf/comm.json).
+class NetworkClass:
+    """How NCCL moves data between nodes over one transport (see the module docstring).
 
     Attributes:
-        classes: Fitted behaviour per link or network class.
+        alpha_s: Latency of one inter-node step of a collective (seconds).
+        efficiency: Share of the link's nominal rate large messages reach (framing and protocol);
+            for sockets the TCP share at the generic 1500-byte MTU (the platform's MTU is used).
+        t_half_s: Start-up time: a message of ``rate x t_half_s`` bytes gets half the rate.
+        shape: Steepness of the efficiency-vs-size curve.
+        p90_ratio: p90 / p50 of the communication time (run-to-run and tenant variation).
+        algorithm: ``ring`` or ``hierarchical``.
+        per_thread_gbps: Sockets only: what one NCCL socket helper thread moves, Gbit/s (None: no
+            CPU limit, RDMA).
+    """
+
+    alpha_s: float
+    efficiency: float
+    t_half_s: float
+    shape: float
+    p90_ratio: float
+    algorithm: str = "ring"
+    per_thread_gbps: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise SriftError(f"unknown collective algorithm '{self.algorithm}' in the communication parameters.",
+                             f"use one of {', '.join(ALGORITHMS)}; re-run scripts/fit_models.py.")
+        if not (0.0 < self.efficiency <= 1.0 and self.t_half_s >= 0.0 and self.shape > 0 and self.alpha_s >= 0
+                and self.p90_ratio >= 1.0 and (self.per_thread_gbps is None or self.per_thread_gbps > 0)):
+            raise SriftError("a network class of the communication parameters is out of range.", "re-run scripts/fit_models.py.")
+
+    def efficiency_at(self, size_bytes: np.ndarray, rate_bytes_per_s: float) -> np.ndarray:
+        """Share of ``rate_bytes_per_s`` messages of ``size_bytes`` reach (the start-up curve)."""
+        s = np.maximum(size_bytes, 1.0)
+        return 1.0 / (1.0 + (rate_bytes_per_s * self.t_half_s / s) ** self.shape)
+
+
+# TCP/IPv4 with timestamps carries MTU - 52 bytes of payload per frame; Ethernet adds 38 bytes on
+# the wire around each IP packet (preamble + start delimiter 8, header 14, FCS 4, inter-frame gap 12).
+TCP_IP_HEADER_BYTES = 52
+ETHERNET_FRAMING_BYTES = 38
+
+
+def tcp_goodput_share(mtu_bytes: int) -> float:
+    """Share of an Ethernet link's line rate TCP payload gets at this MTU (1500 -> 0.941, 9001 -> 0.990)."""
+    return (mtu_bytes - TCP_IP_HEADER_BYTES) / (mtu_bytes + ETHERNET_FRAMING_BYTES)
+
+
+@dataclass(frozen=True)
+class SocketDefaults:
+    """NCCL's socket-transport defaults on one platform (NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD)
+    and the MTU TCP runs at there."""
+
+    threads: int
+    sockets_per_thread: int
+    mtu_bytes: int = 1500
+
+
+@dataclass(frozen=True)
+class CommParams:
+    """Per-class link and network parameters (configs/perf/comm.json).
+
+    Attributes:
+        classes: Fitted behaviour per intra-node link class.
+        meta: Provenance, carried but unused by the model.
         overlap_interference: Seconds added to a GPU iteration per second of all-reduce that runs
             behind backward: NCCL kernels share the SMs and memory bandwidth with the backward
-            kernels, so hiding communication is not free. Fitted to measured one-node DDP scaling
+            kernels, so hiding communication is not free. Fitted to measured DDP scaling
             (scripts/fit_models.py); 0 is the ideal-overlap model.
-        meta: Provenance, carried but unused by the model.
+        networks: Behaviour per network transport class (``ethernet``, ``efa``, ``infiniband``, ``roce``).
+        socket_defaults: NCCL's socket defaults by platform (``generic``, ``aws``, ``gcp``).
     """
 
     classes: dict[str, LinkClass]
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     overlap_interference: float = 0.0
+    networks: dict[str, NetworkClass] = field(default_factory=dict)
+    socket_defaults: dict[str, SocketDefaults] = field(default_factory=lambda: {"generic": SocketDefaults(1, 1)})
 
     def get(self, name: str) -> LinkClass:
         if name not in self.classes:
             raise SriftError(f"the communication model has no parameters for '{name}'.", "re-run scripts/fit_models.py.")
         return self.classes[name]
 
+    def network(self, name: str) -> NetworkClass:
+        if name not in self.networks:
+            raise SriftError(f"the communication model has no parameters for the '{name}' network.", "re-run scripts/fit_models.py.")
+        return self.networks[name]
+
+    def sockets_on(self, cloud: str | None) -> tuple[SocketDefaults, str]:
+        """NCCL's socket defaults where the nodes run, and which platform's they are."""
+        key = cloud if cloud in self.socket_defaults else "generic"
+        return self.socket_defaults[key], key
+
     def to_dict(self) -> dict[str, Any]:
         return {"schema": PARAMS_SCHEMA, "classes": {k: vars(v) for k, v in self.classes.items()},
+                "networks": {k: vars(v) for k, v in self.networks.items()},
+                "nccl_socket_defaults": {k: vars(v) for k, v in self.socket_defaults.items()},
                 "overlap_interference": self.overlap_interference, **self.meta}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str = "comm params") -> "CommParams":
-        """Read a ``srift.perf.comm/v1`` document, every parameter within _CLASS_BOUNDS.
+        """Read a ``srift.perf.comm/v1`` document, every parameter within _CLASS_BOUNDS, _NETWORK_BOUNDS.
 
         Raises:
             SriftError: for another document, a missing class field, or a value out of its range.
         """
-        hint = "re-run scripts/fit_models.py, or reinstall srift."
+        hint = "re-run scripts/fit_models.py, or reinstall srift-planner."
         if not isinstance(d, dict) or d.get("schema") != PARAMS_SCHEMA:
             raise SriftError(f"{source} is not a '{PARAMS_SCHEMA}' file.", hint)
+
+        def mapping(value: Any, where: str) -> dict[str, Any]:
+            if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, dict) for k, v in value.items()):
+                raise SriftError(f"{source}: '{where}' must map names to mappings of parameters.", hint)
+            return value
+
+        def numbers(v: dict[str, Any], where: str, bounds: dict[str, tuple[float, float]]) -> dict[str, float]:
+            return {f: float(require(v.get(f), f"{source}: {where}.{f}", lo, hi, hint=hint)) for f, (lo, hi) in bounds.items()}
+
         raw = d.get("classes")
-        if not isinstance(raw, dict) or not raw:
+        if not raw:
             raise SriftError(f"{source} has no 'classes' of link parameters.", hint)
-        classes = {}
-        for name, v in raw.items():
-            if not isinstance(name, str) or not isinstance(v, dict):
-                raise SriftError(f"{source}: classes.{key_text(name)} must be a mapping of parameters.", hint)
-            for f, (low, high) in _CLASS_BOUNDS.items():
-                require(v.get(f), f"{source}: classes.{name}.{f}", low, high, hint=hint)
-            classes[name] = LinkClass(**{f: float(v[f]) for f in _CLASS_BOUNDS})
-        k = require(d.get("overlap_interference", 0.0), f"{source}: overlap_interference", 0.0, 10.0, hint=hint)
-        return cls(classes, {k2: v for k2, v in d.items() if k2 not in ("schema", "classes", "overlap_interference")}, float(k))
+        classes = {k: LinkClass(**numbers(v, f"classes.{k}", _CLASS_BOUNDS)) for k, v in mapping(raw, "classes").items()}
+        networks = {}
+        for k, v in mapping(d.get("networks", {}), "networks").items():
+            per_thread = v.get("per_thread_gbps")
+            if per_thread is not None:
+                require(per_thread, f"{source}: networks.{k}.per_thread_gbps", 0.0, MAX_NETWORK_GBPS, low_open=True, hint=hint)
+            networks[k] = NetworkClass(**numbers(v, f"networks.{k}", _NETWORK_BOUNDS), algorithm=str(v.get("algorithm", "ring")),
+                                       per_thread_gbps=None if per_thread is None else float(per_thread))
+        sockets = {}
+        for k, v in mapping(d.get("nccl_socket_defaults", {"generic": {"threads": 1, "sockets_per_thread": 1}}),
+                            "nccl_socket_defaults").items():
+            where = f"{source}: nccl_socket_defaults.{k}"
+            sockets[k] = SocketDefaults(require(v.get("threads"), f"{where}.threads", 1, 16, integer=True, hint=hint),
+                                        require(v.get("sockets_per_thread"), f"{where}.sockets_per_thread", 1, 64, integer=True,
+                                                hint=hint),
+                                        require(v.get("mtu_bytes", 1500), f"{where}.mtu_bytes", 576, 65536, integer=True, hint=hint))
+        if "generic" not in sockets:
+            raise SriftError(f"{source}: nccl_socket_defaults has no 'generic' entry.", hint)
+        interference = float(require(d.get("overlap_interference", 0.0), f"{source}: overlap_interference", 0.0, 10.0, hint=hint))
+        known = ("schema", "classes", "networks", "nccl_socket_defaults", "overlap_interference")
+        return cls(classes, {k2: v for k2, v in d.items() if k2 not in known}, interference, networks, sockets)
 
 
 def params_path() -> Path:
@@ -129,7 +255,7 @@ def params_path() -> Path:
 def load_params(path: str | None = None) -> CommParams:
     """The shipped (fitted) communication parameters, or those in ``path``."""
     p = Path(path) if path else params_path()
-    data = read_json(p, "communication-model parameters", "reinstall srift, or re-run scripts/fit_models.py.")
+    data = read_json(p, "communication-model parameters", "reinstall srift-planner, or re-run scripts/fit_models.py.")
     return CommParams.from_dict(data, str(p))
 
 
@@ -155,8 +281,86 @@ def _quantile_factor(p90_ratio: float, quantile: float) -> float:
 
 
 @dataclass(frozen=True)
+class NetRate:
+    """The large-message rate one node's network transport reaches, and what set it.
+
+    Attributes:
+        bytes_per_s: The rate (bytes/s).
+        limit: What set it: ``link``, ``threads`` or ``flows``.
+        basis: One sentence on how it was obtained (assumptions included).
+        socket_threads: NCCL socket helper threads per connection (0 for RDMA).
+    """
+
+    bytes_per_s: float
+    limit: str
+    basis: str
+    socket_threads: int = 0
+
+
+def net_rate(group: NodeGroup, net: NetworkClass, params: CommParams) -> NetRate:
+    """The rate a node group's transport reaches for large messages (see the module docstring).
+
+    Sockets: ``min(link x TCP share at the platform's MTU, threads x per_thread_gbps, threads x
+    sockets x single-flow limit)``, with the group's NCCL settings or NCCL's defaults on its
+    platform. RDMA: ``link x efficiency``.
+    """
+    link_gbps = group.network_gbps
+    burst = (f" (the baseline: it bursts to {group.network_burst_gbps:g} Gb/s for minutes only)"
+             if group.network_burst_gbps and group.network_burst_gbps > link_gbps else "")
+    if group.network != SOCKETS:
+        wire = link_gbps * net.efficiency
+        gen = f" (generation {group.efa_generation})" if group.efa_generation else ""
+        return NetRate(wire * 1e9 / 8.0, "link", f"{group.network}{gen} {link_gbps:g} Gb/s{burst} at {net.efficiency:.0%}: "
+                                                    f"{wire:.3g} Gb/s per node")
+    defaults, platform = params.sockets_on(group.cloud)
+    share = tcp_goodput_share(defaults.mtu_bytes)
+    wire = link_gbps * share
+    if group.tcp_plugin:
+        # GPUDirect-TCPX/O drive their own flows from the GPU NICs: no socket-thread or per-flow
+        # limit of NCCL's transport applies (and no measurement says what does): the link's TCP share.
+        return NetRate(wire * 1e9 / 8.0, "link", f"NCCL over {group.tcp_plugin} (its own TCP flows, no socket-thread limit; "
+                                                    f"not measured): {link_gbps:g} Gb/s{burst} x {share:.3f} (TCP at a "
+                                                    f"{defaults.mtu_bytes}-byte MTU) = {wire:.3g} Gb/s per node")
+    threads = group.nccl_socket_threads or defaults.threads
+    socks = group.nccl_nsocks_perthread or defaults.sockets_per_thread
+    said = "set" if group.nccl_socket_threads or group.nccl_nsocks_perthread else (
+        f"NCCL's {'AWS' if platform == 'aws' else 'Google Cloud gVNIC' if platform == 'gcp' else 'default'} setting")
+    candidates = {"link": wire}
+    if net.per_thread_gbps is not None:
+        candidates["threads"] = threads * net.per_thread_gbps
+    flow_text = ""
+    if group.single_flow_gbps is not None:
+        candidates["flows"] = threads * socks * group.single_flow_gbps
+        where = {True: "inside a cluster placement group", False: "outside a cluster placement group",
+                 None: "no cluster placement group assumed"}[group.placement_group]
+        flow_text = f", {threads * socks} flows x {group.single_flow_gbps:g} Gb/s ({where})"
+    limit = min(candidates, key=lambda k: candidates[k])
+    gbps = candidates[limit]
+    thread_text = f", {threads} x {net.per_thread_gbps:.3g} Gb/s per thread" if net.per_thread_gbps is not None else ""
+    basis = (f"NCCL over TCP sockets, {threads} thread(s) x {socks} socket(s) ({said}): min({link_gbps:g} Gb/s{burst} "
+             f"x {share:.3f} (TCP at a {defaults.mtu_bytes}-byte MTU){thread_text}{flow_text}) = {gbps:.3g} Gb/s per node, "
+             f"set by the {limit}")
+    return NetRate(gbps * 1e9 / 8.0, limit, basis, threads)
+
+
+@dataclass(frozen=True)
 class Topology:
-    """What the collective time depends on (the cache key of a CommModel)."""
+    """What the collective time depends on (the cache key of a CommModel).
+
+    Attributes:
+        workers: Ranks.
+        nodes: Nodes.
+        gpus_per_node: Ranks per node (the largest group's).
+        link_gbytes_per_s: Nominal intra-node bandwidth of the slowest link (GB/s).
+        link_class: Its parameter class.
+        net_gbytes_per_s: Nominal network bandwidth of the slowest group (GB/s).
+        net_class: The network class (the slowest transport of any group).
+        net_rate_bytes_per_s: The large-message rate the network transport reaches per node
+            (the slowest group's), 0 on one node.
+        net_basis: How that rate was obtained.
+        net_limit: What set it (``link``, ``threads``, ``flows``).
+        socket_threads: NCCL socket helper threads per connection (0 for RDMA or one node).
+    """
 
     workers: int
     nodes: int
@@ -165,9 +369,13 @@ class Topology:
     link_class: str
     net_gbytes_per_s: float
     net_class: str
+    net_rate_bytes_per_s: float = 0.0
+    net_basis: str = ""
+    net_limit: str = ""
+    socket_threads: int = 0
 
 
-def _link_gbytes_per_s(group) -> float:
+def _link_gbytes_per_s(group: NodeGroup) -> float:
     """Nominal intra-node bandwidth of a node group. Over PCIe without peer-to-peer (GeForce
     cards, ``pcie_p2p: false`` in configs/gpus.yaml) NCCL stages each transfer through host
     memory, so every byte crosses PCIe twice: half the bandwidth."""
@@ -177,7 +385,11 @@ def _link_gbytes_per_s(group) -> float:
     return bw
 
 
-def topology(cluster: Cluster) -> Topology:
+# Slowest first: a cluster that mixes transports runs at the slowest one of its groups.
+_NET_ORDER = ("ethernet", "roce", "infiniband", "efa")
+
+
+def topology(cluster: Cluster, params: CommParams | None = None) -> Topology:
     """Reduce a (possibly mixed) cluster to its bottleneck topology: slowest link and network."""
     groups = cluster.node_groups
     multi = [g for g in groups if g.gpus_per_node > 1]
@@ -189,9 +401,15 @@ def topology(cluster: Cluster) -> Topology:
             f"cluster '{cluster.name}' has {cluster.nodes} nodes but a node group without network bandwidth.",
             "set network_gbps (Gbit/s) on every node group of a multi-node cluster.",
         )
-    # The network class of the slowest group; a mix of EFA and plain ethernet runs at ethernet.
     nets = {g.network for g in groups}
-    net_class = "ethernet" if "ethernet" in nets else ("efa" if "efa" in nets else "infiniband")
+    net_class = next(n for n in _NET_ORDER if n in nets)
+    rate = NetRate(0.0, "", "")
+    if cluster.nodes > 1:
+        p = params or load_params()
+        net = p.network(net_class)
+        # Every group's transport at the class the mix runs as; the slowest sets the pace.
+        rates = [_net_rate_cached(g if g.network == net_class else _as_network(g, net_class), net, p) for g in groups]
+        rate = min(rates, key=lambda r: r.bytes_per_s)
     return Topology(
         workers=cluster.gpus,
         nodes=cluster.nodes,
@@ -200,19 +418,44 @@ def topology(cluster: Cluster) -> Topology:
         link_class=lclass,
         net_gbytes_per_s=slow_net.network_gbps / 8.0,
         net_class=net_class,
+        net_rate_bytes_per_s=rate.bytes_per_s,
+        net_basis=rate.basis,
+        net_limit=rate.limit,
+        socket_threads=rate.socket_threads,
     )
 
 
+_NET_RATES: dict[tuple[Any, ...], NetRate] = {}
+
+
+def _net_rate_cached(group: NodeGroup, net: NetworkClass, params: CommParams) -> NetRate:
+    """``net_rate`` memoized on what it reads (the network class and the platform's socket
+    defaults by value, the group's transport fields; not the node count, price or market)."""
+    key = (net, params.sockets_on(group.cloud), group.network_gbps, group.network, group.cloud, group.placement_group,
+           group.nccl_socket_threads, group.nccl_nsocks_perthread, group.single_flow_gbps, group.efa_generation,
+           group.network_burst_gbps, group.tcp_plugin)
+    hit = _NET_RATES.get(key)
+    if hit is None:
+        if len(_NET_RATES) > 4096:
+            _NET_RATES.clear()
+        hit = _NET_RATES[key] = net_rate(group, net, params)
+    return hit
+
+
+def _as_network(group: NodeGroup, network: str) -> NodeGroup:
+    return dataclasses.replace(group, network=network)
+
+
 class CommModel:
-    """All-reduce and broadcast times on one cluster (see module docstring).
+    """Collective times on one cluster (see module docstring).
 
     Build with ``CommModel(cluster)`` or the cached ``CommModel.for_cluster(cluster)``.
     """
 
     def __init__(self, cluster: Cluster, params: CommParams | None = None, _topology: Topology | None = None) -> None:
         self.cluster = cluster
-        self.topology = _topology or topology(cluster)
         self.params = params or load_params()
+        self.topology = _topology or topology(cluster, self.params)
         calib = cluster.comm_calibration
         self.calibration = _Calibration.from_dict(calib, self.topology.workers) if calib else None
         # A measured broadcast curve (srift calibrate comm writes one) serves broadcasts directly.
@@ -222,7 +465,8 @@ class CommModel:
         ) if calib and calib.get("broadcast_times_s") else None
         t = self.topology
         self._link = self.params.get(t.link_class)
-        self._net = self.params.get(t.net_class) if t.nodes > 1 else None
+        self._net = self.params.network(t.net_class) if t.nodes > 1 else None
+        self._assumptions: list[str] | None = None
 
     @classmethod
     def for_cluster(cls, cluster: Cluster) -> "CommModel":
@@ -237,10 +481,69 @@ class CommModel:
             model = _MODEL_CACHE[topo] = cls(cluster, _topology=topo)
         return model
 
+    # ---- what the model assumed ------------------------------------------------------------
+    @property
+    def algorithm(self) -> str:
+        """``ring`` or ``hierarchical`` across nodes; ``ring`` within one node."""
+        return self._net.algorithm if self._net is not None else "ring"
+
+    def assumptions(self) -> list[str]:
+        """What a multi-node prediction rests on: the transport's rate and how it was set, and the
+        algorithm (empty for one node or a measured calibration)."""
+        t = self.topology
+        if self._net is None or self.calibration is not None:
+            return []
+        if self._assumptions is None:
+            algo = ("one ring over all ranks: the network carries 2(n-1)/n of the data" if self.algorithm == "ring"
+                    else "hierarchical (intra-node and inter-node stages concurrent)")
+            self._assumptions = [f"network: {t.net_basis}; all-reduce {algo}"]
+        return list(self._assumptions)
+
+    @property
+    def socket_vcpus_per_node(self) -> float:
+        """vCPUs per node NCCL's socket helper threads keep busy while communicating: one send
+        and one receive connection of ``threads`` threads each (0 for RDMA or one node)."""
+        return 2.0 * self.topology.socket_threads if self._net is not None else 0.0  # 0 threads for a TCP plugin
+
     # ---- collectives ---------------------------------------------------------------------
     def allreduce_time_s(self, size_bytes: float | np.ndarray, quantile: float = 0.5) -> float | np.ndarray:
         """Seconds to all-reduce ``size_bytes`` (a number or an array of sizes) over all workers."""
-        return self._collective(size_bytes, quantile, self._allreduce_model, 1.0)
+        return self._collective(size_bytes, quantile, lambda s: self._ring_model(s, 2.0, 1.0), 1.0)
+
+    def all_gather_time_s(self, size_bytes: float | np.ndarray, quantile: float = 0.5) -> float | np.ndarray:
+        """Seconds to all-gather a tensor of ``size_bytes`` in total (each worker holds
+        ``size_bytes / n``): half an all-reduce's traffic and latency steps."""
+        return self._collective(size_bytes, quantile, lambda s: self._ring_model(s, 1.0, 0.5), 0.5)
+
+    def reduce_scatter_time_s(self, size_bytes: float | np.ndarray, quantile: float = 0.5) -> float | np.ndarray:
+        """Seconds to reduce-scatter a tensor of ``size_bytes`` (each worker keeps ``size_bytes / n``
+        of the sum): the same traffic as an all-gather."""
+        return self.all_gather_time_s(size_bytes, quantile)
+
+    def within_node(self) -> "CommModel":
+        """The collectives of one node's GPUs among themselves (HSDP's shard group): this
+        cluster's intra-node link, one node. Model-based (a measured curve is of the whole cluster)."""
+        t = self.topology
+        return self._derived(dataclasses.replace(t, workers=t.gpus_per_node, nodes=1))
+
+    def across_nodes(self) -> "CommModel":
+        """The collectives between nodes of one GPU per node, each over its own share of the node's
+        network (HSDP's replica groups: the ``g`` GPUs of a node run ``g`` such collectives at
+        once, one per NIC share): ``nodes`` workers, ``network / g`` each. An all-reduce of a
+        ``S / g`` shard here takes the inter-node term of a hierarchical all-reduce of ``S``."""
+        t = self.topology
+        g = max(t.gpus_per_node, 1)
+        return self._derived(dataclasses.replace(t, workers=t.nodes, gpus_per_node=1, net_gbytes_per_s=t.net_gbytes_per_s / g,
+                                                 net_rate_bytes_per_s=t.net_rate_bytes_per_s / g))
+
+    def _derived(self, topo: Topology) -> "CommModel":
+        model = _DERIVED_CACHE.get(topo)
+        if model is None or model.params is not self.params:
+            if len(_DERIVED_CACHE) > 4096:
+                _DERIVED_CACHE.clear()
+            plain = dataclasses.replace(self.cluster, comm_calibration=None)
+            model = _DERIVED_CACHE[topo] = CommModel(plain, self.params, _topology=topo)
+        return model
 
     def broadcast_time_s(self, size_bytes: float | np.ndarray, quantile: float = 0.5) -> float | np.ndarray:
         """Seconds to broadcast ``size_bytes`` from one worker to all (pipelined ring/tree)."""
@@ -279,45 +582,63 @@ class CommModel:
         if t.workers <= 1 or t.nodes == 1 or not len(s):
             return 1.0
         n = t.workers
-        link_bw = t.link_gbytes_per_s * 1e9
-        gpu_side = 2.0 * (n - 1) / n * s / (link_bw * self._link.efficiency(s))
-        total = self._allreduce_model(s)
+        gpu_side = 2.0 * (n - 1) / n * s / (t.link_gbytes_per_s * 1e9 * self._link.efficiency(s))
+        total = self._ring_model(s, 2.0, 1.0)
         return float(min(1.0, gpu_side.sum() / max(total.sum(), 1e-30)))
 
     # ---- model internals -----------------------------------------------------------------
     def _spread(self, quantile: float) -> float:
-        cls = self._net if self._net is not None else self._link
-        return _quantile_factor(cls.p90_ratio, quantile)
+        ratio = self._net.p90_ratio if self._net is not None else self._link.p90_ratio
+        return _quantile_factor(ratio, quantile)
 
-    def _latency_s(self) -> float:
-        t = self.topology
-        lat = 2.0 * (t.gpus_per_node - 1) * self._link.alpha_s if t.gpus_per_node > 1 else 0.0
-        if self._net is not None:
-            lat += 2.0 * math.ceil(math.log2(t.nodes)) * self._net.alpha_s
-        return lat
+    def _net_bytes_per_s(self, s: np.ndarray) -> np.ndarray:
+        """The network's rate at each message size (per node)."""
+        rate = self.topology.net_rate_bytes_per_s
+        return rate * self._net.efficiency_at(s, rate)  # type: ignore[union-attr]
 
-    def _allreduce_model(self, s: np.ndarray) -> np.ndarray:
+    def _latency_s(self, steps_factor: float) -> float:
+        """Latency of a collective with ``steps_factor`` x an all-reduce's steps (1 or 0.5)."""
         t = self.topology
-        link_bw = t.link_gbytes_per_s * 1e9
-        if t.nodes == 1:
+        if self._net is None:
+            return steps_factor * 2.0 * (t.workers - 1) * self._link.alpha_s
+        if self._net.algorithm == "ring":
+            steps = 2.0 * (t.workers - 1)
+            inter = min(2.0 * t.nodes, steps)
+            return steps_factor * ((steps - inter) * self._link.alpha_s + inter * self._net.alpha_s)
+        lat = 2.0 * (t.gpus_per_node - 1) * self._link.alpha_s + 2.0 * math.ceil(math.log2(t.nodes)) * self._net.alpha_s
+        return steps_factor * lat
+
+    def _ring_model(self, s: np.ndarray, traffic: float, steps_factor: float) -> np.ndarray:
+        """An all-reduce (``traffic`` 2, all steps) or an all-gather/reduce-scatter (1, half)."""
+        t = self.topology
+        link_bw = t.link_gbytes_per_s * 1e9 * self._link.efficiency(s)
+        lat = self._latency_s(steps_factor)
+        if self._net is None:
             n = t.workers
-            return self._latency_s() + 2.0 * (n - 1) / n * s / (link_bw * self._link.efficiency(s))
+            return lat + traffic * (n - 1) / n * s / link_bw
+        net_bw = self._net_bytes_per_s(s)
+        if self._net.algorithm == "ring":
+            n = t.workers
+            return lat + traffic * (n - 1) / n * s / np.minimum(link_bw, net_bw)
         g, nn = t.gpus_per_node, t.nodes
-        intra = 2.0 * (g - 1) / g * s / (link_bw * self._link.efficiency(s)) if g > 1 else 0.0 * s
-        inter = 2.0 * (nn - 1) / nn * s / (t.net_gbytes_per_s * 1e9 * self._net.efficiency(s))  # type: ignore[union-attr]
-        return self._latency_s() + np.maximum(intra, inter)
+        intra = traffic * (g - 1) / g * s / link_bw if g > 1 else 0.0 * s
+        inter = traffic * (nn - 1) / nn * s / net_bw
+        return lat + np.maximum(intra, inter)
 
     def _broadcast_model(self, s: np.ndarray) -> np.ndarray:
         t = self.topology
-        link_bw = t.link_gbytes_per_s * 1e9
-        stage = s / (link_bw * self._link.efficiency(s)) if t.gpus_per_node > 1 else 0.0 * s
+        link_bw = t.link_gbytes_per_s * 1e9 * self._link.efficiency(s)
+        stage = s / link_bw if t.gpus_per_node > 1 else 0.0 * s
         if self._net is not None:
-            stage = np.maximum(stage, s / (t.net_gbytes_per_s * 1e9 * self._net.efficiency(s)))
-        return self._latency_s() / 2.0 + stage
+            stage = np.maximum(stage, s / self._net_bytes_per_s(s))
+        return self._latency_s(0.5) + stage
 
 
 # Clusters with the same topology share one model (the recommender builds thousands of clusters).
 _MODEL_CACHE: dict[Topology, CommModel] = {}
+# Sub-topologies of a cluster (HSDP's shard and replica groups), by topology (the parameters
+# are checked by identity: they are loaded once).
+_DERIVED_CACHE: dict[Topology, CommModel] = {}
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,25 @@ bandwidth, plus ``optimizer_s_per_tensor`` per parameter tensor. ``overhead_s`` 
 constant: the fit puts the framework's fixed costs per layer instead (it generalises to unseen
 models; see srift/fitting/compute_fit.py), and a measured profile brings its own unattributed time.
 
+Fused attention (SDPA / FlashAttention: an attention layer that keeps no s x s scores, as the
+zoo's LLM profiles have) runs in half precision as one FLOP-bound kernel whose rate the eager
+models of the compute fit never showed. Its time is ``FLOPs / (eff_fa x mma_rate)``:
+``mma_rate = min(peak, SMs x clock x 2048)`` is the GPU's dense rate through Ampere-style ``mma``
+instructions (2048 bf16 FLOP per SM and clock, A100's rate), which FlashAttention-2 and Triton
+kernels issue also on Hopper (they do not use Hopper's ``wgmma``, which doubles it), and
+``eff_fa`` (``fused_attention_efficiency``) is fitted on the FSDP LLM runs of
+data/llm-training-throughput (srift/fitting/sharded.py, shipped in configs/perf/sharded.json).
+Matmuls of a profile with FSDP units (``LayerProfile.unit``: the decoder LLMs) run at
+``llm_matmul_factor`` times the model's time in half precision (fitted there too): the fit above
+saw no decoder LLM.
+Precision is applied per layer kind, as PyTorch runs it (``math_mode``): ``fp32`` is PyTorch's
+default, where cuDNN convolutions use TF32 on GPUs that have it (``torch.backends.cudnn.allow_tf32``
+is True by default) and matmuls (linear, attention) stay FP32 (``torch.backends.cuda.matmul.allow_tf32``
+is False by default since PyTorch 1.12); ``fp32-strict`` runs everything in FP32; ``tf32`` allows
+TF32 for both; ``amp`` runs both on half-precision tensor cores. Layers without FLOP-heavy math
+(norms, element-wise, embeddings) are memory-bound whatever the mode. On GPUs without TF32 units
+(before Ampere) ``fp32``, ``fp32-strict`` and ``tf32`` are the same.
+
 Anchoring: a profile measured on the target GPU (at the target precision) returns its measured
 times; a structural profile is predicted from FLOPs and bytes alone. One measured on another GPU or
 precision scales each measured layer by the model's ratio between the two, then moves the total
@@ -37,7 +56,7 @@ import numpy as np
 from srift.bounds import key_text, require, shown
 from srift.errors import SriftError
 from srift.files import configs_dir, read_json
-from srift.job import require_precision
+from srift.job import HALF_PRECISIONS, require_precision
 from srift.hardware import CPU, GpuSpec, find_gpu, gpu as gpu_spec
 from srift.profile import Profile
 
@@ -78,8 +97,38 @@ ATTENTION_SCORE_PASSES_BWD = 9.0
 MIN_INV_EFF_COMPUTE = 1.0 / 0.8
 MIN_INV_EFF_MEMORY = 1.0 / 0.9
 
-# Bytes per element of activations at each training precision (amp keeps activations in fp16).
-ELEMENT_BYTES = {"fp32": 4.0, "tf32": 4.0, "amp": 2.0}
+# FlashAttention-2 / Triton attention kernels issue Ampere's mma instructions: at most this many
+# dense half-precision FLOP per SM and clock (A100: 312 TFLOP/s = 108 SMs x 1.41 GHz x 2048).
+MMA_FLOPS_PER_SM_CLOCK = 2048.0
+LLM_PARAMS_SCHEMA = "srift.perf.sharded/v1"
+
+# Bytes per element of activations at each training precision (amp keeps activations in fp16,
+# bf16 in bf16).
+ELEMENT_BYTES = {"fp32": 4.0, "fp32-strict": 4.0, "tf32": 4.0, "amp": 2.0, "bf16": 2.0}
+
+# Layer kinds whose math cuDNN runs (convolutions): TF32 under PyTorch's default ``fp32``.
+CUDNN_KINDS = ("conv",)
+
+
+def math_mode(precision: str, kind: str) -> str:
+    """The math a layer of ``kind`` runs in under a training ``precision``: ``fp32``, ``tf32`` or
+    ``amp`` (the peak-rate vocabulary of ``GpuSpec.peak_flops``). PyTorch's default ``fp32`` runs
+    convolutions in TF32 (cuDNN's flag) and matmuls in FP32 (cuBLAS's flag); see the module docstring.
+    """
+    if precision == "fp32":
+        return "tf32" if kind in CUDNN_KINDS else "fp32"
+    if precision == "fp32-strict":
+        return "fp32"
+    return precision
+
+
+def precision_label(cudnn_tf32: bool, matmul_tf32: bool) -> str:
+    """srift's precision for a run without autocast, from PyTorch's two TF32 flags: both on ->
+    ``tf32``, convolutions only (PyTorch's default) -> ``fp32``, neither -> ``fp32-strict``; matmuls
+    only (no srift name) -> ``tf32``."""
+    if matmul_tf32:
+        return "tf32"
+    return "fp32" if cudnn_tf32 else "fp32-strict"
 
 
 def layer_kind(type_name: str) -> str:
@@ -108,8 +157,9 @@ FEATURES: dict[str, Callable[[GpuSpec, str], float]] = {
     # Tensor-core path (tf32/amp on a GPU that has them) reaches a lower fraction of peak.
     "tensor": _tensor_path,
     "log_sm": lambda s, p: math.log(s.sm_count / 80.0),
-    # Mixed precision: half-precision operands (autocast keeps norms, softmax and losses in fp32).
-    "half": lambda s, p: 1.0 if p == "amp" else 0.0,
+    # Mixed precision: half-precision operands (autocast keeps norms, softmax and losses in fp32;
+    # bf16 runs the same tensor-core kernels at the same rate).
+    "half": lambda s, p: 1.0 if p in HALF_PRECISIONS else 0.0,
 }
 
 
@@ -171,7 +221,7 @@ class ComputeParams:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str = "compute params") -> "ComputeParams":
-        hint = "re-run scripts/fit_models.py, or reinstall srift."
+        hint = "re-run scripts/fit_models.py, or reinstall srift-planner."
         if not isinstance(d, dict) or d.get("schema") != PARAMS_SCHEMA:
             raise SriftError(f"{source} is not a '{PARAMS_SCHEMA}' file.", hint)
         feats_raw = d.get("features")
@@ -223,7 +273,7 @@ def params_path() -> Path:
 def load_params(path: str | None = None) -> ComputeParams:
     """The shipped (fitted) compute parameters, or those in ``path``."""
     p = Path(path) if path else params_path()
-    data = read_json(p, "compute-model parameters", "reinstall srift, or re-run scripts/fit_models.py.")
+    data = read_json(p, "compute-model parameters", "reinstall srift-planner, or re-run scripts/fit_models.py.")
     return ComputeParams.from_dict(data, str(p))
 
 
@@ -275,6 +325,8 @@ class LayerArrays:
         fwd_meas, bwd_meas: Measured seconds (NaN where a layer has none), or None when structural.
         n_param_tensors: Parameter tensors the optimizer updates.
         params: Trainable parameters.
+        fused_attention: Attention layers that keep no s x s scores (SDPA/flash kernels).
+        in_unit: Layers of an FSDP unit (a decoder block).
     """
 
     kind_idx: np.ndarray
@@ -286,6 +338,8 @@ class LayerArrays:
     bwd_meas: np.ndarray | None
     n_param_tensors: int
     params: int
+    fused_attention: np.ndarray
+    in_unit: np.ndarray
 
 
 _ARRAY_CACHE: dict[int, tuple[weakref.ref, LayerArrays]] = {}
@@ -312,6 +366,9 @@ def layer_arrays(profile: Profile) -> LayerArrays:
         # A layer with parameters holds a weight and usually a bias: two tensors for the optimizer.
         n_param_tensors=2 * sum(1 for l in layers if l.params > 0),
         params=profile.params,
+        fused_attention=(kind_idx == _KIND_INDEX["attention"]) & (scores == 0)
+        & (np.array([l.fwd_flops_seq2 for l in layers], dtype=float) > 0),
+        in_unit=np.array([l.unit is not None for l in layers], dtype=bool),
     )
     if len(_ARRAY_CACHE) > 256:
         for k in [k for k, (ref, _) in _ARRAY_CACHE.items() if ref() is None]:
@@ -322,7 +379,8 @@ def layer_arrays(profile: Profile) -> LayerArrays:
 
 # ---- the model ------------------------------------------------------------------------------
 def _efficiency_terms(gpu_name: str, precision: str, params: ComputeParams) -> tuple[np.ndarray, float, float, float]:
-    """(seconds per FLOP per kind, seconds per byte, peak FLOP/s, bandwidth) for a GPU and precision."""
+    """(seconds per FLOP per kind, seconds per byte, peak FLOP/s, bandwidth) for a GPU and precision;
+    each kind at its own math mode (``math_mode``), the peak that of the precision's matmuls."""
     hit = params._cache.get((gpu_name, precision))
     if hit is None:
         hit = params._cache[(gpu_name, precision)] = _efficiency_terms_uncached(gpu_name, precision, params)
@@ -331,18 +389,86 @@ def _efficiency_terms(gpu_name: str, precision: str, params: ComputeParams) -> t
 
 def _efficiency_terms_uncached(gpu_name: str, precision: str, params: ComputeParams) -> tuple[np.ndarray, float, float, float]:
     spec = gpu_spec(gpu_name)
-    z = gpu_features(spec, precision, params.features)
-    inv_kind = np.maximum(MIN_INV_EFF_COMPUTE, params.kind_matrix() @ z)
+    matrix = params.kind_matrix()
+    s_per_flop = np.empty(len(KINDS))
+    for mode in {math_mode(precision, k) for k in KINDS}:
+        z = gpu_features(spec, mode, params.features)
+        inv_kind = np.maximum(MIN_INV_EFF_COMPUTE, matrix @ z) / spec.peak_flops(mode)
+        rows = [i for i, k in enumerate(KINDS) if math_mode(precision, k) == mode]
+        s_per_flop[rows] = inv_kind[rows]
+    # Memory-bound kernels (norms, element-wise) do not depend on the TF32 flags: every 4-byte
+    # precision takes the memory efficiency the fit learned for its rows (tf32), half precision its own.
+    mem_mode = precision if precision in HALF_PRECISIONS else "tf32"
+    z = gpu_features(spec, mem_mode, params.features)
     inv_mem = max(MIN_INV_EFF_MEMORY, float(np.dot(params.inv_eff_mem, z)))
-    peak = spec.peak_flops(precision)
     bw = spec.memory_bandwidth_bytes_per_s
-    return inv_kind / peak, inv_mem / bw, peak, bw
+    return s_per_flop, inv_mem / bw, spec.peak_flops(math_mode(precision, "matmul")), bw
+
+
+@dataclass(frozen=True)
+class LlmKernelParams:
+    """Fitted rates of decoder-LLM kernels in half precision (configs/perf/sharded.json; see the
+    module docstring).
+
+    Attributes:
+        fused_attention_efficiency: Fraction of ``mma_rate`` fused attention sustains, forward and
+            backward together.
+        llm_matmul_factor: Time of a matmul of an FSDP unit over the compute model's.
+        meta: Provenance, carried but unused.
+    """
+
+    fused_attention_efficiency: float
+    llm_matmul_factor: float = 1.0
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], source: str = "LLM kernel params") -> "LlmKernelParams":
+        if not isinstance(d, dict) or d.get("schema") != LLM_PARAMS_SCHEMA:
+            raise SriftError(f"{source} is not a '{LLM_PARAMS_SCHEMA}' file.", "re-run scripts/fit_models.py.")
+        try:
+            eff, factor = float(d["fused_attention_efficiency"]), float(d.get("llm_matmul_factor", 1.0))
+        except (KeyError, TypeError, ValueError):
+            raise SriftError(f"{source}: fused_attention_efficiency and llm_matmul_factor must be numbers.",
+                             "re-run scripts/fit_models.py.") from None
+        if not (0.01 <= eff <= 1.0 and 0.5 <= factor <= 3.0):
+            raise SriftError(f"{source}: fused_attention_efficiency {eff} outside [0.01, 1] or llm_matmul_factor "
+                             f"{factor} outside [0.5, 3].", "re-run scripts/fit_models.py.")
+        return cls(eff, factor, {k: v for k, v in d.items()
+                                 if k not in ("schema", "fused_attention_efficiency", "llm_matmul_factor")})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": LLM_PARAMS_SCHEMA, "fused_attention_efficiency": self.fused_attention_efficiency,
+                "llm_matmul_factor": self.llm_matmul_factor, **self.meta}
+
+
+def llm_params_path() -> Path:
+    return configs_dir() / "perf" / "sharded.json"
+
+
+@functools.lru_cache(maxsize=4)
+def load_llm_params(path: str | None = None) -> LlmKernelParams:
+    """The shipped (fitted) decoder-LLM kernel parameters, or those in ``path``."""
+    p = Path(path) if path else llm_params_path()
+    data = read_json(p, "LLM kernel parameters", "reinstall srift-planner, or re-run scripts/fit_models.py.")
+    return LlmKernelParams.from_dict(data, str(p))
+
+
+def mma_rate_flops(spec: GpuSpec, precision: str) -> float:
+    """Dense half-precision FLOP/s through Ampere-style mma instructions: min(peak, SMs x clock x
+    MMA_FLOPS_PER_SM_CLOCK) (see the module docstring)."""
+    return min(spec.peak_flops(precision), spec.sm_count * spec.boost_clock_mhz * 1e6 * MMA_FLOPS_PER_SM_CLOCK)
 
 
 def _model_times(arr: LayerArrays, gpu_name: str, precision: str, byte_factor: float,
-                 params: ComputeParams) -> tuple[np.ndarray, np.ndarray, float]:
+                 params: ComputeParams, llm: LlmKernelParams | None = None) -> tuple[np.ndarray, np.ndarray, float]:
     s_per_flop, s_per_byte, _, _ = _efficiency_terms(gpu_name, precision, params)
     per_layer = s_per_flop[arr.kind_idx]
+    if precision in HALF_PRECISIONS and (arr.in_unit.any() or arr.fused_attention.any()):
+        llm = llm or load_llm_params()
+        per_layer = per_layer.copy()
+        if arr.in_unit.any():  # a decoder LLM (FSDP units): all its matmuls, the head's too
+            per_layer[arr.kind_idx == _KIND_INDEX["matmul"]] *= llm.llm_matmul_factor
+        per_layer[arr.fused_attention] = 1.0 / (llm.fused_attention_efficiency * mma_rate_flops(gpu_spec(gpu_name), precision))
     fwd_work = (arr.fwd_flops > 0) | (arr.fwd_bytes > 0)
     bwd_work = (arr.bwd_flops > 0) | (arr.bwd_bytes > 0)
     fwd = np.maximum(arr.fwd_flops * per_layer, arr.fwd_bytes * byte_factor * s_per_byte) + params.launch_s * fwd_work
@@ -398,7 +524,7 @@ def layer_times(profile: Profile, gpu: str, precision: str, params: ComputeParam
     Args:
         profile: The job's profile (at the per-GPU batch and sequence length to predict).
         gpu: Canonical GPU name from configs/gpus.yaml (aliases accepted), or ``"cpu"``.
-        precision: ``fp32``, ``tf32`` or ``amp``.
+        precision: One of srift.job.PRECISIONS (applied per layer kind: ``math_mode``).
         params: Model parameters (default: the shipped fitted ones).
 
     Returns:

@@ -35,8 +35,9 @@ from typing import Any
 from srift.bounds import shown
 from srift.errors import SriftError
 from srift.files import configs_dir, read_json
+from srift.job import DATA_LOADING
 
-DATA_LOADING_KINDS = ("synthetic", "images", "tokens")
+DATA_LOADING_KINDS = DATA_LOADING  # the vocabulary lives in srift/job.py
 SCHEMA = "srift.perf.input/v1"
 
 
@@ -75,12 +76,12 @@ class InputParams:
         for ok, name in checks:
             if not ok:
                 raise SriftError(f"{self.source}: {name} is out of range",
-                                 "re-run scripts/measure_input_pipeline.py, or reinstall srift.")
+                                 "re-run scripts/measure_input_pipeline.py, or reinstall srift-planner.")
 
     @classmethod
     def from_dict(cls, d: Any, source: str = "configs/perf/input.json") -> "InputParams":
         """Read the ``srift.perf.input/v1`` document written by scripts/measure_input_pipeline.py."""
-        hint = "re-run scripts/measure_input_pipeline.py, or reinstall srift."
+        hint = "re-run scripts/measure_input_pipeline.py, or reinstall srift-planner."
         if not isinstance(d, dict) or d.get("schema") != SCHEMA:
             raise SriftError(f"{source} is not an input-pipeline file (schema {SCHEMA})", hint)
         try:
@@ -142,7 +143,7 @@ def params_path() -> Path:
 def load_params(path: str | None = None) -> InputParams:
     """The shipped input-pipeline figures, or those in ``path``."""
     p = Path(path) if path else params_path()
-    data = read_json(p, "input-pipeline figures", "reinstall srift, or re-run scripts/measure_input_pipeline.py.")
+    data = read_json(p, "input-pipeline figures", "reinstall srift-planner, or re-run scripts/measure_input_pipeline.py.")
     return InputParams.from_dict(data, str(p))
 
 

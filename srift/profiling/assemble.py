@@ -20,6 +20,7 @@ import torch
 
 import srift
 from srift.hardware import find_gpu
+from srift.perf.compute import precision_label
 from srift.profile import AllReduceBucket, LayerProfile, PhaseTimes, Profile
 from srift.profiling.flops import analyze_layers
 from srift.profiling.hooks import IterationTimes, LayerTimer, mean_std
@@ -105,15 +106,28 @@ def _input_shape(timer: LayerTimer) -> tuple[int, int | None]:
     return micro_batch, seq_len
 
 
+def tf32_flags() -> dict[str, str]:
+    """PyTorch's two TF32 switches as the script left them (recorded in the profile's ``framework``):
+    cuDNN's (convolutions; True by default) and cuBLAS's (matmuls; False by default since 1.12, set
+    by ``torch.backends.cuda.matmul.allow_tf32`` or ``torch.set_float32_matmul_precision``)."""
+    return {"cudnn.allow_tf32": str(bool(torch.backends.cudnn.allow_tf32)),
+            "cuda.matmul.allow_tf32": str(bool(torch.backends.cuda.matmul.allow_tf32)),
+            "float32_matmul_precision": str(torch.get_float32_matmul_precision())}
+
+
 def _precision(m: Measurement, notes: list[str]) -> str:
-    """``amp`` when the script ran the model under autocast, ``tf32`` on CUDA with TF32 matmuls
-    allowed, else ``fp32``."""
+    """``amp`` when the script ran the model under autocast; on CUDA the label of PyTorch's two
+    TF32 flags (``srift.perf.compute.precision_label``: both -> ``tf32``, convolutions only, the
+    default -> ``fp32``, neither -> ``fp32-strict``); ``fp32`` on a CPU."""
     if m.timer.autocast is not None:
         notes.append(f"autocast {m.timer.autocast[0]} {str(m.timer.autocast[1]).replace('torch.', '')} detected")
         return "amp"
-    if m.clock_kind == "cuda" and torch.backends.cuda.matmul.allow_tf32:
-        return "tf32"
-    return "fp32"
+    if m.clock_kind != "cuda":
+        return "fp32"
+    cudnn, matmul = bool(torch.backends.cudnn.allow_tf32), bool(torch.backends.cuda.matmul.allow_tf32)
+    if matmul and not cudnn:
+        notes.append("TF32 allowed for matmuls but not for convolutions: recorded as tf32 (srift has no name for it)")
+    return precision_label(cudnn, matmul)
 
 
 def _phases(records: list[IterationTimes]) -> PhaseTimes:
@@ -213,7 +227,7 @@ def _device(kind: str) -> dict[str, Any]:
 
 
 def _versions() -> dict[str, str]:
-    out = {"torch": str(torch.__version__), "python": platform.python_version(), "srift": srift.__version__}
+    out = {"torch": str(torch.__version__), "python": platform.python_version(), "srift": srift.__version__, **tf32_flags()}
     for mod in ("transformers", "torchvision", "timm"):
         if mod in sys.modules:
             out[mod] = str(getattr(sys.modules[mod], "__version__", "unknown"))

@@ -9,11 +9,12 @@ training step:
 - factor A and factor G of every Linear/Conv2d (``srift.kfac.layers``, what the preconditioner
   runs), from the layer's input and output gradient;
 - the damped Cholesky inverse of every distinct factor dimension (on the first factor that has
-  it: the cost depends on the dimension only);
+  it: the cost depends on the dimension only), as the preconditioner's ``inverse`` method runs it;
 - preconditioning per layer: gathering the gradient, ``G^-1 grad A^-1`` and its KL-clip term.
 
-Each is the median of ``repeats`` timed runs after one warm-up run, synchronised on CUDA. The
-model's parameter gradients are restored afterwards.
+Each is the median of ``repeats`` timed runs after one warm-up run, synchronised on CUDA. A grouped
+convolution is one K-FAC block per group: its times are the sums over its groups. The model's
+parameter gradients are restored afterwards.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from srift.kfac.layers import KFACLayer, damped_inverse, make_layer, supported
+from srift.kfac.layers import KFACLayer, damped_inverse, make_layers, supported
 from srift.profiling.tensors import first_tensor
 
 DAMPING = 1e-3  # any positive damping gives the same Cholesky cost
@@ -59,7 +60,7 @@ def measure_kfac(model: nn.Module, step: Callable[[], torch.Tensor], repeats: in
     """Time K-FAC's kernels for every supported layer of ``model`` on one training step.
 
     Args:
-        model: The model (its Linear and Conv2d layers without groups are K-FAC layers).
+        model: The model (its Linear and Conv2d layers are K-FAC layers).
         step: Runs one forward pass and returns a scalar to backpropagate.
         repeats: Timed runs per kernel (the median is kept).
 
@@ -68,7 +69,7 @@ def measure_kfac(model: nn.Module, step: Callable[[], torch.Tensor], repeats: in
     """
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
-    layers = {name: make_layer(name, m) for name, m in model.named_modules() if supported(m)}
+    layers = {name: make_layers(name, m) for name, m in model.named_modules() if supported(m)}
     inputs: dict[str, torch.Tensor] = {}
     grads: dict[str, torch.Tensor] = {}
     handles = []
@@ -84,7 +85,7 @@ def measure_kfac(model: nn.Module, step: Callable[[], torch.Tensor], repeats: in
         return fwd
 
     for name, layer in layers.items():
-        handles.append(layer.module.register_forward_hook(hook(name)))
+        handles.append(layer[0].module.register_forward_hook(hook(name)))
     saved = {p: p.grad for p in model.parameters()}
     try:
         for p in saved:
@@ -95,8 +96,11 @@ def measure_kfac(model: nn.Module, step: Callable[[], torch.Tensor], repeats: in
             h.remove()
         handles = []
         inverse_s: dict[int, float] = {}
-        out = {name: _measure_layer(layers[name], inputs[name], grads[name], repeats, inverse_s)
-               for name in layers if name in inputs and name in grads}
+        out = {}
+        for name, blocks in layers.items():
+            if name in inputs and name in grads:
+                per_block = [_measure_layer(b, inputs[name], grads[name], repeats, inverse_s) for b in blocks]
+                out[name] = KfacLayerTimes(*(sum(getattr(t, f) for t in per_block) for f in KfacLayerTimes.__dataclass_fields__))
     finally:
         for h in handles:
             h.remove()

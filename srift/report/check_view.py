@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from rich.markup import escape
-from rich.table import Table
 
 from srift.files import write_json
-from srift.report.format import console, error_text, print_json, usd
+from srift.report.format import console, error_text, price_lines, print_json, usd
+from srift.report.table import Column, print_table
 from srift.results import CheckResult, MetricChange
 
 _LIMIT_LABELS = {"max_cost_usd": "job cost", "max_hours": "job hours", "max_usd_per_hour": "$/hour",
@@ -37,12 +37,22 @@ def _change_rows(change: dict[str, MetricChange]) -> list[list[str]]:
 
 
 def _limit_cells(result: CheckResult) -> list[tuple[str, str, str, str, bool]]:
-    """(label, allowed, predicted, margin, passed) per limit."""
+    """(label, allowed, predicted, margin, passed) per limit; hours and cost at the confidence, with the median."""
     out = []
     for c in result.limits:
         margin = "-" if c.margin is None else f"{_fmt_limit(c.limit, c.margin)} ({c.margin_pct:.0f}%)"
-        out.append((_LIMIT_LABELS[c.limit], _fmt_limit(c.limit, c.value), _fmt_limit(c.limit, c.predicted), margin, c.passed))
+        predicted = _fmt_limit(c.limit, c.predicted)
+        if c.confidence is not None:
+            predicted += f" at {c.confidence:.0%} (median {_fmt_limit(c.limit, c.predicted_p50)})"
+        out.append((_LIMIT_LABELS[c.limit], _fmt_limit(c.limit, c.value), predicted, margin, c.passed))
     return out
+
+
+def _confidence_text(result: CheckResult) -> str:
+    at = result.at_confidence
+    u = at.uncertainty
+    return (f"at {at.confidence:.0%} confidence {usd(at.cost_usd)} over {at.hours:,.2f} h "
+            f"(σ {u.sigma:.3f}: model {u.model:.3f}, run-to-run {u.spread:.3f}, spot {u.spot:.3f})")
 
 
 def markdown(result: CheckResult) -> str:
@@ -51,9 +61,10 @@ def markdown(result: CheckResult) -> str:
     icon = "✅" if result.passed else "❌"
     lines = [f"### {icon} srift check {status}: {result.model} on `{cfg.instance}`" + (" [Spot]" if cfg.spot else ""),
              "",
-             f"Predicted **{usd(result.predicted_cost_usd)}** over **{result.predicted_hours:,.2f} h** at "
-             f"{usd(result.cost_per_hour_usd)}/h ({cfg.gpus} GPUs, {cfg.throughput_samples_per_s:,.0f} samples/s, "
-             f"{cfg.bottleneck}-bound; configuration from {cfg.chosen_by}). "
+             f"Predicted **{usd(result.predicted_cost_usd)}** over **{result.predicted_hours:,.2f} h** (median), "
+             f"{_confidence_text(result)}, at {usd(result.cost_per_hour_usd)}/h in {cfg.region} ({cfg.gpus} GPUs"
+             f"{f', {cfg.plan}' if cfg.plan != 'ddp' else ''}, "
+             f"{cfg.throughput_samples_per_s:,.0f} samples/s, {cfg.bottleneck}-bound; configuration from {cfg.chosen_by}). "
              f"Typical error: {error_text(cfg.typical_error_pct, cfg.typical_error_basis)}.", "",
              "| limit | allowed | predicted | margin | |", "|---|---|---|---|---|"]
     for label, allowed, predicted, margin, passed in _limit_cells(result):
@@ -61,7 +72,7 @@ def markdown(result: CheckResult) -> str:
     if result.change:
         lines += ["", "Change against the base branch:", "", "| | base | this change | change | % |", "|---|---|---|---|---|"]
         lines += ["| " + " | ".join(r) + " |" for r in _change_rows(result.change)]
-    lines += ["", f"<sub>{result.schema}, catalog prices as of {result.catalog_as_of or '-'}</sub>"]
+    lines += [""] + [f"> {n}" for n in cfg.notes] + [f"<sub>{result.schema}. {' '.join(price_lines(result.catalog_as_of))}</sub>"]
     return "\n".join(lines)
 
 
@@ -69,25 +80,22 @@ def render(result: CheckResult) -> None:
     con = console()
     cfg = result.configuration
     status = "[bold green]PASSED[/bold green]" if result.passed else "[bold red]FAILED[/bold red]"
+    plan = f", {cfg.plan}" if cfg.plan != "ddp" else ""
     con.print(f"srift check {status}: {escape(result.model)} on {escape(cfg.instance)}" + (" [Spot]" if cfg.spot else "")
-              + f" ({cfg.gpus} GPUs, from {cfg.chosen_by})")
-    con.print(f"Predicted {usd(result.predicted_cost_usd)} over {result.predicted_hours:,.2f} h at "
-              f"{usd(result.cost_per_hour_usd)}/h, {cfg.throughput_samples_per_s:,.0f} samples/s.")
+              + f" ({cfg.gpus} GPUs{plan}, from {cfg.chosen_by})")
+    con.print(f"Predicted {usd(result.predicted_cost_usd)} over {result.predicted_hours:,.2f} h (median), {_confidence_text(result)}, "
+              f"at {usd(result.cost_per_hour_usd)}/h in {cfg.region}, {cfg.throughput_samples_per_s:,.0f} samples/s.")
     con.print(f"[dim]Typical error: {error_text(cfg.typical_error_pct, cfg.typical_error_basis)}.[/dim]")
-    table = Table()
-    for h in ("limit", "allowed", "predicted", "margin", ""):
-        table.add_column(h)
-    for label, allowed, predicted, margin, passed in _limit_cells(result):
-        table.add_row(label, allowed, predicted, margin, "ok" if passed else "[red]EXCEEDED[/red]")
-    con.print(table)
+    cells = [[label, allowed, predicted, margin, "ok" if passed else "[red]EXCEEDED[/red]"]
+             for label, allowed, predicted, margin, passed in _limit_cells(result)]
+    print_table(con, [Column("limit"), Column("allowed"), Column("predicted"), Column("margin", drop=1), Column("")], cells)
     if result.change:
-        t2 = Table(title="Change against the baseline")
-        for h in ("", "base", "this change", "change", "%"):
-            t2.add_column(h)
-        for r in _change_rows(result.change):
-            t2.add_row(*r)
-        con.print(t2)
-    con.print(f"[dim]Catalog prices as of {result.catalog_as_of or '-'}.[/dim]")
+        print_table(con, [Column(""), Column("base"), Column("this change"), Column("change", drop=1), Column("%")],
+                    _change_rows(result.change), title="Change against the baseline")
+    for note in cfg.notes:
+        con.print(f"[dim]Note: {escape(note)}[/dim]")
+    for line in price_lines(result.catalog_as_of):
+        con.print(f"[dim]{escape(line)}[/dim]")
 
 
 def show(result: CheckResult, fmt: str, out_file: str | None = None) -> None:

@@ -4,19 +4,39 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
 
+from srift.results import STALE_AFTER_DAYS
+from srift.files import atomic_write_text
+
 
 def console(width: int = 140) -> Console:
-    """A rich console; ``width`` columns when output goes to a file or a pipe (wide enough for the tables)."""
-    return Console(width=None if sys.stdout.isatty() else width)
+    """A rich console as wide as ``$COLUMNS`` when set (also when piped), else the terminal, else
+    ``width`` columns when output goes to a file or a pipe (wide enough for the tables)."""
+    return Console(width=terminal_columns() or (None if sys.stdout.isatty() else width))
+
+
+def terminal_columns() -> int | None:
+    """``$COLUMNS`` as a positive number of columns, or None when unset or not a number."""
+    text = os.environ.get("COLUMNS", "").strip()
+    return int(text) if text.isdigit() and int(text) > 0 else None
 
 
 def usd(v: float | None, digits: int = 2) -> str:
     return "-" if v is None else f"${v:,.{digits}f}"
+
+
+def usd_per_million_tokens(pred: Any) -> float | None:
+    """What a million tokens cost (sequence models; spot interruptions included), else None."""
+    tokens = pred.expected_throughput_tokens_per_s
+    if tokens is None or pred.cost_per_hour_usd is None or tokens <= 0:
+        return None
+    return pred.cost_per_hour_usd / (tokens * 3600.0) * 1e6
 
 
 def seconds(v: float) -> str:
@@ -38,9 +58,34 @@ def error_text(pct: float | None, basis: str) -> str:
     return f"±{pct:.1f} % ({basis})"
 
 
+def price_lines(ages: Mapping[str, Any]) -> list[str]:
+    """Where the prices come from and how old they are (one line), then one warning line when any
+    are older than STALE_AFTER_DAYS or undated. ``ages``: target -> srift.results.PriceAge."""
+    if not ages:
+        return []
+    parts = []
+    for key, a in ages.items():
+        when = f"as of {a.as_of}, {a.age_days} days old" if a.as_of else "date not recorded"
+        undated = f", {a.undated_rows:,} of {a.rows:,} rows undated" if a.as_of and a.undated_rows else ""
+        parts.append(f"{key} {when} ({a.source}{undated})")
+    lines = ["Prices: " + "; ".join(parts) + "."]
+    old = [k for k, a in ages.items() if a.stale]
+    if old:
+        aws = any(k.split("/")[0] == "aws" for k in old)
+        lines.append(f"Warning: prices of {', '.join(old)} are over {STALE_AFTER_DAYS} days old or undated"
+                     + ("; `srift catalog refresh --infra aws` re-prices AWS from its public price list." if aws
+                        else "; other clouds are re-priced by rebuilding the catalog (scripts/build_catalog.py)."))
+    return lines
+
+
 def print_json(data: Any) -> None:
     """Print JSON to stdout (indented, stable)."""
     print(json.dumps(data, indent=2, default=_default))
+
+
+def save_json(path: str, data: Any) -> None:
+    """Write the JSON document a command prints to ``path`` as well (``--out-file``), atomically."""
+    atomic_write_text(path, json.dumps(data, indent=2, default=_default) + "\n")
 
 
 def _default(obj: Any) -> Any:

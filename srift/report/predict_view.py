@@ -7,15 +7,23 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from srift.results import PredictResult
-from srift.report.format import console, error_text, gib, print_json, seconds, usd
+from srift.report.format import console, error_text, gib, price_lines, print_json, save_json, seconds, usd, usd_per_million_tokens
+from srift.results import PredictResult, ages_json
+from srift.report.table import Column, print_table
+from srift.simulate.prediction import Prediction
+
+NO_FIT = "DOES NOT FIT"
 
 PHASE_LABELS = {
     "data": "data loading",
     "forward": "forward",
     "backward": "backward",
+    "recompute": "recompute (activation checkpointing)",
     "exposed_comm": "exposed all-reduce",
-    "comm_interference": "all-reduce interference",
+    "exposed_all_gather": "exposed all-gather",
+    "exposed_reduce_scatter": "exposed reduce-scatter",
+    "exposed_cross_node_allreduce": "exposed cross-node all-reduce",
+    "comm_interference": "communication interference",
     "optimizer": "optimizer step",
     "overhead": "framework overhead",
     "factor_compute": "K-FAC factors",
@@ -27,11 +35,21 @@ PHASE_LABELS = {
 
 
 def prediction_json(result: PredictResult) -> dict[str, Any]:
-    """The JSON document of `srift predict`."""
-    out = result.prediction.to_dict()
+    """The JSON document of `srift predict` (schema ``srift.predict/v1``)."""
+    out: dict[str, Any] = {"schema": result.schema}
+    out.update(result.prediction.to_dict())
     out.update({"model": result.model, "precision": result.precision, "optimizer": result.optimizer,
-                "spot_pricing": result.spot_pricing})
+                "spot_pricing": result.spot_pricing, "host_arch": result.host_arch,
+                "catalog_as_of": ages_json(result.catalog_as_of), "warnings": price_lines(result.catalog_as_of)[1:],
+                "uncertainty": result.uncertainty.to_dict() if result.uncertainty else None})
     return out
+
+
+PLAN_LABELS = {"ddp": "DDP", "zero2": "ZeRO-2 (FSDP SHARD_GRAD_OP)", "fsdp": "FSDP (FULL_SHARD)",
+               "hsdp": "HSDP (sharded within a node, replicated across nodes)"}
+MEMORY_LABELS = {"weights": "parameters", "gathered_weights": "gathered (half-precision) parameters", "gradients": "gradients",
+                 "optimizer_state": "optimizer states", "activations": "activations", "fragmentation": "allocator slack",
+                 "workspace": "workspace", "kfac_factors": "K-FAC factors"}
 
 
 def title(result: PredictResult) -> str:
@@ -39,53 +57,116 @@ def title(result: PredictResult) -> str:
             + (f", K-FAC ({result.kfac_strategy})" if result.optimizer == "kfac" else ""))
 
 
+def plan_text(pred: Prediction) -> str:
+    """``FSDP (FULL_SHARD), selective activation checkpointing, 4 micro-batches``."""
+    text = PLAN_LABELS.get(pred.parallelism, pred.parallelism)
+    if pred.activation_checkpointing != "none":
+        text += f", {pred.activation_checkpointing} activation checkpointing"
+    if pred.grad_accum > 1:
+        text += f", {pred.grad_accum} micro-batches of {pred.micro_batch_size or '?'}"
+    return text
+
+
+def exposed_comm_s(pred: Prediction) -> float:
+    """Communication the compute waited for (all kinds)."""
+    return sum(v for k, v in pred.breakdown.items() if k.startswith("exposed_") and "factor" not in k)
+
+
+def summary_rows(result: PredictResult) -> list[tuple[str, str]]:
+    """(label, value) lines of the summary, in the order shown; ``DOES NOT FIT`` marks memory."""
+    pred = result.prediction
+    rows = [
+        ("GPUs", f"{pred.gpus}  (global batch {pred.global_batch_size})"),
+        ("Parallelism", plan_text(pred)),
+        ("Iteration", f"{seconds(pred.iteration_time_s)}  (p90 {seconds(pred.p90_iteration_time_s)})"),
+        ("Throughput", f"{pred.throughput_samples_per_s:,.1f} samples/s"),
+    ]
+    if pred.throughput_tokens_per_s is not None:
+        tokens = f"{pred.throughput_tokens_per_s:,.0f} tokens/s ({pred.tokens_per_s_per_gpu:,.0f} per GPU)"
+        if pred.mfu is not None:
+            tokens += f", MFU {pred.mfu:.1%}"
+        rows.append(("Tokens", tokens))
+    rows.append(("Cost", f"{usd(pred.cost_per_hour_usd)}/h, {usd(pred.usd_per_million_samples)} per million samples"
+                 + (f", {usd(usd_per_million_tokens(pred), 3)} per million tokens" if pred.seq_len else "")))
+    mem = f"{gib(pred.memory_per_gpu_bytes)} per GPU" + ("" if pred.fits_in_memory else f"  {NO_FIT}")
+    if pred.parallelism != "ddp" or "gathered_weights" in pred.memory_breakdown_bytes:
+        mem += " (" + ", ".join(f"{MEMORY_LABELS.get(k, k)} {gib(v)}" for k, v in pred.memory_breakdown_bytes.items() if v) + ")"
+    rows += [("Memory", mem), ("Bottleneck", pred.bottleneck),
+             ("Typical error", error_text(pred.typical_error_pct, pred.typical_error_basis))]
+    if pred.spot:
+        s = pred.spot
+        rows.append(("Spot (expected)",
+                     f"{s.expected_throughput_samples_per_s:,.1f} samples/s, {usd(s.expected_usd_per_million_samples)} per million "
+                     f"({s.interruptions_per_hour:.3f} interruptions/h, {s.useful_fraction:.1%} useful)"))
+    if len(pred.batch_split) > 1:
+        rows.append(("Batch split", ", ".join(f"{b.group}: {b.per_gpu_batch}/GPU" for b in pred.batch_split)))
+    return rows
+
+
+def breakdown_rows(result: PredictResult) -> list[list[str]]:
+    """(phase, time, share) of the iteration, then the total."""
+    pred = result.prediction
+    rows = [[PHASE_LABELS.get(key, key), seconds(value), f"{value / pred.iteration_time_s:.0%}"]
+            for key, value in pred.breakdown.items() if key != "comm_total"]
+    return rows + [["total", seconds(pred.iteration_time_s), "100%"]]
+
+
+def comm_line(result: PredictResult) -> str:
+    """How much of the communication compute hides, or "" without any."""
+    pred = result.prediction
+    total = pred.breakdown.get("comm_total", 0.0)
+    if total <= 0:
+        return ""
+    hidden = max(0.0, total - exposed_comm_s(pred)) / total
+    if pred.parallelism == "ddp":
+        return f"All-reduce {seconds(total)} per iteration, {hidden:.0%} of it hidden behind backward."
+    return (f"All-gather and reduce-scatter{' and cross-node all-reduce' if pred.parallelism == 'hsdp' else ''} "
+            f"{seconds(total)} per iteration, {hidden:.0%} of it hidden behind compute.")
+
+
 def render(result: PredictResult) -> None:
     """Print a prediction as a rich table with its breakdown."""
-    pred = result.prediction
     con = console()
     con.print(f"[bold]{escape(title(result))}[/bold]")  # names come from the user's files: never markup
     summary = Table(show_header=False, box=None, pad_edge=False)
     summary.add_column(style="dim")
     summary.add_column()
-    summary.add_row("GPUs", f"{pred.gpus}  (global batch {pred.global_batch_size})")
-    summary.add_row("Iteration", f"{seconds(pred.iteration_time_s)}  (p90 {seconds(pred.p90_iteration_time_s)})")
-    summary.add_row("Throughput", f"{pred.throughput_samples_per_s:,.1f} samples/s")
-    summary.add_row("Cost", f"{usd(pred.cost_per_hour_usd)}/h, {usd(pred.usd_per_million_samples)} per million samples")
-    mem = f"{gib(pred.memory_per_gpu_bytes)} per GPU" + ("" if pred.fits_in_memory else "  [red]DOES NOT FIT[/red]")
-    summary.add_row("Memory", mem)
-    summary.add_row("Bottleneck", pred.bottleneck)
-    summary.add_row("Typical error", error_text(pred.typical_error_pct, pred.typical_error_basis))
-    if pred.spot:
-        s = pred.spot
-        summary.add_row(
-            "Spot (expected)",
-            f"{s.expected_throughput_samples_per_s:,.1f} samples/s, {usd(s.expected_usd_per_million_samples)} per million "
-            f"({s.interruptions_per_hour:.3f} interruptions/h, {s.useful_fraction:.1%} useful)",
-        )
-    if len(pred.batch_split) > 1:
-        summary.add_row("Batch split", escape(", ".join(f"{b.group}: {b.per_gpu_batch}/GPU" for b in pred.batch_split)))
+    for label, value in summary_rows(result):
+        summary.add_row(label, escape(value).replace(NO_FIT, f"[red]{NO_FIT}[/red]"))
     con.print(summary)
-    table = Table(title="Iteration breakdown")
-    table.add_column("phase")
-    table.add_column("time", justify="right")
-    table.add_column("share", justify="right")
-    for key, value in pred.breakdown.items():
-        if key == "comm_total":
-            continue
-        table.add_row(PHASE_LABELS.get(key, key), seconds(value), f"{value / pred.iteration_time_s:.0%}")
-    table.add_row("[bold]total[/bold]", f"[bold]{seconds(pred.iteration_time_s)}[/bold]", "100%")
-    con.print(table)
-    total = pred.breakdown.get("comm_total", 0.0)
-    if total > 0:
-        hidden = max(0.0, total - pred.breakdown.get("exposed_comm", 0.0)) / total
-        con.print(f"All-reduce {seconds(total)} per iteration, {hidden:.0%} of it hidden behind backward.")
-    for note in pred.notes:
-        con.print(f"[dim]Note: {note}[/dim]")
+    cells = breakdown_rows(result)
+    print_table(con, [Column("phase"), Column("time", "right"), Column("share", "right")], cells, title="Iteration breakdown",
+                row_styles=[None] * (len(cells) - 1) + ["bold"])
+    if comm_line(result):
+        con.print(comm_line(result))
+    for note in result.prediction.notes:
+        con.print(f"[dim]Note: {escape(note)}[/dim]")
+    for line in price_lines(result.catalog_as_of):
+        con.print(f"[dim]{escape(line)}[/dim]")
 
 
-def show(result: PredictResult, fmt: str) -> None:
-    """Print ``result`` as ``table`` or ``json``."""
+def markdown(result: PredictResult) -> str:
+    """The prediction as markdown (a PR comment, a report)."""
+    lines = [f"**{title(result)}**", "", "| | |", "|---|---|"]
+    lines += [f"| {label} | {value.replace(NO_FIT, f'**{NO_FIT}**')} |" for label, value in summary_rows(result)]
+    lines += ["", "| phase | time | share |", "|---|---:|---:|"]
+    lines += ["| " + " | ".join(row) + " |" for row in breakdown_rows(result)]
+    if comm_line(result):
+        lines += ["", comm_line(result)]
+    lines += [f"\n_Note: {note}_" for note in result.prediction.notes]
+    lines += [f"\n<sub>{' '.join(price_lines(result.catalog_as_of))}</sub>"] if result.catalog_as_of else []
+    return "\n".join(lines)
+
+
+def show(result: PredictResult, fmt: str, out_file: str | None = None) -> None:
+    """Write the JSON document to ``out_file`` if given, and print ``result`` as ``table``,
+    ``json`` or ``markdown``."""
+    doc = prediction_json(result)
+    if out_file:
+        save_json(out_file, doc)
     if fmt == "json":
-        print_json(prediction_json(result))
+        print_json(doc)
+    elif fmt == "markdown":
+        print(markdown(result))
     else:
         render(result)

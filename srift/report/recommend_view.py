@@ -1,5 +1,5 @@
 """`srift recommend`: the ranked table with the sentence on why the top choice wins, as a rich
-table, markdown or the JSON document."""
+table, markdown or the JSON document (schema srift.recommend/v1)."""
 
 from __future__ import annotations
 
@@ -7,19 +7,30 @@ import dataclasses
 from typing import Any
 
 from rich.markup import escape
-from rich.table import Table
 
-from srift.report.format import console, error_text, print_json, seconds, usd
-from srift.results import RecommendResult
-from srift.search.rank import Candidate, SearchResult
+from srift.errors import SriftError
+from srift.report.format import console, error_text, price_lines, print_json, save_json, seconds, usd, usd_per_million_tokens
+from srift.report.table import Column, print_table
+from srift.results import RecommendResult, ages_json
+from srift.search.confidence import label as q_label
+from srift.search.rank import MARKETS, Candidate, SearchResult
 
 
 def header(result: RecommendResult) -> str:
-    """``resnet50, fp32, batch 64/GPU, us-east-1``: what was searched for."""
+    """``resnet50, fp32, batch 64/GPU, 90 epochs of 1,281,167 samples; aws (22 regions)``: what was searched for."""
     job = result.job
-    return (f"{result.model}, {result.precision}, batch {result.batch_size}/GPU"
-            + (f", seq {result.seq_len}" if result.seq_len else "")
-            + (f", K-FAC ({job.kfac_strategy})" if job.kfac else "") + f", {result.region}")
+    batch = (f"global batch {job.global_batch_size:,}" if job.global_batch_size is not None
+             else f"batch {result.batch_size}/GPU")
+    text = (f"{result.model}, {result.precision}, {batch}" + (f", seq {result.seq_len}" if result.seq_len else "")
+            + (f", K-FAC ({job.kfac_strategy})" if job.kfac else ""))
+    if job.length is not None:
+        text += f", {job.length.describe()}"
+    return text + f"; {where_searched(result)}"
+
+
+def where_searched(result: RecommendResult) -> str:
+    """``aws (every region)``, ``aws/us-west-2``, ``gcp (every region), lambda (every region)``."""
+    return ", ".join(k if "/" in k else f"{k} (every region)" for k in result.catalog_as_of) or result.infra
 
 
 def target_line(result: RecommendResult) -> str:
@@ -33,16 +44,62 @@ def target_line(result: RecommendResult) -> str:
         limits.append(f"at most {usd(c.max_cost_usd)} per job")
     goal = "maximizing throughput" if result.search.objective == "throughput" else (
         "minimizing job cost" if result.job.length is not None else "minimizing cost per sample")
-    return f"Target: {goal}" + (f" {' and '.join(limits)}" if limits else "")
+    text = f"Target: {goal}" + (f" {' and '.join(limits)}" if limits else "")
+    if c.deadline_hours is not None or c.max_cost_usd is not None:
+        text += f", met at {c.confidence:.0%} confidence"
+    return text
 
 
-def candidate_json(cand: Candidate, rank: int) -> dict[str, Any]:
+def _tokens(cand: Candidate) -> float | None:
+    """Expected tokens/s of a sequence model's candidate, else None."""
+    return cand.prediction.expected_throughput_tokens_per_s
+
+
+def rate_text(cand: Candidate) -> str:
+    """``3,855 samples/s`` or, for a sequence model, ``102,669 tokens/s``."""
+    tokens = _tokens(cand)
+    return f"{tokens:,.0f} tokens/s" if tokens is not None else f"{cand.expected_throughput_samples_per_s:,.0f} samples/s"
+
+
+def marks(c: Candidate) -> str:
+    """`` [arm64]``, `` [unsupported]``: what a reader must know about the hardware."""
+    out = ""
+    if c.host_arch == "arm64":
+        out += " [arm64]"
+    if not c.supported:
+        out += " [unsupported]"
+    return out
+
+
+def bottleneck_text(c: Candidate) -> str:
+    b = c.prediction.bottleneck
+    if b == "input" and c.vcpus_per_gpu is not None:
+        return f"input ({c.vcpus_per_gpu:g} vCPUs/GPU)"
+    return b
+
+
+def where(c: Candidate) -> str:
+    more = len(c.regions) - 1
+    return c.infra + (f" (+{more})" if more > 0 else "")
+
+
+def candidate_json(cand: Candidate, rank: int, result: SearchResult | None = None, constraints: Any = None) -> dict[str, Any]:
     p = cand.prediction
-    return {
+    at = cand.at_confidence
+    out: dict[str, Any] = {
         "rank": rank,
         "instance": cand.instance,
+        "label": cand.label,
+        "cloud": cand.cloud,
+        "region": cand.region,
+        "regions": list(cand.regions),
+        "infra": cand.infra,
+        "host_arch": cand.host_arch,
+        "supported": cand.supported,
+        "market": MARKETS[cand.market],
         "spot": cand.spot,
         "gpus": cand.gpus,
+        "nodes": cand.nodes,
         "throughput_samples_per_s": p.throughput_samples_per_s,
         "expected_throughput_samples_per_s": cand.expected_throughput_samples_per_s,
         "iteration_time_s": p.iteration_time_s,
@@ -52,29 +109,74 @@ def candidate_json(cand: Candidate, rank: int) -> dict[str, Any]:
         "job_hours": cand.job_hours,
         "job_cost_usd": cand.job_cost_usd,
         "bottleneck": p.bottleneck,
+        "vcpus_per_gpu": cand.vcpus_per_gpu,
+        "input_bound": p.bottleneck == "input",
         "fits_in_memory": p.fits_in_memory,
         "global_batch_size": p.global_batch_size,
         "batch_split": [dataclasses.asdict(b) for b in p.batch_split],
         "breakdown": p.breakdown,
         "typical_error_pct": p.typical_error_pct,
         "typical_error_basis": p.typical_error_basis,
+        "flags": list(cand.flags),
+        "parallelism": p.parallelism,
+        "activation_checkpointing": p.activation_checkpointing,
+        "grad_accum": p.grad_accum,
+        "memory_per_gpu_bytes": p.memory_per_gpu_bytes,
+        "throughput_tokens_per_s": p.throughput_tokens_per_s,
+        "expected_throughput_tokens_per_s": _tokens(cand),
+        "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
+        "mfu": p.mfu,
+        "usd_per_million_tokens": usd_per_million_tokens(p),
     }
+    if at is not None:
+        out.update({"confidence": at.confidence, "job_hours_p50": cand.job_hours, f"job_hours_{at.label}": at.hours,
+                    "job_cost_usd_p50": cand.job_cost_usd, f"job_cost_usd_{at.label}": at.cost_usd,
+                    "uncertainty": at.uncertainty.to_dict()})
+    if constraints is not None and at is not None:
+        limits = []
+        if constraints.deadline_hours is not None:
+            limits.append({"limit": "deadline_hours", "value": constraints.deadline_hours, "predicted": at.hours,
+                           "confidence": at.confidence, "met": at.hours <= constraints.deadline_hours + 1e-12})
+        if constraints.max_cost_usd is not None and at.cost_usd is not None:
+            limits.append({"limit": "max_cost_usd", "value": constraints.max_cost_usd, "predicted": at.cost_usd,
+                           "confidence": at.confidence, "met": at.cost_usd <= constraints.max_cost_usd + 1e-12})
+        out["limits"] = limits
+    return out
+
+
+def _metric_word(goal: str) -> str:
+    return "faster" if goal == "throughput" else "cheaper"
 
 
 def why(result: SearchResult) -> str:
-    """One or two sentences on why the top choice wins and what the runner-up trades."""
+    """Why the top choice wins: the simplicity rule when it chose, what the runner-up trades, a
+    close call, the best one-node choice behind a multi-node one, an input-bound choice."""
     recs = result.recommendations
     if not recs:
         return ""
     top = recs[0]
-    if result.objective == "throughput":
-        text = (f"{top.label} wins: the highest throughput ({top.expected_throughput_samples_per_s:,.0f} samples/s) "
-                f"of the {result.evaluated:,} configurations that meet the limits, at {usd(top.cost_per_hour_usd)}/h; "
-                f"it is {top.prediction.bottleneck}-bound.")
+    pick = result.simpler_choice
+    if pick is not None:
+        over, blocker = pick.over, pick.blocker
+        if blocker is pick.chosen or blocker.instance == pick.chosen.instance:
+            text = (f"{top.label} is chosen over {over.label} (runner-up): {over.label} is {pick.edge:.0%} "
+                    f"{_metric_word(result.objective)} but needs {pick.adds}, and {pick.edge:.0%} is less than their combined "
+                    f"typical error (±{pick.error_pct:.0f} %): simpler wins within the error.")
+        else:
+            text = (f"{top.label} is chosen: {over.label} ranks first but beats the simpler {blocker.label} by only "
+                    f"{pick.edge:.0%}, less than their combined typical error (±{pick.error_pct:.0f} %), and {top.label} is "
+                    "the best configuration that beats every simpler one by more than their combined error.")
+    elif result.objective == "throughput":
+        text = (f"{top.label} wins: the highest throughput ({rate_text(top)}) "
+                f"that meets the limits, at {usd(top.cost_per_hour_usd)}/h; it is {top.prediction.bottleneck}-bound.")
     else:
         what = f"{usd(top.job_cost_usd)} for the job" if top.job_cost_usd is not None else f"{usd(top.usd_per_million_samples)} per million samples"
         text = f"{top.label} wins: the lowest cost ({what}) that meets the limits; it is {top.prediction.bottleneck}-bound."
-    if len(recs) > 1:
+    at = top.at_confidence
+    if at is not None and (result.confidence is not None):
+        text += (f" At {at.confidence:.0%} confidence the job takes {at.hours:,.1f} h and costs {usd(at.cost_usd)} "
+                 f"(median {top.job_hours:,.1f} h).")
+    if len(recs) > 1 and pick is None:
         ru = recs[1]
         dt = ru.expected_throughput_samples_per_s / top.expected_throughput_samples_per_s - 1
         dc = ru.cost_per_hour_usd / top.cost_per_hour_usd - 1
@@ -82,7 +184,7 @@ def why(result: SearchResult) -> str:
         close = result.close_call
         if close is not None:
             text += (f" The two are {close.gap:.0%} apart on other GPUs ({', '.join(close.gpus)} against "
-                     f"{', '.join(close.runner_up_gpus)}), less than the compute model's typical error across GPUs "
+                     f"{', '.join(close.runner_up_gpus)}), less than their combined typical error "
                      f"(±{close.error_pct:.1f} %): profile your job on one GPU of each (srift profile) "
                      f"and pass both profiles (--profile A --profile B).")
     one = result.best_single_node
@@ -90,63 +192,139 @@ def why(result: SearchResult) -> str:
         dt = one.expected_throughput_samples_per_s / top.expected_throughput_samples_per_s - 1
         text += (f" It spans {top.nodes} nodes, the least validated case (typical error below); "
                  f"the best one-node choice is {one.label}: {dt:+.0%} throughput at {usd(one.cost_per_hour_usd)}/h.")
+    if top.prediction.bottleneck == "input" and top.vcpus_per_gpu is not None:
+        text += (f" Its {top.vcpus_per_gpu:g} vCPUs per GPU cannot prepare the input as fast as its GPUs train: "
+                 "an instance with more vCPUs per GPU, or preprocessed data, would be faster.")
+    if top.host_arch == "arm64":
+        text += " Its host is arm64: the job needs aarch64 builds of PyTorch and its other native packages."
     return text
 
 
-def recommend_json(result: RecommendResult) -> dict[str, Any]:
-    """The JSON document of `srift recommend`."""
+def summary(found: SearchResult) -> str:
+    """How much was searched, simulated and left out, and why."""
+    labels = {"budget": "over budget", "memory": "out of memory", "unsupported": "on GPUs current PyTorch wheels do not run on",
+              "batch": "not dividing the global batch", "max_gpus": "larger than --max-gpus",
+              "bound": "shown by the search bound unable to win"}
+    left = ", ".join(f"{v:,} {labels.get(k, k)}" for k, v in found.pruned.items() if v)
+    return (f"{found.considered:,} configurations considered; {found.simulated:,} simulations (one per hardware and node count, "
+            f"shared by every region) priced {found.evaluated:,} of them" + (f"; left out: {left}" if left else "") + ".")
+
+
+def recommend_json(result: RecommendResult, failure: SriftError | None = None) -> dict[str, Any]:
+    """The JSON document of `srift recommend` (also when nothing meets the limits: ``ok`` false, with the reason)."""
     found = result.search
+    c = result.constraints
+    job = result.job
     return {
+        "schema": result.schema,
+        "ok": failure is None,
+        "error": None if failure is None else {"message": failure.message, "hint": failure.hint},
         "target": target_line(result),
         "objective": found.objective,
-        "recommendations": [candidate_json(c, i + 1) for i, c in enumerate(found.recommendations)],
+        "confidence": c.confidence,
+        "job": {"model": result.model, "precision": result.precision, "batch_size": result.batch_size,
+                "global_batch_size": job.global_batch_size, "seq_len": result.seq_len,
+                "length": None if job.length is None else {**{k: v for k, v in dataclasses.asdict(job.length).items() if v is not None},
+                                                           "described": job.length.describe()}},
+        "infra": result.infra,
+        "regions_searched": list(found.regions_searched),
+        "catalog_as_of": ages_json(result.catalog_as_of),
+        "warnings": price_lines(result.catalog_as_of)[1:],
+        "recommendations": [candidate_json(x, i + 1, found, c) for i, x in enumerate(found.recommendations)],
         "considered": found.considered,
         "evaluated": found.evaluated,
-        "pareto_frontier": [{"instance": c.instance, "spot": c.spot, "cost_per_hour_usd": c.cost_per_hour_usd,
-                             "expected_throughput_samples_per_s": c.expected_throughput_samples_per_s} for c in found.frontier],
+        "simulated": found.simulated,
+        "pruned": found.pruned,
+        "pareto_frontier": [{"instance": x.instance, "infra": x.infra, "spot": x.spot, "cost_per_hour_usd": x.cost_per_hour_usd,
+                             "expected_throughput_samples_per_s": x.expected_throughput_samples_per_s} for x in found.frontier],
         "why": why(found),
+        "simpler_choice": None if found.simpler_choice is None else {
+            "chosen": found.simpler_choice.chosen.instance, "over": found.simpler_choice.over.instance,
+            "blocker": found.simpler_choice.blocker.instance, "edge": found.simpler_choice.edge,
+            "combined_error_pct": found.simpler_choice.error_pct, "adds": found.simpler_choice.adds},
         "best_single_node": candidate_json(found.best_single_node, 0) if found.best_single_node else None,
+        "closest": candidate_json(found.closest, 0, found, c) if found.closest is not None and not found.recommendations else None,
         "model": result.model,
-        "region": result.region,
     }
 
 
 def _rows(result: RecommendResult) -> tuple[list[str], list[list[str]]]:
+    recs = result.search.recommendations
     with_job = result.job.length is not None
-    head = ["", "configuration", "GPUs", "samples/s", "iteration", "$/h", "$/M samples"]
+    q = q_label(result.constraints.confidence)
+    batch_col = result.job.global_batch_size is not None or any(len(c.prediction.batch_split) > 1 for c in recs)
+    tokens = result.seq_len is not None
+    # How each row trains, where there is a choice (a profile with FSDP units, e.g. an LLM).
+    plans = any(c.prediction.plan_label != "ddp" for c in recs)
+    head = ["", "configuration", "where", "GPUs"] + (["batch/GPU"] if batch_col else []) + (["plan"] if plans else []) + [
+        "tokens/s" if tokens else "samples/s", "iteration", "$/h", "$/M tokens" if tokens else "$/M samples"]
     if with_job:
-        head += ["job hours", "job $"]
+        head += [f"job hours ({q})", f"job $ ({q})"]
     head.append("bottleneck")
     rows = []
-    for i, c in enumerate(result.search.recommendations):
-        row = ["CHOSEN" if i == 0 else str(i + 1), c.label, str(c.gpus), f"{c.expected_throughput_samples_per_s:,.0f}",
-               seconds(c.prediction.iteration_time_s), usd(c.cost_per_hour_usd), usd(c.usd_per_million_samples, 3)]
+    for i, c in enumerate(recs):
+        row = ["CHOSEN" if i == 0 else str(i + 1), c.label + marks(c), where(c), str(c.gpus)]
+        if batch_col:
+            row.append("/".join(dict.fromkeys(str(b.per_gpu_batch) for b in c.prediction.batch_split)))
+        if plans:
+            row.append(c.prediction.plan_label)
+        rate = _tokens(c)
+        row += [f"{rate:,.0f}" if tokens and rate is not None else f"{c.expected_throughput_samples_per_s:,.0f}",
+                seconds(c.prediction.iteration_time_s), usd(c.cost_per_hour_usd),
+                usd(usd_per_million_tokens(c.prediction), 3) if tokens else usd(c.usd_per_million_samples, 3)]
         if with_job:
-            row += [f"{c.job_hours:,.2f}" if c.job_hours is not None else "-", usd(c.job_cost_usd)]
-        row.append(c.prediction.bottleneck)
+            at = c.at_confidence
+            row += [f"{c.job_hours:,.1f} ({at.hours:,.1f})" if c.job_hours is not None and at is not None else "-",
+                    f"{usd(c.job_cost_usd, 0)} ({usd(at.cost_usd, 0)})" if at is not None else "-"]
+        row.append(bottleneck_text(c))
         rows.append(row)
     return head, rows
 
 
+def _drop_order(result: RecommendResult) -> dict[str, int]:
+    """Columns a narrow terminal loses first: detail before the figures the target is about
+    ($ per million samples is the target when minimizing cost without a job length)."""
+    per_million = "$/M tokens" if result.seq_len is not None else "$/M samples"
+    order = ["iteration", "batch/GPU", "bottleneck", per_million, "GPUs", "where"]
+    if result.search.objective == "cost" and result.job.length is None:
+        order.remove(per_million)
+    return {h: i + 1 for i, h in enumerate(order)}
+
+
+def _notes(result: RecommendResult) -> list[str]:
+    found = result.search
+    out = []
+    if found.recommendations:
+        top = found.recommendations[0]
+        p = top.prediction
+        out.append(f"Typical error of the chosen prediction: {error_text(p.typical_error_pct, p.typical_error_basis)}.")
+        if top.at_confidence is not None:
+            u = top.at_confidence.uncertainty
+            out.append(f"Job hours at {top.at_confidence.confidence:.0%} confidence: the median x exp(z·σ), "
+                       f"σ = {u.sigma:.3f} (model error {u.model:.3f}, run-to-run spread {u.spread:.3f}, spot {u.spot:.3f}; "
+                       "srift/search/confidence.py).")
+        if any("suspect-price" in c.flags for c in found.recommendations):
+            out.append("A price marked suspect-price varies more than 2x across the cloud's regions: check it before renting.")
+    out += price_lines(result.catalog_as_of)
+    out.append(summary(found))
+    return out
+
+
 def render(result: RecommendResult) -> None:
-    """Print the header, the target, the ranked table and why the top choice wins."""
+    """Print the header, the target, the ranked table, why the top choice wins, and the notes."""
     found = result.search
     con = console()
     con.print(escape(header(result)))  # the model's name comes from the user's files
     con.print(f"[bold]{target_line(result)}[/bold]")
     head, rows = _rows(result)
-    table = Table()
-    for h in head:
-        table.add_column(h, justify="right" if h not in ("", "configuration", "bottleneck") else "left")
-    for i, row in enumerate(rows):
-        table.add_row(*(escape(cell) for cell in row), style="bold green" if i == 0 else None)
-    con.print(table)
+    drop = _drop_order(result)
+    print_table(con, [Column(h, "left" if h in ("", "configuration", "where", "plan", "bottleneck") else "right", drop.get(h))
+                      for h in head],
+                [[escape(cell) for cell in row] for row in rows],
+                row_styles=["bold green" if i == 0 else None for i in range(len(rows))])
     con.print(why(found))
-    if found.recommendations:
-        top = found.recommendations[0].prediction
-        con.print(f"[dim]Typical error of the chosen prediction: {error_text(top.typical_error_pct, top.typical_error_basis)}.[/dim]")
-    con.print(f"[dim]{found.considered:,} configurations considered, {found.evaluated:,} simulated "
-              f"({found.pruned.get('budget', 0):,} over budget, {found.pruned.get('memory', 0):,} out of memory pruned first).[/dim]")
+    for line in _notes(result):
+        con.print(f"[dim]{escape(line)}[/dim]", highlight=False)
 
 
 def markdown(result: RecommendResult) -> str:
@@ -154,14 +332,19 @@ def markdown(result: RecommendResult) -> str:
     lines = [f"**{header(result)}**", "", target_line(result), "",
              "| " + " | ".join(h or "rank" for h in head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
-    lines += ["", why(result.search), "", f"{result.search.considered:,} configurations considered, {result.search.evaluated:,} simulated."]
+    lines += ["", why(result.search), ""] + _notes(result)
     return "\n".join(lines)
 
 
-def show(result: RecommendResult, fmt: str) -> None:
-    """Print ``result`` as ``table``, ``json`` or ``markdown``."""
+def show(result: RecommendResult, fmt: str, out_file: str | None = None, failure: SriftError | None = None) -> None:
+    """Write the JSON document to ``out_file`` if given, and print ``result`` as ``table``,
+    ``json`` or ``markdown`` (``failure``: why nothing was chosen; the JSON document carries it)."""
+    if out_file:
+        save_json(out_file, recommend_json(result, failure))
+    if failure is not None and fmt != "json":
+        return  # the command prints the error line
     if fmt == "json":
-        print_json(recommend_json(result))
+        print_json(recommend_json(result, failure))
     elif fmt == "markdown":
         print(markdown(result))
     else:

@@ -1,9 +1,12 @@
-"""Search the catalog for the best cluster: enumerate, prune, predict, constrain, rank, Pareto.
+"""Search the catalog for the best cluster: enumerate, prune, simulate, price, constrain, rank.
 
-``space`` says which configurations exist and which are pruned before simulating (over the
-budget, out of memory), ``rank`` orders what was simulated, ``limits`` holds what the user asked
-for. Everything a prediction reuses (compute per GPU type and batch, all-reduce per topology) is
-cached by the Predictor and the communication model.
+``space`` says which configurations exist and which are left out before simulating (over the
+budget, out of memory, unsupported GPUs, a global batch that does not divide) and groups the rows
+of every region by hardware; ``sweep`` simulates each hardware's node counts once, skipping the
+counts a bound shows cannot win; ``mixes`` adds two-type clusters; ``offers`` prices every
+simulation in every region and market at once and checks the limits at the confidence
+(``confidence``); ``rank`` orders what meets them and applies the simplicity rule; ``limits``
+holds what the user asked for.
 
 Objectives: ``throughput`` (expected samples/s, highest first) or ``cost`` (job cost when a job
 length is known, else $ per million samples, lowest first). Default: cost when a deadline is
@@ -14,13 +17,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from srift.catalog.instances import Instance
+from srift.catalog.spec import cluster_of, label_of
 from srift.cluster import Cluster
 from srift.job import JobLength
 from srift.search.limits import Constraints
-from srift.search.rank import SearchResult, rank
-from srift.search.space import Explorer, frontier_types, instance_types, single_type_parts, two_type_parts
+from srift.search.mixes import sweep_mixes
+from srift.search.offers import OfferTable
+from srift.search.rank import Candidate, SearchResult, explain_failure, order, pareto
+from srift.search.space import Space, build_space, instance_types, wheel_runs
+from srift.search.sweep import CountSweep, Progress
 from srift.simulate.prediction import Prediction
+
+MAX_COMPARED = 300  # feasible configurations the simplicity rule compares (the best by the objective)
+MAX_POINTS = 5000  # priced configurations kept for the plot
 
 
 def search(
@@ -29,33 +41,144 @@ def search(
     constraints: Constraints,
     length: JobLength | None = None,
     per_gpu_memory_ok: Callable[[Instance], bool] | None = None,
+    global_batch_size: int | None = None,
+    progress: Progress | None = None,
+    exhaustive: bool = False,
+    grad_accum: int = 1,
 ) -> SearchResult:
     """Find the best configurations (see module docstring).
 
     Args:
-        catalog: Instance types to consider (one region).
+        catalog: Catalog rows to consider (any clouds and regions).
         predict: Predicts one cluster (``Predictor(profile, job).predict``).
-        constraints: Limits, objective and search-space options.
+        constraints: Limits, objective, confidence and search-space options.
         length: The job's length (job hours and cost; needed by a deadline or a maximum cost).
         per_gpu_memory_ok: Cheap pre-check that the job fits on one GPU of a type (skips
             simulating types that cannot hold it); None: rely on the prediction.
+        global_batch_size: The job's fixed global batch, if any (counts that do not divide it are
+            left out rather than changing it).
+        progress: Called with (simulations done, most there could be) as the search goes.
+        exhaustive: Simulate every count instead of bounding (what tests and benchmarks compare the
+            bound against).
+        grad_accum: Micro-batches per optimizer step: with a fixed global batch, each micro-batch
+            (the global batch / grad_accum) must divide over the GPUs.
 
     Raises:
-        SriftError: for a deadline or maximum cost without a length, or no type to search.
+        SriftError: for a deadline or maximum cost without a length, a step count without a
+            fixed global batch, or no type to search.
     """
     c = constraints
-    c.require_length(length)
-    types = instance_types(catalog, c)
-    explorer = Explorer(predict, c, length, {i.instance_type: (per_gpu_memory_ok(i) if per_gpu_memory_ok else True) for i in types})
-    for parts in single_type_parts(types, c):
-        explorer.consider(parts)
-    explorer.count_too_large(types)
+    c.require_length(length, global_batch_size)
+    per_micro_batch = None if global_batch_size is None else global_batch_size // grad_accum
+    space = build_space(instance_types(catalog, c), c, per_gpu_memory_ok, per_micro_batch)
+    table = OfferTable(space, c, length)
+    sweep = CountSweep(space, table, predict, c, length, dense=exhaustive or global_batch_size is not None, progress=progress)
+    sweep.run()
+    simulated = sweep.simulations
     if c.mixed:
-        singles = [x for x in explorer.evaluated if x.feasible and len(x.prediction.batch_split) == 1]
-        for parts in two_type_parts(frontier_types(singles, types), c):
-            explorer.consider(parts)
-    result = rank(explorer.evaluated, c, explorer.considered, explorer.pruned)
-    if result.cut_by == "budget":
-        # Nothing was simulated: show what the cheapest configuration that fits would cost.
-        result.closest = explorer.cheapest_that_fits(types)
+        simulated += sweep_mixes(sweep, predict, c, global_batch_size)
+    return _result(table, c, simulated, predict)
+
+
+def _candidate(table: OfferTable, i: int) -> Candidate:
+    cand = table.candidate(i)
+    cand.supported = all(wheel_runs(inst) for inst, _, _ in table.parts(i))
+    return cand
+
+
+def _result(table: OfferTable, c: Constraints, simulated: int, predict: Callable[[Cluster], Prediction]) -> SearchResult:
+    space = table.space
+    t = table.cols
+    ranked = table.ranked()
+    feasible = [_candidate(table, int(i)) for i in ranked[:MAX_COMPARED]]
+    recs, why = order(feasible, c.goal, c.top) if feasible else ([], None)
+    for cand_i, cand in zip(ranked, feasible):
+        if any(cand is r for r in recs):
+            cand.regions = table.same_price_regions(int(cand_i))
+    nodes = table.core_column("nodes")[t["core"].astype(np.int64)] if len(t["core"]) else np.zeros(0)
+    best_single = None
+    if recs and recs[0].nodes > 1:
+        one = ranked[nodes[ranked] == 1] if len(ranked) else ranked
+        best_single = _candidate(table, int(one[0])) if len(one) else None
+    pruned = dict(space.pruned)
+    bound = space.considered - len(table) - sum(pruned.values())
+    if bound > 0:
+        pruned["bound"] = bound
+    result = SearchResult(
+        recommendations=recs, considered=space.considered, evaluated=len(table), simulated=simulated,
+        frontier=_frontier(table), evaluated_points=_points(table), objective=c.goal, pruned=pruned,
+        best_single_node=best_single, simpler_choice=why, confidence=c.confidence,
+        regions_searched=tuple(f"{cloud}/{region}" for cloud, region in space.places),
+    )
+    if not recs:
+        everything = table.ranked(feasible=False)
+        closest_pool = [_candidate(table, int(i)) for i in _closest_pool(table, everything)]
+        result.cut_by, result.closest = explain_failure(closest_pool, bool(pruned.get("budget")))
+        if result.cut_by == "budget":
+            result.closest = _cheapest_that_fits(space, c, predict)
     return result
+
+
+def _closest_pool(table: OfferTable, idx: np.ndarray) -> np.ndarray:
+    """The offers that can come closest to a limit: least memory, fewest hours, lowest cost."""
+    t = table.cols
+    if len(idx) == 0:
+        return idx
+    picks = {int(idx[np.argmin(t["hours_q"][idx])]) if not np.isnan(t["hours_q"][idx]).all() else int(idx[0])}
+    if not np.isnan(t["cost_q"][idx]).all():
+        picks.add(int(idx[np.nanargmin(t["cost_q"][idx])]))
+    mem = np.array([table.cores[int(t["core"][i])].prediction.memory_per_gpu_bytes for i in idx])
+    picks.add(int(idx[np.argmin(mem)]))
+    fits = idx[t["reason"][idx] != 1]
+    if len(fits):
+        picks.add(int(fits[np.nanargmin(np.where(np.isnan(t["hours_q"][fits]), np.inf, t["hours_q"][fits]))]))
+        cq = np.where(np.isnan(t["cost_q"][fits]), np.inf, t["cost_q"][fits])
+        picks.add(int(fits[np.argmin(cq)]))
+    return np.array(sorted(picks), dtype=np.int64)
+
+
+def _frontier(table: OfferTable) -> list[Candidate]:
+    """Pareto-optimal priced configurations (price vs expected throughput), cheapest first."""
+    t = table.cols
+    if not len(t["core"]):
+        return []
+    order_ = np.lexsort((-t["throughput"], t["price"]))
+    tp = t["throughput"][order_]
+    running = np.maximum.accumulate(np.concatenate([[-1.0], tp[:-1]]))
+    keep = order_[tp > running]
+    return pareto(_candidate(table, int(i)) for i in keep)
+
+
+def _points(table: OfferTable) -> list[tuple[float, float, bool, str]]:
+    """(price, expected throughput, feasible, GPU types) of the priced configurations, at most MAX_POINTS."""
+    t = table.cols
+    n = len(t["core"])
+    idx = np.arange(n) if n <= MAX_POINTS else np.linspace(0, n - 1, MAX_POINTS).round().astype(np.int64)
+    gpus = ["+".join(core.prediction.gpu_types) for core in table.cores]
+    return [(float(t["price"][i]), float(t["throughput"][i]), bool(t["feasible"][i]), gpus[int(t["core"][i])]) for i in idx]
+
+
+def _cheapest_that_fits(space: Space, c: Constraints, predict: Callable[[Cluster], Prediction]) -> Candidate | None:
+    """One instance of the cheapest type the job fits on (spot when allowed and cheaper), priced
+    whatever the budget: what the nearest configuration would cost."""
+    fitting = [g for g in space.groups if g.memory_ok]
+    if not fitting:
+        return None
+    best: tuple[float, Instance, bool] | None = None
+    for g in fitting:
+        for r in g.rows:
+            inst = space.rows[int(r)]
+            for spot in ([False, True] if c.spot else [False]):
+                p = inst.usd_per_hour(spot)
+                if p is not None and (best is None or p < best[0]):
+                    best = (p, inst, spot)
+    if best is None:
+        return None
+    price, inst, spot = best
+    parts = [(inst, 1, spot)]
+    cluster = cluster_of(parts)
+    pred = predict(cluster)
+    return Candidate(cluster.name, label_of(parts), spot, cluster.gpus, cluster.nodes, price, pred,
+                     cloud=inst.cloud, region=inst.region, regions=(inst.region,), host_arch=inst.host_arch,
+                     supported=wheel_runs(inst), market=1 if spot else 0, hardware=(inst.hardware_key,),
+                     vcpus_per_gpu=inst.vcpus / inst.gpu_count, flags=inst.flags)

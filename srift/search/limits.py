@@ -1,8 +1,14 @@
 """The user's limits and search options, and how a run measures against a limit.
 
-Limits: a budget in $ per hour of the whole cluster, a deadline in hours and a maximum job cost
-(the last two need the job's length, which the Job carries). `srift check` names the same three
-limits ``max_usd_per_hour``, ``max_hours`` and ``max_cost_usd`` (srift/jobfile.py).
+Limits: a budget in $ per hour of the whole cluster (exact: prices are known), a deadline in hours
+and a maximum job cost (both need the job's length, which the Job carries, and are met at the
+stated confidence: the job's hours and cost at that quantile, srift/search/confidence.py).
+`srift check` names the same three limits ``max_usd_per_hour``, ``max_hours`` and ``max_cost_usd``
+(srift/jobfile.py).
+
+The largest cluster a search takes is MAX_SEARCH_GPUS: the search's cost grows at most linearly
+with ``--max-gpus`` (scripts/bench_recommend.py prints it), and beyond the largest training
+clusters run today a prediction would rest on nothing measured.
 """
 
 from __future__ import annotations
@@ -16,8 +22,9 @@ from srift.bounds import (
     MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DEADLINE_HOURS, MAX_SEARCH_GPUS, MAX_TOP, MIN_HOURS, MIN_USD, require,
 )
 from srift.errors import SriftError
-from srift.job import JobLength, JobRun
+from srift.job import DEFAULT_CONFIDENCE, JobLength, JobRun, require_confidence
 from srift.jobfile import LIMITS
+from srift.search.confidence import AtConfidence
 
 OBJECTIVES = ("throughput", "cost")
 _TOLERANCE = 1e-12  # a prediction this close above a limit still meets it (rounding)
@@ -40,8 +47,11 @@ class Constraints:
         spot: Also consider spot instances.
         mixed: Also consider mixed clusters.
         gpus: Only these canonical GPU names (empty: all).
-        max_gpus: Largest cluster, in GPUs.
+        max_gpus: Largest cluster, in GPUs (at most MAX_SEARCH_GPUS).
         top: How many recommendations to return.
+        confidence: The deadline and the maximum cost are met at this quantile of the job's
+            hours and cost (0.5: at the median).
+        include_unsupported: Also search GPUs the current PyTorch CUDA wheels do not run on.
     """
 
     budget_usd_per_hour: float | None = None
@@ -53,6 +63,8 @@ class Constraints:
     gpus: frozenset[str] = frozenset()
     max_gpus: int = 64
     top: int = 5
+    confidence: float = DEFAULT_CONFIDENCE
+    include_unsupported: bool = False
 
     def __post_init__(self) -> None:
         for name, low, high in (("budget_usd_per_hour", MIN_USD, MAX_BUDGET_USD_PER_HOUR),
@@ -63,24 +75,37 @@ class Constraints:
                     raise SriftError(f"--{_flag(name)} must be positive, got {v}.", f"pass a positive --{_flag(name)}.")
                 require(v, f"--{_flag(name)}", low, high, hint=f"pass --{_flag(name)} from {low:g} to {high:g}.")
         # The search enumerates every count up to max_gpus: its bound is what keeps a search short.
+        if isinstance(self.max_gpus, int) and self.max_gpus > MAX_SEARCH_GPUS:
+            raise SriftError(f"--max-gpus {self.max_gpus:,} is beyond the largest cluster srift searches ({MAX_SEARCH_GPUS:,} GPUs).",
+                             f"pass --max-gpus {MAX_SEARCH_GPUS:,} or less.")
         for name, high in (("max_gpus", MAX_SEARCH_GPUS), ("top", MAX_TOP)):
             require(getattr(self, name), f"--{_flag(name)}", 1, high, integer=True, hint=f"pass --{_flag(name)} from 1 to {high:,}.")
+        require_confidence(self.confidence)
         if self.objective is not None and self.objective not in OBJECTIVES:
             raise SriftError(f"unknown objective '{self.objective}'.", "use --objective throughput or --objective cost.")
 
     @classmethod
-    def of_check(cls, limits: Mapping[str, float], spot: bool) -> "Constraints":
+    def of_check(cls, limits: Mapping[str, float], spot: bool, confidence: float = DEFAULT_CONFIDENCE) -> "Constraints":
         """The search `srift check` runs for a job file without an instance: the cheapest
         configuration within the job file's limits (keyed by LIMITS names)."""
         return cls(budget_usd_per_hour=limits.get("max_usd_per_hour"), deadline_hours=limits.get("max_hours"),
-                   max_cost_usd=limits.get("max_cost_usd"), objective="cost", spot=spot, top=1)
+                   max_cost_usd=limits.get("max_cost_usd"), objective="cost", spot=spot, top=1, confidence=confidence)
 
-    def require_length(self, length: JobLength | None) -> None:
-        """Raise when a limit needs the job's length and there is none."""
+    def require_length(self, length: JobLength | None, global_batch_size: int | None = None) -> None:
+        """Raise when a limit needs the job's length and there is none, or when the length is a
+        step count and the global batch is not fixed (then a step's data grows with the GPUs, and
+        more GPUs would never shorten the job)."""
         if (self.deadline_hours is not None or self.max_cost_usd is not None) and length is None:
             raise SriftError(
                 "a deadline or a maximum cost needs the job's length.",
-                "add --steps N, or --epochs E --dataset-size N.",
+                "add --epochs E --dataset-size N, --samples N or --tokens N (or --steps N with --global-batch-size B).",
+            )
+        if length is not None and length.steps is not None and global_batch_size is None:
+            raise SriftError(
+                "--steps counts iterations, and with the per-GPU batch fixed an iteration's data grows with the GPU "
+                "count, so a search could not compare configurations by it.",
+                "fix the global batch with --global-batch-size B, or give the length as data: --epochs E --dataset-size N, "
+                "--samples N or --tokens N.",
             )
 
     @property
@@ -103,10 +128,13 @@ class LimitCheck:
     Attributes:
         limit: A LIMITS name, or ``fits_in_memory``.
         value: The allowed value (True for fits_in_memory).
-        predicted: The predicted value.
+        predicted: The predicted value the limit is checked against: hours and cost at the
+            confidence, $/h exactly.
         margin: ``value - predicted`` (None for fits_in_memory).
         margin_pct: The margin in % of the allowed value (None for fits_in_memory).
         passed: The limit holds.
+        predicted_p50: Hours or cost at the median (the same as ``predicted`` for $/h).
+        confidence: The quantile ``predicted`` is at (None for $/h and memory, which are exact).
     """
 
     limit: str
@@ -115,25 +143,28 @@ class LimitCheck:
     margin: float | None
     margin_pct: float | None
     passed: bool
+    predicted_p50: float | bool | None = None
+    confidence: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"limit": self.limit, "value": self.value, "predicted": self.predicted, "margin": self.margin,
-                "margin_pct": self.margin_pct, "passed": self.passed}
+        return {"limit": self.limit, "value": self.value, "predicted": self.predicted, "predicted_p50": self.predicted_p50,
+                "confidence": self.confidence, "margin": self.margin, "margin_pct": self.margin_pct, "passed": self.passed}
 
 
-def check_limits(limits: Mapping[str, float], run: JobRun, usd_per_hour: float, fits_in_memory: bool) -> list[LimitCheck]:
+def check_limits(limits: Mapping[str, float], run: JobRun, at: AtConfidence, usd_per_hour: float,
+                 fits_in_memory: bool) -> list[LimitCheck]:
     """Each limit the job file sets (in LIMITS order) against the run, then the memory fit when
-    the job does not fit."""
-    actual = {"max_cost_usd": run.cost_usd, "max_hours": run.hours, "max_usd_per_hour": usd_per_hour}
+    the job does not fit. Hours and cost are checked at ``at``'s confidence; $/h is exact."""
+    actual = {"max_cost_usd": (at.cost_usd, run.cost_usd, at.confidence), "max_hours": (at.hours, run.hours, at.confidence),
+              "max_usd_per_hour": (usd_per_hour, usd_per_hour, None)}
     rows = []
     for name in LIMITS:
         if name in limits:
-            allowed, predicted = limits[name], actual[name]
+            allowed = limits[name]
+            predicted, p50, q = actual[name]
             assert predicted is not None  # a checked configuration is priced
             rows.append(LimitCheck(name, allowed, predicted, allowed - predicted, (allowed - predicted) / allowed * 100.0,
-                                   within(predicted, allowed)))
+                                   within(predicted, allowed), p50, q))
     if not fits_in_memory:
         rows.append(LimitCheck("fits_in_memory", True, False, None, None, False))
     return rows
-
-

@@ -1,20 +1,43 @@
-"""Ranking evaluated configurations: which meet the limits, the Pareto frontier, the objective's
-order, what to say when nothing is feasible, and when the runner-up is too close to call."""
+"""Ranking configurations: the objective's order, the Pareto frontier, what to say when nothing is
+feasible, and the ONE rule on how much a more complex configuration must win by.
+
+**Simpler wins within the error.** A configuration is *simpler* than another when it is no more
+complex on any of three counts and less on one: one node rather than several (the line between
+srift's validation groups: one node is measured hundreds of times, several nodes a handful), one
+instance type rather than two, and the market (on demand < spot < a spot/on-demand mix). Two
+multi-node clusters are equally complex whatever their node counts: 127 nodes of one GPU are not
+"simpler" than 128 of another. Predictions err, and two predictions share part of their
+error (``combined_error_pct``): on the same GPUs the compute model's error is shared; on the same
+machines the smaller configuration's error is part of the larger's (one node's scaling error is
+inside a 3-node cluster's); across GPU types nothing is shared. The chosen configuration is the
+best-ranked one that beats every simpler feasible configuration by more than their combined
+typical error (``choose``). So a 3-node cluster that is 18 % faster than one node, with ±28 % of
+error the single node does not have, loses to the single node, which is shown first with the
+3-node cluster as runner-up and a sentence saying why. The same comparison between the top two
+on different GPUs, neither simpler, is a close call (``close_call``): the order is not settled
+until the job is profiled on each.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from srift.job import JobRun, usd_per_million_samples
-from srift.search.limits import Constraints, within
+from srift.search.confidence import AtConfidence, mape_from_sigma
 from srift.simulate.prediction import Prediction
+
+#: Market complexity, simplest first (as srift.search.space's ON_DEMAND, SPOT, SPOT_MIX).
+MARKETS = ("on-demand", "spot", "spot/on-demand mix")
 
 
 @dataclass
 class Candidate:
-    """One evaluated configuration.
+    """One priced configuration.
 
     Attributes:
         instance: A spec `srift predict --instance` accepts.
@@ -24,9 +47,21 @@ class Candidate:
         nodes: Nodes of the configuration.
         cost_per_hour_usd: Price of the whole configuration.
         prediction: The simulator's prediction.
-        run: Steps, hours and cost of the job (None without a job length).
+        run: Steps, hours and cost of the job at the median (None without a job length).
         feasible: It meets every limit.
         reason: The limit it misses first (``memory``, ``deadline`` or ``max-cost``), else "".
+        at_confidence: Job hours and cost at the search's confidence (None without a length).
+        cloud: The cloud (``aws``, ``gcp``, ``lambda``, ``azure``).
+        region: The region where it ranks best.
+        regions: ``region`` first, then the other regions offering it at the same price.
+        host_arch: ``x86_64`` or ``arm64`` (Graviton, Grace).
+        supported: The current PyTorch CUDA wheel runs on its GPUs and host
+            (``srift.catalog.supported``); False only with ``--include-unsupported``.
+        types: Instance types in it (2 for a two-type mix).
+        market: 0 on demand, 1 spot, 2 one on-demand node with spot nodes (MARKETS).
+        hardware: The ``Instance.hardware_key`` of each distinct part (what its error shares).
+        vcpus_per_gpu: The fewest vCPUs per GPU of its instances (what feeds the input pipeline).
+        flags: Catalog row flags of its instances (``suspect-price``, ...).
     """
 
     instance: str
@@ -39,6 +74,17 @@ class Candidate:
     run: JobRun | None = None
     feasible: bool = True
     reason: str = ""
+    at_confidence: AtConfidence | None = None
+    cloud: str = "aws"
+    region: str = ""
+    regions: tuple[str, ...] = ()
+    host_arch: str = "x86_64"
+    supported: bool = True
+    types: int = 1
+    market: int = 0
+    hardware: tuple[Any, ...] = ()
+    vcpus_per_gpu: float | None = None
+    flags: tuple[str, ...] = ()
 
     @property
     def expected_throughput_samples_per_s(self) -> float:
@@ -50,22 +96,24 @@ class Candidate:
 
     @property
     def job_hours(self) -> float | None:
+        """Job hours at the median (p50)."""
         return None if self.run is None else self.run.hours
 
     @property
     def job_cost_usd(self) -> float | None:
+        """Job cost at the median (p50)."""
         return None if self.run is None else self.run.cost_usd
 
+    @property
+    def infra(self) -> str:
+        """SkyPilot's spelling of where it runs: ``aws/us-west-2``."""
+        return f"{self.cloud}/{self.region}"
 
-def unmet_limit(cand: Candidate, c: Constraints) -> str:
-    """The first limit a candidate misses (``memory``, ``deadline``, ``max-cost``), or ""."""
-    if not cand.prediction.fits_in_memory:
-        return "memory"
-    if c.deadline_hours is not None and cand.job_hours is not None and not within(cand.job_hours, c.deadline_hours):
-        return "deadline"
-    if c.max_cost_usd is not None and cand.job_cost_usd is not None and not within(cand.job_cost_usd, c.max_cost_usd):
-        return "max-cost"
-    return ""
+    @property
+    def complexity(self) -> tuple[int, int, int]:
+        """(1 for one node, 2 for several; instance types; market): each higher is more to run and
+        less validated."""
+        return (1 if self.nodes == 1 else 2, self.types, self.market)
 
 
 def pareto(cands: Iterable[Candidate]) -> list[Candidate]:
@@ -92,15 +140,129 @@ def objective_key(goal: str) -> Callable[[Candidate], tuple[float, float]]:
     return cost
 
 
+def _metric(c: Candidate, goal: str, by_job: bool) -> float:
+    """Higher is better: throughput, or 1 / cost."""
+    if goal == "throughput":
+        return c.expected_throughput_samples_per_s
+    value = c.job_cost_usd if by_job else c.usd_per_million_samples
+    return 0.0 if not value else 1.0 / value
+
+
+def edge(better: Candidate, worse: Candidate, goal: str) -> float:
+    """How much ``better`` beats ``worse`` on the objective, as a fraction (negative when it does
+    not): throughput gained, or cost saved relative to the other's."""
+    by_job = better.job_cost_usd is not None and worse.job_cost_usd is not None
+    mw = _metric(worse, goal, by_job)
+    return math.inf if mw == 0 else _metric(better, goal, by_job) / mw - 1.0
+
+
+def _spot_pct(c: Candidate) -> float:
+    return 100.0 * mape_from_sigma(c.at_confidence.uncertainty.spot) if c.at_confidence is not None else 0.0
+
+
+def combined_error_pct(a: Candidate, b: Candidate) -> float | None:
+    """The typical error of two predictions that they do not share, root-sum-squared (None when
+    either prediction has no validated figure). See the module docstring for what is shared;
+    spot interruptions over the job are never shared."""
+    ta, tb = a.prediction.typical_error_pct, b.prediction.typical_error_pct
+    if ta is None or tb is None:
+        return None
+    if a.prediction.gpu_types != b.prediction.gpu_types:
+        base = math.hypot(ta, tb)
+    else:
+        shared = min(a.prediction.compute_error_pct or 0.0, b.prediction.compute_error_pct or 0.0)
+        ra, rb = math.sqrt(max(0.0, ta * ta - shared * shared)), math.sqrt(max(0.0, tb * tb - shared * shared))
+        base = math.sqrt(abs(ra * ra - rb * rb)) if a.hardware and a.hardware == b.hardware else math.hypot(ra, rb)
+    return math.sqrt(base * base + _spot_pct(a) ** 2 + _spot_pct(b) ** 2)
+
+
+def simpler(than: Candidate, other: Candidate) -> bool:
+    """True when ``other`` is simpler than ``than``: no more nodes, instance types or market
+    complexity, and not equal on all three."""
+    a, b = than.complexity, other.complexity
+    return all(y <= x for x, y in zip(a, b)) and a != b
+
+
+def what_it_adds(complex_: Candidate, simple: Candidate) -> str:
+    """``3 nodes instead of 1``, ``two instance types``, ``spot instances``: what the complex one needs."""
+    out = []
+    if complex_.complexity[0] > simple.complexity[0]:
+        out.append(f"{complex_.nodes} nodes instead of {simple.nodes}")
+    if complex_.types > simple.types:
+        out.append("two instance types")
+    if complex_.market > simple.market:
+        out.append("spot and on-demand nodes together" if complex_.market == 2 else "spot instances")
+    return " and ".join(out)
+
+
+@dataclass(frozen=True)
+class SimplerChoice:
+    """Why a simpler configuration was chosen over the best-ranked one.
+
+    Attributes:
+        chosen: The configuration chosen.
+        over: The best-ranked configuration (shown as runner-up).
+        blocker: The simpler configuration ``over`` could not beat by enough (often ``chosen``).
+        edge: How much ``over`` beats ``blocker`` (fraction).
+        error_pct: Their combined typical error.
+        adds: What ``over`` needs that ``blocker`` does not.
+    """
+
+    chosen: Candidate
+    over: Candidate
+    blocker: Candidate
+    edge: float
+    error_pct: float
+    adds: str
+
+
+
+
+def choose(ranked: Sequence[Candidate], goal: str) -> tuple[int, SimplerChoice | None]:
+    """The ONE rule: the index of the best-ranked candidate that beats every simpler candidate by
+    more than their combined typical error, and why it is not the first (None when it is).
+
+    Args:
+        ranked: Feasible candidates, best first by the objective.
+        goal: ``throughput`` or ``cost``.
+    """
+    if len(ranked) < 2:
+        return 0, None
+    keys = np.array([c.complexity for c in ranked])
+    first_block: tuple[int, float, float] | None = None
+    for i, x in enumerate(ranked):
+        k = np.array(x.complexity)
+        mask = (keys <= k).all(axis=1) & (keys != k).any(axis=1)
+        blocker = None
+        for j in np.nonzero(mask)[0]:
+            s = ranked[int(j)]
+            gain = edge(x, s, goal)
+            err = combined_error_pct(x, s)
+            if gain * 100.0 < (err or 0.0) or gain <= 0:
+                blocker = (int(j), gain, err or 0.0)
+                break
+        if blocker is None:
+            if i == 0:
+                return 0, None
+            assert first_block is not None
+            b, gain, err = first_block
+            top = ranked[0]
+            return i, SimplerChoice(x, top, ranked[b], gain, err, what_it_adds(top, ranked[b]))
+        if i == 0:
+            first_block = blocker
+    # Unreachable: the simplest candidates have nothing simpler and pass.
+    raise AssertionError("no candidate passed the simplicity rule")
+
+
 @dataclass(frozen=True)
 class CloseCall:
-    """The runner-up runs on other GPUs and trails the top choice by less than the compute
-    model's typical error across GPUs: the order is not settled until the job is profiled on each.
+    """The runner-up runs on other GPUs (neither is simpler) and trails the chosen one by less than
+    their combined typical error: the order is not settled until the job is profiled on each.
 
     Attributes:
         gap: How far the runner-up trails, as a fraction (throughput lost, or cost added).
-        error_pct: The larger of the two predictions' ``compute_error_pct``.
-        gpus: GPUs of the top choice.
+        error_pct: Their combined typical error.
+        gpus: GPUs of the chosen configuration.
         runner_up_gpus: GPUs of the runner-up.
     """
 
@@ -111,25 +273,13 @@ class CloseCall:
 
 
 def close_call(top: Candidate, runner_up: Candidate, goal: str) -> CloseCall | None:
-    """The close call between the top two, if it is one.
-
-    On the same GPUs the two predictions share most of their error, so their order holds; across
-    GPU types the compute model's errors are separate (``compute_error_pct``: the network's error
-    is shared by two multi-node choices and does not enter), and a gap smaller than that does
-    not settle which is better."""
-    errs = [top.prediction.compute_error_pct, runner_up.prediction.compute_error_pct]
+    """The close call between the top two, if it is one (the same comparison as ``choose``)."""
     gpus, other = top.prediction.gpu_types, runner_up.prediction.gpu_types
-    if errs[0] is None or errs[1] is None or gpus == other:
+    err = combined_error_pct(top, runner_up)
+    if err is None or gpus == other or simpler(top, runner_up) or simpler(runner_up, top):
         return None
-    err = max(errs[0], errs[1])
-    if goal == "throughput":
-        gap = 1.0 - runner_up.expected_throughput_samples_per_s / top.expected_throughput_samples_per_s
-    else:
-        def cost(c: Candidate) -> float:
-            value = c.job_cost_usd if top.job_cost_usd is not None else c.usd_per_million_samples
-            return math.inf if value is None else value
-        gap = cost(runner_up) / cost(top) - 1.0
-    return CloseCall(gap, err, gpus, other) if gap * 100.0 < err else None
+    gap = edge(top, runner_up, goal)
+    return CloseCall(gap, err, gpus, other) if 0 <= gap * 100.0 < err else None
 
 
 @dataclass
@@ -137,65 +287,70 @@ class SearchResult:
     """What `srift recommend` shows.
 
     Attributes:
-        recommendations: The best feasible candidates, best first.
-        considered: Configurations enumerated (before pruning).
-        evaluated: Configurations simulated.
-        frontier: Pareto-optimal evaluated candidates (throughput vs $/h), cheapest first.
-        evaluated_points: (cost per hour, expected throughput, feasible) of every evaluated one.
+        recommendations: The chosen configuration, then the runner-ups (the best-ranked first when
+            a simpler one was chosen over it), then the rest by the objective.
+        considered: Configurations that exist in the search space (every row, count and market).
+        evaluated: Configurations priced from a simulation.
+        simulated: Simulations run (one per hardware and node count, shared by every region).
+        frontier: Pareto-optimal feasible-or-not candidates among those priced (throughput vs $/h),
+            cheapest first.
+        evaluated_points: (cost per hour, expected throughput, feasible, GPUs) of the priced ones
+            (at most a few thousand, for the plot); GPUs names its GPU types (``A10G``, ``A10G+V100``
+            for a mix).
         objective: ``throughput`` or ``cost``.
         cut_by: When nothing is feasible: the limit that removed the last candidates.
         closest: When nothing is feasible: the candidate that comes closest.
         pruned: Configurations left out before simulation, by reason (``budget``, ``memory``,
-            ``max_gpus``).
+            ``unsupported``, ``batch``, ``max_gpus``, ``bound``: counts that could not win).
         best_single_node: When the chosen configuration spans several nodes: the best feasible
-            one-node configuration (multi-node predictions are the least validated; see
-            srift/perf/accuracy.py), or None.
+            one-node configuration, or None.
+        simpler_choice: Why a simpler configuration was chosen over the best-ranked one, or None.
+        confidence: The confidence limits were met at.
+        regions_searched: ``cloud/region`` of every region whose rows were searched.
     """
 
     recommendations: list[Candidate]
     considered: int
     evaluated: int
     frontier: list[Candidate]
-    evaluated_points: list[tuple[float, float, bool]]
+    evaluated_points: list[tuple[float, float, bool, str]]
     objective: str
     cut_by: str | None = None
     closest: Candidate | None = None
     pruned: dict[str, int] = field(default_factory=dict)
     best_single_node: Candidate | None = None
+    simpler_choice: SimplerChoice | None = None
+    simulated: int = 0
+    confidence: float = 0.9
+    regions_searched: tuple[str, ...] = ()
 
     @property
     def close_call(self) -> CloseCall | None:
         """The close call between the top two recommendations, if it is one."""
         recs = self.recommendations
-        return close_call(recs[0], recs[1], self.objective) if len(recs) > 1 else None
+        if len(recs) < 2 or self.simpler_choice is not None:
+            return None
+        return close_call(recs[0], recs[1], self.objective)
 
 
-def rank(evaluated: list[Candidate], c: Constraints, considered: int, pruned: dict[str, int]) -> SearchResult:
-    """Order the feasible candidates by the objective and describe the search."""
-    goal = c.goal
-    feasible = sorted((x for x in evaluated if x.feasible), key=objective_key(goal))
-    result = SearchResult(
-        recommendations=feasible[: c.top],
-        considered=considered,
-        evaluated=len(evaluated),
-        frontier=pareto(evaluated),
-        evaluated_points=[(x.cost_per_hour_usd, x.expected_throughput_samples_per_s, x.feasible) for x in evaluated],
-        objective=goal,
-        pruned=pruned,
-        best_single_node=next((x for x in feasible if x.nodes == 1), None) if feasible and feasible[0].nodes > 1 else None,
-    )
-    if not feasible:
-        result.cut_by, result.closest = explain_failure(evaluated, pruned)
-    return result
+def order(feasible: Sequence[Candidate], goal: str, top: int) -> tuple[list[Candidate], SimplerChoice | None]:
+    """The recommendations (``top`` of them) after the simplicity rule: the chosen first, the
+    best-ranked next when it was passed over, then the rest in the objective's order."""
+    ranked = sorted(feasible, key=objective_key(goal))
+    i, why = choose(ranked, goal)
+    chosen = ranked[i]
+    rest = [c for k, c in enumerate(ranked) if k != i]
+    return [chosen, *rest][:top], why
 
 
-def explain_failure(evaluated: list[Candidate], pruned: dict[str, int]) -> tuple[str, Candidate | None]:
-    """Which limit removed the last candidates, and the candidate that came closest."""
+def explain_failure(evaluated: Sequence[Candidate], budget_pruned: bool) -> tuple[str, Candidate | None]:
+    """Which limit removed the last candidates, and the candidate that came closest (hours and
+    cost at the search's confidence)."""
     if not evaluated:
-        return ("budget" if pruned.get("budget") else "memory"), None
+        return ("budget" if budget_pruned else "memory"), None
     fits = [x for x in evaluated if x.reason != "memory"]
     if not fits:
         return "memory", min(evaluated, key=lambda x: x.prediction.memory_per_gpu_bytes)
     if any(x.reason == "deadline" for x in fits):
-        return "deadline", min(fits, key=lambda x: x.job_hours if x.job_hours is not None else math.inf)
-    return "max-cost", min(fits, key=lambda x: x.job_cost_usd if x.job_cost_usd is not None else math.inf)
+        return "deadline", min(fits, key=lambda x: x.at_confidence.hours if x.at_confidence is not None else math.inf)
+    return "max-cost", min(fits, key=lambda x: x.at_confidence.cost_usd if x.at_confidence and x.at_confidence.cost_usd else math.inf)

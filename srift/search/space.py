@@ -1,35 +1,45 @@
-"""The search space: which configurations of the catalog to consider, and which to drop before
-simulating them.
+"""The search space: which configurations of the catalog exist, which are left out before any
+simulation, and which share one simulation.
 
-Per GPU instance type of the region (optionally filtered by GPU; AMD GPUs only when named with
---gpu, since a CUDA profile says little about a ROCm run):
-  * ``n`` instances for every ``n`` with ``n x GPUs per instance <= max_gpus``, on demand, and on
-    spot when spot is allowed;
-  * with ``mixed``: one on-demand node plus ``n - 1`` spot nodes of the same type (the on-demand
-    node keeps the job's data and rendezvous alive), and two-type mixes of the types on the
-    single-type Pareto frontier (at most ``MIX_TYPES`` types, each count up to the GPU limit).
+Per GPU instance type of the selected clouds and regions (``--infra``; optionally filtered by GPU;
+AMD GPUs only when named with --gpu, since a CUDA profile says little about a ROCm run; GPUs the
+current PyTorch CUDA wheels do not run on only with ``--include-unsupported``):
 
-Pruning before any simulation: over the budget (prices are known), out of memory (memory depends
-only on the per-GPU batch), and, for mixes, types that are not on the frontier.
+* ``n`` instances for every ``n`` with ``n x GPUs per instance <= max_gpus``, on demand, and on
+  spot when spot is allowed;
+* with ``mixed``: one on-demand node beside ``n - 1`` spot nodes of the same type (the on-demand
+  node keeps the job's data and rendezvous alive), and two-type mixes of the types on the
+  single-type Pareto frontier, within one cloud and region (srift/search/mixes.py).
+
+**One simulation per hardware, not per region.** A prediction depends on the hardware (GPU,
+vCPUs, links, network: ``Instance.hardware_key``), not on where it runs or what it costs, so the
+rows of every region (and the same hardware under two names) form one ``HardwareGroup``: each
+node count is simulated once and priced in every region at once (srift/search/offers.py).
+
+Left out before simulating, and counted: over the budget (prices are known), out of memory (a
+cheap per-type pre-check), GPUs the wheels do not run on, and with a fixed global batch, counts
+whose GPUs do not divide it (srift never changes the global batch silently).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from srift.catalog.instances import Instance
-from srift.catalog.spec import Part, cluster_of, label_of
-from srift.cluster import Cluster
+from srift.catalog.support import supported
 from srift.errors import SriftError
 from srift.hardware import gpus
-from srift.job import JobLength
 from srift.search.limits import Constraints
-from srift.search.rank import Candidate, pareto, unmet_limit
-from srift.simulate.prediction import Prediction
 
-MIX_TYPES = 6
 NON_CUDA_ARCHITECTURES = ("rdna1",)  # AMD GPUs: considered only when named with --gpu
+
+#: Markets of one type's configuration: all on demand, all on spot, one on-demand node + n-1 spot.
+ON_DEMAND, SPOT, SPOT_MIX = 0, 1, 2
+MARKET_NAMES = ("on-demand", "spot", "spot/on-demand mix")
 
 
 def cuda_gpu(name: str) -> bool:
@@ -38,120 +48,209 @@ def cuda_gpu(name: str) -> bool:
     return spec is None or spec.architecture not in NON_CUDA_ARCHITECTURES
 
 
-def instance_types(catalog: Sequence[Instance], c: Constraints) -> list[Instance]:
-    """The priced types to search: those of the --gpu filter, else every CUDA GPU's.
+def wheel_runs(inst: Instance) -> bool:
+    """False only for hardware the current PyTorch CUDA wheels are known not to run on
+    (``srift.catalog.supported``); a GPU srift has no datasheet for is not left out on a guess."""
+    return gpus().get(inst.gpu_name) is None or supported(inst)[0]
+
+
+@dataclass(frozen=True)
+class TypeSelection:
+    """The catalog rows a search prices.
+
+    Attributes:
+        rows: Priced rows of the wanted GPUs (the --gpu filter, else every CUDA GPU), without
+            unsupported hardware unless asked for.
+        unsupported: Rows left out because the current PyTorch wheels do not run on them.
+    """
+
+    rows: list[Instance]
+    unsupported: list[Instance]
+
+
+def instance_types(catalog: Sequence[Instance], c: Constraints) -> TypeSelection:
+    """The priced rows to search (see ``TypeSelection``).
 
     Raises:
-        SriftError: when no type is left.
+        SriftError: when no row is left, saying whether the GPU filter or the supported-hardware
+            rule removed them.
     """
-    types = [i for i in catalog if i.on_demand_usd_per_hour is not None and (i.gpu_name in c.gpus if c.gpus else cuda_gpu(i.gpu_name))]
-    if not types:
-        raise SriftError("no priced instance type matches the --gpu filter in this region.",
-                         "check the names with `srift catalog list`, or drop --gpu.")
-    return types
+    wanted = [i for i in catalog if i.on_demand_usd_per_hour is not None and (i.gpu_name in c.gpus if c.gpus else cuda_gpu(i.gpu_name))]
+    if not wanted:
+        raise SriftError("no priced instance type matches the --gpu filter in the selected clouds and regions.",
+                         "check the names with `srift catalog gpus`, or drop --gpu.")
+    if c.include_unsupported:
+        return TypeSelection(wanted, [])
+    ok = [i for i in wanted if wheel_runs(i)]
+    if not ok:
+        reason = supported(wanted[0])[1]
+        raise SriftError(f"no instance type left: {reason}", "pass --include-unsupported to search them anyway (with an older PyTorch).")
+    return TypeSelection(ok, [i for i in wanted if not wheel_runs(i)])
 
 
-def single_type_parts(types: Sequence[Instance], c: Constraints) -> Iterator[list[Part]]:
-    """Configurations of one instance type: ``n`` nodes on each allowed market, and with ``mixed``
-    one on-demand node beside ``n - 1`` spot nodes."""
-    for inst in types:
-        spot_ok = c.spot and inst.spot_usd_per_hour is not None
-        for n in range(1, c.max_gpus // inst.gpu_count + 1):
-            for spot in ([False, True] if spot_ok else [False]):
-                yield [(inst, n, spot)]
-            if c.mixed and spot_ok and n >= 2:
-                yield [(inst, 1, False), (inst, n - 1, True)]
+@dataclass
+class HardwareGroup:
+    """Catalog rows with one hardware (``Instance.hardware_key``): simulated once per node count.
 
-
-def frontier_types(singles: Sequence[Candidate], types: Sequence[Instance]) -> list[Instance]:
-    """The instance types on the Pareto frontier of feasible one-type candidates, the faster end
-    (at most MIX_TYPES), cheapest first."""
-    names: list[str] = []
-    for cand in pareto(singles):
-        t = cand.instance.split(":")[0]
-        if t not in names:
-            names.append(t)
-    by_name = {i.instance_type: i for i in types}
-    return [by_name[t] for t in names[-MIX_TYPES:]]
-
-
-def two_type_parts(front: Sequence[Instance], c: Constraints) -> Iterator[list[Part]]:
-    """Mixes of two frontier types with different GPUs, every count within the GPU limit, on
-    demand (and on spot when both have spot prices)."""
-    for i, a in enumerate(front):
-        for b in front[i + 1:]:
-            if a.gpu_name == b.gpu_name:
-                continue
-            for na in range(1, c.max_gpus // a.gpu_count + 1):
-                for nb in range(1, (c.max_gpus - na * a.gpu_count) // b.gpu_count + 1):
-                    for spot in ([False, True] if c.spot and a.spot_usd_per_hour and b.spot_usd_per_hour else [False]):
-                        yield [(a, na, spot), (b, nb, spot)]
-
-
-def price(parts: Sequence[Part]) -> float:
-    """Dollars per hour of a configuration."""
-    total = 0.0
-    for inst, n, spot in parts:
-        usd = inst.usd_per_hour(spot)
-        assert usd is not None, f"{inst.instance_type} is not priced {'on spot' if spot else 'on demand'}"
-        total += usd * n
-    return total
-
-
-class Explorer:
-    """Evaluates configurations, counting what it considers and what it prunes.
-
-    Args:
-        predict: Predicts one cluster (``Predictor(profile, job).predict``).
-        c: The limits and search options.
-        length: The job's length (for job hours and cost), or None.
-        memory_ok: Per instance type name: whether the job fits on one of its GPUs.
+    Attributes:
+        index: Position in the search's group list.
+        rows: Indices into the search's row list (every region and name with this hardware).
+        rep: The row whose cluster is simulated (any: they predict alike).
+        memory_ok: The job fits on one of its GPUs (cheap pre-check).
+        counts: Node counts that exist (GPU limit; with a fixed global batch, those dividing it).
+        max_count: The largest count any of its offers can afford (budget) within ``counts``.
     """
 
-    def __init__(self, predict: Callable[[Cluster], Prediction], c: Constraints, length: JobLength | None,
-                 memory_ok: dict[str, bool]) -> None:
-        self.predict = predict
-        self.c = c
-        self.length = length
-        self.memory_ok = memory_ok
-        self.considered = 0
-        self.pruned = {"budget": 0, "memory": 0}
-        self.evaluated: list[Candidate] = []
+    index: int
+    rows: np.ndarray
+    rep: Instance
+    memory_ok: bool
+    counts: np.ndarray
+    max_count: int = 0
 
-    def consider(self, parts: list[Part]) -> None:
-        """Prune or evaluate one configuration."""
-        self.considered += 1
-        if not all(self.memory_ok[inst.instance_type] for inst, _, _ in parts):
-            self.pruned["memory"] += 1
-        elif price(parts) > (self.c.budget_usd_per_hour if self.c.budget_usd_per_hour is not None else math.inf):
-            self.pruned["budget"] += 1
+    @property
+    def gpu_count(self) -> int:
+        return self.rep.gpu_count
+
+
+@dataclass
+class Space:
+    """What a search prices: rows (as arrays) grouped by hardware, the markets, the counts.
+
+    Attributes:
+        rows: The priced rows.
+        groups: One per hardware.
+        markets: The markets searched (ON_DEMAND, SPOT, SPOT_MIX).
+        on_demand, spot, rate: Per row: on-demand and spot $/h per node (NaN when none) and spot
+            interruptions per node-hour.
+        place: Per row: index of its (cloud, region) in ``places``.
+        places: The (cloud, region) pairs of the rows.
+        type_id: Per row: index of its (cloud, instance type) (the same type in several regions).
+        considered: Configurations that exist (every row, count and market within the GPU limit).
+        pruned: Left out before simulating, by reason (``budget``, ``memory``, ``unsupported``,
+            ``batch``, ``max_gpus``).
+    """
+
+    rows: list[Instance]
+    groups: list[HardwareGroup]
+    markets: tuple[int, ...]
+    on_demand: np.ndarray
+    spot: np.ndarray
+    rate: np.ndarray
+    place: np.ndarray
+    places: list[tuple[str, str]]
+    type_id: np.ndarray
+    considered: int = 0
+    pruned: dict[str, int] = field(default_factory=dict)
+
+    def price(self, rows: np.ndarray, market: int, n: np.ndarray | int) -> np.ndarray:
+        """$/h of ``n`` nodes of each row on a market (NaN where the row has no such price)."""
+        if market == ON_DEMAND:
+            return self.on_demand[rows] * n
+        if market == SPOT:
+            return self.spot[rows] * n
+        return self.on_demand[rows] + self.spot[rows] * (np.asarray(n) - 1)
+
+    def interruptions(self, rows: np.ndarray, market: int, n: np.ndarray | int) -> np.ndarray:
+        """Spot interruptions per hour of the whole configuration."""
+        if market == ON_DEMAND:
+            return np.zeros(np.broadcast(rows, n).shape)
+        return self.rate[rows] * (np.asarray(n) - (1 if market == SPOT_MIX else 0))
+
+    def market_counts(self, market: int, counts: np.ndarray) -> np.ndarray:
+        """The counts a market has (a spot/on-demand mix needs two nodes)."""
+        return counts[counts >= 2] if market == SPOT_MIX else counts
+
+    def budget_cap(self, rows: np.ndarray, market: int, budget: float | None) -> np.ndarray:
+        """Per row, the most nodes of that market within the budget (0 when not priced there)."""
+        big = np.iinfo(np.int64).max // 4
+        if market == ON_DEMAND:
+            unit, fixed = self.on_demand[rows], np.zeros(len(rows))
+        elif market == SPOT:
+            unit, fixed = self.spot[rows], np.zeros(len(rows))
         else:
-            self.evaluated.append(self.evaluate(parts))
+            unit, fixed = self.spot[rows], self.on_demand[rows] - self.spot[rows]
+        priced = ~np.isnan(unit) & ~np.isnan(fixed)
+        if budget is None:
+            return np.where(priced, big, 0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            cap = np.floor((budget + 1e-9 - np.nan_to_num(fixed)) / np.where(priced, unit, 1.0))
+        return np.where(priced, np.clip(cap, 0, big), 0).astype(np.int64)
 
-    def evaluate(self, parts: list[Part]) -> Candidate:
-        """Simulate one configuration (neither counted nor pruned)."""
-        cluster = cluster_of(parts)
-        pred = self.predict(cluster)
-        run = pred.job_run(self.length) if self.length is not None else None
-        cand = Candidate(cluster.name, label_of(parts), any(s for _, _, s in parts), cluster.gpus, cluster.nodes,
-                         price(parts), pred, run)
-        cand.reason = unmet_limit(cand, self.c)
-        cand.feasible = not cand.reason
-        return cand
 
-    def count_too_large(self, types: Sequence[Instance]) -> None:
-        """Count the types whose single instance has more GPUs than the limit."""
-        n = sum(1 for inst in types if inst.gpu_count > self.c.max_gpus)
-        if n:
-            self.pruned["max_gpus"] = n
+def build_space(selection: TypeSelection, c: Constraints, memory_ok: Callable[[Instance], bool] | None = None,
+                global_batch_size: int | None = None) -> Space:
+    """Group the rows by hardware, fix each group's counts, and count what exists and what is left
+    out before any simulation (``global_batch_size``: the fixed samples of one micro-batch over
+    all GPUs, which a count's GPUs must divide)."""
+    rows = selection.rows
+    markets = (ON_DEMAND,) + ((SPOT,) if c.spot else ()) + ((SPOT_MIX,) if c.spot and c.mixed else ())
+    places: dict[tuple[str, str], int] = {}
+    types: dict[tuple[str, str], int] = {}
+    by_key: dict[tuple[object, ...], list[int]] = {}
+    for i, r in enumerate(rows):
+        places.setdefault((r.cloud, r.region), len(places))
+        types.setdefault((r.cloud, r.instance_type), len(types))
+        by_key.setdefault(r.hardware_key, []).append(i)
+    space = Space(
+        rows=rows, groups=[], markets=markets,
+        on_demand=np.array([np.nan if r.on_demand_usd_per_hour is None else r.on_demand_usd_per_hour for r in rows]),
+        spot=np.array([np.nan if r.spot_usd_per_hour is None else r.spot_usd_per_hour for r in rows]),
+        rate=np.array([r.spot_interruption_per_hour for r in rows]),
+        place=np.array([places[(r.cloud, r.region)] for r in rows], dtype=np.int64),
+        places=list(places), type_id=np.array([types[(r.cloud, r.instance_type)] for r in rows], dtype=np.int64),
+    )
+    pruned = {"budget": 0, "memory": 0, "unsupported": 0, "batch": 0, "max_gpus": 0}
+    considered = 0
+    for key, idx in by_key.items():
+        rep = rows[idx[0]]
+        members = np.asarray(idx, dtype=np.int64)
+        all_counts = np.arange(1, c.max_gpus // rep.gpu_count + 1, dtype=np.int64)
+        if len(all_counts) == 0:
+            pruned["max_gpus"] += len(idx)
+            continue
+        counts = all_counts
+        if global_batch_size is not None:
+            # The global batch is fixed: a count whose GPUs do not divide it would change it.
+            counts = all_counts[global_batch_size % (all_counts * rep.gpu_count) == 0]
+        fits = memory_ok(rep) if memory_ok is not None else True
+        group = HardwareGroup(len(space.groups), members, rep, fits, counts)
+        for m in markets:
+            n_all = len(space.market_counts(m, all_counts))
+            priced = int(np.count_nonzero(~np.isnan(space.price(members, m, 1))))
+            considered += priced * n_all
+            pruned["batch"] += priced * (n_all - len(space.market_counts(m, counts)))
+            if not fits:
+                pruned["memory"] += priced * len(space.market_counts(m, counts))
+                continue
+            cap = space.budget_cap(members, m, c.budget_usd_per_hour)
+            mc = space.market_counts(m, counts)
+            over = (mc[None, :] > cap[:, None]).sum()
+            pruned["budget"] += int(over) - int(np.count_nonzero(np.isnan(space.price(members, m, 1)))) * len(mc)
+            within = mc[mc <= cap.max()] if len(cap) else mc[:0]
+            group.max_count = max(group.max_count, int(within.max()) if len(within) else 0)
+        space.groups.append(group)
+    for r in selection.unsupported:
+        n = c.max_gpus // r.gpu_count
+        per_market = sum(1 for m in markets if (r.usd_per_hour(m == SPOT) if m != SPOT_MIX else r.spot_usd_per_hour) is not None)
+        pruned["unsupported"] += n * per_market
+    space.considered = considered + pruned["unsupported"]
+    space.pruned = {k: v for k, v in pruned.items() if v}
+    return space
 
-    def cheapest_that_fits(self, types: Sequence[Instance]) -> Candidate | None:
-        """One instance of the cheapest type the job fits on (spot when allowed and cheaper),
-        evaluated whatever the budget: what the nearest configuration would cost."""
-        fitting = [i for i in types if self.memory_ok[i.instance_type]]
-        if not fitting:
-            return None
-        spot_ok = self.c.spot
-        inst = min(fitting, key=lambda i: min(p for p in (i.on_demand_usd_per_hour, i.spot_usd_per_hour if spot_ok else None) if p))
-        spot = bool(spot_ok and inst.spot_usd_per_hour and inst.spot_usd_per_hour < (inst.on_demand_usd_per_hour or math.inf))
-        return self.evaluate([(inst, 1, spot)])
+
+def seed_counts(group: HardwareGroup, space: Space, c: Constraints) -> np.ndarray:
+    """The first counts a sweep simulates: 1 and 2 nodes, powers of two, the largest count, and
+    each offer's budget cap (its most affordable cluster), within the group's counts."""
+    counts = group.counts[group.counts <= group.max_count]
+    if len(counts) == 0:
+        return counts
+    top = int(counts.max())
+    seeds = {1, 2, top}
+    seeds.update(2 ** k for k in range(int(math.log2(top)) + 1))
+    for m in space.markets:
+        cap = space.budget_cap(group.rows, m, c.budget_usd_per_hour)
+        seeds.update(int(x) for x in np.unique(cap) if 0 < x <= top)
+    # Snap each seed to an existing count (with a fixed global batch not every count exists).
+    idx = np.searchsorted(counts, np.fromiter(seeds, dtype=np.int64), side="right") - 1
+    return np.unique(counts[idx[idx >= 0]])

@@ -35,7 +35,7 @@ import numpy as np
 from srift.cluster import Cluster
 from srift.errors import SriftError
 from srift.hardware import CPU, gpu as gpu_spec
-from srift.job import Job
+from srift.job import HALF_PRECISIONS, Job
 from srift.kfac import schedule
 from srift.perf.compute import LayerTimes
 from srift.profile import KFAC_TIME_FIELDS, LayerProfile, Profile
@@ -172,14 +172,14 @@ def measured_scale(profile: Profile, compute: LayerTimes) -> float | None:
 
 def fp32_rate_scale(cluster: Cluster, precision: str) -> float:
     """K-FAC's factors, inversions and preconditioning run in fp32 (srift.kfac disables autocast:
-    fp16 factors diverge). Under ``amp`` the model's layers run on the fp16 tensor path, so the
+    fp16 factors diverge). Under ``amp`` or ``bf16`` the model's layers run on the fp16 tensor path, so the
     rate derived from them is scaled by the GPU's fp32 / amp peak ratio; 1 otherwise."""
-    if precision != "amp":
+    if precision not in HALF_PRECISIONS:
         return 1.0
     for group in cluster.node_groups:
         if group.gpu != CPU:
             spec = gpu_spec(group.gpu)
-            return spec.peak_flops("fp32") / spec.peak_flops("amp")
+            return spec.peak_flops("fp32") / spec.peak_flops(precision)
     return 1.0
 
 
@@ -232,7 +232,7 @@ class _Link:
         return float(self.comm.allreduce_time_s(nbytes, self.quantile)) if self.comm is not None else 0.0
 
     def _broadcast(self, dim: int) -> float:
-        return float(self.comm.broadcast_time_s(self.factor_bytes(dim), self.quantile)) if self.comm is not None else 0.0
+        return float(self.comm.broadcast_time_s(schedule.inverse_message_bytes(dim), self.quantile)) if self.comm is not None else 0.0
 
 
 @dataclass(frozen=True)
@@ -307,10 +307,11 @@ def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes,
     # CPU processes (gloo) run collectives on the cores that compute: nothing overlaps there, as
     # in the first-order simulation (srift/simulate/predictor.py).
     cpu_workers = any(g.gpu == CPU for g in cluster.node_groups)
-    packed = strategy == "spd"
+    packed = strategy == "spd"  # SPD pipelines factor all-reduces with backward; the others send after it
 
+    # What the runtime sends (srift.kfac.schedule): packed factors and inverses, every strategy.
     def factor_bytes(d: int) -> float:
-        return FP32_BYTES * (schedule.packed_elements(d) if packed else d * d)
+        return float(schedule.factor_message_bytes(d))
 
     links = {q: _Link(comm, workers, q, factor_bytes) for q in QUANTILES}
     median = links[0.5]
@@ -333,8 +334,10 @@ def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes,
         if not link.distributed:
             exposed = 0.0
         elif pipeline is None:
-            # D-KFAC / MPD: after backward, one all-reduce per full factor, nothing to overlap with.
-            exposed = sum(link.allreduce(factor_bytes(d)) for d in dims)
+            # D-KFAC / MPD: after backward every factor is enqueued at once (model order) and fused
+            # by the fixed buffer, as the runtime does; nothing to overlap with.
+            sizes = [factor_bytes(d) for d in dims]
+            exposed = sum(link.allreduce(sum(sizes[i] for i in g)) for g in schedule.plan_fixed_fusion(sizes))
         else:
             exposed = _spd_exposed_comm(layers, pipeline, groups_a, groups_g, factor_bytes, link, kernels.factor_s, cpu_workers)
         timeline = schedule.inversion_timeline(dims, owners, workers, kernels.invert, link.broadcast,

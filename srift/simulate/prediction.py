@@ -42,7 +42,8 @@ class Prediction:
         breakdown: Seconds per phase of one iteration: ``data``, ``forward``, ``backward``,
             ``exposed_comm``, ``comm_interference``, ``optimizer``, ``overhead`` (+ K-FAC phases); they add up to
             ``iteration_time_s``. ``comm_total`` (not exposed only) is reported beside them.
-        bottleneck: ``compute``, ``communication`` or ``memory``.
+        bottleneck: ``compute``, ``communication``, ``input`` (the data loader is slower than the
+            GPUs) or ``memory``.
         fits_in_memory: False when some GPU needs more memory than it has.
         memory_per_gpu_bytes: Estimated peak memory of the most loaded GPU.
         memory_breakdown_bytes: weights, gradients, optimizer_state, activations, workspace.
@@ -55,6 +56,28 @@ class Prediction:
         compute_error_pct: How far the compute part alone has been from measurements: the
             single-GPU figure for where this prediction's compute times come from. It is what
             separates two GPU types' predictions (on the same GPUs the errors are shared).
+        parallelism: How the job is spread: ``ddp``, ``zero2``, ``fsdp`` or ``hsdp`` (what
+            ``auto`` chose, when it was asked to choose).
+        activation_checkpointing: ``none``, ``selective`` or ``full``.
+        grad_accum: Micro-batches per iteration (optimizer step).
+        micro_batch_size: Samples per GPU per micro-batch (None when node groups differ).
+        seq_len: Tokens per sample (sequence models), else None.
+        throughput_tokens_per_s: Whole-cluster tokens per second (sequence models; p50, no
+            interruptions), else None.
+        tokens_per_s_per_gpu: ``throughput_tokens_per_s`` over the GPUs.
+        mfu: Model FLOPs utilisation: ``tokens/s x model_flops_per_token`` over the GPUs' dense
+            peak FLOP/s at the job's precision (None without a sequence length or on CPU workers).
+        model_flops_per_token: Training FLOPs per token counted for MFU (``6 N + 12 L H s`` for the
+            zoo's LLMs: srift.zoo.llm.model_flops_per_token).
+
+    The breakdown of a sharded job (``zero2``, ``fsdp``, ``hsdp``) has ``recompute`` (activation
+    checkpointing), ``exposed_all_gather``, ``exposed_reduce_scatter`` and
+    ``exposed_cross_node_allreduce`` (hsdp) in place of ``exposed_comm``.
+        data_loading: Where the batches come from: ``synthetic``, ``images``, ``tokens`` or
+            ``measured`` (a profile's own data time).
+        input_time_s: Seconds the slowest GPU's data loader needs per iteration (it runs beside the
+            GPU: only what exceeds the GPU's iteration shows as ``data``); None when unknown (no
+            vCPU count) or for ``measured``.
     """
 
     cluster: str
@@ -76,11 +99,33 @@ class Prediction:
     typical_error_pct: float | None = None
     typical_error_basis: str = ""
     compute_error_pct: float | None = None
+    parallelism: str = "ddp"
+    activation_checkpointing: str = "none"
+    grad_accum: int = 1
+    micro_batch_size: int | None = None
+    seq_len: int | None = None
+    throughput_tokens_per_s: float | None = None
+    tokens_per_s_per_gpu: float | None = None
+    mfu: float | None = None
+    model_flops_per_token: float | None = None
+    data_loading: str = "synthetic"
+    input_time_s: float | None = None
 
     @property
     def expected_throughput_samples_per_s(self) -> float:
         """Samples per second over a long run: spot interruptions included."""
         return self.spot.expected_throughput_samples_per_s if self.spot else self.throughput_samples_per_s
+
+    @property
+    def expected_throughput_tokens_per_s(self) -> float | None:
+        """Tokens per second over a long run (sequence models): spot interruptions included."""
+        return None if self.seq_len is None else self.expected_throughput_samples_per_s * self.seq_len
+
+    @property
+    def plan_label(self) -> str:
+        """Short name of the plan: ``ddp``, ``fsdp+sel``, ``hsdp+full``, ``zero2``."""
+        short = {"none": "", "selective": "+sel", "full": "+full"}
+        return self.parallelism + short.get(self.activation_checkpointing, "+" + self.activation_checkpointing)
 
     @property
     def gpu_types(self) -> tuple[str, ...]:

@@ -20,8 +20,10 @@ Assumptions (also in docs/simulator.md):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from srift.cluster import Cluster
 from srift.job import usd_per_million_samples
@@ -31,6 +33,7 @@ JOB_RESTART_S = 60.0
 CHECKPOINT_FIXED_S = 10.0
 CHECKPOINT_BYTES_PER_S = 1e9
 MIN_INTERVAL_S, MAX_INTERVAL_S = 300.0, 7200.0
+RESTART_S = VM_STARTUP_S + JOB_RESTART_S
 ASSUMPTIONS = ("Poisson interruptions at the catalog rate; any interruption restarts the whole DDP job "
                "from its last checkpoint (Young's interval); see srift/simulate/spot.py")
 
@@ -62,6 +65,49 @@ class SpotExpectation:
     assumptions: str = ASSUMPTIONS
 
 
+def checkpoint_interval_s(interruptions_per_hour: Any, checkpoint_s: Any) -> Any:
+    """Seconds between checkpoints: Young's rule sqrt(2 C / rate), clipped to [5 min, 2 h]
+    (the longest without interruptions). Takes arrays of rates too."""
+    rate_per_s = np.asarray(interruptions_per_hour, dtype=float) / 3600.0
+    with np.errstate(divide="ignore"):
+        young = np.where(rate_per_s > 0, np.sqrt(2.0 * checkpoint_s / np.maximum(rate_per_s, 1e-300)), MAX_INTERVAL_S)
+    out = np.clip(young, MIN_INTERVAL_S, MAX_INTERVAL_S)
+    return out if isinstance(interruptions_per_hour, np.ndarray) else float(out)
+
+
+def useful_fraction(interruptions_per_hour: Any, checkpoint_s: Any) -> Any:
+    """Share of wall time that trains: (1 - rate (R + T/2)) / (1 + C/T), floored at 0, for a cluster
+    interrupted ``interruptions_per_hour`` times per hour whose checkpoint takes ``checkpoint_s``
+    (module docstring). Takes arrays of rates too, so a search prices every region's rate at once."""
+    interval = checkpoint_interval_s(interruptions_per_hour, checkpoint_s)
+    rate_per_s = np.asarray(interruptions_per_hour, dtype=float) / 3600.0
+    out = np.maximum(0.0, 1.0 - rate_per_s * (RESTART_S + interval / 2.0)) / (1.0 + checkpoint_s / interval)
+    return out if isinstance(interruptions_per_hour, np.ndarray) else float(out)
+
+
+def checkpoint_s_for(state_bytes: float) -> float:
+    """Seconds one checkpoint of ``state_bytes`` takes."""
+    return CHECKPOINT_FIXED_S + state_bytes / CHECKPOINT_BYTES_PER_S
+
+
+def expectation(interruptions_per_hour: float, checkpoint_s: float, throughput: float,
+                cost_per_hour: float | None) -> SpotExpectation:
+    """Expected values of a cluster interrupted ``interruptions_per_hour`` times per hour (all its
+    spot nodes together) whose checkpoint takes ``checkpoint_s``."""
+    useful = useful_fraction(interruptions_per_hour, checkpoint_s)
+    exp_tp = throughput * useful
+    return SpotExpectation(
+        interruptions_per_hour=interruptions_per_hour,
+        useful_fraction=useful,
+        expected_throughput_samples_per_s=exp_tp,
+        expected_cost_per_hour_usd=cost_per_hour,  # the bill runs the whole time
+        expected_usd_per_million_samples=usd_per_million_samples(cost_per_hour, exp_tp),
+        checkpoint_interval_s=checkpoint_interval_s(interruptions_per_hour, checkpoint_s),
+        checkpoint_s=checkpoint_s,
+        restart_s=RESTART_S,
+    )
+
+
 def spot_expectation(cluster: Cluster, state_bytes: float, throughput: float, cost_per_hour: float | None) -> SpotExpectation | None:
     """Expected values under interruptions, or None when the cluster has no spot node.
 
@@ -74,20 +120,5 @@ def spot_expectation(cluster: Cluster, state_bytes: float, throughput: float, co
     spot_nodes = sum(g.count for g in cluster.node_groups if g.spot)
     if spot_nodes == 0:
         return None
-    rate_per_s = sum(g.count * g.interruption_per_hour for g in cluster.node_groups if g.spot) / 3600.0
-    ckpt_s = CHECKPOINT_FIXED_S + state_bytes / CHECKPOINT_BYTES_PER_S
-    interval = math.sqrt(2.0 * ckpt_s / rate_per_s) if rate_per_s > 0 else MAX_INTERVAL_S
-    interval = min(max(interval, MIN_INTERVAL_S), MAX_INTERVAL_S)
-    restart = VM_STARTUP_S + JOB_RESTART_S
-    useful = max(0.0, 1.0 - rate_per_s * (restart + interval / 2.0)) / (1.0 + ckpt_s / interval)
-    exp_tp = throughput * useful
-    return SpotExpectation(
-        interruptions_per_hour=rate_per_s * 3600.0,
-        useful_fraction=useful,
-        expected_throughput_samples_per_s=exp_tp,
-        expected_cost_per_hour_usd=cost_per_hour,  # the bill runs the whole time
-        expected_usd_per_million_samples=usd_per_million_samples(cost_per_hour, exp_tp),
-        checkpoint_interval_s=interval,
-        checkpoint_s=ckpt_s,
-        restart_s=restart,
-    )
+    rate_per_hour = sum(g.count * g.interruption_per_hour for g in cluster.node_groups if g.spot)
+    return expectation(rate_per_hour, checkpoint_s_for(state_bytes), throughput, cost_per_hour)

@@ -153,7 +153,7 @@ def load_builtin_profile(name: str, batch_size: int | None = None, seq_len: int 
     path = profiles_dir() / f"{key}.yaml"
     if not path.is_file():
         raise SriftError(f"the shipped profile of '{key}' is missing ({path}).",
-                         "reinstall srift, or run `python scripts/make_zoo_profiles.py`.")
+                         "reinstall srift-planner, or run `python scripts/make_zoo_profiles.py`.")
     if seq_len is not None and MODELS[key].kind != "sequence":
         raise SriftError(f"'{key}' is an image model: --seq-len does not apply.", "drop --seq-len.")
     return Profile.load(path).rescale(batch_size=batch_size, seq_len=seq_len)

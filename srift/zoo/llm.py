@@ -66,7 +66,7 @@ CAUSAL_FRACTION = 0.5
 ATTENTION_BWD_OVER_FWD = 2.5
 
 # Bytes per element at each precision: (matmul and attention outputs, residual stream).
-_ELEMENT_BYTES = {"fp32": (4, 4), "tf32": (4, 4), "amp": (2, 4), "bf16": (2, 2)}
+_ELEMENT_BYTES = {"fp32": (4, 4), "fp32-strict": (4, 4), "tf32": (4, 4), "amp": (2, 4), "bf16": (2, 2)}
 GRAD_BYTES_PER_PARAM = 4  # fp32 gradients, as the rest of srift counts them (grad_bytes)
 TOKEN_ID_BYTES = 8  # int64 token and position ids
 LSE_BYTES = 4  # flash attention's fp32 log-sum-exp per query and head
@@ -466,7 +466,7 @@ def _entry(name: str, raw: Any, path: Path) -> ZooLlm:
 
 
 def _catalog_error(path: Path, what: str) -> SriftError:
-    return SriftError(f"the LLM zoo list '{path}' is not valid: {what}.", "reinstall srift, or fix configs/zoo/llm.yaml.")
+    return SriftError(f"the LLM zoo list '{path}' is not valid: {what}.", "reinstall srift-planner, or fix configs/zoo/llm.yaml.")
 
 
 def _arch_error(name: str, what: str) -> SriftError:

@@ -10,7 +10,7 @@ from torch import nn
 
 import srift
 from srift.errors import SriftError
-from srift.job import require_precision
+from srift.job import HALF_PRECISIONS, require_precision
 from srift.profile import Profile
 from srift.zoo import MODELS, OPTIMIZER_STATE_BYTES_PER_PARAM, canonical_name
 from srift.profiling.flops import analyze_layers
@@ -106,7 +106,7 @@ def structural_profile(name: str, batch_size: int | None = None, seq_len: int | 
     model = build_model(key, "meta")
     batch = example_batch(key, b, t, "meta")
     layers = analyze_layers(model, lambda: forward_loss(key, model, batch))
-    if precision == "amp":
+    if precision in HALF_PRECISIONS:  # bf16 autocast keeps the same dtypes as fp16 autocast
         _apply_autocast_dtypes(layers)
     return Profile(
         name=key,

@@ -1,0 +1,118 @@
+"""The example files srift ships (cluster files, the CI workflow and its job file, training
+scripts), and copying them out of an install (`srift examples [DIR]`).
+
+From a checkout they are the repository's own files; after ``pip install`` (not editable) they
+live under ``<prefix>/share/srift`` (pyproject ``data-files``). Both look the same from here:
+paths relative to srift's data folder, the layout of the repository, so that the commands in the
+README (``--cluster configs/clusters/ib-64.yaml``) work in the folder they are copied to.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from srift import DISTRIBUTION
+from srift.errors import SriftError
+from srift.files import PathLike, atomic_open, configs_dir
+
+#: What `srift examples` copies, as globs relative to the data folder.
+EXAMPLE_GLOBS = ("configs/clusters/*.yaml", "configs/ci/*.yml", "configs/ci/*.yaml", "examples/*.py")
+WORKFLOW = "configs/ci/srift-check.yml"
+REPO_PLACEHOLDER, REF_PLACEHOLDER = "https://github.com/OWNER/srift", "COMMIT_SHA"
+
+
+def data_root() -> Path:
+    """srift's data folder: the checkout, or ``<prefix>/share/srift`` of an install."""
+    return configs_dir().parent
+
+
+def example_files() -> list[str]:
+    """The shipped example files, relative to the data folder, sorted.
+
+    Raises:
+        SriftError: when none is found (a broken install).
+    """
+    root = data_root()
+    found = sorted({p.relative_to(root).as_posix() for pattern in EXAMPLE_GLOBS for p in root.glob(pattern) if p.is_file()})
+    if not found:
+        raise SriftError(f"no example files under {root}: this srift install is incomplete.",
+                         f"reinstall {DISTRIBUTION} (pip install --force-reinstall), or set SRIFT_HOME to a srift checkout.")
+    return found
+
+
+def bundled(path: PathLike) -> Path | None:
+    """The shipped file a relative ``path`` names (``configs/clusters/ib-64.yaml``), when ``path``
+    does not exist where it is looked for but srift ships it; else None."""
+    p = Path(path)
+    if p.is_absolute() or p.exists():
+        return None
+    try:
+        shipped = example_files()
+    except SriftError:
+        return None
+    return data_root() / p if p.as_posix() in shipped else None
+
+
+def installed_from_git() -> tuple[str, str] | None:
+    """(repository URL, commit) when srift was installed with ``pip install git+URL@REF``
+    (pip records both in ``direct_url.json``, PEP 610); else None."""
+    try:
+        text = metadata.distribution(DISTRIBUTION).read_text("direct_url.json")
+    except metadata.PackageNotFoundError:
+        return None
+    try:
+        info = json.loads(text or "{}")
+    except json.JSONDecodeError:
+        return None
+    vcs = info.get("vcs_info") if isinstance(info, dict) else None
+    if not isinstance(vcs, dict) or vcs.get("vcs") != "git" or not vcs.get("commit_id") or not info.get("url"):
+        return None
+    return str(info["url"]), str(vcs["commit_id"])
+
+
+@dataclass
+class CopiedExamples:
+    """What `srift examples` did.
+
+    Attributes:
+        dest: The folder copied to.
+        written: Files written (relative to ``dest``).
+        skipped: Files left alone because they exist (without ``force``).
+        pinned: (repository, commit) filled into the workflow, or None when left for the user.
+    """
+
+    dest: Path
+    written: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    pinned: tuple[str, str] | None = None
+
+
+def copy_examples(dest: PathLike = ".", force: bool = False, pin: tuple[str, str] | None = None) -> CopiedExamples:
+    """Copy the example files into ``dest`` with the repository's layout; existing files are kept
+    unless ``force``. The workflow gets ``pin`` (repository, commit) in place of its placeholders,
+    or the commit srift was installed from when it came from git.
+
+    Raises:
+        SriftError: when ``dest`` is a file.
+    """
+    target = Path(dest)
+    if target.exists() and not target.is_dir():
+        raise SriftError(f"'{target}' is a file, not a folder.", "name a folder (it is created when missing).")
+    pin = pin or installed_from_git()
+    out = CopiedExamples(target, pinned=None)
+    for rel in example_files():
+        to = target / rel
+        if to.exists() and not force:
+            out.skipped.append(rel)
+            continue
+        data = (data_root() / rel).read_bytes()
+        if rel == WORKFLOW and pin is not None:
+            data = data.replace(REPO_PLACEHOLDER.encode(), pin[0].encode()).replace(REF_PLACEHOLDER.encode(), pin[1].encode())
+            out.pinned = pin
+        with atomic_open(to, "wb") as fh:
+            fh.write(data)
+        out.written.append(rel)
+    return out

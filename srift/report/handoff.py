@@ -1,0 +1,260 @@
+"""Hand the chosen configuration to a launcher: a SkyPilot task file (``--skypilot FILE``) and the
+torchrun command line of every node (``--torchrun``).
+
+SkyPilot task (validated against SkyPilot 0.14.1's task schema and ``sky.Task.from_yaml``):
+``resources`` names the instance type, its accelerators in SkyPilot's spelling (``A10G:4``, from
+the catalog's ``accelerators`` column, which comes from SkyPilot's own catalog), ``use_spot`` and
+``infra: CLOUD/REGION`` (SkyPilot 0.10 and later; older releases spelled it ``cloud:`` and
+``region:``); ``num_nodes`` the node count. ``run`` starts torchrun on every node with the
+rendezvous SkyPilot provides: ``SKYPILOT_NUM_NODES``, ``SKYPILOT_NUM_GPUS_PER_NODE``,
+``SKYPILOT_NODE_RANK``, and the first of ``SKYPILOT_NODE_IPS`` as the master. ``setup`` is the
+user's (a comment shows where); the script is ``$TRAIN_SCRIPT`` (``sky launch --env``).
+
+One SkyPilot task runs identical nodes, so a mixed cluster (two instance types, or spot beside
+on-demand nodes) has no task: that is an error with what to do instead. torchrun itself takes a
+different ``--nproc_per_node`` on each node, so ``--torchrun`` prints mixed clusters too, with
+each group's per-GPU batch.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from srift.catalog.instances import Instance
+from srift.errors import SriftError
+from srift.files import atomic_write_text
+from srift.simulate.prediction import Prediction
+
+MASTER_PORT = 29500  # torchrun's default port
+DEFAULT_SCRIPT = "train.py"
+MASTER_PLACEHOLDER = "MASTER_ADDR"
+
+
+@dataclass(frozen=True)
+class LaunchGroup:
+    """``nodes`` identical nodes of a configuration.
+
+    Attributes:
+        nodes: Node count.
+        gpus_per_node: GPUs per node (worker processes: one per GPU).
+        gpu: GPU name (srift's), or ``cpu``.
+        spot: The nodes are spot (preemptible) instances.
+        per_gpu_batch: Samples per GPU per iteration in this group (None when unknown).
+        instance: The catalog row of the nodes; None for machines of a cluster file.
+    """
+
+    nodes: int
+    gpus_per_node: int
+    gpu: str
+    spot: bool
+    per_gpu_batch: int | None
+    instance: Instance | None
+
+    @property
+    def label(self) -> str:
+        """``g5.12xlarge x 3 (4 x A10G each)``, or ``2 nodes (4 x V100-32GB each)`` for a cluster file."""
+        kind = f"{self.instance.instance_type} x {self.nodes}" if self.instance is not None else \
+            f"{self.nodes} node{'s' if self.nodes > 1 else ''}"
+        return f"{kind} ({self.gpus_per_node} x {self.gpu} each{', spot' if self.spot else ''})"
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What to start, and what srift predicted for it.
+
+    Attributes:
+        model: The job's model or profile name.
+        configuration: The configuration's spec (``g5.12xlarge:3``, ``a:1@on-demand+a:2@spot``).
+        groups: Its node groups, in node-rank order.
+        prediction: srift's prediction for it.
+    """
+
+    model: str
+    configuration: str
+    groups: tuple[LaunchGroup, ...]
+    prediction: Prediction
+
+    @property
+    def nodes(self) -> int:
+        return sum(g.nodes for g in self.groups)
+
+    @property
+    def workers(self) -> int:
+        return sum(g.nodes * g.gpus_per_node for g in self.groups)
+
+    def summary(self) -> str:
+        """One line: what runs and what srift predicts for it."""
+        p = self.prediction
+        cost = f" at ${p.cost_per_hour_usd:,.2f}/h" if p.cost_per_hour_usd is not None else ""
+        batch = {g.per_gpu_batch for g in self.groups}
+        per_gpu = f"batch {batch.pop()} per GPU, " if len(batch) == 1 and None not in batch else ""
+        spot = " [Spot]" if all(g.spot for g in self.groups) else ""
+        return (f"{self.model} on {self.configuration}{spot}: {self.nodes} node{'s' if self.nodes > 1 else ''}, {self.workers} workers, "
+                f"{per_gpu}global batch {p.global_batch_size}; srift predicts {p.expected_throughput_samples_per_s:,.0f} "
+                f"samples/s{cost}.")
+
+
+# ---- SkyPilot ----------------------------------------------------------------------------------
+def _single_group(plan: LaunchPlan) -> LaunchGroup:
+    """The one group of identical catalog nodes a SkyPilot task can ask for.
+
+    Raises:
+        SriftError: for a mixed cluster or machines of a cluster file.
+    """
+    if any(g.instance is None for g in plan.groups):
+        raise SriftError("a cluster file describes your own machines, not a cloud instance SkyPilot can start.",
+                         "use --instance TYPE:COUNT for a SkyPilot task, or --torchrun for the launch lines of your machines.")
+    if len(plan.groups) != 1:
+        kinds = " and ".join(g.label for g in plan.groups)
+        raise SriftError(
+            f"{plan.configuration} mixes {kinds}; one SkyPilot task runs identical nodes, so it cannot express this cluster.",
+            "hand off a configuration of one instance type on one market: rerun without --mixed, or "
+            "`srift predict --instance TYPE:COUNT --skypilot FILE` for the row you want; --torchrun prints every node's line.")
+    return plan.groups[0]
+
+
+def _task_name(model: str) -> str:
+    return "srift-" + (re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-") or "job")
+
+
+TORCHRUN_RUN = f"""\
+# One torchrun per node, one worker per GPU; node 0 is the rendezvous master.
+MASTER_ADDR=$(echo "$SKYPILOT_NODE_IPS" | head -n1)
+torchrun \\
+  --nnodes="$SKYPILOT_NUM_NODES" \\
+  --nproc_per_node="$SKYPILOT_NUM_GPUS_PER_NODE" \\
+  --node_rank="$SKYPILOT_NODE_RANK" \\
+  --master_addr="$MASTER_ADDR" \\
+  --master_port={MASTER_PORT} \\
+  $TRAIN_SCRIPT
+"""
+
+
+def skypilot_task(plan: LaunchPlan) -> dict[str, Any]:
+    """The SkyPilot task of a one-group catalog configuration, as the YAML document's mapping.
+
+    Raises:
+        SriftError: for a mixed cluster or a cluster file (see ``_single_group``).
+    """
+    group = _single_group(plan)
+    inst = group.instance
+    assert inst is not None
+    resources: dict[str, Any] = {"infra": inst.infra, "instance_type": inst.vm_type or inst.instance_type}
+    if inst.accelerators:  # SkyPilot's name and count; a row refreshed from AWS's API has none (the type says it)
+        resources["accelerators"] = inst.accelerators
+    resources["use_spot"] = group.spot
+    return {
+        "name": _task_name(plan.model),
+        "workdir": ".",
+        "num_nodes": group.nodes,
+        "resources": resources,
+        "envs": {"TRAIN_SCRIPT": DEFAULT_SCRIPT},
+        "run": TORCHRUN_RUN,
+    }
+
+
+class _TaskDumper(yaml.SafeDumper):
+    """Safe YAML with multi-line strings as literal blocks (``run: |``), as people write them."""
+
+
+def _str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None)
+
+
+_TaskDumper.add_representer(str, _str)
+
+
+def skypilot_yaml(plan: LaunchPlan) -> str:
+    """The task file's text: a comment with the prediction and how to launch, then the task."""
+    task = skypilot_task(plan)
+    group = plan.groups[0]
+    assert group.instance is not None
+    notes = [
+        f"SkyPilot task written by srift for {plan.summary()}",
+        "Launch from the folder of your training script (workdir: . is copied to every node):",
+        f"  sky launch -c {task['name']} THIS_FILE --env TRAIN_SCRIPT='{DEFAULT_SCRIPT} --your-args'",
+        "Add what your script needs under setup, e.g.:",
+        "  setup: |",
+        "    pip install -r requirements.txt",
+    ]
+    if "skypilot" not in group.instance.source.lower():
+        notes.append(f"Note: srift lists {group.instance.instance_type} from {group.instance.source}, not from SkyPilot's "
+                     "catalog; if `sky launch` does not know it yet, choose another row.")
+    header = "".join(f"# {line}\n" for line in notes)
+    return header + yaml.dump(task, Dumper=_TaskDumper, sort_keys=False, default_flow_style=False, width=1000)
+
+
+def write_skypilot(plan: LaunchPlan, path: str) -> Path:
+    """Write the SkyPilot task file atomically (normal permissions)."""
+    return atomic_write_text(path, skypilot_yaml(plan))
+
+
+# ---- torchrun -----------------------------------------------------------------------------------
+def torchrun_lines(plan: LaunchPlan, script: str = DEFAULT_SCRIPT) -> list[str]:
+    """The command of every node, node 0 first (the master), preceded by comment lines.
+
+    One node: ``torchrun --standalone``. Several: a static rendezvous at node 0's address
+    (``MASTER_ADDR``, for the user to fill in) on port 29500, ``--node_rank`` 0..N-1, and each
+    node's own ``--nproc_per_node`` (mixed clusters differ per group).
+    """
+    lines = [f"# {plan.summary()}"]
+    if plan.nodes == 1:
+        g = plan.groups[0]
+        return lines + [f"torchrun --standalone --nproc_per_node={g.gpus_per_node} {script}"]
+    lines.append(f"# Run line R on node R; replace {MASTER_PLACEHOLDER} with node 0's address (port {MASTER_PORT} open "
+                 "between the nodes).")
+    rank = 0
+    for g in plan.groups:
+        if len(plan.groups) > 1:
+            batch = f", batch {g.per_gpu_batch} per GPU" if g.per_gpu_batch is not None else ""
+            lines.append(f"# {g.label}{batch}")
+        for _ in range(g.nodes):
+            lines.append(f"torchrun --nnodes={plan.nodes} --nproc_per_node={g.gpus_per_node} --node_rank={rank} "
+                         f"--master_addr={MASTER_PLACEHOLDER} --master_port={MASTER_PORT} {script}")
+            rank += 1
+    return lines
+
+
+# ---- what the commands call ---------------------------------------------------------------------
+def check(plan: LaunchPlan, skypilot: str | None) -> LaunchPlan:
+    """The plan, once it is known to be expressible as asked: call it before printing anything.
+
+    Raises:
+        SriftError: when a SkyPilot task is asked for a mixed cluster or a cluster file.
+    """
+    if skypilot:
+        _single_group(plan)
+    return plan
+
+
+def hand_off(plan: LaunchPlan, skypilot: str | None, torchrun: bool, fmt: str) -> None:
+    """Write the SkyPilot task (``skypilot``: a path) and print the torchrun lines as asked.
+
+    Messages go to stderr; the torchrun lines to stdout, or to stderr when stdout carries JSON.
+
+    Raises:
+        SriftError: when the configuration cannot be a SkyPilot task (nothing is written).
+    """
+    if skypilot:
+        path = write_skypilot(plan, skypilot)
+        task = skypilot_task(plan)
+        res = task["resources"]
+        print(f"Wrote SkyPilot task {path}: {task['num_nodes']} x {res['instance_type']}"
+              + (f" ({res['accelerators']})" if "accelerators" in res else "")
+              + f", {'spot' if res['use_spot'] else 'on demand'}, {res['infra']}. "
+              f"Launch: sky launch -c {task['name']} {shlex.quote(str(path))} --env TRAIN_SCRIPT='{DEFAULT_SCRIPT} ARGS'",
+              file=sys.stderr)
+    if torchrun:
+        lines = torchrun_lines(plan)
+        out = sys.stderr if fmt == "json" else sys.stdout
+        if fmt == "markdown":
+            lines = ["```bash", *lines, "```"]
+        print("\n".join(lines), file=out)
+
