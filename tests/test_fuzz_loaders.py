@@ -32,6 +32,7 @@ from fuzz_helpers import Tally, check_numbers, dump_json, dump_yaml, mutated_tex
 from srift.catalog import clear_cache
 from srift.catalog.instances import CSV_COLUMNS
 from srift.errors import SriftError
+from srift.zoo import load_builtin_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = int(os.environ.get("SRIFT_FUZZ_EXAMPLES", "1000"))
@@ -86,7 +87,12 @@ def measured_seed() -> dict[str, Any]:
     return doc
 
 
-PROFILE_SEEDS = [_load(ROOT / "profiles" / "vgg16.yaml"), _load(ROOT / "profiles" / "gpt2.yaml"), measured_seed()]
+def llm_seed() -> dict[str, Any]:
+    """A decoder LLM's analytic profile (FSDP units): the sharded path."""
+    return yaml.safe_load(dump_yaml(load_builtin_profile("mpt-125m", batch_size=2, seq_len=512).to_dict()))
+
+
+PROFILE_SEEDS = [_load(ROOT / "profiles" / "vgg16.yaml"), _load(ROOT / "profiles" / "gpt2.yaml"), measured_seed(), llm_seed()]
 CLUSTER_SEEDS = [_load(p) for p in sorted((ROOT / "configs" / "clusters").glob("*.yaml"))] + [{
     "name": "calibrated", "description": "two local GPUs with a measured curve",
     "node_groups": [{"count": 2, "gpus_per_node": 2, "gpu": "T4", "intra_node": "pcie3", "network_gbps": 25,
@@ -101,6 +107,9 @@ JOB_SEEDS = [
     {"profile": "vgg16.yaml", "batch_size": 32, "epochs": 2, "dataset_size": 100000, "optimizer": "kfac",
      "instance": "g5.12xlarge:1", "spot": True, "limits": {"max_cost_usd": 50}},
     {"model": "bert-base", "seq_len": 128, "steps": 1000, "limits": {"max_hours": 10, "max_usd_per_hour": 20}},
+    {"model": "mpt-125m", "seq_len": 1024, "precision": "bf16", "tokens": 10**9, "parallelism": "fsdp",
+     "activation_checkpointing": "selective", "grad_accum": 2, "instance": "p4d.24xlarge:1", "confidence": 0.9,
+     "limits": {"max_cost_usd": 100}},
 ]
 
 
@@ -112,8 +121,10 @@ def profile_case(tally: Tally) -> Callable[[st.DataObject, Path], None]:
         instance = data.draw(st.sampled_from(["p4d.24xlarge:2", "g5.12xlarge:1+p4d.24xlarge:1", "p3dn.24xlarge:1"]),
                              label="instance")
         optimizer = data.draw(st.sampled_from(["sgd", "sgd", "kfac"]), label="optimizer")
+        parallelism = data.draw(st.sampled_from(["auto", "ddp", "fsdp"]), label="parallelism")
         fmt = data.draw(st.sampled_from(["json", "json", "table"]), label="format")
-        run_cli(["predict", "--profile", str(path), "--instance", instance, "--optimizer", optimizer, "--format", fmt], tally)
+        run_cli(["predict", "--profile", str(path), "--instance", instance, "--optimizer", optimizer, "--parallelism", parallelism,
+                 "--format", fmt], tally)
     return case
 
 
@@ -188,13 +199,16 @@ def cache_case(tally: Tally, seed_rows: list[dict[str, str]], monkeypatch: pytes
     return case
 
 
-PARAM_FILES = {"comm": "comm.json", "compute": "compute.json", "input": "input.json", "accuracy": "accuracy.json"}
+PARAM_FILES = {"comm": "comm.json", "compute": "compute.json", "input": "input.json", "accuracy": "accuracy.json",
+               "sharded": "sharded.json"}
+_PATH_FUNCTION = {"accuracy": "accuracy_path", "sharded": "llm_params_path"}
 
 
 def _reset_model_caches() -> None:
     comm.load_params.cache_clear()
     comm._MODEL_CACHE.clear()
     compute.load_params.cache_clear()
+    compute.load_llm_params.cache_clear()
     input_model.load_params.cache_clear()
     accuracy.load_accuracy.cache_clear()
     accuracy.typical_error.cache_clear()
@@ -205,9 +219,14 @@ def params_case(tally: Tally, which: str, monkeypatch: pytest.MonkeyPatch) -> Ca
 
     def case(data: st.DataObject, folder: Path) -> None:
         path = write(folder / PARAM_FILES[which], mutated_text(seed, data, dump_json, yaml_text=False))
-        module = {"comm": comm, "compute": compute, "input": input_model, "accuracy": accuracy}[which]
-        monkeypatch.setattr(module, "accuracy_path" if which == "accuracy" else "params_path", lambda: path)
+        module = {"comm": comm, "compute": compute, "input": input_model, "accuracy": accuracy, "sharded": compute}[which]
+        monkeypatch.setattr(module, _PATH_FUNCTION.get(which, "params_path"), lambda: path)
         _reset_model_caches()
+        if which == "sharded":  # decoder LLMs in half precision use these rates
+            seq = data.draw(st.sampled_from(["512", "2048"]), label="seq")
+            run_cli(["predict", "--model", "mpt-125m", "--precision", "bf16", "--seq-len", seq, "--instance", "p4d.24xlarge:1",
+                     "--format", "json"], tally)
+            return
         if which == "input":  # not in predict yet: the loader and the model it feeds
             tally.cases += 1
             try:
@@ -332,7 +351,7 @@ def _layers(**fields: Any) -> Callable[[Any], None]:
     return edit
 
 
-VGG, GPT2, MEASURED = PROFILE_SEEDS
+VGG, GPT2, MEASURED, _ = PROFILE_SEEDS
 BROKE = {  # name -> (loader, document); each once raised, or predicted a NaN, infinite or negative number
     "profile: params .inf (OverflowError)": ("profile", _edited(VGG, _set(("layers", 0, "params"), math.inf))),
     "profile: a bucket's rank .inf": ("profile", _edited(MEASURED, _set(("allreduce",), [
@@ -396,6 +415,7 @@ PARAMS_BROKE = {  # fitted-parameter files: name -> (file, edit)
     "compute: launch_s 'x' (ValueError)": ("compute", _set(("launch_s",), "x")),
     "input: reference size 1e400 (OverflowError)": ("input", _set(("images", "reference_image_size"), 1e300 * 1e300)),
     "accuracy: logo 'x' (ValueError)": ("accuracy", _set(("groups", "single_gpu", "logo"), "x")),
+    "accuracy: a group without rows (KeyError)": ("accuracy", _set(("groups", "single_gpu"), {"fit": 9.0})),
 }
 
 
@@ -404,8 +424,8 @@ def test_parameter_files_that_broke_a_prediction(name: str, tmp_path: Path, monk
     which, edit = PARAMS_BROKE[name]
     doc = _edited(json.loads((ROOT / "configs" / "perf" / PARAM_FILES[which]).read_text(encoding="utf-8")), edit)
     path = write(tmp_path / PARAM_FILES[which], json.dumps(doc))  # inf becomes Infinity: not JSON, refused
-    module = {"comm": comm, "compute": compute, "input": input_model, "accuracy": accuracy}[which]
-    monkeypatch.setattr(module, "accuracy_path" if which == "accuracy" else "params_path", lambda: path)
+    module = {"comm": comm, "compute": compute, "input": input_model, "accuracy": accuracy, "sharded": compute}[which]
+    monkeypatch.setattr(module, _PATH_FUNCTION.get(which, "params_path"), lambda: path)
     _reset_model_caches()
     try:
         if which == "input":
