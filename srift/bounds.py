@@ -129,5 +129,7 @@ def key_text(key: Any) -> str:
 def _num(v: float) -> str:
     """A bound or value for a message: ``1,048,576``, ``1e+12``, ``0.5``; a huge integer by its size."""
     if isinstance(v, int):
-        return f"{v:,}" if abs(v) < 10**16 else f"a {len(str(abs(v)))}-digit number"
+        if abs(v) < 10**16:
+            return f"{v:,}"
+        return f"{float(v):.3g}" if abs(v) < 10**300 else f"a {len(str(abs(v)))}-digit number"
     return f"{int(v):,}" if v.is_integer() and abs(v) < 1e16 else f"{v:g}"

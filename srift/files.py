@@ -45,6 +45,8 @@ def atomic_open(path: PathLike, mode: str = "w", overwrite: bool = True) -> Iter
         SriftError: when the folder cannot be made or written.
     """
     target = Path(path)
+    if target.is_dir():
+        raise SriftError(f"cannot write '{_show(target)}': it is a folder.", "pass the path of a file to write.")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
