@@ -34,25 +34,33 @@ def load_accuracy() -> dict[str, Any]:
         raise SriftError(f"{path}: 'groups' must be a mapping.", _HINT)
     for name, g in groups.items():
         _check_group(g, f"{path}: groups.{key_text(name)}")
-        for link, sub in (g.get("by_link") or {}).items():
-            _check_group(sub, f"{path}: groups.{key_text(name)}.by_link.{key_text(link)}")
     return data
 
 
 _HINT = "reinstall srift-planner, or re-run scripts/validate.py --write-accuracy."
 
 
+_FIGURES = ("fit", "logo", "lomo", "lono", "loso", "leave_silicon")  # MAPE in % under each way of holding out
+
+
 def _check_group(g: Any, where: str) -> None:
-    """A validation group: a row count and MAPE figures (%), what typical_error reads."""
+    """A validation group: a row count and MAPE figures (%), what typical_error reads, and its
+    subgroups (``by_link``, ``by_network``: groups of the same shape)."""
     if not isinstance(g, dict) or "fit" not in g or "rows" not in g:
         raise SriftError(f"{where} must be a mapping with 'rows' and 'fit' figures.", _HINT)
     require(g["rows"], f"{where}.rows", 0, 10**9, integer=True, hint=_HINT)
-    for key in ("fit", "logo", "lomo"):
+    for key in _FIGURES:
         if key in g:
             require(g[key], f"{where}.{key}", 0.0, 1000.0, hint=_HINT)
     require(g.get("bias_pct", 0.0), f"{where}.bias_pct", -1000.0, 1000.0, hint=_HINT)
-    if not isinstance(g.get("basis", ""), str) or not isinstance(g.get("by_link") or {}, dict):
-        raise SriftError(f"{where}: 'basis' must be text and 'by_link' a mapping.", _HINT)
+    if not isinstance(g.get("basis", ""), str):
+        raise SriftError(f"{where}: 'basis' must be text.", _HINT)
+    for key, sub in g.items():
+        if isinstance(key, str) and key.startswith("by_"):
+            if not isinstance(sub, dict):
+                raise SriftError(f"{where}.{key} must be a mapping of groups.", _HINT)
+            for name, group in sub.items():
+                _check_group(group, f"{where}.{key}.{key_text(name)}")
 
 
 _NETWORK_WORDS = {"ethernet": "TCP sockets", "efa": "EFA", "infiniband": "InfiniBand", "roce": "RoCE"}
