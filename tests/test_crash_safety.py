@@ -239,7 +239,7 @@ def test_sigkill_during_catalog_refresh_leaves_each_region_old_or_new(tmp_path: 
     cache = tmp_path / "cache"
     extra = {"SRIFT_CACHE_DIR": str(cache), "SRIFT_AWS_PRICE_LIST_URL": f"http://127.0.0.1:{port}",
              "SRIFT_AWS_SPOT_ADVISOR_URL": f"http://127.0.0.1:{port}/spot-advisor-data.json"}
-    args = ["catalog", "refresh", "--region", "aws"]
+    args = ["catalog", "refresh", "--infra", "aws"]
     t0 = time.perf_counter()
     assert _run_killed(args, tmp_path, _env(**extra), None) == 0
     full_s = time.perf_counter() - t0
