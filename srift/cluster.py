@@ -199,7 +199,7 @@ def _group(g: Any, where: str, bad: Callable[[str], SriftError]) -> NodeGroup:
     if extra:
         raise bad(f"{where} has unknown key(s) {', '.join(sorted(key_text(k) for k in extra))}")
     for key in ("count", "gpus_per_node", "gpu", "intra_node", "network_gbps"):
-        if key not in g:
+        if g.get(key) is None:
             raise bad(f"{where}.{key} is required")
     for key, high in (("count", MAX_NODES), ("gpus_per_node", MAX_GPUS_PER_NODE)):
         v = g[key]

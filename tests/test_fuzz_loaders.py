@@ -368,6 +368,7 @@ BROKE = {  # name -> (loader, document); each once raised, or predicted a NaN, i
     "cluster: network_gbps .nan": ("cluster", _edited(CLUSTER_SEEDS[0], _set(("node_groups", 0, "network_gbps"), math.nan))),
     "cluster: usd_per_hour .inf (cost inf)": ("cluster", _edited(CLUSTER_SEEDS[0], _set(("node_groups", 0, "usd_per_hour"), math.inf))),
     "cluster: keys 1 and 'a' (sorting TypeError)": ("cluster", _edited(CLUSTER_SEEDS[0], _set((1,), "x"))),
+    "cluster: network_gbps null (TypeError)": ("cluster", _edited(CLUSTER_SEEDS[0], _set(("node_groups", 0, "network_gbps"), None))),
     "cluster: calibration NaN": ("cluster", _edited(CLUSTER_SEEDS[-1], _set(("comm_calibration", "times_s", 1), math.nan))),
     "job: batch_size 10^400 (OverflowError)": ("job", _edited(JOB_SEEDS[0], _set(("batch_size",), 10**400))),
     "job: max_cost_usd .inf": ("job", _edited(JOB_SEEDS[0], _set(("limits", "max_cost_usd"), math.inf))),
