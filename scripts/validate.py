@@ -314,6 +314,8 @@ def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str, b
             # One-node groups by intra-node link, where enough rows back a figure of its own.
             by_link = {link: figures(s) for link, s in df.groupby("link") if len(s) >= MIN_LINK_ROWS}
             g["by_link"] = dict(sorted(by_link.items()))
+        if "nodes" in df and name == "multi_node":
+            g["max_nodes"] = int(df["nodes"].max())  # beyond it predictions extrapolate (srift/perf/accuracy.py)
         if "network" in df and name == "multi_node":
             # The multi-node group by network class (ethernet = NCCL over TCP sockets), where enough rows back it.
             by_net = {net: figures(s) for net, s in df.groupby("network") if len(s) >= MIN_LINK_ROWS}

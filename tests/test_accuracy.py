@@ -147,3 +147,17 @@ def test_the_shipped_figures_cover_every_group_and_link_with_enough_rows():
     groups = A.load_accuracy()["groups"]
     assert set(A.GROUPS) <= set(groups)
     assert all(g["rows"] >= 20 for g in groups["one_node"]["by_link"].values())
+
+
+def test_beyond_the_validated_node_count_the_figure_widens(monkeypatch, tmp_path):
+    doc = json.loads(json.dumps(TOY))
+    doc["groups"]["multi_node"]["max_nodes"] = 16
+    _use(monkeypatch, tmp_path, doc)
+    try:
+        assert A.typical_error(16, 128, network="ethernet")[0] == 7.3  # within the validated counts
+        pct, basis = A.typical_error(64, 64, network="ethernet")
+        assert pct == pytest.approx(7.3 * 2.0)  # sqrt(64 / 16) = 2, by hand
+        assert basis.endswith("; widened by sqrt(64/16) for 64 nodes, beyond the 16 validated")
+    finally:
+        A.load_accuracy.cache_clear()
+        A.typical_error.cache_clear()

@@ -5,6 +5,7 @@ trust a number (torch-free, read once)."""
 from __future__ import annotations
 
 import functools
+import math
 from pathlib import Path
 from typing import Any
 
@@ -129,8 +130,15 @@ def typical_error(nodes: int, gpus: int, cpu: bool = False, measured: str | None
         way = (f"they ran {-bias:.0f} % slower than predicted on average" if bias < 0
                else f"they ran {bias:.0f} % faster than predicted on average")
         held = "largest of leave-one-GPU-, model- and network-out MAPE" if any(k in g for k in HELD_OUT) else "MAPE"
-        return _multi_node_figure(g), (f"{held} over {g['rows']} measured multi-node runs{over} "
-                                       f"({group.get('basis', '')}; scripts/validate.py): {way}{within}")
+        pct, beyond = _multi_node_figure(g), ""
+        top = int(group.get("max_nodes", 0))
+        if top and nodes > top:
+            # Beyond the measured node counts the figure is extrapolated: widen it as a spread that
+            # grows with the square root of the node count (an assumption, said in the basis).
+            pct *= math.sqrt(nodes / top)
+            beyond = f"; widened by sqrt({nodes}/{top}) for {nodes} nodes, beyond the {top} validated"
+        return pct, (f"{held} over {g['rows']} measured multi-node runs{over} "
+                     f"({group.get('basis', '')}; scripts/validate.py): {way}{within}{beyond}")
     if gpus <= 1:
         key = {MEASURED_HERE: "single_gpu_same_gpu", MEASURED_ELSEWHERE: "single_gpu_other_gpu"}.get(measured or "", "single_gpu")
     else:
