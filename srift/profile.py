@@ -19,7 +19,7 @@ from typing import Any
 
 from srift.errors import SriftError
 from srift.files import read_yaml, write_yaml
-from srift.job import PRECISIONS
+from srift.job import CHECKPOINTING, PARALLELISMS, PRECISIONS
 
 SCHEMA = "srift.profile/v1"
 
@@ -99,6 +99,10 @@ class PhaseTimes:
     optimizer_s: float | None = None
     total_s: float | None = None
     total_s_std: float | None = None
+    # Seconds per iteration the training thread spent inside FSDP's collectives (``srift profile``
+    # of an FSDP script on CPU workers, where gloo's collectives block it): part of ``total_s``
+    # but not compute, so the compute model's measured overhead leaves it out.
+    collectives_s: float | None = None
 
 
 @dataclass
@@ -108,6 +112,35 @@ class AllReduceBucket:
     rank: int
     index: int
     size_bytes: int
+    time_s: float
+
+
+COLLECTIVE_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+COLLECTIVE_PHASES = ("forward", "backward")
+
+
+@dataclass
+class UnitCollective:
+    """One FSDP unit's collective of one kind and phase, measured on one rank by ``srift profile``.
+
+    Attributes:
+        rank: The rank that measured it.
+        unit: The FSDP unit (``LayerProfile.unit``; None: the root unit).
+        kind: ``all_gather`` (parameters), ``reduce_scatter`` (gradients) or ``all_reduce`` (HSDP's
+            replica all-reduce of a gradient shard).
+        phase: ``forward`` or ``backward``.
+        size_bytes: Bytes of one call: the unsharded (gathered) size for all-gather and
+            reduce-scatter, the shard for all-reduce.
+        calls: Calls per iteration (mean over the measured iterations).
+        time_s: Mean seconds of one call (issue to completion; see docs/profile-schema.md).
+    """
+
+    rank: int
+    unit: str | None
+    kind: str
+    phase: str
+    size_bytes: int
+    calls: float
     time_s: float
 
 
@@ -130,6 +163,14 @@ class Profile:
         allreduce: Measured DDP buckets (distributed runs only).
         input_bytes_per_sample: Bytes of one input sample (for data-loading estimates).
         notes: Free-form remarks the profiler recorded (warnings, what was detected).
+        parallelism: How the profiled script spread the model (one of PARALLELISMS: ``fsdp``,
+            ``zero2``, ``hsdp`` for an FSDP script); None when not known (DDP and single-process
+            scripts, structural profiles). The predictor takes it as the job's default.
+        activation_checkpointing: What the profiled script recomputed (one of CHECKPOINTING), when
+            known; the predictor's default checkpointing.
+        fsdp: How FSDP was set up, as detected (``api``, ``sharding_strategy``, ``param_dtype``,
+            ``reduce_dtype``...): a record for readers; empty for other jobs.
+        collectives: Measured FSDP collectives per unit (distributed or not; see UnitCollective).
     """
 
     name: str
@@ -146,6 +187,10 @@ class Profile:
     allreduce: list[AllReduceBucket] = field(default_factory=list)
     input_bytes_per_sample: float = 0.0
     notes: list[str] = field(default_factory=list)
+    parallelism: str | None = None
+    activation_checkpointing: str | None = None
+    fsdp: dict[str, str] = field(default_factory=dict)
+    collectives: list[UnitCollective] = field(default_factory=list)
 
     # ---- derived totals -------------------------------------------------------------------
     @property
@@ -296,9 +341,23 @@ class Profile:
             },
             "phases": dataclasses.asdict(self.phases),
             "allreduce": [dataclasses.asdict(b) for b in self.allreduce],
+            **self._sharding_dict(),
             "notes": list(self.notes),
             "layers": [_layer_to_dict(layer) for layer in self.layers],
         }
+
+    def _sharding_dict(self) -> dict[str, Any]:
+        """The FSDP fields, only when set (profiles of other jobs stay as they were)."""
+        out: dict[str, Any] = {}
+        if self.parallelism is not None:
+            out["parallelism"] = self.parallelism
+        if self.activation_checkpointing is not None:
+            out["activation_checkpointing"] = self.activation_checkpointing
+        if self.fsdp:
+            out["fsdp"] = dict(self.fsdp)
+        if self.collectives:
+            out["collectives"] = [dataclasses.asdict(c) for c in self.collectives]
+        return out
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "profile") -> "Profile":
@@ -339,6 +398,17 @@ class Profile:
                 buckets.append(AllReduceBucket(int(b["rank"]), int(b["index"]), int(b["size_bytes"]), float(b["time_s"])))
             except (KeyError, TypeError, ValueError):
                 raise _bad(source, f"allreduce[{i}] needs rank, index, size_bytes and time_s") from None
+        parallelism = data.get("parallelism")
+        if parallelism is not None and parallelism not in PARALLELISMS:
+            raise _bad(source, f"'parallelism' must be one of {', '.join(PARALLELISMS)} or null, got {parallelism!r}")
+        checkpointing = data.get("activation_checkpointing")
+        if checkpointing is not None and checkpointing not in CHECKPOINTING:
+            raise _bad(source, f"'activation_checkpointing' must be one of {', '.join(CHECKPOINTING)} or null, "
+                               f"got {checkpointing!r}")
+        fsdp = data.get("fsdp") or {}
+        if not isinstance(fsdp, dict):
+            raise _bad(source, "'fsdp' must be a mapping")
+        collectives = [_collective_from_dict(c, i, source) for i, c in enumerate(data.get("collectives") or [])]
         device = data.get("device") or {"name": "none", "kind": "none", "gpu": None}
         if not isinstance(device, dict):
             raise _bad(source, "'device' must be a mapping")
@@ -360,6 +430,10 @@ class Profile:
             allreduce=buckets,
             input_bytes_per_sample=float(data.get("input_bytes_per_sample") or 0.0),
             notes=[str(n) for n in (data.get("notes") or [])],
+            parallelism=parallelism,
+            activation_checkpointing=checkpointing,
+            fsdp={str(k): str(v) for k, v in fsdp.items()},
+            collectives=collectives,
         )
 
     def save(self, path: str | Path) -> Path:
@@ -418,6 +492,27 @@ def _layer_from_dict(item: Any, index: int, source: str) -> LayerProfile:
         else:
             kwargs[key] = _opt_float(value, where, source) if key in _OPTIONAL else _req_float(value, where, source)
     return LayerProfile(**kwargs)
+
+
+def _collective_from_dict(item: Any, index: int, source: str) -> UnitCollective:
+    where = f"collectives[{index}]"
+    if not isinstance(item, dict):
+        raise _bad(source, f"{where} must be a mapping")
+    try:
+        rank, size = int(item["rank"]), int(item["size_bytes"])
+        kind, phase, unit = item["kind"], item["phase"], item.get("unit")
+        calls, secs = float(item["calls"]), float(item["time_s"])
+    except (KeyError, TypeError, ValueError):
+        raise _bad(source, f"{where} needs rank, unit, kind, phase, size_bytes, calls and time_s") from None
+    if kind not in COLLECTIVE_KINDS:
+        raise _bad(source, f"{where}.kind must be one of {', '.join(COLLECTIVE_KINDS)}, got {kind!r}")
+    if phase not in COLLECTIVE_PHASES:
+        raise _bad(source, f"{where}.phase must be one of {', '.join(COLLECTIVE_PHASES)}, got {phase!r}")
+    if unit is not None and not isinstance(unit, str):
+        raise _bad(source, f"{where}.unit must be a module name or null, got {unit!r}")
+    if rank < 0 or size < 0 or not (math.isfinite(calls) and calls >= 0) or not (math.isfinite(secs) and secs >= 0):
+        raise _bad(source, f"{where}: rank, size_bytes, calls and time_s must be non-negative numbers")
+    return UnitCollective(rank, unit, kind, phase, size, calls, secs)
 
 
 def _req_float(value: Any, where: str, source: str) -> float:
