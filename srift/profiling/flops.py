@@ -116,7 +116,8 @@ def _run_step(model: nn.Module, step_fn: Callable[[], Any], rec: _LeafRecorder,
     handles = []
     for m in model.modules():
         if not list(m.children()):
-            handles += [m.register_forward_pre_hook(rec.pre_hook), m.register_forward_hook(rec.post_hook)]
+            # always_call: non-reentrant checkpointing stops a recomputation by raising inside a leaf.
+            handles += [m.register_forward_pre_hook(rec.pre_hook), m.register_forward_hook(rec.post_hook, always_call=True)]
     ready: list[int] = []
     for p in params:
         handles.append(p.register_post_accumulate_grad_hook(lambda t, pid=id(p): ready.append(pid)))

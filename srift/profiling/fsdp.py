@@ -89,7 +89,7 @@ def _fsdp2_class() -> type | None:
         from torch.distributed.fsdp import FSDPModule
     except ImportError:  # torch < 2.6
         try:
-            from torch.distributed._composable.fsdp import FSDPModule  # type: ignore[no-redef]
+            from torch.distributed._composable.fsdp import FSDPModule
         except ImportError:
             return None
     return FSDPModule
@@ -151,7 +151,7 @@ def detect(root: nn.Module) -> FsdpSetup | None:
     assert fsdp_type is not None
     named = list(root.named_modules())
     # The unit modules, innermost last for a given path; the outermost is the root unit.
-    unit_raw = {name: m for name, m in named if isinstance(m, fsdp_type)}
+    unit_raw: dict[str, nn.Module] = {name: m for name, m in named if issubclass(type(m), fsdp_type)}
     outermost = min(unit_raw, key=lambda n: (n.count("."), len(n))) if unit_raw else ""
     unit_names: dict[int, str | None] = {id(m): (None if n == outermost else clean_name(n)) for n, m in unit_raw.items()}
     unit_of: dict[int, str | None] = {}
@@ -315,8 +315,7 @@ class CollectiveTimer:
                 ag, rs = g._all_gather_comm, g._reduce_scatter_comm
                 g._all_gather_comm = _TimedAllGather(ag, self, unit)
                 g._reduce_scatter_comm = _TimedReduceScatter(rs, self, unit)
-                self._undo.append(lambda g=g, ag=ag, rs=rs: (setattr(g, "_all_gather_comm", ag),
-                                                             setattr(g, "_reduce_scatter_comm", rs)))
+                self._undo.append(lambda g=g, ag=ag, rs=rs: g.__dict__.update(_all_gather_comm=ag, _reduce_scatter_comm=rs))
 
     def _wrap_fsdp1(self, units: list[nn.Module]) -> None:
         from torch.distributed.fsdp import _runtime_utils

@@ -178,7 +178,8 @@ class LayerTimer:
         self._handles: list[Any] = []
         for _, m in self.leaves:
             self._handles.append(m.register_forward_pre_hook(self._leaf_pre))
-            self._handles.append(m.register_forward_hook(self._leaf_post))
+            # always_call: non-reentrant checkpointing stops a recomputation by raising inside a leaf.
+            self._handles.append(m.register_forward_hook(self._leaf_post, always_call=True))
         self._handles.append(root.register_forward_pre_hook(self._root_pre, with_kwargs=True))
         self._handles.append(root.register_forward_hook(self._root_post))
         for p in model.parameters():
