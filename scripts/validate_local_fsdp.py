@@ -51,6 +51,23 @@ def run(cmd: list[str], retries: int = 0) -> subprocess.CompletedProcess:
     sys.exit(f"command failed ({out.returncode}): {' '.join(cmd)}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
 
 
+def measure(cmd: list[str]) -> float:
+    """The median iteration time an FSDP run reports (its last stdout line); run twice at most.
+    A gloo worker of this shared VM now and then aborts while shutting down, after the report:
+    the report counts then."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    for attempt in range(2):
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+        if lines:
+            if out.returncode:
+                print(f"  (an FSDP worker exited with {out.returncode} after its report)", file=sys.stderr)
+            return float(json.loads(lines[-1])["median_iteration_s"])
+        if attempt == 0:
+            print(f"  (an FSDP run exited with {out.returncode} before reporting; running it again)", file=sys.stderr)
+    sys.exit(f"command failed ({out.returncode}): {' '.join(cmd)}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+
+
 def load() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -67,9 +84,8 @@ def trial(args: argparse.Namespace, srift: list[str], model_args: list[str]) -> 
         pred = json.loads(run(srift + ["predict", "--profile", str(prof), "--cluster", str(local), "--format", "json"]).stdout)
         measured = []
         for _ in range(args.repeats):
-            out = run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.nproc),
-                       "--master_port", str(free_port()), str(SCRIPT), *model_args, "--report"], retries=1)
-            measured.append(json.loads(out.stdout.strip().splitlines()[-1])["median_iteration_s"])
+            measured.append(measure([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.nproc),
+                                     "--master_port", str(free_port()), str(SCRIPT), *model_args, "--report"]))
     return pred, measured, f"{start} -> {load()}"
 
 

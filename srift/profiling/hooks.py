@@ -180,7 +180,8 @@ class LayerTimer:
             self._handles.append(m.register_forward_pre_hook(self._leaf_pre))
             # always_call: non-reentrant checkpointing stops a recomputation by raising inside a leaf.
             self._handles.append(m.register_forward_hook(self._leaf_post, always_call=True))
-        self._handles.append(root.register_forward_pre_hook(self._root_pre, with_kwargs=True))
+        # prepend: the model's forward starts before wrappers' own pre-hooks (FSDP2's root all-gather).
+        self._handles.append(root.register_forward_pre_hook(self._root_pre, with_kwargs=True, prepend=True))
         self._handles.append(root.register_forward_hook(self._root_post))
         for p in model.parameters():
             if p.requires_grad:
