@@ -13,7 +13,11 @@
 
 Fairness on a small machine: every process runs one thread (torch.set_num_threads(1)), in the
 profile and in the FSDP run, so the one-process profile measures what each FSDP worker gets. The
-machine is shared: the load average (1, 5, 15 min) is printed with every trial.
+machine is shared, and an FSDP run of N processes on N cores slows down as soon as anything else
+runs (every unit's collective waits for the rank that lost its core): before each measurement
+(profile, calibration, each FSDP run) the script waits, up to --wait-idle seconds, until the cores
+have been at least 90 % idle for a second, and it prints the load average (1, 5, 15 min) at the
+start and the end of every trial. --wait-idle 0 measures at once.
 Target (issue 16, item 8): predicted within 15 % of measured.
 
 Run: python scripts/validate_local_fsdp.py [--trials 3] [--nproc 2] [--fsdp 2] [--checkpointing none]
@@ -28,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +41,30 @@ from srift.profiling import free_port  # noqa: E402  (a fixed port can still be 
 
 SCRIPT = ROOT / "examples" / "train_fsdp.py"
 TARGET_PCT = 15.0
+
+
+IDLE_FRACTION = 0.9
+
+
+def _cpu_times() -> tuple[int, int]:
+    """(idle, total) jiffies of all cores (Linux /proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return fields[3] + fields[4], sum(fields)
+
+
+def wait_for_idle(timeout_s: float) -> float:
+    """Wait until the cores have been IDLE_FRACTION idle over one second, at most ``timeout_s``;
+    the seconds waited. Without /proc/stat (not Linux) it does not wait."""
+    if timeout_s <= 0 or not os.path.exists("/proc/stat"):
+        return 0.0
+    start = time.monotonic()
+    while True:
+        idle0, total0 = _cpu_times()
+        time.sleep(1.0)
+        idle1, total1 = _cpu_times()
+        if (idle1 - idle0) >= IDLE_FRACTION * max(total1 - total0, 1) or time.monotonic() - start >= timeout_s:
+            return time.monotonic() - start
 
 
 def run(cmd: list[str], retries: int = 0) -> subprocess.CompletedProcess:
@@ -75,18 +104,21 @@ def load() -> str:
 def trial(args: argparse.Namespace, srift: list[str], model_args: list[str]) -> tuple[dict, list[float], str]:
     """Profile in one process, calibrate, predict, then measure FSDP: (prediction JSON, measured
     runs, load averages at the start and the end)."""
+    waited = wait_for_idle(args.wait_idle)
     start = load()
     with tempfile.TemporaryDirectory() as tmp:
         prof, local = Path(tmp) / "p.yaml", Path(tmp) / "local.yaml"
         run(srift + ["profile", str(SCRIPT), "--warmup", "5", "--iters", "20", "-o", str(prof), "--",
                      *model_args, "--steps", "1000"])
+        waited += wait_for_idle(args.wait_idle)
         run(srift + ["calibrate", "comm", "--backend", "gloo", "--nproc", str(args.nproc), "-o", str(local)], retries=1)
         pred = json.loads(run(srift + ["predict", "--profile", str(prof), "--cluster", str(local), "--format", "json"]).stdout)
         measured = []
         for _ in range(args.repeats):
+            waited += wait_for_idle(args.wait_idle)
             measured.append(measure([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.nproc),
                                      "--master_port", str(free_port()), str(SCRIPT), *model_args, "--report"]))
-    return pred, measured, f"{start} -> {load()}"
+    return pred, measured, f"{start} -> {load()}; waited {waited:.0f} s for idle cores"
 
 
 def main() -> int:
@@ -96,6 +128,8 @@ def main() -> int:
                     help="whole experiments (profile, calibrate, predict, measure); each trial's error is printed, "
                          "and with more than one the median |error|")
     ap.add_argument("--repeats", type=int, default=3, help="FSDP measurements per trial (median reported)")
+    ap.add_argument("--wait-idle", type=float, default=120.0,
+                    help="before each measurement, wait up to this many seconds for idle cores (0: do not wait)")
     ap.add_argument("--fsdp", type=int, choices=(1, 2), default=2, help="FSDP1 or FSDP2 (fully_shard)")
     ap.add_argument("--sharding", choices=("full", "grad-op"), default="full")
     ap.add_argument("--checkpointing", choices=("none", "full"), default="none")

@@ -64,7 +64,9 @@ def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batc
     if batch_override:
         notes.append(f"batch size {batch_override} given with --batch-size (detected {micro_batch * micro})")
     precision = _precision(m, notes)
-    if kfac:
+    if kfac and m.fsdp is not None:  # its extra step would run FSDP's collectives on rank 0 alone
+        notes.append("--kfac: K-FAC is modelled with DDP only; its kernels were not timed on this FSDP job")
+    elif kfac:
         _kfac_times(m, layers, micro, notes)
     sharding: dict[str, Any] = {}
     phases = _phases(m.records)

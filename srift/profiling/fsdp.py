@@ -174,13 +174,14 @@ def detect(root: nn.Module) -> FsdpSetup | None:
 
 def _own_params(root: nn.Module) -> dict[int, tuple[int, int]]:
     """Unsharded ``(count, bytes)`` of the trainable parameters each module registers (a tied
-    parameter counts once, at its first owner). DTensor parameters (FSDP2) report their global size."""
+    parameter counts once, at its first owner). DTensor parameters (FSDP2) report their global
+    size; FSDP1's FlatParameters are left out (``_detect_fsdp1`` reads their metadata)."""
     seen: set[int] = set()
     out: dict[int, tuple[int, int]] = {}
     for m in root.modules():
         n = b = 0
         for p in m.parameters(recurse=False):
-            if id(p) in seen or not p.requires_grad:
+            if id(p) in seen or not p.requires_grad or getattr(p, "_is_flat_param", False):
                 continue
             seen.add(id(p))
             n += p.numel()
@@ -238,6 +239,9 @@ def _detect_fsdp1(root: nn.Module, units: dict[str, nn.Module], default: torch.d
         for info, numel in zip(flat._param_infos, flat._numels):
             n, b = params.get(id(info.module), (0, 0))
             params[id(info.module)] = (n + int(numel), b + int(numel) * flat.element_size())
+    # Parameters FSDP1 leaves alone (ignored_modules) keep their own, unsharded, counts.
+    for mid, nb in _own_params(root).items():
+        params.setdefault(mid, nb)
     mp = getattr(root, "mixed_precision", None)
     return FsdpSetup("FSDP1", parallelism, strategy, {}, {}, params,
                      _dtype_name(getattr(mp, "param_dtype", None), default),
