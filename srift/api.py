@@ -512,7 +512,7 @@ def profile_script(script: str, args: Sequence[str], warmup: int = 5, iters: int
 
 def calibrate_comm(backend: str, nproc: int, output: str, sizes: list[int] | None = None, reps: int = 10,
                    network: str = "ethernet") -> dict[str, Any] | None:
-    """Measure all-reduce and broadcast times and write a cluster file (None on torchrun ranks
+    """Measure all-reduce, broadcast, all-gather and reduce-scatter times and write a cluster file (None on torchrun ranks
     other than 0, which write nothing)."""
     require_torch("srift calibrate comm")
     from srift.profiling.calibrate import calibrate  # torch

@@ -23,7 +23,7 @@ from srift.bounds import (
 )
 from srift.errors import SriftError
 from srift.files import read_yaml, write_yaml
-from srift.job import PRECISIONS
+from srift.job import CHECKPOINTING, PARALLELISMS, PRECISIONS
 
 SCHEMA = "srift.profile/v1"
 MIN_MEASURED_S = 1e-6  # a measured iteration's layer times add up to at least this
@@ -104,6 +104,10 @@ class PhaseTimes:
     optimizer_s: float | None = None
     total_s: float | None = None
     total_s_std: float | None = None
+    # Seconds per iteration the training thread spent inside FSDP's collectives (``srift profile``
+    # of an FSDP script on CPU workers, where gloo's collectives block it): part of ``total_s``
+    # but not compute, so the compute model's measured overhead leaves it out.
+    collectives_s: float | None = None
 
 
 @dataclass
@@ -113,6 +117,35 @@ class AllReduceBucket:
     rank: int
     index: int
     size_bytes: int
+    time_s: float
+
+
+COLLECTIVE_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+COLLECTIVE_PHASES = ("forward", "backward")
+
+
+@dataclass
+class UnitCollective:
+    """One FSDP unit's collective of one kind and phase, measured on one rank by ``srift profile``.
+
+    Attributes:
+        rank: The rank that measured it.
+        unit: The FSDP unit (``LayerProfile.unit``; None: the root unit).
+        kind: ``all_gather`` (parameters), ``reduce_scatter`` (gradients) or ``all_reduce`` (HSDP's
+            replica all-reduce of a gradient shard).
+        phase: ``forward`` or ``backward``.
+        size_bytes: Bytes of one call: the unsharded (gathered) size for all-gather and
+            reduce-scatter, the shard for all-reduce.
+        calls: Calls per iteration (mean over the measured iterations).
+        time_s: Mean seconds of one call (issue to completion; see docs/profile-schema.md).
+    """
+
+    rank: int
+    unit: str | None
+    kind: str
+    phase: str
+    size_bytes: int
+    calls: float
     time_s: float
 
 
@@ -135,6 +168,14 @@ class Profile:
         allreduce: Measured DDP buckets (distributed runs only).
         input_bytes_per_sample: Bytes of one input sample (for data-loading estimates).
         notes: Free-form remarks the profiler recorded (warnings, what was detected).
+        parallelism: How the profiled script spread the model (one of PARALLELISMS: ``fsdp``,
+            ``zero2``, ``hsdp`` for an FSDP script); None when not known (DDP and single-process
+            scripts, structural profiles). The predictor takes it as the job's default.
+        activation_checkpointing: What the profiled script recomputed (one of CHECKPOINTING), when
+            known; the predictor's default checkpointing.
+        fsdp: How FSDP was set up, as detected (``api``, ``sharding_strategy``, ``param_dtype``,
+            ``reduce_dtype``...): a record for readers; empty for other jobs.
+        collectives: Measured FSDP collectives per unit (distributed or not; see UnitCollective).
     """
 
     name: str
@@ -151,6 +192,10 @@ class Profile:
     allreduce: list[AllReduceBucket] = field(default_factory=list)
     input_bytes_per_sample: float = 0.0
     notes: list[str] = field(default_factory=list)
+    parallelism: str | None = None
+    activation_checkpointing: str | None = None
+    fsdp: dict[str, str] = field(default_factory=dict)
+    collectives: list[UnitCollective] = field(default_factory=list)
 
     # ---- derived totals -------------------------------------------------------------------
     @property
@@ -301,9 +346,23 @@ class Profile:
             },
             "phases": dataclasses.asdict(self.phases),
             "allreduce": [dataclasses.asdict(b) for b in self.allreduce],
+            **self._sharding_dict(),
             "notes": list(self.notes),
             "layers": [_layer_to_dict(layer) for layer in self.layers],
         }
+
+    def _sharding_dict(self) -> dict[str, Any]:
+        """The FSDP fields, only when set (profiles of other jobs stay as they were)."""
+        out: dict[str, Any] = {}
+        if self.parallelism is not None:
+            out["parallelism"] = self.parallelism
+        if self.activation_checkpointing is not None:
+            out["activation_checkpointing"] = self.activation_checkpointing
+        if self.fsdp:
+            out["fsdp"] = dict(self.fsdp)
+        if self.collectives:
+            out["collectives"] = [dataclasses.asdict(c) for c in self.collectives]
+        return out
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "profile") -> "Profile":
@@ -345,6 +404,20 @@ class Profile:
         if not isinstance(raw_buckets, list):
             raise _bad(source, "'allreduce' must be a list of buckets")
         buckets = [_bucket(b, i, source) for i, b in enumerate(raw_buckets)]
+        parallelism = data.get("parallelism")
+        if parallelism is not None and parallelism not in PARALLELISMS:
+            raise _bad(source, f"'parallelism' must be one of {', '.join(PARALLELISMS)} or null, got {shown(parallelism)}")
+        checkpointing = data.get("activation_checkpointing")
+        if checkpointing is not None and checkpointing not in CHECKPOINTING:
+            raise _bad(source, f"'activation_checkpointing' must be one of {', '.join(CHECKPOINTING)} or null, "
+                               f"got {shown(checkpointing)}")
+        fsdp = _scalars(data.get("fsdp"), "fsdp", source)
+        raw_collectives = data.get("collectives") or []
+        if not isinstance(raw_collectives, list):
+            raise _bad(source, "'collectives' must be a list")
+        if len(raw_collectives) > MAX_LAYERS:
+            raise _bad(source, f"'collectives' has {len(raw_collectives):,} entries; srift reads at most {MAX_LAYERS:,}")
+        collectives = [_collective_from_dict(c, i, source) for i, c in enumerate(raw_collectives)]
         device = _scalars(data.get("device") or {"name": "none", "kind": "none", "gpu": None}, "device", source)
         for key in ("name", "kind", "gpu"):
             if device.get(key) is not None and not isinstance(device[key], str):
@@ -371,6 +444,10 @@ class Profile:
             input_bytes_per_sample=_num(data.get("input_bytes_per_sample") or 0.0, "input_bytes_per_sample", source,
                                         MAX_SAMPLE_BYTES),
             notes=[str(n) for n in notes],
+            parallelism=parallelism,
+            activation_checkpointing=checkpointing,
+            fsdp={str(k): str(v) for k, v in fsdp.items()},
+            collectives=collectives,
         )
         # An iteration of no work takes no time: every throughput would divide by zero.
         if profile.measured:
@@ -461,6 +538,25 @@ def _bucket(item: Any, index: int, source: str) -> AllReduceBucket:
                            _int(item["index"], f"{where}.index", source, MAX_LAYERS),
                            _int(item["size_bytes"], f"{where}.size_bytes", source, MAX_LAYER_BYTES),
                            _num(item["time_s"], f"{where}.time_s", source, MAX_LAYER_S))
+
+
+def _collective_from_dict(item: Any, index: int, source: str) -> UnitCollective:
+    where = f"collectives[{index}]"
+    keys = ("rank", "kind", "phase", "size_bytes", "calls", "time_s")
+    if not isinstance(item, dict) or not all(k in item for k in keys):
+        raise _bad(source, f"{where} needs rank, unit, kind, phase, size_bytes, calls and time_s")
+    kind, phase, unit = item["kind"], item["phase"], item.get("unit")
+    if kind not in COLLECTIVE_KINDS:
+        raise _bad(source, f"{where}.kind must be one of {', '.join(COLLECTIVE_KINDS)}, got {shown(kind)}")
+    if phase not in COLLECTIVE_PHASES:
+        raise _bad(source, f"{where}.phase must be one of {', '.join(COLLECTIVE_PHASES)}, got {shown(phase)}")
+    if unit is not None and not isinstance(unit, str):
+        raise _bad(source, f"{where}.unit must be a module name or null, got {shown(unit)}")
+    return UnitCollective(_int(item["rank"], f"{where}.rank", source, MAX_GPUS),
+                          None if unit is None else _text(unit, f"{where}.unit", source), kind, phase,
+                          _int(item["size_bytes"], f"{where}.size_bytes", source, MAX_LAYER_BYTES),
+                          _num(item["calls"], f"{where}.calls", source, MAX_ITERS * MAX_LAYERS),
+                          _num(item["time_s"], f"{where}.time_s", source, MAX_LAYER_S * MAX_ITERS))
 
 
 def _num(value: Any, where: str, source: str, high: float) -> float:

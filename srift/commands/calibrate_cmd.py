@@ -1,4 +1,4 @@
-"""`srift calibrate comm`: measure this machine's all-reduce and broadcast and write a cluster file."""
+"""`srift calibrate comm`: measure this machine's all-reduce, broadcast, all-gather and reduce-scatter and write a cluster file."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def comm(
     reps: int = typer.Option(10, "--reps", help="Timed repetitions per size."),
     network: str = typer.Option("ethernet", "--network", help=f"Network between machines under torchrun: {one_of(NETWORKS)}."),
 ) -> None:
-    """Measure all-reduce and broadcast time vs message size and write a cluster YAML usable with --cluster.
+    """Measure all-reduce, broadcast, all-gather and reduce-scatter time vs message size and write a cluster YAML usable with --cluster.
 
     Several machines: run it under torchrun on each (``torchrun --nnodes N --node_rank R
     --nproc_per_node G --master_addr HOST --master_port PORT -m srift.cli calibrate comm

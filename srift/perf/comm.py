@@ -44,8 +44,8 @@ SuperBench NCCL results). Each class has a p90/p50 ratio (cloud TCP varies more 
 
 Mixed clusters run at the slowest link and network of any node group. A measured curve in
 ``cluster.comm_calibration`` (from ``srift calibrate comm``) replaces the model (log-log
-interpolation); its broadcast curve, when it has one, serves broadcasts, otherwise they are read
-off the all-reduce curve. One worker: 0 seconds.
+interpolation); its broadcast, all-gather and reduce-scatter curves, when it has them, serve those
+collectives, otherwise they are read off the all-reduce curve. One worker: 0 seconds.
 """
 
 from __future__ import annotations
@@ -458,11 +458,11 @@ class CommModel:
         self.topology = _topology or topology(cluster, self.params)
         calib = cluster.comm_calibration
         self.calibration = _Calibration.from_dict(calib, self.topology.workers) if calib else None
-        # A measured broadcast curve (srift calibrate comm writes one) serves broadcasts directly.
-        self.broadcast_calibration = _Calibration.from_dict(
-            {"sizes_bytes": calib["sizes_bytes"], "times_s": calib["broadcast_times_s"],
-             "p90_times_s": calib.get("broadcast_p90_times_s")}, self.topology.workers,
-        ) if calib and calib.get("broadcast_times_s") else None
+        # Measured broadcast, all-gather and reduce-scatter curves (srift calibrate comm writes
+        # them) serve those collectives directly.
+        self.broadcast_calibration = _Calibration.of(calib, "broadcast", self.topology.workers)
+        self.all_gather_calibration = _Calibration.of(calib, "all_gather", self.topology.workers)
+        self.reduce_scatter_calibration = _Calibration.of(calib, "reduce_scatter", self.topology.workers)
         t = self.topology
         self._link = self.params.get(t.link_class)
         self._net = self.params.network(t.net_class) if t.nodes > 1 else None
@@ -511,14 +511,32 @@ class CommModel:
         return self._collective(size_bytes, quantile, lambda s: self._ring_model(s, 2.0, 1.0), 1.0)
 
     def all_gather_time_s(self, size_bytes: float | np.ndarray, quantile: float = 0.5) -> float | np.ndarray:
-        """Seconds to all-gather a tensor of ``size_bytes`` in total (each worker holds
-        ``size_bytes / n``): half an all-reduce's traffic and latency steps."""
+        """Seconds to all-gather ``size_bytes`` (the gathered, unsharded size; each worker holds
+        ``size_bytes / n``) over all workers.
+
+        Ring (and, across nodes, hierarchical) all-gather moves ``(n-1)/n`` of the bytes over each
+        link: half an all-reduce's traffic (an all-reduce is a reduce-scatter and an all-gather),
+        on the same per-class bandwidth, efficiency and latency terms, with half its ring steps.
+        A measured all-gather curve (``srift calibrate comm``) is read as it is.
+        """
+        if self.all_gather_calibration is not None:
+            return self._measured(self.all_gather_calibration, size_bytes, quantile)
         return self._collective(size_bytes, quantile, lambda s: self._ring_model(s, 1.0, 0.5), 0.5)
 
     def reduce_scatter_time_s(self, size_bytes: float | np.ndarray, quantile: float = 0.5) -> float | np.ndarray:
-        """Seconds to reduce-scatter a tensor of ``size_bytes`` (each worker keeps ``size_bytes / n``
-        of the sum): the same traffic as an all-gather."""
-        return self.all_gather_time_s(size_bytes, quantile)
+        """Seconds to reduce-scatter ``size_bytes`` (the unsharded gradient size; each worker keeps
+        ``size_bytes / n`` of the sum): the other half of an all-reduce, priced as an all-gather
+        (or read off a measured reduce-scatter curve)."""
+        if self.reduce_scatter_calibration is not None:
+            return self._measured(self.reduce_scatter_calibration, size_bytes, quantile)
+        return self._collective(size_bytes, quantile, lambda s: self._ring_model(s, 1.0, 0.5), 0.5)
+
+    def _measured(self, curve: "_Calibration", size_bytes: float | np.ndarray, quantile: float) -> float | np.ndarray:
+        """A collective read off its own measured curve (0 for one worker or an empty message)."""
+        scalar = np.ndim(size_bytes) == 0
+        s = np.asarray(size_bytes, dtype=float)
+        out = np.where(s > 0, curve.time_s(s, quantile), 0.0) if self.topology.workers > 1 else np.zeros_like(s)
+        return float(out) if scalar else out
 
     def within_node(self) -> "CommModel":
         """The collectives of one node's GPUs among themselves (HSDP's shard group): this
@@ -550,11 +568,8 @@ class CommModel:
         # A pipelined broadcast moves each byte over each link once; an all-reduce moves
         # 2(n-1)/n: a measured all-reduce curve is read at the size scaled by that ratio.
         n = self.topology.workers
-        if self.broadcast_calibration is not None and n > 1:
-            scalar = np.ndim(size_bytes) == 0
-            s = np.asarray(size_bytes, dtype=float)
-            out = np.where(s > 0, self.broadcast_calibration.time_s(s, quantile), 0.0)
-            return float(out) if scalar else out
+        if self.broadcast_calibration is not None:
+            return self._measured(self.broadcast_calibration, size_bytes, quantile)
         return self._collective(size_bytes, quantile, self._broadcast_model, n / (2.0 * (n - 1)) if n > 1 else 1.0)
 
     def _collective(self, size_bytes: float | np.ndarray, quantile: float,
@@ -649,6 +664,20 @@ class _Calibration:
     log_p50: np.ndarray
     log_p90: np.ndarray
     scale: float
+
+    @classmethod
+    def of(cls, calib: dict[str, Any] | None, name: str, workers: int) -> "_Calibration | None":
+        """The measured curve of collective ``name`` (``broadcast``, ``all_gather``,
+        ``reduce_scatter``: keys ``<name>_times_s`` and ``<name>_p90_times_s`` beside the shared
+        ``sizes_bytes``), or None when the calibration has none."""
+        if not calib or not calib.get(f"{name}_times_s"):
+            return None
+        # A ring all-gather or reduce-scatter moves (n-1)/n of the bytes over each link, so a curve
+        # measured on other worker counts scales like the all-reduce's; a pipelined broadcast moves
+        # each byte once whatever the count.
+        world = None if name == "broadcast" else calib.get("world_size")
+        return cls.from_dict({"sizes_bytes": calib["sizes_bytes"], "times_s": calib[f"{name}_times_s"],
+                              "p90_times_s": calib.get(f"{name}_p90_times_s"), "world_size": world}, workers)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], workers: int) -> "_Calibration":

@@ -6,6 +6,11 @@ Gradient accumulation: every forward/backward of the model between two steps bel
 iteration; per-layer times are summed over those micro-batches, and ``batch_size`` is the number
 of samples per optimizer step (micro-batch x accumulation steps) with FLOPs and moved bytes
 scaled to match; ``activation_bytes`` stays per micro-batch (what is live at once).
+
+FSDP jobs (srift/profiling/fsdp.py): the structure is analysed by the runner on every rank before
+it stops the script (the analysed step runs FSDP's collectives) and handed in as
+``Measurement.layers``; the layers then get their units, unsharded parameter counts and clean
+names, and the profile its parallelism, checkpointing and measured collectives.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import srift
 from srift.hardware import find_gpu
 from srift.perf.compute import precision_label
 from srift.profile import AllReduceBucket, LayerProfile, PhaseTimes, Profile
+from srift.profiling import fsdp as fsdp_profile
 from srift.profiling.flops import analyze_layers
 from srift.profiling.hooks import IterationTimes, LayerTimer, mean_std
 from srift.profiling.kfac_timing import measure_kfac
@@ -40,6 +46,8 @@ class Measurement:
     warmup: int
     world_size: int
     buckets: list[AllReduceBucket]
+    layers: list[LayerProfile] | None = None  # the structure, when analysed already (FSDP)
+    fsdp: fsdp_profile.FsdpMeasurement | None = None
 
 
 def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batch_override: int | None,
@@ -47,7 +55,7 @@ def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batc
     """The profile of a measured run (``notes`` so far, then what assembling finds, then the
     run's ``warnings``)."""
     notes = list(notes)
-    layers = _structure(m, notes)
+    layers = m.layers if m.layers is not None else analyze_structure(m.model, m.timer, notes)
     micro = max(1, round(sum(r.micro_batches for r in m.records) / len(m.records)))
     _merge_timings(layers, m, micro)
     micro_batch, seq_len = _input_shape(m.timer)
@@ -57,8 +65,15 @@ def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batc
     if batch_override:
         notes.append(f"batch size {batch_override} given with --batch-size (detected {micro_batch * micro})")
     precision = _precision(m, notes)
-    if kfac:
+    if kfac and m.fsdp is not None:  # its extra step would run FSDP's collectives on rank 0 alone
+        notes.append("--kfac: K-FAC is modelled with DDP only; its kernels were not timed on this FSDP job")
+    elif kfac:
         _kfac_times(m, layers, micro, notes)
+    sharding: dict[str, Any] = {}
+    phases = _phases(m.records)
+    if m.fsdp is not None:
+        layers, precision, sharding = _fsdp_fields(m.fsdp, layers, precision, m.records, notes)
+        phases.collectives_s = m.fsdp.blocking_s
     return Profile(
         name=m.name,
         batch_size=int(batch_override or micro_batch * micro),
@@ -68,14 +83,35 @@ def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batc
         device=_device(m.clock_kind),
         framework=_versions(),
         optimizer=_optimizer_info(m.optimizer),
-        phases=_phases(m.records),
+        phases=phases,
         iterations=len(m.records),
         world_size=m.world_size,
         allreduce=m.buckets,
         input_bytes_per_sample=m.timer.input_bytes / max(micro_batch, 1),
         notes=[f"measured with `srift profile` ({m.warmup} warm-up + {len(m.records)} measured optimizer steps)"]
         + notes + warnings,
+        **sharding,
     )
+
+
+def _fsdp_fields(fm: fsdp_profile.FsdpMeasurement, layers: list[LayerProfile], precision: str,
+                 records: list[IterationTimes], notes: list[str]) -> tuple[list[LayerProfile], str, dict[str, Any]]:
+    """An FSDP job's layers (units, unsharded parameters, clean names), precision and profile fields."""
+    setup = fm.setup
+    layers = fsdp_profile.apply_to_layers(layers, fm)
+    ckpt, ckpt_note = fsdp_profile.checkpointing(layers, fm.recomputed)
+    notes.append(f"{setup.api} ({setup.strategy}) detected: {setup.describe()['units']} units besides the root, "
+                 f"parallelism {setup.parallelism}, activation checkpointing {ckpt}")
+    notes += setup.notes + ([ckpt_note] if ckpt_note else [])
+    if ckpt != "none":
+        rec_s = sum(r.recompute_s for r in records) / len(records)
+        notes.append(f"recomputation measured: {rec_s:.6f} s per iteration (not in the layers' forward or backward times)")
+    mp_precision = fsdp_profile.profile_precision(setup)
+    if mp_precision is not None and precision in ("fp32", "tf32"):
+        notes.append(f"FSDP MixedPrecision param_dtype {setup.param_dtype}: precision {mp_precision}")
+        precision = mp_precision
+    return layers, precision, {"parallelism": setup.parallelism, "activation_checkpointing": ckpt,
+                               "fsdp": setup.describe(), "collectives": fm.collectives}
 
 
 def _merge_timings(layers: list[LayerProfile], m: Measurement, micro: int) -> None:
@@ -142,10 +178,9 @@ def _phases(records: list[IterationTimes]) -> PhaseTimes:
     )
 
 
-def _analysis_step(m: Measurement) -> Callable[[], Any] | None:
+def _analysis_step(model: torch.nn.Module, timer: LayerTimer) -> Callable[[], Any] | None:
     """One forward pass of the model on the batch captured in warm-up, returning a scalar to
     backpropagate, under the script's autocast; None when no batch was captured."""
-    timer, model = m.timer, m.model
     if timer.capture is None:
         return None
     args, kwargs = timer.capture
@@ -164,7 +199,7 @@ def _analysis_step(m: Measurement) -> Callable[[], Any] | None:
 
 def _kfac_times(m: Measurement, layers: list[LayerProfile], micro: int, notes: list[str]) -> None:
     """Time K-FAC's kernels on the captured batch and write them into ``layers``."""
-    step = _analysis_step(m)
+    step = _analysis_step(m.model, m.timer)
     if step is None:
         notes.append("--kfac: no training forward pass was captured; K-FAC kernels were not timed")
         return
@@ -184,10 +219,10 @@ def _kfac_times(m: Measurement, layers: list[LayerProfile], micro: int, notes: l
     notes.append(f"--kfac: K-FAC kernels timed on {len(times)} layers (factors, Cholesky inverses, preconditioning; fp32)")
 
 
-def _structure(m: Measurement, notes: list[str]) -> list[LayerProfile]:
-    """Per-layer FLOPs/bytes/params from one untimed analysed step on the captured batch."""
-    timer, model = m.timer, m.model
-    step = _analysis_step(m)
+def analyze_structure(model: torch.nn.Module, timer: LayerTimer, notes: list[str]) -> list[LayerProfile]:
+    """Per-layer FLOPs/bytes/params from one untimed analysed step on the captured batch (a note
+    says so when it cannot run; the layers then carry names and parameters only)."""
+    step = _analysis_step(model, timer)
     if step is not None:
         try:
             with torch.enable_grad():
@@ -196,6 +231,11 @@ def _structure(m: Measurement, notes: list[str]) -> list[LayerProfile]:
             notes.append(f"structural analysis failed ({type(exc).__name__}: {exc}); FLOPs and bytes are missing")
     else:
         notes.append("no training forward pass was captured; FLOPs and bytes are missing")
+    return leaf_layers(timer)
+
+
+def leaf_layers(timer: LayerTimer) -> list[LayerProfile]:
+    """The timed leaves with their names and parameters only (no FLOPs or bytes)."""
     layers = []
     for name, mod in timer.leaves:
         ps = [p for p in mod.parameters(recurse=False) if p.requires_grad]

@@ -1,11 +1,14 @@
-"""`srift calibrate comm`: measure all-reduce and broadcast time vs message size on this machine,
-or on several under torchrun, and write a cluster file.
+"""`srift calibrate comm`: measure all-reduce, broadcast, all-gather and reduce-scatter time vs
+message size on this machine, or on several under torchrun, and write a cluster file.
 
 Spawns ``nproc`` processes with torch.distributed (gloo on CPU, or nccl with one GPU each), times
-``all_reduce`` and ``broadcast`` of float32 tensors of each size (warm-up, then repetitions;
-the slowest rank's time per repetition; their trimmed mean and p90), and writes a srift cluster YAML whose
+``all_reduce``, ``broadcast``, ``all_gather`` (into one tensor) and ``reduce_scatter`` (from one
+tensor) of float32 tensors of each size (warm-up, then repetitions; the slowest rank's time per
+repetition; their trimmed mean and p90), and writes a srift cluster YAML whose
 ``comm_calibration`` curves the communication model interpolates instead of its own model (the
-broadcast curve serves K-FAC's inverse broadcasts). Launched by torchrun (``torchrun --nnodes N
+broadcast curve serves K-FAC's inverse broadcasts, the all-gather and reduce-scatter curves FSDP's
+collectives). An all-gather's or reduce-scatter's size is the gathered (unsharded) tensor's, as in
+the communication model; each rank holds ``1/nproc`` of it. Launched by torchrun (``torchrun --nnodes N
 --nproc_per_node G -m srift.cli calibrate comm``), it measures in that group instead, across
 machines, and describes N nodes of G workers.
 """
@@ -33,18 +36,35 @@ from srift.profiling import free_port
 DEFAULT_SIZES = [2**k for k in range(10, 27, 2)]  # 1 KiB .. 64 MiB
 
 
+# The collectives measured, in the order of the calibration's curves.
+COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "reduce_scatter")
+
+
+def _collective_ops(size: int, world: int, device: Any) -> dict[str, Any]:
+    """One call of each collective on float32 tensors of ``size`` bytes (the gathered size for
+    all-gather and reduce-scatter: each rank contributes or keeps ``size / world``)."""
+    x = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
+    shard = torch.ones(max(1, size // 4 // world), dtype=torch.float32, device=device)
+    full = torch.empty(shard.numel() * world, dtype=torch.float32, device=device)
+    # torch >= 2.12 names them *_single; older releases *_into_tensor / *_tensor.
+    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    return {"all_reduce": lambda: dist.all_reduce(x), "broadcast": lambda: dist.broadcast(x, 0),
+            "all_gather": lambda: all_gather(full, shard), "reduce_scatter": lambda: reduce_scatter(shard, full)}
+
+
 def time_collectives(sizes: list[int], reps: int, warmup: int, device: Any = "cpu") -> dict[str, list[list[float]]]:
-    """Time ``all_reduce`` and ``broadcast`` (from rank 0) of float32 tensors of each size in the
-    current process group: per size, the slowest rank's seconds of each measured repetition.
+    """Time ``all_reduce``, ``broadcast`` (from rank 0), ``all_gather`` and ``reduce_scatter`` of
+    float32 tensors of each size in the current process group: per collective and size, the
+    slowest rank's seconds of each measured repetition.
 
     Every rank must call it with the same arguments (it runs collectives).
     """
 
     cuda = torch.device(device).type == "cuda"
-    out: dict[str, list[list[float]]] = {"all_reduce": [], "broadcast": []}
-    ops = {"all_reduce": lambda x: dist.all_reduce(x), "broadcast": lambda x: dist.broadcast(x, 0)}
+    out: dict[str, list[list[float]]] = {name: [] for name in COLLECTIVES}
     for size in sizes:
-        x = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
+        ops = _collective_ops(size, dist.get_world_size(), device)
         for name, op in ops.items():
             times = []
             for i in range(warmup + reps):
@@ -52,7 +72,7 @@ def time_collectives(sizes: list[int], reps: int, warmup: int, device: Any = "cp
                 if cuda:
                     torch.cuda.synchronize()
                 t0 = time.perf_counter()
-                op(x)
+                op()
                 if cuda:
                     torch.cuda.synchronize()
                 t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
@@ -64,10 +84,11 @@ def time_collectives(sizes: list[int], reps: int, warmup: int, device: Any = "cp
 
 
 def calibration_from_times(backend: str, world: int, sizes: list[int], times: dict[str, list[list[float]]]) -> dict[str, Any]:
-    """The ``comm_calibration`` mapping of measured times per size: ``times_s`` is the mean of the
-    repetitions without the slowest tenth (a training iteration pays the average collective, and
-    gloo's times are bimodal on a busy host, so a median jumps between the modes), ``p90_times_s``
-    the 90th percentile."""
+    """The ``comm_calibration`` mapping of measured times per size: ``times_s`` (all-reduce) is the
+    mean of the repetitions without the slowest tenth (a training iteration pays the average
+    collective, and gloo's times are bimodal on a busy host, so a median jumps between the modes),
+    ``p90_times_s`` the 90th percentile; the other collectives' curves, when measured, likewise
+    (``broadcast_times_s``, ``all_gather_times_s``, ``reduce_scatter_times_s`` and their p90s)."""
 
     def typical(ts: list[list[float]]) -> list[float]:
         out = []
@@ -79,11 +100,13 @@ def calibration_from_times(backend: str, world: int, sizes: list[int], times: di
     def p90(ts: list[list[float]]) -> list[float]:
         return [max(sorted(t)[min(len(t) - 1, int(round(0.9 * (len(t) - 1))))], m) for t, m in zip(ts, typical(ts))]
 
-    ar, bc = times["all_reduce"], times.get("broadcast")
+    ar = times["all_reduce"]
     out = {"backend": backend, "world_size": world, "sizes_bytes": [int(s) for s in sizes],
            "times_s": typical(ar), "p90_times_s": p90(ar)}
-    if bc:
-        out.update(broadcast_times_s=typical(bc), broadcast_p90_times_s=p90(bc))
+    for name in COLLECTIVES[1:]:
+        ts = times.get(name)
+        if ts:
+            out.update({f"{name}_times_s": typical(ts), f"{name}_p90_times_s": p90(ts)})
     out.update(repetitions=len(ar[0]) if ar else 0, measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                host=socket.gethostname())
     return out
@@ -106,7 +129,7 @@ def _worker(rank: int, world: int, backend: str, port: int, sizes: list[int], re
 
 
 def measure_collectives(backend: str, nproc: int, sizes: list[int] | None = None, reps: int = 10, warmup: int = 3) -> dict[str, Any]:
-    """Measure the all-reduce and broadcast curves; returns a ``comm_calibration`` mapping.
+    """Measure the collectives' curves (COLLECTIVES); returns a ``comm_calibration`` mapping.
 
     Raises:
         SriftError: for a bad backend or process count, or nccl without enough GPUs.

@@ -8,6 +8,10 @@ only, as torch counts them), attributed to modules by its module tracker; an ope
 backward when it runs inside an autograd graph task (what torch's ModuleTracker.is_bw checks), so
 the step may run several forward/backward passes (gradient accumulation) or call backward itself.
 
+Recomputation under activation checkpointing (a leaf's forward run again inside backward) is not
+counted: the FLOPs, bytes and activations are those of one forward and one backward; the predictor
+adds the recomputation a checkpointing policy implies.
+
 Bytes are estimates: ``fwd_bytes`` = inputs + outputs + parameters of the module (each read or
 written once); ``bwd_bytes`` = twice that (read the output gradient, inputs and weights; write the
 input and weight gradients). ``activation_bytes`` = the module's output bytes (what autograd keeps),
@@ -35,13 +39,14 @@ def _total(counts: dict[Any, int]) -> float:
 class _PhaseFlopCounter(FlopCounterMode):
     """FlopCounterMode that also keeps, per module, the FLOPs counted during backward."""
 
-    def __init__(self) -> None:
+    def __init__(self, recorder: "_LeafRecorder | None" = None) -> None:
         super().__init__(display=False)
         self.bwd_flops: dict[str, float] = defaultdict(float)
+        self.recorder = recorder
 
     def _count_flops(self, func_packet: Any, out: Any, args: Any, kwargs: Any) -> Any:
-        # Same as FlopCounterMode._count_flops, plus the backward split.
-        if func_packet in self.flop_registry:
+        # Same as FlopCounterMode._count_flops, plus the backward split, less recomputation.
+        if func_packet in self.flop_registry and not (self.recorder is not None and self.recorder.recomputing):
             n = self.flop_registry[func_packet](*args, **kwargs, out_val=out)
             in_backward = torch._C._current_graph_task_id() != -1
             for par in set(self.mod_tracker.parents):
@@ -58,14 +63,21 @@ class _LeafRecorder:
         self.order: list[nn.Module] = []
         self.stats: dict[nn.Module, dict[str, float]] = {}
         self.kfac: dict[nn.Module, tuple[int, int, int]] = {}
+        self.recomputing = 0  # depth of leaf forwards running inside backward (recomputation)
 
     def pre_hook(self, mod: nn.Module, args: Any) -> None:
+        if torch._C._current_graph_task_id() != -1:
+            self.recomputing += 1
+            return
         if mod not in self.stats:
             self.order.append(mod)
             self.stats[mod] = {"in": 0.0, "out": 0.0, "extra": 0.0}
         self.stats[mod]["in"] += tensor_bytes(args)
 
     def post_hook(self, mod: nn.Module, args: Any, out: Any) -> None:
+        if self.recomputing:
+            self.recomputing -= 1
+            return
         s = self.stats[mod]
         s["out"] += tensor_bytes(out)
         s["extra"] += float(getattr(mod, "extra_activation_bytes", 0.0) or 0.0)
@@ -104,14 +116,15 @@ def _run_step(model: nn.Module, step_fn: Callable[[], Any], rec: _LeafRecorder,
     handles = []
     for m in model.modules():
         if not list(m.children()):
-            handles += [m.register_forward_pre_hook(rec.pre_hook), m.register_forward_hook(rec.post_hook)]
+            # always_call: non-reentrant checkpointing stops a recomputation by raising inside a leaf.
+            handles += [m.register_forward_pre_hook(rec.pre_hook), m.register_forward_hook(rec.post_hook, always_call=True)]
     ready: list[int] = []
     for p in params:
         handles.append(p.register_post_accumulate_grad_hook(lambda t, pid=id(p): ready.append(pid)))
     was_training = model.training
     model.train()
     try:
-        with _PhaseFlopCounter() as counter:
+        with _PhaseFlopCounter(rec) as counter:
             out = step_fn()
             if not ready and isinstance(out, torch.Tensor) and out.requires_grad:
                 out.backward()

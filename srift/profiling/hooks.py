@@ -18,6 +18,15 @@ What is timed, per leaf module, per iteration (= one optimizer step):
 With gradient accumulation (several forward/backward passes per step) the times of all the
 micro-batches of a step are summed.
 
+Activation checkpointing: a leaf whose forward runs inside the autograd engine (backward) is being
+recomputed (``torch.utils.checkpoint``, non-reentrant, the default of FSDP's ``checkpoint_wrapper``):
+its time is recorded as recomputation (``recomputed`` names the leaves), not as forward, and is cut
+out of the backward interval it falls in. ``exclude`` cuts out other intervals the same way (FSDP's
+collectives, which block the training thread on CPU workers). With ``pass_end_callback`` the last
+leaf of a backward pass ends when the autograd engine finishes the pass rather than at the last
+parameter-gradient accumulation (FSDP2 accumulates into unsharded copies of the parameters, whose
+hooks srift does not see).
+
 Clocks: on CPU ``time.perf_counter``; on CUDA ``torch.cuda.Event`` marks without any per-layer
 synchronisation, resolved after one ``torch.cuda.synchronize()`` per iteration.
 """
@@ -87,6 +96,7 @@ class IterationTimes:
     optimizer_s: float
     total_s: float
     micro_batches: int
+    recompute_s: float = 0.0
 
 
 @dataclass
@@ -96,6 +106,7 @@ class _Pending:
     fwd: list[tuple[int, Any, Any]] = field(default_factory=list)  # (leaf, start, end)
     bwd_events: list[tuple[int, Any]] = field(default_factory=list)  # (leaf or -1 for param-ready, mark)
     bwd_passes: list[int] = field(default_factory=list)  # index into bwd_events where a pass starts
+    recompute: list[tuple[Any, Any]] = field(default_factory=list)  # (start, end) of leaf recomputations
     root_fwd: list[tuple[Any, Any]] = field(default_factory=list)
     first_fwd_wall: float | None = None
     opt_start: Any = None
@@ -172,12 +183,17 @@ class LayerTimer:
         self.first_input: torch.Tensor | None = None
         self.input_bytes = 0.0
         self._starts: dict[int, list[Any]] = defaultdict(list)
+        self._rec_starts: dict[int, list[Any]] = defaultdict(list)
+        self.recomputed: set[int] = set()  # leaves seen recomputed in backward (activation checkpointing)
+        self.pass_end_callback = False
         self._in_backward = False
         self._handles: list[Any] = []
         for _, m in self.leaves:
             self._handles.append(m.register_forward_pre_hook(self._leaf_pre))
-            self._handles.append(m.register_forward_hook(self._leaf_post))
-        self._handles.append(root.register_forward_pre_hook(self._root_pre, with_kwargs=True))
+            # always_call: non-reentrant checkpointing stops a recomputation by raising inside a leaf.
+            self._handles.append(m.register_forward_hook(self._leaf_post, always_call=True))
+        # prepend: the model's forward starts before wrappers' own pre-hooks (FSDP2's root all-gather).
+        self._handles.append(root.register_forward_pre_hook(self._root_pre, with_kwargs=True, prepend=True))
         self._handles.append(root.register_forward_hook(self._root_post))
         for p in model.parameters():
             if p.requires_grad:
@@ -210,10 +226,25 @@ class LayerTimer:
             self.pending.root_fwd.append((self._starts[-1].pop(), self.clock.mark()))
 
     def _leaf_pre(self, module: nn.Module, args: Any) -> None:
-        if self._active():
-            self._starts[id(module)].append(self.clock.mark())
+        if not self._active():
+            return
+        if _in_autograd_engine():  # a recomputation (activation checkpointing)
+            mark = self.clock.mark()
+            self._rec_starts[id(module)].append(mark)
+            if self._in_backward:
+                self.pending.bwd_events.append((_PAUSE, mark))
+            return
+        self._starts[id(module)].append(self.clock.mark())
 
     def _leaf_post(self, module: nn.Module, args: Any, out: Any) -> None:
+        rec = self._rec_starts.get(id(module))
+        if rec:
+            mark = self.clock.mark()
+            self.pending.recompute.append((rec.pop(), mark))
+            self.recomputed.add(self.index[id(module)])
+            if self._in_backward:
+                self.pending.bwd_events.append((_RESUME, mark))
+            return
         starts = self._starts.get(id(module))
         if not starts:
             return
@@ -227,7 +258,19 @@ class LayerTimer:
         if not self._in_backward:
             self._in_backward = True
             self.pending.bwd_passes.append(len(self.pending.bwd_events))
+            if self.pass_end_callback:
+                torch.autograd.Variable._execution_engine.queue_callback(self._pass_end)
         self.pending.bwd_events.append((i, self.clock.mark()))
+
+    def _pass_end(self) -> None:
+        if self._in_backward:
+            self.pending.bwd_events.append((-1, self.clock.mark()))
+
+    def exclude(self, start: Any, end: Any) -> None:
+        """Cut ``[start, end]`` (clock marks, just measured) out of the backward leaf interval it
+        falls in: time the training thread spent on something else (a blocking collective)."""
+        if self._in_backward:
+            self.pending.bwd_events += [(_PAUSE, start), (_RESUME, end)]
 
     def _param_ready(self, p: torch.Tensor) -> None:
         if self._in_backward:
@@ -245,6 +288,7 @@ class LayerTimer:
         """Close the iteration that just stepped; return its times if ``measured``."""
         pend, self.pending = self.pending, _Pending()
         self._starts.clear()
+        self._rec_starts.clear()
         self._in_backward = False
         if not measured:
             return None
@@ -258,24 +302,43 @@ class LayerTimer:
             events = pend.bwd_events[bounds[k]:bounds[k + 1]]
             if not events:
                 continue
-            # The pass ends at its last mark (a parameter becoming ready, or the last leaf).
+            # The pass ends at its last mark (a parameter becoming ready, or the last leaf). A leaf's
+            # backward runs from its mark to the next leaf's (the last: to the pass's end), less
+            # the paused stretches (recomputation, blocking collectives) in between.
             backward_s += self.clock.elapsed_s(events[0][1], events[-1][1])
-            for j, (i, mark) in enumerate(events):
-                if i < 0:
-                    continue
-                nxt = next((m for ii, m in events[j + 1:] if ii >= 0), events[-1][1])
-                bwd[i] += self.clock.elapsed_s(mark, nxt)
+            cur, since = -1, None
+            for i, mark in events:
+                if i >= 0 or i == _PAUSE:
+                    if cur >= 0 and since is not None:
+                        bwd[cur] += self.clock.elapsed_s(since, mark)
+                    since = None if i == _PAUSE else mark
+                    if i >= 0:
+                        cur = i
+                elif i == _RESUME:
+                    since = mark
+            if cur >= 0 and since is not None:
+                bwd[cur] += self.clock.elapsed_s(since, events[-1][1])
         forward_s = sum(self.clock.elapsed_s(a, b) for a, b in pend.root_fwd)
         opt_s = self.clock.elapsed_s(pend.opt_start, pend.opt_end) if pend.opt_start is not None else 0.0
         data_s = (pend.first_fwd_wall - prev_end_wall) if (prev_end_wall is not None and pend.first_fwd_wall) else 0.0
         total_s = end_wall - prev_end_wall if prev_end_wall is not None else 0.0
+        recompute_s = sum(self.clock.elapsed_s(a, b) for a, b in pend.recompute)
         return IterationTimes(dict(fwd), dict(bwd), max(data_s, 0.0), forward_s, backward_s, opt_s, total_s,
-                              len(pend.root_fwd))
+                              len(pend.root_fwd), recompute_s)
 
     def remove(self) -> None:
         for h in self._handles:
             h.remove()
         self._handles = []
+
+
+# Marks in a backward pass's event list besides leaves (>= 0) and parameter-ready marks (-1).
+_PAUSE, _RESUME = -2, -3
+
+
+def _in_autograd_engine() -> bool:
+    """True while the autograd engine runs a backward pass (in this thread)."""
+    return torch._C._current_graph_task_id() != -1
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:

@@ -29,6 +29,10 @@ existing file (checked before the script runs, and again at the write).
 
 Under torchrun (DDP, world size > 1) every rank measures its own all-reduce buckets; they are
 gathered to rank 0, which alone writes the profile.
+
+FSDP (srift/profiling/fsdp.py): every rank times its units' collectives; at the last measured step,
+before stopping the script, every rank runs the structural analysis (its forward and backward
+run FSDP's all-gathers and reduce-scatters) and the collectives are gathered to rank 0.
 """
 
 from __future__ import annotations
@@ -58,8 +62,9 @@ from srift.bounds import (
 )
 from srift.errors import SriftError
 from srift.files import check_name, file_in, input_file, name_from, output_file
-from srift.profile import AllReduceBucket, Profile
-from srift.profiling.assemble import Measurement, assemble_profile
+from srift.profile import AllReduceBucket, LayerProfile, Profile
+from srift.profiling import fsdp
+from srift.profiling.assemble import Measurement, analyze_structure, assemble_profile, leaf_layers
 from srift.profiling.buckets import BucketTimer, is_ddp
 from srift.profiling.hooks import CudaClock, IterationTimes, LayerTimer, ModelFinder, WallClock
 
@@ -103,6 +108,9 @@ class _Session:
         self.rank = 0
         self.gathered: list[AllReduceBucket] | None = None
         self.watch: _StepWatch | None = None
+        self.fsdp: fsdp.CollectiveTimer | None = None
+        self.layers: list[LayerProfile] | None = None  # FSDP: analysed on every rank before stopping
+        self.notes: list[str] = []
 
     def pre_step(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self.optimizer is None:
@@ -128,6 +136,23 @@ class _Session:
         self.timer.want_capture = True
         if is_ddp(root) and dist.is_initialized() and dist.get_world_size() > 1:
             self.comm = BucketTimer(root)
+        self._attach_fsdp(root)
+
+    def _attach_fsdp(self, root: torch.nn.Module) -> None:
+        setup = fsdp.detect(root)
+        if setup is None or self.timer is None:
+            return
+        self.timer.pass_end_callback = True  # FSDP2 accumulates into copies whose hooks srift does not see
+        self.fsdp = fsdp.CollectiveTimer(root, setup, self.timer, self.clock)
+
+    def _finish_fsdp(self) -> None:
+        """On every rank at the same step: the structural analysis and the collectives' gather
+        (both run collectives)."""
+        assert self.fsdp is not None and self.timer is not None and self.model is not None
+        self.fsdp.remove()
+        self.timer.remove()
+        self.layers = analyze_structure(self.model, self.timer, self.notes)
+        self.fsdp.gather()
 
     def post_step(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if opt is not self.optimizer:
@@ -146,18 +171,24 @@ class _Session:
                 self.records.append(rec)
         if self.comm is not None:
             self.comm.end_iteration(measured)
+        if self.fsdp is not None:
+            self.fsdp.end_iteration(measured)
         self.prev_end = end
         if self.progress is not None and self.task is not None:
             self.progress.update(self.task, completed=self.steps)
         if self.timer is not None and self.steps >= self.warmup + self.iters:
             if self.comm is not None:  # a collective: every rank stops at this same step
                 self.gathered = self.comm.gather()
+            if self.fsdp is not None:
+                self._finish_fsdp()
             raise _StopProfiling
 
     def close(self) -> None:
         self.finder.remove()
         if self.timer is not None:
             self.timer.remove()
+        if self.fsdp is not None:
+            self.fsdp.remove()
 
 
 def profile_script(
@@ -318,13 +349,23 @@ def _finish(session: _Session, stopped: bool, name: str, out_path: Path, batch_o
             notes.append(f"all-reduce buckets of rank {rank} only (the script ended before srift stopped it)")
         if not session.comm.installed:
             notes.append("the script registered its own DDP comm hook; all-reduce buckets were not measured")
+    layers, fsdp_measured = session.layers, None
+    if session.fsdp is not None:
+        session.fsdp.remove()
+        notes += session.notes
+        if layers is None and world > 1:
+            # The script ended by itself: an analysed step on this rank alone would wait for the others.
+            notes.append("the script ended before srift stopped it, so the structure was not analysed on every rank: "
+                         "FLOPs and bytes are missing")
+            layers = leaf_layers(session.timer)
+        fsdp_measured = fsdp.measurement(session.model, session.fsdp.setup, session.timer, session.fsdp)
     if rank != 0:
         return ProfileResult(None, None, warnings)
 
     session.timer.remove()
     measured = Measurement(name=name, model=session.model, optimizer=session.optimizer, timer=session.timer,
                            clock_kind=session.clock.kind, records=session.records, warmup=session.warmup,
-                           world_size=world, buckets=buckets)
+                           world_size=world, buckets=buckets, layers=layers, fsdp=fsdp_measured)
     profile = assemble_profile(measured, notes, warnings, batch_override, kfac)
     try:
         written = profile.save(out_path, overwrite=overwrite)

@@ -34,11 +34,15 @@ def show_script_profile(result: "ProfileResult") -> None:
 
 
 def show_calibration(doc: dict[str, Any] | None, output: str) -> None:
-    """The measured all-reduce curve and the cluster file written (nothing on torchrun ranks
-    other than 0)."""
+    """The measured all-reduce curve (with the all-gather and reduce-scatter times when measured)
+    and the cluster file written (nothing on torchrun ranks other than 0)."""
     if doc is None:
         return
     c = doc["comm_calibration"]
-    for s, t in zip(c["sizes_bytes"], c["times_s"]):
-        print(f"  {s:>12,d} B  {t * 1e3:9.3f} ms  {s / t / 1e9:7.3f} GB/s")
+    ag, rs = c.get("all_gather_times_s"), c.get("reduce_scatter_times_s")
+    if ag and rs:
+        print(f"  {'size':>14s}  {'all-reduce':>22s}  {'all-gather':>10s}  {'reduce-scatter':>14s}")
+    for i, (s, t) in enumerate(zip(c["sizes_bytes"], c["times_s"])):
+        more = f"  {ag[i] * 1e3:7.3f} ms  {rs[i] * 1e3:11.3f} ms" if ag and rs else ""
+        print(f"  {s:>12,d} B  {t * 1e3:9.3f} ms  {s / t / 1e9:7.3f} GB/s{more}")
     print(f"Wrote {output}: use it with `srift predict --cluster {output}`.")

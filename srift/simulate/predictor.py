@@ -11,6 +11,8 @@ cluster, every parallelism and checkpointing policy whose memory fits (sharded.p
 only across nodes of several GPUs) and keeps the fastest: cheapest lower bound first (compute,
 recompute and optimizer, no communication), stopping once no remaining combination can win. A
 profile without FSDP units (a CNN, BERT) is trained with DDP, as are K-FAC jobs and one GPU.
+A profile of an FSDP script (``srift profile``) says how the script ran (``Profile.parallelism``,
+``activation_checkpointing``): that is the job's default, in place of ``auto``.
 
 DDP: iteration = data + forward + backward + exposed communication + communication interference
 + optimizer + overhead (+ K-FAC phases); with gradient accumulation the first ``grad_accum - 1``
@@ -34,6 +36,7 @@ training loop waited for batches), added as measured.
 from __future__ import annotations
 
 import math
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -135,6 +138,7 @@ class Predictor:
 
     def __init__(self, profile: Profile, job: Job, more_profiles: Sequence[Profile] = (),
                  model_flops_per_token: Callable[[int], float] | None = None) -> None:
+        job = job_with_profile_defaults(job, profile)
         self.job = job
         self.base = profile.rescale(seq_len=job.seq_len) if job.seq_len is not None else profile
         self._sources = {k: (p.rescale(seq_len=job.seq_len) if job.seq_len is not None else p)
@@ -720,6 +724,19 @@ class _Plan:
     @property
     def iteration_s(self) -> float:
         return sum(self.breakdown.values())
+
+
+def job_with_profile_defaults(job: Job, profile: Profile) -> Job:
+    """``job`` with the parallelism and checkpointing the profiled script ran (an FSDP script's
+    profile records them) where the job leaves them to ``auto``; K-FAC jobs keep DDP."""
+    parallelism, checkpointing = job.parallelism, job.activation_checkpointing
+    if parallelism == AUTO and profile.parallelism is not None and not job.kfac:
+        parallelism = profile.parallelism
+    if checkpointing == AUTO and profile.activation_checkpointing is not None:
+        checkpointing = profile.activation_checkpointing
+    if (parallelism, checkpointing) == (job.parallelism, job.activation_checkpointing):
+        return job
+    return dataclasses.replace(job, parallelism=parallelism, activation_checkpointing=checkpointing)
 
 
 def profile_flops_per_token(profile: Profile) -> float:
