@@ -671,8 +671,9 @@ class Predictor:
                          "departure from the model (a GPU's own quirks do not carry over; README: Accuracy)")
         elif times.anchored:
             notes.append("compute anchored on measured times")
-        if kfac is not None and kfac.measured_kernels:
-            notes.append("K-FAC kernels from the profile's measured times (srift profile --kfac)")
+        if kfac is not None:
+            notes.append("K-FAC kernels from the profile's measured times (srift profile --kfac)" if kfac.measured_kernels
+                         else f"K-FAC kernels ({kfac.inverse_method}): {kfac.kernels.basis} (docs/kfac.md)")
         return notes
 
 
