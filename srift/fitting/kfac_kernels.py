@@ -161,6 +161,12 @@ def _resid(x: np.ndarray, n: np.ndarray, t: np.ndarray, shape: float) -> np.ndar
     return np.log(latency + n**3 / rate * (1.0 + (n_half / n) ** shape)) - np.log(t)
 
 
+# Bounds of the fitted figures (log space): latency 1 ns..1 s, rate 1e6..1e16 n^3/s, n_half 1..1e5.
+CURVE_BOUNDS = (np.log([1e-9, 1e6, 1.0]), np.log([1.0, 1e16, 1e5]))
+# GEMM 1e8..1e16 FLOP/s, memory 1e7..1e13 bytes/s, per call 1 ns..1 s.
+FACTOR_BOUNDS = (np.log([1e8, 1e7, 1e-9]), np.log([1e16, 1e13, 1.0]))
+
+
 def _starts(n: np.ndarray, t: np.ndarray) -> list[np.ndarray]:
     rate0 = float(np.max(n**3 / t))
     return [np.log([max(float(t.min()) * f, 1e-7), rate0 * 2.0, h]) for f in (0.1, 0.5) for h in (64.0, 512.0, 2048.0)]
@@ -170,7 +176,8 @@ def fit_curve(n: np.ndarray, t: np.ndarray, shape: float) -> CurveFit:
     """Latency, rate and n_half of one solver curve with ``shape`` fixed (multi-start least squares)."""
     if len(n) < 3:
         raise ValueError(f"a solver curve needs 3 or more sizes, got {len(n)}")
-    fits = [least_squares(_resid, x0, args=(n, t, shape), method="lm") for x0 in _starts(n, t)]
+    fits = [least_squares(_resid, np.clip(x0, *CURVE_BOUNDS), args=(n, t, shape), bounds=CURVE_BOUNDS, method="trf")
+            for x0 in _starts(n, t)]
     best = min(fits, key=lambda r: float(r.cost))
     latency, rate, n_half = _curve(best.x, shape)
     return CurveFit(SolverCurve(latency, rate, n_half, shape), len(n), float(np.sqrt(np.mean(best.fun**2))))
@@ -247,7 +254,7 @@ def fit_factors(design: pd.DataFrame) -> FactorFit:
         return np.log(model(x)) - np.log(t)
 
     starts = [np.log([g, m, c]) for g in (1e10, 1e11, 1e13) for m in (1e9, 1e10, 1e11) for c in (1e-5, 1e-3)]
-    best = min((least_squares(resid, x0, method="lm") for x0 in starts), key=lambda r: float(r.cost))
+    best = min((least_squares(resid, x0, bounds=FACTOR_BOUNDS, method="trf") for x0 in starts), key=lambda r: float(r.cost))
     gemm, mem, call = (float(v) for v in np.exp(best.x))
     return FactorFit(gemm, mem, call, len(design), float(np.sqrt(np.mean(best.fun**2))))
 

@@ -328,7 +328,10 @@ class _Pipeline:
         # Backward visits layers in reverse: a layer's backward (its G factors first) starts at
         # forward_end + the backward seconds of every later layer.
         bwd_start = forward_end + np.cumsum(bwd[::-1])[::-1] - bwd
-        ready_a, ready_g, done_a, done_g = [], [], {}, {}
+        ready_a: list[float] = []
+        ready_g: list[float] = []
+        done_a: dict[int, float] = {}
+        done_g: dict[int, float] = {}
         for b, a_s, g_s in zip(blocks, kernels.factor_a_s, kernels.factor_g_s):
             # A layer's blocks are computed one after another after its forward (A) / before its backward (G).
             done_a[b.layer] = done_a.get(b.layer, fwd_start[b.layer] + compute.fwd_s[b.layer]) + a_s
