@@ -1,7 +1,7 @@
 """The K-FAC prediction (srift/simulate/kfac.py) on hand-worked examples: a two-layer profile,
 compute times given per layer, a linear communication model, and a kernel model whose GEMMs and
 solvers run at round rates with free copies (srift/perf/kfac_kernels.py has its own tests).
-None of this needs torch."""
+Only the last test needs torch (it profiles a real grouped convolution)."""
 
 from __future__ import annotations
 
@@ -299,3 +299,23 @@ def test_the_p90_times_the_median_plan_with_the_p90_communication(strategy):
         assert ph.inverse_broadcast == pytest.approx(bcast) and p90.inverse_broadcast == pytest.approx(20 * bcast)
     if strategy == "spd":
         assert p.owners == [-1] * 4 and ph.inverse_broadcast == p90.inverse_broadcast == 0.0
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_a_profiled_grouped_convolution_gives_the_runtimes_blocks():
+    # The profiler records one group's dimensions; the simulator counts the groups from the
+    # parameters and finds the blocks srift.kfac builds, depthwise included.
+    torch = pytest.importorskip("torch")
+    from srift.kfac.layers import make_layers, supported
+    from srift.profiling.flops import analyze_layers
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(8, 12, 3, groups=4), torch.nn.Conv2d(12, 12, 3, groups=12, bias=False),
+                              torch.nn.Flatten(), torch.nn.Linear(12 * 4 * 4, 5))
+    x = torch.randn(2, 8, 8, 8)
+    layers = analyze_layers(net, lambda: net(x).sum())
+    prof = Profile("grouped", batch_size=2, precision="fp32", layers=layers)
+    runtime = [(b.name, b.a_dim, b.g_dim) for name, m in net.named_children() if supported(m)
+               for b in make_layers(name, m)]
+    assert [(b.name, b.a_dim, b.g_dim) for b in kfac_blocks(prof)] == runtime
+    assert [b.width for b in kfac_blocks(prof)][:5] == [18] * 4 + [9] and kfac_blocks(prof)[-1].bias
