@@ -151,6 +151,8 @@ class KfacPlan:
         groups_g: Fused all-reduce groups of the G factors (block indices, backward order).
         measured_kernels: True when the profile's measured K-FAC kernel times were used.
         interference: Seconds charged per second of hidden K-FAC collective.
+        interference_split: ``kfac_comm_interference`` per iteration: (from the hidden factor
+            all-reduces, from the inverse broadcasts hidden behind the inversions).
         phases_per_update: Median seconds, unamortized (factor phases per factor update,
             inversion phases per inverse update, preconditioning per iteration).
         phases: Median seconds per iteration (amortized).
@@ -168,6 +170,7 @@ class KfacPlan:
     groups_g: list[list[int]]
     measured_kernels: bool
     interference: float
+    interference_split: tuple[float, float]
     phases_per_update: KfacPhases
     phases: KfacPhases
     phases_p90: KfacPhases
@@ -468,6 +471,7 @@ def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes,
     steps = (job.kfac_factor_steps, job.kfac_inv_steps)
     return KfacPlan(strategy, inverse_method, workers, [b.name for b in blocks], dims, device, owners, groups_a, groups_g,
                     measured_kernels=anchor is not None, interference=k,
+                    interference_split=(per_update.factor_interference / steps[0], per_update.broadcast_interference / steps[1]),
                     phases_per_update=per_update.amortized(1, 1), phases=per_update.amortized(*steps),
                     phases_p90=phases_at(links[0.9]).amortized(*steps))
 
