@@ -170,6 +170,22 @@ def test_eigen_broadcasts_the_eigenbasis_and_preconditions_with_four_gemms():
         plan(comm=comm, inverse_method="lu")
 
 
+def test_predict_prices_the_jobs_inverse_method():
+    from srift import api
+
+    def predict(method):
+        job = Job(batch_size=32, optimizer="kfac", kfac_strategy="naive", kfac_inverse_method=method)
+        return api.predict(job, model="resnet50", cluster_file="configs/clusters/ib-64.yaml").prediction
+
+    inv, eig = predict("inverse"), predict("eigen")
+    # eigh is memory-bound in its tridiagonal reduction: far slower than the Cholesky inverse on a GPU.
+    assert eig.breakdown["inversion"] > 3 * inv.breakdown["inversion"]
+    assert eig.breakdown["factor_compute"] == inv.breakdown["factor_compute"]
+    assert any(n.startswith("K-FAC kernels (eigen): derived for RTX-2080-Ti") for n in eig.notes)
+    with pytest.raises(SriftError, match="K-FAC inverse method"):
+        Job(optimizer="kfac", kfac_inverse_method="lu")
+
+
 def test_profile_without_factor_dims_is_a_clear_error():
     prof = Profile("plain", batch_size=8, precision="fp32", layers=[LayerProfile("fc", "Linear", fwd_flops=1.0)])
     with pytest.raises(SriftError, match="K-FAC factor dimensions"):

@@ -343,8 +343,8 @@ def derive_gpu(gpu: str, precision: str, shape: float, assumptions: GpuAssumptio
     eigen = SolverCurve(latency, 1.0 / eigen_s_per_n3, n_half, shape, a.eigen_column_launches * a.launch_gap_s)
     basis = (f"derived for {spec.name} (no measured table): GEMMs at the compute model's "
              f"{_matmul_precision(precision).upper()} matmul rate {rates.matmul_flops_per_s / 1e12:.1f} TFLOP/s, copies at "
-             f"{rates.memory_bytes_per_s / 1e9:.0f} GB/s; Cholesky inverse {a.inverse_flops_per_n3:.2f} n^3 FLOPs at "
-             f"{a.solver_to_gemm:.2f} of the GEMM rate, half throughput at n = {n_half:.0f}")
+             f"{rates.memory_bytes_per_s / 1e9:.0f} GB/s; solvers at {a.solver_to_gemm:.2f} of the GEMM rate (Cholesky "
+             f"inverse {a.inverse_flops_per_n3:.2f} n^3 FLOPs, eigh's reduction memory-bound), half throughput at n = {n_half:.0f}")
     return DeviceKernels(spec.name, basis, inverse, eigen, rates.matmul_flops_per_s, rates.memory_bytes_per_s,
                          rates.launch_s, a.sync_s)
 

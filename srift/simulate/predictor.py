@@ -523,7 +523,7 @@ class Predictor:
         kfac = None
         if self.job.kfac:
             prof = self.profile_at(batches[slowest], self.source_for(groups[slowest].gpu))
-            kfac = plan_kfac(prof, cluster, self.job, crit.times, comm, self.layout)
+            kfac = plan_kfac(prof, cluster, self.job, crit.times, comm, self.layout, inverse_method=self.job.kfac_inverse_method)
             breakdown.update(kfac.phases.as_dict())
         p90 = (compute_end * (1.0 + Z90 * self.compute_cv) * accum + ar.exposed_p90_s
                + ar.interference_p90_s + optimizer + overhead * accum
