@@ -63,6 +63,16 @@ def test_phases_mpd_two_workers():
     assert ph.kfac_comm_interference == 0.0
 
 
+def test_broadcast_inverses_are_packed_by_their_owner_and_unpacked_everywhere_else():
+    # Copies at 1 GB/s: packing moves 20 bytes per element, unpacking 36 (srift.perf.kfac_kernels).
+    k = dataclasses.replace(K, memory_bytes_per_s=1e9)
+    ph = plan(strategy="mpd", comm=LinearComm(1e-4, 1e-9), kernels=k).phases
+    # Round robin over dims [10, 4, 17, 10]: w0 inverts and packs 10 and 17 (1 + 2 + 4.913 + 5.78 us).
+    assert ph.inversion == pytest.approx((1000 + 2000 + 4913 + 20 * 289) * 1e-9)
+    # After the four broadcasts, w1 unpacks what w0 sent (the worker that owns least unpacks most).
+    assert ph.inverse_broadcast == pytest.approx(4e-4 + 1092e-9 + 36 * (100 + 289) * 1e-9)
+
+
 def test_naive_sends_packed_triangles_in_64_mib_buffers():
     # Four Linear layers 3000 -> 3000 with a bias (A 3001, G 3000; the FLOPs 2 x 8 x 3000 x 3000
     # say the input rows are 3000 wide): packed factors of 4 x 3001 x 3002 / 2 = 18 018 004 and

@@ -58,15 +58,18 @@ HALF_BYTES = 2.0
 # srift.kfac.preconditioner), counted from the code:
 # * in the hook: the GEMM writes the Gram (4); ``(gram + gram.T)`` reads 8 and writes 4; ``mul_``
 #   reads 4 and writes 4: 24; with a bias, the Gram is first copied into the (d+1) x (d+1) result: +8;
-# * in ``step()``, per factor update: ``pack_upper`` (``triu_indices`` writes two int64 indices per
-#   packed element, the gather reads them and the values and writes the values: 40 bytes per packed
-#   element, 20 per element), the copy into the fused buffer (4) and the division after the
-#   all-reduce (4), ``unpack_upper`` (indices 16 per packed element, a zeroed matrix 4, two scatters
-#   reading indices and values and writing 24 per packed element each: 36 per element) and the
-#   running average (``mul_`` 8, ``add_`` 12): 84.
+# * ``pack_upper`` (``triu_indices`` writes two int64 indices per packed element, the gather reads
+#   them and the values and writes the values: 40 bytes per packed element, 20 per element);
+#   ``unpack_upper`` (indices 16 per packed element, a zeroed matrix 4 per element, two scatters
+#   reading indices and values and writing, 24 per packed element each: 36 per element);
+# * in ``step()``, per factor update: a pack, the copy into the fused buffer (4) and the division
+#   after the all-reduce (4), an unpack, and the running average (``mul_`` 8, ``add_`` 12): 84.
+#   An inverse broadcast packs on its owner and unpacks everywhere else (``inverse`` method).
 HOOK_BYTES_PER_ELEMENT = 24.0
 BIAS_BYTES_PER_ELEMENT = 8.0
-STEP_BYTES_PER_ELEMENT = 84.0
+PACK_BYTES_PER_ELEMENT = 20.0
+UNPACK_BYTES_PER_ELEMENT = 36.0
+STEP_BYTES_PER_ELEMENT = PACK_BYTES_PER_ELEMENT + 8.0 + UNPACK_BYTES_PER_ELEMENT + 20.0
 # Passes over a d_G x d_A block besides the GEMMs when preconditioning (srift.kfac.preconditioner
 # ``_precondition`` and ``KFACLayer.grad_matrix/set_grad``): the gradient gathered with its bias
 # column (read + write), the KL-clip term ``(p * grad).sum()`` (read both), ``p.mul_(nu)`` (read +
@@ -186,6 +189,14 @@ class DeviceKernels:
         """Seconds ``step()`` spends on one factor besides its collective: packing, the fused
         buffer's copy and division, unpacking and the running average (``STEP_BYTES_PER_ELEMENT``)."""
         return self.call_s + STEP_BYTES_PER_ELEMENT * dim**2 / self.memory_bytes_per_s
+
+    def pack_s(self, dim: int) -> float:
+        """Seconds to pack a ``dim x dim`` symmetric matrix's upper triangle (``pack_upper``)."""
+        return self.call_s + PACK_BYTES_PER_ELEMENT * dim**2 / self.memory_bytes_per_s
+
+    def unpack_s(self, dim: int) -> float:
+        """Seconds to rebuild a ``dim x dim`` symmetric matrix from its triangle (``unpack_upper``)."""
+        return self.call_s + UNPACK_BYTES_PER_ELEMENT * dim**2 / self.memory_bytes_per_s
 
     def precondition_s(self, a_dim: int, g_dim: int, method: str = "inverse") -> float:
         """Seconds to precondition one ``g_dim x a_dim`` block (every iteration)."""

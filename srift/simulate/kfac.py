@@ -249,6 +249,8 @@ class _Kernels:
     precondition_s: float
     invert: Callable[[int], float]
     inversion_overhead_s: float  # per inverse update: pi-damping's two traces read per block
+    pack: Callable[[int], float]  # an owner packs the inverse it broadcasts (inverse method)
+    unpack: Callable[[int], float]  # every other worker unpacks it
 
     @property
     def hooks_s(self) -> float:
@@ -261,7 +263,13 @@ class _Kernels:
         step = sum(k.factor_step_s(d) for b in blocks for d in (b.a_dim, b.g_dim))
         pre = sum(k.precondition_s(b.a_dim, b.g_dim, method) for b in blocks)
         return cls(fa, fg, step, pre, functools.lru_cache(maxsize=None)(lambda d: k.invert_s(d, method)),
-                   2.0 * k.sync_s * len(blocks))
+                   2.0 * k.sync_s * len(blocks), *cls._packing(k, method))
+
+    @staticmethod
+    def _packing(k: DeviceKernels, method: str) -> tuple[Callable[[int], float], Callable[[int], float]]:
+        if method != "inverse":  # an eigenbasis is sent and used as it is
+            return (lambda d: 0.0), (lambda d: 0.0)
+        return k.pack_s, k.unpack_s
 
     @classmethod
     def measured(cls, profile: Profile, blocks: list[KfacBlock], k: DeviceKernels, anchor: float) -> "_Kernels":
@@ -275,7 +283,7 @@ class _Kernels:
                      for d, s in zip((b.a_dim, b.g_dim), (layers[b.layer].kfac_inverse_a_s, layers[b.layer].kfac_inverse_g_s))}
         pre = sum((layers[i].kfac_precondition_s or 0.0) * anchor for i in per_layer)
         step = sum(k.factor_step_s(d) for b in blocks for d in (b.a_dim, b.g_dim))
-        return cls(fa, fg, step, pre, lambda d: inverse_s[d], 2.0 * k.sync_s * len(blocks))
+        return cls(fa, fg, step, pre, lambda d: inverse_s[d], 2.0 * k.sync_s * len(blocks), *cls._packing(k, "inverse"))
 
 
 class _Link:
@@ -460,12 +468,25 @@ def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes,
         else:
             exposed, total = _spd_exposed_comm(blocks, pipeline, groups_a, groups_g, factor_bytes, link, work.hooks_s, cpu_workers)
             hidden_factor = max(0.0, total - exposed)
-        timeline = schedule.inversion_timeline(dims, owners, workers, work.invert, link.broadcast, overlap=spd and overlap)
-        sent = sum(link.broadcast(d) for d, o in zip(dims, owners) if o != schedule.LOCAL)
+        # The timeline walks factor indices: an owned factor costs its inversion and the packing of
+        # its result before the broadcast is issued, a local one its inversion.
+        timeline = schedule.inversion_timeline(
+            list(range(len(dims))), owners, workers,
+            lambda i: work.invert(dims[i]) + (work.pack(dims[i]) if owners[i] != schedule.LOCAL else 0.0),
+            lambda i: link.broadcast(dims[i]), overlap=spd and overlap)
+        moved = [d for d, o in zip(dims, owners) if o != schedule.LOCAL]
+        sent = sum(link.broadcast(d) for d in moved)
         hidden_bcast = max(0.0, sent - timeline.broadcast_exposed_s) if spd and overlap else 0.0
+        # Every worker unpacks the inverses it received, after the last broadcast: the one that owns
+        # the least unpacks the most.
+        owned = [0.0] * workers
+        for d, o in zip(dims, owners):
+            if o != schedule.LOCAL:
+                owned[o] += work.unpack(d)
+        unpack = sum(work.unpack(d) for d in moved) - min(owned) if moved else 0.0
         return _PerUpdate(work.hooks_s + work.step_s, exposed, k * hidden_factor,
-                          timeline.compute_s + work.inversion_overhead_s, timeline.broadcast_exposed_s, k * hidden_bcast,
-                          work.precondition_s)
+                          timeline.compute_s + work.inversion_overhead_s, timeline.broadcast_exposed_s + unpack,
+                          k * hidden_bcast, work.precondition_s)
 
     per_update = phases_at(median)
     steps = (job.kfac_factor_steps, job.kfac_inv_steps)
