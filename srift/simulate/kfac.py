@@ -423,7 +423,8 @@ def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes,
         )
     precision = job.precision or profile.precision
     device = kernels or _device_kernels(cluster, precision)
-    anchor = measured_scale(profile, compute)
+    # `srift profile --kfac` times the inverse method's kernels: an eigen job is priced by the model.
+    anchor = measured_scale(profile, compute) if inverse_method == "inverse" else None
     work = (_Kernels.measured(profile, blocks, device, anchor) if anchor is not None
             else _Kernels.model(blocks, device, inverse_method, half_precision(precision)))
     dims = [d for b in blocks for d in (b.a_dim, b.g_dim)]
