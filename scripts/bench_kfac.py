@@ -12,10 +12,12 @@ Runs a small CNN (CIFAR-sized input) data-parallel with N gloo processes, one th
 The prediction is ``srift.simulate.kfac.plan_kfac`` (what ``srift predict --optimizer kfac``
 adds) fed with srift.perf's ``layer_times`` of a profile carrying (1) and srift.perf's
 ``CommModel`` of a CPU cluster carrying (2); the predicted K-FAC iteration is the measured
-first-order iteration plus the predicted K-FAC phases. Two predictions are printed: from the
-layers' FLOPs at the model's GEMM rate (a profile without K-FAC kernel times), and from the K-FAC
+first-order iteration plus the predicted K-FAC phases. Two predictions are printed: from the K-FAC
+kernel model of this CPU at one thread (srift.perf.kfac_kernels, fitted to
+data/measurements/kfac-kernels-cpu.csv: a profile without K-FAC kernel times), and from the K-FAC
 kernels timed in each process by ``srift.profiling.kfac_timing.measure_kfac`` (what
-``srift profile --kfac`` records). Usage:
+``srift profile --kfac`` records). The load average is printed before and after: the per-phase
+comparison means something on a quiet machine only. Usage:
 
     python scripts/bench_kfac.py [--nproc 2 4] [--iters 10] [--batch 32]
 """
@@ -43,6 +45,7 @@ from srift.cluster import cluster_from_dict  # noqa: E402
 from srift.job import KFAC_STRATEGIES, Job  # noqa: E402
 from srift.perf.comm import CommModel  # noqa: E402
 from srift.perf.compute import layer_times  # noqa: E402
+from srift.perf.kfac_kernels import device_kernels  # noqa: E402
 from srift.kfac import KFACPreconditioner  # noqa: E402
 from srift.profile import LayerProfile, Profile  # noqa: E402
 from srift.simulate.kfac import plan_kfac  # noqa: E402
@@ -54,6 +57,7 @@ STRATEGIES = KFAC_STRATEGIES
 COMM_SIZES_ELEMS = [64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 2097152]
 PHASES = ("factor_compute", "factor_comm", "inversion", "inverse_broadcast", "preconditioning")
 PRED_KEY = {"factor_comm": "exposed_factor_comm"}
+THREADS = 1  # torch threads per worker process
 
 
 def make_model(seed: int = 0) -> nn.Module:
@@ -133,11 +137,18 @@ def _max_over_ranks(values: list[float]) -> list[float]:
     return t.tolist()
 
 
+def _gather(values: list[float]) -> list[list[float]]:
+    t = torch.tensor(values, dtype=torch.float64)
+    out = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, t)
+    return [o.tolist() for o in out]
+
+
 def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str) -> None:
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     # The timing hooks on the first conv (whose input needs no gradient) are expected to fire.
     warnings.filterwarnings("ignore", message="Full backward hook is firing")
-    torch.set_num_threads(1)
+    torch.set_num_threads(THREADS)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     g = torch.Generator().manual_seed(100 + rank)
     n = args.warmup + args.iters
@@ -178,7 +189,8 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
         vals = _max_over_ranks([it] + [phases[p] for p in PHASES] + [inv_end])
         measured = dict(zip(PHASES, vals[1:-1]))
         measured["inverse_broadcast"] = max(vals[-1] - measured["inversion"], 0.0)
-        result[strategy] = {"iter_s": vals[0], **measured,
+        per_rank = _gather([phases[p] for p in PHASES])
+        result[strategy] = {"iter_s": vals[0], **measured, "per_rank": per_rank,
                             "owners": pre.owners, "groups": pre.fusion_groups}
         pre.remove_hooks()
     if rank == 0:
@@ -230,10 +242,12 @@ def predict(result: dict, args: argparse.Namespace, kernels: bool) -> dict:
     })
     times = layer_times(profile, "cpu", "fp32")
     comm = CommModel(cluster)
+    # The kernel model of this CPU at the workers' one thread each (data/measurements/kfac-kernels-cpu.csv).
+    model = device_kernels("cpu", threads=THREADS)
     out = {}
     for s in STRATEGIES:
         job = Job(optimizer="kfac", kfac_strategy=s, kfac_factor_steps=args.factor_steps, kfac_inv_steps=args.inv_steps)
-        out[s] = plan_kfac(profile, cluster, job, times, comm)
+        out[s] = plan_kfac(profile, cluster, job, times, comm, kernels=model)
     return out
 
 
@@ -246,6 +260,7 @@ def main() -> None:
     ap.add_argument("--factor-steps", type=int, default=1)
     ap.add_argument("--inv-steps", type=int, default=1)
     args = ap.parse_args()
+    print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for world in args.nproc:
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "result.json")
@@ -253,7 +268,8 @@ def main() -> None:
             result = json.loads(Path(out).read_text())
         for kernels in (False, True):
             plans = predict(result, args, kernels)
-            source = "K-FAC kernels timed (srift profile --kfac)" if kernels else "FLOPs at the model's GEMM rate"
+            source = ("K-FAC kernels timed (srift profile --kfac)" if kernels
+                      else f"the K-FAC kernel model ({plans['naive'].kernels.basis})")
             print(f"\n{world} gloo processes, batch {args.batch}/process, factor every {args.factor_steps}, "
                   f"inverse every {args.inv_steps} step(s); predicted from {source}; ms per iteration, measured / predicted "
                   f"(slowest rank; first-order DDP+SGD iteration measured: {1e3 * result['sgd_iter_s']:.1f} ms)")
@@ -265,10 +281,13 @@ def main() -> None:
                 pred_iter = result["sgd_iter_s"] + sum(ph.values())
                 err = 100 * (pred_iter - m["iter_s"]) / m["iter_s"]
                 print(f"{s:8} " + " ".join(f"{c:>18}" for c in cells) + f" {1e3 * m['iter_s']:8.1f} /{1e3 * pred_iter:7.1f} {err:+5.0f}%")
+        for s in STRATEGIES:
+            print(f"  {s} per rank: " + "; ".join(" ".join(f"{1e3 * v:6.1f}" for v in r) for r in result[s]["per_rank"]))
         spd = result["spd"]
         print(f"spd runtime: owners {spd['owners']} (predicted {plans['spd'].owners}); fused groups "
               f"A {[len(g) for g in spd['groups']['A']]} G {[len(g) for g in spd['groups']['G']]} "
               f"(predicted A {[len(g) for g in plans['spd'].groups_a]} G {[len(g) for g in plans['spd'].groups_g]})")
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Fit srift's compute, communication and decoder-LLM kernel models to data/ and write configs/perf/*.json.
+"""Fit srift's compute, communication, decoder-LLM and K-FAC kernel models to data/ and write configs/perf/*.json.
 
     python scripts/fit_models.py [--data data] [--profiles-dir DIR] [--out configs/perf]
 
@@ -29,6 +29,7 @@ from srift.perf import comm as CM  # noqa: E402
 from srift.fitting import comm_fit  # noqa: E402
 from srift.fitting import compute_fit  # noqa: E402
 from srift.fitting import datasets  # noqa: E402
+from srift.fitting import kfac_kernels  # noqa: E402
 from srift.fitting import sharded  # noqa: E402
 from srift.fitting import validation  # noqa: E402
 
@@ -238,6 +239,18 @@ def main() -> None:
     print(f"sharded: fused attention efficiency {sdoc['fused_attention_efficiency']:.3f}, LLM matmul factor "
           f"{sdoc['llm_matmul_factor']:.3f} over {sdoc['fit']['rows']} FSDP runs, in-sample MAPE "
           f"{sdoc['fit']['in_sample_mape_pct']:.1f}%  -> {out / 'sharded.json'}")
+
+    kdoc = fit_kfac(data, today)
+    write_json(out / "kfac_kernels.json", kdoc)
+    print(f"kfac kernels: shape {kdoc['shape']:.3f} from the CPU table; measured: "
+          + ", ".join(f"{k} ({', '.join(v)})" for k, v in kdoc["measured"].items()) + f"  -> {out / 'kfac_kernels.json'}")
+
+
+def fit_kfac(data: Path, today: str) -> dict:
+    """Fit the K-FAC kernel model to every data/measurements/kfac-kernels-<device>.csv (a new GPU
+    table is picked up here) and add the GPU assumptions with their sources
+    (srift/fitting/kfac_kernels.py): configs/perf/kfac_kernels.json's document."""
+    return kfac_kernels.params_document(kfac_kernels.fit_kernel_params(data), today)
 
 
 @contextmanager

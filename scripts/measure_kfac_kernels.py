@@ -17,6 +17,10 @@ Each row: median, 10th and 90th percentile over ``repeats`` timed calls after on
 with the thread count torch used. Usage::
 
     python scripts/measure_kfac_kernels.py [-o data/measurements/kfac-kernels-cpu.csv] [--max-n 4096] [--threads 2 1] [--merge]
+
+On a GPU, ``--device cuda -o data/measurements/kfac-kernels-<gpu>.csv`` (a name configs/gpus.yaml
+resolves) times the same kernels there, synchronising around each call; ``scripts/fit_models.py``
+then fits the table and predictions on that GPU use it (srift/perf/kfac_kernels.py).
 """
 
 from __future__ import annotations
@@ -69,13 +73,23 @@ NOISY = 2.0  # p90 / p10 above this: the machine was busy (it is shared): time t
 ATTEMPTS = 3
 
 
+DEVICE = torch.device("cpu")  # --device
+
+
+def _sync() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize(DEVICE)
+
+
 def _once(fn: Callable[[], object], repeats: int, warmup: bool) -> list[float]:
     if warmup:
         fn()
     out = []
     for _ in range(repeats):
+        _sync()
         t0 = time.perf_counter()
         fn()
+        _sync()
         out.append(time.perf_counter() - t0)
     return out
 
@@ -101,8 +115,10 @@ MAX_CALL_S = 60.0  # the largest size is timed only where one call takes less th
 
 def timed_guarded(fn: Callable[[], object], repeats: int, label: str) -> list[float] | None:
     """``timed`` after one trial call (the warm-up), or None when that call took MAX_CALL_S or more."""
+    _sync()
     t0 = time.perf_counter()
     fn()
+    _sync()
     trial = time.perf_counter() - t0
     if trial >= MAX_CALL_S:
         print(f"{label}: one call took {trial:.0f} s (>= {MAX_CALL_S:.0f} s): not timed", flush=True)
@@ -116,8 +132,8 @@ def repeats_for(n: int, batch: int) -> int:
 
 
 def spd(n: int, batch: int, gen: torch.Generator) -> torch.Tensor:
-    m = torch.randn(batch, n, n, generator=gen)
-    out = m @ m.transpose(1, 2) / n + torch.eye(n)
+    m = torch.randn(batch, n, n, generator=gen).to(DEVICE)
+    out = m @ m.transpose(1, 2) / n + torch.eye(n, device=DEVICE)
     return out[0] if batch == 1 else out
 
 
@@ -137,7 +153,7 @@ def linalg_rows(max_n: int, max_eigh_n: int, max_batched_n: int, gen: torch.Gene
                     m = f.clone()
                     m.diagonal(dim1=-2, dim2=-1).add_(DAMPING)
                     return torch.cholesky_inverse(torch.linalg.cholesky(m))
-            damped = f + DAMPING * torch.eye(n)
+            damped = f + DAMPING * torch.eye(n, device=DEVICE)
             eig = (lambda: eigen_decomposition(f)) if batch == 1 else (lambda: torch.linalg.eigh(f))
             kernels: list[tuple[str, Callable[[], object], int]] = [
                 ("cholesky_inverse", inv_fn, reps), ("inv", lambda: torch.linalg.inv(damped), reps)]
@@ -178,17 +194,17 @@ def _capture(model: nn.Module, x: torch.Tensor, kinds: tuple[type, ...]) -> dict
 
 def factor_rows(batch: int, gen: torch.Generator) -> list[Row]:
     rows = []
-    model = build_model("resnet50").eval()
-    captured = _capture(model, torch.randn(batch, 3, 224, 224, generator=gen), (nn.Conv2d, nn.Linear))
+    model = build_model("resnet50").eval().to(DEVICE)
+    captured = _capture(model, torch.randn(batch, 3, 224, 224, generator=gen).to(DEVICE), (nn.Conv2d, nn.Linear))
     del model
     torch.manual_seed(0)
-    bert = [nn.Linear(768, 768), nn.Linear(768, 3072), nn.Linear(3072, 768)]
+    bert = [nn.Linear(768, 768).to(DEVICE), nn.Linear(768, 3072).to(DEVICE), nn.Linear(3072, 768).to(DEVICE)]
     for lin in bert:  # BERT-base projections at batch 8 x 128 tokens
-        x = torch.randn(8, 128, lin.in_features, generator=gen)
+        x = torch.randn(8, 128, lin.in_features, generator=gen).to(DEVICE)
         captured[f"bert-base Linear({lin.in_features}, {lin.out_features}) {tuple(x.shape)}"] = (lin, x, (8, 128, lin.out_features))
     for label, (module, x, out_shape) in captured.items():
         layer = make_layers(label, module)[0]
-        g = torch.randn(out_shape, generator=gen)
+        g = torch.randn(out_shape, generator=gen).to(DEVICE)
         reps = 5
         ta = timed(lambda: layer.factor_a(x), reps)
         a_rows, _ = layer._input_rows(x)
@@ -233,7 +249,10 @@ def main() -> None:
     ap.add_argument("--single-thread-max-n", type=int, default=2048, help="largest n for thread counts after the first")
     ap.add_argument("--merge", action="store_true",
                     help="keep, per row, the lower median of this run and the existing output (a busy shared machine)")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda to time the kernels on the GPU")
     args = ap.parse_args()
+    global DEVICE
+    DEVICE = torch.device(args.device)
     print(f"torch {torch.__version__}, threads {args.threads}, load average {os.getloadavg()}", flush=True)
     gen = torch.Generator().manual_seed(0)
     t0 = time.time()

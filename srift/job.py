@@ -32,6 +32,8 @@ DEFAULT_CONFIDENCE = 0.9  # limits that rest on a prediction are met at this qua
 DATA_LOADING = ("synthetic", "images", "tokens")
 OPTIMIZERS = ("sgd", "kfac")
 KFAC_STRATEGIES = ("naive", "mpd", "spd")
+# How K-FAC inverts a factor: damped Cholesky inverse, or eigendecomposition (kfac-pytorch's default).
+KFAC_INVERSE_METHODS = ("inverse", "eigen")
 # How the job is spread over the GPUs (srift/simulate/sharded.py): ddp (replicated), zero2
 # (gradients and optimizer states sharded: FSDP SHARD_GRAD_OP, DeepSpeed ZeRO-2), fsdp (everything
 # sharded: FULL_SHARD, FSDP2 fully_shard, ZeRO-3), hsdp (HYBRID_SHARD: sharded within a node,
@@ -232,6 +234,7 @@ class Job:
         kfac_strategy: One of KFAC_STRATEGIES (K-FAC only).
         kfac_factor_steps: Factor update interval in iterations (K-FAC only).
         kfac_inv_steps: Inverse update interval in iterations (K-FAC only).
+        kfac_inverse_method: One of KFAC_INVERSE_METHODS (K-FAC only).
         length: How long the job trains (None: unknown; then no job hours or cost).
         parallelism: One of PARALLELISMS, or ``auto`` (per configuration, the fastest that fits;
             a profile without FSDP units, such as a CNN, is trained with DDP).
@@ -258,6 +261,7 @@ class Job:
     kfac_strategy: str = "spd"
     kfac_factor_steps: int = 1
     kfac_inv_steps: int = 1
+    kfac_inverse_method: str = "inverse"
     length: JobLength | None = None
     parallelism: str = AUTO
     activation_checkpointing: str = AUTO
@@ -281,6 +285,7 @@ class Job:
             raise SriftError(f"unknown optimizer '{self.optimizer}'.", f"use one of {', '.join(OPTIMIZERS)}.")
         if self.kfac_strategy not in KFAC_STRATEGIES:
             raise SriftError(f"unknown K-FAC strategy '{self.kfac_strategy}'.", f"use one of {', '.join(KFAC_STRATEGIES)}.")
+        require_choice(self.kfac_inverse_method, KFAC_INVERSE_METHODS, "K-FAC inverse method", "--kfac-inverse-method")
         for flag, v in (("--kfac-factor-steps", self.kfac_factor_steps), ("--kfac-inv-steps", self.kfac_inv_steps)):
             require(v, flag, 1, MAX_KFAC_INTERVAL, integer=True, hint=f"pass {flag} from 1 to {MAX_KFAC_INTERVAL:,}.")
         if self.kfac_inv_steps % self.kfac_factor_steps:

@@ -52,8 +52,10 @@ class LayerProfile:
         bwd_s_std: Standard deviation of the backward seconds.
         grad_ready_order: Position in which this layer's gradients became ready in backward
             (0 = first ready); None for layers without trainable parameters.
-        kfac_a_dim: K-FAC factor A dimension (d_in [+1 for bias]) for Linear/Conv2d, else None.
-        kfac_g_dim: K-FAC factor G dimension (d_out) for Linear/Conv2d, else None.
+        kfac_a_dim: K-FAC factor A dimension (d_in [+1 for bias]) for Linear/Conv2d, else None;
+            of one group for a grouped Conv2d (``C_in/groups * k_h * k_w`` [+1]).
+        kfac_g_dim: K-FAC factor G dimension (d_out; ``C_out/groups`` for a grouped Conv2d,
+            which has ``groups`` K-FAC blocks) for Linear/Conv2d, else None.
         kfac_spatial: Rows per sample in the factor computation (H_out*W_out for Conv2d, tokens
             for a Linear applied to a sequence, 1 otherwise).
         kfac_factor_a_s: Measured seconds to compute factor A at this batch (``srift profile

@@ -14,7 +14,7 @@ from typing import Any
 
 from srift.api import GPU_SORTS
 from srift.cluster import NETWORKS
-from srift.job import KFAC_STRATEGIES, OPTIMIZERS, PRECISIONS
+from srift.job import KFAC_INVERSE_METHODS, KFAC_STRATEGIES, OPTIMIZERS, PRECISIONS
 from srift.search.limits import OBJECTIVES
 
 FORMATS = "table|json|markdown"
@@ -34,7 +34,8 @@ METAVARS: dict[str, str] = {
     "--sizes": "BYTES,...", "--samples": "N", "--tokens": "N",
     # vocabularies
     "--format": FORMATS, "--precision": "|".join(PRECISIONS), "--optimizer": "|".join(OPTIMIZERS),
-    "--kfac-strategy": "|".join(KFAC_STRATEGIES), "--objective": "|".join(OBJECTIVES), "--backend": "gloo|nccl",
+    "--kfac-strategy": "|".join(KFAC_STRATEGIES), "--kfac-inverse-method": "|".join(KFAC_INVERSE_METHODS),
+    "--objective": "|".join(OBJECTIVES), "--backend": "gloo|nccl",
     "--network": "|".join(NETWORKS), "--sort": "|".join(GPU_SORTS),
 }
 

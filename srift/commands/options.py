@@ -5,7 +5,9 @@ from __future__ import annotations
 import typer
 
 from srift.errors import SriftError, one_of
-from srift.job import AUTO, CHECKPOINTING, DATA_LOADING, KFAC_STRATEGIES, OPTIMIZERS, PARALLELISMS, PRECISIONS, REDUCE_DTYPES
+from srift.job import (
+    AUTO, CHECKPOINTING, DATA_LOADING, KFAC_INVERSE_METHODS, KFAC_STRATEGIES, OPTIMIZERS, PARALLELISMS, PRECISIONS, REDUCE_DTYPES,
+)
 
 FORMATS = ("table", "json", "markdown")
 
@@ -30,6 +32,8 @@ DATA_LOADING_OPT = typer.Option(None, "--data-loading", help=f"{one_of(DATA_LOAD
                                 "images for vision models, tokens for sequence models; a measured profile's own data time).")
 OPTIMIZER = typer.Option("sgd", "--optimizer", help=f"{one_of(OPTIMIZERS)} (sgd: any first-order optimizer).")
 KFAC_STRATEGY = typer.Option("spd", "--kfac-strategy", help=f"K-FAC strategy: {one_of(KFAC_STRATEGIES)}.")
+KFAC_INVERSE_METHOD = typer.Option("inverse", "--kfac-inverse-method",
+                                   help=f"K-FAC inverse method: {one_of(KFAC_INVERSE_METHODS)} (damped Cholesky inverse, or eigh).")
 REGION = typer.Option(None, "--region", help="AWS region (= --infra aws/REGION).")
 INFRA = typer.Option(None, "--infra", help="Clouds and regions, SkyPilot's spelling: aws (every region), aws/us-west-2, gcp,lambda.")
 CONFIDENCE = typer.Option(0.9, "--confidence", help="Meet the deadline and the maximum cost at this quantile of the prediction (0.5-0.99).")

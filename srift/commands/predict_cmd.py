@@ -8,7 +8,7 @@ import typer
 
 from srift import api
 from srift.commands.options import (
-    ACTIVATION_CHECKPOINTING, DATA_LOADING_OPT, FORMAT, FORMATS, FUSED_LOSS, GLOBAL_BATCH_SIZE, GRAD_ACCUM, KFAC_STRATEGY,
+    ACTIVATION_CHECKPOINTING, DATA_LOADING_OPT, FORMAT, FORMATS, FUSED_LOSS, GLOBAL_BATCH_SIZE, GRAD_ACCUM, KFAC_INVERSE_METHOD, KFAC_STRATEGY,
     MODEL, MODEL_CONFIG, OPTIMIZER, OUT_FILE, PARALLELISM, PRECISION, PROFILES, REDUCE_DTYPE, REGION, SEQ_LEN, SKYPILOT,
     TORCHRUN, check_format,
 )
@@ -29,6 +29,7 @@ def predict(
     spot: bool = typer.Option(False, "--spot", help="Price the instances at spot and include interruptions."),
     optimizer: str = OPTIMIZER,
     kfac_strategy: str = KFAC_STRATEGY,
+    kfac_inverse_method: str = KFAC_INVERSE_METHOD,
     kfac_factor_steps: int = typer.Option(1, "--kfac-factor-steps", help="K-FAC factor update interval."),
     kfac_inv_steps: int = typer.Option(1, "--kfac-inv-steps", help="K-FAC inverse update interval."),
     parallelism: str = PARALLELISM,
@@ -50,7 +51,7 @@ def predict(
     """Predict iteration time, throughput and cost of a job on a cluster."""
     check_format(fmt, FORMATS)
     job = Job(batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
-              global_batch_size=global_batch_size, kfac_strategy=kfac_strategy,
+              global_batch_size=global_batch_size, kfac_strategy=kfac_strategy, kfac_inverse_method=kfac_inverse_method,
               kfac_factor_steps=kfac_factor_steps, kfac_inv_steps=kfac_inv_steps, parallelism=parallelism,
               activation_checkpointing=activation_checkpointing, grad_accum=grad_accum, reduce_dtype=reduce_dtype,
               fused_loss=fused_loss, data_loading=data_loading)

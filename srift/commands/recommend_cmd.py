@@ -9,7 +9,7 @@ import typer
 from srift import api
 from srift.commands.options import (
     ACTIVATION_CHECKPOINTING, CONFIDENCE, DATA_LOADING_OPT, FORMATS, FUSED_LOSS, GLOBAL_BATCH_SIZE, GRAD_ACCUM, INFRA,
-    KFAC_STRATEGY, MODEL, MODEL_CONFIG, OPTIMIZER, OUT_FILE, PARALLELISM, PRECISION, PROFILES, REDUCE_DTYPE, REGION, SAMPLES,
+    KFAC_INVERSE_METHOD, KFAC_STRATEGY, MODEL, MODEL_CONFIG, OPTIMIZER, OUT_FILE, PARALLELISM, PRECISION, PROFILES, REDUCE_DTYPE, REGION, SAMPLES,
     SEQ_LEN, SKYPILOT, TOKENS, TORCHRUN, check_format, whole,
 )
 from srift.errors import one_of
@@ -49,6 +49,7 @@ def recommend(
     precision: Optional[str] = PRECISION,
     optimizer: str = OPTIMIZER,
     kfac_strategy: str = KFAC_STRATEGY,
+    kfac_inverse_method: str = KFAC_INVERSE_METHOD,
     parallelism: str = PARALLELISM,
     activation_checkpointing: str = ACTIVATION_CHECKPOINTING,
     grad_accum: int = GRAD_ACCUM,
@@ -64,7 +65,7 @@ def recommend(
     """Recommend the best cloud GPU configurations for a training job (every AWS region by default; --infra for more)."""
     check_format(fmt, FORMATS)
     job = Job(batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
-              global_batch_size=global_batch_size, kfac_strategy=kfac_strategy,
+              global_batch_size=global_batch_size, kfac_strategy=kfac_strategy, kfac_inverse_method=kfac_inverse_method,
               length=JobLength.given(steps, epochs, dataset_size, whole(samples, "--samples"), whole(tokens, "--tokens")),
               parallelism=parallelism, activation_checkpointing=activation_checkpointing, grad_accum=grad_accum,
               reduce_dtype=reduce_dtype, fused_loss=fused_loss, data_loading=data_loading)

@@ -359,12 +359,15 @@ class KFACPreconditioner:
                 self._reducer_g.add(key, vec)
             flat = self._reducer_g.synchronize()
         self.timings["factor_compute"] += t1 - t0
-        self.timings["factor_comm"] += time.perf_counter() - t1
+        t2 = time.perf_counter()
+        self.timings["factor_comm"] += t2 - t1
+        # Unpacking and the running average are factor work too (every part of step() is timed).
         new = {key: unpack_upper(flat[key], dims[key]) for key in self._fixed_keys}
         if self.grad_scaler is not None and not all(bool(torch.isfinite(f).all()) for f in new.values()):
             # An overflow step (the scaler skips the optimizer step): keep the running factors.
             # The reduced factors are the same on every rank, so every rank decides alike.
             self.skipped_factor_updates += 1
+            self.timings["factor_compute"] += time.perf_counter() - t2
             return
         decay = self._value("factor_decay")
         first = self._factor_updates == 0
@@ -373,6 +376,7 @@ class KFACPreconditioner:
                 f = new[f"{kind}:{layer.name}"]
                 store[layer.name] = f if first else store[layer.name].mul_(decay).add_(f, alpha=1 - decay)
         self._factor_updates += 1
+        self.timings["factor_compute"] += time.perf_counter() - t2
 
     def _record_gaps(self) -> None:
         """SPD: time the factor pipeline for a few steps, then plan the fusion groups once."""
@@ -423,7 +427,7 @@ class KFACPreconditioner:
         lam = self._value("damping")
         pending = []  # spd: async broadcasts issued while the next inversions run
         deferred = []  # mpd: broadcasts after the whole inversion phase
-        inv_s = 0.0
+        t_loop = time.perf_counter()  # the phase: pi-damping, inversions, packing, issuing the broadcasts
         for i, layer in enumerate(self.layers):
             damp_a, damp_g = self._pi_damping(layer, lam)
             for j, (factors, results, damp, dim) in enumerate((
@@ -432,9 +436,7 @@ class KFACPreconditioner:
             )):
                 owner = self.owners[2 * i + j]
                 if owner in (schedule.LOCAL, rank):
-                    t0 = time.perf_counter()
                     results[layer.name] = self._second_order(factors[layer.name], damp)
-                    inv_s += time.perf_counter() - t0
                 if owner == schedule.LOCAL:
                     continue
                 # What is sent (schedule.inverse_message_bytes): the packed upper triangle of a
@@ -449,8 +451,8 @@ class KFACPreconditioner:
                     pending.append((item, self.comm.broadcast(buf, owner, async_op=True)))
                 else:
                     deferred.append(item)
-        self.timings["inversion"] += inv_s
         t0 = time.perf_counter()
+        self.timings["inversion"] += t0 - t_loop
         for item, handle in pending:
             if handle is not None:
                 handle.wait()

@@ -22,12 +22,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from srift.job import KFAC_INVERSE_METHODS
+
 LOCAL = -1  # owner value: every worker inverts this factor itself (no broadcast)
 FP32_BYTES = 4  # factors and inverses are kept and sent in fp32 (fp16 factor all-reduce diverges)
 # Horovod's default fusion threshold (HOROVOD_FUSION_THRESHOLD, 64 MiB): the buffer the SPD-KFAC
 # paper's D-KFAC baseline had its per-factor asynchronous all-reduces fused into.
 FUSION_BUFFER_BYTES = 64 * 2**20
-INVERSE_METHODS = ("inverse", "eigen")
+INVERSE_METHODS = KFAC_INVERSE_METHODS  # the vocabulary lives in srift.job
 
 
 def packed_elements(dim: int) -> int:

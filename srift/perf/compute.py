@@ -489,6 +489,31 @@ def optimizer_time_s(profile: Profile, gpu: str, precision: str, params: Compute
     return bytes_moved * s_per_byte + arr.n_param_tensors * params.optimizer_s_per_tensor
 
 
+@dataclass(frozen=True)
+class KernelRates:
+    """What the compute model prices a kernel outside the model's layers at, on one GPU and math
+    mode (srift/perf/kfac_kernels.py prices K-FAC's GEMMs and copies with it).
+
+    Attributes:
+        matmul_flops_per_s: A cuBLAS matmul's rate (the ``matmul`` kind's fitted efficiency).
+        memory_bytes_per_s: A streaming kernel's rate (the fitted memory efficiency).
+        launch_s: The fixed cost of one layer pass (a few kernel launches and eager dispatch).
+    """
+
+    matmul_flops_per_s: float
+    memory_bytes_per_s: float
+    launch_s: float
+
+
+def kernel_rates(gpu: str, precision: str, params: ComputeParams | None = None) -> KernelRates:
+    """The compute model's matmul and memory rates on ``gpu`` for a training ``precision`` (a
+    matmul runs in ``math_mode(precision, "matmul")``: FP32 under ``fp32``, TF32 under ``tf32``),
+    and its per-pass launch cost."""
+    params = params or load_params()
+    s_per_flop, s_per_byte, _, _ = _efficiency_terms(_canonical_target(gpu), precision, params)
+    return KernelRates(1.0 / float(s_per_flop[_KIND_INDEX["matmul"]]), 1.0 / s_per_byte, params.launch_s)
+
+
 def _canonical_target(gpu: str) -> str:
     if gpu == CPU:
         return CPU

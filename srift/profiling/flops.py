@@ -87,9 +87,11 @@ class _LeafRecorder:
             tokens = int(x.numel() // max(x.shape[0] * x.shape[-1], 1)) if x.dim() > 2 else 1
             self.kfac[mod] = (mod.in_features + (mod.bias is not None), mod.out_features, tokens)
         elif isinstance(mod, nn.Conv2d) and y is not None:
+            # A grouped convolution is ``groups`` K-FAC blocks (srift.kfac.layers.make_layers), each
+            # with its group's dimensions; the simulator counts the blocks from the parameters.
             kh, kw = mod.kernel_size
             a_dim = mod.in_channels // mod.groups * kh * kw + (mod.bias is not None)
-            self.kfac[mod] = (a_dim, mod.out_channels, int(y.shape[-1] * y.shape[-2]))
+            self.kfac[mod] = (a_dim, mod.out_channels // mod.groups, int(y.shape[-1] * y.shape[-2]))
 
 
 def _param_bytes(params: list[nn.Parameter]) -> int:

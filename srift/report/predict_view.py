@@ -30,6 +30,7 @@ PHASE_LABELS = {
     "exposed_factor_comm": "K-FAC factor all-reduce (exposed)",
     "inversion": "K-FAC inversions",
     "inverse_broadcast": "K-FAC inverse broadcast",
+    "kfac_comm_interference": "K-FAC communication interference",
     "preconditioning": "K-FAC preconditioning",
 }
 

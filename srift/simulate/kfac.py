@@ -1,25 +1,30 @@
 """Predicted K-FAC phases of one iteration (no torch): factor computation, exposed factor
-all-reduce, inversions, inverse broadcasts and preconditioning, for the naive (D-KFAC), mpd and
-spd (SPD-KFAC) strategies, amortized by the factor and inverse update intervals.
+all-reduce, inversions, inverse broadcasts, the interference of the hidden collectives, and
+preconditioning, for the naive (D-KFAC), mpd and spd (SPD-KFAC) strategies, amortized by the
+factor and inverse update intervals.
 
-The fusion plan and the inversion placement come from ``srift.kfac.schedule``, the functions the
-runtime uses, and the gradient buckets SPD's factor all-reduces share the link with come from
-``srift.simulate.ddp.bucket_layout``, the one DDP bucket rule. A plan is made once per prediction,
-with the median communication times (as the runtime plans with one cost model); the p90 phases
-time the same plan with the p90 communication times.
+What is priced is what srift's runtime (``srift.kfac``) does:
 
-FLOP counts follow shared/KFAC.md 1.3:
+* the K-FAC blocks are the runtime's: one per Linear/Conv2d, ``groups`` per grouped convolution
+  (``kfac_blocks``), factors in the order ``A_0, G_0, A_1, G_1, ...``;
+* the kernels' seconds come from the K-FAC kernel model (``srift.perf.kfac_kernels``: measured
+  tables, or a GPU's figures derived from the compute model and documented assumptions), for the
+  job's inverse method; a profile made with ``srift profile --kfac`` carries the kernels' measured
+  times instead, scaled to the target by how much faster its model layers run;
+* the messages, the fusion and the placement come from ``srift.kfac.schedule``, the functions the
+  runtime calls, with the inputs the runtime gives them: the SPD fusion planner and the inversion
+  placement take ``alpha + beta * bytes`` through the all-reduce at 4 bytes and 1 MiB
+  (``Comm.calibrate_allreduce``), and the placement prices an inversion at ``d^3`` over the rate the
+  runtime measures at ``d = 256`` (``_measure_inv_flops``); the phases are then timed with the
+  full kernel and communication models;
+* SPD's factor all-reduces share one link with DDP's gradient buckets (``bucket_layout``, the one
+  DDP bucket rule); collectives hidden behind computation (SPD's factor all-reduces, its inverse
+  broadcasts behind the inversions) slow that computation by the communication model's
+  ``overlap_interference`` per hidden second, scaled by the share the GPUs move
+  (``gpu_side_fraction``), as the first-order prediction charges DDP's hidden all-reduce.
 
-* factor A / G of a layer: ``2 * B * S * d^2`` (the GEMM ``a^T a``; ``B`` per-GPU batch,
-  ``S`` rows per sample, i.e. ``kfac_spatial``);
-* inversion: ``d^3`` (Cholesky, triangular inverse and product, ``d^3/3`` each);
-* preconditioning: ``2 * d_A * d_G * (d_A + d_G)`` per layer (two GEMMs), every iteration.
-
-They run at the effective FLOP/s the compute model predicts for the model's own Linear/Conv layers
-on the target GPU (forward + backward FLOPs over forward + backward seconds): the same dense GEMM
-kind of work, so the same efficiency; in fp32 (see ``fp32_rate_scale``). A profile made with
-``srift profile --kfac`` carries the kernels' measured times instead (im2col and Cholesky run well
-below GEMM speed); those are used, scaled by ``measured_scale``.
+A plan is made once per prediction, with the median communication times (as the runtime plans
+with one cost model); the p90 phases time the same plan with the p90 communication times.
 """
 
 from __future__ import annotations
@@ -34,15 +39,21 @@ import numpy as np
 
 from srift.cluster import Cluster
 from srift.errors import SriftError
-from srift.hardware import CPU, gpu as gpu_spec
-from srift.job import HALF_PRECISIONS, Job
+from srift.hardware import CPU
+from srift.job import Job
 from srift.kfac import schedule
 from srift.perf.compute import LayerTimes
+from srift.perf.kfac_kernels import DeviceKernels, device_kernels, half_precision
 from srift.profile import KFAC_TIME_FIELDS, LayerProfile, Profile
 from srift.simulate.ddp import BucketLayout, bucket_layout, bucket_ready_s
 
 FP32_BYTES = 4  # factors are kept and communicated in fp32 (fp16 factor all-reduce diverges)
 QUANTILES = (0.5, 0.9)
+# What the runtime measures its placement and fusion costs with (srift.kfac.preconditioner and
+# srift.kfac.distributed): the inversion rate at one size, the all-reduce at two sizes.
+PROBE_DIM = 256
+PROBE_SMALL_BYTES = 4.0
+PROBE_LARGE_BYTES = 4.0 * 2**18
 
 
 class CommLike(Protocol):
@@ -55,12 +66,16 @@ class CommLike(Protocol):
 
 @dataclass(frozen=True)
 class KfacPhases:
-    """Seconds of each K-FAC phase: what K-FAC adds to the first-order iteration."""
+    """Seconds of each K-FAC phase: what K-FAC adds to the first-order iteration.
+
+    ``kfac_comm_interference`` is what the collectives hidden behind computation (SPD's factor
+    all-reduces and inverse broadcasts) cost that computation."""
 
     factor_compute: float
     exposed_factor_comm: float
     inversion: float
     inverse_broadcast: float
+    kfac_comm_interference: float
     preconditioning: float
 
     def as_dict(self) -> dict[str, float]:
@@ -71,45 +86,99 @@ class KfacPhases:
     def total_s(self) -> float:
         return sum(self.as_dict().values())
 
-    def amortized(self, factor_steps: int, inv_steps: int) -> "KfacPhases":
-        """Per iteration when factors are updated every ``factor_steps`` and inverses every
-        ``inv_steps`` iterations (preconditioning runs every iteration)."""
+
+@dataclass(frozen=True)
+class _PerUpdate:
+    """Unamortized seconds: factor phases per factor update, inversion phases per inverse
+    update, preconditioning per iteration."""
+
+    factor_compute: float
+    exposed_factor_comm: float
+    factor_interference: float
+    inversion: float
+    inverse_broadcast: float
+    broadcast_interference: float
+    preconditioning: float
+
+    def amortized(self, factor_steps: int, inv_steps: int) -> KfacPhases:
         return KfacPhases(self.factor_compute / factor_steps, self.exposed_factor_comm / factor_steps,
-                          self.inversion / inv_steps, self.inverse_broadcast / inv_steps, self.preconditioning)
+                          self.inversion / inv_steps, self.inverse_broadcast / inv_steps,
+                          self.factor_interference / factor_steps + self.broadcast_interference / inv_steps,
+                          self.preconditioning)
+
+
+@dataclass(frozen=True)
+class KfacBlock:
+    """One K-FAC block as the runtime builds it (a Linear, a Conv2d, or one group of a grouped one).
+
+    Attributes:
+        layer: Index of the layer in the profile.
+        name: The layer name (``[j]`` appended for group ``j``).
+        a_dim, g_dim: Factor dimensions (A with the bias column).
+        rows: Factor rows per step: per-GPU batch x positions per sample.
+        width: Columns of the input rows (``a_dim`` without the bias column).
+        conv: A convolution (its input is unfolded, its output gradient copied to rows).
+        input_elements: Elements of the block's input (what the unfold reads).
+    """
+
+    layer: int
+    name: str
+    a_dim: int
+    g_dim: int
+    rows: float
+    width: int
+    conv: bool
+    input_elements: float
+
+    @property
+    def bias(self) -> bool:
+        return self.a_dim > self.width
 
 
 @dataclass(frozen=True)
 class KfacPlan:
-    """Everything behind one K-FAC prediction (for the predictor, the bench script and tests).
+    """Everything behind one K-FAC prediction (for the predictor, the scripts and tests).
 
     Attributes:
         strategy: naive, mpd or spd.
+        inverse_method: inverse or eigen.
         workers: Number of workers (GPUs).
-        layer_names: K-FAC layers in execution order.
+        layer_names: K-FAC blocks in execution order.
         dims: Factor dimensions, ``[A_0, G_0, A_1, G_1, ...]``.
-        flops_per_s: Effective FLOP/s used for factor compute, inversion and preconditioning.
+        kernels: The kernel model used (its ``basis`` says where its figures come from).
         owners: Inversion owner per factor (``schedule.LOCAL``: every worker inverts it).
-        groups_a: Fused all-reduce groups of the A factors (layer indices, forward order).
-        groups_g: Fused all-reduce groups of the G factors (layer indices, backward order).
+        groups_a: Fused all-reduce groups of the A factors (block indices, forward order).
+        groups_g: Fused all-reduce groups of the G factors (block indices, backward order).
         measured_kernels: True when the profile's measured K-FAC kernel times were used.
-        phases_per_update: Median seconds, unamortized: factor phases per factor update,
-            inversion phases per inverse update, preconditioning per iteration.
+        interference: Seconds charged per second of hidden K-FAC collective.
+        interference_split: ``kfac_comm_interference`` per iteration: (from the hidden factor
+            all-reduces, from the inverse broadcasts hidden behind the inversions).
+        phases_per_update: Median seconds, unamortized (factor phases per factor update,
+            inversion phases per inverse update, preconditioning per iteration).
         phases: Median seconds per iteration (amortized).
         phases_p90: The same plan timed with the p90 communication times, per iteration.
     """
 
     strategy: str
+    inverse_method: str
     workers: int
     layer_names: list[str]
     dims: list[int]
-    flops_per_s: float
+    kernels: DeviceKernels
     owners: list[int]
     groups_a: list[list[int]]
     groups_g: list[list[int]]
     measured_kernels: bool
+    interference: float
+    interference_split: tuple[float, float]
     phases_per_update: KfacPhases
     phases: KfacPhases
     phases_p90: KfacPhases
+
+    @property
+    def off_rank(self) -> int:
+        """Factors inverted by one worker and broadcast."""
+        return sum(o != schedule.LOCAL for o in self.owners)
 
 
 def kfac_layers(profile: Profile) -> list[LayerProfile]:
@@ -118,42 +187,42 @@ def kfac_layers(profile: Profile) -> list[LayerProfile]:
 
 
 def factor_dims(layer: LayerProfile) -> tuple[int, int]:
-    """(A, G) factor dimensions of a K-FAC layer (0 for a layer without them)."""
+    """(A, G) factor dimensions of one K-FAC block of a layer (0 for a layer without them)."""
     return layer.kfac_a_dim or 0, layer.kfac_g_dim or 0
+
+
+def layer_blocks(layer: LayerProfile) -> int:
+    """K-FAC blocks of a layer: ``groups`` for a grouped convolution (its ``params`` are
+    ``groups x kfac_g_dim x kfac_a_dim``), 1 otherwise (and for a layer without parameters)."""
+    a, g = factor_dims(layer)
+    if not (a and g):
+        return 0
+    return max(1, round(layer.params / (a * g)))
+
+
+def kfac_blocks(profile: Profile) -> list[KfacBlock]:
+    """The runtime's K-FAC blocks of a profile, in execution order, at the profile's batch."""
+    out = []
+    for i, layer in enumerate(profile.layers):
+        n = layer_blocks(layer)
+        if not n:
+            continue
+        a, g = factor_dims(layer)
+        rows = float(profile.batch_size * (layer.kfac_spatial or 1))
+        # The bias column: what the layer's FLOPs (2 x rows x C_out x width) leave of a_dim.
+        width = round(layer.fwd_flops / (2.0 * rows * g * n)) if layer.fwd_flops > 0 else a
+        width = width if a - 1 <= width <= a else a
+        elem = 2.0 if half_precision(profile.precision) else 4.0
+        inputs = max(layer.fwd_bytes - layer.activation_bytes - layer.grad_bytes, 0.0) / elem / n
+        conv = layer.type.lower().startswith("conv")
+        for j in range(n):
+            out.append(KfacBlock(i, f"{layer.name}[{j}]" if n > 1 else layer.name, a, g, rows, width, conv, inputs))
+    return out
 
 
 def kfac_memory_bytes(profile: Profile) -> float:
     """Bytes per GPU of the running factors and their inverses (fp32, full matrices)."""
-    return 2.0 * FP32_BYTES * sum(a**2 + g**2 for a, g in map(factor_dims, kfac_layers(profile)))
-
-
-def factor_flops(layer: LayerProfile, batch_size: int) -> tuple[float, float]:
-    """FLOPs of computing factor A and factor G of one layer for a per-GPU batch."""
-    rows = batch_size * (layer.kfac_spatial or 1)
-    a, g = factor_dims(layer)
-    return 2.0 * rows * a**2, 2.0 * rows * g**2
-
-
-def precondition_flops(layer: LayerProfile) -> float:
-    """FLOPs of ``G^-1 grad A^-1`` for one layer."""
-    a, g = factor_dims(layer)
-    return 2.0 * a * g * (a + g)
-
-
-def effective_flops_per_s(profile: Profile, compute: LayerTimes) -> float:
-    """FLOP/s the target achieves on the model's Linear/Conv (GEMM-like) layers; all layers
-    when those carry no time."""
-    seconds = list(zip(compute.fwd_s, compute.bwd_s))
-    ks = [(l, s) for l, s in zip(profile.layers, seconds) if l.kfac_a_dim and l.kfac_g_dim]
-    for pairs in (ks, list(zip(profile.layers, seconds))):
-        flops = sum(l.fwd_flops + l.bwd_flops for l, _ in pairs)
-        secs = sum(float(f + b) for _, (f, b) in pairs)
-        if flops > 0 and secs > 0:
-            return flops / secs
-    raise SriftError(
-        "cannot predict K-FAC: the profile has no FLOPs or the compute model no layer times.",
-        "use a profile made by `srift profile`, which records both.",
-    )
+    return 2.0 * FP32_BYTES * sum(b.a_dim**2 + b.g_dim**2 for b in kfac_blocks(profile))
 
 
 def measured_scale(profile: Profile, compute: LayerTimes) -> float | None:
@@ -170,57 +239,61 @@ def measured_scale(profile: Profile, compute: LayerTimes) -> float | None:
     return target / measured if target > 0 and measured > 0 else 1.0
 
 
-def fp32_rate_scale(cluster: Cluster, precision: str) -> float:
-    """K-FAC's factors, inversions and preconditioning run in fp32 (srift.kfac disables autocast:
-    fp16 factors diverge). Under ``amp`` or ``bf16`` the model's layers run on the fp16 tensor path, so the
-    rate derived from them is scaled by the GPU's fp32 / amp peak ratio; 1 otherwise."""
-    if precision not in HALF_PRECISIONS:
-        return 1.0
-    for group in cluster.node_groups:
-        if group.gpu != CPU:
-            spec = gpu_spec(group.gpu)
-            return spec.peak_flops("fp32") / spec.peak_flops(precision)
-    return 1.0
-
-
 @dataclass(frozen=True)
 class _Kernels:
-    """Seconds of K-FAC's own kernels on the target: measured (scaled) or from FLOPs."""
+    """Seconds of K-FAC's own work on the target, per block (hooks) or in total."""
 
-    factor_a_s: list[float]
-    factor_g_s: list[float]
+    factor_a_s: list[float]  # per block, in the forward hook
+    factor_g_s: list[float]  # per block, in the output-gradient hook
+    step_s: float  # step()'s handling of every factor per factor update
     precondition_s: float
     invert: Callable[[int], float]
+    inversion_overhead_s: float  # per inverse update: pi-damping's two traces read per block
+    pack: Callable[[int], float]  # an owner packs the inverse it broadcasts (inverse method)
+    unpack: Callable[[int], float]  # every other worker unpacks it
 
     @property
-    def factor_s(self) -> float:
+    def hooks_s(self) -> float:
         return sum(self.factor_a_s) + sum(self.factor_g_s)
 
     @classmethod
-    def of(cls, profile: Profile, layers: list[LayerProfile], rate: float, anchor: float | None) -> "_Kernels":
-        if anchor is not None:
-            # `srift profile --kfac` timed the real kernels on the profiling device: use them, scaled
-            # to the target by how much faster its model layers run.
-            # (measured_scale checked that every K-FAC layer carries its kernel times.)
-            inverse_s = {d: s or 0.0 for l in layers
-                         for d, s in zip(factor_dims(l), (l.kfac_inverse_a_s, l.kfac_inverse_g_s))}
-            return cls([(l.kfac_factor_a_s or 0.0) * anchor for l in layers],
-                       [(l.kfac_factor_g_s or 0.0) * anchor for l in layers],
-                       sum(l.kfac_precondition_s or 0.0 for l in layers) * anchor,
-                       lambda d: inverse_s[d] * anchor)
-        b = profile.batch_size
-        return cls([factor_flops(l, b)[0] / rate for l in layers], [factor_flops(l, b)[1] / rate for l in layers],
-                   sum(precondition_flops(l) for l in layers) / rate, lambda d: d**3 / rate)
+    def model(cls, blocks: list[KfacBlock], k: DeviceKernels, method: str, half: bool) -> "_Kernels":
+        fa = [k.factor_a_s(b.rows, b.width, b.conv, b.input_elements, half, b.bias) for b in blocks]
+        fg = [k.factor_g_s(b.rows, b.g_dim, b.conv, half) for b in blocks]
+        step = sum(k.factor_step_s(d) for b in blocks for d in (b.a_dim, b.g_dim))
+        pre = sum(k.precondition_s(b.a_dim, b.g_dim, method) for b in blocks)
+        return cls(fa, fg, step, pre, functools.lru_cache(maxsize=None)(lambda d: k.invert_s(d, method)),
+                   2.0 * k.sync_s * len(blocks), *cls._packing(k, method))
+
+    @staticmethod
+    def _packing(k: DeviceKernels, method: str) -> tuple[Callable[[int], float], Callable[[int], float]]:
+        if method != "inverse":  # an eigenbasis is sent and used as it is
+            return (lambda d: 0.0), (lambda d: 0.0)
+        return k.pack_s, k.unpack_s
+
+    @classmethod
+    def measured(cls, profile: Profile, blocks: list[KfacBlock], k: DeviceKernels, anchor: float) -> "_Kernels":
+        """``srift profile --kfac``'s times (a grouped layer's summed over its groups, split evenly),
+        scaled to the target; the step's handling from the model."""
+        per_layer = {i: sum(1 for b in blocks if b.layer == i) for i in {b.layer for b in blocks}}
+        layers = profile.layers
+        fa = [(layers[b.layer].kfac_factor_a_s or 0.0) * anchor / per_layer[b.layer] for b in blocks]
+        fg = [(layers[b.layer].kfac_factor_g_s or 0.0) * anchor / per_layer[b.layer] for b in blocks]
+        inverse_s = {d: (s or 0.0) * anchor for b in blocks
+                     for d, s in zip((b.a_dim, b.g_dim), (layers[b.layer].kfac_inverse_a_s, layers[b.layer].kfac_inverse_g_s))}
+        pre = sum((layers[i].kfac_precondition_s or 0.0) * anchor for i in per_layer)
+        step = sum(k.factor_step_s(d) for b in blocks for d in (b.a_dim, b.g_dim))
+        return cls(fa, fg, step, pre, lambda d: inverse_s[d], 2.0 * k.sync_s * len(blocks), *cls._packing(k, "inverse"))
 
 
 class _Link:
     """All-reduce and broadcast seconds at one quantile, memoized (the planner asks for the same
     few sizes many times); zero for one worker or without a communication model."""
 
-    def __init__(self, comm: CommLike | None, workers: int, quantile: float, factor_bytes: Callable[[int], float]) -> None:
+    def __init__(self, comm: CommLike | None, workers: int, quantile: float, method: str) -> None:
         self.comm = comm if workers > 1 else None
         self.quantile = quantile
-        self.factor_bytes = factor_bytes
+        self.method = method
         self.allreduce = functools.lru_cache(maxsize=None)(self._allreduce)
         self.broadcast = functools.lru_cache(maxsize=None)(self._broadcast)
 
@@ -232,7 +305,9 @@ class _Link:
         return float(self.comm.allreduce_time_s(nbytes, self.quantile)) if self.comm is not None else 0.0
 
     def _broadcast(self, dim: int) -> float:
-        return float(self.comm.broadcast_time_s(schedule.inverse_message_bytes(dim), self.quantile)) if self.comm is not None else 0.0
+        if self.comm is None:
+            return 0.0
+        return float(self.comm.broadcast_time_s(schedule.inverse_message_bytes(dim, self.method), self.quantile))
 
 
 @dataclass(frozen=True)
@@ -241,8 +316,8 @@ class _Pipeline:
     (A factors computed in forward hooks, G factors when a layer's output gradient arrives, before
     the layer's own backward), and in the first-order iteration without them."""
 
-    ready_a: list[float]  # per K-FAC layer, forward order
-    ready_g: list[float]  # per K-FAC layer, layer order
+    ready_a: list[float]  # per block, forward order
+    ready_g: list[float]  # per block, block order
     bucket_ready: np.ndarray  # per bucket, with the hooks
     bucket_sizes: np.ndarray
     compute_end: float  # with the hooks
@@ -250,21 +325,33 @@ class _Pipeline:
     base_compute_end: float
 
     @classmethod
-    def of(cls, profile: Profile, compute: LayerTimes, kernels: _Kernels, layout: BucketLayout) -> "_Pipeline":
-        idx = [i for i, l in enumerate(profile.layers) if l.kfac_a_dim and l.kfac_g_dim]
+    def of(cls, profile: Profile, compute: LayerTimes, blocks: list[KfacBlock], kernels: _Kernels,
+           layout: BucketLayout) -> "_Pipeline":
         fa = np.zeros(len(profile.layers))
         fg = np.zeros(len(profile.layers))
-        fa[idx], fg[idx] = kernels.factor_a_s, kernels.factor_g_s
+        for b, a_s, g_s in zip(blocks, kernels.factor_a_s, kernels.factor_g_s):
+            fa[b.layer] += a_s
+            fg[b.layer] += g_s
         fwd = np.asarray(compute.fwd_s, dtype=float) + fa
         bwd = np.asarray(compute.bwd_s, dtype=float) + fg
         forward_end = float(fwd.sum())
-        # Backward visits layers in reverse: a layer's backward (its G factor first) ends at
-        # forward_end + the backward seconds of it and every later layer.
-        bwd_end = forward_end + np.cumsum(bwd[::-1])[::-1]
+        fwd_start = np.cumsum(fwd) - fwd
+        # Backward visits layers in reverse: a layer's backward (its G factors first) starts at
+        # forward_end + the backward seconds of every later layer.
+        bwd_start = forward_end + np.cumsum(bwd[::-1])[::-1] - bwd
+        ready_a: list[float] = []
+        ready_g: list[float] = []
+        done_a: dict[int, float] = {}
+        done_g: dict[int, float] = {}
+        for b, a_s, g_s in zip(blocks, kernels.factor_a_s, kernels.factor_g_s):
+            # A layer's blocks are computed one after another after its forward (A) / before its backward (G).
+            done_a[b.layer] = done_a.get(b.layer, fwd_start[b.layer] + compute.fwd_s[b.layer]) + a_s
+            done_g[b.layer] = done_g.get(b.layer, bwd_start[b.layer]) + g_s
+            ready_a.append(float(done_a[b.layer]))
+            ready_g.append(float(done_g[b.layer]))
         ready, end = bucket_ready_s(forward_end, bwd, layout)
         base_ready, base_end = bucket_ready_s(compute.forward_s, np.asarray(compute.bwd_s, dtype=float), layout)
-        return cls([float(t) for t in np.cumsum(fwd)[idx]], [float(t) for t in (bwd_end - bwd + fg)[idx]],
-                   ready, layout.sizes_bytes, end, base_ready, base_end)
+        return cls(ready_a, ready_g, ready, layout.sizes_bytes, end, base_ready, base_end)
 
 
 def _gaps(ready: Sequence[float]) -> list[float]:
@@ -278,8 +365,36 @@ def _bucket_jobs(ready: np.ndarray, sizes: np.ndarray, link: _Link) -> list[tupl
     return [(float(t), link.allreduce(float(s))) for t, s in zip(issue, sizes)]
 
 
+def _device_kernels(cluster: Cluster, precision: str) -> DeviceKernels:
+    """The kernel model of the cluster's slowest device for K-FAC (a mixed cluster waits for it)."""
+    devices = sorted({g.gpu for g in cluster.node_groups})
+    models = [device_kernels(d, precision) for d in devices]
+    return max(models, key=lambda k: k.invert_s(1024) + 1e9 / k.gemm_flops_per_s)
+
+
+def _interference(comm: CommLike | None, sizes_bytes: list[float]) -> float:
+    """Seconds per hidden second of K-FAC collective: the communication model's
+    ``overlap_interference`` times the share of the time the GPUs move the data."""
+    params = getattr(comm, "params", None)
+    side = getattr(comm, "gpu_side_fraction", None)
+    if params is None or side is None or not sizes_bytes:
+        return 0.0
+    return float(params.overlap_interference) * float(side(np.asarray(sizes_bytes, dtype=float)))
+
+
+def runtime_costs(kernels: DeviceKernels, method: str, link: _Link) -> tuple[Callable[[int], float], float, float]:
+    """The costs the runtime plans with: ``d^3`` over the inversion rate it measures at
+    ``PROBE_DIM`` on its device, and the all-reduce's ``alpha, beta`` through
+    ``PROBE_SMALL_BYTES`` and ``PROBE_LARGE_BYTES``."""
+    rate = PROBE_DIM**3 / kernels.invert_s(PROBE_DIM, method)
+    alpha, beta = (schedule.fit_alpha_beta(link.allreduce, PROBE_SMALL_BYTES, PROBE_LARGE_BYTES)
+                   if link.distributed else (0.0, 0.0))
+    return (lambda d: d**3 / rate), alpha, beta
+
+
 def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes, comm: CommLike | None,
-              layout: BucketLayout | None = None) -> KfacPlan:
+              layout: BucketLayout | None = None, *, kernels: DeviceKernels | None = None,
+              inverse_method: str = "inverse", interference: float | None = None) -> KfacPlan:
     """Plan one K-FAC iteration of ``job.kfac_strategy`` and predict its phases.
 
     Args:
@@ -289,102 +404,133 @@ def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes,
         compute: The compute model's times of ``profile`` on the target GPU.
         comm: Communication model of the cluster (None or unused for one worker).
         layout: The profile's DDP gradient buckets (default: ``bucket_layout(profile)``).
+        kernels: The K-FAC kernel model (default: the cluster's device, ``device_kernels``).
+        inverse_method: ``inverse`` (damped Cholesky inverse) or ``eigen`` (``eigh``).
+        interference: Seconds per hidden second of K-FAC collective (default: from ``comm``,
+            as the first-order prediction charges DDP's; 0 on CPU workers).
 
     Raises:
-        SriftError: for a profile without K-FAC factor dimensions.
+        SriftError: for a profile without K-FAC factor dimensions, or an unknown inverse method.
     """
     strategy, workers = job.kfac_strategy, cluster.gpus
-    layers = kfac_layers(profile)
-    if not layers:
+    if inverse_method not in schedule.INVERSE_METHODS:
+        raise SriftError(f"unknown K-FAC inverse method '{inverse_method}'.", f"use one of {', '.join(schedule.INVERSE_METHODS)}.")
+    blocks = kfac_blocks(profile)
+    if not blocks:
         raise SriftError(
             f"profile '{profile.name}' has no K-FAC factor dimensions (no Linear/Conv2d layer with kfac_a_dim/kfac_g_dim).",
             "re-create the profile with this srift version (`srift profile`), or use --optimizer sgd.",
         )
-    rate = effective_flops_per_s(profile, compute) * fp32_rate_scale(cluster, job.precision or profile.precision)
-    anchor = measured_scale(profile, compute)
-    kernels = _Kernels.of(profile, layers, rate, anchor)
-    dims = [d for l in layers for d in factor_dims(l)]
+    precision = job.precision or profile.precision
+    device = kernels or _device_kernels(cluster, precision)
+    # `srift profile --kfac` times the inverse method's kernels: an eigen job is priced by the model.
+    anchor = measured_scale(profile, compute) if inverse_method == "inverse" else None
+    work = (_Kernels.measured(profile, blocks, device, anchor) if anchor is not None
+            else _Kernels.model(blocks, device, inverse_method, half_precision(precision)))
+    dims = [d for b in blocks for d in (b.a_dim, b.g_dim)]
     # CPU processes (gloo) run collectives on the cores that compute: nothing overlaps there, as
     # in the first-order simulation (srift/simulate/predictor.py).
     cpu_workers = any(g.gpu == CPU for g in cluster.node_groups)
-    packed = strategy == "spd"  # SPD pipelines factor all-reduces with backward; the others send after it
+    spd = strategy == "spd"
 
-    # What the runtime sends (srift.kfac.schedule): packed factors and inverses, every strategy.
     def factor_bytes(d: int) -> float:
         return float(schedule.factor_message_bytes(d))
 
-    links = {q: _Link(comm, workers, q, factor_bytes) for q in QUANTILES}
+    links = {q: _Link(comm, workers, q, inverse_method) for q in QUANTILES}
     median = links[0.5]
-    pipeline = _Pipeline.of(profile, compute, kernels, layout or bucket_layout(profile)) if packed else None
+    pipeline = _Pipeline.of(profile, compute, blocks, work, layout or bucket_layout(profile)) if spd else None
+    invert_guess, alpha, beta = runtime_costs(device, inverse_method, median)
 
-    # ---- the plan (median costs) -----------------------------------------------------------
+    # ---- the plan (median costs, as the runtime decides) -------------------------------------
     groups_a: list[list[int]] = []
     groups_g: list[list[int]] = []
     if pipeline is not None and median.distributed:
-        groups_a, groups_g = _fusion(layers, pipeline, factor_bytes, median)
+        groups_a, groups_g = _fusion(blocks, pipeline, factor_bytes, alpha, beta)
     if strategy == "naive" or not median.distributed:
         owners = schedule.place_local(len(dims))
     elif strategy == "mpd":
         owners = schedule.place_round_robin(len(dims), workers)
     else:
-        owners = schedule.place_inversions(dims, workers, kernels.invert, median.broadcast)
+        owners = schedule.place_inversions(
+            dims, workers, invert_guess, lambda d: alpha + beta * schedule.inverse_message_bytes(d, inverse_method))
+    sizes = [factor_bytes(d) for d in dims]
+    overlap = median.distributed and not cpu_workers
+    k = 0.0 if not overlap else (interference if interference is not None else _interference(comm, sizes))
 
     # ---- its phases at each quantile ---------------------------------------------------------
-    def phases_at(link: _Link) -> KfacPhases:
+    def phases_at(link: _Link) -> _PerUpdate:
+        hidden_factor = 0.0
         if not link.distributed:
             exposed = 0.0
         elif pipeline is None:
             # D-KFAC / MPD: after backward every factor is enqueued at once (model order) and fused
             # by the fixed buffer, as the runtime does; nothing to overlap with.
-            sizes = [factor_bytes(d) for d in dims]
             exposed = sum(link.allreduce(sum(sizes[i] for i in g)) for g in schedule.plan_fixed_fusion(sizes))
         else:
-            exposed = _spd_exposed_comm(layers, pipeline, groups_a, groups_g, factor_bytes, link, kernels.factor_s, cpu_workers)
-        timeline = schedule.inversion_timeline(dims, owners, workers, kernels.invert, link.broadcast,
-                                               overlap=strategy == "spd" and not cpu_workers)
-        return KfacPhases(kernels.factor_s, exposed, timeline.compute_s, timeline.broadcast_exposed_s, kernels.precondition_s)
+            exposed, total = _spd_exposed_comm(blocks, pipeline, groups_a, groups_g, factor_bytes, link, work.hooks_s, cpu_workers)
+            hidden_factor = max(0.0, total - exposed)
+        # The timeline walks factor indices: an owned factor costs its inversion and the packing of
+        # its result before the broadcast is issued, a local one its inversion.
+        timeline = schedule.inversion_timeline(
+            list(range(len(dims))), owners, workers,
+            lambda i: work.invert(dims[i]) + (work.pack(dims[i]) if owners[i] != schedule.LOCAL else 0.0),
+            lambda i: link.broadcast(dims[i]), overlap=spd and overlap)
+        moved = [d for d, o in zip(dims, owners) if o != schedule.LOCAL]
+        sent = sum(link.broadcast(d) for d in moved)
+        hidden_bcast = max(0.0, sent - timeline.broadcast_exposed_s) if spd and overlap else 0.0
+        # Every worker unpacks the inverses it received, after the last broadcast: the one that owns
+        # the least unpacks the most.
+        owned = [0.0] * workers
+        for d, o in zip(dims, owners):
+            if o != schedule.LOCAL:
+                owned[o] += work.unpack(d)
+        unpack = sum(work.unpack(d) for d in moved) - min(owned) if moved else 0.0
+        return _PerUpdate(work.hooks_s + work.step_s, exposed, k * hidden_factor,
+                          timeline.compute_s + work.inversion_overhead_s, timeline.broadcast_exposed_s + unpack,
+                          k * hidden_bcast, work.precondition_s)
 
     per_update = phases_at(median)
     steps = (job.kfac_factor_steps, job.kfac_inv_steps)
-    return KfacPlan(strategy, workers, [l.name for l in layers], dims, rate, owners, groups_a, groups_g,
-                    measured_kernels=anchor is not None,
-                    phases_per_update=per_update, phases=per_update.amortized(*steps),
+    return KfacPlan(strategy, inverse_method, workers, [b.name for b in blocks], dims, device, owners, groups_a, groups_g,
+                    measured_kernels=anchor is not None, interference=k,
+                    interference_split=(per_update.factor_interference / steps[0], per_update.broadcast_interference / steps[1]),
+                    phases_per_update=per_update.amortized(1, 1), phases=per_update.amortized(*steps),
                     phases_p90=phases_at(links[0.9]).amortized(*steps))
 
 
-def _fusion(layers: list[LayerProfile], pipeline: _Pipeline, factor_bytes: Callable[[int], float],
-            link: _Link) -> tuple[list[list[int]], list[list[int]]]:
+def _fusion(blocks: list[KfacBlock], pipeline: _Pipeline, factor_bytes: Callable[[int], float],
+            alpha: float, beta: float) -> tuple[list[list[int]], list[list[int]]]:
     """SPD's fused all-reduce groups of the A factors (forward order) and of the G factors
-    (backward order), as layer indices, from the planner's linear cost model fitted to the
-    all-reduce between the smallest and largest factor sizes."""
-    order_g = sorted(range(len(layers)), key=lambda i: pipeline.ready_g[i])  # backward order
-    sizes_a = [factor_bytes(factor_dims(l)[0]) for l in layers]
-    sizes_g = [factor_bytes(factor_dims(layers[i])[1]) for i in order_g]
-    lo, hi = min(sizes_a + sizes_g), max(sizes_a + sizes_g)
-    alpha, beta = schedule.fit_alpha_beta(link.allreduce, lo, hi) if hi > lo else (link.allreduce(lo), 0.0)
+    (backward order), as block indices, with the runtime's linear cost model."""
+    order_g = sorted(range(len(blocks)), key=lambda i: pipeline.ready_g[i])  # backward order
+    sizes_a = [factor_bytes(b.a_dim) for b in blocks]
+    sizes_g = [factor_bytes(blocks[i].g_dim) for i in order_g]
     groups_a = schedule.plan_fusion(sizes_a, _gaps(pipeline.ready_a), alpha, beta)
     fused_g = schedule.plan_fusion(sizes_g, _gaps([pipeline.ready_g[i] for i in order_g]), alpha, beta)
     return groups_a, [[order_g[k] for k in g] for g in fused_g]
 
 
-def _spd_exposed_comm(layers: list[LayerProfile], pipeline: _Pipeline, groups_a: list[list[int]], groups_g: list[list[int]],
-                      factor_bytes: Callable[[int], float], link: _Link, factor_s: float, no_overlap: bool) -> float:
-    """SPD's factor all-reduces on one link shared with DDP's gradient buckets.
+def _spd_exposed_comm(blocks: list[KfacBlock], pipeline: _Pipeline, groups_a: list[list[int]], groups_g: list[list[int]],
+                      factor_bytes: Callable[[int], float], link: _Link, hooks_s: float,
+                      no_overlap: bool) -> tuple[float, float]:
+    """SPD's factor all-reduces on one link shared with DDP's gradient buckets: (exposed seconds,
+    seconds of factor all-reduce in all).
 
     Each fused group's all-reduce is queued when its last factor is ready, each gradient bucket
     when DDP issues it; the link serves them in ready order. Exposed is how much later the
     iteration ends than the first-order one (``max(forward + backward, gradient comm end)``)
-    beyond the factor compute itself. With ``no_overlap`` (CPU workers) the fused all-reduces
-    are planned the same way but all exposed.
+    beyond the factor hooks' own compute. With ``no_overlap`` (CPU workers) the fused
+    all-reduces are planned the same way but all exposed.
     """
-    fused = [(groups_a, [factor_bytes(factor_dims(l)[0]) for l in layers], pipeline.ready_a),
-             (groups_g, [factor_bytes(factor_dims(l)[1]) for l in layers], pipeline.ready_g)]
+    fused = [(groups_a, [factor_bytes(b.a_dim) for b in blocks], pipeline.ready_a),
+             (groups_g, [factor_bytes(b.g_dim) for b in blocks], pipeline.ready_g)]
+    factor_jobs = [(max(ready[i] for i in g), link.allreduce(sum(sizes[i] for i in g)))
+                   for groups, sizes, ready in fused for g in groups]
+    total = sum(cost for _, cost in factor_jobs)
     if no_overlap:  # every fused all-reduce takes its time from the iteration
-        return sum(link.allreduce(sum(sizes[i] for i in g)) for groups, sizes, _ in fused for g in groups)
+        return total, total
     base_jobs = _bucket_jobs(pipeline.base_bucket_ready, pipeline.bucket_sizes, link)
     base_end = max(pipeline.base_compute_end, schedule.fifo_finish_s(base_jobs))
-    jobs = _bucket_jobs(pipeline.bucket_ready, pipeline.bucket_sizes, link)
-    for groups, sizes, ready in fused:
-        jobs += [(max(ready[i] for i in g), link.allreduce(sum(sizes[i] for i in g))) for g in groups]
+    jobs = _bucket_jobs(pipeline.bucket_ready, pipeline.bucket_sizes, link) + factor_jobs
     end = max(pipeline.compute_end, schedule.fifo_finish_s(jobs))
-    return max(0.0, end - base_end - factor_s)
+    return max(0.0, end - base_end - hooks_s), total

@@ -527,7 +527,7 @@ class Predictor:
         kfac = None
         if self.job.kfac:
             prof = self.profile_at(batches[slowest], self.source_for(groups[slowest].gpu))
-            kfac = plan_kfac(prof, cluster, self.job, crit.times, comm, self.layout)
+            kfac = plan_kfac(prof, cluster, self.job, crit.times, comm, self.layout, inverse_method=self.job.kfac_inverse_method)
             breakdown.update(kfac.phases.as_dict())
         p90 = (compute_end * (1.0 + Z90 * self.compute_cv) * accum + ar.exposed_p90_s
                + ar.interference_p90_s + optimizer + overhead * accum
@@ -675,8 +675,9 @@ class Predictor:
                          "departure from the model (a GPU's own quirks do not carry over; README: Accuracy)")
         elif times.anchored:
             notes.append("compute anchored on measured times")
-        if kfac is not None and kfac.measured_kernels:
-            notes.append("K-FAC kernels from the profile's measured times (srift profile --kfac)")
+        if kfac is not None:
+            notes.append("K-FAC kernels from the profile's measured times (srift profile --kfac)" if kfac.measured_kernels
+                         else f"K-FAC kernels ({kfac.inverse_method}): {kfac.kernels.basis} (docs/kfac.md)")
         return notes
 
 

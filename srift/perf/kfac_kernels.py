@@ -1,0 +1,397 @@
+"""Seconds of K-FAC's own kernels on one device (no torch): factor computation, the inversion
+of a factor (``inverse``: damped Cholesky inverse; ``eigen``: ``eigh``) and preconditioning,
+priced as srift's runtime (``srift.kfac``) runs them, in fp32.
+
+**Solvers.** One call on an ``n x n`` factor takes
+
+    t(n) = latency_s + column_s * n + n^3 / (rate_n3_per_s * e(n)),   e(n) = 1 / (1 + (n_half / n)^shape)
+
+a fixed cost per call (dispatch, launches, and on a GPU the host synchronisation
+``torch.linalg.cholesky`` and ``eigh`` make to check their result), a cost per column for
+algorithms that launch a kernel per column (the tridiagonal reduction of ``eigh`` on a GPU), and
+a throughput that rises with ``n`` to an asymptote (``rate_n3_per_s``, in ``n^3`` per second),
+reaching half of it at ``n_half``. The form is fitted on measured tables (the CPU's; a GPU's when
+one is measured); ``shape`` is the CPU's (srift/fitting/kfac_kernels.py).
+
+**Factors.** Factor A of a convolution unfolds its input (``F.unfold`` writes the patches, and the
+transpose to rows copies them: three passes over the unfolded bytes, plus reading the input),
+then forms ``a^T a``; factor G copies the output gradient to rows (two passes) and forms ``g^T g``;
+a Linear layer's rows are a view. Copies run at the memory rate, the Gram product at
+``max(FLOPs / gemm rate, bytes read / memory rate)`` (arithmetic intensity ``d/2`` FLOP per byte:
+compute-bound above a few dozen columns on every device here), plus a fixed cost per call. Under
+``amp``/``bf16`` the half-precision input or gradient is first cast to fp32 (read 2, write 4 bytes
+per element).
+
+**Preconditioning** of a ``d_G x d_A`` block: ``G^-1 grad A^-1`` (two GEMMs; four for ``eigen``),
+the gradient gathered with its bias column, the KL-clip term read back on the host (a
+synchronisation per layer on a GPU) and the result written back: a fixed cost per call, the GEMMs
+and ``PRECONDITION_PASSES`` passes over the block at the memory rate.
+
+**Parameters** (configs/perf/kfac_kernels.json, written by scripts/fit_models.py): a device with a
+measured table (data/measurements/kfac-kernels-<device>.csv, the columns of
+scripts/measure_kfac_kernels.py) uses its fitted curves and rates; any other GPU derives them from
+the compute model (its FP32 matmul rate, memory rate and per-pass launch cost:
+``srift.perf.compute.kernel_rates``) and the documented assumptions of the file's
+``gpu_assumptions`` (solver rate relative to the GEMM rate, FLOPs per ``n^3``, size at half
+throughput from the SM count, latencies), each with its source and range (docs/kfac.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from srift.errors import SriftError
+from srift.files import configs_dir, read_json
+from srift.hardware import CPU, find_gpu, gpu as gpu_spec
+from srift.job import HALF_PRECISIONS
+
+PARAMS_SCHEMA = "srift.perf.kfac_kernels/v1"
+METHODS = ("inverse", "eigen")  # srift.kfac.schedule.INVERSE_METHODS
+FP32_BYTES = 4.0
+HALF_BYTES = 2.0
+# Bytes moved per element of a d x d factor besides the Gram product itself (srift.kfac.layers and
+# srift.kfac.preconditioner), counted from the code:
+# * in the hook: the GEMM writes the Gram (4); ``(gram + gram.T)`` reads 8 and writes 4; ``mul_``
+#   reads 4 and writes 4: 24; with a bias, the Gram is first copied into the (d+1) x (d+1) result: +8;
+# * ``pack_upper`` (``triu_indices`` writes two int64 indices per packed element, the gather reads
+#   them and the values and writes the values: 40 bytes per packed element, 20 per element);
+#   ``unpack_upper`` (indices 16 per packed element, a zeroed matrix 4 per element, two scatters
+#   reading indices and values and writing, 24 per packed element each: 36 per element);
+# * in ``step()``, per factor update: a pack, the copy into the fused buffer (4) and the division
+#   after the all-reduce (4), an unpack, and the running average (``mul_`` 8, ``add_`` 12): 84.
+#   An inverse broadcast packs on its owner and unpacks everywhere else (``inverse`` method).
+HOOK_BYTES_PER_ELEMENT = 24.0
+BIAS_BYTES_PER_ELEMENT = 8.0
+PACK_BYTES_PER_ELEMENT = 20.0
+UNPACK_BYTES_PER_ELEMENT = 36.0
+STEP_BYTES_PER_ELEMENT = PACK_BYTES_PER_ELEMENT + 8.0 + UNPACK_BYTES_PER_ELEMENT + 20.0
+# Passes over a d_G x d_A block besides the GEMMs when preconditioning (srift.kfac.preconditioner
+# ``_precondition`` and ``KFACLayer.grad_matrix/set_grad``): the gradient gathered with its bias
+# column (read + write), the KL-clip term ``(p * grad).sum()`` (read both), ``p.mul_(nu)`` (read +
+# write) and the copy back into the weight gradient (read + write).
+PRECONDITION_PASSES = 8.0
+# ``eigen`` preconditions with four GEMMs and three more element-wise passes (the eigenvalue outer
+# product, the division, the transposes).
+EIGEN_PRECONDITION_PASSES = 11.0
+
+
+@dataclass(frozen=True)
+class SolverCurve:
+    """Seconds of one solver call on an ``n x n`` matrix (see the module docstring)."""
+
+    latency_s: float
+    rate_n3_per_s: float
+    n_half: float
+    shape: float
+    column_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (self.latency_s >= 0 and self.rate_n3_per_s > 0 and self.n_half >= 0 and self.shape > 0 and self.column_s >= 0):
+            raise SriftError("a K-FAC solver curve is out of range.", "re-run scripts/fit_models.py.")
+
+    def efficiency(self, n: float) -> float:
+        """Share of the asymptotic throughput reached at size ``n``."""
+        return 1.0 / (1.0 + (self.n_half / n) ** self.shape)
+
+    def time_s(self, n: float) -> float:
+        """Seconds of one call at size ``n`` (>= 1)."""
+        if not n >= 1:
+            raise ValueError(f"matrix size must be at least 1, got {n}")
+        return self.latency_s + self.column_s * n + n**3 / (self.rate_n3_per_s * self.efficiency(n))
+
+    def to_dict(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SolverCurve":
+        return cls(float(d["latency_s"]), float(d["rate_n3_per_s"]), float(d["n_half"]), float(d["shape"]),
+                   float(d.get("column_s", 0.0)))
+
+
+@dataclass(frozen=True)
+class DeviceKernels:
+    """K-FAC's kernel model of one device.
+
+    Attributes:
+        device: ``cpu`` or a canonical GPU name.
+        basis: Where the figures come from (a measured table, or derived and from which assumptions).
+        inverse: The ``inverse`` method's damped Cholesky inverse.
+        eigen: The ``eigen`` method's ``eigh``.
+        gemm_flops_per_s: Rate of the factors' and the preconditioning's GEMMs (fp32).
+        memory_bytes_per_s: Rate of the copies (unfold, transposes, casts).
+        call_s: Fixed cost of one factor or preconditioning call.
+        sync_s: Host round trip of a call whose result is read on the host (0 on a CPU).
+    """
+
+    device: str
+    basis: str
+    inverse: SolverCurve
+    eigen: SolverCurve
+    gemm_flops_per_s: float
+    memory_bytes_per_s: float
+    call_s: float
+    sync_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (self.gemm_flops_per_s > 0 and self.memory_bytes_per_s > 0 and self.call_s >= 0 and self.sync_s >= 0):
+            raise SriftError(f"the K-FAC kernel rates of '{self.device}' are out of range.", "re-run scripts/fit_models.py.")
+
+    def solver(self, method: str) -> SolverCurve:
+        if method not in METHODS:
+            raise SriftError(f"unknown K-FAC inverse method '{method}'.", f"use one of {', '.join(METHODS)}.")
+        return self.inverse if method == "inverse" else self.eigen
+
+    def invert_s(self, n: int, method: str = "inverse") -> float:
+        """Seconds of one inversion (``inverse``) or eigendecomposition (``eigen``) of an n x n factor."""
+        return self.solver(method).time_s(n)
+
+    def gemm_s(self, flops: float, bytes_read: float) -> float:
+        """A GEMM's seconds on the roofline: compute- or memory-bound, whichever is slower."""
+        return max(flops / self.gemm_flops_per_s, bytes_read / self.memory_bytes_per_s)
+
+    def factor_a_s(self, rows: float, dim: int, unfold: bool, input_elements: float = 0.0, half_input: bool = False,
+                   bias: bool = False) -> float:
+        """Seconds to form one factor A in the hook from ``rows`` rows of ``dim`` columns.
+
+        Args:
+            rows: Rows of the (unfolded) input: batch x positions.
+            dim: Width of the rows (the factor's dimension without the bias column).
+            unfold: The rows are a convolution's patches (im2col); a Linear's rows are a view.
+            input_elements: Elements of the layer input the unfold reads (and a cast converts).
+            half_input: The input is in half precision (amp/bf16) and is cast to fp32 first.
+            bias: The layer has a bias (a column sum and the copy into the larger factor).
+        """
+        unfolded = FP32_BYTES * rows * dim
+        mem = (HALF_BYTES + FP32_BYTES) * input_elements if half_input else 0.0
+        if unfold:
+            mem += FP32_BYTES * input_elements + 3.0 * unfolded
+        if bias:
+            mem += unfolded + BIAS_BYTES_PER_ELEMENT * dim**2
+        mem += HOOK_BYTES_PER_ELEMENT * dim**2
+        return self.call_s + mem / self.memory_bytes_per_s + self.gemm_s(2.0 * rows * dim**2, unfolded)
+
+    def factor_g_s(self, rows: float, dim: int, copy: bool, half_input: bool = False) -> float:
+        """Seconds to form one factor G in the hook from ``rows`` rows of ``dim`` output-gradient
+        columns (``copy``: a convolution's gradient is permuted to rows, a copy)."""
+        grad = FP32_BYTES * rows * dim
+        mem = (HALF_BYTES + FP32_BYTES) / FP32_BYTES * grad if half_input else 0.0
+        if copy:
+            mem += 2.0 * grad
+        mem += HOOK_BYTES_PER_ELEMENT * dim**2
+        return self.call_s + mem / self.memory_bytes_per_s + self.gemm_s(2.0 * rows * dim**2, grad)
+
+    def factor_step_s(self, dim: int) -> float:
+        """Seconds ``step()`` spends on one factor besides its collective: packing, the fused
+        buffer's copy and division, unpacking and the running average (``STEP_BYTES_PER_ELEMENT``)."""
+        return self.call_s + STEP_BYTES_PER_ELEMENT * dim**2 / self.memory_bytes_per_s
+
+    def pack_s(self, dim: int) -> float:
+        """Seconds to pack a ``dim x dim`` symmetric matrix's upper triangle (``pack_upper``)."""
+        return self.call_s + PACK_BYTES_PER_ELEMENT * dim**2 / self.memory_bytes_per_s
+
+    def unpack_s(self, dim: int) -> float:
+        """Seconds to rebuild a ``dim x dim`` symmetric matrix from its triangle (``unpack_upper``)."""
+        return self.call_s + UNPACK_BYTES_PER_ELEMENT * dim**2 / self.memory_bytes_per_s
+
+    def precondition_s(self, a_dim: int, g_dim: int, method: str = "inverse") -> float:
+        """Seconds to precondition one ``g_dim x a_dim`` block (every iteration)."""
+        self.solver(method)  # validates the method
+        gemms = 1 if method == "inverse" else 2
+        flops = gemms * 2.0 * a_dim * g_dim * (a_dim + g_dim)
+        passes = PRECONDITION_PASSES if method == "inverse" else EIGEN_PRECONDITION_PASSES
+        block = FP32_BYTES * a_dim * g_dim
+        # The GEMMs read the block and the two square matrices.
+        read = gemms * FP32_BYTES * (a_dim * a_dim + g_dim * g_dim) + 2.0 * gemms * block
+        return self.call_s + self.sync_s + self.gemm_s(flops, read) + passes * block / self.memory_bytes_per_s
+
+
+# ---- parameters -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MeasuredDevice:
+    """Fitted kernel figures of a device with a measured table (per thread count on a CPU)."""
+
+    inverse: SolverCurve
+    eigen: SolverCurve
+    gemm_flops_per_s: float
+    memory_bytes_per_s: float
+    call_s: float
+    sync_s: float = 0.0
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "MeasuredDevice":
+        return cls(SolverCurve.from_dict(d["inverse"]), SolverCurve.from_dict(d["eigen"]), float(d["gemm_flops_per_s"]),
+                   float(d["memory_bytes_per_s"]), float(d["call_s"]), float(d.get("sync_s", 0.0)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"inverse": self.inverse.to_dict(), "eigen": self.eigen.to_dict(), "gemm_flops_per_s": self.gemm_flops_per_s,
+                "memory_bytes_per_s": self.memory_bytes_per_s, "call_s": self.call_s, "sync_s": self.sync_s}
+
+
+@dataclass(frozen=True)
+class GpuAssumptions:
+    """How a GPU's solver figures follow from its compute-model rates when it has no measured table.
+
+    Each value is documented, with its source and range, in configs/perf/kfac_kernels.json
+    (``gpu_assumptions``) and docs/kfac.md.
+
+    Attributes:
+        inverse_flops_per_n3: FLOPs of the Cholesky inverse per ``n^3``.
+        solver_to_gemm: Asymptotic rate of the solvers' level-3 kernels over the GEMM rate.
+        eigen_bytes_per_n3: Bytes ``eigh``'s tridiagonal reduction reads per ``n^3`` (memory-bound).
+        eigen_flops_per_n3: ``eigh``'s other FLOPs per ``n^3`` (at the solver rate).
+        tile: GEMM tile edge: ``n_half = tile * sqrt(SMs)`` (an ``n x n`` update fills the SMs once).
+        latency_passes: A solver call's fixed cost in the compute model's per-pass launch costs.
+        sync_s: Host round trip of a synchronising call.
+        eigen_column_launches: Kernel launches per column of ``eigh`` (the reduction's ``symv``).
+        launch_gap_s: Gap between two back-to-back kernels a library launches.
+    """
+
+    inverse_flops_per_n3: float = 7.0 / 3.0
+    solver_to_gemm: float = 0.7
+    eigen_bytes_per_n3: float = 2.0 / 3.0
+    eigen_flops_per_n3: float = 10.0 / 3.0
+    tile: float = 128.0
+    latency_passes: float = 2.0
+    sync_s: float = 10e-6
+    eigen_column_launches: float = 1.0
+    launch_gap_s: float = 5.5e-6
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "GpuAssumptions":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise SriftError(f"unknown K-FAC GPU assumption(s): {', '.join(sorted(unknown))}.", "re-run scripts/fit_models.py.")
+        a = cls(**{k: float(v) for k, v in d.items()})
+        if not all(getattr(a, n) >= 0 for n in names) or a.solver_to_gemm <= 0 or a.inverse_flops_per_n3 <= 0 or a.tile <= 0:
+            raise SriftError("a K-FAC GPU assumption is out of range.", "re-run scripts/fit_models.py.")
+        return a
+
+    def to_dict(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class KernelParams:
+    """configs/perf/kfac_kernels.json.
+
+    Attributes:
+        shape: The solvers' efficiency exponent (fitted on the CPU table).
+        measured: Fitted figures of devices with a measured table: ``cpu`` by thread count
+            (``{"1": ..., "2": ...}``), a GPU by its canonical name (``{"": ...}``).
+        gpu_assumptions: The central assumptions for GPUs without a table.
+        meta: Provenance (ranges, sources, fit quality), carried but unused.
+    """
+
+    shape: float
+    measured: dict[str, dict[str, MeasuredDevice]]
+    gpu_assumptions: GpuAssumptions = field(default_factory=GpuAssumptions)
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], source: str = "K-FAC kernel params") -> "KernelParams":
+        if not isinstance(d, dict) or d.get("schema") != PARAMS_SCHEMA:
+            raise SriftError(f"{source} is not a '{PARAMS_SCHEMA}' file.", "re-run scripts/fit_models.py.")
+        try:
+            measured = {dev: {threads: MeasuredDevice.from_dict(v) for threads, v in per.items()}
+                        for dev, per in d["measured"].items()}
+            params = cls(float(d["shape"]), measured, GpuAssumptions.from_dict(d["gpu_assumptions"]["central"]),
+                         {k: v for k, v in d.items() if k not in ("schema", "shape", "measured")})
+        except (KeyError, TypeError, ValueError) as e:
+            raise SriftError(f"{source} lacks a K-FAC kernel parameter ({e}).", "re-run scripts/fit_models.py.") from None
+        if not params.shape > 0:
+            raise SriftError(f"{source}: shape must be positive.", "re-run scripts/fit_models.py.")
+        return params
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": PARAMS_SCHEMA, "shape": self.shape,
+                "measured": {dev: {t: m.to_dict() for t, m in per.items()} for dev, per in self.measured.items()},
+                **self.meta, "gpu_assumptions": {**self.meta.get("gpu_assumptions", {}), "central": self.gpu_assumptions.to_dict()}}
+
+
+def params_path() -> Path:
+    return configs_dir() / "perf" / "kfac_kernels.json"
+
+
+@functools.lru_cache(maxsize=4)
+def load_params(path: str | None = None) -> KernelParams:
+    """The shipped (fitted) K-FAC kernel parameters, or those in ``path``."""
+    p = Path(path) if path else params_path()
+    return KernelParams.from_dict(read_json(p, "K-FAC kernel parameters", "re-run scripts/fit_models.py."), str(p))
+
+
+def _matmul_precision(precision: str) -> str:
+    """K-FAC's GEMMs run in fp32 whatever the training precision (autocast is off in its hooks);
+    PyTorch lets fp32 matmuls use TF32 only when told to (``tf32``)."""
+    return "tf32" if precision == "tf32" else "fp32"
+
+
+def derive_gpu(gpu: str, precision: str, shape: float, assumptions: GpuAssumptions) -> DeviceKernels:
+    """A GPU's kernel model from the compute model's rates and ``assumptions`` (no measured table).
+
+    Args:
+        gpu: A GPU name of configs/gpus.yaml.
+        precision: The training precision (TF32 GEMMs under ``tf32``, else FP32).
+        shape: The solvers' efficiency exponent.
+        assumptions: The derivation's assumptions.
+    """
+    from srift.perf.compute import kernel_rates
+
+    spec = gpu_spec(gpu)
+    rates = kernel_rates(spec.name, _matmul_precision(precision))
+    a = assumptions
+    solver_flops = a.solver_to_gemm * rates.matmul_flops_per_s
+    n_half = a.tile * math.sqrt(spec.sm_count)
+    latency = a.latency_passes * rates.launch_s + a.sync_s
+    inverse = SolverCurve(latency, solver_flops / a.inverse_flops_per_n3, n_half, shape)
+    # eigh: the memory-bound half of the tridiagonal reduction and the rest at the solver rate.
+    eigen_s_per_n3 = a.eigen_bytes_per_n3 / rates.memory_bytes_per_s + a.eigen_flops_per_n3 / solver_flops
+    eigen = SolverCurve(latency, 1.0 / eigen_s_per_n3, n_half, shape, a.eigen_column_launches * a.launch_gap_s)
+    basis = (f"derived for {spec.name} (no measured table): GEMMs at the compute model's "
+             f"{_matmul_precision(precision).upper()} matmul rate {rates.matmul_flops_per_s / 1e12:.1f} TFLOP/s, copies at "
+             f"{rates.memory_bytes_per_s / 1e9:.0f} GB/s; solvers at {a.solver_to_gemm:.2f} of the GEMM rate (Cholesky "
+             f"inverse {a.inverse_flops_per_n3:.2f} n^3 FLOPs, eigh's reduction memory-bound), half throughput at n = {n_half:.0f}")
+    return DeviceKernels(spec.name, basis, inverse, eigen, rates.matmul_flops_per_s, rates.memory_bytes_per_s,
+                         rates.launch_s, a.sync_s)
+
+
+def device_kernels(device: str, precision: str = "fp32", threads: int | None = None,
+                   params: KernelParams | None = None, assumptions: GpuAssumptions | None = None) -> DeviceKernels:
+    """The kernel model of ``device`` (``cpu`` or a GPU name) for a training precision.
+
+    A device with a measured table uses its fitted figures (a CPU those of ``threads``, default
+    the most threads measured); another GPU derives them (``derive_gpu``) from ``assumptions``
+    (default: the shipped central ones).
+
+    Raises:
+        SriftError: for a CPU without a measured table, or an unmeasured thread count.
+    """
+    params = params or load_params()
+    key = CPU if device == CPU else (find_gpu(device) or gpu_spec(device).name)
+    measured = params.measured.get(key)
+    if measured and assumptions is None:
+        if key == CPU:
+            counts = sorted(measured, key=int)
+            pick = str(threads) if threads is not None else counts[-1]
+            if pick not in measured:
+                raise SriftError(f"no K-FAC kernel table for {threads} CPU thread(s) (measured: {', '.join(counts)}).",
+                                 "run scripts/measure_kfac_kernels.py --threads N --merge, then scripts/fit_models.py.")
+            m, label = measured[pick], f"cpu, {pick} thread(s)"
+        else:
+            m, label = next(iter(measured.values())), key
+        basis = f"measured: data/measurements/kfac-kernels-{'cpu' if key == CPU else key}.csv ({label})"
+        return DeviceKernels(key, basis, m.inverse, m.eigen, m.gemm_flops_per_s, m.memory_bytes_per_s, m.call_s, m.sync_s)
+    if key == CPU:
+        raise SriftError("srift has no K-FAC kernel table for CPUs.",
+                         "run scripts/measure_kfac_kernels.py, then scripts/fit_models.py.")
+    return derive_gpu(key, precision, params.shape, assumptions or params.gpu_assumptions)
+
+
+def half_precision(precision: str) -> bool:
+    """Inputs and output gradients reach K-FAC's hooks in half precision (cast to fp32 there)."""
+    return precision in HALF_PRECISIONS
