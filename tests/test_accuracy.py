@@ -78,6 +78,7 @@ def test_missing_or_foreign_file_gives_no_figure(monkeypatch, tmp_path, toy):
     assert A.typical_error(1, 1)[0] is None
 
 
+@pytest.mark.slow
 def test_predict_json_carries_the_typical_error(toy, capsys):
     assert main(["predict", "--model", "resnet50", "--instance", "p3.16xlarge", "--format", "json"]) == 0
     d = json.loads(capsys.readouterr().out)

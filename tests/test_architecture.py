@@ -13,6 +13,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "srift"
 
@@ -175,6 +177,7 @@ def test_commands_go_through_the_api_and_the_renderers():
             assert [t for t in targets if not _prefix_of(t, allowed)] == [], module
 
 
+@pytest.mark.slow
 def test_the_fast_commands_do_not_import_torch(tmp_path):
     """What `srift predict`, `recommend`, `check` and `catalog` run, in one fresh interpreter."""
     job = tmp_path / "job.yaml"

@@ -163,6 +163,7 @@ def test_region_written_before_a_later_failure_stays_refreshed():
     assert cache_path("aws", "us-west-2").is_file()
 
 
+@pytest.mark.slow
 def test_credentials_bring_spot_price_history():
     ec2 = boto3.client("ec2", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="y")
     now = datetime.now(timezone.utc)
@@ -219,6 +220,7 @@ def test_offer_file_parse_is_independent_of_chunking_and_order(monkeypatch):
         on_demand_prices(io.BytesIO(US_WEST_2[: len(US_WEST_2) // 2]), want)
 
 
+@pytest.mark.slow
 def test_offer_file_memory_stays_bounded(monkeypatch):
     # 4,000 products and their terms (about 8 MB of JSON); decoded one member at a time, memory is the buffer.
     products = [product(f"SKU{i:05d}", "m5.large") for i in range(4000)] + [product("G5", "g5.xlarge")]

@@ -63,6 +63,7 @@ def test_unknown_model_exits_2(tmp_path, capsys):
     assert "unknown model 'resnet5000'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_markdown_is_a_table_and_compare_shows_change(tmp_path, capsys):
     base = tmp_path / "base.json"
     assert main(["check", write(tmp_path, JOB), "--out-file", str(base), "--format", "json"]) == 0
@@ -177,6 +178,7 @@ def test_bad_baseline_and_missing_file(tmp_path, capsys):
     assert main(["check", str(tmp_path / "nope.yaml")]) == 2
 
 
+@pytest.mark.slow
 def test_check_runs_without_torch(tmp_path):
     path = write(tmp_path, JOB)
     out = run_without_torch(["check", path, "--format", "json"], tmp_path)

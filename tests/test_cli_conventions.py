@@ -59,6 +59,7 @@ def test_flags_and_arguments_show_no_type(monkeypatch, capsys):
     assert re.search(r"--spot\s+--no-spot\s+Override spot", out)  # no value after a flag
 
 
+@pytest.mark.slow
 def test_shell_completion_is_installed_and_completes(tmp_path):
     env = {**os.environ, "COMP_WORDS": "srift recommend --sky", "COMP_CWORD": "2", "_SRIFT_COMPLETE": "complete_bash"}
     res = subprocess.run([sys.executable, "-c", "from srift.cli import entry; entry()"], env=env, capture_output=True,
@@ -78,6 +79,7 @@ REPORTS = {
 SCHEMAS = {"predict": "srift.predict/v1", "catalog list": "srift.catalog/v1", "catalog show": "srift.catalog/v1"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(REPORTS))
 def test_every_report_takes_the_three_formats_and_writes_its_json(tmp_path, capsys, name):
     args = REPORTS[name]

@@ -46,6 +46,7 @@ def test_every_folder_is_a_documented_copy_and_listed_in_the_index():
             assert re.search(r"\b[0-9a-f]{40}\b", text), readme
 
 
+@pytest.mark.slow
 def test_the_loaders_find_every_measurement_in_data():
     """The row counts the fit and validation are built on, read from data/ (a file left out of the
     copy would raise, or silently drop rows from a glob)."""

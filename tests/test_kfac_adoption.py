@@ -15,6 +15,7 @@ from kfac_helpers import batches, run_steps, small_cnn  # noqa: E402
 
 
 # ---- checkpoint / resume -------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["inverse", "eigen"])
 def test_resume_from_a_checkpoint_takes_identical_steps(method):
     """Train 3 steps, checkpoint (model, optimizer, preconditioner through torch.save and

@@ -48,6 +48,7 @@ def test_each_gpu_uses_the_profile_measured_on_it():
     assert p3.iteration_time_s == pytest.approx(predict(a10g, cluster_from_spec("p3.2xlarge"), JOB).iteration_time_s, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_a_mixed_cluster_takes_each_groups_own_profile():
     a10g, l4 = measured_on("A10G", 1.3), measured_on("L4", 0.8)
     both = Predictor(a10g, JOB, [l4])
@@ -78,6 +79,7 @@ def test_more_profiles_must_be_measured_of_the_same_job_and_not_repeat_a_gpu():
     Predictor(load_builtin_profile("resnet50", batch_size=32), JOB, [a10g])
 
 
+@pytest.mark.slow
 def test_predict_and_recommend_take_the_profile_flag_more_than_once(tmp_path, capsys):
     a, b = tmp_path / "a10g.yaml", tmp_path / "l4.yaml"
     measured_on("A10G", 1.3).save(a)

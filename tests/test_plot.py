@@ -40,6 +40,7 @@ def test_the_plot_marks_the_choice_the_best_one_node_and_the_budget():
     assert one_node.chosen == ("b.quad:1", pytest.approx((3.5, 480.0))) and one_node.best_one_node is None
 
 
+@pytest.mark.slow
 def test_the_png_is_written_with_normal_permissions_and_announced(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     path = tmp_path / "plots" / "tiny.png"

@@ -13,6 +13,7 @@ FIELDS = ("iteration_time_s", "p90_iteration_time_s", "throughput_samples_per_s"
           "usd_per_million_samples", "breakdown", "fits_in_memory")
 
 
+@pytest.mark.slow
 def test_issue_example_without_torch(tmp_path):
     out = run_without_torch(["predict", "--model", "resnet50", "--instance", "p3.16xlarge:2", "--batch-size", "128",
                              "--precision", "amp", "--format", "json"], tmp_path)

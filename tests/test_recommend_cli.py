@@ -8,6 +8,7 @@ from srift.cli import main
 from no_torch import run_without_torch
 
 
+@pytest.mark.slow
 def test_readme_command_without_torch(tmp_path):
     out = run_without_torch(["recommend", "--model", "resnet50", "--budget", "20", "--format", "json"], tmp_path)
     assert out.returncode == 0, out.stderr
@@ -31,6 +32,7 @@ def test_table_has_target_and_chosen(capsys):
     assert "Target: maximizing throughput under $20.00/h" in out and "CHOSEN" in out and "wins" in out
 
 
+@pytest.mark.slow
 def test_spot_mixed_returns_spot_options(capsys):
     assert main(["recommend", "--model", "resnet50", "--budget", "20", "--spot", "--mixed", "--format", "json", "--top", "20"]) == 0
     recs = json.loads(capsys.readouterr().out)["recommendations"]
@@ -85,6 +87,7 @@ def test_gpu_filter(capsys):
     assert recs and all(r["instance"].startswith(("p3.", "p3dn.")) and r["supported"] is False for r in recs)
 
 
+@pytest.mark.slow
 def test_no_k80_or_m60_rows_unless_asked_and_arm64_rows_marked(capsys):
     args = ["recommend", "--model", "resnet50", "--objective", "cost", "--top", "300", "--max-gpus", "8", "--format", "json"]
     assert main(args) == 0
@@ -114,6 +117,7 @@ def test_every_aws_region_is_searched_and_named(capsys):
     assert main(["recommend", "--model", "resnet50", "--region", "us-west-2", "--infra", "aws"]) == 2
 
 
+@pytest.mark.slow
 def test_gcp_and_lambda_rows_with_composed_prices(capsys):
     assert main(["recommend", "--model", "resnet50", "--budget", "20", "--infra", "gcp,lambda", "--format", "json",
                  "--top", "300"]) == 0
@@ -130,6 +134,7 @@ def test_gcp_and_lambda_rows_with_composed_prices(capsys):
         assert rec["cost_per_hour_usd"] == pytest.approx(count * unit)
 
 
+@pytest.mark.slow
 def test_the_deadline_is_met_at_90_percent_confidence(capsys):
     assert main(["recommend", "--model", "resnet50", "--deadline", "24", "--epochs", "90", "--dataset-size", "1281167",
                  "--format", "json"]) == 0

@@ -19,6 +19,7 @@ from srift.zoo import load_builtin_profile
 COUNTS = [2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 256, 512]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["resnet50", "bert-large", "gpt2"])
 def test_per_node_throughput_never_rises_with_more_nodes(model):
     predictor = Predictor(load_builtin_profile(model), Job())

@@ -281,6 +281,7 @@ def test_fused_attention_runs_at_amperes_mma_rate_on_hopper():
     assert mma_rate_flops(gpu_spec("L4"), "bf16") == pytest.approx(121e12)  # Ada: the datasheet peak is lower
 
 
+@pytest.mark.slow
 def test_predict_json_for_an_llm_without_torch(tmp_path):
     from no_torch import run_without_torch
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 
+import pytest
 from rich.console import Console
 
 from srift.cli import main
@@ -66,6 +67,7 @@ def test_columns_env_sets_the_width_also_when_piped(monkeypatch):
     assert console(width=140).width == 140  # not a terminal under pytest: the pipe default
 
 
+@pytest.mark.slow
 def test_recommend_at_80_columns_shows_every_configuration_whole(monkeypatch, capsys):
     args = ["recommend", "--model", "resnet50", "--budget", "20", "--spot", "--mixed", "--max-gpus", "24"]
     assert main(args + ["--format", "json"]) == 0

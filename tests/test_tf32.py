@@ -97,6 +97,7 @@ def test_the_profiler_records_both_flags_and_labels_the_run(tf32_switches):
     assert assemble._precision(cpu, notes) == "fp32"
 
 
+@pytest.mark.slow
 def test_profiles_of_either_fp32_load_and_jobs_take_fp32_strict(tmp_path):
     old = load_builtin_profile("resnet50")
     assert old.precision == "fp32"  # written before fp32-strict existed: PyTorch's default

@@ -271,6 +271,7 @@ def test_builtin_profile_defaults_and_request():
     assert prof.fwd_flops == decoder_profile(llm_arch("llama3-8b"), 1, 8192).fwd_flops
 
 
+@pytest.mark.slow
 def test_llm_profiles_need_no_torch(tmp_path):
     code = ("import sys; from srift.zoo import load_builtin_profile as l; from srift.zoo import hf_config; "
             "p = l('llama3-70b', batch_size=1, seq_len=8192); print(len(p.layers), 'torch' in sys.modules)")

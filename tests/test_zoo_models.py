@@ -37,6 +37,7 @@ def test_published_counts_are_the_known_ones():
     assert PUBLISHED["bert-base-squad"] == 108_893_186 and PUBLISHED["bert-large-squad"] == 334_094_338
 
 
+@pytest.mark.slow
 def test_resnet50_first_conv_flops_by_hand():
     prof = structural_profile("resnet50", batch_size=4)
     conv1 = prof.layers[0]
@@ -70,6 +71,7 @@ def test_grad_ready_order_is_a_permutation():
     assert orders == list(range(len(orders)))
 
 
+@pytest.mark.slow
 def test_seq_len_rescale_matches_fresh_analysis():
     rescaled = load_builtin_profile("bert-base", seq_len=256)
     fresh = structural_profile("bert-base", seq_len=256)
@@ -98,6 +100,7 @@ def test_aliases_and_unknown_model():
         load_builtin_profile("resnet50", seq_len=128)
 
 
+@pytest.mark.slow
 def test_shipped_profiles_are_current():
     for name in ("resnet50", "gpt2"):
         shipped = load_builtin_profile(name)
@@ -148,6 +151,7 @@ def test_reused_leaf_sums_and_non_leaf_params_get_a_pseudo_layer():
     assert sorted(l.grad_ready_order for l in layers if l.params) == [0, 1]
 
 
+@pytest.mark.slow
 def test_attention_core_flops_scale_with_seq_squared_by_hand():
     b, t, d, depth = 2, 64, 768, 12
     prof = structural_profile("bert-base", batch_size=b, seq_len=t)
@@ -161,6 +165,7 @@ def test_attention_core_flops_scale_with_seq_squared_by_hand():
     assert sum(l.fwd_flops_seq2 for l in prof.layers) == sum(c.fwd_flops for c in cores)
 
 
+@pytest.mark.slow
 def test_amp_profile_same_flops_half_activations_fp32_grads():
     fp32 = structural_profile("resnet50", batch_size=2)
     amp = structural_profile("resnet50", batch_size=2, precision="amp")
@@ -171,6 +176,7 @@ def test_amp_profile_same_flops_half_activations_fp32_grads():
     assert bn16.type == "BatchNorm2d" and bn16.activation_bytes == bn32.activation_bytes / 2  # fp16 in, fp16 out
 
 
+@pytest.mark.slow
 def test_amp_transformer_layernorm_stays_fp32_and_keeps_probs_twice():
     fp32 = structural_profile("gpt2", batch_size=1, seq_len=32)
     amp = structural_profile("gpt2", batch_size=1, seq_len=32, precision="amp")
