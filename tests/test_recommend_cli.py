@@ -66,6 +66,7 @@ def test_json_is_printed_with_the_reason_when_nothing_meets_the_limits(capsys):
     (["--model", "resnet50", "--gpu", "Z9000"], "unknown GPU"),
     (["--model", "resnet50", "--deadline", "3"], "needs the job's length"),
     (["--model", "resnet50", "--format", "yaml"], "unknown format"),
+    (["--model", "resnet50", "--budget", "20", "--max-nodes", "0"], "--max-nodes must be at least 1"),
 ])
 def test_bad_flags_exit_2(args, message, capsys):
     assert main(["recommend", *args]) == 2
@@ -162,6 +163,15 @@ def test_a_multi_node_choice_must_beat_the_best_one_node_choice_by_its_error(cap
         assert over["nodes"] > 1 and data["simpler_choice"]["edge"] * 100 < data["simpler_choice"]["combined_error_pct"]
         assert data["recommendations"][1]["instance"] == over["instance"]  # kept as the runner-up
         assert "simpler wins within the error" in data["why"]
+
+
+def test_max_nodes_bounds_every_configuration_and_mix(capsys):
+    # Unbounded, the budget buys 38 single-GPU nodes; --max-nodes keeps every row, mixes included, within it.
+    assert main(["recommend", "--model", "resnet50", "--budget", "20", "--mixed", "--top", "20",
+                 "--max-nodes", "2", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["recommendations"]
+    assert len(rows) == 20 and max(r["nodes"] for r in rows) == 2
+    assert any("+" in r["instance"] and r["nodes"] == 2 for r in rows)  # a two-type mix of 1 + 1
 
 
 @pytest.mark.slow

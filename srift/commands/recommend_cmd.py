@@ -42,6 +42,8 @@ def recommend(
     gpu: List[str] = typer.Option([], "--gpu", help="Only this GPU (repeatable; A100 means both sizes)."),
     include_unsupported: bool = typer.Option(False, "--include-unsupported", help="Also search GPUs the current PyTorch CUDA wheels do not run on (marked)."),
     max_gpus: int = typer.Option(64, "--max-gpus", help=f"Largest cluster, in GPUs (at most {MAX_SEARCH_GPUS:,})."),
+    max_nodes: Optional[int] = typer.Option(None, "--max-nodes", metavar="N",
+                                            help="Largest cluster, in instances (multi-node predictions are validated up to 16)."),
     top: int = typer.Option(5, "--top", help="How many configurations to show."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Per-GPU batch (default: the profile's)."),
     global_batch_size: Optional[int] = GLOBAL_BATCH_SIZE,
@@ -71,7 +73,7 @@ def recommend(
               reduce_dtype=reduce_dtype, fused_loss=fused_loss, data_loading=data_loading)
     constraints = Constraints(budget_usd_per_hour=budget, deadline_hours=deadline, max_cost_usd=max_cost,
                               objective=objective, spot=spot, mixed=mixed,
-                              gpus=frozenset().union(*(matching_gpus(g) for g in gpu)), max_gpus=max_gpus, top=top,
+                              gpus=frozenset().union(*(matching_gpus(g) for g in gpu)), max_gpus=max_gpus, max_nodes=max_nodes, top=top,
                               confidence=confidence, include_unsupported=include_unsupported)
     where = api.resolve_infra(infra, region, "aws")
     with SearchProgress() as progress:

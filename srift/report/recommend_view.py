@@ -203,7 +203,7 @@ def why(result: SearchResult) -> str:
 def summary(found: SearchResult) -> str:
     """How much was searched, simulated and left out, and why."""
     labels = {"budget": "over budget", "memory": "out of memory", "unsupported": "on GPUs current PyTorch wheels do not run on",
-              "batch": "not dividing the global batch", "max_gpus": "larger than --max-gpus",
+              "batch": "not dividing the global batch", "max_gpus": "larger than --max-gpus or --max-nodes",
               "bound": "shown by the search bound unable to win"}
     left = ", ".join(f"{v:,} {labels.get(k, k)}" for k, v in found.pruned.items() if v)
     return (f"{found.considered:,} configurations considered; {found.simulated:,} simulations (one per hardware and node count, "

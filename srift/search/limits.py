@@ -48,6 +48,8 @@ class Constraints:
         mixed: Also consider mixed clusters.
         gpus: Only these canonical GPU names (empty: all).
         max_gpus: Largest cluster, in GPUs (at most MAX_SEARCH_GPUS).
+        max_nodes: Largest cluster, in instances (None: no limit but max_gpus). Multi-node
+            predictions are validated up to 16 nodes; this keeps a search within what you trust.
         top: How many recommendations to return.
         confidence: The deadline and the maximum cost are met at this quantile of the job's
             hours and cost (0.5: at the median).
@@ -62,6 +64,7 @@ class Constraints:
     mixed: bool = False
     gpus: frozenset[str] = frozenset()
     max_gpus: int = 64
+    max_nodes: int | None = None
     top: int = 5
     confidence: float = DEFAULT_CONFIDENCE
     include_unsupported: bool = False
@@ -78,7 +81,9 @@ class Constraints:
         if isinstance(self.max_gpus, int) and self.max_gpus > MAX_SEARCH_GPUS:
             raise SriftError(f"--max-gpus {self.max_gpus:,} is beyond the largest cluster srift searches ({MAX_SEARCH_GPUS:,} GPUs).",
                              f"pass --max-gpus {MAX_SEARCH_GPUS:,} or less.")
-        for name, high in (("max_gpus", MAX_SEARCH_GPUS), ("top", MAX_TOP)):
+        for name, high in (("max_gpus", MAX_SEARCH_GPUS), ("max_nodes", MAX_SEARCH_GPUS), ("top", MAX_TOP)):
+            if getattr(self, name) is None:
+                continue
             require(getattr(self, name), f"--{_flag(name)}", 1, high, integer=True, hint=f"pass --{_flag(name)} from 1 to {high:,}.")
         require_confidence(self.confidence)
         if self.objective is not None and self.objective not in OBJECTIVES:
@@ -108,6 +113,11 @@ class Constraints:
                 "--samples N or --tokens N.",
             )
 
+    def node_limit(self, gpus_per_node: int) -> int:
+        """The most instances of ``gpus_per_node`` GPUs a cluster may have: --max-gpus and --max-nodes."""
+        n = self.max_gpus // gpus_per_node
+        return n if self.max_nodes is None else min(n, self.max_nodes)
+
     @property
     def goal(self) -> str:
         """The objective: the one asked for, else cost under a deadline, else throughput."""
@@ -118,7 +128,7 @@ class Constraints:
 
 def _flag(name: str) -> str:
     return {"budget_usd_per_hour": "budget", "deadline_hours": "deadline", "max_cost_usd": "max-cost",
-            "max_gpus": "max-gpus"}.get(name, name.replace("_", "-"))
+            "max_gpus": "max-gpus", "max_nodes": "max-nodes"}.get(name, name.replace("_", "-"))
 
 
 @dataclass(frozen=True)

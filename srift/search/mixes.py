@@ -103,9 +103,11 @@ def sweep_mixes(sweep: CountSweep, predict: Callable[[Cluster], Prediction], c: 
 
 def _fills(space: Space, c: Constraints, first: HardwareGroup, second: HardwareGroup, r1: np.ndarray, r2: np.ndarray,
            n1: int, market: int) -> list[int]:
-    """Counts of ``second`` beside ``n1`` nodes of ``first``: one, and what the GPU limit and each
+    """Counts of ``second`` beside ``n1`` nodes of ``first``: one, and what the GPU and node limits and each
     region's budget leave (at most MIX_FILLS distinct)."""
     gpu_room = (c.max_gpus - n1 * first.gpu_count) // second.gpu_count
+    if c.max_nodes is not None:
+        gpu_room = min(gpu_room, c.max_nodes - n1)
     if gpu_room < 1:
         return []
     caps = np.full(len(r1), gpu_room, dtype=np.int64)

@@ -205,7 +205,7 @@ def build_space(selection: TypeSelection, c: Constraints, memory_ok: Callable[[I
     for key, idx in by_key.items():
         rep = rows[idx[0]]
         members = np.asarray(idx, dtype=np.int64)
-        all_counts = np.arange(1, c.max_gpus // rep.gpu_count + 1, dtype=np.int64)
+        all_counts = np.arange(1, c.node_limit(rep.gpu_count) + 1, dtype=np.int64)
         if len(all_counts) == 0:
             pruned["max_gpus"] += len(idx)
             continue
@@ -231,7 +231,7 @@ def build_space(selection: TypeSelection, c: Constraints, memory_ok: Callable[[I
             group.max_count = max(group.max_count, int(within.max()) if len(within) else 0)
         space.groups.append(group)
     for r in selection.unsupported:
-        n = c.max_gpus // r.gpu_count
+        n = c.node_limit(r.gpu_count)
         per_market = sum(1 for m in markets if (r.usd_per_hour(m == SPOT) if m != SPOT_MIX else r.spot_usd_per_hour) is not None)
         pruned["unsupported"] += n * per_market
     space.considered = considered + pruned["unsupported"]
