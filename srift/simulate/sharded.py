@@ -316,33 +316,30 @@ def simulate_step(x: StepInputs) -> StepTimes:
             exposed[kinds[i]] += min(ends[i], b) - max(starts[i], a)
             i += 1
 
+    def issue(dur: float, kind: int, at: float) -> float:
+        """Queue a collective of ``dur`` seconds on the comm stream, no earlier than ``at``; its end."""
+        nonlocal free
+        t = free if free > at else at
+        starts.append(t)
+        free = t + dur
+        ends.append(free)
+        kinds.append(kind)
+        busy[kind] += dur
+        return free
+
     ready = [0.0] * len(gather)
     if gather[0] > 0.0:  # the root's parameters, first
-        starts.append(0.0)
-        free = ready[0] = gather[0]
-        ends.append(free)
-        kinds.append(_AG)
-        busy[_AG] += gather[0]
+        ready[0] = issue(gather[0], _AG, 0.0)
     comp = 0.0
     fwd_s, bwd_s = x.fwd_s, x.bwd_s
     for r, (u, first, pre) in enumerate(fwd_prog):
         if first >= 0 and gather[first] > 0.0:
-            t = free if free > comp else comp
-            starts.append(t)
-            free = ready[first] = t + gather[first]
-            ends.append(free)
-            kinds.append(_AG)
-            busy[_AG] += gather[first]
+            ready[first] = issue(gather[first], _AG, comp)
         start = ready[u] if ready[u] > comp else comp
         if start > comp:
             wait(comp, start)
         if pre >= 0 and gather[pre] > 0.0:
-            t = free if free > start else start
-            starts.append(t)
-            free = ready[pre] = t + gather[pre]
-            ends.append(free)
-            kinds.append(_AG)
-            busy[_AG] += gather[pre]
+            ready[pre] = issue(gather[pre], _AG, start)
             if serial and free > start:
                 wait(start, free)
                 start = free
@@ -352,22 +349,12 @@ def simulate_step(x: StepInputs) -> StepTimes:
     n_runs = len(bwd_s)
     for i, (u, first, pre, reduce) in enumerate(bwd_prog):
         if first >= 0 and gather[first] > 0.0:
-            t = free if free > comp else comp
-            starts.append(t)
-            free = ready[first] = t + gather[first]
-            ends.append(free)
-            kinds.append(_AG)
-            busy[_AG] += gather[first]
+            ready[first] = issue(gather[first], _AG, comp)
         start = ready[u] if ready[u] > comp else comp
         if start > comp:
             wait(comp, start)
         if pre >= 0 and gather[pre] > 0.0:
-            t = free if free > start else start
-            starts.append(t)
-            free = ready[pre] = t + gather[pre]
-            ends.append(free)
-            kinds.append(_AG)
-            busy[_AG] += gather[pre]
+            ready[pre] = issue(gather[pre], _AG, start)
         if serial and free > start:
             wait(start, free)
             start = free
@@ -375,12 +362,7 @@ def simulate_step(x: StepInputs) -> StepTimes:
         if reduce >= 0:
             for dur, kind in ((scatter[reduce], _RS), (allreduce[reduce], _AR)):
                 if dur > 0.0:
-                    t = free if free > comp else comp
-                    starts.append(t)
-                    free = t + dur
-                    ends.append(free)
-                    kinds.append(kind)
-                    busy[kind] += dur
+                    issue(dur, kind, comp)
             if serial and free > comp:
                 wait(comp, free)
                 comp = free
