@@ -417,6 +417,7 @@ PARAMS_BROKE = {  # fitted-parameter files: name -> (file, edit)
     "input: reference size 1e400 (OverflowError)": ("input", _set(("images", "reference_image_size"), 1e300 * 1e300)),
     "accuracy: logo 'x' (ValueError)": ("accuracy", _set(("groups", "single_gpu", "logo"), "x")),
     "accuracy: a group without rows (KeyError)": ("accuracy", _set(("groups", "single_gpu"), {"fit": 9.0})),
+    "accuracy: max_nodes null (TypeError)": ("accuracy", _set(("groups", "multi_node", "max_nodes"), None)),
 }
 
 

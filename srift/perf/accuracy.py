@@ -54,6 +54,8 @@ def _check_group(g: Any, where: str) -> None:
         if key in g:
             require(g[key], f"{where}.{key}", 0.0, 1000.0, hint=_HINT)
     require(g.get("bias_pct", 0.0), f"{where}.bias_pct", -1000.0, 1000.0, hint=_HINT)
+    if "max_nodes" in g:  # the largest validated node count (multi-node group)
+        require(g["max_nodes"], f"{where}.max_nodes", 0, 10**6, integer=True, hint=_HINT)
     if not isinstance(g.get("basis", ""), str):
         raise SriftError(f"{where}: 'basis' must be text.", _HINT)
     for key, sub in g.items():
