@@ -11,6 +11,10 @@ Kernels (``kernel`` column):
   or the output-gradient rows + ``g^T g``) on the real inputs of a zoo model's layers at the
   K-FAC issue's batch (ResNet-50, B=32), one row per distinct layer shape; ``unfold`` times the
   unfold alone. Linear layers: ResNet-50's classifier and BERT-base's projections.
+* ``factor_step``: what ``step()`` does to each factor of a D-KFAC update besides the collective,
+  with the runtime's own functions: ``pack_upper``, the copy into the fused buffer and the division
+  after the all-reduce, ``unpack_upper``, and the running average (``mul_``, ``add_``); ``bytes`` is
+  ``STEP_BYTES_PER_ELEMENT n^2`` (srift/perf/kfac_kernels.py), the traffic the model counts.
 
 Matrices are ``M M^T / n + I`` (well conditioned, like a damped factor); the damping is 1e-3.
 Each row: median, 10th and 90th percentile over ``repeats`` timed calls after one warm-up call,
@@ -41,7 +45,9 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from srift.files import atomic_write_text  # noqa: E402
+from srift.kfac.distributed import pack_upper, unpack_upper  # noqa: E402
 from srift.kfac.layers import damped_inverse, eigen_decomposition, make_layers  # noqa: E402
+from srift.perf.kfac_kernels import STEP_BYTES_PER_ELEMENT  # noqa: E402
 from srift.zoo.models import build_model  # noqa: E402
 
 DAMPING = 1e-3
@@ -175,6 +181,27 @@ def linalg_rows(max_n: int, max_eigh_n: int, max_batched_n: int, gen: torch.Gene
     return rows
 
 
+STEP_SIZES = (64, 128, 256, 512, 1024, 2048)
+
+
+def step_rows(max_n: int, gen: torch.Generator) -> list[Row]:
+    """``factor_step`` rows: one factor's handling in ``step()`` (see the module docstring)."""
+    rows = []
+    for n in (s for s in STEP_SIZES if s <= max_n):
+        f, running = spd(n, 1, gen), spd(n, 1, gen)
+        buf = torch.empty(n * (n + 1) // 2, device=DEVICE)
+
+        def step() -> object:
+            buf.copy_(pack_upper(f))
+            buf.div_(2.0)
+            return running.mul_(0.95).add_(unpack_upper(buf, n), alpha=0.05)
+
+        rows.append(Row("factor_step", n, 1, timed(step, repeats_for(n, 1)), bytes=int(STEP_BYTES_PER_ELEMENT * n * n)))
+        print(f"factor_step       n={n:5} threads={torch.get_num_threads()} median {statistics.median(rows[-1].times_s):.4g} s",
+              flush=True)
+    return rows
+
+
 def _capture(model: nn.Module, x: torch.Tensor, kinds: tuple[type, ...]) -> dict[str, tuple[nn.Module, torch.Tensor, tuple[int, ...]]]:
     """Input and output shape of the first layer of each distinct configuration, by label."""
     seen: dict[str, tuple[nn.Module, torch.Tensor, tuple[int, ...]]] = {}
@@ -244,6 +271,7 @@ def main() -> None:
     ap.add_argument("--max-batched-n", type=int, default=2048, help=f"largest n timed as a batch of {BATCH}")
     ap.add_argument("--factor-batch", type=int, default=32, help="ResNet-50 per-GPU batch for the factor kernels")
     ap.add_argument("--skip-factors", action="store_true")
+    ap.add_argument("--only-step", action="store_true", help="time only the factor_step rows (with --merge: add them)")
     ap.add_argument("--threads", type=int, nargs="+", default=[len(os.sched_getaffinity(0))],
                     help="torch thread counts to time with (default: the cores available); factor kernels use the first")
     ap.add_argument("--single-thread-max-n", type=int, default=2048, help="largest n for thread counts after the first")
@@ -260,9 +288,11 @@ def main() -> None:
     for i, threads in enumerate(args.threads):
         torch.set_num_threads(threads)
         max_n = args.max_n if i == 0 else min(args.max_n, args.single_thread_max_n)
-        rows += [(threads, r) for r in linalg_rows(max_n, min(max_n, args.max_eigh_n), min(max_n, args.max_batched_n), gen, args.min_n)]
-        if i == 0 and not args.skip_factors:
-            rows += [(threads, r) for r in factor_rows(args.factor_batch, gen)]
+        if not args.only_step:
+            rows += [(threads, r) for r in linalg_rows(max_n, min(max_n, args.max_eigh_n), min(max_n, args.max_batched_n), gen, args.min_n)]
+            if i == 0 and not args.skip_factors:
+                rows += [(threads, r) for r in factor_rows(args.factor_batch, gen)]
+        rows += [(threads, r) for r in step_rows(max_n, gen)]
     table = [r.cells(threads) for threads, r in rows]
     if args.merge and Path(args.output).exists():
         table = merge_quieter(table, Path(args.output))

@@ -259,16 +259,37 @@ def fit_factors(design: pd.DataFrame) -> FactorFit:
     return FactorFit(gemm, mem, call, len(design), float(np.sqrt(np.mean(best.fun**2))))
 
 
+def fit_step(table: pd.DataFrame) -> tuple[float | None, float, int, float]:
+    """The rate and fixed cost of ``step()``'s per-factor work from the ``factor_step`` rows
+    (``bytes`` is ``STEP_BYTES_PER_ELEMENT n^2``): ``t = call + bytes / rate``, least squares on log
+    time; ``(rate, call, rows, rms log error)``, the rate None without three or more rows."""
+    rows = table[table["kernel"] == "factor_step"]
+    if len(rows) < 3:
+        return None, 0.0, len(rows), 0.0
+    t = rows["median_s"].to_numpy(float)
+    nbytes = rows["bytes"].astype(float).to_numpy()
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        return np.log(np.exp(x[1]) + nbytes / np.exp(x[0])) - np.log(t)
+
+    starts = [np.log([float(np.median(nbytes / t)), c]) for c in (1e-7, 1e-5, 1e-3)]
+    best = min((least_squares(resid, x0, method="trf") for x0 in starts), key=lambda r: float(r.cost))
+    rate, call = (float(v) for v in np.exp(best.x))
+    return rate, call, len(rows), float(np.sqrt(np.mean(best.fun**2)))
+
+
 # ---- the document -----------------------------------------------------------------------------
 def fit_device(table: pd.DataFrame, shape: float, threads: int | None) -> tuple[MeasuredDevice, dict[str, Any]]:
     """One device's (thread count's) fitted figures and their fit quality."""
     rows = table if threads is None else table[table["threads"] == threads]
     curves = {m: fit_curve(*solver_rows(rows, m, None), shape) for m in SOLVER_KERNELS}
     factors = fit_factors(factor_design(rows))
+    step_rate, step_call, step_rows, step_rms = fit_step(rows)
     device = MeasuredDevice(curves["inverse"].curve, curves["eigen"].curve, factors.gemm_flops_per_s,
-                            factors.memory_bytes_per_s, factors.call_s)
+                            factors.memory_bytes_per_s, factors.call_s, step_bytes_per_s=step_rate, step_call_s=step_call)
     info = {**{m: {"rows": c.rows, "rms_log_error": round(c.rms_log_error, 4)} for m, c in curves.items()},
             "factors": {"rows": factors.rows, "rms_log_error": round(factors.rms_log_error, 4)},
+            **({"factor_step": {"rows": step_rows, "rms_log_error": round(step_rms, 4)}} if step_rate else {}),
             # The measured counterpart of solver_to_gemm: LAPACK's Cholesky inverse does n^3 FLOPs.
             "cpu_solver_to_gemm": round(curves["inverse"].curve.rate_n3_per_s / factors.gemm_flops_per_s, 3)}
     return device, info

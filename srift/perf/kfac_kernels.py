@@ -126,6 +126,11 @@ class DeviceKernels:
         memory_bytes_per_s: Rate of the copies (unfold, transposes, casts).
         call_s: Fixed cost of one factor or preconditioning call.
         sync_s: Host round trip of a call whose result is read on the host (0 on a CPU).
+        step_bytes_per_s: Rate of ``step()``'s per-factor work (packing, the fused buffer,
+            unpacking, the running average: ``STEP_BYTES_PER_ELEMENT``) and of the inverses'
+            packing, when measured (``factor_step`` rows); else ``memory_bytes_per_s``. On a CPU
+            these contiguous and index passes run several times faster than the strided unfold.
+        step_call_s: Fixed cost of that per-factor work (its several calls), when measured.
     """
 
     device: str
@@ -136,10 +141,18 @@ class DeviceKernels:
     memory_bytes_per_s: float
     call_s: float
     sync_s: float = 0.0
+    step_bytes_per_s: float | None = None
+    step_call_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if not (self.gemm_flops_per_s > 0 and self.memory_bytes_per_s > 0 and self.call_s >= 0 and self.sync_s >= 0):
+        if not (self.gemm_flops_per_s > 0 and self.memory_bytes_per_s > 0 and self.call_s >= 0 and self.sync_s >= 0
+                and (self.step_bytes_per_s is None or self.step_bytes_per_s > 0) and self.step_call_s >= 0):
             raise SriftError(f"the K-FAC kernel rates of '{self.device}' are out of range.", "re-run scripts/fit_models.py.")
+
+    @property
+    def step_rate_bytes_per_s(self) -> float:
+        """The rate ``factor_step_s``, ``pack_s`` and ``unpack_s`` run at."""
+        return self.step_bytes_per_s or self.memory_bytes_per_s
 
     def solver(self, method: str) -> SolverCurve:
         if method not in METHODS:
@@ -188,15 +201,16 @@ class DeviceKernels:
     def factor_step_s(self, dim: int) -> float:
         """Seconds ``step()`` spends on one factor besides its collective: packing, the fused
         buffer's copy and division, unpacking and the running average (``STEP_BYTES_PER_ELEMENT``)."""
-        return self.call_s + STEP_BYTES_PER_ELEMENT * dim**2 / self.memory_bytes_per_s
+        call = self.step_call_s if self.step_bytes_per_s else self.call_s
+        return call + STEP_BYTES_PER_ELEMENT * dim**2 / self.step_rate_bytes_per_s
 
     def pack_s(self, dim: int) -> float:
         """Seconds to pack a ``dim x dim`` symmetric matrix's upper triangle (``pack_upper``)."""
-        return self.call_s + PACK_BYTES_PER_ELEMENT * dim**2 / self.memory_bytes_per_s
+        return self.call_s + PACK_BYTES_PER_ELEMENT * dim**2 / self.step_rate_bytes_per_s
 
     def unpack_s(self, dim: int) -> float:
         """Seconds to rebuild a ``dim x dim`` symmetric matrix from its triangle (``unpack_upper``)."""
-        return self.call_s + UNPACK_BYTES_PER_ELEMENT * dim**2 / self.memory_bytes_per_s
+        return self.call_s + UNPACK_BYTES_PER_ELEMENT * dim**2 / self.step_rate_bytes_per_s
 
     def precondition_s(self, a_dim: int, g_dim: int, method: str = "inverse") -> float:
         """Seconds to precondition one ``g_dim x a_dim`` block (every iteration)."""
@@ -221,15 +235,22 @@ class MeasuredDevice:
     memory_bytes_per_s: float
     call_s: float
     sync_s: float = 0.0
+    step_bytes_per_s: float | None = None
+    step_call_s: float = 0.0
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "MeasuredDevice":
+        step = d.get("step_bytes_per_s")
         return cls(SolverCurve.from_dict(d["inverse"]), SolverCurve.from_dict(d["eigen"]), float(d["gemm_flops_per_s"]),
-                   float(d["memory_bytes_per_s"]), float(d["call_s"]), float(d.get("sync_s", 0.0)))
+                   float(d["memory_bytes_per_s"]), float(d["call_s"]), float(d.get("sync_s", 0.0)),
+                   None if step is None else float(step), float(d.get("step_call_s", 0.0)))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"inverse": self.inverse.to_dict(), "eigen": self.eigen.to_dict(), "gemm_flops_per_s": self.gemm_flops_per_s,
-                "memory_bytes_per_s": self.memory_bytes_per_s, "call_s": self.call_s, "sync_s": self.sync_s}
+        out = {"inverse": self.inverse.to_dict(), "eigen": self.eigen.to_dict(), "gemm_flops_per_s": self.gemm_flops_per_s,
+               "memory_bytes_per_s": self.memory_bytes_per_s, "call_s": self.call_s, "sync_s": self.sync_s}
+        if self.step_bytes_per_s is not None:
+            out.update(step_bytes_per_s=self.step_bytes_per_s, step_call_s=self.step_call_s)
+        return out
 
 
 @dataclass(frozen=True)
@@ -385,7 +406,8 @@ def device_kernels(device: str, precision: str = "fp32", threads: int | None = N
         else:
             m, label = next(iter(measured.values())), key
         basis = f"measured: data/measurements/kfac-kernels-{'cpu' if key == CPU else key}.csv ({label})"
-        return DeviceKernels(key, basis, m.inverse, m.eigen, m.gemm_flops_per_s, m.memory_bytes_per_s, m.call_s, m.sync_s)
+        return DeviceKernels(key, basis, m.inverse, m.eigen, m.gemm_flops_per_s, m.memory_bytes_per_s, m.call_s, m.sync_s,
+                             m.step_bytes_per_s, m.step_call_s)
     if key == CPU:
         raise SriftError("srift has no K-FAC kernel table for CPUs.",
                          "run scripts/measure_kfac_kernels.py, then scripts/fit_models.py.")
