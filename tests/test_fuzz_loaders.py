@@ -373,6 +373,8 @@ BROKE = {  # name -> (loader, document); each once raised, or predicted a NaN, i
     "job: batch_size 10^400 (OverflowError)": ("job", _edited(JOB_SEEDS[0], _set(("batch_size",), 10**400))),
     "job: max_cost_usd .inf": ("job", _edited(JOB_SEEDS[0], _set(("limits", "max_cost_usd"), math.inf))),
     "job: max_hours 1e-320 (margin -inf %)": ("job", _edited(JOB_SEEDS[0], _set(("limits", "max_hours"), 1e-320))),
+    "job: spot job of 1e-303 epochs (p90 inf)": ("job", {**_edited(JOB_SEEDS[1], _set(("epochs",), 1.18e-303)),
+                                                          "profile": str(ROOT / "profiles" / "vgg16.yaml")}),
     "baseline: negative cost": ("baseline", {"schema": "srift.check/v1", "predicted_cost_usd": -5.0, "predicted_hours": 1.0,
                                              "cost_per_hour_usd": 1.0}),
     "baseline: denormal cost (change inf %)": ("baseline", {"schema": "srift.check/v1", "predicted_cost_usd": 5e-324,

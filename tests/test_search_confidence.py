@@ -35,7 +35,13 @@ def test_quantiles_by_hand():
     # Spot: 0.1 interruptions/h over 100 h, restart 147 s, checkpoint interval 1,000 s: the time lost has
     # variance 0.1 x 100 x (147² + 147 x 1000 + 1000²/3) = 5,019,423 s², a standard deviation of 2,240 s,
     # 0.62 % of the 360,000 s job.
-    assert conf.spot_sigma(0.1, 100.0, 147.0, 1000.0) == pytest.approx(math.sqrt(5_019_423.3) / 360_000, rel=1e-6)
+    c = math.sqrt(5_019_423.3) / 360_000  # sd over the job's seconds
+    assert conf.spot_sigma(0.1, 100.0, 147.0, 1000.0) == pytest.approx(math.sqrt(math.log1p(c * c)), rel=1e-6)
+    assert conf.spot_sigma(0.1, 100.0, 147.0, 1000.0) == pytest.approx(c, rel=1e-4)  # ~c for a long job
+    # A job far shorter than one restart: the spread grows only logarithmically, the quantile stays finite.
+    # (hours are floored at 1e-12: c = sqrt(0.1e-12 x 501,942) / 3.6e-9 = 62,233; sqrt(ln(1 + c^2)) = 4.70)
+    tiny = conf.spot_sigma(0.1, 1e-300, 147.0, 1000.0)
+    assert tiny == pytest.approx(4.699, abs=1e-3) and math.isfinite(conf.quantile(1e-300, tiny, 0.9))
     assert conf.spot_sigma(0.0, 100.0, 147.0, 1000.0) == 0.0
     assert conf.combine(0.3, 0.4) == pytest.approx(0.5)
     assert conf.label(0.9) == "p90" and conf.label(0.975) == "p97.5"

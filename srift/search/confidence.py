@@ -22,8 +22,10 @@ H_q times the price per hour, which is exact (a budget in $/h needs no confidenc
    reclaimed at rate L per hour are Poisson with mean L*H; each costs the restart R plus the work
    since the last checkpoint, uniform on [0, T] (T the checkpoint interval; srift/simulate/spot.py).
    The expected loss is already in H50 (through the useful fraction); its spread, a compound
-   Poisson sum with variance L*H*(R^2 + R*T + T^2/3) seconds^2, is taken relative to the job's
-   seconds as a log-normal sigma. It shrinks as the job grows (sqrt(L*H) / H).
+   Poisson sum with variance L*H*(R^2 + R*T + T^2/3) seconds^2, relative to the job's seconds
+   (c = sd / mean), becomes the log-normal of that mean and spread: sigma^2 = ln(1 + c^2), which
+   is c for a long job and grows only logarithmically for a job far shorter than the restarts
+   (where c alone would overflow the quantile). It shrinks as the job grows (sqrt(L*H) / H).
 
 Every function takes numpy arrays as well as floats, so the search prices thousands of
 configurations in one pass.
@@ -102,7 +104,8 @@ def spot_sigma(interruptions_per_hour: Num, job_hours: Num, restart_s: Num, inte
     hours = np.maximum(np.asarray(job_hours, dtype=float), 1e-12)
     r, t = np.asarray(restart_s, dtype=float), np.asarray(interval_s, dtype=float)
     var_s2 = rate * hours * (r * r + r * t + t * t / 3.0)
-    out = np.sqrt(var_s2) / (hours * 3600.0)
+    c = np.sqrt(var_s2) / (hours * 3600.0)
+    out = np.sqrt(np.log1p(c * c))  # the log-normal with this relative spread
     arrays = any(isinstance(x, np.ndarray) for x in (interruptions_per_hour, job_hours, restart_s, interval_s))
     return out if arrays else float(out)  # type: ignore[return-value]
 
