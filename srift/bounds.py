@@ -37,6 +37,7 @@ MAX_GPUS_PER_NODE = 256  # GPUs, or CPU worker processes, per node
 MAX_VCPUS_PER_NODE = 1 << 20  # vCPUs of one node
 MAX_GPUS = 131_072  # GPUs (workers) in one cluster
 MAX_NETWORK_GBPS = 100_000.0  # node network bandwidth, Gbit/s (the largest today: 3,200)
+MIN_NETWORK_GBPS = 0.001  # a rate above 0 but below 1 Mbit/s: times past any float
 MAX_NODE_USD_PER_HOUR = 100_000.0  # price of one node per hour (the dearest today: about $100)
 MAX_INTERRUPTIONS_PER_HOUR = 60.0  # spot interruptions per node-hour
 MAX_GPU_MEMORY_GIB = 16_384.0  # memory of one GPU

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from srift.bounds import (
     MAX_GPU_MEMORY_GIB, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_INTERRUPTIONS_PER_HOUR, MAX_NAME_CHARS, MAX_NETWORK_GBPS,
-    MAX_NODE_GROUPS, MAX_NODE_USD_PER_HOUR, MAX_NODES, MAX_VCPUS_PER_NODE, key_text, shown,
+    MAX_NODE_GROUPS, MAX_NODE_USD_PER_HOUR, MAX_NODES, MAX_VCPUS_PER_NODE, MIN_NETWORK_GBPS, key_text, shown,
 )
 from srift.errors import SriftError, closest
 from srift.files import read_yaml
@@ -222,6 +222,10 @@ def _group(g: Any, where: str, bad: Callable[[str], SriftError]) -> NodeGroup:
         if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v <= upper or (v == 0 and not zero_ok)):
             low = "0" if zero_ok else "above 0"
             raise bad(f"{where}.{key} must be a number from {low} to {upper:,.0f}, got {shown(v)}")
+    for key in ("network_gbps", "single_flow_gbps"):
+        v = g.get(key)
+        if isinstance(v, (int, float)) and 0 < v < MIN_NETWORK_GBPS:
+            raise bad(f"{where}.{key} must be 0 (unknown) or at least {MIN_NETWORK_GBPS:g} Gb/s, got {shown(v)}")
     if g["network_gbps"] <= 0 and g["count"] > 1:
         raise bad(f"{where}.network_gbps must be positive for several nodes")
     spot = g.get("spot", False)

@@ -4,7 +4,8 @@ the documents that once broke them (fast).
 Each mutated document must load or be refused with one ``Error:`` / ``To fix:`` line (exit 2);
 no other exception, and on success no NaN, infinite or negative number anywhere in the JSON
 result (tests/fuzz_helpers.py). ``SRIFT_FUZZ_EXAMPLES`` changes the count (default 1,000); run
-with ``-s`` to see each loader's tally.
+with ``-s`` to see each loader's tally. The examples are the same on every run (CI must not fail
+by chance); ``SRIFT_FUZZ_RANDOM=1`` draws new ones to hunt for more (what it finds joins BROKE).
 """
 
 from __future__ import annotations
@@ -36,11 +37,12 @@ from srift.zoo import load_builtin_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = int(os.environ.get("SRIFT_FUZZ_EXAMPLES", "1000"))
+RANDOM = os.environ.get("SRIFT_FUZZ_RANDOM", "") not in ("", "0")
 SIGNED = ("margin", "margin_pct", "change", "change_pct")  # a check's margins and changes may be negative
 
 
 def _settings(n: int = EXAMPLES) -> settings:
-    return settings(max_examples=n, deadline=None, database=None, derandomize=False,
+    return settings(max_examples=n, deadline=None, database=None, derandomize=not RANDOM,
                     suppress_health_check=list(HealthCheck))
 
 
@@ -369,6 +371,7 @@ BROKE = {  # name -> (loader, document); each once raised, or predicted a NaN, i
     "cluster: usd_per_hour .inf (cost inf)": ("cluster", _edited(CLUSTER_SEEDS[0], _set(("node_groups", 0, "usd_per_hour"), math.inf))),
     "cluster: keys 1 and 'a' (sorting TypeError)": ("cluster", _edited(CLUSTER_SEEDS[0], _set((1,), "x"))),
     "cluster: network_gbps null (TypeError)": ("cluster", _edited(CLUSTER_SEEDS[0], _set(("node_groups", 0, "network_gbps"), None))),
+    "cluster: network_gbps 1e-300 (times overflow)": ("cluster", _edited(CLUSTER_SEEDS[0], _set(("node_groups", 0, "network_gbps"), 1e-300))),
     "cluster: calibration NaN": ("cluster", _edited(CLUSTER_SEEDS[-1], _set(("comm_calibration", "times_s", 1), math.nan))),
     "job: batch_size 10^400 (OverflowError)": ("job", _edited(JOB_SEEDS[0], _set(("batch_size",), 10**400))),
     "job: max_cost_usd .inf": ("job", _edited(JOB_SEEDS[0], _set(("limits", "max_cost_usd"), math.inf))),
@@ -420,6 +423,7 @@ PARAMS_BROKE = {  # fitted-parameter files: name -> (file, edit)
     "accuracy: logo 'x' (ValueError)": ("accuracy", _set(("groups", "single_gpu", "logo"), "x")),
     "accuracy: a group without rows (KeyError)": ("accuracy", _set(("groups", "single_gpu"), {"fit": 9.0})),
     "accuracy: max_nodes null (TypeError)": ("accuracy", _set(("groups", "multi_node", "max_nodes"), None)),
+    "comm: per_thread_gbps 1e-300 (times overflow)": ("comm", _set(("networks", "ethernet", "per_thread_gbps"), 1e-300)),
 }
 
 

@@ -60,7 +60,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from srift.bounds import MAX_NETWORK_GBPS, key_text, require
+from srift.bounds import MAX_NETWORK_GBPS, MIN_NETWORK_GBPS, key_text, require
 from srift.cluster import Cluster, NodeGroup
 from srift.errors import SriftError
 from srift.files import configs_dir, read_json
@@ -229,7 +229,7 @@ class CommParams:
         for k, v in mapping(d.get("networks", {}), "networks").items():
             per_thread = v.get("per_thread_gbps")
             if per_thread is not None:
-                require(per_thread, f"{source}: networks.{k}.per_thread_gbps", 0.0, MAX_NETWORK_GBPS, low_open=True, hint=hint)
+                require(per_thread, f"{source}: networks.{k}.per_thread_gbps", MIN_NETWORK_GBPS, MAX_NETWORK_GBPS, hint=hint)
             networks[k] = NetworkClass(**numbers(v, f"networks.{k}", _NETWORK_BOUNDS), algorithm=str(v.get("algorithm", "ring")),
                                        per_thread_gbps=None if per_thread is None else float(per_thread))
         sockets = {}
