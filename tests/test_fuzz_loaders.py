@@ -383,6 +383,7 @@ BROKE = {  # name -> (loader, document); each once raised, or predicted a NaN, i
     "baseline: denormal cost (change inf %)": ("baseline", {"schema": "srift.check/v1", "predicted_cost_usd": 5e-324,
                                                              "predicted_hours": 1.0, "cost_per_hour_usd": 1.0}),
     "hf: hidden_size 10^30": ("hf", {**HF_SEEDS[0], "hidden_size": 10**30}),
+    "hf: rms_norm_eps 10^400 (OverflowError)": ("hf", {**HF_SEEDS[0], "rms_norm_eps": 10**400}),
 }
 
 
@@ -446,6 +447,14 @@ def test_parameter_files_that_broke_a_prediction(name: str, tmp_path: Path, monk
     finally:
         monkeypatch.undo()
         _reset_model_caches()
+
+
+def test_llm_kernel_rates_beyond_any_float_are_refused() -> None:
+    # (the fuzzer found float(10**400) raising OverflowError; the loader is not reached by a CNN's prediction)
+    doc = json.loads((ROOT / "configs" / "perf" / PARAM_FILES["sharded"]).read_text(encoding="utf-8"))
+    for key in ("fused_attention_efficiency", "llm_matmul_factor"):
+        with pytest.raises(SriftError, match=key):
+            compute.LlmKernelParams.from_dict({**doc, key: 10**400})
 
 
 def test_catalog_columns_are_what_the_cache_fuzzer_writes() -> None:

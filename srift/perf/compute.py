@@ -425,14 +425,9 @@ class LlmKernelParams:
     def from_dict(cls, d: dict[str, Any], source: str = "LLM kernel params") -> "LlmKernelParams":
         if not isinstance(d, dict) or d.get("schema") != LLM_PARAMS_SCHEMA:
             raise SriftError(f"{source} is not a '{LLM_PARAMS_SCHEMA}' file.", "re-run scripts/fit_models.py.")
-        try:
-            eff, factor = float(d["fused_attention_efficiency"]), float(d.get("llm_matmul_factor", 1.0))
-        except (KeyError, TypeError, ValueError):
-            raise SriftError(f"{source}: fused_attention_efficiency and llm_matmul_factor must be numbers.",
-                             "re-run scripts/fit_models.py.") from None
-        if not (0.01 <= eff <= 1.0 and 0.5 <= factor <= 3.0):
-            raise SriftError(f"{source}: fused_attention_efficiency {eff} outside [0.01, 1] or llm_matmul_factor "
-                             f"{factor} outside [0.5, 3].", "re-run scripts/fit_models.py.")
+        hint = "re-run scripts/fit_models.py."
+        eff = float(require(d.get("fused_attention_efficiency"), f"{source}: fused_attention_efficiency", 0.01, 1.0, hint=hint))
+        factor = float(require(d.get("llm_matmul_factor", 1.0), f"{source}: llm_matmul_factor", 0.5, 3.0, hint=hint))
         return cls(eff, factor, {k: v for k, v in d.items()
                                  if k not in ("schema", "fused_attention_efficiency", "llm_matmul_factor")})
 

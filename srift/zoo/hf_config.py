@@ -70,8 +70,8 @@ def arch_from_hf_config(path: str | Path) -> DecoderArch:
     if act not in _GATED_ACTIVATIONS:
         raise _bad(p, f"'hidden_act' is {act!r}; srift models the SwiGLU MLP of these models ('silu')")
     eps = data.get("rms_norm_eps", 1e-6)
-    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or eps <= 0:
-        raise _bad(p, f"'rms_norm_eps' must be a positive number, got {eps!r}")
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not 0 < eps <= 1.0:  # (an int past any float too)
+        raise _bad(p, f"'rms_norm_eps' must be a positive number of at most 1, got {shown(eps)}")
     return DecoderArch(
         name=_name(data, p),
         n_layers=_positive_int(data, "num_hidden_layers", p),
