@@ -82,6 +82,11 @@ def test_serial_collectives_on_cpu_workers_overlap_nothing():
     s = step(fwd=(1, 10, 10, 2), bwd=(2, 20, 20, 4), gather=(0.5, 1, 1), scatter=(0.5, 1, 1), serial=True)
     assert s.end_s == pytest.approx(s.compute_s + sum(s.comm_s))
     assert s.hidden_s == pytest.approx(0.0)
+    # Also when the first layer to run is a block's with nothing to gather: the root's gather at the
+    # start holds the cores. Root [0, 0.5]; B1 runs 0.5 -> 1.5 forward, 1.5 -> 3.5 backward, then its
+    # reduce-scatter 3.5 -> 4.5: 4.5 s, nothing hidden (overlapping the root's gather would say 4.0).
+    one = simulate_step(StepInputs((1,), (1.0,), (2.0,), (0.5, 0.0), (0.5, 1.0), (0.0, 0.0), True, True))
+    assert one.end_s == pytest.approx(4.5) and one.hidden_s == pytest.approx(0.0)
 
 
 # ---- from a profile and a cluster to the schedule ------------------------------------------------

@@ -328,26 +328,11 @@ def simulate_step(x: StepInputs) -> StepTimes:
         return free
 
     ready = [0.0] * len(gather)
-    if gather[0] > 0.0:  # the root's parameters, first
-        ready[0] = issue(gather[0], _AG, 0.0)
-    comp = 0.0
-    fwd_s, bwd_s = x.fwd_s, x.bwd_s
-    for r, (u, first, pre) in enumerate(fwd_prog):
-        if first >= 0 and gather[first] > 0.0:
-            ready[first] = issue(gather[first], _AG, comp)
-        start = ready[u] if ready[u] > comp else comp
-        if start > comp:
-            wait(comp, start)
-        if pre >= 0 and gather[pre] > 0.0:
-            ready[pre] = issue(gather[pre], _AG, start)
-            if serial and free > start:
-                wait(start, free)
-                start = free
-        comp = start + fwd_s[r]
 
-    ready = [0.0] * len(gather)
-    n_runs = len(bwd_s)
-    for i, (u, first, pre, reduce) in enumerate(bwd_prog):
+    def gathered(u: int, first: int, pre: int, comp: float) -> float:
+        """When unit ``u``'s compute can start: its own all-gather (``first``) issued if not yet,
+        waited for, and the next unit's (``pre``) prefetched behind it; on CPU workers (``serial``)
+        compute also waits for the prefetch, which runs on its cores."""
         if first >= 0 and gather[first] > 0.0:
             ready[first] = issue(gather[first], _AG, comp)
         start = ready[u] if ready[u] > comp else comp
@@ -358,7 +343,19 @@ def simulate_step(x: StepInputs) -> StepTimes:
         if serial and free > start:
             wait(start, free)
             start = free
-        comp = start + bwd_s[n_runs - 1 - i]
+        return start
+
+    if gather[0] > 0.0:  # the root's parameters, first
+        ready[0] = issue(gather[0], _AG, 0.0)
+    comp = 0.0
+    fwd_s, bwd_s = x.fwd_s, x.bwd_s
+    for r, (u, first, pre) in enumerate(fwd_prog):
+        comp = gathered(u, first, pre, comp) + fwd_s[r]
+
+    ready[:] = [0.0] * len(gather)  # backward's gathers (``_program``) start afresh
+    n_runs = len(bwd_s)
+    for i, (u, first, pre, reduce) in enumerate(bwd_prog):
+        comp = gathered(u, first, pre, comp) + bwd_s[n_runs - 1 - i]
         if reduce >= 0:
             for dur, kind in ((scatter[reduce], _RS), (allreduce[reduce], _AR)):
                 if dur > 0.0:
