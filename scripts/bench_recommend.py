@@ -7,11 +7,11 @@ call in a session finds them), median of --repeats runs, wall clock and CPU. Com
 load, search, output), median of 3.
 
 Tables:
-1. growth: --max-gpus 64 ... 4,096 with --budget 1e9 --spot --mixed over every AWS region (the
+1. growth: --max-gpus 64 ... 4,096 with --budget 1e7 --spot --mixed over every AWS region (the
    issue's LLM-scale case), with the simulations run and the configurations considered; the last
    column is the time per 1,000 GPUs of --max-gpus (flat or falling: at most linear growth);
 2. clouds: 64 GPUs with spot over one region, every AWS region, and every region of AWS, GCP and
-   Lambda (budget $20/h and 1e9);
+   Lambda (budget $20/h and 1e7);
 3. the bound: the largest --max-gpus srift takes, and one beyond it (refused at once).
 
 Targets: <= 0.5 s at 64 GPUs with spot over every region of the three clouds; <= 1 s at 1,024 GPUs
@@ -70,23 +70,23 @@ def main() -> int:
     args = ap.parse_args()
     m = args.model
 
-    print(f"1. Growth: srift recommend --model {m} --budget 1e9 --spot --mixed --max-gpus N (every AWS region)")
+    print(f"1. Growth: srift recommend --model {m} --budget 1e7 --spot --mixed --max-gpus N (every AWS region)")
     print(f"{'max GPUs':>8} {'considered':>12} {'simulated':>10} {'priced':>8} {'search s':>9} {'CPU s':>7} {'s/1k GPUs':>10}  chosen")
     for n in (64, 128, 256, 512, 1024, 2048, 4096):
-        wall, cpu, sims, priced, considered, chosen = search_time(m, "aws", args.repeats, budget_usd_per_hour=1e9, max_gpus=n,
+        wall, cpu, sims, priced, considered, chosen = search_time(m, "aws", args.repeats, budget_usd_per_hour=1e7, max_gpus=n,
                                                                    spot=True, mixed=True)
         print(f"{n:>8,} {considered:>12,} {sims:>10,} {priced:>8,} {wall:>9.3f} {cpu:>7.3f} {wall / n * 1000:>10.3f}  {chosen}")
 
     print(f"\n2. Clouds: srift recommend --model {m} --max-gpus 64 --spot --budget B --infra I")
     print(f"{'infra':>22} {'budget':>7} {'considered':>11} {'simulated':>10} {'priced':>8} {'search s':>9} {'CPU s':>7}  chosen")
     for infra in ("aws/us-east-1", "aws", "aws,gcp,lambda"):
-        for budget in (20.0, 1e9):
+        for budget in (20.0, 1e7):
             wall, cpu, sims, priced, considered, chosen = search_time(m, infra, args.repeats, budget_usd_per_hour=budget, max_gpus=64,
                                                                        spot=True)
             print(f"{infra:>22} {budget:>7g} {considered:>11,} {sims:>10,} {priced:>8,} {wall:>9.3f} {cpu:>7.3f}  {chosen}")
 
     print(f"\n3. The bound: --max-gpus up to {MAX_SEARCH_GPUS:,}")
-    wall, cpu, sims, _, considered, chosen = search_time(m, "aws", 1, budget_usd_per_hour=1e9, max_gpus=MAX_SEARCH_GPUS, spot=True, mixed=True)
+    wall, cpu, sims, _, considered, chosen = search_time(m, "aws", 1, budget_usd_per_hour=1e7, max_gpus=MAX_SEARCH_GPUS, spot=True, mixed=True)
     print(f"  --max-gpus {MAX_SEARCH_GPUS:,} --spot --mixed: {wall:.2f} s ({cpu:.2f} s CPU), {sims:,} simulations of "
           f"{considered:,} configurations; chose {chosen}")
     t0 = time.perf_counter()
@@ -98,7 +98,7 @@ def main() -> int:
     if not args.no_command:
         print("\n4. Whole command (fresh process, median of 3)")
         for cmd in (["--model", m, "--budget", "20"], ["--model", m, "--budget", "20", "--spot", "--infra", "aws,gcp,lambda"],
-                    ["--model", m, "--budget", "1e9", "--max-gpus", "1024", "--spot", "--mixed"]):
+                    ["--model", m, "--budget", "1e7", "--max-gpus", "1024", "--spot", "--mixed"]):
             print(f"  srift recommend {' '.join(cmd)}: {command_time(cmd):.2f} s")
     print("\nTargets: <= 0.5 s at 64 GPUs with spot over every region of aws,gcp,lambda; <= 1 s at 1,024 GPUs with spot and mixed.")
     return 0
