@@ -267,13 +267,16 @@ def test_sigkill_during_catalog_refresh_leaves_each_region_old_or_new(tmp_path: 
 
 
 # ---- srift profile --timeout ----------------------------------------------------------------------
+# Long enough for a script to reach its stall on a loaded 2-core machine (the first optimizer and
+# DataLoader calls took over 3 s while two test suites ran beside it).
+TIMEOUT_S = 8
 STALLS = {
     "never_steps": ("""\
         import torch
         model = torch.nn.Linear(4, 2)
         while True:
             model(torch.randn(8, 4)).sum().backward()
-        """, "no torch.optim optimizer stepped within 3 s, though the model ran"),
+        """, f"no torch.optim optimizer stepped within {TIMEOUT_S} s, though the model ran"),
     "blocks": ("""\
         import time
         time.sleep(3600)
@@ -285,7 +288,7 @@ STALLS = {
         model(torch.randn(8, 4)).sum().backward()
         opt.step()
         time.sleep(3600)
-        """, "no optimizer step for 3 s after step 1 of the 25 asked; it was at stalls_after_a_step.py:6"),
+        """, f"no optimizer step for {TIMEOUT_S} s after step 1 of the 25 asked; it was at stalls_after_a_step.py:6"),
     "worker_blocks": ("""\
         import os, sys, time, torch
         from torch.utils.data import DataLoader, Dataset
@@ -322,7 +325,7 @@ def test_timeout_stops_the_script_says_what_was_seen_and_writes_nothing(tmp_path
     code, seen = STALLS[kind]
     (tmp_path / f"{kind}.py").write_text(textwrap.dedent(code), encoding="utf-8")
     t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, "-m", "srift.cli", "profile", f"{kind}.py", "--timeout", "3"], cwd=tmp_path,
+    res = subprocess.run([sys.executable, "-m", "srift.cli", "profile", f"{kind}.py", "--timeout", str(TIMEOUT_S)], cwd=tmp_path,
                          env=_env(), capture_output=True, text=True, timeout=120)
     assert res.returncode == 1, res.stderr
     assert seen in res.stderr and "no profile was written" in res.stderr and "To fix:" in res.stderr, res.stderr
