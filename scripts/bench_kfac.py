@@ -2,12 +2,15 @@
 
 Runs a small CNN (CIFAR-sized input) data-parallel with N gloo processes, one thread each:
 
-1. first-order DDP + SGD, timing every Linear/Conv2d layer's forward and backward with hooks
-   (that is the "compute model" of this CPU for the prediction) and the iteration;
-2. gloo all-reduce and broadcast times at sizes from 256 B to 8 MB (the cluster's
+1. gloo all-reduce and broadcast times at sizes from 256 B to 8 MB (the cluster's
    ``comm_calibration``, measured by the code behind ``srift calibrate comm``);
+2. first-order DDP + SGD, timing every Linear/Conv2d layer's forward and backward with hooks
+   (that is the "compute model" of this CPU for the prediction) and the iteration;
 3. K-FAC with each strategy (naive, mpd, spd): per-phase seconds from the preconditioner's
    timers, and the iteration time.
+
+(2) and (3) run in interleaved rounds, in a rotating order, and each figure is the median over
+rounds; each worker is pinned to a core of its own (``--no-pin`` to let the scheduler place them).
 
 The prediction is ``srift.simulate.kfac.plan_kfac`` (what ``srift predict --optimizer kfac``
 adds) fed with srift.perf's ``layer_times`` of a profile carrying (1) and srift.perf's
@@ -19,7 +22,7 @@ kernels timed in each process by ``srift.profiling.kfac_timing.measure_kfac`` (w
 ``srift profile --kfac`` records). The load average is printed before and after: the per-phase
 comparison means something on a quiet machine only. Usage:
 
-    python scripts/bench_kfac.py [--nproc 2 4] [--iters 10] [--batch 32]
+    python scripts/bench_kfac.py [--nproc 2 4] [--rounds 5] [--iters 5] [--batch 32]
 """
 
 from __future__ import annotations
@@ -56,8 +59,8 @@ from srift.profiling.kfac_timing import measure_kfac  # noqa: E402
 STRATEGIES = KFAC_STRATEGIES
 COMM_SIZES_ELEMS = [64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 2097152]
 PHASES = ("factor_compute", "factor_comm", "inversion", "inverse_broadcast", "preconditioning")
-PRED_KEY = {"factor_comm": "exposed_factor_comm"}
 THREADS = 1  # torch threads per worker process
+TIMER_FLOOR_S = 50e-6  # below this, a phase's timers measure Python's overhead, not the phase
 
 
 def make_model(seed: int = 0) -> nn.Module:
@@ -101,20 +104,19 @@ def _time_layers(model: nn.Module) -> tuple[dict, list]:
     return times, handles
 
 
-def _calibrate_comm(repeats: int = 11) -> dict:
+def _calibrate_comm(repeats: int = 25) -> dict:
     """All-reduce and broadcast time vs size, measured as ``srift calibrate comm`` does."""
     sizes = [4 * n for n in COMM_SIZES_ELEMS]
     times = time_collectives(sizes, repeats, warmup=1)
     return calibration_from_times("gloo", dist.get_world_size(), sizes, times)
 
 
-def _run(model, pre, data, warmup: int) -> tuple[float, dict]:
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+def _run(model, pre, batches, opt) -> tuple[list[float], dict]:
+    """Train on ``batches``; the seconds of each iteration and, with K-FAC, the seconds each phase
+    took over the batches."""
     iters = []
-    snap = None
-    for i, (x, y) in enumerate(data):
-        if i == warmup and pre is not None:
-            snap = dict(pre.timings)
+    snap = dict(pre.timings) if pre is not None else {}
+    for x, y in batches:
         dist.barrier()
         t0 = time.perf_counter()
         opt.zero_grad()
@@ -122,13 +124,9 @@ def _run(model, pre, data, warmup: int) -> tuple[float, dict]:
         if pre is not None:
             pre.step()
         opt.step()
-        if i >= warmup:
-            iters.append(time.perf_counter() - t0)
-    phases = {}
-    if pre is not None:
-        n = len(data) - warmup
-        phases = {p: (pre.timings.get(p, 0.0) - snap.get(p, 0.0)) / n for p in PHASES}
-    return statistics.mean(iters), phases
+        iters.append(time.perf_counter() - t0)
+    phases = {p: pre.timings.get(p, 0.0) - snap.get(p, 0.0) for p in PHASES} if pre is not None else {}
+    return iters, phases
 
 
 def _max_over_ranks(values: list[float]) -> list[float]:
@@ -149,6 +147,12 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
     # The timing hooks on the first conv (whose input needs no gradient) are expected to fire.
     warnings.filterwarnings("ignore", message="Full backward hook is firing")
     torch.set_num_threads(THREADS)
+    if args.pin and hasattr(os, "sched_setaffinity"):
+        # One core per worker: gloo's threads then share their worker's core, as the model has it
+        # (a hidden collective costs its worker's compute), and the scheduler cannot move a worker
+        # onto its peer's core mid-phase, which made phases of identical code differ by 15 %.
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cores[rank % len(cores)]})
     dist.init_process_group("gloo", rank=rank, world_size=world)
     g = torch.Generator().manual_seed(100 + rank)
     n = args.warmup + args.iters
@@ -157,18 +161,61 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
 
     result["comm"] = _calibrate_comm()
 
-    # First-order baseline, with per-layer timing hooks on the plain model (DDP wraps it after).
+    # First-order baseline (per-layer timing hooks on the plain model, DDP wraps it after) and
+    # the three strategies, run in interleaved rounds in a rotating order: a drift of the shared
+    # machine (another process, a frequency change) then spreads over every strategy instead of
+    # landing on whichever ran last. Each figure is the median over rounds of the round's mean.
     base = make_model()
     times, handles = _time_layers(base)
-    ddp = DDP(base)
-    result["sgd_iter_s"] = _max_over_ranks([_run(ddp, None, data, args.warmup)[0]])[0]
+    runs: dict = {"sgd": (DDP(base), None)}
+    for strategy in STRATEGIES:
+        model = DDP(make_model())
+        runs[strategy] = (model, KFACPreconditioner(model, strategy=strategy, lr=0.01,
+                                                    factor_update_steps=args.factor_steps, inv_update_steps=args.inv_steps))
+    opts = {k: torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9) for k, (m, _) in runs.items()}
+    names = list(times)
+    for k, (m, pre) in runs.items():  # warm-up (SPD plans its fusion groups here)
+        _run(m, pre, data[: args.warmup], opts[k])
+    for samples in times.values():
+        samples["fwd"].clear()
+        samples["bwd"].clear()
+    keys = list(runs)
+    per_round: dict[str, list[tuple[float, dict]]] = {k: [] for k in keys}
+    for r in range(args.rounds):
+        for k in keys[r % len(keys):] + keys[: r % len(keys)]:
+            m, pre = runs[k]
+            its, ph = _run(m, pre, data[args.warmup:], opts[k])
+            per_round[k].append((statistics.fmean(its), {p: v / len(its) for p, v in ph.items()}))
     for h in handles:
         h.remove()
-    skip = args.warmup  # per-layer medians over the measured iterations, slowest rank
-    names = list(times)
-    fwd = _max_over_ranks([statistics.median(times[k]["fwd"][skip:]) for k in names])
-    bwd = _max_over_ranks([statistics.median(times[k]["bwd"][skip:]) for k in names])
+
+    def slowest_per_round(k: str) -> list[list[float]]:
+        """Per round: the iteration and each phase on the slowest rank; the broadcast phase is
+        when the last inverse arrives after the slowest rank's inversions (the model's makespan
+        plus exposed broadcast)."""
+        rows = []
+        for it, ph in per_round[k]:
+            vals = _max_over_ranks([it] + [ph.get(p, 0.0) for p in PHASES]
+                                   + [ph.get("inversion", 0.0) + ph.get("inverse_broadcast", 0.0)])
+            row = vals[:-1]
+            row[1 + PHASES.index("inverse_broadcast")] = max(vals[-1] - row[1 + PHASES.index("inversion")], 0.0)
+            rows.append(row)
+        return rows
+
+    result["sgd_iter_s"] = statistics.median(r[0] for r in slowest_per_round("sgd"))
+    fwd = _max_over_ranks([statistics.median(times[k]["fwd"]) for k in names])
+    bwd = _max_over_ranks([statistics.median(times[k]["bwd"]) for k in names])
     result["layers"] = {k: {"fwd_s": f, "bwd_s": b} for k, f, b in zip(names, fwd, bwd)}
+    for strategy in STRATEGIES:
+        pre = runs[strategy][1]
+        rows = slowest_per_round(strategy)
+        cols = list(zip(*rows))  # iteration, then the phases; one value per round
+        measured = {p: statistics.median(cols[1 + i]) for i, p in enumerate(PHASES)}
+        spread = {p: (min(cols[1 + i]), max(cols[1 + i])) for i, p in enumerate(PHASES)}
+        per_rank = _gather([statistics.median(ph[p] for _, ph in per_round[strategy]) for p in PHASES])
+        result[strategy] = {"iter_s": statistics.median(cols[0]), **measured, "spread": spread, "per_rank": per_rank,
+                            "owners": pre.owners, "groups": pre.fusion_groups}
+        pre.remove_hooks()
 
     # K-FAC kernels on one batch, as `srift profile --kfac` times them (slowest rank).
     probe = make_model()
@@ -177,22 +224,6 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
     fields = ("factor_a_s", "factor_g_s", "inverse_a_s", "inverse_g_s", "precondition_s")
     flat = _max_over_ranks([getattr(kt[k], f) for k in names for f in fields])
     result["kfac_kernels"] = {k: dict(zip(fields, flat[i * len(fields):(i + 1) * len(fields)])) for i, k in enumerate(names)}
-
-    for strategy in STRATEGIES:
-        model = DDP(make_model())
-        pre = KFACPreconditioner(model, strategy=strategy, lr=0.01,
-                                 factor_update_steps=args.factor_steps, inv_update_steps=args.inv_steps)
-        it, phases = _run(model, pre, data, args.warmup)
-        # Phases of the slowest rank; the broadcast phase is what the last inverse arrives after
-        # the slowest rank's inversions (the model's makespan + exposed broadcast).
-        inv_end = phases["inversion"] + phases["inverse_broadcast"]
-        vals = _max_over_ranks([it] + [phases[p] for p in PHASES] + [inv_end])
-        measured = dict(zip(PHASES, vals[1:-1]))
-        measured["inverse_broadcast"] = max(vals[-1] - measured["inversion"], 0.0)
-        per_rank = _gather([phases[p] for p in PHASES])
-        result[strategy] = {"iter_s": vals[0], **measured, "per_rank": per_rank,
-                            "owners": pre.owners, "groups": pre.fusion_groups}
-        pre.remove_hooks()
     if rank == 0:
         Path(out).write_text(json.dumps(result))
     dist.barrier()  # no rank tears its connections down while another is still in a collective
@@ -251,12 +282,35 @@ def predict(result: dict, args: argparse.Namespace, kernels: bool) -> dict:
     return out
 
 
+def predicted_phases(plan) -> dict[str, float]:
+    """The plan's phases under the runtime's timer names. On CPU workers a collective hidden
+    behind computation slows that computation (``kfac_comm_interference``): the runtime's timers
+    see SPD's factor all-reduces in the hooks (factor computation) and its broadcasts in the
+    inversion loop, so the interference is added where they see it."""
+    ph = plan.phases
+    factor_k, bcast_k = plan.interference_split
+    return {"factor_compute": ph.factor_compute + factor_k, "factor_comm": ph.exposed_factor_comm,
+            "inversion": ph.inversion + bcast_k, "inverse_broadcast": ph.inverse_broadcast,
+            "preconditioning": ph.preconditioning}
+
+
+def verdict(measured: float, predicted: float, spread: tuple[float, float]) -> str:
+    """``ok``: within 15 % of the median over rounds (or ``TIMER_FLOOR_S``); ``~``: outside it but inside the range the
+    rounds themselves measured; ``x``: outside both."""
+    if abs(predicted - measured) <= max(0.15 * measured, TIMER_FLOOR_S):
+        return "ok"
+    return "~" if spread[0] <= predicted <= spread[1] else "x"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nproc", type=int, nargs="+", default=[2])
-    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--iters", type=int, default=5, help="iterations per strategy per round")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians over rounds)")
     ap.add_argument("--warmup", type=int, default=4)
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--save-json", metavar="PATH", help="write the measurements (last --nproc) to PATH")
+    ap.add_argument("--no-pin", dest="pin", action="store_false", help="do not pin each worker to a core of its own")
     ap.add_argument("--factor-steps", type=int, default=1)
     ap.add_argument("--inv-steps", type=int, default=1)
     args = ap.parse_args()
@@ -266,6 +320,8 @@ def main() -> None:
             out = os.path.join(tmp, "result.json")
             mp.spawn(worker, args=(world, free_port(), args, out), nprocs=world, join=True)
             result = json.loads(Path(out).read_text())
+        if args.save_json:  # every measurement behind the tables, for a later look
+            Path(args.save_json).write_text(json.dumps(result, indent=1))
         for kernels in (False, True):
             plans = predict(result, args, kernels)
             source = ("K-FAC kernels timed (srift profile --kfac)" if kernels
@@ -273,20 +329,24 @@ def main() -> None:
             print(f"\n{world} gloo processes, batch {args.batch}/process, factor every {args.factor_steps}, "
                   f"inverse every {args.inv_steps} step(s); predicted from {source}; ms per iteration, measured / predicted "
                   f"(slowest rank; first-order DDP+SGD iteration measured: {1e3 * result['sgd_iter_s']:.1f} ms)")
-            head = f"{'strategy':8} " + " ".join(f"{p:>18}" for p in PHASES) + f" {'K-FAC iteration':>18} {'error':>6}"
+            head = f"{'strategy':8} " + " ".join(f"{p:>20}" for p in PHASES) + f" {'K-FAC iteration':>18} {'error':>6}"
             print(head)
             for s in STRATEGIES:
-                m, ph = result[s], plans[s].phases.as_dict()
-                cells = [f"{1e3 * m[p]:8.1f} /{1e3 * ph[PRED_KEY.get(p, p)]:7.1f}" for p in PHASES]
-                pred_iter = result["sgd_iter_s"] + sum(ph.values())
+                m, ph = result[s], predicted_phases(plans[s])
+                cells = [f"{1e3 * m[p]:8.1f} /{1e3 * ph[p]:7.1f} {verdict(m[p], ph[p], m['spread'][p])}" for p in PHASES]
+                pred_iter = result["sgd_iter_s"] + plans[s].phases.total_s
                 err = 100 * (pred_iter - m["iter_s"]) / m["iter_s"]
-                print(f"{s:8} " + " ".join(f"{c:>18}" for c in cells) + f" {1e3 * m['iter_s']:8.1f} /{1e3 * pred_iter:7.1f} {err:+5.0f}%")
+                print(f"{s:8} " + " ".join(f"{c:>20}" for c in cells) + f" {1e3 * m['iter_s']:8.1f} /{1e3 * pred_iter:7.1f} {err:+5.0f}%")
         for s in STRATEGIES:
             print(f"  {s} per rank: " + "; ".join(" ".join(f"{1e3 * v:6.1f}" for v in r) for r in result[s]["per_rank"]))
         spd = result["spd"]
         print(f"spd runtime: owners {spd['owners']} (predicted {plans['spd'].owners}); fused groups "
               f"A {[len(g) for g in spd['groups']['A']]} G {[len(g) for g in spd['groups']['G']]} "
               f"(predicted A {[len(g) for g in plans['spd'].groups_a]} G {[len(g) for g in plans['spd'].groups_g]})")
+        print("per phase: ok = within 15 % of the median over rounds; ~ = outside 15 % but inside the range the "
+              "rounds measured; x = outside both. Range over rounds (ms): " + "; ".join(
+                  f"{s} " + " ".join(f"{1e3 * result[s]['spread'][p][0]:.1f}-{1e3 * result[s]['spread'][p][1]:.1f}" for p in PHASES)
+                  for s in STRATEGIES))
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

@@ -138,8 +138,13 @@ def test_hidden_factor_all_reduces_are_charged_the_interference():
     cluster = workers(2)
     model = CommModel(cluster)
     assert plan(cluster=cluster, comm=model).interference == pytest.approx(model.params.overlap_interference)
-    # CPU workers overlap nothing: no interference.
-    assert plan(cluster=workers(2, "cpu"), comm=comm, interference=0.5).phases.kfac_comm_interference == 0.0
+    # CPU workers: gloo reduces on the cores that compute, so a hidden second costs a full second
+    # (interference 1) and the iteration pays every all-reduce, as the serial first-order CPU
+    # prediction does; the time lands where the runtime's timers see it (the hooks), not as exposed.
+    cpu = plan(cluster=workers(2, "cpu"), comm=comm)
+    assert cpu.interference == 1.0
+    assert cpu.phases.exposed_factor_comm == pytest.approx(0.0, abs=1e-12)
+    assert cpu.phases.kfac_comm_interference == pytest.approx(hidden)
 
 
 def test_spd_broadcasts_hidden_behind_inversions_are_charged_too():
@@ -273,14 +278,18 @@ def test_spd_factor_all_reduces_share_the_link_with_gradient_buckets():
     assert ph.exposed_factor_comm == pytest.approx(end - base_end - 73.04e-6)
 
 
-def test_spd_on_cpu_workers_exposes_every_fused_all_reduce():
+def test_spd_on_cpu_workers_pays_every_fused_all_reduce_in_compute():
     comm = LinearComm(1e-4, 1e-9)
     p = plan(cluster=workers(2, "cpu"), comm=comm)
-    # Same fusion as on GPUs (no merge at alpha 100 us), but nothing hides behind backward: four
-    # packed all-reduces (10x10 -> 55, 17x17 -> 153, 4x4 -> 10, 10x10 -> 55 elements).
+    # Same fusion as on GPUs (no merge at alpha 100 us); the four packed all-reduces
+    # (10x10 -> 55, 17x17 -> 153, 4x4 -> 10, 10x10 -> 55 elements) hide behind backward but take
+    # their time from it: the K-FAC phases add up to what serial all-reduces would.
     assert p.groups_a == [[0], [1]] and p.groups_g == [[1], [0]]
-    assert p.phases.exposed_factor_comm == pytest.approx(sum(comm.allreduce_time_s(4 * e) for e in (55, 153, 10, 55)))
-    assert plan(comm=comm).phases.exposed_factor_comm == pytest.approx(0.0, abs=1e-12)
+    total = sum(comm.allreduce_time_s(4 * e) for e in (55, 153, 10, 55))
+    assert p.phases.exposed_factor_comm + p.phases.kfac_comm_interference == pytest.approx(total)
+    gpu = plan(comm=comm)
+    assert gpu.phases.exposed_factor_comm == pytest.approx(0.0, abs=1e-12)
+    assert p.phases.total_s - gpu.phases.total_s == pytest.approx(total - gpu.phases.kfac_comm_interference)
 
 
 def test_spd_gradient_buckets_follow_the_recorded_gradient_order():

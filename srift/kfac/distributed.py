@@ -136,7 +136,9 @@ class FusedAllReducer:
         self._launched.append(grp)
 
     def synchronize(self) -> dict[str, torch.Tensor]:
-        """Wait for every started all-reduce; return each key's world-averaged flat tensor.
+        """Wait for every started all-reduce; return each key's flat tensor summed over the world
+        (a view into its group's buffer: the caller divides by the world size as it unpacks, so
+        that pass is timed as factor work, where srift's model prices it).
 
         Raises:
             RuntimeError: if a group is incomplete (a layer's factor was never added).
@@ -149,7 +151,7 @@ class FusedAllReducer:
             if grp.handle is not None:
                 grp.handle.wait()
             assert grp.buffer is not None  # set by _launch
-            buf = grp.buffer.div(self.comm.world_size)
+            buf = grp.buffer
             offset = 0
             for k in grp.keys:
                 n = grp.parts[k].numel()

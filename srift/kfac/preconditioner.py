@@ -352,17 +352,19 @@ class KFACPreconditioner:
             self._record_gaps()
             self._launched.clear()
         else:
-            # D-KFAC: every factor enqueued at once, in model order, fused by the fixed buffer.
-            packed = [(key, pack_upper(self._mean_factor(key))) for key in self._fixed_keys]
+            # D-KFAC: every factor enqueued at once, in model order, fused by the fixed buffer
+            # (copying into the buffer is factor work; the all-reduce starts as it fills).
+            for key in self._fixed_keys:
+                self._reducer_g.add(key, pack_upper(self._mean_factor(key)))
             t1 = time.perf_counter()
-            for key, vec in packed:
-                self._reducer_g.add(key, vec)
             flat = self._reducer_g.synchronize()
         self.timings["factor_compute"] += t1 - t0
         t2 = time.perf_counter()
         self.timings["factor_comm"] += t2 - t1
-        # Unpacking and the running average are factor work too (every part of step() is timed).
-        new = {key: unpack_upper(flat[key], dims[key]) for key in self._fixed_keys}
+        # Averaging over the workers, unpacking and the running average are factor work too
+        # (every part of step() is timed).
+        world = self.comm.world_size
+        new = {key: unpack_upper(flat[key].div(world) if world > 1 else flat[key], dims[key]) for key in self._fixed_keys}
         if self.grad_scaler is not None and not all(bool(torch.isfinite(f).all()) for f in new.values()):
             # An overflow step (the scaler skips the optimizer step): keep the running factors.
             # The reduced factors are the same on every rank, so every rank decides alike.

@@ -21,7 +21,11 @@ What is priced is what srift's runtime (``srift.kfac``) does:
   DDP bucket rule); collectives hidden behind computation (SPD's factor all-reduces, its inverse
   broadcasts behind the inversions) slow that computation by the communication model's
   ``overlap_interference`` per hidden second, scaled by the share the GPUs move
-  (``gpu_side_fraction``), as the first-order prediction charges DDP's hidden all-reduce.
+  (``gpu_side_fraction``), as the first-order prediction charges DDP's hidden all-reduce. On CPU
+  workers (gloo) the collectives' threads reduce on the cores that compute: a hidden second costs
+  a second of computation (interference 1), so the iteration is the serial sum, as the first-order
+  CPU prediction has it, and the time shows where the runtime's timers see it (in the hooks and
+  inversions, not as exposed communication).
 
 A plan is made once per prediction, with the median communication times (as the runtime plans
 with one cost model); the p90 phases time the same plan with the p90 communication times.
@@ -399,7 +403,8 @@ def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes,
 
     Args:
         profile: The profile at the job's per-GPU batch.
-        cluster: The cluster (``gpus`` workers; CPU workers overlap nothing).
+        cluster: The cluster (``gpus`` workers; on CPU workers a hidden collective costs its
+            time in full).
         job: The Job (``kfac_strategy``, ``kfac_factor_steps``, ``kfac_inv_steps``, ``precision``).
         compute: The compute model's times of ``profile`` on the target GPU.
         comm: Communication model of the cluster (None or unused for one worker).
@@ -407,7 +412,7 @@ def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes,
         kernels: The K-FAC kernel model (default: the cluster's device, ``device_kernels``).
         inverse_method: ``inverse`` (damped Cholesky inverse) or ``eigen`` (``eigh``).
         interference: Seconds per hidden second of K-FAC collective (default: from ``comm``,
-            as the first-order prediction charges DDP's; 0 on CPU workers).
+            as the first-order prediction charges DDP's; 1 on CPU workers).
 
     Raises:
         SriftError: for a profile without K-FAC factor dimensions, or an unknown inverse method.
@@ -428,8 +433,8 @@ def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes,
     work = (_Kernels.measured(profile, blocks, device, anchor) if anchor is not None
             else _Kernels.model(blocks, device, inverse_method, half_precision(precision)))
     dims = [d for b in blocks for d in (b.a_dim, b.g_dim)]
-    # CPU processes (gloo) run collectives on the cores that compute: nothing overlaps there, as
-    # in the first-order simulation (srift/simulate/predictor.py).
+    # CPU processes (gloo) run collectives on the cores that compute: what hides behind compute
+    # slows it by as much (the first-order CPU simulation, srift/simulate/predictor.py, adds them).
     cpu_workers = any(g.gpu == CPU for g in cluster.node_groups)
     spd = strategy == "spd"
 
@@ -454,8 +459,13 @@ def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes,
         owners = schedule.place_inversions(
             dims, workers, invert_guess, lambda d: alpha + beta * schedule.inverse_message_bytes(d, inverse_method))
     sizes = [factor_bytes(d) for d in dims]
-    overlap = median.distributed and not cpu_workers
-    k = 0.0 if not overlap else (interference if interference is not None else _interference(comm, sizes))
+    overlap = median.distributed
+    if not overlap:
+        k = 0.0
+    elif interference is not None:
+        k = interference
+    else:
+        k = 1.0 if cpu_workers else _interference(comm, sizes)
 
     # ---- its phases at each quantile ---------------------------------------------------------
     def phases_at(link: _Link) -> _PerUpdate:
@@ -467,7 +477,8 @@ def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes,
             # by the fixed buffer, as the runtime does; nothing to overlap with.
             exposed = sum(link.allreduce(sum(sizes[i] for i in g)) for g in schedule.plan_fixed_fusion(sizes))
         else:
-            exposed, total = _spd_exposed_comm(blocks, pipeline, groups_a, groups_g, factor_bytes, link, work.hooks_s, cpu_workers)
+            exposed, total = _spd_exposed_comm(blocks, pipeline, groups_a, groups_g, factor_bytes, link, work.hooks_s,
+                                               share_link=not cpu_workers)
             hidden_factor = max(0.0, total - exposed)
         # The timeline walks factor indices: an owned factor costs its inversion and the packing of
         # its result before the broadcast is issued, a local one its inversion.
@@ -512,23 +523,24 @@ def _fusion(blocks: list[KfacBlock], pipeline: _Pipeline, factor_bytes: Callable
 
 def _spd_exposed_comm(blocks: list[KfacBlock], pipeline: _Pipeline, groups_a: list[list[int]], groups_g: list[list[int]],
                       factor_bytes: Callable[[int], float], link: _Link, hooks_s: float,
-                      no_overlap: bool) -> tuple[float, float]:
+                      share_link: bool = True) -> tuple[float, float]:
     """SPD's factor all-reduces on one link shared with DDP's gradient buckets: (exposed seconds,
     seconds of factor all-reduce in all).
 
     Each fused group's all-reduce is queued when its last factor is ready, each gradient bucket
     when DDP issues it; the link serves them in ready order. Exposed is how much later the
     iteration ends than the first-order one (``max(forward + backward, gradient comm end)``)
-    beyond the factor hooks' own compute. With ``no_overlap`` (CPU workers) the fused
-    all-reduces are planned the same way but all exposed.
+    beyond the factor hooks' own compute. Without ``share_link`` (CPU workers: K-FAC's gloo group
+    has threads of its own and its all-reduces are core time, not link time) the factor
+    all-reduces queue only behind each other and what runs past the end of backward is exposed.
     """
     fused = [(groups_a, [factor_bytes(b.a_dim) for b in blocks], pipeline.ready_a),
              (groups_g, [factor_bytes(b.g_dim) for b in blocks], pipeline.ready_g)]
     factor_jobs = [(max(ready[i] for i in g), link.allreduce(sum(sizes[i] for i in g)))
                    for groups, sizes, ready in fused for g in groups]
     total = sum(cost for _, cost in factor_jobs)
-    if no_overlap:  # every fused all-reduce takes its time from the iteration
-        return total, total
+    if not share_link:
+        return max(0.0, schedule.fifo_finish_s(factor_jobs) - pipeline.compute_end), total
     base_jobs = _bucket_jobs(pipeline.base_bucket_ready, pipeline.bucket_sizes, link)
     base_end = max(pipeline.base_compute_end, schedule.fifo_finish_s(base_jobs))
     jobs = _bucket_jobs(pipeline.bucket_ready, pipeline.bucket_sizes, link) + factor_jobs
