@@ -63,15 +63,20 @@ THREADS = 1  # torch threads per worker process
 TIMER_FLOOR_S = 50e-6  # below this, a phase's timers measure Python's overhead, not the phase
 
 
+WIDTH = 1  # channel multiplier (--width), set in each process before a model is made
+
+
 def make_model(seed: int = 0) -> nn.Module:
-    """3x32x32 -> 10: convs with factor dims 28/32, 289/64, 577/128 and a Linear 513/10."""
+    """3x32x32 -> 10: convs with factor dims 28/32w, 289w/64w, 577w/128w and a Linear 513w/10
+    (``w`` = ``WIDTH``)."""
     torch.manual_seed(seed)
+    w = WIDTH
     return nn.Sequential(
-        nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.ReLU(),
-        nn.Conv2d(64, 128, 3, stride=2, padding=1), nn.ReLU(),
+        nn.Conv2d(3, 32 * w, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(32 * w, 64 * w, 3, stride=2, padding=1), nn.ReLU(),
+        nn.Conv2d(64 * w, 128 * w, 3, stride=2, padding=1), nn.ReLU(),
         nn.AdaptiveAvgPool2d(2), nn.Flatten(),
-        nn.Linear(512, 10),
+        nn.Linear(512 * w, 10),
     )
 
 
@@ -143,6 +148,8 @@ def _gather(values: list[float]) -> list[list[float]]:
 
 
 def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str) -> None:
+    global WIDTH
+    WIDTH = args.width
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     # The timing hooks on the first conv (whose input needs no gradient) are expected to fire.
     warnings.filterwarnings("ignore", message="Full backward hook is firing")
@@ -309,11 +316,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians over rounds)")
     ap.add_argument("--warmup", type=int, default=4)
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--width", type=int, default=1, help="channel multiplier: 2 makes factors up to 1153 wide and "
+                    "collectives of megabytes, where gloo's millisecond jitter weighs less")
     ap.add_argument("--save-json", metavar="PATH", help="write the measurements (last --nproc) to PATH")
     ap.add_argument("--no-pin", dest="pin", action="store_false", help="do not pin each worker to a core of its own")
     ap.add_argument("--factor-steps", type=int, default=1)
     ap.add_argument("--inv-steps", type=int, default=1)
     args = ap.parse_args()
+    global WIDTH
+    WIDTH = args.width
     print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for world in args.nproc:
         with tempfile.TemporaryDirectory() as tmp:

@@ -65,8 +65,11 @@ def test_shell_completion_is_installed_and_completes(tmp_path):
     res = subprocess.run([sys.executable, "-c", "from srift.cli import entry; entry()"], env=env, capture_output=True,
                          text=True, timeout=60, cwd=tmp_path)
     assert res.stdout.split() == ["--skypilot"], res.stderr
+    # Name the shell: detection walks the process tree, which has no shell when the suite runs
+    # detached (typer's own switch makes --show-completion take the name given).
     res = subprocess.run([sys.executable, "-c", "from srift.cli import entry; entry()", "--show-completion", "bash"],
-                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                         env={**os.environ, "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"})
     assert res.returncode == 0 and "_srift_completion()" in res.stdout and "_SRIFT_COMPLETE=complete_bash" in res.stdout
 
 
