@@ -4,6 +4,7 @@ all-reduces. Everything degrades to local no-ops in a single process."""
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,22 +66,23 @@ class Comm:
         dist.broadcast(t, src=src, group=self.group)
         return t.tolist()
 
-    def calibrate_allreduce(self, small_elems: int = 1, large_elems: int = 1 << 18, repeats: int = 5) -> tuple[float, float]:
+    def calibrate_allreduce(self, small_elems: int = 1, large_elems: int = 1 << 18, repeats: int = 7) -> tuple[float, float]:
         """Measured ``(alpha_s, beta_s_per_byte)`` of a float32 all-reduce on this group (rank 0's
-        measurement, broadcast to all)."""
+        medians, broadcast to all): typical costs, as srift's prediction plans with them, not the
+        best case, which on a busy host is a fraction of what the all-reduces then take."""
         if not self.distributed:
             return 0.0, 0.0
         times = []
         for n in (small_elems, large_elems):
             buf = torch.zeros(n)
             dist.all_reduce(buf, group=self.group)  # warm-up (connection set-up)
-            best = float("inf")
+            samples = []
             for _ in range(repeats):
                 dist.barrier(group=self.group)
                 t0 = time.perf_counter()
                 dist.all_reduce(buf, group=self.group)
-                best = min(best, time.perf_counter() - t0)
-            times.append(best)
+                samples.append(time.perf_counter() - t0)
+            times.append(statistics.median(samples))
         beta = max((times[1] - times[0]) / (4 * (large_elems - small_elems)), 0.0)
         alpha = max(times[0] - beta * 4 * small_elems, 0.0)
         alpha, beta = self.broadcast_floats([alpha, beta])

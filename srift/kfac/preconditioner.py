@@ -23,6 +23,7 @@ Usage (with or without DDP)::
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections import defaultdict
 from typing import Any, Callable, Iterable, Union
@@ -574,14 +575,16 @@ def _skip_match(name: str, module: nn.Module, skip: tuple[Any, ...]) -> int | No
     return None
 
 
-def _measure_inv_flops(method: str, dim: int = 256, repeats: int = 3) -> float:
-    """d^3 per second of the inverse method's kernel on this process's device."""
+def _measure_inv_flops(method: str, dim: int = 256, repeats: int = 5) -> float:
+    """d^3 per second of the inverse method's kernel on this process's device (the median call:
+    a typical cost, as the prediction prices inversions)."""
     m = torch.randn(dim, dim)
     m = m @ m.t() / dim + torch.eye(dim)
     fn = eigen_decomposition if method == "eigen" else (lambda f: damped_inverse(f, 1e-3))
-    best = float("inf")
-    for _ in range(repeats + 1):
+    fn(m)  # warm-up
+    samples = []
+    for _ in range(repeats):
         t0 = time.perf_counter()
         fn(m)
-        best = min(best, time.perf_counter() - t0)
-    return dim**3 / max(best, 1e-9)
+        samples.append(time.perf_counter() - t0)
+    return dim**3 / max(statistics.median(samples), 1e-9)
