@@ -13,8 +13,8 @@ Runs a small CNN (CIFAR-sized input) data-parallel with N gloo processes, one th
 rounds; each worker is pinned to a core of its own (``--no-pin`` to let the scheduler place them).
 
 The prediction is ``srift.simulate.kfac.plan_kfac`` (what ``srift predict --optimizer kfac``
-adds) fed with srift.perf's ``layer_times`` of a profile carrying (1) and srift.perf's
-``CommModel`` of a CPU cluster carrying (2); the predicted K-FAC iteration is the measured
+adds) fed with srift.perf's ``layer_times`` of a profile carrying (2) and srift.perf's
+``CommModel`` of a CPU cluster carrying (1); the predicted K-FAC iteration is the measured
 first-order iteration plus the predicted K-FAC phases. Two predictions are printed: from the K-FAC
 kernel model of this CPU at one thread (srift.perf.kfac_kernels, fitted to
 data/measurements/kfac-kernels-cpu.csv: a profile without K-FAC kernel times), and from the K-FAC
@@ -22,7 +22,10 @@ kernels timed in each process by ``srift.profiling.kfac_timing.measure_kfac`` (w
 ``srift profile --kfac`` records). The load average is printed before and after: the per-phase
 comparison means something on a quiet machine only. Usage:
 
-    python scripts/bench_kfac.py [--nproc 2 4] [--rounds 5] [--iters 5] [--batch 32]
+    python scripts/bench_kfac.py [--nproc 2 4] [--rounds 5] [--iters 5] [--batch 32] [--width 2]
+
+Each phase is marked ``ok`` (within 15 %), ``~`` (outside, but inside the range the rounds
+measured) or ``x``.
 """
 
 from __future__ import annotations
