@@ -66,14 +66,11 @@ THREADS = 1  # torch threads per worker process
 TIMER_FLOOR_S = 50e-6  # below this, a phase's timers measure Python's overhead, not the phase
 
 
-WIDTH = 1  # channel multiplier (--width), set in each process before a model is made
-
-
-def make_model(seed: int = 0) -> nn.Module:
+def make_model(width: int = 1, seed: int = 0) -> nn.Module:
     """3x32x32 -> 10: convs with factor dims 28/32w, 289w/64w, 577w/128w and a Linear 513w/10
-    (``w`` = ``WIDTH``)."""
+    (``w`` = ``width``, the channel multiplier)."""
     torch.manual_seed(seed)
-    w = WIDTH
+    w = width
     return nn.Sequential(
         nn.Conv2d(3, 32 * w, 3, padding=1), nn.ReLU(),
         nn.Conv2d(32 * w, 64 * w, 3, stride=2, padding=1), nn.ReLU(),
@@ -151,8 +148,6 @@ def _gather(values: list[float]) -> list[list[float]]:
 
 
 def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str) -> None:
-    global WIDTH
-    WIDTH = args.width
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     # The timing hooks on the first conv (whose input needs no gradient) are expected to fire.
     warnings.filterwarnings("ignore", message="Full backward hook is firing")
@@ -160,14 +155,14 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
     if args.pin and hasattr(os, "sched_setaffinity"):
         # One core per worker: gloo's threads then share their worker's core, as the model has it
         # (a hidden collective costs its worker's compute), and the scheduler cannot move a worker
-        # onto its peer's core mid-phase, which made phases of identical code differ by 15 %.
+        # onto its peer's core mid-phase.
         cores = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cores[rank % len(cores)]})
     dist.init_process_group("gloo", rank=rank, world_size=world)
     g = torch.Generator().manual_seed(100 + rank)
     n = args.warmup + args.iters
     data = [(torch.randn(args.batch, 3, 32, 32, generator=g), torch.randint(0, 10, (args.batch,), generator=g)) for _ in range(n)]
-    result: dict = {"world": world}
+    result: dict = {"world": world, "width": args.width}
 
     result["comm"] = _calibrate_comm()
 
@@ -175,11 +170,11 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
     # the three strategies, run in interleaved rounds in a rotating order: a drift of the shared
     # machine (another process, a frequency change) then spreads over every strategy instead of
     # landing on whichever ran last. Each figure is the median over rounds of the round's mean.
-    base = make_model()
+    base = make_model(args.width)
     times, handles = _time_layers(base)
     runs: dict = {"sgd": (DDP(base), None)}
     for strategy in STRATEGIES:
-        model = DDP(make_model())
+        model = DDP(make_model(args.width))
         runs[strategy] = (model, KFACPreconditioner(model, strategy=strategy, lr=0.01,
                                                     factor_update_steps=args.factor_steps, inv_update_steps=args.inv_steps))
     opts = {k: torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9) for k, (m, _) in runs.items()}
@@ -228,7 +223,7 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
         pre.remove_hooks()
 
     # K-FAC kernels on one batch, as `srift profile --kfac` times them (slowest rank).
-    probe = make_model()
+    probe = make_model(args.width)
     x0, y0 = data[0]
     kt = measure_kfac(probe, lambda: nn.functional.cross_entropy(probe(x0), y0))
     fields = ("factor_a_s", "factor_g_s", "inverse_a_s", "inverse_g_s", "precondition_s")
@@ -245,7 +240,7 @@ def measured_profile(result: dict, batch: int, kernels: bool) -> Profile:
     """The bench CNN's K-FAC layers: FLOPs (2 per multiply-add), factor dimensions, and the
     forward/backward seconds measured on this CPU (so srift's compute model returns them); with
     ``kernels``, also the measured K-FAC kernel times."""
-    model = make_model()
+    model = make_model(result["width"])
     shapes = {}
     hooks = [m.register_forward_hook(lambda mod, i, o, n=n: shapes.__setitem__(n, o.shape)) for n, m in kfac_modules(model)]
     model(torch.zeros(1, 3, 32, 32))
@@ -305,8 +300,8 @@ def predicted_phases(plan) -> dict[str, float]:
 
 
 def verdict(measured: float, predicted: float, spread: tuple[float, float]) -> str:
-    """``ok``: within 15 % of the median over rounds (or ``TIMER_FLOOR_S``); ``~``: outside it but inside the range the
-    rounds themselves measured; ``x``: outside both."""
+    """``ok``: within 15 % of the median over rounds (or ``TIMER_FLOOR_S``); ``~``: outside it but
+    inside the range the rounds themselves measured; ``x``: outside both."""
     if abs(predicted - measured) <= max(0.15 * measured, TIMER_FLOOR_S):
         return "ok"
     return "~" if spread[0] <= predicted <= spread[1] else "x"
@@ -326,8 +321,11 @@ def main() -> None:
     ap.add_argument("--factor-steps", type=int, default=1)
     ap.add_argument("--inv-steps", type=int, default=1)
     args = ap.parse_args()
-    global WIDTH
-    WIDTH = args.width
+    for name in ("iters", "rounds", "warmup", "batch", "width", "factor_steps", "inv_steps"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    if any(n < 2 for n in args.nproc):
+        ap.error("--nproc must be at least 2 (the bench compares distributed strategies)")
     print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for world in args.nproc:
         with tempfile.TemporaryDirectory() as tmp:
