@@ -54,7 +54,7 @@ from srift.profile import LayerProfile, Profile
 from srift.files import configs_dir
 
 SCHEMA = "srift.zoo.llm/v1"
-MLP_KINDS = ("swiglu", "gelu")
+MLP_KINDS = ("swiglu", "gelu", "relu2")
 NORM_KINDS = ("rmsnorm", "layernorm")
 POSITION_KINDS = ("rope", "alibi", "learned")
 BIAS_PARTS = ("qkv", "o", "mlp", "norm")
@@ -92,7 +92,8 @@ class DecoderArch:
         intermediate: MLP width.
         vocab: Vocabulary size.
         tied_embeddings: The output head shares the token-embedding matrix.
-        mlp: ``swiglu`` (gate, up, down; SiLU) or ``gelu`` (up, down; GELU).
+        mlp: ``swiglu`` (gate, up, down; SiLU), ``gelu`` (up, down; GELU: GPT-2, GPT-3) or
+            ``relu2`` (up, down; squared ReLU: Nemotron).
         norm: ``rmsnorm`` or ``layernorm``.
         biases: Parts with bias vectors: any of ``qkv``, ``o``, ``mlp``, ``norm``.
         position: ``rope``, ``alibi`` or ``learned`` (a table of ``max_seq_len`` positions).
@@ -348,7 +349,7 @@ def _block(arch: DecoderArch, i: int, names: _Naming, sh: _Shape) -> list[LayerP
                 _linear(at(names.up), unit, d, f, "mlp" in bias, sh, sh.e_res)]
     else:
         out += [_linear(at(names.up), unit, d, f, "mlp" in bias, sh, sh.e_res),
-                _leaf(at(names.act), "GELU", unit, 0, act_bytes, act_bytes)]
+                _leaf(at(names.act), "GELU" if arch.mlp == "gelu" else "SquaredReLU", unit, 0, act_bytes, act_bytes)]
     out.append(_linear(at(names.down), unit, f, d, "mlp" in bias, sh, sh.e_mm))
     return out
 
