@@ -41,8 +41,8 @@ The layout is Megatron-LM's (NeMo, Megatron-Core; torchtitan places its meshes t
 
 Collectives are srift/perf/comm.py's on each group (``CommModel.subgroup``: its ranks per node and
 its share of the node's network); hidden communication costs ``overlap_interference`` of its time,
-as everywhere in srift. Memory (``stage_memory_bytes``) is per stage: bf16 weights, fp32 gradient
-buffers, fp32 master weights and Adam states (sharded over CP x DP under ``zero1``), activations
+as everywhere in srift. Memory (``stage_memory_bytes``) is per stage: bf16 weights, bf16 gradient
+buffers (``GRAD_BYTES``), fp32 master weights and Adam states (sharded over CP x DP under ``zero1``), activations
 of the micro-batches in flight, the loss's fp32 logits on the last stage, the allocator's slack
 and the workspace of srift/simulate/memory.py.
 """
@@ -70,6 +70,9 @@ DP_FLAVOURS = ("zero1", "ddp")
 LAYOUT_CHECKPOINTING = ("none", "selective", "full")
 ADAM_STATE_BYTES = 8.0  # two fp32 moments per parameter
 PARAM_BYTES = 2.0  # bf16 weights as computed
+# Gradient buffers and their data-parallel reduction in bf16: NeMo's performance recipes set
+# ``grad_reduce_in_fp32 = False`` (Megatron-Core's DDP then keeps the grads in the param dtype).
+GRAD_BYTES = 2.0
 # Layout search: micro-batch sizes and virtual stages tried (Megatron's recipes use 1-4 and 1-12).
 SEARCH_MICRO_BATCHES = (1, 2, 4, 8)
 SEARCH_VIRTUAL_STAGES = (1, 2, 3, 4, 6, 8, 12)
@@ -315,19 +318,19 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
             # Sequence parallelism shards the hidden-width activations (norms, o and down outputs).
             if kind == "norm" or abs(out - hidden_bytes) < 0.5:
                 out /= tp
-            # A gated MLP keeps act(gate) * up for the down projection (srift/simulate/memory.py).
-            if kind == "elementwise" and i + 1 < len(prof.layers) and layer_kind(prof.layers[i + 1].type) == "matmul" \
-                    and arch.mlp == "swiglu":
-                out *= 2.0
+            # Megatron's fused SwiGLU keeps the gate and up outputs and the product the down
+            # projection reads (the activation's own output is recomputed): the elementwise
+            # layer's output stands for the product.
             act += out
         elif not seen_block:
             ff, fb = ff + f, fb + b
             first_act += layer.activation_bytes / tp if kind == "embedding" else 0.0
         else:
             lf, lb = lf + f, lb + b
-            last_act += layer.activation_bytes / (tp if kind == "norm" else 1)
-    logits = micro_batch * tokens * split.vocab
-    last_act += logits * (LOSS_FP32_BYTES + (LOSS_FP32_BYTES if e < LOSS_FP32_BYTES else 0.0))
+            last_act += layer.activation_bytes / tp if kind == "norm" else 0.0
+    # Megatron's vocab-parallel cross-entropy keeps its fp32 softmax of this rank's logits; the
+    # head's backward reads its input (the final norm's output), not the logits.
+    last_act += micro_batch * tokens * split.vocab * LOSS_FP32_BYTES
     embed = arch.vocab * arch.hidden / tp + (arch.max_seq_len * arch.hidden if arch.position == "learned" else 0)
     head = 0.0 if arch.tied_embeddings else arch.vocab * arch.hidden / tp
     return BlockParts(bf, bb, af, ab, ff, fb, lf, lb, act, hidden_bytes / tp, first_act, last_act,
@@ -394,7 +397,7 @@ def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes
         dp_flavour: ``zero1`` or ``ddp``.
 
     Returns:
-        ``weights`` (bf16), ``gradients`` (fp32 accumulation buffers), ``optimizer_state`` (fp32
+        ``weights`` (bf16), ``gradients`` (GRAD_BYTES buffers), ``optimizer_state`` (fp32
         master weights and Adam's two moments), ``activations``, ``fragmentation`` (the allocator's
         slack on activations) and ``workspace``.
     """
@@ -402,7 +405,7 @@ def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes
     acts = act_per_microbatch_bytes * in_flight + extra_act_bytes
     return {
         "weights": stage_params * PARAM_BYTES,
-        "gradients": stage_params * MASTER_BYTES,
+        "gradients": stage_params * GRAD_BYTES,
         "optimizer_state": stage_params * (MASTER_BYTES + ADAM_STATE_BYTES) / n,
         "activations": acts,
         "fragmentation": FRAGMENTATION * acts,
@@ -590,12 +593,12 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
         per_node = _group_ranks_per_node(g, t, c, t * c * p, d)
         dcomm = comm.subgroup(dp_group, min(per_node, dp_group))
         if dp_flavour == "zero1":
-            rs = float(dcomm.reduce_scatter_time_s(stage_params * MASTER_BYTES, quantile))
+            rs = float(dcomm.reduce_scatter_time_s(stage_params * GRAD_BYTES, quantile))
             ag = float(dcomm.all_gather_time_s(stage_params * PARAM_BYTES, quantile))
             dp_exposed = max(0.0, rs - sb) + max(0.0, ag - sf)
             dp_total = rs + ag
         else:
-            ar = float(dcomm.allreduce_time_s(stage_params * MASTER_BYTES, quantile))
+            ar = float(dcomm.allreduce_time_s(stage_params * GRAD_BYTES, quantile))
             dp_exposed = max(0.0, ar - sb)
             dp_total = ar
         dp_hidden = dp_total - dp_exposed
