@@ -143,9 +143,9 @@ def test_search_says_when_nothing_fits():
 
 def test_relu2_mlp_counts():
     # Nemotron-4 15B: q/o 6144^2, k/v 6144 x 1024, up and down 6144 x 24576 (squared ReLU: no gate),
-    # two LayerNorm weights; untied 256000-row embedding and head; final norm.
-    block = 2 * 6144 * 6144 + 2 * 6144 * 1024 + 2 * 6144 * 24576 + 2 * 6144
-    assert params_count(llm_arch("nemotron-4-15b")) == 2 * 256000 * 6144 + 32 * block + 6144
+    # two LayerNorms with weight and bias; untied 256000-row embedding and head; final norm.
+    block = 2 * 6144 * 6144 + 2 * 6144 * 1024 + 2 * 6144 * 24576 + 4 * 6144
+    assert params_count(llm_arch("nemotron-4-15b")) == 2 * 256000 * 6144 + 32 * block + 2 * 6144
 
 
 def test_subgroups_match_the_node_and_replica_groups():

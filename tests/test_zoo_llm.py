@@ -303,7 +303,8 @@ def test_bad_zoo_list_is_named(tmp_path):
 # ---- Hugging Face config.json --------------------------------------------------------------------
 @pytest.mark.parametrize("fixture,zoo_name", [
     ("Llama-2-7b-hf.json", "llama2-7b"), ("Meta-Llama-3-8B.json", "llama3-8b"), ("Llama-3.2-1B.json", "llama3.2-1b"),
-    ("Mistral-7B-v0.1.json", "mistral-7b"), ("Qwen2.5-7B.json", "qwen2.5-7b")])
+    ("Mistral-7B-v0.1.json", "mistral-7b"), ("Qwen2.5-7B.json", "qwen2.5-7b"), ("gpt3-175b.json", "gpt3-175b"),
+    ("Nemotron-4-15B.json", "nemotron-4-15b")])
 def test_hf_configs_read_as_the_zoo_architectures(fixture, zoo_name):
     got = arch_from_hf_config(FIXTURES / fixture)
     want = llm_arch(zoo_name)
@@ -344,7 +345,8 @@ def test_hf_config_biases_and_names(tmp_path):
     ({"num_key_value_heads": 5}, "'num_attention_heads' 32 is not a multiple of 'num_key_value_heads' 5"),
     ({"tie_word_embeddings": "no"}, "'tie_word_embeddings' must be true or false"),
     ({"hidden_act": "gelu"}, "'hidden_act' is 'gelu'"),
-    ({"model_type": "gpt2"}, "model_type 'gpt2', which srift does not model"),
+    ({"model_type": "gpt_neox"}, "model_type 'gpt_neox', which srift does not model"),
+    ({"model_type": "gpt2"}, "required key 'n_embd' is missing"),
     ({"model_type": ...}, "'model_type' is missing"),
     ({"num_local_experts": 8}, "mixture-of-experts model \\('num_local_experts': 8\\)"),
 ])
