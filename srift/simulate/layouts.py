@@ -211,12 +211,13 @@ def cp_ring_exposed_s(step_s: float, attention_s: float, cp: int) -> float:
     return (cp - 1) * max(0.0, step_s - attention_s / cp)
 
 
-def stage_layers(n_layers: int, pp: int) -> list[int]:
+@functools.lru_cache(maxsize=4096)
+def stage_layers(n_layers: int, pp: int) -> tuple[int, ...]:
     """Blocks per stage: as even as possible, with the embedding and the head counted as a block
     each, so the first and last stages get the fewer blocks (Megatron's ``account_for_embedding``
     and ``account_for_loss``, NeMo's 405B recipe)."""
     if pp == 1:
-        return [n_layers]
+        return (n_layers,)
     total = n_layers + 2
     base, extra = divmod(total, pp)
     slots = [base + (1 if i < extra else 0) for i in range(pp)]
@@ -232,7 +233,7 @@ def stage_layers(n_layers: int, pp: int) -> list[int]:
         j = out.index(max(out))
         out[i] += 1
         out[j] -= 1
-    return out
+    return tuple(out)
 
 
 # ---- compute on the split shapes ---------------------------------------------------------------
@@ -746,17 +747,24 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
 
 
 def _peak_memory(arch: DecoderArch, layout: Layout, parts: BlockParts, checkpointing: str, dp_flavour: str) -> float:
-    """The most loaded stage's bytes per GPU (the same count as ``_plan``'s, without the times)."""
-    return max(sum(m.values()) for m in _stage_memories(arch, layout, parts, checkpointing, dp_flavour))
+    """The most loaded stage's bytes per GPU (the same count as ``_plan``'s, without the times).
+
+    Only stages 0, 1 and the last can be it: every middle stage holds at most stage 1's blocks
+    (``stage_layers``) and fewer micro-batches in flight."""
+    p = layout.pp
+    return max(sum(m.values()) for m in _stage_memories(arch, layout, parts, checkpointing, dp_flavour,
+                                                        sorted({0, min(1, p - 1), p - 1})))
 
 
 def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkpointing: str,
-                    dp_flavour: str) -> list[dict[str, float]]:
-    """Bytes per GPU by kind of every stage."""
+                    dp_flavour: str, stages: list[int] | None = None) -> list[dict[str, float]]:
+    """Bytes per GPU by kind of every stage (or of ``stages``)."""
     p, v, m = layout.pp, layout.vp, layout.grad_accum
     shard = layout.cp * layout.dp if dp_flavour == "zero1" else 1
     out = []
-    for i, n in enumerate(stage_layers(arch.n_layers, p)):
+    layers = stage_layers(arch.n_layers, p)
+    for i in (range(p) if stages is None else stages):
+        n = layers[i]
         if checkpointing == "full":
             per_mb, once = n * parts.block_input_bytes, parts.block_act_bytes
         else:
