@@ -6,9 +6,10 @@ import pytest
 
 from srift.cluster import Cluster, NodeGroup
 from srift.errors import SriftError
+from srift.job import LayoutRequest, parse_layout
 from srift.simulate.layouts import (
-    BREAKDOWN_KEYS, GRAD_BYTES, Layout, LayoutRequest, block_parts, bubble_fraction, candidate_layouts,
-    cp_ring_exposed_s, cp_ring_step_bytes, parse_layout, plan_layout, search_layouts, stage_layers,
+    BREAKDOWN_KEYS, GRAD_BYTES, Layout, block_parts, bubble_fraction, candidate_layouts,
+    cp_ring_exposed_s, cp_ring_step_bytes, plan_layout, search_layouts, stage_layers,
     stage_memory_bytes, tp_block_comm,
 )
 from srift.simulate.memory import WORKSPACE_BYTES

@@ -135,6 +135,12 @@ def params_document(data: Path, today: str) -> dict:
 
     rows, left_out = load_rows(data)
     factor = fit_factor(rows)
+    meas = rows["value"].to_numpy(float)
+
+    def mape(pred: np.ndarray) -> float:
+        return round(float(np.mean(np.abs(pred / meas - 1.0)) * 100.0), 1)
+
+    fitted = np.array([predict_row(r, factor)[0] for r in rows.itertuples()])
     return {
         "schema": LAYOUT_PARAMS_SCHEMA,
         "megatron_compute_factor": factor,
@@ -142,6 +148,8 @@ def params_document(data: Path, today: str) -> dict:
                     "see srift/fitting/layouts.py)"],
         "fitted_on": today,
         "fit": {"rows": int(len(rows)), "models": sorted(rows["zoo"].unique().tolist()), "left_out": left_out},
+        "validation": {"mape_pct": mape(fitted), "lomo_mape_pct": mape(held_out(rows, "zoo")),
+                       "loso_mape_pct": mape(held_out(rows, "source_slug"))},
         "model": "Megatron-Core / Transformer Engine compute seconds = megatron_compute_factor x the compute model's "
                  "(configs/perf/compute.json and sharded.json) on the TP/CP-split shapes",
         "method": "least squares on log(predicted / measured step time), bounded to (0.3, 2.0)",

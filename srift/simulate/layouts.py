@@ -60,13 +60,13 @@ from srift.errors import SriftError
 from srift.files import configs_dir, read_json
 from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
-from srift.job import HALF_PRECISIONS
+from srift.job import HALF_PRECISIONS, LAYOUT_PARALLELISMS, PIPELINE_SCHEDULES, LayoutRequest
 from srift.perf.compute import kernel_rates, layer_kind, layer_times, load_params as load_compute_params, mma_rate_flops
 from srift.simulate.memory import FRAGMENTATION, LOSS_FP32_BYTES, MASTER_BYTES, WORKSPACE_BYTES, fits
 from srift.zoo.llm import DecoderArch, block_params, decoder_profile
 
-SCHEDULES = ("1f1b", "interleaved")
-DP_FLAVOURS = ("zero1", "ddp")
+SCHEDULES = PIPELINE_SCHEDULES
+DP_FLAVOURS = LAYOUT_PARALLELISMS
 LAYOUT_CHECKPOINTING = ("none", "selective", "full")
 ADAM_STATE_BYTES = 8.0  # two fp32 moments per parameter
 PARAM_BYTES = 2.0  # bf16 weights as computed
@@ -79,7 +79,7 @@ SEARCH_VIRTUAL_STAGES = (1, 2, 3, 4, 6, 8, 12)
 SEARCH_CONTEXT = (1, 2, 4, 8, 16, 32)
 # Breakdown keys of a layout's iteration (they add up to it).
 BREAKDOWN_KEYS = ("forward", "backward", "recompute", "exposed_tp", "exposed_cp", "exposed_pp", "bubble",
-                  "exposed_dp", "interference", "optimizer", "overhead")
+                  "exposed_dp", "comm_interference", "optimizer", "overhead")
 
 
 # ---- the layout ---------------------------------------------------------------------------------
@@ -134,41 +134,6 @@ class Layout:
     def to_dict(self) -> dict[str, int | str]:
         return {"tp": self.tp, "pp": self.pp, "cp": self.cp, "dp": self.dp, "vp": self.vp,
                 "micro_batch": self.micro_batch, "grad_accum": self.grad_accum, "schedule": self.schedule}
-
-
-@dataclass(frozen=True)
-class LayoutRequest:
-    """What ``--layout`` asked for: fixed degrees (None: searched), or everything searched (``auto``)."""
-
-    tp: int | None = None
-    pp: int | None = None
-    cp: int | None = None
-
-    @property
-    def auto(self) -> bool:
-        return self.tp is None and self.pp is None and self.cp is None
-
-
-def parse_layout(text: str) -> LayoutRequest:
-    """``tp=T,pp=P,cp=C`` (any of them; the others 1) or ``auto``.
-
-    Raises:
-        SriftError: for anything else.
-    """
-    t = text.strip().lower()
-    if t == "auto":
-        return LayoutRequest()
-    got: dict[str, int] = {}
-    for part in t.split(","):
-        key, sep, value = part.partition("=")
-        key = key.strip()
-        if not sep or key not in ("tp", "pp", "cp") or key in got or not value.strip().isdigit() \
-                or not 1 <= int(value) <= 65536:
-            raise SriftError(f"--layout '{text}' is not a layout.",
-                             "pass --layout tp=T,pp=P,cp=C (each 1 to 65,536; data parallelism takes the rest) "
-                             "or --layout auto.")
-        got[key] = int(value)
-    return LayoutRequest(got.get("tp", 1), got.get("pp", 1), got.get("cp", 1))
 
 
 def bubble_fraction(pp: int, micro_batches: int, vp: int = 1) -> float:
@@ -618,7 +583,7 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
         "exposed_pp": pipe_p2p,
         "bubble": bubble,
         "exposed_dp": dp_exposed,
-        "interference": interf,
+        "comm_interference": interf,
         "optimizer": optimizer,
         "overhead": overhead,
     }
