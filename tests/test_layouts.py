@@ -157,3 +157,13 @@ def test_subgroups_match_the_node_and_replica_groups():
     assert comm.subgroup(8, 1).allreduce_time_s(size) == pytest.approx(comm.across_nodes().allreduce_time_s(size))
     with pytest.raises(ValueError):
         comm.subgroup(6, 4)
+
+
+def test_the_searchs_memory_check_is_the_plans():
+    from srift.simulate.layouts import _peak_memory, _stage_memories
+    arch = llm_arch("llama3-70b")
+    for lay in candidate_layouts(arch, 64, 8, 4096, 128)[::37]:
+        parts = block_parts(arch, lay.tp, lay.cp, lay.micro_batch, 4096, "bf16", "H100")
+        for ckpt in ("none", "full"):
+            every = max(sum(m.values()) for m in _stage_memories(arch, lay, parts, ckpt, "zero1"))
+            assert _peak_memory(arch, lay, parts, ckpt, "zero1") == pytest.approx(every)

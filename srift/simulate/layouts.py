@@ -62,8 +62,8 @@ from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
 from srift.job import HALF_PRECISIONS, LAYOUT_PARALLELISMS, PIPELINE_SCHEDULES, LayoutRequest
 from srift.perf.compute import kernel_rates, layer_kind, layer_times, load_params as load_compute_params, mma_rate_flops
-from srift.simulate.memory import FRAGMENTATION, LOSS_FP32_BYTES, MASTER_BYTES, WORKSPACE_BYTES, fits
-from srift.zoo.llm import DecoderArch, block_params, decoder_profile
+from srift.simulate.memory import FRAGMENTATION, LOSS_FP32_BYTES, MASTER_BYTES, USABLE_FRACTION, WORKSPACE_BYTES, fits
+from srift.zoo.llm import DecoderArch, block_params, decoder_profile, params_count
 
 SCHEDULES = PIPELINE_SCHEDULES
 DP_FLAVOURS = LAYOUT_PARALLELISMS
@@ -479,6 +479,73 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
                  tp_overlap)
 
 
+@dataclass(frozen=True)
+class BlockComm:
+    """One block's tensor- and context-parallel communication per micro-batch (seconds).
+
+    Attributes:
+        tp_f_s, tp_b_s: TP collectives the forward and backward wait for.
+        tp_hidden_s: TP collectives that run beside the GEMMs.
+        tp_end_s: The embedding's or the head's collectives (forward and backward), once per stage end.
+        cp_f_s, cp_b_s: Ring steps the attention waits for, forward and backward.
+        cp_hidden_s: Ring steps hidden behind the attention.
+        cp_step_f_s, cp_step_b_s: One ring step, forward (K, V) and backward (K, V and their gradients).
+    """
+
+    tp_f_s: float = 0.0
+    tp_b_s: float = 0.0
+    tp_hidden_s: float = 0.0
+    tp_end_s: float = 0.0
+    cp_f_s: float = 0.0
+    cp_b_s: float = 0.0
+    cp_hidden_s: float = 0.0
+    cp_step_f_s: float = 0.0
+    cp_step_b_s: float = 0.0
+
+
+def block_comm(arch: DecoderArch, comm: CommModel, t: int, c: int, micro_batch: int, seq_len: int, element_bytes: float,
+               parts: BlockParts, quantile: float = 0.5, tp_overlap: bool = True) -> BlockComm:
+    """``BlockComm`` of a block split ``t`` ways by TP and ``c`` ways by CP (module docstring)."""
+    g = comm.topology.gpus_per_node
+    tp_comm = comm.subgroup(t, t) if t > 1 else None
+    pair = None
+    if c > 1:
+        crossing = _group_ranks_per_node(g, t, c) < c
+        pair = comm.subgroup(2, 1 if crossing else 2, net_share=(1.0 / t) if crossing else None)
+    return _block_comm(arch, tp_comm, pair, t, c, micro_batch, seq_len, element_bytes, parts, quantile, tp_overlap)
+
+
+@functools.lru_cache(maxsize=8192)
+def _block_comm(arch: DecoderArch, tp_comm: CommModel | None, pair: CommModel | None, t: int, c: int, micro_batch: int,
+                seq_len: int, element_bytes: float, parts: BlockParts, quantile: float, tp_overlap: bool) -> BlockComm:
+    """``block_comm`` on the TP group's and the CP ring's own models (cached: every cluster of one
+    node type shares them)."""
+    tokens = micro_batch * seq_len // c
+    tp_f = tp_b = tp_hidden = tp_end = 0.0
+    if tp_comm is not None:
+        size = tp_block_comm(tokens, arch.hidden, t, element_bytes)["size_bytes"]
+        ag = float(tp_comm.all_gather_time_s(size, quantile))
+        rs = float(tp_comm.reduce_scatter_time_s(size, quantile))
+        if tp_overlap:
+            # Userbuffers pipeline each collective with the GEMM it feeds or follows: only what
+            # outlasts the block's GEMMs waits.
+            total_f, total_b = 2.0 * ag + 2.0 * rs, 4.0 * ag + 2.0 * rs
+            tp_f = max(0.0, total_f - (parts.block_f_s - parts.attention_f_s))
+            tp_b = max(0.0, total_b - (parts.block_b_s - parts.attention_b_s))
+            tp_hidden = total_f - tp_f + total_b - tp_b
+        else:
+            tp_f, tp_b, tp_hidden = 2.0 * ag + 2.0 * rs, 2.0 * ag, 2.0 * ag + 2.0 * rs
+        tp_end = ag + rs  # the embedding's reduce-scatter / the head's all-gather, and back
+    if pair is None:
+        return BlockComm(tp_f, tp_b, tp_hidden, tp_end)
+    step_bytes = cp_ring_step_bytes(micro_batch, seq_len, c, parts.kv_width, element_bytes)
+    step_f = float(pair.broadcast_time_s(step_bytes, quantile))
+    step_b = float(pair.broadcast_time_s(2.0 * step_bytes, quantile))
+    cp_f = cp_ring_exposed_s(step_f, parts.attention_f_s, c)
+    cp_b = cp_ring_exposed_s(step_b, parts.attention_b_s, c)
+    return BlockComm(tp_f, tp_b, tp_hidden, tp_end, cp_f, cp_b, (c - 1) * (step_f + step_b) - cp_f - cp_b, step_f, step_b)
+
+
 def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, precision: str, checkpointing: str,
           dp_flavour: str, comm: CommModel, quantile: float, gpu: str, parts: BlockParts,
           tp_overlap: bool = True) -> LayoutPlan:
@@ -489,39 +556,9 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     e = PARAM_BYTES if precision in ("bf16", "amp") else 4.0
     layers = stage_layers(arch.n_layers, p)
     # ---- per micro-batch on each stage ----
-    tp_f = tp_b_exposed = tp_b_hidden = 0.0
-    if t > 1:
-        tp_comm = comm.subgroup(t, t)
-        blk = tp_block_comm(tokens, arch.hidden, t, e)
-        ag = float(tp_comm.all_gather_time_s(blk["size_bytes"], quantile))
-        rs = float(tp_comm.reduce_scatter_time_s(blk["size_bytes"], quantile))
-        if tp_overlap:
-            # Userbuffers pipeline each collective with the GEMM it feeds or follows: only what
-            # outlasts the block's GEMMs waits.
-            gemm_f = parts.block_f_s - parts.attention_f_s
-            gemm_b = parts.block_b_s - parts.attention_b_s
-            total_f, total_b = 2.0 * ag + 2.0 * rs, 4.0 * ag + 2.0 * rs
-            tp_f = max(0.0, total_f - gemm_f)
-            tp_b_exposed = max(0.0, total_b - gemm_b)
-            tp_b_hidden = total_f - tp_f + total_b - tp_b_exposed
-        else:
-            tp_f = 2.0 * ag + 2.0 * rs
-            tp_b_exposed = 2.0 * ag
-            tp_b_hidden = 2.0 * ag + 2.0 * rs
-        tp_end = ag + rs  # the embedding's reduce-scatter / the head's all-gather, and back
-    else:
-        tp_end = 0.0
-    cp_f = cp_b = cp_hidden = step_f = step_b = 0.0
-    if c > 1:
-        per_node = _group_ranks_per_node(g, t, c)
-        step_bytes = cp_ring_step_bytes(layout.micro_batch, seq_len, c, parts.kv_width, e)
-        crossing = per_node < c
-        pair = comm.subgroup(2, 1 if crossing else 2, net_share=(1.0 / t) if crossing else None)
-        step_f = float(pair.broadcast_time_s(step_bytes, quantile))
-        step_b = float(pair.broadcast_time_s(2.0 * step_bytes, quantile))
-        cp_f = cp_ring_exposed_s(step_f, parts.attention_f_s, c)
-        cp_b = cp_ring_exposed_s(step_b, parts.attention_b_s, c)
-        cp_hidden = (c - 1) * (step_f + step_b) - cp_f - cp_b
+    bc = block_comm(arch, comm, t, c, layout.micro_batch, seq_len, e, parts, quantile, tp_overlap)
+    tp_f, tp_b_exposed, tp_b_hidden, tp_end = bc.tp_f_s, bc.tp_b_s, bc.tp_hidden_s, bc.tp_end_s
+    cp_f, cp_b, cp_hidden, step_f, step_b = bc.cp_f_s, bc.cp_b_s, bc.cp_hidden_s, bc.cp_step_f_s, bc.cp_step_b_s
     recompute = parts.block_f_s if checkpointing == "full" else (parts.attention_f_s if checkpointing == "selective" else 0.0)
     blk_f = parts.block_f_s + tp_f + cp_f
     blk_b = parts.block_b_s + tp_b_exposed + cp_b + (recompute + (tp_f if checkpointing == "full" else 0.0))
@@ -610,7 +647,7 @@ class LayoutSearch:
         best: The fastest plan that fits, or None when none does.
         smallest: The plan with the least memory per GPU (what comes closest when none fits).
         candidates: Layouts that divide the model and the cluster.
-        rejected_memory: Of which did not fit in memory.
+        rejected_memory: Of those examined (in order of the lower bound), how many did not fit.
         simulated: Plans simulated in full (the rest were shown unable to win by a lower bound).
     """
 
@@ -625,6 +662,34 @@ def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
+def _degrees(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, global_batch: int,
+             request: LayoutRequest, micro_batches: tuple[int, ...]) -> list[tuple[int, int, int, int, int, int, int]]:
+    """Every ``(tp, pp, cp, dp, micro_batch, grad_accum, vp)`` that divides ``arch`` and ``gpus``
+    (``check_layout``'s rules, applied per degree; vp 1 is 1F1B, more is interleaved)."""
+    out = []
+    tps = [request.tp] if request.tp is not None else [t for t in _divisors(gpus_per_node) if t <= gpus]
+    cps = [request.cp] if request.cp is not None else list(SEARCH_CONTEXT)
+    for t in tps:
+        if t > gpus_per_node or arch.heads % t or (arch.kv_heads % t and t % arch.kv_heads):
+            continue
+        for c in cps:
+            if gpus % (t * c) or (c > 1 and seq_len % (2 * c)):
+                continue
+            pps = [request.pp] if request.pp is not None else _divisors(gpus // (t * c))
+            for p in pps:
+                if gpus % (t * c * p) or p > arch.n_layers:
+                    continue
+                d = gpus // (t * c * p)
+                for mb in micro_batches:
+                    if global_batch % (mb * d):
+                        continue
+                    m = global_batch // (mb * d)
+                    out.append((t, p, c, d, mb, m, 1))
+                    if p > 1 and m % p == 0:
+                        out.extend((t, p, c, d, mb, m, v) for v in SEARCH_VIRTUAL_STAGES[1:] if p * v <= arch.n_layers + 2)
+    return out
+
+
 def candidate_layouts(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, global_batch: int,
                       request: LayoutRequest = LayoutRequest(),
                       micro_batches: tuple[int, ...] = SEARCH_MICRO_BATCHES) -> list[Layout]:
@@ -632,31 +697,8 @@ def candidate_layouts(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len:
     (TP within a node and dividing the heads, CP splitting the sequence in 2 x CP chunks, PP at most
     the layers, micro-batches dividing the batch; the interleaved schedule with each virtual-stage
     count in SEARCH_VIRTUAL_STAGES that fits)."""
-    out: list[Layout] = []
-    tps = [request.tp] if request.tp is not None else [t for t in _divisors(gpus_per_node) if t <= gpus]
-    cps = [request.cp] if request.cp is not None else list(SEARCH_CONTEXT)
-    for t in tps:
-        for c in cps:
-            if gpus % (t * c) or (c > 1 and seq_len % (2 * c)):
-                continue
-            pps = [request.pp] if request.pp is not None else _divisors(gpus // (t * c))
-            for p in pps:
-                if gpus % (t * c * p):
-                    continue
-                d = gpus // (t * c * p)
-                for mb in micro_batches:
-                    if global_batch % (mb * d):
-                        continue
-                    m = global_batch // (mb * d)
-                    base = Layout(t, p, c, d, 1, mb, m)
-                    if check_layout(arch, base, seq_len, gpus_per_node) is None:
-                        out.append(base)
-                    if p > 1:
-                        for v in SEARCH_VIRTUAL_STAGES[1:]:
-                            lay = Layout(t, p, c, d, v, mb, m, "interleaved")
-                            if check_layout(arch, lay, seq_len, gpus_per_node) is None:
-                                out.append(lay)
-    return out
+    return [Layout(t, p, c, d, v, mb, m, "interleaved" if v > 1 else "1f1b")
+            for t, p, c, d, mb, m, v in _degrees(arch, gpus, gpus_per_node, seq_len, global_batch, request, micro_batches)]
 
 
 def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_batch: int, precision: str = "bf16",
@@ -665,50 +707,87 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
                    compute_factor: float | None = None, tp_overlap: bool = True) -> LayoutSearch:
     """The fastest layout of ``arch`` on ``cluster`` that fits (``request`` fixes any degree).
 
-    Every candidate's memory is checked first (each checkpointing policy in turn, the least
-    recompute that fits); those that fit are simulated in order of a lower bound on their time
-    (the slowest stage's compute over ``M + (p - 1) / V`` slots), stopping once the bound passes
-    the best time found.
+    Every candidate gets a lower bound on its time (the slowest stage's compute, recomputation
+    included, over ``M + (p - 1) / V`` slots); in order of it, each one's memory is checked (each
+    checkpointing policy in turn: the least recompute that fits) and those that fit are
+    simulated, until the bound passes the best time found. When none fits, the one with the least
+    memory comes back as ``smallest``.
     """
     comm = comm or CommModel.for_cluster(cluster)
     g = comm.topology.gpus_per_node
     gpu = cluster.node_groups[0].gpu
     factor = load_layout_params().megatron_compute_factor if compute_factor is None else compute_factor
-    cands = candidate_layouts(arch, cluster.gpus, g, seq_len, global_batch, request)
-    ranked: list[tuple[float, Layout, str, BlockParts]] = []
-    smallest: LayoutPlan | None = None
-    rejected = 0
-    gpu_mem = min(gr.gpu_memory_gib if gr.gpu_memory_gib is not None else gpu_spec(gr.gpu).memory_gib
-                  for gr in cluster.node_groups)
-    for lay in cands:
-        parts = scaled_parts(block_parts(arch, lay.tp, lay.cp, lay.micro_batch, seq_len, precision, gpu), factor)
-        chosen = None
-        for policy in checkpointing:
-            mem = _peak_memory(arch, lay, parts, policy, dp_flavour)
-            if fits(mem, gpu_mem):
-                chosen = policy
-                break
-        if chosen is None:
-            rejected += 1
-            if smallest is None or mem < smallest.memory_per_gpu_bytes:
-                smallest = _plan(arch, cluster, lay, seq_len, precision, checkpointing[-1], dp_flavour, comm, 0.5, gpu,
-                                 parts, tp_overlap)
-            continue
-        n = max(stage_layers(arch.n_layers, lay.pp))
-        recompute = parts.block_f_s if chosen == "full" else 0.0
-        slot = n * (parts.block_f_s + parts.block_b_s + recompute)
-        ranked.append(((lay.grad_accum + (lay.pp - 1) / lay.vp) * slot, lay, chosen, parts))
-    ranked.sort(key=lambda r: r[0])
+    cap = min(gr.gpu_memory_gib if gr.gpu_memory_gib is not None else gpu_spec(gr.gpu).memory_gib
+              for gr in cluster.node_groups) * 2**30 * USABLE_FRACTION
+    degrees = _degrees(arch, cluster.gpus, g, seq_len, global_batch, request, SEARCH_MICRO_BATCHES)
+    # Whatever the layout, each parameter's 16 bytes (bf16 weight and gradient, fp32 master and
+    # Adam moments) are spread over at most all the GPUs: below that nothing fits.
+    hopeless = params_count(arch) * (PARAM_BYTES + GRAD_BYTES + MASTER_BYTES + ADAM_STATE_BYTES) / cluster.gpus > cap
+    if hopeless or not degrees:
+        return LayoutSearch(None, _most_sharded(arch, cluster, degrees, seq_len, precision, checkpointing[-1], dp_flavour,
+                                                comm, gpu, factor, tp_overlap), len(degrees), len(degrees), 0)
+    parts_of: dict[tuple[int, int, int], BlockParts] = {}
+    slot_of: dict[tuple[int, int, int], tuple[float, float]] = {}
+    e = PARAM_BYTES if precision in HALF_PRECISIONS else 4.0
+    k = comm.params.overlap_interference
+    ranked = []
+    for t, p, c, d, mb, m, v in degrees:
+        parts = parts_of.get((t, c, mb))
+        if parts is None:
+            parts = parts_of[(t, c, mb)] = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu), factor)
+            bc = block_comm(arch, comm, t, c, mb, seq_len, e, parts, 0.5, tp_overlap)
+            slot_of[(t, c, mb)] = (parts.block_f_s + parts.block_b_s + bc.tp_f_s + bc.tp_b_s + bc.cp_f_s + bc.cp_b_s,
+                                   k * (bc.tp_hidden_s + bc.cp_hidden_s))
+        blk, hidden = slot_of[(t, c, mb)]
+        n = max(stage_layers(arch.n_layers, p))
+        ranked.append(((m + (p - 1) / v) * n * blk + m * n * hidden, t, p, c, d, mb, m, v))
+    ranked.sort()
     best: LayoutPlan | None = None
-    simulated = 0
-    for bound, lay, policy, parts in ranked:
+    simulated = rejected = 0
+    for bound, t, p, c, d, mb, m, v in ranked:
         if best is not None and bound >= best.iteration_s:
             break
-        plan = _plan(arch, cluster, lay, seq_len, precision, policy, dp_flavour, comm, 0.5, gpu, parts, tp_overlap)
+        parts = parts_of[(t, c, mb)]
+        chosen = next((k for k in checkpointing if _peak_memory_of(arch, p, v, m, c * d, parts, k, dp_flavour) <= cap),
+                      None)
+        if chosen is None:
+            rejected += 1
+            continue
+        lay = Layout(t, p, c, d, v, mb, m, "interleaved" if v > 1 else "1f1b")
+        if chosen == "full" and best is not None and \
+                bound * (1.0 + parts.block_f_s / (parts.block_f_s + parts.block_b_s)) >= best.iteration_s:
+            continue
+        plan = _plan(arch, cluster, lay, seq_len, precision, chosen, dp_flavour, comm, 0.5, gpu, parts, tp_overlap)
         simulated += 1
         if best is None or plan.iteration_s < best.iteration_s:
             best = plan
-    return LayoutSearch(best, smallest if best is None else None, len(cands), rejected, simulated)
+    smallest = None if best is not None else _most_sharded(arch, cluster, degrees, seq_len, precision, checkpointing[-1],
+                                                            dp_flavour, comm, gpu, factor, tp_overlap)
+    return LayoutSearch(best, smallest, len(degrees), rejected, simulated)
+
+
+def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: list[tuple[int, int, int, int, int, int, int]],
+                  seq_len: int, precision: str, checkpointing: str, dp_flavour: str, comm: CommModel, gpu: str,
+                  factor: float, tp_overlap: bool) -> LayoutPlan | None:
+    """When nothing fits: the plan that needs the least memory among the most model-parallel
+    layouts of the smallest micro-batch (what comes closest, for the error)."""
+    if not degrees:
+        return None
+    top = max(t * p * c for t, p, c, *_ in degrees)
+    mb_min = min(r[4] for r in degrees if r[0] * r[1] * r[2] == top)
+    best: tuple[float, tuple[int, int, int, int, int, int, int], BlockParts] | None = None
+    for r in degrees:
+        t, p, c, d, mb, m, v = r
+        if t * p * c != top or mb != mb_min:
+            continue
+        parts = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu), factor)
+        mem = _peak_memory_of(arch, p, v, m, c * d, parts, checkpointing, dp_flavour)
+        if best is None or mem < best[0]:
+            best = (mem, r, parts)
+    assert best is not None
+    t, p, c, d, mb, m, v = best[1]
+    return _plan(arch, cluster, Layout(t, p, c, d, v, mb, m, "interleaved" if v > 1 else "1f1b"), seq_len, precision,
+                 checkpointing, dp_flavour, comm, 0.5, gpu, best[2], tp_overlap)
 
 
 def _peak_memory(arch: DecoderArch, layout: Layout, parts: BlockParts, checkpointing: str, dp_flavour: str) -> float:
@@ -716,9 +795,27 @@ def _peak_memory(arch: DecoderArch, layout: Layout, parts: BlockParts, checkpoin
 
     Only stages 0, 1 and the last can be it: every middle stage holds at most stage 1's blocks
     (``stage_layers``) and fewer micro-batches in flight."""
-    p = layout.pp
-    return max(sum(m.values()) for m in _stage_memories(arch, layout, parts, checkpointing, dp_flavour,
-                                                        sorted({0, min(1, p - 1), p - 1})))
+    return _peak_memory_of(arch, layout.pp, layout.vp if layout.schedule == "interleaved" else 1, layout.grad_accum,
+                           layout.cp * layout.dp, parts, checkpointing, dp_flavour)
+
+
+def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts: BlockParts, checkpointing: str,
+                    dp_flavour: str) -> float:
+    """``_peak_memory`` of ``p`` stages, ``v`` virtual stages (1: 1F1B), ``m`` micro-batches and
+    optimizer states over ``shard`` (CP x DP) ranks."""
+    per_param = PARAM_BYTES + GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / (shard if dp_flavour == "zero1" else 1)
+    layers = stage_layers(arch.n_layers, p)
+    full = checkpointing == "full"
+    peak = 0.0
+    for i in {0, min(1, p - 1), p - 1}:  # the arithmetic of _stage_memories, without the dicts
+        n = layers[i]
+        per_mb = n * (parts.block_input_bytes if full else parts.block_act_bytes) + (parts.first_act_bytes if i == 0 else 0.0)
+        flight = min(float(m), p - i + (p - 1 - i) / v) if v > 1 and p > 1 else float(min(m, p - i))
+        acts = per_mb * flight + (parts.block_act_bytes if full else 0.0) + (parts.last_act_bytes if i == p - 1 else 0.0)
+        params_i = (n * parts.local_block_params + (parts.local_embed_params if i == 0 else 0.0)
+                    + (parts.local_head_params if i == p - 1 else 0.0))
+        peak = max(peak, params_i * per_param + acts * (1.0 + FRAGMENTATION) + WORKSPACE_BYTES)
+    return peak
 
 
 def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkpointing: str,
@@ -736,7 +833,7 @@ def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkp
             per_mb, once = n * parts.block_act_bytes, 0.0
         if i == 0:
             per_mb += parts.first_act_bytes
-        if layout.schedule == "interleaved" and p > 1:
+        if layout.schedule == "interleaved" and p > 1 and v > 1:
             flight = min(float(m), p - i + (p - 1 - i) / v)
         else:
             flight = float(min(m, p - i))
