@@ -321,7 +321,7 @@ def check(jobfile: JobFile, compare_to: str | None = None) -> CheckResult:
     profile, more = resolve_profiles(jobfile.model, jobfile.profiles, precision=job.precision)
     job = with_resolved_length(job, profile)
     assert job.length is not None  # a job file always has one
-    predictor = Predictor(profile, job, more, model_flops_fn(jobfile.model))
+    predictor = Predictor(profile, job, more, model_flops_fn(jobfile.model), model_arch(jobfile.model))
     infra = jobfile.infra
     if jobfile.instance is not None:
         cluster = resolve_cluster(jobfile.instance, None, region=infra, spot=jobfile.spot)

@@ -167,3 +167,49 @@ def test_the_searchs_memory_check_is_the_plans():
         for ckpt in ("none", "full"):
             every = max(sum(m.values()) for m in _stage_memories(arch, lay, parts, ckpt, "zero1"))
             assert _peak_memory(arch, lay, parts, ckpt, "zero1") == pytest.approx(every)
+
+
+# ---- the command line ---------------------------------------------------------------------------
+def _run(args: list[str]) -> tuple[int, str]:
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from srift.cli import main
+    out = io.StringIO()
+    with redirect_stdout(out), redirect_stderr(out):
+        code = main(args)
+    return code, out.getvalue()
+
+
+def test_predict_a_layout_as_json():
+    import json
+    code, out = _run(["predict", "--model", "llama3-70b", "--instance", "p5.48xlarge:4", "--layout", "tp=8,pp=4",
+                      "--micro-batch-size", "1", "--global-batch-size", "128", "--seq-len", "4096", "--precision", "bf16",
+                      "--format", "json"])
+    assert code == 0, out
+    d = json.loads(out)
+    assert d["layout"] == {"tp": 8, "pp": 4, "cp": 1, "dp": 1, "vp": 1, "micro_batch": 1, "grad_accum": 128,
+                           "schedule": "1f1b"}
+    assert set(BREAKDOWN_KEYS) <= set(d["breakdown"])
+    assert sum(d["breakdown"][k] for k in BREAKDOWN_KEYS) == pytest.approx(d["iteration_time_s"])
+    # 1F1B over 4 stages and 128 micro-batches: 3 idle slots of 131.
+    slot = sum(d["breakdown"][k] for k in ("forward", "backward", "exposed_tp", "exposed_cp")) / 128
+    assert d["breakdown"]["bubble"] == pytest.approx(3 * slot)
+    assert d["memory_stage"] == 0 and d["memory_per_gpu_bytes"] < 80 * 2**30
+    assert d["throughput_tokens_per_s"] == pytest.approx(128 * 4096 / d["iteration_time_s"])
+
+
+def test_a_layout_that_does_not_fit_names_one_that_does():
+    code, out = _run(["predict", "--model", "llama3-70b", "--instance", "p5.48xlarge:4", "--layout", "tp=2,pp=1",
+                      "--global-batch-size", "128", "--seq-len", "4096", "--precision", "bf16"])
+    assert code == 2
+    assert "does not fit in GPU memory" in out and "To fix: --layout tp=" in out and "fits" in out
+
+
+def test_layout_flags_need_a_layout_and_a_decoder_llm():
+    code, out = _run(["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:1", "--micro-batch-size", "2"])
+    assert code == 2 and "--micro-batch-size needs a --layout" in out
+    code, out = _run(["predict", "--model", "resnet50", "--instance", "p5.48xlarge:1", "--layout", "tp=2"])
+    assert code == 2 and "decoder LLM" in out
+    code, out = _run(["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:1", "--layout", "tp=3"])
+    assert code == 2 and "needs a multiple of 3 GPUs" in out
