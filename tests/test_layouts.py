@@ -45,10 +45,10 @@ def test_tp_block_communication_volume_by_hand():
     # 4096 x 8192 x 2 = 67,108,864 bytes (forward 2 all-gathers + 2 reduce-scatters; backward 2
     # gradient all-gathers, 2 input re-gathers, 2 reduce-scatters), each sending 7/8 of it.
     c = tp_block_comm(4096, 8192, 8)
-    assert c["size_bytes"] == 67_108_864
-    assert (c["forward"], c["backward"]) == (4, 6)
-    assert c["bytes_per_gpu"] == 10 * 7 / 8 * 67_108_864 == 587_202_560
-    assert tp_block_comm(4096, 8192, 1)["bytes_per_gpu"] == 0.0
+    assert c.size_bytes == 67_108_864
+    assert (c.forward, c.backward) == (4, 6)
+    assert c.bytes_per_gpu == 10 * 7 / 8 * 67_108_864 == 587_202_560
+    assert tp_block_comm(4096, 8192, 1).bytes_per_gpu == 0.0
 
 
 def test_cp_ring_step_by_hand():

@@ -26,7 +26,7 @@ from scipy.optimize import minimize_scalar
 
 from srift.cluster import Cluster, NodeGroup
 from srift.errors import SriftError
-from srift.simulate.layouts import Layout, plan_layout
+from srift.simulate.layouts import LAYOUT_PARAMS_SCHEMA, Layout, load_layout_params, plan_layout
 from srift.zoo import canonical_name, llm_arch
 
 FOLDER = Path("llm-parallel-layouts")
@@ -85,7 +85,6 @@ def _predict(zoo: str, gpu: str, gpus: int, per_node: int, layout: Layout, seq_l
 
 def predict_row(r, factor: float | None = None) -> tuple[float, bool]:
     """(predicted step seconds, fits in memory) of a row at ``factor`` (None: the shipped one)."""
-    from srift.simulate.layouts import load_layout_params
     f = load_layout_params().megatron_compute_factor if factor is None else factor
     return _predict(r.zoo, r.gpu, int(r.gpus_total), int(r.gpus_per_node), row_layout(r), int(r.seq_len), float(f))
 
@@ -131,8 +130,6 @@ def regret(rows: pd.DataFrame, pred: np.ndarray) -> tuple[float, int]:
 
 def params_document(data: Path, today: str) -> dict:
     """configs/perf/layouts.json's document: the factor fitted on every kept row, and provenance."""
-    from srift.simulate.layouts import LAYOUT_PARAMS_SCHEMA
-
     rows, left_out = load_rows(data)
     factor = fit_factor(rows)
     meas = rows["value"].to_numpy(float)

@@ -12,7 +12,7 @@ from srift.cluster import Cluster
 from srift.errors import SriftError
 from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
-from srift.job import AUTO, Job, LayoutRequest, parse_layout
+from srift.job import AUTO, Job, LayoutRequest, parse_layout, usd_per_million_samples
 from srift.simulate.layouts import (
     DP_FLAVOURS, SCHEDULES, Layout, LayoutPlan, check_layout, load_layout_params, plan_layout, search_layouts,
 )
@@ -161,7 +161,7 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
         cluster=cluster.name, gpus=cluster.gpus, global_batch_size=lay.global_batch,
         iteration_time_s=plan.iteration_s, p90_iteration_time_s=max(plan.iteration_s, p90_plan.iteration_s),
         throughput_samples_per_s=throughput, cost_per_hour_usd=cost,
-        usd_per_million_samples=None if cost is None else cost / 3600.0 / throughput * 1e6,
+        usd_per_million_samples=usd_per_million_samples(cost, throughput),
         breakdown=breakdown, bottleneck=bottleneck(plan.fits, comm_cost, plan.iteration_s), fits_in_memory=plan.fits,
         memory_per_gpu_bytes=plan.memory_per_gpu_bytes, memory_breakdown_bytes=dict(plan.memory_breakdown_bytes),
         batch_split=[BatchShare(g.label, g.gpu, lay.micro_batch * lay.grad_accum, g.gpus) for g in cluster.node_groups],

@@ -143,23 +143,29 @@ def bubble_fraction(pp: int, micro_batches: int, vp: int = 1) -> float:
     return idle / (micro_batches + idle)
 
 
-def tp_block_comm(tokens: int, hidden: int, tp: int, element_bytes: float = PARAM_BYTES) -> dict[str, float]:
+@dataclass(frozen=True)
+class TpBlockComm:
     """One block's tensor-parallel collectives per micro-batch under sequence parallelism.
 
-    Args:
-        tokens: Tokens of the micro-batch on this context-parallel rank.
-        hidden: Model width.
-        tp: Tensor-parallel ranks.
-        element_bytes: Bytes per activation element.
-
-    Returns:
-        ``size_bytes`` (each collective's gathered size), ``forward`` and ``backward`` collective
-        counts, and ``bytes_per_gpu``: what each GPU sends over the block (``(t - 1) / t`` of each).
+    Attributes:
+        size_bytes: Each collective's gathered size (``tokens x hidden x element bytes``).
+        forward: Collectives in forward (2 all-gathers, 2 reduce-scatters).
+        backward: Collectives in backward (2 gradient all-gathers, 2 input re-gathers, 2 reduce-scatters).
+        bytes_per_gpu: What each GPU sends over the block: ``(t - 1) / t`` of each collective.
     """
+
+    size_bytes: float
+    forward: int
+    backward: int
+    bytes_per_gpu: float
+
+
+def tp_block_comm(tokens: int, hidden: int, tp: int, element_bytes: float = PARAM_BYTES) -> TpBlockComm:
+    """``TpBlockComm`` of ``tokens`` (this CP rank's, of the micro-batch) of a ``hidden``-wide
+    model split ``tp`` ways."""
     size = float(tokens * hidden * element_bytes)
     forward, backward = 4, 6
-    per_gpu = (forward + backward) * (tp - 1) / tp * size if tp > 1 else 0.0
-    return {"size_bytes": size, "forward": forward, "backward": backward, "bytes_per_gpu": per_gpu}
+    return TpBlockComm(size, forward, backward, (forward + backward) * (tp - 1) / tp * size if tp > 1 else 0.0)
 
 
 def cp_ring_step_bytes(micro_batch: int, seq_len: int, cp: int, kv_width: int, element_bytes: float = PARAM_BYTES) -> float:
@@ -281,8 +287,9 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
             if kind == "attention":
                 af, ab = af + f, ab + b
             out = layer.activation_bytes
-            # Sequence parallelism shards the hidden-width activations (norms, o and down outputs).
-            if kind == "norm" or abs(out - hidden_bytes) < 0.5:
+            # Sequence parallelism shards the hidden-width activations (norms, o and down outputs:
+            # the matmuls whose output width, ``kfac_g_dim``, is the model's).
+            if kind == "norm" or (kind == "matmul" and layer.kfac_g_dim == arch.hidden):
                 out /= tp
             # Megatron's fused SwiGLU keeps the gate and up outputs and the product the down
             # projection reads (the activation's own output is recomputed): the elementwise
@@ -523,7 +530,7 @@ def _block_comm(arch: DecoderArch, tp_comm: CommModel | None, pair: CommModel | 
     tokens = micro_batch * seq_len // c
     tp_f = tp_b = tp_hidden = tp_end = 0.0
     if tp_comm is not None:
-        size = tp_block_comm(tokens, arch.hidden, t, element_bytes)["size_bytes"]
+        size = tp_block_comm(tokens, arch.hidden, t, element_bytes).size_bytes
         ag = float(tp_comm.all_gather_time_s(size, quantile))
         rs = float(tp_comm.reduce_scatter_time_s(size, quantile))
         if tp_overlap:
@@ -553,7 +560,7 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     g = comm.topology.gpus_per_node
     interference = comm.params.overlap_interference
     tokens = layout.micro_batch * seq_len // c
-    e = PARAM_BYTES if precision in ("bf16", "amp") else 4.0
+    e = PARAM_BYTES if precision in HALF_PRECISIONS else 4.0
     layers = stage_layers(arch.n_layers, p)
     # ---- per micro-batch on each stage ----
     bc = block_comm(arch, comm, t, c, layout.micro_batch, seq_len, e, parts, quantile, tp_overlap)
