@@ -252,7 +252,9 @@ def split_arch(arch: DecoderArch, tp: int) -> DecoderArch:
                                vocab=-(-arch.vocab // tp), max_seq_len=arch.max_seq_len)
 
 
-@functools.lru_cache(maxsize=2048)
+# Caches hold every (GPU type x TP x CP x micro-batch) of a multi-cloud search (about 30 GPU types x
+# 100 splits): a smaller LRU cache cycled through would miss on every call.
+@functools.lru_cache(maxsize=32768)
 def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str, gpu: str) -> BlockParts:
     """``BlockParts`` from the compute model on the split shapes (cached)."""
     split = split_arch(arch, tp)
@@ -310,7 +312,7 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
                       block_params(split), embed, head + arch.hidden, split.kv_width)
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=32768)
 def scaled_parts(parts: BlockParts, factor: float) -> BlockParts:
     """``parts`` with every compute second times ``factor``."""
     if factor == 1.0:
@@ -522,7 +524,7 @@ def block_comm(arch: DecoderArch, comm: CommModel, t: int, c: int, micro_batch: 
     return _block_comm(arch, tp_comm, pair, t, c, micro_batch, seq_len, element_bytes, parts, quantile, tp_overlap)
 
 
-@functools.lru_cache(maxsize=8192)
+@functools.lru_cache(maxsize=65536)
 def _block_comm(arch: DecoderArch, tp_comm: CommModel | None, pair: CommModel | None, t: int, c: int, micro_batch: int,
                 seq_len: int, element_bytes: float, parts: BlockParts, quantile: float, tp_overlap: bool) -> BlockComm:
     """``block_comm`` on the TP group's and the CP ring's own models (cached: every cluster of one
