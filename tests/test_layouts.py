@@ -213,3 +213,17 @@ def test_layout_flags_need_a_layout_and_a_decoder_llm():
     assert code == 2 and "decoder LLM" in out
     code, out = _run(["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:1", "--layout", "tp=3"])
     assert code == 2 and "needs a multiple of 3 GPUs" in out
+
+
+def test_recommend_searches_layouts_and_offers_only_plans_that_fit():
+    import json
+    code, out = _run(["recommend", "--model", "llama3-70b", "--layout", "auto", "--global-batch-size", "128", "--seq-len",
+                      "4096", "--precision", "bf16", "--budget", "1000", "--infra", "aws/us-east-1", "--max-gpus", "32",
+                      "--format", "json"])
+    assert code == 0, out
+    recs = json.loads(out)["recommendations"]
+    assert recs
+    for r in recs:
+        lay = r["layout"]
+        assert lay["tp"] * lay["pp"] * lay["cp"] * lay["dp"] == r["gpus"]
+        assert r["fits_in_memory"] and r["global_batch_size"] == 128
