@@ -584,11 +584,11 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     p2p = 0.0
     if p > 1:
         act_bytes = tokens * arch.hidden * e / t
-        crossing = t * c * p > g and t * c >= 1 and (t * c >= g or p * t * c > g)
+        crossing = t * c * p > g  # the pipeline spans nodes: its slowest sends cross the network
         pair = comm.subgroup(2, 1 if crossing else 2, net_share=min(1.0, t * c / g) if crossing else None)
         p2p = float(pair.broadcast_time_s(act_bytes, quantile))
     slot = sf + sb
-    if layout.schedule == "interleaved" and p > 1:
+    if layout.schedule == "interleaved" and p > 1 and v > 1:
         pipe_p2p = 2.0 * p2p * (p - 1)  # only the bubble's path waits for the sends
         hidden_p2p = 2.0 * p2p * m * v
     else:
@@ -644,7 +644,6 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
               "pp": pipe_p2p + hidden_p2p, "dp": dp_exposed + dp_hidden}
     return LayoutPlan(layout, iteration, breakdown, comm_s, worst[0], worst[1], worst[2], fits(worst[0], gpu_mem),
                       layout.global_batch * seq_len / iteration, checkpointing, dp_flavour)
-
 
 
 # ---- the search ---------------------------------------------------------------------------------
