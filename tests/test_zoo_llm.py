@@ -38,7 +38,8 @@ def test_the_zoo_has_the_issue_models():
     assert set(LLMS) == {
         "llama2-7b", "llama2-13b", "llama2-34b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3.2-1b",
         "llama3.2-3b", "mistral-7b", "qwen2.5-7b", "mpt-125m", "mpt-350m", "mpt-760m", "mpt-1b", "mpt-3b",
-        "mpt-7b", "mpt-13b", "mpt-30b", "mpt-70b", "llama3.1-405b", "gpt3-175b", "nemotron-4-15b", "nemotron-4-340b"}
+        "mpt-7b", "mpt-13b", "mpt-30b", "mpt-70b", "llama3.1-405b", "gpt3-175b", "nemotron-4-15b", "nemotron-4-340b",
+        "mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3"}
 
 
 # Published counts: model cards for Llama/Mistral/Qwen (data/llm-configs, in billions, rounded);
@@ -51,6 +52,7 @@ PUBLISHED = {
     "mpt-3b": 2_651_837_440, "mpt-7b": 6_658_859_008, "mpt-13b": 12_853_954_560, "mpt-30b": 29_975_214_080,
     "mpt-70b": 64_862_437_376,
     "llama3.1-405b": 405e9, "gpt3-175b": 175e9, "nemotron-4-15b": 15.7e9, "nemotron-4-340b": 340e9,
+    "mixtral-8x7b": 46.7e9, "qwen3-30b-a3b": 30.5e9, "deepseek-v3": 671e9,  # tests/test_moe.py: active counts
 }
 
 
@@ -348,7 +350,7 @@ def test_hf_config_biases_and_names(tmp_path):
     ({"model_type": "gpt_neox"}, "model_type 'gpt_neox', which srift does not model"),
     ({"model_type": "gpt2"}, "required key 'n_embd' is missing"),
     ({"model_type": ...}, "'model_type' is missing"),
-    ({"num_local_experts": 8}, "mixture-of-experts model \\('num_local_experts': 8\\)"),
+    ({"num_local_experts": 8}, "mixture-of-experts model \\('num_local_experts': 8\\) of model_type 'llama'"),
 ])
 def test_hf_config_errors_name_the_key(tmp_path, changes, message):
     with pytest.raises(SriftError, match=message) as info:
@@ -356,9 +358,7 @@ def test_hf_config_errors_name_the_key(tmp_path, changes, message):
     assert info.value.exit_code == 2 and info.value.hint
 
 
-def test_hf_config_refuses_moe_and_bad_files(tmp_path):
-    with pytest.raises(SriftError, match="mixture-of-experts model \\('num_local_experts': 8\\)"):
-        arch_from_hf_config(FIXTURES / "Mixtral-8x7B-v0.1.json")
+def test_hf_config_refuses_bad_files(tmp_path):
     with pytest.raises(SriftError, match="does not exist"):
         arch_from_hf_config(tmp_path / "missing.json")
     (tmp_path / "bad.json").write_text("{'hidden_size': 4096}")  # Python, not JSON: never evaluated
@@ -382,11 +382,6 @@ def test_predict_and_recommend_take_a_model_config(capsys):
     assert main(["recommend", "--model-config", str(FIXTURES / "Llama-3.2-1B.json"), "--budget", "40",
                  "--seq-len", "1024", "--precision", "amp", "--max-gpus", "8", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["recommendations"]
-    assert main(["predict", "--model-config", str(FIXTURES / "Mixtral-8x7B-v0.1.json"),
-                 "--instance", "p4d.24xlarge:1"]) == 2
-    err = capsys.readouterr().err
-    assert "Error: model config" in err and "mixture-of-experts" in err and "To fix:" in err
-    assert "Traceback" not in err
     assert main(["predict", "--model", "gpt2", "--model-config", "c.json", "--instance", "p4d.24xlarge:1"]) == 2
     assert "--model-config alone" in capsys.readouterr().err
 

@@ -531,6 +531,35 @@ class CommModel:
             return self._measured(self.reduce_scatter_calibration, size_bytes, quantile)
         return self._collective(size_bytes, quantile, lambda s: self._ring_model(s, 1.0, 0.5), 0.5)
 
+    def all_to_all_time_s(self, size_bytes: float | np.ndarray, quantile: float = 0.5) -> float | np.ndarray:
+        """Seconds of an all-to-all in which each worker sends ``size_bytes`` in all (``1 / n`` of it
+        to each worker, itself included: a mixture of experts' token dispatch or combine).
+
+        Every GPU sends its ``(g - 1) / n`` share for the node's other GPUs over its own link (an
+        NVSwitch gives each its full bandwidth) while the node's ``g`` GPUs send their
+        ``(n - g) / n`` shares to other nodes over the node's network, at once: the slower of the two
+        sets the time. Efficiency is read at each peer's message (``size_bytes / n``); latency is
+        an all-gather's (``n - 1`` steps). The same link and network classes as every collective;
+        no calibration curve of the all-reduce is read (it measures another pattern).
+        """
+        scalar = np.ndim(size_bytes) == 0
+        s = np.asarray(size_bytes, dtype=float)
+        t = self.topology
+        n = t.workers
+        if n <= 1:
+            out = np.zeros_like(s)
+        else:
+            g = max(1, min(t.gpus_per_node, n))
+            chunk = s / n
+            intra = (g - 1) / n * s / (t.link_gbytes_per_s * 1e9 * self._link.efficiency(chunk)) if g > 1 else 0.0 * s
+            if self._net is None or t.nodes <= 1:
+                inter = 0.0 * s
+            else:
+                inter = g * (n - g) / n * s / self._net_bytes_per_s(chunk)
+            out = (self._latency_s(0.5) + np.maximum(intra, inter)) * self._spread(quantile)
+        out = np.where(s > 0, out, 0.0)
+        return float(out) if scalar else out
+
     def _measured(self, curve: "_Calibration", size_bytes: float | np.ndarray, quantile: float) -> float | np.ndarray:
         """A collective read off its own measured curve (0 for one worker or an empty message)."""
         scalar = np.ndim(size_bytes) == 0

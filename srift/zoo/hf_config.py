@@ -10,8 +10,21 @@ no others; Mistral has none. ``nemotron`` (NemotronForCausalLM: the same keys, `
 ``relu2``, a squared-ReLU MLP of up and down projections, LayerNorm with bias, ``norm_eps``) and
 ``gpt2`` (GPT2LMHeadModel, GPT-2 and GPT-3 shapes: n_layer, n_embd, n_head, n_inner (default
 4 x n_embd), vocab_size, n_positions (learned positions), activation_function gelu*, biases
-everywhere, LayerNorm, a tied head unless tie_word_embeddings is false). Anything else, mixture-of-experts models first, is refused with the
-key that says why. JSON only (``json.loads``: nothing in the file is executed).
+everywhere, LayerNorm, a tied head unless tie_word_embeddings is false).
+
+Mixtures of experts (``_moe_arch``; keys as each transformers model class reads them):
+``mixtral`` (num_local_experts, num_experts_per_tok; every block MoE, experts of
+intermediate_size), ``qwen2_moe`` (num_experts, moe_intermediate_size, a shared expert of
+shared_expert_intermediate_size with its sigmoid gate, decoder_sparse_step, Qwen2's q/k/v biases),
+``qwen3_moe`` (the same without the shared expert, with per-head q/k norms), ``deepseek_v3``
+(n_routed_experts, n_shared_experts x moe_intermediate_size shared, first_k_dense_replace dense
+blocks of intermediate_size, the router's score-correction bias; multi-head latent attention:
+q_lora_rank, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim), ``llama4_text``
+(num_local_experts, one shared expert, both of intermediate_size; interleave_moe_layer_step; dense
+blocks of intermediate_size_mlp) and ``gpt_oss`` (num_local_experts with biases, a router with
+bias, q/k/v/o biases, one attention-sink logit per head; its alternate sliding-window layers are
+counted as full causal attention, an upper bound on their FLOPs). Anything else is refused with
+the key that says why. JSON only (``json.loads``: nothing in the file is executed).
 """
 
 from __future__ import annotations
@@ -25,7 +38,9 @@ from srift.files import read_json
 from srift.profile import Profile
 from srift.zoo.llm import DecoderArch, decoder_profile
 
-MODEL_TYPES = ("llama", "mistral", "qwen2", "nemotron", "gpt2")
+DENSE_MODEL_TYPES = ("llama", "mistral", "qwen2", "nemotron", "gpt2")
+MOE_MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "llama4_text", "gpt_oss")
+MODEL_TYPES = DENSE_MODEL_TYPES + MOE_MODEL_TYPES
 # Keys that mark a mixture-of-experts model (Mixtral, Qwen2-MoE, DeepSeek, ...).
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size", "num_experts_per_tok")
 _GATED_ACTIVATIONS = ("silu", "swish")
@@ -55,15 +70,17 @@ def arch_from_hf_config(path: str | Path) -> DecoderArch:
     if not isinstance(model_type, str):
         raise _bad(p, f"'model_type' is missing or not a string ({model_type!r})")
     experts = [k for k in _MOE_KEYS if data.get(k)]
-    if experts:
+    if experts and model_type not in MOE_MODEL_TYPES:
         raise SriftError(
-            f"model config '{p}' is a mixture-of-experts model ('{experts[0]}': {data[experts[0]]!r}); "
-            "srift models dense decoders only.",
-            f"use a dense model's config.json ({', '.join(MODEL_TYPES)}).")
+            f"model config '{p}' is a mixture-of-experts model ('{experts[0]}': {data[experts[0]]!r}) of "
+            f"model_type '{model_type}', which srift does not model.",
+            f"srift reads mixture-of-experts configs of model_type {', '.join(MOE_MODEL_TYPES)}.")
     if model_type not in MODEL_TYPES:
         raise SriftError(
             f"model config '{p}' has model_type '{model_type}', which srift does not model.",
-            f"srift reads dense decoder configs of model_type {', '.join(MODEL_TYPES)}.")
+            f"srift reads decoder configs of model_type {', '.join(MODEL_TYPES)}.")
+    if model_type in MOE_MODEL_TYPES:
+        return _moe_arch(model_type, data, p)
     if model_type == "gpt2":
         return _gpt2_arch(data, p)
     heads = _positive_int(data, "num_attention_heads", p)
@@ -133,6 +150,77 @@ def _gpt2_arch(data: dict[str, Any], path: Path) -> DecoderArch:
         biases=frozenset({"qkv", "o", "mlp", "norm"}), position="learned",
         max_seq_len=_positive_int(data, "n_positions", path), norm_eps=float(eps), naming="hf-gpt2",
         source=f"Hugging Face config {path}")
+
+
+def _moe_arch(model_type: str, data: dict[str, Any], path: Path) -> DecoderArch:
+    """A mixture-of-experts config (module docstring: the keys of each model type)."""
+    heads = _positive_int(data, "num_attention_heads", path)
+    hidden = _positive_int(data, "hidden_size", path)
+    act = data.get("hidden_act", "silu")
+    if act not in _GATED_ACTIVATIONS:
+        raise _bad(path, f"'hidden_act' is {act!r}; srift models SwiGLU experts ('silu')")
+    eps = data.get("rms_norm_eps", 1e-6)
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not 0 < eps <= 1.0:
+        raise _bad(path, f"'rms_norm_eps' must be a positive number of at most 1, got {shown(eps)}")
+    fields: dict[str, Any] = {"experts_per_token": _positive_int(data, "num_experts_per_tok", path)}
+    head_dim = _positive_int(data, "head_dim", path, default=0)
+    kv_heads = _positive_int(data, "num_key_value_heads", path, default=heads)
+    intermediate = _positive_int(data, "intermediate_size", path)
+    biases: frozenset[str] = frozenset()
+    if model_type in ("mixtral", "llama4_text", "gpt_oss"):
+        fields["experts"] = _positive_int(data, "num_local_experts", path)
+        fields["expert_intermediate"] = intermediate
+    elif model_type in ("qwen2_moe", "qwen3_moe"):
+        fields["experts"] = _positive_int(data, "num_experts", path)
+        fields["expert_intermediate"] = _positive_int(data, "moe_intermediate_size", path)
+        fields["moe_every"] = _positive_int(data, "decoder_sparse_step", path, default=1)
+        if data.get("mlp_only_layers"):
+            raise _bad(path, f"'mlp_only_layers' is {data['mlp_only_layers']!r}; srift models MoE blocks every "
+                             "'decoder_sparse_step' blocks only (leave it empty)")
+    if model_type == "qwen2_moe":
+        fields["shared_intermediate"] = _positive_int(data, "shared_expert_intermediate_size", path)
+        fields["shared_gate"] = True
+        biases = frozenset({"qkv"})  # Qwen2MoeAttention: q/k/v with bias, as Qwen2
+    elif model_type == "qwen3_moe":
+        fields["qk_norm"] = True
+        biases = frozenset({"qkv", "o"}) if _bool(data, "attention_bias", path) else frozenset()
+    elif model_type == "llama4_text":
+        fields["shared_intermediate"] = intermediate  # one shared expert of the experts' width
+        fields["moe_every"] = _positive_int(data, "interleave_moe_layer_step", path, default=1)
+        intermediate = _positive_int(data, "intermediate_size_mlp", path)
+    elif model_type == "gpt_oss":
+        fields["router_bias"] = True
+        fields["attention_sinks"] = True
+        biases = frozenset({"qkv", "o", "mlp"})  # q/k/v/o and every expert's projections carry biases
+    elif model_type == "deepseek_v3":
+        fields["experts"] = _positive_int(data, "n_routed_experts", path)
+        moe_width = _positive_int(data, "moe_intermediate_size", path)
+        fields["expert_intermediate"] = moe_width
+        fields["shared_intermediate"] = _positive_int(data, "n_shared_experts", path, default=0) * moe_width
+        fields["dense_layers"] = _positive_int(data, "first_k_dense_replace", path, default=0) \
+            if data.get("first_k_dense_replace") else 0
+        fields["router_bias"] = True  # e_score_correction_bias, one per routed expert
+        if data.get("moe_layer_freq", 1) != 1:
+            raise _bad(path, f"'moe_layer_freq' is {data['moe_layer_freq']!r}; srift models 1 (every block after "
+                             "the first_k_dense_replace)")
+        fields["q_lora_rank"] = _positive_int(data, "q_lora_rank", path, default=0)
+        fields["kv_lora_rank"] = _positive_int(data, "kv_lora_rank", path)
+        fields["qk_rope_head_dim"] = _positive_int(data, "qk_rope_head_dim", path)
+        fields["v_head_dim"] = _positive_int(data, "v_head_dim", path)
+        head_dim = _positive_int(data, "qk_nope_head_dim", path) + fields["qk_rope_head_dim"]
+        kv_heads = heads  # MLA: every head its own keys and values, from the shared latent
+    if head_dim == 0 and hidden % heads:
+        raise _bad(path, f"'hidden_size' {hidden} is not a multiple of 'num_attention_heads' {heads} and there is no 'head_dim'")
+    if heads % kv_heads:
+        raise _bad(path, f"'num_attention_heads' {heads} is not a multiple of 'num_key_value_heads' {kv_heads}")
+    if fields["experts_per_token"] > fields["experts"]:
+        raise _bad(path, f"'num_experts_per_tok' {fields['experts_per_token']} is more than the {fields['experts']} experts")
+    return DecoderArch(
+        name=_name(data, path), n_layers=_positive_int(data, "num_hidden_layers", path), hidden=hidden, heads=heads,
+        kv_heads=kv_heads, intermediate=intermediate, vocab=_positive_int(data, "vocab_size", path),
+        tied_embeddings=_bool(data, "tie_word_embeddings", path), mlp="swiglu", norm="rmsnorm", biases=biases,
+        position="rope", max_seq_len=_positive_int(data, "max_position_embeddings", path), head_dim=head_dim,
+        norm_eps=float(eps), naming="hf-llama", source=f"Hugging Face config {path}", **fields)
 
 
 def _biases(model_type: str, data: dict[str, Any], path: Path) -> frozenset[str]:

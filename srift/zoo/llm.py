@@ -104,6 +104,22 @@ class DecoderArch:
             which fuses q, k and v into one ``Wqkv`` matmul) or ``hf-gpt2`` (GPT2LMHeadModel,
             fused ``c_attn``).
         source: Where the numbers come from.
+        experts: Routed experts of a mixture-of-experts block; 0: a dense model.
+        experts_per_token: Experts each token is routed to (top-k).
+        expert_intermediate: One routed expert's SwiGLU width.
+        shared_intermediate: The shared experts' SwiGLU width, all of them together (0: none).
+        dense_layers: The first blocks keep the dense MLP (DeepSeek's ``first_k_dense_replace``).
+        moe_every: Of the rest, block ``i`` is a MoE block when ``(i + 1) % moe_every == 0``
+            (Llama 4's ``interleave_moe_layer_step``, Qwen-MoE's ``decoder_sparse_step``).
+        router_bias: The router has a bias vector (GPT-OSS; DeepSeek-V3's score-correction bias).
+        shared_gate: A sigmoid gate of width 1 on the shared expert (Qwen2-MoE).
+        q_lora_rank: Multi-head latent attention (MLA): rank of the query compression (0: none).
+        kv_lora_rank: MLA's key/value latent width; 0: ordinary (grouped-query) attention. Under
+            MLA, ``head_dim`` is the query/key head width (``qk_nope_head_dim + qk_rope_head_dim``).
+        qk_rope_head_dim: MLA's decoupled rotary width of queries and keys (shared by all heads).
+        v_head_dim: Value head width; 0: ``head_dim``.
+        qk_norm: Per-head RMSNorm of queries and keys with weights (Qwen3).
+        attention_sinks: One learned sink logit per head (GPT-OSS).
     """
 
     name: str
@@ -123,6 +139,20 @@ class DecoderArch:
     norm_eps: float = 1e-5
     naming: str = "hf-llama"
     source: str = ""
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_intermediate: int = 0
+    shared_intermediate: int = 0
+    dense_layers: int = 0
+    moe_every: int = 1
+    router_bias: bool = False
+    shared_gate: bool = False
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    qk_norm: bool = False
+    attention_sinks: bool = False
 
     def __post_init__(self) -> None:
         for key in ("n_layers", "hidden", "heads", "kv_heads", "intermediate", "vocab", "max_seq_len"):
@@ -145,6 +175,42 @@ class DecoderArch:
         unknown = sorted(set(self.biases) - set(BIAS_PARTS))
         if unknown:
             raise _arch_error(self.name, f"'biases' may name {', '.join(BIAS_PARTS)}, got {', '.join(unknown)}")
+        for key in ("experts", "experts_per_token", "expert_intermediate", "shared_intermediate", "dense_layers",
+                    "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise _arch_error(self.name, f"'{key}' must be a non-negative integer, got {value!r}")
+        if not isinstance(self.moe_every, int) or isinstance(self.moe_every, bool) or self.moe_every < 1:
+            raise _arch_error(self.name, f"'moe_every' must be a positive integer, got {self.moe_every!r}")
+        if self.experts and not (0 < self.experts_per_token <= self.experts and self.expert_intermediate > 0):
+            raise _arch_error(self.name, f"a mixture of {self.experts} experts needs 1 to {self.experts} experts per "
+                                         f"token and an expert width, got {self.experts_per_token} and {self.expert_intermediate}")
+        if self.experts and self.mlp != "swiglu":
+            raise _arch_error(self.name, "srift models SwiGLU experts only")
+        if self.kv_lora_rank and not 0 < self.qk_rope_head_dim < self.head_dim:
+            raise _arch_error(self.name, f"MLA needs a rotary width between 0 and head_dim {self.head_dim}, "
+                                         f"got {self.qk_rope_head_dim}")
+        if self.v_head_dim == 0:
+            object.__setattr__(self, "v_head_dim", self.head_dim)
+
+    @property
+    def is_moe(self) -> bool:
+        """A mixture-of-experts model."""
+        return self.experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V2/V3)."""
+        return self.kv_lora_rank > 0
+
+    def is_moe_block(self, i: int) -> bool:
+        """Whether block ``i`` (0-based) routes its tokens to experts."""
+        return self.experts > 0 and i >= self.dense_layers and (i + 1) % self.moe_every == 0
+
+    @property
+    def moe_blocks(self) -> int:
+        """How many blocks are MoE blocks."""
+        return sum(1 for i in range(self.n_layers) if self.is_moe_block(i))
 
     @property
     def q_width(self) -> int:
@@ -167,6 +233,7 @@ class ZooLlm:
         aliases: More names that resolve to it.
         published_params: The published parameter count.
         published_params_source: Whose count that is.
+        published_active_params: A mixture of experts' published active count (0: not given).
     """
 
     arch: DecoderArch
@@ -174,6 +241,7 @@ class ZooLlm:
     aliases: tuple[str, ...]
     published_params: int
     published_params_source: str
+    published_active_params: int = 0
 
 
 # ---- parameter counts and model FLOPs ------------------------------------------------------------
@@ -185,26 +253,78 @@ def _mlp_matrices(arch: DecoderArch) -> int:
     return 3 if arch.mlp == "swiglu" else 2
 
 
-def block_params(arch: DecoderArch) -> int:
-    """Parameters of one decoder block (norms, attention projections, MLP, their biases)."""
-    d, f, b = arch.hidden, arch.intermediate, arch.biases
+def attention_params(arch: DecoderArch) -> int:
+    """Parameters of one block's attention: projections, their biases, and MLA's latent norms.
+
+    MLA (DeepSeek-V3's ``DeepseekV3Attention``): ``q_a_proj`` (hidden x q_lora), its norm,
+    ``q_b_proj`` (q_lora x heads x head_dim), ``kv_a_proj_with_mqa`` (hidden x (kv_lora + rope)),
+    its norm, ``kv_b_proj`` (kv_lora x heads x (nope + v)) and ``o_proj`` (heads x v x hidden).
+    """
+    d, b = arch.hidden, arch.biases
+    if arch.is_mla:
+        qw = arch.heads * arch.head_dim
+        q = d * arch.q_lora_rank + arch.q_lora_rank + arch.q_lora_rank * qw if arch.q_lora_rank else d * qw
+        nope = arch.head_dim - arch.qk_rope_head_dim
+        kv = d * (arch.kv_lora_rank + arch.qk_rope_head_dim) + arch.kv_lora_rank \
+            + arch.kv_lora_rank * arch.heads * (nope + arch.v_head_dim)
+        return q + kv + arch.heads * arch.v_head_dim * d
     attn = d * (arch.q_width + 2 * arch.kv_width) + arch.q_width * d
     attn += (arch.q_width + 2 * arch.kv_width if "qkv" in b else 0) + (d if "o" in b else 0)
-    m = _mlp_matrices(arch)
-    mlp = m * d * f + ((m - 1) * f + d if "mlp" in b else 0)
-    return 2 * _norm_params(arch) + attn + mlp
+    attn += 2 * arch.head_dim if arch.qk_norm else 0
+    return attn + (arch.heads if arch.attention_sinks else 0)
+
+
+def dense_mlp_params(arch: DecoderArch, width: int) -> int:
+    """Parameters of one MLP (or one expert) of ``width``, with its biases."""
+    d, m = arch.hidden, _mlp_matrices(arch)
+    return m * d * width + ((m - 1) * width + d if "mlp" in arch.biases else 0)
+
+
+def moe_mlp_params(arch: DecoderArch, active: bool = False) -> int:
+    """Parameters of one MoE block's MLP: router, routed experts (only the ``experts_per_token``
+    a token uses when ``active``), shared experts and the shared expert's gate."""
+    d = arch.hidden
+    router = d * arch.experts + (arch.experts if arch.router_bias else 0)
+    routed = (arch.experts_per_token if active else arch.experts) * dense_mlp_params(arch, arch.expert_intermediate)
+    shared = dense_mlp_params(arch, arch.shared_intermediate) if arch.shared_intermediate else 0
+    return router + routed + shared + (d if arch.shared_gate else 0)
+
+
+def block_params(arch: DecoderArch, i: int = 0, active: bool = False) -> int:
+    """Parameters of decoder block ``i`` (norms, attention, its dense MLP or its MoE layer); with
+    ``active``, only those a token multiplies (its top-k routed experts)."""
+    mlp = moe_mlp_params(arch, active) if arch.is_moe_block(i) else dense_mlp_params(arch, arch.intermediate)
+    return 2 * _norm_params(arch) + attention_params(arch) + mlp
+
+
+def _blocks_params(arch: DecoderArch, active: bool = False) -> int:
+    if not arch.is_moe:
+        return arch.n_layers * block_params(arch)
+    moe = arch.moe_blocks
+    dense = arch.n_layers - moe
+    first_moe = next(i for i in range(arch.n_layers) if arch.is_moe_block(i)) if moe else 0
+    first_dense = next((i for i in range(arch.n_layers) if not arch.is_moe_block(i)), 0)
+    return moe * block_params(arch, first_moe, active) + dense * block_params(arch, first_dense)
 
 
 def params_count(arch: DecoderArch) -> int:
-    """All trainable parameters: token embedding, position table (learned positions), blocks,
-    final norm, and the output head unless it is tied to the token embedding."""
+    """All trainable parameters: token embedding, position table (learned positions), blocks
+    (every expert of a MoE block), final norm, and the output head unless it is tied to the
+    token embedding."""
     d = arch.hidden
-    total = arch.vocab * d + arch.n_layers * block_params(arch) + _norm_params(arch)
+    total = arch.vocab * d + _blocks_params(arch) + _norm_params(arch)
     if arch.position == "learned":
         total += arch.max_seq_len * d
     if not arch.tied_embeddings:
         total += arch.vocab * d
     return total
+
+
+def active_params_count(arch: DecoderArch) -> int:
+    """The parameters one token uses: ``params_count`` with each MoE block's routed experts cut to
+    the ``experts_per_token`` it is routed to (the "active" count model cards publish). A dense
+    model's is ``params_count``."""
+    return params_count(arch) - _blocks_params(arch) + _blocks_params(arch, active=True)
 
 
 def non_embedding_params(arch: DecoderArch) -> int:
@@ -222,7 +342,10 @@ def model_flops_per_token(arch: DecoderArch, seq_len: int) -> float:
 
     ``N`` is the parameters every token multiplies: ``non_embedding_params`` plus, for a tied
     head, the head's ``vocab x hidden`` matrix (its matmul runs per token whatever owns it). For an
-    untied model that is torchtitan's ``N`` (all parameters but the token embedding).
+    untied model that is torchtitan's ``N`` (all parameters but the token embedding). For a
+    mixture of experts ``N`` is the *active* parameters (``active_params_count``: the routed
+    experts a token uses, not all of them), so MFU is on active parameters, as Megatron-Core and
+    torchtitan report it; MLA's attention term is ``6 L s heads (d_qk + d_v)``.
     llm-foundry's MFU counts all parameters instead (the learned position table too: 0.1-0.5 %
     more at 2048 tokens). ``6 N``: forward 2 FLOPs per multiply-add, backward twice forward.
     ``12 L H s`` (``H`` = heads x head_dim) is the attention score and value matmuls of all ``s``
@@ -235,7 +358,10 @@ def model_flops_per_token(arch: DecoderArch, seq_len: int) -> float:
     if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len <= 0:
         raise SriftError(f"sequence length must be a positive integer, got {seq_len!r}.", "pass --seq-len 1 or more.")
     n = non_embedding_params(arch) + (arch.vocab * arch.hidden if arch.tied_embeddings else 0)
-    return 6.0 * n + 12.0 * arch.n_layers * arch.q_width * seq_len
+    n -= params_count(arch) - active_params_count(arch)  # a MoE token multiplies its active experts only
+    # 12 L H s with H = heads x head_dim; MLA's values are narrower than its queries and keys.
+    attention = 6.0 * arch.n_layers * arch.heads * (arch.head_dim + arch.v_head_dim) * seq_len
+    return 6.0 * n + attention
 
 
 # ---- analytic structural profile -----------------------------------------------------------------
@@ -331,23 +457,56 @@ def _block(arch: DecoderArch, i: int, names: _Naming, sh: _Shape) -> list[LayerP
     def at(part: str) -> str:
         return f"{unit}.{part}"
 
-    d, f, t, bias = arch.hidden, arch.intermediate, sh.tokens, arch.biases
+    d, t, bias = arch.hidden, sh.tokens, arch.biases
     qw, kvw = arch.q_width, arch.kv_width
     out = [_norm(at(names.norm_1), unit, arch, sh)]
-    if names.qkv:
+    if arch.is_mla:  # DeepseekV3Attention's projections (module docstring of attention_params)
+        heads, rope, vw = arch.heads, arch.qk_rope_head_dim, arch.heads * arch.v_head_dim
+        if arch.q_lora_rank:
+            q_lat = t * arch.q_lora_rank * sh.e_mm
+            out += [_linear(at("self_attn.q_a_proj"), unit, d, arch.q_lora_rank, False, sh, sh.e_res),
+                    _leaf(at("self_attn.q_a_layernorm"), "RMSNorm", unit, arch.q_lora_rank, q_lat, q_lat),
+                    _linear(at("self_attn.q_b_proj"), unit, arch.q_lora_rank, qw, False, sh, sh.e_mm)]
+        else:
+            out.append(_linear(at("self_attn.q_proj"), unit, d, qw, False, sh, sh.e_res))
+        kv_lat = t * arch.kv_lora_rank * sh.e_mm
+        out += [_linear(at("self_attn.kv_a_proj_with_mqa"), unit, d, arch.kv_lora_rank + rope, False, sh, sh.e_res),
+                _leaf(at("self_attn.kv_a_layernorm"), "RMSNorm", unit, arch.kv_lora_rank, kv_lat, kv_lat),
+                _linear(at("self_attn.kv_b_proj"), unit, arch.kv_lora_rank,
+                        heads * (arch.head_dim - rope + arch.v_head_dim), False, sh, sh.e_mm)]
+        core_in = t * (2 * qw + vw) * sh.e_mm
+    elif names.qkv:
         out.append(_linear(at(names.qkv), unit, d, qw + 2 * kvw, "qkv" in bias, sh, sh.e_res))
+        core_in, vw = t * (qw + 2 * kvw) * sh.e_mm, qw
     else:
         out += [_linear(at(names.q), unit, d, qw, "qkv" in bias, sh, sh.e_res),
                 _linear(at(names.k), unit, d, kvw, "qkv" in bias, sh, sh.e_res),
                 _linear(at(names.v), unit, d, kvw, "qkv" in bias, sh, sh.e_res)]
-    attn_fwd = CAUSAL_FRACTION * 4.0 * sh.batch * sh.seq * sh.seq * qw
-    out.append(_leaf(at(names.core), "ScaledDotProductAttention", unit, 0,
-                     in_bytes=t * (qw + 2 * kvw) * sh.e_mm, out_bytes=t * qw * sh.e_mm,
+        core_in, vw = t * (qw + 2 * kvw) * sh.e_mm, qw
+    if arch.qk_norm:  # Qwen3's per-head RMSNorm of the queries and keys
+        out += [_leaf(at("self_attn.q_norm"), "RMSNorm", unit, arch.head_dim, t * qw * sh.e_mm, t * qw * sh.e_mm),
+                _leaf(at("self_attn.k_norm"), "RMSNorm", unit, arch.head_dim, t * kvw * sh.e_mm, t * kvw * sh.e_mm)]
+    # Q K^T over the query/key width and P V over the value width (MLA: 192 and 128 per head).
+    attn_fwd = CAUSAL_FRACTION * 2.0 * sh.batch * sh.seq * sh.seq * arch.heads * (arch.head_dim + arch.v_head_dim)
+    out.append(_leaf(at(names.core), "ScaledDotProductAttention", unit, arch.heads if arch.attention_sinks else 0,
+                     in_bytes=core_in, out_bytes=t * vw * sh.e_mm,
                      fwd_flops=attn_fwd, bwd_flops=ATTENTION_BWD_OVER_FWD * attn_fwd, seq2=True,
                      extra_activation_bytes=t * arch.heads * LSE_BYTES))
-    out.append(_linear(at(names.o), unit, qw, d, "o" in bias, sh, sh.e_mm))
+    out.append(_linear(at(names.o), unit, vw, d, "o" in bias, sh, sh.e_mm))
     out.append(_norm(at(names.norm_2), unit, arch, sh))
-    act_bytes = t * f * sh.e_mm
+    if arch.is_moe_block(i):
+        return out + _moe_mlp(arch, unit, sh)
+    return out + _mlp(arch, at, names, arch.intermediate, sh, unit)
+
+
+def _mlp(arch: DecoderArch, at: Any, names: _Naming, f: int, sh: _Shape, unit: str,
+         tokens: int | None = None) -> list[LayerProfile]:
+    """A dense MLP of width ``f`` on ``tokens`` (default: all of the step's)."""
+    d, bias = arch.hidden, arch.biases
+    if tokens is not None:
+        sh = dataclasses.replace(sh, tokens=tokens)
+    act_bytes = sh.tokens * f * sh.e_mm
+    out: list[LayerProfile] = []
     if arch.mlp == "swiglu":  # down(act(gate(x)) * up(x)), in the order Hugging Face runs them
         out += [_linear(at(names.gate), unit, d, f, "mlp" in bias, sh, sh.e_res),
                 _leaf(at(names.act), "SiLU", unit, 0, act_bytes, act_bytes),
@@ -356,6 +515,43 @@ def _block(arch: DecoderArch, i: int, names: _Naming, sh: _Shape) -> list[LayerP
         out += [_linear(at(names.up), unit, d, f, "mlp" in bias, sh, sh.e_res),
                 _leaf(at(names.act), "GELU" if arch.mlp == "gelu" else "SquaredReLU", unit, 0, act_bytes, act_bytes)]
     out.append(_linear(at(names.down), unit, f, d, "mlp" in bias, sh, sh.e_mm))
+    return out
+
+
+# Leaf names of a MoE block's routed experts (srift/simulate/moe.py times them at the per-expert
+# token count instead).
+EXPERTS_PREFIX = "mlp.experts."
+
+
+def _moe_mlp(arch: DecoderArch, unit: str, sh: _Shape) -> list[LayerProfile]:
+    """A MoE block's MLP: the router, the routed experts as one grouped GEMM per projection (all
+    experts' weights, ``tokens x top-k`` rows in all) and the shared experts on every token."""
+    d, bias = arch.hidden, arch.biases
+
+    def at(part: str) -> str:
+        return f"{unit}.{part}"
+
+    routed = sh.tokens * arch.experts_per_token
+    out = [_linear(at("mlp.router"), unit, d, arch.experts, arch.router_bias, sh, sh.e_res)]
+    grouped = _Naming(**{**dataclasses.asdict(_NAMING["hf-llama"]), "gate": EXPERTS_PREFIX + "gate_proj",
+                         "up": EXPERTS_PREFIX + "up_proj", "act": EXPERTS_PREFIX + "act_fn",
+                         "down": EXPERTS_PREFIX + "down_proj"})
+    experts = _mlp(arch, at, grouped, arch.expert_intermediate, sh, unit, tokens=routed)
+    for layer in experts:  # one leaf holds every expert's weights
+        if layer.params:
+            layer.params *= arch.experts
+            layer.grad_bytes *= arch.experts
+            extra = (arch.experts - 1) * GRAD_BYTES_PER_PARAM * layer.params // arch.experts
+            layer.fwd_bytes += extra
+            layer.bwd_bytes += 2 * extra
+    out += experts
+    if arch.shared_intermediate:
+        shared = _Naming(**{**dataclasses.asdict(_NAMING["hf-llama"]), "gate": "mlp.shared_expert.gate_proj",
+                            "up": "mlp.shared_expert.up_proj", "act": "mlp.shared_expert.act_fn",
+                            "down": "mlp.shared_expert.down_proj"})
+        out += _mlp(arch, at, shared, arch.shared_intermediate, sh, unit)
+        if arch.shared_gate:
+            out.append(_linear(at("mlp.shared_expert_gate"), unit, d, 1, False, sh, sh.e_res))
     return out
 
 
@@ -417,7 +613,7 @@ def default_seq_len(arch: DecoderArch) -> int:
 
 # ---- the zoo's list (configs/zoo/llm.yaml) --------------------------------------------------------
 _ARCH_KEYS = {f.name for f in dataclasses.fields(DecoderArch)} - {"name"}
-_ENTRY_KEYS = {"hf_repo", "aliases", "published_params", "published_params_source"}
+_ENTRY_KEYS = {"hf_repo", "aliases", "published_params", "published_params_source", "published_active_params"}
 
 
 def llm_catalog_path() -> Path:
@@ -458,6 +654,9 @@ def _entry(name: str, raw: Any, path: Path) -> ZooLlm:
     published = raw["published_params"]
     if not isinstance(published, int) or isinstance(published, bool) or published <= 0:
         raise _catalog_error(path, f"models.{name}.published_params must be a positive integer")
+    active = raw.get("published_active_params", 0)
+    if not isinstance(active, int) or isinstance(active, bool) or active < 0:
+        raise _catalog_error(path, f"models.{name}.published_active_params must be a non-negative integer")
     aliases = raw.get("aliases", [])
     if not isinstance(aliases, list):
         raise _catalog_error(path, f"models.{name}.aliases must be a list")
@@ -468,6 +667,7 @@ def _entry(name: str, raw: Any, path: Path) -> ZooLlm:
         aliases=tuple(str(a) for a in aliases),
         published_params=published,
         published_params_source=str(raw.get("published_params_source", "")),
+        published_active_params=active,
     )
 
 
