@@ -72,11 +72,13 @@ PIPELINE_SCHEDULES: tuple[PipelineSchedule, ...] = get_args(PipelineSchedule)
 @dataclass(frozen=True)
 class LayoutRequest:
     """What ``--layout`` asks for: fixed tensor-, pipeline- and context-parallel degrees, or all
-    three searched (``auto``: every field None). Data parallelism takes the GPUs left."""
+    three searched (``auto``: every field None). Data parallelism takes the GPUs left; ``ep``
+    splits a mixture of experts' routed experts within TP x CP x DP (1 under auto)."""
 
     tp: int | None = None
     pp: int | None = None
     cp: int | None = None
+    ep: int = 1
 
     @property
     def auto(self) -> bool:
@@ -84,7 +86,7 @@ class LayoutRequest:
 
 
 def parse_layout(text: str) -> LayoutRequest:
-    """``tp=T,pp=P,cp=C`` (any of them; the others 1) or ``auto``.
+    """``tp=T,pp=P,cp=C,ep=E`` (any of them; the others 1) or ``auto``.
 
     Raises:
         SriftError: for anything else.
@@ -96,13 +98,13 @@ def parse_layout(text: str) -> LayoutRequest:
     for part in t.split(","):
         key, sep, value = part.partition("=")
         key, value = key.strip(), value.strip()
-        if not sep or key not in ("tp", "pp", "cp") or key in got or not value.isdigit() \
+        if not sep or key not in ("tp", "pp", "cp", "ep") or key in got or not value.isdigit() \
                 or not 1 <= int(value) <= MAX_PARALLEL_DEGREE:
             raise SriftError(f"--layout '{text}' is not a layout.",
-                             f"pass --layout tp=T,pp=P,cp=C (each 1 to {MAX_PARALLEL_DEGREE:,}; data parallelism takes "
-                             "the rest) or --layout auto.")
+                             f"pass --layout tp=T,pp=P,cp=C[,ep=E] (each 1 to {MAX_PARALLEL_DEGREE:,}; data parallelism "
+                             "takes the rest; ep: expert parallelism of a mixture of experts) or --layout auto.")
         got[key] = int(value)
-    return LayoutRequest(got.get("tp", 1), got.get("pp", 1), got.get("cp", 1))
+    return LayoutRequest(got.get("tp", 1), got.get("pp", 1), got.get("cp", 1), got.get("ep", 1))
 
 
 def require_precision(precision: str) -> Precision:

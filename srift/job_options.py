@@ -120,7 +120,7 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "Megatron's distributed optimizer, or ddp).",
               choices=(*PARALLELISMS, *(p for p in LAYOUT_PARALLELISMS if p not in PARALLELISMS), AUTO)),
     JobOption("layout", "text", None, "Tensor, pipeline and context parallelism of a decoder LLM: tp=T,pp=P,cp=C (data "
-              "parallelism takes the rest) or auto (the fastest layout that fits).", example="tp=2,pp=1,cp=1"),
+              "parallelism takes the rest; ep=E adds expert parallelism for a mixture of experts) or auto (the fastest layout that fits).", example="tp=2,pp=1,cp=1"),
     JobOption("micro_batch_size", "int", None, "Sequences per micro-batch of a --layout job (default 1; searched under "
               "--layout auto).", high=MAX_BATCH_SIZE),
     JobOption("pipeline_schedule", "str", None, f"{one_of(PIPELINE_SCHEDULES)}: the --layout's pipeline schedule (default: "

@@ -189,7 +189,7 @@ def test_predict_a_layout_as_json():
     assert code == 0, out
     d = json.loads(out)
     assert d["layout"] == {"tp": 8, "pp": 4, "cp": 1, "dp": 1, "vp": 1, "micro_batch": 1, "grad_accum": 128,
-                           "schedule": "1f1b"}
+                           "schedule": "1f1b", "ep": 1}
     assert set(BREAKDOWN_KEYS) <= set(d["breakdown"])
     assert sum(d["breakdown"][k] for k in BREAKDOWN_KEYS) == pytest.approx(d["iteration_time_s"])
     # 1F1B over 4 stages and 128 micro-batches: 3 idle slots of 131.

@@ -88,3 +88,93 @@ def test_moe_config_errors(tmp_path):
             arch_from_hf_config(path)
     with pytest.raises(SriftError, match="experts per token"):
         DecoderArch("x", 2, 64, 4, 4, 128, 100, experts=4, experts_per_token=5, expert_intermediate=32)
+
+
+# ---- the simulator, by hand on a tiny mixture ---------------------------------------------------
+from srift.cli import main  # noqa: E402
+from srift.cluster import Cluster, NodeGroup  # noqa: E402
+from srift.perf.comm import CommModel  # noqa: E402
+from srift.simulate.layouts import Layout, check_layout, plan_layout  # noqa: E402
+from srift.simulate.moe import (expert_memory_bytes, local_expert_params, moe_activation_bytes,  # noqa: E402
+                                moe_block_shape)
+
+def dgx(gpus: int) -> Cluster:
+    return Cluster(f"{gpus} H100", (NodeGroup(count=max(1, gpus // 8), gpus_per_node=min(8, gpus), gpu="H100",
+                                              intra_node="nvswitch4", network_gbps=3200.0, network="infiniband"),))
+
+
+TINY = DecoderArch("tiny-moe", n_layers=2, hidden=64, heads=4, kv_heads=4, intermediate=256, vocab=100, experts=8,
+                   experts_per_token=2, expert_intermediate=32)
+
+
+def test_dispatch_volume_and_expert_gemm_shapes_by_hand():
+    s = moe_block_shape(TINY, tokens=128, ep=4, element_bytes=2.0)
+    assert s.routed_rows == 256 and s.local_experts == 2
+    assert s.rows_per_expert == 128  # 256 rows over 8 experts x 4 ranks' worth: 128 per local expert
+    assert s.dispatch_bytes == 256 * 64 * 2  # tokens x top-k x hidden x bytes
+    assert s.dispatch_off_gpu_bytes == 256 * 64 * 2 * 3 / 4
+    assert s.expert_gemms == ((128, 64, 32), (128, 64, 32), (128, 32, 64))
+    assert moe_block_shape(TINY, 128, 4, 2.0, imbalance=1.5).rows_per_expert == 192  # the busiest rank
+    assert moe_block_shape(TINY, 128, 1, 2.0, imbalance=1.5).rows_per_expert == 32  # one rank: no imbalance
+    # kept for backward: input rows and expert outputs (2 x hidden), gate/up/product (3 x width), fp32 probs
+    assert moe_activation_bytes(TINY, s, 2.0) == 256 * (2 * 64 + 3 * 32) * 2 + 128 * 8 * 4
+    with pytest.raises(ValueError):
+        moe_block_shape(TINY, 128, 3, 2.0)
+
+
+def test_expert_memory_by_hand():
+    assert local_expert_params(TINY, 4) == 2 * 3 * 64 * 32
+    mem = expert_memory_bytes(TINY, moe_blocks=2, ep=4, expert_dp=2)
+    n = 2 * 2 * 3 * 64 * 32
+    assert mem == {"expert_weights": 2 * n, "expert_gradients": 2 * n, "expert_optimizer_state": 12 * n / 2}
+
+
+def test_all_to_all_time_from_the_link_model():
+    comm = CommModel.for_cluster(dgx(16))
+    size = 2.0**30
+    node = comm.subgroup(8, 8)
+    both = comm.subgroup(16, 8)
+    t_node = node.all_to_all_time_s(size)
+    # within a node: 7/8 of the buffer over each GPU's NVLink, at the link's efficiency for 1/8 of it
+    link_s = 7 / 8 * size / (node.topology.link_gbytes_per_s * 1e9 * float(node._link.efficiency(size / 8)))
+    assert t_node == pytest.approx(node._latency_s(0.5) + link_s, rel=1e-6)
+    assert link_s >= 7 / 8 * size / (node.topology.link_gbytes_per_s * 1e9)
+    # across two nodes: each node sends 8 x 8/16 of the buffers over its network
+    topo = both.topology
+    assert both.all_to_all_time_s(size) >= 8 * 8 / 16 * size / topo.net_rate_bytes_per_s
+    assert both.all_to_all_time_s(size) > t_node
+    assert comm.subgroup(1, 1).all_to_all_time_s(size) == 0.0
+
+
+def test_expert_parallel_layout_memory_and_all_to_all():
+    arch = llm_arch("mixtral-8x7b")
+    cluster = dgx(32)
+    lay = Layout(1, 1, 1, 32, micro_batch=1, grad_accum=8, ep=8)
+    plan = plan_layout(arch, cluster, lay, 4096, "bf16", "full")
+    expert = 32 * 8 * 3 * 4096 * 14336
+    dense = params_count(arch) - expert
+    held = dense + expert / 8  # every non-expert parameter, one expert of each block
+    assert plan.memory_breakdown_bytes["weights"] == pytest.approx(2 * held)
+    assert plan.memory_breakdown_bytes["optimizer_state"] == pytest.approx(12 * (dense / 32 + expert / 8 / 4))
+    assert plan.breakdown_s["exposed_ep"] > 0 and plan.comm_s["ep"] == pytest.approx(plan.breakdown_s["exposed_ep"] / 1.5)
+    no_ep = plan_layout(arch, cluster, Layout(1, 1, 1, 32, micro_batch=1, grad_accum=8), 4096, "bf16", "full")
+    assert no_ep.breakdown_s["exposed_ep"] == 0.0
+    assert no_ep.memory_breakdown_bytes["weights"] == pytest.approx(2 * params_count(arch))
+    assert "does not divide the 8 experts" in check_layout(arch, Layout(1, 1, 1, 32, ep=16), 4096, 8)
+    assert "needs a mixture-of-experts" in check_layout(llm_arch("llama3-8b"), Layout(1, 1, 1, 32, ep=2), 4096, 8)
+
+
+def test_predict_mixtral_with_expert_parallelism(capsys):
+    """The issue's done-when command: the all-to-all in the breakdown, total and active counts."""
+    assert main(["predict", "--model-config", str(FIXTURES / "Mixtral-8x7B-v0.1.json"), "--instance", "p5.48xlarge:4",
+                 "--layout", "tp=1,pp=1,ep=8", "--seq-len", "4096", "--micro-batch-size", "1",
+                 "--global-batch-size", "256", "--precision", "bf16", "--format", "json"]) == 0
+    import json
+    out = json.loads(capsys.readouterr().out)
+    assert out["layout"]["ep"] == 8 and out["breakdown"]["exposed_ep"] > 0
+    assert out["params_total"] == 46_702_792_704 and out["params_active"] == 12_879_925_248
+    flops = model_flops_per_token(arch_from_hf_config(FIXTURES / "Mixtral-8x7B-v0.1.json"), 4096)
+    assert out["mfu"] == pytest.approx(out["throughput_tokens_per_s"] * flops / (32 * 989.4e12), rel=0.01)
+    assert main(["predict", "--model-config", str(FIXTURES / "Mixtral-8x7B-v0.1.json"), "--instance", "p5.48xlarge:4",
+                 "--layout", "tp=1,pp=1,ep=3", "--global-batch-size", "256", "--precision", "bf16"]) == 2
+    assert "ep=3 does not divide the 8 experts" in capsys.readouterr().err

@@ -26,6 +26,7 @@ PHASE_LABELS = {
     "comm_interference": "communication interference",
     "exposed_tp": "exposed tensor-parallel collectives",
     "exposed_cp": "exposed context-parallel ring",
+    "exposed_ep": "exposed expert-parallel all-to-all",
     "exposed_pp": "exposed pipeline sends",
     "bubble": "pipeline bubble",
     "exposed_dp": "exposed data-parallel reduction",
@@ -70,7 +71,8 @@ def plan_text(pred: Prediction) -> str:
     if pred.layout:
         lay = pred.layout
         sched = f"interleaved, {lay['vp']} virtual stages" if lay["schedule"] == "interleaved" else "1F1B"
-        text = f"TP {lay['tp']} x PP {lay['pp']} ({sched}) x CP {lay['cp']} x DP {lay['dp']}, " + text
+        ep = f" (EP {lay['ep']} for the experts)" if int(lay.get("ep", 1)) > 1 else ""
+        text = f"TP {lay['tp']} x PP {lay['pp']} ({sched}) x CP {lay['cp']} x DP {lay['dp']}{ep}, " + text
     if pred.activation_checkpointing != "none":
         text += f", {pred.activation_checkpointing} activation checkpointing"
     if pred.grad_accum > 1:
@@ -132,7 +134,8 @@ def comm_line(result: PredictResult) -> str:
         return ""
     hidden = max(0.0, total - exposed_comm_s(pred)) / total
     if pred.layout:
-        return (f"Tensor-, context-, pipeline- and data-parallel communication {seconds(total)} per iteration, "
+        return (f"Tensor-, context-, {'expert-, ' if int(pred.layout.get('ep', 1)) > 1 else ''}pipeline- and "
+                f"data-parallel communication {seconds(total)} per iteration, "
                 f"{hidden:.0%} of it hidden behind compute.")
     if pred.parallelism == "ddp":
         return f"All-reduce {seconds(total)} per iteration, {hidden:.0%} of it hidden behind backward."

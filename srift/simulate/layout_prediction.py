@@ -19,7 +19,8 @@ from srift.simulate.layouts import (
 from srift.simulate.memory import USABLE_FRACTION
 from srift.simulate.prediction import BatchShare, Prediction, bottleneck
 from srift.simulate.spot import spot_expectation
-from srift.zoo.llm import DecoderArch, params_count
+from srift.simulate.moe import BALANCED_ROUTING, REAL_ROUTING
+from srift.zoo.llm import DecoderArch, active_params_count, params_count
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,8 @@ class LayoutSettings:
         virtual_stages: Virtual stages per pipeline rank (interleaved).
         dp_flavour: One of DP_FLAVOURS.
         checkpointing: ``none``, ``selective``, ``full``, or None (the least recompute that fits).
+        routing_imbalance: A mixture of experts' busiest-rank load over the mean (srift/simulate/moe.py:
+            REAL_ROUTING for predictions, BALANCED_ROUTING for force-balanced benchmarks).
     """
 
     request: LayoutRequest
@@ -46,6 +49,7 @@ class LayoutSettings:
     virtual_stages: int = 1
     dp_flavour: str = "zero1"
     checkpointing: str | None = None
+    routing_imbalance: float = REAL_ROUTING
 
     @classmethod
     def of(cls, job: Job) -> "LayoutSettings":
@@ -89,7 +93,7 @@ def fixed_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, 
                          "choose --global-batch-size as a multiple of --micro-batch-size x DP.")
     v = settings.virtual_stages
     schedule = settings.schedule or ("interleaved" if v > 1 else "1f1b")
-    layout = Layout(t, p, c, d, v, mb, gb // (mb * d), schedule)
+    layout = Layout(t, p, c, d, v, mb, gb // (mb * d), schedule, r.ep)
     why = check_layout(arch, layout, seq_len, cluster.node_groups[0].gpus_per_node)
     if why:
         raise SriftError(f"--layout {layout.label} cannot run {arch.name}: {why}.", "choose another --layout, or --layout auto.")
@@ -114,7 +118,8 @@ def plan_for(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_
     layout = fixed_layout(arch, cluster, settings, seq_len)
     plan = None
     for policy in ckpts:
-        plan = plan_layout(arch, cluster, layout, seq_len, precision, policy, settings.dp_flavour, comm, quantile)
+        plan = plan_layout(arch, cluster, layout, seq_len, precision, policy, settings.dp_flavour, comm, quantile,
+                           imbalance=settings.routing_imbalance)
         if plan.fits:
             return plan, None
     assert plan is not None
@@ -128,7 +133,8 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
     """The Prediction of ``arch`` laid out on ``cluster`` (breakdown: srift.simulate.layouts.BREAKDOWN_KEYS)."""
     plan, alternative = plan_for(arch, cluster, settings, seq_len, precision)
     lay = plan.layout
-    p90_plan = plan_layout(arch, cluster, lay, seq_len, precision, plan.checkpointing, plan.dp_flavour, quantile=0.9)
+    p90_plan = plan_layout(arch, cluster, lay, seq_len, precision, plan.checkpointing, plan.dp_flavour, quantile=0.9,
+                           imbalance=settings.routing_imbalance)
     breakdown = dict(plan.breakdown_s)
     comm_cost = sum(v for k, v in breakdown.items() if k.startswith("exposed_")) + breakdown["comm_interference"]
     breakdown["comm_total"] = sum(plan.comm_s.values())
@@ -146,6 +152,12 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
              f"compute x {params.megatron_compute_factor:.3f} (Megatron-Core / Transformer Engine, fitted)"]
     if settings.request.auto:
         notes.append("layout chosen by srift's search (--layout auto)")
+    if arch.is_moe:
+        notes.append(f"mixture of experts: {params_count(arch) / 1e9:,.2f}B parameters, {active_params_count(arch) / 1e9:,.2f}B "
+                     f"active ({arch.experts_per_token} of {arch.experts} experts); ep={lay.ep}: dispatch and combine "
+                     f"all-to-alls exposed (exposed_ep); routing imbalance x{settings.routing_imbalance:g} "
+                     f"({'force-balanced' if settings.routing_imbalance == BALANCED_ROUTING else 'estimated for trained routers'}"
+                     "); MFU = tokens/s x (6 x active parameters + attention) / peak")
     if not plan.fits and alternative is not None:
         notes.append(f"fits instead: --layout tp={alternative.layout.tp},pp={alternative.layout.pp},"
                      f"cp={alternative.layout.cp} --micro-batch-size {alternative.layout.micro_batch}"
@@ -172,7 +184,8 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
         tokens_per_s_per_gpu=tokens / cluster.gpus, mfu=tokens * model_flops_per_token / peak,
         model_flops_per_token=model_flops_per_token, data_loading="tokens",
         layout={k: v for k, v in lay.to_dict().items()}, memory_stage=plan.memory_stage,
-        layout_alternative=None if alternative is None else alternative.layout.to_dict())
+        layout_alternative=None if alternative is None else alternative.layout.to_dict(),
+        params_total=params_count(arch), params_active=active_params_count(arch))
 
 
 def layout_memory_error(cluster: Cluster, pred: Prediction, model: str) -> SriftError:

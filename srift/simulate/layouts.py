@@ -63,7 +63,9 @@ from srift.perf.comm import CommModel
 from srift.job import HALF_PRECISIONS, LAYOUT_PARALLELISMS, PIPELINE_SCHEDULES, LayoutRequest
 from srift.perf.compute import kernel_rates, layer_kind, layer_times, load_params as load_compute_params, mma_rate_flops
 from srift.simulate.memory import FRAGMENTATION, LOSS_FP32_BYTES, MASTER_BYTES, USABLE_FRACTION, WORKSPACE_BYTES, fits
-from srift.zoo.llm import DecoderArch, block_params, decoder_profile, params_count
+from srift.simulate.moe import (BALANCED_ROUTING, check_ep, local_expert_params, moe_activation_bytes, moe_block_shape,
+                                moe_block_times)
+from srift.zoo.llm import EXPERTS_PREFIX, DecoderArch, block_params, decoder_profile, dense_mlp_params, params_count
 
 SCHEDULES = PIPELINE_SCHEDULES
 DP_FLAVOURS = LAYOUT_PARALLELISMS
@@ -78,7 +80,7 @@ SEARCH_MICRO_BATCHES = (1, 2, 4, 8)
 SEARCH_VIRTUAL_STAGES = (1, 2, 3, 4, 6, 8, 12)
 SEARCH_CONTEXT = (1, 2, 4, 8, 16, 32)
 # Breakdown keys of a layout's iteration (they add up to it).
-BREAKDOWN_KEYS = ("forward", "backward", "recompute", "exposed_tp", "exposed_cp", "exposed_pp", "bubble",
+BREAKDOWN_KEYS = ("forward", "backward", "recompute", "exposed_tp", "exposed_cp", "exposed_ep", "exposed_pp", "bubble",
                   "exposed_dp", "comm_interference", "optimizer", "overhead")
 
 
@@ -96,6 +98,7 @@ class Layout:
         micro_batch: Sequences per micro-batch.
         grad_accum: Micro-batches per optimizer step per pipeline (``M``).
         schedule: One of SCHEDULES.
+        ep: Expert-parallel ranks of a mixture of experts (within ``tp x cp x dp``; 1: none).
     """
 
     tp: int
@@ -106,9 +109,10 @@ class Layout:
     micro_batch: int = 1
     grad_accum: int = 1
     schedule: str = "1f1b"
+    ep: int = 1
 
     def __post_init__(self) -> None:
-        for key in ("tp", "pp", "cp", "dp", "vp", "micro_batch", "grad_accum"):
+        for key in ("tp", "pp", "cp", "dp", "vp", "micro_batch", "grad_accum", "ep"):
             v = getattr(self, key)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"layout {key} must be a positive integer, got {v!r}")
@@ -129,11 +133,13 @@ class Layout:
     def label(self) -> str:
         """``tp8 pp8 cp2 dp4 vp8 mb1x64``."""
         vp = f" vp{self.vp}" if self.vp > 1 else ""
-        return f"tp{self.tp} pp{self.pp} cp{self.cp} dp{self.dp}{vp} mb{self.micro_batch}x{self.grad_accum}"
+        ep = f" ep{self.ep}" if self.ep > 1 else ""
+        return f"tp{self.tp} pp{self.pp} cp{self.cp} dp{self.dp}{ep}{vp} mb{self.micro_batch}x{self.grad_accum}"
 
     def to_dict(self) -> dict[str, int | str]:
         return {"tp": self.tp, "pp": self.pp, "cp": self.cp, "dp": self.dp, "vp": self.vp,
-                "micro_batch": self.micro_batch, "grad_accum": self.grad_accum, "schedule": self.schedule}
+                "micro_batch": self.micro_batch, "grad_accum": self.grad_accum, "schedule": self.schedule,
+                "ep": self.ep}
 
 
 def bubble_fraction(pp: int, micro_batches: int, vp: int = 1) -> float:
@@ -224,6 +230,12 @@ class BlockParts:
         local_block_params: One block's parameters on this TP rank.
         local_embed_params, local_head_params: The embedding's and head's on this rank.
         kv_width: This rank's key/value width.
+        moe_fraction: Share of the blocks that are MoE blocks (0: a dense model). A mixture of
+            experts' blocks are averaged: each block stands for ``moe_fraction`` of a MoE block
+            and the rest of a dense one (DeepSeek-V3's 3 dense blocks of 61 spread over the stages).
+        local_expert_params: Routed-expert parameters of one (average) block on this rank.
+        dispatch_bytes: One MoE block's all-to-all send buffer per rank (srift/simulate/moe.py).
+        experts_f_s, experts_b_s: Of ``block_f_s``/``block_b_s``, the routed experts' grouped GEMMs.
     """
 
     block_f_s: float
@@ -242,6 +254,11 @@ class BlockParts:
     local_embed_params: float
     local_head_params: float
     kv_width: int
+    moe_fraction: float = 0.0
+    local_expert_params: float = 0.0
+    dispatch_bytes: float = 0.0
+    experts_f_s: float = 0.0
+    experts_b_s: float = 0.0
 
 
 def split_arch(arch: DecoderArch, tp: int) -> DecoderArch:
@@ -249,14 +266,51 @@ def split_arch(arch: DecoderArch, tp: int) -> DecoderArch:
     (replicated when fewer than t), ``ceil(intermediate / t)`` MLP width, ``ceil(vocab / t)``."""
     return dataclasses.replace(arch, n_layers=1, heads=arch.heads // tp, kv_heads=max(1, arch.kv_heads // tp),
                                head_dim=arch.head_dim, intermediate=-(-arch.intermediate // tp),
+                               shared_intermediate=-(-arch.shared_intermediate // tp),
                                vocab=-(-arch.vocab // tp), max_seq_len=arch.max_seq_len)
 
 
 # Caches hold every (GPU type x TP x CP x micro-batch) of a multi-cloud search (about 30 GPU types x
 # 100 splits): a smaller LRU cache cycled through would miss on every call.
 @functools.lru_cache(maxsize=32768)
-def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str, gpu: str) -> BlockParts:
-    """``BlockParts`` from the compute model on the split shapes (cached)."""
+def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str, gpu: str,
+                ep: int = 1, imbalance: float = BALANCED_ROUTING) -> BlockParts:
+    """``BlockParts`` from the compute model on the split shapes (cached).
+
+    A mixture of experts (``ep`` expert-parallel ranks, routing ``imbalance``: srift/simulate/moe.py)
+    averages a dense block and a MoE block by ``moe_fraction``; the MoE block's routed experts are
+    timed at the per-expert row count, not as the profile's aggregate GEMMs."""
+    if not arch.is_moe:
+        return _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu)
+    frac = arch.moe_blocks / arch.n_layers
+    moe_arch = dataclasses.replace(arch, dense_layers=0, moe_every=1)
+    moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu)
+    dense = moe if frac == 1.0 else _block_parts(
+        dataclasses.replace(arch, experts=0, experts_per_token=0, expert_intermediate=0, shared_intermediate=0,
+                            dense_layers=0, moe_every=1, router_bias=False, shared_gate=False),
+        tp, cp, micro_batch, seq_len, precision, gpu)
+    e = 2.0 if precision in HALF_PRECISIONS else 4.0
+    shape = moe_block_shape(arch, micro_batch * seq_len // (cp * tp), ep, e, imbalance)
+    xt = moe_block_times(arch, shape, gpu, precision, None)
+    # The MoE block's non-expert parameters on this rank: its profile's, less every routed expert.
+    moe_local = moe.local_block_params - arch.experts * dense_mlp_params(split_arch(arch, tp), arch.expert_intermediate)
+
+    def mix(a: float, b: float) -> float:
+        return frac * a + (1.0 - frac) * b
+
+    return dataclasses.replace(
+        moe,
+        block_f_s=mix(moe.block_f_s + xt.experts_f_s, dense.block_f_s),
+        block_b_s=mix(moe.block_b_s + xt.experts_b_s, dense.block_b_s),
+        block_act_bytes=mix(moe.block_act_bytes + moe_activation_bytes(arch, shape, e), dense.block_act_bytes),
+        local_block_params=mix(moe_local, dense.local_block_params),
+        moe_fraction=frac, local_expert_params=frac * local_expert_params(arch, ep),
+        dispatch_bytes=shape.dispatch_bytes, experts_f_s=frac * xt.experts_f_s, experts_b_s=frac * xt.experts_b_s)
+
+
+def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str,
+                 gpu: str) -> BlockParts:
+    """``BlockParts`` of ``arch``'s first block (a MoE block's routed experts left out)."""
     split = split_arch(arch, tp)
     tokens = seq_len // cp
     prof = decoder_profile(split, batch_size=micro_batch, seq_len=tokens, precision=precision)
@@ -279,6 +333,8 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
     act = first_act = last_act = 0.0
     seen_block = False
     for i, layer in enumerate(prof.layers):
+        if EXPERTS_PREFIX in layer.name:  # timed per expert by block_parts
+            continue
         kind = layer_kind(layer.type)
         f, b = float(times.fwd_s[i]), float(times.bwd_s[i])
         if kind == "attention":
@@ -320,7 +376,8 @@ def scaled_parts(parts: BlockParts, factor: float) -> BlockParts:
     return dataclasses.replace(parts, **{k: getattr(parts, k) * factor for k in _SECONDS})
 
 
-_SECONDS = ("block_f_s", "block_b_s", "attention_f_s", "attention_b_s", "first_f_s", "first_b_s", "last_f_s", "last_b_s")
+_SECONDS = ("block_f_s", "block_b_s", "attention_f_s", "attention_b_s", "first_f_s", "first_b_s", "last_f_s", "last_b_s",
+            "experts_f_s", "experts_b_s")
 
 
 @dataclass(frozen=True)
@@ -359,7 +416,8 @@ def load_layout_params(path: str | None = None) -> LayoutParams:
 
 # ---- memory of one stage ------------------------------------------------------------------------
 def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes: float, in_flight: float,
-                       extra_act_bytes: float = 0.0, dp_flavour: str = "zero1") -> dict[str, float]:
+                       extra_act_bytes: float = 0.0, dp_flavour: str = "zero1", expert_params: float = 0.0,
+                       expert_shard: int = 1) -> dict[str, float]:
     """Bytes per GPU of one pipeline stage, by kind.
 
     Args:
@@ -370,6 +428,9 @@ def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes
         extra_act_bytes: Activations held once (the loss's fp32 logits on the last stage, the
             block recomputing under full checkpointing).
         dp_flavour: ``zero1`` or ``ddp``.
+        expert_params: Routed-expert parameters this GPU holds (its ``experts / ep`` of its
+            stage's MoE blocks), counted in the weights, gradients and optimizer states.
+        expert_shard: Ranks their optimizer states are sharded over (``tp x cp x dp / ep``).
 
     Returns:
         ``weights`` (bf16), ``gradients`` (GRAD_BYTES buffers), ``optimizer_state`` (fp32
@@ -377,11 +438,13 @@ def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes
         slack on activations) and ``workspace``.
     """
     n = float(shard) if dp_flavour == "zero1" else 1.0
+    ne = float(expert_shard) if dp_flavour == "zero1" else 1.0
     acts = act_per_microbatch_bytes * in_flight + extra_act_bytes
+    held = stage_params + expert_params
     return {
-        "weights": stage_params * PARAM_BYTES,
-        "gradients": stage_params * GRAD_BYTES,
-        "optimizer_state": stage_params * (MASTER_BYTES + ADAM_STATE_BYTES) / n,
+        "weights": held * PARAM_BYTES,
+        "gradients": held * GRAD_BYTES,
+        "optimizer_state": (stage_params / n + expert_params / ne) * (MASTER_BYTES + ADAM_STATE_BYTES),
         "activations": acts,
         "fragmentation": FRAGMENTATION * acts,
         "workspace": WORKSPACE_BYTES,
@@ -397,7 +460,7 @@ class LayoutPlan:
         layout: The layout.
         iteration_s: Seconds per optimizer step.
         breakdown_s: Seconds by BREAKDOWN_KEYS (they add up to ``iteration_s``).
-        comm_s: Communication seconds per iteration by group (``tp``, ``cp``, ``pp``, ``dp``),
+        comm_s: Communication seconds per iteration by group (``tp``, ``cp``, ``ep``, ``pp``, ``dp``),
             hidden or not.
         memory_per_gpu_bytes: The most loaded stage's bytes per GPU.
         memory_breakdown_bytes: That stage's bytes by kind.
@@ -434,6 +497,9 @@ def check_layout(arch: DecoderArch, layout: Layout, seq_len: int, gpus_per_node:
         return f"pp={layout.pp} is more stages than the {arch.n_layers} layers"
     if layout.pp * layout.vp > arch.n_layers + 2:
         return f"pp={layout.pp} x {layout.vp} virtual stages is more than the {arch.n_layers} layers"
+    why_ep = check_ep(arch, layout.ep, layout.tp * layout.cp * layout.dp)
+    if why_ep:
+        return why_ep
     if layout.cp > 1 and seq_len % (2 * layout.cp):
         return f"cp={layout.cp} needs a sequence length divisible by {2 * layout.cp} (2 chunks per rank)"
     if layout.schedule == "interleaved" and layout.pp > 1 and layout.grad_accum % layout.pp:
@@ -458,12 +524,14 @@ def _group_ranks_per_node(gpus_per_node: int, stride: int, size: int, outer_stri
 
 def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, precision: str = "bf16",
                 checkpointing: str = "none", dp_flavour: str = "zero1", comm: CommModel | None = None,
-                quantile: float = 0.5, tp_overlap: bool = True, compute_factor: float | None = None) -> LayoutPlan:
+                quantile: float = 0.5, tp_overlap: bool = True, compute_factor: float | None = None,
+                imbalance: float = BALANCED_ROUTING) -> LayoutPlan:
     """Predict one iteration of ``arch`` laid out as ``layout`` on ``cluster`` (module docstring).
 
     ``compute_factor`` scales the compute model's seconds (default: the fitted
     ``megatron_compute_factor`` of configs/perf/layouts.json); ``tp_overlap`` overlaps the
-    tensor-parallel collectives with the GEMMs (NeMo's performance recipes: ``tp_comm_overlap``).
+    tensor-parallel collectives with the GEMMs (NeMo's performance recipes: ``tp_comm_overlap``);
+    ``imbalance`` is a mixture of experts' routing imbalance (srift/simulate/moe.py).
 
     Raises:
         SriftError: when the layout does not use the cluster's GPUs or cannot split the model.
@@ -482,7 +550,8 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
         raise SriftError(f"layout {layout.label} cannot run {arch.name}: {why}.",
                          "choose another --layout, or --layout auto.")
     gpu = cluster.node_groups[0].gpu
-    parts = scaled_parts(block_parts(arch, layout.tp, layout.cp, layout.micro_batch, seq_len, precision, gpu),
+    parts = scaled_parts(block_parts(arch, layout.tp, layout.cp, layout.micro_batch, seq_len, precision, gpu,
+                                     layout.ep, imbalance),
                          load_layout_params().megatron_compute_factor if compute_factor is None else compute_factor)
     return _plan(arch, cluster, layout, seq_len, precision, checkpointing, dp_flavour, comm, quantile, gpu, parts,
                  tp_overlap)
@@ -569,8 +638,15 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     tp_f, tp_b_exposed, tp_b_hidden, tp_end = bc.tp_f_s, bc.tp_b_s, bc.tp_hidden_s, bc.tp_end_s
     cp_f, cp_b, cp_hidden, step_f, step_b = bc.cp_f_s, bc.cp_b_s, bc.cp_hidden_s, bc.cp_step_f_s, bc.cp_step_b_s
     recompute = parts.block_f_s if checkpointing == "full" else (parts.attention_f_s if checkpointing == "selective" else 0.0)
-    blk_f = parts.block_f_s + tp_f + cp_f
-    blk_b = parts.block_b_s + tp_b_exposed + cp_b + (recompute + (tp_f if checkpointing == "full" else 0.0))
+    # Expert parallelism: dispatch and combine all-to-alls in the EP group (innermost: up to a
+    # node's GPUs over NVLink), exposed, per (average) block: srift/simulate/moe.py.
+    ep_f = ep_b = 0.0
+    if layout.ep > 1 and parts.moe_fraction > 0:
+        ep_comm = comm.subgroup(layout.ep, min(layout.ep, g))
+        a2a = float(ep_comm.all_to_all_time_s(parts.dispatch_bytes, quantile))
+        ep_f = ep_b = 2.0 * a2a * parts.moe_fraction
+    blk_f = parts.block_f_s + tp_f + cp_f + ep_f
+    blk_b = parts.block_b_s + tp_b_exposed + cp_b + ep_b + (recompute + (tp_f + ep_f if checkpointing == "full" else 0.0))
     stage_f, stage_b = [], []
     for i, n in enumerate(layers):
         f = n * blk_f + (parts.first_f_s + tp_end if i == 0 else 0.0) + (parts.last_f_s + tp_end if i == p - 1 else 0.0)
@@ -601,31 +677,42 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
                     + (parts.local_head_params if slow == p - 1 else 0.0))
     dp_group = c * d
     dp_exposed = dp_hidden = 0.0
+    # Routed experts reduce their gradients over the expert data-parallel group instead
+    # (tp x cp x dp / ep ranks; ep innermost, so g / ep of them share a node).
+    expert_params = n_slow * parts.local_expert_params
+    edp = t * c * d // layout.ep
+    groups = []
     if dp_group > 1:
         per_node = _group_ranks_per_node(g, t, c, t * c * p, d)
-        dcomm = comm.subgroup(dp_group, min(per_node, dp_group))
+        groups.append((comm.subgroup(dp_group, min(per_node, dp_group)), stage_params))
+    if expert_params > 0 and edp > 1:
+        groups.append((comm.subgroup(edp, min(edp, max(1, g // layout.ep))), expert_params))
+    rs = ag = 0.0
+    for dcomm, n_params in groups:
         if dp_flavour == "zero1":
-            rs = float(dcomm.reduce_scatter_time_s(stage_params * GRAD_BYTES, quantile))
-            ag = float(dcomm.all_gather_time_s(stage_params * PARAM_BYTES, quantile))
-            dp_exposed = max(0.0, rs - sb) + max(0.0, ag - sf)
-            dp_total = rs + ag
+            rs += float(dcomm.reduce_scatter_time_s(n_params * GRAD_BYTES, quantile))
+            ag += float(dcomm.all_gather_time_s(n_params * PARAM_BYTES, quantile))
         else:
-            ar = float(dcomm.allreduce_time_s(stage_params * GRAD_BYTES, quantile))
-            dp_exposed = max(0.0, ar - sb)
-            dp_total = ar
-        dp_hidden = dp_total - dp_exposed
+            rs += float(dcomm.allreduce_time_s(n_params * GRAD_BYTES, quantile))
+    if groups:
+        dp_exposed = max(0.0, rs - sb) + max(0.0, ag - sf)
+        dp_hidden = rs + ag - dp_exposed
     shard = dp_group if dp_flavour == "zero1" else 1
+    expert_shard = edp if dp_flavour == "zero1" else 1
     rates = kernel_rates(gpu, precision)
-    optimizer = stage_params / shard * (MASTER_BYTES * 3 + 2 * ADAM_STATE_BYTES) / rates.memory_bytes_per_s
+    optimizer = ((stage_params / shard + expert_params / expert_shard) * (MASTER_BYTES * 3 + 2 * ADAM_STATE_BYTES)
+                 / rates.memory_bytes_per_s)
     overhead = load_compute_params().overhead_s
     hidden = (tp_b_hidden * n_slow * m + cp_hidden * n_slow * m + hidden_p2p + dp_hidden)
     interf = interference * hidden
     breakdown = {
-        "forward": m * (sf - n_slow * (tp_f + cp_f)),
-        "backward": m * (sb - n_slow * (tp_b_exposed + cp_b + recompute + (tp_f if checkpointing == "full" else 0.0))),
+        "forward": m * (sf - n_slow * (tp_f + cp_f + ep_f)),
+        "backward": m * (sb - n_slow * (tp_b_exposed + cp_b + ep_b + recompute
+                                        + (tp_f + ep_f if checkpointing == "full" else 0.0))),
         "recompute": m * n_slow * recompute,
         "exposed_tp": m * n_slow * (tp_f + tp_b_exposed + (tp_f if checkpointing == "full" else 0.0)),
         "exposed_cp": m * n_slow * (cp_f + cp_b),
+        "exposed_ep": m * n_slow * (ep_f + ep_b + (ep_f if checkpointing == "full" else 0.0)),
         "exposed_pp": pipe_p2p,
         "bubble": bubble,
         "exposed_dp": dp_exposed,
@@ -641,6 +728,7 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     gpu_mem = min(gr.gpu_memory_gib if gr.gpu_memory_gib is not None else gpu_spec(gr.gpu).memory_gib
                   for gr in cluster.node_groups)
     comm_s = {"tp": m * n_slow * (tp_f + tp_b_exposed + tp_b_hidden), "cp": m * n_slow * (c - 1) * (step_f + step_b),
+              "ep": m * n_slow * (ep_f + ep_b),
               "pp": pipe_p2p + hidden_p2p, "dp": dp_exposed + dp_hidden}
     return LayoutPlan(layout, iteration, breakdown, comm_s, worst[0], worst[1], worst[2], fits(worst[0], gpu_mem),
                       layout.global_batch * seq_len / iteration, checkpointing, dp_flavour)
@@ -804,14 +892,16 @@ def _peak_memory(arch: DecoderArch, layout: Layout, parts: BlockParts, checkpoin
     Only stages 0, 1 and the last can be it: every middle stage holds at most stage 1's blocks
     (``stage_layers``) and fewer micro-batches in flight."""
     return _peak_memory_of(arch, layout.pp, layout.vp if layout.schedule == "interleaved" else 1, layout.grad_accum,
-                           layout.cp * layout.dp, parts, checkpointing, dp_flavour)
+                           layout.cp * layout.dp, parts, checkpointing, dp_flavour,
+                           layout.tp * layout.cp * layout.dp // layout.ep)
 
 
 def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts: BlockParts, checkpointing: str,
-                    dp_flavour: str) -> float:
+                    dp_flavour: str, expert_shard: int = 1) -> float:
     """``_peak_memory`` of ``p`` stages, ``v`` virtual stages (1: 1F1B), ``m`` micro-batches and
-    optimizer states over ``shard`` (CP x DP) ranks."""
+    optimizer states over ``shard`` (CP x DP) ranks (routed experts': ``expert_shard``)."""
     per_param = PARAM_BYTES + GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / (shard if dp_flavour == "zero1" else 1)
+    per_expert = PARAM_BYTES + GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / (expert_shard if dp_flavour == "zero1" else 1)
     layers = stage_layers(arch.n_layers, p)
     full = checkpointing == "full"
     peak = 0.0
@@ -822,7 +912,8 @@ def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts
         acts = per_mb * flight + (parts.block_act_bytes if full else 0.0) + (parts.last_act_bytes if i == p - 1 else 0.0)
         params_i = (n * parts.local_block_params + (parts.local_embed_params if i == 0 else 0.0)
                     + (parts.local_head_params if i == p - 1 else 0.0))
-        peak = max(peak, params_i * per_param + acts * (1.0 + FRAGMENTATION) + WORKSPACE_BYTES)
+        peak = max(peak, params_i * per_param + n * parts.local_expert_params * per_expert
+                   + acts * (1.0 + FRAGMENTATION) + WORKSPACE_BYTES)
     return peak
 
 
@@ -848,5 +939,6 @@ def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkp
         extra = once + (parts.last_act_bytes if i == p - 1 else 0.0)
         params_i = (n * parts.local_block_params + (parts.local_embed_params if i == 0 else 0.0)
                     + (parts.local_head_params if i == p - 1 else 0.0))
-        out.append(stage_memory_bytes(params_i, shard, per_mb, flight, extra, dp_flavour))
+        out.append(stage_memory_bytes(params_i, shard, per_mb, flight, extra, dp_flavour, n * parts.local_expert_params,
+                                      layout.tp * layout.cp * layout.dp // layout.ep))
     return out

@@ -97,6 +97,8 @@ class Prediction:
             ``exposed_cp``, ``exposed_pp``, ``bubble`` and ``exposed_dp``.
         memory_stage: The pipeline stage whose memory ``memory_per_gpu_bytes`` is (layouts).
         layout_alternative: When the layout does not fit, the fastest one that does (its ``layout``).
+        params_total: A --layout job's parameters (every expert of a mixture of experts).
+        params_active: Of which one token uses (its top-k routed experts); MFU counts these.
     """
 
     cluster: str
@@ -132,6 +134,8 @@ class Prediction:
     layout: dict[str, int | str] | None = None
     memory_stage: int | None = None
     layout_alternative: dict[str, int | str] | None = None
+    params_total: int | None = None
+    params_active: int | None = None
 
     @property
     def expected_throughput_samples_per_s(self) -> float:
@@ -152,7 +156,8 @@ class Prediction:
         if self.layout:
             lay = self.layout
             vp = f" vp{lay['vp']}" if int(lay["vp"]) > 1 else ""
-            return f"tp{lay['tp']} pp{lay['pp']} cp{lay['cp']} dp{lay['dp']}{vp} mb{lay['micro_batch']}{ckpt}"
+            ep = f" ep{lay['ep']}" if int(lay.get("ep", 1)) > 1 else ""
+            return f"tp{lay['tp']} pp{lay['pp']} cp{lay['cp']} dp{lay['dp']}{ep}{vp} mb{lay['micro_batch']}{ckpt}"
         return self.parallelism + ckpt
 
     @property

@@ -606,6 +606,31 @@ def decoder_profile(arch: DecoderArch, batch_size: int = DEFAULT_BATCH_SIZE, seq
     )
 
 
+def expert_profile(arch: DecoderArch, tokens: int, precision: str = "bf16") -> Profile:
+    """The structural profile of ONE routed expert's SwiGLU (gate, SiLU, up, down) on ``tokens``
+    rows: what a grouped GEMM runs per expert (srift/simulate/moe.py times it at the per-expert
+    token count, where the GEMMs are smallest).
+
+    Raises:
+        SriftError: for a dense ``arch``, non-positive ``tokens`` or an unknown precision.
+    """
+    if not arch.is_moe:
+        raise SriftError(f"architecture '{arch.name}' has no experts.", "pass a mixture-of-experts model.")
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens <= 0:
+        raise SriftError(f"tokens per expert must be a positive integer, got {tokens!r}.", "route at least one token.")
+    if precision not in PRECISIONS:
+        raise SriftError(f"unknown precision '{precision}'.", f"use one of {', '.join(PRECISIONS)}.")
+    e_mm, e_res = _ELEMENT_BYTES[precision]
+    sh = _Shape(batch=1, seq=tokens, tokens=tokens, e_mm=e_mm, e_res=e_res)
+    unit = "expert"
+    layers = _mlp(arch, lambda part: f"{unit}.{part}", _NAMING["hf-llama"], arch.expert_intermediate, sh, unit)
+    return Profile(name=f"{arch.name} expert", batch_size=1, precision=precision, layers=layers, seq_len=tokens,
+                   device={"name": "none (analytic)", "kind": "none", "gpu": None},
+                   framework={"srift": srift.__version__, "python": platform.python_version()},
+                   optimizer={"type": "AdamW", "state_bytes_per_param": 8}, input_bytes_per_sample=0.0,
+                   notes=[f"one routed expert of {arch.name} on {tokens} tokens"])
+
+
 def default_seq_len(arch: DecoderArch) -> int:
     """The zoo's default sequence length for ``arch``: DEFAULT_SEQ_LEN, or its context if shorter."""
     return min(DEFAULT_SEQ_LEN, arch.max_seq_len)

@@ -1,0 +1,162 @@
+"""Mixture-of-experts blocks under expert parallelism (EP): token dispatch and combine, the
+experts' grouped GEMMs, and the experts' memory (no torch).
+
+Expert parallelism as Megatron-Core places it ("MoE parallel folding"): the routed experts of a
+block are split ``ep`` ways over the ranks of ``tp x cp x dp`` (expert tensor parallelism 1: an
+expert is never split), the EP group innermost, so an EP group of up to a node's GPUs talks over
+NVLink and a larger one crosses the network. Everything else (attention, norms, the router, the
+shared experts, dense blocks) is laid out as a dense model's (srift/simulate/layouts.py).
+
+Per MoE block and micro-batch, each rank:
+
+- **routes** its ``T`` tokens (its sequence-parallel shard: ``micro_batch x seq / (cp x tp)``) to
+  ``k`` experts each: ``T x k`` rows (the router's GEMM, ``hidden x experts``, is part of the block);
+- **dispatches** them: an all-to-all in the EP group whose send buffer is ``T x k x hidden x bytes``
+  (``(ep - 1) / ep`` of it leaves the GPU under balanced routing), and after the experts
+  **combines** them with the same volume back; backward runs both again on the gradients: four
+  all-to-alls per block (``CommModel.all_to_all_time_s``). Megatron-Core's default dispatcher
+  waits for them (the 1F1B all-to-all overlap of newer releases is not modelled): they are exposed;
+- runs its ``experts / ep`` local experts as a grouped GEMM: each local expert multiplies
+  ``T x k x ep / experts`` rows on average (balanced routing), ``imbalance`` times that on the
+  busiest rank, whom the others wait for. Each expert's gate, up and down GEMMs are timed by the
+  compute model (srift/perf/compute.py) at that row count: efficiency falls as the rows per expert
+  shrink;
+- keeps for backward the permuted input rows (``T k x hidden``), the gate and up outputs and their
+  product (``3 x T k x expert_width``), the expert outputs before the combine (``T k x hidden``)
+  and the router's fp32 probabilities (``T x experts``): the dispatch buffers and the active
+  experts' activations.
+
+Routing imbalance: ``BALANCED_ROUTING`` 1.0 is the force-balanced routing of published benchmarks
+(Megatron-Bridge's: "we force-balance the token distribution among experts"); ``REAL_ROUTING``
+1.25 is the default for trained routers, *estimated*: the capacity factor GShard (Lepikhin et al.,
+2020) and the Switch Transformer (Fedus et al., 2021) provision for the busiest expert, i.e. the
+headroom over the mean that trained routers were found to need. It is not validated.
+
+Memory: each rank holds ``experts / ep`` experts of each of its stage's MoE blocks; their bf16
+weights and gradients whole, their fp32 master weights and Adam moments sharded over the expert
+data-parallel group (``tp x cp x dp / ep`` ranks) under the distributed optimizer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from srift.perf.comm import CommModel
+from srift.perf.compute import layer_times
+from srift.zoo.llm import DecoderArch, dense_mlp_params, expert_profile
+
+BALANCED_ROUTING = 1.0
+REAL_ROUTING = 1.25
+ALL_TO_ALLS_PER_BLOCK = 4  # dispatch and combine, forward and backward
+ROUTER_PROB_BYTES = 4.0  # fp32 router probabilities
+
+
+@dataclass(frozen=True)
+class MoeBlockShape:
+    """One MoE block's routing on one rank, per micro-batch.
+
+    Attributes:
+        tokens: Tokens this rank routes (its sequence-parallel shard of the micro-batch).
+        routed_rows: ``tokens x top-k``: rows it dispatches (and, balanced, receives).
+        local_experts: Routed experts on this rank (``experts / ep``).
+        rows_per_expert: Rows each local expert multiplies on the busiest rank.
+        dispatch_bytes: One all-to-all's send buffer per rank (``routed_rows x hidden x bytes``).
+        dispatch_off_gpu_bytes: Of which leaves the GPU under balanced routing (``(ep - 1) / ep``).
+        expert_gemms: ``(rows, in, out)`` of each local expert's gate, up and down GEMMs.
+    """
+
+    tokens: int
+    routed_rows: int
+    local_experts: int
+    rows_per_expert: int
+    dispatch_bytes: float
+    dispatch_off_gpu_bytes: float
+    expert_gemms: tuple[tuple[int, int, int], ...]
+
+
+def check_ep(arch: DecoderArch, ep: int, tp_cp_dp: int) -> str | None:
+    """Why ``ep`` cannot split ``arch``'s experts over ``tp_cp_dp`` ranks, or None."""
+    if ep == 1:
+        return None
+    if not arch.is_moe:
+        return f"ep={ep} needs a mixture-of-experts model; {arch.name} is dense"
+    if arch.experts % ep:
+        return f"ep={ep} does not divide the {arch.experts} experts"
+    if tp_cp_dp % ep:
+        return f"ep={ep} does not divide tp x cp x dp = {tp_cp_dp} (experts are split within them)"
+    return None
+
+
+def moe_block_shape(arch: DecoderArch, tokens: int, ep: int, element_bytes: float,
+                    imbalance: float = BALANCED_ROUTING) -> MoeBlockShape:
+    """``MoeBlockShape`` of ``tokens`` routed on one rank of an EP group of ``ep``.
+
+    Raises:
+        ValueError: for a dense model, ``ep`` not dividing the experts, or an imbalance below 1.
+    """
+    if not arch.is_moe or ep < 1 or arch.experts % ep:
+        raise ValueError(f"ep={ep} must divide the experts of a mixture-of-experts model")
+    if not imbalance >= 1.0:
+        raise ValueError(f"routing imbalance must be at least 1, got {imbalance!r}")
+    routed = tokens * arch.experts_per_token
+    local = arch.experts // ep
+    # Imbalance is between ranks: with every expert on one rank (ep 1) its rows are all its tokens'.
+    rows = max(1, math.ceil(routed * (imbalance if ep > 1 else 1.0) / local))
+    size = float(routed * arch.hidden * element_bytes)
+    w, d = arch.expert_intermediate, arch.hidden
+    return MoeBlockShape(tokens, routed, local, rows, size, size * (ep - 1) / ep,
+                         ((rows, d, w), (rows, d, w), (rows, w, d)))
+
+
+@dataclass(frozen=True)
+class MoeBlockTimes:
+    """Seconds of one MoE block's routed experts and token exchange on one rank, per micro-batch.
+
+    Attributes:
+        experts_f_s, experts_b_s: The local experts' grouped GEMMs (the busiest rank's).
+        all_to_all_s: One dispatch (or combine) all-to-all.
+        exposed_f_s, exposed_b_s: All-to-alls forward (dispatch, combine) and backward (both again).
+    """
+
+    experts_f_s: float
+    experts_b_s: float
+    all_to_all_s: float
+    exposed_f_s: float
+    exposed_b_s: float
+
+
+def moe_block_times(arch: DecoderArch, shape: MoeBlockShape, gpu: str, precision: str,
+                    ep_comm: CommModel | None, quantile: float = 0.5) -> MoeBlockTimes:
+    """``MoeBlockTimes`` of ``shape`` on ``gpu``; ``ep_comm`` is the EP group's CommModel (None: ep 1)."""
+    times = layer_times(expert_profile(arch, shape.rows_per_expert, precision), gpu, precision)
+    f = float(times.fwd_s.sum()) * shape.local_experts
+    b = float(times.bwd_s.sum()) * shape.local_experts
+    a2a = float(ep_comm.all_to_all_time_s(shape.dispatch_bytes, quantile)) if ep_comm is not None else 0.0
+    return MoeBlockTimes(f, b, a2a, 2.0 * a2a, 2.0 * a2a)
+
+
+def moe_activation_bytes(arch: DecoderArch, shape: MoeBlockShape, element_bytes: float) -> float:
+    """What one MoE block keeps for backward per micro-batch on one rank beyond the dense part:
+    permuted input rows, gate/up outputs and their product, expert outputs before the combine
+    (routed rows; ``imbalance`` is not applied: the busiest rank's surplus is the mean's), and
+    the router's fp32 probabilities."""
+    rows = shape.routed_rows
+    return (rows * (2 * arch.hidden + 3 * arch.expert_intermediate) * element_bytes
+            + shape.tokens * arch.experts * ROUTER_PROB_BYTES)
+
+
+def local_expert_params(arch: DecoderArch, ep: int) -> int:
+    """Routed-expert parameters of one MoE block on one rank: ``experts / ep`` whole experts."""
+    return arch.experts // ep * dense_mlp_params(arch, arch.expert_intermediate)
+
+
+def expert_memory_bytes(arch: DecoderArch, moe_blocks: float, ep: int, expert_dp: int,
+                        weight_bytes: float = 2.0, grad_bytes: float = 2.0, state_bytes: float = 12.0,
+                        sharded: bool = True) -> dict[str, float]:
+    """Bytes per GPU of the routed experts of ``moe_blocks`` blocks: weights and gradients of the
+    local experts, master weights and Adam moments (``state_bytes`` per parameter) over the
+    ``expert_dp`` ranks of the expert data-parallel group when ``sharded``."""
+    n = moe_blocks * local_expert_params(arch, ep)
+    return {"expert_weights": n * weight_bytes, "expert_gradients": n * grad_bytes,
+            "expert_optimizer_state": n * state_bytes / (expert_dp if sharded else 1)}
