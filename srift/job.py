@@ -390,6 +390,9 @@ class Job:
                     raise SriftError(f"{flag} needs a --layout.", f"add --layout tp=T,pp=P,cp=C (or auto), or drop {flag}.")
             return
         parse_layout(self.layout)
+        if self.batch_size is not None:
+            raise SriftError("--batch-size is the per-GPU batch of data parallelism; a --layout takes --micro-batch-size.",
+                             "pass --micro-batch-size (sequences per micro-batch) and --global-batch-size instead.")
         if self.parallelism not in (*LAYOUT_PARALLELISMS, AUTO):
             raise SriftError(f"--parallelism {self.parallelism} is not modelled with --layout.",
                              "use --parallelism zero1 (Megatron's distributed optimizer) or ddp with --layout.")
