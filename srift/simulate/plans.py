@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -94,9 +95,8 @@ class ClusterView:
         return self.gpus
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """One way of running the job: a row of the plan search."""
+class Candidate(NamedTuple):
+    """One way of running the job: a row of the plan search (a tuple: cheap to make per cluster)."""
 
     parallelism: str
     checkpointing: str
