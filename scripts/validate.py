@@ -328,6 +328,10 @@ def layout_group(data: Path) -> None:
     print(f"  mean regret {mean_regret * 100:.1f} % over {groups} (model, GPU count) group(s) with more than one measured "
           f"layout; signed error {np.mean(pred / meas - 1.0) * 100:+.1f} %; {int(fits.sum())} of {len(rows)} measured "
           f"runs predicted to fit in memory")
+    claims = lf.search_claims(rows)
+    print(f"  srift's own search picks a layout it predicts {np.mean(claims) * -100:.1f} % faster than the measured one on "
+          f"average ({min(claims) * -100:.0f} to {max(claims) * -100:.0f} %, {len(claims)} model x GPU counts): unmeasured, a "
+          "claim to check")
     print("  left out: " + "; ".join(f"{n} {why}" for why, n in out.items()))
 
 

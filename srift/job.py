@@ -31,6 +31,7 @@ PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 # Half-precision compute: amp (autocast, fp32 parameters) and bf16 (FSDP mixed precision: bf16
 # parameters for compute, fp32 master copy).
 HALF_PRECISIONS: tuple[Precision, ...] = ("amp", "bf16")
+DEFAULT_INFRA = "aws/us-east-1"  # where a job is priced unless told (--infra, the job file's infra)
 DEFAULT_CONFIDENCE = 0.9  # limits that rest on a prediction are met at this quantile (srift/search/confidence.py)
 # Where the training batches come from (srift/perf/input.py): tensors already on the GPU, JPEGs
 # decoded and augmented on the vCPUs, or pre-tokenized text.
@@ -392,6 +393,9 @@ class Job:
                     raise SriftError(f"{flag} needs a --layout.", f"add --layout tp=T,pp=P,cp=C (or auto), or drop {flag}.")
             return
         parse_layout(self.layout)
+        if self.batch_size is not None:
+            raise SriftError("--batch-size is the per-GPU batch of data parallelism; a --layout takes --micro-batch-size.",
+                             "pass --micro-batch-size (sequences per micro-batch) and --global-batch-size instead.")
         if self.parallelism not in (*LAYOUT_PARALLELISMS, AUTO):
             raise SriftError(f"--parallelism {self.parallelism} is not modelled with --layout.",
                              "use --parallelism zero1 (Megatron's distributed optimizer) or ddp with --layout.")

@@ -213,6 +213,9 @@ def test_layout_flags_need_a_layout_and_a_decoder_llm():
     assert code == 2 and "decoder LLM" in out
     code, out = _run(["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:1", "--layout", "tp=3"])
     assert code == 2 and "needs a multiple of 3 GPUs" in out
+    code, out = _run(["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:1", "--layout", "tp=2",
+                      "--batch-size", "4"])
+    assert code == 2 and "takes --micro-batch-size" in out
 
 
 def test_recommend_searches_layouts_and_offers_only_plans_that_fit():

@@ -26,7 +26,7 @@ from scipy.optimize import minimize_scalar
 
 from srift.cluster import Cluster, NodeGroup
 from srift.errors import SriftError
-from srift.simulate.layouts import LAYOUT_PARAMS_SCHEMA, Layout, load_layout_params, plan_layout
+from srift.simulate.layouts import LAYOUT_PARAMS_SCHEMA, Layout, load_layout_params, plan_layout, search_layouts
 from srift.zoo import canonical_name, llm_arch
 
 FOLDER = Path("llm-parallel-layouts")
@@ -151,3 +151,19 @@ def params_document(data: Path, today: str) -> dict:
                  "(configs/perf/compute.json and sharded.json) on the TP/CP-split shapes",
         "method": "least squares on log(predicted / measured step time), bounded to (0.3, 2.0)",
     }
+
+
+def search_claims(rows: pd.DataFrame) -> list[float]:
+    """Per (model, GPU count): how much faster srift predicts its own search's layout than the
+    measured layout it predicts (negative: faster). Nobody measured srift's choice, so this is a
+    claim to check, not an error."""
+    out = []
+    for _, grp in rows.groupby(["zoo", "gpus_total"]):
+        r = next(grp.itertuples())
+        cluster = dgx_cluster(r.gpu, int(r.gpus_total), int(r.gpus_per_node))
+        arch = llm_arch(r.zoo)
+        measured = min(plan_layout(arch, cluster, row_layout(x), int(x.seq_len)).iteration_s for x in grp.itertuples())
+        found = search_layouts(arch, cluster, int(r.seq_len), int(r.global_batch))
+        if found.best is not None:
+            out.append(found.best.iteration_s / measured - 1.0)
+    return out
