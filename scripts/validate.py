@@ -28,6 +28,10 @@ Layout group: step times of Megatron-Core TP x PP x CP x DP runs (data/llm-paral
 ``srift.fitting.layouts``), leave-one-model-out and leave-one-source-out, and the mean regret of
 srift's ranking of measured layouts (``layout_group``).
 
+MoE group: tokens/s per GPU of Megatron-Core expert-parallel runs (data/moe-training,
+``srift.fitting.moe``), force-balanced routing, nothing fitted on them (``moe_group``;
+``--moe-only`` runs it alone).
+
 Rows left out, and why: SuperBench ``float16`` (the whole model cast to fp16, not srift's amp) and
 its unidentified "V100" box; NVIDIA DLE BERT pre-training (the per-GPU batch is reached by
 gradient accumulation and the masked-LM head's work depends on an option the tables do not give),
@@ -335,6 +339,38 @@ def layout_group(data: Path) -> None:
     print("  left out: " + "; ".join(f"{n} {why}" for why, n in out.items()))
 
 
+def moe_group(data: Path, table: bool = False) -> None:
+    """The MoE group: tokens/s per GPU of Megatron-Core expert-parallel runs (data/moe-training;
+    srift.fitting.moe says which rows and why), force-balanced routing as the source ran. Nothing
+    is fitted on these rows (the one layout figure comes from dense runs of another source), so
+    leave-one-model-out and leave-one-source-out are the plain error."""
+    from srift.fitting import moe as mf
+
+    rows, out = mf.load_rows(data)
+    if not len(rows):
+        return
+    meas = rows["value"].to_numpy(float)
+    got = [mf.predict_row(r) for r in rows.itertuples()]
+    pred = np.array([g[0] for g in got])
+    policy = [g[1] for g in got]
+    err = pred / meas - 1.0
+    print(f"\nMoE group: tokens/s per GPU of {len(rows)} Megatron-Core expert-parallel runs (bf16, force-balanced routing, "
+          "data/moe-training). MAPE % (= LOMO = LOSO: nothing fitted on these rows):")
+    print(f"{'':<36}{'rows':>6}{'MAPE':>8}{'signed':>8}")
+    print(f"{'  all':<36}{len(rows):>6}{np.mean(np.abs(err)) * 100:>8.1f}{np.mean(err) * 100:>+8.1f}")
+    for (m, g), grp in rows.groupby(["zoo", "gpu"]):
+        mask = ((rows["zoo"] == m) & (rows["gpu"] == g)).to_numpy()
+        print(f"{'  ' + m + ' ' + g:<36}{int(mask.sum()):>6}{np.mean(np.abs(err[mask])) * 100:>8.1f}"
+              f"{np.mean(err[mask]) * 100:>+8.1f}")
+    if table:
+        for r, p, k, e in zip(rows.itertuples(), pred, policy, err):
+            print(f"    {r.zoo} {r.gpu} {r.gpus_total} GPUs {mf.row_layout(r).label}: measured {r.value:,.0f}, "
+                  f"predicted {p:,.0f} ({e * 100:+.1f} %), recompute {k}")
+    print(f"  recompute (the least that fits, as srift predict chooses): "
+          + ", ".join(f"{k} {policy.count(k)}" for k in sorted(set(policy))))
+    print("  left out: " + "; ".join(f"{n} {why}" for why, n in out.items()))
+
+
 def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str, basis: dict[str, str],
                    computed: dict[str, dict] | None = None) -> None:
     """The figures `srift predict` and `recommend` quote (srift/perf/accuracy.py), atomically:
@@ -377,7 +413,11 @@ def main() -> None:
     ap.add_argument("--table", action="store_true", help="print every row, not only the summary")
     ap.add_argument("--write-accuracy", nargs="?", const=str(ROOT / "configs" / "perf" / "accuracy.json"), default=None,
                     metavar="FILE", help="write the group figures predict/recommend quote (default configs/perf/accuracy.json)")
+    ap.add_argument("--moe-only", action="store_true", help="run only the MoE group (data/moe-training)")
     args = ap.parse_args()
+    if args.moe_only:
+        moe_group(Path(args.data), args.table)
+        return
     profiles = profile_source(args.profiles_dir)
     rows = datasets.load_rows(Path(args.data))
     rows["silicon"] = rows["gpu"].map(silicon)
@@ -515,6 +555,7 @@ def main() -> None:
     print(f"{'':<28}(all-reduce >= 1 MiB over EFA; LOGO column: EFA refitted without the instance type)")
     sharded_figures = sharded_group(Path(args.data))
     layout_group(Path(args.data))
+    moe_group(Path(args.data), args.table)
     if args.write_accuracy:
         write_accuracy(Path(args.write_accuracy),
                        {"single_gpu": single, "one_node": multi, **({"multi_node": nodes} if len(nodes) else {}),
