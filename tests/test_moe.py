@@ -179,3 +179,17 @@ def test_predict_mixtral_with_expert_parallelism(capsys):
     assert main(["predict", "--model-config", str(FIXTURES / "Mixtral-8x7B-v0.1.json"), "--instance", "p5.48xlarge:4",
                  "--layout", "tp=1,pp=1,ep=3", "--global-batch-size", "256", "--precision", "bf16"]) == 2
     assert "ep=3 does not divide the 8 experts" in capsys.readouterr().err
+
+
+def test_sliding_window_attention_flops_by_hand():
+    """GPT-OSS's local blocks: a causal window of w keys, s w - w^2 / 2 query-key pairs."""
+    arch = DecoderArch("tiny-swa", n_layers=2, hidden=64, heads=4, kv_heads=4, intermediate=128, vocab=100,
+                       sliding_window=16, sliding_every=2)
+    assert arch.is_sliding_block(0) and not arch.is_sliding_block(1) and arch.sliding_blocks == 1
+    prof = decoder_profile(arch, batch_size=2, seq_len=256, precision="bf16")
+    cores = [l for l in prof.layers if l.type == "ScaledDotProductAttention"]
+    per_pair = 2 * 2 * 4 * (16 + 16)  # 2 FLOPs x batch x heads x (d_qk + d_v)
+    assert cores[0].fwd_flops == per_pair * (256 * 16 - 16 * 16 / 2) and cores[0].fwd_flops_seq2 == 0
+    assert cores[1].fwd_flops == per_pair * 256 * 256 / 2 and cores[1].bwd_flops == 2.5 * cores[1].fwd_flops
+    gpt_oss = arch_from_hf_config(FIXTURES / "gpt-oss-120b.json")
+    assert gpt_oss.sliding_window == 128 and gpt_oss.sliding_blocks == 18

@@ -279,7 +279,16 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
 
     A mixture of experts (``ep`` expert-parallel ranks, routing ``imbalance``: srift/simulate/moe.py)
     averages a dense block and a MoE block by ``moe_fraction``; the MoE block's routed experts are
-    timed at the per-expert row count, not as the profile's aggregate GEMMs."""
+    timed at the per-expert row count, not as the profile's aggregate GEMMs. Blocks with a
+    sliding attention window (GPT-OSS) are averaged with the full-attention ones likewise."""
+    if arch.sliding_window and 0 < arch.sliding_blocks < arch.n_layers:
+        share = arch.sliding_blocks / arch.n_layers
+        local = block_parts(dataclasses.replace(arch, sliding_every=1), tp, cp, micro_batch, seq_len, precision, gpu,
+                            ep, imbalance)
+        full = block_parts(dataclasses.replace(arch, sliding_window=0), tp, cp, micro_batch, seq_len, precision, gpu,
+                           ep, imbalance)
+        return dataclasses.replace(full, **{k: share * getattr(local, k) + (1.0 - share) * getattr(full, k)
+                                            for k in ("block_f_s", "block_b_s", "attention_f_s", "attention_b_s")})
     if not arch.is_moe:
         return _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu)
     frac = arch.moe_blocks / arch.n_layers

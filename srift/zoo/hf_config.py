@@ -22,8 +22,8 @@ blocks of intermediate_size, the router's score-correction bias; multi-head late
 q_lora_rank, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim), ``llama4_text``
 (num_local_experts, one shared expert, both of intermediate_size; interleave_moe_layer_step; dense
 blocks of intermediate_size_mlp) and ``gpt_oss`` (num_local_experts with biases, a router with
-bias, q/k/v/o biases, one attention-sink logit per head; its alternate sliding-window layers are
-counted as full causal attention, an upper bound on their FLOPs). Anything else is refused with
+bias, q/k/v/o biases, one attention-sink logit per head; ``sliding_window`` local attention on the
+blocks ``layer_types`` names ``sliding_attention``, which must alternate from the first, as GPT-OSS's do). Anything else is refused with
 the key that says why. JSON only (``json.loads``: nothing in the file is executed).
 """
 
@@ -191,6 +191,14 @@ def _moe_arch(model_type: str, data: dict[str, Any], path: Path) -> DecoderArch:
     elif model_type == "gpt_oss":
         fields["router_bias"] = True
         fields["attention_sinks"] = True
+        kinds = data.get("layer_types")
+        if kinds is not None and data.get("sliding_window"):
+            if not isinstance(kinds, list) or any(k != ("sliding_attention" if i % 2 == 0 else "full_attention")
+                                                  for i, k in enumerate(kinds)):
+                raise _bad(path, "'layer_types' must alternate sliding_attention and full_attention from the first "
+                                 "(what srift models of GPT-OSS)")
+            fields["sliding_window"] = _positive_int(data, "sliding_window", path)
+            fields["sliding_every"] = 2
         biases = frozenset({"qkv", "o", "mlp"})  # q/k/v/o and every expert's projections carry biases
     elif model_type == "deepseek_v3":
         fields["experts"] = _positive_int(data, "n_routed_experts", path)

@@ -120,6 +120,10 @@ class DecoderArch:
         v_head_dim: Value head width; 0: ``head_dim``.
         qk_norm: Per-head RMSNorm of queries and keys with weights (Qwen3).
         attention_sinks: One learned sink logit per head (GPT-OSS).
+        sliding_window: Blocks with local attention attend to at most this many previous tokens
+            (0: none); they are the blocks ``i`` with ``i % sliding_every == 0`` (GPT-OSS: 128,
+            every other block from the first).
+        sliding_every: See ``sliding_window``.
     """
 
     name: str
@@ -153,6 +157,8 @@ class DecoderArch:
     v_head_dim: int = 0
     qk_norm: bool = False
     attention_sinks: bool = False
+    sliding_window: int = 0
+    sliding_every: int = 1
 
     def __post_init__(self) -> None:
         for key in ("n_layers", "hidden", "heads", "kv_heads", "intermediate", "vocab", "max_seq_len"):
@@ -176,12 +182,14 @@ class DecoderArch:
         if unknown:
             raise _arch_error(self.name, f"'biases' may name {', '.join(BIAS_PARTS)}, got {', '.join(unknown)}")
         for key in ("experts", "experts_per_token", "expert_intermediate", "shared_intermediate", "dense_layers",
-                    "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim"):
+                    "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window"):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise _arch_error(self.name, f"'{key}' must be a non-negative integer, got {value!r}")
-        if not isinstance(self.moe_every, int) or isinstance(self.moe_every, bool) or self.moe_every < 1:
-            raise _arch_error(self.name, f"'moe_every' must be a positive integer, got {self.moe_every!r}")
+        for key in ("moe_every", "sliding_every"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise _arch_error(self.name, f"'{key}' must be a positive integer, got {value!r}")
         if self.experts and not (0 < self.experts_per_token <= self.experts and self.expert_intermediate > 0):
             raise _arch_error(self.name, f"a mixture of {self.experts} experts needs 1 to {self.experts} experts per "
                                          f"token and an expert width, got {self.experts_per_token} and {self.expert_intermediate}")
@@ -202,6 +210,15 @@ class DecoderArch:
     def is_mla(self) -> bool:
         """Multi-head latent attention (DeepSeek-V2/V3)."""
         return self.kv_lora_rank > 0
+
+    def is_sliding_block(self, i: int) -> bool:
+        """Whether block ``i`` (0-based) attends through a sliding window."""
+        return self.sliding_window > 0 and i % self.sliding_every == 0
+
+    @property
+    def sliding_blocks(self) -> int:
+        """How many blocks attend through a sliding window."""
+        return sum(1 for i in range(self.n_layers) if self.is_sliding_block(i))
 
     def is_moe_block(self, i: int) -> bool:
         """Whether block ``i`` (0-based) routes its tokens to experts."""
@@ -487,10 +504,15 @@ def _block(arch: DecoderArch, i: int, names: _Naming, sh: _Shape) -> list[LayerP
         out += [_leaf(at("self_attn.q_norm"), "RMSNorm", unit, arch.head_dim, t * qw * sh.e_mm, t * qw * sh.e_mm),
                 _leaf(at("self_attn.k_norm"), "RMSNorm", unit, arch.head_dim, t * kvw * sh.e_mm, t * kvw * sh.e_mm)]
     # Q K^T over the query/key width and P V over the value width (MLA: 192 and 128 per head).
-    attn_fwd = CAUSAL_FRACTION * 2.0 * sh.batch * sh.seq * sh.seq * arch.heads * (arch.head_dim + arch.v_head_dim)
+    per_pair = 2.0 * sh.batch * arch.heads * (arch.head_dim + arch.v_head_dim)  # FLOPs per (query, key) pair
+    w = arch.sliding_window
+    local = arch.is_sliding_block(i) and sh.seq > w
+    # A causal window of w keys: s w - w^2 / 2 pairs (linear in s; the rescale keeps it linear,
+    # off by the w^2 / 2 corner, w / 2s of it, when the length changes).
+    attn_fwd = per_pair * (sh.seq * w - w * w / 2.0) if local else CAUSAL_FRACTION * per_pair * sh.seq * sh.seq
     out.append(_leaf(at(names.core), "ScaledDotProductAttention", unit, arch.heads if arch.attention_sinks else 0,
                      in_bytes=core_in, out_bytes=t * vw * sh.e_mm,
-                     fwd_flops=attn_fwd, bwd_flops=ATTENTION_BWD_OVER_FWD * attn_fwd, seq2=True,
+                     fwd_flops=attn_fwd, bwd_flops=ATTENTION_BWD_OVER_FWD * attn_fwd, seq2=not local,
                      extra_activation_bytes=t * arch.heads * LSE_BYTES))
     out.append(_linear(at(names.o), unit, vw, d, "o" in bias, sh, sh.e_mm))
     out.append(_norm(at(names.norm_2), unit, arch, sh))
