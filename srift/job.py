@@ -74,12 +74,12 @@ PIPELINE_SCHEDULES: tuple[PipelineSchedule, ...] = get_args(PipelineSchedule)
 class LayoutRequest:
     """What ``--layout`` asks for: fixed tensor-, pipeline- and context-parallel degrees, or all
     three searched (``auto``: every field None). Data parallelism takes the GPUs left; ``ep``
-    splits a mixture of experts' routed experts within TP x CP x DP (1 under auto)."""
+    splits a mixture of experts' routed experts within TP x CP x DP (None: searched)."""
 
     tp: int | None = None
     pp: int | None = None
     cp: int | None = None
-    ep: int = 1
+    ep: int | None = None
 
     @property
     def auto(self) -> bool:

@@ -106,7 +106,7 @@ def test_plan_checks_the_layout():
 
 
 def test_parse_layout():
-    assert parse_layout("tp=8,pp=4") == LayoutRequest(8, 4, 1)
+    assert parse_layout("tp=8,pp=4") == LayoutRequest(8, 4, 1, 1)
     assert parse_layout("auto").auto
     for bad in ("tp=8;pp=4", "tp=0", "dp=4", "tp=8,tp=4", "tp=x"):
         with pytest.raises(SriftError):

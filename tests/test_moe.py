@@ -193,3 +193,22 @@ def test_sliding_window_attention_flops_by_hand():
     assert cores[1].fwd_flops == per_pair * 256 * 256 / 2 and cores[1].bwd_flops == 2.5 * cores[1].fwd_flops
     gpt_oss = arch_from_hf_config(FIXTURES / "gpt-oss-120b.json")
     assert gpt_oss.sliding_window == 128 and gpt_oss.sliding_blocks == 18
+
+
+def test_layout_search_tries_expert_parallelism_for_a_mixture_only():
+    from srift.job import LayoutRequest, parse_layout
+    from srift.simulate.layouts import candidate_layouts, search_layouts
+    assert parse_layout("tp=2,ep=8") == LayoutRequest(2, 1, 1, 8)
+    assert parse_layout("auto").ep is None
+    moe = {lay.ep for lay in candidate_layouts(llm_arch("qwen3-30b-a3b"), 16, 8, 4096, 256)}
+    assert moe == {1, 2, 4, 8, 16}  # each divides the 128 experts and TP x CP x DP
+    assert {lay.ep for lay in candidate_layouts(llm_arch("llama3-8b"), 16, 8, 4096, 256)} == {1}
+    fixed = candidate_layouts(llm_arch("qwen3-30b-a3b"), 16, 8, 4096, 256, LayoutRequest(1, 1, 1, 4))
+    assert fixed and {lay.ep for lay in fixed} == {4}
+    found = search_layouts(llm_arch("qwen3-30b-a3b"), dgx(16), 4096, 256)
+    assert found.best is not None and found.best.fits
+    # the search's choice is no slower than the same layout planned without expert parallelism
+    lay = found.best.layout
+    plain = plan_layout(llm_arch("qwen3-30b-a3b"), dgx(16), Layout(lay.tp, lay.pp, lay.cp, lay.dp, lay.vp, lay.micro_batch,
+                        lay.grad_accum, lay.schedule), 4096, "bf16", found.best.checkpointing)
+    assert found.best.iteration_s <= plain.iteration_s or not plain.fits

@@ -93,7 +93,7 @@ def fixed_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, 
                          "choose --global-batch-size as a multiple of --micro-batch-size x DP.")
     v = settings.virtual_stages
     schedule = settings.schedule or ("interleaved" if v > 1 else "1f1b")
-    layout = Layout(t, p, c, d, v, mb, gb // (mb * d), schedule, r.ep)
+    layout = Layout(t, p, c, d, v, mb, gb // (mb * d), schedule, r.ep or 1)
     why = check_layout(arch, layout, seq_len, cluster.node_groups[0].gpus_per_node)
     if why:
         raise SriftError(f"--layout {layout.label} cannot run {arch.name}: {why}.", "choose another --layout, or --layout auto.")
@@ -110,7 +110,8 @@ def plan_for(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_
     ckpts = (settings.checkpointing,) if settings.checkpointing else ("none", "full")
     if settings.request.auto:
         gb = settings.global_batch or cluster.gpus * (settings.micro_batch or 1) * settings.grad_accum
-        found = search_layouts(arch, cluster, seq_len, gb, precision, settings.request, settings.dp_flavour, ckpts, comm)
+        found = search_layouts(arch, cluster, seq_len, gb, precision, settings.request, settings.dp_flavour, ckpts, comm,
+                               imbalance=settings.routing_imbalance)
         if found.best is not None:
             return found.best, None
         assert found.smallest is not None
@@ -124,7 +125,7 @@ def plan_for(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_
             return plan, None
     assert plan is not None
     found = search_layouts(arch, cluster, seq_len, layout.global_batch, precision, LayoutRequest(), settings.dp_flavour,
-                           ("none", "full"), comm)
+                           ("none", "full"), comm, imbalance=settings.routing_imbalance)
     return plan, found.best
 
 
@@ -160,7 +161,8 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
                      "); MFU = tokens/s x (6 x active parameters + attention) / peak")
     if not plan.fits and alternative is not None:
         notes.append(f"fits instead: --layout tp={alternative.layout.tp},pp={alternative.layout.pp},"
-                     f"cp={alternative.layout.cp} --micro-batch-size {alternative.layout.micro_batch}"
+                     f"cp={alternative.layout.cp}{f',ep={alternative.layout.ep}' if alternative.layout.ep > 1 else ''}"
+                     f" --micro-batch-size {alternative.layout.micro_batch}"
                      + (f" --pipeline-schedule interleaved --virtual-stages {alternative.layout.vp}"
                         if alternative.layout.vp > 1 else "")
                      + (f" --activation-checkpointing {alternative.checkpointing}" if alternative.checkpointing != "none"
@@ -195,9 +197,10 @@ def layout_memory_error(cluster: Cluster, pred: Prediction, model: str) -> Srift
     parts = pred.memory_breakdown_bytes
     largest = max(parts, key=lambda k: parts[k]) if parts else ""
     alt = pred.layout_alternative
+    alt_ep = f",ep={alt['ep']}" if alt is not None and int(alt.get("ep", 1)) > 1 else ""
     fix = ("lower --micro-batch-size, add --activation-checkpointing full, or choose GPUs with more memory"
            if alt is None else
-           f"--layout tp={alt['tp']},pp={alt['pp']},cp={alt['cp']} --micro-batch-size {alt['micro_batch']}"
+           f"--layout tp={alt['tp']},pp={alt['pp']},cp={alt['cp']}{alt_ep} --micro-batch-size {alt['micro_batch']}"
            + (f" --pipeline-schedule interleaved --virtual-stages {alt['vp']}" if int(alt['vp']) > 1 else "")
            + " fits (srift's search)")
     return SriftError(

@@ -79,6 +79,7 @@ GRAD_BYTES = 2.0
 SEARCH_MICRO_BATCHES = (1, 2, 4, 8)
 SEARCH_VIRTUAL_STAGES = (1, 2, 3, 4, 6, 8, 12)
 SEARCH_CONTEXT = (1, 2, 4, 8, 16, 32)
+SEARCH_EXPERT = (1, 2, 4, 8, 16, 32, 64)  # Megatron-Bridge's MoE recipes run EP 8 to 64
 # Breakdown keys of a layout's iteration (they add up to it).
 BREAKDOWN_KEYS = ("forward", "backward", "recompute", "exposed_tp", "exposed_cp", "exposed_ep", "exposed_pp", "bubble",
                   "exposed_dp", "comm_interference", "optimizer", "overhead")
@@ -767,10 +768,23 @@ def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
+Degrees = tuple[int, int, int, int, int, int, int, int]
+
+
+def _expert_degrees(arch: DecoderArch, request: LayoutRequest, tcd: int) -> list[int]:
+    """Expert-parallel sizes to try over ``tcd`` = TP x CP x DP ranks: the requested one, or (a
+    mixture of experts under search) each of SEARCH_EXPERT that divides the experts and ``tcd``."""
+    if request.ep is not None:
+        return [request.ep] if check_ep(arch, request.ep, tcd) is None else []
+    if not arch.is_moe:
+        return [1]
+    return [e for e in SEARCH_EXPERT if e <= tcd and check_ep(arch, e, tcd) is None]
+
+
 def _degrees(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, global_batch: int,
-             request: LayoutRequest, micro_batches: tuple[int, ...]) -> list[tuple[int, int, int, int, int, int, int]]:
-    """Every ``(tp, pp, cp, dp, micro_batch, grad_accum, vp)`` that divides ``arch`` and ``gpus``
-    (``check_layout``'s rules, applied per degree; vp 1 is 1F1B, more is interleaved)."""
+             request: LayoutRequest, micro_batches: tuple[int, ...]) -> list[Degrees]:
+    """Every ``(tp, pp, cp, dp, micro_batch, grad_accum, vp, ep)`` that divides ``arch`` and
+    ``gpus`` (``check_layout``'s rules, applied per degree; vp 1 is 1F1B, more is interleaved)."""
     out = []
     tps = [request.tp] if request.tp is not None else [t for t in _divisors(gpus_per_node) if t <= gpus]
     cps = [request.cp] if request.cp is not None else list(SEARCH_CONTEXT)
@@ -785,13 +799,15 @@ def _degrees(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, glo
                 if gpus % (t * c * p) or p > arch.n_layers:
                     continue
                 d = gpus // (t * c * p)
-                for mb in micro_batches:
-                    if global_batch % (mb * d):
-                        continue
-                    m = global_batch // (mb * d)
-                    out.append((t, p, c, d, mb, m, 1))
-                    if p > 1 and m % p == 0:
-                        out.extend((t, p, c, d, mb, m, v) for v in SEARCH_VIRTUAL_STAGES[1:] if p * v <= arch.n_layers + 2)
+                for ep in _expert_degrees(arch, request, t * c * d):
+                    for mb in micro_batches:
+                        if global_batch % (mb * d):
+                            continue
+                        m = global_batch // (mb * d)
+                        out.append((t, p, c, d, mb, m, 1, ep))
+                        if p > 1 and m % p == 0:
+                            out.extend((t, p, c, d, mb, m, v, ep) for v in SEARCH_VIRTUAL_STAGES[1:]
+                                       if p * v <= arch.n_layers + 2)
     return out
 
 
@@ -801,15 +817,17 @@ def candidate_layouts(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len:
     """Every layout that divides ``arch`` and ``gpus`` and trains ``global_batch`` sequences a step
     (TP within a node and dividing the heads, CP splitting the sequence in 2 x CP chunks, PP at most
     the layers, micro-batches dividing the batch; the interleaved schedule with each virtual-stage
-    count in SEARCH_VIRTUAL_STAGES that fits)."""
-    return [Layout(t, p, c, d, v, mb, m, "interleaved" if v > 1 else "1f1b")
-            for t, p, c, d, mb, m, v in _degrees(arch, gpus, gpus_per_node, seq_len, global_batch, request, micro_batches)]
+    count in SEARCH_VIRTUAL_STAGES that fits; a mixture of experts' EP sizes of SEARCH_EXPERT)."""
+    return [Layout(t, p, c, d, v, mb, m, "interleaved" if v > 1 else "1f1b", ep)
+            for t, p, c, d, mb, m, v, ep in _degrees(arch, gpus, gpus_per_node, seq_len, global_batch, request,
+                                                     micro_batches)]
 
 
 def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_batch: int, precision: str = "bf16",
                    request: LayoutRequest = LayoutRequest(), dp_flavour: str = "zero1",
                    checkpointing: tuple[str, ...] = ("none", "full"), comm: CommModel | None = None,
-                   compute_factor: float | None = None, tp_overlap: bool = True) -> LayoutSearch:
+                   compute_factor: float | None = None, tp_overlap: bool = True,
+                   imbalance: float = BALANCED_ROUTING) -> LayoutSearch:
     """The fastest layout of ``arch`` on ``cluster`` that fits (``request`` fixes any degree).
 
     Every candidate gets a lower bound on its time (the slowest stage's compute, recomputation
@@ -830,35 +848,39 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     hopeless = params_count(arch) * (PARAM_BYTES + GRAD_BYTES + MASTER_BYTES + ADAM_STATE_BYTES) / cluster.gpus > cap
     if hopeless or not degrees:
         return LayoutSearch(None, _most_sharded(arch, cluster, degrees, seq_len, precision, checkpointing[-1], dp_flavour,
-                                                comm, gpu, factor, tp_overlap), len(degrees), len(degrees), 0)
-    parts_of: dict[tuple[int, int, int], BlockParts] = {}
-    slot_of: dict[tuple[int, int, int], tuple[float, float]] = {}
+                                                comm, gpu, factor, tp_overlap, imbalance), len(degrees), len(degrees), 0)
+    parts_of: dict[tuple[int, int, int, int], BlockParts] = {}
+    slot_of: dict[tuple[int, int, int, int], tuple[float, float]] = {}
     e = PARAM_BYTES if precision in HALF_PRECISIONS else 4.0
     k = comm.params.overlap_interference
     ranked = []
-    for t, p, c, d, mb, m, v in degrees:
-        parts = parts_of.get((t, c, mb))
+    for t, p, c, d, mb, m, v, ep in degrees:
+        key = (t, c, mb, ep)
+        parts = parts_of.get(key)
         if parts is None:
-            parts = parts_of[(t, c, mb)] = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu), factor)
+            parts = parts_of[key] = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, imbalance),
+                                                 factor)
             bc = block_comm(arch, comm, t, c, mb, seq_len, e, parts, 0.5, tp_overlap)
-            slot_of[(t, c, mb)] = (parts.block_f_s + parts.block_b_s + bc.tp_f_s + bc.tp_b_s + bc.cp_f_s + bc.cp_b_s,
-                                   k * (bc.tp_hidden_s + bc.cp_hidden_s))
-        blk, hidden = slot_of[(t, c, mb)]
+            a2a = (4.0 * parts.moe_fraction * float(comm.subgroup(ep, min(ep, g)).all_to_all_time_s(parts.dispatch_bytes))
+                   if ep > 1 else 0.0)
+            slot_of[key] = (parts.block_f_s + parts.block_b_s + bc.tp_f_s + bc.tp_b_s + bc.cp_f_s + bc.cp_b_s + a2a,
+                            k * (bc.tp_hidden_s + bc.cp_hidden_s))
+        blk, hidden = slot_of[key]
         n = max(stage_layers(arch.n_layers, p))
-        ranked.append(((m + (p - 1) / v) * n * blk + m * n * hidden, t, p, c, d, mb, m, v))
+        ranked.append(((m + (p - 1) / v) * n * blk + m * n * hidden, t, p, c, d, mb, m, v, ep))
     ranked.sort()
     best: LayoutPlan | None = None
     simulated = rejected = 0
-    for bound, t, p, c, d, mb, m, v in ranked:
+    for bound, t, p, c, d, mb, m, v, ep in ranked:
         if best is not None and bound >= best.iteration_s:
             break
-        parts = parts_of[(t, c, mb)]
-        chosen = next((k for k in checkpointing if _peak_memory_of(arch, p, v, m, c * d, parts, k, dp_flavour) <= cap),
-                      None)
+        parts = parts_of[(t, c, mb, ep)]
+        chosen = next((k for k in checkpointing
+                       if _peak_memory_of(arch, p, v, m, c * d, parts, k, dp_flavour, t * c * d // ep) <= cap), None)
         if chosen is None:
             rejected += 1
             continue
-        lay = Layout(t, p, c, d, v, mb, m, "interleaved" if v > 1 else "1f1b")
+        lay = Layout(t, p, c, d, v, mb, m, "interleaved" if v > 1 else "1f1b", ep)
         if chosen == "full" and best is not None and \
                 bound * (1.0 + parts.block_f_s / (parts.block_f_s + parts.block_b_s)) >= best.iteration_s:
             continue
@@ -867,31 +889,31 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
         if best is None or plan.iteration_s < best.iteration_s:
             best = plan
     smallest = None if best is not None else _most_sharded(arch, cluster, degrees, seq_len, precision, checkpointing[-1],
-                                                            dp_flavour, comm, gpu, factor, tp_overlap)
+                                                            dp_flavour, comm, gpu, factor, tp_overlap, imbalance)
     return LayoutSearch(best, smallest, len(degrees), rejected, simulated)
 
 
-def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: list[tuple[int, int, int, int, int, int, int]],
+def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: list[Degrees],
                   seq_len: int, precision: str, checkpointing: str, dp_flavour: str, comm: CommModel, gpu: str,
-                  factor: float, tp_overlap: bool) -> LayoutPlan | None:
+                  factor: float, tp_overlap: bool, imbalance: float = BALANCED_ROUTING) -> LayoutPlan | None:
     """When nothing fits: the plan that needs the least memory among the most model-parallel
     layouts of the smallest micro-batch (what comes closest, for the error)."""
     if not degrees:
         return None
     top = max(t * p * c for t, p, c, *_ in degrees)
     mb_min = min(r[4] for r in degrees if r[0] * r[1] * r[2] == top)
-    best: tuple[float, tuple[int, int, int, int, int, int, int], BlockParts] | None = None
+    best: tuple[float, Degrees, BlockParts] | None = None
     for r in degrees:
-        t, p, c, d, mb, m, v = r
+        t, p, c, d, mb, m, v, ep = r
         if t * p * c != top or mb != mb_min:
             continue
-        parts = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu), factor)
-        mem = _peak_memory_of(arch, p, v, m, c * d, parts, checkpointing, dp_flavour)
+        parts = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, imbalance), factor)
+        mem = _peak_memory_of(arch, p, v, m, c * d, parts, checkpointing, dp_flavour, t * c * d // ep)
         if best is None or mem < best[0]:
             best = (mem, r, parts)
     assert best is not None
-    t, p, c, d, mb, m, v = best[1]
-    return _plan(arch, cluster, Layout(t, p, c, d, v, mb, m, "interleaved" if v > 1 else "1f1b"), seq_len, precision,
+    t, p, c, d, mb, m, v, ep = best[1]
+    return _plan(arch, cluster, Layout(t, p, c, d, v, mb, m, "interleaved" if v > 1 else "1f1b", ep), seq_len, precision,
                  checkpointing, dp_flavour, comm, 0.5, gpu, best[2], tp_overlap)
 
 
