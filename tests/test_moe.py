@@ -212,3 +212,12 @@ def test_layout_search_tries_expert_parallelism_for_a_mixture_only():
     plain = plan_layout(llm_arch("qwen3-30b-a3b"), dgx(16), Layout(lay.tp, lay.pp, lay.cp, lay.dp, lay.vp, lay.micro_batch,
                         lay.grad_accum, lay.schedule), 4096, "bf16", found.best.checkpointing)
     assert found.best.iteration_s <= plain.iteration_s or not plain.fits
+
+
+def test_the_moe_validation_rows_and_what_is_left_out():
+    from srift.fitting import moe as mf
+    rows, out = mf.load_rows(Path(__file__).resolve().parents[1] / "data")
+    assert len(rows) == 7 and set(rows["zoo"]) == {"gpt-oss-120b"}
+    assert out == {"fp8 (not modelled)": 36, "GB200 (NVL72 rack not modelled)": 4, "GB300 (NVL72 rack not modelled)": 4}
+    lay = mf.row_layout(next(rows.itertuples()))
+    assert (lay.ep, lay.dp, lay.micro_batch, lay.grad_accum) == (8, 64, 4, 5)  # 1280 = 4 x 64 x 5
