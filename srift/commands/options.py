@@ -26,7 +26,7 @@ def check_format(fmt: str, allowed: tuple[str, ...] = ("table", "json")) -> str:
 
 # Options several commands take, declared once (typer reads these as the parameters' defaults).
 MODEL = typer.Option(None, "--model", help="Built-in model (resnet50, bert-base, gpt2, llama3-8b, ...).")
-MODEL_CONFIG = typer.Option(None, "--model-config", help="A Hugging Face decoder config.json (Llama, Mistral, Qwen2): predict that model without its weights.")
+MODEL_CONFIG = typer.Option(None, "--model-config", help="A Hugging Face decoder config.json (Llama, Mistral, Qwen2, Nemotron, GPT-2; mixtures of experts: Mixtral, Qwen2/3-MoE, DeepSeek-V3, Llama 4, GPT-OSS): predict that model without its weights.")
 PROFILES = typer.Option(None, "--profile", help="Profile file from `srift profile`; repeat it with the same job measured "
                                                 "on other GPUs (each GPU type then uses its own).")
 REGION = typer.Option(None, "--region", help="AWS region (= --infra aws/REGION).")
