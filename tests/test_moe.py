@@ -221,3 +221,13 @@ def test_the_moe_validation_rows_and_what_is_left_out():
     assert out == {"fp8 (not modelled)": 36, "GB200 (NVL72 rack not modelled)": 4, "GB300 (NVL72 rack not modelled)": 4}
     lay = mf.row_layout(next(rows.itertuples()))
     assert (lay.ep, lay.dp, lay.micro_batch, lay.grad_accum) == (8, 64, 4, 5)  # 1280 = 4 x 64 x 5
+
+
+def test_mla_kv_sizes_by_hand():
+    from srift.zoo.llm import kv_cache_bytes_per_token
+    assert kv_cache_bytes_per_token(llm_arch("deepseek-v3")) == (512 + 64) * 2
+    assert kv_cache_bytes_per_token(llm_arch("mixtral-8x7b")) == 2 * 8 * 128 * 2
+    # what MLA's attention keeps for backward: kv_b_proj expands the latent to 128 x (128 nope + 128 v)
+    prof = decoder_profile(llm_arch("deepseek-v3"), 1, 16, "bf16")
+    kv_b = next(l for l in prof.layers if l.name.endswith("self_attn.kv_b_proj"))
+    assert kv_b.activation_bytes == 16 * 128 * 256 * 2 and kv_b.fwd_flops == 2 * 16 * 512 * 128 * 256

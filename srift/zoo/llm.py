@@ -291,6 +291,16 @@ def attention_params(arch: DecoderArch) -> int:
     return attn + (arch.heads if arch.attention_sinks else 0)
 
 
+def kv_cache_bytes_per_token(arch: DecoderArch, element_bytes: float = 2.0) -> float:
+    """Bytes one token's keys and values take in one block's cache: ``2 x kv_heads x head_dim``
+    elements for (grouped-query) attention; for MLA its compressed latent and the shared rotary
+    key, ``kv_lora_rank + qk_rope_head_dim`` (DeepSeek-V3: 576 against 128 heads x (192 + 128) =
+    40,960 expanded: what makes MLA's cache small)."""
+    if arch.is_mla:
+        return float(arch.kv_lora_rank + arch.qk_rope_head_dim) * element_bytes
+    return 2.0 * arch.kv_width * element_bytes
+
+
 def dense_mlp_params(arch: DecoderArch, width: int) -> int:
     """Parameters of one MLP (or one expert) of ``width``, with its biases."""
     d, m = arch.hidden, _mlp_matrices(arch)
