@@ -125,9 +125,10 @@ def test_dispatch_volume_and_expert_gemm_shapes_by_hand():
 
 def test_expert_memory_by_hand():
     assert local_expert_params(TINY, 4) == 2 * 3 * 64 * 32
-    mem = expert_memory_bytes(TINY, moe_blocks=2, ep=4, expert_dp=2)
-    n = 2 * 2 * 3 * 64 * 32
-    assert mem == {"expert_weights": 2 * n, "expert_gradients": 2 * n, "expert_optimizer_state": 12 * n / 2}
+    n = 2 * local_expert_params(TINY, 4)  # two MoE blocks' local experts
+    assert n == 2 * 2 * 3 * 64 * 32
+    assert expert_memory_bytes(n, expert_dp=2) == {"weights": 2 * n, "gradients": 2 * n, "optimizer_state": 12 * n / 2}
+    assert expert_memory_bytes(n, expert_dp=2, sharded=False)["optimizer_state"] == 12 * n
 
 
 def test_all_to_all_time_from_the_link_model():

@@ -63,8 +63,8 @@ from srift.perf.comm import CommModel
 from srift.job import HALF_PRECISIONS, LAYOUT_PARALLELISMS, PIPELINE_SCHEDULES, LayoutRequest
 from srift.perf.compute import kernel_rates, layer_kind, layer_times, load_params as load_compute_params, mma_rate_flops
 from srift.simulate.memory import FRAGMENTATION, LOSS_FP32_BYTES, MASTER_BYTES, USABLE_FRACTION, WORKSPACE_BYTES, fits
-from srift.simulate.moe import (BALANCED_ROUTING, check_ep, local_expert_params, moe_activation_bytes, moe_block_shape,
-                                moe_block_times)
+from srift.simulate.moe import (BALANCED_ROUTING, check_ep, expert_memory_bytes, local_expert_params, moe_activation_bytes,
+                                moe_block_shape, moe_block_times)
 from srift.zoo.llm import EXPERTS_PREFIX, DecoderArch, block_params, decoder_profile, dense_mlp_params, params_count
 
 SCHEDULES = PIPELINE_SCHEDULES
@@ -448,13 +448,13 @@ def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes
         slack on activations) and ``workspace``.
     """
     n = float(shard) if dp_flavour == "zero1" else 1.0
-    ne = float(expert_shard) if dp_flavour == "zero1" else 1.0
     acts = act_per_microbatch_bytes * in_flight + extra_act_bytes
-    held = stage_params + expert_params
+    experts = expert_memory_bytes(expert_params, expert_shard, PARAM_BYTES, GRAD_BYTES, MASTER_BYTES + ADAM_STATE_BYTES,
+                                  dp_flavour == "zero1")
     return {
-        "weights": held * PARAM_BYTES,
-        "gradients": held * GRAD_BYTES,
-        "optimizer_state": (stage_params / n + expert_params / ne) * (MASTER_BYTES + ADAM_STATE_BYTES),
+        "weights": stage_params * PARAM_BYTES + experts["weights"],
+        "gradients": stage_params * GRAD_BYTES + experts["gradients"],
+        "optimizer_state": stage_params * (MASTER_BYTES + ADAM_STATE_BYTES) / n + experts["optimizer_state"],
         "activations": acts,
         "fragmentation": FRAGMENTATION * acts,
         "workspace": WORKSPACE_BYTES,

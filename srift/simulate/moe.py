@@ -151,12 +151,11 @@ def local_expert_params(arch: DecoderArch, ep: int) -> int:
     return arch.experts // ep * dense_mlp_params(arch, arch.expert_intermediate)
 
 
-def expert_memory_bytes(arch: DecoderArch, moe_blocks: float, ep: int, expert_dp: int,
-                        weight_bytes: float = 2.0, grad_bytes: float = 2.0, state_bytes: float = 12.0,
-                        sharded: bool = True) -> dict[str, float]:
-    """Bytes per GPU of the routed experts of ``moe_blocks`` blocks: weights and gradients of the
-    local experts, master weights and Adam moments (``state_bytes`` per parameter) over the
-    ``expert_dp`` ranks of the expert data-parallel group when ``sharded``."""
-    n = moe_blocks * local_expert_params(arch, ep)
-    return {"expert_weights": n * weight_bytes, "expert_gradients": n * grad_bytes,
-            "expert_optimizer_state": n * state_bytes / (expert_dp if sharded else 1)}
+def expert_memory_bytes(expert_params: float, expert_dp: int, weight_bytes: float = 2.0, grad_bytes: float = 2.0,
+                        state_bytes: float = 12.0, sharded: bool = True) -> dict[str, float]:
+    """Bytes per GPU of the ``expert_params`` routed-expert parameters it holds (its ``experts / ep``
+    of each of its MoE blocks: ``local_expert_params``): weights and gradients whole, master
+    weights and Adam moments (``state_bytes`` per parameter) over the ``expert_dp`` ranks of the
+    expert data-parallel group when ``sharded`` (the distributed optimizer)."""
+    return {"weights": expert_params * weight_bytes, "gradients": expert_params * grad_bytes,
+            "optimizer_state": expert_params * state_bytes / (expert_dp if sharded else 1)}
