@@ -10,6 +10,7 @@ import typer
 from srift import api
 from srift.commands.options import FORMATS, check_format
 from srift.errors import SriftError
+from srift.files import check_outputs
 from srift.jobfile import load_jobfile
 from srift.report import check_view
 
@@ -46,7 +47,9 @@ def check(
                  "parallelism": parallelism, "activation_checkpointing": activation_checkpointing}
     if path is None and all(v is None for v in overrides.values()):
         raise SriftError("no job file: srift.yaml is not in this folder.", "pass a job file: srift check JOB.yaml.")
-    result = api.check(load_jobfile(path, overrides), compare_to=compare_to)
+    jobfile = load_jobfile(path, overrides)
+    check_outputs({"--out-file": out_file}, inputs=[path, compare_to, *(jobfile.profiles or [])])
+    result = api.check(jobfile, compare_to=compare_to)
     check_view.show(result, fmt, out_file)
     if not result.passed:
         raise typer.Exit(1)
