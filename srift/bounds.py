@@ -61,6 +61,12 @@ DEFAULT_PROFILE_TIMEOUT_S = 600.0  # longest wait for the next optimizer step (t
 MAX_PROFILE_TIMEOUT_S = 7 * 24 * 3600.0
 PROFILE_STOP_GRACE_S = 10.0  # after a timeout, how long the script has to unwind before a hard stop
 
+# ---- srift calibrate comm ----------------------------------------------------------------------
+MAX_CALIBRATION_SIZES = 1000  # message sizes of one calibration (a cluster file's comm_calibration)
+MAX_CALIBRATION_BYTES = 1 << 32  # the largest message measured (4 GiB: each worker holds about three)
+MAX_CALIBRATION_REPS = 10_000  # timed repetitions per size
+MAX_CALIBRATION_NPROC = 256  # local worker processes (MAX_GPUS_PER_NODE: the file describes one node of them)
+
 # ---- a profile ---------------------------------------------------------------------------------
 MAX_LAYERS = 100_000  # leaf modules
 MAX_LAYER_PARAMS = 10**13  # parameters of one leaf module

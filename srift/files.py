@@ -626,6 +626,13 @@ def _data_root() -> Path:
     # under <prefix>/share/srift (pyproject data-files). SRIFT_HOME overrides both.
     env = os.environ.get("SRIFT_HOME")
     if env:
+        try:
+            usable = (Path(env) / "configs").is_dir()
+        except (OSError, ValueError):  # a name too long, a NUL byte
+            usable = False
+        if not usable:
+            raise SriftError(f"SRIFT_HOME {shown(env, 120)} is not a srift data folder (it has no configs/ folder).",
+                             "unset SRIFT_HOME, or point it at a srift checkout or at <prefix>/share/srift of an install.")
         return Path(env)
     repo = Path(__file__).resolve().parents[1]
     if (repo / "configs").is_dir():
