@@ -573,8 +573,9 @@ def _check_yaml_size(text: str, source: str) -> None:
         parent_anchor, parent_size = open_[-1]
         total = parent_size + size
         if total > MAX_YAML_NODES:
-            raise SriftError(f"{source} expands to more than {MAX_YAML_NODES:,} values (aliases counted at every use), "
-                             "more than srift reads.", "check that this is the right file; write repeated parts out.")
+            aliased = " (aliases counted at every use)" if anchors else ""  # blame aliases only where there are some
+            raise SriftError(f"{source} expands to more than {MAX_YAML_NODES:,} values{aliased}, more than srift reads.",
+                             "check that this is the right file" + ("; write repeated parts out." if anchors else "."))
         open_[-1] = (parent_anchor, total)
 
 
