@@ -492,14 +492,15 @@ def _surprise(node: Any, what: str, fix: str) -> None:
 for _tag, _method in (("bool", _StrictConstructor.construct_yaml_bool), ("int", _StrictConstructor.construct_yaml_int),
                       ("float", _StrictConstructor.construct_yaml_float),
                       ("timestamp", _StrictConstructor.construct_yaml_timestamp)):
-    _StrictConstructor.add_constructor(f"tag:yaml.org,2002:{_tag}", _method)
+    _StrictConstructor.add_constructor(f"tag:yaml.org,2002:{_tag}", _method)  # type: ignore[type-var]
 
 
 class _Resolver12(yaml.resolver.Resolver):
     """PyYAML's resolver, and YAML 1.2's exponents without a sign or a dot (``1e3``, ``1.5e3``: numbers, not text)."""
 
 
-_Resolver12.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"), list("-+.0123456789"))
+_Resolver12.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+                                  list("-+.0123456789"))
 
 
 try:  # the C parser, several times faster (profiles have hundreds of layers)
@@ -518,7 +519,7 @@ except ImportError:  # pragma: no cover (PyYAML without libyaml)
             Composer.__init__(self)
 
 
-class _SafeLoader(_Parser, _StrictConstructor, _Resolver12):  # type: ignore[misc]
+class _SafeLoader(_Parser, _StrictConstructor, _Resolver12):
     """The safe loader with the strict constructor: the one loader of every YAML srift reads."""
 
     def __init__(self, stream: Any) -> None:
