@@ -289,7 +289,7 @@ def _yaml_probes() -> list[Probe]:
         Probe("profile: a key given twice", ["predict", "--instance", "p3.16xlarge:1", "--profile", "p.yaml"],
               {"p.yaml": prof + "batch_size: 1\n"}, says="twice"),
         Probe("profile: 25,001 layers (MAX_LAYERS, not the YAML bound)", ["predict", "--instance", "p3.16xlarge:1", "--profile", "p.yaml"],
-              {"p.yaml": "name: big\nbatch_size: 1\nprecision: fp32\nlayers:\n" + "  - {name: l, type: Linear}\n" * 25_001},
+              {"p.yaml": _profile_with(layers=[{"name": "l", "type": "Linear"}] * 25_001)},
               says="25,001 entries"),
         Probe("--compare-to: a key given twice (JSON)", ["check", "job.yaml", "--compare-to", "b.json"],
               {"job.yaml": JOB, "b.json": json.dumps(BASELINE)[:-1] + ', "predicted_cost_usd": 1e6}'}, says="twice"),

@@ -59,7 +59,10 @@ def writable_target(path: PathLike, what: str = "output file") -> Path:
         return p
     except ValueError:  # a NUL byte
         raise SriftError(f"{what} {shown(str(p))} is not a valid path.", fix) from None
-    except OSError as exc:  # a name too long, a parent that is a file, a symlink loop
+    except NotADirectoryError:
+        above = next((a for a in p.parents if os.path.lexists(a) and not a.is_dir()), p.parent)
+        raise SriftError(f"{what} '{_show(p)}' cannot be written: '{_show(above)}' is not a folder.", fix) from None
+    except OSError as exc:  # a name too long, a symlink loop
         raise SriftError(f"{what} '{_show(p)}' cannot be written ({exc.strerror or type(exc).__name__}).", fix) from None
     if stat.S_ISLNK(st.st_mode):
         real = Path(os.path.realpath(p))
@@ -209,11 +212,14 @@ def atomic_write_many(files: dict[Path, bytes]) -> None:
         SriftError: when a target is refused or a file cannot be written.
     """
     staged: list[tuple[str, Path]] = []
+    made: list[Path] = []  # folders made here, removed again when the write fails
     try:
         for path, data in files.items():
             target = writable_target(path)
             try:
+                missing = [a for a in [target.parent, *target.parent.parents] if not os.path.lexists(a)]
                 target.parent.mkdir(parents=True, exist_ok=True)
+                made += missing
                 fd, tmp = tempfile.mkstemp(prefix=f".{target.name[:100]}.", suffix=".tmp", dir=target.parent)
             except OSError as exc:
                 raise SriftError(f"cannot write '{_show(target)}' ({exc.strerror or type(exc).__name__}); nothing was written.",
@@ -236,6 +242,9 @@ def atomic_write_many(files: dict[Path, bytes]) -> None:
         for tmp, _ in staged:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+        for folder in sorted(made, key=lambda f: len(f.parts), reverse=True):  # each made here, empty again
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
         raise
     for folder in {t.parent for _, t in staged}:
         _fsync_dir(folder)

@@ -146,10 +146,10 @@ def test_a_write_that_fails_midway_leaves_the_old_file(tmp_path: Path, monkeypat
 
 
 def test_many_files_are_written_all_or_none(tmp_path: Path) -> None:
-    (tmp_path / "b").mkfifo() if hasattr(Path, "mkfifo") else os.mkfifo(tmp_path / "b")
+    os.mkfifo(tmp_path / "b")
     with pytest.raises(SriftError, match="named pipe"):
-        atomic_write_many({tmp_path / "a": b"1", tmp_path / "b": b"2"})
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["b"]
+        atomic_write_many({tmp_path / "new" / "sub" / "a": b"1", tmp_path / "new" / "c": b"1", tmp_path / "b": b"2"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b"]  # no file, no folder made on the way
 
 
 def test_examples_never_write_through_a_link_out_of_the_folder(tmp_path: Path) -> None:
@@ -258,7 +258,8 @@ def test_a_megabyte_model_name_renders_fast_and_without_escapes(tmp_path: Path) 
         code, out, err = run(["predict", "--model-config", str(tmp_path / "config.json"), "--instance", "p4d.24xlarge",
                               "--format", fmt])
         assert code == 0, err
-        assert "\x1b" not in out and "\x07" not in out and "<!--" not in out and len(out) < 20_000
+        assert "\x1b" not in out and "\x07" not in out and len(out) < 20_000
+        assert fmt == "table" or "<!--" not in out
     assert time.perf_counter() - t0 < 60  # was over a minute for one render
 
 

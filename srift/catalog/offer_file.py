@@ -166,9 +166,9 @@ def on_demand_prices(stream: IO[bytes], instance_types: set[str]) -> OfferPrices
             seen_products = True
             for sku in reader.members():
                 product = reader.value()
-                attrs = product.get("attributes", {}) if isinstance(product, dict) else {}
+                attrs = product.get("attributes", {}) if isinstance(product, dict) else None
                 if not isinstance(attrs, dict):
-                    continue
+                    raise ValueError(f"offer file: product {sku[:40]!r} is not an object with 'attributes'")
                 if attrs.get("instanceType") in instance_types and all(attrs.get(k) == v for k, v in ON_DEMAND_LINUX.items()):
                     sku_type[sku] = attrs["instanceType"]
         elif key == "terms":

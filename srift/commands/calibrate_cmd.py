@@ -10,7 +10,6 @@ from srift import api
 from srift.cluster import NETWORKS
 from srift.bounds import MAX_CALIBRATION_BYTES, MAX_CALIBRATION_NPROC, MAX_CALIBRATION_REPS, MAX_CALIBRATION_SIZES, require, shown
 from srift.errors import SriftError, one_of
-from srift.files import check_outputs
 from srift.report import profiling_view
 
 
@@ -48,7 +47,7 @@ def comm(
     require(reps, "--reps", 1, MAX_CALIBRATION_REPS, integer=True, hint=f"pass --reps from 5 to {MAX_CALIBRATION_REPS:,}.")
     require(nproc, "--nproc", 2, MAX_CALIBRATION_NPROC, integer=True,
             hint=f"pass --nproc from 2 (a collective needs two workers) to {MAX_CALIBRATION_NPROC}.")
-    check_outputs({"-o": output})
+    api.check_outputs({"-o": output})
     api.require_torch("srift calibrate comm")
     if network not in NETWORKS:
         raise SriftError(f"unknown network '{network}'.", f"use --network {one_of(NETWORKS)}.")

@@ -8,7 +8,6 @@ import typer
 
 from srift import api
 from srift.commands.options import FORMAT, FORMATS, OUT_FILE, REGION, check_format
-from srift.files import check_outputs
 from srift.report import catalog_view
 
 ALL_CLOUDS = "aws,gcp,lambda,azure"
@@ -23,7 +22,7 @@ def list_(
 ) -> None:
     """List the GPU instance types with GPUs, network and prices."""
     check_format(fmt, FORMATS)
-    check_outputs({"--out-file": out_file})
+    api.check_outputs({"--out-file": out_file})
     where = api.resolve_infra(infra, region, "aws/us-east-1")
     catalog_view.show_list(api.catalog_list(gpu, where), api.catalog_ages(where), fmt, out_file)
 
@@ -37,7 +36,7 @@ def gpus(
 ) -> None:
     """One row per GPU type: memory, the instance types that have it, and the cheapest on-demand and spot $ per GPU-hour per cloud."""
     check_format(fmt, FORMATS)
-    check_outputs({"--out-file": out_file})
+    api.check_outputs({"--out-file": out_file})
     catalog_view.show_gpus(api.catalog_gpus(infra, gpu, sort), api.catalog_ages(infra), fmt, out_file)
 
 
@@ -50,7 +49,7 @@ def show(
 ) -> None:
     """Show one instance type."""
     check_format(fmt, FORMATS)
-    check_outputs({"--out-file": out_file})
+    api.check_outputs({"--out-file": out_file})
     inst, spec = api.catalog_show(instance_type, api.resolve_infra(infra, region, "aws/us-east-1"))
     catalog_view.show_instance(inst, spec, api.catalog_ages(inst.infra), fmt, out_file)
 

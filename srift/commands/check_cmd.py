@@ -10,7 +10,6 @@ import typer
 from srift import api
 from srift.commands.options import FORMATS, check_format
 from srift.errors import SriftError
-from srift.files import check_outputs
 from srift.jobfile import load_jobfile
 from srift.report import check_view
 
@@ -48,7 +47,7 @@ def check(
     if path is None and all(v is None for v in overrides.values()):
         raise SriftError("no job file: srift.yaml is not in this folder.", "pass a job file: srift check JOB.yaml.")
     jobfile = load_jobfile(path, overrides)
-    check_outputs({"--out-file": out_file}, inputs=[path, compare_to, *(jobfile.profiles or [])])
+    api.check_outputs({"--out-file": out_file}, inputs=[path, compare_to, *(jobfile.profiles or [])])
     result = api.check(jobfile, compare_to=compare_to)
     check_view.show(result, fmt, out_file)
     if not result.passed:

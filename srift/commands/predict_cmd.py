@@ -12,7 +12,6 @@ from srift.commands.options import (
     MODEL, MODEL_CONFIG, OPTIMIZER, OUT_FILE, PARALLELISM, PRECISION, PROFILES, REDUCE_DTYPE, REGION, SEQ_LEN, SKYPILOT,
     TORCHRUN, check_format,
 )
-from srift.files import check_outputs
 from srift.job import Job
 from srift.report import handoff, predict_view
 
@@ -51,7 +50,7 @@ def predict(
 ) -> None:
     """Predict iteration time, throughput and cost of a job on a cluster."""
     check_format(fmt, FORMATS)
-    check_outputs({"--out-file": out_file, "--skypilot": skypilot}, inputs=[*(profile or []), cluster, model_config])
+    api.check_outputs({"--out-file": out_file, "--skypilot": skypilot}, inputs=[*(profile or []), cluster, model_config])
     job = Job(batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
               global_batch_size=global_batch_size, kfac_strategy=kfac_strategy, kfac_inverse_method=kfac_inverse_method,
               kfac_factor_steps=kfac_factor_steps, kfac_inv_steps=kfac_inv_steps, parallelism=parallelism,

@@ -9,7 +9,6 @@ import typer
 from srift import api
 from srift.bounds import DEFAULT_PROFILE_TIMEOUT_S
 from srift.errors import SriftError, one_of
-from srift.files import check_outputs
 from srift.job import PRECISIONS
 from srift.report import profiling_view
 
@@ -45,7 +44,7 @@ def profile(
                                        output=output, overwrite=force)
         profiling_view.show_model_profile(prof, path)
         return
-    check_outputs({"-o": output}, inputs=[script])
+    api.check_outputs({"-o": output}, inputs=[script])
     args = list(ctx.args)
     if args[:1] == ["--"]:
         args = args[1:]

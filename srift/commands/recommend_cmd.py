@@ -13,7 +13,6 @@ from srift.commands.options import (
     SEQ_LEN, SKYPILOT, TOKENS, TORCHRUN, check_format, whole,
 )
 from srift.errors import one_of
-from srift.files import check_outputs
 from srift.hardware import matching_gpus
 from srift.job import Job, JobLength
 from srift.report import handoff, recommend_view
@@ -67,7 +66,7 @@ def recommend(
 ) -> None:
     """Recommend the best cloud GPU configurations for a training job (every AWS region by default; --infra for more)."""
     check_format(fmt, FORMATS)
-    check_outputs({"--out-file": out_file, "--skypilot": skypilot, "--plot": plot}, inputs=[*(profile or []), model_config])
+    api.check_outputs({"--out-file": out_file, "--skypilot": skypilot, "--plot": plot}, inputs=[*(profile or []), model_config])
     job = Job(batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
               global_batch_size=global_batch_size, kfac_strategy=kfac_strategy, kfac_inverse_method=kfac_inverse_method,
               length=JobLength.given(steps, epochs, dataset_size, whole(samples, "--samples"), whole(tokens, "--tokens")),
