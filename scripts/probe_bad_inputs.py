@@ -205,6 +205,9 @@ def _output_probes(root: bool) -> list[Probe]:
                   setup=_device("full", 7), says="No space left on device"),
             Probe("catalog list with stdout on a private full device", ["catalog", "list"], stdout="full", setup=_device("full", 7),
                   says="No space left on device"),
+            Probe("check over its limit with stdout on a private full device (was exit 120)", ["check", "job.yaml"],
+                  {"job.yaml": JOB.replace("max_cost_usd: 100", "max_cost_usd: 0.01").replace("steps: 1000", "steps: 100000000")},
+                  stdout="full", setup=_device("full", 7), says="No space left on device"),
         ]
     return out
 

@@ -93,7 +93,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         return _error(BROKEN_INSTALL.message, BROKEN_INSTALL.hint, 2)
     try:
-        return _run(argv)
+        code = _run(argv)
+        if sys.stdout is not None:
+            sys.stdout.flush()  # a full disk shows here, not as exit 120 at shutdown
+        return code
     except BrokenPipeError:  # `srift ... | head`: the reader has what it wanted
         _silence_stdout()
         return 141
@@ -106,8 +109,6 @@ def main(argv: list[str] | None = None) -> int:
 def _run(argv: list[str] | None) -> int:
     try:
         rv = command().main(args=argv, prog_name="srift", standalone_mode=False)
-        if sys.stdout is not None:
-            sys.stdout.flush()  # a full disk shows here, not as exit 120 at shutdown
     except SriftError as exc:
         if os.environ.get("SRIFT_DEBUG") == "1":
             raise
