@@ -203,3 +203,33 @@ def test_a_forking_script_is_profiled_and_its_children_exit_for_real(tmp_path: P
     res = _run(tmp_path, _script(tmp_path, loop=loop))
     assert res.returncode == 0, res.stderr
     assert Profile.load(tmp_path / "p.yaml").iterations == 4
+
+
+def test_an_analysed_step_out_of_memory_is_redone_on_one_sample(monkeypatch) -> None:
+    """B8: the extra analysed step runs out of GPU memory at the script's batch: srift analyses one
+    sample and scales FLOPs to the batch (Linear 32 -> 64 at batch 16: 2 * 16 * 32 * 64 forward)."""
+    import torch
+    from torch import nn
+
+    from srift.profiling import assemble
+    from srift.profiling.hooks import LayerTimer, WallClock
+
+    net = nn.Sequential(nn.Linear(32, 64), nn.ReLU())
+    timer = LayerTimer(net, net, WallClock())
+    timer.want_capture = True
+    net(torch.randn(16, 32)).sum().backward()
+    timer.remove()
+    real = assemble.analyze_layers
+    calls: list[int] = []
+
+    def small_memory(model, step):  # the full batch does not fit; one sample does
+        calls.append(1)
+        if len(calls) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(model, step)
+
+    monkeypatch.setattr(assemble, "analyze_layers", small_memory)
+    notes: list[str] = []
+    layers = assemble.analyze_structure(net, timer, notes)
+    assert len(calls) == 2 and layers[0].fwd_flops == 2 * 16 * 32 * 64
+    assert "ran out of memory at micro-batch 16" in notes[-1]

@@ -249,12 +249,14 @@ def _phases(records: list[IterationTimes]) -> PhaseTimes:
     )
 
 
-def _analysis_step(model: torch.nn.Module, timer: LayerTimer) -> Callable[[], Any] | None:
-    """One forward pass of the model on the batch captured in warm-up, returning a scalar to
-    backpropagate, under the script's autocast; None when no batch was captured."""
-    if timer.capture is None:
+def _analysis_step(model: torch.nn.Module, timer: LayerTimer,
+                   capture: tuple[tuple[Any, ...], dict[str, Any]] | None = None) -> Callable[[], Any] | None:
+    """One forward pass of the model on the batch captured in warm-up (or ``capture``), returning a
+    scalar to backpropagate, under the script's autocast; None when no batch was captured."""
+    capture = capture or timer.capture
+    if capture is None:
         return None
-    args, kwargs = timer.capture
+    args, kwargs = capture
 
     def step() -> Any:
         if timer.autocast is not None:
@@ -292,17 +294,65 @@ def _kfac_times(m: Measurement, layers: list[LayerProfile], micro: int, notes: l
 
 def analyze_structure(model: torch.nn.Module, timer: LayerTimer, notes: list[str]) -> list[LayerProfile]:
     """Per-layer FLOPs/bytes/params from one untimed analysed step on the captured batch (a note
-    says so when it cannot run; the layers then carry names and parameters only)."""
+    says so when it cannot run; the layers then carry names and parameters only). Out of GPU
+    memory (a job sized to the limit, the script's tensors still alive): again on one sample of
+    the batch, FLOPs and bytes scaled to the batch as ``Profile.rescale`` scales them."""
     step = _analysis_step(model, timer)
-    if step is not None:
-        try:
-            with torch.enable_grad():
-                return analyze_layers(model, step)
-        except Exception as exc:  # a model FlopCounterMode cannot trace: keep the timings
-            notes.append(f"structural analysis failed ({type(exc).__name__}: {exc}); FLOPs and bytes are missing")
-    else:
+    if step is None:
         notes.append("no training forward pass was captured; FLOPs and bytes are missing")
+        return leaf_layers(timer)
+    _free_gradients(model)
+    try:
+        with torch.enable_grad():
+            return analyze_layers(model, step)
+    except torch.OutOfMemoryError:
+        _free_gradients(model)
+        one = _one_sample(model, timer)
+        if one is not None:
+            try:
+                with torch.enable_grad():
+                    layers = analyze_layers(model, one[0])
+                notes.append(f"the analysed step ran out of memory at micro-batch {one[1]}: analysed on one "
+                             "sample, FLOPs and bytes scaled to the batch")
+                return Profile("analysis", 1, "fp32", layers).rescale(batch_size=one[1]).layers
+            except Exception as exc:  # keep the timings
+                notes.append(f"structural analysis failed ({type(exc).__name__}: {exc}); FLOPs and bytes are missing")
+                return leaf_layers(timer)
+        notes.append("structural analysis ran out of memory; FLOPs and bytes are missing")
+    except Exception as exc:  # a model FlopCounterMode cannot trace: keep the timings
+        notes.append(f"structural analysis failed ({type(exc).__name__}: {exc}); FLOPs and bytes are missing")
     return leaf_layers(timer)
+
+
+def _free_gradients(model: torch.nn.Module) -> None:
+    """Drop the last step's gradients (the script is over) and, on CUDA, the allocator's cache, so
+    the analysed step has the memory the script had."""
+    for p in model.parameters():
+        p.grad = None
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
+def _one_sample(model: torch.nn.Module, timer: LayerTimer) -> tuple[Callable[[], Any], int] | None:
+    """The analysed step on the first sample of the captured batch, and the micro-batch it came
+    from (None when the batch has one sample or no batch dimension)."""
+    x = timer.first_input
+    if timer.capture is None or x is None or x.dim() == 0 or x.shape[0] < 2:
+        return None
+    batch = int(x.shape[0])
+
+    def first(obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor):
+            return obj[:1] if obj.dim() > 0 and obj.shape[0] == batch else obj
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(first(o) for o in obj)
+        if isinstance(obj, dict):
+            return {k: first(v) for k, v in obj.items()}
+        return obj
+
+    args, kwargs = timer.capture
+    step = _analysis_step(model, timer, (first(args), first(kwargs)))
+    return (step, batch) if step is not None else None
 
 
 def leaf_layers(timer: LayerTimer) -> list[LayerProfile]:

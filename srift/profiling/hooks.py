@@ -208,11 +208,14 @@ class ModelFinder:
 
     def fallback(self, optimizer: torch.optim.Optimizer) -> nn.Module | None:
         """The outermost live module owning the most of ``optimizer``'s parameters, when no
-        top-level call was seen (a model compiled in place runs the global hooks inside the
-        compiled call, where they stay silent)."""
+        top-level call was seen but its parameters have gradients (a model compiled in place runs
+        the global hooks inside the compiled call, where they stay silent)."""
         import gc
 
-        modules = [o for o in gc.get_objects() if isinstance(o, nn.Module)]
+        if not any(p.grad is not None for g in optimizer.param_groups for p in g["params"]):
+            return None  # no model ran a backward pass: nothing to time
+        # type(), not isinstance(): some objects compute their __class__ (lazy proxies, deprecations).
+        modules = [o for o in gc.get_objects() if issubclass(type(o), nn.Module)]
         children = {id(c) for m in modules for c in m.children()}
         outer = [m for m in modules if id(m) not in children]
         return _most_params(outer, optimizer)

@@ -311,7 +311,7 @@ class _Session:
         self.hard_stopping = threading.current_thread()
         try:
             if self.watch is not None:
-                self.watch.unwound()
+                self.watch.unwound()  # (from the watchdog's thread: the signal handlers stay; it exits anyway)
             if self.refusal is not None:
                 raise self.refusal
             assert self.output is not None
@@ -446,6 +446,13 @@ def _run(path: Path, args: list[str], session: _Session, watch: "_StepWatch | No
         session.task = session.progress.add_task("steps", total=session.warmup + session.iters)
     exits = _ExitGuard(session.pid)
     signals = _TermSignals(watch)
+    old_hook = threading.excepthook
+
+    def thread_hook(args: Any) -> None:  # a script's training thread ends quietly on srift's stop
+        if not isinstance(args.exc_value, _StopProfiling):
+            old_hook(args)
+
+    threading.excepthook = thread_hook
     try:
         with watch, exits, signals:
             runpy.run_path(str(path), run_name="__main__")
@@ -470,6 +477,7 @@ def _run(path: Path, args: list[str], session: _Session, watch: "_StepWatch | No
         raise SriftError(f"the script raised {type(exc).__name__} (traceback above); no profile was written.",
                          "fix the error and check the script runs on its own (`python SCRIPT ARGS`).", exit_code=1) from None
     finally:
+        threading.excepthook = old_hook
         session._remove_stop_hook()
         pre.remove()
         post.remove()
@@ -654,7 +662,7 @@ class _StepWatch:
     def unwound(self) -> None:
         """The script is done (stopped, ended, failed or timed out): disarm."""
         self._done.set()
-        if self._signal:
+        if self._signal and threading.current_thread() is threading.main_thread():
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self._old_handler if self._old_handler is not None else signal.SIG_DFL)
             self._signal = False
