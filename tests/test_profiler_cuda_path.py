@@ -233,3 +233,35 @@ def test_an_analysed_step_out_of_memory_is_redone_on_one_sample(monkeypatch) -> 
     layers = assemble.analyze_structure(net, timer, notes)
     assert len(calls) == 2 and layers[0].fwd_flops == 2 * 16 * 32 * 64
     assert "ran out of memory at micro-batch 16" in notes[-1]
+
+
+@pytest.mark.slow
+def test_a_step_captured_in_a_cuda_graph_is_refused_clearly(tmp_path: Path, monkeypatch) -> None:
+    """B5, with the capture simulated: from step 3 on the step hooks see a CUDA-graph capture (they
+    must do nothing then); the replays run no Python, so no measured step comes: exit 2 and why."""
+    import itertools
+
+    from srift.errors import SriftError
+    from srift.profiling import runner
+
+    calls = itertools.count()
+    monkeypatch.setattr(runner, "hooks_off", lambda: next(calls) >= 4)  # pre and post hook of steps 1-2
+    script = _script(tmp_path, steps=10)
+    with pytest.raises(SriftError) as err:
+        runner.profile_script(script, [], warmup=2, iters=3, output=tmp_path / "p.yaml", show_progress=False)
+    assert err.value.exit_code == 2 and "CUDA graph" in err.value.message
+    assert not (tmp_path / "p.yaml").exists()
+
+
+@pytest.mark.slow
+def test_data_parallel_on_several_gpus_is_refused(tmp_path: Path) -> None:
+    """B6: DataParallel's replicas would run srift's hooks from several threads (faked on a CPU by
+    giving the wrapper two device ids after its first forward)."""
+    text = ("import torch\nfrom torch import nn\nnet = nn.Linear(8, 2)\ndp = nn.DataParallel(net)\n"
+            "opt = torch.optim.SGD(net.parameters(), lr=0.1)\nfor _ in range(20):\n"
+            "    dp(torch.randn(4, 8)).sum().backward()\n    dp.device_ids = [0, 1]\n    opt.step()\n")
+    script = _script(tmp_path, text=text)
+    res = _run(tmp_path, script)
+    assert res.returncode == 2, res.stderr
+    assert "nn.DataParallel on several GPUs" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "p.yaml").exists()

@@ -4,17 +4,25 @@ The script runs as ``python SCRIPT ARGS`` would run it: ``runpy.run_path`` with 
 ``__main__``, ``sys.argv = [SCRIPT, *ARGS]``, the script's folder first on ``sys.path`` (all
 restored afterwards). An iteration is one optimizer step, seen through torch's global optimizer
 step hooks (the first optimizer that steps is the one counted). Step 1 finds the model (see
-srift.profiling.hooks) and installs the timing hooks; steps 2..warmup are warm-up; the next
-``iters`` steps are measured. After the last one the step hook raises a private BaseException
+srift.profiling.hooks) and installs the root hooks; steps 2..warmup-1 are timed as whole steps
+(the unhooked reference, with ``warmup`` >= 3), then the leaf hooks go in; the next ``iters``
+steps are measured. On CUDA (one process) an iteration's events are read at the next step's end,
+without a device sync. After the last one the step hook raises a private BaseException
 that unwinds the script (the ``except Exception`` blocks scripts commonly have do not catch it),
-so the script stops cleanly and its DataLoader workers shut down with their iterator.
+so the script stops cleanly and its DataLoader workers shut down with their iterator. A script
+that catches it anyway (a bare ``except:``) meets it again at its next module call or step; the
+third time, or ``stop_grace_s`` without a hook, srift writes the profile and ends the process.
+Forked children (multiprocessing, DataLoader workers) inherit the hooks but are not measured;
+``os._exit`` in srift's own process unwinds the script like ``sys.exit``; SIGTERM/SIGHUP stop
+the script's child processes before srift dies of the signal.
 
 Then srift/profiling/assemble.py builds the profile: the model's structure, analysed untimed on
 the batch captured in the first measured-phase iteration (one extra forward/backward, FLOPs from
 torch's FlopCounterMode), merged with the timings by module name.
 
-Outcomes: the script raising shows its own traceback and writes nothing; no optimizer step, or
-fewer steps than warm-up + 1, fails and writes nothing; a script that ends after at least one
+Outcomes: the script raising shows its own traceback and writes nothing (exit 1); a non-zero
+exit status is srift's, nothing written; no optimizer step, no model, or fewer steps than warm-up
++ 1, fails and writes nothing (exit 2); a script that ends after at least one
 measured step but fewer than ``iters`` writes what was measured, with a warning (also recorded
 in the profile's ``notes`` and ``iterations``).
 
