@@ -265,3 +265,51 @@ def test_data_parallel_on_several_gpus_is_refused(tmp_path: Path) -> None:
     assert res.returncode == 2, res.stderr
     assert "nn.DataParallel on several GPUs" in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "p.yaml").exists()
+
+
+@pytest.mark.slow
+def test_reading_each_iteration_one_step_late_keeps_every_measured_step(tmp_path: Path, monkeypatch) -> None:
+    """M2: on CUDA an iteration's events are read at the next step's end (no device sync). The
+    same bookkeeping with the CPU clock: every measured step is kept, the last one read at the stop,
+    none of the warm-up's."""
+    from srift.profiling import runner
+
+    attach = runner._Session._attach
+
+    def lazy_attach(self, opt):
+        attach(self, opt)
+        self.lazy = True
+
+    monkeypatch.setattr(runner._Session, "_attach", lazy_attach)
+    result = runner.profile_script(_script(tmp_path, steps=40), [], warmup=4, iters=5, output=tmp_path / "p.yaml",
+                                   show_progress=False)
+    prof = result.profile
+    assert prof is not None and prof.iterations == 5 and prof.timing == "layers"
+    assert prof.phases.total_s_unhooked is not None  # steps 2-3, before the leaf hooks
+    assert all(l.fwd_s is not None and l.fwd_s > 0 for l in prof.layers)
+
+
+def test_a_bf16_profile_predicts_bf16_and_amp_on_its_gpu_alike() -> None:
+    """M17: fp16 (amp) and bf16 run the same tensor-core math on a GPU: a profile measured under bf16
+    on a T4 anchors a `--precision amp` prediction on that GPU as it anchors `bf16`."""
+    from srift.perf.compute import layer_times
+    from srift.testing import measured_profile
+
+    prof = measured_profile([4096, 4096], fwd=0.010, bwd=0.020, gpu="T4")
+    prof.precision = "bf16"
+    bf16, amp = layer_times(prof, "T4", "bf16"), layer_times(prof, "T4", "amp")
+    assert list(amp.fwd_s) == list(bf16.fwd_s) == [0.010, 0.010] and list(amp.bwd_s) == [0.020, 0.020]
+
+
+@pytest.mark.slow
+def test_a_skipped_optimizer_step_does_not_double_an_iteration(tmp_path: Path) -> None:
+    """M9: a GradScaler skips `optimizer.step()` on an overflow, so two forward/backward passes fall
+    in one iteration; such iterations are left out (here every third step is skipped)."""
+    text = ("import torch\nfrom torch import nn\nnet = nn.Linear(8, 2)\nopt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+            "for i in range(60):\n    net(torch.randn(4, 8)).sum().backward()\n    if i % 3 != 2:\n"
+            "        opt.step()\n    opt.zero_grad()\n")
+    res = _run(tmp_path, _script(tmp_path, text=text), "--iters", "6")
+    assert res.returncode == 0, res.stderr
+    prof = Profile.load(tmp_path / "p.yaml")
+    assert prof.batch_size == 4  # one pass of 4 samples per step, not 8
+    assert prof.iterations in (3, 4) and any("left out" in n for n in prof.notes)

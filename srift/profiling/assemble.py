@@ -15,8 +15,10 @@ names, and the profile its parallelism, checkpointing and measured collectives.
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 import sys
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,7 +61,7 @@ def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batc
     run's ``warnings``)."""
     notes = list(notes)
     layers = m.layers if m.layers is not None else analyze_structure(m.model, m.timer, notes)
-    micro = max(1, round(sum(r.micro_batches for r in m.records) / len(m.records)))
+    m, micro = _typical_iterations(m, notes)
     timing = "layers" if any(r.hooked for r in m.records) else "step"
     if timing == "step":
         notes.append("no leaf module ran its hooks in the measured steps (a compiled model): whole steps were timed "
@@ -103,6 +105,19 @@ def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batc
         peak_memory=list(m.peak_memory),
         **sharding,
     )
+
+
+def _typical_iterations(m: Measurement, notes: list[str]) -> tuple[Measurement, int]:
+    """The measurement without iterations of an unusual number of forward passes, and that number.
+    A GradScaler skips ``optimizer.step()`` on an overflow, so no step hook fires and two forward/
+    backward passes land in one "iteration": those records are dropped, not averaged in."""
+    counts = Counter(r.micro_batches for r in m.records)
+    micro = max(counts, key=lambda k: (counts[k], -k))  # the commonest; the smaller on a tie
+    kept = [r for r in m.records if r.micro_batches == micro]
+    if len(kept) < len(m.records):
+        notes.append(f"{len(m.records) - len(kept)} measured iteration(s) with another number of forward passes than "
+                     f"the usual {micro} (an optimizer step skipped, e.g. a GradScaler overflow) were left out")
+    return dataclasses.replace(m, records=kept), max(micro, 1)
 
 
 def _fsdp_fields(fm: fsdp_profile.FsdpMeasurement, layers: list[LayerProfile], precision: str,
