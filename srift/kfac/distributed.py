@@ -4,6 +4,7 @@ all-reduces. Everything degrades to local no-ops in a single process."""
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -13,16 +14,21 @@ import torch
 import torch.distributed as dist
 
 
+@functools.lru_cache(maxsize=64)
+def _triu(dim: int, device: torch.device) -> torch.Tensor:
+    # Built once per (dimension, device): 16 bytes per packed element, every factor every step.
+    return torch.triu_indices(dim, dim, device=device)
+
+
 def pack_upper(mat: torch.Tensor) -> torch.Tensor:
     """Upper triangle (diagonal included) of a symmetric matrix, as a flat tensor."""
-    d = mat.shape[0]
-    rows, cols = torch.triu_indices(d, d, device=mat.device)
+    rows, cols = _triu(mat.shape[0], mat.device)
     return mat[rows, cols]
 
 
 def unpack_upper(vec: torch.Tensor, dim: int) -> torch.Tensor:
     """Rebuild the symmetric ``dim x dim`` matrix from ``pack_upper``'s output."""
-    rows, cols = torch.triu_indices(dim, dim, device=vec.device)
+    rows, cols = _triu(dim, vec.device)
     out = vec.new_zeros(dim, dim)
     out[rows, cols] = vec
     out[cols, rows] = vec
