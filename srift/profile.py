@@ -113,6 +113,10 @@ class PhaseTimes:
     # Mean seconds of the warm-up steps srift times before it hooks the leaves (step boundaries
     # only): the script's own step time, without srift's per-layer hooks; None when not measured.
     total_s_unhooked: float | None = None
+    # DDP over several processes: seconds from the end of the backward pass to the optimizer step,
+    # mostly DDP's wait for its last all-reduces (exposed communication, which the communication
+    # model predicts): part of ``total_s``, left out of the compute model's measured overhead.
+    comm_wait_s: float | None = None
 
 
 @dataclass
@@ -342,7 +346,7 @@ class Profile:
             def layer_sum(ls: list[LayerProfile]) -> float:
                 return sum((l.fwd_s or 0.0) + (l.bwd_s or 0.0) for l in ls)
 
-            fixed = (ph.optimizer_s or 0.0) + (ph.collectives_s or 0.0)
+            fixed = (ph.optimizer_s or 0.0) + (ph.collectives_s or 0.0) + (ph.comm_wait_s or 0.0)
             rest = max(ph.total_s - (ph.data_s or 0.0) - layer_sum(self.layers) - fixed, 0.0)
             total_s = (data_s or 0.0) + layer_sum(layers) + fixed + rest * ratio_flops
         phases = dataclasses.replace(

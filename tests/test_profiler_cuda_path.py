@@ -5,6 +5,7 @@ scripts that swallow it, exit early, change folder or are terminated (issue 26).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -114,6 +115,9 @@ def test_rescaling_keeps_the_unattributed_time_scaled_with_the_work() -> None:
                                                               "intra_node": "shared-memory", "network_gbps": 0}]})
     assert predict(prof, cpu, Job(batch_size=8)).iteration_time_s == pytest.approx(0.017)
     assert predict(prof, cpu, Job(batch_size=16)).iteration_time_s == pytest.approx(0.033)
+    # M11: a multi-process DDP profile's wait for its all-reduces (here 3 of the 4 ms) is not compute.
+    waited = dataclasses.replace(prof, phases=dataclasses.replace(prof.phases, comm_wait_s=0.003))
+    assert predict(waited, cpu, Job(batch_size=8)).iteration_time_s == pytest.approx(0.017 - 0.003)
     again = Profile.from_dict(big.to_dict())  # the new fields survive the file
     assert again.timing == "layers" and again.peak_memory == [RankMemory(0, 100, 200)]
 

@@ -145,6 +145,7 @@ def test_ddp_under_torchrun_records_allreduce_buckets(tmp_path: Path) -> None:
         assert len(sizes) >= 2 and sum(sizes) == prof.grad_bytes
     assert all(b.time_s > 0 for b in prof.allreduce)
     assert [l.name for l in prof.layers][0] == "0"  # leaves named inside the DDP wrapper
+    assert prof.phases.comm_wait_s is not None and 0 <= prof.phases.comm_wait_s <= prof.phases.total_s  # M11
 
 
 @pytest.mark.slow

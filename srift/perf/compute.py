@@ -530,12 +530,13 @@ def measured_gpu(profile: Profile) -> str | None:
 
 
 def _measured_overhead_s(profile: Profile, fwd_sum: float, bwd_sum: float, opt_s: float) -> float:
-    """Measured iteration time that no layer, optimizer, data phase or (FSDP on CPU workers)
-    collective accounts for: the collectives are the communication model's to predict."""
+    """Measured iteration time that no layer, optimizer, data phase, (FSDP on CPU workers)
+    collective or (multi-process DDP) wait for the gradients' all-reduce accounts for: the
+    communication model predicts those."""
     ph = profile.phases
     if ph.total_s is None:
         return 0.0
-    rest = ph.total_s - (ph.data_s or 0.0) - fwd_sum - bwd_sum - opt_s - (ph.collectives_s or 0.0)
+    rest = ph.total_s - (ph.data_s or 0.0) - fwd_sum - bwd_sum - opt_s - (ph.collectives_s or 0.0) - (ph.comm_wait_s or 0.0)
     return max(0.0, rest)
 
 

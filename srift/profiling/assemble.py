@@ -82,6 +82,10 @@ def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batc
     phases = _phases(m.records)
     if m.unhooked_s:
         phases.total_s_unhooked = min(m.unhooked_s)  # the least disturbed: early steps carry warm-up
+    if m.world_size > 1 and m.fsdp is None:  # DDP: the exposed tail of its all-reduces
+        phases.comm_wait_s = mean_std([r.after_backward_s for r in m.records])[0]
+        notes.append("measured in a multi-process run: backward carries the all-reduces' contention for the GPU; "
+                     "a one-process profile is the better compute source")
     if m.fsdp is not None:
         layers, precision, sharding = _fsdp_fields(m.fsdp, layers, precision, m.records, notes)
         phases.collectives_s = m.fsdp.blocking_s

@@ -146,6 +146,7 @@ class IterationTimes:
     micro_batches: int
     recompute_s: float = 0.0
     hooked: bool = True  # False: a whole-step time (no leaf timed: compiled, or srift's unhooked reference)
+    after_backward_s: float = 0.0  # end of the last backward pass to the optimizer step (DDP: its wait for comm)
 
 
 @dataclass
@@ -469,13 +470,16 @@ class LayerTimer:
                 bwd[cur] += el(since, events[-1][1])
         if not pend.bwd_passes:  # no leaf timed (compiled, or the unhooked steps): the root's passes
             backward_s = sum(el(a, b) for a, b in pend.root_bwd if b is not None)
+        ends = [b for _, b in pend.root_bwd if b is not None]
+        last_end = pend.bwd_events[-1][1] if pend.bwd_events else (ends[-1] if ends else None)
+        after_s = el(last_end, pend.opt_start) if last_end is not None and pend.opt_start is not None else 0.0
         forward_s = sum(el(a, b) for a, b in pend.root_fwd)
         opt_s = el(pend.opt_start, pend.opt_end) if pend.opt_start is not None and pend.opt_end is not None else 0.0
         data_s = el(pend.start, pend.root_fwd[0][0]) if pend.root_fwd else 0.0
         total_s = el(pend.start, pend.end)
         recompute_s = sum(el(a, b) for a, b in pend.recompute)
         return IterationTimes(dict(fwd), dict(bwd), max(data_s, 0.0), forward_s, backward_s, opt_s, total_s,
-                              len(pend.root_fwd), recompute_s, hooked=bool(pend.fwd))
+                              len(pend.root_fwd), recompute_s, hooked=bool(pend.fwd), after_backward_s=max(after_s, 0.0))
 
     def remove(self) -> None:
         for h in self._handles:
