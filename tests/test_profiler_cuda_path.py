@@ -317,3 +317,16 @@ def test_a_skipped_optimizer_step_does_not_double_an_iteration(tmp_path: Path) -
     prof = Profile.load(tmp_path / "p.yaml")
     assert prof.batch_size == 4  # one pass of 4 samples per step, not 8
     assert prof.iterations in (3, 4) and any("left out" in n for n in prof.notes)
+
+
+@pytest.mark.slow
+def test_autocast_entered_inside_forward_is_seen(tmp_path: Path) -> None:
+    """M7: accelerate and `@autocast` decorators enter autocast inside the model's forward."""
+    text = ("import torch\nfrom torch import nn\nclass Net(nn.Module):\n    def __init__(self):\n"
+            "        super().__init__()\n        self.fc = nn.Linear(8, 2)\n    def forward(self, x):\n"
+            "        with torch.autocast('cpu', dtype=torch.bfloat16):\n            return self.fc(x).float()\n"
+            "net = Net()\nopt = torch.optim.SGD(net.parameters(), lr=0.1)\nfor _ in range(30):\n"
+            "    net(torch.randn(4, 8)).sum().backward()\n    opt.step()\n    opt.zero_grad()\n")
+    res = _run(tmp_path, _script(tmp_path, text=text))
+    assert res.returncode == 0, res.stderr
+    assert Profile.load(tmp_path / "p.yaml").precision == "bf16"

@@ -279,6 +279,7 @@ class LayerTimer:
         self.recomputed: set[int] = set()  # leaves seen recomputed in backward (activation checkpointing)
         self._in_backward = False
         self._pass_queued = False
+        self._probe_autocast = True  # until the first iteration whose leaves were timed
         self._handles: list[Any] = []
         self._unpatch: Any = None
         self.leaf_hooks = False
@@ -365,6 +366,8 @@ class LayerTimer:
             if self._in_backward:
                 self.pending.bwd_events.append((_PAUSE, mark))
             return
+        if self.autocast is None and self._probe_autocast:  # autocast entered inside forward (accelerate, decorators)
+            self.autocast = autocast_state()
         self._starts[id(module)].append(self.clock.mark())
 
     def _leaf_post(self, module: nn.Module, args: Any, out: Any) -> None:
@@ -429,6 +432,8 @@ class LayerTimer:
         self._in_backward = False
         self._pass_queued = False
         pend.start, pend.end, pend.measured = start, end, measured
+        if pend.fwd:
+            self._probe_autocast = False
         pend.events = self.clock.take_issued()
         return pend
 

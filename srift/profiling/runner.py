@@ -17,7 +17,7 @@ Forked children (multiprocessing, DataLoader workers) inherit the hooks but are 
 the script's child processes before srift dies of the signal.
 
 Then srift/profiling/assemble.py builds the profile: the model's structure, analysed untimed on
-the batch captured in the first measured-phase iteration (one extra forward/backward, FLOPs from
+the batch captured at the model's first forward after step 1 (a warm-up step) (one extra forward/backward, FLOPs from
 torch's FlopCounterMode), merged with the timings by module name.
 
 Outcomes: the script raising shows its own traceback and writes nothing (exit 1); a non-zero
