@@ -24,7 +24,7 @@ from srift.cluster import Cluster, load_cluster
 from srift.errors import SriftError
 from srift.examples import CopiedExamples, bundled
 from srift.examples import copy_examples as copy_example_files
-from srift.files import check_name, file_in, output_file, read_json
+from srift.files import check_name, check_outputs, file_in, output_file, read_json  # noqa: F401 (check_outputs: for the commands)
 from srift.hardware import CPU, GpuSpec, matching_gpus
 from srift.hardware import gpu as gpu_spec
 from srift.job import DEFAULT_INFRA, Job, require_precision

@@ -19,10 +19,11 @@ from typing import Any
 
 from srift.bounds import (
     MAX_BATCH_SIZE, MAX_GPUS, MAX_ITERS, MAX_KFAC_DIM, MAX_KFAC_SPATIAL, MAX_LAYER_BYTES, MAX_LAYER_FLOPS, MAX_LAYER_PARAMS,
-    MAX_LAYER_S, MAX_LAYERS, MAX_NAME_CHARS, MAX_SAMPLE_BYTES, MAX_SEQ_LEN, MAX_STATE_BYTES_PER_PARAM, shown,
+    MAX_LAYER_S, MAX_LAYERS, MAX_NAME_CHARS, MAX_NOTE_CHARS, MAX_NOTES, MAX_SAMPLE_BYTES, MAX_SEQ_LEN, MAX_STATE_BYTES_PER_PARAM, shown,
 )
 from srift.errors import SriftError
 from srift.files import read_yaml, write_yaml
+from srift.text import inert
 from srift.job import CHECKPOINTING, PARALLELISMS, PRECISIONS, Checkpointing, Parallelism
 
 SCHEMA = "srift.profile/v1"
@@ -509,7 +510,7 @@ class Profile:
             allreduce=buckets,
             input_bytes_per_sample=_num(data.get("input_bytes_per_sample") or 0.0, "input_bytes_per_sample", source,
                                         MAX_SAMPLE_BYTES),
-            notes=[str(n) for n in notes],
+            notes=[inert(n, MAX_NOTE_CHARS) for n in notes[:MAX_NOTES]],  # shown to people: one bounded line each
             parallelism=parallelism,
             activation_checkpointing=checkpointing,
             fsdp={str(k): str(v) for k, v in fsdp.items()},

@@ -524,8 +524,9 @@ class KFACPreconditioner:
         """Restore ``state_dict()``'s output (onto this preconditioner's device).
 
         Raises:
-            ValueError: when the state is not a K-FAC state or does not match this model's layers
-                or inverse method.
+            ValueError: when the state is not a K-FAC state, does not match this model's layers or
+                inverse method, holds a negative or non-integer count, or a NaN or infinite factor
+                or inverse (checked before anything changes).
         """
         if not isinstance(state, dict) or "steps" not in state or "A" not in state:
             raise ValueError("not a KFACPreconditioner state_dict (no 'steps' or 'A')")
@@ -546,10 +547,18 @@ class KFACPreconditioner:
                 want = (d + 1, d) if key.endswith("_inv") and self.inverse_method == "eigen" else (d, d)
                 if not isinstance(t, torch.Tensor) or tuple(t.shape) != want:
                     raise ValueError(f"state_dict {key}['{name}'] has shape {tuple(getattr(t, 'shape', ()))}, expected {want}")
+                if not t.is_floating_point() or not bool(torch.isfinite(t).all()):
+                    # a NaN factor or an infinite inverse would turn every preconditioned gradient NaN
+                    raise ValueError(f"state_dict {key}['{name}'] holds NaN or infinite values (or is not a float tensor)")
+        counts = {"steps": state["steps"], "factor_updates": state.get("factor_updates", 1 if state["A"] else 0),
+                  "skipped_factor_updates": state.get("skipped_factor_updates", 0)}
+        for key, value in counts.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"state_dict['{key}'] must be a whole number of at least 0, got {value!r}")
         device = self.layers[0].module.weight.device
-        self.steps = int(state["steps"])
-        self._factor_updates = int(state.get("factor_updates", 1 if state["A"] else 0))
-        self.skipped_factor_updates = int(state.get("skipped_factor_updates", 0))
+        self.steps = counts["steps"]
+        self._factor_updates = counts["factor_updates"]
+        self.skipped_factor_updates = counts["skipped_factor_updates"]
         for key in ("A", "G", "A_inv", "G_inv"):
             setattr(self, key, {k: v.detach().to(device, torch.float32, copy=True) for k, v in state.get(key, {}).items()})
         self._acc.clear()

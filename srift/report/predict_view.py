@@ -7,10 +7,12 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from srift.bounds import MAX_NOTE_CHARS
 from srift.report.format import console, error_text, gib, price_lines, print_json, save_json, seconds, usd, usd_per_million_tokens
 from srift.results import PredictResult, ages_json
 from srift.report.table import Column, print_table
 from srift.simulate.prediction import Prediction
+from srift.text import markdown as md
 
 NO_FIT = "DOES NOT FIT"
 
@@ -148,13 +150,13 @@ def render(result: PredictResult) -> None:
 
 def markdown(result: PredictResult) -> str:
     """The prediction as markdown (a PR comment, a report)."""
-    lines = [f"**{title(result)}**", "", "| | |", "|---|---|"]
+    lines = [f"**{md(title(result), MAX_NOTE_CHARS)}**", "", "| | |", "|---|---|"]
     lines += [f"| {label} | {value.replace(NO_FIT, f'**{NO_FIT}**')} |" for label, value in summary_rows(result)]
     lines += ["", "| phase | time | share |", "|---|---:|---:|"]
     lines += ["| " + " | ".join(row) + " |" for row in breakdown_rows(result)]
     if comm_line(result):
         lines += ["", comm_line(result)]
-    lines += [f"\n_Note: {note}_" for note in result.prediction.notes]
+    lines += [f"\n_Note: {md(note, MAX_NOTE_CHARS)}_" for note in result.prediction.notes]
     lines += [f"\n<sub>{' '.join(price_lines(result.catalog_as_of))}</sub>"] if result.catalog_as_of else []
     return "\n".join(lines)
 

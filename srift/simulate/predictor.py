@@ -101,6 +101,15 @@ class Predictor:
                 f"global batch {gb} is smaller than the {cluster.gpus} GPUs of {cluster.name}.",
                 "raise --global-batch-size or use fewer GPUs.",
             )
+        if not cluster.heterogeneous and gb % cluster.gpus:  # equal per-GPU batches cannot make it: say so, never round
+            accum = self.job.grad_accum
+            lower, upper = gb // cluster.gpus * cluster.gpus * accum, -(-gb // cluster.gpus) * cluster.gpus * accum
+            per_micro = f" ({gb:,} per micro-batch of --grad-accum {accum})" if accum > 1 else ""
+            raise SriftError(
+                f"global batch {self.job.global_batch_size:,}{per_micro} does not divide over the {cluster.gpus} GPUs of "
+                f"{cluster.name} (equal per-GPU batches make {lower:,} or {upper:,}).",
+                f"pass --global-batch-size {upper:,} (or another multiple of {cluster.gpus * accum}), "
+                "or --batch-size per GPU instead.")
         return split_batch(speeds, gpus, gb)
 
     # ---- the prediction --------------------------------------------------------------------

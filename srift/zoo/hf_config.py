@@ -15,9 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from srift.bounds import MAX_SEQ_LEN, shown
+from srift.bounds import MAX_NAME_CHARS, MAX_SEQ_LEN, shown
 from srift.errors import SriftError
 from srift.files import read_json
+from srift.text import inert
 from srift.profile import Profile
 from srift.zoo.llm import DecoderArch, decoder_profile
 
@@ -113,8 +114,8 @@ def _biases(model_type: str, data: dict[str, Any], path: Path) -> frozenset[str]
 
 def _name(data: dict[str, Any], path: Path) -> str:
     named = data.get("_name_or_path")
-    if isinstance(named, str) and named.strip():
-        return named.strip()
+    if isinstance(named, str) and inert(named):
+        return inert(named, MAX_NAME_CHARS)  # shown in tables and PR comments: one bounded line, no escapes
     if path.name == "config.json" and path.resolve().parent.name:
         return path.resolve().parent.name
     return path.stem
