@@ -632,12 +632,13 @@ def profiler_cases() -> list[ProfilerCase]:
 
 
 def judge_profiler_case(c: ProfilerCase, o: Outcome) -> bool:
-    """Exit code as expected, no traceback, p.yaml written exactly when expected (and nothing else
-    but the script's own folder), refusals with one Error: and To fix: line."""
-    written = [w for w in o.written if w != "train.py"]
+    """Exit code as expected, no traceback, p.yaml written exactly when expected and nothing written
+    outside the script's folder (what the script itself makes there is its own), refusals with one
+    Error: and To fix: line."""
     if c.code == 2:
         return o.ok
-    return o.code == c.code and not o.traceback and (written == ["p.yaml"]) == c.writes_profile
+    inside = all(w == "work" or w.startswith("work/") for w in o.written)
+    return o.code == c.code and not o.traceback and inside and ("work/p.yaml" in o.written) == c.writes_profile
 
 
 def run_profiler_section(k: str) -> list[Outcome]:
