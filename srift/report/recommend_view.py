@@ -122,6 +122,7 @@ def candidate_json(cand: Candidate, rank: int, result: SearchResult | None = Non
         "typical_error_basis": p.typical_error_basis,
         "flags": list(cand.flags),
         "parallelism": p.parallelism,
+        "layout": p.layout,
         "activation_checkpointing": p.activation_checkpointing,
         "grad_accum": p.grad_accum,
         "memory_per_gpu_bytes": p.memory_per_gpu_bytes,
