@@ -578,6 +578,88 @@ def run(probe: Probe, timeout_s: float = 180.0) -> Outcome:
         return Outcome(probe.kind, code, lines[0] if lines else "", tb, written, ok, secs)
 
 
+# ==== `srift profile` on unusual scripts (issue 26 item 5; issue 28) ===================================
+# Kept apart from probes(): these scripts are not all refused. A script with nothing to measure is
+# refused like any bad input (exit 2); the others must run to a profile, or end with the script's
+# own exit status, with no traceback and nothing half-written.
+_TRAIN = """import os, sys, torch
+from torch import nn
+net = nn.Linear(8, 2)
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+def step():
+    net(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+@dataclass
+class ProfilerCase:
+    """A profiled script and what srift must do with it: its exit code, and whether p.yaml is written."""
+
+    probe: Probe
+    code: int
+    writes_profile: bool
+
+
+def profiler_cases() -> list[ProfilerCase]:
+    run_ = ["profile", "train.py", "--warmup", "2", "--iters", "3", "-o", "p.yaml", "--timeout", "60"]
+    loop = "for i in range(40):\n    step()\n"
+
+    def case(kind: str, body: str, code: int, writes: bool) -> ProfilerCase:
+        return ProfilerCase(Probe(f"profile: {kind}", run_, {"train.py": _TRAIN + body}), code, writes)
+
+    return [
+        case("a script that never steps", "print('no training')\n", 2, False),
+        case("steps without calling a model", "for i in range(5):\n    opt.step()\n", 2, False),
+        case("fewer steps than warm-up", "step()\n", 2, False),
+        case("a bare except around the loop", "while True:\n    try:\n        step()\n    except:\n        pass\n", 0, True),
+        case("except BaseException, then sleeps", "try:\n    " + loop.replace("\n    ", "\n        ")
+             + "except BaseException:\n    import time\n    time.sleep(600)\n", 0, True),
+        case("os._exit(3) while training", "for i in range(40):\n    step()\n    if i == 3:\n        os._exit(3)\n", 3, False),
+        case("os._exit(0) after training", loop + "os._exit(0)\n", 0, True),
+        case("changes folder first", "os.makedirs('sub', exist_ok=True)\nos.chdir('sub')\n" + loop, 0, True),
+        case("a bf16 model", "net.to(torch.bfloat16)\nfor i in range(40):\n    net(torch.randn(4, 8, dtype=torch.bfloat16))"
+             ".float().sum().backward()\n    opt.step()\n    opt.zero_grad()\n", 0, True),
+        case("forks a child that trains and exits", "for i in range(40):\n    step()\n    if i == 1 and os.fork() == 0:\n"
+             "        step()\n        os._exit(0)\n", 0, True),
+        case("trains in a thread", "import threading\nt = threading.Thread(target=lambda: [step() for _ in range(40)])\n"
+             "t.start()\nt.join()\n", 0, True),
+        case("a multiprocessing pool", "import multiprocessing as mp\nif __name__ == '__main__':\n"
+             "    with mp.get_context('spawn').Pool(2) as pool:\n        for i in range(40):\n"
+             "            pool.map(abs, [1, -2])\n            step()\n", 0, True),
+    ]
+
+
+def judge_profiler_case(c: ProfilerCase, o: Outcome) -> bool:
+    """Exit code as expected, no traceback, p.yaml written exactly when expected and nothing written
+    outside the script's folder (what the script itself makes there is its own), refusals with one
+    Error: and To fix: line."""
+    if c.code == 2:
+        return o.ok
+    inside = all(w == "work" or w.startswith("work/") for w in o.written)
+    return o.code == c.code and not o.traceback and inside and ("work/p.yaml" in o.written) == c.writes_profile
+
+
+def run_profiler_section(k: str) -> list[Outcome]:
+    """Run and print the profiler cases whose kind contains ``k``; return the failing outcomes."""
+    chosen = [c for c in profiler_cases() if k in c.probe.kind]
+    if not chosen:
+        return []
+    print("\n| # | profiled script | exit (expected) | first line | traceback | files written |\n|---|---|---|---|---|---|")
+    bad = []
+    for i, c in enumerate(chosen, 1):
+        o = run(c.probe)
+        ok = judge_profiler_case(c, o)
+        if not ok:
+            bad.append(o)
+        print(f"| {i} | {c.probe.kind}{'' if ok else ' **FAIL**'} | {o.code} ({c.code}) | {o.first_line[:100].replace('|', '/')} | "
+              f"{'yes' if o.traceback else 'no'} | {', '.join(o.written) or 'no'} |", flush=True)
+    print(f"\n{len(chosen)} profiled scripts: {len(chosen) - len(bad)} as expected.")
+    return bad
+# ==== end of the `srift profile` section ==============================================================
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-k", default="", help="Only kinds whose name contains this text.")
@@ -604,6 +686,7 @@ def main() -> int:
           f"{sum(o.ok for o in refusals)} with one Error: and one To fix: line; {sum(o.traceback for o in outcomes)} tracebacks; "
           f"{sum(bool(o.written) for o in outcomes)} changed, replaced or destroyed a file; {outside} wrote outside their folder; "
           f"{sum(o.seconds for o in outcomes):.0f} s.")
+    bad += run_profiler_section(args.k)
     for o in bad:
         print(f"FAIL: {o.kind!r}: exit {o.code}, {o.first_line!r}, written {o.written}")
     return 1 if bad else 0

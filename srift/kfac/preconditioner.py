@@ -184,6 +184,7 @@ class KFACPreconditioner:
         self.steps = 0
         self._factor_updates = 0
         self.skipped_factor_updates = 0  # overflow steps under a GradScaler
+        self.skipped_steps = 0  # steps not preconditioned: every factor update so far overflowed
         self.A: dict[str, torch.Tensor] = {}
         self.G: dict[str, torch.Tensor] = {}
         self.A_inv: dict[str, torch.Tensor] = {}  # damped inverse, or eigenvectors + eigenvalues row
@@ -192,7 +193,10 @@ class KFACPreconditioner:
         self._acc: dict[str, tuple[torch.Tensor, int]] = {}
         self.timings: dict[str, float] = defaultdict(float)  # seconds per phase, summed over steps
 
-        self.comm = Comm()
+        # The gradients' device: NCCL takes no CPU tensors (its collectives there fail).
+        self.device = next((p.device for m in by_module for p in m.parameters(recurse=False) if p.requires_grad),
+                           torch.device("cpu"))
+        self.comm = Comm(self.device)
         self._reducer_a = FusedAllReducer(self.comm)  # spd: forward (A) factors
         self._reducer_g = FusedAllReducer(self.comm)  # spd: backward (G) factors; naive/mpd: all
         self._launched: set[str] = set()
@@ -216,7 +220,7 @@ class KFACPreconditioner:
                 self.comm_alpha_s = a if comm_alpha_s is None else comm_alpha_s
                 self.comm_beta_s_per_byte = b if comm_beta_s_per_byte is None else comm_beta_s_per_byte
             if inv_flops_per_s is None:
-                self.inv_flops_per_s = self.comm.broadcast_floats([_measure_inv_flops(inverse_method)])[0]
+                self.inv_flops_per_s = self.comm.broadcast_floats([_measure_inv_flops(inverse_method, self.device)])[0]
         self.owners = self._placement()
 
         self._handles = [m.register_forward_hook(self._forward_hook(blocks)) for m, blocks in by_module.items()]
@@ -321,6 +325,11 @@ class KFACPreconditioner:
         if self._is_factor_step():
             self._update_factors()
         if not self.A:
+            if self.skipped_factor_updates:
+                # The first factor steps overflowed (fp16's usual start): nothing to precondition
+                # with yet, and the scaler skips this optimizer step; the next step tries again.
+                self.skipped_steps += 1
+                return
             raise RuntimeError("K-FAC step() was called before any forward/backward pass computed its factors")
         if self.steps % self._interval("inv_update_steps") == 0 or not self.A_inv:
             self._update_inverses()
@@ -584,16 +593,24 @@ def _skip_match(name: str, module: nn.Module, skip: tuple[Any, ...]) -> int | No
     return None
 
 
-def _measure_inv_flops(method: str, dim: int = 256, repeats: int = 5) -> float:
-    """d^3 per second of the inverse method's kernel on this process's device (the median call:
+def _measure_inv_flops(method: str, device: torch.device | None = None, dim: int = 256, repeats: int = 5) -> float:
+    """d^3 per second of the inverse method's kernel on ``device`` (the factors'; the median call:
     a typical cost, as the prediction prices inversions)."""
-    m = torch.randn(dim, dim)
-    m = m @ m.t() / dim + torch.eye(dim)
+    device = device or torch.device("cpu")
+    m = torch.randn(dim, dim, device=device)
+    m = m @ m.t() / dim + torch.eye(dim, device=device)
     fn = eigen_decomposition if method == "eigen" else (lambda f: damped_inverse(f, 1e-3))
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
     fn(m)  # warm-up
     samples = []
     for _ in range(repeats):
+        sync()
         t0 = time.perf_counter()
         fn(m)
+        sync()
         samples.append(time.perf_counter() - t0)
     return dim**3 / max(statistics.median(samples), 1e-9)
