@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 from srift import DISTRIBUTION
 from srift.bounds import DEFAULT_PROFILE_TIMEOUT_S, MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DEADLINE_HOURS, require
 from srift.catalog import Instance, catalog_as_of, get_instance, load_catalog, parse_infra, supported
-from srift.catalog.spec import cluster_from_spec, parse_spec
+from srift.catalog.provenance import PriceProvenance, combined, price_provenance
+from srift.catalog.spec import cluster_from_spec, efa_fallbacks, parse_spec
+from srift.catalog.spot import capacity_warning
 from srift.cluster import Cluster, load_cluster
 from srift.errors import SriftError
 from srift.examples import CopiedExamples, bundled
@@ -157,6 +159,14 @@ def hardware_notes(instances: Sequence[Instance]) -> list[str]:
     return notes
 
 
+def price_notes(price: PriceProvenance, cluster: Cluster) -> list[str]:
+    """Why a price is estimated or suspect, and the spot capacity warning of large spot groups."""
+    notes = [f"~ marks an estimated or suspect price: {'; '.join(price.reasons)}"] if price.marked else []
+    notes += [w for g in cluster.node_groups if g.spot and g.instance_type
+              for w in [capacity_warning(g.instance_type, g.count)] if w]
+    return notes
+
+
 def model_flops_fn(model: str | None, model_config: str | None = None) -> Callable[[int], float] | None:
     """Training FLOPs per token at a sequence length for MFU, for a decoder LLM of the zoo or a
     Hugging Face config (srift.zoo.llm.model_flops_per_token); None for other models."""
@@ -175,23 +185,35 @@ def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None =
     ``region`` selection, ``--infra`` spelling) or a cluster file."""
     prof, more = resolve_profiles(model, profiles, model_config, job.precision)
     cluster = resolve_cluster(instance, cluster_file, region=region, spot=spot, placement_group=placement_group)
-    pred = Predictor(prof, job, more, model_flops_fn(model, model_config)).predict(cluster)
+    predictor = Predictor(prof, job, more, model_flops_fn(model, model_config))
+    pred = predictor.predict(cluster)
     if not pred.fits_in_memory:  # an iteration time for a job that cannot run would mislead
         raise memory_error(cluster, pred, prof.name)
     ages: dict[str, PriceAge] = {}
     host_arch = None
+    price = None
     if instance is not None:
         rows = spec_instances(instance, region)
-        pred = dataclasses.replace(pred, notes=[*pred.notes, *hardware_notes(rows)])
+        price = combined(price_provenance(get_instance(g.instance_type, region), g.spot)
+                         for g in cluster.node_groups if g.instance_type)
+        pred = dataclasses.replace(pred, notes=[*pred.notes, *hardware_notes(rows), *price_notes(price, cluster)])
         ages = price_ages([(r.cloud, r.region) for r in rows])
         host_arch = rows[0].host_arch if len({r.host_arch for r in rows}) == 1 else "mixed"
     return PredictResult(pred, prof.name, job.precision or prof.precision, job.optimizer, job.kfac_strategy, spot,
-                         catalog_as_of=ages, host_arch=host_arch, uncertainty=uncertainty_of(pred, None))
+                         catalog_as_of=ages, host_arch=host_arch, uncertainty=uncertainty_of(pred, None),
+                         network_fallbacks=network_fallbacks(predictor.predict, cluster), price=price)
 
 
 # ---- hand-off -----------------------------------------------------------------------------------
+def network_fallbacks(predict: Callable[[Cluster], Prediction], cluster: Cluster) -> tuple[tuple[str, Prediction], ...]:
+    """The cluster's prediction with one EFA interface and without EFA (``efa_fallbacks``), for the
+    hand-off to say what a launcher that does not set up every interface gets."""
+    return tuple((what, predict(alt)) for what, alt in efa_fallbacks(cluster))
+
+
 def launch_plan(model: str, prediction: Prediction, instance: str | None = None, cluster_file: str | None = None,
-                region: str = "aws/us-east-1", spot: bool = False) -> LaunchPlan:
+                region: str = "aws/us-east-1", spot: bool = False,
+                fallbacks: tuple[tuple[str, Prediction], ...] = ()) -> LaunchPlan:
     """What to start for a predicted configuration (``--instance SPEC`` or ``--cluster FILE``, as
     predicted): its node groups with their catalog rows and per-GPU batches, for a SkyPilot task
     or torchrun lines (srift/report/handoff.py)."""
@@ -201,13 +223,14 @@ def launch_plan(model: str, prediction: Prediction, instance: str | None = None,
         LaunchGroup(g.count, g.gpus_per_node, g.gpu, g.spot, shares[i].per_gpu_batch if shares else None,
                     get_instance(g.instance_type, region) if g.instance_type else None)
         for i, g in enumerate(cluster.node_groups))
-    return LaunchPlan(model, prediction.cluster, groups, prediction)
+    return LaunchPlan(model, prediction.cluster, groups, prediction, fallbacks)
 
 
 def recommended_plan(result: RecommendResult) -> LaunchPlan:
     """The launch plan of the chosen configuration (call only when there is one)."""
     top = result.search.recommendations[0]
-    return launch_plan(result.model, top.prediction, top.instance, region=top.infra, spot=top.spot)
+    return launch_plan(result.model, top.prediction, top.instance, region=top.infra, spot=top.spot,
+                       fallbacks=result.network_fallbacks)
 
 
 def memory_error(cluster: Cluster, pred: Prediction, model: str) -> SriftError:
@@ -248,9 +271,13 @@ def recommend(job: Job, constraints: Constraints, model: str | None = None, prof
     job = with_resolved_length(job, prof)
     predictor = Predictor(prof, job, more, model_flops_fn(model, model_config))
     found = _search(predictor, constraints, infra, progress)
+    fallbacks: tuple[tuple[str, Prediction], ...] = ()
+    if found.recommendations:
+        top = found.recommendations[0]
+        fallbacks = network_fallbacks(predictor.predict, resolve_cluster(top.instance, None, region=top.infra, spot=top.spot))
     return RecommendResult(found, constraints, job, prof.name, predictor.precision, predictor.ref_batch,
                            (job.seq_len or prof.seq_len) if prof.seq_len else None, infra,
-                           price_ages([(t.cloud, t.region) for t in parse_infra(infra)]))
+                           price_ages([(t.cloud, t.region) for t in parse_infra(infra)]), fallbacks)
 
 
 def _search(predictor: Predictor, constraints: Constraints, infra: str, progress: Progress | None = None) -> SearchResult:

@@ -199,6 +199,13 @@ def resolve(cloud: str, family: str, instance_type: str, *, efa: bool = False,
     )
 
 
+def efa_interfaces(instance_type: str) -> int:
+    """EFA network interfaces of an AWS size (configs/network.yaml ``clouds.aws.efa_interfaces``; 1
+    for sizes not listed). A launcher that attaches one gets ``network_gbps / efa_interfaces``."""
+    table = network_config()["clouds"]["aws"].get("efa_interfaces", {}).get("types", {})
+    return int(table.get(instance_type, 1))
+
+
 def facts_for(instance: "Instance") -> NetworkFacts:
     """The interconnect and network facts of a catalog row (see ``NetworkFacts``).
 

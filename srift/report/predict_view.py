@@ -8,6 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from srift.report.format import console, error_text, gib, price_lines, print_json, save_json, seconds, usd, usd_per_million_tokens
+from srift.catalog.provenance import marked_usd
 from srift.results import PredictResult, ages_json
 from srift.report.table import Column, print_table
 from srift.simulate.prediction import Prediction
@@ -42,7 +43,11 @@ def prediction_json(result: PredictResult) -> dict[str, Any]:
     out.update({"model": result.model, "precision": result.precision, "optimizer": result.optimizer,
                 "spot_pricing": result.spot_pricing, "host_arch": result.host_arch,
                 "catalog_as_of": ages_json(result.catalog_as_of), "warnings": price_lines(result.catalog_as_of)[1:],
-                "uncertainty": result.uncertainty.to_dict() if result.uncertainty else None})
+                "uncertainty": result.uncertainty.to_dict() if result.uncertainty else None,
+                **(result.price.to_dict() if result.price is not None else
+                   {"price_source": None, "price_estimated": False, "price_suspect": False, "price_notes": []}),
+                "network_fallbacks": [{"network": what, "expected_throughput_samples_per_s": p.expected_throughput_samples_per_s}
+                                      for what, p in result.network_fallbacks]})
     return out
 
 
@@ -87,13 +92,16 @@ def summary_rows(result: PredictResult) -> list[tuple[str, str]]:
         if pred.mfu is not None:
             tokens += f", MFU {pred.mfu:.1%}"
         rows.append(("Tokens", tokens))
-    rows.append(("Cost", f"{usd(pred.cost_per_hour_usd)}/h, {usd(pred.usd_per_million_samples)} per million samples"
+    rows.append(("Cost", f"{marked_usd(usd(pred.cost_per_hour_usd), result.price)}/h, "
+                 f"{marked_usd(usd(pred.usd_per_million_samples), result.price)} per million samples"
                  + (f", {usd(usd_per_million_tokens(pred), 3)} per million tokens" if pred.seq_len else "")))
     mem = f"{gib(pred.memory_per_gpu_bytes)} per GPU" + ("" if pred.fits_in_memory else f"  {NO_FIT}")
     if pred.parallelism != "ddp" or "gathered_weights" in pred.memory_breakdown_bytes:
         mem += " (" + ", ".join(f"{MEMORY_LABELS.get(k, k)} {gib(v)}" for k, v in pred.memory_breakdown_bytes.items() if v) + ")"
     rows += [("Memory", mem), ("Bottleneck", pred.bottleneck),
              ("Typical error", error_text(pred.typical_error_pct, pred.typical_error_basis))]
+    if result.price is not None:
+        rows.append(("Price", result.price.source))
     if pred.spot:
         s = pred.spot
         rows.append(("Spot (expected)",

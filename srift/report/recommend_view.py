@@ -8,6 +8,8 @@ from typing import Any
 
 from rich.markup import escape
 
+from srift.catalog.provenance import ESTIMATE_MARK, marked_usd
+from srift.catalog.spot import capacity_warning
 from srift.errors import SriftError
 from srift.report.format import console, error_text, price_lines, print_json, save_json, seconds, usd, usd_per_million_tokens
 from srift.report.table import Column, print_table
@@ -118,6 +120,8 @@ def candidate_json(cand: Candidate, rank: int, result: SearchResult | None = Non
         "typical_error_pct": p.typical_error_pct,
         "typical_error_basis": p.typical_error_basis,
         "flags": list(cand.flags),
+        **(cand.price.to_dict() if cand.price is not None else
+           {"price_source": None, "price_estimated": False, "price_suspect": False, "price_notes": []}),
         "parallelism": p.parallelism,
         "activation_checkpointing": p.activation_checkpointing,
         "grad_accum": p.grad_accum,
@@ -167,15 +171,29 @@ def why(result: SearchResult) -> str:
                     f"{pick.edge:.0%}, less than their combined typical error (±{pick.error_pct:.0f} %), and {top.label} is "
                     "the best configuration that beats every simpler one by more than their combined error.")
     elif result.objective == "throughput":
-        text = (f"{top.label} wins: the highest throughput ({rate_text(top)}) "
-                f"that meets the limits, at {usd(top.cost_per_hour_usd)}/h; it is {top.prediction.bottleneck}-bound.")
+        at_q = f" at {result.confidence:.0%} confidence" if result.best_at_median is not None else ""
+        text = (f"{top.label} wins: the highest throughput{at_q} ({rate_text(top)} median) "
+                f"that meets the limits, at {marked_usd(usd(top.cost_per_hour_usd), top.price)}/h; it is {top.prediction.bottleneck}-bound.")
     else:
-        what = f"{usd(top.job_cost_usd)} for the job" if top.job_cost_usd is not None else f"{usd(top.usd_per_million_samples)} per million samples"
+        what = (f"{marked_usd(usd(top.job_cost_usd), top.price)} for the job" if top.job_cost_usd is not None
+                else f"{marked_usd(usd(top.usd_per_million_samples), top.price)} per million samples")
         text = f"{top.label} wins: the lowest cost ({what}) that meets the limits; it is {top.prediction.bottleneck}-bound."
     at = top.at_confidence
     if at is not None and (result.confidence is not None):
-        text += (f" At {at.confidence:.0%} confidence the job takes {at.hours:,.1f} h and costs {usd(at.cost_usd)} "
+        text += (f" At {at.confidence:.0%} confidence the job takes {at.hours:,.1f} h and costs {marked_usd(usd(at.cost_usd), top.price)} "
                  f"(median {top.job_hours:,.1f} h).")
+    m = result.best_at_median
+    if m is not None:
+        ft, fm = top.quantile_factor(result.confidence), m.quantile_factor(result.confidence)
+        if result.objective == "throughput":
+            versus = (f"{top.expected_throughput_samples_per_s / ft:,.0f} against {m.expected_throughput_samples_per_s / fm:,.0f} "
+                      "samples/s")
+        else:
+            def cost(c: Candidate) -> float:
+                return (c.job_cost_usd if c.job_cost_usd is not None else c.usd_per_million_samples) or 0.0
+            versus = f"{usd(cost(top) * ft)} against {usd(cost(m) * fm)}"
+        text += (f" {m.label} has the better median ({rate_text(m)}, ±{m.prediction.typical_error_pct or 0:.1f} %) but with "
+                 f"limits set srift ranks at {result.confidence:.0%} confidence, where {top.label} is ahead ({versus}).")
     if len(recs) > 1 and pick is None:
         ru = recs[1]
         dt = ru.expected_throughput_samples_per_s / top.expected_throughput_samples_per_s - 1
@@ -191,13 +209,13 @@ def why(result: SearchResult) -> str:
     if one is not None:
         dt = one.expected_throughput_samples_per_s / top.expected_throughput_samples_per_s - 1
         text += (f" It spans {top.nodes} nodes, the least validated case (typical error below); "
-                 f"the best one-node choice is {one.label}: {dt:+.0%} throughput at {usd(one.cost_per_hour_usd)}/h.")
+                 f"the best one-node choice is {one.label}: {dt:+.0%} throughput at {marked_usd(usd(one.cost_per_hour_usd), one.price)}/h.")
     if top.prediction.bottleneck == "input" and top.vcpus_per_gpu is not None:
         text += (f" Its {top.vcpus_per_gpu:g} vCPUs per GPU cannot prepare the input as fast as its GPUs train: "
                  "an instance with more vCPUs per GPU, or preprocessed data, would be faster.")
     if top.host_arch == "arm64":
         text += " Its host is arm64: the job needs aarch64 builds of PyTorch and its other native packages."
-    return text
+    return text + _price_clause(top)
 
 
 def summary(found: SearchResult) -> str:
@@ -270,12 +288,12 @@ def _rows(result: RecommendResult) -> tuple[list[str], list[list[str]]]:
             row.append(c.prediction.plan_label)
         rate = _tokens(c)
         row += [f"{rate:,.0f}" if tokens and rate is not None else f"{c.expected_throughput_samples_per_s:,.0f}",
-                seconds(c.prediction.iteration_time_s), usd(c.cost_per_hour_usd),
-                usd(usd_per_million_tokens(c.prediction), 3) if tokens else usd(c.usd_per_million_samples, 3)]
+                seconds(c.prediction.iteration_time_s), marked_usd(usd(c.cost_per_hour_usd), c.price),
+                marked_usd(usd(usd_per_million_tokens(c.prediction), 3) if tokens else usd(c.usd_per_million_samples, 3), c.price)]
         if with_job:
             at = c.at_confidence
             row += [f"{c.job_hours:,.1f} ({at.hours:,.1f})" if c.job_hours is not None and at is not None else "-",
-                    f"{usd(c.job_cost_usd, 0)} ({usd(at.cost_usd, 0)})" if at is not None else "-"]
+                    marked_usd(f"{usd(c.job_cost_usd, 0)} ({usd(at.cost_usd, 0)})", c.price) if at is not None else "-"]
         row.append(bottleneck_text(c))
         rows.append(row)
     return head, rows
@@ -291,6 +309,36 @@ def _drop_order(result: RecommendResult) -> dict[str, int]:
     return {h: i + 1 for i, h in enumerate(order)}
 
 
+def spot_capacity_lines(cands: list[Candidate]) -> list[str]:
+    """The spot capacity warning of each spot group above the stated node count."""
+    out = []
+    for c in cands:
+        for part in c.instance.split("+"):
+            itype, _, rest = part.partition(":")
+            count, _, market = rest.partition("@")
+            if c.spot and market != "on-demand":
+                line = capacity_warning(itype, int(count or 1))
+                if line:
+                    out.append(line)
+    return out
+
+
+def price_legend(cands: list[Candidate]) -> list[str]:
+    """The legend of the ``~`` mark, with why each marked price shown is estimated or suspect."""
+    reasons = list(dict.fromkeys(r for c in cands if c.price is not None and c.price.marked for r in c.price.reasons))
+    if not reasons:
+        return []
+    return [f"{ESTIMATE_MARK} marks an estimated or suspect price; check it before renting: " + "; ".join(reasons) + "."]
+
+
+def _price_clause(c: Candidate) -> str:
+    """`` Its price is estimated (...)``: said in the why-sentence when the chosen price is marked."""
+    if c.price is None or not c.price.marked:
+        return ""
+    kind = " and ".join(k for k, on in (("estimated", c.price.estimated), ("suspect", c.price.suspect)) if on)
+    return f" Its price ({ESTIMATE_MARK}{usd(c.cost_per_hour_usd)}/h) is {kind}: {'; '.join(c.price.reasons)}."
+
+
 def _notes(result: RecommendResult) -> list[str]:
     found = result.search
     out = []
@@ -303,8 +351,12 @@ def _notes(result: RecommendResult) -> list[str]:
             out.append(f"Job hours at {top.at_confidence.confidence:.0%} confidence: the median x exp(z·σ), "
                        f"σ = {u.sigma:.3f} (model error {u.model:.3f}, run-to-run spread {u.spread:.3f}, spot {u.spot:.3f}; "
                        "srift/search/confidence.py).")
-        if any("suspect-price" in c.flags for c in found.recommendations):
-            out.append("A price marked suspect-price varies more than 2x across the cloud's regions: check it before renting.")
+        out += price_legend(found.recommendations)
+        out += spot_capacity_lines(found.recommendations[:1])
+        shown, asked = len(found.recommendations), result.constraints.top
+        if shown < asked:
+            out.append(f"{shown} row{'s' if shown != 1 else ''}, not {asked}: the rows are the best of each instance family, and "
+                       f"only {found.families} famil{'y' if found.families == 1 else 'ies'} meet the limits.")
     out += price_lines(result.catalog_as_of)
     out.append(summary(found))
     return out

@@ -125,6 +125,12 @@ class Constraints:
             return self.objective
         return "cost" if self.deadline_hours is not None else "throughput"
 
+    @property
+    def ranking_confidence(self) -> float | None:
+        """The quantile the search ranks at: the confidence when a limit is set, else None (median)."""
+        limits = (self.budget_usd_per_hour, self.deadline_hours, self.max_cost_usd)
+        return self.confidence if any(v is not None for v in limits) else None
+
 
 def _flag(name: str) -> str:
     return {"budget_usd_per_hour": "budget", "deadline_hours": "deadline", "max_cost_usd": "max-cost",
