@@ -92,7 +92,7 @@ def _result(table: OfferTable, c: Constraints, simulated: int, predict: Callable
     t = table.cols
     ranked = table.ranked()
     feasible = [_candidate(table, int(i)) for i in ranked[:MAX_COMPARED]]
-    recs, why = order(feasible, c.goal, c.top, c.ranking_confidence) if feasible else ([], None)
+    recs, why = order(feasible, c.goal, c.top, c.ranking_confidence, c.diverse) if feasible else ([], None)
     for cand_i, cand in zip(ranked, feasible):
         if any(cand is r for r in recs):
             cand.regions = table.same_price_regions(int(cand_i))

@@ -54,6 +54,8 @@ class Constraints:
         confidence: The deadline and the maximum cost are met at this quantile of the job's
             hours and cost (0.5: at the median).
         include_unsupported: Also search GPUs the current PyTorch CUDA wheels do not run on.
+        diverse: The rows after the chosen one are the best of each other instance family (False:
+            the next configurations in the objective's order, whatever their family).
     """
 
     budget_usd_per_hour: float | None = None
@@ -68,6 +70,7 @@ class Constraints:
     top: int = 5
     confidence: float = DEFAULT_CONFIDENCE
     include_unsupported: bool = False
+    diverse: bool = True
 
     def __post_init__(self) -> None:
         for name, low, high in (("budget_usd_per_hour", MIN_USD, MAX_BUDGET_USD_PER_HOUR),

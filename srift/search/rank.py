@@ -375,11 +375,12 @@ class SearchResult:
         return close_call(recs[0], recs[1], self.objective)
 
 
-def order(feasible: Sequence[Candidate], goal: str, top: int,
-          confidence: float | None = None) -> tuple[list[Candidate], SimplerChoice | None]:
+def order(feasible: Sequence[Candidate], goal: str, top: int, confidence: float | None = None,
+          diverse: bool = True) -> tuple[list[Candidate], SimplerChoice | None]:
     """The recommendations (``top`` of them) after the simplicity rule: the chosen first, the
-    best-ranked next when it was passed over, then the best of each other instance family in the
-    objective's order (ranked at ``confidence`` when given; ties settled by ``settle_ties``)."""
+    best-ranked next when it was passed over, then the best of each other instance family
+    (``diverse``; else every next one) in the objective's order (ranked at ``confidence`` when
+    given; ties settled by ``settle_ties``)."""
     ranked = settle_ties(sorted(feasible, key=objective_key(goal, confidence)), goal, confidence)
     i, why = choose(ranked, goal)
     chosen = ranked[i]
@@ -388,7 +389,7 @@ def order(feasible: Sequence[Candidate], goal: str, top: int,
     for c in ranked:
         if len(out) >= top:
             break
-        if c.families not in seen:
+        if (c.families not in seen if diverse else all(c is not o for o in out)):
             out.append(c)
             seen.add(c.families)
     return out[:top], why
