@@ -47,7 +47,8 @@ from srift.results import (
 from srift.search import search
 from srift.search.confidence import at_confidence, uncertainty_of
 from srift.search.limits import Constraints, check_limits
-from srift.search.rank import SearchResult
+from srift.search.large_batch import GlobalBatchLimit, accumulation_choices, default_max_global_batch
+from srift.search.rank import SearchResult, objective_key
 from srift.search.sweep import Progress
 from srift.simulate import Predictor
 from srift.simulate.prediction import Prediction
@@ -265,19 +266,44 @@ def with_resolved_length(job: Job, prof: Profile) -> Job:
 def recommend(job: Job, constraints: Constraints, model: str | None = None, profiles: Sequence[str] | None = None,
               infra: str = "aws", model_config: str | None = None, progress: Progress | None = None) -> RecommendResult:
     """Search the catalog of ``infra`` (every AWS region by default) for the best configurations of
-    a model, a Hugging Face config or profile(s)."""
+    a model, a Hugging Face config or profile(s).
+
+    With a fixed global batch and ``--grad-accum`` left at 1, each of
+    ``srift.search.large_batch.accumulation_choices`` is searched and the best chosen
+    configuration wins. Without one, the cluster is kept within the largest global batch
+    (``constraints.max_global_batch`` or the family default) at the per-GPU batch.
+    """
     constraints.require_length(job.length, job.global_batch_size)
     prof, more = resolve_profiles(model, profiles, model_config, job.precision)
     job = with_resolved_length(job, prof)
-    predictor = Predictor(prof, job, more, model_flops_fn(model, model_config))
-    found = _search(predictor, constraints, infra, progress)
+    seq = (job.seq_len or prof.seq_len) if prof.seq_len else None
+    limit = (GlobalBatchLimit(constraints.max_global_batch, "--max-global-batch") if constraints.max_global_batch
+             else default_max_global_batch(seq))
+    best: tuple[Predictor, SearchResult] | None = None
+    choices = accumulation_choices(job.global_batch_size, job.grad_accum)
+    for ga in choices:
+        predictor = Predictor(prof, dataclasses.replace(job, grad_accum=ga), more, model_flops_fn(model, model_config))
+        c = constraints
+        if job.global_batch_size is None:  # keep the global batch within the limit: fewer GPUs
+            c = dataclasses.replace(c, max_gpus=max(1, min(c.max_gpus, limit.samples // (predictor.ref_batch * ga))))
+        found = _search(predictor, c, infra, progress)
+        if best is None or (found.recommendations and (not best[1].recommendations or _better(found, best[1], c))):
+            best = (predictor, found)
+    assert best is not None
+    predictor, found = best
     fallbacks: tuple[tuple[str, Prediction], ...] = ()
     if found.recommendations:
         top = found.recommendations[0]
         fallbacks = network_fallbacks(predictor.predict, resolve_cluster(top.instance, None, region=top.infra, spot=top.spot))
-    return RecommendResult(found, constraints, job, prof.name, predictor.precision, predictor.ref_batch,
-                           (job.seq_len or prof.seq_len) if prof.seq_len else None, infra,
-                           price_ages([(t.cloud, t.region) for t in parse_infra(infra)]), fallbacks)
+    return RecommendResult(found, constraints, predictor.job, prof.name, predictor.precision, predictor.ref_batch, seq, infra,
+                           price_ages([(t.cloud, t.region) for t in parse_infra(infra)]), fallbacks,
+                           grad_accum_searched=choices if len(choices) > 1 else (), global_batch_limit=limit)
+
+
+def _better(a: SearchResult, b: SearchResult, c: Constraints) -> bool:
+    """True when ``a``'s chosen configuration beats ``b``'s on the objective (at the ranking quantile)."""
+    key = objective_key(c.goal, c.ranking_confidence)
+    return key(a.recommendations[0]) < key(b.recommendations[0])
 
 
 def _search(predictor: Predictor, constraints: Constraints, infra: str, progress: Progress | None = None) -> SearchResult:

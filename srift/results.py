@@ -10,6 +10,7 @@ from typing import Any
 from srift.catalog.provenance import PriceProvenance
 from srift.job import Job
 from srift.search.confidence import AtConfidence, Uncertainty
+from srift.search.large_batch import GlobalBatchLimit
 from srift.search.limits import Constraints, LimitCheck
 from srift.search.rank import SearchResult
 from srift.simulate.prediction import Prediction
@@ -134,6 +135,9 @@ class RecommendResult:
         catalog_as_of: Age of the prices searched, per ``--infra`` target.
         network_fallbacks: The chosen configuration's prediction with one EFA interface and
             without EFA, when it is a multi-node EFA cluster (``PredictResult``).
+        grad_accum_searched: The micro-batches per step searched within a fixed global batch
+            (empty when only one was); ``job.grad_accum`` is the one chosen.
+        global_batch_limit: The largest global batch the search kept to (without a fixed one).
     """
 
     search: SearchResult
@@ -146,6 +150,8 @@ class RecommendResult:
     infra: str
     catalog_as_of: dict[str, PriceAge] = dataclasses.field(default_factory=dict)
     network_fallbacks: tuple[tuple[str, Prediction], ...] = ()
+    grad_accum_searched: tuple[int, ...] = ()
+    global_batch_limit: GlobalBatchLimit | None = None
     schema: str = RECOMMEND_SCHEMA
 
 

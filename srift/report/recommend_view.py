@@ -339,9 +339,32 @@ def _price_clause(c: Candidate) -> str:
     return f" Its price ({ESTIMATE_MARK}{usd(c.cost_per_hour_usd)}/h) is {kind}: {'; '.join(c.price.reasons)}."
 
 
+def batch_lines(result: RecommendResult) -> list[str]:
+    """What was searched about the global batch: the accumulation choices within a fixed one, and
+    the largest global batch the search kept to (or a fixed one beyond it)."""
+    job, limit, out = result.job, result.global_batch_limit, []
+    if result.grad_accum_searched:
+        out.append(f"Gradient accumulation searched within the fixed global batch of {job.global_batch_size:,}: "
+                   f"{', '.join(map(str, result.grad_accum_searched))} micro-batches per step; chosen: {job.grad_accum} "
+                   "(--grad-accum N fixes it).")
+    if limit is None:
+        return out
+    gb = job.global_batch_size
+    if gb is not None and gb > limit.samples:
+        out.append(f"Warning: a global batch of {gb:,} is beyond {limit.samples:,} ({limit.basis}): statistical efficiency "
+                   "falls there, so more samples reach the same accuracy; srift's throughput does not count that loss.")
+    elif gb is None:
+        most = limit.samples // (result.batch_size * job.grad_accum)
+        if most < result.constraints.max_gpus:
+            out.append(f"Global batch kept at most {limit.samples:,} ({limit.basis}): beyond it statistical efficiency "
+                       f"falls; at {result.batch_size * job.grad_accum:,} per GPU that is at most {most:,} GPUs "
+                       "(--max-global-batch to change).")
+    return out
+
+
 def _notes(result: RecommendResult) -> list[str]:
     found = result.search
-    out = []
+    out = batch_lines(result)
     if found.recommendations:
         top = found.recommendations[0]
         p = top.prediction

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from srift.bounds import (
-    MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DEADLINE_HOURS, MAX_SEARCH_GPUS, MAX_TOP, MIN_HOURS, MIN_USD, require,
+    MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DEADLINE_HOURS, MAX_GLOBAL_BATCH_SIZE, MAX_SEARCH_GPUS, MAX_TOP, MIN_HOURS,
+    MIN_USD, require,
 )
 from srift.errors import SriftError
 from srift.job import DEFAULT_CONFIDENCE, JobLength, JobRun, require_confidence
@@ -56,6 +57,8 @@ class Constraints:
         include_unsupported: Also search GPUs the current PyTorch CUDA wheels do not run on.
         diverse: The rows after the chosen one are the best of each other instance family (False:
             the next configurations in the objective's order, whatever their family).
+        max_global_batch: Largest global batch (samples) a cluster may train without a fixed one
+            (None: the model family's default, srift/search/large_batch.py).
     """
 
     budget_usd_per_hour: float | None = None
@@ -71,6 +74,7 @@ class Constraints:
     confidence: float = DEFAULT_CONFIDENCE
     include_unsupported: bool = False
     diverse: bool = True
+    max_global_batch: int | None = None
 
     def __post_init__(self) -> None:
         for name, low, high in (("budget_usd_per_hour", MIN_USD, MAX_BUDGET_USD_PER_HOUR),
@@ -88,6 +92,9 @@ class Constraints:
             if getattr(self, name) is None:
                 continue
             require(getattr(self, name), f"--{_flag(name)}", 1, high, integer=True, hint=f"pass --{_flag(name)} from 1 to {high:,}.")
+        if self.max_global_batch is not None:
+            require(self.max_global_batch, "--max-global-batch", 1, MAX_GLOBAL_BATCH_SIZE, integer=True,
+                    hint=f"pass --max-global-batch from 1 to {MAX_GLOBAL_BATCH_SIZE:,}.")
         require_confidence(self.confidence)
         if self.objective is not None and self.objective not in OBJECTIVES:
             raise SriftError(f"unknown objective '{self.objective}'.", "use --objective throughput or --objective cost.")

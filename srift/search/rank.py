@@ -164,7 +164,8 @@ def objective_key(goal: str, confidence: float | None = None) -> Callable[[Candi
 
 def settle_ties(ranked: Sequence[Candidate], goal: str, confidence: float | None = None) -> list[Candidate]:
     """``ranked`` with every run of candidates whose objectives are within ``TIE_FRACTION`` of the
-    run's first reordered: cheaper per hour, then simpler, then offered in more regions."""
+    run's first reordered: cheaper per hour (for throughput; under the cost objective they cost
+    the same), then simpler, then offered in more regions."""
     key = objective_key(goal, confidence)
     out: list[Candidate] = []
     i = 0
@@ -173,25 +174,27 @@ def settle_ties(ranked: Sequence[Candidate], goal: str, confidence: float | None
         j = i + 1
         while j < len(ranked) and abs(abs(key(ranked[j])[0]) - lead) <= TIE_FRACTION * lead:
             j += 1
-        out += sorted(ranked[i:j], key=lambda c: (c.cost_per_hour_usd, c.complexity, -len(c.regions)))
+        out += sorted(ranked[i:j], key=lambda c: (c.cost_per_hour_usd if goal == "throughput" else 0.0, c.complexity,
+                                                  -len(c.regions)))
         i = j
     return out
 
 
-def _metric(c: Candidate, goal: str, by_job: bool) -> float:
-    """Higher is better: throughput, or 1 / cost."""
+def _metric(c: Candidate, goal: str, by_job: bool, confidence: float | None = None) -> float:
+    """Higher is better: throughput, or 1 / cost, at the ``confidence`` quantile when given."""
+    q = c.quantile_factor(confidence)
     if goal == "throughput":
-        return c.expected_throughput_samples_per_s
+        return c.expected_throughput_samples_per_s / q
     value = c.job_cost_usd if by_job else c.usd_per_million_samples
-    return 0.0 if not value else 1.0 / value
+    return 0.0 if not value else 1.0 / (value * q)
 
 
-def edge(better: Candidate, worse: Candidate, goal: str) -> float:
+def edge(better: Candidate, worse: Candidate, goal: str, confidence: float | None = None) -> float:
     """How much ``better`` beats ``worse`` on the objective, as a fraction (negative when it does
-    not): throughput gained, or cost saved relative to the other's."""
+    not): throughput gained, or cost saved relative to the other's, at the ranking quantile."""
     by_job = better.job_cost_usd is not None and worse.job_cost_usd is not None
-    mw = _metric(worse, goal, by_job)
-    return math.inf if mw == 0 else _metric(better, goal, by_job) / mw - 1.0
+    mw = _metric(worse, goal, by_job, confidence)
+    return math.inf if mw == 0 else _metric(better, goal, by_job, confidence) / mw - 1.0
 
 
 def _spot_pct(c: Candidate) -> float:
@@ -255,13 +258,14 @@ class SimplerChoice:
 
 
 
-def choose(ranked: Sequence[Candidate], goal: str) -> tuple[int, SimplerChoice | None]:
+def choose(ranked: Sequence[Candidate], goal: str, confidence: float | None = None) -> tuple[int, SimplerChoice | None]:
     """The ONE rule: the index of the best-ranked candidate that beats every simpler candidate by
     more than their combined typical error, and why it is not the first (None when it is).
 
     Args:
         ranked: Feasible candidates, best first by the objective.
         goal: ``throughput`` or ``cost``.
+        confidence: The quantile the objective is compared at (None: the median).
     """
     if len(ranked) < 2:
         return 0, None
@@ -272,7 +276,7 @@ def choose(ranked: Sequence[Candidate], goal: str) -> tuple[int, SimplerChoice |
         blocker = None
         for j in (j for j, kj in enumerate(keys) if kj < k):
             s = ranked[int(j)]
-            gain = edge(x, s, goal)
+            gain = edge(x, s, goal, confidence)
             err = combined_error_pct(x, s)
             if gain * 100.0 < (err or 0.0) or gain <= 0:
                 blocker = (int(j), gain, err or 0.0)
@@ -382,7 +386,7 @@ def order(feasible: Sequence[Candidate], goal: str, top: int, confidence: float 
     (``diverse``; else every next one) in the objective's order (ranked at ``confidence`` when
     given; ties settled by ``settle_ties``)."""
     ranked = settle_ties(sorted(feasible, key=objective_key(goal, confidence)), goal, confidence)
-    i, why = choose(ranked, goal)
+    i, why = choose(ranked, goal, confidence)
     chosen = ranked[i]
     out = [chosen] + ([why.over] if why is not None else [])
     seen = {c.families for c in out}
