@@ -27,7 +27,7 @@ from srift.errors import SriftError
 from srift.examples import CopiedExamples, bundled
 from srift.examples import copy_examples as copy_example_files
 from srift.files import check_name, file_in, output_file, read_json
-from srift.hardware import CPU, GpuSpec, matching_gpus
+from srift.hardware import CPU, GpuSpec, gpus, matching_gpus
 from srift.hardware import gpu as gpu_spec
 from srift.job import Job
 from srift.jobfile import JobFile
@@ -79,12 +79,46 @@ def resolve_profiles(model: str | None, profiles: Sequence[str] | None,
             "use --model NAME for a built-in model (e.g. resnet50), --profile FILE for a profile from `srift profile`, "
             "or --model-config config.json for a Hugging Face decoder LLM.",
         )
-    at = precision or "fp32"
+    at = precision or default_precision(model, model_config)
     if model_config is not None:
         return hf_config_profile(model_config, precision=at), []
     if model is not None:
         return load_builtin_profile(model, precision=at), []
     return Profile.load(files[0]), [Profile.load(f) for f in files[1:]]
+
+
+def is_decoder_llm(model: str | None, model_config: str | None) -> bool:
+    """True for a zoo decoder LLM or a Hugging Face decoder config."""
+    return model_config is not None or (model is not None and canonical_name(model) in MODELS and MODELS[canonical_name(model)].llm)
+
+
+def default_precision(model: str | None, model_config: str | None, gpu_names: Sequence[str] = ()) -> str:
+    """What a job trains at when ``--precision`` is not given: decoder LLMs in bf16 (how they are
+    trained) where every GPU named has bf16 tensor cores, else fp16 AMP (``amp``); other models at
+    PyTorch's default, fp32."""
+    if not is_decoder_llm(model, model_config):
+        return "fp32"
+    return "bf16" if all(bf16_capable(g) for g in gpu_names) else "amp"
+
+
+def bf16_capable(gpu_name: str) -> bool:
+    """True when the GPU has bf16 tensor cores (a GPU srift has no spec for is not ruled out)."""
+    spec = gpus().get(gpu_name)
+    return spec is None or spec.has_bf16
+
+
+def require_bf16(gpu_names: Sequence[str]) -> None:
+    """Refuse bf16 on GPUs without bf16 tensor cores (PyTorch would run it at the fp32 rate).
+
+    Raises:
+        SriftError: naming the GPUs and the fix, fp16 AMP.
+    """
+    lacking = sorted({g for g in gpu_names if not bf16_capable(g)})
+    if lacking:
+        raise SriftError(f"{', '.join(lacking)} {'has' if len(lacking) == 1 else 'have'} no bf16 tensor cores: PyTorch "
+                         "runs bf16 there without them, at the fp32 rate.",
+                         "use --precision amp (fp16 autocast, which uses their tensor cores), or GPUs with bf16 "
+                         "(Ampere and newer: A10G, L4, A100, H100).")
 
 
 def resolve_infra(infra: str | None, region: str | None, default: str) -> str:
@@ -184,8 +218,11 @@ def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None =
             model_config: str | None = None, placement_group: bool | None = None) -> PredictResult:
     """Predict ``job`` of a model, a Hugging Face config or profile(s) on an instance spec (in the
     ``region`` selection, ``--infra`` spelling) or a cluster file."""
-    prof, more = resolve_profiles(model, profiles, model_config, job.precision)
     cluster = resolve_cluster(instance, cluster_file, region=region, spot=spot, placement_group=placement_group)
+    gpu_names = [g.gpu for g in cluster.node_groups if g.gpu != CPU]
+    if job.precision is None and is_decoder_llm(model, model_config):
+        job = dataclasses.replace(job, precision=default_precision(model, model_config, gpu_names))
+    prof, more = resolve_profiles(model, profiles, model_config, job.precision)
     predictor = Predictor(prof, job, more, model_flops_fn(model, model_config))
     pred = predictor.predict(cluster)
     if not pred.fits_in_memory:  # an iteration time for a job that cannot run would mislead
@@ -274,6 +311,10 @@ def recommend(job: Job, constraints: Constraints, model: str | None = None, prof
     (``constraints.max_global_batch`` or the family default) at the per-GPU batch.
     """
     constraints.require_length(job.length, job.global_batch_size)
+    if job.precision is None and is_decoder_llm(model, model_config):
+        job = dataclasses.replace(job, precision=default_precision(model, model_config, sorted(constraints.gpus)))
+    if job.precision == "bf16" and constraints.gpus:
+        require_bf16(sorted(constraints.gpus))
     prof, more = resolve_profiles(model, profiles, model_config, job.precision)
     job = with_resolved_length(job, prof)
     seq = (job.seq_len or prof.seq_len) if prof.seq_len else None
@@ -312,7 +353,10 @@ def _search(predictor: Predictor, constraints: Constraints, infra: str, progress
     def memory_ok(inst: Instance) -> bool:  # with a fixed global batch the per-GPU batch varies: let the simulator judge
         return job.global_batch_size is not None or predictor.could_fit(inst.gpu_memory_gib, constraints.max_gpus)
 
-    return search(load_catalog(infra), predictor.predict, constraints, job.length, per_gpu_memory_ok=memory_ok,
+    rows = load_catalog(infra)
+    if predictor.precision == "bf16":  # GPUs without bf16 tensor cores would run it at the fp32 rate
+        rows = [r for r in rows if bf16_capable(r.gpu_name)]
+    return search(rows, predictor.predict, constraints, job.length, per_gpu_memory_ok=memory_ok,
                   global_batch_size=job.global_batch_size, progress=progress, grad_accum=job.grad_accum)
 
 

@@ -51,6 +51,11 @@ class GpuSpec:
         raise AssertionError(f"no peak rate for precision '{precision}'")
 
     @property
+    def has_bf16(self) -> bool:
+        """True when the GPU has bf16 tensor cores (Ampere and newer); V100 and T4 have none."""
+        return self.bf16_tflops is not None
+
+    @property
     def has_tf32(self) -> bool:
         """True when the GPU has TF32 tensor cores (Ampere and newer): its TF32 rate exceeds FP32."""
         return self.tf32_tflops > self.fp32_tflops * 1.01

@@ -60,7 +60,8 @@ def predict(
                          model_config=model_config, placement_group=placement_group)
     plan = None
     if skypilot or torchrun:  # refused (a mixed cluster as one SkyPilot task) before anything is printed
-        plan = handoff.check(api.launch_plan(result.model, result.prediction, instance, cluster, region=where, spot=spot), skypilot)
+        plan = handoff.check(api.launch_plan(result.model, result.prediction, instance, cluster, region=where, spot=spot,
+                                             fallbacks=result.network_fallbacks), skypilot)
     predict_view.show(result, fmt, out_file)
     if plan is not None:
         handoff.hand_off(plan, skypilot, torchrun, fmt)

@@ -179,22 +179,33 @@ def efa_notes(plan: LaunchPlan, launcher: str = "skypilot") -> list[str]:
     inst = group.instance
     assert inst is not None
     n = efa_interfaces(inst.instance_type)
-    rate = plan.prediction.expected_throughput_samples_per_s
-    head = (f"Network: srift predicts {rate:,.0f} samples/s with EFA on all {n} interface{'s' if n > 1 else ''} of "
+    rate = _rate(plan.prediction)
+    head = (f"Network: srift predicts {_rate_text(plan.prediction)} with EFA on all {n} interface{'s' if n > 1 else ''} of "
             f"{inst.instance_type} ({inst.network_gbps:,.0f} Gb/s)")
     if launcher == "torchrun":
         return [head + ": start each instance with every EFA interface attached (one per network card) in one "
-                "cluster placement group."] + [f"With {what}: srift predicts {p.expected_throughput_samples_per_s:,.0f} samples/s."
+                "cluster placement group."] + [f"With {what}: srift predicts {_rate_text(p)}."
                                                for what, p in plan.network_fallbacks]
     lines = [head + "; the task asks network_tier: best (without it, SkyPilot attaches no EFA)."]
     if n > 1:
         lines.append(f"All {n} interfaces need `{ALL_INTERFACES_CONFIG}` in your SkyPilot config (~/.sky/config.yaml; "
                      "a task cannot set it); without it SkyPilot attaches one.")
     for what, pred in plan.network_fallbacks:
-        alt = pred.expected_throughput_samples_per_s
+        alt = _rate(pred)
         slower = f"{rate / alt:.1f}x slower" if alt > 0 else "no throughput"
-        lines.append(f"With {what}: srift predicts {alt:,.0f} samples/s ({slower}).")
+        lines.append(f"With {what}: srift predicts {_rate_text(pred)} ({slower}).")
     return lines
+
+
+def _rate(pred: Prediction) -> float:
+    tokens = pred.expected_throughput_tokens_per_s
+    return tokens if tokens is not None else pred.expected_throughput_samples_per_s
+
+
+def _rate_text(pred: Prediction) -> str:
+    """``222,018 tokens/s`` for a sequence model, else ``3,581 samples/s``."""
+    unit = "tokens/s" if pred.expected_throughput_tokens_per_s is not None else "samples/s"
+    return f"{_rate(pred):,.0f} {unit}"
 
 
 def skypilot_task(plan: LaunchPlan) -> dict[str, Any]:
