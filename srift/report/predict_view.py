@@ -100,6 +100,8 @@ def summary_rows(result: PredictResult) -> list[tuple[str, str]]:
         mem += " (" + ", ".join(f"{MEMORY_LABELS.get(k, k)} {gib(v)}" for k, v in pred.memory_breakdown_bytes.items() if v) + ")"
     rows += [("Memory", mem), ("Bottleneck", pred.bottleneck),
              ("Typical error", error_text(pred.typical_error_pct, pred.typical_error_basis))]
+    if pred.beyond_validated:
+        rows.append(("Validated", "beyond validated: " + ", ".join(pred.beyond_validated)))
     if result.price is not None:
         rows.append(("Price", result.price.source))
     if pred.spot:

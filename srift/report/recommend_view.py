@@ -70,6 +70,9 @@ def marks(c: Candidate) -> str:
         out += " [arm64]"
     if not c.supported:
         out += " [unsupported]"
+    numeric = [b for b in c.prediction.beyond_validated if "not among" not in b]
+    if numeric:
+        out += f" [beyond validated: {', '.join(numeric)}]"
     return out
 
 
@@ -369,6 +372,8 @@ def _notes(result: RecommendResult) -> list[str]:
         top = found.recommendations[0]
         p = top.prediction
         out.append(f"Typical error of the chosen prediction: {error_text(p.typical_error_pct, p.typical_error_basis)}.")
+        if p.beyond_validated and "beyond validated" not in p.typical_error_basis:
+            out.append(f"Beyond validated: {', '.join(p.beyond_validated)}.")
         if top.at_confidence is not None:
             u = top.at_confidence.uncertainty
             out.append(f"Job hours at {top.at_confidence.confidence:.0%} confidence: the median x exp(z·σ), "

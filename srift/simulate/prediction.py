@@ -53,6 +53,8 @@ class Prediction:
         typical_error_pct: How far such predictions have been from measurements (leave-one-GPU-out
             MAPE of the matching validation group, srift/perf/accuracy.py); None where unvalidated.
         typical_error_basis: What that figure rests on.
+        beyond_validated: What the prediction is beyond its validation group's measurements
+            (``405B > 70B``; srift/perf/coverage.py), empty inside them.
         compute_error_pct: How far the compute part alone has been from measurements: the
             single-GPU figure for where this prediction's compute times come from. It is what
             separates two GPU types' predictions (on the same GPUs the errors are shared).
@@ -98,6 +100,7 @@ class Prediction:
     notes: list[str] = field(default_factory=list)
     typical_error_pct: float | None = None
     typical_error_basis: str = ""
+    beyond_validated: tuple[str, ...] = ()
     compute_error_pct: float | None = None
     parallelism: str = "ddp"
     activation_checkpointing: str = "none"

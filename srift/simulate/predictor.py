@@ -47,6 +47,7 @@ from srift.errors import SriftError
 from srift.hardware import CPU, find_gpu, gpu as gpu_spec
 from srift.job import AUTO, CHECKPOINTING, HALF_PRECISIONS, PARALLELISMS, Job, usd_per_million_samples
 from srift.perf.accuracy import MEASURED_ELSEWHERE, MEASURED_HERE, sharded_typical_error, typical_error
+from srift.perf.coverage import node_coverage, sharded_coverage
 from srift.perf.comm import CommModel
 from srift.perf.compute import KINDS, LayerTimes, layer_arrays, layer_times, measured_gpu
 from srift.perf.input import InputTime, input_time
@@ -344,6 +345,10 @@ class Predictor:
         cost = cluster.usd_per_hour
         crit = max(comps, key=lambda c: c.compute_end_s)
         error_pct, error_basis, compute_error_pct = self._typical_error(cluster, crit.times, plan.parallelism, comm)
+        coverage = (sharded_coverage(self.units.params, cluster.gpus, [g.gpu for g in cluster.node_groups])
+                    if plan.parallelism != "ddp" else node_coverage(cluster.nodes))
+        if error_pct is not None and plan.parallelism != "ddp":
+            error_pct, error_basis = error_pct * coverage.factor, error_basis + coverage.basis()
         state_bytes = self.units.params * (4.0 + float(self.base.optimizer.get("state_bytes_per_param", 4)))
         if plan.parallelism != "ddp":
             state_bytes /= cluster.nodes  # every node writes its own shards of the checkpoint
@@ -368,6 +373,7 @@ class Predictor:
             notes=self._notes(crit.times, plan.kfac) + comm.assumptions() + self._input_notes(loader, inputs, gpu_s),
             typical_error_pct=error_pct,
             typical_error_basis=error_basis,
+            beyond_validated=coverage.beyond,
             compute_error_pct=compute_error_pct,
             parallelism=plan.parallelism,
             activation_checkpointing=plan.checkpointing,
