@@ -180,8 +180,8 @@ def efa_notes(plan: LaunchPlan, launcher: str = "skypilot") -> list[str]:
     assert inst is not None
     n = efa_interfaces(inst.instance_type)
     rate = _rate(plan.prediction)
-    head = (f"Network: srift predicts {_rate_text(plan.prediction)} with EFA on all {n} interface{'s' if n > 1 else ''} of "
-            f"{inst.instance_type} ({inst.network_gbps:,.0f} Gb/s)")
+    where = f"on all {n} interfaces" if n > 1 else "on its one interface"
+    head = f"Network: srift predicts {_rate_text(plan.prediction)} with EFA {where} of {inst.instance_type} ({inst.network_gbps:,.0f} Gb/s)"
     if launcher == "torchrun":
         return [head + ": start each instance with every EFA interface attached (one per network card) in one "
                 "cluster placement group."] + [f"With {what}: srift predicts {_rate_text(p)}."
