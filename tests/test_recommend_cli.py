@@ -20,10 +20,15 @@ def test_readme_command_without_torch(tmp_path):
     for key in ("instance", "spot", "gpus", "throughput_samples_per_s", "iteration_time_s", "cost_per_hour_usd",
                 "usd_per_million_samples"):
         assert key in first
-    tps = [r["expected_throughput_samples_per_s"] for r in data["recommendations"]]
-    # Best throughput first, except that a simpler configuration within the error comes before the best-ranked.
+    # With a budget the order is at 90 % confidence (throughput / the quantile factor), best first,
+    # except that a simpler configuration within the error comes before the best-ranked; one row per family.
+    recs = data["recommendations"]
+    tps = [r["expected_throughput_samples_per_s"] / r["ranking_quantile_factor"] for r in recs]
+    assert all(r["ranked_at_confidence"] == 0.9 for r in recs)
     rest = tps[2:] if data["simpler_choice"] else tps
     assert rest == sorted(rest, reverse=True)
+    families = [r["instance"].split(".")[0] for r in recs]
+    assert len(set(families)) == len(families) == 5
 
 
 def test_table_has_target_and_chosen(capsys):

@@ -135,6 +135,9 @@ def candidate_json(cand: Candidate, rank: int, result: SearchResult | None = Non
         "mfu": p.mfu,
         "usd_per_million_tokens": usd_per_million_tokens(p),
     }
+    rank_q = constraints.ranking_confidence if constraints is not None else None
+    out["ranked_at_confidence"] = rank_q
+    out["ranking_quantile_factor"] = cand.quantile_factor(rank_q)
     if at is not None:
         out.update({"confidence": at.confidence, "job_hours_p50": cand.job_hours, f"job_hours_{at.label}": at.hours,
                     "job_cost_usd_p50": cand.job_cost_usd, f"job_cost_usd_{at.label}": at.cost_usd,
