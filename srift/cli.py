@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import sys
 from typing import Any
 
@@ -72,10 +73,25 @@ def command() -> Any:
     return metavars.apply(typer.main.get_command(app))
 
 
+# Below this terminal width rich's help table cuts long flag names (`--activation-chec…`):
+# help then uses click's plain layout, which puts a long name on its own line instead.
+RICH_HELP_MIN_COLUMNS = 120
+
+
+def _fit_help(cmd: Any, columns: int) -> None:
+    """Rich help tables at ``RICH_HELP_MIN_COLUMNS`` and wider, click's plain layout below."""
+    default = cmd.__dict__.setdefault("_srift_markup", getattr(cmd, "rich_markup_mode", None))
+    if hasattr(cmd, "rich_markup_mode"):
+        cmd.rich_markup_mode = default if columns >= RICH_HELP_MIN_COLUMNS else None
+    for sub in getattr(cmd, "commands", {}).values():
+        _fit_help(sub, columns)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: run the app; a SriftError or a usage error (bad flag, bad value) becomes
     one ``Error:`` line and one ``To fix:`` line with its exit code (2 for bad input)."""
     try:
+        _fit_help(command(), shutil.get_terminal_size().columns)
         rv = command().main(args=argv, prog_name="srift", standalone_mode=False)
     except SriftError as exc:
         if os.environ.get("SRIFT_DEBUG") == "1":
