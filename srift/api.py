@@ -32,7 +32,7 @@ from srift.hardware import gpu as gpu_spec
 from srift.job import Job
 from srift.jobfile import JobFile
 from srift.profile import Profile
-from srift.report.format import usd
+from srift.report.format import usd, with_article
 from srift.report.handoff import LaunchGroup, LaunchPlan
 from srift.results import (
     CHECK_SCHEMA,
@@ -284,7 +284,7 @@ def memory_error(cluster: Cluster, pred: Prediction, model: str) -> SriftError:
     batch = max((b.per_gpu_batch for b in pred.batch_split), default=0)
     return SriftError(
         f"{model} does not fit in GPU memory on {cluster.name} with {pred.plan_label}: at a per-GPU batch of {batch:,}{seq} "
-        f"the most loaded GPU needs {need / 2**30:,.1f} GiB{part}, and a {gpu} has {cap:g} GiB "
+        f"the most loaded GPU needs {need / 2**30:,.1f} GiB{part}, and {with_article(gpu)} has {cap:g} GiB "
         f"({USABLE_FRACTION:.0%} of it usable).",
         "lower --batch-size (or --seq-len), use --precision bf16 or amp, shard it (--parallelism fsdp, "
         "--activation-checkpointing full), or choose GPUs with more memory (`srift recommend` searches only the "

@@ -12,6 +12,7 @@ from srift.commands.options import (
     MODEL, MODEL_CONFIG, OPTIMIZER, OUT_FILE, PARALLELISM, PRECISION, PROFILES, REDUCE_DTYPE, REGION, SEQ_LEN, SKYPILOT,
     TORCHRUN, check_format,
 )
+from srift.errors import SriftError
 from srift.job import Job
 from srift.report import handoff, predict_view
 
@@ -50,14 +51,19 @@ def predict(
 ) -> None:
     """Predict iteration time, throughput and cost of a job on a cluster."""
     check_format(fmt, FORMATS)
-    job = Job(batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
-              global_batch_size=global_batch_size, kfac_strategy=kfac_strategy, kfac_inverse_method=kfac_inverse_method,
-              kfac_factor_steps=kfac_factor_steps, kfac_inv_steps=kfac_inv_steps, parallelism=parallelism,
-              activation_checkpointing=activation_checkpointing, grad_accum=grad_accum, reduce_dtype=reduce_dtype,
-              fused_loss=fused_loss, data_loading=data_loading)
-    where = api.resolve_infra(infra, region, "aws/us-east-1")
-    result = api.predict(job, model=model, profiles=profile, instance=instance, cluster_file=cluster, region=where, spot=spot,
-                         model_config=model_config, placement_group=placement_group)
+    try:
+        job = Job(batch_size=batch_size, seq_len=seq_len, precision=precision, optimizer=optimizer,
+                  global_batch_size=global_batch_size, kfac_strategy=kfac_strategy, kfac_inverse_method=kfac_inverse_method,
+                  kfac_factor_steps=kfac_factor_steps, kfac_inv_steps=kfac_inv_steps, parallelism=parallelism,
+                  activation_checkpointing=activation_checkpointing, grad_accum=grad_accum, reduce_dtype=reduce_dtype,
+                  fused_loss=fused_loss, data_loading=data_loading)
+        where = api.resolve_infra(infra, region, "aws/us-east-1")
+        result = api.predict(job, model=model, profiles=profile, instance=instance, cluster_file=cluster, region=where, spot=spot,
+                             model_config=model_config, placement_group=placement_group)
+    except SriftError as exc:
+        if fmt == "json":  # stdout stays one JSON document that says why
+            predict_view.show_error(exc)
+        raise
     plan = None
     if skypilot or torchrun:  # refused (a mixed cluster as one SkyPilot task) before anything is printed
         plan = handoff.check(api.launch_plan(result.model, result.prediction, instance, cluster, region=where, spot=spot,

@@ -9,7 +9,8 @@ from rich.table import Table
 
 from srift.report.format import console, error_text, gib, price_lines, print_json, save_json, seconds, usd, usd_per_million_tokens
 from srift.catalog.provenance import marked_usd
-from srift.results import PredictResult, ages_json
+from srift.errors import SriftError
+from srift.results import PREDICT_SCHEMA, PredictResult, ages_json
 from srift.report.table import Column, print_table
 from srift.simulate.prediction import Prediction
 
@@ -38,7 +39,7 @@ PHASE_LABELS = {
 
 def prediction_json(result: PredictResult) -> dict[str, Any]:
     """The JSON document of `srift predict` (schema ``srift.predict/v1``)."""
-    out: dict[str, Any] = {"schema": result.schema}
+    out: dict[str, Any] = {"schema": result.schema, "ok": True, "error": None}
     out.update(result.prediction.to_dict())
     out.update({"model": result.model, "precision": result.precision, "optimizer": result.optimizer,
                 "spot_pricing": result.spot_pricing, "host_arch": result.host_arch,
@@ -167,6 +168,11 @@ def markdown(result: PredictResult) -> str:
     lines += [f"\n_Note: {note}_" for note in result.prediction.notes]
     lines += [f"\n<sub>{' '.join(price_lines(result.catalog_as_of))}</sub>"] if result.catalog_as_of else []
     return "\n".join(lines)
+
+
+def show_error(failure: SriftError) -> None:
+    """The JSON document of a prediction that could not be made: ``ok`` false, with the reason."""
+    print_json({"schema": PREDICT_SCHEMA, "ok": False, "error": {"message": failure.message, "hint": failure.hint}})
 
 
 def show(result: PredictResult, fmt: str, out_file: str | None = None) -> None:
