@@ -6,12 +6,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
 
 from srift.catalog.instances import FLAG_ON_DEMAND_REBASED, FLAG_SUSPECT_PRICE
 from srift.catalog.provenance import price_provenance
+from no_torch import run_without_torch
 from srift.cli import main
 from srift.perf.accuracy import sharded_typical_error
 from srift.zoo.hf_config import hf_config_profile
@@ -129,3 +131,43 @@ def test_the_validated_ranges_are_the_measured_ones():
     assert g["params"] == [min(params), max(params)] and g["gpus"] == [min(gpus), max(gpus)]
     names = {"a100_40gb": "A100-40GB", "a100_80gb": "A100-80GB", "h100_80gb": "H100"}
     assert sorted(g["gpu_types"]) == sorted(names[r["gpu_type"]] for r in {r["gpu_type"]: r for r in rows}.values())
+
+
+CORE_ONLY = ("torch", "pandas", "sklearn", "scipy", "boto3", "botocore", "matplotlib")
+
+
+def test_the_core_install_is_typer_rich_pyyaml_numpy():
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert [re.split(r"[<>=]", d)[0] for d in project["dependencies"]] == ["typer", "rich", "pyyaml", "numpy"]
+    extras = {k: [re.split(r"[<>=]", d)[0] for d in v] for k, v in project["optional-dependencies"].items()}
+    assert extras["fit"] == ["pandas", "scikit-learn"] and extras["aws"] == ["boto3"]
+    assert {"pandas", "scikit-learn", "boto3", "torch"} <= set(extras["test"])
+
+
+def test_predict_and_check_run_without_the_fit_and_aws_extras(tmp_path):
+    out = run_without_torch(["predict", "--model", "resnet50", "--instance", "p3.16xlarge:2", "--format", "json"],
+                            tmp_path, blocked=CORE_ONLY)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["ok"] is True
+
+
+@pytest.mark.slow
+def test_recommend_runs_without_the_fit_and_aws_extras(tmp_path):
+    out = run_without_torch(["recommend", "--model", "resnet50", "--budget", "20", "--format", "json"], tmp_path,
+                            blocked=CORE_ONLY)
+    assert out.returncode == 0, out.stderr
+
+
+def test_fitting_without_its_extra_says_how_to_get_it():
+    import os
+    import subprocess
+    import sys
+
+    # pandas made invisible to find_spec, as an uninstalled package is.
+    code = ("import importlib.util, sys; real = importlib.util.find_spec; "
+            "importlib.util.find_spec = lambda n, *a: None if n == 'pandas' else real(n, *a); import srift.fitting")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=dict(os.environ))
+    assert res.returncode == 2
+    assert res.stderr.splitlines() == ["Error: srift.fitting needs pandas, which a core install leaves out.",
+                                       "To fix: pip install -e '.[fit]' (or '.[test]'), then run it again."]
