@@ -49,6 +49,8 @@ def target_line(result: RecommendResult) -> str:
     text = f"Target: {goal}" + (f" {' and '.join(limits)}" if limits else "")
     if c.deadline_hours is not None or c.max_cost_usd is not None:
         text += f", met at {c.confidence:.0%} confidence"
+    elif c.ranking_confidence is not None:
+        text += f", ranked at {c.confidence:.0%} confidence"
     return text
 
 
@@ -70,9 +72,8 @@ def marks(c: Candidate) -> str:
         out += " [arm64]"
     if not c.supported:
         out += " [unsupported]"
-    numeric = [b for b in c.prediction.beyond_validated if "not among" not in b]
-    if numeric:
-        out += f" [beyond validated: {', '.join(numeric)}]"
+    if any("not among" not in b for b in c.prediction.beyond_validated):
+        out += " [beyond validated]"  # which range: the notes (the table stays narrow)
     return out
 
 
@@ -375,8 +376,10 @@ def _notes(result: RecommendResult) -> list[str]:
         top = found.recommendations[0]
         p = top.prediction
         out.append(f"Typical error of the chosen prediction: {error_text(p.typical_error_pct, p.typical_error_basis)}.")
-        if p.beyond_validated and "beyond validated" not in p.typical_error_basis:
-            out.append(f"Beyond validated: {', '.join(p.beyond_validated)}.")
+        beyond = [f"{c.label} ({', '.join(c.prediction.beyond_validated)})" for c in found.recommendations
+                  if c.prediction.beyond_validated]
+        if beyond:
+            out.append(f"Beyond validated (the typical error widens there, srift/perf/coverage.py): {'; '.join(beyond)}.")
         if top.at_confidence is not None:
             u = top.at_confidence.uncertainty
             out.append(f"Job hours at {top.at_confidence.confidence:.0%} confidence: the median x exp(z·σ), "
