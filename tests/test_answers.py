@@ -49,7 +49,7 @@ def test_no_estimated_or_suspect_price_reaches_a_row_json_or_why_unmarked():
     assert by["p.one:4"][price_col] == "$2.00"
     docs = {d["instance"]: d for d in (candidate_json(x, i + 1) for i, x in enumerate(found.recommendations))}
     assert docs["s.quad:1"]["price_suspect"] and not docs["s.quad:1"]["price_estimated"]
-    assert docs["r.one:4"]["price_estimated"] and docs["r.one:4"]["price_source"] == "snapshot price undated (test)"
+    assert docs["r.one:4"]["price_estimated"] and docs["r.one:4"]["price_source"] == "undated snapshot price (test)"
     assert not docs["p.one:4"]["price_estimated"] and docs["p.one:4"]["price_source"] == "list price 2026-01-01 (test)"
     assert found.recommendations[0].instance == "s.quad:1"
     assert "at ~$3.50/h" in why(found) and "Its price (~$3.50/h) is suspect" in why(found)
@@ -62,9 +62,14 @@ def test_no_estimated_or_suspect_price_reaches_a_row_json_or_why_unmarked():
 
 
 def test_spot_provenance_says_snapshot_and_undated():
+    """A bundled spot price is a snapshot without a date: not an estimate, but the why-sentence of
+    a spot winner says so (spot is a market)."""
     g = instance("g.one", "GA", 1, 1.0, 0.3)
     p = price_provenance(g, spot=True)
-    assert p.source == "spot snapshot undated (test)" and not p.marked
+    assert p.source == "undated spot snapshot (test)" and not p.marked
+    found = search([g], SpeedModel({"GA": 100.0}, typical_error_pct=ERRORS), Constraints(max_gpus=1, spot=True, objective="cost"))
+    assert found.recommendations[0].spot
+    assert "Its spot price ($0.30/h) is from an undated spot snapshot (test): spot prices move" in why(found)
 
 
 def test_bf16_on_a_gpu_without_bf16_tensor_cores_is_refused_with_the_fix(capsys):

@@ -27,7 +27,7 @@ class PriceProvenance:
     """Source, date and trust of one price (or of a configuration's prices together).
 
     Attributes:
-        source: ``list price 2026-07-20 (karpenter-aws@1d927085)``, ``spot snapshot, undated (...)``.
+        source: ``list price 2026-07-20 (karpenter-aws@1d927085)``, ``undated spot snapshot (...)``.
         estimated: srift derived the price (see ``reasons``).
         suspect: The catalog flags the price as doubtful.
         reasons: Why it is estimated or suspect, one short phrase each ("" when neither).
@@ -58,15 +58,13 @@ def price_provenance(inst: Instance, spot: bool) -> PriceProvenance:
     refreshed = inst.source.startswith(REFRESH_SOURCE_PREFIX)
     reasons: list[str] = []
     if spot:
-        date = inst.as_of if refreshed and inst.as_of else "undated"
-        kind = "spot, refreshed" if refreshed else "spot snapshot"
-        source = f"{kind} {date} ({_origin(inst.source)})"
+        date = inst.as_of if refreshed and inst.as_of else ""
+        source = f"spot price refreshed {date} ({_origin(inst.source)})" if date else f"undated spot snapshot ({_origin(inst.source)})"
         if inst.spot_estimated:
             reasons.append(f"{inst.instance_type} spot price estimated from the Spot Advisor's average savings")
     else:
-        date = inst.as_of or "undated"
-        kind = "list price" if inst.as_of else "snapshot price"
-        source = f"{kind} {date} ({_origin(inst.source)})"
+        source = (f"list price {inst.as_of} ({_origin(inst.source)})" if inst.as_of
+                  else f"undated snapshot price ({_origin(inst.source)})")
         if FLAG_ON_DEMAND_REBASED in inst.flags:
             reasons.append(f"{inst.instance_type} in {inst.region}: on-demand price rebased to the newer us-east-1 list price")
     estimated = bool(reasons)

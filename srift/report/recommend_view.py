@@ -339,7 +339,11 @@ def price_legend(cands: list[Candidate]) -> list[str]:
 
 
 def _price_clause(c: Candidate) -> str:
-    """`` Its price is estimated (...)``: said in the why-sentence when the chosen price is marked."""
+    """`` Its price is estimated (...)``: said in the why-sentence when the chosen price is marked,
+    or when it is a spot price from an undated snapshot (spot is a market: it moves)."""
+    if c.price is not None and c.spot and not c.price.marked and "undated" in c.price.source:
+        return (f" Its spot price ({usd(c.cost_per_hour_usd)}/h) is from an {c.price.source}: spot prices move, so "
+                "check today's before renting.")
     if c.price is None or not c.price.marked:
         return ""
     kind = " and ".join(k for k, on in (("estimated", c.price.estimated), ("suspect", c.price.suspect)) if on)
@@ -379,7 +383,8 @@ def _notes(result: RecommendResult) -> list[str]:
         beyond = [f"{c.label} ({', '.join(c.prediction.beyond_validated)})" for c in found.recommendations
                   if c.prediction.beyond_validated]
         if beyond:
-            out.append(f"Beyond validated (the typical error widens there, srift/perf/coverage.py): {'; '.join(beyond)}.")
+            out.append(f"Beyond validated (a size or count beyond widens the typical error; srift/perf/coverage.py): "
+                       f"{'; '.join(beyond)}.")
         if top.at_confidence is not None:
             u = top.at_confidence.uncertainty
             out.append(f"Job hours at {top.at_confidence.confidence:.0%} confidence: the median x exp(z·σ), "
