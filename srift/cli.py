@@ -98,8 +98,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         return _error(exc.message, exc.hint, exc.exit_code)
     except UsageError as exc:
-        if type(exc).__name__ == "NoArgsIsHelpError":  # `srift` or `srift catalog` alone: the help
-            exc.show()
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `srift` or `srift catalog` alone: the help, on stdout
+            if exc.ctx is not None:
+                print(exc.ctx.get_help())
+            else:
+                exc.show()
             return 0
         where = exc.ctx.command_path if exc.ctx is not None else "srift"
         return _error(exc.format_message(), f"see `{where} --help` for the options and their values.", 2)

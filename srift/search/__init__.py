@@ -34,6 +34,7 @@ from srift.simulate.prediction import Prediction
 
 MAX_COMPARED = 300  # feasible configurations the simplicity rule compares (the best by the objective)
 MAX_POINTS = 5000  # priced configurations kept for the plot
+MAX_TIE_REGIONS = 20  # the best-ranked configurations whose regions are counted before ranking (ties)
 
 
 def search(
@@ -92,9 +93,12 @@ def _result(table: OfferTable, c: Constraints, simulated: int, predict: Callable
     t = table.cols
     ranked = table.ranked()
     feasible = [_candidate(table, int(i)) for i in ranked[:MAX_COMPARED]]
+    # Where each is offered settles ties (more regions: more available); the leaders are where ties matter.
+    for cand_i, cand in zip(ranked[:MAX_TIE_REGIONS], feasible):
+        cand.regions = table.same_price_regions(int(cand_i))
     recs, why = order(feasible, c.goal, c.top, c.ranking_confidence, c.diverse) if feasible else ([], None)
     for cand_i, cand in zip(ranked, feasible):
-        if any(cand is r for r in recs):
+        if any(cand is r for r in recs) and len(cand.regions) <= 1:
             cand.regions = table.same_price_regions(int(cand_i))
     nodes = table.core_column("nodes")[t["core"].astype(np.int64)] if len(t["core"]) else np.zeros(0)
     best_single = None
