@@ -48,9 +48,13 @@ class PriceProvenance:
                 "price_notes": list(self.reasons)}
 
 
-def _origin(source: str) -> str:
-    """The source column without the rebase note: what the price was read from."""
-    return source.split("; on-demand rebased")[0]
+def _origin(source: str, spot: bool = False) -> str:
+    """What the price was read from: the source column without the rebase note; for a spot price,
+    the part that names the spot source where the column names several."""
+    parts = source.split("; on-demand rebased")[0].split("; ")
+    if spot:
+        parts = [p for p in parts if "spot" in p.lower()] or parts
+    return "; ".join(parts)
 
 
 def price_provenance(inst: Instance, spot: bool) -> PriceProvenance:
@@ -59,7 +63,8 @@ def price_provenance(inst: Instance, spot: bool) -> PriceProvenance:
     reasons: list[str] = []
     if spot:
         date = inst.as_of if refreshed and inst.as_of else ""
-        source = f"spot price refreshed {date} ({_origin(inst.source)})" if date else f"undated spot snapshot ({_origin(inst.source)})"
+        origin = _origin(inst.source, spot=True)
+        source = f"spot price refreshed {date} ({origin})" if date else f"undated spot snapshot ({origin})"
         if inst.spot_estimated:
             reasons.append(f"{inst.instance_type} spot price estimated from the Spot Advisor's average savings")
     else:
