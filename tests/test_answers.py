@@ -176,3 +176,16 @@ def test_fitting_without_its_extra_says_how_to_get_it():
     assert res.returncode == 2
     assert res.stderr.splitlines() == ["Error: srift.fitting needs pandas, which a core install leaves out.",
                                        "To fix: pip install -e '.[fit]' (or '.[test]'), then run it again."]
+
+
+def test_the_global_batch_is_kept_within_its_limit_and_says_so(capsys):
+    """--max-global-batch 256 at ResNet-50's 64 per GPU: at most 4 GPUs in any row, and the note
+    says why; the family default (8,192 images, Goyal et al. 2017) is in the JSON."""
+    assert main(["recommend", "--model", "resnet50", "--budget", "20", "--max-global-batch", "256", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["recommendations"] and max(r["gpus"] for r in doc["recommendations"]) <= 4
+    assert doc["max_global_batch"] == {"samples": 256, "basis": "--max-global-batch"}
+    assert ("Global batch kept at most 256 (--max-global-batch): beyond it statistical efficiency falls; at 64 per GPU "
+            "that is at most 4 GPUs (--max-global-batch to change).") in doc["notes"]
+    assert main(["recommend", "--model", "resnet50", "--budget", "20", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["max_global_batch"]["samples"] == 8192

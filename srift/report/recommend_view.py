@@ -264,6 +264,9 @@ def recommend_json(result: RecommendResult, failure: SriftError | None = None) -
         "pareto_frontier": [{"instance": x.instance, "infra": x.infra, "spot": x.spot, "cost_per_hour_usd": x.cost_per_hour_usd,
                              "expected_throughput_samples_per_s": x.expected_throughput_samples_per_s} for x in found.frontier],
         "why": why(found),
+        "grad_accum_searched": list(result.grad_accum_searched),
+        "max_global_batch": None if result.global_batch_limit is None else dataclasses.asdict(result.global_batch_limit),
+        "notes": _notes(result),
         "simpler_choice": None if found.simpler_choice is None else {
             "chosen": found.simpler_choice.chosen.instance, "over": found.simpler_choice.over.instance,
             "blocker": found.simpler_choice.blocker.instance, "edge": found.simpler_choice.edge,
