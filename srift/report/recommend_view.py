@@ -170,10 +170,11 @@ def why(result: SearchResult) -> str:
     pick = result.simpler_choice
     if pick is not None:
         over, blocker = pick.over, pick.blocker
+        at_q = f" at {result.ranked_at:.0%} confidence" if result.ranked_at not in (None, 0.5) else ""  # 0.5: the median
         if blocker is pick.chosen or blocker.instance == pick.chosen.instance:
             text = (f"{top.label} is chosen over {over.label} (runner-up): {over.label} is {pick.edge:.0%} "
-                    f"{_metric_word(result.objective)} but needs {pick.adds}, and {pick.edge:.0%} is less than their combined "
-                    f"typical error (±{pick.error_pct:.0f} %): simpler wins within the error.")
+                    f"{_metric_word(result.objective)}{at_q} but needs {pick.adds}, and {pick.edge:.0%} is less than their "
+                    f"combined typical error (±{pick.error_pct:.0f} %): simpler wins within the error.")
         else:
             text = (f"{top.label} is chosen: {over.label} ranks first but beats the simpler {blocker.label} by only "
                     f"{pick.edge:.0%}, less than their combined typical error (±{pick.error_pct:.0f} %), and {top.label} is "

@@ -114,7 +114,7 @@ def _result(table: OfferTable, c: Constraints, simulated: int, predict: Callable
         frontier=_frontier(table), evaluated_points=_points(table), objective=c.goal, pruned=pruned,
         best_single_node=best_single, simpler_choice=why, confidence=c.confidence,
         regions_searched=tuple(f"{cloud}/{region}" for cloud, region in space.places),
-        families=families_of(feasible),
+        families=families_of(feasible), ranked_at=c.ranking_confidence,
     )
     if recs and c.ranking_confidence is not None:
         first = min(feasible, key=objective_key(c.goal))

@@ -351,6 +351,8 @@ class SearchResult:
             the best of each, so fewer rows than asked means fewer families).
         best_at_median: When ranking at the confidence put another configuration first: the one
             that ranks first at the median (the view says why it lost), else None.
+        ranked_at: The quantile the order (and the simplicity rule's edges) were taken at; None:
+            the median (no limit set).
     """
 
     recommendations: list[Candidate]
@@ -369,6 +371,7 @@ class SearchResult:
     regions_searched: tuple[str, ...] = ()
     families: int = 0
     best_at_median: Candidate | None = None
+    ranked_at: float | None = None
 
     @property
     def close_call(self) -> CloseCall | None:
