@@ -9,6 +9,7 @@ from typing import Any
 from rich.markup import escape
 
 from srift.errors import SriftError
+from srift.perf.accuracy import node_evidence
 from srift.report.format import console, error_text, price_lines, print_json, save_json, seconds, usd, usd_per_million_tokens
 from srift.report.table import Column, print_table
 from srift.results import RecommendResult, ages_json
@@ -100,6 +101,7 @@ def candidate_json(cand: Candidate, rank: int, result: SearchResult | None = Non
         "spot": cand.spot,
         "gpus": cand.gpus,
         "nodes": cand.nodes,
+        "node_evidence": node_evidence(cand.nodes),
         "throughput_samples_per_s": p.throughput_samples_per_s,
         "expected_throughput_samples_per_s": cand.expected_throughput_samples_per_s,
         "iteration_time_s": p.iteration_time_s,
@@ -256,7 +258,9 @@ def _rows(result: RecommendResult) -> tuple[list[str], list[list[str]]]:
     tokens = result.seq_len is not None
     # How each row trains, where there is a choice (a profile with FSDP units, e.g. an LLM).
     plans = any(c.prediction.plan_label != "ddp" for c in recs)
-    head = ["", "configuration", "where", "GPUs"] + (["batch/GPU"] if batch_col else []) + (["plan"] if plans else []) + [
+    # How far the validation reaches at each row's node count, where a row spans several nodes.
+    nodes_col = any(c.nodes > 1 for c in recs)
+    head = ["", "configuration", "where", "GPUs"] + (["nodes"] if nodes_col else []) + (["batch/GPU"] if batch_col else []) + (["plan"] if plans else []) + [
         "tokens/s" if tokens else "samples/s", "iteration", "$/h", "$/M tokens" if tokens else "$/M samples"]
     if with_job:
         head += [f"job hours ({q})", f"job $ ({q})"]
@@ -264,6 +268,8 @@ def _rows(result: RecommendResult) -> tuple[list[str], list[list[str]]]:
     rows = []
     for i, c in enumerate(recs):
         row = ["CHOSEN" if i == 0 else str(i + 1), c.label + marks(c), where(c), str(c.gpus)]
+        if nodes_col:
+            row.append(node_evidence(c.nodes))
         if batch_col:
             row.append("/".join(dict.fromkeys(str(b.per_gpu_batch) for b in c.prediction.batch_split)))
         if plans:
@@ -318,7 +324,7 @@ def render(result: RecommendResult) -> None:
     con.print(f"[bold]{target_line(result)}[/bold]")
     head, rows = _rows(result)
     drop = _drop_order(result)
-    print_table(con, [Column(h, "left" if h in ("", "configuration", "where", "plan", "bottleneck") else "right", drop.get(h))
+    print_table(con, [Column(h, "left" if h in ("", "configuration", "where", "nodes", "plan", "bottleneck") else "right", drop.get(h))
                       for h in head],
                 [[escape(cell) for cell in row] for row in rows],
                 row_styles=["bold green" if i == 0 else None for i in range(len(rows))])
