@@ -367,7 +367,7 @@ def main() -> None:
     pairs["silicon"] = pairs["gpu"].map(silicon)
     pairs = pairs.join(validation.simulate_rows(pairs, profiles)).join(validation.simulate_rows(pairs, profiles, n_gpus=1)["pred"].rename("pred1"))
     nodes = multi_node_rows(Path(args.data))
-    # The interference is fitted on the one-node pairs and ddl-benchmarks' multi-GPU rows (compute
+    # The interference is fitted on the one-node pairs and the multi-node sources' multi-GPU rows (compute
     # anchored on their measured 1-GPU time), as scripts/fit_models.py does; its refits hold both out.
     ddl_k = comm_fit.anchored_scaling_rows(datasets.multi_node_scaling_rows(Path(args.data), one_server=True), profiles)
     cols = ["scaling", "ideal", "hidden", "pred1", "silicon", "model", "source"]
@@ -514,7 +514,7 @@ def main() -> None:
         print(f"  {label:<44}{compute_fit.anchored_mape(compute_fit.anchor_pairs(single, 'lomo'), w, clip):>6.1f}"
               f"   in-fit model: {compute_fit.anchored_mape(compute_fit.anchor_pairs(single, 'pred'), w, clip):.1f}")
     print(f"\nDDP scaling t_n/t_1 ({len(pairs)} pairs of a multi-GPU row and its system's 1-GPU row, and {len(ddl_k)} "
-          f"ddl-benchmarks multi-GPU rows): MAPE {ideal_scal:.1f}% with ideal overlap, {scal_mape:.1f}% with all-reduce "
+          f"multi-GPU rows of ddl-benchmarks and DLPerf): MAPE {ideal_scal:.1f}% with ideal overlap, {scal_mape:.1f}% with all-reduce "
           f"interference k = {k_all:.2f}")
     both_snapshots = snapshot_scaling(pairs)
     if len(both_snapshots):
