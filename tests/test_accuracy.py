@@ -175,6 +175,7 @@ def test_a_row_says_how_far_the_measured_node_counts_reach(monkeypatch, tmp_path
         assert A.node_evidence(1) == "one node"
         assert A.node_evidence(16) == "16 nodes: within the 16 measured"
         assert A.node_evidence(38) == "38 nodes: beyond the 16 measured"
+        assert A.node_evidence(38, short=True) == "38: beyond the 16 measured" and A.node_evidence(1, short=True) == "1"
         del doc["groups"]["multi_node"]
         _use(monkeypatch, tmp_path, doc)
         assert A.node_evidence(2) == "2 nodes: none measured"

@@ -177,16 +177,16 @@ def typical_error(nodes: int, gpus: int, cpu: bool = False, measured: str | None
     return _figure(g), f"{what}, scripts/validate.py{tip}"
 
 
-def node_evidence(nodes: int) -> str:
-    """What the validation says about a node count, for a table row: ``one node``, ``4 nodes:
-    within the 32 measured`` or ``38 nodes: beyond the 32 measured`` (the multi-node group's
-    largest node count, ``max_nodes``); ``38 nodes: none measured`` without multi-node figures."""
+def node_evidence(nodes: int, short: bool = False) -> str:
+    """What the validation says about a node count: ``one node``, ``4 nodes: within the 32
+    measured`` or ``38 nodes: beyond the 32 measured`` (the multi-node group's largest node count,
+    ``max_nodes``); ``38 nodes: none measured`` without multi-node figures. ``short`` drops the
+    word "nodes" for a table's ``nodes`` column (``38: beyond the 32 measured``, ``1``)."""
     if nodes <= 1:
-        return "one node"
+        return "1" if short else "one node"
     top = int((load_accuracy().get("groups", {}).get("multi_node") or {}).get("max_nodes", 0))
-    if not top:
-        return f"{nodes} nodes: none measured"
-    return f"{nodes} nodes: {'beyond' if nodes > top else 'within'} the {top} measured"
+    what = f"{'beyond' if nodes > top else 'within'} the {top} measured" if top else "none measured"
+    return f"{nodes}: {what}" if short else f"{nodes} nodes: {what}"
 
 
 @functools.lru_cache(maxsize=1)

@@ -269,7 +269,7 @@ def _rows(result: RecommendResult) -> tuple[list[str], list[list[str]]]:
     for i, c in enumerate(recs):
         row = ["CHOSEN" if i == 0 else str(i + 1), c.label + marks(c), where(c), str(c.gpus)]
         if nodes_col:
-            row.append(node_evidence(c.nodes))
+            row.append(node_evidence(c.nodes, short=True))
         if batch_col:
             row.append("/".join(dict.fromkeys(str(b.per_gpu_batch) for b in c.prediction.batch_split)))
         if plans:
@@ -291,7 +291,7 @@ def _drop_order(result: RecommendResult) -> dict[str, int]:
     """Columns a narrow terminal loses first: detail before the figures the target is about
     ($ per million samples is the target when minimizing cost without a job length)."""
     per_million = "$/M tokens" if result.seq_len is not None else "$/M samples"
-    order = ["iteration", "batch/GPU", "bottleneck", per_million, "GPUs", "where"]
+    order = ["iteration", "batch/GPU", "bottleneck", per_million, "GPUs", "where", "nodes"]
     if result.search.objective == "cost" and result.job.length is None:
         order.remove(per_million)
     return {h: i + 1 for i, h in enumerate(order)}
