@@ -167,3 +167,8 @@ def test_ddp_all_reduces_fp32_gradients_under_amp():
     assert amp[0] == (2048 * 1000 + 1000) * 4 and amp[0] >= FIRST_BUCKET_BYTES
     assert len(amp) == 5 and all(s >= 25 * MiB for s in amp[1:4])
     assert amp[4] == 4 * 25_557_032 - float(np.sum(amp[:4]))
+    from srift.perf.comm import CommModel
+
+    cluster = cluster_from_spec("g4dn.xlarge:2")
+    p = predict(prof, cluster, Job(batch_size=64, precision="amp"))
+    assert p.breakdown["exposed_comm"] >= float(CommModel.for_cluster(cluster).allreduce_time_s(amp[4])) * (1 - 1e-9)
