@@ -79,7 +79,8 @@ def node_group(inst: Instance, count: int, spot: bool, placement_group: bool | N
     """``count`` nodes of a catalog instance type, priced on spot or on demand, with what the
     network facts say about its transport: the baseline (not burst) bandwidth, the vCPUs, the
     cloud (NCCL's socket defaults), EC2's single-flow limit inside or outside a cluster placement
-    group (``placement_group`` None: not known, outside assumed) and the EFA generation."""
+    group (``placement_group`` None: not known, outside assumed), the EFA generation and whether
+    the VM gives its GPUs PCIe peer to peer."""
     facts = _facts(inst)
     flow = None if facts is None else (facts.single_flow_gbps_placement_group if placement_group else facts.single_flow_gbps)
     return NodeGroup(
@@ -99,6 +100,7 @@ def node_group(inst: Instance, count: int, spot: bool, placement_group: bool | N
         placement_group=placement_group,
         single_flow_gbps=flow if inst.cluster_network == "ethernet" else None,
         efa_generation=None if facts is None else facts.efa_generation,
+        pcie_p2p=None if facts is None else facts.gpu_p2p,
         network_burst_gbps=facts.network_burst_gbps if facts is not None and facts.burstable else None,
         tcp_plugin=inst.transport if inst.transport in TCP_PLUGINS else None,
     )

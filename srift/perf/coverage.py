@@ -82,12 +82,3 @@ def sharded_coverage(params: float, gpus: int, gpu_names: Iterable[str]) -> Cove
     if others:
         beyond.append(f"{', '.join(others)} not among {', '.join(g['gpu_types'])}")
     return Coverage(factor, tuple(beyond))
-
-
-def node_coverage(nodes: int) -> Coverage:
-    """A multi-node DDP prediction against the validated node counts (the widening itself is
-    srift/perf/accuracy.py's; this names it)."""
-    g = coverage_config().get("groups", {}).get("multi_node")
-    if not g or nodes <= int(g["nodes"][1]):
-        return Coverage()
-    return Coverage(1.0, (f"{nodes:,} nodes > {int(g['nodes'][1])}",))

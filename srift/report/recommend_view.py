@@ -12,6 +12,7 @@ from srift.bounds import MAX_NOTE_CHARS
 from srift.catalog.provenance import ESTIMATE_MARK, marked_usd
 from srift.catalog.spot import capacity_warning
 from srift.errors import SriftError
+from srift.perf.accuracy import node_evidence
 from srift.report.format import console, error_text, price_lines, print_json, save_json, seconds, usd, usd_per_million_tokens
 from srift.report.table import Column, print_table
 from srift.results import RecommendResult, ages_json
@@ -109,6 +110,7 @@ def candidate_json(cand: Candidate, rank: int, result: SearchResult | None = Non
         "spot": cand.spot,
         "gpus": cand.gpus,
         "nodes": cand.nodes,
+        "node_evidence": node_evidence(cand.nodes),
         "throughput_samples_per_s": p.throughput_samples_per_s,
         "expected_throughput_samples_per_s": cand.expected_throughput_samples_per_s,
         "iteration_time_s": p.iteration_time_s,
@@ -196,16 +198,17 @@ def why(result: SearchResult) -> str:
                  f"(median {top.job_hours:,.1f} h).")
     m = result.best_at_median
     if m is not None:
-        ft, fm = top.quantile_factor(result.confidence), m.quantile_factor(result.confidence)
+        lead = pick.over if pick is not None else top  # first at the confidence (before the simplicity rule)
+        ft, fm = lead.quantile_factor(result.confidence), m.quantile_factor(result.confidence)
         if result.objective == "throughput":
-            versus = (f"{top.expected_throughput_samples_per_s / ft:,.0f} against {m.expected_throughput_samples_per_s / fm:,.0f} "
+            versus = (f"{lead.expected_throughput_samples_per_s / ft:,.0f} against {m.expected_throughput_samples_per_s / fm:,.0f} "
                       "samples/s")
         else:
             def cost(c: Candidate) -> float:
                 return (c.job_cost_usd if c.job_cost_usd is not None else c.usd_per_million_samples) or 0.0
-            versus = f"{usd(cost(top) * ft)} against {usd(cost(m) * fm)}"
+            versus = f"{usd(cost(lead) * ft)} against {usd(cost(m) * fm)}"
         text += (f" {m.label} has the better median ({rate_text(m)}, ±{m.prediction.typical_error_pct or 0:.1f} %) but with "
-                 f"limits set srift ranks at {result.confidence:.0%} confidence, where {top.label} is ahead ({versus}).")
+                 f"limits set srift ranks at {result.confidence:.0%} confidence, where {lead.label} is ahead ({versus}).")
     if len(recs) > 1 and pick is None:
         ru = recs[1]
         dt = ru.expected_throughput_samples_per_s / top.expected_throughput_samples_per_s - 1
@@ -289,7 +292,9 @@ def _rows(result: RecommendResult) -> tuple[list[str], list[list[str]]]:
     tokens = result.seq_len is not None
     # How each row trains, where there is a choice (a profile with FSDP units, e.g. an LLM).
     plans = any(c.prediction.plan_label != "ddp" for c in recs)
-    head = ["", "configuration", "where", "GPUs"] + (["batch/GPU"] if batch_col else []) + (["plan"] if plans else []) + [
+    # How far the validation reaches at each row's node count, where a row spans several nodes.
+    nodes_col = any(c.nodes > 1 for c in recs)
+    head = ["", "configuration", "where", "GPUs"] + (["nodes"] if nodes_col else []) + (["batch/GPU"] if batch_col else []) + (["plan"] if plans else []) + [
         "tokens/s" if tokens else "samples/s", "iteration", "$/h", "$/M tokens" if tokens else "$/M samples"]
     if with_job:
         head += [f"job hours ({q})", f"job $ ({q})"]
@@ -297,6 +302,8 @@ def _rows(result: RecommendResult) -> tuple[list[str], list[list[str]]]:
     rows = []
     for i, c in enumerate(recs):
         row = ["CHOSEN" if i == 0 else str(i + 1), c.label + marks(c), where(c), str(c.gpus)]
+        if nodes_col:
+            row.append(node_evidence(c.nodes, short=True))
         if batch_col:
             row.append("/".join(dict.fromkeys(str(b.per_gpu_batch) for b in c.prediction.batch_split)))
         if plans:
@@ -318,7 +325,7 @@ def _drop_order(result: RecommendResult) -> dict[str, int]:
     """Columns a narrow terminal loses first: detail before the figures the target is about
     ($ per million samples is the target when minimizing cost without a job length)."""
     per_million = "$/M tokens" if result.seq_len is not None else "$/M samples"
-    order = ["iteration", "batch/GPU", "bottleneck", per_million, "GPUs", "where"]
+    order = ["iteration", "batch/GPU", "bottleneck", per_million, "GPUs", "where", "nodes"]
     if result.search.objective == "cost" and result.job.length is None:
         order.remove(per_million)
     return {h: i + 1 for i, h in enumerate(order)}
@@ -417,7 +424,7 @@ def render(result: RecommendResult) -> None:
     con.print(f"[bold]{target_line(result)}[/bold]")
     head, rows = _rows(result)
     drop = _drop_order(result)
-    print_table(con, [Column(h, "left" if h in ("", "configuration", "where", "plan", "bottleneck") else "right", drop.get(h))
+    print_table(con, [Column(h, "left" if h in ("", "configuration", "where", "nodes", "plan", "bottleneck") else "right", drop.get(h))
                       for h in head],
                 [[escape(cell) for cell in row] for row in rows],
                 row_styles=["bold green" if i == 0 else None for i in range(len(rows))])
