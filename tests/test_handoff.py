@@ -226,7 +226,8 @@ def test_skypilot_accepts_the_tasks(tmp_path, capsys):
     """SkyPilot's own schema and ``sky.Task.from_yaml`` (validated with skypilot 0.14.1) accept the
     tasks, and SkyPilot's catalog (the copy in data/, offline, in a throw-away HOME) agrees on the
     machines: the instance type exists, carries these accelerators, and costs what srift says."""
-    cases = {"recommend": ["recommend", "--model", "resnet50", "--budget", "20"],
+    # recommend on A10G: the chosen row must be in SkyPilot's catalog (g7e, Karpenter-only, is not).
+    cases = {"recommend": ["recommend", "--model", "resnet50", "--budget", "20", "--gpu", "A10G"],
              "aws-spot": ["predict", "--model", "resnet50", "--instance", "p3.16xlarge:2", "--spot"],
              "aws-efa": ["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:4", "--seq-len", "8192", "--batch-size", "1"],
              "gcp": ["predict", "--model", "resnet50", "--instance", "a2-highgpu-8g:2", "--region", "gcp/us-central1"],
