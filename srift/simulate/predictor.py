@@ -45,7 +45,7 @@ import numpy as np
 from srift.cluster import Cluster, NodeGroup
 from srift.errors import SriftError
 from srift.hardware import CPU, find_gpu, gpu as gpu_spec
-from srift.job import AUTO, CHECKPOINTING, HALF_PRECISIONS, PARALLELISMS, Job, usd_per_million_samples
+from srift.job import AUTO, CHECKPOINTING, PARALLELISMS, Job, usd_per_million_samples
 from srift.perf.accuracy import MEASURED_ELSEWHERE, MEASURED_HERE, sharded_typical_error, typical_error
 from srift.perf.comm import CommModel
 from srift.perf.compute import KINDS, LayerTimes, layer_arrays, layer_times, measured_gpu
@@ -54,7 +54,8 @@ from srift.profile import Profile
 from srift.simulate.ddp import BucketLayout, bucket_layout, bucket_ready_s, comm_end_s
 from srift.simulate.kfac import KfacPlan, kfac_memory_bytes, plan_kfac
 from srift.simulate.memory import (
-    FRAGMENTATION, activation_bytes, compute_param_bytes, fits, memory_breakdown_bytes, sharded_memory_bytes,
+    FIT_STATES, activation_bytes, allocated_parts, compute_param_bytes, fit_state, fits, memory_breakdown_bytes,
+    sharded_memory_bytes, with_allocator,
 )
 from srift.simulate.mixed import batches_for_fastest, split_batch
 from srift.simulate.prediction import BatchShare, Prediction
@@ -150,7 +151,7 @@ class Predictor:
         self.units = unit_layout(self.base)
         self._profiles: dict[tuple[int, int], Profile] = {}
         self._compute: dict[tuple[str, int], _Compute] = {}
-        self._memory: dict[int, dict[str, float]] = {}
+        self._memory: dict[tuple[int, bool], dict[str, float]] = {}
         self._sharded_memory: dict[tuple[int, str, str, int], dict[str, float]] = {}
         self._activations: dict[tuple[int, str], float] = {}
         self._steps: dict[tuple, StepTimes] = {}
@@ -164,9 +165,6 @@ class Predictor:
         if ph.total_s and ph.total_s_std is not None:
             measured_cv = ph.total_s_std / ph.total_s
         self.compute_cv = measured_cv if measured_cv is not None else STRUCTURAL_COMPUTE_CV
-        # Activations scale with precision when the profile was taken at another one.
-        half, was_half = self.precision in HALF_PRECISIONS, profile.precision in HALF_PRECISIONS
-        self._act_factor = 0.5 if (half and not was_half) else (2.0 if (was_half and not half) else 1.0)
         self.seq_len = self.base.seq_len
         self.flops_per_token = (model_flops_per_token(self.seq_len) if model_flops_per_token is not None and self.seq_len
                                 else profile_flops_per_token(self.base))
@@ -221,23 +219,24 @@ class Predictor:
             c = self._compute[key] = _Compute(layer_times(prof, gpu, self.precision), batch, self.layout)
         return c
 
-    def memory(self, batch: int) -> dict[str, float]:
-        """DDP's memory per GPU at a per-GPU batch (srift.simulate.memory.memory_breakdown_bytes)."""
-        m = self._memory.get(batch)
+    def memory(self, batch: int, buckets: bool = True) -> dict[str, float]:
+        """DDP's memory per GPU at a per-GPU batch (srift.simulate.memory.memory_breakdown_bytes;
+        ``buckets``: DDP's gradient buckets, absent on one GPU)."""
+        m = self._memory.get((batch, buckets))
         if m is None:
-            m = memory_breakdown_bytes(self.profile_at(batch), self.precision)
-            m["activations"] *= self._act_factor
+            m = memory_breakdown_bytes(self.profile_at(batch), self.precision, buckets)
             if self.job.kfac:
-                m["kfac_factors"] = kfac_memory_bytes(self.base)
-            self._memory[batch] = m
+                m = with_allocator({**allocated_parts(m), "kfac_factors": kfac_memory_bytes(self.base)})
+            self._memory[(batch, buckets)] = m
         return m
 
-    def plan_memory(self, batch: int, parallelism: str, checkpointing: str, shard_gpus: int) -> dict[str, float]:
+    def plan_memory(self, batch: int, parallelism: str, checkpointing: str, shard_gpus: int,
+                    buckets: bool = True) -> dict[str, float]:
         """Memory per GPU of a plan at a per-GPU micro-batch: DDP's for a profile without FSDP
-        units (``memory``), else ``sharded_memory_bytes``."""
+        units (``memory``), else ``sharded_memory_bytes`` (``buckets``: DDP's, absent on one GPU)."""
         if self.units.blocks == 0 and parallelism == "ddp":
-            return self.memory(batch)
-        key = (batch, parallelism, checkpointing, shard_gpus if parallelism != "ddp" else 1)
+            return self.memory(batch, buckets)
+        key = (batch, parallelism, checkpointing, shard_gpus if parallelism != "ddp" else int(buckets))
         m = self._sharded_memory.get(key)
         if m is None:
             if len(self._sharded_memory) > 4096:
@@ -248,10 +247,7 @@ class Predictor:
                 acts = self._activations[acts_key] = activation_bytes(self.profile_at(batch), self.precision, checkpointing,
                                                                       self.job.fused_loss)
             m = sharded_memory_bytes(self.profile_at(batch), self.precision, parallelism, checkpointing, key[3],
-                                     self.job.reduce_dtype, self.job.fused_loss, acts)
-            if self._act_factor != 1.0:
-                m["fragmentation"] += FRAGMENTATION * m["activations"] * (self._act_factor - 1.0)
-                m["activations"] *= self._act_factor
+                                     self.job.reduce_dtype, self.job.fused_loss, acts, buckets)
             self._sharded_memory[key] = m
         return m
 
@@ -363,6 +359,9 @@ class Predictor:
             fits_in_memory=plan.memory.fits,
             memory_per_gpu_bytes=plan.memory.per_gpu_bytes,
             memory_breakdown_bytes=dict(plan.memory.breakdown_bytes),
+            memory_allocated_bytes=sum(allocated_parts(plan.memory.breakdown_bytes).values()),
+            memory_fit=plan.memory.state,
+            memory_safe_batch=self._safe_batch(cluster, batches, plan) if plan.memory.state != "fits" else None,
             batch_split=[BatchShare(g.label, g.gpu, b * accum, g.gpus) for g, b in zip(groups, batches)],
             spot=spot_expectation(cluster, state_bytes, throughput, cost),
             notes=self._notes(crit.times, plan.kfac) + comm.assumptions() + self._input_notes(loader, inputs, gpu_s),
@@ -434,12 +433,14 @@ class Predictor:
             auto = len(pars) * len(ckpts) > 1
         if not auto:
             return self._evaluate(cluster, batches, comps, comm, pars[0], ckpts[0], p90=True)
-        candidates = []
+        candidates, unsure = [], []
         for p in pars:
             for c in ckpts:
                 mem = self._memory_fit(cluster, batches, p, c)
-                if mem.fits:
-                    candidates.append((self._lower_bound_s(comps, batches, p, c, cluster), p, c))
+                if mem.fits:  # plans that fit for sure first; those that may not fit when none does
+                    (candidates if mem.state == "fits" else unsure).append(
+                        (self._lower_bound_s(comps, batches, p, c, cluster), p, c))
+        candidates = candidates or unsure
         if not candidates:
             # Nothing fits: show the plan that needs least memory, marked as not fitting.
             p, c = min(((p, c) for p in pars for c in ckpts),
@@ -476,16 +477,38 @@ class Predictor:
         """Whether every GPU holds its share under a plan, and the most loaded GPU's memory."""
         groups = cluster.node_groups
         shard = self._shard_gpus(cluster, parallelism)
-        most, most_breakdown, ok = 0.0, {}, True
+        most, most_breakdown, worst = 0.0, {}, 0
         for g, b in zip(groups, batches):
-            m = self.plan_memory(b, parallelism, checkpointing, shard)
+            m = self.plan_memory(b, parallelism, checkpointing, shard, cluster.gpus > 1)
             total = sum(m.values())
             if g.gpu != CPU:
-                cap = g.gpu_memory_gib if g.gpu_memory_gib is not None else gpu_spec(g.gpu).memory_gib
-                ok = ok and fits(total, cap)
+                worst = max(worst, FIT_STATES.index(fit_state(total, self._capacity_gib(g))))
             if total > most:
                 most, most_breakdown = total, m
-        return _MemoryFit(ok, most, most_breakdown)
+        return _MemoryFit(FIT_STATES[worst] != "does not fit", most, most_breakdown, FIT_STATES[worst])
+
+    @staticmethod
+    def _capacity_gib(group: NodeGroup) -> float:
+        return group.gpu_memory_gib if group.gpu_memory_gib is not None else gpu_spec(group.gpu).memory_gib
+
+    def _safe_batch(self, cluster: Cluster, batches: list[int], plan: _Plan) -> int | None:
+        """The largest per-GPU micro-batch (up to the plan's) that fits for sure on every GPU under
+        the plan (memory grows with the batch: bisection), or None when even 1 does not."""
+        shard = self._shard_gpus(cluster, plan.parallelism)
+        gpus = [g for g in cluster.node_groups if g.gpu != CPU]
+
+        def sure(b: int) -> bool:
+            m = sum(self.plan_memory(b, plan.parallelism, plan.checkpointing, shard, cluster.gpus > 1).values())
+            return all(fit_state(m, self._capacity_gib(g)) == "fits" for g in gpus)
+
+        lo, hi = 0, max(batches)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if sure(mid):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo or None
 
     @staticmethod
     def _shard_gpus(cluster: Cluster, parallelism: str) -> int:
@@ -697,6 +720,7 @@ class _MemoryFit:
     fits: bool
     per_gpu_bytes: float
     breakdown_bytes: dict[str, float]
+    state: str = "fits"
 
 
 @dataclass(frozen=True)
