@@ -563,7 +563,7 @@ SAVED_SCHEMAS = ("srift.saved-tensors/v1",)  # how saved_bytes were counted (sri
 def _saved_schema(value: Any, source: str) -> str | None:
     if value is not None and value not in SAVED_SCHEMAS:
         raise _bad(source, f"'saved_tensors' must be one of {', '.join(SAVED_SCHEMAS)} or null, got {shown(value)}")
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 def _bucket(item: Any, index: int, source: str) -> AllReduceBucket:

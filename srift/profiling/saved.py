@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from srift.profile import SAVED_SCHEMAS
+from srift.profile import SAVED_SCHEMAS, LayerProfile
 
 SAVED_SCHEMA = SAVED_SCHEMAS[0]
 
@@ -60,7 +60,7 @@ class _SavedRecorder:
     def pack(self, t: torch.Tensor) -> torch.Tensor:
         storage = t.untyped_storage()
         ptr = storage.data_ptr()
-        if storage.nbytes() and ptr not in self.excluded and ptr not in self.seen:
+        if storage.nbytes() and ptr not in self.excluded and ptr not in self.seen and not _cast_of_leaf(t):
             self.seen.add(ptr)
             owner = self.stack[-1] if self.stack else self.last
             if owner is None:  # saved before any leaf ran (an input's preprocessing)
@@ -68,6 +68,29 @@ class _SavedRecorder:
                 self.bytes.setdefault("", 0.0)
             self.bytes[owner] += float(storage.nbytes())
         return t
+
+
+def _cast_of_leaf(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a dtype copy of a parameter (autocast's 16-bit weight): weights' memory."""
+    fn = t.grad_fn
+    if fn is None or type(fn).__name__ != "ToCopyBackward0":
+        return False
+    return any(nxt is not None and type(nxt).__name__ == "AccumulateGrad" for nxt, _ in fn.next_functions)
+
+
+def record_saved_bytes(model: nn.Module, forward_fn: Callable[[], Any], layers: list[LayerProfile], half: bool) -> None:
+    """Count what one forward of ``model`` saves (``measure_saved_bytes``, under the autocast
+    ``forward_fn`` itself sets) and write it into ``layers`` by name: ``saved_half_bytes`` when the
+    run is in half precision (``half``), else ``saved_bytes`` (what was saved before any leaf ran
+    goes to the first layer; a layer absent from the count saved nothing)."""
+    counted = measure_saved_bytes(model, forward_fn)
+    first = counted.pop("", 0.0)  # before any leaf (or a root that is itself the only leaf)
+    for i, layer in enumerate(layers):
+        total = counted.get(layer.name, 0.0) + (first if i == 0 else 0.0)
+        if half:
+            layer.saved_half_bytes = total
+        else:
+            layer.saved_bytes = total
 
 
 def measure_saved_bytes(model: nn.Module, forward_fn: Callable[[], Any], autocast_dtype: torch.dtype | None = None,

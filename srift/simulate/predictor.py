@@ -433,7 +433,8 @@ class Predictor:
             auto = len(pars) * len(ckpts) > 1
         if not auto:
             return self._evaluate(cluster, batches, comps, comm, pars[0], ckpts[0], p90=True)
-        candidates, unsure = [], []
+        candidates: list[tuple[float, str, str]] = []
+        unsure: list[tuple[float, str, str]] = []
         for p in pars:
             for c in ckpts:
                 mem = self._memory_fit(cluster, batches, p, c)

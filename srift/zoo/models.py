@@ -113,7 +113,7 @@ def _set_saved(layers: list, scalings: list[SavedScaling], batch: int, seq_len: 
     """Write each leaf's saved bytes at the profile's size into its layer (what was saved before any
     leaf ran, into the first one)."""
     at = {s.name: s.at(batch, seq_len) for s in scalings}
-    first = at.pop("", (0.0, 0.0))
+    first: tuple[float, float] | None = at.pop("", (0.0, 0.0))
     for i, layer in enumerate(layers):
         if layer.type == "Parameters":
             continue
