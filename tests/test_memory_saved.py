@@ -12,6 +12,7 @@ from srift.profiling.saved import measure_saved_bytes, per_sample_bytes
 from srift.simulate import Predictor
 from srift.simulate.memory import (
     ALLOCATOR_ERROR, ALLOCATOR_FACTOR, ALLOCATOR_FIXED_BYTES, USABLE_FRACTION, Z90, fit_state, memory_breakdown_bytes,
+    reserved_breakdown_bytes,
 )
 from srift.zoo import load_builtin_profile
 from srift.zoo.text import TransformerBlock
@@ -89,6 +90,15 @@ def test_resnet50_recipes_people_run_on_a_16gb_v100_fit():
         assert sum(parts.values()) == pytest.approx(pred.memory_per_gpu_bytes)
         assert parts["allocator"] == pytest.approx((ALLOCATOR_FACTOR - 1.0) * pred.memory_allocated_bytes
                                                    + ALLOCATOR_FIXED_BYTES)
+
+
+def test_reserved_breakdown_adds_the_allocator_and_refuses_negative_parts():
+    gib = 2**30
+    m = reserved_breakdown_bytes(weight_bytes=2 * gib, gradient_bytes=gib, optimizer_bytes=gib, activation_bytes=4 * gib,
+                                 adapters=0.5 * gib)
+    assert sum(m.values()) == pytest.approx(ALLOCATOR_FACTOR * 8.5 * gib + ALLOCATOR_FIXED_BYTES)
+    with pytest.raises(ValueError, match="activations"):
+        reserved_breakdown_bytes(weight_bytes=0.0, gradient_bytes=0.0, optimizer_bytes=0.0, activation_bytes=-1.0)
 
 
 def test_autocast_halves_what_resnet50_saves_from_its_own_measurement():

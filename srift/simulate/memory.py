@@ -107,6 +107,23 @@ def fit_state(reserved_bytes: float, gpu_memory_gib: float) -> str:
     return "may not fit" if reserved_bytes <= cap else "does not fit"
 
 
+def reserved_breakdown_bytes(*, weight_bytes: float, gradient_bytes: float, optimizer_bytes: float,
+                             activation_bytes: float, **other_bytes: float) -> dict[str, float]:
+    """The peak's parts by kind, the allocator's reserve added (they add up to the peak reserved
+    memory): the building block for a job this module does not lay out itself (fine-tuning with
+    frozen or quantised weights, LoRA adapters). Each argument is what is alive at the peak.
+
+    Raises:
+        ValueError: for a negative or non-finite part.
+    """
+    parts = {"weights": weight_bytes, "gradients": gradient_bytes, "optimizer_state": optimizer_bytes,
+             "activations": activation_bytes, **other_bytes}
+    for key, value in parts.items():
+        if not np.isfinite(value) or value < 0:
+            raise ValueError(f"memory part {key} must be a finite number of bytes >= 0, got {value!r}")
+    return with_allocator({k: float(v) for k, v in parts.items()})
+
+
 def has_saved_bytes(profile: Profile, precision: str) -> bool:
     """Whether the profile counted what autograd saves at ``precision`` (module docstring)."""
     half = precision in HALF_PRECISIONS
