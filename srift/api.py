@@ -27,7 +27,7 @@ from srift.examples import copy_examples as copy_example_files
 from srift.files import check_name, file_in, output_file, read_json
 from srift.hardware import CPU, GpuSpec, matching_gpus
 from srift.hardware import gpu as gpu_spec
-from srift.job import Job
+from srift.job import Job, require_precision
 from srift.jobfile import JobFile
 from srift.profile import Profile
 from srift.report.format import usd
@@ -479,7 +479,7 @@ def profile_model(model: str, batch_size: int | None = None, seq_len: int | None
     key = canonical_name(model)
     if name is not None:
         check_name(name)
-    Job(batch_size=batch_size, seq_len=seq_len, precision=precision)  # the bounds, before any work
+    Job(batch_size=batch_size, seq_len=seq_len, precision=require_precision(precision))  # the bounds, before any work
     out = output_file(output or file_in("profiles", name or key, ".yaml"), "profile", overwrite,
                       "pass --force to replace it, or choose another --name or -o.")
     if MODELS[key].llm:
