@@ -160,14 +160,14 @@ def predict_runs(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def fit_allocator(allocated_gib: np.ndarray, reserved_gib: np.ndarray,
-                  fixed_gib: float = ALLOCATOR_FIXED_BYTES / 2**30) -> float:
+                  fixed_gib: float = ALLOCATOR_FIXED_BYTES / 2**30, floor: float = 1.0) -> float:
     """The ``factor`` of ``reserved = factor x allocated + fixed`` (``fixed`` given: the measured
     peaks are all tens of GiB, which cannot tell it apart) that minimises the squared relative
-    error over measured peaks; at least 1: the allocator never reserves less than it allocates
-    (a fit below 1 says the allocated memory is over-predicted, e.g. for compiled runs)."""
+    error over measured peaks; at least ``floor`` (1: the allocator never reserves less than it
+    allocates; a fit below 1 says the allocated memory is over-predicted, e.g. for compiled runs)."""
     a = np.asarray(allocated_gib, dtype=float) / np.asarray(reserved_gib, dtype=float)
     c = fixed_gib / np.asarray(reserved_gib, dtype=float)
-    return max(1.0, float(np.sum(a * (1.0 - c)) / np.sum(a * a)))
+    return max(floor, float(np.sum(a * (1.0 - c)) / np.sum(a * a)))
 
 
 def leave_one_source_out(runs: pd.DataFrame) -> np.ndarray:
