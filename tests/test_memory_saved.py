@@ -107,3 +107,16 @@ def test_autocast_halves_what_resnet50_saves_from_its_own_measurement():
     amp = memory_breakdown_bytes(prof, "amp", buckets=False)["activations"]
     # Not a factor: max-pool's int64 indices and the loss stay as they are, so a bit over half.
     assert 0.5 < amp / fp32 < 0.52
+
+
+def test_no_run_of_the_shared_cnn_and_bert_tables_is_refused():
+    """Every zoo-model run in data/ (Lambda, NVIDIA DLE, DLPerf, ddl-benchmarks, DAWNBench) ran on
+    its GPU: none may be predicted not to fit (scripts/validate_memory.py adds the LLM runs)."""
+    from pathlib import Path
+
+    from srift.fitting import memory_runs
+
+    runs = memory_runs.predict_runs(memory_runs.ddp_runs(Path(__file__).resolve().parents[1] / "data"))
+    assert {"lambda", "dle", "dlperf", "ddl-benchmarks", "dawnbench"} <= set(runs["source"])
+    refused = runs[runs["state"] == "does not fit"]
+    assert refused.empty, refused[["source", "model", "gpu", "precision", "batch_per_gpu", "reserved_gib"]].to_string()
