@@ -109,6 +109,7 @@ def test_autocast_halves_what_resnet50_saves_from_its_own_measurement():
     assert 0.5 < amp / fp32 < 0.52
 
 
+@pytest.mark.slow
 def test_no_run_of_the_shared_cnn_and_bert_tables_is_refused():
     """Every zoo-model run in data/ (Lambda, NVIDIA DLE, DLPerf, ddl-benchmarks, DAWNBench) ran on
     its GPU: none may be predicted not to fit (scripts/validate_memory.py adds the LLM runs)."""
