@@ -67,7 +67,9 @@ class _SavedRecorder:
                 owner = ""
                 self.bytes.setdefault("", 0.0)
             self.bytes[owner] += float(storage.nbytes())
-        return t
+        # Detached: a saved output packed with its own grad_fn would tie the graph into a
+        # reference cycle autograd cannot break (the model would never be freed).
+        return t.detach()
 
 
 def _cast_of_leaf(t: torch.Tensor) -> bool:

@@ -39,9 +39,10 @@ saved_tensors_hooks, srift/profiling/saved.py: the loss's are the last layer's).
 analytic LLM profiles) the layer outputs, plus what autograd keeps that no leaf outputs: a gated
 MLP's product ``act(gate) * up`` (``sharded.gated_product_bytes``) and, at the loss, the fp32 copy
 of the logits and log-softmax's fp32 output (cross-entropy upcasts half-precision logits: 4 + 4
-bytes per logit; 4 under fp32; none with a fused cross-entropy kernel, ``Job.fused_loss``). Checkpointed block units keep their input and, under
-``selective``, the outputs of the layers the policy saves; the unit recomputing in backward holds
-the rest of its activations once more (the largest unit's, at the peak).
+bytes per logit; 4 under fp32; none with a fused cross-entropy kernel, ``Job.fused_loss``).
+Checkpointed block units keep their input and, under ``selective``, the outputs of the layers the
+policy saves; the unit recomputing in backward holds the rest of its activations once more (the
+largest unit's, at the peak).
 Fit, at confidence (``fit_state``): the reserved peak has a typical relative error
 (``ALLOCATOR_ERROR``, the fit's leave-one-source-out error); a configuration ``fits`` when the 90th
 percentile of its reserved peak is at most USABLE_FRACTION of the GPU's memory (the rest holds the
@@ -60,9 +61,11 @@ from srift.simulate.sharded import checkpoint_masks, gated_product_bytes, unit_l
 
 USABLE_FRACTION = 0.95
 # The caching allocator: reserved = ALLOCATOR_FACTOR x allocated + ALLOCATOR_FIXED_BYTES, and the
-# typical relative error of that reserved peak (ALLOCATOR_ERROR, a standard deviation): fitted by
-# scripts/validate_memory.py on the published peak-reserved figures of data/ (torchtitan, torchao;
-# the script prints the fit and its leave-one-source-out error, which ALLOCATOR_ERROR quotes).
+# typical relative error of that reserved peak (ALLOCATOR_ERROR, a standard deviation).
+# ALLOCATOR_FACTOR: fitted by scripts/validate_memory.py on the 12 published peak-reserved figures
+# of data/ (torchtitan, torchao: 0.965, held at 1 since the allocator never reserves less than it
+# allocates). ALLOCATOR_FIXED_BYTES: estimated (cuBLAS/cuDNN workspaces; peaks of tens of GiB cannot
+# pin it). ALLOCATOR_ERROR: the std of the leave-one-source-out errors the script prints.
 ALLOCATOR_FACTOR = 1.0
 ALLOCATOR_FIXED_BYTES = 0.5 * 2**30
 ALLOCATOR_ERROR = 0.137
