@@ -11,9 +11,10 @@ from srift.job import Job
 from srift.profiling.saved import measure_saved_bytes, per_sample_bytes
 from srift.simulate import Predictor
 from srift.simulate.memory import (
-    ALLOCATOR_ERROR, ALLOCATOR_FACTOR, ALLOCATOR_FIXED_BYTES, USABLE_FRACTION, Z90, fit_state, memory_breakdown_bytes,
+    ALLOCATOR_ERROR, ALLOCATOR_FACTOR, ALLOCATOR_FIXED_BYTES, USABLE_FRACTION, fit_state, memory_breakdown_bytes,
     reserved_breakdown_bytes,
 )
+from srift.perf.quantiles import Z90
 from srift.zoo import load_builtin_profile
 from srift.zoo.text import TransformerBlock
 

@@ -56,6 +56,7 @@ import numpy as np
 
 from srift.job import HALF_PRECISIONS
 from srift.perf.compute import layer_kind
+from srift.perf.quantiles import Z90
 from srift.profile import Profile
 from srift.simulate.sharded import checkpoint_masks, gated_product_bytes, unit_layout
 
@@ -69,7 +70,6 @@ USABLE_FRACTION = 0.95
 ALLOCATOR_FACTOR = 1.0
 ALLOCATOR_FIXED_BYTES = 0.5 * 2**30
 ALLOCATOR_ERROR = 0.137
-Z90 = 1.2816  # the standard normal's 90th percentile
 FIT_STATES = ("fits", "may not fit", "does not fit")
 MASTER_BYTES = 4.0  # fp32 master parameters and sharded gradients
 LOSS_FP32_BYTES = 4.0  # log-softmax's fp32 output per logit, and the fp32 upcast of half logits
