@@ -35,6 +35,7 @@ def predict(
 ) -> None:
     """Predict iteration time, throughput and cost of a job on a cluster."""
     check_format(fmt, FORMATS)
+    api.check_outputs({"--out-file": out_file, "--skypilot": skypilot}, inputs=[*(profile or []), cluster, model_config])
     where = api.resolve_infra(infra, region, DEFAULT_INFRA)
     result = api.predict(job, model=model, profiles=profile, instance=instance, cluster_file=cluster, region=where, spot=spot,
                          model_config=model_config, placement_group=placement_group)
