@@ -17,6 +17,7 @@ from srift.simulate.prediction import Prediction
 from srift.text import markdown as md
 
 NO_FIT = "DOES NOT FIT"
+MAY_NOT_FIT = "MAY NOT FIT"
 
 PHASE_LABELS = {
     "data": "data loading",
@@ -62,8 +63,8 @@ def prediction_json(result: PredictResult) -> dict[str, Any]:
 PLAN_LABELS = {"zero1": "ZeRO-1 (Megatron distributed optimizer)", "ddp": "DDP", "zero2": "ZeRO-2 (FSDP SHARD_GRAD_OP)", "fsdp": "FSDP (FULL_SHARD)",
                "hsdp": "HSDP (sharded within a node, replicated across nodes)"}
 MEMORY_LABELS = {"weights": "parameters", "gathered_weights": "gathered (half-precision) parameters", "gradients": "gradients",
-                 "optimizer_state": "optimizer states", "activations": "activations", "fragmentation": "allocator slack",
-                 "workspace": "workspace", "kfac_factors": "K-FAC factors"}
+                 "optimizer_state": "optimizer states", "activations": "activations",
+                 "allocator": "allocator reserve", "kfac_factors": "K-FAC factors"}
 
 
 def title(result: PredictResult) -> str:
@@ -108,11 +109,14 @@ def summary_rows(result: PredictResult) -> list[tuple[str, str]]:
     rows.append(("Cost", f"{marked_usd(usd(pred.cost_per_hour_usd), result.price)}/h, "
                  f"{marked_usd(usd(pred.usd_per_million_samples), result.price)} per million samples"
                  + (f", {usd(usd_per_million_tokens(pred), 3)} per million tokens" if pred.seq_len else "")))
-    mem = f"{gib(pred.memory_per_gpu_bytes)} per GPU" + ("" if pred.fits_in_memory else f"  {NO_FIT}")
+    mem = (f"{gib(pred.memory_per_gpu_bytes)} per GPU reserved at the peak ({gib(pred.memory_allocated_bytes)} allocated)"
+           + ("" if pred.fits_in_memory else f"  {NO_FIT}"))
     if pred.memory_stage is not None:
         mem += f" on pipeline stage {pred.memory_stage}"
-    if pred.parallelism != "ddp" or "gathered_weights" in pred.memory_breakdown_bytes or pred.layout:
-        mem += " (" + ", ".join(f"{MEMORY_LABELS.get(k, k)} {gib(v)}" for k, v in pred.memory_breakdown_bytes.items() if v) + ")"
+    if pred.memory_fit == "may not fit":
+        safe = f"; batch {pred.memory_safe_batch} per GPU fits for sure" if pred.memory_safe_batch else ""
+        mem += f"  {MAY_NOT_FIT} (within the prediction's typical error of the usable memory{safe})"
+    mem += " (" + ", ".join(f"{MEMORY_LABELS.get(k, k)} {gib(v)}" for k, v in pred.memory_breakdown_bytes.items() if v) + ")"
     rows += [("Memory", mem), ("Bottleneck", pred.bottleneck),
              ("Typical error", error_text(pred.typical_error_pct, pred.typical_error_basis))]
     if pred.beyond_validated:
@@ -161,7 +165,8 @@ def render(result: PredictResult) -> None:
     summary.add_column(style="dim")
     summary.add_column()
     for label, value in summary_rows(result):
-        summary.add_row(label, escape(value).replace(NO_FIT, f"[red]{NO_FIT}[/red]"))
+        summary.add_row(label, escape(value).replace(NO_FIT, f"[red]{NO_FIT}[/red]")
+                        .replace(MAY_NOT_FIT, f"[yellow]{MAY_NOT_FIT}[/yellow]"))
     con.print(summary)
     cells = breakdown_rows(result)
     print_table(con, [Column("phase"), Column("time", "right"), Column("share", "right")], cells, title="Iteration breakdown",

@@ -136,6 +136,9 @@ def candidate_json(cand: Candidate, rank: int, result: SearchResult | None = Non
         "activation_checkpointing": p.activation_checkpointing,
         "grad_accum": p.grad_accum,
         "memory_per_gpu_bytes": p.memory_per_gpu_bytes,
+        "memory_allocated_bytes": p.memory_allocated_bytes,
+        "memory_fit": p.memory_fit,
+        "memory_safe_batch": p.memory_safe_batch,
         "throughput_tokens_per_s": p.throughput_tokens_per_s,
         "expected_throughput_tokens_per_s": _tokens(cand),
         "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
@@ -230,6 +233,11 @@ def why(result: SearchResult) -> str:
                  "an instance with more vCPUs per GPU, or preprocessed data, would be faster.")
     if top.host_arch == "arm64":
         text += " Its host is arm64: the job needs aarch64 builds of PyTorch and its other native packages."
+    if top.prediction.memory_fit == "may not fit":
+        safe = top.prediction.memory_safe_batch
+        text += (f" Its memory ({top.prediction.memory_per_gpu_bytes / 2**30:,.1f} GiB per GPU) is within the prediction's "
+                 "typical error of what the GPU can hold: it may not fit"
+                 + (f" (a batch of {safe} per GPU fits for sure)." if safe else "."))
     return text + _price_clause(top)
 
 
@@ -238,7 +246,8 @@ def summary(found: SearchResult) -> str:
     labels = {"budget": "over budget", "memory": "out of memory", "unsupported": "on GPUs current PyTorch wheels do not run on",
               "batch": "not dividing the global batch", "max_gpus": "larger than --max-gpus or --max-nodes",
               "bound": "shown by the search bound unable to win"}
-    left = ", ".join(f"{v:,} {labels.get(k, k)}" for k, v in found.pruned.items() if v)
+    # Memory's count is said even when 0: a planner that drops runs silently loses trust.
+    left = ", ".join(f"{v:,} {labels.get(k, k)}" for k, v in found.pruned.items() if v or k == "memory")
     return (f"{found.considered:,} configurations considered; {found.simulated:,} simulations (one per hardware and node count, "
             f"shared by every region) priced {found.evaluated:,} of them" + (f"; left out: {left}" if left else "") + ".")
 

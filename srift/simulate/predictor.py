@@ -37,7 +37,8 @@ from srift.profile import Profile
 from srift.simulate.kfac import KfacPlan
 from srift.simulate.loader import InputLoader, image_side_px
 from srift.simulate.mixed import batches_for_fastest, split_batch
-from srift.simulate.plans import ClusterView, Plans, plan_choices
+from srift.simulate.memory import allocated_parts
+from srift.simulate.plans import Candidate, ClusterView, Plans, plan_choices
 from srift.simulate.prediction import BatchShare, Prediction, bottleneck
 from srift.simulate.spot import spot_expectation
 from srift.simulate.workload import Workload, measured_sources, profile_flops_per_token
@@ -177,6 +178,10 @@ class Predictor:
             fits_in_memory=plan.memory.fits,
             memory_per_gpu_bytes=plan.memory.per_gpu_bytes,
             memory_breakdown_bytes=dict(plan.memory.breakdown_bytes),
+            memory_allocated_bytes=sum(allocated_parts(plan.memory.breakdown_bytes).values()),
+            memory_fit=plan.memory.state,
+            memory_safe_batch=(self.plans.safe_batch(view, batches, Candidate(plan.parallelism, plan.checkpointing))
+                               if plan.memory.state != "fits" else None),
             batch_split=[BatchShare(g.label, g.gpu, b * accum, g.gpus) for g, b in zip(groups, batches)],
             spot=spot_expectation(cluster, state_bytes, throughput, cost),
             notes=self._notes(crit.times, plan.kfac) + comm.assumptions() + self.loader.input_notes(loader, inputs, gpu_s),
