@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from srift.bounds import (
-    MAX_BATCH_SIZE, MAX_DATASET_SIZE, MAX_EPOCHS, MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM, MAX_KFAC_INTERVAL, MAX_SAMPLES,
+    MAX_LORA_RANK, MAX_BATCH_SIZE, MAX_DATASET_SIZE, MAX_EPOCHS, MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM, MAX_KFAC_INTERVAL, MAX_SAMPLES,
     MAX_SEQ_LEN, MAX_STEPS, MAX_TOKENS, require,
 )
 from srift.errors import SriftError
@@ -30,7 +30,17 @@ DEFAULT_CONFIDENCE = 0.9  # limits that rest on a prediction are met at this qua
 # Where the training batches come from (srift/perf/input.py): tensors already on the GPU, JPEGs
 # decoded and augmented on the vCPUs, or pre-tokenized text.
 DATA_LOADING = ("synthetic", "images", "tokens")
-OPTIMIZERS = ("sgd", "kfac")
+# sgd: any first-order optimizer, with the state size the profile records; kfac: K-FAC; the
+# AdamW variants of fine-tuning recipes (srift/simulate/finetune.py): torch's, bitsandbytes'
+# 8-bit and paged 8-bit.
+OPTIMIZERS = ("sgd", "kfac", "adamw", "adamw8bit", "paged-adamw8bit")
+# Fine-tuning (srift/simulate/finetune.py): every weight, LoRA adapters over frozen weights, or
+# LoRA over NF4-quantized frozen weights; which Linears of a block LoRA adapts: the query and
+# value projections (PEFT's default for Llama and Mistral, LitGPT's), every attention projection,
+# or every Linear (PEFT's ``all-linear``).
+FINETUNE_MODES = ("full", "lora", "qlora")
+LORA_TARGETS = ("qv", "attention", "all-linear")
+DEFAULT_LORA_RANK = 16
 KFAC_STRATEGIES = ("naive", "mpd", "spd")
 # How K-FAC inverts a factor: damped Cholesky inverse, or eigendecomposition (kfac-pytorch's default).
 KFAC_INVERSE_METHODS = ("inverse", "eigen")
@@ -248,6 +258,10 @@ class Job:
             ``cross_entropy`` on upcast logits (Hugging Face, torchtitan). Memory only.
         data_loading: One of DATA_LOADING (None: ``images`` for image models, ``tokens`` for
             sequence models, or a measured profile's own data time).
+        finetune: One of FINETUNE_MODES (None: training as the profile says, every weight with
+            fp32 master weights under amp/bf16).
+        lora_rank: LoRA's rank (``lora``, ``qlora``).
+        lora_targets: One of LORA_TARGETS (``lora``, ``qlora``).
 
     Raises:
         SriftError: for a setting out of its vocabulary or range.
@@ -269,6 +283,9 @@ class Job:
     reduce_dtype: str = "fp32"
     fused_loss: bool = False
     data_loading: str | None = None
+    finetune: str | None = None
+    lora_rank: int = DEFAULT_LORA_RANK
+    lora_targets: str = "all-linear"
 
     def __post_init__(self) -> None:
         for name, high in (("batch_size", MAX_BATCH_SIZE), ("seq_len", MAX_SEQ_LEN), ("global_batch_size", MAX_GLOBAL_BATCH_SIZE),
@@ -300,6 +317,12 @@ class Job:
         require_choice(self.activation_checkpointing, (*CHECKPOINTING, AUTO), "activation checkpointing",
                        "--activation-checkpointing")
         require_choice(self.reduce_dtype, REDUCE_DTYPES, "reduce dtype", "--reduce-dtype")
+        if self.finetune is not None:
+            require_choice(self.finetune, FINETUNE_MODES, "fine-tuning mode", "--finetune")
+            if self.kfac:
+                raise SriftError("K-FAC fine-tuning is not modelled.", "drop --optimizer kfac, or --finetune.")
+        require(self.lora_rank, "--lora-rank", 1, MAX_LORA_RANK, integer=True, hint=f"pass --lora-rank from 1 to {MAX_LORA_RANK:,}.")
+        require_choice(self.lora_targets, LORA_TARGETS, "LoRA target set", "--lora-targets")
         if self.kfac and self.parallelism in SHARDED_PARALLELISMS:
             raise SriftError(f"K-FAC is modelled with DDP only, not with --parallelism {self.parallelism}.",
                              "use --parallelism ddp with --optimizer kfac.")

@@ -52,6 +52,7 @@ from srift.perf.compute import KINDS, LayerTimes, layer_arrays, layer_times, mea
 from srift.perf.input import InputTime, input_time
 from srift.profile import Profile
 from srift.simulate.ddp import BucketLayout, bucket_layout, bucket_ready_s, comm_end_s
+from srift.simulate.finetune import FrozenBase, finetune_memory_bytes, finetune_profile
 from srift.simulate.kfac import KfacPlan, kfac_memory_bytes, plan_kfac
 from srift.simulate.memory import (
     FRAGMENTATION, activation_bytes, compute_param_bytes, fits, memory_breakdown_bytes, sharded_memory_bytes,
@@ -143,6 +144,12 @@ class Predictor:
         self.base = profile.rescale(seq_len=job.seq_len) if job.seq_len is not None else profile
         self._sources = {k: (p.rescale(seq_len=job.seq_len) if job.seq_len is not None else p)
                          for k, p in measured_sources(profile, more_profiles).items()}
+        # Fine-tuning (srift/simulate/finetune.py) transforms each profile after it is rescaled:
+        # the weight-sized bytes it adds do not scale with the batch.
+        self._raw_base = self.base
+        self.frozen: FrozenBase | None = None
+        if job.finetune is not None:
+            self.base, self.frozen = finetune_profile(self.base, job)
         self.precision = job.precision or profile.precision
         self.ref_batch = job.batch_size or profile.batch_size
         self.layout = bucket_layout(self.base)
@@ -198,11 +205,14 @@ class Predictor:
     # ---- cached pieces -------------------------------------------------------------------
     def profile_at(self, batch: int, source: Profile | None = None) -> Profile:
         """The job's profile (or ``source``, one of ``more_profiles``) at a per-GPU batch."""
-        src = self.base if source is None else source
+        src = self._raw_base if source is None else source
         key = (id(src), batch)
         p = self._profiles.get(key)
         if p is None:
-            p = self._profiles[key] = src.rescale(batch_size=batch)
+            p = src.rescale(batch_size=batch)
+            if self.frozen is not None:
+                p = finetune_profile(p, self.job)[0]
+            self._profiles[key] = p
         return p
 
     def source_for(self, gpu: str) -> Profile:
@@ -211,7 +221,7 @@ class Predictor:
         hit = self._sources.get((key, self.precision))
         if hit is None:
             hit = next((p for (g, _), p in self._sources.items() if g == key), None)
-        return self.base if hit is None else hit
+        return self._raw_base if hit is None else hit
 
     def compute(self, gpu: str, batch: int) -> _Compute:
         key = (gpu, batch)
@@ -232,12 +242,14 @@ class Predictor:
             self._memory[batch] = m
         return m
 
-    def plan_memory(self, batch: int, parallelism: str, checkpointing: str, shard_gpus: int) -> dict[str, float]:
+    def plan_memory(self, batch: int, parallelism: str, checkpointing: str, shard_gpus: int, gpus: int = 1) -> dict[str, float]:
         """Memory per GPU of a plan at a per-GPU micro-batch: DDP's for a profile without FSDP
-        units (``memory``), else ``sharded_memory_bytes``."""
-        if self.units.blocks == 0 and parallelism == "ddp":
+        units (``memory``), fine-tuning's (``finetune_memory_bytes``; ``gpus``: the job's, for
+        DDP's gradient buckets), else ``sharded_memory_bytes``."""
+        if self.units.blocks == 0 and parallelism == "ddp" and self.frozen is None:
             return self.memory(batch)
-        key = (batch, parallelism, checkpointing, shard_gpus if parallelism != "ddp" else 1)
+        key = (batch, parallelism, checkpointing, shard_gpus if parallelism != "ddp" else 1,
+               int(gpus > 1) if self.frozen is not None else 0)
         m = self._sharded_memory.get(key)
         if m is None:
             if len(self._sharded_memory) > 4096:
@@ -247,8 +259,12 @@ class Predictor:
             if acts is None:
                 acts = self._activations[acts_key] = activation_bytes(self.profile_at(batch), self.precision, checkpointing,
                                                                       self.job.fused_loss)
-            m = sharded_memory_bytes(self.profile_at(batch), self.precision, parallelism, checkpointing, key[3],
-                                     self.job.reduce_dtype, self.job.fused_loss, acts)
+            if self.frozen is not None:
+                m = finetune_memory_bytes(self.profile_at(batch), self.frozen, self.precision, parallelism, checkpointing,
+                                          key[3], gpus, self.job.fused_loss, acts)
+            else:
+                m = sharded_memory_bytes(self.profile_at(batch), self.precision, parallelism, checkpointing, key[3],
+                                         self.job.reduce_dtype, self.job.fused_loss, acts)
             if self._act_factor != 1.0:
                 m["fragmentation"] += FRAGMENTATION * m["activations"] * (self._act_factor - 1.0)
                 m["activations"] *= self._act_factor
@@ -259,10 +275,10 @@ class Predictor:
         """Whether the job fits on GPUs of ``gpu_memory_gib`` at some cluster size up to
         ``max_gpus`` (the search's pre-check per instance type): at the reference batch, with the
         plan that needs least memory, its states sharded over ``max_gpus``."""
-        if self.parallelisms == ("ddp",) and self.units.blocks == 0:
+        if self.parallelisms == ("ddp",) and self.units.blocks == 0 and self.frozen is None:
             return fits(sum(self.memory(self.ref_batch).values()), gpu_memory_gib)
         n = max(1, max_gpus)
-        return any(fits(sum(self.plan_memory(self.ref_batch, p, c, n).values()), gpu_memory_gib)
+        return any(fits(sum(self.plan_memory(self.ref_batch, p, c, n, n).values()), gpu_memory_gib)
                    for p in self.parallelisms for c in self.checkpointings)
 
     def _allreduce_s(self, comm: CommModel, quantile: float) -> np.ndarray:
@@ -478,7 +494,7 @@ class Predictor:
         shard = self._shard_gpus(cluster, parallelism)
         most, most_breakdown, ok = 0.0, {}, True
         for g, b in zip(groups, batches):
-            m = self.plan_memory(b, parallelism, checkpointing, shard)
+            m = self.plan_memory(b, parallelism, checkpointing, shard, cluster.gpus)
             total = sum(m.values())
             if g.gpu != CPU:
                 cap = g.gpu_memory_gib if g.gpu_memory_gib is not None else gpu_spec(g.gpu).memory_gib
@@ -582,7 +598,7 @@ class Predictor:
             if len(self._unit_comm) > 4096:
                 self._unit_comm.clear()
             params = self.units.unit_params
-            gathered = params * compute_param_bytes(self.precision)
+            gathered = self._gathered_unit_bytes()
             reduced = params * (4.0 if self.job.reduce_dtype == "fp32" else 2.0)
             shard = comm.within_node() if parallelism == "hsdp" else comm
             ag = np.asarray(shard.all_gather_time_s(gathered, quantile), dtype=float)
@@ -601,9 +617,17 @@ class Predictor:
         key = (comm, "gpu_side", 0.0)
         hit = self._unit_comm.get(key)
         if hit is None:
-            sizes = self.units.unit_params * compute_param_bytes(self.precision)
+            sizes = self._gathered_unit_bytes()
             hit = self._unit_comm[key] = ([comm.gpu_side_fraction(sizes[sizes > 0])], [], [])
         return hit[0][0]
+
+    def _gathered_unit_bytes(self) -> np.ndarray:
+        """Bytes each unit all-gathers: its parameters in the compute dtype, and under fine-tuning
+        its frozen base weights as stored (NF4 under QLoRA) too."""
+        gathered = self.units.unit_params * compute_param_bytes(self.precision)
+        if self.frozen is not None:
+            gathered = gathered + np.array([self.frozen.unit_stored_bytes(u, self.precision) for u in self.units.units])
+        return gathered
 
     def _sharded(self, cluster: Cluster, batches: list[int], comps: list[_Compute], comm: CommModel,
                  parallelism: str, checkpointing: str, p90: bool) -> _Plan:

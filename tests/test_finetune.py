@@ -1,0 +1,106 @@
+"""Fine-tuning (srift/simulate/finetune.py): LoRA's trainable parameters and FLOPs, QLoRA's memory,
+on a tiny decoder checked by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from srift.errors import SriftError
+from srift.job import Job
+from srift.simulate.finetune import (
+    NF4_BYTES_PER_PARAM, allocated_bytes, finetune_memory_bytes, finetune_profile, trainable_params,
+)
+from srift.simulate.memory import FRAGMENTATION, WORKSPACE_BYTES, activation_bytes
+from srift.zoo.llm import DecoderArch, decoder_profile, params_count
+
+# hidden 64, 4 heads of 16, 2 kv heads (kv width 32), MLP 128 (SwiGLU), vocab 100, untied head.
+TINY = DecoderArch(name="tiny", n_layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=100)
+B, S = 2, 8  # 16 tokens
+
+
+def tiny(**job) -> tuple:
+    profile = decoder_profile(TINY, batch_size=B, seq_len=S, precision="bf16")
+    return profile, finetune_profile(profile, Job(precision="bf16", **job))
+
+
+def test_lora_trainable_params_by_hand():
+    # r (d_in + d_out) per adapted Linear, rank 4: q 4(64+64)=512, k 4(64+32)=384, v 384, o 512,
+    # gate 4(64+128)=768, up 768, down 4(128+64)=768 -> 4096 per block, 2 blocks.
+    profile = decoder_profile(TINY, batch_size=B, seq_len=S, precision="bf16")
+    assert trainable_params(profile, Job(finetune="lora", lora_rank=4)) == 8192
+    assert trainable_params(profile, Job(finetune="lora", lora_rank=4, lora_targets="attention")) == 2 * (512 + 384 + 384 + 512)
+    assert trainable_params(profile, Job(finetune="full")) == params_count(TINY) == 86848
+
+
+def test_lora_flops_by_hand():
+    full, (lora, _) = tiny(finetune="lora", lora_rank=4)
+    # Base Linears, forward: 2 t (q 64x64 + k 64x32 + v 64x32 + o 64x64 + 3 x 64x128) per block,
+    # t = 16: 2 x 16 x 36864 = 1,179,648 per block; head 2 x 16 x 64 x 100 = 204,800.
+    linears = 2 * 1_179_648 + 204_800
+    # Causal attention forward 0.5 x 4 b s^2 (q width) = 16,384 per block; backward 2.5x.
+    attention = 2 * 16_384
+    assert full.fwd_flops == linears + attention
+    assert full.bwd_flops == 2 * linears + 2.5 * attention
+    adapters_fwd = 2 * 16 * 8192  # 2 t x (adapter parameters)
+    assert lora.fwd_flops == full.fwd_flops + adapters_fwd
+    # Frozen Linears: the input-gradient GEMM only (one, not two); adapters: two.
+    assert lora.bwd_flops == linears + 2.5 * attention + 2 * adapters_fwd
+    names = [layer.name for layer in lora.layers]
+    assert "model.layers.0.self_attn.q_proj.lora_A" in names and "model.layers.1.mlp.down_proj.lora_B" in names
+    embed = lora.layers[0]
+    assert embed.name == "model.embed_tokens" and embed.bwd_flops == 0 and embed.bwd_bytes == 0 and embed.params == 0
+
+
+def test_qlora_memory_by_hand():
+    _, (q, frozen) = tiny(finetune="qlora", lora_rank=4)
+    # Block Linears in NF4: 2 x (attention 12,288 + MLP 24,576) = 73,728 weights at 0.5 + 1/64
+    # + 4/(64 x 256) bytes = 36,864 + 1,152 + 18 = 38,034 bytes; the rest (embedding 6,400,
+    # norms 4 x 64, final norm 64, head 6,400 = 13,120) in bf16.
+    assert frozen.quantized_params == 73_728 and frozen.frozen_params == 86_848
+    assert 73_728 * NF4_BYTES_PER_PARAM == 38_034
+    m = finetune_memory_bytes(q, frozen, "bf16", "ddp", "none", shard_gpus=1)
+    assert m["weights"] == 38_034 + 13_120 * 2 + 8192 * 2  # + the rank-4 adapters in bf16
+    assert m["gradients"] == 8192 * 2  # one GPU: no DDP bucket copy
+    assert m["optimizer_state"] == 8192 * 4  # AdamW: two bf16 moments
+    assert m["dequantized_weight"] == 64 * 128 * 2  # the largest Linear, dequantized while it computes
+    assert m["activations"] == activation_bytes(q, "bf16", "none")
+    assert m["fragmentation"] == pytest.approx(FRAGMENTATION * (m["activations"] + m["dequantized_weight"]))
+    assert m["workspace"] == WORKSPACE_BYTES
+    assert allocated_bytes(m) == pytest.approx(sum(m.values()) - m["fragmentation"] - WORKSPACE_BYTES)
+    # bitsandbytes' 8-bit AdamW: two 1-byte moments + an fp32 scale per 2048.
+    _, (q8, frozen8) = tiny(finetune="qlora", lora_rank=4, optimizer="adamw8bit")
+    assert finetune_memory_bytes(q8, frozen8, "bf16", "ddp", "none", 1)["optimizer_state"] == 8192 * 2 * (1 + 4 / 2048)
+
+
+def test_qlora_dequantizes_in_forward_and_backward():
+    _, (q, _) = tiny(finetune="qlora", lora_rank=4)
+    deq = [layer for layer in q.layers if layer.type == "Dequantize"]
+    assert len(deq) == 14  # 7 Linears per block
+    gate = next(layer for layer in deq if layer.name == "model.layers.0.mlp.gate_proj.dequantize")
+    assert gate.fwd_bytes == gate.bwd_bytes == 64 * 128 * (NF4_BYTES_PER_PARAM + 2)
+
+
+def test_full_finetune_keeps_every_weight_and_the_profile_compute():
+    full, (f, frozen) = tiny(finetune="full")
+    assert f.layers == full.layers and frozen.frozen_params == 0
+    m = finetune_memory_bytes(f, frozen, "bf16", "ddp", "none", shard_gpus=1, gpus=2)
+    assert m["weights"] == 86_848 * 2 and m["gradients"] == 2 * 86_848 * 2 and m["optimizer_state"] == 86_848 * 4
+
+
+def test_finetune_options_are_checked():
+    with pytest.raises(SriftError, match="fine-tuning mode"):
+        Job(finetune="prefix")
+    with pytest.raises(SriftError, match="--lora-rank"):
+        Job(finetune="lora", lora_rank=0)
+    with pytest.raises(SriftError, match="LoRA target"):
+        Job(finetune="lora", lora_targets="mlp")
+    with pytest.raises(SriftError, match="K-FAC"):
+        Job(finetune="lora", optimizer="kfac")
+
+
+def test_qv_targets_adapt_the_query_and_value_projections():
+    profile = decoder_profile(TINY, batch_size=B, seq_len=S, precision="bf16")
+    q, _ = finetune_profile(profile, Job(finetune="lora", lora_rank=4, lora_targets="qv"))
+    adapted = sorted({layer.name.rsplit(".", 1)[0] for layer in q.layers if ".lora_" in layer.name})
+    assert adapted == [f"model.layers.{i}.self_attn.{p}" for i in (0, 1) for p in ("q_proj", "v_proj")]
+    assert q.params == 2 * (512 + 384)  # q 4(64+64), v 4(64+32) per block
