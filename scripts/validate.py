@@ -24,6 +24,12 @@ Sharded (FSDP) group: tokens/s per GPU of the PyTorch FSDP runs of data/llm-trai
 (``srift.fitting.sharded``), with the decoder-LLM kernel rates refitted without the row's GPU
 (LOGO) or model size (LOSO), and peak memory against the runs that state it (``sharded_group``).
 
+Fine-tuning group (``finetune_group``; ``--only finetune`` prints it alone): full, LoRA and QLoRA
+runs of data/finetuning (``srift.fitting.finetune``: which rows and how each becomes a job): peak
+memory against LitGPT's one-A10G runs, fits-or-not on every run, tokens/s per GPU against NVIDIA's
+NeMo and Hugging Face PEFT runs on H100. Nothing of the fine-tuning model is fitted, on these data
+or others, so each figure is already out of sample for every source left out.
+
 Rows left out, and why: SuperBench ``float16`` (the whole model cast to fp16, not srift's amp) and
 its unidentified "V100" box; NVIDIA DLE BERT pre-training (the per-GPU batch is reached by
 gradient accumulation and the masked-LM head's work depends on an option the tables do not give),
@@ -290,6 +296,34 @@ def sharded_group(data: Path) -> dict:
             "basis": "llm-foundry MPT 125M-70B on A100-40GB/80GB and H100, 8-512 GPUs, FSDP1 FULL_SHARD/SHARD_GRAD_OP, bf16"}
 
 
+def finetune_group(data: Path) -> None:
+    """The fine-tuning group: peak memory MAPE and fits-or-not against the runs that state memory,
+    fits-or-not on every run, tokens/s per GPU MAPE, by source and mode (see the module docstring)."""
+    from srift.fitting import finetune
+
+    rows, out = finetune.load_rows(data)
+    rows = rows.join(finetune.predict_rows(rows))
+    rows["err"] = finetune.error_pct(rows, rows)
+    print(f"\nFine-tuning group: {len(rows)} measurements of data/finetuning (nothing fitted on them: every figure is "
+          "out of sample, leave-one-source-out included)")
+    print("  left out: " + "; ".join(f"{n} {why}" for why, n in out["reason"].value_counts().items()))
+    print(f"{'':<34}{'rows':>6}{'MAPE %':>9}{'bias %':>9}{'fit ok':>8}")
+
+    def line(label: str, s: pd.DataFrame) -> None:
+        print(f"{label:<34}{len(s):>6}{s['err'].abs().mean():>9.1f}{s['err'].mean():>+9.1f}{int(s['fits'].sum()):>5}/{len(s)}")
+
+    for metric, title in (("peak_memory_gb", "peak memory (allocated)"), ("tokens_per_s_per_gpu", "tokens/s per GPU")):
+        s = rows[rows["metric"] == metric]
+        line(title, s)
+        for (source, mode), g in s.groupby(["source", "finetune"]):
+            line(f"  {source} {mode}", g)
+    print(f"fits-or-not: {int(rows['fits'].sum())} of {len(rows)} runs that ran predicted to fit "
+          "(95 % of the GPU usable; bias: + = predicted more memory / faster)")
+    with pd.option_context("display.width", 200, "display.max_rows", None):
+        print(rows[["label", "finetune", "lora_targets", "micro_batch", "grad_accum", "parallelism", "plan_checkpointing",
+                    "metric", "measured", "predicted", "err", "fits"]].round(1).to_string(index=False))
+
+
 def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str, basis: dict[str, str],
                    computed: dict[str, dict] | None = None) -> None:
     """The figures `srift predict` and `recommend` quote (srift/perf/accuracy.py), atomically:
@@ -332,7 +366,11 @@ def main() -> None:
     ap.add_argument("--table", action="store_true", help="print every row, not only the summary")
     ap.add_argument("--write-accuracy", nargs="?", const=str(ROOT / "configs" / "perf" / "accuracy.json"), default=None,
                     metavar="FILE", help="write the group figures predict/recommend quote (default configs/perf/accuracy.json)")
+    ap.add_argument("--only", choices=("finetune",), default=None, help="print one group only")
     args = ap.parse_args()
+    if args.only == "finetune":
+        finetune_group(Path(args.data))
+        return
     profiles = profile_source(args.profiles_dir)
     rows = datasets.load_rows(Path(args.data))
     rows["silicon"] = rows["gpu"].map(silicon)
@@ -469,6 +507,7 @@ def main() -> None:
         print(f"{'  all-reduce ' + short:<28}{n_rows:>6}{fit_mape:>8.1f}{held_mape:>8.1f}")
     print(f"{'':<28}(all-reduce >= 1 MiB over EFA; LOGO column: EFA refitted without the instance type)")
     sharded_figures = sharded_group(Path(args.data))
+    finetune_group(Path(args.data))
     if args.write_accuracy:
         write_accuracy(Path(args.write_accuracy),
                        {"single_gpu": single, "one_node": multi, **({"multi_node": nodes} if len(nodes) else {}),

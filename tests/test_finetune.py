@@ -104,3 +104,19 @@ def test_qv_targets_adapt_the_query_and_value_projections():
     adapted = sorted({layer.name.rsplit(".", 1)[0] for layer in q.layers if ".lora_" in layer.name})
     assert adapted == [f"model.layers.{i}.self_attn.{p}" for i in (0, 1) for p in ("q_proj", "v_proj")]
     assert q.params == 2 * (512 + 384)  # q 4(64+64), v 4(64+32) per block
+
+
+def test_the_finetuning_measurements_become_jobs():
+    """data/finetuning: every run is either a job srift predicts or left out with its reason."""
+    from pathlib import Path
+
+    from srift.fitting import finetune as F
+
+    rows, out = F.load_rows(Path(__file__).resolve().parents[1] / "data")
+    assert len(rows) + len(out) == 65 and len(rows) == 35
+    assert rows.groupby("metric").size().to_dict() == {"peak_memory_gb": 16, "tokens_per_s_per_gpu": 19}
+    litgpt = rows[rows["source"] == "litgpt-finetune-a10g"]
+    assert set(litgpt["lora_targets"][litgpt["finetune"] != "full"]) == {"qv"} and set(litgpt["lora_rank"]) == {32}
+    # NeMo Llama 3 8B SFT on 8 H100: global batch 32 of 4,096 tokens in 1.32 s.
+    nemo = rows[rows["label"] == "Llama-3-8B sft 8xH100-SXM5-80GB"].iloc[0]
+    assert nemo["measured"] == pytest.approx(32 * 4096 / 1.32 / 8) and nemo["grad_accum"] == 4
