@@ -116,7 +116,8 @@ def test_the_finetuning_measurements_become_jobs():
     assert len(rows) + len(out) == 65 and len(rows) == 35
     assert rows.groupby("metric").size().to_dict() == {"peak_memory_gb": 16, "tokens_per_s_per_gpu": 19}
     litgpt = rows[rows["source"] == "litgpt-finetune-a10g"]
-    assert set(litgpt["lora_targets"][litgpt["finetune"] != "full"]) == {"qv"} and set(litgpt["lora_rank"]) == {32}
+    adapted = litgpt[litgpt["finetune"] != "full"]
+    assert set(adapted["lora_targets"]) == {"qv"} and set(adapted["lora_rank"]) == {32}
     # NeMo Llama 3 8B SFT on 8 H100: global batch 32 of 4,096 tokens in 1.32 s.
     nemo = rows[rows["label"] == "Llama-3-8B sft 8xH100-SXM5-80GB"].iloc[0]
     assert nemo["measured"] == pytest.approx(32 * 4096 / 1.32 / 8) and nemo["grad_accum"] == 4
