@@ -27,7 +27,7 @@ from srift.examples import copy_examples as copy_example_files
 from srift.files import check_name, file_in, output_file, read_json
 from srift.hardware import CPU, GpuSpec, matching_gpus
 from srift.hardware import gpu as gpu_spec
-from srift.job import Job
+from srift.job import FINETUNE_MODES, Job
 from srift.jobfile import JobFile
 from srift.profile import Profile
 from srift.report.format import usd
@@ -48,6 +48,7 @@ from srift.search.limits import Constraints, check_limits
 from srift.search.rank import SearchResult
 from srift.search.sweep import Progress
 from srift.simulate import Predictor
+from srift.simulate.finetune import finetune_optimizer
 from srift.simulate.prediction import Prediction
 from srift.simulate.memory import USABLE_FRACTION, fits
 from srift.zoo import MODELS, canonical_name, llm_arch, load_builtin_profile
@@ -168,16 +169,42 @@ def model_flops_fn(model: str | None, model_config: str | None = None) -> Callab
 
 
 # ---- predict ------------------------------------------------------------------------------------
+def with_micro_batch(job: Job, micro_batch_size: int | None, gpus: int) -> Job:
+    """``job`` with ``--micro-batch-size M`` on ``gpus`` GPUs: M sequences per GPU per micro-batch,
+    and with ``--global-batch-size G``, G / (M x GPUs) micro-batches per optimizer step.
+
+    Raises:
+        SriftError: for a global batch that is not a multiple of M x GPUs, or M with --batch-size
+            or --grad-accum (they say the same thing twice).
+    """
+    if micro_batch_size is None:
+        return job
+    if job.batch_size is not None or job.grad_accum != 1:
+        raise SriftError("--micro-batch-size says what --batch-size and --grad-accum say.",
+                         "give --micro-batch-size with --global-batch-size, or --batch-size with --grad-accum.")
+    g = job.global_batch_size
+    if g is None:
+        return dataclasses.replace(job, batch_size=micro_batch_size)
+    if g % (micro_batch_size * gpus):
+        raise SriftError(f"global batch {g:,} is not a multiple of micro-batch {micro_batch_size:,} x {gpus:,} GPUs.",
+                         "make --global-batch-size a multiple of --micro-batch-size times the GPUs.")
+    return dataclasses.replace(job, batch_size=micro_batch_size, grad_accum=g // (micro_batch_size * gpus))
+
+
 def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None = None, instance: str | None = None,
             cluster_file: str | None = None, region: str = "aws/us-east-1", spot: bool = False,
-            model_config: str | None = None, placement_group: bool | None = None) -> PredictResult:
+            model_config: str | None = None, placement_group: bool | None = None,
+            micro_batch_size: int | None = None) -> PredictResult:
     """Predict ``job`` of a model, a Hugging Face config or profile(s) on an instance spec (in the
-    ``region`` selection, ``--infra`` spelling) or a cluster file."""
+    ``region`` selection, ``--infra`` spelling) or a cluster file (``micro_batch_size``:
+    ``with_micro_batch``)."""
     prof, more = resolve_profiles(model, profiles, model_config, job.precision)
     cluster = resolve_cluster(instance, cluster_file, region=region, spot=spot, placement_group=placement_group)
-    pred = Predictor(prof, job, more, model_flops_fn(model, model_config)).predict(cluster)
+    job = with_micro_batch(job, micro_batch_size, cluster.gpus)
+    flops = model_flops_fn(model, model_config)
+    pred = Predictor(prof, job, more, flops).predict(cluster)
     if not pred.fits_in_memory:  # an iteration time for a job that cannot run would mislead
-        raise memory_error(cluster, pred, prof.name)
+        raise memory_error(cluster, pred, prof.name, lighter_finetune(prof, job, more, flops, cluster))
     ages: dict[str, PriceAge] = {}
     host_arch = None
     if instance is not None:
@@ -185,7 +212,8 @@ def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None =
         pred = dataclasses.replace(pred, notes=[*pred.notes, *hardware_notes(rows)])
         ages = price_ages([(r.cloud, r.region) for r in rows])
         host_arch = rows[0].host_arch if len({r.host_arch for r in rows}) == 1 else "mixed"
-    return PredictResult(pred, prof.name, job.precision or prof.precision, job.optimizer, job.kfac_strategy, spot,
+    optimizer = finetune_optimizer(job) if job.finetune is not None else job.optimizer
+    return PredictResult(pred, prof.name, job.precision or prof.precision, optimizer, job.kfac_strategy, spot,
                          catalog_as_of=ages, host_arch=host_arch, uncertainty=uncertainty_of(pred, None))
 
 
@@ -210,9 +238,25 @@ def recommended_plan(result: RecommendResult) -> LaunchPlan:
     return launch_plan(result.model, top.prediction, top.instance, region=top.infra, spot=top.spot)
 
 
-def memory_error(cluster: Cluster, pred: Prediction, model: str) -> SriftError:
+def lighter_finetune(prof: Profile, job: Job, more: Sequence[Profile], flops: Callable[[int], float] | None,
+                     cluster: Cluster) -> str | None:
+    """For a fine-tuning job that does not fit on ``cluster``: the first lighter mode (full, then
+    LoRA, then QLoRA) that fits there, as a hint with its memory; None when none does."""
+    if job.finetune is None:
+        return None
+    for mode in FINETUNE_MODES[FINETUNE_MODES.index(job.finetune) + 1:]:
+        pred = Predictor(prof, dataclasses.replace(job, finetune=mode), more, flops).predict(cluster)
+        if pred.fits_in_memory:
+            rate = (f"{pred.throughput_tokens_per_s:,.0f} tokens/s" if pred.throughput_tokens_per_s
+                    else f"{pred.throughput_samples_per_s:,.3g} samples/s")
+            return f"--finetune {mode} fits ({pred.memory_per_gpu_bytes / 2**30:,.1f} GiB per GPU, {rate})"
+    return None
+
+
+def memory_error(cluster: Cluster, pred: Prediction, model: str, instead: str | None = None) -> SriftError:
     """The error for a job that does not fit: what the most loaded GPU needs under the plan the
-    prediction chose, its largest part, and what the smallest GPU short of it has."""
+    prediction chose, its largest part, and what the smallest GPU short of it has; ``instead``:
+    what would fit on the same GPUs (``lighter_finetune``), said first in the hint."""
     need, parts = pred.memory_per_gpu_bytes, pred.memory_breakdown_bytes
     caps = [(g.gpu_memory_gib if g.gpu_memory_gib is not None else gpu_spec(g.gpu).memory_gib, g.gpu)
             for g in cluster.node_groups if g.gpu != CPU]
@@ -225,7 +269,7 @@ def memory_error(cluster: Cluster, pred: Prediction, model: str) -> SriftError:
         f"{model} does not fit in GPU memory on {cluster.name} with {pred.plan_label}: at a per-GPU batch of {batch:,}{seq} "
         f"the most loaded GPU needs {need / 2**30:,.1f} GiB{part}, and a {gpu} has {cap:g} GiB "
         f"({USABLE_FRACTION:.0%} of it usable).",
-        "lower --batch-size (or --seq-len), use --precision bf16 or amp, shard it (--parallelism fsdp, "
+        (f"{instead}; or " if instead else "") + "lower --batch-size (or --seq-len), use --precision bf16 or amp, shard it (--parallelism fsdp, "
         "--activation-checkpointing full), or choose GPUs with more memory (`srift recommend` searches only the "
         "configurations the job fits).")
 

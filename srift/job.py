@@ -237,7 +237,8 @@ class Job:
     Attributes:
         batch_size: Per-GPU batch of the fastest GPU (None: the profile's).
         seq_len: Sequence length (None: the profile's).
-        precision: One of PRECISIONS (None: the profile's).
+        precision: One of PRECISIONS (None: the profile's; ``bf16`` for a fine-tuning job, as
+            every fine-tuning recipe runs).
         optimizer: ``sgd`` (any first-order optimizer) or ``kfac``.
         global_batch_size: Fix the global batch (per optimizer step) across GPU counts (None:
             batch_size x grad_accum x GPUs).
@@ -319,6 +320,8 @@ class Job:
         require_choice(self.reduce_dtype, REDUCE_DTYPES, "reduce dtype", "--reduce-dtype")
         if self.finetune is not None:
             require_choice(self.finetune, FINETUNE_MODES, "fine-tuning mode", "--finetune")
+            if self.precision is None:
+                object.__setattr__(self, "precision", "bf16")
             if self.kfac:
                 raise SriftError("K-FAC fine-tuning is not modelled.", "drop --optimizer kfac, or --finetune.")
         require(self.lora_rank, "--lora-rank", 1, MAX_LORA_RANK, integer=True, hint=f"pass --lora-rank from 1 to {MAX_LORA_RANK:,}.")

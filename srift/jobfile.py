@@ -10,7 +10,8 @@
     epochs: 90                 # with dataset_size: 1281167; or samples: N, tokens: N (sequence models),
                                # or steps: N (with global_batch_size: B when no instance is given)
     global_batch_size: 1024    # optional: fix the global batch instead of batch_size per GPU
-    optimizer: sgd             # sgd | kfac
+    optimizer: sgd             # sgd | kfac | adamw | adamw8bit | paged-adamw8bit
+    finetune: qlora            # optional: full | lora | qlora (decoder LLMs), with lora_rank: 16, lora_targets: all-linear
     parallelism: auto          # ddp | zero2 | fsdp | hsdp | auto
     activation_checkpointing: auto  # none | selective | full | auto
     grad_accum: 1              # micro-batches per optimizer step
@@ -37,13 +38,13 @@ from typing import Any
 
 from srift.bounds import (
     MAX_BATCH_SIZE, MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DATASET_SIZE, MAX_DEADLINE_HOURS, MAX_EPOCHS,
-    MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM, MAX_SAMPLES, MAX_SEQ_LEN, MAX_STEPS, MAX_TOKENS, MIN_HOURS, MIN_USD, key_text,
+    MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM, MAX_LORA_RANK, MAX_SAMPLES, MAX_SEQ_LEN, MAX_STEPS, MAX_TOKENS, MIN_HOURS, MIN_USD, key_text,
     require, shown,
 )
 from srift.errors import SriftError, one_of
 from srift.files import read_yaml
 from srift.job import (
-    AUTO, CHECKPOINTING, DATA_LOADING, DEFAULT_CONFIDENCE, OPTIMIZERS, PARALLELISMS, PRECISIONS, REDUCE_DTYPES, Job,
+    AUTO, CHECKPOINTING, DATA_LOADING, DEFAULT_CONFIDENCE, FINETUNE_MODES, LORA_TARGETS, OPTIMIZERS, PARALLELISMS, PRECISIONS, REDUCE_DTYPES, Job,
     JobLength, require_confidence,
 )
 
@@ -70,6 +71,9 @@ FIELDS: dict[str, tuple[type, str]] = {
     "reduce_dtype": (str, one_of(REDUCE_DTYPES)),
     "fused_loss": (bool, "true or false (a fused cross-entropy kernel)"),
     "data_loading": (str, one_of(DATA_LOADING)),
+    "finetune": (str, one_of(FINETUNE_MODES)),
+    "lora_rank": (int, "a positive integer (LoRA's rank)"),
+    "lora_targets": (str, one_of(LORA_TARGETS)),
     "instance": (str, "an instance spec like p3.16xlarge:2"),
     "spot": (bool, "true or false"),
     "region": (str, "an AWS region like us-east-1"),
@@ -81,12 +85,13 @@ FIELDS: dict[str, tuple[type, str]] = {
 BOUNDS: dict[str, float] = {
     "batch_size": MAX_BATCH_SIZE, "seq_len": MAX_SEQ_LEN, "steps": MAX_STEPS, "epochs": MAX_EPOCHS,
     "dataset_size": MAX_DATASET_SIZE, "samples": MAX_SAMPLES, "tokens": MAX_TOKENS,
-    "global_batch_size": MAX_GLOBAL_BATCH_SIZE, "grad_accum": MAX_GRAD_ACCUM, "confidence": 1.0,
+    "global_batch_size": MAX_GLOBAL_BATCH_SIZE, "grad_accum": MAX_GRAD_ACCUM, "confidence": 1.0, "lora_rank": MAX_LORA_RANK,
     "max_cost_usd": MAX_COST_USD, "max_hours": MAX_DEADLINE_HOURS, "max_usd_per_hour": MAX_BUDGET_USD_PER_HOUR,
 }
 LOW_BOUNDS: dict[str, float] = {"max_cost_usd": MIN_USD, "max_hours": MIN_HOURS, "max_usd_per_hour": MIN_USD}
 _JOB_FIELDS = ("batch_size", "seq_len", "precision", "optimizer", "global_batch_size", "parallelism",
-               "activation_checkpointing", "grad_accum", "reduce_dtype", "fused_loss", "data_loading")
+               "activation_checkpointing", "grad_accum", "reduce_dtype", "fused_loss", "data_loading", "finetune", "lora_rank",
+               "lora_targets")
 _LENGTH_FIELDS = ("steps", "epochs", "dataset_size", "samples", "tokens")
 DEFAULT_INFRA = "aws/us-east-1"  # a CI gate keeps one price list unless the file names others
 

@@ -36,6 +36,10 @@ def check(
     parallelism: Optional[str] = typer.Option(None, "--parallelism", help="Override parallelism (ddp, zero2, fsdp, hsdp, auto)."),
     activation_checkpointing: Optional[str] = typer.Option(None, "--activation-checkpointing",
                                                            help="Override activation_checkpointing (none, selective, full, auto)."),
+    finetune: Optional[str] = typer.Option(None, "--finetune", help="Override finetune (full, lora, qlora)."),
+    lora_rank: Optional[int] = typer.Option(None, "--lora-rank", help="Override lora_rank."),
+    lora_targets: Optional[str] = typer.Option(None, "--lora-targets", help="Override lora_targets (qv, attention, all-linear)."),
+    optimizer: Optional[str] = typer.Option(None, "--optimizer", help="Override optimizer (sgd, kfac, adamw, adamw8bit, paged-adamw8bit)."),
 ) -> None:
     """Predict a job's cost and hours and compare them with its limits (exit 0 pass, 1 exceeded, 2 bad input)."""
     check_format(fmt, FORMATS)
@@ -43,7 +47,8 @@ def check(
     overrides = {"model": model, "profile": profile, "instance": instance, "batch_size": batch_size, "steps": steps,
                  "spot": spot, "max_cost_usd": max_cost, "max_hours": max_hours, "max_usd_per_hour": max_usd_per_hour,
                  "confidence": confidence, "infra": infra, "data_loading": data_loading,
-                 "parallelism": parallelism, "activation_checkpointing": activation_checkpointing}
+                 "parallelism": parallelism, "activation_checkpointing": activation_checkpointing, "finetune": finetune,
+                 "lora_rank": lora_rank, "lora_targets": lora_targets, "optimizer": optimizer}
     if path is None and all(v is None for v in overrides.values()):
         raise SriftError("no job file: srift.yaml is not in this folder.", "pass a job file: srift check JOB.yaml.")
     result = api.check(load_jobfile(path, overrides), compare_to=compare_to)

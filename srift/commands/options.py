@@ -6,7 +6,8 @@ import typer
 
 from srift.errors import SriftError, one_of
 from srift.job import (
-    AUTO, CHECKPOINTING, DATA_LOADING, KFAC_INVERSE_METHODS, KFAC_STRATEGIES, OPTIMIZERS, PARALLELISMS, PRECISIONS, REDUCE_DTYPES,
+    AUTO, CHECKPOINTING, DATA_LOADING, DEFAULT_LORA_RANK, FINETUNE_MODES, KFAC_INVERSE_METHODS, KFAC_STRATEGIES, LORA_TARGETS,
+    OPTIMIZERS, PARALLELISMS, PRECISIONS, REDUCE_DTYPES,
 )
 
 FORMATS = ("table", "json", "markdown")
@@ -30,7 +31,13 @@ PRECISION = typer.Option(None, "--precision", help=f"{one_of(PRECISIONS)} (defau
                          "default: TF32 convolutions and FP32 matmuls on Ampere and newer; fp32-strict: no TF32 at all.")
 DATA_LOADING_OPT = typer.Option(None, "--data-loading", help=f"{one_of(DATA_LOADING)}: where batches come from (default: "
                                 "images for vision models, tokens for sequence models; a measured profile's own data time).")
-OPTIMIZER = typer.Option("sgd", "--optimizer", help=f"{one_of(OPTIMIZERS)} (sgd: any first-order optimizer).")
+OPTIMIZER = typer.Option("sgd", "--optimizer", help=f"{one_of(OPTIMIZERS)} (sgd: any first-order optimizer, the state the "
+                        "profile records; adamw8bit, paged-adamw8bit: bitsandbytes' 8-bit AdamW; fine-tuning defaults to adamw).")
+FINETUNE = typer.Option(None, "--finetune", help=f"{one_of(FINETUNE_MODES)}: fine-tune a decoder LLM (full: every weight in "
+                        "the parameter dtype; lora: adapters over frozen weights; qlora: over NF4 weights).")
+LORA_RANK = typer.Option(DEFAULT_LORA_RANK, "--lora-rank", help="LoRA's rank (--finetune lora or qlora).")
+LORA_TARGETS_OPT = typer.Option("all-linear", "--lora-targets", help=f"{one_of(LORA_TARGETS)}: the Linears of each block "
+                                "LoRA adapts (qv: query and value; attention: q, k, v, o; all-linear: every one).")
 KFAC_STRATEGY = typer.Option("spd", "--kfac-strategy", help=f"K-FAC strategy: {one_of(KFAC_STRATEGIES)}.")
 KFAC_INVERSE_METHOD = typer.Option("inverse", "--kfac-inverse-method",
                                    help=f"K-FAC inverse method: {one_of(KFAC_INVERSE_METHODS)} (damped Cholesky inverse, or eigh).")

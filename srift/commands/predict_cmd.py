@@ -8,7 +8,7 @@ import typer
 
 from srift import api
 from srift.commands.options import (
-    ACTIVATION_CHECKPOINTING, DATA_LOADING_OPT, FORMAT, FORMATS, FUSED_LOSS, GLOBAL_BATCH_SIZE, GRAD_ACCUM, KFAC_INVERSE_METHOD, KFAC_STRATEGY,
+    ACTIVATION_CHECKPOINTING, DATA_LOADING_OPT, FINETUNE, FORMAT, FORMATS, LORA_RANK, LORA_TARGETS_OPT, FUSED_LOSS, GLOBAL_BATCH_SIZE, GRAD_ACCUM, KFAC_INVERSE_METHOD, KFAC_STRATEGY,
     MODEL, MODEL_CONFIG, OPTIMIZER, OUT_FILE, PARALLELISM, PRECISION, PROFILES, REDUCE_DTYPE, REGION, SEQ_LEN, SKYPILOT,
     TORCHRUN, check_format,
 )
@@ -23,6 +23,8 @@ def predict(
     instance: Optional[str] = typer.Option(None, "--instance", help="TYPE[:COUNT] joined by + (p3.16xlarge:2, g5.xlarge:4+p3.2xlarge:2)."),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Cluster YAML file."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Per-GPU batch (of the fastest GPU in a mix)."),
+    micro_batch_size: Optional[int] = typer.Option(None, "--micro-batch-size", help="Sequences per GPU per micro-batch; "
+                                                   "with --global-batch-size: global / (micro x GPUs) micro-batches per step."),
     global_batch_size: Optional[int] = GLOBAL_BATCH_SIZE,
     seq_len: Optional[int] = SEQ_LEN,
     precision: Optional[str] = PRECISION,
@@ -38,6 +40,9 @@ def predict(
     reduce_dtype: str = REDUCE_DTYPE,
     fused_loss: bool = FUSED_LOSS,
     data_loading: Optional[str] = DATA_LOADING_OPT,
+    finetune: Optional[str] = FINETUNE,
+    lora_rank: int = LORA_RANK,
+    lora_targets: str = LORA_TARGETS_OPT,
     placement_group: Optional[bool] = typer.Option(None, "--placement-group/--no-placement-group",
                                                    help="EC2 instances in one cluster placement group (TCP: 10 Gb/s per flow "
                                                         "instead of 5). Default: not known, simulated as outside one."),
@@ -54,10 +59,11 @@ def predict(
               global_batch_size=global_batch_size, kfac_strategy=kfac_strategy, kfac_inverse_method=kfac_inverse_method,
               kfac_factor_steps=kfac_factor_steps, kfac_inv_steps=kfac_inv_steps, parallelism=parallelism,
               activation_checkpointing=activation_checkpointing, grad_accum=grad_accum, reduce_dtype=reduce_dtype,
-              fused_loss=fused_loss, data_loading=data_loading)
+              fused_loss=fused_loss, data_loading=data_loading, finetune=finetune, lora_rank=lora_rank,
+              lora_targets=lora_targets)
     where = api.resolve_infra(infra, region, "aws/us-east-1")
     result = api.predict(job, model=model, profiles=profile, instance=instance, cluster_file=cluster, region=where, spot=spot,
-                         model_config=model_config, placement_group=placement_group)
+                         model_config=model_config, placement_group=placement_group, micro_batch_size=micro_batch_size)
     plan = None
     if skypilot or torchrun:  # refused (a mixed cluster as one SkyPilot task) before anything is printed
         plan = handoff.check(api.launch_plan(result.model, result.prediction, instance, cluster, region=where, spot=spot), skypilot)

@@ -8,7 +8,7 @@ import typer
 
 from srift import api
 from srift.commands.options import (
-    ACTIVATION_CHECKPOINTING, CONFIDENCE, DATA_LOADING_OPT, FORMATS, FUSED_LOSS, GLOBAL_BATCH_SIZE, GRAD_ACCUM, INFRA,
+    ACTIVATION_CHECKPOINTING, CONFIDENCE, DATA_LOADING_OPT, FINETUNE, FORMATS, LORA_RANK, LORA_TARGETS_OPT, FUSED_LOSS, GLOBAL_BATCH_SIZE, GRAD_ACCUM, INFRA,
     KFAC_INVERSE_METHOD, KFAC_STRATEGY, MODEL, MODEL_CONFIG, OPTIMIZER, OUT_FILE, PARALLELISM, PRECISION, PROFILES, REDUCE_DTYPE, REGION, SAMPLES,
     SEQ_LEN, SKYPILOT, TOKENS, TORCHRUN, check_format, whole,
 )
@@ -58,6 +58,9 @@ def recommend(
     reduce_dtype: str = REDUCE_DTYPE,
     fused_loss: bool = FUSED_LOSS,
     data_loading: Optional[str] = DATA_LOADING_OPT,
+    finetune: Optional[str] = FINETUNE,
+    lora_rank: int = LORA_RANK,
+    lora_targets: str = LORA_TARGETS_OPT,
     fmt: str = typer.Option("table", "--format", help="table, json or markdown."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Write throughput vs $/h of every configuration to FILE.png."),
     out_file: Optional[str] = OUT_FILE,
@@ -70,7 +73,8 @@ def recommend(
               global_batch_size=global_batch_size, kfac_strategy=kfac_strategy, kfac_inverse_method=kfac_inverse_method,
               length=JobLength.given(steps, epochs, dataset_size, whole(samples, "--samples"), whole(tokens, "--tokens")),
               parallelism=parallelism, activation_checkpointing=activation_checkpointing, grad_accum=grad_accum,
-              reduce_dtype=reduce_dtype, fused_loss=fused_loss, data_loading=data_loading)
+              reduce_dtype=reduce_dtype, fused_loss=fused_loss, data_loading=data_loading, finetune=finetune,
+              lora_rank=lora_rank, lora_targets=lora_targets)
     constraints = Constraints(budget_usd_per_hour=budget, deadline_hours=deadline, max_cost_usd=max_cost,
                               objective=objective, spot=spot, mixed=mixed,
                               gpus=frozenset().union(*(matching_gpus(g) for g in gpu)), max_gpus=max_gpus, max_nodes=max_nodes, top=top,

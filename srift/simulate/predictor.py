@@ -381,7 +381,7 @@ class Predictor:
             memory_breakdown_bytes=dict(plan.memory.breakdown_bytes),
             batch_split=[BatchShare(g.label, g.gpu, b * accum, g.gpus) for g, b in zip(groups, batches)],
             spot=spot_expectation(cluster, state_bytes, throughput, cost),
-            notes=self._notes(crit.times, plan.kfac) + comm.assumptions() + self._input_notes(loader, inputs, gpu_s),
+            notes=self._notes(crit.times, plan.kfac) + self._finetune_notes() + comm.assumptions() + self._input_notes(loader, inputs, gpu_s),
             typical_error_pct=error_pct,
             typical_error_basis=error_basis,
             compute_error_pct=compute_error_pct,
@@ -690,6 +690,17 @@ class Predictor:
             basis += ("; for the first-order part only: K-FAC's phases have no GPU measurement to check them "
                       "(scripts/bench_kfac.py compares them on CPU workers: README, Second-order training)")
         return pct, basis, typical_error(1, 1, cpu, measured)[0]
+
+    def _finetune_notes(self) -> list[str]:
+        """What a fine-tuning job trains and stores (srift/simulate/finetune.py)."""
+        f = self.frozen
+        if f is None:
+            return []
+        base = "" if f.mode == "full" else (
+            f"; {f.frozen_params / 1e9:,.2f}B base weights frozen" + (" in NF4 (double quantization)" if f.mode == "qlora" else "")
+            + (f", LoRA rank {self.job.lora_rank} on {self.job.lora_targets}"))
+        return [f"{f.mode} fine-tuning: {f.trainable_params / 1e6:,.1f}M trainable parameters{base}; {f.optimizer} states "
+                f"for them only; every tensor in {self.precision} (no fp32 master copy)"]
 
     @staticmethod
     def _notes(times: LayerTimes, kfac: KfacPlan | None) -> list[str]:
