@@ -121,3 +121,49 @@ def test_the_finetuning_measurements_become_jobs():
     # NeMo Llama 3 8B SFT on 8 H100: global batch 32 of 4,096 tokens in 1.32 s.
     nemo = rows[rows["label"] == "Llama-3-8B sft 8xH100-SXM5-80GB"].iloc[0]
     assert nemo["measured"] == pytest.approx(32 * 4096 / 1.32 / 8) and nemo["grad_accum"] == 4
+
+
+def test_llama3_8b_lora_trainable_params_are_pefts():
+    # PEFT prints "trainable params: 41,943,040" for Llama 3 8B at r=16 on every Linear of the
+    # blocks: per block 16 x (q 8192 + k 5120 + v 5120 + o 8192 + gate, up, down 3 x 18432) = 1,310,720.
+    from srift.zoo import llm_arch
+
+    profile = decoder_profile(llm_arch("llama3-8b"), batch_size=1, seq_len=16, precision="bf16")
+    assert trainable_params(profile, Job(finetune="lora")) == 32 * 1_310_720 == 41_943_040
+
+
+def test_predict_qlora_on_one_a10g_and_full_names_what_fits(capsys):
+    import json
+
+    from srift.cli import main
+
+    args = ["predict", "--model", "llama3-8b", "--instance", "g5.xlarge", "--seq-len", "2048", "--micro-batch-size", "2",
+            "--global-batch-size", "16", "--format", "json"]
+    assert main([*args, "--finetune", "qlora"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["fits_in_memory"] and data["precision"] == "bf16" and data["optimizer"] == "adamw"
+    assert (data["micro_batch_size"], data["grad_accum"]) == (2, 8)  # 16 / (2 x 1 GPU)
+    assert data["throughput_tokens_per_s"] == pytest.approx(16 * 2048 / data["iteration_time_s"])
+    mem = data["memory_breakdown_bytes"]
+    assert sum(mem.values()) == pytest.approx(data["memory_per_gpu_bytes"])
+    assert data["memory_per_gpu_bytes"] <= 24 * 2**30 * 0.95
+    assert mem["optimizer_state"] == 41_943_040 * 4  # AdamW's two bf16 moments of the adapters
+    assert "qlora fine-tuning: 41.9M trainable parameters" in data["notes"][0]
+    assert main([*args, "--finetune", "full"]) == 2
+    err = capsys.readouterr().err
+    assert "does not fit in GPU memory on g5.xlarge" in err and "To fix: --finetune qlora fits" in err
+
+
+def test_job_file_takes_the_finetuning_keys(tmp_path):
+    import yaml
+
+    from srift.jobfile import load_jobfile
+
+    path = tmp_path / "srift.yaml"
+    path.write_text(yaml.safe_dump({"model": "llama3-8b", "finetune": "lora", "lora_rank": 8, "lora_targets": "qv",
+                                    "optimizer": "paged-adamw8bit", "tokens": 1000000, "limits": {"max_hours": 4}}))
+    job = load_jobfile(str(path), {}).job
+    assert (job.finetune, job.lora_rank, job.lora_targets, job.optimizer, job.precision) == ("lora", 8, "qv", "paged-adamw8bit", "bf16")
+    path.write_text(yaml.safe_dump({"model": "llama3-8b", "finetune": "prefix", "tokens": 1000000, "limits": {"max_hours": 4}}))
+    with pytest.raises(SriftError, match="fine-tuning mode"):
+        load_jobfile(str(path), {})

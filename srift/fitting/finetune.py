@@ -149,9 +149,9 @@ def predict_row(r) -> Prediction:  # r: a namedtuple or Series of COLUMNS
     job = Job(batch_size=int(r.micro_batch), seq_len=int(r.seq_len), precision="bf16", parallelism=r.parallelism,
               activation_checkpointing=r.checkpointing, grad_accum=int(r.grad_accum), finetune=r.finetune,
               lora_rank=int(r.lora_rank), lora_targets=r.lora_targets)
-    arch = llm_arch(r.model)
+    flops = functools.partial(model_flops_per_token, llm_arch(r.model))
     return Predictor(_profile(r.model, int(r.seq_len), int(r.micro_batch)), job,
-                     model_flops_per_token=lambda s, a=arch: model_flops_per_token(a, s)).predict(row_cluster(r.gpu, int(r.gpus)))
+                     model_flops_per_token=flops).predict(row_cluster(r.gpu, int(r.gpus)))
 
 
 def predict_rows(rows: pd.DataFrame) -> pd.DataFrame:

@@ -158,7 +158,7 @@ class Predictor:
         self._profiles: dict[tuple[int, int], Profile] = {}
         self._compute: dict[tuple[str, int], _Compute] = {}
         self._memory: dict[int, dict[str, float]] = {}
-        self._sharded_memory: dict[tuple[int, str, str, int], dict[str, float]] = {}
+        self._sharded_memory: dict[tuple[int, str, str, int, int], dict[str, float]] = {}
         self._activations: dict[tuple[int, str], float] = {}
         self._steps: dict[tuple, StepTimes] = {}
         self._unit_compute: dict[tuple[str, int, str], tuple[list[float], list[float], list[float]]] = {}
