@@ -46,7 +46,9 @@ from srift.cluster import Cluster, NodeGroup
 from srift.errors import SriftError
 from srift.hardware import CPU, find_gpu, gpu as gpu_spec
 from srift.job import AUTO, CHECKPOINTING, HALF_PRECISIONS, PARALLELISMS, Job, usd_per_million_samples
-from srift.perf.accuracy import MEASURED_ELSEWHERE, MEASURED_HERE, sharded_typical_error, typical_error
+from srift.perf.accuracy import (
+    MEASURED_ELSEWHERE, MEASURED_HERE, finetune_typical_error, sharded_typical_error, typical_error,
+)
 from srift.perf.comm import CommModel
 from srift.perf.compute import KINDS, LayerTimes, layer_arrays, layer_times, measured_gpu
 from srift.perf.input import InputTime, input_time
@@ -680,7 +682,9 @@ class Predictor:
         measured = (MEASURED_ELSEWHERE if times.anchored_from else MEASURED_HERE) if times.anchored else None
         links = {g.intra_node for g in cluster.node_groups}
         cpu = any(g.gpu == CPU for g in cluster.node_groups)
-        if parallelism != "ddp" and not cpu:
+        if self.frozen is not None and not cpu:
+            pct, basis = finetune_typical_error()
+        elif parallelism != "ddp" and not cpu:
             pct, basis = sharded_typical_error()
         else:
             pct, basis = typical_error(cluster.nodes, cluster.gpus, cpu, measured, links.pop() if len(links) == 1 else None,
