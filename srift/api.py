@@ -265,8 +265,10 @@ def memory_error(cluster: Cluster, pred: Prediction, model: str, instead: str | 
     part = f" ({largest.replace('_', ' ')}: {parts[largest] / 2**30:,.1f} GiB)" if largest else ""
     seq = f" and sequence length {pred.seq_len:,}" if pred.seq_len else ""
     batch = max((b.per_gpu_batch for b in pred.batch_split), default=0)
+    at = (f"micro-batches of {pred.micro_batch_size:,} ({pred.grad_accum:,} per step)" if pred.grad_accum > 1 and pred.micro_batch_size
+          else f"a per-GPU batch of {batch:,}")
     return SriftError(
-        f"{model} does not fit in GPU memory on {cluster.name} with {pred.plan_label}: at a per-GPU batch of {batch:,}{seq} "
+        f"{model} does not fit in GPU memory on {cluster.name} with {pred.plan_label}: at {at}{seq} "
         f"the most loaded GPU needs {need / 2**30:,.1f} GiB{part}, and a {gpu} has {cap:g} GiB "
         f"({USABLE_FRACTION:.0%} of it usable).",
         (f"{instead}; or " if instead else "") + "lower --batch-size (or --seq-len), use --precision bf16 or amp, shard it (--parallelism fsdp, "

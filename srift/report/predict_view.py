@@ -50,7 +50,8 @@ PLAN_LABELS = {"ddp": "DDP", "zero2": "ZeRO-2 (FSDP SHARD_GRAD_OP)", "fsdp": "FS
                "hsdp": "HSDP (sharded within a node, replicated across nodes)"}
 MEMORY_LABELS = {"weights": "parameters", "gathered_weights": "gathered (half-precision) parameters", "gradients": "gradients",
                  "optimizer_state": "optimizer states", "activations": "activations", "fragmentation": "allocator slack",
-                 "workspace": "workspace", "kfac_factors": "K-FAC factors"}
+                 "workspace": "workspace", "kfac_factors": "K-FAC factors",
+                 "dequantized_weight": "one dequantized NF4 weight"}
 
 
 def title(result: PredictResult) -> str:
