@@ -316,8 +316,8 @@ def finetune_group(data: Path) -> dict:
     for metric, title in (("peak_memory_gb", "peak memory (allocated)"), ("tokens_per_s_per_gpu", "tokens/s per GPU")):
         s = rows[rows["metric"] == metric]
         line(title, s)
-        for (source, mode), g in s.groupby(["source", "finetune"]):
-            line(f"  {source} {mode}", g)
+        for (framework, mode), g in s.groupby(["framework", "finetune"]):
+            line(f"  {framework[:24]} {mode}", g)
     print(f"fits-or-not: {int(rows['fits'].sum())} of {len(rows)} runs that ran predicted to fit "
           "(95 % of the GPU usable; bias: + = predicted more memory / faster)")
     with pd.option_context("display.width", 200, "display.max_rows", None):

@@ -63,7 +63,7 @@ MODES = {"sft_full_finetune": "full", "lora_finetune": "lora", "qlora_finetune":
 # DGX H100 reference nodes, as the rows' interconnect column states them.
 H100_NODE = ("nvswitch4", 3200.0, "infiniband")
 GPUS_PER_NODE = 8
-COLUMNS = ["source", "label", "model", "gpu", "gpus", "finetune", "lora_rank", "lora_targets", "seq_len", "micro_batch",
+COLUMNS = ["source", "framework", "label", "model", "gpu", "gpus", "finetune", "lora_rank", "lora_targets", "seq_len", "micro_batch",
            "grad_accum", "parallelism", "checkpointing", "metric", "measured"]
 
 
@@ -121,7 +121,8 @@ def load_rows(data: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             elif r["metric"] == "samples_per_s_total":
                 value = value * seq / gpus
             rank, targets = _lora(r["notes"])
-            kept.append({"source": r["source_slug"], "label": label, "model": MODELS[r["model"]], "gpu": _gpu(r["gpu"]),
+            framework = r["framework"].split(" (")[0].split(",")[0].split(" +")[0]  # LitGPT, NeMo 24.12 container, HF transformers Trainer
+            kept.append({"source": r["source_slug"], "framework": framework, "label": label, "model": MODELS[r["model"]], "gpu": _gpu(r["gpu"]),
                          "gpus": gpus, "finetune": MODES[r["training_type"]], "lora_rank": rank, "lora_targets": targets,
                          "seq_len": seq, "micro_batch": micro, "grad_accum": accum,
                          "parallelism": parallelism, "checkpointing": checkpointing,
