@@ -334,3 +334,12 @@ class Job:
     def kfac(self) -> bool:
         return self.optimizer == "kfac"
 
+    @property
+    def finetune_label(self) -> str | None:
+        """``QLoRA rank 16 (all-linear)``, ``full fine-tuning``, or None for other jobs: for headers."""
+        if self.finetune is None:
+            return None
+        if self.finetune == "full":
+            return "full fine-tuning"
+        return f"{'QLoRA' if self.finetune == 'qlora' else 'LoRA'} rank {self.lora_rank} ({self.lora_targets})"
+
