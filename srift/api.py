@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from srift import DISTRIBUTION
-from srift.bounds import DEFAULT_PROFILE_TIMEOUT_S, MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DEADLINE_HOURS, require
+from srift.bounds import MAX_BATCH_SIZE, DEFAULT_PROFILE_TIMEOUT_S, MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DEADLINE_HOURS, require
 from srift.catalog import Instance, catalog_as_of, get_instance, load_catalog, parse_infra, supported
 from srift.catalog.spec import cluster_from_spec, parse_spec
 from srift.cluster import Cluster, load_cluster
@@ -27,7 +27,7 @@ from srift.examples import copy_examples as copy_example_files
 from srift.files import check_name, file_in, output_file, read_json
 from srift.hardware import CPU, GpuSpec, matching_gpus
 from srift.hardware import gpu as gpu_spec
-from srift.job import FINETUNE_MODES, Job
+from srift.job import FINETUNE_MODES, Job, require_precision
 from srift.jobfile import JobFile
 from srift.profile import Profile
 from srift.report.format import usd
@@ -179,6 +179,8 @@ def with_micro_batch(job: Job, micro_batch_size: int | None, gpus: int) -> Job:
     """
     if micro_batch_size is None:
         return job
+    require(micro_batch_size, "--micro-batch-size", 1, MAX_BATCH_SIZE, integer=True,
+            hint=f"pass --micro-batch-size from 1 to {MAX_BATCH_SIZE:,}.")
     if job.batch_size is not None or job.grad_accum != 1:
         raise SriftError("--micro-batch-size says what --batch-size and --grad-accum say.",
                          "give --micro-batch-size with --global-batch-size, or --batch-size with --grad-accum.")
@@ -525,7 +527,7 @@ def profile_model(model: str, batch_size: int | None = None, seq_len: int | None
     key = canonical_name(model)
     if name is not None:
         check_name(name)
-    Job(batch_size=batch_size, seq_len=seq_len, precision=precision)  # the bounds, before any work
+    Job(batch_size=batch_size, seq_len=seq_len, precision=require_precision(precision))  # the bounds, before any work
     out = output_file(output or file_in("profiles", name or key, ".yaml"), "profile", overwrite,
                       "pass --force to replace it, or choose another --name or -o.")
     if MODELS[key].llm:

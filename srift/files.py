@@ -274,12 +274,16 @@ _COLLECTION_START = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
 _COLLECTION_END = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
 
 
-def _yaml_events(text: str) -> Iterator[Any]:
-    try:
-        from yaml._yaml import CParser  # libyaml
+def _yaml_events(text: str, fast: bool = True) -> Iterator[Any]:
+    parser: Any = None
+    if fast:
+        try:
+            from yaml._yaml import CParser  # libyaml
 
-        parser: Any = CParser(text)
-    except ImportError:
+            parser = CParser(text)
+        except ImportError:
+            pass
+    if parser is None:
         parser = yaml.SafeLoader(text)
     try:
         while True:
@@ -292,10 +296,22 @@ def _yaml_events(text: str) -> Iterator[Any]:
 
 
 def _check_yaml_size(text: str, source: str) -> None:
-    """Refuse a document that expands to more than MAX_YAML_NODES nodes or nests deeper than MAX_NESTING."""
+    """Refuse a document that expands to more than MAX_YAML_NODES nodes or nests deeper than MAX_NESTING.
+
+    libyaml has limits of its own (PyYAML 6.0.4 stops at its own nesting depth while scanning, before
+    the first event): when it refuses, the check runs again on PyYAML's pure-Python parser, which keeps
+    its stack in a list, so srift's bounds and words decide, whichever libyaml a machine has.
+    """
+    try:
+        _check_yaml_events(_yaml_events(text), source)
+    except yaml.YAMLError:
+        _check_yaml_events(_yaml_events(text, fast=False), source)
+
+
+def _check_yaml_events(events: Iterator[Any], source: str) -> None:
     anchors: dict[str, int] = {}
     open_: list[tuple[str | None, int]] = [(None, 0)]  # (anchor, nodes so far) of each open collection
-    for event in _yaml_events(text):
+    for event in events:
         if isinstance(event, yaml.AliasEvent) and any(event.anchor == a for a, _ in open_):
             raise SriftError(f"{source} has an alias (*{shown(event.anchor, 30)}) inside the value it names, "
                              "a document that contains itself.", "write the repeated part out.")

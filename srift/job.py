@@ -11,55 +11,70 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from srift.bounds import (
-    MAX_LORA_RANK, MAX_BATCH_SIZE, MAX_DATASET_SIZE, MAX_EPOCHS, MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM, MAX_KFAC_INTERVAL, MAX_SAMPLES,
-    MAX_SEQ_LEN, MAX_STEPS, MAX_TOKENS, require,
+    MAX_BATCH_SIZE, MAX_DATASET_SIZE, MAX_EPOCHS, MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM, MAX_KFAC_INTERVAL, MAX_LORA_RANK,
+    MAX_SAMPLES, MAX_SEQ_LEN, MAX_STEPS, MAX_TOKENS, require,
 )
 from srift.errors import SriftError
+
+# Each vocabulary is a Literal type (what mypy checks) and the tuple of its words (what the
+# validation, the help and the job file list), defined here once.
 
 # fp32 means what PyTorch does by default: on GPUs with TF32 units (Ampere and newer) cuDNN runs
 # convolutions in TF32 (torch.backends.cudnn.allow_tf32 defaults to True) while matmuls stay in
 # FP32 (torch.backends.cuda.matmul.allow_tf32 defaults to False since PyTorch 1.12);
 # fp32-strict turns TF32 off everywhere; tf32 allows it for both (srift/perf/compute.py).
-PRECISIONS = ("fp32", "fp32-strict", "tf32", "amp", "bf16")
+Precision = Literal["fp32", "fp32-strict", "tf32", "amp", "bf16"]
+PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 # Half-precision compute: amp (autocast, fp32 parameters) and bf16 (FSDP mixed precision: bf16
 # parameters for compute, fp32 master copy).
-HALF_PRECISIONS = ("amp", "bf16")
+HALF_PRECISIONS: tuple[Precision, ...] = ("amp", "bf16")
 DEFAULT_CONFIDENCE = 0.9  # limits that rest on a prediction are met at this quantile (srift/search/confidence.py)
 # Where the training batches come from (srift/perf/input.py): tensors already on the GPU, JPEGs
 # decoded and augmented on the vCPUs, or pre-tokenized text.
-DATA_LOADING = ("synthetic", "images", "tokens")
+DataLoading = Literal["synthetic", "images", "tokens"]
+DATA_LOADING: tuple[DataLoading, ...] = get_args(DataLoading)
 # sgd: any first-order optimizer, with the state size the profile records; kfac: K-FAC; the
 # AdamW variants of fine-tuning recipes (srift/simulate/finetune.py): torch's, bitsandbytes'
 # 8-bit and paged 8-bit.
-OPTIMIZERS = ("sgd", "kfac", "adamw", "adamw8bit", "paged-adamw8bit")
+Optimizer = Literal["sgd", "kfac", "adamw", "adamw8bit", "paged-adamw8bit"]
+OPTIMIZERS: tuple[Optimizer, ...] = get_args(Optimizer)
 # Fine-tuning (srift/simulate/finetune.py): every weight, LoRA adapters over frozen weights, or
 # LoRA over NF4-quantized frozen weights; which Linears of a block LoRA adapts: the query and
 # value projections (PEFT's default for Llama and Mistral, LitGPT's), every attention projection,
 # or every Linear (PEFT's ``all-linear``).
-FINETUNE_MODES = ("full", "lora", "qlora")
-LORA_TARGETS = ("qv", "attention", "all-linear")
+FinetuneMode = Literal["full", "lora", "qlora"]
+FINETUNE_MODES: tuple[FinetuneMode, ...] = get_args(FinetuneMode)
+LoraTargets = Literal["qv", "attention", "all-linear"]
+LORA_TARGETS: tuple[LoraTargets, ...] = get_args(LoraTargets)
 DEFAULT_LORA_RANK = 16
-KFAC_STRATEGIES = ("naive", "mpd", "spd")
+KfacStrategy = Literal["naive", "mpd", "spd"]
+KFAC_STRATEGIES: tuple[KfacStrategy, ...] = get_args(KfacStrategy)
 # How K-FAC inverts a factor: damped Cholesky inverse, or eigendecomposition (kfac-pytorch's default).
-KFAC_INVERSE_METHODS = ("inverse", "eigen")
+KfacInverseMethod = Literal["inverse", "eigen"]
+KFAC_INVERSE_METHODS: tuple[KfacInverseMethod, ...] = get_args(KfacInverseMethod)
 # How the job is spread over the GPUs (srift/simulate/sharded.py): ddp (replicated), zero2
 # (gradients and optimizer states sharded: FSDP SHARD_GRAD_OP, DeepSpeed ZeRO-2), fsdp (everything
 # sharded: FULL_SHARD, FSDP2 fully_shard, ZeRO-3), hsdp (HYBRID_SHARD: sharded within a node,
 # replicated across nodes). ``auto``: the fastest that fits, per configuration.
-PARALLELISMS = ("ddp", "zero2", "fsdp", "hsdp")
-SHARDED_PARALLELISMS = ("zero2", "fsdp", "hsdp")
+Parallelism = Literal["ddp", "zero2", "fsdp", "hsdp"]
+PARALLELISMS: tuple[Parallelism, ...] = get_args(Parallelism)
+SHARDED_PARALLELISMS: tuple[Parallelism, ...] = ("zero2", "fsdp", "hsdp")
 # Activation checkpointing of each FSDP unit (transformer block): none, selective (torchtitan's
 # per-op policy) or full (the block's forward again in backward). ``auto``: the least recompute
 # that fits.
-CHECKPOINTING = ("none", "selective", "full")
-AUTO = "auto"
+Checkpointing = Literal["none", "selective", "full"]
+CHECKPOINTING: tuple[Checkpointing, ...] = get_args(Checkpointing)
+Auto = Literal["auto"]
+AUTO: Auto = "auto"
 # The dtype gradients are reduce-scattered (all-reduced) in: FSDP MixedPrecision's reduce_dtype.
-REDUCE_DTYPES = ("fp32", "bf16")
+ReduceDtype = Literal["fp32", "bf16"]
+REDUCE_DTYPES: tuple[ReduceDtype, ...] = get_args(ReduceDtype)
 
 
-def require_precision(precision: str) -> str:
+def require_precision(precision: str) -> Precision:
     """``precision`` when it is one of PRECISIONS.
 
     Raises:
@@ -270,23 +285,23 @@ class Job:
 
     batch_size: int | None = None
     seq_len: int | None = None
-    precision: str | None = None
-    optimizer: str = "sgd"
+    precision: Precision | None = None
+    optimizer: Optimizer = "sgd"
     global_batch_size: int | None = None
-    kfac_strategy: str = "spd"
+    kfac_strategy: KfacStrategy = "spd"
     kfac_factor_steps: int = 1
     kfac_inv_steps: int = 1
-    kfac_inverse_method: str = "inverse"
+    kfac_inverse_method: KfacInverseMethod = "inverse"
     length: JobLength | None = None
-    parallelism: str = AUTO
-    activation_checkpointing: str = AUTO
+    parallelism: Parallelism | Auto = AUTO
+    activation_checkpointing: Checkpointing | Auto = AUTO
     grad_accum: int = 1
-    reduce_dtype: str = "fp32"
+    reduce_dtype: ReduceDtype = "fp32"
     fused_loss: bool = False
-    data_loading: str | None = None
-    finetune: str | None = None
+    data_loading: DataLoading | None = None
+    finetune: FinetuneMode | None = None
     lora_rank: int = DEFAULT_LORA_RANK
-    lora_targets: str = "all-linear"
+    lora_targets: LoraTargets = "all-linear"
 
     def __post_init__(self) -> None:
         for name, high in (("batch_size", MAX_BATCH_SIZE), ("seq_len", MAX_SEQ_LEN), ("global_batch_size", MAX_GLOBAL_BATCH_SIZE),

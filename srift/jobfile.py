@@ -10,11 +10,16 @@
     epochs: 90                 # with dataset_size: 1281167; or samples: N, tokens: N (sequence models),
                                # or steps: N (with global_batch_size: B when no instance is given)
     global_batch_size: 1024    # optional: fix the global batch instead of batch_size per GPU
-    optimizer: sgd             # sgd | kfac | adamw | adamw8bit | paged-adamw8bit
-    finetune: qlora            # optional: full | lora | qlora (decoder LLMs), with lora_rank: 16, lora_targets: all-linear
+    optimizer: sgd             # sgd | kfac
+    kfac_strategy: spd         # naive | mpd | spd (with optimizer: kfac)
+    kfac_inverse_method: inverse  # inverse | eigen
+    kfac_factor_steps: 1       # factor update interval, iterations
+    kfac_inv_steps: 1          # inverse update interval (a multiple of the factor interval)
     parallelism: auto          # ddp | zero2 | fsdp | hsdp | auto
     activation_checkpointing: auto  # none | selective | full | auto
     grad_accum: 1              # micro-batches per optimizer step
+    reduce_dtype: fp32         # fp32 | bf16: the dtype sharded jobs reduce gradients in
+    fused_loss: false          # a fused cross-entropy kernel (no fp32 copy of the logits)
     instance: p3.16xlarge:2    # optional; without it: what `srift recommend` would choose
     spot: false
     infra: aws/us-east-1       # where to price it (--infra spelling: aws, aws/us-west-2, gcp,lambda); or region: us-east-1
@@ -23,6 +28,9 @@
 
 Settings resolve as: command-line flag > environment variable (``SRIFT_`` + the field name in
 capitals: ``SRIFT_MODEL``, ``SRIFT_BATCH_SIZE``, ``SRIFT_MAX_COST_USD``, ...) > job file.
+
+The job's keys are its options (srift/job_options.py): each is also a flag of `srift check`
+(``batch_size``: ``--batch-size``).
 
 This module parses and merges (types, unknown keys, which source wins); what the settings mean is
 validated where they are defined: the training settings by ``srift.job.Job``.
@@ -37,43 +45,22 @@ from pathlib import Path
 from typing import Any
 
 from srift.bounds import (
-    MAX_BATCH_SIZE, MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DATASET_SIZE, MAX_DEADLINE_HOURS, MAX_EPOCHS,
-    MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM, MAX_LORA_RANK, MAX_SAMPLES, MAX_SEQ_LEN, MAX_STEPS, MAX_TOKENS, MIN_HOURS, MIN_USD, key_text,
-    require, shown,
+    MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DEADLINE_HOURS, MAX_STEPS, MIN_HOURS, MIN_USD, key_text, require, shown,
 )
-from srift.errors import SriftError, one_of
+from srift.errors import SriftError
 from srift.files import read_yaml
-from srift.job import (
-    AUTO, CHECKPOINTING, DATA_LOADING, DEFAULT_CONFIDENCE, FINETUNE_MODES, LORA_TARGETS, OPTIMIZERS, PARALLELISMS, PRECISIONS, REDUCE_DTYPES, Job,
-    JobLength, require_confidence,
-)
+from srift.job import DEFAULT_CONFIDENCE, Job, require_confidence
+from srift.job_options import JOB_OPTIONS, LENGTH, build_job
 
 # The limits a job file may set, in the order `srift check` reports them.
 LIMITS = ("max_cost_usd", "max_hours", "max_usd_per_hour")
 
-# field -> (type, description for messages)
+# field -> (type, description for messages): the job's options (srift/job_options.py), then where
+# and how to run it.
 FIELDS: dict[str, tuple[type, str]] = {
     "model": (str, "a built-in model name"),
     "profile": (str, "a profile file path, or a list of them (the same job measured on several GPUs)"),
-    "batch_size": (int, "a positive integer (per-GPU batch)"),
-    "seq_len": (int, "a positive integer"),
-    "precision": (str, one_of(PRECISIONS)),
-    "steps": (int, "a positive integer"),
-    "epochs": (float, "a positive number"),
-    "dataset_size": (int, "a positive integer"),
-    "samples": (int, "a positive integer"),
-    "tokens": (int, "a positive integer"),
-    "global_batch_size": (int, "a positive integer (samples per step over all GPUs)"),
-    "optimizer": (str, one_of(OPTIMIZERS)),
-    "parallelism": (str, one_of((*PARALLELISMS, AUTO))),
-    "activation_checkpointing": (str, one_of((*CHECKPOINTING, AUTO))),
-    "grad_accum": (int, "a positive integer (micro-batches per optimizer step)"),
-    "reduce_dtype": (str, one_of(REDUCE_DTYPES)),
-    "fused_loss": (bool, "true or false (a fused cross-entropy kernel)"),
-    "data_loading": (str, one_of(DATA_LOADING)),
-    "finetune": (str, one_of(FINETUNE_MODES)),
-    "lora_rank": (int, "a positive integer (LoRA's rank)"),
-    "lora_targets": (str, one_of(LORA_TARGETS)),
+    **{o.name: (o.type, o.file_description) for o in JOB_OPTIONS},
     "instance": (str, "an instance spec like p3.16xlarge:2"),
     "spot": (bool, "true or false"),
     "region": (str, "an AWS region like us-east-1"),
@@ -83,16 +70,10 @@ FIELDS: dict[str, tuple[type, str]] = {
 # Upper bound of each numeric field and limit (srift/bounds.py); all must be above 0, the limits
 # at least LOW_BOUNDS.
 BOUNDS: dict[str, float] = {
-    "batch_size": MAX_BATCH_SIZE, "seq_len": MAX_SEQ_LEN, "steps": MAX_STEPS, "epochs": MAX_EPOCHS,
-    "dataset_size": MAX_DATASET_SIZE, "samples": MAX_SAMPLES, "tokens": MAX_TOKENS,
-    "global_batch_size": MAX_GLOBAL_BATCH_SIZE, "grad_accum": MAX_GRAD_ACCUM, "confidence": 1.0, "lora_rank": MAX_LORA_RANK,
+    **{o.name: o.high for o in JOB_OPTIONS if o.high is not None}, "confidence": 1.0,
     "max_cost_usd": MAX_COST_USD, "max_hours": MAX_DEADLINE_HOURS, "max_usd_per_hour": MAX_BUDGET_USD_PER_HOUR,
 }
 LOW_BOUNDS: dict[str, float] = {"max_cost_usd": MIN_USD, "max_hours": MIN_HOURS, "max_usd_per_hour": MIN_USD}
-_JOB_FIELDS = ("batch_size", "seq_len", "precision", "optimizer", "global_batch_size", "parallelism",
-               "activation_checkpointing", "grad_accum", "reduce_dtype", "fused_loss", "data_loading", "finetune", "lora_rank",
-               "lora_targets")
-_LENGTH_FIELDS = ("steps", "epochs", "dataset_size", "samples", "tokens")
 DEFAULT_INFRA = "aws/us-east-1"  # a CI gate keeps one price list unless the file names others
 
 
@@ -226,12 +207,11 @@ def load_jobfile(path: str | None, overrides: Mapping[str, Any] | None = None,
         files = values["profile"] if isinstance(values["profile"], list) else [values["profile"]]
         base = Path(path).parent if path is not None else Path(".")
         profiles = [f if Path(f).is_absolute() or path is None else str(base / f) for f in files]
-    if not any(k in values for k in _LENGTH_FIELDS):
+    if not any(k in values for k in LENGTH):
         raise SriftError(f"{source}: the job's length is missing.",
                          "add epochs: E with dataset_size: N, samples: N, tokens: N, or steps: N.")
     try:
-        job = Job(**{k: values[k] for k in _JOB_FIELDS if k in values},
-                  length=JobLength(**{k: values[k] for k in _LENGTH_FIELDS if k in values}))
+        job = build_job({o.name: values[o.name] for o in JOB_OPTIONS if o.name in values})
     except SriftError as exc:  # say which file the setting came from
         raise SriftError(f"{source}: {exc.message}", exc.hint) from None
     if not allowed:

@@ -23,7 +23,7 @@ from srift.bounds import (
 )
 from srift.errors import SriftError
 from srift.files import read_yaml, write_yaml
-from srift.job import CHECKPOINTING, PARALLELISMS, PRECISIONS
+from srift.job import CHECKPOINTING, PARALLELISMS, PRECISIONS, Checkpointing, Parallelism
 
 SCHEMA = "srift.profile/v1"
 MIN_MEASURED_S = 1e-6  # a measured iteration's layer times add up to at least this
@@ -194,8 +194,8 @@ class Profile:
     allreduce: list[AllReduceBucket] = field(default_factory=list)
     input_bytes_per_sample: float = 0.0
     notes: list[str] = field(default_factory=list)
-    parallelism: str | None = None
-    activation_checkpointing: str | None = None
+    parallelism: Parallelism | None = None
+    activation_checkpointing: Checkpointing | None = None
     fsdp: dict[str, str] = field(default_factory=dict)
     collectives: list[UnitCollective] = field(default_factory=list)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from srift.api import GPU_SORTS
 from srift.cluster import NETWORKS
-from srift.job import KFAC_INVERSE_METHODS, KFAC_STRATEGIES, OPTIMIZERS, PRECISIONS
+from srift.job_options import JOB_OPTIONS
 from srift.search.limits import OBJECTIVES
 
 FORMATS = "table|json|markdown"
@@ -31,12 +31,12 @@ METAVARS: dict[str, str] = {
     "--budget": "USD", "--max-cost": "USD", "--max-usd-per-hour": "USD", "--deadline": "HOURS", "--max-hours": "HOURS",
     "--confidence": "P",
     # counts
-    "--sizes": "BYTES,...", "--samples": "N", "--tokens": "N",
+    "--sizes": "BYTES,...",
     # vocabularies
-    "--format": FORMATS, "--precision": "|".join(PRECISIONS), "--optimizer": "|".join(OPTIMIZERS),
-    "--kfac-strategy": "|".join(KFAC_STRATEGIES), "--kfac-inverse-method": "|".join(KFAC_INVERSE_METHODS),
-    "--objective": "|".join(OBJECTIVES), "--backend": "gloo|nccl",
+    "--format": FORMATS, "--objective": "|".join(OBJECTIVES), "--backend": "gloo|nccl",
     "--network": "|".join(NETWORKS), "--sort": "|".join(GPU_SORTS),
+    # the job's options: a vocabulary's words, a count written as a number (1e9) as N
+    **{o.flag: "|".join(o.choices) if o.choices else "N" for o in JOB_OPTIONS if o.choices or o.scientific},
 }
 
 

@@ -1,14 +1,18 @@
-"""What the commands share when parsing flags: output formats and the options several take."""
+"""What the commands share when parsing flags: output formats, the options several take, and the
+job's options (srift/job_options.py) as the flags of every command that takes a job."""
 
 from __future__ import annotations
 
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Optional, TypeVar
+
 import typer
 
-from srift.errors import SriftError, one_of
-from srift.job import (
-    AUTO, CHECKPOINTING, DATA_LOADING, DEFAULT_LORA_RANK, FINETUNE_MODES, KFAC_INVERSE_METHODS, KFAC_STRATEGIES, LORA_TARGETS,
-    OPTIMIZERS, PARALLELISMS, PRECISIONS, REDUCE_DTYPES,
-)
+from srift.errors import SriftError
+from srift.job_options import JOB_OPTIONS, JobOption, build_job
 
 FORMATS = ("table", "json", "markdown")
 
@@ -25,27 +29,9 @@ MODEL = typer.Option(None, "--model", help="Built-in model (resnet50, bert-base,
 MODEL_CONFIG = typer.Option(None, "--model-config", help="A Hugging Face decoder config.json (Llama, Mistral, Qwen2): predict that model without its weights.")
 PROFILES = typer.Option(None, "--profile", help="Profile file from `srift profile`; repeat it with the same job measured "
                                                 "on other GPUs (each GPU type then uses its own).")
-GLOBAL_BATCH_SIZE = typer.Option(None, "--global-batch-size", help="Fix the global batch instead of the per-GPU batch.")
-SEQ_LEN = typer.Option(None, "--seq-len", help="Sequence length (sequence models).")
-PRECISION = typer.Option(None, "--precision", help=f"{one_of(PRECISIONS)} (default: the profile's). fp32 is PyTorch's "
-                         "default: TF32 convolutions and FP32 matmuls on Ampere and newer; fp32-strict: no TF32 at all.")
-DATA_LOADING_OPT = typer.Option(None, "--data-loading", help=f"{one_of(DATA_LOADING)}: where batches come from (default: "
-                                "images for vision models, tokens for sequence models; a measured profile's own data time).")
-OPTIMIZER = typer.Option("sgd", "--optimizer", help=f"{one_of(OPTIMIZERS)} (sgd: any first-order optimizer, the state the "
-                        "profile records; adamw8bit, paged-adamw8bit: bitsandbytes' 8-bit AdamW; fine-tuning defaults to adamw).")
-FINETUNE = typer.Option(None, "--finetune", help=f"{one_of(FINETUNE_MODES)}: fine-tune a decoder LLM (full: every weight in "
-                        "the parameter dtype; lora: adapters over frozen weights; qlora: over NF4 weights).")
-LORA_RANK = typer.Option(DEFAULT_LORA_RANK, "--lora-rank", help="LoRA's rank (--finetune lora or qlora).")
-LORA_TARGETS_OPT = typer.Option("all-linear", "--lora-targets", help=f"{one_of(LORA_TARGETS)}: the Linears of each block "
-                                "LoRA adapts (qv: query and value; attention: q, k, v, o; all-linear: every one).")
-KFAC_STRATEGY = typer.Option("spd", "--kfac-strategy", help=f"K-FAC strategy: {one_of(KFAC_STRATEGIES)}.")
-KFAC_INVERSE_METHOD = typer.Option("inverse", "--kfac-inverse-method",
-                                   help=f"K-FAC inverse method: {one_of(KFAC_INVERSE_METHODS)} (damped Cholesky inverse, or eigh).")
 REGION = typer.Option(None, "--region", help="AWS region (= --infra aws/REGION).")
 INFRA = typer.Option(None, "--infra", help="Clouds and regions, SkyPilot's spelling: aws (every region), aws/us-west-2, gcp,lambda.")
 CONFIDENCE = typer.Option(0.9, "--confidence", help="Meet the deadline and the maximum cost at this quantile of the prediction (0.5-0.99).")
-SAMPLES = typer.Option(None, "--samples", help="Job length in samples (e.g. 1.2e8): more GPUs, fewer steps.")
-TOKENS = typer.Option(None, "--tokens", help="Job length in tokens, sequence models (e.g. 1e9): samples x sequence length.")
 
 
 def whole(value: float | None, flag: str) -> int | None:
@@ -59,17 +45,86 @@ def whole(value: float | None, flag: str) -> int | None:
     if not (value >= 1 and float(value).is_integer()):
         raise SriftError(f"{flag} must be a whole number of at least 1, got {value:g}.", f"pass e.g. {flag} 1e9.")
     return int(value)
+
+
 FORMAT = typer.Option("table", "--format", help="table, json or markdown.")
 OUT_FILE = typer.Option(None, "--out-file", help="Also write the JSON document to FILE (whatever --format prints).")
 SKYPILOT = typer.Option(None, "--skypilot", help="Write a SkyPilot task for the configuration to FILE (sky launch FILE).")
 TORCHRUN = typer.Option(False, "--torchrun", help="Print the torchrun command of every node of the configuration.")
-PARALLELISM = typer.Option(AUTO, "--parallelism", help=f"{one_of((*PARALLELISMS, AUTO))}: how the job is spread "
-                           "(auto: per configuration the fastest that fits; DDP for models without transformer blocks).")
-ACTIVATION_CHECKPOINTING = typer.Option(AUTO, "--activation-checkpointing",
-                                        help=f"{one_of((*CHECKPOINTING, AUTO))} (per transformer block; selective: "
-                                             "torchtitan's per-op policy).")
-GRAD_ACCUM = typer.Option(1, "--grad-accum", help="Micro-batches of --batch-size per optimizer step (gradient accumulation).")
-REDUCE_DTYPE = typer.Option("fp32", "--reduce-dtype", help=f"{one_of(REDUCE_DTYPES)}: dtype sharded jobs reduce gradients in "
-                                                          "(FSDP MixedPrecision reduce_dtype).")
-FUSED_LOSS = typer.Option(False, "--fused-loss/--plain-loss", help="The loss is a fused cross-entropy kernel (flash-attn, "
-                          "llm-foundry, Liger) that keeps no fp32 copy of the logits (memory).")
+
+
+# ---- the job's options --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class JobParameter:
+    """The default of a command's job parameter: ``takes_job`` replaces that parameter by a flag per
+    job option (at its place in ``--help``) and passes the command what the flags give.
+
+    Attributes:
+        length: Also the length options (epochs, samples, ...), not only the settings.
+        as_values: Pass the given values by option name (for the job file's overrides, where a
+            flag left out keeps the file's value) instead of the ``Job`` they build.
+    """
+
+    length: bool
+    as_values: bool = False
+
+
+# Typed Any, as typer.Option is: they stand in for what the command receives.
+JOB: Any = JobParameter(length=False)  # job: Job = JOB
+JOB_WITH_LENGTH: Any = JobParameter(length=True)  # job: Job = JOB_WITH_LENGTH
+JOB_VALUES: Any = JobParameter(length=True, as_values=True)  # job_values: Mapping[str, Any] = JOB_VALUES
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _typer_parameter(option: JobOption, given_only: bool) -> inspect.Parameter:
+    """The typer parameter of one job option (default None when only given values count)."""
+    default = None if given_only else option.default
+    kind: Any = float if option.scientific else option.type
+    decls = [f"{option.flag}/{option.negative_flag}"] if option.negative_flag else [option.flag]
+    annotation = Optional[kind] if given_only or option.default is None else kind
+    return inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                             default=typer.Option(default, *decls, help=option.help))
+
+
+def _value(option: JobOption, value: Any) -> Any:
+    return whole(value, option.flag) if option.scientific else value
+
+
+def takes_job(command: F) -> F:
+    """``command`` with its job parameter (the one whose default is ``JOB``, ``JOB_WITH_LENGTH``
+    or ``JOB_VALUES``) replaced by one typer option per job option of srift/job_options.py.
+
+    The command is then called with that parameter set to the ``Job`` the flags build
+    (``build_job``), or to the values given (option name -> value, the flags left out absent).
+    """
+    signature = inspect.signature(command)
+    hints = typing.get_type_hints(command)
+    slot = [p for p in signature.parameters.values() if isinstance(p.default, JobParameter)]
+    if len(slot) != 1:
+        raise TypeError(f"{command.__name__} needs exactly one parameter defaulting to JOB, JOB_WITH_LENGTH or JOB_VALUES.")
+    target, spec = slot[0].name, slot[0].default
+    options = [o for o in JOB_OPTIONS if spec.length or o.part == "setting"]
+    declared = {d.split("/")[0] for p in signature.parameters.values() for d in (getattr(p.default, "param_decls", None) or ())}
+    clash = sorted({o.name for o in JOB_OPTIONS if o.name in signature.parameters or o.flag in declared})
+    if clash:  # a job option declared by hand would drift from the table
+        raise TypeError(f"{command.__name__} declares job option(s) {', '.join(clash)}: add them to srift/job_options.py instead.")
+    params: list[inspect.Parameter] = []
+    for p in signature.parameters.values():
+        if p.name == target:
+            params += [_typer_parameter(o, spec.as_values) for o in options]
+        else:
+            params.append(p.replace(annotation=hints.get(p.name, p.annotation), kind=inspect.Parameter.KEYWORD_ONLY))
+
+    def run(**kwargs: Any) -> Any:
+        values = {o.name: _value(o, kwargs.pop(o.name)) for o in options}
+        given = {k: v for k, v in values.items() if v is not None}
+        kwargs[target] = given if spec.as_values else build_job(given)
+        return command(**kwargs)
+
+    run.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in params}
+    for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
+        setattr(run, attr, getattr(command, attr))
+    return typing.cast(F, run)
+

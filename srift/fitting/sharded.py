@@ -46,7 +46,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from srift.cluster import Cluster, NodeGroup
-from srift.job import Job
+from srift.job import Auto, Checkpointing, Job, Parallelism
 from srift.perf import compute
 from srift.perf.compute import LlmKernelParams
 from srift.profile import Profile
@@ -162,7 +162,7 @@ def _profile(model: str, seq_len: int, micro_batch: int) -> Profile:
     return decoder_profile(row_arch(model, seq_len), batch_size=micro_batch, seq_len=seq_len, precision="bf16")
 
 
-def predict_row(r, parallelism: str | None = None, checkpointing: str | None = None) -> Prediction:
+def predict_row(r, parallelism: Parallelism | Auto | None = None, checkpointing: Checkpointing | Auto | None = None) -> Prediction:
     """srift's prediction of one kept row (a namedtuple or Series of COLUMNS); ``parallelism`` and
     ``checkpointing`` replace the row's (e.g. ``auto``)."""
     arch = row_arch(r.model, int(r.seq_len))

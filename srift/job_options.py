@@ -1,0 +1,165 @@
+"""The job's options, in one table: every setting of ``Job`` and every form of its ``JobLength``,
+with its type, bound, default, command-line flag, help and job-file key.
+
+Everything else is generated from this table: the flags of every command that takes a job
+(``srift predict``, ``recommend``, ``check``: srift/commands/options.py), the job file's keys, types,
+bounds and ``SRIFT_`` variables (srift/jobfile.py), and the ``--help`` metavars of the vocabularies.
+``build_job`` is the one function that turns option values into a ``Job``, for the command line
+and the job file alike. tests/test_job_options.py fails when the table, ``Job``, ``JobLength``,
+the commands and the job file drift apart.
+
+To add a job option (``--lora-rank``, ``--pipeline-schedule``, ...):
+
+1. add the field to ``Job`` in srift/job.py (its default, its docstring line, its check in
+   ``__post_init__``; a new vocabulary as a ``Literal`` with its tuple there, and a new bound in
+   srift/bounds.py);
+2. add one ``JobOption`` row below (same name, same default, the vocabulary's tuple or the bound).
+
+The flag (``--lora-rank``), the job-file key (``lora_rank``) and its ``SRIFT_LORA_RANK`` variable
+follow from the name; every command that takes a job then accepts it. ``part="length"`` rows are
+fields of ``JobLength`` (how long the job trains); ``srift predict`` takes only the settings, as it
+predicts one iteration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from srift.bounds import (
+    MAX_BATCH_SIZE, MAX_DATASET_SIZE, MAX_EPOCHS, MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM, MAX_KFAC_INTERVAL, MAX_LORA_RANK, MAX_SAMPLES,
+    MAX_SEQ_LEN, MAX_STEPS, MAX_TOKENS,
+)
+from srift.errors import one_of
+from srift.job import (
+    AUTO, CHECKPOINTING, DATA_LOADING, DEFAULT_LORA_RANK, FINETUNE_MODES, KFAC_INVERSE_METHODS, KFAC_STRATEGIES,
+    LORA_TARGETS, OPTIMIZERS, PARALLELISMS, PRECISIONS, REDUCE_DTYPES, Job, JobLength,
+)
+
+OptionKind = Literal["int", "float", "str", "bool"]
+OptionPart = Literal["setting", "length"]
+_KINDS: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool}
+
+
+@dataclass(frozen=True)
+class JobOption:
+    """One option of a job: a field of ``Job`` (``part="setting"``) or of ``JobLength`` (``"length"``).
+
+    Attributes:
+        name: The field's name; also the job-file key and, in capitals after ``SRIFT_``, its
+            environment variable.
+        kind: ``int``, ``float``, ``str`` or ``bool``.
+        default: The field's default (None: not set, the profile's or the model's own).
+        help: The ``--help`` line.
+        choices: The words a ``str`` option takes (its vocabulary, from srift/job.py).
+        high: The largest value of a number (srift/bounds.py); every number is above 0 and every
+            integer at least 1.
+        part: ``setting`` (a Job field) or ``length`` (a JobLength field).
+        negative_flag: The flag that turns a ``bool`` option off (``--plain-loss``).
+        scientific: The command line takes the count as a number (``1e9``) that must be whole.
+    """
+
+    name: str
+    kind: OptionKind
+    default: Any
+    help: str
+    choices: tuple[str, ...] = ()
+    high: float | None = None
+    part: OptionPart = "setting"
+    negative_flag: str | None = None
+    scientific: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.kind == "str") != bool(self.choices) or (self.kind in ("int", "float")) != (self.high is not None):
+            raise ValueError(f"job option {self.name}: a str option needs choices, a number a bound, nothing else either.")
+        if (self.kind == "bool") != (self.negative_flag is not None):
+            raise ValueError(f"job option {self.name}: a bool option, and only it, needs a negative flag.")
+
+    @property
+    def flag(self) -> str:
+        """``--batch-size`` for ``batch_size``."""
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def type(self) -> type:
+        """The Python type of one value."""
+        return _KINDS[self.kind]
+
+    @property
+    def file_description(self) -> str:
+        """What the job file's key must be, for messages: ``a positive integer``, ``sgd or kfac``."""
+        if self.choices:
+            return one_of(self.choices)
+        return {"int": "a positive integer", "float": "a positive number", "bool": "true or false"}[self.kind]
+
+
+_KFAC = "K-FAC (--optimizer kfac)"
+#: Every job option, in the order ``--help`` lists them.
+JOB_OPTIONS: tuple[JobOption, ...] = (
+    JobOption("batch_size", "int", None, "Per-GPU batch (of the fastest GPU in a mix; default: the profile's).",
+              high=MAX_BATCH_SIZE),
+    JobOption("global_batch_size", "int", None, "Fix the global batch (per optimizer step, over all GPUs) instead of the "
+              "per-GPU batch.", high=MAX_GLOBAL_BATCH_SIZE),
+    JobOption("grad_accum", "int", 1, "Micro-batches of --batch-size per optimizer step (gradient accumulation).",
+              high=MAX_GRAD_ACCUM),
+    JobOption("seq_len", "int", None, "Sequence length (sequence models).", high=MAX_SEQ_LEN),
+    JobOption("precision", "str", None, f"{one_of(PRECISIONS)} (default: the profile's). fp32 is PyTorch's default: TF32 "
+              "convolutions and FP32 matmuls on Ampere and newer; fp32-strict: no TF32 at all.", choices=PRECISIONS),
+    JobOption("data_loading", "str", None, f"{one_of(DATA_LOADING)}: where batches come from (default: images for vision "
+              "models, tokens for sequence models; a measured profile's own data time).", choices=DATA_LOADING),
+    JobOption("parallelism", "str", AUTO, f"{one_of((*PARALLELISMS, AUTO))}: how the job is spread (auto: per "
+              "configuration the fastest that fits; DDP for models without transformer blocks).",
+              choices=(*PARALLELISMS, AUTO)),
+    JobOption("activation_checkpointing", "str", AUTO, f"{one_of((*CHECKPOINTING, AUTO))} (per transformer block; "
+              "selective: torchtitan's per-op policy).", choices=(*CHECKPOINTING, AUTO)),
+    JobOption("reduce_dtype", "str", "fp32", f"{one_of(REDUCE_DTYPES)}: dtype sharded jobs reduce gradients in (FSDP "
+              "MixedPrecision reduce_dtype).", choices=REDUCE_DTYPES),
+    JobOption("fused_loss", "bool", False, "The loss is a fused cross-entropy kernel (flash-attn, llm-foundry, Liger) "
+              "that keeps no fp32 copy of the logits (memory).", negative_flag="--plain-loss"),
+    JobOption("optimizer", "str", "sgd", f"{one_of(OPTIMIZERS)} (sgd: any first-order optimizer, the state the profile "
+              "records; adamw8bit, paged-adamw8bit: bitsandbytes' 8-bit AdamW; fine-tuning takes adamw for sgd).",
+              choices=OPTIMIZERS),
+    JobOption("finetune", "str", None, f"{one_of(FINETUNE_MODES)}: fine-tune a decoder LLM (full: every weight in the "
+              "parameter dtype; lora: adapters over frozen weights; qlora: over NF4 weights; default precision bf16).",
+              choices=FINETUNE_MODES),
+    JobOption("lora_rank", "int", DEFAULT_LORA_RANK, "LoRA's rank (--finetune lora or qlora).", high=MAX_LORA_RANK),
+    JobOption("lora_targets", "str", "all-linear", f"{one_of(LORA_TARGETS)}: the Linears of each block LoRA adapts "
+              "(qv: query and value; attention: q, k, v, o; all-linear: every one).", choices=LORA_TARGETS),
+    JobOption("kfac_strategy", "str", "spd", f"{_KFAC} strategy: {one_of(KFAC_STRATEGIES)}.", choices=KFAC_STRATEGIES),
+    JobOption("kfac_inverse_method", "str", "inverse", f"{_KFAC} inverse method: {one_of(KFAC_INVERSE_METHODS)} (damped "
+              "Cholesky inverse, or eigh).", choices=KFAC_INVERSE_METHODS),
+    JobOption("kfac_factor_steps", "int", 1, f"{_KFAC} factor update interval, iterations.", high=MAX_KFAC_INTERVAL),
+    JobOption("kfac_inv_steps", "int", 1, f"{_KFAC} inverse update interval, iterations (a multiple of the factor "
+              "interval).", high=MAX_KFAC_INTERVAL),
+    JobOption("epochs", "float", None, "Job length in epochs (with --dataset-size).", high=MAX_EPOCHS, part="length"),
+    JobOption("dataset_size", "int", None, "Samples per epoch.", high=MAX_DATASET_SIZE, part="length"),
+    JobOption("samples", "int", None, "Job length in samples (e.g. 1.2e8): more GPUs, fewer steps.", high=MAX_SAMPLES,
+              part="length", scientific=True),
+    JobOption("tokens", "int", None, "Job length in tokens, sequence models (e.g. 1e9): samples x sequence length.",
+              high=MAX_TOKENS, part="length", scientific=True),
+    JobOption("steps", "int", None, "Job length in iterations (a search needs --global-batch-size with it).",
+              high=MAX_STEPS, part="length"),
+)
+OPTIONS_BY_NAME: dict[str, JobOption] = {o.name: o for o in JOB_OPTIONS}
+SETTINGS: tuple[str, ...] = tuple(o.name for o in JOB_OPTIONS if o.part == "setting")
+LENGTH: tuple[str, ...] = tuple(o.name for o in JOB_OPTIONS if o.part == "length")
+
+
+def build_job(values: Mapping[str, Any]) -> Job:
+    """The ``Job`` these option values give: the one place a command or a job file makes one.
+
+    Args:
+        values: Option name -> value; a missing or None value takes the option's default (no
+            length option given: a job of unknown length).
+
+    Raises:
+        ValueError: for a name that is not a job option (a programming error).
+        SriftError: for a value out of its vocabulary or bound, or an inconsistent job (``Job``).
+    """
+    unknown = sorted(set(values) - set(OPTIONS_BY_NAME))
+    if unknown:
+        raise ValueError(f"not job options: {', '.join(unknown)}.")
+    given = {k: v for k, v in values.items() if v is not None}
+    length = JobLength.given(**{k: given[k] for k in LENGTH if k in given})
+    return Job(**{k: given[k] for k in SETTINGS if k in given}, length=length)
