@@ -167,3 +167,44 @@ def test_job_file_takes_the_finetuning_keys(tmp_path):
     path.write_text(yaml.safe_dump({"model": "llama3-8b", "finetune": "prefix", "tokens": 1000000, "limits": {"max_hours": 4}}))
     with pytest.raises(SriftError, match="fine-tuning mode"):
         load_jobfile(str(path), {})
+
+
+def test_a_profile_of_a_lora_script_counts_its_frozen_weights(tmp_path):
+    """`srift profile` records the bytes of parameters with requires_grad=False per layer; the
+    predictor holds them as frozen weights (no gradients, no optimizer state), without --finetune."""
+    from srift.cluster import Cluster, NodeGroup
+    from srift.profile import LayerProfile, Profile
+    from srift.simulate import Predictor
+
+    frozen = 4096 * 4096 * 2  # a bf16 4096 x 4096 base weight
+    layers = [LayerProfile("block.0.base", "Linear", fwd_flops=1e9, bwd_flops=1e9, fwd_bytes=frozen, bwd_bytes=2 * frozen,
+                           activation_bytes=1e6, unit="block.0", frozen_bytes=frozen),
+              LayerProfile("block.0.base.lora_A", "Linear", params=4096 * 16, grad_bytes=4096 * 16 * 2, fwd_flops=1e6,
+                           bwd_flops=2e6, fwd_bytes=1e6, bwd_bytes=2e6, activation_bytes=1e4, unit="block.0")]
+    profile = Profile("lora-script", batch_size=1, precision="bf16", layers=layers,
+                      optimizer={"type": "AdamW", "state_bytes_per_param": 8})
+    path = profile.save(tmp_path / "p.yaml")
+    assert Profile.load(path).layers[0].frozen_bytes == frozen
+    one = Cluster("1 x A10G", (NodeGroup(1, 1, "A10G", "pcie4", 25.0),))
+    pred = Predictor(Profile.load(path), Job(parallelism="ddp", activation_checkpointing="none")).predict(one)
+    m = pred.memory_breakdown_bytes
+    assert m["weights"] == frozen + 4096 * 16 * 2  # frozen as recorded + the adapter in bf16
+    assert m["optimizer_state"] == 4096 * 16 * 8 and m["gradients"] == 4096 * 16 * 2
+    assert "profiled lora fine-tuning" in pred.notes[0]
+    # Rescaling keeps the frozen weight's reads fixed: only the activations' bytes grow.
+    assert profile.rescale(batch_size=2).layers[0].fwd_bytes == frozen
+    with pytest.raises(SriftError, match="already of a fine-tuning step"):
+        Predictor(profile, Job(finetune="lora"))
+
+
+@pytest.mark.slow
+def test_the_profiler_records_frozen_parameters():
+    torch = pytest.importorskip("torch")
+    from srift.profiling.flops import analyze_layers
+
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 4))
+    net[0].weight.requires_grad_(False)  # a frozen base weight; its bias still trains
+    x = torch.randn(2, 8)
+    layers = analyze_layers(net, lambda: net(x).sum())
+    assert (layers[0].params, layers[0].frozen_bytes) == (16, 8 * 16 * 4)
+    assert (layers[1].params, layers[1].frozen_bytes) == (16 * 4 + 4, 0)

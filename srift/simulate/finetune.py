@@ -81,6 +81,9 @@ class FrozenBase:
         largest_quantized: Parameters of the largest quantized Linear (its dequantized copy is
             alive while it computes).
         trainable_params: Parameters that train (adapters under LoRA/QLoRA, all under full).
+        unit_measured_bytes: Frozen bytes per unit as a measured profile recorded them (its
+            layers' ``frozen_bytes``, quantized weights at their packed size); None when the
+            frozen weights are counted (``unit_frozen_params``).
     """
 
     mode: str
@@ -91,13 +94,18 @@ class FrozenBase:
     unit_quantized_params: dict[str | None, int]
     largest_quantized: int
     trainable_params: int
+    unit_measured_bytes: dict[str | None, float] | None = None
 
     def stored_bytes(self, precision: str) -> float:
         """Bytes of the frozen base weights: NF4 for the quantized ones, the parameter dtype else."""
+        if self.unit_measured_bytes is not None:
+            return sum(self.unit_measured_bytes.values())
         return _frozen_bytes(self.frozen_params, self.quantized_params, precision)
 
     def unit_stored_bytes(self, unit: str | None, precision: str) -> float:
         """``stored_bytes`` of one FSDP unit."""
+        if self.unit_measured_bytes is not None:
+            return self.unit_measured_bytes.get(unit, 0.0)
         return _frozen_bytes(self.unit_frozen_params.get(unit, 0), self.unit_quantized_params.get(unit, 0), precision)
 
 
@@ -260,6 +268,21 @@ def finetune_profile(profile: Profile, job: Job) -> tuple[Profile, FrozenBase]:
                                      f"{job.lora_targets} Linears; base weights frozen"
                                      + (" in NF4" if mode == "qlora" else "")])
     return out, FrozenBase(mode, opt, frozen, sum(unit_quant.values()), unit_frozen, unit_quant, largest, out.params)
+
+
+def frozen_in_profile(profile: Profile) -> FrozenBase | None:
+    """What a measured profile of a fine-tuning script froze (``srift profile`` records the bytes of
+    parameters with ``requires_grad=False`` per layer), or None when nothing is frozen. ``qlora``
+    when a frozen layer is a 4-bit one (bitsandbytes' ``Linear4bit``), else ``lora``; the profile's
+    layers already are the fine-tuning step, adapters included."""
+    unit_bytes: dict[str | None, float] = {}
+    for layer in profile.layers:
+        if layer.frozen_bytes > 0:
+            unit_bytes[layer.unit] = unit_bytes.get(layer.unit, 0.0) + layer.frozen_bytes
+    if not unit_bytes:
+        return None
+    mode = "qlora" if any(layer.frozen_bytes > 0 and "4bit" in layer.type.lower() for layer in profile.layers) else "lora"
+    return FrozenBase(mode, str(profile.optimizer.get("type", "optimizer")), 0, 0, {}, {}, 0, profile.params, unit_bytes)
 
 
 def trainable_params(profile: Profile, job: Job) -> int:

@@ -54,7 +54,7 @@ from srift.perf.compute import KINDS, LayerTimes, layer_arrays, layer_times, mea
 from srift.perf.input import InputTime, input_time
 from srift.profile import Profile
 from srift.simulate.ddp import BucketLayout, bucket_layout, bucket_ready_s, comm_end_s
-from srift.simulate.finetune import FrozenBase, finetune_memory_bytes, finetune_profile
+from srift.simulate.finetune import FrozenBase, finetune_memory_bytes, finetune_profile, frozen_in_profile
 from srift.simulate.kfac import KfacPlan, kfac_memory_bytes, plan_kfac
 from srift.simulate.memory import (
     FRAGMENTATION, activation_bytes, compute_param_bytes, fits, memory_breakdown_bytes, sharded_memory_bytes,
@@ -149,8 +149,12 @@ class Predictor:
         # Fine-tuning (srift/simulate/finetune.py) transforms each profile after it is rescaled:
         # the weight-sized bytes it adds do not scale with the batch.
         self._raw_base = self.base
-        self.frozen: FrozenBase | None = None
-        if job.finetune is not None:
+        self.frozen: FrozenBase | None = frozen_in_profile(self.base)  # a profile of a LoRA script
+        self._transform = job.finetune is not None
+        if self._transform:
+            if self.frozen is not None:
+                raise SriftError(f"profile '{profile.name}' is already of a fine-tuning step (it records frozen weights).",
+                                 "drop --finetune: srift predicts the profiled fine-tuning as it ran.")
             self.base, self.frozen = finetune_profile(self.base, job)
         self.precision = job.precision or profile.precision
         self.ref_batch = job.batch_size or profile.batch_size
@@ -212,7 +216,7 @@ class Predictor:
         p = self._profiles.get(key)
         if p is None:
             p = src.rescale(batch_size=batch)
-            if self.frozen is not None:
+            if self._transform:
                 p = finetune_profile(p, self.job)[0]
             self._profiles[key] = p
         return p
@@ -700,6 +704,9 @@ class Predictor:
         f = self.frozen
         if f is None:
             return []
+        if f.unit_measured_bytes is not None:
+            return [f"profiled {f.mode} fine-tuning: {f.trainable_params / 1e6:,.1f}M trainable parameters, "
+                    f"{f.stored_bytes(self.precision) / 2**30:,.2f} GiB of frozen weights as the profile recorded them"]
         base = "" if f.mode == "full" else (
             f"; {f.frozen_params / 1e9:,.2f}B base weights frozen" + (" in NF4 (double quantization)" if f.mode == "qlora" else "")
             + (f", LoRA rank {self.job.lora_rank} on {self.job.lora_targets}"))
