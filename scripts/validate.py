@@ -323,6 +323,21 @@ def finetune_group(data: Path) -> dict:
     with pd.option_context("display.width", 200, "display.max_rows", None):
         print(rows[["label", "finetune", "lora_targets", "micro_batch", "grad_accum", "parallelism", "plan_checkpointing",
                     "metric", "measured", "predicted", "err", "fits"]].round(1).to_string(index=False))
+    runtime = finetune.load_runtime_rows(data)
+    ratio = runtime["measured"].to_numpy(float) / np.array([finetune.predicted_runtime_min(r) for r in runtime.itertuples()])
+    print(f"LitGPT runtimes (not in the MAPE: shorter samples, validation included), measured / predicted at 512 tokens "
+          f"per sample: " + "; ".join(f"{mode} {ratio[(runtime['finetune'] == mode).to_numpy()].min():.2f}-"
+                                      f"{ratio[(runtime['finetune'] == mode).to_numpy()].max():.2f}"
+                                      for mode in ("full", "lora", "qlora")))
+    # Where LoRA and QLoRA ran the same batches for the same epochs, the sample lengths cancel in
+    # the runtime ratio: a check of QLoRA's dequantization cost.
+    runtime["predicted"] = runtime["measured"] / ratio
+    keys = ["label_model", "epochs", "micro_batch", "grad_accum"]
+    runtime["label_model"] = runtime["label"].str.split(" ").str[0]
+    pairs = runtime[runtime["finetune"] == "lora"].merge(runtime[runtime["finetune"] == "qlora"], on=keys, suffixes=("_l", "_q"))
+    for r in pairs.itertuples():
+        print(f"  QLoRA / LoRA runtime, {r.label_model} (same batches and epochs): measured {r.measured_q / r.measured_l:.2f}, "
+              f"predicted {r.predicted_q / r.predicted_l:.2f}")
     speed = rows[rows["metric"] == "tokens_per_s_per_gpu"]
     memory = rows[rows["metric"] == "peak_memory_gb"]
     mape = round(float(speed["err"].abs().mean()), 1)

@@ -131,6 +131,38 @@ def load_rows(data: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.DataFrame(kept, columns=COLUMNS), pd.DataFrame(out, columns=["source", "label", "metric", "reason"])
 
 
+# LitGPT's Alpaca2k split: 1,900 training samples (the data's notes).
+LITGPT_TRAIN_SAMPLES = 1900
+
+
+def load_runtime_rows(data: Path) -> pd.DataFrame:
+    """LitGPT's end-to-end runtimes (COLUMNS, ``measured`` in minutes, plus ``epochs``): not
+    comparable with a prediction (shorter samples than 512 tokens, validation included), so only
+    a bound: a run of 512-token samples without validation takes what srift predicts."""
+    table = pd.read_csv(Path(data) / FOLDER / FILES[0], dtype=str, keep_default_na=False)
+    runtime = table[table["metric"] == "train_runtime_min"]
+    rows = []
+    for r in runtime.to_dict("records"):
+        m = re.search(r"(\d+) epoch", r["notes"])
+        rank, targets = _lora(r["notes"])
+        micro, glob = int(r["micro_batch"]), int(r["global_batch"])
+        rows.append({"source": r["source_slug"], "framework": "LitGPT",
+                     "label": f"{r['model']} {r['training_type'].split('_')[0]} 1xA10G", "model": MODELS[r["model"]],
+                     "gpu": "A10G", "gpus": 1, "finetune": MODES[r["training_type"]], "lora_rank": rank,
+                     "lora_targets": targets, "seq_len": int(r["seq_len"]), "micro_batch": micro,
+                     "grad_accum": glob // micro, "parallelism": "ddp", "checkpointing": "none",
+                     "metric": "train_runtime_min", "measured": float(r["value"]),
+                     "epochs": int(m.group(1)) if m else 1})
+    return pd.DataFrame(rows, columns=[*COLUMNS, "epochs"])
+
+
+def predicted_runtime_min(r) -> float:  # r: a row of load_runtime_rows
+    """Minutes of ``epochs`` over LITGPT_TRAIN_SAMPLES samples of ``seq_len`` tokens, as srift predicts."""
+    pred = predict_row(r)
+    steps = r.epochs * -(-LITGPT_TRAIN_SAMPLES // (int(r.micro_batch) * int(r.grad_accum)))
+    return steps * pred.iteration_time_s / 60.0
+
+
 def row_cluster(gpu: str, gpus: int) -> Cluster:
     """One A10G, or DGX H100 nodes of 8."""
     if gpus == 1:
