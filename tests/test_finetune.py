@@ -208,3 +208,14 @@ def test_the_profiler_records_frozen_parameters():
     layers = analyze_layers(net, lambda: net(x).sum())
     assert (layers[0].params, layers[0].frozen_bytes) == (16, 8 * 16 * 4)
     assert (layers[1].params, layers[1].frozen_bytes) == (16 * 4 + 4, 0)
+
+
+def test_a_small_frozen_table_leaves_a_training_profile_as_it_is():
+    from srift.profile import LayerProfile, Profile
+    from srift.simulate.finetune import frozen_in_profile
+
+    layers = [LayerProfile("pos", "Embedding", frozen_bytes=1024.0),
+              LayerProfile("fc", "Linear", params=4096, grad_bytes=4096 * 4)]
+    assert frozen_in_profile(Profile("p", batch_size=1, precision="fp32", layers=layers)) is None
+    layers[0].frozen_bytes = 4096 * 4 + 1.0
+    assert frozen_in_profile(Profile("p", batch_size=1, precision="fp32", layers=layers)).mode == "lora"

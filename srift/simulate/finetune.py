@@ -272,14 +272,16 @@ def finetune_profile(profile: Profile, job: Job) -> tuple[Profile, FrozenBase]:
 
 def frozen_in_profile(profile: Profile) -> FrozenBase | None:
     """What a measured profile of a fine-tuning script froze (``srift profile`` records the bytes of
-    parameters with ``requires_grad=False`` per layer), or None when nothing is frozen. ``qlora``
-    when a frozen layer is a 4-bit one (bitsandbytes' ``Linear4bit``), else ``lora``; the profile's
-    layers already are the fine-tuning step, adapters included."""
+    parameters with ``requires_grad=False`` per layer), or None when it is not one: when its frozen
+    weights do not outweigh the trained ones (a frozen table in a model that trains, which the usual
+    memory model counts as it is). ``qlora`` when a frozen layer is a 4-bit one (bitsandbytes'
+    ``Linear4bit``), else ``lora``; the profile's layers already are the fine-tuning step, adapters
+    included."""
     unit_bytes: dict[str | None, float] = {}
     for layer in profile.layers:
         if layer.frozen_bytes > 0:
             unit_bytes[layer.unit] = unit_bytes.get(layer.unit, 0.0) + layer.frozen_bytes
-    if not unit_bytes:
+    if sum(unit_bytes.values()) <= profile.grad_bytes:
         return None
     mode = "qlora" if any(layer.frozen_bytes > 0 and "4bit" in layer.type.lower() for layer in profile.layers) else "lora"
     return FrozenBase(mode, str(profile.optimizer.get("type", "optimizer")), 0, 0, {}, {}, 0, profile.params, unit_bytes)
