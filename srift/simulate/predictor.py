@@ -387,7 +387,8 @@ class Predictor:
             memory_breakdown_bytes=dict(plan.memory.breakdown_bytes),
             batch_split=[BatchShare(g.label, g.gpu, b * accum, g.gpus) for g, b in zip(groups, batches)],
             spot=spot_expectation(cluster, state_bytes, throughput, cost),
-            notes=self._notes(crit.times, plan.kfac) + self._finetune_notes() + comm.assumptions() + self._input_notes(loader, inputs, gpu_s),
+            notes=(self._notes(crit.times, plan.kfac) + self._finetune_notes() + comm.assumptions()
+                   + self._input_notes(loader, inputs, gpu_s)),
             typical_error_pct=error_pct,
             typical_error_basis=error_basis,
             compute_error_pct=compute_error_pct,
