@@ -27,7 +27,7 @@ from srift.examples import copy_examples as copy_example_files
 from srift.files import check_name, file_in, output_file, read_json
 from srift.hardware import CPU, GpuSpec, matching_gpus
 from srift.hardware import gpu as gpu_spec
-from srift.job import FINETUNE_MODES, Job, require_precision
+from srift.job import DEFAULT_INFRA, FINETUNE_MODES, Job, require_precision
 from srift.jobfile import JobFile
 from srift.profile import Profile
 from srift.report.format import usd
@@ -102,7 +102,7 @@ def resolve_infra(infra: str | None, region: str | None, default: str) -> str:
     return f"aws/{region}" if region is not None else default
 
 
-def resolve_cluster(instance: str | None, cluster_file: str | None, region: str = "aws/us-east-1", spot: bool = False,
+def resolve_cluster(instance: str | None, cluster_file: str | None, region: str = DEFAULT_INFRA, spot: bool = False,
                     placement_group: bool | None = None) -> Cluster:
     """The cluster of ``--instance SPEC`` (catalog, in the ``region`` selection: ``--infra``
     spelling; several regions: where each type is cheapest) or ``--cluster FILE``; exactly one
@@ -194,7 +194,7 @@ def with_micro_batch(job: Job, micro_batch_size: int | None, gpus: int) -> Job:
 
 
 def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None = None, instance: str | None = None,
-            cluster_file: str | None = None, region: str = "aws/us-east-1", spot: bool = False,
+            cluster_file: str | None = None, region: str = DEFAULT_INFRA, spot: bool = False,
             model_config: str | None = None, placement_group: bool | None = None,
             micro_batch_size: int | None = None) -> PredictResult:
     """Predict ``job`` of a model, a Hugging Face config or profile(s) on an instance spec (in the
@@ -221,7 +221,7 @@ def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None =
 
 # ---- hand-off -----------------------------------------------------------------------------------
 def launch_plan(model: str, prediction: Prediction, instance: str | None = None, cluster_file: str | None = None,
-                region: str = "aws/us-east-1", spot: bool = False) -> LaunchPlan:
+                region: str = DEFAULT_INFRA, spot: bool = False) -> LaunchPlan:
     """What to start for a predicted configuration (``--instance SPEC`` or ``--cluster FILE``, as
     predicted): its node groups with their catalog rows and per-GPU batches, for a SkyPilot task
     or torchrun lines (srift/report/handoff.py)."""
@@ -431,7 +431,7 @@ def load_baseline(path: str) -> dict[str, Any]:
 
 
 # ---- catalog ------------------------------------------------------------------------------------
-def catalog_list(gpus: Sequence[str] = (), infra: str = "aws/us-east-1") -> list[Instance]:
+def catalog_list(gpus: Sequence[str] = (), infra: str = DEFAULT_INFRA) -> list[Instance]:
     """The GPU instance types of the selection, only those of the named GPUs (names or aliases) if any."""
     wanted = set().union(*(matching_gpus(g) for g in gpus)) if gpus else set()
     return [i for i in load_catalog(infra) if not wanted or i.gpu_name in wanted]
@@ -476,7 +476,7 @@ def _cheapest_per_gpu(rows: Sequence[Instance], spot: bool) -> tuple[float, str]
     return min(priced) if priced else None
 
 
-def catalog_show(instance_type: str, region: str = "aws/us-east-1") -> tuple[Instance, GpuSpec]:
+def catalog_show(instance_type: str, region: str = DEFAULT_INFRA) -> tuple[Instance, GpuSpec]:
     """One instance type and its GPU's datasheet."""
     inst = get_instance(instance_type, region)
     return inst, gpu_spec(inst.gpu_name)

@@ -121,6 +121,11 @@ class Cluster:
     def heterogeneous(self) -> bool:
         return len({g.gpu for g in self.node_groups}) > 1
 
+    @property
+    def cpu_workers(self) -> bool:
+        """Some node group trains on CPU workers (gloo on the compute's cores), not GPUs."""
+        return any(g.gpu == CPU for g in self.node_groups)
+
     def on_spot(self) -> "Cluster":
         """The same machines, every node priced and interrupted as spot."""
         return dataclasses.replace(self, node_groups=tuple(dataclasses.replace(g, spot=True) for g in self.node_groups))

@@ -31,6 +31,7 @@ PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 # Half-precision compute: amp (autocast, fp32 parameters) and bf16 (FSDP mixed precision: bf16
 # parameters for compute, fp32 master copy).
 HALF_PRECISIONS: tuple[Precision, ...] = ("amp", "bf16")
+DEFAULT_INFRA = "aws/us-east-1"  # where a job is priced unless told (--infra, the job file's infra)
 DEFAULT_CONFIDENCE = 0.9  # limits that rest on a prediction are met at this quantile (srift/search/confidence.py)
 # Where the training batches come from (srift/perf/input.py): tensors already on the GPU, JPEGs
 # decoded and augmented on the vCPUs, or pre-tokenized text.

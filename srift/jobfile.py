@@ -49,7 +49,7 @@ from srift.bounds import (
 )
 from srift.errors import SriftError
 from srift.files import read_yaml
-from srift.job import DEFAULT_CONFIDENCE, Job, require_confidence
+from srift.job import DEFAULT_CONFIDENCE, DEFAULT_INFRA, Job, require_confidence
 from srift.job_options import JOB_OPTIONS, LENGTH, build_job
 
 # The limits a job file may set, in the order `srift check` reports them.
@@ -74,7 +74,6 @@ BOUNDS: dict[str, float] = {
     "max_cost_usd": MAX_COST_USD, "max_hours": MAX_DEADLINE_HOURS, "max_usd_per_hour": MAX_BUDGET_USD_PER_HOUR,
 }
 LOW_BOUNDS: dict[str, float] = {"max_cost_usd": MIN_USD, "max_hours": MIN_HOURS, "max_usd_per_hour": MIN_USD}
-DEFAULT_INFRA = "aws/us-east-1"  # a CI gate keeps one price list unless the file names others
 
 
 @dataclass(frozen=True)

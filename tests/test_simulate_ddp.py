@@ -8,6 +8,7 @@ import pytest
 from srift.catalog.spec import cluster_from_spec
 from srift.cluster import Cluster, NodeGroup
 from srift.job import Job
+from srift.perf.quantiles import Z90
 from srift.simulate import Predictor, predict
 from srift.simulate.ddp import FIRST_BUCKET_BYTES, bucket_layout, comm_end_s
 from srift.simulate.mixed import split_batch
@@ -125,18 +126,18 @@ def test_spot_expectation_by_hand():
 
 def test_p90_adds_the_compute_spread_and_the_p90_all_reduce():
     # One 300 kB bucket, exposed whole: 3 ms at the median, 6 ms at the p90. Compute spread: the
-    # measured 10 % coefficient of variation at z = 1.2816.
+    # measured 10 % coefficient of variation at z = Z90 = 1.28155 (the normal 90th percentile).
     prof = measured_profile([100_000, 100_000, 100_000])
     prof.phases.total_s_std = 0.1 * prof.phases.total_s
     p = predict(prof, calibrated_cluster(p90_factor=2.0))
     comm = 300_000 * S_PER_BYTE
     assert p.iteration_time_s == pytest.approx(0.09 + comm + 0.005)
-    assert p.p90_iteration_time_s == pytest.approx(0.09 * (1 + 1.2816 * 0.1) + 2 * comm + 0.005)
+    assert p.p90_iteration_time_s == pytest.approx(0.09 * (1 + Z90 * 0.1) + 2 * comm + 0.005)
     # A structural profile's compute spread is 3 %.
     bert = predict(load_builtin_profile("bert-base"), cluster_from_spec("g5.xlarge"))
     b = bert.breakdown
     compute = b["forward"] + b["backward"]
-    assert bert.p90_iteration_time_s == pytest.approx(bert.iteration_time_s + 1.2816 * 0.03 * compute)
+    assert bert.p90_iteration_time_s == pytest.approx(bert.iteration_time_s + Z90 * 0.03 * compute)
 
 
 def test_cpu_workers_do_not_overlap_communication():

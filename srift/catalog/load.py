@@ -7,7 +7,7 @@ API (what the CLI, search and reports use):
   ``--infra`` spelling (``aws``, ``aws/us-west-2``, ``gcp,lambda``, a list of those) or, as
   before, a bare AWS region (``us-east-1``). Unknown clouds or regions raise SriftError naming the
   known ones. Rows with equal ``Instance.hardware_key`` predict alike: simulate one per key.
-* ``get_instance(instance_type, infra="aws/us-east-1")``: one row; when the selection spans
+* ``get_instance(instance_type, infra=DEFAULT_INFRA)``: one row; when the selection spans
   several regions, the region where the type is cheapest on demand.
 * ``regions(cloud)``: the regions srift has a catalog for.
 * ``catalog_as_of(cloud, region=None)``: how old the prices in use are, and whether they are the
@@ -33,6 +33,7 @@ from srift.catalog.infra import InfraTarget, parse_infra
 from srift.catalog.instances import CLOUDS, Instance, parse_rows
 from srift.errors import SriftError
 from srift.files import read_text
+from srift.job import DEFAULT_INFRA
 
 _CLOUD_NAMES = {"aws": "AWS", "gcp": "GCP", "lambda": "Lambda", "azure": "Azure"}
 
@@ -143,7 +144,7 @@ def load_catalog(infra: str | Sequence[str] = "aws") -> list[Instance]:
     return rows
 
 
-def get_instance(instance_type: str, infra: str | Sequence[str] = "aws/us-east-1") -> Instance:
+def get_instance(instance_type: str, infra: str | Sequence[str] = DEFAULT_INFRA) -> Instance:
     """One instance type of the selection (case does not matter).
 
     When the selection spans several regions, the row of the region where the type is cheapest

@@ -12,6 +12,7 @@ import functools
 import re
 from collections.abc import Sequence
 
+from srift.cache import CACHE_ENTRIES
 from srift.catalog.instances import Instance
 from srift.catalog.load import get_instance
 from srift.bounds import MAX_GPUS, MAX_NODE_GROUPS, MAX_NODES, shown
@@ -62,7 +63,7 @@ def parse_spec(spec: str) -> list[tuple[str, int]]:
     return parts
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=CACHE_ENTRIES)
 def _facts(inst: Instance) -> NetworkFacts | None:
     """The row's network facts; None for a row configs/network.yaml does not describe (a
     hand-made catalog): its node group then carries no per-flow limit or EFA generation."""

@@ -8,6 +8,7 @@ import typer
 
 from srift import api
 from srift.commands.options import FORMAT, FORMATS, OUT_FILE, REGION, check_format
+from srift.job import DEFAULT_INFRA
 from srift.report import catalog_view
 
 ALL_CLOUDS = "aws,gcp,lambda,azure"
@@ -15,14 +16,14 @@ ALL_CLOUDS = "aws,gcp,lambda,azure"
 
 def list_(
     gpu: list[str] = typer.Option([], "--gpu", help="Only this GPU (name or alias, e.g. A100, a10g); repeatable."),
-    infra: Optional[str] = typer.Option(None, "--infra", help="Clouds and regions (default aws/us-east-1): aws, aws/us-west-2, gcp,lambda."),
+    infra: Optional[str] = typer.Option(None, "--infra", help=f"Clouds and regions (default {DEFAULT_INFRA}): aws, aws/us-west-2, gcp,lambda."),
     region: Optional[str] = REGION,
     fmt: str = FORMAT,
     out_file: Optional[str] = OUT_FILE,
 ) -> None:
     """List the GPU instance types with GPUs, network and prices."""
     check_format(fmt, FORMATS)
-    where = api.resolve_infra(infra, region, "aws/us-east-1")
+    where = api.resolve_infra(infra, region, DEFAULT_INFRA)
     catalog_view.show_list(api.catalog_list(gpu, where), api.catalog_ages(where), fmt, out_file)
 
 
@@ -40,14 +41,14 @@ def gpus(
 
 def show(
     instance_type: str = typer.Argument(..., help="Instance type, e.g. p4d.24xlarge."),
-    infra: Optional[str] = typer.Option(None, "--infra", help="Where (default aws/us-east-1); several regions: the cheapest."),
+    infra: Optional[str] = typer.Option(None, "--infra", help=f"Where (default {DEFAULT_INFRA}); several regions: the cheapest."),
     region: Optional[str] = REGION,
     fmt: str = FORMAT,
     out_file: Optional[str] = OUT_FILE,
 ) -> None:
     """Show one instance type."""
     check_format(fmt, FORMATS)
-    inst, spec = api.catalog_show(instance_type, api.resolve_infra(infra, region, "aws/us-east-1"))
+    inst, spec = api.catalog_show(instance_type, api.resolve_infra(infra, region, DEFAULT_INFRA))
     catalog_view.show_instance(inst, spec, api.catalog_ages(inst.infra), fmt, out_file)
 
 

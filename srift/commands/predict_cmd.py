@@ -10,7 +10,7 @@ from srift import api
 from srift.commands.options import (
     FORMAT, FORMATS, JOB, MODEL, MODEL_CONFIG, OUT_FILE, PROFILES, REGION, SKYPILOT, TORCHRUN, check_format, takes_job,
 )
-from srift.job import Job
+from srift.job import DEFAULT_INFRA, Job
 from srift.report import handoff, predict_view
 
 
@@ -28,7 +28,7 @@ def predict(
     placement_group: Optional[bool] = typer.Option(None, "--placement-group/--no-placement-group",
                                                    help="EC2 instances in one cluster placement group (TCP: 10 Gb/s per flow "
                                                         "instead of 5). Default: not known, simulated as outside one."),
-    infra: Optional[str] = typer.Option(None, "--infra", help="Where to price --instance (default aws/us-east-1); several regions: where each type is cheapest."),
+    infra: Optional[str] = typer.Option(None, "--infra", help=f"Where to price --instance (default {DEFAULT_INFRA}); several regions: where each type is cheapest."),
     region: Optional[str] = REGION,
     fmt: str = FORMAT,
     out_file: Optional[str] = OUT_FILE,
@@ -37,7 +37,7 @@ def predict(
 ) -> None:
     """Predict iteration time, throughput and cost of a job on a cluster."""
     check_format(fmt, FORMATS)
-    where = api.resolve_infra(infra, region, "aws/us-east-1")
+    where = api.resolve_infra(infra, region, DEFAULT_INFRA)
     result = api.predict(job, model=model, profiles=profile, instance=instance, cluster_file=cluster, region=where, spot=spot,
                          model_config=model_config, placement_group=placement_group, micro_batch_size=micro_batch_size)
     plan = None

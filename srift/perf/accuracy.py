@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from srift.bounds import key_text, require
+from srift.cache import CACHE_ENTRIES
 from srift.errors import SriftError
 from srift.files import configs_dir, read_json
 
@@ -96,7 +97,7 @@ def _at_link(g: dict[str, Any] | None, link: str | None) -> tuple[dict[str, Any]
     return (by_link[link], True) if link in by_link else (g, False)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=CACHE_ENTRIES)
 def typical_error(nodes: int, gpus: int, cpu: bool = False, measured: str | None = None,
                   link: str | None = None, network: str | None = None) -> tuple[float | None, str]:
     """Leave-one-GPU-out MAPE (%) of the matching validation group, and what it rests on.

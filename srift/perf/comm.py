@@ -61,10 +61,12 @@ from typing import Any, Callable
 import numpy as np
 
 from srift.bounds import MAX_NETWORK_GBPS, MIN_NETWORK_GBPS, key_text, require
+from srift.cache import CACHE_ENTRIES, BoundedCache
 from srift.cluster import Cluster, NodeGroup
 from srift.errors import SriftError
 from srift.files import configs_dir, read_json
 from srift.hardware import CPU, gpu as gpu_spec, link as link_spec
+from srift.perf.quantiles import Z90
 
 PARAMS_SCHEMA = "srift.perf.comm/v1"
 # What each fitted link parameter may be (beyond these the efficiency curve underflows or the
@@ -73,7 +75,6 @@ _CLASS_BOUNDS = {"alpha_s": (0.0, 1.0), "eff_max": (1e-3, 10.0), "s_half_bytes":
                  "p90_ratio": (1.0, 100.0)}
 _NETWORK_BOUNDS = {"alpha_s": (0.0, 1.0), "efficiency": (1e-3, 1.0), "t_half_s": (0.0, 10.0), "shape": (0.01, 4.0),
                    "p90_ratio": (1.0, 100.0)}
-_Z90 = NormalDist().inv_cdf(0.9)
 ALGORITHMS = ("ring", "hierarchical")
 SOCKETS = "ethernet"  # the cluster-file network class NCCL runs over TCP sockets
 
@@ -277,7 +278,7 @@ def _quantile_factor(p90_ratio: float, quantile: float) -> float:
         return 1.0
     if not 0.0 < quantile < 1.0:
         raise SriftError(f"quantile must be between 0 and 1, got {quantile}.", "use e.g. 0.5 or 0.9.")
-    return float(math.exp(math.log(p90_ratio) * NormalDist().inv_cdf(quantile) / _Z90))
+    return float(math.exp(math.log(p90_ratio) * NormalDist().inv_cdf(quantile) / Z90))
 
 
 @dataclass(frozen=True)
@@ -425,7 +426,7 @@ def topology(cluster: Cluster, params: CommParams | None = None) -> Topology:
     )
 
 
-_NET_RATES: dict[tuple[Any, ...], NetRate] = {}
+_NET_RATES: BoundedCache[tuple[Any, ...], NetRate] = BoundedCache()
 
 
 def _net_rate_cached(group: NodeGroup, net: NetworkClass, params: CommParams) -> NetRate:
@@ -434,12 +435,7 @@ def _net_rate_cached(group: NodeGroup, net: NetworkClass, params: CommParams) ->
     key = (net, params.sockets_on(group.cloud), group.network_gbps, group.network, group.cloud, group.placement_group,
            group.nccl_socket_threads, group.nccl_nsocks_perthread, group.single_flow_gbps, group.efa_generation,
            group.network_burst_gbps, group.tcp_plugin)
-    hit = _NET_RATES.get(key)
-    if hit is None:
-        if len(_NET_RATES) > 4096:
-            _NET_RATES.clear()
-        hit = _NET_RATES[key] = net_rate(group, net, params)
-    return hit
+    return _NET_RATES.get(key, lambda: net_rate(group, net, params))
 
 
 def _as_network(group: NodeGroup, network: str) -> NodeGroup:
@@ -474,12 +470,7 @@ class CommModel:
         if cluster.comm_calibration:
             return cls(cluster)
         topo = topology(cluster)
-        model = _MODEL_CACHE.get(topo)
-        if model is None:
-            if len(_MODEL_CACHE) > 4096:
-                _MODEL_CACHE.clear()
-            model = _MODEL_CACHE[topo] = cls(cluster, _topology=topo)
-        return model
+        return _MODEL_CACHE.get(topo, lambda: cls(cluster, _topology=topo))
 
     # ---- what the model assumed ------------------------------------------------------------
     @property
@@ -557,7 +548,7 @@ class CommModel:
     def _derived(self, topo: Topology) -> "CommModel":
         model = _DERIVED_CACHE.get(topo)
         if model is None or model.params is not self.params:
-            if len(_DERIVED_CACHE) > 4096:
+            if len(_DERIVED_CACHE) >= CACHE_ENTRIES:
                 _DERIVED_CACHE.clear()
             plain = dataclasses.replace(self.cluster, comm_calibration=None)
             model = _DERIVED_CACHE[topo] = CommModel(plain, self.params, _topology=topo)
@@ -650,7 +641,7 @@ class CommModel:
 
 
 # Clusters with the same topology share one model (the recommender builds thousands of clusters).
-_MODEL_CACHE: dict[Topology, CommModel] = {}
+_MODEL_CACHE: BoundedCache[Topology, CommModel] = BoundedCache()
 # Sub-topologies of a cluster (HSDP's shard and replica groups), by topology (the parameters
 # are checked by identity: they are loaded once).
 _DERIVED_CACHE: dict[Topology, CommModel] = {}
@@ -714,5 +705,5 @@ class _Calibration:
         else:
             if not 0.0 < quantile < 1.0:
                 raise SriftError(f"quantile must be between 0 and 1, got {quantile}.", "use e.g. 0.5 or 0.9.")
-            log_t = p50 + (p90 - p50) * NormalDist().inv_cdf(quantile) / _Z90
+            log_t = p50 + (p90 - p50) * NormalDist().inv_cdf(quantile) / Z90
         return np.exp(log_t) * self.scale

@@ -13,6 +13,7 @@ from srift.report.format import console, error_text, price_lines, print_json, sa
 from srift.report.table import Column, print_table
 from srift.results import RecommendResult, ages_json
 from srift.search.confidence import label as q_label
+from srift.search.limits import within
 from srift.search.rank import MARKETS, Candidate, SearchResult
 
 
@@ -137,10 +138,10 @@ def candidate_json(cand: Candidate, rank: int, result: SearchResult | None = Non
         limits = []
         if constraints.deadline_hours is not None:
             limits.append({"limit": "deadline_hours", "value": constraints.deadline_hours, "predicted": at.hours,
-                           "confidence": at.confidence, "met": at.hours <= constraints.deadline_hours + 1e-12})
+                           "confidence": at.confidence, "met": within(at.hours, constraints.deadline_hours)})
         if constraints.max_cost_usd is not None and at.cost_usd is not None:
             limits.append({"limit": "max_cost_usd", "value": constraints.max_cost_usd, "predicted": at.cost_usd,
-                           "confidence": at.confidence, "met": at.cost_usd <= constraints.max_cost_usd + 1e-12})
+                           "confidence": at.confidence, "met": within(at.cost_usd, constraints.max_cost_usd)})
         out["limits"] = limits
     return out
 

@@ -41,11 +41,12 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from srift.cache import CACHE_ENTRIES
 from srift.job import require_confidence
+from srift.perf.quantiles import Z90
 from srift.simulate.prediction import Prediction
 
 _NORMAL = NormalDist()
-Z90 = _NORMAL.inv_cdf(0.9)
 
 Num = TypeVar("Num", float, np.ndarray)
 
@@ -66,7 +67,7 @@ def mape_from_sigma(sigma: float) -> float:
     return math.exp(sigma * sigma / 2.0) * math.erf(sigma / math.sqrt(2.0))  # 2 Phi(s) - 1 = erf(s / sqrt 2)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=CACHE_ENTRIES)
 def sigma_from_mape(mape_pct: float | None) -> float:
     """The log-normal sigma whose MAPE is ``mape_pct`` percent (0 for None or 0: no figure).
 

@@ -27,12 +27,12 @@ from srift.jobfile import LIMITS
 from srift.search.confidence import AtConfidence
 
 OBJECTIVES = ("throughput", "cost")
-_TOLERANCE = 1e-12  # a prediction this close above a limit still meets it (rounding)
+LIMIT_TOLERANCE = 1e-12  # a prediction this close above a limit still meets it (rounding)
 
 
 def within(predicted: float, allowed: float) -> bool:
     """True when ``predicted`` meets the limit ``allowed`` (the one comparison every limit uses)."""
-    return predicted <= allowed + _TOLERANCE
+    return predicted <= allowed + LIMIT_TOLERANCE
 
 
 @dataclass(frozen=True)

@@ -22,14 +22,13 @@ import numpy as np
 from srift.catalog.spec import Part, cluster_of, label_of
 from srift.job import JobLength, JobRun
 from srift.search import confidence as conf
-from srift.search.limits import Constraints
+from srift.search.limits import LIMIT_TOLERANCE, Constraints
 from srift.search.rank import Candidate
 from srift.search.space import SPOT, SPOT_MIX, Space
 from srift.simulate.prediction import BatchShare, Prediction
 from srift.simulate.spot import RESTART_S, checkpoint_interval_s, expectation, useful_fraction
 
 REASONS = ("", "memory", "deadline", "max-cost")
-_TOL = 1e-12  # a prediction this close above a limit still meets it (rounding); as search.limits.within
 
 
 @dataclass
@@ -169,9 +168,9 @@ class OfferTable:
             hours_q = conf.quantile(hours, sigma, c.confidence)
             cost, cost_q = hours * price, hours_q * price
             if c.deadline_hours is not None:
-                reason = np.where((reason == 0) & (hours_q > c.deadline_hours + _TOL), 2, reason)
+                reason = np.where((reason == 0) & (hours_q > c.deadline_hours + LIMIT_TOLERANCE), 2, reason)
             if c.max_cost_usd is not None:
-                reason = np.where((reason == 0) & (cost_q > c.max_cost_usd + _TOL), 3, reason)
+                reason = np.where((reason == 0) & (cost_q > c.max_cost_usd + LIMIT_TOLERANCE), 3, reason)
         if c.goal == "throughput":
             objective, tie = -exp_tp, price
         elif self.length is not None:

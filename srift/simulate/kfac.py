@@ -43,7 +43,6 @@ import numpy as np
 
 from srift.cluster import Cluster
 from srift.errors import SriftError
-from srift.hardware import CPU
 from srift.job import Job
 from srift.kfac import schedule
 from srift.perf.compute import LayerTimes
@@ -434,8 +433,8 @@ def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes,
             else _Kernels.model(blocks, device, inverse_method, half_precision(precision)))
     dims = [d for b in blocks for d in (b.a_dim, b.g_dim)]
     # CPU processes (gloo) run collectives on the cores that compute: what hides behind compute
-    # slows it by as much (the first-order CPU simulation, srift/simulate/predictor.py, adds them).
-    cpu_workers = any(g.gpu == CPU for g in cluster.node_groups)
+    # slows it by as much (the first-order CPU simulation, srift/simulate/plans.py, adds them).
+    cpu_workers = cluster.cpu_workers
     spd = strategy == "spd"
 
     def factor_bytes(d: int) -> float:

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from srift.cache import CACHE_ENTRIES
 from srift.perf.compute import KINDS, layer_arrays
 from srift.profile import Profile
 
@@ -150,7 +151,7 @@ class CheckpointMasks:
     keep: np.ndarray
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=CACHE_ENTRIES)
 def _masks_cached(kinds: tuple[int, ...], units: tuple[int, ...], policy: str) -> CheckpointMasks:
     n = len(kinds)
     block = np.array([u != 0 for u in units], dtype=bool)
@@ -247,7 +248,7 @@ class StepTimes:
         return max(0.0, sum(self.comm_s) - sum(self.exposed_s))
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=CACHE_ENTRIES)
 def _program(runs: tuple[int, ...], n_units: int,
              regather: bool) -> tuple[tuple[tuple[int, int, int], ...], tuple[tuple[int, int, int, int], ...]]:
     """The order of FSDP's events for a unit layout, independent of any time: per forward run

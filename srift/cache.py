@@ -1,0 +1,53 @@
+"""The one bounded cache of srift: a memo that starts over when it holds ``CACHE_ENTRIES`` entries.
+
+The recommender scores thousands of clusters with one predictor, and the communication model and
+the simulator memoize per (GPU, batch), per topology and per communication model; a search touches
+a few dozen of each, so the bound is never reached by one prediction and only keeps a long-running
+process (a notebook, a benchmark) from growing without limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+CACHE_ENTRIES = 8192  # entries a cache keeps before it starts over
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class BoundedCache(Generic[K, V]):
+    """A memo of at most ``size`` entries, emptied when full.
+
+    Args:
+        size: Entries kept before the cache starts over.
+
+    Raises:
+        ValueError: for a size below 1.
+    """
+
+    __slots__ = ("_entries", "size")
+
+    def __init__(self, size: int = CACHE_ENTRIES) -> None:
+        if size < 1:
+            raise ValueError(f"cache size must be at least 1, got {size}")
+        self._entries: dict[K, V] = {}
+        self.size = size
+
+    def get(self, key: K, make: Callable[[], V]) -> V:
+        """The value of ``key``, made by ``make()`` on a miss."""
+        try:
+            return self._entries[key]
+        except KeyError:
+            if len(self._entries) >= self.size:
+                self._entries.clear()
+            value = self._entries[key] = make()
+            return value
+
+    def clear(self) -> None:
+        """Forget every entry (a test or a refit that changes what the entries were made from)."""
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)

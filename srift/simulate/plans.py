@@ -1,0 +1,370 @@
+"""The plans room: how the job runs on a cluster (DDP or sharded), which plan ``auto`` picks, and
+whether it fits in memory.
+
+A plan is a ``Candidate`` (parallelism, activation checkpointing). ``candidates`` lists those the
+job may use on a cluster; ``Plans.choose`` simulates them and keeps the fastest that fits (cheapest
+lower bound first: compute, recompute and optimizer, no communication; it stops once no remaining
+candidate can win); when nothing fits it shows the plan that needs least memory, marked as not
+fitting. Further layouts (tensor, pipeline, context, expert) are more candidates in the list.
+
+Plans read a ``ClusterView``, what they need of a cluster computed once per prediction (the comm
+model, CPU workers, each node group's memory cap, the shard width), and the cluster-independent
+numbers of a ``Workload`` (srift/simulate/workload.py). The math is in ddp.py and sharded.py.
+
+DDP: iteration = data + forward + backward + exposed communication + communication interference
++ optimizer + overhead (+ K-FAC phases); with gradient accumulation the first ``grad_accum - 1``
+micro-batches run without the all-reduce (``no_sync``). Interference: on GPUs, each second of
+all-reduce hidden behind backward still costs ``overlap_interference`` seconds
+(configs/perf/comm.json), scaled across nodes by the share of the all-reduce the GPUs spend moving
+data (the rest is network wait). Every bucket's all-reduce waits for the slowest worker. Spread:
+the p90 uses the communication model's p90 and a compute spread (the measured coefficient of
+variation, or 3 % for a structural profile) at z = Z90.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from srift.cluster import Cluster
+from srift.errors import SriftError
+from srift.hardware import CPU, gpu as gpu_spec
+from srift.job import AUTO, CHECKPOINTING, PARALLELISMS, Job
+from srift.perf.comm import CommModel
+from srift.simulate.ddp import comm_end_s
+from srift.simulate.kfac import KfacPlan, plan_kfac
+from srift.simulate.memory import fits
+from srift.simulate.sharded import EXPOSED_KEYS, StepTimes
+from srift.simulate.workload import Workload, _Compute
+from srift.perf.quantiles import Z90
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """What the plans need of a cluster, computed once per prediction.
+
+    Attributes:
+        cluster: The cluster (K-FAC's plan reads it whole).
+        comm: Its communication model.
+        gpus_per_group: The GPU of each node group (``CPU`` for CPU workers).
+        memory_caps_gib: Each node group's memory per GPU; None for CPU workers (no cap).
+        cpu_workers: Some node group is CPU workers (gloo on the compute's cores).
+        gpus: GPUs (workers) in all.
+        nodes: Nodes in all.
+        gpus_per_node: The most GPUs a node of the cluster has (hsdp's shard width).
+        even_nodes: Every node has the same number of GPUs, more than one (hsdp can run).
+    """
+
+    cluster: Cluster
+    comm: CommModel
+    gpus_per_group: tuple[str, ...]
+    memory_caps_gib: tuple[float | None, ...]
+    cpu_workers: bool
+    gpus: int
+    nodes: int
+    gpus_per_node: int
+    even_nodes: bool
+
+    @classmethod
+    def of(cls, cluster: Cluster, comm: CommModel | None = None) -> ClusterView:
+        """The view of ``cluster`` (its comm model: ``CommModel.for_cluster`` unless given)."""
+        groups = cluster.node_groups
+        per_node = {g.gpus_per_node for g in groups}
+        return cls(
+            cluster=cluster,
+            comm=comm if comm is not None else CommModel.for_cluster(cluster),
+            gpus_per_group=tuple(g.gpu for g in groups),
+            memory_caps_gib=tuple(None if g.gpu == CPU else (g.gpu_memory_gib if g.gpu_memory_gib is not None
+                                                             else gpu_spec(g.gpu).memory_gib) for g in groups),
+            cpu_workers=cluster.cpu_workers,
+            gpus=cluster.gpus,
+            nodes=cluster.nodes,
+            gpus_per_node=max(per_node),
+            even_nodes=len(per_node) == 1 and min(per_node) > 1,
+        )
+
+    def shard_gpus(self, parallelism: str) -> int:
+        """GPUs the states are sharded over: all of them, one node's under hsdp, 1 under ddp."""
+        if parallelism == "ddp":
+            return 1
+        if parallelism == "hsdp":
+            return self.gpus_per_node
+        return self.gpus
+
+
+class Candidate(NamedTuple):
+    """One way of running the job: a row of the plan search (a tuple: cheap to make per cluster)."""
+
+    parallelism: str
+    checkpointing: str
+
+
+@dataclass(frozen=True)
+class AllReduce:
+    """The gradient all-reduce of one iteration, in seconds."""
+
+    exposed_s: float
+    exposed_p90_s: float
+    interference_s: float
+    interference_p90_s: float
+    total_s: float
+
+
+@dataclass(frozen=True)
+class MemoryFit:
+    """Whether every GPU holds its share under a plan, and the most loaded GPU's memory."""
+
+    fits: bool
+    per_gpu_bytes: float
+    breakdown_bytes: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One way of running the job on a cluster, simulated.
+
+    Attributes:
+        parallelism, checkpointing: The plan.
+        breakdown: Seconds per phase of one iteration (they add up to it).
+        comm_total_s: Communication seconds per iteration, exposed or not.
+        p90_s: The iteration's p90 (0 when not asked for).
+        comm_cost_s: Exposed communication and interference (the bottleneck test).
+        memory: Memory per GPU.
+        kfac: The K-FAC plan (K-FAC jobs).
+    """
+
+    parallelism: str
+    checkpointing: str
+    breakdown: dict[str, float]
+    comm_total_s: float
+    p90_s: float
+    comm_cost_s: float
+    memory: MemoryFit
+    kfac: KfacPlan | None
+
+    @property
+    def iteration_s(self) -> float:
+        return sum(self.breakdown.values())
+
+
+def plan_choices(job: Job, blocks: int, profile_name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The parallelisms and checkpointing policies a job may use (``auto`` widens them), for a
+    profile of ``blocks`` FSDP units.
+
+    Raises:
+        SriftError: for activation checkpointing of a profile without FSDP units.
+    """
+    if job.activation_checkpointing not in (AUTO, "none") and blocks == 0:
+        raise SriftError(
+            f"profile '{profile_name}' has no FSDP units (transformer blocks), so there is nothing to checkpoint.",
+            "drop --activation-checkpointing, or profile the job with its FSDP wrapping (the zoo's LLMs have units).")
+    if job.kfac:
+        return ("ddp",), ("none",) if job.activation_checkpointing == AUTO else (job.activation_checkpointing,)
+    if job.parallelism != AUTO:
+        pars: tuple[str, ...] = (job.parallelism,)
+    else:
+        pars = PARALLELISMS if blocks else ("ddp",)
+    if job.activation_checkpointing != AUTO:
+        ckpts: tuple[str, ...] = (job.activation_checkpointing,)
+    else:
+        ckpts = CHECKPOINTING if blocks else ("none",)
+    return pars, ckpts
+
+
+def candidates(parallelisms: Sequence[str], checkpointings: Sequence[str], view: ClusterView,
+               parallelism_auto: bool) -> list[Candidate]:
+    """The plans a job may run on a cluster, in search order. Under ``auto`` parallelism
+    (``parallelism_auto``) with more than one plan: DDP alone on one GPU or CPU workers (nothing
+    to shard over; DDP is what srift measures on CPUs), and no hsdp unless the cluster has several
+    nodes of the same number (> 1) of GPUs (hsdp = fsdp on one node)."""
+    pars = tuple(parallelisms)
+    if len(pars) * len(checkpointings) > 1 and parallelism_auto:
+        if view.gpus == 1 or view.cpu_workers:
+            pars = ("ddp",)
+        elif view.nodes == 1 or not view.even_nodes:
+            pars = tuple(p for p in pars if p != "hsdp")
+    return [Candidate(p, c) for p in pars for c in checkpointings]
+
+
+class Plans:
+    """Plan evaluation and choice for one workload (see module docstring).
+
+    Args:
+        workload: The cluster-independent numbers of the profile and job.
+        parallelisms, checkpointings: What the job may use (``plan_choices``).
+    """
+
+    def __init__(self, workload: Workload, parallelisms: tuple[str, ...], checkpointings: tuple[str, ...]) -> None:
+        self.w = workload
+        self.parallelisms, self.checkpointings = parallelisms, checkpointings
+
+    def candidates(self, view: ClusterView) -> list[Candidate]:
+        """The job's plans on ``view`` (``candidates``)."""
+        return candidates(self.parallelisms, self.checkpointings, view, self.w.job.parallelism == AUTO)
+
+    def could_fit(self, gpu_memory_gib: float, max_gpus: int) -> bool:
+        """Whether the job fits on GPUs of ``gpu_memory_gib`` at some cluster size up to
+        ``max_gpus`` (the search's pre-check per instance type): at the reference batch, with the
+        plan that needs least memory, its states sharded over ``max_gpus``."""
+        w = self.w
+        if self.parallelisms == ("ddp",) and w.units.blocks == 0 and w.frozen is None:
+            return fits(sum(w.memory(w.ref_batch).values()), gpu_memory_gib)
+        n = max(1, max_gpus)
+        return any(fits(sum(w.plan_memory(w.ref_batch, p, c, n, n).values()), gpu_memory_gib)
+                   for p in self.parallelisms for c in self.checkpointings)
+
+    # ---- plans -------------------------------------------------------------------------------
+    def choose(self, view: ClusterView, batches: list[int], comps: list[_Compute],
+               plans: Sequence[Candidate]) -> Plan:
+        """The plan the job runs with: the only candidate, or the fastest that fits (see the
+        module docstring)."""
+        if len(plans) == 1:
+            return self.evaluate(view, batches, comps, plans[0], p90=True)
+        fitting = []
+        for cand in plans:
+            mem = self.memory_fit(view, batches, cand)
+            if mem.fits:
+                fitting.append((self.lower_bound_s(view, comps, batches, cand), cand.parallelism, cand.checkpointing))
+        if not fitting:
+            # Nothing fits: show the plan that needs least memory, marked as not fitting.
+            least = min(plans, key=lambda c: self.memory_fit(view, batches, c).per_gpu_bytes)
+            return self.evaluate(view, batches, comps, least, p90=True)
+        fitting.sort()
+        best: tuple[float, str, str] | None = None
+        for bound, p, c in fitting:
+            if best is not None and bound >= best[0]:
+                break
+            t = self.evaluate(view, batches, comps, Candidate(p, c), p90=False).iteration_s
+            if best is None or t < best[0]:
+                best = (t, p, c)
+        assert best is not None
+        return self.evaluate(view, batches, comps, Candidate(best[1], best[2]), p90=True)
+
+    def lower_bound_s(self, view: ClusterView, comps: list[_Compute], batches: list[int], plan: Candidate) -> float:
+        """No plan runs faster than its compute, recompute and optimizer step."""
+        if plan.parallelism == "ddp":
+            c = max(comps, key=lambda c: c.compute_end_s)
+            return self.w.job.grad_accum * c.compute_end_s + c.times.optimizer_s
+        fwd, bwd, rec = self.w.unit_times(view.gpus_per_group, batches, plan.checkpointing)
+        opt = max(c.times.optimizer_s for c in comps) / view.shard_gpus(plan.parallelism)
+        return self.w.job.grad_accum * (sum(fwd) + sum(bwd)) + opt
+
+    def evaluate(self, view: ClusterView, batches: list[int], comps: list[_Compute], plan: Candidate,
+                 p90: bool) -> Plan:
+        """Simulate one plan (its p90 too when ``p90``; DDP's always has it)."""
+        if plan.parallelism == "ddp":
+            return self.ddp(view, batches, comps, plan.checkpointing)
+        return self.sharded(view, batches, comps, plan.parallelism, plan.checkpointing, p90)
+
+    def memory_fit(self, view: ClusterView, batches: list[int], plan: Candidate) -> MemoryFit:
+        """Whether every GPU holds its share under a plan, and the most loaded GPU's memory."""
+        shard = view.shard_gpus(plan.parallelism)
+        most, most_breakdown, ok = 0.0, {}, True
+        for cap, b in zip(view.memory_caps_gib, batches):
+            m = self.w.plan_memory(b, plan.parallelism, plan.checkpointing, shard, view.gpus)
+            total = sum(m.values())
+            if cap is not None:
+                ok = ok and fits(total, cap)
+            if total > most:
+                most, most_breakdown = total, m
+        return MemoryFit(ok, most, most_breakdown)
+
+    # ---- DDP ---------------------------------------------------------------------------------
+    def ddp(self, view: ClusterView, batches: list[int], comps: list[_Compute], checkpointing: str) -> Plan:
+        """DDP: bucketed all-reduce overlapping backward (srift/simulate/ddp.py), K-FAC's phases."""
+        w, comm = self.w, view.comm
+        slowest = max(range(len(comps)), key=lambda i: comps[i].compute_end_s)
+        crit = comps[slowest]
+        compute_end = crit.compute_end_s
+        ar = self.communication(view, comps, compute_end)
+        optimizer = max(c.times.optimizer_s for c in comps)
+        overhead = max(c.times.overhead_s for c in comps)
+        # Gradient accumulation: the first grad_accum - 1 micro-batches run without the
+        # all-reduce (no_sync), the last one as a plain iteration.
+        accum = w.job.grad_accum
+        recompute = 0.0
+        if checkpointing != "none":
+            _, _, rec = w.unit_times(view.gpus_per_group, batches, checkpointing)
+            recompute = accum * sum(rec)
+        breakdown = {
+            "data": 0.0,  # the loader: added in predict()
+            "forward": crit.forward_s * accum,
+            "backward": (compute_end - crit.forward_s) * accum,
+            "exposed_comm": ar.exposed_s,
+            "comm_interference": ar.interference_s,
+            "optimizer": optimizer,
+            "overhead": overhead * accum,
+        }
+        if recompute:
+            breakdown["recompute"] = recompute
+        kfac = None
+        if w.job.kfac:
+            prof = w.profile_at(batches[slowest], w.source_for(view.gpus_per_group[slowest]))
+            kfac = plan_kfac(prof, view.cluster, w.job, crit.times, comm, w.layout, inverse_method=w.job.kfac_inverse_method)
+            breakdown.update(kfac.phases.as_dict())
+        p90 = (compute_end * (1.0 + Z90 * w.compute_cv) * accum + ar.exposed_p90_s
+               + ar.interference_p90_s + optimizer + overhead * accum
+               + (kfac.phases_p90.total_s if kfac is not None else 0.0) + recompute)
+        return Plan("ddp", checkpointing, breakdown, ar.total_s, p90, ar.exposed_s + ar.interference_s,
+                    self.memory_fit(view, batches, Candidate("ddp", checkpointing)), kfac)
+
+    def communication(self, view: ClusterView, comps: list[_Compute], compute_end: float) -> AllReduce:
+        """The gradient all-reduce's exposed time and interference at the median and the p90."""
+        comm = view.comm
+        ready = comps[0].ready_rel_s
+        for c in comps[1:]:
+            ready = np.maximum(ready, c.ready_rel_s)  # a bucket waits for its slowest worker
+        ar50 = self.w.allreduce_s(comm, 0.5)
+        ar90 = self.w.allreduce_s(comm, 0.9)
+        if view.cpu_workers:
+            # CPU workers: gloo's all-reduce runs on the same cores as the compute, so it takes
+            # its time from the iteration instead of hiding behind backward.
+            return AllReduce(float(ar50.sum()), float(ar90.sum()), 0.0, 0.0, float(ar50.sum()))
+        exposed50 = max(0.0, comm_end_s(ready, ar50) - compute_end)
+        exposed90 = max(0.0, comm_end_s(ready, ar90) - compute_end)
+        # The all-reduce hidden behind backward still slows it (shared SMs and memory).
+        k = comm.params.overlap_interference * self.w.gpu_side(comm)
+        return AllReduce(exposed50, exposed90, k * max(0.0, float(ar50.sum()) - exposed50),
+                         k * max(0.0, float(ar90.sum()) - exposed90), float(ar50.sum()))
+
+    # ---- sharded -----------------------------------------------------------------------------
+    def sharded(self, view: ClusterView, batches: list[int], comps: list[_Compute], parallelism: str,
+                checkpointing: str, p90: bool) -> Plan:
+        """ZeRO-2, FSDP or HSDP: the units' collectives scheduled beside compute (sharded.py)."""
+        w, comm = self.w, view.comm
+        fwd, bwd, rec = w.unit_times(view.gpus_per_group, batches, checkpointing)
+        cpu = view.cpu_workers
+        hardware = tuple(zip(view.gpus_per_group, batches))
+
+        def step(quantile: float) -> StepTimes:
+            return w.step(comm, parallelism, checkpointing, quantile, hardware, fwd, bwd, cpu)
+
+        s50 = step(0.5)
+        accum = w.job.grad_accum
+        optimizer = max(c.times.optimizer_s for c in comps) / view.shard_gpus(parallelism)
+        overhead = max(c.times.overhead_s for c in comps)
+        recompute = sum(rec)
+        k = 0.0 if cpu else comm.params.overlap_interference * w.sharded_gpu_side(comm)
+        breakdown = {
+            "data": 0.0,  # the loader: added in predict()
+            "forward": sum(fwd) * accum,
+            "backward": (sum(bwd) - recompute) * accum,
+            "recompute": recompute * accum,
+            **{key: value * accum for key, value in zip(EXPOSED_KEYS, s50.exposed_s)
+               if parallelism == "hsdp" or key != "exposed_cross_node_allreduce"},
+            "comm_interference": k * s50.hidden_s * accum,
+            "optimizer": optimizer,
+            "overhead": overhead * accum,
+        }
+        exposed = sum(s50.exposed_s) * accum
+        p90_s = 0.0
+        if p90:
+            s90 = step(0.9)
+            p90_s = (accum * (overhead + s90.end_s + s90.compute_s * Z90 * w.compute_cv + k * s90.hidden_s)
+                     + optimizer)
+        return Plan(parallelism, checkpointing, breakdown, sum(s50.comm_s) * accum, p90_s,
+                    exposed + breakdown["comm_interference"],
+                    self.memory_fit(view, batches, Candidate(parallelism, checkpointing)), None)

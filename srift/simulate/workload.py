@@ -1,0 +1,290 @@
+"""The workload room: everything about one profile and job that does not depend on the cluster.
+
+``Workload(profile, job)`` holds the rescaled profile per per-GPU batch, the compute times per
+(GPU, batch) arranged for the overlap simulation, the bucket layout and the FSDP units, the memory
+per plan, the units' compute times, and the all-reduce and per-unit collective times per
+communication model. The recommender scores thousands of clusters with one ``Workload``; every
+cache is a ``BoundedCache`` (srift/cache.py). The plans (srift/simulate/plans.py) and the input loader (srift/simulate/loader.py) read
+from it; ``Predictor`` (srift/simulate/predictor.py) is the facade over the three.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from srift.cache import BoundedCache
+from srift.errors import SriftError
+from srift.hardware import CPU, find_gpu
+from srift.job import HALF_PRECISIONS, Job
+from srift.perf.comm import CommModel
+from srift.perf.compute import KINDS, LayerTimes, layer_arrays, layer_times, measured_gpu
+from srift.profile import Profile
+from srift.simulate.ddp import BucketLayout, bucket_layout, bucket_ready_s
+from srift.simulate.finetune import FrozenBase, finetune_memory_bytes, finetune_profile, frozen_in_profile
+from srift.simulate.kfac import kfac_memory_bytes
+from srift.simulate.memory import (
+    FRAGMENTATION, activation_bytes, compute_param_bytes, memory_breakdown_bytes, sharded_memory_bytes,
+)
+from srift.simulate.sharded import StepInputs, StepTimes, checkpoint_masks, simulate_step, unit_layout
+
+STRUCTURAL_COMPUTE_CV = 0.03  # the compute spread of a structural profile (no measured repeats)
+
+
+class _Compute:
+    """Compute times of one (GPU, per-GPU batch), arranged for the overlap simulation."""
+
+    __slots__ = ("times", "forward_s", "compute_end_s", "ready_rel_s", "speed")
+
+    def __init__(self, times: LayerTimes, batch: int, layout: BucketLayout) -> None:
+        self.times = times
+        self.forward_s = times.forward_s
+        self.ready_rel_s, self.compute_end_s = bucket_ready_s(self.forward_s, times.bwd_s, layout)
+        self.speed = batch / max(times.total_s, 1e-12)
+
+
+UnitTimes = tuple[list[float], list[float], list[float]]
+
+
+def _layer_mismatch(a: Profile, b: Profile) -> str | None:
+    """How two profiles' layers differ (count, or the first name or type that differs), or None."""
+    if len(a.layers) != len(b.layers):
+        return f"{len(b.layers)} layers against {len(a.layers)}"
+    for i, (x, y) in enumerate(zip(a.layers, b.layers)):
+        if (x.name, x.type) != (y.name, y.type):
+            return f"layer {i} is '{y.name}' ({y.type}) against '{x.name}' ({x.type})"
+    return None
+
+
+def measured_sources(profile: Profile, more: Sequence[Profile]) -> dict[tuple[str, str], Profile]:
+    """Profiles of one job by (GPU measured on, precision): the first profile when it was measured,
+    and each of ``more``, which must be measured and of the same job (layer names and types).
+
+    Raises:
+        SriftError: for a profile of ``more`` that is structural, of another job, or measured on
+            the same GPU at the same precision as another.
+    """
+    out: dict[tuple[str, str], Profile] = {}
+    for i, p in enumerate([profile, *more]):
+        gpu = measured_gpu(p)
+        if gpu is None:
+            if i == 0:
+                continue
+            what = ("was measured on a device srift does not know" if p.measured else "is structural (no measured times)")
+            raise SriftError(f"profile '{p.name}' {what}, so it adds nothing beside the first.",
+                             "after the first, pass only profiles `srift profile` measured on a GPU in configs/gpus.yaml.")
+        diff = _layer_mismatch(profile, p) if i else None
+        if diff:
+            raise SriftError(f"profile '{p.name}' is not of the same job as '{profile.name}': {diff}.",
+                             "pass profiles of one training script, measured on different GPUs.")
+        key = (gpu, p.precision)
+        if key in out:
+            raise SriftError(f"two profiles were measured on {gpu} at {p.precision}.",
+                             "keep one profile per GPU type and precision.")
+        out[key] = p
+    return out
+
+
+def profile_flops_per_token(profile: Profile) -> float:
+    """Training FLOPs per token as the profile counts them: 3 x the forward FLOPs of its matmul
+    and attention layers (backward twice forward) per token; 0 without a sequence length."""
+    if not profile.seq_len:
+        return 0.0
+    arr = layer_arrays(profile)
+    mask = (arr.kind_idx == KINDS.index("matmul")) | (arr.kind_idx == KINDS.index("attention"))
+    return 3.0 * float(arr.fwd_flops[mask].sum()) / (profile.batch_size * profile.seq_len)
+
+
+class Workload:
+    """The cluster-independent side of one profile and job (see module docstring).
+
+    Args:
+        profile: The job's profile, its parallelism and checkpointing defaults already applied
+            (``job_with_profile_defaults``).
+        job: The job.
+        more_profiles: The same job measured on other GPUs (see ``Predictor``).
+        model_flops_per_token: Training FLOPs per token at a sequence length (see ``Predictor``).
+
+    Raises:
+        SriftError: for a seq_len the profile cannot take, or ``more_profiles`` that do not fit
+            (``measured_sources``).
+    """
+
+    def __init__(self, profile: Profile, job: Job, more_profiles: Sequence[Profile] = (),
+                 model_flops_per_token: Callable[[int], float] | None = None) -> None:
+        self.job = job
+        self.base = profile.rescale(seq_len=job.seq_len) if job.seq_len is not None else profile
+        self._sources = {k: (p.rescale(seq_len=job.seq_len) if job.seq_len is not None else p)
+                         for k, p in measured_sources(profile, more_profiles).items()}
+        # Fine-tuning (srift/simulate/finetune.py) transforms each profile after it is rescaled:
+        # the weight-sized bytes it adds do not scale with the batch.
+        self._raw_base = self.base
+        self.frozen: FrozenBase | None = frozen_in_profile(self.base)  # a profile of a LoRA script
+        self._transform = job.finetune is not None
+        if self._transform:
+            if self.frozen is not None:
+                raise SriftError(f"profile '{profile.name}' is already of a fine-tuning step (it records frozen weights).",
+                                 "drop --finetune: srift predicts the profiled fine-tuning as it ran.")
+            self.base, self.frozen = finetune_profile(self.base, job)
+        self.precision = job.precision or profile.precision
+        self.ref_batch = job.batch_size or profile.batch_size
+        self.layout = bucket_layout(self.base)
+        self.bucket_sizes_bytes = self.layout.sizes_bytes
+        self.units = unit_layout(self.base)
+        self._profiles: BoundedCache[tuple[int, int], Profile] = BoundedCache()
+        self._compute: BoundedCache[tuple[str, int], _Compute] = BoundedCache()
+        self._memory: BoundedCache[int, dict[str, float]] = BoundedCache()
+        self._sharded_memory: BoundedCache[tuple[int, str, str, int, int], dict[str, float]] = BoundedCache()
+        self._activations: BoundedCache[tuple[int, str], float] = BoundedCache()
+        self._steps: BoundedCache[tuple, StepTimes] = BoundedCache()
+        self._unit_compute: BoundedCache[tuple[str, int, str], UnitTimes] = BoundedCache()
+        # Keyed by the model itself (not its id(): a freed model's id can come back for another).
+        self._unit_comm: BoundedCache[tuple[CommModel, str, float], UnitTimes] = BoundedCache()
+        self._allreduce: BoundedCache[tuple[CommModel, float], np.ndarray] = BoundedCache()
+        self._gpu_side_of: BoundedCache[CommModel, float] = BoundedCache()
+        self._sharded_gpu_side_of: BoundedCache[CommModel, float] = BoundedCache()
+        measured_cv = None
+        ph = profile.phases
+        if ph.total_s and ph.total_s_std is not None:
+            measured_cv = ph.total_s_std / ph.total_s
+        self.compute_cv = measured_cv if measured_cv is not None else STRUCTURAL_COMPUTE_CV
+        # Activations scale with precision when the profile was taken at another one.
+        half, was_half = self.precision in HALF_PRECISIONS, profile.precision in HALF_PRECISIONS
+        self._act_factor = 0.5 if (half and not was_half) else (2.0 if (was_half and not half) else 1.0)
+        self.seq_len = self.base.seq_len
+        self.flops_per_token = (model_flops_per_token(self.seq_len) if model_flops_per_token is not None and self.seq_len
+                                else profile_flops_per_token(self.base))
+
+    # ---- cached pieces -------------------------------------------------------------------
+    def profile_at(self, batch: int, source: Profile | None = None) -> Profile:
+        """The job's profile (or ``source``, one of ``more_profiles``) at a per-GPU batch."""
+        src = self._raw_base if source is None else source
+
+        def make() -> Profile:
+            p = src.rescale(batch_size=batch)
+            return finetune_profile(p, self.job)[0] if self._transform else p
+        return self._profiles.get((id(src), batch), make)
+
+    def source_for(self, gpu: str) -> Profile:
+        """The profile whose times a node group of ``gpu`` uses (see ``more_profiles``)."""
+        key = CPU if gpu == CPU else (find_gpu(gpu) or gpu)
+        hit = self._sources.get((key, self.precision))
+        if hit is None:
+            hit = next((p for (g, _), p in self._sources.items() if g == key), None)
+        return self._raw_base if hit is None else hit
+
+    def compute(self, gpu: str, batch: int) -> _Compute:
+        """Compute times of ``batch`` samples per GPU on ``gpu``."""
+        def make() -> _Compute:
+            prof = self.profile_at(batch, self.source_for(gpu))
+            return _Compute(layer_times(prof, gpu, self.precision), batch, self.layout)
+        return self._compute.get((gpu, batch), make)
+
+    def memory(self, batch: int) -> dict[str, float]:
+        """DDP's memory per GPU at a per-GPU batch (srift.simulate.memory.memory_breakdown_bytes)."""
+        def make() -> dict[str, float]:
+            m = memory_breakdown_bytes(self.profile_at(batch), self.precision)
+            m["activations"] *= self._act_factor
+            if self.job.kfac:
+                m["kfac_factors"] = kfac_memory_bytes(self.base)
+            return m
+        return self._memory.get(batch, make)
+
+    def plan_memory(self, batch: int, parallelism: str, checkpointing: str, shard_gpus: int, gpus: int = 1) -> dict[str, float]:
+        """Memory per GPU of a plan at a per-GPU micro-batch: DDP's for a profile without FSDP
+        units (``memory``), fine-tuning's (``finetune_memory_bytes``; ``gpus``: the job's, for
+        DDP's gradient buckets), else ``sharded_memory_bytes``."""
+        if self.units.blocks == 0 and parallelism == "ddp" and self.frozen is None:
+            return self.memory(batch)
+        key = (batch, parallelism, checkpointing, shard_gpus if parallelism != "ddp" else 1,
+               int(gpus > 1) if self.frozen is not None else 0)
+
+        def make() -> dict[str, float]:
+            acts = self._activations.get((batch, checkpointing), lambda: activation_bytes(
+                self.profile_at(batch), self.precision, checkpointing, self.job.fused_loss))
+            if self.frozen is not None:
+                m = finetune_memory_bytes(self.profile_at(batch), self.frozen, self.precision, parallelism, checkpointing,
+                                          key[3], gpus, self.job.fused_loss, acts)
+            else:
+                m = sharded_memory_bytes(self.profile_at(batch), self.precision, parallelism, checkpointing, key[3],
+                                         self.job.reduce_dtype, self.job.fused_loss, acts)
+            if self._act_factor != 1.0:
+                m["fragmentation"] += FRAGMENTATION * m["activations"] * (self._act_factor - 1.0)
+                m["activations"] *= self._act_factor
+            return m
+        return self._sharded_memory.get(key, make)
+
+    def allreduce_s(self, comm: CommModel, quantile: float) -> np.ndarray:
+        """Each gradient bucket's all-reduce seconds at a quantile of ``comm``."""
+        return self._allreduce.get((comm, quantile), lambda: np.asarray(
+            comm.allreduce_time_s(self.bucket_sizes_bytes, quantile), dtype=float))
+
+    def gpu_side(self, comm: CommModel) -> float:
+        """Share of the buckets' all-reduce time the GPUs spend moving data."""
+        return self._gpu_side_of.get(comm, lambda: comm.gpu_side_fraction(self.bucket_sizes_bytes))
+
+    # ---- sharded -----------------------------------------------------------------------------
+    def unit_times(self, gpus: Sequence[str], batches: list[int], checkpointing: str) -> UnitTimes:
+        """Per run of units (forward order): forward seconds, backward seconds with recompute, and
+        the recompute alone; the slowest node group's (``gpus``, one per group) for each run
+        (collectives wait for it)."""
+        out: UnitTimes | None = None
+        for gpu, b in zip(gpus, batches):
+            def make() -> UnitTimes:
+                times = self.compute(gpu, b).times
+                starts = self.units.run_starts
+                rec_layers = times.fwd_s * checkpoint_masks(self.base, checkpointing).recompute
+                fwd = np.add.reduceat(times.fwd_s, starts) if len(starts) else np.zeros(0)
+                rec = np.add.reduceat(rec_layers, starts) if len(starts) else np.zeros(0)
+                bwd = (np.add.reduceat(times.bwd_s, starts) if len(starts) else np.zeros(0)) + rec
+                return (fwd.tolist(), bwd.tolist(), rec.tolist())
+            hit = self._unit_compute.get((gpu, b, checkpointing), make)
+            out = hit if out is None else tuple([max(a, b) for a, b in zip(x, y)] for x, y in zip(out, hit))  # type: ignore[assignment]
+        assert out is not None
+        return out
+
+    def unit_comm_s(self, comm: CommModel, parallelism: str, quantile: float) -> UnitTimes:
+        """Per unit: all-gather, reduce-scatter and (hsdp) cross-node all-reduce seconds, with
+        the parameters gathered in the compute dtype and gradients reduced in ``reduce_dtype``."""
+        def make() -> UnitTimes:
+            params = self.units.unit_params
+            gathered = self.gathered_unit_bytes()
+            reduced = params * (4.0 if self.job.reduce_dtype == "fp32" else 2.0)
+            shard = comm.within_node() if parallelism == "hsdp" else comm
+            ag = np.asarray(shard.all_gather_time_s(gathered, quantile), dtype=float)
+            rs = np.asarray(shard.reduce_scatter_time_s(reduced, quantile), dtype=float)
+            if parallelism == "hsdp":
+                g = shard.topology.workers
+                ar = np.asarray(comm.across_nodes().allreduce_time_s(reduced / g, quantile), dtype=float)
+            else:
+                ar = np.zeros_like(ag)
+            return (ag.tolist(), rs.tolist(), ar.tolist())
+        return self._unit_comm.get((comm, parallelism, quantile), make)
+
+    def gathered_unit_bytes(self) -> np.ndarray:
+        """Bytes each unit all-gathers: its parameters in the compute dtype, and under fine-tuning
+        its frozen base weights as stored (NF4 under QLoRA) too."""
+        gathered = self.units.unit_params * compute_param_bytes(self.precision)
+        if self.frozen is not None:
+            gathered = gathered + np.array([self.frozen.unit_stored_bytes(u, self.precision) for u in self.units.units])
+        return gathered
+
+    def sharded_gpu_side(self, comm: CommModel) -> float:
+        """Share of the collectives' time the GPUs spend moving data (``gpu_side_fraction`` on
+        the units' gathered sizes): what their interference with compute scales with."""
+        def make() -> float:
+            sizes = self.gathered_unit_bytes()
+            return comm.gpu_side_fraction(sizes[sizes > 0])
+        return self._sharded_gpu_side_of.get(comm, make)
+
+    def step(self, comm: CommModel, parallelism: str, checkpointing: str, quantile: float,
+             hardware: tuple[tuple[str, int], ...], fwd: list[float], bwd: list[float], serial: bool) -> StepTimes:
+        """One sharded step's schedule (srift.simulate.sharded.simulate_step) of the units' times
+        on ``hardware`` ((GPU, per-GPU batch) per node group)."""
+        # The same hardware (another region, spot or on-demand) gives the same schedule.
+        def make() -> StepTimes:
+            ag, rs, ar = self.unit_comm_s(comm, parallelism, quantile)
+            return simulate_step(StepInputs(self.units.run_unit, tuple(fwd), tuple(bwd), tuple(ag),
+                                            tuple(rs), tuple(ar), regather=parallelism != "zero2", serial=serial))
+        return self._steps.get((comm, parallelism, checkpointing, quantile, hardware), make)
