@@ -22,10 +22,12 @@ def main() -> None:
     dist.init_process_group("nccl" if cuda else "gloo")
     rank = dist.get_rank()
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)  # NCCL and CUDA's current stream follow the current device
     torch.manual_seed(rank)
     model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10)).to(device)
     # Small buckets so that even this small model makes several all-reduce buckets.
-    ddp = DDP(model, bucket_cap_mb=0.1)
+    ddp = DDP(model, device_ids=[device] if cuda else None, bucket_cap_mb=0.1)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
     try:

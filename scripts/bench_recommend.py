@@ -17,7 +17,10 @@ Tables:
 Targets: <= 0.5 s at 64 GPUs with spot over every region of the three clouds; <= 1 s at 1,024 GPUs
 with spot and mixed.
 
-Run: python scripts/bench_recommend.py [--model resnet50] [--repeats 5] [--no-command]
+5. (``--layouts``, alone) layouts: llama3.1-405b with ``--layout auto`` (layout x instance x count),
+   every AWS region and every cloud, up to 256 and 1,024 GPUs; target <= 5 s.
+
+Run: python scripts/bench_recommend.py [--model resnet50] [--repeats 5] [--no-command] [--layouts]
 """
 
 from __future__ import annotations
@@ -34,22 +37,25 @@ sys.path.insert(0, str(ROOT))
 
 from srift import api  # noqa: E402
 from srift.errors import SriftError  # noqa: E402
-from srift.job import Job  # noqa: E402
+from srift.job import Job, JobLength  # noqa: E402
 from srift.search.limits import MAX_SEARCH_GPUS, Constraints  # noqa: E402
 
 
-def search_time(model: str, infra: str, repeats: int, **limits: object) -> tuple[float, float, int, int, int, str]:
+def search_time(model: str, infra: str, repeats: int, job: Job | None = None,
+                **limits: object) -> tuple[float, float, int, int, int, str]:
     """(median wall s, median CPU s, simulations, priced, considered, chosen) of the in-process search."""
     walls, cpus = [], []
     found = None
-    api.recommend(Job(), Constraints(**limits), model=model, infra=infra)  # type: ignore[arg-type]  # warm the catalog
+    job = job or Job()
+    api.recommend(job, Constraints(**limits), model=model, infra=infra)  # type: ignore[arg-type]  # warm the catalog
     for _ in range(repeats):
         t0, c0 = time.perf_counter(), time.process_time()
-        found = api.recommend(Job(), Constraints(**limits), model=model, infra=infra).search  # type: ignore[arg-type]
+        found = api.recommend(job, Constraints(**limits), model=model, infra=infra).search  # type: ignore[arg-type]
         walls.append(time.perf_counter() - t0)
         cpus.append(time.process_time() - c0)
     assert found is not None
-    chosen = found.recommendations[0].label if found.recommendations else "-"
+    top = found.recommendations[0] if found.recommendations else None
+    chosen = "-" if top is None else top.label + (f" {top.prediction.plan_label}" if top.prediction.layout else "")
     return statistics.median(walls), statistics.median(cpus), found.simulated, found.evaluated, found.considered, chosen
 
 
@@ -67,8 +73,13 @@ def main() -> int:
     ap.add_argument("--model", default="resnet50")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-command", action="store_true", help="skip the fresh-process command timings")
+    ap.add_argument("--layouts", action="store_true", help="only the layout search table (llama3.1-405b, --layout auto)")
     args = ap.parse_args()
+    if args.repeats < 1:
+        ap.error("--repeats must be 1 or more")
     m = args.model
+    if args.layouts:
+        return layouts_table(args.repeats)
 
     print(f"1. Growth: srift recommend --model {m} --budget 1e7 --spot --mixed --max-gpus N (every AWS region)")
     print(f"{'max GPUs':>8} {'considered':>12} {'simulated':>10} {'priced':>8} {'search s':>9} {'CPU s':>7} {'s/1k GPUs':>10}  chosen")
@@ -101,6 +112,21 @@ def main() -> int:
                     ["--model", m, "--budget", "1e7", "--max-gpus", "1024", "--spot", "--mixed"]):
             print(f"  srift recommend {' '.join(cmd)}: {command_time(cmd):.2f} s")
     print("\nTargets: <= 0.5 s at 64 GPUs with spot over every region of aws,gcp,lambda; <= 1 s at 1,024 GPUs with spot and mixed.")
+    return 0
+
+
+def layouts_table(repeats: int) -> int:
+    """Recommend searching layout x instance x count: llama3.1-405b, --layout auto."""
+    job = Job(precision="bf16", seq_len=8192, layout="auto", global_batch_size=512, length=JobLength.given(tokens=10**11))
+    print("5. Layouts: srift recommend --model llama3.1-405b --tokens 1e11 --deadline 240 --precision bf16 --seq-len 8192 "
+          "--layout auto --global-batch-size 512 --max-gpus N --infra I")
+    print(f"{'infra':>22} {'max GPUs':>8} {'considered':>11} {'simulated':>10} {'priced':>8} {'search s':>9} {'CPU s':>7}  chosen")
+    for infra in ("aws", "aws,gcp,lambda,azure"):
+        for n in (256, 1024):
+            wall, cpu, sims, priced, considered, chosen = search_time("llama3.1-405b", infra, repeats, job, deadline_hours=240.0,
+                                                                       max_gpus=n)
+            print(f"{infra:>22} {n:>8,} {considered:>11,} {sims:>10,} {priced:>8,} {wall:>9.3f} {cpu:>7.3f}  {chosen}")
+    print("\nTarget: <= 5 s with layouts over every cloud up to 1,024 GPUs.")
     return 0
 
 

@@ -30,6 +30,7 @@ from srift.fitting import comm_fit  # noqa: E402
 from srift.fitting import compute_fit  # noqa: E402
 from srift.fitting import datasets  # noqa: E402
 from srift.fitting import kfac_kernels  # noqa: E402
+from srift.fitting import layouts as layout_fit  # noqa: E402
 from srift.fitting import sharded  # noqa: E402
 from srift.fitting import validation  # noqa: E402
 
@@ -240,6 +241,11 @@ def main() -> None:
           f"{sdoc['llm_matmul_factor']:.3f} over {sdoc['fit']['rows']} FSDP runs, in-sample MAPE "
           f"{sdoc['fit']['in_sample_mape_pct']:.1f}%  -> {out / 'sharded.json'}")
 
+    ldoc = fit_layouts(data, out, today)
+    write_json(out / "layouts.json", ldoc)
+    print(f"layouts: Megatron compute factor {ldoc['megatron_compute_factor']:.4f} over {ldoc['fit']['rows']} runs "
+          f"-> {out / 'layouts.json'}")
+
     kdoc = fit_kfac(data, today)
     write_json(out / "kfac_kernels.json", kdoc)
     print(f"kfac kernels: shape {kdoc['shape']:.3f} from the CPU table; measured: "
@@ -282,6 +288,12 @@ def fit_sharded(data: Path, params_dir: Path, today: str) -> dict:
         "method": "least squares on log(predicted / measured tokens/s per GPU), from (0.3, 1.0)",
     })
     return doc
+
+
+def fit_layouts(data: Path, params_dir: Path, today: str) -> dict:
+    """Fit ``megatron_compute_factor`` to the bf16 step times of data/llm-parallel-layouts
+    (srift/fitting/layouts.py) on the parameters just written: configs/perf/layouts.json's document."""
+    return layout_fit.params_document(data, today)
 
 
 def fit_interference(data: Path, profiles: datasets.ProfileSource, compute: "object",

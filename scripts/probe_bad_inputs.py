@@ -1,10 +1,22 @@
 """Probe srift's command line with bad input, as a careless user and an attacker would.
 
 Each kind runs the real CLI (``python -m srift.cli``) in a fresh folder, with its own cache
-folder, and is judged on what the user sees: exit code 2, exactly one ``Error:`` line and one
-``To fix:`` line on stderr, no traceback, and no file written or changed (in the folder or the
-cache). Prints a table (kind, exit code, first line, traceback, files written) and a summary;
-exits 1 when any kind falls short.
+folder and an ``outside`` folder beside them, and is judged on what the user sees: exit code 2,
+exactly one ``Error:`` line and one ``To fix:`` line on stderr, no traceback, and nothing written,
+changed or replaced anywhere under the probe's folder (regular files, links, device nodes, named
+pipes and folders are compared by type, inode, device number, size and time). A few kinds are
+not refusals (a hostile name that must render inert, a closed or ASCII-only stdout): those must
+exit as expected, without a traceback, and show nothing they must not.
+
+Categories: bad values and files; output targets that are not regular files (private device
+nodes made with ``os.mknod``, named pipes, sockets, folders and links to them, in the probe's own
+folder, never the real /dev), or the same file as an input; a hostile price-list mirror for
+``catalog refresh`` (``file://`` URLs); YAML surprises (duplicate keys, YAML 1.1 numbers and
+booleans); markdown and terminal injection; full disks (a private /dev/full as stdout, and a
+file-size limit for files), too-long names, closed and ASCII-only stdout, a wrong SRIFT_HOME.
+Run it as root (as CI containers run) to probe the device nodes; as another user they are skipped.
+Prints a table (kind, exit code, first line, traceback, files written) and a summary; exits 1
+when any kind falls short.
 
     python scripts/probe_bad_inputs.py            # every kind
     python scripts/probe_bad_inputs.py -k profile # kinds whose name contains "profile"
@@ -15,6 +27,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import signal
+import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -43,6 +59,12 @@ class Probe:
     files: dict[str, str | bytes] = field(default_factory=dict)
     setup: Callable[[Path], None] | None = None
     env: dict[str, str] = field(default_factory=dict)
+    expect: tuple[int, ...] = (2,)  # exit codes that pass; 2 means a refusal: one Error: and one To fix: line
+    stdout: str | None = None  # a file in the folder to use as stdout (a private /dev/full), or "closed"
+    fsize_bytes: int | None = None  # RLIMIT_FSIZE: writes beyond it fail (EFBIG), as on a full disk
+    not_shown: tuple[str, ...] = ()  # text that must not reach stdout (an escape sequence, "<!--")
+    says: str = ""  # text the Error: line must hold
+    cache_files: dict[str, str] = field(default_factory=dict)  # files already in the cache folder
 
 
 def _profile_with(**changes: object) -> str:
@@ -63,6 +85,269 @@ def _fifo(folder: Path) -> None:
 
 def _unreadable(folder: Path) -> None:
     (folder / "secret.yaml").chmod(0)
+
+
+
+def _device(name: str, minor: int) -> Callable[[Path], None]:
+    """A private character device in the probe's folder (1:3 is a null device, 1:7 a full one)."""
+
+    def make(folder: Path) -> None:
+        os.mknod(folder / name, 0o666 | stat.S_IFCHR, os.makedev(1, minor))
+
+    return make
+
+
+def _socket(name: str) -> Callable[[Path], None]:
+    def make(folder: Path) -> None:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(folder / name))
+        sock.close()  # the socket file stays
+
+    return make
+
+
+def _link(name: str, to: str, make_target: Callable[[Path], None] | None = None) -> Callable[[Path], None]:
+    """``name`` -> ``to`` (relative to the folder; ``../outside/x`` leads out of it)."""
+
+    def make(folder: Path) -> None:
+        if make_target is not None:
+            make_target(folder)
+        (folder / name).symlink_to(to)
+
+    return make
+
+
+def _both(*steps: Callable[[Path], None]) -> Callable[[Path], None]:
+    def make(folder: Path) -> None:
+        for step in steps:
+            step(folder)
+
+    return make
+
+
+def _target_kinds(name: str) -> list[tuple[str, Callable[[Path], None] | None, bool]]:
+    """(what, setup, needs root) of each kind of output target that is not a regular file."""
+    return [
+        ("a private null device", _device(name, 3), True),
+        ("a private full device", _device(name, 7), True),
+        ("a named pipe", lambda d: os.mkfifo(d / name), False),
+        ("a socket", _socket(name), False),
+        ("a folder", lambda d: (d / name).mkdir(), False),
+        ("a link to a private device", _link(name, "dev-null", _device("dev-null", 3)), True),
+        ("a link to a folder outside", _link(name, "../outside"), False),
+        ("a link to a named pipe", _link(name, "fifo", lambda d: os.mkfifo(d / "fifo")), False),
+        ("a dangling link", _link(name, "../outside/nothing-here"), False),
+    ]
+
+
+def _writers() -> list[tuple[str, list[str]]]:
+    """Every command that writes a file, with OUT where the target goes."""
+    predict = ["predict", "--model", "resnet50", "--instance", "p3.2xlarge"]
+    return [
+        ("predict --out-file", [*predict, "--format", "json", "--out-file", "OUT"]),
+        ("predict --skypilot", [*predict, "--skypilot", "OUT"]),
+        ("recommend --plot", ["recommend", "--model", "resnet50", "--budget", "20", "--max-gpus", "1", "--gpu", "T4", "--plot", "OUT"]),
+        ("recommend --out-file", ["recommend", "--model", "resnet50", "--budget", "20", "--max-gpus", "1", "--gpu", "T4",
+                                  "--out-file", "OUT"]),
+        ("check --out-file", ["check", "job.yaml", "--out-file", "OUT"]),
+        ("catalog list --out-file", ["catalog", "list", "--out-file", "OUT"]),
+        ("calibrate comm -o", ["calibrate", "comm", "-o", "OUT"]),
+        ("profile --model -o", ["profile", "--model", "gpt2", "-o", "OUT"]),
+        ("profile SCRIPT -o", ["profile", "train.py", "-o", "OUT"]),
+    ]
+
+
+def _output_probes(root: bool) -> list[Probe]:
+    out = []
+    for writer, argv in _writers():
+        for what, setup, needs_root in _target_kinds("out"):
+            if needs_root and not root:
+                continue
+            out.append(Probe(f"{writer} into {what}", [a if a != "OUT" else "out" for a in argv],
+                             {"job.yaml": JOB, "train.py": "print('hi')\n"}, setup=setup))
+    same = {"check.yaml": JOB}
+    out += [
+        Probe("check srift.yaml --out-file srift.yaml (its own input)", ["check", "srift.yaml", "--out-file", "srift.yaml"],
+              {"srift.yaml": JOB}, says="same file as the input"),
+        Probe("check --out-file over its --compare-to baseline", ["check", "check.yaml", "--compare-to", "b.json", "--out-file", "b.json"],
+              {**same, "b.json": json.dumps(BASELINE)}, says="same file as the input"),
+        Probe("check --out-file over the job's profile", ["check", "j.yaml", "--out-file", "p.yaml"],
+              {"j.yaml": JOB.replace("model: resnet50", "profile: p.yaml"), "p.yaml": PROFILE.read_text(encoding="utf-8")},
+              says="same file as the input"),
+        Probe("predict --out-file over its --profile", ["predict", "--instance", "p3.2xlarge", "--profile", "p.yaml", "--out-file", "p.yaml"],
+              {"p.yaml": PROFILE.read_text(encoding="utf-8")}, says="same file as the input"),
+        Probe("predict --skypilot over its --cluster, through a link", ["predict", "--model", "resnet50", "--cluster", "c.yaml",
+                                                                         "--skypilot", "sky.yaml"],
+              {"c.yaml": CLUSTER}, setup=_link("sky.yaml", "c.yaml"), says="same file as the input"),
+        Probe("profile SCRIPT -o SCRIPT", ["profile", "train.py", "-o", "train.py"], {"train.py": "print('hi')\n"},
+              says="same file as the input"),
+        Probe("predict --out-file and --skypilot on one file", ["predict", "--model", "resnet50", "--instance", "p3.2xlarge",
+                                                                "--out-file", "x", "--skypilot", "x"], says="both write"),
+        Probe("predict --out-file with a 300-character name", ["predict", "--model", "resnet50", "--instance", "p3.2xlarge",
+                                                               "--out-file", "a" * 300 + ".json"], says="File name too long"),
+        Probe("predict --out-file on a full disk (file size limit)", ["predict", "--model", "resnet50", "--instance", "p3.2xlarge",
+                                                                      "--out-file", "p.json"], fsize_bytes=100, says="p.json"),
+        Probe("predict --out-file over a file on a full disk (the old file stays)",
+              ["predict", "--model", "resnet50", "--instance", "p3.2xlarge", "--out-file", "p.json"], {"p.json": "keep me\n"},
+              fsize_bytes=100),
+        Probe("examples on a full disk (no partial copy)", ["examples", "ex"], fsize_bytes=2000),
+        Probe("examples through a link out of the folder", ["examples", "ex"], setup=_both(lambda d: (d / "ex").mkdir(),
+                                                                                          _link("ex/examples", "../../outside")),
+              says="leads out of"),
+        Probe("examples --force over a named pipe", ["examples", "ex", "--force"],
+              setup=_both(lambda d: (d / "ex" / "examples").mkdir(parents=True), lambda d: os.mkfifo(d / "ex" / "examples" / "train_ddp.py"))),
+    ]
+    if root:
+        out += [
+            Probe("examples --force over a private device", ["examples", "ex", "--force"],
+                  setup=_both(lambda d: (d / "ex" / "examples").mkdir(parents=True), _device("ex/examples/train_ddp.py", 3))),
+            Probe("check with stdout on a private full device", ["check", "job.yaml"], {"job.yaml": JOB}, stdout="full",
+                  setup=_device("full", 7), says="No space left on device"),
+            Probe("catalog list with stdout on a private full device", ["catalog", "list"], stdout="full", setup=_device("full", 7),
+                  says="No space left on device"),
+            Probe("check over its limit with stdout on a private full device (was exit 120)", ["check", "job.yaml"],
+                  {"job.yaml": JOB.replace("max_cost_usd: 100", "max_cost_usd: 0.01").replace("steps: 1000", "steps: 100000000")},
+                  stdout="full", setup=_device("full", 7), says="No space left on device"),
+        ]
+    return out
+
+
+def _mirror(index: object | bytes, advisor: object | bytes | None = None,
+            offers: dict[str, bytes] | None = None) -> tuple[Callable[[Path], None], dict[str, str]]:
+    """A price-list mirror in the probe's folder (file:// URLs), and the environment that points at it."""
+
+    def make(folder: Path) -> None:
+        base = folder / "mirror" / "offers" / "v1.0" / "aws" / "AmazonEC2" / "current"
+        base.mkdir(parents=True)
+        (base / "region_index.json").write_bytes(index if isinstance(index, bytes) else json.dumps(index).encode())
+        adv = advisor if advisor is not None else {"ranges": [{"index": 0, "label": "<5%"}], "spot_advisor": {}}
+        (folder / "mirror" / "advisor.json").write_bytes(adv if isinstance(adv, bytes) else json.dumps(adv).encode())
+        for region, body in (offers or {}).items():
+            (base / region).mkdir(parents=True, exist_ok=True)
+            (base / region / "index.json").write_bytes(body)
+
+    return make, {"SRIFT_AWS_PRICE_LIST_URL": "file://MIRROR", "SRIFT_AWS_SPOT_ADVISOR_URL": "file://MIRROR/advisor.json"}
+
+
+def _offer(price: str, itype: str = "g5.xlarge") -> bytes:
+    linux = {"operatingSystem": "Linux", "tenancy": "Shared", "preInstalledSw": "NA", "capacitystatus": "Used", "instanceType": itype}
+    doc = {"publicationDate": "2026-10-30T18:23:01Z", "products": {"S": {"sku": "S", "attributes": linux}},
+           "terms": {"OnDemand": {"S": {"S.T": {"priceDimensions": {"S.T.D": {"unit": "Hrs", "pricePerUnit": {"USD": price}}}}}}}}
+    return json.dumps(doc).encode()
+
+
+def _refresh_probes() -> list[Probe]:
+    out = []
+    cases: list[tuple[str, object, object | None, dict[str, bytes] | None]] = [
+        ("region index names ../../escaped", {"regions": {"us-west-2": {}, "../../escaped": {}}}, None, {"us-west-2": _offer("1.0")}),
+        ("region index names an absolute path", {"regions": {"/tmp/srift-probe-abs": {}}}, None, None),
+        ("region index names a region with a newline", {"regions": {"us-west-2\n": {}}}, None, None),
+        ("region index of 10,000 regions", {"regions": {f"xx-east-{i}": {} for i in range(10_000)}}, None, None),
+        ("region index is a list", [1, 2], None, None),
+        ("region index is not JSON", b"{oops", None, None),
+        ("region index with NaN", b'{"regions": NaN}', None, None),
+        ("spot advisor saving is text", {"regions": {"us-west-2": {}}},
+         {"ranges": [{"label": "<5%"}], "spot_advisor": {"us-west-2": {"Linux": {"g5.xlarge": {"s": "x", "r": 0}}}}}, None),
+        ("spot advisor OS entry is a list", {"regions": {"us-west-2": {}}},
+         {"ranges": [{"label": "<5%"}], "spot_advisor": {"us-west-2": ["Linux"]}}, None),
+        ("spot advisor saving of 250 %", {"regions": {"us-west-2": {}}},
+         {"ranges": [{"label": "<5%"}], "spot_advisor": {"us-west-2": {"Linux": {"g5.xlarge": {"s": 250, "r": 0}}}}}, None),
+        ("offer file price $1,000,000/h", {"regions": {"us-west-2": {}}}, None, {"us-west-2": _offer("1000000")}),
+        ("offer file product is a list", {"regions": {"us-west-2": {}}}, None,
+         {"us-west-2": b'{"products": {"S": [1]}, "terms": {"OnDemand": {"S": 5}}}'}),
+        ("offer file with a 20 MB value", {"regions": {"us-west-2": {}}}, None,
+         {"us-west-2": b'{"products": {"S": {"attributes": {"instanceType": "' + b"a" * (20 << 20) + b'"}}}}'}),
+        ("offer file cut off", {"regions": {"us-west-2": {}}}, None, {"us-west-2": _offer("1.0")[:60]}),
+        ("second region unreachable (the first is not written)", {"regions": {"us-west-2": {}, "us-east-2": {}}}, None,
+         {"us-west-2": _offer("1.0")}),
+    ]
+    for what, index, advisor, offers in cases:
+        setup, env = _mirror(index, advisor, offers)
+        # A refreshed region already in the cache must survive every failed refresh.
+        out.append(Probe(f"catalog refresh: {what}", ["catalog", "refresh", "--infra", "aws"], setup=setup, env=env,
+                         cache_files={"catalog/aws/us-west-2.csv": "a good refreshed cache\n"}))
+    return out
+
+
+def _yaml_probes() -> list[Probe]:
+    prof = PROFILE.read_text(encoding="utf-8")
+    return [
+        Probe("job file: a limit given twice (last would win)", ["check", "job.yaml"],
+              {"job.yaml": JOB.replace("limits: {max_cost_usd: 100}", "limits: {max_cost_usd: 0.5, max_cost_usd: 1000000}")},
+              says="twice"),
+        Probe("job file: a key given twice on two lines", ["check", "job.yaml"], {"job.yaml": JOB + "steps: 5\n"},
+              says="at lines 3 and 6"),
+        Probe("job file: max_hours 1:30 (YAML 1.1: 90)", ["check", "job.yaml"],
+              {"job.yaml": JOB.replace("limits: {max_cost_usd: 100}", "limits: {max_hours: 1:30}")}, says="line 5"),
+        Probe("job file: steps 1:00:00 (YAML 1.1: 3600)", ["check", "job.yaml"], {"job.yaml": JOB.replace("steps: 1000", "steps: 1:00:00")},
+              says="line 3"),
+        Probe("job file: batch_size 032 (YAML 1.1: 26)", ["check", "job.yaml"], {"job.yaml": JOB.replace("batch_size: 32", "batch_size: 032")},
+              says="line 2"),
+        Probe("job file: spot: yes", ["check", "job.yaml"], {"job.yaml": JOB + "spot: yes\n"}, says="line 6"),
+        Probe("job file: spot: off", ["check", "job.yaml"], {"job.yaml": JOB + "spot: off\n"}, says="line 6"),
+        Probe("cluster file: a key given twice", ["predict", "--model", "resnet50", "--cluster", "c.yaml"],
+              {"c.yaml": CLUSTER.replace("count: 2,", "count: 2, count: 200,")}, says="twice"),
+        Probe("cluster file: count 010 (YAML 1.1: 8)", ["predict", "--model", "resnet50", "--cluster", "c.yaml"],
+              {"c.yaml": CLUSTER.replace("count: 2,", "count: 010,")}, says="line 3"),
+        Probe("profile: a key given twice", ["predict", "--instance", "p3.16xlarge:1", "--profile", "p.yaml"],
+              {"p.yaml": prof + "batch_size: 1\n"}, says="twice"),
+        Probe("profile: 25,001 layers (MAX_LAYERS, not the YAML bound)", ["predict", "--instance", "p3.16xlarge:1", "--profile", "p.yaml"],
+              {"p.yaml": _profile_with(layers=[{"name": "l", "type": "Linear"}] * 25_001)},
+              says="25,001 entries"),
+        Probe("--compare-to: a key given twice (JSON)", ["check", "job.yaml", "--compare-to", "b.json"],
+              {"job.yaml": JOB, "b.json": json.dumps(BASELINE)[:-1] + ', "predicted_cost_usd": 1e6}'}, says="twice"),
+    ]
+
+
+def _rendering_probes() -> list[Probe]:
+    evil = "evil <!-- @everyone \x1b]0;pwned\x07 | x"
+    prof = _profile_with(name="evil <!-- @everyone | x")
+    hf = json.dumps({**HF, "_name_or_path": "\x1b[2J\x1b]0;pwned\x07<!--" + "x" * 1_000_000})
+    job = JOB.replace("model: resnet50", "profile: p.yaml")
+    return [
+        Probe("check --format markdown: profile name with <!-- and @everyone", ["check", "job.yaml", "--format", "markdown"],
+              {"job.yaml": job, "p.yaml": prof}, expect=(0, 1), not_shown=("<!--", "@everyone")),
+        Probe("predict --format markdown: profile name with <!-- and @everyone",
+              ["predict", "--instance", "p3.2xlarge", "--profile", "p.yaml", "--format", "markdown"], {"p.yaml": prof},
+              expect=(0,), not_shown=("<!--", "@everyone")),
+        Probe("predict: HF _name_or_path of 1 MB with terminal escapes", ["predict", "--model-config", "c.json", "--instance",
+                                                                          "p4d.24xlarge"], {"c.json": hf}, expect=(0,),
+              not_shown=("\x1b", "\x07", "x" * 1000)),
+        Probe("recommend --format markdown: HF _name_or_path of 1 MB", ["recommend", "--model-config", "c.json", "--budget", "40",
+                                                                        "--max-gpus", "8", "--format", "markdown"],
+              {"c.json": hf}, expect=(0,), not_shown=("\x1b", "<!--", "x" * 1000)),
+        Probe("profile name with an escape sequence (refused)", ["predict", "--instance", "p3.2xlarge", "--profile", "p.yaml"],
+              {"p.yaml": _profile_with(name=evil)}),
+    ]
+
+
+def _environment_probes() -> list[Probe]:
+    predict = ["predict", "--model", "resnet50", "--instance", "p3.2xlarge"]
+    return [
+        Probe("--version with stdout closed", ["--version"], stdout="closed", expect=(0,)),
+        Probe("catalog list with stdout closed", ["catalog", "list"], stdout="closed", expect=(0,)),
+        Probe("predict on an ASCII-only stdout", predict, env={"PYTHONIOENCODING": "ascii"}, expect=(0,)),
+        Probe("check on a latin-1 stdout", ["check", "job.yaml", "--format", "markdown"], {"job.yaml": JOB},
+              env={"PYTHONIOENCODING": "latin-1"}, expect=(0, 1)),
+        Probe("--version with SRIFT_HOME missing", ["--version"], env={"SRIFT_HOME": "/nonexistent/srift"}, expect=(0,)),
+        Probe("predict with SRIFT_HOME missing", predict, env={"SRIFT_HOME": "/nonexistent/srift"}, says="SRIFT_HOME"),
+        Probe("predict with SRIFT_HOME a file", predict, env={"SRIFT_HOME": "/etc/hostname"}, says="SRIFT_HOME"),
+        Probe("predict with SRIFT_HOME of 5,000 characters", predict, env={"SRIFT_HOME": "a" * 5000}, says="SRIFT_HOME"),
+        Probe("predict with SRIFT_HOME an empty folder", predict, env={"SRIFT_HOME": "HOME_DIR"},
+              setup=lambda d: (d / "home").mkdir(), says="SRIFT_HOME"),
+        Probe("predict --global-batch-size 31 on 16 GPUs", ["predict", "--model", "resnet50", "--instance", "p3.16xlarge:2",
+                                                            "--global-batch-size", "31"], says="does not divide"),
+        Probe("predict --global-batch-size 62 --grad-accum 2 on 16 GPUs",
+              ["predict", "--model", "resnet50", "--instance", "p3.16xlarge:2", "--global-batch-size", "62", "--grad-accum", "2"],
+              says="does not divide"),
+        Probe("calibrate comm --sizes of 5,000 sizes", ["calibrate", "comm", "--sizes", ",".join(str(8 + i) for i in range(5000))]),
+        Probe("calibrate comm --sizes of 1 TB", ["calibrate", "comm", "--sizes", "1024,1000000000000"]),
+        Probe("calibrate comm --sizes repeated", ["calibrate", "comm", "--sizes", "1024,1024"]),
+        Probe("calibrate comm --reps 10^8", ["calibrate", "comm", "--reps", "100000000"]),
+        Probe("calibrate comm --nproc 100000", ["calibrate", "comm", "--nproc", "100000"]),
+        Probe("calibrate comm --nproc 1", ["calibrate", "comm", "--nproc", "1"]),
+        Probe("calibrate comm --nproc -3", ["calibrate", "comm", "--nproc", "-3"]),
+    ]
 
 
 def probes() -> list[Probe]:
@@ -197,16 +482,22 @@ def probes() -> list[Probe]:
     ]
     if os.geteuid() != 0:  # root reads any file: there is no unreadable file to probe with
         out.append(Probe("profile file unreadable", [*on_profile, "secret.yaml"], {"secret.yaml": "x: 1\n"}, setup=_unreadable))
+    out += _output_probes(os.geteuid() == 0)
+    out += _refresh_probes() + _yaml_probes() + _rendering_probes() + _environment_probes()
     return out
 
 
-def _snapshot(*folders: Path) -> dict[str, tuple[int, int]]:
-    out = {}
-    for folder in folders:
-        for p in folder.rglob("*"):
-            if p.is_file() or p.is_symlink():
-                st = p.lstat()
-                out[str(p)] = (st.st_size, st.st_mtime_ns)
+def _snapshot(root: Path) -> dict[str, tuple[int, ...]]:
+    """Every entry under ``root`` by its lstat: type and inode for all (a device or a pipe replaced
+    by a file shows), size and time for files and links (folders' times change with any temporary
+    file made and removed inside them, which leaves nothing behind)."""
+    out: dict[str, tuple[int, ...]] = {}
+    for p in [root, *root.rglob("*")]:
+        st = p.lstat()
+        if stat.S_ISDIR(st.st_mode):
+            out[str(p)] = (st.st_mode, st.st_ino)
+        else:
+            out[str(p)] = (st.st_mode, st.st_ino, st.st_rdev, st.st_size, st.st_mtime_ns)
     return out
 
 
@@ -221,60 +512,183 @@ class Outcome:
     seconds: float
 
 
+def _preexec(probe: Probe) -> Callable[[], None] | None:
+    if probe.stdout != "closed" and probe.fsize_bytes is None:
+        return None
+
+    def child() -> None:
+        if probe.fsize_bytes is not None:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG, as on a full disk
+            resource.setrlimit(resource.RLIMIT_FSIZE, (probe.fsize_bytes, probe.fsize_bytes))
+        if probe.stdout == "closed":
+            os.close(1)
+
+    return child
+
+
 def run(probe: Probe, timeout_s: float = 180.0) -> Outcome:
     with tempfile.TemporaryDirectory(prefix="srift-probe-") as tmp:
-        folder, cache = Path(tmp) / "work", Path(tmp) / "cache"
-        folder.mkdir()
-        cache.mkdir()
-        for name, content in probe.files.items():
-            path = folder / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content, encoding="utf-8")
+        root = Path(tmp)
+        folder, cache = root / "work", root / "cache"
+        for d in (folder, cache, root / "outside"):
+            d.mkdir()
+        for base, files in ((folder, probe.files), (cache, probe.cache_files)):
+            for name, content in files.items():
+                path = base / name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content, encoding="utf-8")
         if probe.setup:
             probe.setup(folder)
-        before = _snapshot(folder, cache)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SRIFT_")}
-        env.update(SRIFT_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT), **probe.env)
+        before = _snapshot(root)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SRIFT_", "AWS_"))}
+        env.update(SRIFT_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT), AWS_EC2_METADATA_DISABLED="true",
+                   AWS_SHARED_CREDENTIALS_FILE=str(root / "no-credentials"), AWS_CONFIG_FILE=str(root / "no-config"))
+        env.update({k: v.replace("file://MIRROR", f"file://{folder / 'mirror'}").replace("HOME_DIR", str(folder / "home"))
+                    for k, v in probe.env.items()})
         t0 = time.perf_counter()
+        stdout_file = open(folder / probe.stdout, "w") if probe.stdout not in (None, "closed") else None  # noqa: SIM115
         try:
-            res = subprocess.run([sys.executable, "-m", "srift.cli", *probe.argv], cwd=folder, env=env, capture_output=True,
-                                 text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
-            code, err = res.returncode, res.stderr
+            res = subprocess.run([sys.executable, "-m", "srift.cli", *probe.argv], cwd=folder, env=env, text=True,
+                                 stdout=stdout_file or subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout_s,
+                                 stdin=subprocess.DEVNULL, preexec_fn=_preexec(probe), errors="replace")
+            code, out, err = res.returncode, res.stdout or "", res.stderr
         except subprocess.TimeoutExpired:
-            code, err = -1, f"(no answer within {timeout_s:g} s)"
+            code, out, err = -1, "", f"(no answer within {timeout_s:g} s)"
+        finally:
+            if stdout_file is not None:
+                try:
+                    stdout_file.close()
+                except OSError:
+                    pass
         secs = time.perf_counter() - t0
-        after = _snapshot(folder, cache)
-        written = sorted(Path(p).name for p, st in after.items() if before.get(p) != st)
-        lines = err.strip().splitlines()
-        one_each = (sum(l.startswith("Error: ") for l in lines) == 1 and sum(l.startswith("To fix: ") for l in lines) == 1
-                    and len(lines) == 2)
+        after = _snapshot(root)
+        written = sorted(str(Path(p).relative_to(root)) for p in set(before) | set(after) if before.get(p) != after.get(p))
+        if probe.stdout not in (None, "closed"):
+            written = [w for w in written if w != f"work/{probe.stdout}"]  # the stdout device itself is written to, not replaced
+            written += [f"work/{probe.stdout} (replaced)"] if before.get(str(folder / probe.stdout), ())[:3] != \
+                after.get(str(folder / probe.stdout), ())[:3] else []
+        lines = [l for l in err.strip().splitlines() if not l.startswith("Warning: ")]
         tb = "Traceback" in err
-        return Outcome(probe.kind, code, lines[0] if lines else "", tb, written,
-                       code == 2 and one_each and not tb and not written, secs)
+        if 2 in probe.expect:
+            one_each = (len(lines) == 2 and lines[0].startswith("Error: ") and lines[1].startswith("To fix: "))
+            ok = code == 2 and one_each and probe.says in (lines[0] if lines else "")
+        else:
+            ok = code in probe.expect and not any(t in out for t in probe.not_shown)
+        ok = ok and not tb and not written
+        return Outcome(probe.kind, code, lines[0] if lines else "", tb, written, ok, secs)
+
+
+# ==== `srift profile` on unusual scripts (issue 26 item 5; issue 28) ===================================
+# Kept apart from probes(): these scripts are not all refused. A script with nothing to measure is
+# refused like any bad input (exit 2); the others must run to a profile, or end with the script's
+# own exit status, with no traceback and nothing half-written.
+_TRAIN = """import os, sys, torch
+from torch import nn
+net = nn.Linear(8, 2)
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+def step():
+    net(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+@dataclass
+class ProfilerCase:
+    """A profiled script and what srift must do with it: its exit code, and whether p.yaml is written."""
+
+    probe: Probe
+    code: int
+    writes_profile: bool
+
+
+def profiler_cases() -> list[ProfilerCase]:
+    run_ = ["profile", "train.py", "--warmup", "2", "--iters", "3", "-o", "p.yaml", "--timeout", "60"]
+    loop = "for i in range(40):\n    step()\n"
+
+    def case(kind: str, body: str, code: int, writes: bool) -> ProfilerCase:
+        return ProfilerCase(Probe(f"profile: {kind}", run_, {"train.py": _TRAIN + body}), code, writes)
+
+    return [
+        case("a script that never steps", "print('no training')\n", 2, False),
+        case("steps without calling a model", "for i in range(5):\n    opt.step()\n", 2, False),
+        case("fewer steps than warm-up", "step()\n", 2, False),
+        case("a bare except around the loop", "while True:\n    try:\n        step()\n    except:\n        pass\n", 0, True),
+        case("except BaseException, then sleeps", "try:\n    " + loop.replace("\n    ", "\n        ")
+             + "except BaseException:\n    import time\n    time.sleep(600)\n", 0, True),
+        case("os._exit(3) while training", "for i in range(40):\n    step()\n    if i == 3:\n        os._exit(3)\n", 3, False),
+        case("os._exit(0) after training", loop + "os._exit(0)\n", 0, True),
+        case("changes folder first", "os.makedirs('sub', exist_ok=True)\nos.chdir('sub')\n" + loop, 0, True),
+        case("a bf16 model", "net.to(torch.bfloat16)\nfor i in range(40):\n    net(torch.randn(4, 8, dtype=torch.bfloat16))"
+             ".float().sum().backward()\n    opt.step()\n    opt.zero_grad()\n", 0, True),
+        case("forks a child that trains and exits", "for i in range(40):\n    step()\n    if i == 1 and os.fork() == 0:\n"
+             "        step()\n        os._exit(0)\n", 0, True),
+        case("trains in a thread", "import threading\nt = threading.Thread(target=lambda: [step() for _ in range(40)])\n"
+             "t.start()\nt.join()\n", 0, True),
+        case("a multiprocessing pool", "import multiprocessing as mp\nif __name__ == '__main__':\n"
+             "    with mp.get_context('spawn').Pool(2) as pool:\n        for i in range(40):\n"
+             "            pool.map(abs, [1, -2])\n            step()\n", 0, True),
+    ]
+
+
+def judge_profiler_case(c: ProfilerCase, o: Outcome) -> bool:
+    """Exit code as expected, no traceback, p.yaml written exactly when expected and nothing written
+    outside the script's folder (what the script itself makes there is its own), refusals with one
+    Error: and To fix: line."""
+    if c.code == 2:
+        return o.ok
+    inside = all(w == "work" or w.startswith("work/") for w in o.written)
+    return o.code == c.code and not o.traceback and inside and ("work/p.yaml" in o.written) == c.writes_profile
+
+
+def run_profiler_section(k: str) -> list[Outcome]:
+    """Run and print the profiler cases whose kind contains ``k``; return the failing outcomes."""
+    chosen = [c for c in profiler_cases() if k in c.probe.kind]
+    if not chosen:
+        return []
+    print("\n| # | profiled script | exit (expected) | first line | traceback | files written |\n|---|---|---|---|---|---|")
+    bad = []
+    for i, c in enumerate(chosen, 1):
+        o = run(c.probe)
+        ok = judge_profiler_case(c, o)
+        if not ok:
+            bad.append(o)
+        print(f"| {i} | {c.probe.kind}{'' if ok else ' **FAIL**'} | {o.code} ({c.code}) | {o.first_line[:100].replace('|', '/')} | "
+              f"{'yes' if o.traceback else 'no'} | {', '.join(o.written) or 'no'} |", flush=True)
+    print(f"\n{len(chosen)} profiled scripts: {len(chosen) - len(bad)} as expected.")
+    return bad
+# ==== end of the `srift profile` section ==============================================================
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-k", default="", help="Only kinds whose name contains this text.")
+    ap.add_argument("-j", type=int, default=1, help="Kinds run at once.")
     ap.add_argument("--width", type=int, default=110, help="Characters of the first line shown.")
     args = ap.parse_args()
     chosen = [p for p in probes() if args.k in p.kind]
-    print(f"| # | kind | exit | first line | traceback | files written |\n|---|---|---|---|---|---|")
+    print("| # | kind | exit | first line | traceback | files written |\n|---|---|---|---|---|---|")
+    from concurrent.futures import ThreadPoolExecutor
+
     outcomes = []
-    for i, probe in enumerate(chosen, 1):
-        o = run(probe)
-        outcomes.append(o)
-        line = o.first_line if len(o.first_line) <= args.width else o.first_line[: args.width - 3] + "..."
-        mark = "" if o.ok else " **FAIL**"
-        print(f"| {i} | {o.kind}{mark} | {o.code} | {line.replace('|', '/')} | {'yes' if o.traceback else 'no'} | "
-              f"{', '.join(o.written) or 'no'} |", flush=True)
+    with ThreadPoolExecutor(max_workers=max(1, args.j)) as pool:
+        for i, o in enumerate(pool.map(run, chosen), 1):
+            outcomes.append(o)
+            line = o.first_line if len(o.first_line) <= args.width else o.first_line[: args.width - 3] + "..."
+            mark = "" if o.ok else " **FAIL**"
+            print(f"| {i} | {o.kind.replace('|', '/')}{mark} | {o.code} | {line.replace('|', '/')} | {'yes' if o.traceback else 'no'} | "
+                  f"{', '.join(o.written) or 'no'} |", flush=True)
     bad = [o for o in outcomes if not o.ok]
-    print(f"\n{len(outcomes)} kinds of bad input: {sum(o.code == 2 for o in outcomes)} exit 2, "
-          f"{sum(o.ok for o in outcomes)} with one Error: and one To fix: line, no traceback and nothing written; "
-          f"{sum(o.traceback for o in outcomes)} tracebacks; {sum(bool(o.written) for o in outcomes)} wrote files; "
+    refusals = [o for o, p in zip(outcomes, chosen) if 2 in p.expect]
+    outside = sum(any(not w.startswith("work/") for w in o.written) for o in outcomes)
+    print(f"\n{len(outcomes)} kinds of bad input ({len(refusals)} to refuse, {len(outcomes) - len(refusals)} to run unharmed): "
+          f"{sum(o.ok for o in outcomes)} as expected; refusals: {sum(o.code == 2 for o in refusals)} exit 2, "
+          f"{sum(o.ok for o in refusals)} with one Error: and one To fix: line; {sum(o.traceback for o in outcomes)} tracebacks; "
+          f"{sum(bool(o.written) for o in outcomes)} changed, replaced or destroyed a file; {outside} wrote outside their folder; "
           f"{sum(o.seconds for o in outcomes):.0f} s.")
+    bad += run_profiler_section(args.k)
     for o in bad:
-        print(f"FAIL: {o.kind}: exit {o.code}, {o.first_line!r}, written {o.written}")
+        print(f"FAIL: {o.kind!r}: exit {o.code}, {o.first_line!r}, written {o.written}")
     return 1 if bad else 0
 
 

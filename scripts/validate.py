@@ -29,6 +29,9 @@ runs of data/finetuning (``srift.fitting.finetune``: which rows and how each bec
 memory against LitGPT's one-A10G runs, fits-or-not on every run, tokens/s per GPU against NVIDIA's
 NeMo and Hugging Face PEFT runs on H100. Nothing of the fine-tuning model is fitted, on these data
 or others, so each figure is already out of sample for every source left out.
+Layout group: step times of Megatron-Core TP x PP x CP x DP runs (data/llm-parallel-layouts,
+``srift.fitting.layouts``), leave-one-model-out and leave-one-source-out, and the mean regret of
+srift's ranking of measured layouts (``layout_group``).
 
 Rows left out, and why: SuperBench ``float16`` (the whole model cast to fp16, not srift's amp) and
 its unidentified "V100" box; NVIDIA DLE BERT pre-training (the per-GPU batch is reached by
@@ -350,6 +353,46 @@ def finetune_group(data: Path) -> dict:
             "basis": "NeMo SFT/LoRA of Llama 3 8B on 8-32 H100, Hugging Face PEFT LoRA + FSDP of Llama 2 70B and "
                      "Mistral 7B on 8-512 H100; memory: LitGPT full/LoRA/QLoRA on one A10G"}
 
+def layout_group(data: Path) -> None:
+    """The layout group: bf16 step times of Megatron-Core TP x PP x CP x DP runs
+    (data/llm-parallel-layouts; srift.fitting.layouts says which rows and why), with the one
+    layout figure (``megatron_compute_factor``) as shipped, refitted without the row's model
+    (LOMO) and without its source (LOSO: with one source of bf16 step times nothing is left to fit,
+    so the compute model runs as it is), and the mean regret of srift's ranking of the measured
+    layouts of one model and GPU count."""
+    from srift.fitting import layouts as lf
+    from srift.simulate.layouts import load_layout_params
+
+    rows, out = lf.load_rows(data)
+    if not len(rows):
+        return
+    meas = rows["value"].to_numpy(float)
+    pred = np.array([lf.predict_row(r)[0] for r in rows.itertuples()])
+    fits = np.array([lf.predict_row(r)[1] for r in rows.itertuples()])
+    cols = {"fit": pred, "LOMO": lf.held_out(rows, "zoo"), "LOSO": lf.held_out(rows, "source_slug")}
+
+    def pct(p: np.ndarray, mask: np.ndarray) -> float:
+        return float(np.mean(np.abs(p[mask] / meas[mask] - 1.0)) * 100.0)
+
+    factor = load_layout_params().megatron_compute_factor
+    print(f"\nLayout group: step time of {len(rows)} Megatron-Core runs (TP x PP x CP x DP, bf16, DGX H100, "
+          f"data/llm-parallel-layouts), megatron_compute_factor {factor:.4f}. MAPE %:")
+    print(f"{'':<28}{'rows':>6}" + "".join(f"{k:>8}" for k in cols))
+    everything = np.ones(len(rows), dtype=bool)
+    print(f"{'  all':<28}{len(rows):>6}" + "".join(f"{pct(v, everything):>8.1f}" for v in cols.values()))
+    for m in sorted(rows["zoo"].unique()):
+        mask = (rows["zoo"] == m).to_numpy()
+        print(f"{'  ' + m:<28}{int(mask.sum()):>6}" + "".join(f"{pct(v, mask):>8.1f}" for v in cols.values()))
+    mean_regret, groups = lf.regret(rows, pred)
+    print(f"  mean regret {mean_regret * 100:.1f} % over {groups} (model, GPU count) group(s) with more than one measured "
+          f"layout; signed error {np.mean(pred / meas - 1.0) * 100:+.1f} %; {int(fits.sum())} of {len(rows)} measured "
+          f"runs predicted to fit in memory")
+    claims = lf.search_claims(rows)
+    print(f"  srift's own search picks a layout it predicts {np.mean(claims) * -100:.1f} % faster than the measured one on "
+          f"average ({min(claims) * -100:.0f} to {max(claims) * -100:.0f} %, {len(claims)} model x GPU counts): unmeasured, a "
+          "claim to check")
+    print("  left out: " + "; ".join(f"{n} {why}" for why, n in out.items()))
+
 
 def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str, basis: dict[str, str],
                    computed: dict[str, dict] | None = None) -> None:
@@ -542,6 +585,7 @@ def main() -> None:
     print(f"{'':<28}(all-reduce >= 1 MiB over EFA; LOGO column: EFA refitted without the instance type)")
     sharded_figures = sharded_group(Path(args.data))
     finetune_figures = finetune_group(Path(args.data))
+    layout_group(Path(args.data))
     if args.write_accuracy:
         write_accuracy(Path(args.write_accuracy),
                        {"single_gpu": single, "one_node": multi, **({"multi_node": nodes} if len(nodes) else {}),

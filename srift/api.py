@@ -24,7 +24,7 @@ from srift.cluster import Cluster, load_cluster
 from srift.errors import SriftError
 from srift.examples import CopiedExamples, bundled
 from srift.examples import copy_examples as copy_example_files
-from srift.files import check_name, file_in, output_file, read_json
+from srift.files import check_name, check_outputs, file_in, output_file, read_json  # noqa: F401 (check_outputs: for the commands)
 from srift.hardware import CPU, GpuSpec, matching_gpus
 from srift.hardware import gpu as gpu_spec
 from srift.job import DEFAULT_INFRA, FINETUNE_MODES, Job, require_precision
@@ -49,11 +49,12 @@ from srift.search.rank import SearchResult
 from srift.search.sweep import Progress
 from srift.simulate import Predictor
 from srift.simulate.finetune import finetune_optimizer
+from srift.simulate.layout_prediction import layout_memory_error
 from srift.simulate.prediction import Prediction
 from srift.simulate.memory import USABLE_FRACTION, fits
 from srift.zoo import MODELS, canonical_name, llm_arch, load_builtin_profile
 from srift.zoo.hf_config import arch_from_hf_config, hf_config_profile
-from srift.zoo.llm import model_flops_per_token
+from srift.zoo.llm import DecoderArch, model_flops_per_token
 
 if TYPE_CHECKING:
     from srift.profiling.runner import ProfileResult
@@ -168,6 +169,16 @@ def model_flops_fn(model: str | None, model_config: str | None = None) -> Callab
     return None
 
 
+def model_arch(model: str | None, model_config: str | None = None) -> DecoderArch | None:
+    """The architecture of a decoder LLM of the zoo or a Hugging Face config (a ``--layout`` job
+    is predicted from it); None for other models."""
+    if model_config is not None:
+        return arch_from_hf_config(model_config)
+    if model is not None and MODELS[canonical_name(model)].llm:
+        return llm_arch(model)
+    return None
+
+
 # ---- predict ------------------------------------------------------------------------------------
 def with_micro_batch(job: Job, micro_batch_size: int | None, gpus: int) -> Job:
     """``job`` with ``--micro-batch-size M`` on ``gpus`` GPUs: M sequences per GPU per micro-batch,
@@ -195,18 +206,19 @@ def with_micro_batch(job: Job, micro_batch_size: int | None, gpus: int) -> Job:
 
 def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None = None, instance: str | None = None,
             cluster_file: str | None = None, region: str = DEFAULT_INFRA, spot: bool = False,
-            model_config: str | None = None, placement_group: bool | None = None,
-            micro_batch_size: int | None = None) -> PredictResult:
+            model_config: str | None = None, placement_group: bool | None = None) -> PredictResult:
     """Predict ``job`` of a model, a Hugging Face config or profile(s) on an instance spec (in the
-    ``region`` selection, ``--infra`` spelling) or a cluster file (``micro_batch_size``:
-    ``with_micro_batch``)."""
+    ``region`` selection, ``--infra`` spelling) or a cluster file (a data-parallel job's
+    ``--micro-batch-size``: ``with_micro_batch``)."""
     prof, more = resolve_profiles(model, profiles, model_config, job.precision)
     cluster = resolve_cluster(instance, cluster_file, region=region, spot=spot, placement_group=placement_group)
-    job = with_micro_batch(job, micro_batch_size, cluster.gpus)
+    if job.layout is None:
+        job = with_micro_batch(dataclasses.replace(job, micro_batch_size=None), job.micro_batch_size, cluster.gpus)
     flops = model_flops_fn(model, model_config)
-    pred = Predictor(prof, job, more, flops).predict(cluster)
+    pred = Predictor(prof, job, more, flops, model_arch(model, model_config)).predict(cluster)
     if not pred.fits_in_memory:  # an iteration time for a job that cannot run would mislead
-        raise memory_error(cluster, pred, prof.name, lighter_finetune(prof, job, more, flops, cluster))
+        raise (layout_memory_error(cluster, pred, prof.name) if pred.layout
+               else memory_error(cluster, pred, prof.name, lighter_finetune(prof, job, more, flops, cluster)))
     ages: dict[str, PriceAge] = {}
     host_arch = None
     if instance is not None:
@@ -294,7 +306,14 @@ def recommend(job: Job, constraints: Constraints, model: str | None = None, prof
     constraints.require_length(job.length, job.global_batch_size)
     prof, more = resolve_profiles(model, profiles, model_config, job.precision)
     job = with_resolved_length(job, prof)
-    predictor = Predictor(prof, job, more, model_flops_fn(model, model_config))
+    if job.layout is None and job.micro_batch_size is not None:  # the cluster varies: the per-GPU batch
+        job = with_micro_batch(dataclasses.replace(job, micro_batch_size=None, global_batch_size=None),
+                               job.micro_batch_size, 1) if job.global_batch_size is None else job
+        if job.micro_batch_size is not None:
+            raise SriftError("a search without --layout takes --batch-size with --grad-accum, not --micro-batch-size "
+                             "with --global-batch-size (the micro-batches per step would change with the GPUs).",
+                             "give --batch-size and --grad-accum, or --global-batch-size alone.")
+    predictor = Predictor(prof, job, more, model_flops_fn(model, model_config), model_arch(model, model_config))
     found = _search(predictor, constraints, infra, progress)
     return RecommendResult(found, constraints, job, prof.name, predictor.precision, predictor.ref_batch,
                            (job.seq_len or prof.seq_len) if prof.seq_len else None, infra,
@@ -358,7 +377,7 @@ def check(jobfile: JobFile, compare_to: str | None = None) -> CheckResult:
     profile, more = resolve_profiles(jobfile.model, jobfile.profiles, precision=job.precision)
     job = with_resolved_length(job, profile)
     assert job.length is not None  # a job file always has one
-    predictor = Predictor(profile, job, more, model_flops_fn(jobfile.model))
+    predictor = Predictor(profile, job, more, model_flops_fn(jobfile.model), model_arch(jobfile.model))
     infra = jobfile.infra
     if jobfile.instance is not None:
         cluster = resolve_cluster(jobfile.instance, None, region=infra, spot=jobfile.spot)

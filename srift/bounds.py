@@ -29,6 +29,7 @@ MAX_SAMPLES = 10**18  # samples of one job (--samples)
 MAX_TOKENS = 10**18  # tokens of one job (--tokens; the largest LLM runs: about 2 x 10^13)
 MAX_GRAD_ACCUM = 65_536  # micro-batches per optimizer step
 MAX_LORA_RANK = 65_536  # LoRA rank (above any model width srift has)
+MAX_PARALLEL_DEGREE = 65_536  # TP, PP or CP degree of a layout, and virtual pipeline stages
 MAX_KFAC_INTERVAL = 10**6  # K-FAC factor / inverse update interval, iterations
 
 # ---- a cluster ---------------------------------------------------------------------------------
@@ -62,8 +63,14 @@ DEFAULT_PROFILE_TIMEOUT_S = 600.0  # longest wait for the next optimizer step (t
 MAX_PROFILE_TIMEOUT_S = 7 * 24 * 3600.0
 PROFILE_STOP_GRACE_S = 10.0  # after a timeout, how long the script has to unwind before a hard stop
 
+# ---- srift calibrate comm ----------------------------------------------------------------------
+MAX_CALIBRATION_SIZES = 1000  # message sizes of one calibration (a cluster file's comm_calibration)
+MAX_CALIBRATION_BYTES = 1 << 32  # the largest message measured (4 GiB: each worker holds about three)
+MAX_CALIBRATION_REPS = 10_000  # timed repetitions per size
+MAX_CALIBRATION_NPROC = 256  # local worker processes (MAX_GPUS_PER_NODE: the file describes one node of them)
+
 # ---- a profile ---------------------------------------------------------------------------------
-MAX_LAYERS = 100_000  # leaf modules
+MAX_LAYERS = 25_000  # leaf modules (a profile of this many, every field set, stays under MAX_YAML_NODES)
 MAX_LAYER_PARAMS = 10**13  # parameters of one leaf module
 MAX_LAYER_BYTES = 1e18  # gradient, activation and moved bytes of one leaf module per iteration
 MAX_LAYER_FLOPS = 1e24  # FLOPs of one leaf module per iteration
@@ -73,6 +80,7 @@ MAX_KFAC_SPATIAL = 1 << 40  # K-FAC factor rows per sample
 MAX_STATE_BYTES_PER_PARAM = 64  # optimizer state per parameter (Adam in fp32: 8)
 MAX_SAMPLE_BYTES = 1e12  # bytes of one input sample
 MAX_NAME_CHARS = 200  # a profile, cluster or model name
+MAX_NOTES, MAX_NOTE_CHARS = 100, 1000  # a profile's notes kept, and the characters of each
 
 # ---- input files -------------------------------------------------------------------------------
 MAX_INPUT_BYTES = 64 * 2**20  # any YAML or JSON file srift reads

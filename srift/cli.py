@@ -8,6 +8,7 @@ catalog start fast on a machine without torch.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -22,8 +23,13 @@ except ImportError:  # pragma: no cover (older typer uses click's)
     from click.exceptions import ClickException, UsageError  # type: ignore[assignment]
 
 from srift import __version__
-from srift.commands import calibrate_cmd, catalog_cmd, check_cmd, examples_cmd, metavars, predict_cmd, profile_cmd, recommend_cmd
 from srift.errors import SriftError
+
+BROKEN_INSTALL: SriftError | None = None
+try:
+    from srift.commands import calibrate_cmd, catalog_cmd, check_cmd, examples_cmd, metavars, predict_cmd, profile_cmd, recommend_cmd
+except SriftError as _exc:  # srift's own data cannot be read (a wrong SRIFT_HOME, a broken install): main() says so
+    BROKEN_INSTALL = _exc
 
 app = typer.Typer(
     name="srift",
@@ -48,22 +54,24 @@ def _root(
     """srift: where to train your PyTorch job, and what it will cost."""
 
 
-app.command("profile", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(profile_cmd.profile)
-app.command("predict")(predict_cmd.predict)
-app.command("recommend")(recommend_cmd.recommend)
-app.command("check")(check_cmd.check)
-app.command("examples")(examples_cmd.examples)
+if BROKEN_INSTALL is None:
+    app.command("profile", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(profile_cmd.profile)
+    app.command("predict")(predict_cmd.predict)
+    app.command("recommend")(recommend_cmd.recommend)
+    app.command("check")(check_cmd.check)
+    app.command("examples")(examples_cmd.examples)
 
-catalog_app = typer.Typer(help="The GPU instance catalog of AWS, GCP, Lambda and Azure: list, gpus, show, refresh.", no_args_is_help=True)
-catalog_app.command("list")(catalog_cmd.list_)
-catalog_app.command("gpus")(catalog_cmd.gpus)
-catalog_app.command("show")(catalog_cmd.show)
-catalog_app.command("refresh")(catalog_cmd.refresh)
-app.add_typer(catalog_app, name="catalog")
+    catalog_app = typer.Typer(help="The GPU instance catalog of AWS, GCP, Lambda and Azure: list, gpus, show, refresh.",
+                              no_args_is_help=True)
+    catalog_app.command("list")(catalog_cmd.list_)
+    catalog_app.command("gpus")(catalog_cmd.gpus)
+    catalog_app.command("show")(catalog_cmd.show)
+    catalog_app.command("refresh")(catalog_cmd.refresh)
+    app.add_typer(catalog_app, name="catalog")
 
-calibrate_app = typer.Typer(help="Measure your own machines so predictions use real numbers.", no_args_is_help=True)
-calibrate_app.command("comm")(calibrate_cmd.comm)
-app.add_typer(calibrate_app, name="calibrate")
+    calibrate_app = typer.Typer(help="Measure your own machines so predictions use real numbers.", no_args_is_help=True)
+    calibrate_app.command("comm")(calibrate_cmd.comm)
+    app.add_typer(calibrate_app, name="calibrate")
 
 
 @functools.lru_cache(maxsize=1)
@@ -74,7 +82,31 @@ def command() -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: run the app; a SriftError or a usage error (bad flag, bad value) becomes
-    one ``Error:`` line and one ``To fix:`` line with its exit code (2 for bad input)."""
+    one ``Error:`` line and one ``To fix:`` line with its exit code (the README's table: 0 done,
+    1 a check's limit exceeded or nothing meets the limits, 2 bad input or an error, 130
+    interrupted, 141 standard output closed by its reader)."""
+    _standard_streams()
+    args = sys.argv[1:] if argv is None else argv
+    if BROKEN_INSTALL is not None:
+        if args[:1] == ["--version"]:
+            print(f"srift {__version__}")
+            return 0
+        return _error(BROKEN_INSTALL.message, BROKEN_INSTALL.hint, 2)
+    try:
+        code = _run(argv)
+        if sys.stdout is not None:
+            sys.stdout.flush()  # a full disk shows here, not as exit 120 at shutdown
+        return code
+    except BrokenPipeError:  # `srift ... | head`: the reader has what it wanted
+        _silence_stdout()
+        return 141
+    except OSError as exc:  # standard output on a full disk, a dead terminal, a closed descriptor
+        _silence_stdout()
+        return _error(f"could not write the output ({exc.strerror or type(exc).__name__}).",
+                      "free some space or write to another place (--out-file FILE), and run it again.", 2)
+
+
+def _run(argv: list[str] | None) -> int:
     try:
         rv = command().main(args=argv, prog_name="srift", standalone_mode=False)
     except SriftError as exc:
@@ -99,6 +131,34 @@ def main(argv: list[str] | None = None) -> int:
         print("Interrupted.", file=sys.stderr)
         return 130
     return rv if isinstance(rv, int) else 0
+
+
+def _standard_streams() -> None:
+    """Make the standard streams safe to write: a closed descriptor 0, 1 or 2 is opened on
+    /dev/null (output the user discarded; and no file srift opens can land on it), and text that
+    the terminal's encoding cannot show is replaced, not a crash."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: this one
+    if sys.stdout is None:
+        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115 (lives as long as the process)
+    if sys.stderr is None:
+        sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError, OSError):
+                reconfigure(errors="replace")
+
+
+def _silence_stdout() -> None:
+    """Point standard output at /dev/null, so the interpreter's last flush cannot fail again."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
 
 
 def _error(message: str, hint: str, code: int) -> int:

@@ -10,13 +10,14 @@ README (``--cluster configs/clusters/ib-64.yaml``) work in the folder they are c
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
 from srift import DISTRIBUTION
 from srift.errors import SriftError
-from srift.files import PathLike, atomic_open, configs_dir
+from srift.files import PathLike, atomic_write_many, configs_dir, writable_target
 
 #: What `srift examples` copies, as globs relative to the data folder.
 EXAMPLE_GLOBS = ("configs/clusters/*.yaml", "configs/ci/*.yml", "configs/ci/*.yaml", "examples/*.py")
@@ -95,24 +96,33 @@ def copy_examples(dest: PathLike = ".", force: bool = False, pin: tuple[str, str
     unless ``force``. The workflow gets ``pin`` (repository, commit) in place of its placeholders,
     or the commit srift was installed from when it came from git.
 
+    Every file is written or none is (a full disk leaves no partial copy); a target that is not
+    a regular file, or a link leading out of ``dest``, refuses the whole copy.
+
     Raises:
-        SriftError: when ``dest`` is a file.
+        SriftError: when ``dest`` is a file, a target is refused, or the files cannot be written.
     """
     target = Path(dest)
     if target.exists() and not target.is_dir():
         raise SriftError(f"'{target}' is a file, not a folder.", "name a folder (it is created when missing).")
     pin = pin or installed_from_git()
     out = CopiedExamples(target, pinned=None)
+    inside = target.resolve()
+    files: dict[Path, bytes] = {}
     for rel in example_files():
         to = target / rel
-        if to.exists() and not force:
+        if os.path.lexists(to) and not force:
             out.skipped.append(rel)
             continue
+        real = writable_target(to, "example file")  # a device, a pipe or a folder in the way is refused, never replaced
+        if not real.resolve().is_relative_to(inside):  # a link (of the file or a folder above it) leading out of DIR
+            raise SriftError(f"'{to}' leads out of '{target}' (a symbolic link), so srift does not write it; nothing was copied.",
+                             "remove the link, or copy into another folder.")
         data = (data_root() / rel).read_bytes()
         if rel == WORKFLOW and pin is not None:
             data = data.replace(REPO_PLACEHOLDER.encode(), pin[0].encode()).replace(REF_PLACEHOLDER.encode(), pin[1].encode())
             out.pinned = pin
-        with atomic_open(to, "wb") as fh:
-            fh.write(data)
+        files[real] = data
         out.written.append(rel)
+    atomic_write_many(files)  # all or none: a full disk leaves no partial copy
     return out

@@ -18,7 +18,7 @@ import re
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -31,46 +31,223 @@ PathLike = str | os.PathLike[str]
 
 
 # ---- writing ------------------------------------------------------------------------------------
+#: The output path that means standard output.
+STDOUT = "-"
+
+
+def _kind(mode: int) -> str:
+    """What a non-regular file is, in words."""
+    return ("a folder" if stat.S_ISDIR(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+
+
+def writable_target(path: PathLike, what: str = "output file") -> Path:
+    """The path srift writes for ``path``: ``path`` itself when nothing is there or a regular file is,
+    the file a symbolic link points to when that is a regular file.
+
+    Anything else is refused, never replaced: a device (``/dev/stdout``, ``/dev/full``), a named
+    pipe, a socket, a folder, a symbolic link to one of these or to nothing.
+
+    Raises:
+        SriftError: naming ``what``, the path and what is there.
+    """
+    p = Path(path)
+    fix = f"pass the path of a regular file for {what}, or - for standard output."
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        return p
+    except ValueError:  # a NUL byte
+        raise SriftError(f"{what} {shown(str(p))} is not a valid path.", fix) from None
+    except NotADirectoryError:
+        above = next((a for a in p.parents if os.path.lexists(a) and not a.is_dir()), p.parent)
+        raise SriftError(f"{what} '{_show(p)}' cannot be written: '{_show(above)}' is not a folder.", fix) from None
+    except OSError as exc:  # a name too long, a symlink loop
+        raise SriftError(f"{what} '{_show(p)}' cannot be written ({exc.strerror or type(exc).__name__}).", fix) from None
+    if stat.S_ISLNK(st.st_mode):
+        real = Path(os.path.realpath(p))
+        try:
+            st = os.stat(real)
+        except OSError:
+            raise SriftError(f"{what} '{_show(p)}' is a symbolic link to '{_show(real)}', which does not exist.", fix) from None
+        if not stat.S_ISREG(st.st_mode):
+            raise SriftError(f"{what} '{_show(p)}' is a symbolic link to {_kind(st.st_mode)} ('{_show(real)}'); "
+                             "srift does not replace it.", fix)
+        return real
+    if not stat.S_ISREG(st.st_mode):
+        raise SriftError(f"{what} '{_show(p)}' is {_kind(st.st_mode)}; srift does not replace it.", fix)
+    return p
+
+
+def _same_file(a: Path, b: PathLike) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
+
+
+def output_file(path: PathLike, what: str, overwrite: bool = True, hint: str = "",
+                inputs: Iterable[PathLike | None] = ()) -> Path:
+    """``path`` when srift may write it (``-``: standard output), checked before the work that
+    produces it, so a long run does not end in a refusal to write; the write itself stays atomic
+    (``atomic_open``). Refused: a target ``writable_target`` refuses, an existing file unless
+    ``overwrite``, the same file as any of ``inputs`` (``check srift.yaml --out-file srift.yaml``),
+    and a folder that cannot be made or written.
+
+    Raises:
+        SriftError: naming ``what`` and the path (``hint`` says how to choose another path or
+            overwrite).
+    """
+    if str(path) == STDOUT:
+        return Path(STDOUT)
+    p = Path(path)
+    if os.path.lexists(p) and not os.path.isdir(p) and not overwrite:
+        raise SriftError(f"{what} '{_show(p)}' already exists; srift does not replace it unasked.", hint)
+    real = writable_target(p, what)
+    for source in inputs:
+        if source is not None and str(source) != STDOUT and _same_file(real, source):
+            raise SriftError(f"{what} '{_show(p)}' is the same file as the input '{_show(source)}'; writing it would destroy "
+                             "the input.", "pass another path for the output.")
+    folder = real.parent
+    try:
+        while not folder.exists():
+            folder = folder.parent
+    except OSError as exc:
+        raise SriftError(f"{what} '{_show(p)}' cannot be written ({exc.strerror or type(exc).__name__}).", "pass another path.") from None
+    if not folder.is_dir():
+        raise SriftError(f"{what} '{_show(p)}' cannot be written: '{_show(folder)}' is {_kind(folder.stat().st_mode)}, not a folder.",
+                         "pass another path.")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise SriftError(f"{what} '{_show(p)}' cannot be written: permission denied on '{_show(folder)}'.",
+                         "pass a path in a folder you can write.")
+    return p
+
+
+def check_outputs(outputs: dict[str, PathLike | None], inputs: Iterable[PathLike | None] = ()) -> None:
+    """Check every output a command was asked for (flag -> path or None) with ``output_file``, up
+    front, and that no two of them are the same file or both standard output.
+
+    Raises:
+        SriftError: for the first output that cannot be written as asked.
+    """
+    given = {flag: path for flag, path in outputs.items() if path is not None and str(path) != ""}
+    sources = list(inputs)
+    seen: dict[str, str] = {}
+    for flag, path in given.items():
+        output_file(path, flag, inputs=sources)
+        key = STDOUT if str(path) == STDOUT else os.path.realpath(path)
+        if key in seen:
+            raise SriftError(f"{seen[key]} and {flag} both write '{_show(path)}'.", "pass a different path to each.")
+        seen[key] = flag
+
+
 @contextlib.contextmanager
 def atomic_open(path: PathLike, mode: str = "w", overwrite: bool = True) -> Iterator[IO[Any]]:
     """Open a temporary file beside ``path`` (``mode`` ``"w"`` for text, ``"wb"`` for bytes);
     on a clean exit it is flushed to disk and renamed over ``path``, on an error removed.
+    ``-`` writes to standard output instead.
 
     Readers see the old file or the complete new one, never a part: a process killed at any
     point leaves at most a ``.NAME.*.tmp`` beside the target. With ``overwrite=False`` the new
-    file is linked in only where no file is (atomically: a file created meanwhile is kept).
+    file is linked in only where no file is (atomically: a file created meanwhile is kept). A
+    target that is not a regular file (a device, a pipe, a folder, a link to one) is refused
+    (``writable_target``); a link to a regular file is followed (the link stays). The file gets
+    the usual mode (0666 less the umask: 0644 under umask 022).
 
     Raises:
         FileExistsError: with ``overwrite=False``, when ``path`` exists (nothing is written).
-        SriftError: when the folder cannot be made or written.
+        SriftError: when the target is refused, or its folder cannot be made or written (a full
+            disk, a read-only file system, a name too long): nothing is left behind.
     """
-    target = Path(path)
-    if target.is_dir():
-        raise SriftError(f"cannot write '{_show(target)}': it is a folder.", "pass the path of a file to write.")
+    if str(path) == STDOUT:
+        yield _stdout(binary="b" in mode)
+        return
+    target = writable_target(path)
+    fix = "pass a path in a folder you can write, or free some space."
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name[:100]}.", suffix=".tmp", dir=target.parent)
     except OSError as exc:  # a parent that is a file or a device, a read-only or full disk
         above = next((p for p in target.parents if os.path.lexists(p)), None)
         why = f"'{above}' is not a folder" if above is not None and not above.is_dir() else (exc.strerror or type(exc).__name__)
         raise SriftError(f"cannot write '{_show(target)}': {why}.", "pass a path in a folder you can write.") from None
     try:
-        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600 files; give the usual permissions
-        if overwrite:
-            os.replace(tmp, target)
-        else:
-            _link_new(tmp, target)
+        try:
+            with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as fh:
+                yield fh
+                fh.flush()
+                os.fsync(fh.fileno())
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600 files; give the usual permissions
+            if overwrite:
+                os.replace(tmp, target)
+            else:
+                _link_new(tmp, target)
+        except FileExistsError:
+            raise
+        except OSError as exc:  # ENOSPC, EFBIG, EIO, EROFS while writing or renaming
+            raise SriftError(f"cannot write '{_show(target)}' ({exc.strerror or type(exc).__name__}); nothing was written "
+                             "(a file that was there is unchanged).", fix) from None
         _fsync_dir(target.parent)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _stdout(binary: bool) -> IO[Any]:
+    """Standard output for ``-`` (its bytes buffer for binary output), not closed afterwards."""
+    if sys.stdout is None:
+        raise SriftError("standard output is closed, so - cannot be written.", "pass a file path, or run with stdout open.")
+    return sys.stdout.buffer if binary else sys.stdout
+
+
+def atomic_write_many(files: dict[Path, bytes]) -> None:
+    """Write several files all or none: each to a temporary file beside it, then every one renamed
+    into place. A failure while writing (a full disk) removes the temporary files and leaves every
+    target as it was. Targets are checked with ``writable_target``.
+
+    Raises:
+        SriftError: when a target is refused or a file cannot be written.
+    """
+    staged: list[tuple[str, Path]] = []
+    made: list[Path] = []  # folders made here, removed again when the write fails
+    try:
+        for path, data in files.items():
+            target = writable_target(path)
+            try:
+                missing = [a for a in [target.parent, *target.parent.parents] if not os.path.lexists(a)]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                made += missing
+                fd, tmp = tempfile.mkstemp(prefix=f".{target.name[:100]}.", suffix=".tmp", dir=target.parent)
+            except OSError as exc:
+                raise SriftError(f"cannot write '{_show(target)}' ({exc.strerror or type(exc).__name__}); nothing was written.",
+                                 "pass a folder you can write, or free some space.") from None
+            staged.append((tmp, target))
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                umask = os.umask(0)
+                os.umask(umask)
+                os.chmod(tmp, 0o666 & ~umask)
+            except OSError as exc:
+                raise SriftError(f"cannot write '{_show(target)}' ({exc.strerror or type(exc).__name__}); nothing was written.",
+                                 "free some space, or pass another folder.") from None
+        for tmp, target in staged:
+            os.replace(tmp, target)
+    except BaseException:
+        for tmp, _ in staged:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        for folder in sorted(made, key=lambda f: len(f.parts), reverse=True):  # each made here, empty again
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+        raise
+    for folder in {t.parent for _, t in staged}:
+        _fsync_dir(folder)
 
 
 def _link_new(tmp: str, target: Path) -> None:
@@ -97,32 +274,6 @@ def _fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
-def output_file(path: PathLike, what: str, overwrite: bool, hint: str) -> Path:
-    """``path`` when srift may write it: not a folder, not an existing file unless ``overwrite``,
-    in a folder that exists or can be made. Checked before the work that produces it, so a long
-    run does not end in a refusal to write; the write itself stays atomic (``atomic_open``).
-
-    Raises:
-        SriftError: naming ``what`` and the path (``hint`` says how to choose another path or
-            overwrite).
-    """
-    p = Path(path)
-    if p.is_dir():
-        raise SriftError(f"{what} '{p}' is a folder.", "pass a file name, e.g. " + str(p / "profile.yaml") + ".")
-    if os.path.lexists(p) and not overwrite:
-        raise SriftError(f"{what} '{p}' already exists; srift does not replace it unasked.", hint)
-    if os.path.lexists(p) and not p.is_file():
-        raise SriftError(f"{what} '{p}' exists and is not a regular file.", "pass another path.")
-    folder = p.parent
-    while not folder.exists():
-        folder = folder.parent
-    if not folder.is_dir():
-        raise SriftError(f"{what} '{p}' cannot be written: '{folder}' is a file, not a folder.", "pass another path.")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise SriftError(f"{what} '{p}' cannot be written: permission denied on '{folder}'.", "pass a path in a folder you can write.")
-    return p
-
-
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 
 
@@ -134,7 +285,7 @@ def check_name(name: str, what: str = "--name") -> str:
     Raises:
         SriftError: for anything else, with the rule.
     """
-    if not isinstance(name, str) or not _NAME.match(name) or len(name) > MAX_NAME_CHARS:
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or len(name) > MAX_NAME_CHARS:
         raise SriftError(f"{what} {shown(name)} is not a plain name.",
                          f"use letters, digits and . _ + - (starting with a letter or digit, at most {MAX_NAME_CHARS} "
                          "characters); to write elsewhere, pass -o PATH.")
@@ -260,6 +411,8 @@ def load_yaml(text: str, source: str) -> Any:
             return loader.get_single_data()
         finally:
             loader.dispose()
+    except YAMLRefusal as exc:
+        raise SriftError(f"{source} {exc.message}", exc.hint) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -268,8 +421,120 @@ def load_yaml(text: str, source: str) -> Any:
         raise SriftError(f"{source} is not valid YAML ({shown(str(exc))}).", "fix the syntax of the file.") from None
 
 
-# The C loader is the same safe loader, several times faster (profiles have hundreds of layers).
-_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+class YAMLRefusal(SriftError):
+    """A document the strict loader refuses: a duplicate key, or a plain value YAML 1.1 reads
+    differently from YAML 1.2 (``load_yaml`` names the file)."""
+
+
+class _StrictConstructor(yaml.constructor.SafeConstructor):
+    """The safe constructor, strict where PyYAML (YAML 1.1) silently surprises.
+
+    * A key given twice in one mapping is refused with both lines (PyYAML keeps the last, so
+      ``limits: {max_cost_usd: 0.5, max_cost_usd: 1000000}`` would pass a CI gate at $1,000,000).
+    * A plain value that YAML 1.1 reads as something else than YAML 1.2 is refused with its line:
+      sexagesimal numbers (``1:30`` is 90), integers with a leading zero (``032`` is octal 26),
+      the booleans ``yes/no/on/off``. Quoted, each is the text it shows. (``1_000`` and ``0b11``
+      stay the numbers they were meant to be.)
+    * A plain date (``2026-07-20``) stays the text it is, as in YAML 1.2.
+    """
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            first_line: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    hash(key)
+                except TypeError:
+                    continue  # refused by the base constructor below, as an unhashable key
+                line = key_node.start_mark.line + 1
+                if key in first_line and type(key) is type(next(k for k in first_line if k == key)):
+                    where = f"on line {line}" if first_line[key] == line else f"at lines {first_line[key]} and {line}"
+                    raise YAMLRefusal(f"has the key {shown(str(key), 60)} twice, {where} (YAML would keep only the last one).",
+                                      "remove one of them.")
+                first_line.setdefault(key, line)
+        return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_bool(self, node: Any) -> Any:
+        value = self.construct_scalar(node)
+        if value.lower() in ("yes", "no", "on", "off"):
+            _surprise(node, f"'{value}' is a boolean in YAML 1.1 and text in YAML 1.2",
+                      "write true or false, or quote it for text.")
+        return super().construct_yaml_bool(node)
+
+    def construct_yaml_int(self, node: Any) -> Any:
+        value = super().construct_yaml_int(node)
+        _check_number(node, self.construct_scalar(node), value, integer=True)
+        return value
+
+    def construct_yaml_float(self, node: Any) -> Any:
+        value = super().construct_yaml_float(node)
+        _check_number(node, self.construct_scalar(node), value, integer=False)
+        return value
+
+    def construct_yaml_timestamp(self, node: Any, values: Any = None) -> Any:
+        return self.construct_scalar(node)  # YAML 1.2 has no timestamps: the text as written
+
+
+_LEADING_ZERO = re.compile(r"^[-+]?0[0-9_]")
+
+
+def _check_number(node: Any, text: str, value: Any, integer: bool) -> None:
+    """Refuse a number YAML 1.1 and YAML 1.2 read differently (see ``_StrictConstructor``);
+    ``value`` is what YAML 1.1 made of ``text``."""
+    text = text.strip()
+    if ":" in text:
+        why, fix = "a base-60 number in YAML 1.1", "write the number itself (e.g. 1.5 for an hour and a half), or quote it for text."
+    elif integer and _LEADING_ZERO.match(text):
+        why, fix = "octal in YAML 1.1 and decimal in YAML 1.2", "write it without the leading zero."
+    else:
+        return
+    _surprise(node, f"{shown(text, 40)} is {why}: PyYAML would read it as {shown(value, 40)}", fix)
+
+
+def _surprise(node: Any, what: str, fix: str) -> None:
+    raise YAMLRefusal(f"line {node.start_mark.line + 1}: {what}.", fix)
+
+
+for _tag, _method in (("bool", _StrictConstructor.construct_yaml_bool), ("int", _StrictConstructor.construct_yaml_int),
+                      ("float", _StrictConstructor.construct_yaml_float),
+                      ("timestamp", _StrictConstructor.construct_yaml_timestamp)):
+    _StrictConstructor.add_constructor(f"tag:yaml.org,2002:{_tag}", _method)  # type: ignore[type-var]
+
+
+class _Resolver12(yaml.resolver.Resolver):
+    """PyYAML's resolver, and YAML 1.2's exponents without a sign or a dot (``1e3``, ``1.5e3``: numbers, not text)."""
+
+
+_Resolver12.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+                                  list("-+.0123456789"))
+
+
+try:  # the C parser, several times faster (profiles have hundreds of layers)
+    from yaml._yaml import CParser as _Parser
+except ImportError:  # pragma: no cover (PyYAML without libyaml)
+    from yaml.composer import Composer
+    from yaml.parser import Parser
+    from yaml.reader import Reader
+    from yaml.scanner import Scanner
+
+    class _Parser(Reader, Scanner, Parser, Composer):  # type: ignore[no-redef]
+        def __init__(self, stream: Any) -> None:
+            Reader.__init__(self, stream)
+            Scanner.__init__(self)
+            Parser.__init__(self)
+            Composer.__init__(self)
+
+
+class _SafeLoader(_Parser, _StrictConstructor, _Resolver12):
+    """The safe loader with the strict constructor: the one loader of every YAML srift reads."""
+
+    def __init__(self, stream: Any) -> None:
+        _Parser.__init__(self, stream)
+        _StrictConstructor.__init__(self)
+        _Resolver12.__init__(self)
 _COLLECTION_START = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
 _COLLECTION_END = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
 
@@ -334,18 +599,23 @@ def _check_yaml_events(events: Iterator[Any], source: str) -> None:
         parent_anchor, parent_size = open_[-1]
         total = parent_size + size
         if total > MAX_YAML_NODES:
-            raise SriftError(f"{source} expands to more than {MAX_YAML_NODES:,} values (aliases counted at every use), "
-                             "more than srift reads.", "check that this is the right file; write repeated parts out.")
+            aliased = " (aliases counted at every use)" if anchors else ""  # blame aliases only where there are some
+            raise SriftError(f"{source} expands to more than {MAX_YAML_NODES:,} values{aliased}, more than srift reads.",
+                             "check that this is the right file" + ("; write repeated parts out." if anchors else "."))
         open_[-1] = (parent_anchor, total)
 
 
 def read_json(path: PathLike, what: str, hint: str) -> Any:
     """Read a JSON file checked by ``input_file``; raise SriftError (``what`` is missing / not
-    valid JSON / nested too deep, then ``hint``). NaN and Infinity, which are not JSON, are refused."""
+    valid JSON / nested too deep, then ``hint``). NaN and Infinity, which are not JSON, are refused, and so is a key
+    given twice in one object."""
     p = Path(path)
     text = read_text(p, what)
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise SriftError(f"{what} '{_show(p)}' has the key {shown(exc.key, 60)} twice in one object "
+                         "(JSON readers differ on which one counts).", "remove one of them.") from None
     except (json.JSONDecodeError, ValueError):
         raise SriftError(f"{what} '{_show(p)}' is not valid JSON.", hint) from None
     except RecursionError:
@@ -358,6 +628,21 @@ def _show(path: PathLike) -> str:
     return text if len(text) <= 160 else f"{text[:60]}...{text[-80:]}"
 
 
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
@@ -368,6 +653,13 @@ def _data_root() -> Path:
     # under <prefix>/share/srift (pyproject data-files). SRIFT_HOME overrides both.
     env = os.environ.get("SRIFT_HOME")
     if env:
+        try:
+            usable = (Path(env) / "configs").is_dir()
+        except (OSError, ValueError):  # a name too long, a NUL byte
+            usable = False
+        if not usable:
+            raise SriftError(f"SRIFT_HOME {shown(env, 120)} is not a srift data folder (it has no configs/ folder).",
+                             "unset SRIFT_HOME, or point it at a srift checkout or at <prefix>/share/srift of an install.")
         return Path(env)
     repo = Path(__file__).resolve().parents[1]
     if (repo / "configs").is_dir():

@@ -15,7 +15,7 @@ from typing import Literal, get_args
 
 from srift.bounds import (
     MAX_BATCH_SIZE, MAX_DATASET_SIZE, MAX_EPOCHS, MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM, MAX_KFAC_INTERVAL, MAX_LORA_RANK,
-    MAX_SAMPLES, MAX_SEQ_LEN, MAX_STEPS, MAX_TOKENS, require,
+    MAX_PARALLEL_DEGREE, MAX_SAMPLES, MAX_SEQ_LEN, MAX_STEPS, MAX_TOKENS, require,
 )
 from srift.errors import SriftError
 
@@ -73,6 +73,49 @@ AUTO: Auto = "auto"
 # The dtype gradients are reduce-scattered (all-reduced) in: FSDP MixedPrecision's reduce_dtype.
 ReduceDtype = Literal["fp32", "bf16"]
 REDUCE_DTYPES: tuple[ReduceDtype, ...] = get_args(ReduceDtype)
+# Data parallelism of a job with a --layout (srift/simulate/layouts.py): zero1 is Megatron's
+# distributed optimizer (gradients reduce-scattered, optimizer states sharded), ddp all-reduces.
+LayoutParallelism = Literal["zero1", "ddp"]
+LAYOUT_PARALLELISMS: tuple[LayoutParallelism, ...] = get_args(LayoutParallelism)
+# Pipeline schedules of a layout: Megatron's 1F1B and its interleaved variant (virtual stages).
+PipelineSchedule = Literal["1f1b", "interleaved"]
+PIPELINE_SCHEDULES: tuple[PipelineSchedule, ...] = get_args(PipelineSchedule)
+
+
+@dataclass(frozen=True)
+class LayoutRequest:
+    """What ``--layout`` asks for: fixed tensor-, pipeline- and context-parallel degrees, or all
+    three searched (``auto``: every field None). Data parallelism takes the GPUs left."""
+
+    tp: int | None = None
+    pp: int | None = None
+    cp: int | None = None
+
+    @property
+    def auto(self) -> bool:
+        return self.tp is None and self.pp is None and self.cp is None
+
+
+def parse_layout(text: str) -> LayoutRequest:
+    """``tp=T,pp=P,cp=C`` (any of them; the others 1) or ``auto``.
+
+    Raises:
+        SriftError: for anything else.
+    """
+    t = text.strip().lower()
+    if t == AUTO:
+        return LayoutRequest()
+    got: dict[str, int] = {}
+    for part in t.split(","):
+        key, sep, value = part.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or key not in ("tp", "pp", "cp") or key in got or not value.isdigit() \
+                or not 1 <= int(value) <= MAX_PARALLEL_DEGREE:
+            raise SriftError(f"--layout '{text}' is not a layout.",
+                             f"pass --layout tp=T,pp=P,cp=C (each 1 to {MAX_PARALLEL_DEGREE:,}; data parallelism takes "
+                             "the rest) or --layout auto.")
+        got[key] = int(value)
+    return LayoutRequest(got.get("tp", 1), got.get("pp", 1), got.get("cp", 1))
 
 
 def require_precision(precision: str) -> Precision:
@@ -279,6 +322,12 @@ class Job:
             fp32 master weights under amp/bf16).
         lora_rank: LoRA's rank (``lora``, ``qlora``).
         lora_targets: One of LORA_TARGETS (``lora``, ``qlora``).
+        layout: Tensor/pipeline/context parallelism of a decoder LLM, ``tp=T,pp=P,cp=C`` or
+            ``auto`` (``parse_layout``; srift/simulate/layouts.py), None: data parallelism only.
+            ``parallelism`` is then ``zero1`` (the default under ``auto``) or ``ddp``.
+        micro_batch_size: Sequences per micro-batch of a layout (None: 1, searched under auto).
+        pipeline_schedule: One of PIPELINE_SCHEDULES (None: ``interleaved`` with virtual stages).
+        virtual_stages: Virtual pipeline stages per rank (interleaved schedule).
 
     Raises:
         SriftError: for a setting out of its vocabulary or range.
@@ -294,7 +343,7 @@ class Job:
     kfac_inv_steps: int = 1
     kfac_inverse_method: KfacInverseMethod = "inverse"
     length: JobLength | None = None
-    parallelism: Parallelism | Auto = AUTO
+    parallelism: Parallelism | LayoutParallelism | Auto = AUTO
     activation_checkpointing: Checkpointing | Auto = AUTO
     grad_accum: int = 1
     reduce_dtype: ReduceDtype = "fp32"
@@ -303,6 +352,10 @@ class Job:
     finetune: FinetuneMode | None = None
     lora_rank: int = DEFAULT_LORA_RANK
     lora_targets: LoraTargets = "all-linear"
+    layout: str | None = None
+    micro_batch_size: int | None = None
+    pipeline_schedule: PipelineSchedule | None = None
+    virtual_stages: int = 1
 
     def __post_init__(self) -> None:
         for name, high in (("batch_size", MAX_BATCH_SIZE), ("seq_len", MAX_SEQ_LEN), ("global_batch_size", MAX_GLOBAL_BATCH_SIZE),
@@ -330,7 +383,8 @@ class Job:
         if self.global_batch_size is not None and self.global_batch_size % self.grad_accum:
             raise SriftError(f"global batch {self.global_batch_size} is not a multiple of --grad-accum {self.grad_accum}.",
                              "make the global batch a multiple of the micro-batches per step.")
-        require_choice(self.parallelism, (*PARALLELISMS, AUTO), "parallelism", "--parallelism")
+        require_choice(self.parallelism, (*PARALLELISMS, *LAYOUT_PARALLELISMS, AUTO), "parallelism", "--parallelism")
+        self._check_layout()
         require_choice(self.activation_checkpointing, (*CHECKPOINTING, AUTO), "activation checkpointing",
                        "--activation-checkpointing")
         require_choice(self.reduce_dtype, REDUCE_DTYPES, "reduce dtype", "--reduce-dtype")
@@ -345,6 +399,37 @@ class Job:
         if self.kfac and self.parallelism in SHARDED_PARALLELISMS:
             raise SriftError(f"K-FAC is modelled with DDP only, not with --parallelism {self.parallelism}.",
                              "use --parallelism ddp with --optimizer kfac.")
+
+    def _check_layout(self) -> None:
+        if self.micro_batch_size is not None:
+            require(self.micro_batch_size, "--micro-batch-size", 1, MAX_BATCH_SIZE, integer=True,
+                    hint=f"pass --micro-batch-size from 1 to {MAX_BATCH_SIZE:,}.")
+        require(self.virtual_stages, "--virtual-stages", 1, MAX_PARALLEL_DEGREE, integer=True,
+                hint=f"pass --virtual-stages from 1 to {MAX_PARALLEL_DEGREE:,}.")
+        if self.pipeline_schedule is not None:
+            require_choice(self.pipeline_schedule, PIPELINE_SCHEDULES, "pipeline schedule", "--pipeline-schedule")
+        if self.layout is None:
+            if self.parallelism == "zero1":
+                raise SriftError("--parallelism zero1 is modelled with a --layout.",
+                                 "add --layout tp=T,pp=P,cp=C (or auto), or use --parallelism zero2 or fsdp.")
+            # --micro-batch-size without a layout: the data-parallel micro-batch (srift.api.with_micro_batch).
+            for flag, given in (("--pipeline-schedule", self.pipeline_schedule is not None),
+                                ("--virtual-stages", self.virtual_stages != 1)):
+                if given:
+                    raise SriftError(f"{flag} needs a --layout.", f"add --layout tp=T,pp=P,cp=C (or auto), or drop {flag}.")
+            return
+        parse_layout(self.layout)
+        if self.batch_size is not None:
+            raise SriftError("--batch-size is the per-GPU batch of data parallelism; a --layout takes --micro-batch-size.",
+                             "pass --micro-batch-size (sequences per micro-batch) and --global-batch-size instead.")
+        if self.parallelism not in (*LAYOUT_PARALLELISMS, AUTO):
+            raise SriftError(f"--parallelism {self.parallelism} is not modelled with --layout.",
+                             "use --parallelism zero1 (Megatron's distributed optimizer) or ddp with --layout.")
+        if self.virtual_stages > 1 and self.pipeline_schedule == "1f1b":
+            raise SriftError("--virtual-stages needs the interleaved schedule.",
+                             "use --pipeline-schedule interleaved, or drop --virtual-stages.")
+        if self.kfac:
+            raise SriftError("K-FAC is modelled with DDP only, not with --layout.", "drop --layout with --optimizer kfac.")
 
     @property
     def kfac(self) -> bool:

@@ -28,18 +28,19 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from srift.bounds import (
-    MAX_BATCH_SIZE, MAX_DATASET_SIZE, MAX_EPOCHS, MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM, MAX_KFAC_INTERVAL, MAX_LORA_RANK, MAX_SAMPLES,
-    MAX_SEQ_LEN, MAX_STEPS, MAX_TOKENS,
+    MAX_BATCH_SIZE, MAX_DATASET_SIZE, MAX_EPOCHS, MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM, MAX_KFAC_INTERVAL, MAX_LORA_RANK,
+    MAX_PARALLEL_DEGREE, MAX_SAMPLES, MAX_SEQ_LEN, MAX_STEPS, MAX_TOKENS,
 )
 from srift.errors import one_of
 from srift.job import (
     AUTO, CHECKPOINTING, DATA_LOADING, DEFAULT_LORA_RANK, FINETUNE_MODES, KFAC_INVERSE_METHODS, KFAC_STRATEGIES,
-    LORA_TARGETS, OPTIMIZERS, PARALLELISMS, PRECISIONS, REDUCE_DTYPES, Job, JobLength,
+    LAYOUT_PARALLELISMS, LORA_TARGETS, OPTIMIZERS, PARALLELISMS, PIPELINE_SCHEDULES, PRECISIONS, REDUCE_DTYPES, Job,
+    JobLength,
 )
 
-OptionKind = Literal["int", "float", "str", "bool"]
+OptionKind = Literal["int", "float", "str", "bool", "text"]
 OptionPart = Literal["setting", "length"]
-_KINDS: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool}
+_KINDS: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool, "text": str}
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,8 @@ class JobOption:
     Attributes:
         name: The field's name; also the job-file key and, in capitals after ``SRIFT_``, its
             environment variable.
-        kind: ``int``, ``float``, ``str`` or ``bool``.
+        kind: ``int``, ``float``, ``str`` (a word of ``choices``), ``bool`` or ``text`` (a value
+            ``Job`` parses, like ``--layout tp=8,pp=4``; ``example`` shows one).
         default: The field's default (None: not set, the profile's or the model's own).
         help: The ``--help`` line.
         choices: The words a ``str`` option takes (its vocabulary, from srift/job.py).
@@ -58,6 +60,7 @@ class JobOption:
         part: ``setting`` (a Job field) or ``length`` (a JobLength field).
         negative_flag: The flag that turns a ``bool`` option off (``--plain-loss``).
         scientific: The command line takes the count as a number (``1e9``) that must be whole.
+        example: A valid value of a ``text`` option (messages, tests).
     """
 
     name: str
@@ -69,12 +72,15 @@ class JobOption:
     part: OptionPart = "setting"
     negative_flag: str | None = None
     scientific: bool = False
+    example: str = ""
 
     def __post_init__(self) -> None:
         if (self.kind == "str") != bool(self.choices) or (self.kind in ("int", "float")) != (self.high is not None):
             raise ValueError(f"job option {self.name}: a str option needs choices, a number a bound, nothing else either.")
         if (self.kind == "bool") != (self.negative_flag is not None):
             raise ValueError(f"job option {self.name}: a bool option, and only it, needs a negative flag.")
+        if (self.kind == "text") != bool(self.example):
+            raise ValueError(f"job option {self.name}: a text option, and only it, needs an example.")
 
     @property
     def flag(self) -> str:
@@ -91,6 +97,8 @@ class JobOption:
         """What the job file's key must be, for messages: ``a positive integer``, ``sgd or kfac``."""
         if self.choices:
             return one_of(self.choices)
+        if self.kind == "text":
+            return f"text like {self.example}"
         return {"int": "a positive integer", "float": "a positive number", "bool": "true or false"}[self.kind]
 
 
@@ -108,9 +116,19 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "convolutions and FP32 matmuls on Ampere and newer; fp32-strict: no TF32 at all.", choices=PRECISIONS),
     JobOption("data_loading", "str", None, f"{one_of(DATA_LOADING)}: where batches come from (default: images for vision "
               "models, tokens for sequence models; a measured profile's own data time).", choices=DATA_LOADING),
-    JobOption("parallelism", "str", AUTO, f"{one_of((*PARALLELISMS, AUTO))}: how the job is spread (auto: per "
-              "configuration the fastest that fits; DDP for models without transformer blocks).",
-              choices=(*PARALLELISMS, AUTO)),
+    JobOption("parallelism", "str", AUTO, f"{one_of((*PARALLELISMS, 'zero1', AUTO))}: how the job is spread (auto: per "
+              "configuration the fastest that fits; DDP for models without transformer blocks; with --layout: zero1, "
+              "Megatron's distributed optimizer, or ddp).",
+              choices=(*PARALLELISMS, *(p for p in LAYOUT_PARALLELISMS if p not in PARALLELISMS), AUTO)),
+    JobOption("layout", "text", None, "Tensor, pipeline and context parallelism of a decoder LLM: tp=T,pp=P,cp=C (data "
+              "parallelism takes the rest) or auto (the fastest layout that fits).", example="tp=2,pp=1,cp=1"),
+    JobOption("micro_batch_size", "int", None, "Sequences per micro-batch of a --layout job (default 1; searched under "
+              "--layout auto); without --layout, per GPU (predict: --global-batch-size / (micro x GPUs) micro-batches "
+              "per step).", high=MAX_BATCH_SIZE),
+    JobOption("pipeline_schedule", "str", None, f"{one_of(PIPELINE_SCHEDULES)}: the --layout's pipeline schedule (default: "
+              "interleaved with --virtual-stages above 1, else 1f1b).", choices=PIPELINE_SCHEDULES),
+    JobOption("virtual_stages", "int", 1, "Virtual pipeline stages per rank of the interleaved schedule (--layout).",
+              high=MAX_PARALLEL_DEGREE),
     JobOption("activation_checkpointing", "str", AUTO, f"{one_of((*CHECKPOINTING, AUTO))} (per transformer block; "
               "selective: torchtitan's per-op policy).", choices=(*CHECKPOINTING, AUTO)),
     JobOption("reduce_dtype", "str", "fp32", f"{one_of(REDUCE_DTYPES)}: dtype sharded jobs reduce gradients in (FSDP "

@@ -19,10 +19,11 @@ from typing import Any
 
 from srift.bounds import (
     MAX_BATCH_SIZE, MAX_GPUS, MAX_ITERS, MAX_KFAC_DIM, MAX_KFAC_SPATIAL, MAX_LAYER_BYTES, MAX_LAYER_FLOPS, MAX_LAYER_PARAMS,
-    MAX_LAYER_S, MAX_LAYERS, MAX_NAME_CHARS, MAX_SAMPLE_BYTES, MAX_SEQ_LEN, MAX_STATE_BYTES_PER_PARAM, shown,
+    MAX_LAYER_S, MAX_LAYERS, MAX_NAME_CHARS, MAX_NOTE_CHARS, MAX_NOTES, MAX_SAMPLE_BYTES, MAX_SEQ_LEN, MAX_STATE_BYTES_PER_PARAM, shown,
 )
 from srift.errors import SriftError
 from srift.files import read_yaml, write_yaml
+from srift.text import inert
 from srift.job import CHECKPOINTING, PARALLELISMS, PRECISIONS, Checkpointing, Parallelism
 
 SCHEMA = "srift.profile/v1"
@@ -114,6 +115,31 @@ class PhaseTimes:
     # of an FSDP script on CPU workers, where gloo's collectives block it): part of ``total_s``
     # but not compute, so the compute model's measured overhead leaves it out.
     collectives_s: float | None = None
+    # Mean seconds of the warm-up steps srift times before it hooks the leaves (step boundaries
+    # only): the script's own step time, without srift's per-layer hooks; None when not measured.
+    total_s_unhooked: float | None = None
+    # DDP over several processes: seconds from the end of the backward pass to the optimizer step,
+    # mostly DDP's wait for its last all-reduces (exposed communication, which the communication
+    # model predicts): part of ``total_s``, left out of the compute model's measured overhead.
+    comm_wait_s: float | None = None
+
+
+@dataclass
+class RankMemory:
+    """Peak CUDA memory of one rank over the measured steps (``srift profile`` on a GPU).
+
+    Attributes:
+        rank: The rank that measured it (0 without torchrun).
+        max_allocated_bytes: ``torch.cuda.max_memory_allocated`` on the model's device.
+        max_reserved_bytes: ``torch.cuda.max_memory_reserved`` (the caching allocator's pool).
+    """
+
+    rank: int
+    max_allocated_bytes: int
+    max_reserved_bytes: int
+
+
+TIMING_MODES = ("layers", "step")  # per leaf module, or whole steps (compiled models: leaves untimed)
 
 
 @dataclass
@@ -182,6 +208,10 @@ class Profile:
         fsdp: How FSDP was set up, as detected (``api``, ``sharding_strategy``, ``param_dtype``,
             ``reduce_dtype``...): a record for readers; empty for other jobs.
         collectives: Measured FSDP collectives per unit (distributed or not; see UnitCollective).
+        timing: How ``srift profile`` timed the run (one of TIMING_MODES): ``layers`` (per leaf) or
+            ``step`` (whole steps: a compiled model, whose leaves are left untimed); None when not
+            measured.
+        peak_memory: Measured peak CUDA memory per rank (see RankMemory); empty off CUDA.
     """
 
     name: str
@@ -202,12 +232,14 @@ class Profile:
     activation_checkpointing: Checkpointing | None = None
     fsdp: dict[str, str] = field(default_factory=dict)
     collectives: list[UnitCollective] = field(default_factory=list)
+    timing: str | None = None
+    peak_memory: list[RankMemory] = field(default_factory=list)
 
     # ---- derived totals -------------------------------------------------------------------
     @property
     def measured(self) -> bool:
-        """True when the layers carry measured forward/backward times."""
-        return any(layer.fwd_s is not None for layer in self.layers)
+        """True when the layers carry measured forward/backward times, or the whole step was timed."""
+        return any(layer.fwd_s is not None for layer in self.layers) or (self.timing == "step" and bool(self.phases.total_s))
 
     @property
     def params(self) -> int:
@@ -310,13 +342,28 @@ class Profile:
             )
         ratio_flops = (sum(l.fwd_flops + l.bwd_flops for l in layers) / max(self.fwd_flops + self.bwd_flops, 1e-30))
         ph = self.phases
-        phases = PhaseTimes(
-            data_s=None if ph.data_s is None else ph.data_s * rb,
+        data_s = None if ph.data_s is None else ph.data_s * rb
+        total_s = None
+        if ph.total_s is not None:
+            # The measured time no layer accounts for (loss, functional ops, launch gaps) scales with
+            # the work, like the compute model's cross-GPU path scales it; collectives and the
+            # optimizer do not change with the batch.
+            def layer_sum(ls: list[LayerProfile]) -> float:
+                return sum((l.fwd_s or 0.0) + (l.bwd_s or 0.0) for l in ls)
+
+            fixed = (ph.optimizer_s or 0.0) + (ph.collectives_s or 0.0) + (ph.comm_wait_s or 0.0)
+            rest = max(ph.total_s - (ph.data_s or 0.0) - layer_sum(self.layers) - fixed, 0.0)
+            total_s = (data_s or 0.0) + layer_sum(layers) + fixed + rest * ratio_flops
+        phases = dataclasses.replace(
+            ph,
+            data_s=data_s,
             forward_s=None if ph.forward_s is None else ph.forward_s * ratio_flops,
             backward_s=None if ph.backward_s is None else ph.backward_s * ratio_flops,
-            optimizer_s=ph.optimizer_s,
-            total_s=None,
-            total_s_std=None,
+            total_s=total_s,
+            total_s_std=None if ph.total_s_std is None or ph.total_s is None or total_s is None
+            else ph.total_s_std * total_s / max(ph.total_s, 1e-30),
+            total_s_unhooked=None if ph.total_s_unhooked is None or ph.total_s is None or total_s is None
+            else ph.total_s_unhooked * total_s / max(ph.total_s, 1e-30),
         )
         return dataclasses.replace(
             self,
@@ -353,6 +400,7 @@ class Profile:
             "phases": dataclasses.asdict(self.phases),
             "allreduce": [dataclasses.asdict(b) for b in self.allreduce],
             **self._sharding_dict(),
+            **self._measured_dict(),
             "notes": list(self.notes),
             "layers": [_layer_to_dict(layer) for layer in self.layers],
         }
@@ -368,6 +416,16 @@ class Profile:
             out["fsdp"] = dict(self.fsdp)
         if self.collectives:
             out["collectives"] = [dataclasses.asdict(c) for c in self.collectives]
+        return out
+
+    def _measured_dict(self) -> dict[str, Any]:
+        """How the run was timed and its peak memory, only when measured (structural profiles stay as
+        they were; readers that predate these fields ignore them)."""
+        out: dict[str, Any] = {}
+        if self.timing is not None:
+            out["timing"] = self.timing
+        if self.peak_memory:
+            out["peak_memory"] = [dataclasses.asdict(m) for m in self.peak_memory]
         return out
 
     @classmethod
@@ -424,6 +482,13 @@ class Profile:
         if len(raw_collectives) > MAX_LAYERS:
             raise _bad(source, f"'collectives' has {len(raw_collectives):,} entries; srift reads at most {MAX_LAYERS:,}")
         collectives = [_collective_from_dict(c, i, source) for i, c in enumerate(raw_collectives)]
+        timing = data.get("timing")
+        if timing is not None and timing not in TIMING_MODES:
+            raise _bad(source, f"'timing' must be one of {', '.join(TIMING_MODES)} or null, got {shown(timing)}")
+        raw_memory = data.get("peak_memory") or []
+        if not isinstance(raw_memory, list) or len(raw_memory) > MAX_GPUS:
+            raise _bad(source, f"'peak_memory' must be a list of at most {MAX_GPUS:,} ranks")
+        peak_memory = [_rank_memory(m, i, source) for i, m in enumerate(raw_memory)]
         device = _scalars(data.get("device") or {"name": "none", "kind": "none", "gpu": None}, "device", source)
         for key in ("name", "kind", "gpu"):
             if device.get(key) is not None and not isinstance(device[key], str):
@@ -449,11 +514,13 @@ class Profile:
             allreduce=buckets,
             input_bytes_per_sample=_num(data.get("input_bytes_per_sample") or 0.0, "input_bytes_per_sample", source,
                                         MAX_SAMPLE_BYTES),
-            notes=[str(n) for n in notes],
+            notes=[inert(n, MAX_NOTE_CHARS) for n in notes[:MAX_NOTES]],  # shown to people: one bounded line each
             parallelism=parallelism,
             activation_checkpointing=checkpointing,
             fsdp={str(k): str(v) for k, v in fsdp.items()},
             collectives=collectives,
+            timing=timing,
+            peak_memory=peak_memory,
         )
         # An iteration of no work takes no time: every throughput would divide by zero.
         if profile.measured:
@@ -544,6 +611,16 @@ def _bucket(item: Any, index: int, source: str) -> AllReduceBucket:
                            _int(item["index"], f"{where}.index", source, MAX_LAYERS),
                            _int(item["size_bytes"], f"{where}.size_bytes", source, MAX_LAYER_BYTES),
                            _num(item["time_s"], f"{where}.time_s", source, MAX_LAYER_S))
+
+
+def _rank_memory(item: Any, index: int, source: str) -> RankMemory:
+    where = f"peak_memory[{index}]"
+    keys = ("rank", "max_allocated_bytes", "max_reserved_bytes")
+    if not isinstance(item, dict) or not all(k in item for k in keys):
+        raise _bad(source, f"{where} needs {', '.join(keys)}")
+    return RankMemory(_int(item["rank"], f"{where}.rank", source, MAX_GPUS),
+                      _int(item["max_allocated_bytes"], f"{where}.max_allocated_bytes", source, MAX_LAYER_BYTES),
+                      _int(item["max_reserved_bytes"], f"{where}.max_reserved_bytes", source, MAX_LAYER_BYTES))
 
 
 def _collective_from_dict(item: Any, index: int, source: str) -> UnitCollective:

@@ -35,7 +35,10 @@ WEIRD_VALUES: list[Any] = [
     None, True, False, 0, -1, 1, 3, 2**31, 2**63, 10**30, -10**30, 10**400, 0.5, -0.0, -2.5, 1e-320, 1e-300,
     1e308, -1e308, math.nan, math.inf, -math.inf, "", " ", "abc", "1e999", "NaN", "-1", "ñ€😀", "\x00\x01",
     "a\nb", "[bold]x[/y]", "x" * 5000, [], {}, [1, 2], {"a": 1}, [[[[[]]]]], datetime.date(2020, 1, 1),
+    "<!-- hidden", "@everyone", "\x1b]0;title\x07\x1b[2J", "a | b", "\u202eevil",  # markdown and terminal injection
 ]
+# Plain values YAML 1.1 reads differently from YAML 1.2 (refused with their line, never read silently).
+YAML11_SURPRISES = ["1:30", "1:00:00", "032", "-07", "yes", "No", "on", "OFF"]
 SCALE_FACTORS = [-1.0, 0.0, 1e-300, 1e-9, 1e6, 1e300, math.nan, math.inf, 10**20]
 BILLION_LAUGHS = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
     f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(9))
@@ -109,7 +112,7 @@ def mutate_doc(doc: Any, data: st.DataObject, protect: tuple[str, ...] = ()) -> 
 
 def mutate_text(text: str, data: st.DataObject, yaml_text: bool) -> str:
     """One textual mutation: truncation, garbage, a duplicated line, an alias bomb, an alias, nothing left."""
-    ops = ["garbage", "dupline", "truncate", "empty"] + (["bomb", "alias", "tab"] if yaml_text else [])
+    ops = ["garbage", "dupline", "truncate", "empty"] + (["bomb", "alias", "tab", "yaml11", "dupkey"] if yaml_text else [])
     op = data.draw(st.sampled_from(ops), label="text op")
     if op == "truncate":
         return text[: len(text) - data.draw(st.integers(1, max(len(text), 1)), label="cut")]
@@ -130,6 +133,20 @@ def mutate_text(text: str, data: st.DataObject, yaml_text: bool) -> str:
         return "x_anchor: &big " + json.dumps(_nest(40)) + "\n" + text.replace(": 1\n", ": *big\n", 3)
     if op == "tab":
         return text.replace("  ", "\t", 5)
+    if op == "yaml11":  # a plain number or boolean replaced by a YAML 1.1 surprise
+        import re
+
+        spots = [m for m in re.finditer(r"(?<=: )(?:-?[0-9][0-9.e+-]*|true|false)(?=\n)", text)]
+        if not spots:
+            return text
+        m = spots[data.draw(st.integers(0, len(spots) - 1), label="spot")]
+        return text[: m.start()] + data.draw(st.sampled_from(YAML11_SURPRISES), label="surprise") + text[m.end():]
+    if op == "dupkey":  # a top-level key given again at the end with another value (last would win)
+        keys = [line.split(":", 1)[0] for line in text.splitlines() if line[:1].isalpha() and ":" in line]
+        if not keys:
+            return text
+        key = data.draw(st.sampled_from(keys), label="key")
+        return text.rstrip("\n") + f"\n{key}: 1000000\n"
     return data.draw(st.sampled_from(["", "null", "[]", "42", "---\n...\n", "a: b: c"]), label="empty")
 
 
@@ -190,6 +207,10 @@ def run_cli(argv: list[str], tally: Tally, allowed: tuple[int, ...] = (0, 2),
         assert len(lines) == 2 and lines[0].startswith("Error: ") and lines[1].startswith("To fix: "), stderr
     elif "--format" in argv and argv[argv.index("--format") + 1] == "json" and stdout.strip():
         tally.numbers_checked += check_numbers(json.loads(stdout), signed)
+    if code in (0, 1):  # what reaches a terminal or a PR comment is inert
+        assert "\x1b" not in stdout and "\x07" not in stdout, stdout[-2000:]
+        if "markdown" in argv:
+            assert "<!--" not in stdout and "@everyone" not in stdout, stdout[-2000:]
     return code, stdout, stderr
 
 

@@ -155,12 +155,95 @@ def test_offline_is_one_clear_error_and_the_bundled_catalog_stays():
     assert get_instance("g5.xlarge", "aws/us-west-2") == bundled
 
 
-def test_region_written_before_a_later_failure_stays_refreshed():
+def test_a_failure_in_a_later_region_replaces_nothing(isolated_cache):
+    # A refresh is checked whole before anything is written: a good cache is never half-replaced.
+    good = refresh("aws/us-west-2", session=FakeSession(), opener=opener(FILES))
+    before = cache_path("aws", "us-west-2").read_bytes()
     files = dict(FILES)
     files[REGION_INDEX_URL] = json.dumps({"regions": {"us-west-2": {}, "zz-fake-1": {}}}).encode()
-    with pytest.raises(SriftError, match=r"1 region\(s\) were refreshed before it \(us-west-2\)"):
+    with pytest.raises(SriftError, match="the catalog in use is unchanged"):
+        refresh("aws", session=FakeSession(), opener=opener(files), today="2030-01-01")
+    assert good and cache_path("aws", "us-west-2").read_bytes() == before
+
+
+def _listing(folder):
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("code", ["../../escaped", "/tmp/abs", "us-west-2/../../x", "US-WEST-2", "us-west-2\n", "a" * 300])
+def test_region_names_from_a_hostile_index_never_become_paths(code, isolated_cache, tmp_path_factory):
+    outside = tmp_path_factory.mktemp("outside")
+    files = dict(FILES)
+    files[REGION_INDEX_URL] = json.dumps({"regions": {"us-west-2": {}, code: {}}}).encode()
+    files[REGION_OFFER_URL.format(region=code)] = US_WEST_2
+    with pytest.raises(SriftError, match="region index is not in the expected format"):
         refresh("aws", session=FakeSession(), opener=opener(files))
-    assert cache_path("aws", "us-west-2").is_file()
+    assert _listing(isolated_cache) == [] and _listing(outside) == []
+
+
+@pytest.mark.parametrize("bad", [
+    {"spot_advisor": {"us-west-2": {"Linux": {"g5.xlarge": {"s": "x", "r": 1}}}}, "ranges": []},
+    {"spot_advisor": {"us-west-2": {"Linux": {"g5.xlarge": {"r": 1}}}}, "ranges": [{"label": "<5%"}]},
+    {"spot_advisor": {"us-west-2": ["Linux"]}, "ranges": [{"label": "<5%"}]},
+    {"spot_advisor": {"us-west-2": {"Linux": {"g5.xlarge": {"s": 250, "r": 0}}}}, "ranges": [{"label": "<5%"}]},
+    {"spot_advisor": [], "ranges": 7},
+])
+def test_a_malformed_spot_advisor_is_one_clear_error(bad):
+    files = {**FILES, SPOT_ADVISOR_URL: json.dumps(bad).encode()}
+    with pytest.raises(SriftError, match="Spot Advisor file is not in the expected format"):
+        refresh("aws/us-west-2", session=FakeSession(), opener=opener(files))
+
+
+@pytest.mark.parametrize("price", ["Infinity", "1e400", "-3", "NaN", "abc"])
+def test_an_offer_file_with_unusable_prices_writes_nothing(price, isolated_cache):
+    body = offer_json([product("G5LINUX", "g5.xlarge")], {"G5LINUX": 1.0}).replace(b'"1.0000000000"', f'"{price}"'.encode())
+    files = {**FILES, REGION_OFFER_URL.format(region="us-west-2"): body}
+    try:
+        rows = refresh("aws/us-west-2", session=FakeSession(), opener=opener(files))
+    except SriftError as exc:  # refused whole: nothing written
+        assert "unchanged" in str(exc) and _listing(isolated_cache) == []
+        return
+    assert rows == [] and _listing(isolated_cache) == []  # no usable price: the region is skipped, nothing written
+
+
+def test_one_huge_value_in_an_offer_file_is_refused_in_bounded_memory(monkeypatch):
+    monkeypatch.setattr(offer_file, "MAX_VALUE_CHARS", 1 << 20)
+    body = b'{"products": {"X": {"attributes": {"instanceType": "' + b"a" * (8 << 20) + b'"}}}}'
+    files = {**FILES, REGION_OFFER_URL.format(region="us-west-2"): body}
+    tracemalloc.start()
+    try:
+        with pytest.raises(SriftError, match="could not be read"):
+            refresh("aws/us-west-2", session=FakeSession(), opener=opener(files))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 24 << 20  # the 8 MB value is never held whole with its copies (was 866 MB for a 100 MB value)
+
+
+def test_an_oversized_region_index_is_refused_while_reading(monkeypatch):
+    import srift.catalog.aws as aws
+
+    monkeypatch.setattr(aws, "MAX_INPUT_BYTES", 1000)
+    files = {**FILES, REGION_INDEX_URL: b'{"regions": {' + b" " * 5000 + b"}}"}
+    with pytest.raises(SriftError, match="larger than"):
+        refresh("aws", session=FakeSession(), opener=opener(files))
+
+
+def test_hostile_spot_history_prices_are_left_out():
+    from srift.catalog.aws import fetch_spot
+
+    class Paginator:
+        def paginate(self, **_):
+            now = datetime.now(timezone.utc)
+            return [{"SpotPriceHistory": [
+                {"InstanceType": "g5.xlarge", "AvailabilityZone": z, "SpotPrice": p, "Timestamp": now}
+                for z, p in (("a", "NaN"), ("b", "inf"), ("c", "-1"), ("d", "0.4"))]}]
+
+    class EC2:
+        def get_paginator(self, _):
+            return Paginator()
+
+    assert fetch_spot(EC2(), ["g5.xlarge"], lambda _m: None) == {"g5.xlarge": 0.4}
 
 
 @pytest.mark.slow

@@ -459,3 +459,52 @@ def test_llm_kernel_rates_beyond_any_float_are_refused() -> None:
 
 def test_catalog_columns_are_what_the_cache_fuzzer_writes() -> None:
     assert list(_aws_rows()[0]) == CSV_COLUMNS
+
+
+# ---- output targets ------------------------------------------------------------------------------
+def _target(kind: str, path: Path) -> None:
+    """Make ``path`` a thing that is not a regular file (private nodes only, never the real /dev)."""
+    import stat as stat_
+
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "device":
+        os.mknod(path, 0o666 | stat_.S_IFCHR, os.makedev(1, 7))
+    elif kind == "link to a folder":
+        (path.parent / "d").mkdir(exist_ok=True)
+        path.symlink_to(path.parent / "d")
+    elif kind == "dangling link":
+        path.symlink_to(path.parent / "nothing")
+    elif kind == "link to a fifo":
+        os.mkfifo(path.parent / "fifo")
+        path.symlink_to(path.parent / "fifo")
+
+
+OUTPUT_KINDS = ["fifo", "folder", "link to a folder", "dangling link", "link to a fifo"] + (["device"] if os.geteuid() == 0 else [])
+WRITERS = [["predict", "--model", "resnet50", "--instance", "p3.2xlarge", "--out-file"],
+           ["predict", "--model", "resnet50", "--instance", "p3.2xlarge", "--skypilot"],
+           ["catalog", "show", "g5.xlarge", "--out-file"], ["catalog", "gpus", "--infra", "lambda", "--out-file"],
+           ["calibrate", "comm", "-o"], ["profile", "--model", "gpt2", "--force", "-o"]]
+
+
+def test_fuzz_output_targets() -> None:
+    """Every writer, every kind of target that is not a regular file, under names drawn by hypothesis
+    (nested, dotted, long): refused with one Error: / To fix: line, the target as it was."""
+    tally = Tally("output targets")
+
+    def case(data: st.DataObject, folder: Path) -> None:
+        kind = data.draw(st.sampled_from(OUTPUT_KINDS), label="kind")
+        writer = data.draw(st.sampled_from(WRITERS), label="writer")
+        name = data.draw(st.sampled_from(["out", "out.json", ".hidden", "a" * 200, "sub/out.yaml", "-x"]), label="name")
+        target = folder / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _target(kind, target)
+        before = os.lstat(target)
+        code, _, _ = run_cli([*writer, str(target)], tally, allowed=(2,))
+        after = os.lstat(target)
+        assert (after.st_mode, after.st_ino, after.st_rdev) == (before.st_mode, before.st_ino, before.st_rdev)
+        assert not [p for p in folder.rglob("*.tmp")]
+
+    _fuzz(tally, case, n=min(EXAMPLES, 60))

@@ -19,7 +19,11 @@ from srift.job_options import JOB_OPTIONS, LENGTH, SETTINGS, JobOption, build_jo
 from srift.jobfile import load_jobfile
 
 # A length option needs its partner, the factor interval an inverse interval it divides.
-COMPANIONS = {"epochs": {"dataset_size": 1000}, "dataset_size": {"epochs": 2.5}, "kfac_factor_steps": {"kfac_inv_steps": 4}}
+COMPANIONS = {"epochs": {"dataset_size": 1000}, "dataset_size": {"epochs": 2.5}, "kfac_factor_steps": {"kfac_inv_steps": 4},
+              "micro_batch_size": {"layout": "auto"}, "pipeline_schedule": {"layout": "auto"},
+              "virtual_stages": {"layout": "auto"}}
+# Words of a vocabulary that need a partner: Megatron's distributed optimizer is modelled with a layout.
+WORD_COMPANIONS = {("parallelism", "zero1"): {"layout": "auto"}}
 # What each command that takes a job takes: the settings, and the length where it has one.
 COMMANDS = {"predict": SETTINGS, "recommend": SETTINGS + LENGTH, "check": SETTINGS + LENGTH}
 
@@ -28,6 +32,8 @@ def sample(option: JobOption) -> object:
     """A value of ``option`` other than its default (every Job accepts it alone)."""
     if option.choices:
         return next(c for c in option.choices if c != option.default)
+    if option.kind == "text":
+        return option.example
     return {"int": 2, "float": 2.5, "bool": not option.default}[option.kind]
 
 
@@ -61,7 +67,8 @@ def test_job_checks_each_option_as_the_table_says(option):
     companions = dict(COMPANIONS.get(option.name, {}))
     if option.choices:
         for word in option.choices:
-            assert given_in(build_job({option.name: word, **companions}), option.name) == word
+            partners = {**companions, **WORD_COMPANIONS.get((option.name, word), {})}
+            assert given_in(build_job({option.name: word, **partners}), option.name) == word
         with pytest.raises(SriftError, match="unknown"):
             build_job({option.name: "no-such-word", **companions})
     elif option.high is not None:

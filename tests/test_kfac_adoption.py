@@ -78,6 +78,27 @@ def test_load_state_dict_errors():
         pre.load_state_dict(state)
 
 
+@pytest.mark.parametrize("change", ["steps=-1", "steps=2.5", "steps=True", "factor_updates=-3", "A=nan", "G=inf", "A_inv=inf",
+                                    "G_inv=nan"])
+def test_a_corrupt_checkpoint_is_refused_before_anything_changes(change):
+    model = small_cnn()
+    src = KFACPreconditioner(model, factor_update_steps=1, inv_update_steps=1)
+    run_steps(model, src, batches(2, 4))
+    state = src.state_dict()
+    key, value = change.split("=")
+    if key in ("A", "G", "A_inv", "G_inv"):
+        state[key] = {k: v.clone() for k, v in state[key].items()}
+        state[key]["5"][0, 0] = float(value)
+    else:
+        state[key] = {"-1": -1, "2.5": 2.5, "True": True, "-3": -3}[value]
+    pre = KFACPreconditioner(small_cnn())
+    before = pre.state_dict()
+    with pytest.raises(ValueError, match="NaN or infinite" if key in ("A", "G", "A_inv", "G_inv") else f"'{key}'.*whole number"):
+        pre.load_state_dict(state)
+    after = pre.state_dict()
+    assert after["steps"] == before["steps"] == 0 and after["A"] == before["A"] == {}
+
+
 # ---- skip_layers ---------------------------------------------------------------------------
 def test_skip_layers_by_name_type_and_class_name():
     # small_cnn: 0 Conv2d(1, 4, 3), 2 Conv2d(4, 4, 3, bias=False), 5 Linear(16, 10)

@@ -305,7 +305,7 @@ def test_recomputation_is_seen_timed_apart_and_not_counted_as_flops() -> None:
 
     timer = LayerTimer(ckpt, ckpt, WallClock())
     ckpt(x).sum().backward()
-    rec = timer.finish_iteration(0.0, 1.0, measured=True)
+    rec = timer.resolve(timer.close_iteration(0.0, 1.0, measured=True))
     timer.remove()
     recomputed = {timer.leaves[i][0] for i in timer.recomputed}
     # Non-reentrant checkpointing recomputes each block up to the last tensor backward needs (b's input).

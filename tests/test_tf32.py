@@ -80,7 +80,7 @@ def tf32_switches():
 
 
 def test_the_profiler_records_both_flags_and_labels_the_run(tf32_switches):
-    m = types.SimpleNamespace(timer=types.SimpleNamespace(autocast=None), clock_kind="cuda")
+    m = types.SimpleNamespace(timer=types.SimpleNamespace(autocast=None), clock_kind="cuda", model=torch.nn.Linear(1, 1))
     tf32_switches(True, False)  # PyTorch's default
     notes: list[str] = []
     assert assemble._precision(m, notes) == "fp32"
@@ -93,7 +93,7 @@ def test_the_profiler_records_both_flags_and_labels_the_run(tf32_switches):
     assert assemble._precision(m, notes) == "tf32" and "not for convolutions" in notes[-1]
     tf32_switches(True, True)
     assert assemble._precision(m, notes) == "tf32" and assemble.tf32_flags()["cuda.matmul.allow_tf32"] == "True"
-    cpu = types.SimpleNamespace(timer=types.SimpleNamespace(autocast=None), clock_kind="cpu")
+    cpu = types.SimpleNamespace(timer=types.SimpleNamespace(autocast=None), clock_kind="cpu", model=torch.nn.Linear(1, 1))
     assert assemble._precision(cpu, notes) == "fp32"
 
 

@@ -38,7 +38,7 @@ def test_the_zoo_has_the_issue_models():
     assert set(LLMS) == {
         "llama2-7b", "llama2-13b", "llama2-34b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3.2-1b",
         "llama3.2-3b", "mistral-7b", "qwen2.5-7b", "mpt-125m", "mpt-350m", "mpt-760m", "mpt-1b", "mpt-3b",
-        "mpt-7b", "mpt-13b", "mpt-30b", "mpt-70b"}
+        "mpt-7b", "mpt-13b", "mpt-30b", "mpt-70b", "llama3.1-405b", "gpt3-175b", "nemotron-4-15b", "nemotron-4-340b"}
 
 
 # Published counts: model cards for Llama/Mistral/Qwen (data/llm-configs, in billions, rounded);
@@ -50,6 +50,7 @@ PUBLISHED = {
     "mpt-125m": 125_311_488, "mpt-350m": 355_985_408, "mpt-760m": 760_470_528, "mpt-1b": 1_315_950_592,
     "mpt-3b": 2_651_837_440, "mpt-7b": 6_658_859_008, "mpt-13b": 12_853_954_560, "mpt-30b": 29_975_214_080,
     "mpt-70b": 64_862_437_376,
+    "llama3.1-405b": 405e9, "gpt3-175b": 175e9, "nemotron-4-15b": 15.7e9, "nemotron-4-340b": 340e9,
 }
 
 
@@ -302,7 +303,8 @@ def test_bad_zoo_list_is_named(tmp_path):
 # ---- Hugging Face config.json --------------------------------------------------------------------
 @pytest.mark.parametrize("fixture,zoo_name", [
     ("Llama-2-7b-hf.json", "llama2-7b"), ("Meta-Llama-3-8B.json", "llama3-8b"), ("Llama-3.2-1B.json", "llama3.2-1b"),
-    ("Mistral-7B-v0.1.json", "mistral-7b"), ("Qwen2.5-7B.json", "qwen2.5-7b")])
+    ("Mistral-7B-v0.1.json", "mistral-7b"), ("Qwen2.5-7B.json", "qwen2.5-7b"), ("gpt3-175b.json", "gpt3-175b"),
+    ("Nemotron-4-15B.json", "nemotron-4-15b")])
 def test_hf_configs_read_as_the_zoo_architectures(fixture, zoo_name):
     got = arch_from_hf_config(FIXTURES / fixture)
     want = llm_arch(zoo_name)
@@ -343,7 +345,8 @@ def test_hf_config_biases_and_names(tmp_path):
     ({"num_key_value_heads": 5}, "'num_attention_heads' 32 is not a multiple of 'num_key_value_heads' 5"),
     ({"tie_word_embeddings": "no"}, "'tie_word_embeddings' must be true or false"),
     ({"hidden_act": "gelu"}, "'hidden_act' is 'gelu'"),
-    ({"model_type": "gpt2"}, "model_type 'gpt2', which srift does not model"),
+    ({"model_type": "gpt_neox"}, "model_type 'gpt_neox', which srift does not model"),
+    ({"model_type": "gpt2"}, "required key 'n_embd' is missing"),
     ({"model_type": ...}, "'model_type' is missing"),
     ({"num_local_experts": 8}, "mixture-of-experts model \\('num_local_experts': 8\\)"),
 ])

@@ -13,14 +13,19 @@
 The instance types and their hardware are the bundled catalog's (GPU, vCPUs, network, EFA, host):
 a refresh re-prices the types srift can model; a new type needs a catalog rebuild. Each region is
 written atomically to <cache>/catalog/aws/<region>.csv, which srift then reads instead of the
-bundled rows of that region. Any network failure raises one SriftError: the catalog in use stays.
+bundled rows of that region. Remote data is untrusted: region codes must look like AWS's
+(``us-east-1``) before they become file names, every file is read with a size bound, and the
+refresh is checked whole (every region priced and its rows read back as the catalog reader reads
+them) before any cache file is replaced. Any failure raises one SriftError: the catalog in use stays.
 ``SRIFT_AWS_PRICE_LIST_URL`` and ``SRIFT_AWS_SPOT_ADVISOR_URL`` point the refresh at a mirror.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import statistics
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -28,7 +33,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import IO, Any
 
-from srift.catalog.instances import Instance, instance_to_row, rows_to_csv
+from srift.bounds import MAX_INPUT_BYTES, MAX_NODE_USD_PER_HOUR
+from srift.catalog.instances import Instance, instance_to_row, parse_rows, rows_to_csv
 from srift.catalog.load import REFRESH_SOURCE_PREFIX, cache_path, clear_cache, load_catalog
 from srift.catalog.network import FLAG_NETWORK_ASSUMED
 from srift.catalog.spot import band_for_ratio, band_rate
@@ -41,6 +47,12 @@ SPOT_ADVISOR_URL = "https://spot-bid-advisor.s3.amazonaws.com/spot-advisor-data.
 # A mirror (or a local test server) of the price list and the Spot Advisor file.
 PRICE_LIST_ENV = "SRIFT_AWS_PRICE_LIST_URL"
 SPOT_ADVISOR_ENV = "SRIFT_AWS_SPOT_ADVISOR_URL"
+
+
+# An AWS region code (us-east-1, ap-southeast-5, us-gov-west-1, cn-northwest-1), the only
+# region names a refresh accepts from the region index: they become cache file names.
+REGION_CODE = re.compile(r"^[a-z]{2}(?:-[a-z]+){1,2}-[0-9]{1,2}$")
+MAX_REGIONS = 200  # regions in one index (AWS lists about 40)
 
 
 def _sources() -> tuple[str, str, str]:
@@ -62,21 +74,30 @@ def _urlopen(url: str) -> AbstractContextManager[IO[bytes]]:
     return urllib.request.urlopen(url, timeout=60)  # noqa: S310 (AWS's URLs, or the mirror the user set)
 
 
-def _offline(what: str, exc: BaseException, done: list[str]) -> SriftError:
-    kept = (f"{len(done)} region(s) were refreshed before it ({', '.join(done)}); the others keep their prices"
-            if done else "the catalog in use is unchanged")
-    return SriftError(f"could not reach {what} ({type(exc).__name__}: {exc}); {kept}.",
+def _offline(what: str, exc: BaseException) -> SriftError:
+    return SriftError(f"could not reach {what} ({type(exc).__name__}: {str(exc)[:200]}); the catalog in use is unchanged.",
                       "check your network connection, then run `srift catalog refresh` again.")
 
 
-def _fetch_json(opener: Opener, url: str, what: str, done: list[str]) -> Any:
+def _fetch_json(opener: Opener, url: str, what: str) -> Any:
+    """The JSON document at ``url``, read with a size bound (MAX_INPUT_BYTES): a hostile or broken
+    mirror cannot make srift hold an endless body in memory."""
     try:
         with opener(url) as fh:
-            return json.load(fh)
-    except (OSError, ValueError) as exc:  # URLError, timeouts and refused connections are OSErrors
-        if isinstance(exc, ValueError):
-            raise SriftError(f"{what} at {url} is not the JSON srift expects.", "try again later; if it persists, report it.") from None
-        raise _offline(what, exc, done) from None
+            body = fh.read(MAX_INPUT_BYTES + 1)
+        if len(body) > MAX_INPUT_BYTES:
+            raise SriftError(f"{what} at {url} is larger than the {MAX_INPUT_BYTES / 2**20:,.0f} MiB srift reads; the catalog "
+                             "in use is unchanged.", "check the mirror (SRIFT_AWS_PRICE_LIST_URL / SRIFT_AWS_SPOT_ADVISOR_URL).")
+        return json.loads(body, parse_constant=_not_json)
+    except (OSError, ValueError, RecursionError) as exc:  # URLError, timeouts and refused connections are OSErrors
+        if not isinstance(exc, OSError):
+            raise SriftError(f"{what} at {url} is not the JSON srift expects; the catalog in use is unchanged.",
+                             "try again later; if it persists, report it.") from None
+        raise _offline(what, exc) from None
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 @dataclass(frozen=True)
@@ -95,21 +116,38 @@ def parse_spot_advisor(data: Any) -> dict[str, dict[str, AdvisorEntry]]:
     """
     if not isinstance(data, dict) or "spot_advisor" not in data or "ranges" not in data:
         raise ValueError("spot advisor file: no 'spot_advisor' / 'ranges'")
-    labels = {int(r.get("index", i)): str(r["label"]) for i, r in enumerate(data["ranges"])}
-    out: dict[str, dict[str, AdvisorEntry]] = {}
-    for region, by_os in data["spot_advisor"].items():
-        for itype, fig in (by_os.get("Linux") or {}).items():
-            band = labels.get(int(fig["r"]))
-            if band is not None:
-                out.setdefault(region, {})[itype] = AdvisorEntry(float(fig["s"]), band)
+    try:
+        labels = {int(r.get("index", i)): str(r["label"])[:40] for i, r in enumerate(data["ranges"])}
+        out: dict[str, dict[str, AdvisorEntry]] = {}
+        for region, by_os in data["spot_advisor"].items():
+            for itype, fig in (by_os.get("Linux") or {}).items():
+                band = labels.get(int(fig["r"]))
+                saving = float(fig["s"])
+                if not 0 <= saving < 100:  # NaN fails too
+                    raise ValueError(f"spot advisor file: saving {saving!r} of {str(itype)[:40]} is not a percentage below 100")
+                if band is not None:
+                    out.setdefault(str(region), {})[str(itype)] = AdvisorEntry(saving, band)
+    except (KeyError, TypeError, AttributeError, OverflowError) as exc:  # a member missing or of the wrong type
+        raise ValueError(f"spot advisor file: unexpected structure ({type(exc).__name__})") from None
     return out
 
 
 def parse_region_index(data: Any) -> list[str]:
-    """The region codes of the EC2 region index (``regions`` -> code -> ``currentVersionUrl``)."""
+    """The region codes of the EC2 region index (``regions`` -> code -> ``currentVersionUrl``).
+
+    Raises:
+        ValueError: without ``regions``, with more than MAX_REGIONS, or with a code that is not an
+            AWS region code (``../x``, ``/etc/x``: codes become file names in the cache).
+    """
     if not isinstance(data, dict) or not isinstance(data.get("regions"), dict):
         raise ValueError("region index: no 'regions'")
-    return sorted(data["regions"])
+    codes = sorted(data["regions"])
+    if len(codes) > MAX_REGIONS:
+        raise ValueError(f"region index: {len(codes):,} regions, more than {MAX_REGIONS}")
+    for code in codes:
+        if not REGION_CODE.fullmatch(code):
+            raise ValueError(f"region index: {code[:60]!r} is not an AWS region code")
+    return codes
 
 
 def _session_has_credentials(session: Any) -> bool:
@@ -128,8 +166,11 @@ def fetch_spot(ec2: Any, types: list[str], progress: Progress, now: datetime | N
     ):
         for rec in page["SpotPriceHistory"]:
             key = (rec["InstanceType"], rec["AvailabilityZone"])
+            price = float(rec["SpotPrice"])
+            if not 0 < price <= MAX_NODE_USD_PER_HOUR:  # NaN and infinity fail too
+                continue
             if key not in latest or rec["Timestamp"] > latest[key][0]:
-                latest[key] = (rec["Timestamp"], float(rec["SpotPrice"]))
+                latest[key] = (rec["Timestamp"], price)
     per_type: dict[str, list[float]] = {}
     for (itype, _zone), (_ts, price) in latest.items():
         per_type.setdefault(itype, []).append(price)
@@ -222,17 +263,19 @@ def refresh(infra: str = "aws", session: Any = None, progress: Progress | None =
     if any(t.cloud != "aws" for t in targets):
         raise SriftError("only AWS prices refresh from public price files.",
                          "refresh with --infra aws (or aws/REGION); other clouds: rebuild with scripts/build_catalog.py on newer data.")
-    done: list[str] = []
     index_url, offer_url, advisor_url = _sources()
     if any(t.region is None for t in targets):
         try:
-            region_list = parse_region_index(_fetch_json(open_url, index_url, "the AWS price list region index", done))
+            region_list = parse_region_index(_fetch_json(open_url, index_url, "the AWS price list region index"))
         except ValueError:
             raise SriftError("the AWS price list region index is not in the expected format.", "try again later.") from None
     else:
         region_list = [t.region for t in targets if t.region]
+        bad = [r for r in region_list if not REGION_CODE.fullmatch(r)]
+        if bad:
+            raise SriftError(f"{bad[0][:60]!r} is not an AWS region code.", "pass --infra aws/REGION with a code like us-west-2.")
     try:
-        advisor = parse_spot_advisor(_fetch_json(open_url, advisor_url, "the AWS Spot Advisor", done))
+        advisor = parse_spot_advisor(_fetch_json(open_url, advisor_url, "the AWS Spot Advisor"))
     except ValueError:
         raise SriftError("the Spot Advisor file is not in the expected format.", "try again later.") from None
     say(f"Spot Advisor: {sum(len(v) for v in advisor.values())} Linux entries")
@@ -247,7 +290,7 @@ def refresh(infra: str = "aws", session: Any = None, progress: Progress | None =
 
     hardware = _hardware_rows()
     stamp = today or datetime.now(timezone.utc).date().isoformat()
-    written: list[Instance] = []
+    priced: dict[str, list[Instance]] = {}
     for region in region_list:
         url = offer_url.format(region=region)
         say(f"{region}: reading {url}")
@@ -256,10 +299,11 @@ def refresh(infra: str = "aws", session: Any = None, progress: Progress | None =
         try:
             with open_url(url) as fh:
                 offer = on_demand_prices(fh, set(hardware))
-        except ValueError as exc:
-            raise SriftError(f"the AWS price list of {region} could not be read ({exc}).", "try again later.") from None
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+            raise SriftError(f"the AWS price list of {region} could not be read ({str(exc)[:200] or type(exc).__name__}); "
+                             "the catalog in use is unchanged.", "try again later.") from None
         except OSError as exc:
-            raise _offline(f"the AWS price list of {region}", exc, done) from None
+            raise _offline(f"the AWS price list of {region}", exc) from None
         if not offer.on_demand_usd_per_hour:
             say(f"{region}: no GPU instance type srift models is priced there")
             continue
@@ -267,16 +311,36 @@ def refresh(infra: str = "aws", session: Any = None, progress: Progress | None =
         as_of = offer.publication_date or stamp
         source = (f"{REFRESH_SOURCE_PREFIX} {stamp}: AWS price list (published {as_of}); "
                   + ("EC2 spot price history" if history is not None else "Spot Advisor savings"))
-        rows = price_region(region, hardware, offer.on_demand_usd_per_hour, advisor.get(region, {}), history, as_of, source)
-        _write_cache(region, rows)
-        done.append(region)
+        priced[region] = price_region(region, hardware, offer.on_demand_usd_per_hour, advisor.get(region, {}), history,
+                                      as_of, source)
+    texts = {region: _checked_csv(region, rows) for region, rows in priced.items()}
+    _write_cache(texts)
+    written: list[Instance] = []
+    for region, rows in priced.items():
         written.extend(rows)
         say(f"{region}: {len(rows)} GPU instance types -> {cache_path('aws', region)}")
     clear_cache()
     return written
 
 
-def _write_cache(region: str, rows: list[Instance]) -> None:
-    from srift.files import atomic_write_text
+def _checked_csv(region: str, rows: list[Instance]) -> str:
+    """The cache text of one region, read back as every later run will read it: a price the
+    catalog reader refuses (negative, NaN, beyond bounds) refuses the refresh, not later runs."""
+    text = rows_to_csv([instance_to_row(r) for r in rows])
+    bad = [r for r in rows if not (r.on_demand_usd_per_hour and math.isfinite(r.on_demand_usd_per_hour)
+                                   and 0 < r.on_demand_usd_per_hour <= MAX_NODE_USD_PER_HOUR)]
+    try:
+        if bad:
+            raise ValueError(f"{bad[0].instance_type} at {bad[0].on_demand_usd_per_hour!r} $/h")
+        parse_rows(text, f"refreshed {region}")
+    except ValueError as exc:
+        raise SriftError(f"the AWS price list of {region} gives prices srift cannot use ({str(exc)[:200]}); nothing was "
+                         "written, the catalog in use is unchanged.", "try again later; if it persists, report it.") from None
+    return text
 
-    atomic_write_text(cache_path("aws", region), rows_to_csv([instance_to_row(r) for r in rows]))
+
+def _write_cache(texts: dict[str, str]) -> None:
+    """Replace the cache files of every refreshed region together (all or none)."""
+    from srift.files import atomic_write_many
+
+    atomic_write_many({cache_path("aws", region): text.encode("utf-8") for region, text in texts.items()})

@@ -23,12 +23,13 @@ Parsed files are cached per process: loading every region of every cloud costs o
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from srift.bounds import MAX_CATALOG_BYTES
+from srift.bounds import MAX_CATALOG_BYTES, shown
 from srift.catalog.infra import InfraTarget, parse_infra
 from srift.catalog.instances import CLOUDS, Instance, parse_rows
 from srift.errors import SriftError
@@ -45,10 +46,23 @@ def bundled_path(cloud: str) -> Path:
     return configs_dir() / "catalog" / f"{cloud}.csv"
 
 
+# A cloud's or region's name as it may become a file name: lower-case letters, digits and '-'.
+_PLAIN = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+
+
 def cache_path(cloud: str, region: str) -> Path:
-    """The user cache file of one refreshed region."""
+    """The user cache file of one refreshed region, ``<cache>/catalog/<cloud>/<region>.csv``.
+
+    Raises:
+        SriftError: for a cloud or region that is not a plain name (``../x``, ``/etc/x``): names
+            that come from remote data never leave the cache folder.
+    """
     from srift.files import cache_dir
 
+    for name in (cloud, region):
+        if not isinstance(name, str) or not _PLAIN.fullmatch(name):
+            raise SriftError(f"{shown(name)} is not a plain cloud or region name, so it is not a file name in the cache.",
+                             "use region codes as the cloud lists them (us-east-1).")
     return cache_dir() / "catalog" / cloud / f"{region}.csv"
 
 

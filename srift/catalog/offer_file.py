@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import codecs
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
 _CHUNK_CHARS = 1 << 20
+# The longest single value decoded whole (a product or one SKU's terms are a few KB): a hostile
+# file's endless string or array is refused at this size instead of filling memory.
+MAX_VALUE_CHARS = 16 << 20
 _WS = " \t\n\r"
 _DECODER = json.JSONDecoder()
 
@@ -37,6 +41,8 @@ class _Reader:
             return False
         if self.pos > _CHUNK_CHARS:  # keep memory bounded: drop the consumed prefix
             self.buf, self.pos = self.buf[self.pos:], 0
+        if len(self.buf) - self.pos > MAX_VALUE_CHARS:  # one value (a product, a SKU's terms) beyond any real one
+            raise ValueError(f"offer file: a value at offset {self.pos} is longer than {MAX_VALUE_CHARS:,} characters")
         data = self._stream.read(_CHUNK_CHARS)
         if not data:
             self.eof = True
@@ -124,14 +130,22 @@ class OfferPrices:
     publication_date: str  # ISO date of the offer file ("" when absent)
 
 
-def _hourly_usd(term_set: dict[str, Any]) -> float | None:
-    for term in term_set.values():
-        for dim in term.get("priceDimensions", {}).values():
-            usd = dim.get("pricePerUnit", {}).get("USD")
-            if dim.get("unit", "Hrs").lower().startswith("hr") and usd not in (None, ""):
-                price = float(usd)
-                if price > 0:
-                    return price
+def _hourly_usd(term_set: Any) -> float | None:
+    """The first positive, finite hourly USD price of one SKU's terms; None when there is none.
+
+    Raises:
+        ValueError: for terms that are not in the offer file's structure.
+    """
+    try:
+        for term in term_set.values():
+            for dim in term.get("priceDimensions", {}).values():
+                usd = dim.get("pricePerUnit", {}).get("USD")
+                if str(dim.get("unit", "Hrs")).lower().startswith("hr") and usd not in (None, ""):
+                    price = float(usd)
+                    if 0 < price < math.inf:  # NaN fails too
+                        return price
+    except (AttributeError, TypeError) as exc:
+        raise ValueError(f"offer file: terms not in the expected structure ({type(exc).__name__})") from None
     return None
 
 
@@ -151,7 +165,10 @@ def on_demand_prices(stream: IO[bytes], instance_types: set[str]) -> OfferPrices
         if key == "products":
             seen_products = True
             for sku in reader.members():
-                attrs = reader.value().get("attributes", {})
+                product = reader.value()
+                attrs = product.get("attributes", {}) if isinstance(product, dict) else None
+                if not isinstance(attrs, dict):
+                    raise ValueError(f"offer file: product {sku[:40]!r} is not an object with 'attributes'")
                 if attrs.get("instanceType") in instance_types and all(attrs.get(k) == v for k, v in ON_DEMAND_LINUX.items()):
                     sku_type[sku] = attrs["instanceType"]
         elif key == "terms":

@@ -8,19 +8,24 @@ import typer
 
 from srift import api
 from srift.cluster import NETWORKS
+from srift.bounds import MAX_CALIBRATION_BYTES, MAX_CALIBRATION_NPROC, MAX_CALIBRATION_REPS, MAX_CALIBRATION_SIZES, require, shown
 from srift.errors import SriftError, one_of
 from srift.report import profiling_view
 
 
 def _sizes(text: str | None) -> list[int] | None:
+    """The distinct sizes of ``--sizes``, ascending, each checked against the bounds."""
     if not text:
         return None
+    hint = f"e.g. --sizes 1024,1048576: 2 to {MAX_CALIBRATION_SIZES:,} sizes from 4 to {MAX_CALIBRATION_BYTES:,} bytes."
+    if len(text) > MAX_CALIBRATION_SIZES * 12:
+        raise SriftError(f"--sizes lists more than {MAX_CALIBRATION_SIZES:,} sizes.", hint)
     try:
-        sizes = [int(s) for s in text.split(",") if s.strip()]
+        sizes = sorted({int(s) for s in text.split(",") if s.strip()})
     except ValueError:
-        raise SriftError(f"--sizes '{text}' is not a comma-separated list of byte counts.", "e.g. --sizes 1024,1048576.") from None
-    if len(sizes) < 2 or min(sizes) < 4:
-        raise SriftError("--sizes needs at least two sizes of 4 bytes or more.", "e.g. --sizes 1024,1048576.")
+        raise SriftError(f"--sizes {shown(text)} is not a comma-separated list of byte counts.", hint) from None
+    if not 2 <= len(sizes) <= MAX_CALIBRATION_SIZES or sizes[0] < 4 or sizes[-1] > MAX_CALIBRATION_BYTES:
+        raise SriftError(f"--sizes needs 2 to {MAX_CALIBRATION_SIZES:,} distinct sizes from 4 to {MAX_CALIBRATION_BYTES:,} bytes.", hint)
     return sizes
 
 
@@ -38,10 +43,12 @@ def comm(
     --nproc_per_node G --master_addr HOST --master_port PORT -m srift.cli calibrate comm
     --backend nccl``); --nproc is then ignored.
     """
-    api.require_torch("srift calibrate comm")
     size_list = _sizes(sizes)
-    if reps < 1:
-        raise SriftError("--reps must be at least 1.", "pass --reps 5 or more.")
+    require(reps, "--reps", 1, MAX_CALIBRATION_REPS, integer=True, hint=f"pass --reps from 5 to {MAX_CALIBRATION_REPS:,}.")
+    require(nproc, "--nproc", 2, MAX_CALIBRATION_NPROC, integer=True,
+            hint=f"pass --nproc from 2 (a collective needs two workers) to {MAX_CALIBRATION_NPROC}.")
+    api.check_outputs({"-o": output})
+    api.require_torch("srift calibrate comm")
     if network not in NETWORKS:
         raise SriftError(f"unknown network '{network}'.", f"use --network {one_of(NETWORKS)}.")
     profiling_view.show_calibration(api.calibrate_comm(backend, nproc, output, size_list, reps, network), output)

@@ -23,6 +23,7 @@ def list_(
 ) -> None:
     """List the GPU instance types with GPUs, network and prices."""
     check_format(fmt, FORMATS)
+    api.check_outputs({"--out-file": out_file})
     where = api.resolve_infra(infra, region, DEFAULT_INFRA)
     catalog_view.show_list(api.catalog_list(gpu, where), api.catalog_ages(where), fmt, out_file)
 
@@ -36,6 +37,7 @@ def gpus(
 ) -> None:
     """One row per GPU type: memory, the instance types that have it, and the cheapest on-demand and spot $ per GPU-hour per cloud."""
     check_format(fmt, FORMATS)
+    api.check_outputs({"--out-file": out_file})
     catalog_view.show_gpus(api.catalog_gpus(infra, gpu, sort), api.catalog_ages(infra), fmt, out_file)
 
 
@@ -48,6 +50,7 @@ def show(
 ) -> None:
     """Show one instance type."""
     check_format(fmt, FORMATS)
+    api.check_outputs({"--out-file": out_file})
     inst, spec = api.catalog_show(instance_type, api.resolve_infra(infra, region, DEFAULT_INFRA))
     catalog_view.show_instance(inst, spec, api.catalog_ages(inst.infra), fmt, out_file)
 

@@ -45,7 +45,9 @@ def check(
                  **job_values}
     if path is None and all(v is None for v in overrides.values()):
         raise SriftError("no job file: srift.yaml is not in this folder.", "pass a job file: srift check JOB.yaml.")
-    result = api.check(load_jobfile(path, overrides), compare_to=compare_to)
+    jobfile = load_jobfile(path, overrides)
+    api.check_outputs({"--out-file": out_file}, inputs=[path, compare_to, *(jobfile.profiles or [])])
+    result = api.check(jobfile, compare_to=compare_to)
     check_view.show(result, fmt, out_file)
     if not result.passed:
         raise typer.Exit(1)

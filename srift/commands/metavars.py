@@ -37,6 +37,8 @@ METAVARS: dict[str, str] = {
     "--network": "|".join(NETWORKS), "--sort": "|".join(GPU_SORTS),
     # the job's options: a vocabulary's words, a count written as a number (1e9) as N
     **{o.flag: "|".join(o.choices) if o.choices else "N" for o in JOB_OPTIONS if o.choices or o.scientific},
+    # a text option: the shape of its value
+    "--layout": "tp=T,pp=P,cp=C|auto",
 }
 
 

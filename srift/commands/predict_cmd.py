@@ -22,8 +22,6 @@ def predict(
     instance: Optional[str] = typer.Option(None, "--instance", help="TYPE[:COUNT] joined by + (p3.16xlarge:2, g5.xlarge:4+p3.2xlarge:2)."),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Cluster YAML file."),
     job: Job = JOB,
-    micro_batch_size: Optional[int] = typer.Option(None, "--micro-batch-size", help="Sequences per GPU per micro-batch; "
-                                                   "with --global-batch-size: global / (micro x GPUs) micro-batches per step."),
     spot: bool = typer.Option(False, "--spot", help="Price the instances at spot and include interruptions."),
     placement_group: Optional[bool] = typer.Option(None, "--placement-group/--no-placement-group",
                                                    help="EC2 instances in one cluster placement group (TCP: 10 Gb/s per flow "
@@ -37,9 +35,10 @@ def predict(
 ) -> None:
     """Predict iteration time, throughput and cost of a job on a cluster."""
     check_format(fmt, FORMATS)
+    api.check_outputs({"--out-file": out_file, "--skypilot": skypilot}, inputs=[*(profile or []), cluster, model_config])
     where = api.resolve_infra(infra, region, DEFAULT_INFRA)
     result = api.predict(job, model=model, profiles=profile, instance=instance, cluster_file=cluster, region=where, spot=spot,
-                         model_config=model_config, placement_group=placement_group, micro_batch_size=micro_batch_size)
+                         model_config=model_config, placement_group=placement_group)
     plan = None
     if skypilot or torchrun:  # refused (a mixed cluster as one SkyPilot task) before anything is printed
         plan = handoff.check(api.launch_plan(result.model, result.prediction, instance, cluster, region=where, spot=spot), skypilot)

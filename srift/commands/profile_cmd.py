@@ -44,6 +44,7 @@ def profile(
                                        output=output, overwrite=force)
         profiling_view.show_model_profile(prof, path)
         return
+    api.check_outputs({"-o": output}, inputs=[script])
     args = list(ctx.args)
     if args[:1] == ["--"]:
         args = args[1:]

@@ -49,6 +49,7 @@ def recommend(
 ) -> None:
     """Recommend the best cloud GPU configurations for a training job (every AWS region by default; --infra for more)."""
     check_format(fmt, FORMATS)
+    api.check_outputs({"--out-file": out_file, "--skypilot": skypilot, "--plot": plot}, inputs=[*(profile or []), model_config])
     constraints = Constraints(budget_usd_per_hour=budget, deadline_hours=deadline, max_cost_usd=max_cost,
                               objective=objective, spot=spot, mixed=mixed,
                               gpus=frozenset().union(*(matching_gpus(g) for g in gpu)), max_gpus=max_gpus, max_nodes=max_nodes, top=top,

@@ -4,6 +4,7 @@ all-reduces. Everything degrades to local no-ops in a single process."""
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -13,16 +14,21 @@ import torch
 import torch.distributed as dist
 
 
+@functools.lru_cache(maxsize=64)
+def _triu(dim: int, device: torch.device) -> torch.Tensor:
+    # Built once per (dimension, device): 16 bytes per packed element, every factor every step.
+    return torch.triu_indices(dim, dim, device=device)
+
+
 def pack_upper(mat: torch.Tensor) -> torch.Tensor:
     """Upper triangle (diagonal included) of a symmetric matrix, as a flat tensor."""
-    d = mat.shape[0]
-    rows, cols = torch.triu_indices(d, d, device=mat.device)
+    rows, cols = _triu(mat.shape[0], mat.device)
     return mat[rows, cols]
 
 
 def unpack_upper(vec: torch.Tensor, dim: int) -> torch.Tensor:
     """Rebuild the symmetric ``dim x dim`` matrix from ``pack_upper``'s output."""
-    rows, cols = torch.triu_indices(dim, dim, device=vec.device)
+    rows, cols = _triu(dim, vec.device)
     out = vec.new_zeros(dim, dim)
     out[rows, cols] = vec
     out[cols, rows] = vec
@@ -30,9 +36,15 @@ def unpack_upper(vec: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 class Comm:
-    """The process group K-FAC talks on (a new group over all ranks), or a single process."""
+    """The process group K-FAC talks on (a new group over all ranks), or a single process.
 
-    def __init__(self) -> None:
+    Args:
+        device: Where its own tensors (broadcast decisions, calibration buffers) live: the
+            gradients' device. NCCL groups have no CPU side, so CPU tensors there fail; None: the
+            current CUDA device on an NCCL group, else the CPU.
+    """
+
+    def __init__(self, device: torch.device | None = None) -> None:
         self.distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
         if self.distributed:
             self.world_size = dist.get_world_size()
@@ -42,6 +54,15 @@ class Comm:
             self.group = dist.new_group(list(range(self.world_size)))
         else:
             self.world_size, self.rank, self.group = 1, 0, None
+        if device is None:
+            nccl = self.distributed and "nccl" in str(dist.get_backend()).lower()
+            device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+        self.device = device
+
+    def _sync(self) -> None:
+        # CUDA collectives return when enqueued: wait for them to be timed.
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def allreduce_mean(self, t: torch.Tensor) -> torch.Tensor:
         """All-reduce in place and divide by the world size (synchronous)."""
@@ -62,7 +83,7 @@ class Comm:
         """Rank ``src``'s list of floats on every rank (so every rank takes identical decisions)."""
         if not self.distributed:
             return list(values)
-        t = torch.tensor(values, dtype=torch.float64)
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.broadcast(t, src=src, group=self.group)
         return t.tolist()
 
@@ -74,13 +95,16 @@ class Comm:
             return 0.0, 0.0
         times = []
         for n in (small_elems, large_elems):
-            buf = torch.zeros(n)
+            buf = torch.zeros(n, device=self.device)
             dist.all_reduce(buf, group=self.group)  # warm-up (connection set-up)
+            self._sync()
             samples = []
             for _ in range(repeats):
                 dist.barrier(group=self.group)
+                self._sync()
                 t0 = time.perf_counter()
                 dist.all_reduce(buf, group=self.group)
+                self._sync()
                 samples.append(time.perf_counter() - t0)
             times.append(statistics.median(samples))
         beta = max((times[1] - times[0]) / (4 * (large_elems - small_elems)), 0.0)

@@ -184,6 +184,7 @@ class KFACPreconditioner:
         self.steps = 0
         self._factor_updates = 0
         self.skipped_factor_updates = 0  # overflow steps under a GradScaler
+        self.skipped_steps = 0  # steps not preconditioned: every factor update so far overflowed
         self.A: dict[str, torch.Tensor] = {}
         self.G: dict[str, torch.Tensor] = {}
         self.A_inv: dict[str, torch.Tensor] = {}  # damped inverse, or eigenvectors + eigenvalues row
@@ -192,7 +193,10 @@ class KFACPreconditioner:
         self._acc: dict[str, tuple[torch.Tensor, int]] = {}
         self.timings: dict[str, float] = defaultdict(float)  # seconds per phase, summed over steps
 
-        self.comm = Comm()
+        # The gradients' device: NCCL takes no CPU tensors (its collectives there fail).
+        self.device = next((p.device for m in by_module for p in m.parameters(recurse=False) if p.requires_grad),
+                           torch.device("cpu"))
+        self.comm = Comm(self.device)
         self._reducer_a = FusedAllReducer(self.comm)  # spd: forward (A) factors
         self._reducer_g = FusedAllReducer(self.comm)  # spd: backward (G) factors; naive/mpd: all
         self._launched: set[str] = set()
@@ -216,7 +220,7 @@ class KFACPreconditioner:
                 self.comm_alpha_s = a if comm_alpha_s is None else comm_alpha_s
                 self.comm_beta_s_per_byte = b if comm_beta_s_per_byte is None else comm_beta_s_per_byte
             if inv_flops_per_s is None:
-                self.inv_flops_per_s = self.comm.broadcast_floats([_measure_inv_flops(inverse_method)])[0]
+                self.inv_flops_per_s = self.comm.broadcast_floats([_measure_inv_flops(inverse_method, self.device)])[0]
         self.owners = self._placement()
 
         self._handles = [m.register_forward_hook(self._forward_hook(blocks)) for m, blocks in by_module.items()]
@@ -321,6 +325,11 @@ class KFACPreconditioner:
         if self._is_factor_step():
             self._update_factors()
         if not self.A:
+            if self.skipped_factor_updates:
+                # The first factor steps overflowed (fp16's usual start): nothing to precondition
+                # with yet, and the scaler skips this optimizer step; the next step tries again.
+                self.skipped_steps += 1
+                return
             raise RuntimeError("K-FAC step() was called before any forward/backward pass computed its factors")
         if self.steps % self._interval("inv_update_steps") == 0 or not self.A_inv:
             self._update_inverses()
@@ -515,8 +524,9 @@ class KFACPreconditioner:
         """Restore ``state_dict()``'s output (onto this preconditioner's device).
 
         Raises:
-            ValueError: when the state is not a K-FAC state or does not match this model's layers
-                or inverse method.
+            ValueError: when the state is not a K-FAC state, does not match this model's layers or
+                inverse method, holds a negative or non-integer count, or a NaN or infinite factor
+                or inverse (checked before anything changes).
         """
         if not isinstance(state, dict) or "steps" not in state or "A" not in state:
             raise ValueError("not a KFACPreconditioner state_dict (no 'steps' or 'A')")
@@ -537,10 +547,18 @@ class KFACPreconditioner:
                 want = (d + 1, d) if key.endswith("_inv") and self.inverse_method == "eigen" else (d, d)
                 if not isinstance(t, torch.Tensor) or tuple(t.shape) != want:
                     raise ValueError(f"state_dict {key}['{name}'] has shape {tuple(getattr(t, 'shape', ()))}, expected {want}")
+                if not t.is_floating_point() or not bool(torch.isfinite(t).all()):
+                    # a NaN factor or an infinite inverse would turn every preconditioned gradient NaN
+                    raise ValueError(f"state_dict {key}['{name}'] holds NaN or infinite values (or is not a float tensor)")
+        counts = {"steps": state["steps"], "factor_updates": state.get("factor_updates", 1 if state["A"] else 0),
+                  "skipped_factor_updates": state.get("skipped_factor_updates", 0)}
+        for key, value in counts.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"state_dict['{key}'] must be a whole number of at least 0, got {value!r}")
         device = self.layers[0].module.weight.device
-        self.steps = int(state["steps"])
-        self._factor_updates = int(state.get("factor_updates", 1 if state["A"] else 0))
-        self.skipped_factor_updates = int(state.get("skipped_factor_updates", 0))
+        self.steps = counts["steps"]
+        self._factor_updates = counts["factor_updates"]
+        self.skipped_factor_updates = counts["skipped_factor_updates"]
         for key in ("A", "G", "A_inv", "G_inv"):
             setattr(self, key, {k: v.detach().to(device, torch.float32, copy=True) for k, v in state.get(key, {}).items()})
         self._acc.clear()
@@ -575,16 +593,24 @@ def _skip_match(name: str, module: nn.Module, skip: tuple[Any, ...]) -> int | No
     return None
 
 
-def _measure_inv_flops(method: str, dim: int = 256, repeats: int = 5) -> float:
-    """d^3 per second of the inverse method's kernel on this process's device (the median call:
+def _measure_inv_flops(method: str, device: torch.device | None = None, dim: int = 256, repeats: int = 5) -> float:
+    """d^3 per second of the inverse method's kernel on ``device`` (the factors'; the median call:
     a typical cost, as the prediction prices inversions)."""
-    m = torch.randn(dim, dim)
-    m = m @ m.t() / dim + torch.eye(dim)
+    device = device or torch.device("cpu")
+    m = torch.randn(dim, dim, device=device)
+    m = m @ m.t() / dim + torch.eye(dim, device=device)
     fn = eigen_decomposition if method == "eigen" else (lambda f: damped_inverse(f, 1e-3))
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
     fn(m)  # warm-up
     samples = []
     for _ in range(repeats):
+        sync()
         t0 = time.perf_counter()
         fn(m)
+        sync()
         samples.append(time.perf_counter() - t0)
     return dim**3 / max(statistics.median(samples), 1e-9)

@@ -545,6 +545,30 @@ class CommModel:
         return self._derived(dataclasses.replace(t, workers=t.nodes, gpus_per_node=1, net_gbytes_per_s=t.net_gbytes_per_s / g,
                                                  net_rate_bytes_per_s=t.net_rate_bytes_per_s / g))
 
+    def subgroup(self, workers: int, ranks_per_node: int, net_share: float | None = None) -> "CommModel":
+        """The collectives of a group of ``workers`` ranks, ``ranks_per_node`` of them on each node
+        it spans (a tensor-, context-, pipeline- or data-parallel group of a layout,
+        srift/simulate/layouts.py). Every GPU of a node is in one such group at once, so each group
+        gets ``ranks_per_node / gpus_per_node`` of the node's network; the intra-node link is the
+        cluster's (NVSwitch gives every GPU its full bandwidth). ``net_share`` overrides that share
+        (a pipeline's point-to-point sends, where fewer GPUs of a node cross it at once).
+        Model-based, like ``within_node``.
+
+        Raises:
+            ValueError: for fewer than one worker, or ranks per node not dividing the workers.
+        """
+        t = self.topology
+        r = max(1, min(ranks_per_node, workers))
+        if workers < 1 or workers % r:
+            raise ValueError(f"a group of {workers} ranks cannot have {ranks_per_node} per node")
+        nodes = workers // r
+        share = r / max(t.gpus_per_node, 1) if net_share is None else net_share
+        if nodes == 1:
+            return self._derived(dataclasses.replace(t, workers=workers, nodes=1, gpus_per_node=r))
+        return self._derived(dataclasses.replace(t, workers=workers, nodes=nodes, gpus_per_node=r,
+                                                 net_gbytes_per_s=t.net_gbytes_per_s * share,
+                                                 net_rate_bytes_per_s=t.net_rate_bytes_per_s * share))
+
     def _derived(self, topo: Topology) -> "CommModel":
         model = _DERIVED_CACHE.get(topo)
         if model is None or model.params is not self.params:

@@ -531,12 +531,13 @@ def measured_gpu(profile: Profile) -> str | None:
 
 
 def _measured_overhead_s(profile: Profile, fwd_sum: float, bwd_sum: float, opt_s: float) -> float:
-    """Measured iteration time that no layer, optimizer, data phase or (FSDP on CPU workers)
-    collective accounts for: the collectives are the communication model's to predict."""
+    """Measured iteration time that no layer, optimizer, data phase, (FSDP on CPU workers)
+    collective or (multi-process DDP) wait for the gradients' all-reduce accounts for: the
+    communication model predicts those."""
     ph = profile.phases
     if ph.total_s is None:
         return 0.0
-    rest = ph.total_s - (ph.data_s or 0.0) - fwd_sum - bwd_sum - opt_s - (ph.collectives_s or 0.0)
+    rest = ph.total_s - (ph.data_s or 0.0) - fwd_sum - bwd_sum - opt_s - (ph.collectives_s or 0.0) - (ph.comm_wait_s or 0.0)
     return max(0.0, rest)
 
 
@@ -577,7 +578,7 @@ def layer_times(profile: Profile, gpu: str, precision: str, params: ComputeParam
         # Structural profile (or measured on a CPU, which says nothing about a GPU): model only.
         return LayerTimes(fwd, bwd, opt, params.overhead_s, anchored=False)
 
-    if source == target and precision == profile.precision:
+    if source == target and same_math(precision, profile.precision):
         return _measured(profile, arr, fallback=(fwd, bwd, opt))
 
     # Measured on another GPU (or precision): scale each measured layer by the model's ratio ...
@@ -603,6 +604,12 @@ def layer_times(profile: Profile, gpu: str, precision: str, params: ComputeParam
                       anchored_from=f"{source} {profile.precision}")
 
 
+def same_math(a: str, b: str) -> bool:
+    """Two precisions that run the same kernels at the same rates: equal, or both half precision
+    (fp16 and bf16 tensor cores run at the same rate, and both move 2-byte values)."""
+    return a == b or (a in HALF_PRECISIONS and b in HALF_PRECISIONS)
+
+
 def anchor_factor(ratio: float, params: ComputeParams) -> float:
     """How much of a measured/predicted ``ratio`` (from the profiling GPU) to carry to another GPU:
     ``exp(w * clip(log r) + (log r - clip(log r)))`` with ``w = anchor_weight`` and the clip at
@@ -625,5 +632,11 @@ def _measured(profile: Profile, arr: LayerArrays,
     opt = profile.phases.optimizer_s
     if opt is None:
         opt = fallback[2] if fallback is not None else 0.0
+    if profile.timing == "step" and fallback is not None:
+        # Whole steps measured (compiled model): the model splits the measured compute over layers.
+        compute_s = _measured_overhead_s(profile, 0.0, 0.0, float(opt))
+        model_s = float(fwd.sum() + bwd.sum())
+        if compute_s > 0 and model_s > 0:
+            fwd, bwd = fwd * (compute_s / model_s), bwd * (compute_s / model_s)
     overhead = _measured_overhead_s(profile, float(fwd.sum()), float(bwd.sum()), float(opt))
     return LayerTimes(fwd, bwd, float(opt), overhead, anchored=True)

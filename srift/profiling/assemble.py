@@ -15,10 +15,12 @@ names, and the profile its parallelism, checkpointing and measured collectives.
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 import sys
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -26,7 +28,7 @@ import torch
 import srift
 from srift.hardware import find_gpu
 from srift.perf.compute import precision_label
-from srift.profile import AllReduceBucket, LayerProfile, PhaseTimes, Profile
+from srift.profile import AllReduceBucket, LayerProfile, PhaseTimes, Profile, RankMemory
 from srift.profiling import fsdp as fsdp_profile
 from srift.profiling.flops import analyze_layers
 from srift.profiling.hooks import IterationTimes, LayerTimer, mean_std
@@ -48,6 +50,9 @@ class Measurement:
     buckets: list[AllReduceBucket]
     layers: list[LayerProfile] | None = None  # the structure, when analysed already (FSDP)
     fsdp: fsdp_profile.FsdpMeasurement | None = None
+    device: torch.device = torch.device("cpu")  # the model's (the clock's) device
+    unhooked_s: list[float] = field(default_factory=list)  # warm-up steps timed without leaf hooks
+    peak_memory: list[RankMemory] = field(default_factory=list)
 
 
 def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batch_override: int | None,
@@ -56,7 +61,11 @@ def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batc
     run's ``warnings``)."""
     notes = list(notes)
     layers = m.layers if m.layers is not None else analyze_structure(m.model, m.timer, notes)
-    micro = max(1, round(sum(r.micro_batches for r in m.records) / len(m.records)))
+    m, micro = _typical_iterations(m, notes)
+    timing = "layers" if any(r.hooked for r in m.records) else "step"
+    if timing == "step":
+        notes.append("no leaf module ran its hooks in the measured steps (a compiled model): whole steps were timed "
+                     "(forward, backward, optimizer); layer times are left to the compute model")
     _merge_timings(layers, m, micro)
     micro_batch, seq_len = _input_shape(m.timer)
     if micro > 1:
@@ -71,6 +80,12 @@ def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batc
         _kfac_times(m, layers, micro, notes)
     sharding: dict[str, Any] = {}
     phases = _phases(m.records)
+    if m.unhooked_s:
+        phases.total_s_unhooked = min(m.unhooked_s)  # the least disturbed: early steps carry warm-up
+    if m.world_size > 1 and m.fsdp is None:  # DDP: the exposed tail of its all-reduces
+        phases.comm_wait_s = mean_std([r.after_backward_s for r in m.records])[0]
+        notes.append("measured in a multi-process run: backward carries the all-reduces' contention for the GPU; "
+                     "a one-process profile is the better compute source")
     if m.fsdp is not None:
         layers, precision, sharding = _fsdp_fields(m.fsdp, layers, precision, m.records, notes)
         phases.collectives_s = m.fsdp.blocking_s
@@ -80,7 +95,7 @@ def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batc
         precision=precision,
         layers=layers,
         seq_len=seq_len,
-        device=_device(m.clock_kind),
+        device=_device(m.clock_kind, m.device),
         framework=_versions(),
         optimizer=_optimizer_info(m.optimizer),
         phases=phases,
@@ -90,8 +105,23 @@ def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batc
         input_bytes_per_sample=m.timer.input_bytes / max(micro_batch, 1),
         notes=[f"measured with `srift profile` ({m.warmup} warm-up + {len(m.records)} measured optimizer steps)"]
         + notes + warnings,
+        timing=timing,
+        peak_memory=list(m.peak_memory),
         **sharding,
     )
+
+
+def _typical_iterations(m: Measurement, notes: list[str]) -> tuple[Measurement, int]:
+    """The measurement without iterations of an unusual number of forward passes, and that number.
+    A GradScaler skips ``optimizer.step()`` on an overflow, so no step hook fires and two forward/
+    backward passes land in one "iteration": those records are dropped, not averaged in."""
+    counts = Counter(r.micro_batches for r in m.records)
+    micro = max(counts, key=lambda k: (counts[k], -k))  # the commonest; the smaller on a tie
+    kept = [r for r in m.records if r.micro_batches == micro]
+    if len(kept) < len(m.records):
+        notes.append(f"{len(m.records) - len(kept)} measured iteration(s) with another number of forward passes than "
+                     f"the usual {micro} (an optimizer step skipped, e.g. a GradScaler overflow) were left out")
+    return dataclasses.replace(m, records=kept), max(micro, 1)
 
 
 def _fsdp_fields(fm: fsdp_profile.FsdpMeasurement, layers: list[LayerProfile], precision: str,
@@ -120,10 +150,13 @@ def _merge_timings(layers: list[LayerProfile], m: Measurement, micro: int) -> No
     by_name = {n: i for i, (n, _) in enumerate(m.timer.leaves)}
     for layer in layers:
         i = by_name.get(layer.name)
+        # A leaf whose hooks never ran in a measured step (compiled, used under no_grad only, skipped
+        # by control flow) has no time: None, not a measured 0 s.
+        if i is not None and any(i in r.layer_fwd_s for r in m.records):
+            layer.fwd_s, layer.fwd_s_std = mean_std([r.layer_fwd_s.get(i, 0.0) for r in m.records])
+            layer.bwd_s, layer.bwd_s_std = mean_std([r.layer_bwd_s.get(i, 0.0) for r in m.records])
         if i is None:
             continue
-        layer.fwd_s, layer.fwd_s_std = mean_std([r.layer_fwd_s.get(i, 0.0) for r in m.records])
-        layer.bwd_s, layer.bwd_s_std = mean_std([r.layer_bwd_s.get(i, 0.0) for r in m.records])
         if micro > 1:
             layer.fwd_flops *= micro
             layer.bwd_flops *= micro
@@ -143,27 +176,84 @@ def _input_shape(timer: LayerTimer) -> tuple[int, int | None]:
 
 
 def tf32_flags() -> dict[str, str]:
-    """PyTorch's two TF32 switches as the script left them (recorded in the profile's ``framework``):
-    cuDNN's (convolutions; True by default) and cuBLAS's (matmuls; False by default since 1.12, set
-    by ``torch.backends.cuda.matmul.allow_tf32`` or ``torch.set_float32_matmul_precision``)."""
-    return {"cudnn.allow_tf32": str(bool(torch.backends.cudnn.allow_tf32)),
-            "cuda.matmul.allow_tf32": str(bool(torch.backends.cuda.matmul.allow_tf32)),
-            "float32_matmul_precision": str(torch.get_float32_matmul_precision())}
+    """PyTorch's TF32 switches as the script left them (recorded in the profile's ``framework``):
+    cuDNN's (convolutions; on by default) and cuBLAS's (matmuls; off by default since 1.12). torch
+    2.9 added ``fp32_precision`` settings (``"tf32"``/``"ieee"``, ``"none"``: inherit the parent's);
+    once a script uses them, reading the legacy flags raises, so the new ones are read first and the
+    legacy ones only where they can be read."""
+    out: dict[str, str] = {}
+    conv, matmul = _fp32_precision("cudnn", "conv"), _fp32_precision("cuda", "matmul")
+    if conv is not None and matmul is not None:
+        out["cudnn.conv.fp32_precision"], out["cuda.matmul.fp32_precision"] = conv, matmul
+    for key, read in (("cudnn.allow_tf32", lambda: torch.backends.cudnn.allow_tf32),
+                      ("cuda.matmul.allow_tf32", lambda: torch.backends.cuda.matmul.allow_tf32),
+                      ("float32_matmul_precision", torch.get_float32_matmul_precision)):
+        try:
+            value = read()
+        except RuntimeError:  # the legacy API after the new one was used
+            continue
+        out[key] = str(bool(value)) if key.endswith("allow_tf32") else str(value)
+    return out
+
+
+def _fp32_precision(backend: str, op: str) -> str | None:
+    """The effective ``fp32_precision`` of ``torch.backends.<backend>.<op>`` (``"none"`` resolved
+    through its backend, then the global setting); None before torch 2.9."""
+    back = getattr(torch.backends, backend, None)
+    node = getattr(back, op, None)
+    for level in (node, back, torch.backends):
+        try:
+            value = getattr(level, "fp32_precision", None)
+        except RuntimeError:  # not readable after the legacy API was used
+            return None
+        if value is None:
+            return None
+        if value != "none":
+            return str(value)
+    return "ieee"
+
+
+def tf32_enabled() -> tuple[bool, bool]:
+    """(convolutions, matmuls) in TF32 as the script set them, through either API."""
+    flags = tf32_flags()
+    conv = flags.get("cudnn.conv.fp32_precision")
+    matmul = flags.get("cuda.matmul.fp32_precision")
+    if conv is not None and matmul is not None and "cudnn.allow_tf32" not in flags:
+        return conv == "tf32", matmul == "tf32"
+    return flags.get("cudnn.allow_tf32") == "True", flags.get("cuda.matmul.allow_tf32") == "True"
 
 
 def _precision(m: Measurement, notes: list[str]) -> str:
-    """``amp`` when the script ran the model under autocast; on CUDA the label of PyTorch's two
-    TF32 flags (``srift.perf.compute.precision_label``: both -> ``tf32``, convolutions only, the
-    default -> ``fp32``, neither -> ``fp32-strict``); ``fp32`` on a CPU."""
+    """What ran: ``bf16`` under bfloat16 autocast or with bfloat16 weights, ``amp`` under float16
+    autocast or with float16 weights; else on CUDA the label of PyTorch's two TF32 switches
+    (``srift.perf.compute.precision_label``: both -> ``tf32``, convolutions only, the default ->
+    ``fp32``, neither -> ``fp32-strict``); ``fp32`` on a CPU."""
     if m.timer.autocast is not None:
-        notes.append(f"autocast {m.timer.autocast[0]} {str(m.timer.autocast[1]).replace('torch.', '')} detected")
-        return "amp"
+        dtype = m.timer.autocast[1]
+        notes.append(f"autocast {m.timer.autocast[0]} {str(dtype).replace('torch.', '')} detected")
+        return "bf16" if dtype == torch.bfloat16 else "amp"
+    half = _weight_dtype(m.model)
+    if half is not None:
+        notes.append(f"the model's weights are {str(half).replace('torch.', '')} (no autocast)")
+        return "bf16" if half == torch.bfloat16 else "amp"
     if m.clock_kind != "cuda":
         return "fp32"
-    cudnn, matmul = bool(torch.backends.cudnn.allow_tf32), bool(torch.backends.cuda.matmul.allow_tf32)
+    cudnn, matmul = tf32_enabled()
     if matmul and not cudnn:
         notes.append("TF32 allowed for matmuls but not for convolutions: recorded as tf32 (srift has no name for it)")
     return precision_label(cudnn, matmul)
+
+
+def _weight_dtype(model: torch.nn.Module) -> torch.dtype | None:
+    """bfloat16 or float16 when most of the model's floating parameters are in it, else None."""
+    count: dict[torch.dtype, int] = {}
+    for p in model.parameters():
+        if p.is_floating_point():
+            count[p.dtype] = count.get(p.dtype, 0) + p.numel()
+    if not count:
+        return None
+    top = max(count, key=lambda d: count[d])
+    return top if top in (torch.bfloat16, torch.float16) else None
 
 
 def _phases(records: list[IterationTimes]) -> PhaseTimes:
@@ -178,12 +268,14 @@ def _phases(records: list[IterationTimes]) -> PhaseTimes:
     )
 
 
-def _analysis_step(model: torch.nn.Module, timer: LayerTimer) -> Callable[[], Any] | None:
-    """One forward pass of the model on the batch captured in warm-up, returning a scalar to
-    backpropagate, under the script's autocast; None when no batch was captured."""
-    if timer.capture is None:
+def _analysis_step(model: torch.nn.Module, timer: LayerTimer,
+                   capture: tuple[tuple[Any, ...], dict[str, Any]] | None = None) -> Callable[[], Any] | None:
+    """One forward pass of the model on the batch captured in warm-up (or ``capture``), returning a
+    scalar to backpropagate, under the script's autocast; None when no batch was captured."""
+    capture = capture or timer.capture
+    if capture is None:
         return None
-    args, kwargs = timer.capture
+    args, kwargs = capture
 
     def step() -> Any:
         if timer.autocast is not None:
@@ -221,17 +313,65 @@ def _kfac_times(m: Measurement, layers: list[LayerProfile], micro: int, notes: l
 
 def analyze_structure(model: torch.nn.Module, timer: LayerTimer, notes: list[str]) -> list[LayerProfile]:
     """Per-layer FLOPs/bytes/params from one untimed analysed step on the captured batch (a note
-    says so when it cannot run; the layers then carry names and parameters only)."""
+    says so when it cannot run; the layers then carry names and parameters only). Out of GPU
+    memory (a job sized to the limit, the script's tensors still alive): again on one sample of
+    the batch, FLOPs and bytes scaled to the batch as ``Profile.rescale`` scales them."""
     step = _analysis_step(model, timer)
-    if step is not None:
-        try:
-            with torch.enable_grad():
-                return analyze_layers(model, step)
-        except Exception as exc:  # a model FlopCounterMode cannot trace: keep the timings
-            notes.append(f"structural analysis failed ({type(exc).__name__}: {exc}); FLOPs and bytes are missing")
-    else:
+    if step is None:
         notes.append("no training forward pass was captured; FLOPs and bytes are missing")
+        return leaf_layers(timer)
+    _free_gradients(model)
+    try:
+        with torch.enable_grad():
+            return analyze_layers(model, step)
+    except torch.OutOfMemoryError:
+        _free_gradients(model)
+        one = _one_sample(model, timer)
+        if one is not None:
+            try:
+                with torch.enable_grad():
+                    layers = analyze_layers(model, one[0])
+                notes.append(f"the analysed step ran out of memory at micro-batch {one[1]}: analysed on one "
+                             "sample, FLOPs and bytes scaled to the batch")
+                return Profile("analysis", 1, "fp32", layers).rescale(batch_size=one[1]).layers
+            except Exception as exc:  # keep the timings
+                notes.append(f"structural analysis failed ({type(exc).__name__}: {exc}); FLOPs and bytes are missing")
+                return leaf_layers(timer)
+        notes.append("structural analysis ran out of memory; FLOPs and bytes are missing")
+    except Exception as exc:  # a model FlopCounterMode cannot trace: keep the timings
+        notes.append(f"structural analysis failed ({type(exc).__name__}: {exc}); FLOPs and bytes are missing")
     return leaf_layers(timer)
+
+
+def _free_gradients(model: torch.nn.Module) -> None:
+    """Drop the last step's gradients (the script is over) and, on CUDA, the allocator's cache, so
+    the analysed step has the memory the script had."""
+    for p in model.parameters():
+        p.grad = None
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
+def _one_sample(model: torch.nn.Module, timer: LayerTimer) -> tuple[Callable[[], Any], int] | None:
+    """The analysed step on the first sample of the captured batch, and the micro-batch it came
+    from (None when the batch has one sample or no batch dimension)."""
+    x = timer.first_input
+    if timer.capture is None or x is None or x.dim() == 0 or x.shape[0] < 2:
+        return None
+    batch = int(x.shape[0])
+
+    def first(obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor):
+            return obj[:1] if obj.dim() > 0 and obj.shape[0] == batch else obj
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(first(o) for o in obj)
+        if isinstance(obj, dict):
+            return {k: first(v) for k, v in obj.items()}
+        return obj
+
+    args, kwargs = timer.capture
+    step = _analysis_step(model, timer, (first(args), first(kwargs)))
+    return (step, batch) if step is not None else None
 
 
 def leaf_layers(timer: LayerTimer) -> list[LayerProfile]:
@@ -261,9 +401,9 @@ def _loss_tensor(out: Any) -> torch.Tensor | None:
     return None
 
 
-def _device(kind: str) -> dict[str, Any]:
+def _device(kind: str, device: torch.device | None = None) -> dict[str, Any]:
     if kind == "cuda":
-        dev_name = torch.cuda.get_device_name()
+        dev_name = torch.cuda.get_device_name(device)
         return {"name": dev_name, "kind": "cuda", "gpu": find_gpu(dev_name)}
     return {"name": platform.processor() or platform.machine() or "cpu", "kind": "cpu", "gpu": None}
 

@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from srift.cluster import cluster_from_dict
 from srift.errors import SriftError
 from srift.files import write_yaml
 from srift.hardware import find_gpu, gpu as gpu_spec
@@ -268,5 +269,10 @@ def calibrate(backend: str, nproc: int, output: str | Path, sizes: list[int] | N
     if calib is None:
         return None
     doc = calibration_cluster(calib, network=network)
+    try:  # what srift will read back: a file it would refuse is not written
+        cluster_from_dict(doc, source=str(output))
+    except SriftError as exc:
+        raise SriftError(f"the measurement cannot be written as a cluster file srift reads ({exc.message})",
+                         "run it again (more --reps steadies the times); if it persists, report it.") from None
     write_yaml(output, doc)
     return doc

@@ -22,13 +22,22 @@ Activation checkpointing: a leaf whose forward runs inside the autograd engine (
 recomputed (``torch.utils.checkpoint``, non-reentrant, the default of FSDP's ``checkpoint_wrapper``):
 its time is recorded as recomputation (``recomputed`` names the leaves), not as forward, and is cut
 out of the backward interval it falls in. ``exclude`` cuts out other intervals the same way (FSDP's
-collectives, which block the training thread on CPU workers). With ``pass_end_callback`` the last
-leaf of a backward pass ends when the autograd engine finishes the pass rather than at the last
-parameter-gradient accumulation (FSDP2 accumulates into unsharded copies of the parameters, whose
-hooks srift does not see).
+collectives, which block the training thread on CPU workers). The last leaf of a backward pass
+ends when the autograd engine finishes the pass (one end-of-pass callback, not a mark per
+parameter: cheaper, and right for FSDP2, which accumulates into unsharded copies of the
+parameters).
 
-Clocks: on CPU ``time.perf_counter``; on CUDA ``torch.cuda.Event`` marks without any per-layer
-synchronisation, resolved after one ``torch.cuda.synchronize()`` per iteration.
+Clocks: on CPU ``time.perf_counter``; on CUDA ``torch.cuda.Event`` marks on the model's device
+(from a pool, reused), without any per-layer synchronisation. An iteration runs from the mark
+srift takes when it hands control back to the script after the previous step (its own
+bookkeeping is outside every iteration) to the mark after the optimizer step; on CUDA its events
+are resolved one step later, without stopping the GPU (see srift/profiling/runner.py).
+
+Where hooks stay silent: while dynamo traces (``torch.compile``: a hook compiled into the graph
+would time nothing and break the graph) and while a CUDA graph is captured (nothing of the host
+is replayed). A compiled model is then timed as a whole step (root forward, backward from its
+output's gradient to the end of the autograd pass, optimizer), its leaves are left untimed
+(``None``), and the profile says so (``timing: step``).
 """
 
 from __future__ import annotations
@@ -50,15 +59,33 @@ def _grad_tensor(obj: Any) -> torch.Tensor | None:
     return first_tensor(obj, lambda t: t.requires_grad and t.grad_fn is not None)
 
 
+def hooks_off() -> bool:
+    """True where a srift hook must do nothing: inside dynamo's tracing (torch.compile) or a
+    CUDA-graph capture (see module docstring)."""
+    if torch.compiler.is_compiling():
+        return True
+    return torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
+
+
 class WallClock:
     """CPU clock: marks are perf_counter floats."""
 
     kind = "cpu"
+    device: torch.device = torch.device("cpu")
 
     def mark(self) -> Any:
         return time.perf_counter()
 
     def sync(self) -> None:
+        pass
+
+    def wait(self, mark: Any) -> None:
+        pass
+
+    def take_issued(self) -> list[Any]:
+        return []
+
+    def release(self, marks: list[Any]) -> None:
         pass
 
     @staticmethod
@@ -67,17 +94,38 @@ class WallClock:
 
 
 class CudaClock:
-    """CUDA clock: marks are recorded events; ``sync`` once per iteration before reading them."""
+    """CUDA clock on one device: marks are events recorded on that device's current stream
+    (in backward: the stream autograd runs the node on), taken from a pool and given back once
+    read (``take_issued`` / ``release``)."""
 
     kind = "cuda"
 
+    def __init__(self, device: torch.device | int | None = None) -> None:
+        self.device = torch.device("cuda", torch.cuda.current_device() if device is None else
+                                   (device if isinstance(device, int) else (device.index or 0)))
+        self._free: list[Any] = []
+        self._issued: list[Any] = []
+
     def mark(self) -> Any:
-        ev = torch.cuda.Event(enable_timing=True)
-        ev.record()
+        ev = self._free.pop() if self._free else torch.cuda.Event(enable_timing=True)
+        ev.record(torch.cuda.current_stream(self.device))
+        self._issued.append(ev)
         return ev
 
     def sync(self) -> None:
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(self.device)
+
+    def wait(self, mark: Any) -> None:
+        """Block until ``mark`` (and so everything queued before it on its stream) has run."""
+        mark.synchronize()
+
+    def take_issued(self) -> list[Any]:
+        """The events marked since the last call (to give back once they are read)."""
+        issued, self._issued = self._issued, []
+        return issued
+
+    def release(self, marks: list[Any]) -> None:
+        self._free += marks
 
     @staticmethod
     def elapsed_s(a: Any, b: Any) -> float:
@@ -97,20 +145,27 @@ class IterationTimes:
     total_s: float
     micro_batches: int
     recompute_s: float = 0.0
+    hooked: bool = True  # False: a whole-step time (no leaf timed: compiled, or srift's unhooked reference)
+    after_backward_s: float = 0.0  # end of the last backward pass to the optimizer step (DDP: its wait for comm)
 
 
 @dataclass
 class _Pending:
-    """Marks of the iteration in progress (resolved at the step's end)."""
+    """Marks of the iteration in progress (resolved at the step's end, or one step later on CUDA)."""
 
     fwd: list[tuple[int, Any, Any]] = field(default_factory=list)  # (leaf, start, end)
     bwd_events: list[tuple[int, Any]] = field(default_factory=list)  # (leaf or -1 for param-ready, mark)
     bwd_passes: list[int] = field(default_factory=list)  # index into bwd_events where a pass starts
     recompute: list[tuple[Any, Any]] = field(default_factory=list)  # (start, end) of leaf recomputations
     root_fwd: list[tuple[Any, Any]] = field(default_factory=list)
-    first_fwd_wall: float | None = None
+    root_bwd: list[tuple[Any, Any]] = field(default_factory=list)  # (root output's gradient, pass end)
     opt_start: Any = None
     opt_end: Any = None
+    start: Any = None  # the iteration's start and end marks (set by the runner)
+    end: Any = None
+    measured: bool = False
+    reference: bool = False  # a warm-up step timed without leaf hooks (srift's unhooked reference)
+    events: list[Any] = field(default_factory=list)  # CUDA events to give back to the pool
 
 
 class ModelFinder:
@@ -128,6 +183,8 @@ class ModelFinder:
         ]
 
     def _pre(self, module: nn.Module, args: Any) -> None:
+        if hooks_off():
+            return
         if self._depth == 0:
             self.forward_calls += 1
             if not any(module is c for c in self.candidates):
@@ -135,6 +192,8 @@ class ModelFinder:
         self._depth += 1
 
     def _post(self, module: nn.Module, args: Any, out: Any) -> None:
+        if hooks_off():
+            return
         self._depth = max(self._depth - 1, 0)
         if self._depth == 0:
             t = _grad_tensor(out)
@@ -146,13 +205,21 @@ class ModelFinder:
 
     def choose(self, optimizer: torch.optim.Optimizer) -> nn.Module | None:
         """The candidate owning the most of ``optimizer``'s parameters (None if none does)."""
-        wanted = {id(p) for g in optimizer.param_groups for p in g["params"]}
-        best, best_n = None, 0
-        for c in self.candidates:
-            n = sum(1 for p in c.parameters() if id(p) in wanted)
-            if n > best_n:
-                best, best_n = c, n
-        return best
+        return _most_params(self.candidates, optimizer)
+
+    def fallback(self, optimizer: torch.optim.Optimizer) -> nn.Module | None:
+        """The outermost live module owning the most of ``optimizer``'s parameters, when no
+        top-level call was seen but its parameters have gradients (a model compiled in place runs
+        the global hooks inside the compiled call, where they stay silent)."""
+        import gc
+
+        if not any(p.grad is not None for g in optimizer.param_groups for p in g["params"]):
+            return None  # no model ran a backward pass: nothing to time
+        # type(), not isinstance(): some objects compute their __class__ (lazy proxies, deprecations).
+        modules = [o for o in gc.get_objects() if issubclass(type(o), nn.Module)]
+        children = {id(c) for m in modules for c in m.children()}
+        outer = [m for m in modules if id(m) not in children]
+        return _most_params(outer, optimizer)
 
     def remove(self) -> None:
         for h in self._handles:
@@ -160,17 +227,42 @@ class ModelFinder:
         self._handles = []
 
 
+def _most_params(candidates: list[nn.Module], optimizer: torch.optim.Optimizer) -> nn.Module | None:
+    wanted = {id(p) for g in optimizer.param_groups for p in g["params"]}
+    best, best_n = None, 0
+    for c in candidates:
+        n = sum(1 for p in c.parameters() if id(p) in wanted)
+        if n > best_n:
+            best, best_n = c, n
+    return best
+
+
+def unwrap(root: nn.Module) -> nn.Module:
+    """The module whose leaves are timed: below DDP and ``torch.compile``'s wrappers."""
+    from srift.profiling.buckets import is_ddp
+
+    while True:
+        if is_ddp(root):
+            root = root.module  # type: ignore[assignment]
+        elif isinstance(getattr(root, "_orig_mod", None), nn.Module):  # torch.compile(model)
+            root = root._orig_mod  # type: ignore[assignment]
+        else:
+            return root
+
+
 class LayerTimer:
     """Timing hooks on one model's leaf modules and its root forward.
 
     Args:
-        root: The module the script calls (a DDP wrapper included): its forward is timed as a whole
-            and its first input gives the batch size.
-        model: The module whose leaves are timed (``root.module`` for DDP, else ``root``).
+        root: The module the script calls (a DDP or torch.compile wrapper included): its forward is
+            timed as a whole and its first input gives the batch size.
+        model: The module whose leaves are timed (``unwrap(root)``).
         clock: WallClock or CudaClock.
+        leaf_hooks: Install the per-leaf hooks now (else ``install_leaf_hooks`` later: the steps
+            before it are timed as whole steps, srift's unhooked reference).
     """
 
-    def __init__(self, root: nn.Module, model: nn.Module, clock: WallClock | CudaClock) -> None:
+    def __init__(self, root: nn.Module, model: nn.Module, clock: WallClock | CudaClock, leaf_hooks: bool = True) -> None:
         self.root = root
         self.model = model
         self.clock = clock
@@ -185,45 +277,85 @@ class LayerTimer:
         self._starts: dict[int, list[Any]] = defaultdict(list)
         self._rec_starts: dict[int, list[Any]] = defaultdict(list)
         self.recomputed: set[int] = set()  # leaves seen recomputed in backward (activation checkpointing)
-        self.pass_end_callback = False
         self._in_backward = False
+        self._pass_queued = False
+        self._probe_autocast = True  # until the first iteration whose leaves were timed
         self._handles: list[Any] = []
+        self._unpatch: Any = None
+        self.leaf_hooks = False
+        # prepend: the model's forward starts before wrappers' own pre-hooks (FSDP2's root all-gather).
+        self._handles.append(root.register_forward_pre_hook(self._root_pre, with_kwargs=True, prepend=True))
+        self._handles.append(root.register_forward_hook(self._root_post))
+        self._patch_compiled(root)
+        if leaf_hooks:
+            self.install_leaf_hooks()
+
+    def install_leaf_hooks(self) -> None:
+        """Hook every leaf (forward pre/post; backward through a tensor hook on its output)."""
+        if self.leaf_hooks:
+            return
+        self.leaf_hooks = True
         for _, m in self.leaves:
             self._handles.append(m.register_forward_pre_hook(self._leaf_pre))
             # always_call: non-reentrant checkpointing stops a recomputation by raising inside a leaf.
             self._handles.append(m.register_forward_hook(self._leaf_post, always_call=True))
-        # prepend: the model's forward starts before wrappers' own pre-hooks (FSDP2's root all-gather).
-        self._handles.append(root.register_forward_pre_hook(self._root_pre, with_kwargs=True, prepend=True))
-        self._handles.append(root.register_forward_hook(self._root_post))
-        for p in model.parameters():
-            if p.requires_grad:
-                self._handles.append(p.register_post_accumulate_grad_hook(self._param_ready))
+
+    def _patch_compiled(self, root: nn.Module) -> None:
+        """``model.compile()`` (in place) runs the module's hooks inside the compiled call, where they
+        are silent: time the compiled call itself from outside."""
+        inner = getattr(root, "_compiled_call_impl", None)
+        if inner is None:
+            return
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            self._root_pre(root, args, kwargs)
+            out = inner(*args, **kwargs)
+            self._root_post(root, args, out)
+            return out
+
+        root._compiled_call_impl = timed
+
+        def restore() -> None:
+            root._compiled_call_impl = inner
+
+        self._unpatch = restore
 
     # ---- hooks --------------------------------------------------------------------------------
     def _active(self) -> bool:
         # Evaluation passes inside the training loop (no_grad / eval mode) are not training work.
-        return torch.is_grad_enabled() and self.model.training
+        return not hooks_off() and torch.is_grad_enabled() and self.model.training
 
     def _root_pre(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         if not self._active():
             return
-        if self.pending.first_fwd_wall is None:
-            self.pending.first_fwd_wall = time.perf_counter()
         self._in_backward = False
         self._starts[-1].append(self.clock.mark())
         if self.first_input is None:
             self.first_input = first_tensor((args, kwargs))
             self.input_bytes = tensor_bytes((args, kwargs))
-            for dev in ("cuda", "cpu"):
-                if torch.is_autocast_enabled(dev):
-                    self.autocast = (dev, torch.get_autocast_dtype(dev))
-                    break
+            self.autocast = autocast_state()
         if self.want_capture and self.capture is None:
             self.capture = (_detached_clone(args), _detached_clone(kwargs))
 
     def _root_post(self, module: nn.Module, args: Any, out: Any) -> None:
-        if self._starts[-1]:
-            self.pending.root_fwd.append((self._starts[-1].pop(), self.clock.mark()))
+        if hooks_off() or not self._starts[-1]:
+            return
+        self.pending.root_fwd.append((self._starts[-1].pop(), self.clock.mark()))
+        t = _grad_tensor(out)
+        if t is not None:
+            t.register_hook(lambda g: self._root_bwd())
+
+    def _root_bwd(self) -> None:
+        # The root output's gradient arrives first in the pass: its start when no leaf is timed.
+        if hooks_off():
+            return
+        self.pending.root_bwd.append((self.clock.mark(), None))
+        self._queue_pass_end()
+
+    def _queue_pass_end(self) -> None:
+        if not self._pass_queued:
+            self._pass_queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._pass_end)
 
     def _leaf_pre(self, module: nn.Module, args: Any) -> None:
         if not self._active():
@@ -234,9 +366,13 @@ class LayerTimer:
             if self._in_backward:
                 self.pending.bwd_events.append((_PAUSE, mark))
             return
+        if self.autocast is None and self._probe_autocast:  # autocast entered inside forward (accelerate, decorators)
+            self.autocast = autocast_state()
         self._starts[id(module)].append(self.clock.mark())
 
     def _leaf_post(self, module: nn.Module, args: Any, out: Any) -> None:
+        if hooks_off():
+            return
         rec = self._rec_starts.get(id(module))
         if rec:
             mark = self.clock.mark()
@@ -255,26 +391,29 @@ class LayerTimer:
             t.register_hook(lambda g, i=i: self._bwd_mark(i))
 
     def _bwd_mark(self, i: int) -> None:
+        if hooks_off():
+            return
         if not self._in_backward:
             self._in_backward = True
             self.pending.bwd_passes.append(len(self.pending.bwd_events))
-            if self.pass_end_callback:
-                torch.autograd.Variable._execution_engine.queue_callback(self._pass_end)
+            self._queue_pass_end()
         self.pending.bwd_events.append((i, self.clock.mark()))
 
     def _pass_end(self) -> None:
+        # One mark per backward pass (not one per parameter): the engine's end-of-pass callback,
+        # queued before DDP's, so DDP's wait for its last buckets is not backward time.
+        self._pass_queued = False
+        mark = self.clock.mark()
         if self._in_backward:
-            self.pending.bwd_events.append((-1, self.clock.mark()))
+            self.pending.bwd_events.append((-1, mark))
+        if self.pending.root_bwd and self.pending.root_bwd[-1][1] is None:
+            self.pending.root_bwd[-1] = (self.pending.root_bwd[-1][0], mark)
 
     def exclude(self, start: Any, end: Any) -> None:
         """Cut ``[start, end]`` (clock marks, just measured) out of the backward leaf interval it
         falls in: time the training thread spent on something else (a blocking collective)."""
         if self._in_backward:
             self.pending.bwd_events += [(_PAUSE, start), (_RESUME, end)]
-
-    def _param_ready(self, p: torch.Tensor) -> None:
-        if self._in_backward:
-            self.pending.bwd_events.append((-1, self.clock.mark()))
 
     def optimizer_start(self) -> None:
         self._in_backward = False
@@ -284,17 +423,33 @@ class LayerTimer:
         self.pending.opt_end = self.clock.mark()
 
     # ---- per iteration ----------------------------------------------------------------------
-    def finish_iteration(self, prev_end_wall: float | None, end_wall: float, measured: bool) -> IterationTimes | None:
-        """Close the iteration that just stepped; return its times if ``measured``."""
+    def close_iteration(self, start: Any, end: Any, measured: bool) -> _Pending:
+        """Close the iteration that just stepped (``start``/``end``: its clock marks); its marks,
+        to ``resolve`` now or, on CUDA, once its end has run."""
         pend, self.pending = self.pending, _Pending()
         self._starts.clear()
         self._rec_starts.clear()
         self._in_backward = False
-        if not measured:
-            return None
+        self._pass_queued = False
+        pend.start, pend.end, pend.measured = start, end, measured
+        if pend.fwd:
+            self._probe_autocast = False
+        pend.events = self.clock.take_issued()
+        return pend
+
+    def resolve(self, pend: _Pending) -> IterationTimes | None:
+        """The times of a closed iteration (None when not measured); its events go back to the pool."""
+        try:
+            return self._times(pend) if pend.measured and pend.start is not None else None
+        finally:
+            self.clock.release(pend.events)
+
+    def _times(self, pend: _Pending) -> IterationTimes:
+        el = self.clock.elapsed_s
+        self.clock.wait(pend.end)
         fwd: dict[int, float] = defaultdict(float)
         for i, a, b in pend.fwd:
-            fwd[i] += self.clock.elapsed_s(a, b)
+            fwd[i] += el(a, b)
         bwd: dict[int, float] = defaultdict(float)
         backward_s = 0.0
         bounds = pend.bwd_passes + [len(pend.bwd_events)]
@@ -302,34 +457,58 @@ class LayerTimer:
             events = pend.bwd_events[bounds[k]:bounds[k + 1]]
             if not events:
                 continue
-            # The pass ends at its last mark (a parameter becoming ready, or the last leaf). A leaf's
-            # backward runs from its mark to the next leaf's (the last: to the pass's end), less
-            # the paused stretches (recomputation, blocking collectives) in between.
-            backward_s += self.clock.elapsed_s(events[0][1], events[-1][1])
+            # The pass ends at its last mark (the engine's end-of-pass callback). A leaf's backward
+            # runs from its mark to the next leaf's (the last: to the pass's end), less the paused
+            # stretches (recomputation, blocking collectives) in between.
+            backward_s += el(events[0][1], events[-1][1])
             cur, since = -1, None
             for i, mark in events:
                 if i >= 0 or i == _PAUSE:
                     if cur >= 0 and since is not None:
-                        bwd[cur] += self.clock.elapsed_s(since, mark)
+                        bwd[cur] += el(since, mark)
                     since = None if i == _PAUSE else mark
                     if i >= 0:
                         cur = i
                 elif i == _RESUME:
                     since = mark
             if cur >= 0 and since is not None:
-                bwd[cur] += self.clock.elapsed_s(since, events[-1][1])
-        forward_s = sum(self.clock.elapsed_s(a, b) for a, b in pend.root_fwd)
-        opt_s = self.clock.elapsed_s(pend.opt_start, pend.opt_end) if pend.opt_start is not None else 0.0
-        data_s = (pend.first_fwd_wall - prev_end_wall) if (prev_end_wall is not None and pend.first_fwd_wall) else 0.0
-        total_s = end_wall - prev_end_wall if prev_end_wall is not None else 0.0
-        recompute_s = sum(self.clock.elapsed_s(a, b) for a, b in pend.recompute)
+                bwd[cur] += el(since, events[-1][1])
+        if not pend.bwd_passes:  # no leaf timed (compiled, or the unhooked steps): the root's passes
+            backward_s = sum(el(a, b) for a, b in pend.root_bwd if b is not None)
+        ends = [b for _, b in pend.root_bwd if b is not None]
+        last_end = pend.bwd_events[-1][1] if pend.bwd_events else (ends[-1] if ends else None)
+        after_s = el(last_end, pend.opt_start) if last_end is not None and pend.opt_start is not None else 0.0
+        forward_s = sum(el(a, b) for a, b in pend.root_fwd)
+        opt_s = el(pend.opt_start, pend.opt_end) if pend.opt_start is not None and pend.opt_end is not None else 0.0
+        data_s = el(pend.start, pend.root_fwd[0][0]) if pend.root_fwd else 0.0
+        total_s = el(pend.start, pend.end)
+        recompute_s = sum(el(a, b) for a, b in pend.recompute)
         return IterationTimes(dict(fwd), dict(bwd), max(data_s, 0.0), forward_s, backward_s, opt_s, total_s,
-                              len(pend.root_fwd), recompute_s)
+                              len(pend.root_fwd), recompute_s, hooked=bool(pend.fwd), after_backward_s=max(after_s, 0.0))
 
     def remove(self) -> None:
         for h in self._handles:
             h.remove()
         self._handles = []
+        if self._unpatch is not None:
+            self._unpatch()
+            self._unpatch = None
+
+
+def autocast_state() -> tuple[str, torch.dtype] | None:
+    """(device type, dtype) of the autocast the caller runs under, if any (torch 2.1-2.3 lack the
+    per-device API: their CUDA/CPU functions are used)."""
+    get_dtype = getattr(torch, "get_autocast_dtype", None)
+    for dev in ("cuda", "cpu"):
+        try:
+            on = torch.is_autocast_enabled(dev)
+        except TypeError:  # torch < 2.4
+            on = torch.is_autocast_enabled() if dev == "cuda" else torch.is_autocast_cpu_enabled()
+        if on:
+            if get_dtype is not None:
+                return dev, get_dtype(dev)
+            return dev, (torch.get_autocast_gpu_dtype() if dev == "cuda" else torch.get_autocast_cpu_dtype())
+    return None
 
 
 # Marks in a backward pass's event list besides leaves (>= 0) and parameter-ready marks (-1).

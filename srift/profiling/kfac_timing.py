@@ -44,14 +44,27 @@ class KfacLayerTimes:
     precondition_s: float
 
 
-def _timed(fn: Callable[[], Any], sync: Callable[[], None], repeats: int) -> tuple[float, Any]:
+def _timed(fn: Callable[[], Any], device: torch.device, repeats: int, calls: int = 5) -> tuple[float, Any]:
+    """Median seconds of one ``fn()`` over ``repeats`` samples, and its last result. On CUDA a
+    sample is CUDA events around ``calls`` back-to-back calls on ``device`` (no host round trip
+    per call, which would outweigh small kernels); on a CPU one call's wall time."""
     out = fn()  # warm-up (allocations, library initialisation)
     times = []
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            stream = torch.cuda.current_stream(device)
+            for _ in range(repeats):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record(stream)
+                for _ in range(calls):
+                    out = fn()
+                end.record(stream)
+                end.synchronize()
+                times.append(start.elapsed_time(end) / 1000.0 / calls)
+        return statistics.median(times), out
     for _ in range(repeats):
-        sync()
         t0 = time.perf_counter()
         out = fn()
-        sync()
         times.append(time.perf_counter() - t0)
     return statistics.median(times), out
 
@@ -111,16 +124,16 @@ def measure_kfac(model: nn.Module, step: Callable[[], torch.Tensor], repeats: in
 
 def _measure_layer(layer: KFACLayer, x: torch.Tensor, g: torch.Tensor, repeats: int,
                    inverse_s: dict[int, float]) -> KfacLayerTimes:
-    sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
-    fa_s, a = _timed(lambda: layer.factor_a(x), sync, repeats)
-    fg_s, gf = _timed(lambda: layer.factor_g(g), sync, repeats)
+    dev = x.device
+    fa_s, a = _timed(lambda: layer.factor_a(x), dev, repeats)
+    fg_s, gf = _timed(lambda: layer.factor_g(g), dev, repeats)
     inverses = []
     for f, dim in ((a, layer.a_dim), (gf, layer.g_dim)):
         damp = DAMPING + float(f.diagonal().mean())
         if dim in inverse_s:  # the Cholesky cost depends on the dimension only: time it once
             inverses.append(damped_inverse(f, damp))
         else:
-            inverse_s[dim], inv = _timed(lambda: damped_inverse(f, damp), sync, repeats)
+            inverse_s[dim], inv = _timed(lambda: damped_inverse(f, damp), dev, repeats)
             inverses.append(inv)
     a_inv, g_inv = inverses
 
@@ -132,5 +145,5 @@ def _measure_layer(layer: KFACLayer, x: torch.Tensor, g: torch.Tensor, repeats: 
         p = g_inv @ grad @ a_inv
         return float((p * grad).sum())
 
-    p_s, _ = _timed(precondition, sync, repeats)
+    p_s, _ = _timed(precondition, dev, repeats)
     return KfacLayerTimes(fa_s, fg_s, inverse_s[layer.a_dim], inverse_s[layer.g_dim], p_s)

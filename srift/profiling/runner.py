@@ -4,17 +4,25 @@ The script runs as ``python SCRIPT ARGS`` would run it: ``runpy.run_path`` with 
 ``__main__``, ``sys.argv = [SCRIPT, *ARGS]``, the script's folder first on ``sys.path`` (all
 restored afterwards). An iteration is one optimizer step, seen through torch's global optimizer
 step hooks (the first optimizer that steps is the one counted). Step 1 finds the model (see
-srift.profiling.hooks) and installs the timing hooks; steps 2..warmup are warm-up; the next
-``iters`` steps are measured. After the last one the step hook raises a private BaseException
+srift.profiling.hooks) and installs the root hooks; steps 2..warmup-1 are timed as whole steps
+(the unhooked reference, with ``warmup`` >= 3), then the leaf hooks go in; the next ``iters``
+steps are measured. On CUDA (one process) an iteration's events are read at the next step's end,
+without a device sync. After the last one the step hook raises a private BaseException
 that unwinds the script (the ``except Exception`` blocks scripts commonly have do not catch it),
-so the script stops cleanly and its DataLoader workers shut down with their iterator.
+so the script stops cleanly and its DataLoader workers shut down with their iterator. A script
+that catches it anyway (a bare ``except:``) meets it again at its next module call or step; the
+third time, or ``stop_grace_s`` without a hook, srift writes the profile and ends the process.
+Forked children (multiprocessing, DataLoader workers) inherit the hooks but are not measured;
+``os._exit`` in srift's own process unwinds the script like ``sys.exit``; SIGTERM/SIGHUP stop
+the script's child processes before srift dies of the signal.
 
 Then srift/profiling/assemble.py builds the profile: the model's structure, analysed untimed on
-the batch captured in the first measured-phase iteration (one extra forward/backward, FLOPs from
+the batch captured at the model's first forward after step 1 (a warm-up step) (one extra forward/backward, FLOPs from
 torch's FlopCounterMode), merged with the timings by module name.
 
-Outcomes: the script raising shows its own traceback and writes nothing; no optimizer step, or
-fewer steps than warm-up + 1, fails and writes nothing; a script that ends after at least one
+Outcomes: the script raising shows its own traceback and writes nothing (exit 1); a non-zero
+exit status is srift's, nothing written; no optimizer step, no model, or fewer steps than warm-up
++ 1, fails and writes nothing (exit 2); a script that ends after at least one
 measured step but fewer than ``iters`` writes what was measured, with a warning (also recorded
 in the profile's ``notes`` and ``iterations``).
 
@@ -62,11 +70,11 @@ from srift.bounds import (
 )
 from srift.errors import SriftError
 from srift.files import check_name, file_in, input_file, name_from, output_file
-from srift.profile import AllReduceBucket, LayerProfile, Profile
+from srift.profile import AllReduceBucket, LayerProfile, Profile, RankMemory
 from srift.profiling import fsdp
 from srift.profiling.assemble import Measurement, analyze_structure, assemble_profile, leaf_layers
 from srift.profiling.buckets import BucketTimer, is_ddp
-from srift.profiling.hooks import CudaClock, IterationTimes, LayerTimer, ModelFinder, WallClock
+from srift.profiling.hooks import CudaClock, IterationTimes, LayerTimer, ModelFinder, WallClock, hooks_off, unwrap
 
 
 class _StopProfiling(BaseException):
@@ -77,6 +85,18 @@ class _StepTimeout(BaseException):
     """Raised in the script's thread when no optimizer step came within the timeout."""
 
 
+class _ScriptExit(BaseException):
+    """Raised in place of ``os._exit`` called by the script in srift's own process."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+_REAL_EXIT = os._exit  # srift's own hard exits, whatever the script's run patched
+STOP_RERAISES = 2  # stops a script may swallow (a bare ``except:``) before srift stops it hard
+
+
 @dataclass
 class ProfileResult:
     """What a profiling run produced."""
@@ -84,6 +104,17 @@ class ProfileResult:
     profile: Profile | None  # None on ranks other than 0
     path: Path | None
     warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Output:
+    """Where and how the profile is written (also what a hard stop needs to write it)."""
+
+    name: str
+    path: Path
+    batch_override: int | None
+    kfac: bool
+    overwrite: bool
 
 
 class _Session:
@@ -100,8 +131,11 @@ class _Session:
         self.comm: BucketTimer | None = None
         self.clock: WallClock | CudaClock = WallClock()
         self.steps = 0
-        self.prev_end: float | None = None
+        self.start_mark: Any = None  # taken when srift hands control back to the script
+        self.lazy = False  # CUDA: resolve an iteration's events at the next step, without a sync
+        self.lagging: Any = None  # the iteration waiting to be resolved (lazy)
         self.records: list[IterationTimes] = []
+        self.unhooked_s: list[float] = []  # warm-up steps timed without leaf hooks (the reference)
         self.progress = progress
         self.task = None
         self.world_size = 1
@@ -111,8 +145,27 @@ class _Session:
         self.fsdp: fsdp.CollectiveTimer | None = None
         self.layers: list[LayerProfile] | None = None  # FSDP: analysed on every rank before stopping
         self.notes: list[str] = []
+        self.pid = os.getpid()
+        self.stops = 0  # times srift's stop was raised (more than once: the script swallowed it)
+        self.refusal: SriftError | None = None
+        self.graph_capture = False  # a step hook fired while a CUDA graph was captured
+        self.peak_memory: list[RankMemory] = []
+        self.output: _Output | None = None
+        self._stop_hook: Any = None
+        self.hard_stopping: threading.Thread | None = None
+
+    def _ours(self) -> bool:
+        # A forked child (multiprocessing, DataLoader workers) inherits the hooks: not srift's run.
+        return os.getpid() == self.pid
 
     def pre_step(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if not self._ours():
+            return
+        if self.stops:
+            self.stop_again()
+        if hooks_off():
+            self.graph_capture = self.graph_capture or not torch.compiler.is_compiling()
+            return
         if self.optimizer is None:
             self.optimizer = opt
             self._attach(opt)
@@ -123,27 +176,39 @@ class _Session:
         root = self.finder.choose(opt)
         self.finder.remove()
         if root is None:
-            return
-        model: torch.nn.Module = root.module if is_ddp(root) else root  # type: ignore[assignment]
-        param = next(model.parameters(), None)
-        if param is not None and param.is_cuda:
-            self.clock = CudaClock()
-        self.root, self.model = root, model
+            root = self.finder.fallback(opt)
+            if root is None:
+                return
+            self.notes.append(f"the model ({type(root).__name__}) was found from the optimizer's parameters "
+                              "(no top-level module call was seen: compiled in place?)")
+        if isinstance(root, torch.nn.DataParallel) and len(root.device_ids or []) > 1:
+            self.refusal = SriftError("the script uses nn.DataParallel on several GPUs, which srift cannot time "
+                                      "(its replicas run srift's hooks from several threads); no profile was written.",
+                                      "profile it on one GPU (CUDA_VISIBLE_DEVICES=0), or use DistributedDataParallel "
+                                      "under torchrun (PyTorch recommends it over DataParallel).")
+            self.stop()
+        model = unwrap(root)
+        device = model_device(model)
         # Read now: scripts often destroy the process group in a `finally` that runs on our stop.
         if dist.is_available() and dist.is_initialized():
             self.world_size, self.rank = dist.get_world_size(), dist.get_rank()
-        self.timer = LayerTimer(root, model, self.clock)
-        self.timer.want_capture = True
-        if is_ddp(root) and dist.is_initialized() and dist.get_world_size() > 1:
-            self.comm = BucketTimer(root)
-        self._attach_fsdp(root)
-
-    def _attach_fsdp(self, root: torch.nn.Module) -> None:
+        if device.type == "cuda":
+            if self.world_size > 1 and torch.cuda.current_device() != device.index:
+                # torchrun without torch.cuda.set_device: NCCL, events and syncs would all go to GPU 0.
+                torch.cuda.set_device(device)
+                self.notes.append(f"the script did not set its CUDA device; srift set it to {device} (the model's)")
+            self.clock = CudaClock(device)
+        self.root, self.model = root, model
         setup = fsdp.detect(root)
-        if setup is None or self.timer is None:
-            return
-        self.timer.pass_end_callback = True  # FSDP2 accumulates into copies whose hooks srift does not see
-        self.fsdp = fsdp.CollectiveTimer(root, setup, self.timer, self.clock)
+        multi_ddp = is_ddp(root) and self.world_size > 1
+        # The unhooked reference: steps 2..warmup-1 timed as whole steps, leaf hooks after.
+        self.timer = LayerTimer(root, model, self.clock, leaf_hooks=setup is not None or multi_ddp or self.warmup < 3)
+        self.timer.want_capture = True
+        self.lazy = self.clock.kind == "cuda" and setup is None and not multi_ddp
+        if multi_ddp:
+            self.comm = BucketTimer(root)
+        if setup is not None:
+            self.fsdp = fsdp.CollectiveTimer(root, setup, self.timer, self.clock)
 
     def _finish_fsdp(self) -> None:
         """On every rank at the same step: the structural analysis and the collectives' gather
@@ -155,40 +220,150 @@ class _Session:
         self.fsdp.gather()
 
     def post_step(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if opt is not self.optimizer:
+        if not self._ours() or opt is not self.optimizer:
             return
-        if self.timer is not None:
-            self.timer.optimizer_end()
-        self.clock.sync()  # the one synchronisation per iteration (no-op on CPU)
-        end = time.perf_counter()
+        if self.stops:
+            self.stop_again()
+        if hooks_off():  # a CUDA graph being captured: nothing of this runs at its replays
+            self.graph_capture = self.graph_capture or not torch.compiler.is_compiling()
+            return
+        timer = self.timer
         self.steps += 1
         if self.watch is not None:
             self.watch.stepped()
         measured = self.steps > self.warmup
-        if self.timer is not None:
-            rec = self.timer.finish_iteration(self.prev_end, end, measured)
-            if rec is not None:
-                self.records.append(rec)
+        if timer is not None:
+            timer.optimizer_end()
+            reference = not timer.leaf_hooks and self.steps >= 2
+            pend = timer.close_iteration(self.start_mark, timer.pending.opt_end, measured or reference)
+            pend.reference = reference
+            if self.lazy:
+                done, self.lagging = self.lagging, pend
+            else:
+                self.clock.sync()  # distributed jobs: their collectives' marks are read now
+                done = pend
+            if done is not None:
+                self._record(done, timer.resolve(done))
         if self.comm is not None:
             self.comm.end_iteration(measured)
         if self.fsdp is not None:
             self.fsdp.end_iteration(measured)
-        self.prev_end = end
         if self.progress is not None and self.task is not None:
             self.progress.update(self.task, completed=self.steps)
-        if self.timer is not None and self.steps >= self.warmup + self.iters:
+        if timer is not None and self.steps == self.warmup and self.clock.kind == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.clock.device)  # peaks of the measured steps
+        if timer is not None and self.steps >= self.warmup + self.iters:
+            self.flush()
+            self._read_memory()
             if self.comm is not None:  # a collective: every rank stops at this same step
                 self.gathered = self.comm.gather()
             if self.fsdp is not None:
                 self._finish_fsdp()
-            raise _StopProfiling
+            self.stop()
+        if timer is not None and not timer.leaf_hooks and self.steps >= self.warmup - 1:
+            timer.install_leaf_hooks()
+        self.start_mark = self.clock.mark()  # last: srift's bookkeeping is in no iteration
+
+    def _record(self, pend: Any, rec: IterationTimes | None) -> None:
+        if rec is None:
+            return
+        if pend.reference:
+            self.unhooked_s.append(rec.total_s)
+        else:
+            self.records.append(rec)
+
+    def flush(self) -> None:
+        """Resolve the iteration still waiting (lazy CUDA timing)."""
+        if self.lagging is not None and self.timer is not None:
+            done, self.lagging = self.lagging, None
+            self._record(done, self.timer.resolve(done))
+
+    def _read_memory(self) -> None:
+        """Peak allocated/reserved bytes of the measured steps on the model's GPU, every rank's."""
+        if self.clock.kind != "cuda":
+            return
+        dev = self.clock.device
+        mine = RankMemory(self.rank, int(torch.cuda.max_memory_allocated(dev)), int(torch.cuda.max_memory_reserved(dev)))
+        if self.world_size > 1 and dist.is_initialized():
+            everyone: list[Any] = [None] * self.world_size
+            dist.all_gather_object(everyone, mine)  # every rank stops at this same step
+            self.peak_memory = [m for m in everyone if isinstance(m, RankMemory)]
+        else:
+            self.peak_memory = [mine]
+
+    # ---- stopping the script -------------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop the script: raise _StopProfiling, and again at every later hook (a bare ``except:``
+        swallows it), then stop it hard with the profile written (``stop_again``)."""
+        self.stops = 1
+        if self._stop_hook is None:
+            self._stop_hook = torch.nn.modules.module.register_module_forward_pre_hook(lambda m, a: self.stop_again())
+        raise _StopProfiling
+
+    def stop_again(self) -> None:
+        if not self._ours():
+            return
+        if self.hard_stopping is not None:
+            if self.hard_stopping is threading.current_thread():
+                return  # srift's own analysis step, run while stopping hard
+            threading.Event().wait()  # the script's thread, while srift writes the profile and exits
+        self.stops += 1
+        if self.stops > STOP_RERAISES + 1:
+            self.hard_stop("it caught srift's stop (a bare `except:` or `except BaseException`) "
+                           f"{STOP_RERAISES + 1} times")
+        raise _StopProfiling
+
+    def hard_stop(self, why: str) -> None:
+        """End the process now, the profile written (or the error said), the script's children stopped."""
+        code = 0
+        self.hard_stopping = threading.current_thread()
+        try:
+            if self.watch is not None:
+                self.watch.unwound()  # (from the watchdog's thread: the signal handlers stay; it exits anyway)
+            if self.refusal is not None:
+                raise self.refusal
+            assert self.output is not None
+            out = self.output
+            result = _finish(self, True, out.name, out.path, out.batch_override, out.kfac, out.overwrite)
+            print(f"Warning: the script did not stop when srift stopped it ({why}); srift ended it.", file=sys.stderr)
+            for w in result.warnings:
+                print(f"Warning: {w}", file=sys.stderr)
+            if result.path is not None:
+                print(f"Wrote {result.path}: {result.profile.name if result.profile else ''}, "
+                      f"{result.profile.iterations if result.profile else 0} iterations.")
+        except SriftError as err:
+            print(f"Error: {err.message}\nTo fix: {err.hint}", file=sys.stderr)
+            code = err.exit_code
+        except BaseException as exc:  # srift's own failure while ending: still end
+            print(f"Error: srift could not write the profile after stopping the script ({type(exc).__name__}: {exc}).\n"
+                  "To fix: run the script without a bare `except:` around its training loop.", file=sys.stderr)
+            code = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        stop_children(self.watch.children_before if self.watch is not None else set())
+        _REAL_EXIT(code)
+
+    def _remove_stop_hook(self) -> None:
+        if self._stop_hook is not None:
+            self._stop_hook.remove()
+            self._stop_hook = None
 
     def close(self) -> None:
+        self._remove_stop_hook()
         self.finder.remove()
         if self.timer is not None:
             self.timer.remove()
         if self.fsdp is not None:
             self.fsdp.remove()
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The GPU the model computes on when any of its parameters or buffers is on one (a CPU-offloaded
+    first parameter does not make it a CPU job), else the CPU."""
+    for t in (*model.parameters(), *model.buffers()):
+        if t.is_cuda:
+            return t.device
+    return torch.device("cpu")
 
 
 def profile_script(
@@ -227,7 +402,7 @@ def profile_script(
             stepped or timed out (exit 1).
     """
     input_file(script, "script")
-    path = Path(script)
+    path = Path(os.path.abspath(script))  # absolute from the start: the script may change folder
     if warmup < 1:
         raise SriftError(f"--warmup must be at least 1, got {warmup}.", "the first step is used to find the model; pass --warmup 1 or more.")
     require(warmup, "--warmup", 1, MAX_WARMUP, integer=True, hint=f"pass --warmup from 1 to {MAX_WARMUP:,}.")
@@ -243,11 +418,13 @@ def profile_script(
     name = check_name(name) if name is not None else name_from(path.stem)
     out_path = output_file(output if output else file_in("profiles", name, ".yaml"), "profile", overwrite,
                            "pass --force to replace it, or choose another --name or -o.")
+    out_path = Path(os.path.abspath(out_path))
 
     progress = _progress(show_progress)
     session = _Session(warmup, iters, progress)
     watch = _StepWatch(timeout_s, stop_grace_s, session, path)
     session.watch = watch
+    session.output = _Output(name, out_path, batch_size, kfac, overwrite)
     stopped = _run(path, script_args, session, watch)
     try:
         return _finish(session, stopped, name, out_path, batch_size, kfac, overwrite)
@@ -275,19 +452,31 @@ def _run(path: Path, args: list[str], session: _Session, watch: "_StepWatch | No
     if session.progress is not None:
         session.progress.start()
         session.task = session.progress.add_task("steps", total=session.warmup + session.iters)
+    exits = _ExitGuard(session.pid)
+    signals = _TermSignals(watch)
+    old_hook = threading.excepthook
+
+    def thread_hook(args: Any) -> None:  # a script's training thread ends quietly on srift's stop
+        if not isinstance(args.exc_value, _StopProfiling):
+            old_hook(args)
+
+    threading.excepthook = thread_hook
     try:
-        with watch:
+        with watch, exits, signals:
             runpy.run_path(str(path), run_name="__main__")
-        return False
+        return session.stops > 0  # stopped in a thread of the script's, which then ended
     except _StopProfiling:
         return True
     except _StepTimeout:
         watch.unwound()
         raise watch.error() from None
-    except SystemExit as exc:
+    except (SystemExit, _ScriptExit) as exc:
+        how = "exited" if isinstance(exc, SystemExit) else "called os._exit"
         if exc.code in (0, None):
-            return False
-        raise SriftError(f"the script exited with status {exc.code}; no profile was written.",
+            if not session.stops and isinstance(exc, _ScriptExit):
+                session.notes.append("the script called os._exit(0) before srift stopped it")
+            return session.stops > 0
+        raise SriftError(f"the script {how} with status {exc.code}; no profile was written.",
                          "make the script run on its own first (`python SCRIPT ARGS`).", exit_code=_exit_code(exc.code)) from None
     except KeyboardInterrupt:
         raise
@@ -296,6 +485,8 @@ def _run(path: Path, args: list[str], session: _Session, watch: "_StepWatch | No
         raise SriftError(f"the script raised {type(exc).__name__} (traceback above); no profile was written.",
                          "fix the error and check the script runs on its own (`python SCRIPT ARGS`).", exit_code=1) from None
     finally:
+        threading.excepthook = old_hook
+        session._remove_stop_hook()
         pre.remove()
         post.remove()
         session.finder.remove()
@@ -305,6 +496,53 @@ def _run(path: Path, args: list[str], session: _Session, watch: "_StepWatch | No
         sys.path[:] = old_path
         gc.collect()  # drop the script's frames: DataLoader workers shut down with their iterator
         stop_children(watch.children_before)  # and whatever the script started that is still running
+
+
+class _ExitGuard:
+    """While the script runs: ``os._exit`` in srift's own process unwinds the script as
+    ``sys.exit`` would (so srift reports its status); forked children exit for real."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def _exit(self, code: int) -> None:
+        if os.getpid() != self.pid:
+            _REAL_EXIT(code)
+        raise _ScriptExit(code)
+
+    def __enter__(self) -> "_ExitGuard":
+        os._exit = self._exit  # type: ignore[assignment]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        os._exit = _REAL_EXIT
+
+
+class _TermSignals:
+    """SIGTERM/SIGHUP while the script runs: stop the processes it started, then die of the signal
+    (nothing is written: the profile is written atomically, or not at all)."""
+
+    SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+    def __init__(self, watch: "_StepWatch") -> None:
+        self.watch = watch
+        self._old: dict[int, Any] = {}
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        stop_children(self.watch.children_before)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    def __enter__(self) -> "_TermSignals":
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._old[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
+        self._old = {}
 
 
 def _exit_code(code: Any) -> int:
@@ -322,18 +560,26 @@ def _print_script_traceback(exc: BaseException, path: Path) -> None:
 
 def _finish(session: _Session, stopped: bool, name: str, out_path: Path, batch_override: int | None,
             kfac: bool = False, overwrite: bool = True) -> ProfileResult:
+    if session.refusal is not None:
+        raise session.refusal
+    if session.graph_capture and not session.records:
+        raise SriftError("the script captures its training step in a CUDA graph; srift cannot time graph replays "
+                         "(no Python runs in them); no profile was written.",
+                         "profile the script without CUDA graphs (or torch.compile mode 'reduce-overhead'), then "
+                         "predict from that profile.")
     if session.optimizer is None:
         raise SriftError("the script never called optimizer.step(), so there was no iteration to measure; no profile was written.",
-                         "make sure the script trains (a torch.optim optimizer's step()) with the arguments given.", exit_code=1)
+                         "make sure the script trains (a torch.optim optimizer's step()) with the arguments given.")
     if session.timer is None or session.model is None:
         raise SriftError("no model was called before the first optimizer step, so srift could not find what to time.",
-                         "call the model (an nn.Module owning the optimizer's parameters) before optimizer.step().", exit_code=1)
+                         "call the model (an nn.Module owning the optimizer's parameters) before optimizer.step().")
+    session.flush()
     needed = session.warmup + session.iters
     warnings: list[str] = []
     if not session.records:
         raise SriftError(f"the script stopped after {session.steps} optimizer step(s), before any measured step "
                          f"(warm-up is {session.warmup}); no profile was written.",
-                         f"lower --warmup (to {max(session.steps - 1, 1)}) or let the script run longer.", exit_code=1)
+                         f"lower --warmup (to {max(session.steps - 1, 1)}) or let the script run longer.")
     if not stopped and session.steps < needed:
         warnings.append(f"the script ended after {session.steps} optimizer steps, fewer than the {needed} asked; "
                         f"the profile holds {len(session.records)} measured iteration(s) instead of {session.iters}.")
@@ -363,10 +609,13 @@ def _finish(session: _Session, stopped: bool, name: str, out_path: Path, batch_o
         return ProfileResult(None, None, warnings)
 
     session.timer.remove()
+    if session.clock.kind == "cuda" and not session.peak_memory and world == 1:  # the script ended by itself
+        session._read_memory()
     measured = Measurement(name=name, model=session.model, optimizer=session.optimizer, timer=session.timer,
                            clock_kind=session.clock.kind, records=session.records, warmup=session.warmup,
-                           world_size=world, buckets=buckets, layers=layers, fsdp=fsdp_measured)
-    profile = assemble_profile(measured, notes, warnings, batch_override, kfac)
+                           world_size=world, buckets=buckets, layers=layers, fsdp=fsdp_measured,
+                           device=session.clock.device, unhooked_s=session.unhooked_s, peak_memory=session.peak_memory)
+    profile = assemble_profile(measured, notes + [n for n in session.notes if n not in notes], warnings, batch_override, kfac)
     try:
         written = profile.save(out_path, overwrite=overwrite)
     except FileExistsError:  # created while the script ran
@@ -392,6 +641,7 @@ class _StepWatch:
         self._names = {str(script), self.script, os.path.abspath(script)}  # how runpy may have named its code
         self.children_before = set(descendants(os.getpid()))
         self.deadline = math.inf
+        self.stopped_at = math.inf
         self.where: str | None = None
         self._signal = False
         self._old_handler: Any = None
@@ -412,6 +662,7 @@ class _StepWatch:
 
     def stepped(self) -> None:
         """An optimizer step happened: the next has ``timeout_s`` from now."""
+        self.stopped_at = time.monotonic()
         self.deadline = time.monotonic() + self.timeout_s
         if self._signal:
             signal.setitimer(signal.ITIMER_REAL, self.timeout_s)
@@ -419,7 +670,7 @@ class _StepWatch:
     def unwound(self) -> None:
         """The script is done (stopped, ended, failed or timed out): disarm."""
         self._done.set()
-        if self._signal:
+        if self._signal and threading.current_thread() is threading.main_thread():
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self._old_handler if self._old_handler is not None else signal.SIG_DFL)
             self._signal = False
@@ -441,13 +692,16 @@ class _StepWatch:
 
     def _watchdog(self) -> None:
         while not self._done.wait(0.25):
+            if self.session.stops and time.monotonic() > self.stopped_at + self.grace_s:
+                # Stopped, but the script caught it and runs on without reaching a hook.
+                self.session.hard_stop(f"it ran on for {self.grace_s:g} s after srift's stop")
             if time.monotonic() > self.deadline + self.grace_s:
                 if self.where is None:
                     self.where = self._script_line(sys._current_frames().get(threading.main_thread().ident or 0))
                 err = self.error(hard=True)
                 print(f"Error: {err.message}\nTo fix: {err.hint}", file=sys.stderr, flush=True)
                 stop_children(self.children_before)
-                os._exit(err.exit_code)
+                _REAL_EXIT(err.exit_code)
 
     def error(self, hard: bool = False) -> SriftError:
         """What the timeout saw: steps, forward calls, backward passes, and where the script waited."""
@@ -469,6 +723,9 @@ class _StepWatch:
             seen = f"no optimizer step within {t}: no model forward, no backward; the script never reached training"
             hint = ("the script may be waiting (a download, input(), a lock, a rendezvous): run it on its own "
                     "(`python SCRIPT ARGS`), or raise --timeout if its start really takes that long.")
+        if s.graph_capture:
+            seen += " (its step was captured in a CUDA graph, whose replays srift cannot see)"
+            hint = "profile the script without CUDA graphs (or torch.compile mode 'reduce-overhead')."
         where = f"; it was at {self.where}" if self.where else ""
         ended = (f"; it did not stop within {self.grace_s:g} s of being interrupted, so srift ended it" if hard else "")
         return SriftError(f"{seen}{where}{ended}; no profile was written.", hint, exit_code=1)

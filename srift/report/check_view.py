@@ -6,10 +6,12 @@ from typing import Any
 
 from rich.markup import escape
 
+from srift.bounds import MAX_NOTE_CHARS
 from srift.files import write_json
 from srift.report.format import console, error_text, price_lines, print_json, usd
 from srift.report.table import Column, print_table
 from srift.results import CheckResult, MetricChange
+from srift.text import markdown as md
 
 _LIMIT_LABELS = {"max_cost_usd": "job cost", "max_hours": "job hours", "max_usd_per_hour": "$/hour",
                  "fits_in_memory": "fits in GPU memory"}
@@ -59,7 +61,7 @@ def markdown(result: CheckResult) -> str:
     cfg = result.configuration
     status = "passed" if result.passed else "FAILED"
     icon = "✅" if result.passed else "❌"
-    lines = [f"### {icon} srift check {status}: {result.model} on `{cfg.instance}`" + (" [Spot]" if cfg.spot else ""),
+    lines = [f"### {icon} srift check {status}: {md(result.model)} on `{cfg.instance}`" + (" [Spot]" if cfg.spot else ""),
              "",
              f"Predicted **{usd(result.predicted_cost_usd)}** over **{result.predicted_hours:,.2f} h** (median), "
              f"{_confidence_text(result)}, at {usd(result.cost_per_hour_usd)}/h in {cfg.region} ({cfg.gpus} GPUs"
@@ -72,7 +74,7 @@ def markdown(result: CheckResult) -> str:
     if result.change:
         lines += ["", "Change against the base branch:", "", "| | base | this change | change | % |", "|---|---|---|---|---|"]
         lines += ["| " + " | ".join(r) + " |" for r in _change_rows(result.change)]
-    lines += [""] + [f"> {n}" for n in cfg.notes] + [f"<sub>{result.schema}. {' '.join(price_lines(result.catalog_as_of))}</sub>"]
+    lines += [""] + [f"> {md(n, MAX_NOTE_CHARS)}" for n in cfg.notes] + [f"<sub>{result.schema}. {' '.join(price_lines(result.catalog_as_of))}</sub>"]
     return "\n".join(lines)
 
 

@@ -7,10 +7,12 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from srift.bounds import MAX_NOTE_CHARS
 from srift.report.format import console, error_text, gib, price_lines, print_json, save_json, seconds, usd, usd_per_million_tokens
 from srift.results import PredictResult, ages_json
 from srift.report.table import Column, print_table
 from srift.simulate.prediction import Prediction
+from srift.text import markdown as md
 
 NO_FIT = "DOES NOT FIT"
 
@@ -24,6 +26,11 @@ PHASE_LABELS = {
     "exposed_reduce_scatter": "exposed reduce-scatter",
     "exposed_cross_node_allreduce": "exposed cross-node all-reduce",
     "comm_interference": "communication interference",
+    "exposed_tp": "exposed tensor-parallel collectives",
+    "exposed_cp": "exposed context-parallel ring",
+    "exposed_pp": "exposed pipeline sends",
+    "bubble": "pipeline bubble",
+    "exposed_dp": "exposed data-parallel reduction",
     "optimizer": "optimizer step",
     "overhead": "framework overhead",
     "factor_compute": "K-FAC factors",
@@ -46,7 +53,7 @@ def prediction_json(result: PredictResult) -> dict[str, Any]:
     return out
 
 
-PLAN_LABELS = {"ddp": "DDP", "zero2": "ZeRO-2 (FSDP SHARD_GRAD_OP)", "fsdp": "FSDP (FULL_SHARD)",
+PLAN_LABELS = {"zero1": "ZeRO-1 (Megatron distributed optimizer)", "ddp": "DDP", "zero2": "ZeRO-2 (FSDP SHARD_GRAD_OP)", "fsdp": "FSDP (FULL_SHARD)",
                "hsdp": "HSDP (sharded within a node, replicated across nodes)"}
 MEMORY_LABELS = {"weights": "parameters", "gathered_weights": "gathered (half-precision) parameters", "gradients": "gradients",
                  "optimizer_state": "optimizer states", "activations": "activations", "fragmentation": "allocator slack",
@@ -60,8 +67,13 @@ def title(result: PredictResult) -> str:
 
 
 def plan_text(pred: Prediction) -> str:
-    """``FSDP (FULL_SHARD), selective activation checkpointing, 4 micro-batches``."""
+    """``FSDP (FULL_SHARD), selective activation checkpointing, 4 micro-batches``; a layout first:
+    ``TP 8 x PP 4 (1F1B) x CP 1 x DP 1, ZeRO-1 ...``."""
     text = PLAN_LABELS.get(pred.parallelism, pred.parallelism)
+    if pred.layout:
+        lay = pred.layout
+        sched = f"interleaved, {lay['vp']} virtual stages" if lay["schedule"] == "interleaved" else "1F1B"
+        text = f"TP {lay['tp']} x PP {lay['pp']} ({sched}) x CP {lay['cp']} x DP {lay['dp']}, " + text
     if pred.activation_checkpointing != "none":
         text += f", {pred.activation_checkpointing} activation checkpointing"
     if pred.grad_accum > 1:
@@ -91,7 +103,9 @@ def summary_rows(result: PredictResult) -> list[tuple[str, str]]:
     rows.append(("Cost", f"{usd(pred.cost_per_hour_usd)}/h, {usd(pred.usd_per_million_samples)} per million samples"
                  + (f", {usd(usd_per_million_tokens(pred), 3)} per million tokens" if pred.seq_len else "")))
     mem = f"{gib(pred.memory_per_gpu_bytes)} per GPU" + ("" if pred.fits_in_memory else f"  {NO_FIT}")
-    if pred.parallelism != "ddp" or "gathered_weights" in pred.memory_breakdown_bytes:
+    if pred.memory_stage is not None:
+        mem += f" on pipeline stage {pred.memory_stage}"
+    if pred.parallelism != "ddp" or "gathered_weights" in pred.memory_breakdown_bytes or pred.layout:
         mem += " (" + ", ".join(f"{MEMORY_LABELS.get(k, k)} {gib(v)}" for k, v in pred.memory_breakdown_bytes.items() if v) + ")"
     rows += [("Memory", mem), ("Bottleneck", pred.bottleneck),
              ("Typical error", error_text(pred.typical_error_pct, pred.typical_error_basis))]
@@ -120,6 +134,9 @@ def comm_line(result: PredictResult) -> str:
     if total <= 0:
         return ""
     hidden = max(0.0, total - exposed_comm_s(pred)) / total
+    if pred.layout:
+        return (f"Tensor-, context-, pipeline- and data-parallel communication {seconds(total)} per iteration, "
+                f"{hidden:.0%} of it hidden behind compute.")
     if pred.parallelism == "ddp":
         return f"All-reduce {seconds(total)} per iteration, {hidden:.0%} of it hidden behind backward."
     return (f"All-gather and reduce-scatter{' and cross-node all-reduce' if pred.parallelism == 'hsdp' else ''} "
@@ -149,13 +166,13 @@ def render(result: PredictResult) -> None:
 
 def markdown(result: PredictResult) -> str:
     """The prediction as markdown (a PR comment, a report)."""
-    lines = [f"**{title(result)}**", "", "| | |", "|---|---|"]
+    lines = [f"**{md(title(result), MAX_NOTE_CHARS)}**", "", "| | |", "|---|---|"]
     lines += [f"| {label} | {value.replace(NO_FIT, f'**{NO_FIT}**')} |" for label, value in summary_rows(result)]
     lines += ["", "| phase | time | share |", "|---|---:|---:|"]
     lines += ["| " + " | ".join(row) + " |" for row in breakdown_rows(result)]
     if comm_line(result):
         lines += ["", comm_line(result)]
-    lines += [f"\n_Note: {note}_" for note in result.prediction.notes]
+    lines += [f"\n_Note: {md(note, MAX_NOTE_CHARS)}_" for note in result.prediction.notes]
     lines += [f"\n<sub>{' '.join(price_lines(result.catalog_as_of))}</sub>"] if result.catalog_as_of else []
     return "\n".join(lines)
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.markup import escape
 
+from srift.bounds import MAX_NOTE_CHARS
 from srift.errors import SriftError
 from srift.report.format import console, error_text, price_lines, print_json, save_json, seconds, usd, usd_per_million_tokens
 from srift.report.table import Column, print_table
@@ -15,6 +16,7 @@ from srift.results import RecommendResult, ages_json
 from srift.search.confidence import label as q_label
 from srift.search.limits import within
 from srift.search.rank import MARKETS, Candidate, SearchResult
+from srift.text import markdown as md
 
 
 def header(result: RecommendResult) -> str:
@@ -121,6 +123,7 @@ def candidate_json(cand: Candidate, rank: int, result: SearchResult | None = Non
         "typical_error_basis": p.typical_error_basis,
         "flags": list(cand.flags),
         "parallelism": p.parallelism,
+        "layout": p.layout,
         "activation_checkpointing": p.activation_checkpointing,
         "grad_accum": p.grad_accum,
         "memory_per_gpu_bytes": p.memory_per_gpu_bytes,
@@ -331,7 +334,7 @@ def render(result: RecommendResult) -> None:
 
 def markdown(result: RecommendResult) -> str:
     head, rows = _rows(result)
-    lines = [f"**{header(result)}**", "", target_line(result), "",
+    lines = [f"**{md(header(result), MAX_NOTE_CHARS)}**", "", target_line(result), "",
              "| " + " | ".join(h or "rank" for h in head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     lines += ["", why(result.search), ""] + _notes(result)

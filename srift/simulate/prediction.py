@@ -8,6 +8,19 @@ from typing import Any
 from srift.job import JobLength, JobRun
 from srift.simulate.spot import SpotExpectation
 
+COMM_BOUND_FRACTION = 0.2  # exposed communication above this share of the iteration: comm-bound
+
+
+def bottleneck(fits_in_memory: bool, comm_cost_s: float, iteration_s: float, input_bound: bool = False) -> str:
+    """``memory`` when the job does not fit, ``input`` when the data loader is slower than the
+    GPUs, ``communication`` when the all-reduce's exposed time and interference exceed
+    COMM_BOUND_FRACTION of the iteration, else ``compute``."""
+    if not fits_in_memory:
+        return "memory"
+    if input_bound:
+        return "input"
+    return "communication" if comm_cost_s > COMM_BOUND_FRACTION * iteration_s else "compute"
+
 
 @dataclass(frozen=True)
 class BatchShare:
@@ -78,6 +91,12 @@ class Prediction:
         input_time_s: Seconds the slowest GPU's data loader needs per iteration (it runs beside the
             GPU: only what exceeds the GPU's iteration shows as ``data``); None when unknown (no
             vCPU count) or for ``measured``.
+        layout: A decoder LLM laid out with tensor/pipeline/context parallelism
+            (srift/simulate/layouts.py): ``tp``, ``pp``, ``cp``, ``dp``, ``vp``, ``micro_batch``,
+            ``grad_accum``, ``schedule``; None otherwise. Its breakdown has ``exposed_tp``,
+            ``exposed_cp``, ``exposed_pp``, ``bubble`` and ``exposed_dp``.
+        memory_stage: The pipeline stage whose memory ``memory_per_gpu_bytes`` is (layouts).
+        layout_alternative: When the layout does not fit, the fastest one that does (its ``layout``).
     """
 
     cluster: str
@@ -110,6 +129,9 @@ class Prediction:
     model_flops_per_token: float | None = None
     data_loading: str = "synthetic"
     input_time_s: float | None = None
+    layout: dict[str, int | str] | None = None
+    memory_stage: int | None = None
+    layout_alternative: dict[str, int | str] | None = None
 
     @property
     def expected_throughput_samples_per_s(self) -> float:
@@ -123,9 +145,15 @@ class Prediction:
 
     @property
     def plan_label(self) -> str:
-        """Short name of the plan: ``ddp``, ``fsdp+sel``, ``hsdp+full``, ``zero2``."""
+        """Short name of the plan: ``ddp``, ``fsdp+sel``, ``hsdp+full``, ``zero2``; a layout's
+        ``tp8 pp4 cp1 dp2 vp5`` (+ its checkpointing)."""
         short = {"none": "", "selective": "+sel", "full": "+full"}
-        return self.parallelism + short.get(self.activation_checkpointing, "+" + self.activation_checkpointing)
+        ckpt = short.get(self.activation_checkpointing, "+" + self.activation_checkpointing)
+        if self.layout:
+            lay = self.layout
+            vp = f" vp{lay['vp']}" if int(lay["vp"]) > 1 else ""
+            return f"tp{lay['tp']} pp{lay['pp']} cp{lay['cp']} dp{lay['dp']}{vp} mb{lay['micro_batch']}{ckpt}"
+        return self.parallelism + ckpt
 
     @property
     def gpu_types(self) -> tuple[str, ...]:

@@ -39,14 +39,13 @@ from srift.simulate.kfac import KfacPlan
 from srift.simulate.loader import InputLoader, image_side_px
 from srift.simulate.mixed import batches_for_fastest, split_batch
 from srift.simulate.plans import ClusterView, Plans, plan_choices
-from srift.simulate.prediction import BatchShare, Prediction
+from srift.simulate.prediction import BatchShare, Prediction, bottleneck
 from srift.simulate.spot import spot_expectation
 from srift.simulate.workload import Workload, measured_sources, profile_flops_per_token
+from srift.zoo.llm import DecoderArch
 
 __all__ = ["Predictor", "predict", "job_with_profile_defaults", "bottleneck", "measured_sources",
            "profile_flops_per_token", "image_side_px"]
-
-COMM_BOUND_FRACTION = 0.2  # exposed communication above this share of the iteration: comm-bound
 
 
 class Predictor:
@@ -62,6 +61,8 @@ class Predictor:
         model_flops_per_token: Training FLOPs per token at a sequence length, for MFU (the zoo's
             ``srift.zoo.llm.model_flops_per_token`` of the model's architecture); None: 3 x the
             forward FLOPs of the profile's matmul and attention layers, as the profile counts them.
+        arch: The decoder LLM's architecture (zoo or Hugging Face config): a job with a ``layout``
+            is predicted from it (srift/simulate/layout_prediction.py).
 
     Raises:
         SriftError: for a seq_len the profile cannot take, ``more_profiles`` that do not fit
@@ -69,8 +70,12 @@ class Predictor:
     """
 
     def __init__(self, profile: Profile, job: Job, more_profiles: Sequence[Profile] = (),
-                 model_flops_per_token: Callable[[int], float] | None = None) -> None:
+                 model_flops_per_token: Callable[[int], float] | None = None, arch: DecoderArch | None = None) -> None:
         job = job_with_profile_defaults(job, profile)
+        if job.layout is not None and (arch is None or more_profiles):
+            raise SriftError("--layout is modelled for a decoder LLM of the zoo or a --model-config, not for a profile.",
+                             "pass --model NAME (a decoder LLM) or --model-config config.json with --layout.")
+        self.arch = arch
         w = self.workload = Workload(profile, job, more_profiles, model_flops_per_token)
         self.job, self.base, self.precision, self.ref_batch = job, w.base, w.precision, w.ref_batch
         self.layout, self.bucket_sizes_bytes, self.units = w.layout, w.bucket_sizes_bytes, w.units
@@ -103,11 +108,24 @@ class Predictor:
                 f"global batch {gb} is smaller than the {cluster.gpus} GPUs of {cluster.name}.",
                 "raise --global-batch-size or use fewer GPUs.",
             )
+        if not cluster.heterogeneous and gb % cluster.gpus:  # equal per-GPU batches cannot make it: say so, never round
+            accum = self.job.grad_accum
+            lower, upper = gb // cluster.gpus * cluster.gpus * accum, -(-gb // cluster.gpus) * cluster.gpus * accum
+            per_micro = f" ({gb:,} per micro-batch of --grad-accum {accum})" if accum > 1 else ""
+            raise SriftError(
+                f"global batch {self.job.global_batch_size:,}{per_micro} does not divide over the {cluster.gpus} GPUs of "
+                f"{cluster.name} (equal per-GPU batches make {lower:,} or {upper:,}).",
+                f"pass --global-batch-size {upper:,} (or another multiple of {cluster.gpus * accum}), "
+                "or --batch-size per GPU instead.")
         return split_batch(speeds, gpus, gb)
 
     # ---- the prediction --------------------------------------------------------------------
     def predict(self, cluster: Cluster) -> Prediction:
         """Predict one iteration (one optimizer step) of the job on ``cluster``."""
+        if self.job.layout is not None and self.arch is not None:  # tensor/pipeline/context parallelism
+            from srift.simulate.layout_prediction import LayoutSettings, predict_layout
+            return predict_layout(self.arch, cluster, LayoutSettings.of(self.job), self.seq_len or 1, self.precision,
+                                  self.flops_per_token)
         groups = cluster.node_groups
         batches = self.batches(cluster)
         comps = [self.compute(g.gpu, b) for g, b in zip(groups, batches)]
@@ -240,17 +258,6 @@ def job_with_profile_defaults(job: Job, profile: Profile) -> Job:
     if (parallelism, checkpointing) == (job.parallelism, job.activation_checkpointing):
         return job
     return dataclasses.replace(job, parallelism=parallelism, activation_checkpointing=checkpointing)
-
-
-def bottleneck(fits_in_memory: bool, comm_cost_s: float, iteration_s: float, input_bound: bool = False) -> str:
-    """``memory`` when the job does not fit, ``input`` when the data loader is slower than the
-    GPUs, ``communication`` when the all-reduce's exposed time and interference exceed
-    COMM_BOUND_FRACTION of the iteration, else ``compute``."""
-    if not fits_in_memory:
-        return "memory"
-    if input_bound:
-        return "input"
-    return "communication" if comm_cost_s > COMM_BOUND_FRACTION * iteration_s else "compute"
 
 
 def predict(profile: Profile, cluster: Cluster, job: Job | None = None, more_profiles: Sequence[Profile] = (),

@@ -6,7 +6,11 @@ num_hidden_layers, hidden_size, num_attention_heads, num_key_value_heads, head_d
 intermediate_size, vocab_size, tie_word_embeddings, hidden_act, rms_norm_eps, attention_bias,
 mlp_bias, max_position_embeddings). Biases follow each implementation: Llama puts
 ``attention_bias`` on q, k, v and o and ``mlp_bias`` on the MLP; Qwen2 always has q/k/v biases and
-no others; Mistral has none. Anything else, mixture-of-experts models first, is refused with the
+no others; Mistral has none. ``nemotron`` (NemotronForCausalLM: the same keys, ``hidden_act``
+``relu2``, a squared-ReLU MLP of up and down projections, LayerNorm with bias, ``norm_eps``) and
+``gpt2`` (GPT2LMHeadModel, GPT-2 and GPT-3 shapes: n_layer, n_embd, n_head, n_inner (default
+4 x n_embd), vocab_size, n_positions (learned positions), activation_function gelu*, biases
+everywhere, LayerNorm, a tied head unless tie_word_embeddings is false). Anything else, mixture-of-experts models first, is refused with the
 key that says why. JSON only (``json.loads``: nothing in the file is executed).
 """
 
@@ -15,20 +19,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from srift.bounds import MAX_SEQ_LEN, shown
+from srift.bounds import MAX_NAME_CHARS, MAX_SEQ_LEN, shown
 from srift.errors import SriftError
 from srift.files import read_json
+from srift.text import inert
 from srift.profile import Profile
 from srift.zoo.llm import DecoderArch, decoder_profile
 
-MODEL_TYPES = ("llama", "mistral", "qwen2")
+MODEL_TYPES = ("llama", "mistral", "qwen2", "nemotron", "gpt2")
 # Keys that mark a mixture-of-experts model (Mixtral, Qwen2-MoE, DeepSeek, ...).
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size", "num_experts_per_tok")
 _GATED_ACTIVATIONS = ("silu", "swish")
+_GELU_ACTIVATIONS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh")
 _HINT = "fix the key in the model's config.json (as published in its Hugging Face repository)."
 # What srift models (srift/bounds.py): sizes beyond any published decoder by orders of magnitude.
 _MAX_DIM = 1 << 20  # hidden, intermediate and head sizes, head counts
-_MAX = {"num_hidden_layers": 10_000, "vocab_size": 1 << 24, "max_position_embeddings": MAX_SEQ_LEN}
+_MAX = {"num_hidden_layers": 10_000, "n_layer": 10_000, "vocab_size": 1 << 24, "max_position_embeddings": MAX_SEQ_LEN,
+        "n_positions": MAX_SEQ_LEN}
 
 
 def arch_from_hf_config(path: str | Path) -> DecoderArch:
@@ -58,6 +65,8 @@ def arch_from_hf_config(path: str | Path) -> DecoderArch:
         raise SriftError(
             f"model config '{p}' has model_type '{model_type}', which srift does not model.",
             f"srift reads dense decoder configs of model_type {', '.join(MODEL_TYPES)}.")
+    if model_type == "gpt2":
+        return _gpt2_arch(data, p)
     heads = _positive_int(data, "num_attention_heads", p)
     hidden = _positive_int(data, "hidden_size", p)
     kv_heads = _positive_int(data, "num_key_value_heads", p, default=heads)
@@ -66,12 +75,16 @@ def arch_from_hf_config(path: str | Path) -> DecoderArch:
         raise _bad(p, f"'hidden_size' {hidden} is not a multiple of 'num_attention_heads' {heads} and there is no 'head_dim'")
     if heads % kv_heads:
         raise _bad(p, f"'num_attention_heads' {heads} is not a multiple of 'num_key_value_heads' {kv_heads}")
-    act = data.get("hidden_act", "silu")
-    if act not in _GATED_ACTIVATIONS:
+    nemotron = model_type == "nemotron"
+    act = data.get("hidden_act", "relu2" if nemotron else "silu")
+    if nemotron and act != "relu2":
+        raise _bad(p, f"'hidden_act' is {act!r}; srift models Nemotron's squared-ReLU MLP ('relu2')")
+    if not nemotron and act not in _GATED_ACTIVATIONS:
         raise _bad(p, f"'hidden_act' is {act!r}; srift models the SwiGLU MLP of these models ('silu')")
-    eps = data.get("rms_norm_eps", 1e-6)
+    eps = data.get("norm_eps" if nemotron else "rms_norm_eps", 1e-5 if nemotron else 1e-6)
     if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not 0 < eps <= 1.0:  # (an int past any float too)
-        raise _bad(p, f"'rms_norm_eps' must be a positive number of at most 1, got {shown(eps)}")
+        raise _bad(p, f"'{'norm_eps' if nemotron else 'rms_norm_eps'}' must be a positive number of at most 1, "
+                      f"got {shown(eps)}")
     return DecoderArch(
         name=_name(data, p),
         n_layers=_positive_int(data, "num_hidden_layers", p),
@@ -81,8 +94,8 @@ def arch_from_hf_config(path: str | Path) -> DecoderArch:
         intermediate=_positive_int(data, "intermediate_size", p),
         vocab=_positive_int(data, "vocab_size", p),
         tied_embeddings=_bool(data, "tie_word_embeddings", p),
-        mlp="swiglu",
-        norm="rmsnorm",
+        mlp="relu2" if nemotron else "swiglu",
+        norm="layernorm" if nemotron else "rmsnorm",
         biases=_biases(model_type, data, p),
         position="rope",
         max_seq_len=_positive_int(data, "max_position_embeddings", p),
@@ -99,11 +112,37 @@ def hf_config_profile(path: str | Path, batch_size: int = 1, seq_len: int | None
     return decoder_profile(arch_from_hf_config(path), batch_size=batch_size, seq_len=seq_len, precision=precision)
 
 
+def _gpt2_arch(data: dict[str, Any], path: Path) -> DecoderArch:
+    """GPT2Config's keys (GPT-2, and GPT-3 shapes written as a GPT-2 config)."""
+    hidden = _positive_int(data, "n_embd", path)
+    heads = _positive_int(data, "n_head", path)
+    if hidden % heads:
+        raise _bad(path, f"'n_embd' {hidden} is not a multiple of 'n_head' {heads}")
+    act = data.get("activation_function", "gelu_new")
+    if act not in _GELU_ACTIVATIONS:
+        raise _bad(path, f"'activation_function' is {act!r}; srift models GPT-2's GeLU MLP ({', '.join(_GELU_ACTIVATIONS)})")
+    eps = data.get("layer_norm_epsilon", 1e-5)
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not 0 < eps <= 1.0:
+        raise _bad(path, f"'layer_norm_epsilon' must be a positive number of at most 1, got {shown(eps)}")
+    tied = data.get("tie_word_embeddings", True)  # GPT2LMHeadModel ties its head by default
+    if not isinstance(tied, bool):
+        raise _bad(path, f"'tie_word_embeddings' must be true or false, got {tied!r}")
+    return DecoderArch(
+        name=_name(data, path), n_layers=_positive_int(data, "n_layer", path), hidden=hidden, heads=heads,
+        kv_heads=heads, intermediate=_positive_int(data, "n_inner", path, default=4 * hidden),
+        vocab=_positive_int(data, "vocab_size", path), tied_embeddings=tied, mlp="gelu", norm="layernorm",
+        biases=frozenset({"qkv", "o", "mlp", "norm"}), position="learned",
+        max_seq_len=_positive_int(data, "n_positions", path), norm_eps=float(eps), naming="hf-gpt2",
+        source=f"Hugging Face config {path}")
+
+
 def _biases(model_type: str, data: dict[str, Any], path: Path) -> frozenset[str]:
     if model_type == "qwen2":  # Qwen2Attention: q/k/v projections with bias, o_proj without
         return frozenset({"qkv"})
     parts: set[str] = set()
-    if model_type == "llama":
+    if model_type == "nemotron":  # NemotronLayerNorm1P carries a bias
+        parts.add("norm")
+    if model_type in ("llama", "nemotron"):
         if _bool(data, "attention_bias", path):
             parts |= {"qkv", "o"}
         if _bool(data, "mlp_bias", path):
@@ -113,8 +152,8 @@ def _biases(model_type: str, data: dict[str, Any], path: Path) -> frozenset[str]
 
 def _name(data: dict[str, Any], path: Path) -> str:
     named = data.get("_name_or_path")
-    if isinstance(named, str) and named.strip():
-        return named.strip()
+    if isinstance(named, str) and inert(named):
+        return inert(named, MAX_NAME_CHARS)  # shown in tables and PR comments: one bounded line, no escapes
     if path.name == "config.json" and path.resolve().parent.name:
         return path.resolve().parent.name
     return path.stem

@@ -54,11 +54,11 @@ from srift.profile import LayerProfile, Profile
 from srift.files import configs_dir
 
 SCHEMA = "srift.zoo.llm/v1"
-MLP_KINDS = ("swiglu", "gelu")
+MLP_KINDS = ("swiglu", "gelu", "relu2")
 NORM_KINDS = ("rmsnorm", "layernorm")
 POSITION_KINDS = ("rope", "alibi", "learned")
 BIAS_PARTS = ("qkv", "o", "mlp", "norm")
-NAMINGS = ("hf-llama", "mpt")
+NAMINGS = ("hf-llama", "mpt", "hf-gpt2")
 
 # Executed attention FLOPs relative to the full (non-causal) 4 b s^2 h d of QK^T and PV.
 CAUSAL_FRACTION = 0.5
@@ -92,15 +92,17 @@ class DecoderArch:
         intermediate: MLP width.
         vocab: Vocabulary size.
         tied_embeddings: The output head shares the token-embedding matrix.
-        mlp: ``swiglu`` (gate, up, down; SiLU) or ``gelu`` (up, down; GELU).
+        mlp: ``swiglu`` (gate, up, down; SiLU), ``gelu`` (up, down; GELU: GPT-2, GPT-3) or
+            ``relu2`` (up, down; squared ReLU: Nemotron).
         norm: ``rmsnorm`` or ``layernorm``.
         biases: Parts with bias vectors: any of ``qkv``, ``o``, ``mlp``, ``norm``.
         position: ``rope``, ``alibi`` or ``learned`` (a table of ``max_seq_len`` positions).
         max_seq_len: The longest context the configuration states.
         head_dim: Per-head width; 0 means ``hidden // heads``.
         norm_eps: Norm epsilon (recorded; it costs nothing).
-        naming: Module names as in ``hf-llama`` (LlamaForCausalLM) or ``mpt`` (MPTForCausalLM,
-            which fuses q, k and v into one ``Wqkv`` matmul).
+        naming: Module names as in ``hf-llama`` (LlamaForCausalLM), ``mpt`` (MPTForCausalLM,
+            which fuses q, k and v into one ``Wqkv`` matmul) or ``hf-gpt2`` (GPT2LMHeadModel,
+            fused ``c_attn``).
         source: Where the numbers come from.
     """
 
@@ -273,6 +275,10 @@ _NAMING = {
         block="transformer.blocks.{i}", norm_1="norm_1", q="", k="", v="", qkv="attn.Wqkv", core="attn.sdpa",
         o="attn.out_proj", norm_2="norm_2", gate="ffn.gate_proj", up="ffn.up_proj", act="ffn.act",
         down="ffn.down_proj", final_norm="transformer.norm_f", head="lm_head"),
+    "hf-gpt2": _Naming(
+        embed="transformer.wte", positions="transformer.wpe", rotary="", block="transformer.h.{i}", norm_1="ln_1",
+        q="", k="", v="", qkv="attn.c_attn", core="attn.sdpa", o="attn.c_proj", norm_2="ln_2", gate="",
+        up="mlp.c_fc", act="mlp.act", down="mlp.c_proj", final_norm="transformer.ln_f", head="lm_head"),
 }
 
 
@@ -348,7 +354,7 @@ def _block(arch: DecoderArch, i: int, names: _Naming, sh: _Shape) -> list[LayerP
                 _linear(at(names.up), unit, d, f, "mlp" in bias, sh, sh.e_res)]
     else:
         out += [_linear(at(names.up), unit, d, f, "mlp" in bias, sh, sh.e_res),
-                _leaf(at(names.act), "GELU", unit, 0, act_bytes, act_bytes)]
+                _leaf(at(names.act), "GELU" if arch.mlp == "gelu" else "SquaredReLU", unit, 0, act_bytes, act_bytes)]
     out.append(_linear(at(names.down), unit, f, d, "mlp" in bias, sh, sh.e_mm))
     return out
 

@@ -1,0 +1,195 @@
+"""A decoder LLM's TP x PP x CP x DP layout as a Prediction: the job's layout settings, the plan
+or the search (srift/simulate/layouts.py), and the memory error that names a layout that fits.
+
+The Predictor calls ``predict_layout`` from one place when the job names a layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from srift.cluster import Cluster
+from srift.errors import SriftError
+from srift.hardware import gpu as gpu_spec
+from srift.perf.comm import CommModel
+from srift.job import AUTO, Job, LayoutRequest, parse_layout, usd_per_million_samples
+from srift.simulate.layouts import (
+    DP_FLAVOURS, SCHEDULES, Layout, LayoutPlan, check_layout, load_layout_params, plan_layout, search_layouts,
+)
+from srift.simulate.memory import USABLE_FRACTION
+from srift.simulate.prediction import BatchShare, Prediction, bottleneck
+from srift.simulate.spot import spot_expectation
+from srift.zoo.llm import DecoderArch, params_count
+
+
+@dataclass(frozen=True)
+class LayoutSettings:
+    """What the job says about its layout.
+
+    Attributes:
+        request: ``--layout`` parsed (fixed degrees, or ``auto``).
+        micro_batch: Sequences per micro-batch (None: 1 for a fixed layout, searched under auto).
+        global_batch: Sequences per optimizer step (None: micro-batch x DP x ``grad_accum``).
+        grad_accum: Micro-batches per step when no global batch is given.
+        schedule: One of SCHEDULES (None: ``interleaved`` when ``virtual_stages`` > 1, else 1F1B;
+            searched under auto).
+        virtual_stages: Virtual stages per pipeline rank (interleaved).
+        dp_flavour: One of DP_FLAVOURS.
+        checkpointing: ``none``, ``selective``, ``full``, or None (the least recompute that fits).
+    """
+
+    request: LayoutRequest
+    micro_batch: int | None = None
+    global_batch: int | None = None
+    grad_accum: int = 1
+    schedule: str | None = None
+    virtual_stages: int = 1
+    dp_flavour: str = "zero1"
+    checkpointing: str | None = None
+
+    @classmethod
+    def of(cls, job: Job) -> "LayoutSettings":
+        """The settings of a job with a ``layout`` (see srift.job.Job)."""
+        assert job.layout is not None
+        return cls(parse_layout(job.layout), job.micro_batch_size, job.global_batch_size, job.grad_accum,
+                   job.pipeline_schedule, job.virtual_stages, "zero1" if job.parallelism == AUTO else job.parallelism,
+                   None if job.activation_checkpointing == AUTO else job.activation_checkpointing)
+
+    def __post_init__(self) -> None:
+        if self.schedule is not None and self.schedule not in SCHEDULES:
+            raise SriftError(f"unknown pipeline schedule '{self.schedule}'.",
+                             f"use --pipeline-schedule with one of {', '.join(SCHEDULES)}.")
+        if self.dp_flavour not in DP_FLAVOURS:
+            raise SriftError(f"--parallelism {self.dp_flavour} is not modelled with --layout.",
+                             f"use --parallelism {' or '.join(DP_FLAVOURS)} with --layout (zero1: Megatron's "
+                             "distributed optimizer).")
+        if self.virtual_stages > 1 and self.schedule == "1f1b":
+            raise SriftError("--virtual-stages needs the interleaved schedule.",
+                             "add --pipeline-schedule interleaved, or drop --virtual-stages.")
+
+
+def fixed_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_len: int) -> Layout:
+    """The layout a fixed ``--layout`` names on ``cluster`` (data parallelism takes the rest).
+
+    Raises:
+        SriftError: when the degrees do not divide the GPUs, the batch does not divide, or the
+            model cannot be split so.
+    """
+    r = settings.request
+    t, p, c = r.tp or 1, r.pp or 1, r.cp or 1
+    if cluster.gpus % (t * p * c):
+        raise SriftError(f"--layout tp={t},pp={p},cp={c} needs a multiple of {t * p * c} GPUs; "
+                         f"{cluster.name} has {cluster.gpus}.",
+                         "choose degrees whose product divides the GPU count, or --layout auto.")
+    d = cluster.gpus // (t * p * c)
+    mb = settings.micro_batch or 1
+    gb = settings.global_batch or mb * d * settings.grad_accum
+    if gb % (mb * d):
+        raise SriftError(f"the global batch {gb:,} is not a multiple of micro-batch {mb} x data parallelism {d}.",
+                         "choose --global-batch-size as a multiple of --micro-batch-size x DP.")
+    v = settings.virtual_stages
+    schedule = settings.schedule or ("interleaved" if v > 1 else "1f1b")
+    layout = Layout(t, p, c, d, v, mb, gb // (mb * d), schedule)
+    why = check_layout(arch, layout, seq_len, cluster.node_groups[0].gpus_per_node)
+    if why:
+        raise SriftError(f"--layout {layout.label} cannot run {arch.name}: {why}.", "choose another --layout, or --layout auto.")
+    return layout
+
+
+def plan_for(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_len: int, precision: str,
+             quantile: float = 0.5) -> tuple[LayoutPlan, LayoutPlan | None]:
+    """The plan of the job's layout (or of the search's choice) and, when it does not fit, the
+    fastest layout that does (None when none does)."""
+    if len(cluster.node_groups) > 1:
+        raise SriftError("--layout is modelled on clusters of one node type.", "drop --mixed, or name one instance type.")
+    comm = CommModel.for_cluster(cluster)
+    ckpts = (settings.checkpointing,) if settings.checkpointing else ("none", "full")
+    if settings.request.auto:
+        gb = settings.global_batch or cluster.gpus * (settings.micro_batch or 1) * settings.grad_accum
+        found = search_layouts(arch, cluster, seq_len, gb, precision, settings.request, settings.dp_flavour, ckpts, comm)
+        if found.best is not None:
+            return found.best, None
+        assert found.smallest is not None
+        return found.smallest, None
+    layout = fixed_layout(arch, cluster, settings, seq_len)
+    plan = None
+    for policy in ckpts:
+        plan = plan_layout(arch, cluster, layout, seq_len, precision, policy, settings.dp_flavour, comm, quantile)
+        if plan.fits:
+            return plan, None
+    assert plan is not None
+    found = search_layouts(arch, cluster, seq_len, layout.global_batch, precision, LayoutRequest(), settings.dp_flavour,
+                           ("none", "full"), comm)
+    return plan, found.best
+
+
+def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_len: int, precision: str,
+                   model_flops_per_token: float) -> Prediction:
+    """The Prediction of ``arch`` laid out on ``cluster`` (breakdown: srift.simulate.layouts.BREAKDOWN_KEYS)."""
+    plan, alternative = plan_for(arch, cluster, settings, seq_len, precision)
+    lay = plan.layout
+    p90_plan = plan_layout(arch, cluster, lay, seq_len, precision, plan.checkpointing, plan.dp_flavour, quantile=0.9)
+    breakdown = dict(plan.breakdown_s)
+    comm_cost = sum(v for k, v in breakdown.items() if k.startswith("exposed_")) + breakdown["comm_interference"]
+    breakdown["comm_total"] = sum(plan.comm_s.values())
+    throughput = lay.global_batch / plan.iteration_s
+    tokens = throughput * seq_len
+    cost = cluster.usd_per_hour
+    peak = cluster.gpus * gpu_spec(cluster.node_groups[0].gpu).peak_flops(precision)
+    params = load_layout_params()
+    errors = params.meta.get("validation", {})
+    loso = errors.get("loso_mape_pct") if isinstance(errors, dict) else None
+    lomo = errors.get("lomo_mape_pct") if isinstance(errors, dict) else None
+    notes = [f"layout {lay.label}: Megatron-Core placement (TP in a node, then CP, PP, DP), sequence parallelism, "
+             f"{'interleaved' if lay.schedule == 'interleaved' else '1F1B'} pipeline, "
+             f"{'distributed optimizer (zero1)' if plan.dp_flavour == 'zero1' else 'DDP'}; "
+             f"compute x {params.megatron_compute_factor:.3f} (Megatron-Core / Transformer Engine, fitted)"]
+    if settings.request.auto:
+        notes.append("layout chosen by srift's search (--layout auto)")
+    if not plan.fits and alternative is not None:
+        notes.append(f"fits instead: --layout tp={alternative.layout.tp},pp={alternative.layout.pp},"
+                     f"cp={alternative.layout.cp} --micro-batch-size {alternative.layout.micro_batch}"
+                     + (f" --pipeline-schedule interleaved --virtual-stages {alternative.layout.vp}"
+                        if alternative.layout.vp > 1 else "")
+                     + (f" --activation-checkpointing {alternative.checkpointing}" if alternative.checkpointing != "none"
+                        else "")
+                     + f" ({alternative.memory_per_gpu_bytes / 2**30:,.1f} GiB per GPU, {alternative.iteration_s:,.2f} s)")
+    state_bytes = params_count(arch) * 16.0 / cluster.nodes
+    basis = ("leave-one-source-out MAPE over the Megatron-Core runs of data/llm-parallel-layouts (one source of bf16 "
+             f"step times: held out, the compute model runs unfitted){'' if lomo is None else f'; {lomo:.1f} % leave-one-model-out'}")
+    return Prediction(
+        cluster=cluster.name, gpus=cluster.gpus, global_batch_size=lay.global_batch,
+        iteration_time_s=plan.iteration_s, p90_iteration_time_s=max(plan.iteration_s, p90_plan.iteration_s),
+        throughput_samples_per_s=throughput, cost_per_hour_usd=cost,
+        usd_per_million_samples=usd_per_million_samples(cost, throughput),
+        breakdown=breakdown, bottleneck=bottleneck(plan.fits, comm_cost, plan.iteration_s), fits_in_memory=plan.fits,
+        memory_per_gpu_bytes=plan.memory_per_gpu_bytes, memory_breakdown_bytes=dict(plan.memory_breakdown_bytes),
+        batch_split=[BatchShare(g.label, g.gpu, lay.micro_batch * lay.grad_accum, g.gpus) for g in cluster.node_groups],
+        spot=spot_expectation(cluster, state_bytes, throughput, cost), notes=notes,
+        typical_error_pct=float(loso) if isinstance(loso, (int, float)) else None, typical_error_basis=basis,
+        parallelism=plan.dp_flavour, activation_checkpointing=plan.checkpointing, grad_accum=lay.grad_accum,
+        micro_batch_size=lay.micro_batch, seq_len=seq_len, throughput_tokens_per_s=tokens,
+        tokens_per_s_per_gpu=tokens / cluster.gpus, mfu=tokens * model_flops_per_token / peak,
+        model_flops_per_token=model_flops_per_token, data_loading="tokens",
+        layout={k: v for k, v in lay.to_dict().items()}, memory_stage=plan.memory_stage,
+        layout_alternative=None if alternative is None else alternative.layout.to_dict())
+
+
+def layout_memory_error(cluster: Cluster, pred: Prediction, model: str) -> SriftError:
+    """The error for a layout that does not fit: its most loaded stage, and a layout that fits."""
+    lay = pred.layout or {}
+    cap = min(g.gpu_memory_gib if g.gpu_memory_gib is not None else gpu_spec(g.gpu).memory_gib for g in cluster.node_groups)
+    parts = pred.memory_breakdown_bytes
+    largest = max(parts, key=lambda k: parts[k]) if parts else ""
+    alt = pred.layout_alternative
+    fix = ("lower --micro-batch-size, add --activation-checkpointing full, or choose GPUs with more memory"
+           if alt is None else
+           f"--layout tp={alt['tp']},pp={alt['pp']},cp={alt['cp']} --micro-batch-size {alt['micro_batch']}"
+           + (f" --pipeline-schedule interleaved --virtual-stages {alt['vp']}" if int(alt['vp']) > 1 else "")
+           + " fits (srift's search)")
+    return SriftError(
+        f"{model} does not fit in GPU memory on {cluster.name} with layout tp={lay.get('tp')},pp={lay.get('pp')},"
+        f"cp={lay.get('cp')},dp={lay.get('dp')}: pipeline stage {pred.memory_stage} needs "
+        f"{pred.memory_per_gpu_bytes / 2**30:,.1f} GiB per GPU ({largest.replace('_', ' ')}: "
+        f"{parts.get(largest, 0.0) / 2**30:,.1f} GiB), and a {cluster.node_groups[0].gpu} has {cap:g} GiB "
+        f"({USABLE_FRACTION:.0%} of it usable).", fix + ".")

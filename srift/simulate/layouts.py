@@ -1,0 +1,852 @@
+"""Tensor, pipeline, context and data parallelism: one iteration of a decoder LLM laid out as
+TP x PP x CP x DP, its memory per GPU, and the search over layouts (no torch).
+
+The layout is Megatron-LM's (NeMo, Megatron-Core; torchtitan places its meshes the same way):
+
+- **placement**: ranks are numbered TP innermost, then CP, PP and DP outward, so a tensor-parallel
+  group sits inside one node (on its NVLink/NVSwitch) and the data-parallel groups span nodes;
+- **tensor parallelism** (TP = t): attention heads, key/value heads and the MLP width are split
+  t ways (column-parallel q/k/v and up/gate, row-parallel o and down; the embedding and the head
+  split the vocabulary). Sequence parallelism shards what lies between them (norms, residual) along
+  the sequence, so each block's forward runs 2 all-gathers (before attention and the MLP) and
+  2 reduce-scatters (after them) of the ``micro_batch x tokens x hidden`` activation, and its
+  backward 2 all-gathers of the output gradients, 2 all-gathers of the inputs again (sequence
+  parallelism keeps them sharded) and 2 reduce-scatters of the input gradients: ``tp_block_comm``.
+  Forward's four and backward's gradient all-gathers wait for the GEMM they feed; backward's
+  input all-gathers and reduce-scatters run beside the weight- and input-gradient GEMMs
+  (Megatron's asynchronous TP communication) and cost only their interference. The GEMMs are the
+  compute model's (srift/perf/compute.py) on the split shapes: the same profile builder on a block
+  of ``heads / t`` heads and ``intermediate / t`` MLP width, so efficiency falls as the matrices
+  shrink;
+- **context parallelism** (CP = c): each rank holds ``seq / c`` tokens (in Megatron's load-balanced
+  order: chunks ``i`` and ``2c - 1 - i`` of ``2c``, so every rank does ``1 / c`` of the causal
+  attention work). Ring attention passes the key/value block around the c ranks in ``c - 1`` steps,
+  each overlapped with the attention on the block already there (``cp_ring_step``); backward
+  passes the keys/values and their gradients. The gradients are reduced over CP x DP;
+- **pipeline parallelism** (PP = p, V virtual stages under ``interleaved``): layers as evenly as
+  possible over the stages, the embedding on the first and the final norm, head and loss on the
+  last (they take a layer's place: the stages that hold them get the fewer layers). 1F1B runs
+  ``M`` micro-batches in ``(M + p - 1)`` slots of one forward and one backward of the slowest
+  stage, a bubble of ``(p - 1) / (M + p - 1)`` of the pipeline; the interleaved schedule in
+  ``M + (p - 1) / V`` (``bubble_fraction``). Every slot sends an activation to the next stage and a
+  gradient back (``micro_batch x seq / c x hidden / t``: sequence parallelism keeps it sharded),
+  over the node's link or the network; 1F1B waits for them, the interleaved schedule overlaps
+  them (Megatron's ``overlap_p2p_comm``) except on the bubble's path. The first stage holds
+  ``min(p, M)`` micro-batches of activations (interleaved: ``p + (p - 1) / V``);
+- **data parallelism** (DP = d) over the rest, after the pipeline flush: ``zero1`` (Megatron's
+  distributed optimizer: gradients reduce-scattered, the optimizer step on a ``1 / (c d)`` shard,
+  the parameters all-gathered) or ``ddp`` (all-reduce). The reduce-scatter overlaps the stage's
+  last backward and the all-gather the next iteration's first forward (``overlap_grad_reduce``,
+  ``overlap_param_gather``); what does not fit behind them is exposed.
+
+Collectives are srift/perf/comm.py's on each group (``CommModel.subgroup``: its ranks per node and
+its share of the node's network); hidden communication costs ``overlap_interference`` of its time,
+as everywhere in srift. Memory (``stage_memory_bytes``) is per stage: bf16 weights, bf16 gradient
+buffers (``GRAD_BYTES``), fp32 master weights and Adam states (sharded over CP x DP under ``zero1``), activations
+of the micro-batches in flight, the loss's fp32 logits on the last stage, the allocator's slack
+and the workspace of srift/simulate/memory.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from srift.cluster import Cluster
+from srift.bounds import require
+from srift.errors import SriftError
+from srift.files import configs_dir, read_json
+from srift.hardware import gpu as gpu_spec
+from srift.perf.comm import CommModel
+from srift.job import HALF_PRECISIONS, LAYOUT_PARALLELISMS, PIPELINE_SCHEDULES, LayoutRequest
+from srift.perf.compute import kernel_rates, layer_kind, layer_times, load_params as load_compute_params, mma_rate_flops
+from srift.simulate.memory import FRAGMENTATION, LOSS_FP32_BYTES, MASTER_BYTES, USABLE_FRACTION, WORKSPACE_BYTES, fits
+from srift.zoo.llm import DecoderArch, block_params, decoder_profile, params_count
+
+SCHEDULES = PIPELINE_SCHEDULES
+DP_FLAVOURS = LAYOUT_PARALLELISMS
+LAYOUT_CHECKPOINTING = ("none", "selective", "full")
+ADAM_STATE_BYTES = 8.0  # two fp32 moments per parameter
+PARAM_BYTES = 2.0  # bf16 weights as computed
+# Gradient buffers and their data-parallel reduction in bf16: NeMo's performance recipes set
+# ``grad_reduce_in_fp32 = False`` (Megatron-Core's DDP then keeps the grads in the param dtype).
+GRAD_BYTES = 2.0
+# Layout search: micro-batch sizes and virtual stages tried (Megatron's recipes use 1-4 and 1-12).
+SEARCH_MICRO_BATCHES = (1, 2, 4, 8)
+SEARCH_VIRTUAL_STAGES = (1, 2, 3, 4, 6, 8, 12)
+SEARCH_CONTEXT = (1, 2, 4, 8, 16, 32)
+# Breakdown keys of a layout's iteration (they add up to it).
+BREAKDOWN_KEYS = ("forward", "backward", "recompute", "exposed_tp", "exposed_cp", "exposed_pp", "bubble",
+                  "exposed_dp", "comm_interference", "optimizer", "overhead")
+
+
+# ---- the layout ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Layout:
+    """How a job is split over its GPUs.
+
+    Attributes:
+        tp: Tensor-parallel ranks (inside a node).
+        pp: Pipeline stages.
+        cp: Context-parallel ranks (the sequence split ``cp`` ways).
+        dp: Data-parallel replicas (the GPUs left).
+        vp: Virtual stages per pipeline rank (``interleaved``; 1 otherwise).
+        micro_batch: Sequences per micro-batch.
+        grad_accum: Micro-batches per optimizer step per pipeline (``M``).
+        schedule: One of SCHEDULES.
+    """
+
+    tp: int
+    pp: int
+    cp: int
+    dp: int
+    vp: int = 1
+    micro_batch: int = 1
+    grad_accum: int = 1
+    schedule: str = "1f1b"
+
+    def __post_init__(self) -> None:
+        for key in ("tp", "pp", "cp", "dp", "vp", "micro_batch", "grad_accum"):
+            v = getattr(self, key)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"layout {key} must be a positive integer, got {v!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.vp > 1 and self.schedule != "interleaved":
+            raise ValueError("virtual stages need the interleaved schedule")
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def global_batch(self) -> int:
+        return self.micro_batch * self.grad_accum * self.dp
+
+    @property
+    def label(self) -> str:
+        """``tp8 pp8 cp2 dp4 vp8 mb1x64``."""
+        vp = f" vp{self.vp}" if self.vp > 1 else ""
+        return f"tp{self.tp} pp{self.pp} cp{self.cp} dp{self.dp}{vp} mb{self.micro_batch}x{self.grad_accum}"
+
+    def to_dict(self) -> dict[str, int | str]:
+        return {"tp": self.tp, "pp": self.pp, "cp": self.cp, "dp": self.dp, "vp": self.vp,
+                "micro_batch": self.micro_batch, "grad_accum": self.grad_accum, "schedule": self.schedule}
+
+
+def bubble_fraction(pp: int, micro_batches: int, vp: int = 1) -> float:
+    """Share of the pipeline's time its stages idle: ``(p - 1) / V`` slots of ``M + (p - 1) / V``
+    (1F1B: ``V = 1``, ``(p - 1) / (M + p - 1)``)."""
+    idle = (pp - 1) / vp
+    return idle / (micro_batches + idle)
+
+
+@dataclass(frozen=True)
+class TpBlockComm:
+    """One block's tensor-parallel collectives per micro-batch under sequence parallelism.
+
+    Attributes:
+        size_bytes: Each collective's gathered size (``tokens x hidden x element bytes``).
+        forward: Collectives in forward (2 all-gathers, 2 reduce-scatters).
+        backward: Collectives in backward (2 gradient all-gathers, 2 input re-gathers, 2 reduce-scatters).
+        bytes_per_gpu: What each GPU sends over the block: ``(t - 1) / t`` of each collective.
+    """
+
+    size_bytes: float
+    forward: int
+    backward: int
+    bytes_per_gpu: float
+
+
+def tp_block_comm(tokens: int, hidden: int, tp: int, element_bytes: float = PARAM_BYTES) -> TpBlockComm:
+    """``TpBlockComm`` of ``tokens`` (this CP rank's, of the micro-batch) of a ``hidden``-wide
+    model split ``tp`` ways."""
+    size = float(tokens * hidden * element_bytes)
+    forward, backward = 4, 6
+    return TpBlockComm(size, forward, backward, (forward + backward) * (tp - 1) / tp * size if tp > 1 else 0.0)
+
+
+def cp_ring_step_bytes(micro_batch: int, seq_len: int, cp: int, kv_width: int, element_bytes: float = PARAM_BYTES) -> float:
+    """Bytes one ring-attention step sends forward: this rank's keys and values
+    (``2 x micro_batch x seq / c x kv_width``, ``kv_width`` this TP rank's key/value heads x head_dim)."""
+    return 2.0 * micro_batch * (seq_len / cp) * kv_width * element_bytes
+
+
+def cp_ring_exposed_s(step_s: float, attention_s: float, cp: int) -> float:
+    """Exposed seconds of a ring of ``cp`` ranks: ``c - 1`` steps of ``step_s``, each beside the
+    attention on one block (``attention_s / c``)."""
+    if cp <= 1:
+        return 0.0
+    return (cp - 1) * max(0.0, step_s - attention_s / cp)
+
+
+@functools.lru_cache(maxsize=4096)
+def stage_layers(n_layers: int, pp: int) -> tuple[int, ...]:
+    """Blocks per stage: as even as possible, with the embedding and the head counted as a block
+    each, so the first and last stages get the fewer blocks (Megatron's ``account_for_embedding``
+    and ``account_for_loss``, NeMo's 405B recipe)."""
+    if pp == 1:
+        return (n_layers,)
+    total = n_layers + 2
+    base, extra = divmod(total, pp)
+    slots = [base + (1 if i < extra else 0) for i in range(pp)]
+    # Give the extra slots to the middle stages: the ends carry the embedding and the head.
+    slots.sort()
+    slots = [slots[0]] + sorted(slots[1:-1], reverse=True) + [slots[-1]] if pp > 2 else slots
+    out = list(slots)
+    out[0] -= 1
+    out[-1] -= 1
+    # A stage never holds fewer than zero blocks (very deep pipelines of shallow models).
+    while min(out) < 0:
+        i = out.index(min(out))
+        j = out.index(max(out))
+        out[i] += 1
+        out[j] -= 1
+    return tuple(out)
+
+
+# ---- compute on the split shapes ---------------------------------------------------------------
+@dataclass(frozen=True)
+class BlockParts:
+    """Seconds and bytes of one micro-batch on one GPU, per part of the model, at a TP and CP split.
+
+    Attributes:
+        block_f_s, block_b_s: One block's forward and backward.
+        attention_f_s, attention_b_s: Of which the attention core.
+        first_f_s, first_b_s: The embedding (and position) layers.
+        last_f_s, last_b_s: Final norm and head.
+        block_act_bytes: Activations one block keeps for backward (sequence-parallel shards).
+        block_input_bytes: A block's input (what full recomputation keeps).
+        first_act_bytes: The embedding's output.
+        last_act_bytes: Final norm, logits and the loss's fp32 copies.
+        local_block_params: One block's parameters on this TP rank.
+        local_embed_params, local_head_params: The embedding's and head's on this rank.
+        kv_width: This rank's key/value width.
+    """
+
+    block_f_s: float
+    block_b_s: float
+    attention_f_s: float
+    attention_b_s: float
+    first_f_s: float
+    first_b_s: float
+    last_f_s: float
+    last_b_s: float
+    block_act_bytes: float
+    block_input_bytes: float
+    first_act_bytes: float
+    last_act_bytes: float
+    local_block_params: float
+    local_embed_params: float
+    local_head_params: float
+    kv_width: int
+
+
+def split_arch(arch: DecoderArch, tp: int) -> DecoderArch:
+    """One TP rank's block: ``heads / t`` query heads, ``max(1, kv_heads / t)`` key/value heads
+    (replicated when fewer than t), ``ceil(intermediate / t)`` MLP width, ``ceil(vocab / t)``."""
+    return dataclasses.replace(arch, n_layers=1, heads=arch.heads // tp, kv_heads=max(1, arch.kv_heads // tp),
+                               head_dim=arch.head_dim, intermediate=-(-arch.intermediate // tp),
+                               vocab=-(-arch.vocab // tp), max_seq_len=arch.max_seq_len)
+
+
+# Caches hold every (GPU type x TP x CP x micro-batch) of a multi-cloud search (about 30 GPU types x
+# 100 splits): a smaller LRU cache cycled through would miss on every call.
+@functools.lru_cache(maxsize=32768)
+def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str, gpu: str) -> BlockParts:
+    """``BlockParts`` from the compute model on the split shapes (cached)."""
+    split = split_arch(arch, tp)
+    tokens = seq_len // cp
+    prof = decoder_profile(split, batch_size=micro_batch, seq_len=tokens, precision=precision)
+    if cp > 1:
+        # Load-balanced ring attention: this rank does 1/c of the causal work over the whole
+        # sequence, c times what a sequence of seq/c tokens would.
+        layers = [dataclasses.replace(l, fwd_flops=l.fwd_flops * cp, bwd_flops=l.bwd_flops * cp,
+                                      fwd_flops_seq2=l.fwd_flops_seq2 * cp, bwd_flops_seq2=l.bwd_flops_seq2 * cp)
+                  if layer_kind(l.type) == "attention" else l for l in prof.layers]
+        prof = dataclasses.replace(prof, layers=layers)
+    times = layer_times(prof, gpu, precision)
+    # Transformer Engine's fused attention (cuDNN) issues the GPU's full-rate tensor-core
+    # instructions (Hopper's wgmma), not Ampere's mma that the fitted FlashAttention-2 rate is
+    # measured against: the same fitted efficiency, of the full dense peak.
+    spec = gpu_spec(gpu)
+    attention_scale = mma_rate_flops(spec, precision) / spec.peak_flops(precision) if precision in HALF_PRECISIONS else 1.0
+    e = 2.0 if precision in HALF_PRECISIONS else 4.0
+    hidden_bytes = micro_batch * tokens * arch.hidden * e
+    bf = bb = af = ab = ff = fb = lf = lb = 0.0
+    act = first_act = last_act = 0.0
+    seen_block = False
+    for i, layer in enumerate(prof.layers):
+        kind = layer_kind(layer.type)
+        f, b = float(times.fwd_s[i]), float(times.bwd_s[i])
+        if kind == "attention":
+            f, b = f * attention_scale, b * attention_scale
+        if layer.unit is not None:
+            seen_block = True
+            bf, bb = bf + f, bb + b
+            if kind == "attention":
+                af, ab = af + f, ab + b
+            out = layer.activation_bytes
+            # Sequence parallelism shards the hidden-width activations (norms, o and down outputs:
+            # the matmuls whose output width, ``kfac_g_dim``, is the model's).
+            if kind == "norm" or (kind == "matmul" and layer.kfac_g_dim == arch.hidden):
+                out /= tp
+            # Megatron's fused SwiGLU keeps the gate and up outputs and the product the down
+            # projection reads (the activation's own output is recomputed): the elementwise
+            # layer's output stands for the product.
+            act += out
+        elif not seen_block:
+            ff, fb = ff + f, fb + b
+            first_act += layer.activation_bytes / tp if kind == "embedding" else 0.0
+        else:
+            lf, lb = lf + f, lb + b
+            last_act += layer.activation_bytes / tp if kind == "norm" else 0.0
+    # Megatron's vocab-parallel cross-entropy keeps its fp32 softmax of this rank's logits; the
+    # head's backward reads its input (the final norm's output), not the logits.
+    last_act += micro_batch * tokens * split.vocab * LOSS_FP32_BYTES
+    embed = arch.vocab * arch.hidden / tp + (arch.max_seq_len * arch.hidden if arch.position == "learned" else 0)
+    head = 0.0 if arch.tied_embeddings else arch.vocab * arch.hidden / tp
+    return BlockParts(bf, bb, af, ab, ff, fb, lf, lb, act, hidden_bytes / tp, first_act, last_act,
+                      block_params(split), embed, head + arch.hidden, split.kv_width)
+
+
+@functools.lru_cache(maxsize=32768)
+def scaled_parts(parts: BlockParts, factor: float) -> BlockParts:
+    """``parts`` with every compute second times ``factor``."""
+    if factor == 1.0:
+        return parts
+    return dataclasses.replace(parts, **{k: getattr(parts, k) * factor for k in _SECONDS})
+
+
+_SECONDS = ("block_f_s", "block_b_s", "attention_f_s", "attention_b_s", "first_f_s", "first_b_s", "last_f_s", "last_b_s")
+
+
+@dataclass(frozen=True)
+class LayoutParams:
+    """Fitted figures of the layout model (configs/perf/layouts.json).
+
+    Attributes:
+        megatron_compute_factor: Megatron-Core / Transformer Engine compute seconds over the
+            compute model's (fitted on eager PyTorch FSDP runs): one figure for every GPU kernel
+            of a block, fitted by srift/fitting/layouts.py on data/llm-parallel-layouts.
+        meta: Provenance.
+    """
+
+    megatron_compute_factor: float
+    meta: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
+
+
+LAYOUT_PARAMS_SCHEMA = "srift.perf.layouts/v1"
+
+
+@functools.lru_cache(maxsize=2)
+def load_layout_params(path: str | None = None) -> LayoutParams:
+    """The shipped layout parameters (or those in ``path``).
+
+    Raises:
+        SriftError: for a missing or malformed file.
+    """
+    p = Path(path) if path else configs_dir() / "perf" / "layouts.json"
+    data = read_json(p, "layout parameters", "reinstall srift-planner, or re-run scripts/validate.py --fit-layouts.")
+    if not isinstance(data, dict) or data.get("schema") != LAYOUT_PARAMS_SCHEMA:
+        raise SriftError(f"{p} is not a '{LAYOUT_PARAMS_SCHEMA}' file.", "reinstall srift-planner.")
+    factor = float(require(data.get("megatron_compute_factor"), f"{p}: megatron_compute_factor", 0.2, 5.0,
+                           hint="reinstall srift-planner."))
+    return LayoutParams(factor, {k: v for k, v in data.items() if k not in ("schema", "megatron_compute_factor")})
+
+
+# ---- memory of one stage ------------------------------------------------------------------------
+def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes: float, in_flight: float,
+                       extra_act_bytes: float = 0.0, dp_flavour: str = "zero1") -> dict[str, float]:
+    """Bytes per GPU of one pipeline stage, by kind.
+
+    Args:
+        stage_params: Parameters this GPU holds (its stage's, on its TP rank).
+        shard: Ranks the optimizer states are sharded over under ``zero1`` (CP x DP).
+        act_per_microbatch_bytes: Activations one micro-batch leaves on this stage for backward.
+        in_flight: Micro-batches whose activations the stage holds at its peak.
+        extra_act_bytes: Activations held once (the loss's fp32 logits on the last stage, the
+            block recomputing under full checkpointing).
+        dp_flavour: ``zero1`` or ``ddp``.
+
+    Returns:
+        ``weights`` (bf16), ``gradients`` (GRAD_BYTES buffers), ``optimizer_state`` (fp32
+        master weights and Adam's two moments), ``activations``, ``fragmentation`` (the allocator's
+        slack on activations) and ``workspace``.
+    """
+    n = float(shard) if dp_flavour == "zero1" else 1.0
+    acts = act_per_microbatch_bytes * in_flight + extra_act_bytes
+    return {
+        "weights": stage_params * PARAM_BYTES,
+        "gradients": stage_params * GRAD_BYTES,
+        "optimizer_state": stage_params * (MASTER_BYTES + ADAM_STATE_BYTES) / n,
+        "activations": acts,
+        "fragmentation": FRAGMENTATION * acts,
+        "workspace": WORKSPACE_BYTES,
+    }
+
+
+# ---- one layout's iteration ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class LayoutPlan:
+    """One layout's iteration on one cluster.
+
+    Attributes:
+        layout: The layout.
+        iteration_s: Seconds per optimizer step.
+        breakdown_s: Seconds by BREAKDOWN_KEYS (they add up to ``iteration_s``).
+        comm_s: Communication seconds per iteration by group (``tp``, ``cp``, ``pp``, ``dp``),
+            hidden or not.
+        memory_per_gpu_bytes: The most loaded stage's bytes per GPU.
+        memory_breakdown_bytes: That stage's bytes by kind.
+        memory_stage: Which stage that is (0-based).
+        fits: Whether it fits in the GPU's memory.
+        tokens_per_s: Tokens per second of the whole job.
+        checkpointing: Activation checkpointing policy.
+        dp_flavour: ``zero1`` or ``ddp``.
+    """
+
+    layout: Layout
+    iteration_s: float
+    breakdown_s: dict[str, float]
+    comm_s: dict[str, float]
+    memory_per_gpu_bytes: float
+    memory_breakdown_bytes: dict[str, float]
+    memory_stage: int
+    fits: bool
+    tokens_per_s: float
+    checkpointing: str = "none"
+    dp_flavour: str = "zero1"
+    notes: tuple[str, ...] = field(default=())
+
+
+def check_layout(arch: DecoderArch, layout: Layout, seq_len: int, gpus_per_node: int) -> str | None:
+    """Why ``layout`` cannot run ``arch`` at ``seq_len`` on nodes of ``gpus_per_node``, or None."""
+    if layout.tp > gpus_per_node:
+        return f"tp={layout.tp} is more than the {gpus_per_node} GPUs of a node (tensor parallelism stays in a node)"
+    if arch.heads % layout.tp:
+        return f"tp={layout.tp} does not divide the {arch.heads} attention heads"
+    if arch.kv_heads % layout.tp and layout.tp % arch.kv_heads:
+        return f"tp={layout.tp} and the {arch.kv_heads} key/value heads do not divide one another"
+    if layout.pp > arch.n_layers:
+        return f"pp={layout.pp} is more stages than the {arch.n_layers} layers"
+    if layout.pp * layout.vp > arch.n_layers + 2:
+        return f"pp={layout.pp} x {layout.vp} virtual stages is more than the {arch.n_layers} layers"
+    if layout.cp > 1 and seq_len % (2 * layout.cp):
+        return f"cp={layout.cp} needs a sequence length divisible by {2 * layout.cp} (2 chunks per rank)"
+    if layout.schedule == "interleaved" and layout.pp > 1 and layout.grad_accum % layout.pp:
+        return (f"the interleaved schedule needs the micro-batches per step ({layout.grad_accum}) "
+                f"divisible by pp={layout.pp}")
+    return None
+
+
+def _group_ranks_per_node(gpus_per_node: int, stride: int, size: int, outer_stride: int = 0, outer: int = 1) -> int:
+    """Members of a group (``size`` ranks ``stride`` apart, times ``outer`` copies ``outer_stride``
+    apart) that share rank 0's node."""
+    count = 0
+    for j in range(outer):
+        base = j * outer_stride
+        if base >= gpus_per_node:
+            break
+        for c in range(size):
+            if base + c * stride < gpus_per_node:
+                count += 1
+    return max(1, count)
+
+
+def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, precision: str = "bf16",
+                checkpointing: str = "none", dp_flavour: str = "zero1", comm: CommModel | None = None,
+                quantile: float = 0.5, tp_overlap: bool = True, compute_factor: float | None = None) -> LayoutPlan:
+    """Predict one iteration of ``arch`` laid out as ``layout`` on ``cluster`` (module docstring).
+
+    ``compute_factor`` scales the compute model's seconds (default: the fitted
+    ``megatron_compute_factor`` of configs/perf/layouts.json); ``tp_overlap`` overlaps the
+    tensor-parallel collectives with the GEMMs (NeMo's performance recipes: ``tp_comm_overlap``).
+
+    Raises:
+        SriftError: when the layout does not use the cluster's GPUs or cannot split the model.
+    """
+    if layout.gpus != cluster.gpus:
+        raise SriftError(f"layout {layout.label} uses {layout.gpus} GPUs, the cluster has {cluster.gpus}.",
+                         "make tp x pp x cp x dp the cluster's GPU count.")
+    if checkpointing not in LAYOUT_CHECKPOINTING:
+        raise ValueError(f"checkpointing must be one of {LAYOUT_CHECKPOINTING}")
+    if dp_flavour not in DP_FLAVOURS:
+        raise ValueError(f"dp_flavour must be one of {DP_FLAVOURS}")
+    comm = comm or CommModel.for_cluster(cluster)
+    g = comm.topology.gpus_per_node
+    why = check_layout(arch, layout, seq_len, g)
+    if why:
+        raise SriftError(f"layout {layout.label} cannot run {arch.name}: {why}.",
+                         "choose another --layout, or --layout auto.")
+    gpu = cluster.node_groups[0].gpu
+    parts = scaled_parts(block_parts(arch, layout.tp, layout.cp, layout.micro_batch, seq_len, precision, gpu),
+                         load_layout_params().megatron_compute_factor if compute_factor is None else compute_factor)
+    return _plan(arch, cluster, layout, seq_len, precision, checkpointing, dp_flavour, comm, quantile, gpu, parts,
+                 tp_overlap)
+
+
+@dataclass(frozen=True)
+class BlockComm:
+    """One block's tensor- and context-parallel communication per micro-batch (seconds).
+
+    Attributes:
+        tp_f_s, tp_b_s: TP collectives the forward and backward wait for.
+        tp_hidden_s: TP collectives that run beside the GEMMs.
+        tp_end_s: The embedding's or the head's collectives (forward and backward), once per stage end.
+        cp_f_s, cp_b_s: Ring steps the attention waits for, forward and backward.
+        cp_hidden_s: Ring steps hidden behind the attention.
+        cp_step_f_s, cp_step_b_s: One ring step, forward (K, V) and backward (K, V and their gradients).
+    """
+
+    tp_f_s: float = 0.0
+    tp_b_s: float = 0.0
+    tp_hidden_s: float = 0.0
+    tp_end_s: float = 0.0
+    cp_f_s: float = 0.0
+    cp_b_s: float = 0.0
+    cp_hidden_s: float = 0.0
+    cp_step_f_s: float = 0.0
+    cp_step_b_s: float = 0.0
+
+
+def block_comm(arch: DecoderArch, comm: CommModel, t: int, c: int, micro_batch: int, seq_len: int, element_bytes: float,
+               parts: BlockParts, quantile: float = 0.5, tp_overlap: bool = True) -> BlockComm:
+    """``BlockComm`` of a block split ``t`` ways by TP and ``c`` ways by CP (module docstring)."""
+    g = comm.topology.gpus_per_node
+    tp_comm = comm.subgroup(t, t) if t > 1 else None
+    pair = None
+    if c > 1:
+        crossing = _group_ranks_per_node(g, t, c) < c
+        pair = comm.subgroup(2, 1 if crossing else 2, net_share=(1.0 / t) if crossing else None)
+    return _block_comm(arch, tp_comm, pair, t, c, micro_batch, seq_len, element_bytes, parts, quantile, tp_overlap)
+
+
+@functools.lru_cache(maxsize=65536)
+def _block_comm(arch: DecoderArch, tp_comm: CommModel | None, pair: CommModel | None, t: int, c: int, micro_batch: int,
+                seq_len: int, element_bytes: float, parts: BlockParts, quantile: float, tp_overlap: bool) -> BlockComm:
+    """``block_comm`` on the TP group's and the CP ring's own models (cached: every cluster of one
+    node type shares them)."""
+    tokens = micro_batch * seq_len // c
+    tp_f = tp_b = tp_hidden = tp_end = 0.0
+    if tp_comm is not None:
+        size = tp_block_comm(tokens, arch.hidden, t, element_bytes).size_bytes
+        ag = float(tp_comm.all_gather_time_s(size, quantile))
+        rs = float(tp_comm.reduce_scatter_time_s(size, quantile))
+        if tp_overlap:
+            # Userbuffers pipeline each collective with the GEMM it feeds or follows: only what
+            # outlasts the block's GEMMs waits.
+            total_f, total_b = 2.0 * ag + 2.0 * rs, 4.0 * ag + 2.0 * rs
+            tp_f = max(0.0, total_f - (parts.block_f_s - parts.attention_f_s))
+            tp_b = max(0.0, total_b - (parts.block_b_s - parts.attention_b_s))
+            tp_hidden = total_f - tp_f + total_b - tp_b
+        else:
+            tp_f, tp_b, tp_hidden = 2.0 * ag + 2.0 * rs, 2.0 * ag, 2.0 * ag + 2.0 * rs
+        tp_end = ag + rs  # the embedding's reduce-scatter / the head's all-gather, and back
+    if pair is None:
+        return BlockComm(tp_f, tp_b, tp_hidden, tp_end)
+    step_bytes = cp_ring_step_bytes(micro_batch, seq_len, c, parts.kv_width, element_bytes)
+    step_f = float(pair.broadcast_time_s(step_bytes, quantile))
+    step_b = float(pair.broadcast_time_s(2.0 * step_bytes, quantile))
+    cp_f = cp_ring_exposed_s(step_f, parts.attention_f_s, c)
+    cp_b = cp_ring_exposed_s(step_b, parts.attention_b_s, c)
+    return BlockComm(tp_f, tp_b, tp_hidden, tp_end, cp_f, cp_b, (c - 1) * (step_f + step_b) - cp_f - cp_b, step_f, step_b)
+
+
+def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, precision: str, checkpointing: str,
+          dp_flavour: str, comm: CommModel, quantile: float, gpu: str, parts: BlockParts,
+          tp_overlap: bool = True) -> LayoutPlan:
+    t, p, c, d, v, m = layout.tp, layout.pp, layout.cp, layout.dp, layout.vp, layout.grad_accum
+    g = comm.topology.gpus_per_node
+    interference = comm.params.overlap_interference
+    tokens = layout.micro_batch * seq_len // c
+    e = PARAM_BYTES if precision in HALF_PRECISIONS else 4.0
+    layers = stage_layers(arch.n_layers, p)
+    # ---- per micro-batch on each stage ----
+    bc = block_comm(arch, comm, t, c, layout.micro_batch, seq_len, e, parts, quantile, tp_overlap)
+    tp_f, tp_b_exposed, tp_b_hidden, tp_end = bc.tp_f_s, bc.tp_b_s, bc.tp_hidden_s, bc.tp_end_s
+    cp_f, cp_b, cp_hidden, step_f, step_b = bc.cp_f_s, bc.cp_b_s, bc.cp_hidden_s, bc.cp_step_f_s, bc.cp_step_b_s
+    recompute = parts.block_f_s if checkpointing == "full" else (parts.attention_f_s if checkpointing == "selective" else 0.0)
+    blk_f = parts.block_f_s + tp_f + cp_f
+    blk_b = parts.block_b_s + tp_b_exposed + cp_b + (recompute + (tp_f if checkpointing == "full" else 0.0))
+    stage_f, stage_b = [], []
+    for i, n in enumerate(layers):
+        f = n * blk_f + (parts.first_f_s + tp_end if i == 0 else 0.0) + (parts.last_f_s + tp_end if i == p - 1 else 0.0)
+        b = n * blk_b + (parts.first_b_s + tp_end if i == 0 else 0.0) + (parts.last_b_s + tp_end if i == p - 1 else 0.0)
+        stage_f.append(f)
+        stage_b.append(b)
+    slow = max(range(p), key=lambda i: stage_f[i] + stage_b[i])
+    sf, sb = stage_f[slow], stage_b[slow]
+    n_slow = layers[slow]
+    # ---- pipeline point-to-point ----
+    p2p = 0.0
+    if p > 1:
+        act_bytes = tokens * arch.hidden * e / t
+        crossing = t * c * p > g  # the pipeline spans nodes: its slowest sends cross the network
+        pair = comm.subgroup(2, 1 if crossing else 2, net_share=min(1.0, t * c / g) if crossing else None)
+        p2p = float(pair.broadcast_time_s(act_bytes, quantile))
+    slot = sf + sb
+    if layout.schedule == "interleaved" and p > 1 and v > 1:
+        pipe_p2p = 2.0 * p2p * (p - 1)  # only the bubble's path waits for the sends
+        hidden_p2p = 2.0 * p2p * m * v
+    else:
+        pipe_p2p = 2.0 * p2p * (m + p - 1) if p > 1 else 0.0
+        hidden_p2p = 0.0
+    idle_slots = (p - 1) / v
+    bubble = idle_slots * slot
+    # ---- data parallelism after the flush ----
+    stage_params = (n_slow * parts.local_block_params + (parts.local_embed_params if slow == 0 else 0.0)
+                    + (parts.local_head_params if slow == p - 1 else 0.0))
+    dp_group = c * d
+    dp_exposed = dp_hidden = 0.0
+    if dp_group > 1:
+        per_node = _group_ranks_per_node(g, t, c, t * c * p, d)
+        dcomm = comm.subgroup(dp_group, min(per_node, dp_group))
+        if dp_flavour == "zero1":
+            rs = float(dcomm.reduce_scatter_time_s(stage_params * GRAD_BYTES, quantile))
+            ag = float(dcomm.all_gather_time_s(stage_params * PARAM_BYTES, quantile))
+            dp_exposed = max(0.0, rs - sb) + max(0.0, ag - sf)
+            dp_total = rs + ag
+        else:
+            ar = float(dcomm.allreduce_time_s(stage_params * GRAD_BYTES, quantile))
+            dp_exposed = max(0.0, ar - sb)
+            dp_total = ar
+        dp_hidden = dp_total - dp_exposed
+    shard = dp_group if dp_flavour == "zero1" else 1
+    rates = kernel_rates(gpu, precision)
+    optimizer = stage_params / shard * (MASTER_BYTES * 3 + 2 * ADAM_STATE_BYTES) / rates.memory_bytes_per_s
+    overhead = load_compute_params().overhead_s
+    hidden = (tp_b_hidden * n_slow * m + cp_hidden * n_slow * m + hidden_p2p + dp_hidden)
+    interf = interference * hidden
+    breakdown = {
+        "forward": m * (sf - n_slow * (tp_f + cp_f)),
+        "backward": m * (sb - n_slow * (tp_b_exposed + cp_b + recompute + (tp_f if checkpointing == "full" else 0.0))),
+        "recompute": m * n_slow * recompute,
+        "exposed_tp": m * n_slow * (tp_f + tp_b_exposed + (tp_f if checkpointing == "full" else 0.0)),
+        "exposed_cp": m * n_slow * (cp_f + cp_b),
+        "exposed_pp": pipe_p2p,
+        "bubble": bubble,
+        "exposed_dp": dp_exposed,
+        "comm_interference": interf,
+        "optimizer": optimizer,
+        "overhead": overhead,
+    }
+    iteration = sum(breakdown.values())
+    # ---- memory: every stage, the most loaded reported ----
+    mems = _stage_memories(arch, layout, parts, checkpointing, dp_flavour)
+    stage = max(range(p), key=lambda i: sum(mems[i].values()))
+    worst = (sum(mems[stage].values()), mems[stage], stage)
+    gpu_mem = min(gr.gpu_memory_gib if gr.gpu_memory_gib is not None else gpu_spec(gr.gpu).memory_gib
+                  for gr in cluster.node_groups)
+    comm_s = {"tp": m * n_slow * (tp_f + tp_b_exposed + tp_b_hidden), "cp": m * n_slow * (c - 1) * (step_f + step_b),
+              "pp": pipe_p2p + hidden_p2p, "dp": dp_exposed + dp_hidden}
+    return LayoutPlan(layout, iteration, breakdown, comm_s, worst[0], worst[1], worst[2], fits(worst[0], gpu_mem),
+                      layout.global_batch * seq_len / iteration, checkpointing, dp_flavour)
+
+
+# ---- the search ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LayoutSearch:
+    """The outcome of searching layouts on one cluster.
+
+    Attributes:
+        best: The fastest plan that fits, or None when none does.
+        smallest: The plan with the least memory per GPU (what comes closest when none fits).
+        candidates: Layouts that divide the model and the cluster.
+        rejected_memory: Of those examined (in order of the lower bound), how many did not fit.
+        simulated: Plans simulated in full (the rest were shown unable to win by a lower bound).
+    """
+
+    best: LayoutPlan | None
+    smallest: LayoutPlan | None
+    candidates: int
+    rejected_memory: int
+    simulated: int
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def _degrees(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, global_batch: int,
+             request: LayoutRequest, micro_batches: tuple[int, ...]) -> list[tuple[int, int, int, int, int, int, int]]:
+    """Every ``(tp, pp, cp, dp, micro_batch, grad_accum, vp)`` that divides ``arch`` and ``gpus``
+    (``check_layout``'s rules, applied per degree; vp 1 is 1F1B, more is interleaved)."""
+    out = []
+    tps = [request.tp] if request.tp is not None else [t for t in _divisors(gpus_per_node) if t <= gpus]
+    cps = [request.cp] if request.cp is not None else list(SEARCH_CONTEXT)
+    for t in tps:
+        if t > gpus_per_node or arch.heads % t or (arch.kv_heads % t and t % arch.kv_heads):
+            continue
+        for c in cps:
+            if gpus % (t * c) or (c > 1 and seq_len % (2 * c)):
+                continue
+            pps = [request.pp] if request.pp is not None else _divisors(gpus // (t * c))
+            for p in pps:
+                if gpus % (t * c * p) or p > arch.n_layers:
+                    continue
+                d = gpus // (t * c * p)
+                for mb in micro_batches:
+                    if global_batch % (mb * d):
+                        continue
+                    m = global_batch // (mb * d)
+                    out.append((t, p, c, d, mb, m, 1))
+                    if p > 1 and m % p == 0:
+                        out.extend((t, p, c, d, mb, m, v) for v in SEARCH_VIRTUAL_STAGES[1:] if p * v <= arch.n_layers + 2)
+    return out
+
+
+def candidate_layouts(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, global_batch: int,
+                      request: LayoutRequest = LayoutRequest(),
+                      micro_batches: tuple[int, ...] = SEARCH_MICRO_BATCHES) -> list[Layout]:
+    """Every layout that divides ``arch`` and ``gpus`` and trains ``global_batch`` sequences a step
+    (TP within a node and dividing the heads, CP splitting the sequence in 2 x CP chunks, PP at most
+    the layers, micro-batches dividing the batch; the interleaved schedule with each virtual-stage
+    count in SEARCH_VIRTUAL_STAGES that fits)."""
+    return [Layout(t, p, c, d, v, mb, m, "interleaved" if v > 1 else "1f1b")
+            for t, p, c, d, mb, m, v in _degrees(arch, gpus, gpus_per_node, seq_len, global_batch, request, micro_batches)]
+
+
+def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_batch: int, precision: str = "bf16",
+                   request: LayoutRequest = LayoutRequest(), dp_flavour: str = "zero1",
+                   checkpointing: tuple[str, ...] = ("none", "full"), comm: CommModel | None = None,
+                   compute_factor: float | None = None, tp_overlap: bool = True) -> LayoutSearch:
+    """The fastest layout of ``arch`` on ``cluster`` that fits (``request`` fixes any degree).
+
+    Every candidate gets a lower bound on its time (the slowest stage's compute, recomputation
+    included, over ``M + (p - 1) / V`` slots); in order of it, each one's memory is checked (each
+    checkpointing policy in turn: the least recompute that fits) and those that fit are
+    simulated, until the bound passes the best time found. When none fits, the one with the least
+    memory comes back as ``smallest``.
+    """
+    comm = comm or CommModel.for_cluster(cluster)
+    g = comm.topology.gpus_per_node
+    gpu = cluster.node_groups[0].gpu
+    factor = load_layout_params().megatron_compute_factor if compute_factor is None else compute_factor
+    cap = min(gr.gpu_memory_gib if gr.gpu_memory_gib is not None else gpu_spec(gr.gpu).memory_gib
+              for gr in cluster.node_groups) * 2**30 * USABLE_FRACTION
+    degrees = _degrees(arch, cluster.gpus, g, seq_len, global_batch, request, SEARCH_MICRO_BATCHES)
+    # Whatever the layout, each parameter's 16 bytes (bf16 weight and gradient, fp32 master and
+    # Adam moments) are spread over at most all the GPUs: below that nothing fits.
+    hopeless = params_count(arch) * (PARAM_BYTES + GRAD_BYTES + MASTER_BYTES + ADAM_STATE_BYTES) / cluster.gpus > cap
+    if hopeless or not degrees:
+        return LayoutSearch(None, _most_sharded(arch, cluster, degrees, seq_len, precision, checkpointing[-1], dp_flavour,
+                                                comm, gpu, factor, tp_overlap), len(degrees), len(degrees), 0)
+    parts_of: dict[tuple[int, int, int], BlockParts] = {}
+    slot_of: dict[tuple[int, int, int], tuple[float, float]] = {}
+    e = PARAM_BYTES if precision in HALF_PRECISIONS else 4.0
+    k = comm.params.overlap_interference
+    ranked = []
+    for t, p, c, d, mb, m, v in degrees:
+        parts = parts_of.get((t, c, mb))
+        if parts is None:
+            parts = parts_of[(t, c, mb)] = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu), factor)
+            bc = block_comm(arch, comm, t, c, mb, seq_len, e, parts, 0.5, tp_overlap)
+            slot_of[(t, c, mb)] = (parts.block_f_s + parts.block_b_s + bc.tp_f_s + bc.tp_b_s + bc.cp_f_s + bc.cp_b_s,
+                                   k * (bc.tp_hidden_s + bc.cp_hidden_s))
+        blk, hidden = slot_of[(t, c, mb)]
+        n = max(stage_layers(arch.n_layers, p))
+        ranked.append(((m + (p - 1) / v) * n * blk + m * n * hidden, t, p, c, d, mb, m, v))
+    ranked.sort()
+    best: LayoutPlan | None = None
+    simulated = rejected = 0
+    for bound, t, p, c, d, mb, m, v in ranked:
+        if best is not None and bound >= best.iteration_s:
+            break
+        parts = parts_of[(t, c, mb)]
+        chosen = next((k for k in checkpointing if _peak_memory_of(arch, p, v, m, c * d, parts, k, dp_flavour) <= cap),
+                      None)
+        if chosen is None:
+            rejected += 1
+            continue
+        lay = Layout(t, p, c, d, v, mb, m, "interleaved" if v > 1 else "1f1b")
+        if chosen == "full" and best is not None and \
+                bound * (1.0 + parts.block_f_s / (parts.block_f_s + parts.block_b_s)) >= best.iteration_s:
+            continue
+        plan = _plan(arch, cluster, lay, seq_len, precision, chosen, dp_flavour, comm, 0.5, gpu, parts, tp_overlap)
+        simulated += 1
+        if best is None or plan.iteration_s < best.iteration_s:
+            best = plan
+    smallest = None if best is not None else _most_sharded(arch, cluster, degrees, seq_len, precision, checkpointing[-1],
+                                                            dp_flavour, comm, gpu, factor, tp_overlap)
+    return LayoutSearch(best, smallest, len(degrees), rejected, simulated)
+
+
+def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: list[tuple[int, int, int, int, int, int, int]],
+                  seq_len: int, precision: str, checkpointing: str, dp_flavour: str, comm: CommModel, gpu: str,
+                  factor: float, tp_overlap: bool) -> LayoutPlan | None:
+    """When nothing fits: the plan that needs the least memory among the most model-parallel
+    layouts of the smallest micro-batch (what comes closest, for the error)."""
+    if not degrees:
+        return None
+    top = max(t * p * c for t, p, c, *_ in degrees)
+    mb_min = min(r[4] for r in degrees if r[0] * r[1] * r[2] == top)
+    best: tuple[float, tuple[int, int, int, int, int, int, int], BlockParts] | None = None
+    for r in degrees:
+        t, p, c, d, mb, m, v = r
+        if t * p * c != top or mb != mb_min:
+            continue
+        parts = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu), factor)
+        mem = _peak_memory_of(arch, p, v, m, c * d, parts, checkpointing, dp_flavour)
+        if best is None or mem < best[0]:
+            best = (mem, r, parts)
+    assert best is not None
+    t, p, c, d, mb, m, v = best[1]
+    return _plan(arch, cluster, Layout(t, p, c, d, v, mb, m, "interleaved" if v > 1 else "1f1b"), seq_len, precision,
+                 checkpointing, dp_flavour, comm, 0.5, gpu, best[2], tp_overlap)
+
+
+def _peak_memory(arch: DecoderArch, layout: Layout, parts: BlockParts, checkpointing: str, dp_flavour: str) -> float:
+    """The most loaded stage's bytes per GPU (the same count as ``_plan``'s, without the times).
+
+    Only stages 0, 1 and the last can be it: every middle stage holds at most stage 1's blocks
+    (``stage_layers``) and fewer micro-batches in flight."""
+    return _peak_memory_of(arch, layout.pp, layout.vp if layout.schedule == "interleaved" else 1, layout.grad_accum,
+                           layout.cp * layout.dp, parts, checkpointing, dp_flavour)
+
+
+def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts: BlockParts, checkpointing: str,
+                    dp_flavour: str) -> float:
+    """``_peak_memory`` of ``p`` stages, ``v`` virtual stages (1: 1F1B), ``m`` micro-batches and
+    optimizer states over ``shard`` (CP x DP) ranks."""
+    per_param = PARAM_BYTES + GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / (shard if dp_flavour == "zero1" else 1)
+    layers = stage_layers(arch.n_layers, p)
+    full = checkpointing == "full"
+    peak = 0.0
+    for i in {0, min(1, p - 1), p - 1}:  # the arithmetic of _stage_memories, without the dicts
+        n = layers[i]
+        per_mb = n * (parts.block_input_bytes if full else parts.block_act_bytes) + (parts.first_act_bytes if i == 0 else 0.0)
+        flight = min(float(m), p - i + (p - 1 - i) / v) if v > 1 and p > 1 else float(min(m, p - i))
+        acts = per_mb * flight + (parts.block_act_bytes if full else 0.0) + (parts.last_act_bytes if i == p - 1 else 0.0)
+        params_i = (n * parts.local_block_params + (parts.local_embed_params if i == 0 else 0.0)
+                    + (parts.local_head_params if i == p - 1 else 0.0))
+        peak = max(peak, params_i * per_param + acts * (1.0 + FRAGMENTATION) + WORKSPACE_BYTES)
+    return peak
+
+
+def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkpointing: str,
+                    dp_flavour: str, stages: list[int] | None = None) -> list[dict[str, float]]:
+    """Bytes per GPU by kind of every stage (or of ``stages``)."""
+    p, v, m = layout.pp, layout.vp, layout.grad_accum
+    shard = layout.cp * layout.dp if dp_flavour == "zero1" else 1
+    out = []
+    layers = stage_layers(arch.n_layers, p)
+    for i in (range(p) if stages is None else stages):
+        n = layers[i]
+        if checkpointing == "full":
+            per_mb, once = n * parts.block_input_bytes, parts.block_act_bytes
+        else:
+            per_mb, once = n * parts.block_act_bytes, 0.0
+        if i == 0:
+            per_mb += parts.first_act_bytes
+        if layout.schedule == "interleaved" and p > 1 and v > 1:
+            flight = min(float(m), p - i + (p - 1 - i) / v)
+        else:
+            flight = float(min(m, p - i))
+        extra = once + (parts.last_act_bytes if i == p - 1 else 0.0)
+        params_i = (n * parts.local_block_params + (parts.local_embed_params if i == 0 else 0.0)
+                    + (parts.local_head_params if i == p - 1 else 0.0))
+        out.append(stage_memory_bytes(params_i, shard, per_mb, flight, extra, dp_flavour))
+    return out

@@ -1,0 +1,237 @@
+"""Tensor, pipeline and context parallelism (srift/simulate/layouts.py): figures checked by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from srift.cluster import Cluster, NodeGroup
+from srift.errors import SriftError
+from srift.job import LayoutRequest, parse_layout
+from srift.simulate.layouts import (
+    BREAKDOWN_KEYS, GRAD_BYTES, Layout, block_parts, bubble_fraction, candidate_layouts,
+    cp_ring_exposed_s, cp_ring_step_bytes, plan_layout, search_layouts, stage_layers,
+    stage_memory_bytes, tp_block_comm,
+)
+from srift.simulate.memory import WORKSPACE_BYTES
+from srift.zoo import llm_arch
+from srift.zoo.llm import params_count
+
+
+def dgx(gpus: int) -> Cluster:
+    return Cluster(f"{gpus} H100", (NodeGroup(count=max(1, gpus // 8), gpus_per_node=min(8, gpus), gpu="H100",
+                                              intra_node="nvswitch4", network_gbps=3200.0, network="infiniband"),))
+
+
+def test_1f1b_bubble_by_hand():
+    # 4 stages, 8 micro-batches: 3 idle slots of 11.
+    assert bubble_fraction(4, 8) == pytest.approx(3 / 11)
+    # Interleaved with 2 virtual stages: 1.5 idle slots of 9.5.
+    assert bubble_fraction(4, 8, 2) == pytest.approx(1.5 / 9.5)
+    assert bubble_fraction(1, 8) == 0.0
+
+
+def test_pipeline_bubble_in_a_plan_is_p_minus_1_slots():
+    arch = llm_arch("llama3-70b")
+    plan = plan_layout(arch, dgx(32), Layout(8, 4, 1, 1, 1, 1, 8), 4096)
+    b = plan.breakdown_s
+    slot = (b["forward"] + b["backward"] + b["exposed_tp"] + b["exposed_cp"]) / 8  # one forward + backward
+    assert b["bubble"] == pytest.approx(3 * slot)
+    assert b["bubble"] / (b["bubble"] + 8 * slot) == pytest.approx(bubble_fraction(4, 8))
+    assert sum(b[k] for k in BREAKDOWN_KEYS) == pytest.approx(plan.iteration_s)
+
+
+def test_tp_block_communication_volume_by_hand():
+    # Sequence parallelism, 4096 tokens of a 8192-wide model in bf16 over 8 ranks: 10 collectives of
+    # 4096 x 8192 x 2 = 67,108,864 bytes (forward 2 all-gathers + 2 reduce-scatters; backward 2
+    # gradient all-gathers, 2 input re-gathers, 2 reduce-scatters), each sending 7/8 of it.
+    c = tp_block_comm(4096, 8192, 8)
+    assert c.size_bytes == 67_108_864
+    assert (c.forward, c.backward) == (4, 6)
+    assert c.bytes_per_gpu == 10 * 7 / 8 * 67_108_864 == 587_202_560
+    assert tp_block_comm(4096, 8192, 1).bytes_per_gpu == 0.0
+
+
+def test_cp_ring_step_by_hand():
+    # Llama 3 70B at TP 4: 8 / 4 = 2 key/value heads of 128 per rank; CP 2 over 8192 tokens: each
+    # step sends K and V of 4096 tokens: 2 x 4096 x 256 x 2 bytes.
+    parts = block_parts(llm_arch("llama3-70b"), 4, 2, 1, 8192, "bf16", "H100")
+    assert parts.kv_width == 256
+    assert cp_ring_step_bytes(1, 8192, 2, parts.kv_width) == 2 * 4096 * 256 * 2 == 4_194_304
+    # 4 ranks, 1 ms per step, 1.2 ms of attention: 3 steps, each beside 0.3 ms of attention.
+    assert cp_ring_exposed_s(1e-3, 1.2e-3, 4) == pytest.approx(3 * 0.7e-3)
+    assert cp_ring_exposed_s(1e-4, 1.2e-3, 4) == 0.0  # hidden behind the attention
+
+
+def test_stage_layers_put_the_embedding_and_head_in_a_layers_place():
+    assert stage_layers(126, 8) == (15, 16, 16, 16, 16, 16, 16, 15)  # Megatron's 405B split
+    assert sum(stage_layers(80, 4)) == 80 and max(stage_layers(80, 4)) == 21
+    assert stage_layers(32, 1) == (32,)
+
+
+def test_stage_memory_by_hand():
+    mem = stage_memory_bytes(1e9, 8, 2e9, 4, 1e9)
+    assert mem["weights"] == 2e9  # bf16
+    assert mem["gradients"] == GRAD_BYTES * 1e9
+    assert mem["optimizer_state"] == 12e9 / 8  # fp32 master + 2 Adam moments over CP x DP
+    assert mem["activations"] == 4 * 2e9 + 1e9
+    assert mem["fragmentation"] == pytest.approx(0.9e9)
+    assert mem["workspace"] == WORKSPACE_BYTES
+    assert stage_memory_bytes(1e9, 8, 0.0, 1, dp_flavour="ddp")["optimizer_state"] == 12e9
+
+
+def test_a_tp_rank_holds_its_share_of_a_block():
+    # Llama 3 70B at TP 4: q 8192 x 2048, k and v 8192 x 256, o 2048 x 8192, three MLP matrices
+    # 8192 x 7168, two replicated RMSNorm weights.
+    parts = block_parts(llm_arch("llama3-70b"), 4, 1, 1, 4096, "bf16", "H100")
+    assert parts.local_block_params == 8192 * (2048 + 512) + 2048 * 8192 + 3 * 8192 * 7168 + 2 * 8192 == 213_925_888
+
+
+def test_first_stage_holds_p_micro_batches():
+    arch = llm_arch("llama3-70b")
+    plan = plan_layout(arch, dgx(32), Layout(8, 4, 1, 1, 1, 1, 16), 4096)
+    parts = block_parts(arch, 8, 1, 1, 4096, "bf16", "H100")
+    first = 19 * parts.block_act_bytes + parts.first_act_bytes
+    assert plan.memory_stage == 0
+    assert plan.memory_breakdown_bytes["activations"] == pytest.approx(4 * first)
+
+
+def test_plan_checks_the_layout():
+    arch = llm_arch("llama3-70b")
+    with pytest.raises(SriftError, match="uses 64 GPUs"):
+        plan_layout(arch, dgx(32), Layout(8, 8, 1, 1), 4096)
+    with pytest.raises(SriftError, match="more than the 8 GPUs of a node"):
+        plan_layout(arch, dgx(32), Layout(16, 2, 1, 1), 4096)
+    with pytest.raises(SriftError, match="does not divide the 64 attention heads"):
+        plan_layout(arch, dgx(24), Layout(3, 8, 1, 1), 4096)
+
+
+def test_parse_layout():
+    assert parse_layout("tp=8,pp=4") == LayoutRequest(8, 4, 1)
+    assert parse_layout("auto").auto
+    for bad in ("tp=8;pp=4", "tp=0", "dp=4", "tp=8,tp=4", "tp=x"):
+        with pytest.raises(SriftError):
+            parse_layout(bad)
+
+
+def test_candidates_divide_the_model_and_the_cluster():
+    arch = llm_arch("llama3.1-405b")
+    cands = candidate_layouts(arch, 1024, 8, 8192, 512)
+    assert cands
+    for lay in cands:
+        assert lay.gpus == 1024 and lay.tp <= 8 and arch.heads % lay.tp == 0 and lay.pp <= arch.n_layers
+        assert lay.global_batch == 512
+    fixed = candidate_layouts(arch, 1024, 8, 8192, 512, LayoutRequest(8, 8, 2))
+    assert {(l.tp, l.pp, l.cp, l.dp) for l in fixed} == {(8, 8, 2, 8)}
+
+
+def test_search_finds_a_layout_that_fits_and_beats_the_others():
+    arch = llm_arch("llama3-70b")
+    found = search_layouts(arch, dgx(64), 4096, 128)
+    assert found.best is not None and found.best.fits
+    assert found.simulated <= found.candidates - found.rejected_memory
+    # No fitting candidate is faster than the one chosen.
+    for lay in candidate_layouts(arch, 64, 8, 4096, 128)[:40]:
+        plan = plan_layout(arch, dgx(64), lay, 4096)
+        if plan.fits:
+            assert plan.iteration_s >= found.best.iteration_s - 1e-9
+
+
+def test_search_says_when_nothing_fits():
+    arch = llm_arch("llama3.1-405b")  # 405B on 8 GPUs: 810 GB of bf16 weights alone
+    found = search_layouts(arch, dgx(8), 4096, 8)
+    assert found.best is None and found.smallest is not None and not found.smallest.fits
+
+
+def test_relu2_mlp_counts():
+    # Nemotron-4 15B: q/o 6144^2, k/v 6144 x 1024, up and down 6144 x 24576 (squared ReLU: no gate),
+    # two LayerNorms with weight and bias; untied 256000-row embedding and head; final norm.
+    block = 2 * 6144 * 6144 + 2 * 6144 * 1024 + 2 * 6144 * 24576 + 4 * 6144
+    assert params_count(llm_arch("nemotron-4-15b")) == 2 * 256000 * 6144 + 32 * block + 2 * 6144
+
+
+def test_subgroups_match_the_node_and_replica_groups():
+    from srift.perf.comm import CommModel
+    comm = CommModel.for_cluster(dgx(64))
+    size = 256e6
+    assert comm.subgroup(8, 8).all_gather_time_s(size) == pytest.approx(comm.within_node().all_gather_time_s(size))
+    assert comm.subgroup(8, 1).allreduce_time_s(size) == pytest.approx(comm.across_nodes().allreduce_time_s(size))
+    with pytest.raises(ValueError):
+        comm.subgroup(6, 4)
+
+
+def test_the_searchs_memory_check_is_the_plans():
+    from srift.simulate.layouts import _peak_memory, _stage_memories
+    arch = llm_arch("llama3-70b")
+    for lay in candidate_layouts(arch, 64, 8, 4096, 128)[::37]:
+        parts = block_parts(arch, lay.tp, lay.cp, lay.micro_batch, 4096, "bf16", "H100")
+        for ckpt in ("none", "full"):
+            every = max(sum(m.values()) for m in _stage_memories(arch, lay, parts, ckpt, "zero1"))
+            assert _peak_memory(arch, lay, parts, ckpt, "zero1") == pytest.approx(every)
+
+
+# ---- the command line ---------------------------------------------------------------------------
+def _run(args: list[str]) -> tuple[int, str]:
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from srift.cli import main
+    out = io.StringIO()
+    with redirect_stdout(out), redirect_stderr(out):
+        code = main(args)
+    return code, out.getvalue()
+
+
+def test_predict_a_layout_as_json():
+    import json
+    code, out = _run(["predict", "--model", "llama3-70b", "--instance", "p5.48xlarge:4", "--layout", "tp=8,pp=4",
+                      "--micro-batch-size", "1", "--global-batch-size", "128", "--seq-len", "4096", "--precision", "bf16",
+                      "--format", "json"])
+    assert code == 0, out
+    d = json.loads(out)
+    assert d["layout"] == {"tp": 8, "pp": 4, "cp": 1, "dp": 1, "vp": 1, "micro_batch": 1, "grad_accum": 128,
+                           "schedule": "1f1b"}
+    assert set(BREAKDOWN_KEYS) <= set(d["breakdown"])
+    assert sum(d["breakdown"][k] for k in BREAKDOWN_KEYS) == pytest.approx(d["iteration_time_s"])
+    # 1F1B over 4 stages and 128 micro-batches: 3 idle slots of 131.
+    slot = sum(d["breakdown"][k] for k in ("forward", "backward", "exposed_tp", "exposed_cp")) / 128
+    assert d["breakdown"]["bubble"] == pytest.approx(3 * slot)
+    assert d["memory_stage"] == 0 and d["memory_per_gpu_bytes"] < 80 * 2**30
+    assert d["throughput_tokens_per_s"] == pytest.approx(128 * 4096 / d["iteration_time_s"])
+
+
+def test_a_layout_that_does_not_fit_names_one_that_does():
+    code, out = _run(["predict", "--model", "llama3-70b", "--instance", "p5.48xlarge:4", "--layout", "tp=2,pp=1",
+                      "--global-batch-size", "128", "--seq-len", "4096", "--precision", "bf16"])
+    assert code == 2
+    assert "does not fit in GPU memory" in out and "To fix: --layout tp=" in out and "fits" in out
+
+
+def test_layout_flags_need_a_layout_and_a_decoder_llm():
+    code, out = _run(["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:1", "--pipeline-schedule", "1f1b"])
+    assert code == 2 and "--pipeline-schedule needs a --layout" in out
+    # Without a layout, --micro-batch-size is data parallelism's micro-batch (fine-tuning, #32):
+    # 16 / (2 x 8 GPUs) = 1 micro-batch per step.
+    code, out = _run(["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:1", "--micro-batch-size", "2",
+                      "--global-batch-size", "16", "--precision", "bf16"])
+    assert code == 0, out
+    code, out = _run(["predict", "--model", "resnet50", "--instance", "p5.48xlarge:1", "--layout", "tp=2"])
+    assert code == 2 and "decoder LLM" in out
+    code, out = _run(["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:1", "--layout", "tp=3"])
+    assert code == 2 and "needs a multiple of 3 GPUs" in out
+    code, out = _run(["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:1", "--layout", "tp=2",
+                      "--batch-size", "4"])
+    assert code == 2 and "takes --micro-batch-size" in out
+
+
+def test_recommend_searches_layouts_and_offers_only_plans_that_fit():
+    import json
+    code, out = _run(["recommend", "--model", "llama3-70b", "--layout", "auto", "--global-batch-size", "128", "--seq-len",
+                      "4096", "--precision", "bf16", "--budget", "1000", "--infra", "aws/us-east-1", "--max-gpus", "32",
+                      "--format", "json"])
+    assert code == 0, out
+    recs = json.loads(out)["recommendations"]
+    assert recs
+    for r in recs:
+        lay = r["layout"]
+        assert lay["tp"] * lay["pp"] * lay["cp"] * lay["dp"] == r["gpus"]
+        assert r["fits_in_memory"] and r["global_batch_size"] == 128
