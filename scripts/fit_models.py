@@ -90,7 +90,7 @@ SOCKET_DEFAULTS_SOURCE = (
 def fit_comm_params(data: Path, profiles: datasets.ProfileSource, compute: "object") -> tuple[CM.CommParams, dict]:
     """The intra-node classes (nccl-tests, SuperBench nccl-bw), EFA (nccl-tests across nodes),
     InfiniBand and RoCE (wire formats and SuperBench ib-loopback) and the socket transport (TCP
-    framing; per-thread rate and step latency from ddl-benchmarks' scaling); spreads."""
+    framing; per-thread rate and step latency from ddl-benchmarks' TCP scaling); spreads."""
     nccl = datasets.load_nccl(data)
     sig_intra, n_intra = comm_fit.intra_sigma(nccl)
     sig_efa, n_efa = comm_fit.efa_sigma(data)
@@ -143,14 +143,15 @@ def fit_comm_params(data: Path, profiles: datasets.ProfileSource, compute: "obje
     params = dataclasses.replace(params, networks={**params.networks, "efa": fitted})
     report["efa"] = {"rows": len(multi), "rms_log_error": round(rms, 4)}
 
-    # Sockets and InfiniBand from the same jobs on the same servers (ddl-benchmarks), as t_N / t_1
-    # server; then the interference again with ddl's multi-node rows beside the one-node pairs (the
-    # GPUs' share of a cross-node all-reduce interferes as one node's does), and the networks again.
-    ddl = datasets.ddl_scaling_rows(data)
+    # Sockets from the multi-node sources that measured each job on one GPU and one node too
+    # (ddl-benchmarks, dlperf-v100-ib), as t_N / t_1 node; then the interference again with their
+    # multi-GPU rows beside the one-node pairs (the GPUs' share of a cross-node all-reduce interferes
+    # as one node's does), and the networks again.
+    ddl = datasets.multi_node_scaling_rows(data)
     with validation.using_params(compute=compute):  # type: ignore[arg-type]
         params, net_report = comm_fit.fit_ddl_networks(ddl, profiles, params)
         with validation.using_params(comm=params):
-            extra = comm_fit.anchored_scaling_rows(datasets.ddl_scaling_rows(data, one_server=True), profiles)
+            extra = comm_fit.anchored_scaling_rows(datasets.multi_node_scaling_rows(data, one_server=True), profiles)
     k_one = k
     k, k_info = fit_interference(data, profiles, compute, params, extra)
     params = dataclasses.replace(params, overlap_interference=k)
@@ -170,7 +171,7 @@ def fit_comm_params(data: Path, profiles: datasets.ProfileSource, compute: "obje
                          "per_thread_gbps and alpha_s fitted to ddl-benchmarks (10 GbE and 100 Gb/s IPoIB TCP); "
                          "t_half_s and shape: NCCL's start-up over PCIe (the pcie class)"),
             "infiniband": (f"efficiency = SuperBench ib-loopback RDMA write bandwidth at >= 1 MiB over HDR's 25 GB/s "
-                           f"({ib_share:.4f}, median of {ib_n} NIC runs); alpha_s fitted to ddl-benchmarks' InfiniBand rows; "
+                           f"({ib_share:.4f}, median of {ib_n} NIC runs); alpha_s fixed at 1 us (an InfiniBand hop, not fitted); "
                            "t_half_s and shape: NCCL's start-up over PCIe (the pcie class), not EFA's"),
             "roce": ("efficiency = InfiniBand's x (RoCE v2 / InfiniBand payload share at a 4096-byte MTU: 4096/4178 over 4096/4122); "
                      "alpha_s, t_half_s, shape as InfiniBand (no RoCE measurement)"),
@@ -223,6 +224,7 @@ def main() -> None:
     mdict = mparams.to_dict()
     mdict.update({"sources": ["data/nccl-tests-aws", "data/superbench-results (nccl-bw, ib-loopback)",
                               "data/ddl-benchmarks (multi-node scaling over 10 GbE TCP, 100 Gb/s TCP, 100 Gb/s InfiniBand)",
+                              "data/dlperf-v100-ib (multi-node scaling over 100 Gb/s EDR InfiniBand; interference fit)",
                               "data/cm-dare (spread)",
                               "data/lambda-deeplearning-benchmark + nvidia-deeplearningexamples (one-node DDP scaling)"],
                   "fitted_on": today, **mmeta})
@@ -299,7 +301,7 @@ def fit_layouts(data: Path, params_dir: Path, today: str) -> dict:
 def fit_interference(data: Path, profiles: datasets.ProfileSource, compute: "object",
                      comm: CM.CommParams, extra=None) -> tuple[float, dict]:
     """Fit the all-reduce interference to measured DDP scaling: one-node t_n / t_1 of one system,
-    and ``extra`` rows (``comm_fit.anchored_scaling_rows``: ddl-benchmarks' multi-GPU rows) when given."""
+    and ``extra`` rows (``comm_fit.anchored_scaling_rows``: the multi-node sources' multi-GPU rows) when given."""
     with validation.using_params(compute=compute, comm=comm):  # type: ignore[arg-type]
         pairs = validation.scaling_pairs(datasets.load_rows(data))
         sim_n = validation.simulate_rows(pairs, profiles)
@@ -314,7 +316,8 @@ def fit_interference(data: Path, profiles: datasets.ProfileSource, compute: "obj
     return k, {"pairs": int(len(pairs)), "multi_node_rows": 0 if extra is None else int(len(extra)),
                "scaling_mape_pct": round(err, 2), "ideal_overlap_scaling_mape_pct": round(ideal, 2),
                "method": ("grid search k in 0..3 (step 0.05) minimising the MAPE of predicted vs measured t_n/t_1 over the "
-                          "one-node pairs and ddl-benchmarks' multi-GPU rows (compute anchored on their measured 1-GPU time)")}
+                          "one-node pairs and the multi-GPU rows of ddl-benchmarks and dlperf-v100-ib (compute anchored on their "
+                          "measured 1-GPU time)")}
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 """Write profiles/<model>.yaml, the structural profile of every zoo model (reproducible, atomic).
 
 Each is analyzed on the meta device (torch's FlopCounterMode, no memory or compute needed) at the
-model's reference batch size and sequence length (srift.zoo.MODELS); predict and recommend rescale
-them to other batch sizes and sequence lengths without torch.
+model's reference batch size and sequence length (srift.zoo.MODELS), with the bytes autograd saves
+counted on small CPU runs (srift/profiling/saved.py); predict and recommend rescale them to other
+batch sizes and sequence lengths without torch.
 
 Run: python scripts/make_zoo_profiles.py [--only NAME ...]
 """
@@ -29,7 +30,7 @@ def main() -> int:
     args = ap.parse_args()
     for name in args.only:
         t0 = time.perf_counter()
-        prof = structural_profile(name)
+        prof = structural_profile(name, saved=True)
         # Versions would make the files change with every torch release; keep them reproducible.
         prof.framework = {"torch": prof.framework["torch"].split(".")[0] + ".x", "srift": prof.framework["srift"]}
         prof.save(args.out / f"{name}.yaml")

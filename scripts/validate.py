@@ -22,7 +22,7 @@ model carried over. The last lines give the DDP scaling fit (t_n / t_1 ratios).
 
 Sharded (FSDP) group: tokens/s per GPU of the PyTorch FSDP runs of data/llm-training-throughput
 (``srift.fitting.sharded``), with the decoder-LLM kernel rates refitted without the row's GPU
-(LOGO) or model size (LOSO), and peak memory against the runs that state it (``sharded_group``).
+(LOGO), model size (LOMO) or source (LOSO), and peak memory against the runs that state it (``sharded_group``).
 
 Fine-tuning group (``finetune_group``; ``--only finetune`` prints it alone): full, LoRA and QLoRA
 runs of data/finetuning (``srift.fitting.finetune``: which rows and how each becomes a job): peak
@@ -110,7 +110,7 @@ def interference_fits(pairs: pd.DataFrame, key: str, values) -> dict[str, float]
 def model_free(repeats: pd.DataFrame) -> pd.DataFrame:
     """``validation.same_gpu_repeats`` rows as predictions: the other systems' time in every column (no
     model is fitted, so leaving a GPU or model out changes nothing)."""
-    return repeats.assign(pred=repeats["others_s"], logo=repeats["others_s"], lomo=repeats["others_s"])
+    return repeats.assign(pred=repeats["others_s"], logo=repeats["others_s"], lomo=repeats["others_s"], loso=repeats["others_s"])
 
 
 def anchored_frame(single: pd.DataFrame, params: C.ComputeParams) -> pd.DataFrame:
@@ -118,7 +118,7 @@ def anchored_frame(single: pd.DataFrame, params: C.ComputeParams) -> pd.DataFram
     precision (``compute_fit.anchor_pairs``, one row per pair) with the shipped anchor share, from the
     in-fit model and from each leave-out refit."""
     out = {}
-    for col in ("pred", "logo", "lomo"):
+    for col in ("pred", "logo", "lomo", "loso"):
         pairs = compute_fit.anchor_pairs(single, col)
         out[col] = pairs["pred"] * np.array([C.anchor_factor(float(r), params) for r in pairs["ratio"]])
     return pd.DataFrame({**out, "iteration_time_s": pairs["meas"]})
@@ -182,27 +182,29 @@ def family(model: str) -> str:
 
 def multi_node_rows(data: Path) -> pd.DataFrame:
     """Every multi-node row the data map onto the zoo: ddl-benchmarks (27: three networks, 2-8
-    servers of 4 RTX 2080 Ti, synthetic data) and fast.ai's DAWNBench runs (3: 4-16 p3.16xlarge
-    over 25 Gb/s TCP, JPEGs decoded on the vCPUs), with ``net`` (the network as measured) and the
-    1-GPU and one-server times of the ddl jobs (``t1``, ``ref_time_s``)."""
-    ddl = datasets.ddl_scaling_rows(data)
-    ddl["net"] = ddl["network_label"].map({"ethernet-10g-tcp": "10 GbE TCP", "infiniband": "100 Gb/s InfiniBand"}).fillna("100 Gb/s TCP (IPoIB)")
+    servers of 4 RTX 2080 Ti, synthetic data), fast.ai's DAWNBench runs (3: 4-16 p3.16xlarge over
+    25 Gb/s TCP, JPEGs decoded on the vCPUs) and DLPerf's NVIDIA DeepLearningExamples runs (12: 2-4
+    nodes of 8 V100 SXM2 over 100 Gb/s EDR InfiniBand), with ``net`` (the network as measured) and
+    the 1-GPU and one-node times of the jobs that have them (``t1``, ``ref_time_s``: ddl, DLPerf)."""
+    scal = datasets.multi_node_scaling_rows(data)
+    scal["net"] = scal["network_label"].map({"ethernet-10g-tcp": "10 GbE TCP", "infiniband": "100 Gb/s InfiniBand",
+                                             "infiniband-edr": "100 Gb/s EDR IB, 8x V100"}).fillna("100 Gb/s TCP (IPoIB)")
     dawn = datasets.load_dawnbench_multinode(data)
     if len(dawn):
         dawn = dawn.assign(net="EC2 25 Gb/s TCP", network="ethernet", network_label="ec2-tcp", gpus_per_node=8)
-    rows = pd.concat([ddl, dawn], ignore_index=True)
+    rows = pd.concat([scal, dawn], ignore_index=True)
     rows["silicon"] = rows["gpu"].map(silicon)
     rows["family"] = rows["model"].map(family)
     return rows
 
 
-def refit_networks(ddl: pd.DataFrame, profiles: datasets.ProfileSource, compute: C.ComputeParams,
+def refit_networks(scal: pd.DataFrame, profiles: datasets.ProfileSource, compute: C.ComputeParams,
                    k: float) -> CM.CommParams:
-    """The shipped communication parameters with the interference ``k`` and the ddl-fitted network
-    terms refitted on ``ddl`` (scripts/fit_models.py's fit, on fewer rows)."""
+    """The shipped communication parameters with the interference ``k`` and the network terms the
+    multi-node training rows fit, refitted on ``scal`` (scripts/fit_models.py's fit, on fewer rows)."""
     base = dataclasses.replace(CM.load_params(), overlap_interference=k)
     with validation.using_params(compute=compute):
-        params, _ = comm_fit.fit_ddl_networks(ddl.reset_index(drop=True), profiles, base)
+        params, _ = comm_fit.fit_ddl_networks(scal.reset_index(drop=True), profiles, base)
     return params
 
 
@@ -213,29 +215,35 @@ def simulate_with(rows: pd.DataFrame, profiles: datasets.ProfileSource, compute:
 
 
 def multi_node_predictions(nodes: pd.DataFrame, profiles: datasets.ProfileSource, fits_gpu: dict, fits_model: dict,
-                           k_gpu: dict, k_model: dict) -> pd.DataFrame:
+                           fits_src: dict, k_gpu: dict, k_model: dict, k_src: dict) -> pd.DataFrame:
     """``pred`` (shipped), ``logo`` (compute and interference refitted without the GPU; the network
     terms are fitted on one GPU type, ddl's, and stay), ``lomo`` (compute, interference and network
     terms refitted without the model, BERT pre-training rows without the same encoder's SQuAD rows
     as well), ``lono`` (the network terms refitted without the row's network: the socket transport
-    without 10 GbE or without 100 Gb/s TCP, InfiniBand without its rows; the DAWNBench runs are in
-    no fit) and ``from_one`` (compute anchored on the job's measured 1-GPU time: ddl only)."""
+    without 10 GbE or without 100 Gb/s TCP; the DAWNBench runs are in no fit), ``loso`` (compute,
+    interference and network terms refitted without the row's source: ddl-benchmarks, DAWNBench or
+    DLPerf) and ``from_one`` (compute anchored on the job's measured 1-GPU time: ddl and DLPerf)."""
     out = nodes.copy()
     out["pred"] = validation.simulate_rows(nodes, profiles)["pred"].to_numpy()
     out["logo"] = np.nan
     for sil, idx in nodes.groupby("silicon").groups.items():
         comm = dataclasses.replace(CM.load_params(), overlap_interference=k_gpu[sil])
         out.loc[idx, "logo"] = simulate_with(nodes.loc[idx], profiles, fits_gpu.get(sil, C.load_params()), comm)
-    ddl = nodes[nodes["source"].str.startswith("ddl")]
+    ddl = nodes[nodes["t1"].notna()]  # the rows the network terms are fitted on
     out["lomo"] = np.nan
     for fam, idx in nodes.groupby("family").groups.items():
         compute = fits_model.get(fam, C.load_params())
         comm = refit_networks(ddl[ddl["family"] != fam], profiles, compute, k_model.get(fam, CM.load_params().overlap_interference))
         out.loc[idx, "lomo"] = simulate_with(nodes.loc[idx], profiles, compute, comm)
     out["lono"] = out["pred"]
-    for label, idx in nodes[nodes["source"].str.startswith("ddl")].groupby("network_label").groups.items():
+    for label, idx in ddl.groupby("network_label").groups.items():
         comm = refit_networks(ddl[ddl["network_label"] != label], profiles, C.load_params(), CM.load_params().overlap_interference)
         out.loc[idx, "lono"] = simulate_with(nodes.loc[idx], profiles, None, comm)
+    out["loso"] = np.nan
+    for src, idx in nodes.groupby("source").groups.items():
+        compute = fits_src.get(src, C.load_params())
+        comm = refit_networks(ddl[ddl["source"] != src], profiles, compute, k_src.get(src, CM.load_params().overlap_interference))
+        out.loc[idx, "loso"] = simulate_with(nodes.loc[idx], profiles, compute, comm)
     out["from_one"] = np.nan
     sel = out["t1"].notna()
     out.loc[sel, "from_one"] = validation.simulate_anchored(out[sel], profiles)["pred"].to_numpy()
@@ -258,7 +266,7 @@ def sharded_group(data: Path) -> dict:
     rows["silicon"] = rows["gpu"].map(silicon)
     pred = np.array([sharded.predict_row(r).tokens_per_s_per_gpu for r in rows.itertuples()])
     cols = {"fit": pred, "LOGO": sharded.held_out(rows, "gpu"), "leave-silicon": sharded.held_out(rows, "silicon"),
-            "LOSO": sharded.held_out(rows, "model")}
+            "LOMO": sharded.held_out(rows, "model"), "LOSO": sharded.held_out(rows, "source")}
     err = {k: (v / meas - 1.0) * 100.0 for k, v in cols.items()}
     print(f"\nSharded (FSDP) group: tokens/s per GPU of {len(rows)} PyTorch FSDP runs (data/llm-training-throughput), MAPE %")
     print(f"  rows left out: " + "; ".join(f"{n} {why}" for why, n in out["reason"].value_counts().items()))
@@ -268,14 +276,14 @@ def sharded_group(data: Path) -> dict:
         print(f"{label:<28}{int(mask.sum()):>6}" + "".join(f"{np.abs(e[mask]).mean():>15.1f}" for e in err.values()))
 
     line("all", np.ones(len(rows), bool))
-    for key in ("gpu", "model", "parallelism", "checkpointing"):
+    for key in ("source", "gpu", "model", "parallelism", "checkpointing"):
         for value in sorted(rows[key].unique(), key=str):
             line(f"  {value}", (rows[key] == value).to_numpy())
     for n in sorted(rows["nodes"].unique()):
         line(f"  {n} node{'s' if n > 1 else ''}", (rows["nodes"] == n).to_numpy())
     print(f"{'bias (+ = predicted faster)':<28}{'':>6}" + "".join(f"{e.mean():>+15.1f}" for e in err.values()))
     print("LOGO: fused-attention efficiency and LLM matmul factor refitted without the row's GPU (leave-silicon: "
-          "without A100 40/80 GB together, or H100); LOSO: without the row's model size.")
+          "without A100 40/80 GB together, or H100); LOMO: without the row's model size; LOSO: without the row's source.")
     mfu = np.array([sharded.predict_row(r).mfu or np.nan for r in rows.itertuples()]) * 100.0
     ok = np.isfinite(rows["meas_mfu_pct"].to_numpy(float))
     print(f"  MFU: predicted {np.nanmean(mfu[ok]):.1f} % vs llm-foundry's stated {rows['meas_mfu_pct'][ok].mean():.1f} % on average "
@@ -292,7 +300,8 @@ def sharded_group(data: Path) -> dict:
             print(f"    row {r.row_id}: {r.model} {r.n_gpus} GPUs batch {r.micro_batch}x{r.seq_len} {r.checkpointing}"
                   f"{' compiled' if r.compiled else ''}: measured {r.meas_peak_gib:.1f} GiB, predicted {m:.1f} ({e:+.1f} %)")
     return {"rows": int(len(rows)), "fit": round(float(np.abs(err["fit"]).mean()), 1),
-            "logo": round(float(np.abs(err["LOGO"]).mean()), 1), "loso": round(float(np.abs(err["LOSO"]).mean()), 1),
+            "logo": round(float(np.abs(err["LOGO"]).mean()), 1), "lomo": round(float(np.abs(err["LOMO"]).mean()), 1),
+            "loso": round(float(np.abs(err["LOSO"]).mean()), 1),
             "leave_silicon": round(float(np.abs(err["leave-silicon"]).mean()), 1),
             # As the other groups: the mean signed error of the time per token, negative = predicted too fast.
             "bias_pct": round(float(np.mean(meas / cols["fit"] - 1.0) * 100.0), 1),
@@ -407,8 +416,9 @@ def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str, b
         out = {"rows": int(len(df)), "fit": round(validation.mape(df["pred"], df[meas_col]), 1),
                "logo": round(validation.mape(df["logo"], df[meas_col]), 1), "lomo": round(validation.mape(df["lomo"], df[meas_col]), 1),
                "bias_pct": round(float(((df["pred"] - df[meas_col]) / df[meas_col]).mean() * 100.0), 1)}
-        if "lono" in df:
-            out["lono"] = round(validation.mape(df["lono"], df[meas_col]), 1)
+        for col in ("lono", "loso"):
+            if col in df:
+                out[col] = round(validation.mape(df[col], df[meas_col]), 1)
         return out
 
     doc = {"schema": SCHEMA, "source": "scripts/validate.py (MAPE %, predicted vs measured iteration time)", "groups": {}}
@@ -459,6 +469,9 @@ def main() -> None:
     fits_model = compute_fit.held_out_fits(single, profiles, "model")
     single["logo"] = loo_predictions(single, profiles, "silicon", fits_gpu)
     single["lomo"] = loo_predictions(single, profiles, "model", fits_model)
+    # Leave-one-source-out: each source (a Lambda snapshot, NVIDIA DLE, SuperBench, ...) held out.
+    fits_src = compute_fit.held_out_fits(single, profiles, "source")
+    single["loso"] = loo_predictions(single, profiles, "source", fits_src)
 
     sb = datasets.load_superbench_models(Path(args.data))
     multi = pd.concat([rows[rows["n_gpus"] > 1], sb[sb["model"].isin(available_models(profiles))]], ignore_index=True)
@@ -469,18 +482,22 @@ def main() -> None:
     pairs["silicon"] = pairs["gpu"].map(silicon)
     pairs = pairs.join(validation.simulate_rows(pairs, profiles)).join(validation.simulate_rows(pairs, profiles, n_gpus=1)["pred"].rename("pred1"))
     nodes = multi_node_rows(Path(args.data))
-    # The interference is fitted on the one-node pairs and ddl-benchmarks' multi-GPU rows (compute
+    # The interference is fitted on the one-node pairs and the multi-node sources' multi-GPU rows (compute
     # anchored on their measured 1-GPU time), as scripts/fit_models.py does; its refits hold both out.
-    ddl_k = comm_fit.anchored_scaling_rows(datasets.ddl_scaling_rows(Path(args.data), one_server=True), profiles)
-    cols = ["scaling", "ideal", "hidden", "pred1", "silicon", "model"]
+    ddl_k = comm_fit.anchored_scaling_rows(datasets.multi_node_scaling_rows(Path(args.data), one_server=True), profiles)
+    cols = ["scaling", "ideal", "hidden", "pred1", "silicon", "model", "source"]
     k_rows = pd.concat([pairs[cols], ddl_k.assign(silicon=ddl_k["gpu"].map(silicon))[cols]], ignore_index=True)
     k_gpu = interference_fits(k_rows, "silicon", set(multi["silicon"]) | set(nodes["silicon"]))
     k_model = interference_fits(k_rows, "model", set(multi["model"]) | set(nodes["family"]))
+    k_src = interference_fits(k_rows, "source", set(multi["source"]) | set(nodes["source"]))
     multi["logo"] = loo_predictions(multi, profiles, "silicon", fits_gpu, k_gpu)
     # Models the single-GPU fit never saw (SuperBench's resnet152, vgg16, ...) are already
     # held out: they use the full fit.
     fits_any_model = {**fits_model, **{m: C.load_params() for m in multi["model"].unique() if m not in fits_model}}
     multi["lomo"] = loo_predictions(multi, profiles, "model", fits_any_model, k_model)
+    # Sources the single-GPU fit never saw (SuperBench) are held out already: the full fit.
+    fits_any_src = {**fits_src, **{s: C.load_params() for s in set(multi["source"]) | set(nodes["source"]) if s not in fits_src}}
+    multi["loso"] = loo_predictions(multi, profiles, "source", fits_any_src, k_src)
     k_all, scal_mape = comm_fit.fit_overlap_interference(k_rows["scaling"].to_numpy(), k_rows["ideal"].to_numpy(),
                                                          k_rows["hidden"].to_numpy(), k_rows["pred1"].to_numpy())
     ideal_scal = validation.mape(k_rows["ideal"] / k_rows["pred1"], k_rows["scaling"])
@@ -492,11 +509,13 @@ def main() -> None:
                                   / loo_predictions(one, profiles, "silicon", fits_gpu, k_gpu))
     from_one["lomo"] = pairs["t1"] * (loo_predictions(pairs, profiles, "model", fits_any_model, k_model)
                                   / loo_predictions(one, profiles, "model", fits_any_model, k_model))
+    from_one["loso"] = pairs["t1"] * (loo_predictions(pairs, profiles, "source", fits_any_src, k_src)
+                                  / loo_predictions(one, profiles, "source", fits_any_src, k_src))
     from_one["link"] = [datasets.row_link(r) for r in pairs.itertuples()]
     repeats = model_free(validation.same_gpu_repeats(single))
 
     # Multi-node: ddl-benchmarks and DAWNBench, with the leave-out refits and leave-one-network-out.
-    nodes = multi_node_predictions(nodes, profiles, fits_gpu, fits_model, k_gpu, k_model)
+    nodes = multi_node_predictions(nodes, profiles, fits_gpu, fits_model, fits_any_src, k_gpu, k_model, k_src)
 
     def err(df: pd.DataFrame, col: str) -> pd.Series:
         return (df[col] - df[meas_col]) / df[meas_col] * 100.0
@@ -515,18 +534,19 @@ def main() -> None:
                          "logo_err%", "lomo_err%"]].to_string(index=False))
 
     print("\nMAPE (%) of predicted vs measured iteration time")
-    print(f"{'group':<28}{'rows':>6}{'fit':>8}{'LOGO':>8}{'LOMO':>8}")
-    print(f"{'single GPU':<28}{len(single):>6}{validation.mape(single.pred, single[meas_col]):>8.1f}"
-          f"{validation.mape(single.logo, single[meas_col]):>8.1f}{validation.mape(single.lomo, single[meas_col]):>8.1f}")
-    for prec in ("tf32", "amp"):
-        s = single[single.precision == prec]
-        print(f"{'  ' + prec:<28}{len(s):>6}{validation.mape(s.pred, s[meas_col]):>8.1f}{validation.mape(s.logo, s[meas_col]):>8.1f}{validation.mape(s.lomo, s[meas_col]):>8.1f}")
-    for model in sorted(single.model.unique()):
-        s = single[single.model == model]
-        print(f"{'  ' + model:<28}{len(s):>6}{validation.mape(s.pred, s[meas_col]):>8.1f}{validation.mape(s.logo, s[meas_col]):>8.1f}{validation.mape(s.lomo, s[meas_col]):>8.1f}")
     def line(label: str, s: pd.DataFrame) -> str:
+        loso = f"{validation.mape(s.loso, s[meas_col]):>8.1f}" if "loso" in s and s["loso"].notna().all() else f"{'':>8}"
         return (f"{label:<28}{len(s):>6}{validation.mape(s.pred, s[meas_col]):>8.1f}"
-                f"{validation.mape(s.logo, s[meas_col]):>8.1f}{validation.mape(s.lomo, s[meas_col]):>8.1f}")
+                f"{validation.mape(s.logo, s[meas_col]):>8.1f}{validation.mape(s.lomo, s[meas_col]):>8.1f}{loso}")
+
+    print(f"{'group':<28}{'rows':>6}{'fit':>8}{'LOGO':>8}{'LOMO':>8}{'LOSO':>8}")
+    print(line("single GPU", single))
+    for prec in ("tf32", "amp"):
+        print(line("  " + prec, single[single.precision == prec]))
+    for model in sorted(single.model.unique()):
+        print(line("  " + model, single[single.model == model]))
+    for src in sorted(single.source.unique()):
+        print(line("  " + src, single[single.source == src]))
 
     print(line("one node, multi-GPU", multi))
     multi["src"] = multi["source"].str.split("/").str[0]
@@ -557,26 +577,30 @@ def main() -> None:
     def line5(label: str, df: pd.DataFrame) -> str:
         return line(label, df) + f"{validation.mape(df.lono, df[meas_col]):>8.1f}"
 
-    print(f"\n{'multi-node':<28}{'rows':>6}{'fit':>8}{'LOGO':>8}{'LOMO':>8}{'LONO':>8}")
+    print(f"\n{'multi-node':<28}{'rows':>6}{'fit':>8}{'LOGO':>8}{'LOMO':>8}{'LOSO':>8}{'LONO':>8}")
     print(line5("multi-node", nodes))
+    for src, s_ in nodes.groupby("source", sort=False):
+        print(line5("  " + src, s_))
     for net, s_ in nodes.groupby("net", sort=False):
         print(line5("  " + net, s_))
     for cls, s_ in nodes.groupby("network"):
         print(line5(f"  class {cls}", s_))
     for model, s_ in nodes.groupby("model"):
         print(line5("  " + model, s_))
+    for prec, s_ in nodes.groupby("precision"):
+        print(line5("  " + prec, s_))
     ddl_rows = nodes[nodes["from_one"].notna()]
-    print(f"{'  from its 1-GPU run (ddl)':<28}{len(ddl_rows):>6}{validation.mape(ddl_rows.from_one, ddl_rows[meas_col]):>8.1f}"
+    print(f"{'  from its 1-GPU run':<28}{len(ddl_rows):>6}{validation.mape(ddl_rows.from_one, ddl_rows[meas_col]):>8.1f}"
           "   (compute anchored on the job's measured 1-GPU time: the multi-GPU part's error alone)")
     for r in nodes[nodes["source"].str.startswith("dawnbench")].itertuples():
         print(f"{'  ' + r.label.replace('fast.ai ', ''):<28}{1:>6}{err(nodes.loc[[r.Index]], 'pred').iloc[0]:>+8.1f}"
               f"{err(nodes.loc[[r.Index]], 'logo').iloc[0]:>+8.1f}{err(nodes.loc[[r.Index]], 'lomo').iloc[0]:>+8.1f}"
               f"   measured {r.iteration_time_s:.3f} s, predicted {r.pred:.3f} s ({r.batch_per_gpu}/GPU)")
     if args.table:
-        show = nodes.assign(**{c + "_err%": err(nodes, c).round(1) for c in ("pred", "logo", "lomo", "lono", "from_one")})
+        show = nodes.assign(**{c + "_err%": err(nodes, c).round(1) for c in ("pred", "logo", "lomo", "lono", "loso", "from_one")})
         with pd.option_context("display.max_rows", None, "display.width", 220, "display.float_format", "{:.4f}".format):
-            print(show[["model", "net", "nodes", "n_gpus", "batch_per_gpu", meas_col, "pred", "pred_err%", "logo_err%",
-                        "lomo_err%", "lono_err%", "from_one_err%"]].to_string(index=False))
+            print(show[["model", "precision", "net", "nodes", "n_gpus", "batch_per_gpu", meas_col, "pred", "pred_err%", "logo_err%",
+                        "lomo_err%", "loso_err%", "lono_err%", "from_one_err%"]].to_string(index=False))
     print(f"{'':<28}(LONO: the network terms refitted without the row's network; ddl-benchmarks rows are synthetic data,"
           " DAWNBench decodes JPEGs)")
     for inst, n_rows, fit_mape, held_mape in multi_node_allreduce(Path(args.data)):
@@ -592,7 +616,8 @@ def main() -> None:
                         "single_gpu_same_gpu": repeats, "single_gpu_other_gpu": other, "one_node_same_gpu": from_one},
                        meas_col,
                        {"multi_node": ("ddl-benchmarks: 2-8 servers of 4 RTX 2080 Ti over 10 GbE TCP, 100 Gb/s TCP, "
-                                       "100 Gb/s InfiniBand; DAWNBench: 4-16 p3.16xlarge"),
+                                       "100 Gb/s InfiniBand; DAWNBench: 4-16 p3.16xlarge; DLPerf: 2-4 nodes of 8 V100 "
+                                       "over 100 Gb/s InfiniBand"),
                         "single_gpu_same_gpu": "the same runs on other systems of the same GPU model",
                         "single_gpu_other_gpu": "single-GPU runs anchored on another GPU or precision of the same model",
                         "one_node_same_gpu": "the same system's measured 1-GPU run, scaled by the simulator"},
@@ -606,7 +631,7 @@ def main() -> None:
         print(f"  {label:<44}{compute_fit.anchored_mape(compute_fit.anchor_pairs(single, 'lomo'), w, clip):>6.1f}"
               f"   in-fit model: {compute_fit.anchored_mape(compute_fit.anchor_pairs(single, 'pred'), w, clip):.1f}")
     print(f"\nDDP scaling t_n/t_1 ({len(pairs)} pairs of a multi-GPU row and its system's 1-GPU row, and {len(ddl_k)} "
-          f"ddl-benchmarks multi-GPU rows): MAPE {ideal_scal:.1f}% with ideal overlap, {scal_mape:.1f}% with all-reduce "
+          f"multi-GPU rows of ddl-benchmarks and DLPerf): MAPE {ideal_scal:.1f}% with ideal overlap, {scal_mape:.1f}% with all-reduce "
           f"interference k = {k_all:.2f}")
     both_snapshots = snapshot_scaling(pairs)
     if len(both_snapshots):
@@ -615,8 +640,8 @@ def main() -> None:
               f"({len(both_snapshots)} cases): they differ by {both_snapshots['diff_pct'].abs().mean():.1f} % on average "
               f"(most: {' '.join(map(str, worst.name))}: {worst['lambda/2022-07']:.2f} vs {worst['lambda/head']:.2f}); "
               f"no hardware model can match both.")
-    print("LOGO: refit without the row's GPU silicon; LOMO: refit without the row's model (compute model and,")
-    print("for multi-GPU rows, the all-reduce interference).")
+    print("LOGO: refit without the row's GPU silicon; LOMO: without the row's model; LOSO: without the row's source")
+    print("(compute model and, for multi-GPU rows, the all-reduce interference; across nodes the network terms too).")
 
 
 if __name__ == "__main__":

@@ -19,18 +19,20 @@ from typing import TYPE_CHECKING, Any
 from srift import DISTRIBUTION
 from srift.bounds import MAX_BATCH_SIZE, DEFAULT_PROFILE_TIMEOUT_S, MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DEADLINE_HOURS, require
 from srift.catalog import Instance, catalog_as_of, get_instance, load_catalog, parse_infra, supported
-from srift.catalog.spec import cluster_from_spec, parse_spec
+from srift.catalog.provenance import PriceProvenance, combined, price_provenance
+from srift.catalog.spec import cluster_from_spec, efa_fallbacks, parse_spec
+from srift.catalog.spot import capacity_warning
 from srift.cluster import Cluster, load_cluster
 from srift.errors import SriftError
 from srift.examples import CopiedExamples, bundled
 from srift.examples import copy_examples as copy_example_files
 from srift.files import check_name, check_outputs, file_in, output_file, read_json  # noqa: F401 (check_outputs: for the commands)
-from srift.hardware import CPU, GpuSpec, matching_gpus
+from srift.hardware import CPU, GpuSpec, gpus, matching_gpus
 from srift.hardware import gpu as gpu_spec
-from srift.job import DEFAULT_INFRA, FINETUNE_MODES, Job, require_precision
+from srift.job import DEFAULT_INFRA, FINETUNE_MODES, Job, Precision, require_precision
 from srift.jobfile import JobFile
 from srift.profile import Profile
-from srift.report.format import usd
+from srift.report.format import usd, with_article
 from srift.report.handoff import LaunchGroup, LaunchPlan
 from srift.results import (
     CHECK_SCHEMA,
@@ -45,7 +47,8 @@ from srift.results import (
 from srift.search import search
 from srift.search.confidence import at_confidence, uncertainty_of
 from srift.search.limits import Constraints, check_limits
-from srift.search.rank import SearchResult
+from srift.search.large_batch import GlobalBatchLimit, accumulation_choices, default_max_global_batch
+from srift.search.rank import SearchResult, objective_key
 from srift.search.sweep import Progress
 from srift.simulate import Predictor
 from srift.simulate.finetune import finetune_optimizer
@@ -78,12 +81,46 @@ def resolve_profiles(model: str | None, profiles: Sequence[str] | None,
             "use --model NAME for a built-in model (e.g. resnet50), --profile FILE for a profile from `srift profile`, "
             "or --model-config config.json for a Hugging Face decoder LLM.",
         )
-    at = precision or "fp32"
+    at = precision or default_precision(model, model_config)
     if model_config is not None:
         return hf_config_profile(model_config, precision=at), []
     if model is not None:
         return load_builtin_profile(model, precision=at), []
     return Profile.load(files[0]), [Profile.load(f) for f in files[1:]]
+
+
+def is_decoder_llm(model: str | None, model_config: str | None) -> bool:
+    """True for a zoo decoder LLM or a Hugging Face decoder config."""
+    return model_config is not None or (model is not None and canonical_name(model) in MODELS and MODELS[canonical_name(model)].llm)
+
+
+def default_precision(model: str | None, model_config: str | None, gpu_names: Sequence[str] = ()) -> Precision:
+    """What a job trains at when ``--precision`` is not given: decoder LLMs in bf16 (how they are
+    trained) where every GPU named has bf16 tensor cores, else fp16 AMP (``amp``); other models at
+    PyTorch's default, fp32."""
+    if not is_decoder_llm(model, model_config):
+        return "fp32"
+    return "bf16" if all(bf16_capable(g) for g in gpu_names) else "amp"
+
+
+def bf16_capable(gpu_name: str) -> bool:
+    """True when the GPU has bf16 tensor cores (a GPU srift has no spec for is not ruled out)."""
+    spec = gpus().get(gpu_name)
+    return spec is None or spec.has_bf16
+
+
+def require_bf16(gpu_names: Sequence[str]) -> None:
+    """Refuse bf16 on GPUs without bf16 tensor cores (PyTorch would run it at the fp32 rate).
+
+    Raises:
+        SriftError: naming the GPUs and the fix, fp16 AMP.
+    """
+    lacking = sorted({g for g in gpu_names if not bf16_capable(g)})
+    if lacking:
+        raise SriftError(f"{', '.join(lacking)} {'has' if len(lacking) == 1 else 'have'} no bf16 tensor cores: PyTorch "
+                         "runs bf16 there without them, at the fp32 rate.",
+                         "use --precision amp (fp16 autocast, which uses their tensor cores), or GPUs with bf16 "
+                         "(Ampere and newer: A10G, L4, A100, H100).")
 
 
 def resolve_infra(infra: str | None, region: str | None, default: str) -> str:
@@ -159,6 +196,14 @@ def hardware_notes(instances: Sequence[Instance]) -> list[str]:
     return notes
 
 
+def price_notes(price: PriceProvenance, cluster: Cluster) -> list[str]:
+    """Why a price is estimated or suspect, and the spot capacity warning of large spot groups."""
+    notes = [f"~ marks an estimated or suspect price: {'; '.join(price.reasons)}"] if price.marked else []
+    notes += [w for g in cluster.node_groups if g.spot and g.instance_type
+              for w in [capacity_warning(g.instance_type, g.count)] if w]
+    return notes
+
+
 def model_flops_fn(model: str | None, model_config: str | None = None) -> Callable[[int], float] | None:
     """Training FLOPs per token at a sequence length for MFU, for a decoder LLM of the zoo or a
     Hugging Face config (srift.zoo.llm.model_flops_per_token); None for other models."""
@@ -210,30 +255,45 @@ def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None =
     """Predict ``job`` of a model, a Hugging Face config or profile(s) on an instance spec (in the
     ``region`` selection, ``--infra`` spelling) or a cluster file (a data-parallel job's
     ``--micro-batch-size``: ``with_micro_batch``)."""
-    prof, more = resolve_profiles(model, profiles, model_config, job.precision)
     cluster = resolve_cluster(instance, cluster_file, region=region, spot=spot, placement_group=placement_group)
     if job.layout is None:
         job = with_micro_batch(dataclasses.replace(job, micro_batch_size=None), job.micro_batch_size, cluster.gpus)
+    gpu_names = [g.gpu for g in cluster.node_groups if g.gpu != CPU]
+    if job.precision is None and is_decoder_llm(model, model_config):
+        job = dataclasses.replace(job, precision=default_precision(model, model_config, gpu_names))
+    prof, more = resolve_profiles(model, profiles, model_config, job.precision)
     flops = model_flops_fn(model, model_config)
-    pred = Predictor(prof, job, more, flops, model_arch(model, model_config)).predict(cluster)
+    predictor = Predictor(prof, job, more, flops, model_arch(model, model_config))
+    pred = predictor.predict(cluster)
     if not pred.fits_in_memory:  # an iteration time for a job that cannot run would mislead
         raise (layout_memory_error(cluster, pred, prof.name) if pred.layout
                else memory_error(cluster, pred, prof.name, lighter_finetune(prof, job, more, flops, cluster)))
     ages: dict[str, PriceAge] = {}
     host_arch = None
+    price = None
     if instance is not None:
         rows = spec_instances(instance, region)
-        pred = dataclasses.replace(pred, notes=[*pred.notes, *hardware_notes(rows)])
+        price = combined(price_provenance(get_instance(g.instance_type, region), g.spot)
+                         for g in cluster.node_groups if g.instance_type)
+        pred = dataclasses.replace(pred, notes=[*pred.notes, *hardware_notes(rows), *price_notes(price, cluster)])
         ages = price_ages([(r.cloud, r.region) for r in rows])
         host_arch = rows[0].host_arch if len({r.host_arch for r in rows}) == 1 else "mixed"
     optimizer = finetune_optimizer(job) if job.finetune is not None else job.optimizer
     return PredictResult(pred, prof.name, job.precision or prof.precision, optimizer, job.kfac_strategy, spot,
-                         catalog_as_of=ages, host_arch=host_arch, uncertainty=uncertainty_of(pred, None))
+                         catalog_as_of=ages, host_arch=host_arch, uncertainty=uncertainty_of(pred, None),
+                         network_fallbacks=network_fallbacks(predictor.predict, cluster), price=price)
 
 
 # ---- hand-off -----------------------------------------------------------------------------------
+def network_fallbacks(predict: Callable[[Cluster], Prediction], cluster: Cluster) -> tuple[tuple[str, Prediction], ...]:
+    """The cluster's prediction with one EFA interface and without EFA (``efa_fallbacks``), for the
+    hand-off to say what a launcher that does not set up every interface gets."""
+    return tuple((what, predict(alt)) for what, alt in efa_fallbacks(cluster))
+
+
 def launch_plan(model: str, prediction: Prediction, instance: str | None = None, cluster_file: str | None = None,
-                region: str = DEFAULT_INFRA, spot: bool = False) -> LaunchPlan:
+                region: str = DEFAULT_INFRA, spot: bool = False,
+                fallbacks: tuple[tuple[str, Prediction], ...] = ()) -> LaunchPlan:
     """What to start for a predicted configuration (``--instance SPEC`` or ``--cluster FILE``, as
     predicted): its node groups with their catalog rows and per-GPU batches, for a SkyPilot task
     or torchrun lines (srift/report/handoff.py)."""
@@ -243,13 +303,14 @@ def launch_plan(model: str, prediction: Prediction, instance: str | None = None,
         LaunchGroup(g.count, g.gpus_per_node, g.gpu, g.spot, shares[i].per_gpu_batch if shares else None,
                     get_instance(g.instance_type, region) if g.instance_type else None)
         for i, g in enumerate(cluster.node_groups))
-    return LaunchPlan(model, prediction.cluster, groups, prediction)
+    return LaunchPlan(model, prediction.cluster, groups, prediction, fallbacks)
 
 
 def recommended_plan(result: RecommendResult) -> LaunchPlan:
     """The launch plan of the chosen configuration (call only when there is one)."""
     top = result.search.recommendations[0]
-    return launch_plan(result.model, top.prediction, top.instance, region=top.infra, spot=top.spot)
+    return launch_plan(result.model, top.prediction, top.instance, region=top.infra, spot=top.spot,
+                       fallbacks=result.network_fallbacks)
 
 
 def lighter_finetune(prof: Profile, job: Job, more: Sequence[Profile], flops: Callable[[int], float] | None,
@@ -283,7 +344,7 @@ def memory_error(cluster: Cluster, pred: Prediction, model: str, instead: str | 
           else f"a per-GPU batch of {batch:,}")
     return SriftError(
         f"{model} does not fit in GPU memory on {cluster.name} with {pred.plan_label}: at {at}{seq} "
-        f"the most loaded GPU needs {need / 2**30:,.1f} GiB{part}, and a {gpu} has {cap:g} GiB "
+        f"the most loaded GPU needs {need / 2**30:,.1f} GiB{part}, and {with_article(gpu)} has {cap:g} GiB "
         f"({USABLE_FRACTION:.0%} of it usable).",
         (f"{instead}; or " if instead else "") + "lower --batch-size (or --seq-len), use --precision bf16 or amp, shard it (--parallelism fsdp, "
         "--activation-checkpointing full), or choose GPUs with more memory (`srift recommend` searches only the "
@@ -302,8 +363,18 @@ def with_resolved_length(job: Job, prof: Profile) -> Job:
 def recommend(job: Job, constraints: Constraints, model: str | None = None, profiles: Sequence[str] | None = None,
               infra: str = "aws", model_config: str | None = None, progress: Progress | None = None) -> RecommendResult:
     """Search the catalog of ``infra`` (every AWS region by default) for the best configurations of
-    a model, a Hugging Face config or profile(s)."""
+    a model, a Hugging Face config or profile(s).
+
+    With a fixed global batch and ``--grad-accum`` left at 1, each of
+    ``srift.search.large_batch.accumulation_choices`` is searched and the best chosen
+    configuration wins. Without one, the cluster is kept within the largest global batch
+    (``constraints.max_global_batch`` or the family default) at the per-GPU batch.
+    """
     constraints.require_length(job.length, job.global_batch_size)
+    if job.precision is None and is_decoder_llm(model, model_config):
+        job = dataclasses.replace(job, precision=default_precision(model, model_config, sorted(constraints.gpus)))
+    if job.precision == "bf16" and constraints.gpus:
+        require_bf16(sorted(constraints.gpus))
     prof, more = resolve_profiles(model, profiles, model_config, job.precision)
     job = with_resolved_length(job, prof)
     if job.layout is None and job.micro_batch_size is not None:  # the cluster varies: the per-GPU batch
@@ -313,11 +384,35 @@ def recommend(job: Job, constraints: Constraints, model: str | None = None, prof
             raise SriftError("a search without --layout takes --batch-size with --grad-accum, not --micro-batch-size "
                              "with --global-batch-size (the micro-batches per step would change with the GPUs).",
                              "give --batch-size and --grad-accum, or --global-batch-size alone.")
-    predictor = Predictor(prof, job, more, model_flops_fn(model, model_config), model_arch(model, model_config))
-    found = _search(predictor, constraints, infra, progress)
-    return RecommendResult(found, constraints, job, prof.name, predictor.precision, predictor.ref_batch,
-                           (job.seq_len or prof.seq_len) if prof.seq_len else None, infra,
-                           price_ages([(t.cloud, t.region) for t in parse_infra(infra)]))
+    seq = (job.seq_len or prof.seq_len) if prof.seq_len else None
+    limit = (GlobalBatchLimit(constraints.max_global_batch, "--max-global-batch") if constraints.max_global_batch
+             else default_max_global_batch(seq))
+    best: tuple[Predictor, SearchResult] | None = None
+    choices = accumulation_choices(job.global_batch_size, job.grad_accum)
+    for ga in choices:
+        predictor = Predictor(prof, dataclasses.replace(job, grad_accum=ga), more, model_flops_fn(model, model_config),
+                              model_arch(model, model_config))
+        c = constraints
+        if job.global_batch_size is None:  # keep the global batch within the limit: fewer GPUs
+            c = dataclasses.replace(c, max_gpus=max(1, min(c.max_gpus, limit.samples // (predictor.ref_batch * ga))))
+        found = _search(predictor, c, infra, progress)
+        if best is None or (found.recommendations and (not best[1].recommendations or _better(found, best[1], c))):
+            best = (predictor, found)
+    assert best is not None
+    predictor, found = best
+    fallbacks: tuple[tuple[str, Prediction], ...] = ()
+    if found.recommendations:
+        top = found.recommendations[0]
+        fallbacks = network_fallbacks(predictor.predict, resolve_cluster(top.instance, None, region=top.infra, spot=top.spot))
+    return RecommendResult(found, constraints, predictor.job, prof.name, predictor.precision, predictor.ref_batch, seq, infra,
+                           price_ages([(t.cloud, t.region) for t in parse_infra(infra)]), fallbacks,
+                           grad_accum_searched=choices if len(choices) > 1 else (), global_batch_limit=limit)
+
+
+def _better(a: SearchResult, b: SearchResult, c: Constraints) -> bool:
+    """True when ``a``'s chosen configuration beats ``b``'s on the objective (at the ranking quantile)."""
+    key = objective_key(c.goal, c.ranking_confidence)
+    return key(a.recommendations[0]) < key(b.recommendations[0])
 
 
 def _search(predictor: Predictor, constraints: Constraints, infra: str, progress: Progress | None = None) -> SearchResult:
@@ -326,7 +421,10 @@ def _search(predictor: Predictor, constraints: Constraints, infra: str, progress
     def memory_ok(inst: Instance) -> bool:  # with a fixed global batch the per-GPU batch varies: let the simulator judge
         return job.global_batch_size is not None or predictor.could_fit(inst.gpu_memory_gib, constraints.max_gpus)
 
-    return search(load_catalog(infra), predictor.predict, constraints, job.length, per_gpu_memory_ok=memory_ok,
+    rows = load_catalog(infra)
+    if predictor.precision == "bf16":  # GPUs without bf16 tensor cores would run it at the fp32 rate
+        rows = [r for r in rows if bf16_capable(r.gpu_name)]
+    return search(rows, predictor.predict, constraints, job.length, per_gpu_memory_ok=memory_ok,
                   global_batch_size=job.global_batch_size, progress=progress, grad_accum=job.grad_accum)
 
 

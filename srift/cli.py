@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import shutil
 import sys
 from typing import Any
 
@@ -80,6 +81,20 @@ def command() -> Any:
     return metavars.apply(typer.main.get_command(app))
 
 
+# Below this terminal width rich's help table cuts long flag names (`--activation-chec…`):
+# help then uses click's plain layout, which puts a long name on its own line instead.
+RICH_HELP_MIN_COLUMNS = 120
+
+
+def _fit_help(cmd: Any, columns: int) -> None:
+    """Rich help tables at ``RICH_HELP_MIN_COLUMNS`` and wider, click's plain layout below."""
+    default = cmd.__dict__.setdefault("_srift_markup", getattr(cmd, "rich_markup_mode", None))
+    if hasattr(cmd, "rich_markup_mode"):
+        cmd.rich_markup_mode = default if columns >= RICH_HELP_MIN_COLUMNS else None
+    for sub in getattr(cmd, "commands", {}).values():
+        _fit_help(sub, columns)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: run the app; a SriftError or a usage error (bad flag, bad value) becomes
     one ``Error:`` line and one ``To fix:`` line with its exit code (the README's table: 0 done,
@@ -108,14 +123,18 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(argv: list[str] | None) -> int:
     try:
+        _fit_help(command(), shutil.get_terminal_size().columns)
         rv = command().main(args=argv, prog_name="srift", standalone_mode=False)
     except SriftError as exc:
         if os.environ.get("SRIFT_DEBUG") == "1":
             raise
         return _error(exc.message, exc.hint, exc.exit_code)
     except UsageError as exc:
-        if type(exc).__name__ == "NoArgsIsHelpError":  # `srift` or `srift catalog` alone: the help
-            exc.show()
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `srift` or `srift catalog` alone: the help, on stdout
+            if exc.ctx is not None:
+                print(exc.ctx.get_help())
+            else:
+                exc.show()
             return 0
         where = exc.ctx.command_path if exc.ctx is not None else "srift"
         return _error(exc.format_message(), f"see `{where} --help` for the options and their values.", 2)

@@ -58,6 +58,9 @@ class NodeGroup:
         efa_generation: EFA generation (1-4) of an ``efa`` group, None when unknown.
         network_burst_gbps: An "up to N Gigabit" size's burst figure (``network_gbps`` is then the
             baseline it sustains), None otherwise.
+        pcie_p2p: Whether the node's GPUs reach each other over PCIe peer to peer: False for a VM
+            that does not expose it (NCCL stages every transfer through host memory), None for the
+            GPU's own default (configs/gpus.yaml ``pcie_p2p``).
         tcp_plugin: For ``ethernet``: an NCCL net plugin that moves TCP itself (``gpudirect-tcpx``,
             ``gpudirect-tcpxo`` on Google Cloud A3), so NCCL's socket threads and sockets do not
             limit it; None for NCCL's own socket transport.
@@ -83,6 +86,7 @@ class NodeGroup:
     efa_generation: int | None = None
     network_burst_gbps: float | None = None
     tcp_plugin: str | None = None
+    pcie_p2p: bool | None = None
 
     @property
     def gpus(self) -> int:

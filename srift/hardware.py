@@ -32,6 +32,14 @@ class GpuSpec:
     source: str = ""
     pcie_p2p: bool = True  # GeForce: no PCIe peer-to-peer; NCCL stages through host memory
     compute_capability: str | None = None  # CUDA "major.minor"; None for a non-CUDA GPU
+    board_power_w: float | None = None  # the board's power limit, where the datasheet gives it
+    sustained_clock_mhz: float = 0.0  # the clock under a dense training load (``sustained_clock_mhz``)
+
+    @property
+    def clock_derate(self) -> float:
+        """How much longer compute-bound work takes than at the boost clock the peak rates assume
+        (boost / sustained clock, >= 1)."""
+        return self.boost_clock_mhz / self.sustained_clock_mhz if self.sustained_clock_mhz else 1.0
 
     def peak_flops(self, precision: str) -> float:
         """Peak dense FLOP/s of a math mode: fp32 / fp32-strict (CUDA cores), tf32, amp (fp16/bf16
@@ -49,6 +57,11 @@ class GpuSpec:
             return (self.bf16_tflops if self.bf16_tflops is not None else self.fp32_tflops) * 1e12
         require_precision(precision)  # raises for a name outside the vocabulary
         raise AssertionError(f"no peak rate for precision '{precision}'")
+
+    @property
+    def has_bf16(self) -> bool:
+        """True when the GPU has bf16 tensor cores (Ampere and newer); V100 and T4 have none."""
+        return self.bf16_tflops is not None
 
     @property
     def has_tf32(self) -> bool:
@@ -79,11 +92,38 @@ def _raw() -> dict[str, Any]:
     return data
 
 
+# Dynamic power per SM grows with the clock cubed (P ~ f V^2, V ~ f in the DVFS range).
+POWER_CLOCK_EXPONENT = 3.0
+
+
+def sustained_clock_mhz(boost_clock_mhz: float, sm_count: int, board_power_w: float | None,
+                        reference: tuple[float, int, float] | None) -> float:
+    """The clock a GPU holds under a dense training load at its board power limit.
+
+    ``min(boost, f_ref x ((P / SMs) / (P_ref / SMs_ref)) ** (1/3))`` with ``reference`` = (boost
+    clock MHz, SMs, board power W) of a card of the same architecture that holds its boost clock
+    at its limit (configs/gpus.yaml ``power_references``). Without a board power or a reference:
+    the boost clock. E.g. a T4 (70 W, 40 SMs) against a TITAN RTX (1770 MHz, 72 SMs, 280 W):
+    1770 x (1.75 / 3.889) ** (1/3) = 1356 MHz, against its 1590 MHz boost.
+    """
+    if board_power_w is None or reference is None:
+        return boost_clock_mhz
+    f_ref, sm_ref, p_ref = reference
+    scale = ((board_power_w / sm_count) / (p_ref / sm_ref)) ** (1.0 / POWER_CLOCK_EXPONENT)
+    return min(boost_clock_mhz, f_ref * scale)
+
+
 @functools.lru_cache(maxsize=1)
 def gpus() -> dict[str, GpuSpec]:
     """All GPU specs by canonical name."""
+    raw = _raw()["gpus"]
+    references = {}
+    for arch, ref in (_raw().get("power_references") or {}).items():
+        r = raw[ref]
+        references[arch] = (float(r["boost_clock_mhz"]), int(r["sm_count"]), float(r["board_power_w"]))
     out = {}
-    for name, d in _raw()["gpus"].items():
+    for name, d in raw.items():
+        power = None if d.get("board_power_w") is None else float(d["board_power_w"])
         out[name] = GpuSpec(
             name=name,
             architecture=d["architecture"],
@@ -99,6 +139,9 @@ def gpus() -> dict[str, GpuSpec]:
             source=d.get("source", ""),
             pcie_p2p=bool(d.get("pcie_p2p", True)),
             compute_capability=None if d.get("compute_capability") is None else str(d["compute_capability"]),
+            board_power_w=power,
+            sustained_clock_mhz=sustained_clock_mhz(float(d["boost_clock_mhz"]), int(d["sm_count"]), power,
+                                                    references.get(d["architecture"])),
         )
     return out
 

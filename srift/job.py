@@ -31,6 +31,8 @@ PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 # Half-precision compute: amp (autocast, fp32 parameters) and bf16 (FSDP mixed precision: bf16
 # parameters for compute, fp32 master copy).
 HALF_PRECISIONS: tuple[Precision, ...] = ("amp", "bf16")
+# Other names people use for a precision: fp16 training in PyTorch is autocast (AMP) with fp32 weights.
+PRECISION_ALIASES = {"fp16": "amp", "float16": "amp", "bfloat16": "bf16", "float32": "fp32"}
 DEFAULT_INFRA = "aws/us-east-1"  # where a job is priced unless told (--infra, the job file's infra)
 DEFAULT_CONFIDENCE = 0.9  # limits that rest on a prediction are met at this quantile (srift/search/confidence.py)
 # Where the training batches come from (srift/perf/input.py): tensors already on the GPU, JPEGs
@@ -365,7 +367,7 @@ class Job:
                 flag = f"--{name.replace('_', '-')}"
                 require(v, flag, 1, high, integer=True, hint=f"pass {flag} from 1 to {high:,}.")
         if self.precision is not None:
-            require_precision(self.precision)
+            object.__setattr__(self, "precision", require_precision(PRECISION_ALIASES.get(self.precision, self.precision)))
         if self.data_loading is not None and self.data_loading not in DATA_LOADING:
             raise SriftError(f"unknown data loading '{self.data_loading}'.", f"use one of {', '.join(DATA_LOADING)}.")
         if self.optimizer not in OPTIMIZERS:

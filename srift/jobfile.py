@@ -38,6 +38,8 @@ validated where they are defined: the training settings by ``srift.job.Job``.
 
 from __future__ import annotations
 
+import difflib
+
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -151,7 +153,10 @@ def _read(path: str, source: str) -> dict[str, Any]:
         raise SriftError(f"{source}: the job file must be a mapping of fields.", "see `srift check --help` for the format.")
     unknown = sorted(key_text(k) for k in set(raw) - set(FIELDS) - {"limits"})
     if unknown:
-        raise SriftError(f"{source}: unknown key(s) {', '.join(unknown)}.", f"use only {', '.join(list(FIELDS) + ['limits'])}.")
+        keys = list(FIELDS) + ["limits"]
+        near = [f"{m[0]} for {k}" for k in unknown for m in [difflib.get_close_matches(k.replace("-", "_"), keys, n=1, cutoff=0.6)] if m]
+        raise SriftError(f"{source}: unknown key(s) {', '.join(unknown)}.",
+                         (f"did you mean {', '.join(near)}? Use" if near else "use") + f" only {', '.join(keys)}.")
     return dict(raw)
 
 
@@ -161,7 +166,9 @@ def _limits_of(data: dict[str, Any], source: str) -> dict[str, Any]:
         raise SriftError(f"{source}: 'limits' must be a mapping.", f"write limits: {{{', '.join(f'{k}: ...' for k in LIMITS)}}}.")
     unknown = sorted(key_text(k) for k in set(limits_raw) - set(LIMITS))
     if unknown:
-        raise SriftError(f"{source}: unknown limit(s) {', '.join(unknown)}.", f"use only {', '.join(LIMITS)}.")
+        near = [f"{m[0]} for {k}" for k in unknown for m in [difflib.get_close_matches(k.replace("-", "_"), list(LIMITS), n=1, cutoff=0.6)] if m]
+        raise SriftError(f"{source}: unknown limit(s) {', '.join(unknown)}.",
+                         (f"did you mean {', '.join(near)}? Use" if near else "use") + f" only {', '.join(LIMITS)}.")
     return dict(limits_raw)
 
 

@@ -64,6 +64,13 @@ class LayerProfile:
         kfac_inverse_a_s: Measured seconds of the damped Cholesky inverse of a factor of A's
             dimension; ``kfac_inverse_g_s`` likewise for G.
         kfac_precondition_s: Measured seconds of ``G^-1 grad A^-1`` for this layer.
+        saved_bytes: Bytes of the storages autograd saves for backward in this layer's forward at
+            fp32 (srift/profiling/saved.py: shared storages once, parameters left out); None when
+            not measured (activation_bytes, the layer's output, stands in).
+        saved_bytes_seq2: Part of ``saved_bytes`` that grows with seq_len squared.
+        saved_half_bytes: The same under autocast (fp16/bf16: matmul and convolution inputs in 16
+            bits, what autocast runs in fp32 in fp32); None when not measured.
+        saved_half_bytes_seq2: Part of ``saved_half_bytes`` that grows with seq_len squared.
         unit: The FSDP wrapping unit the layer belongs to (a transformer block's module name,
             ``model.layers.3``): its parameters are all-gathered and its gradients reduce-scattered
             together. None: the root unit (embeddings, final norm, head) or not known.
@@ -99,6 +106,10 @@ class LayerProfile:
     kfac_precondition_s: float | None = None
     unit: str | None = None
     frozen_bytes: float = 0.0
+    saved_bytes: float | None = None
+    saved_bytes_seq2: float = 0.0
+    saved_half_bytes: float | None = None
+    saved_half_bytes_seq2: float = 0.0
 
 
 @dataclass
@@ -208,6 +219,8 @@ class Profile:
         fsdp: How FSDP was set up, as detected (``api``, ``sharding_strategy``, ``param_dtype``,
             ``reduce_dtype``...): a record for readers; empty for other jobs.
         collectives: Measured FSDP collectives per unit (distributed or not; see UnitCollective).
+        saved_tensors: The method (a schema name, ``srift.saved-tensors/v1``) the layers'
+            ``saved_bytes`` were counted with; None when they were not.
         timing: How ``srift profile`` timed the run (one of TIMING_MODES): ``layers`` (per leaf) or
             ``step`` (whole steps: a compiled model, whose leaves are left untimed); None when not
             measured.
@@ -232,6 +245,7 @@ class Profile:
     activation_checkpointing: Checkpointing | None = None
     fsdp: dict[str, str] = field(default_factory=dict)
     collectives: list[UnitCollective] = field(default_factory=list)
+    saved_tensors: str | None = None
     timing: str | None = None
     peak_memory: list[RankMemory] = field(default_factory=list)
 
@@ -327,6 +341,11 @@ class Profile:
                     bwd_bytes=scale_bytes(layer.bwd_bytes, 2.0 * (layer.grad_bytes + layer.frozen_bytes)),
                     activation_bytes=scale(layer.activation_bytes, layer.activation_bytes_seq2),
                     activation_bytes_seq2=layer.activation_bytes_seq2 * rb * rs * rs,
+                    saved_bytes=None if layer.saved_bytes is None else scale(layer.saved_bytes, layer.saved_bytes_seq2),
+                    saved_bytes_seq2=layer.saved_bytes_seq2 * rb * rs * rs,
+                    saved_half_bytes=None if layer.saved_half_bytes is None
+                    else scale(layer.saved_half_bytes, layer.saved_half_bytes_seq2),
+                    saved_half_bytes_seq2=layer.saved_half_bytes_seq2 * rb * rs * rs,
                     fwd_s=None if layer.fwd_s is None else layer.fwd_s * fr,
                     fwd_s_std=None if layer.fwd_s_std is None else layer.fwd_s_std * fr,
                     bwd_s=None if layer.bwd_s is None else layer.bwd_s * br,
@@ -416,6 +435,8 @@ class Profile:
             out["fsdp"] = dict(self.fsdp)
         if self.collectives:
             out["collectives"] = [dataclasses.asdict(c) for c in self.collectives]
+        if self.saved_tensors is not None:
+            out["saved_tensors"] = self.saved_tensors
         return out
 
     def _measured_dict(self) -> dict[str, Any]:
@@ -519,6 +540,7 @@ class Profile:
             activation_checkpointing=checkpointing,
             fsdp={str(k): str(v) for k, v in fsdp.items()},
             collectives=collectives,
+            saved_tensors=_saved_schema(data.get("saved_tensors"), source),
             timing=timing,
             peak_memory=peak_memory,
         )
@@ -550,13 +572,16 @@ _LAYER_BOUNDS: dict[str, float] = {
     "fwd_flops": MAX_LAYER_FLOPS, "bwd_flops": MAX_LAYER_FLOPS, "fwd_flops_seq2": MAX_LAYER_FLOPS,
     "bwd_flops_seq2": MAX_LAYER_FLOPS, "fwd_bytes": MAX_LAYER_BYTES, "bwd_bytes": MAX_LAYER_BYTES,
     "activation_bytes": MAX_LAYER_BYTES, "activation_bytes_seq2": MAX_LAYER_BYTES, "frozen_bytes": MAX_LAYER_BYTES,
+    "saved_bytes": MAX_LAYER_BYTES, "saved_bytes_seq2": MAX_LAYER_BYTES,
+    "saved_half_bytes": MAX_LAYER_BYTES, "saved_half_bytes_seq2": MAX_LAYER_BYTES,
 }
 _INT_FIELDS = {"params", "grad_bytes", "grad_ready_order", "kfac_a_dim", "kfac_g_dim", "kfac_spatial"}
 KFAC_TIME_FIELDS = ("kfac_factor_a_s", "kfac_factor_g_s", "kfac_inverse_a_s", "kfac_inverse_g_s", "kfac_precondition_s")
 _OPTIONAL = {"fwd_s", "fwd_s_std", "bwd_s", "bwd_s_std", "grad_ready_order", "kfac_a_dim", "kfac_g_dim", "kfac_spatial",
-             "unit", *KFAC_TIME_FIELDS}
+             "unit", "saved_bytes", "saved_half_bytes", *KFAC_TIME_FIELDS}
 # A part that grows with seq_len squared is part of its total: rescaling relies on total >= part.
-_SEQ2_OF = {"fwd_flops_seq2": "fwd_flops", "bwd_flops_seq2": "bwd_flops", "activation_bytes_seq2": "activation_bytes"}
+_SEQ2_OF = {"fwd_flops_seq2": "fwd_flops", "bwd_flops_seq2": "bwd_flops", "activation_bytes_seq2": "activation_bytes",
+            "saved_bytes_seq2": "saved_bytes", "saved_half_bytes_seq2": "saved_half_bytes"}
 
 
 def _layer_to_dict(layer: LayerProfile) -> dict[str, Any]:
@@ -597,10 +622,19 @@ def _layer_from_dict(item: Any, index: int, source: str) -> LayerProfile:
             kwargs[key] = _num(value, where, source, _LAYER_BOUNDS.get(key, MAX_LAYER_S))
     layer = LayerProfile(**kwargs)
     for part, total in _SEQ2_OF.items():
-        if getattr(layer, part) > getattr(layer, total):
+        if getattr(layer, part) > (getattr(layer, total) or 0.0):
             raise _bad(source, f"layers[{index}].{part} ({getattr(layer, part):g}) is more than its total {total} "
                                f"({getattr(layer, total):g})")
     return layer
+
+
+SAVED_SCHEMAS = ("srift.saved-tensors/v1",)  # how saved_bytes were counted (srift/profiling/saved.py)
+
+
+def _saved_schema(value: Any, source: str) -> str | None:
+    if value is not None and value not in SAVED_SCHEMAS:
+        raise _bad(source, f"'saved_tensors' must be one of {', '.join(SAVED_SCHEMAS)} or null, got {shown(value)}")
+    return value
 
 
 def _bucket(item: Any, index: int, source: str) -> AllReduceBucket:

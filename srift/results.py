@@ -7,8 +7,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from srift.catalog.provenance import PriceProvenance
 from srift.job import Job
 from srift.search.confidence import AtConfidence, Uncertainty
+from srift.search.large_batch import GlobalBatchLimit
 from srift.search.limits import Constraints, LimitCheck
 from srift.search.rank import SearchResult
 from srift.simulate.prediction import Prediction
@@ -98,6 +100,9 @@ class PredictResult:
         catalog_as_of: Age of the prices used, per cloud/region (empty for a cluster file).
         host_arch: ``x86_64``, ``arm64`` or ``mixed`` for catalog instances, None for a cluster file.
         uncertainty: The prediction's log-normal spread (model error and run-to-run; srift/search/confidence.py).
+        network_fallbacks: For a multi-node EFA cluster: the prediction with one EFA interface and
+            without EFA (what a launcher that does not set up every interface gets).
+        price: Source, date and trust of the price (None for a cluster file).
     """
 
     prediction: Prediction
@@ -109,6 +114,8 @@ class PredictResult:
     catalog_as_of: dict[str, PriceAge] = dataclasses.field(default_factory=dict)
     host_arch: str | None = None
     uncertainty: Uncertainty | None = None
+    network_fallbacks: tuple[tuple[str, Prediction], ...] = ()
+    price: PriceProvenance | None = None
     schema: str = PREDICT_SCHEMA
 
 
@@ -126,6 +133,11 @@ class RecommendResult:
         seq_len: Sequence length (sequence models), else None.
         infra: The clouds and regions searched (``--infra`` spelling).
         catalog_as_of: Age of the prices searched, per ``--infra`` target.
+        network_fallbacks: The chosen configuration's prediction with one EFA interface and
+            without EFA, when it is a multi-node EFA cluster (``PredictResult``).
+        grad_accum_searched: The micro-batches per step searched within a fixed global batch
+            (empty when only one was); ``job.grad_accum`` is the one chosen.
+        global_batch_limit: The largest global batch the search kept to (without a fixed one).
     """
 
     search: SearchResult
@@ -137,6 +149,9 @@ class RecommendResult:
     seq_len: int | None
     infra: str
     catalog_as_of: dict[str, PriceAge] = dataclasses.field(default_factory=dict)
+    network_fallbacks: tuple[tuple[str, Prediction], ...] = ()
+    grad_accum_searched: tuple[int, ...] = ()
+    global_batch_limit: GlobalBatchLimit | None = None
     schema: str = RECOMMEND_SCHEMA
 
 

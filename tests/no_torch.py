@@ -8,10 +8,13 @@ import sys
 from pathlib import Path
 
 
-def run_without_torch(args: list[str], tmp_path: Path, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def run_without_torch(args: list[str], tmp_path: Path, cwd: Path | None = None,
+                      blocked: tuple[str, ...] = ("torch",)) -> subprocess.CompletedProcess:
+    """``srift ARGS`` where importing any of ``blocked`` fails (torch by default)."""
     shim = tmp_path / "no_torch_shim"
-    (shim / "torch").mkdir(parents=True, exist_ok=True)
-    (shim / "torch" / "__init__.py").write_text("raise ImportError('torch is not installed (test shim)')\n")
+    for name in blocked:
+        (shim / name).mkdir(parents=True, exist_ok=True)
+        (shim / name / "__init__.py").write_text(f"raise ImportError('{name} is not installed (test shim)')\n")
     env = dict(os.environ)
     env["PYTHONPATH"] = str(shim) + os.pathsep + env.get("PYTHONPATH", "")
     code = "import sys; from srift.cli import main; sys.exit(main(sys.argv[1:]))"

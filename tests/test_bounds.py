@@ -63,7 +63,9 @@ def test_a_sequence_of_a_million_tokens_does_not_fit_and_says_how_much_it_needs(
 def test_a_job_that_does_not_fit_gets_no_iteration_time(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["predict", "--model", "resnet50", "--instance", "p3.2xlarge", "--batch-size", "100000", "--format", "json"]) == 2
     out, err = capsys.readouterr()
-    assert out == "" and "does not fit in GPU memory" in err
+    doc = json.loads(out)  # --format json: the document says why, with no iteration time
+    assert doc["ok"] is False and "iteration_time_s" not in doc and "does not fit in GPU memory" in doc["error"]["message"]
+    assert "does not fit in GPU memory" in err
     # the same job at a batch that fits is predicted
     assert main(["predict", "--model", "resnet50", "--instance", "p3.2xlarge", "--batch-size", "32", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["fits_in_memory"] is True

@@ -108,3 +108,17 @@ def test_predict_markdown_has_the_breakdown_that_adds_up(capsys):
     phases = [ln for ln in md.splitlines() if ln.startswith("| ") and ln.endswith("% |") and not ln.startswith("| total")]
     shown_ms = sum(float(ln.split(" | ")[1].split()[0]) * (1e-3 if " us" in ln else 1) for ln in phases if " s |" not in ln)
     assert shown_ms == pytest.approx(doc["iteration_time_s"] * 1e3, abs=0.1 * len(phases))
+
+
+@pytest.mark.parametrize("columns", ["80", "100"])
+def test_help_is_readable_at_80_and_100_columns(monkeypatch, capsys, columns):
+    """No line wider than the terminal and no option name cut (`--activation-chec…`)."""
+    monkeypatch.setenv("COLUMNS", columns)
+    for path in (["recommend"], ["predict"], ["check"], ["catalog", "list"]):
+        assert main([*path, "--help"]) == 0
+        out = capsys.readouterr().out
+        assert max(len(ln) for ln in out.splitlines()) <= int(columns), path
+        assert "…" not in out
+        for param in command().commands[path[0]].params if len(path) == 1 else ():
+            for opt in (o for o in param.opts if o.startswith("-")):
+                assert opt in out, (path, opt)

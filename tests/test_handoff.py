@@ -46,10 +46,12 @@ def test_recommend_writes_the_task_of_the_chosen_configuration(tmp_path, capsys)
     row = api.catalog_show(instance_type, "us-east-1")[0]
     task = _task(task_file)
     assert task["num_nodes"] == int(count)
+    efa = {"network_tier": "best"} if row.efa and int(count) > 1 else {}  # srift predicted EFA: the task asks for it
     assert task["resources"] == {"infra": "aws/us-east-1", "instance_type": row.vm_type, "accelerators": row.accelerators,
-                                 "use_spot": top["spot"]}
+                                 "use_spot": top["spot"], **efa}
     assert task["resources"]["accelerators"] == f"{row.accelerators.split(':')[0]}:{row.gpu_count}"
-    assert "setup" not in task and task["envs"] == {"TRAIN_SCRIPT": "train.py"}
+    assert "setup" not in task and task["envs"]["TRAIN_SCRIPT"] == "train.py"
+    assert ("FI_PROVIDER" in task["envs"]) == bool(efa)
     _check_torchrun_run(task["run"])
     assert f"Wrote SkyPilot task {task_file}" in out.err
     umask = os.umask(0)
@@ -58,14 +60,50 @@ def test_recommend_writes_the_task_of_the_chosen_configuration(tmp_path, capsys)
 
 
 def test_predict_tasks_by_hand(tmp_path):
-    """g5.12xlarge is 4 x A10G (SkyPilot: A10G:4); p3.16xlarge 8 x V100 (V100:8), here on spot."""
-    for spec, spot, nodes, itype, acc in (("g5.12xlarge:3", [], 3, "g5.12xlarge", "A10G:4"),
-                                          ("p3.16xlarge:2", ["--spot"], 2, "p3.16xlarge", "V100:8")):
+    """g5.12xlarge is 4 x A10G (SkyPilot: A10G:4) with one EFA interface, which srift predicts over,
+    so the task asks network_tier: best; p3.16xlarge 8 x V100 (V100:8) has no EFA, here on spot."""
+    for spec, spot, nodes, itype, acc, efa in (("g5.12xlarge:3", [], 3, "g5.12xlarge", "A10G:4", {"network_tier": "best"}),
+                                               ("p3.16xlarge:2", ["--spot"], 2, "p3.16xlarge", "V100:8", {})):
         f = tmp_path / f"{itype}.yaml"
         assert main(["predict", "--model", "resnet50", "--instance", spec, *spot, "--skypilot", str(f)]) == 0
         task = _task(f)
         assert task["num_nodes"] == nodes and task["name"] == "srift-resnet50"
-        assert task["resources"] == {"infra": "aws/us-east-1", "instance_type": itype, "accelerators": acc, "use_spot": bool(spot)}
+        assert task["resources"] == {"infra": "aws/us-east-1", "instance_type": itype, "accelerators": acc, "use_spot": bool(spot),
+                                     **efa}
+
+
+def test_an_efa_task_asks_for_efa_and_says_what_all_interfaces_need(tmp_path, capsys):
+    """p5.48xlarge has 32 EFA interfaces (3,200 Gb/s, 100 Gb/s each). SkyPilot 0.14.1 attaches EFA only
+    at network_tier: best and all interfaces only with aws.use_internal_ips in the user's config:
+    the task asks the tier, sets the libfabric/NCCL environment, and its header and the command line
+    say what the config needs and what srift predicts with one interface (1/32 of the bandwidth)
+    and with none (TCP)."""
+    f = tmp_path / "p5.yaml"
+    args = ["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:4", "--seq-len", "8192", "--batch-size", "1"]
+    assert main([*args, "--skypilot", str(f), "--format", "json"]) == 0
+    out = capsys.readouterr()
+    doc = json.loads(out.out)
+    task, text = _task(f), f.read_text(encoding="utf-8")
+    assert task["resources"]["network_tier"] == "best"
+    assert task["envs"] == {"TRAIN_SCRIPT": "train.py", "FI_PROVIDER": "efa", "NCCL_DEBUG": "INFO", "FI_EFA_USE_DEVICE_RDMA": "1"}
+    header = [ln for ln in text.splitlines() if ln.startswith("#")]
+    full, (one, none) = doc["throughput_tokens_per_s"], [x["expected_throughput_samples_per_s"] * 8192
+                                                                 for x in doc["network_fallbacks"]]
+    assert [x["network"] for x in doc["network_fallbacks"]] == ["one EFA interface", "no EFA (TCP)"]
+    assert full > one > none
+    want = [f"# Network: srift predicts {full:,.0f} tokens/s with EFA on all 32 interfaces of p5.48xlarge (3,200 Gb/s)",
+            "# All 32 interfaces need `aws: use_internal_ips: true` in your SkyPilot config",
+            f"# With one EFA interface: srift predicts {one:,.0f} tokens/s ({full / one:.1f}x slower).",
+            f"# With no EFA (TCP): srift predicts {none:,.0f} tokens/s ({full / none:.1f}x slower)."]
+    for line in want:
+        assert any(h.startswith(line) for h in header), line
+        assert line[2:] in out.err  # the command line says it too
+    # torchrun lines carry the environment and the same figures.
+    assert main([*args, "--torchrun"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "# EFA: on every node, with the aws-ofi-nccl plugin installed: export FI_PROVIDER=efa NCCL_DEBUG=INFO " \
+        "FI_EFA_USE_DEVICE_RDMA=1" in lines
+    assert f"# With one EFA interface: srift predicts {one:,.0f} tokens/s." in lines
 
 
 def test_a_gcp_host_with_attached_gpus_asks_for_the_host_and_the_gpus(tmp_path):
@@ -173,6 +211,7 @@ for path in sys.argv[2:]:
     cloud = str(res.cloud).lower()
     out[path] = {"num_nodes": task.num_nodes, "instance_type": res.instance_type, "accelerators": res.accelerators,
                  "use_spot": res.use_spot, "infra": f"{cloud}/{res.region}",
+                 "network_tier": None if res.network_tier is None else res.network_tier.name,
                  "catalog_accelerators": catalog.get_accelerators_from_instance_type(res.instance_type, clouds=cloud)
                  if res.instance_type and cloud != "gcp" else None,
                  "usd_per_hour": catalog.get_hourly_cost(res.instance_type, use_spot=res.use_spot, region=res.region,
@@ -187,8 +226,10 @@ def test_skypilot_accepts_the_tasks(tmp_path, capsys):
     """SkyPilot's own schema and ``sky.Task.from_yaml`` (validated with skypilot 0.14.1) accept the
     tasks, and SkyPilot's catalog (the copy in data/, offline, in a throw-away HOME) agrees on the
     machines: the instance type exists, carries these accelerators, and costs what srift says."""
-    cases = {"recommend": ["recommend", "--model", "resnet50", "--budget", "20"],
+    # recommend on A10G: the chosen row must be in SkyPilot's catalog (g7e, Karpenter-only, is not).
+    cases = {"recommend": ["recommend", "--model", "resnet50", "--budget", "20", "--gpu", "A10G"],
              "aws-spot": ["predict", "--model", "resnet50", "--instance", "p3.16xlarge:2", "--spot"],
+             "aws-efa": ["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:4", "--seq-len", "8192", "--batch-size", "1"],
              "gcp": ["predict", "--model", "resnet50", "--instance", "a2-highgpu-8g:2", "--region", "gcp/us-central1"],
              "gcp-attached": ["predict", "--model", "resnet50", "--instance", "n1-highmem-8-t4x1:2", "--region", "gcp/us-central1"],
              "lambda": ["predict", "--model", "resnet50", "--instance", "gpu_8x_h100_sxm5:2", "--region", "lambda/us-east-1"],
@@ -211,6 +252,7 @@ def test_skypilot_accepts_the_tasks(tmp_path, capsys):
         assert got["instance_type"] == want["instance_type"] and got["infra"] == want["infra"], name
         acc, n = want["accelerators"].split(":")
         assert got["accelerators"] == {acc: int(n)}, name
+        assert got["network_tier"] == ("BEST" if want.get("network_tier") == "best" else None), name
         if got["catalog_accelerators"] is not None:  # the type itself has these GPUs in SkyPilot's catalog
             assert got["catalog_accelerators"] == {acc: int(n)}, name
     # The chosen AWS row (on-demand, us-east-1) is priced from SkyPilot's catalog: the same $/h.

@@ -38,7 +38,7 @@ def test_a_length_is_given_once_and_tokens_need_a_sequence_model():
 def test_more_gpus_mean_fewer_steps_for_a_fixed_amount_of_data():
     # 10 samples per GPU per step; 1,000 samples: 100 steps on one GPU, 25 on four (a.small x 4).
     model = SpeedModel({"GA": 100.0}, node_penalty=0.0)
-    r = search([instance("a.small", "GA", 1, 1.0, None)], model, Constraints(max_gpus=4, top=4), JobLength(samples=1000))
+    r = search([instance("a.small", "GA", 1, 1.0, None)], model, Constraints(diverse=False, max_gpus=4, top=4), JobLength(samples=1000))
     steps = {c.instance: c.run.steps for c in r.recommendations}
     assert steps == {"a.small:4": 25, "a.small:3": 34, "a.small:2": 50, "a.small:1": 100}  # ceil(1000 / (10 n))
     hours = {c.instance: c.job_hours for c in r.recommendations}
@@ -48,7 +48,7 @@ def test_more_gpus_mean_fewer_steps_for_a_fixed_amount_of_data():
 def test_steps_need_a_fixed_global_batch_in_a_search(capsys):
     catalog = [instance("a.small", "GA", 1, 1.0, None)]
     with pytest.raises(SriftError, match="--steps counts iterations") as info:
-        search(catalog, SpeedModel({"GA": 100.0}), Constraints(max_gpus=4), JobLength(steps=100))
+        search(catalog, SpeedModel({"GA": 100.0}), Constraints(diverse=False, max_gpus=4), JobLength(steps=100))
     assert "--global-batch-size" in info.value.hint
     assert main(["recommend", "--model", "resnet50", "--steps", "1000", "--budget", "20"]) == 2
     assert "--global-batch-size" in capsys.readouterr().err
@@ -58,12 +58,12 @@ def test_counts_that_do_not_divide_the_global_batch_are_left_out():
     # Global batch 12 over 1-GPU a.small (counts 1..8) and 4-GPU b.quad (1..2): 12 divides over 1, 2, 3, 4, 6
     # GPUs and over 4, not over 5, 7, 8 or b.quad x 2 (8 GPUs): 3 + 1 configurations left out.
     catalog = [instance("a.small", "GA", 1, 1.0, None), instance("b.quad", "GB", 4, 3.5, None)]
-    r = search(catalog, SpeedModel({"GA": 100.0, "GB": 120.0}), Constraints(max_gpus=8, top=20), global_batch_size=12)
+    r = search(catalog, SpeedModel({"GA": 100.0, "GB": 120.0}), Constraints(diverse=False, max_gpus=8, top=20), global_batch_size=12)
     assert sorted(c.instance for c in r.recommendations) == sorted(
         ["a.small:1", "a.small:2", "a.small:3", "a.small:4", "a.small:6", "b.quad:1"])
     assert r.pruned["batch"] == 4
     # With 2 micro-batches per step, a global batch of 24 is 12 per micro-batch: the same counts.
-    accum = search(catalog, SpeedModel({"GA": 100.0, "GB": 120.0}), Constraints(max_gpus=8, top=20), global_batch_size=24,
+    accum = search(catalog, SpeedModel({"GA": 100.0, "GB": 120.0}), Constraints(diverse=False, max_gpus=8, top=20), global_batch_size=24,
                    grad_accum=2)
     assert sorted(c.instance for c in accum.recommendations) == sorted(c.instance for c in r.recommendations)
 

@@ -1,4 +1,4 @@
-"""K-FAC where GPU scripts break it (../shared/reviews/cuda-path.md), on a CPU: an fp16-style
+"""K-FAC where GPU scripts break it (the CUDA-path review of issue #28), on a CPU: an fp16-style
 GradScaler whose first steps overflow (B9), and SPD's own collectives on the gradients' device,
 never the CPU by default (B4: an NCCL group has no CPU side)."""
 

@@ -179,3 +179,39 @@ def test_a_tcp_plugin_is_not_limited_by_nccls_socket_threads():
     with pytest.raises(SriftError, match="tcp_plugin"):
         cluster_from_dict({"name": "x", "node_groups": [{"count": 2, "gpus_per_node": 8, "gpu": "H100", "intra_node": "nvswitch4",
                                                          "network_gbps": 800, "network": "efa", "tcp_plugin": "gpudirect-tcpx"}]})
+
+
+def test_a_4_gpu_pcie_vm_without_peer_to_peer_stages_through_host_memory():
+    import dataclasses
+
+    # g4dn.12xlarge: 4 T4 on PCIe 3 in a VM that gives them no peer to peer (configs/network.yaml):
+    # NCCL's SHM transport copies each byte over PCIe twice, so the ring runs at half of 15.75 GB/s.
+    cluster = cluster_from_spec("g4dn.12xlarge")
+    assert cluster.node_groups[0].pcie_p2p is False
+    with_p2p = dataclasses.replace(cluster, node_groups=(dataclasses.replace(cluster.node_groups[0], pcie_p2p=True),))
+    pcie = load_params().classes["pcie"]
+    size = 100e6  # ResNet-50's fp32 gradients, about
+    eff = pcie.eff_max / (1.0 + (pcie.s_half_bytes / size) ** pcie.shape)
+    # Ring of n = 4: 2(n-1) steps of alpha, 2(n-1)/n of the bytes over the link.
+    p2p_s = 6 * pcie.alpha_s + 1.5 * size / (15.75e9 * eff)
+    shm_s = 6 * pcie.alpha_s + 1.5 * size / (15.75e9 / 2 * eff)
+    assert CommModel(with_p2p).allreduce_time_s(size) == pytest.approx(p2p_s)
+    assert CommModel(cluster).allreduce_time_s(size) == pytest.approx(shm_s)
+    assert shm_s / p2p_s == pytest.approx(2.0, rel=1e-5)  # the latency terms aside: twice as long
+    # Bare metal is not documented either way: the T4's own default (peer to peer).
+    assert cluster_from_spec("g4dn.metal").node_groups[0].pcie_p2p is None
+
+
+def test_nccl_socket_throughput_with_one_and_four_threads_at_the_shipped_rate():
+    # 100 Gb/s TCP on premises with the shipped per-thread rate r: one helper thread moves r (the
+    # thread is the limit, as on ddl-benchmarks' IPoIB rows), four move min(4 r, 100 x 1448/1538).
+    params = load_params()
+    r = params.networks["ethernet"].per_thread_gbps
+    one = net_rate(_group(gbps=100.0, nccl_socket_threads=1), params.networks["ethernet"], params)
+    four = net_rate(_group(gbps=100.0, nccl_socket_threads=4), params.networks["ethernet"], params)
+    assert one.limit == "threads" and one.bytes_per_s == pytest.approx(r * 1e9 / 8)
+    assert four.bytes_per_s == pytest.approx(min(4 * r, 100 * 1448 / 1538) * 1e9 / 8)
+    # NCCL's defaults: 1 thread x 1 socket on premises, 2 x 8 on AWS, 4 x 1 on Google Cloud gVNIC.
+    assert (params.sockets_on(None)[0].threads, params.sockets_on(None)[0].sockets_per_thread) == (1, 1)
+    assert (params.sockets_on("aws")[0].threads, params.sockets_on("aws")[0].sockets_per_thread) == (2, 8)
+    assert params.sockets_on("gcp")[0].threads == 4

@@ -252,3 +252,27 @@ def test_params_round_trip_and_bad_file(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(SriftError, match="not valid JSON"):
         C.load_params(str(bad))
+
+
+def test_a_t4_computes_at_its_sustained_clock_not_its_boost(monkeypatch):
+    from srift.hardware import sustained_clock_mhz
+
+    # Cube law of dynamic power against Turing's full-power card (TITAN RTX: 1770 MHz, 72 SMs,
+    # 280 W): a T4 (70 W, 40 SMs) holds 1770 x ((70/40) / (280/72)) ** (1/3) = 1770 x 0.45 ** (1/3)
+    # = 1356.4 MHz under load, not its 1590 MHz boost.
+    by_hand = 1770.0 * 0.45 ** (1.0 / 3.0)
+    assert by_hand == pytest.approx(1356.4, abs=0.1)
+    assert sustained_clock_mhz(1590.0, 40, 70.0, (1770.0, 72, 280.0)) == pytest.approx(by_hand)
+    t4 = gpu_spec("T4")
+    assert t4.sustained_clock_mhz == pytest.approx(by_hand) and t4.clock_derate == pytest.approx(1590.0 / by_hand)
+    # A card whose power per SM is the reference's or more keeps its boost (A10G at 300 W: 3.75 W/SM).
+    assert gpu_spec("A10G").clock_derate == 1.0 and gpu_spec("Titan-RTX").clock_derate == 1.0
+    # A compute-bound layer: FLOPs / (peak x efficiency) at the boost clock, x 1590 / 1356.4 (17 %
+    # longer); the memory-bound layer keeps its time (DRAM does not follow the core clock).
+    prof = _profile()
+    at_sustained = C.layer_times(prof, "T4", "fp32-strict", FLAT)
+    monkeypatch.setattr(C, "gpu_spec", lambda name: dataclasses.replace(gpu_spec(name), sustained_clock_mhz=0.0))
+    at_boost = C.layer_times(prof, "T4", "fp32-strict", dataclasses.replace(FLAT))
+    assert at_boost.fwd_s[0] == pytest.approx(1e12 * 2.0 / 8.1e12)  # 50 % of the datasheet's 8.1 TFLOP/s
+    assert at_sustained.fwd_s[0] == pytest.approx(1e12 * 2.0 / 8.1e12 * 1590.0 / by_hand)
+    assert at_sustained.fwd_s[1] == pytest.approx(at_boost.fwd_s[1]) == pytest.approx(9e8 * 1.25 / 320e9)

@@ -183,19 +183,23 @@ def test_validate_script_prints_every_group_and_the_shipped_figures_are_current(
                           "--write-accuracy", str(tmp_path / "accuracy.json")], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     lines = {l[:28].strip(): l[28:].split() for l in res.stdout.splitlines() if len(l) > 28}
+    # Every group with leave-one-source-out beside the GPU and model held out.
     for group in ("single GPU", "one node, multi-GPU", "all single-node rows"):
-        rows, fit, logo, lomo = lines[group]
-        assert int(rows) > 0 and all(0.0 < float(v) < 100.0 for v in (fit, logo, lomo)), group
+        rows, fit, logo, lomo, loso = lines[group]
+        assert int(rows) > 0 and all(0.0 < float(v) < 100.0 for v in (fit, logo, lomo, loso)), group
     assert "DDP scaling t_n/t_1" in res.stdout and "all-reduce p5/block2" in res.stdout
     for group in ("1 GPU, on another system", "one node, from its 1 GPU", "1 GPU, from another GPU"):
-        rows, fit, logo, lomo = lines[group]
-        assert int(rows) > 0 and all(0.0 < float(v) < 100.0 for v in (fit, logo, lomo)), group
+        rows, fit, logo, lomo, loso = lines[group]
+        assert int(rows) > 0 and all(0.0 < float(v) < 100.0 for v in (fit, logo, lomo, loso)), group
     assert "in Lambda's two snapshots" in res.stdout
-    # The multi-node group: ddl-benchmarks' 27 rows and DAWNBench's 3, with leave-one-network-out.
-    rows, fit, logo, lomo, lono = lines["multi-node"]
-    assert int(rows) == 30 and all(0.0 < float(v) < 100.0 for v in (fit, logo, lomo, lono))
-    for net in ("10 GbE TCP", "100 Gb/s InfiniBand", "100 Gb/s TCP (IPoIB)", "EC2 25 Gb/s TCP"):
-        assert len(lines[net]) == 5, net
+    # The multi-node group: ddl-benchmarks' 27 rows, DAWNBench's 3 and DLPerf's 12, with the source
+    # and the network left out.
+    rows, fit, logo, lomo, loso, lono = lines["multi-node"]
+    assert int(rows) == 42 and all(0.0 < float(v) < 100.0 for v in (fit, logo, lomo, loso, lono))
+    for net in ("10 GbE TCP", "100 Gb/s InfiniBand", "100 Gb/s TCP (IPoIB)", "EC2 25 Gb/s TCP", "100 Gb/s EDR IB, 8x V100",
+                "ddl-benchmarks/mgwfbp", "dawnbench/fastai", "dlperf-v100-ib/dle"):
+        assert len(lines[net]) == 6, net
+    assert "LOSO" in res.stdout.split("Sharded (FSDP) group")[1].splitlines()[2]
     fresh = json.loads((tmp_path / "accuracy.json").read_text())
     shipped = json.loads((root / "configs" / "perf" / "accuracy.json").read_text())
     assert fresh == shipped, "configs/perf/accuracy.json is stale: re-run scripts/validate.py --write-accuracy"

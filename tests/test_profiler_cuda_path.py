@@ -1,4 +1,4 @@
-"""`srift profile` on what GPU scripts do, run on a CPU (the review ../shared/reviews/cuda-path.md):
+"""`srift profile` on what GPU scripts do, run on a CPU (the CUDA-path review of issue #28):
 torch.compile (B1, M4), torch >= 2.9's TF32 API (B2), bf16 autocast and bf16 weights (M17, M7),
 rescaling that keeps the unattributed time (M5), and a stop that holds against
 scripts that swallow it, exit early, change folder or are terminated (issue 26)."""

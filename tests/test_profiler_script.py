@@ -54,6 +54,9 @@ def test_plain_cnn_first_conv_has_hand_flops_and_every_layer_is_timed(tmp_path: 
     assert sum(l.fwd_s for l in prof.layers) <= ph.forward_s * 1.05
     assert prof.optimizer["type"] == "SGD" and prof.optimizer["state_bytes_per_param"] == 4.0  # fp32 momentum
     assert prof.input_bytes_per_sample == 3 * 32 * 32 * 4
+    # What autograd saves, counted on the captured batch: conv1 keeps its input images (fp32).
+    assert prof.saved_tensors == "srift.saved-tensors/v1"
+    assert conv1.saved_bytes == 8 * 3 * 32 * 32 * 4 and conv1.saved_half_bytes is None
 
 
 @pytest.mark.slow

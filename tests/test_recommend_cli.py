@@ -20,10 +20,15 @@ def test_readme_command_without_torch(tmp_path):
     for key in ("instance", "spot", "gpus", "throughput_samples_per_s", "iteration_time_s", "cost_per_hour_usd",
                 "usd_per_million_samples"):
         assert key in first
-    tps = [r["expected_throughput_samples_per_s"] for r in data["recommendations"]]
-    # Best throughput first, except that a simpler configuration within the error comes before the best-ranked.
+    # With a budget the order is at 90 % confidence (throughput / the quantile factor), best first,
+    # except that a simpler configuration within the error comes before the best-ranked; one row per family.
+    recs = data["recommendations"]
+    tps = [r["expected_throughput_samples_per_s"] / r["ranking_quantile_factor"] for r in recs]
+    assert all(r["ranked_at_confidence"] == 0.9 for r in recs)
     rest = tps[2:] if data["simpler_choice"] else tps
     assert rest == sorted(rest, reverse=True)
+    families = [r["instance"].split(".")[0] for r in recs]
+    assert len(set(families)) == len(families) == 5
 
 
 def test_table_has_target_and_chosen(capsys):
@@ -125,7 +130,7 @@ def test_gcp_and_lambda_rows_with_composed_prices(capsys):
                  "--top", "300"]) == 0
     assert {r["cloud"] for r in json.loads(capsys.readouterr().out)["recommendations"]} == {"gcp", "lambda"}
     assert main(["recommend", "--model", "resnet50", "--budget", "20", "--infra", "gcp/us-central1,lambda/us-east-1",
-                 "--format", "json", "--top", "300"]) == 0
+                 "--format", "json", "--top", "300", "--no-diverse"]) == 0
     recs = json.loads(capsys.readouterr().out)["recommendations"]
     # A GCP VM is its host plus its GPUs (configs/catalog/README.md): g2-standard-8 in us-central1 is
     # 0.29358 + 0.56004 = 0.85362 $/h on demand; Lambda's gpu_1x_a6000 is 0.80 $/h.
@@ -168,7 +173,7 @@ def test_a_multi_node_choice_must_beat_the_best_one_node_choice_by_its_error(cap
 
 def test_max_nodes_bounds_every_configuration_and_mix(capsys):
     # Unbounded, the budget buys 38 single-GPU nodes; --max-nodes keeps every row, mixes included, within it.
-    assert main(["recommend", "--model", "resnet50", "--budget", "20", "--mixed", "--top", "20",
+    assert main(["recommend", "--model", "resnet50", "--budget", "20", "--mixed", "--top", "20", "--no-diverse",
                  "--max-nodes", "2", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)["recommendations"]
     assert len(rows) == 20 and max(r["nodes"] for r in rows) == 2

@@ -58,9 +58,9 @@ def test_a_deadline_is_met_at_the_confidence_not_at_the_median():
     model = SpeedModel({"GA": 100.0}, typical_error_pct={"gpu": ERR, "nodes": ERR})
     catalog = [instance("a.small", "GA", 1, 1.0, None)]
     length = JobLength(samples=360_000)
-    at_median = search(catalog, model, Constraints(deadline_hours=1.2, max_gpus=8, confidence=0.5), length)
+    at_median = search(catalog, model, Constraints(diverse=False, deadline_hours=1.2, max_gpus=8, confidence=0.5), length)
     assert at_median.recommendations[0].instance == "a.small:1"
-    r = search(catalog, model, Constraints(deadline_hours=1.2, max_gpus=8), length)
+    r = search(catalog, model, Constraints(diverse=False, deadline_hours=1.2, max_gpus=8), length)
     top = r.recommendations[0]
     assert top.instance == "a.small:2" and r.confidence == 0.9
     assert top.job_hours == pytest.approx(1 / 1.8)
@@ -69,9 +69,9 @@ def test_a_deadline_is_met_at_the_confidence_not_at_the_median():
     assert top.at_confidence.uncertainty.model == pytest.approx(SIGMA)
     # The same quantile makes a maximum cost: n nodes cost $1 / 0.9^(n-1) at the median, so $1.20 admits one
     # or two at the median; at 90 % even one costs $1.29 and nothing is left.
-    limit = Constraints(max_cost_usd=1.2, max_gpus=8, objective="throughput", confidence=0.5)
+    limit = Constraints(diverse=False, max_cost_usd=1.2, max_gpus=8, objective="throughput", confidence=0.5)
     assert [c.instance for c in search(catalog, model, limit, length).recommendations] == ["a.small:2", "a.small:1"]
-    r = search(catalog, model, Constraints(max_cost_usd=1.2, max_gpus=8, objective="throughput"), length)
+    r = search(catalog, model, Constraints(diverse=False, max_cost_usd=1.2, max_gpus=8, objective="throughput"), length)
     assert not r.recommendations and r.cut_by == "max-cost" and r.closest.instance == "a.small:1"
     assert r.closest.at_confidence.cost_usd == pytest.approx(math.exp(SIGMA * conf.z_of(0.9)))
 
@@ -80,7 +80,7 @@ def test_spot_interruptions_widen_the_quantile():
     # b.quad x 1 on spot at 0.1 interruptions/h: the job's spot sigma joins the model's.
     model = SpeedModel({"GB": 100.0}, typical_error_pct={"node": ERR})
     catalog = [instance("b.quad", "GB", 4, 3.0, 1.0, interruption_per_hour=0.1)]
-    r = search(catalog, model, Constraints(max_gpus=4, spot=True, top=5), JobLength(samples=14_400_000))
+    r = search(catalog, model, Constraints(diverse=False, max_gpus=4, spot=True, top=5), JobLength(samples=14_400_000))
     spot = next(c for c in r.recommendations if c.spot)
     on_demand = next(c for c in r.recommendations if not c.spot)
     s = spot.prediction.spot

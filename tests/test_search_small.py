@@ -16,7 +16,7 @@ CATALOG = [instance("a.small", "GA", 1, 1.0, 0.3), instance("b.quad", "GB", 4, 3
 
 
 def test_best_throughput_under_budget():
-    r = search(CATALOG, fake_predict, Constraints(budget_usd_per_hour=4.0, max_gpus=8))
+    r = search(CATALOG, fake_predict, Constraints(diverse=False, budget_usd_per_hour=4.0, max_gpus=8))
     # a.small x n: 100 n 0.9^(n-1) for $n (n <= 4 fits the budget: 100, 180, 243, 291.6);
     # b.quad x 1: 480 for $3.50; b.quad x 2 costs $7.
     top = r.recommendations[0]
@@ -39,9 +39,9 @@ def test_spot_wins_when_allowed():
     # On spot ($0.30/h, 0.01 interruptions per node-hour) a.small x 6 fits ($1.80): 600 * 0.9^5 = 354.3
     # samples/s, of which interruptions (0.06/h for the cluster: checkpoint every 1,095 s) leave 97.9 %.
     catalog = [instance("a.small", "GA", 1, 1.0, 0.3, interruption_per_hour=0.01), CATALOG[1]]
-    on_demand = search(catalog, fake_predict, Constraints(budget_usd_per_hour=2.0, max_gpus=8))
+    on_demand = search(catalog, fake_predict, Constraints(diverse=False, budget_usd_per_hour=2.0, max_gpus=8))
     assert on_demand.recommendations[0].instance == "a.small:2"
-    r = search(catalog, fake_predict, Constraints(budget_usd_per_hour=2.0, max_gpus=8, spot=True))
+    r = search(catalog, fake_predict, Constraints(diverse=False, budget_usd_per_hour=2.0, max_gpus=8, spot=True))
     top = r.recommendations[0]
     assert (top.instance, top.label, top.spot) == ("a.small:6", "a.small:6 [Spot]", True)
     assert useful_by_hand(0.06) == pytest.approx(0.97948, abs=1e-5)
@@ -49,7 +49,7 @@ def test_spot_wins_when_allowed():
     assert top.cost_per_hour_usd == pytest.approx(1.8)
     assert top.prediction.spot.interruptions_per_hour == pytest.approx(0.06)
     # The cheapest per sample is spot too: a.small x 1 at $0.30/h.
-    cheap = search(catalog, fake_predict, Constraints(budget_usd_per_hour=2.0, max_gpus=8, spot=True, objective="cost"))
+    cheap = search(catalog, fake_predict, Constraints(diverse=False, budget_usd_per_hour=2.0, max_gpus=8, spot=True, objective="cost"))
     assert cheap.recommendations[0].instance == "a.small:1" and cheap.recommendations[0].spot
     assert cheap.recommendations[0].usd_per_million_samples == pytest.approx(0.3 / (100 * useful_by_hand(0.01) * 3600) * 1e6)
 
@@ -61,27 +61,27 @@ def test_cheapest_under_deadline():
     # median here (tests/test_search_confidence.py pins the quantiles).
     catalog = [CATALOG[0], instance("b.quad", "GB", 4, 5.0, None)]
     samples = JobLength(samples=360_000)
-    r = search(catalog, fake_predict, Constraints(deadline_hours=1.0, max_gpus=8), samples)
+    r = search(catalog, fake_predict, Constraints(diverse=False, deadline_hours=1.0, max_gpus=8), samples)
     assert r.objective == "cost"
     top = r.recommendations[0]
     assert top.instance == "a.small:1" and top.job_hours == pytest.approx(1.0) and top.job_cost_usd == pytest.approx(1.0)
     # 0.9 h: a.small x 1 misses it; b.quad x 1 is then the cheapest, before a.small x 2 ($1.111).
-    r = search(catalog, fake_predict, Constraints(deadline_hours=0.9, max_gpus=8), samples)
+    r = search(catalog, fake_predict, Constraints(diverse=False, deadline_hours=0.9, max_gpus=8), samples)
     assert [c.instance for c in r.recommendations[:3]] == ["b.quad:1", "a.small:2", "b.quad:2"]
     assert r.recommendations[0].job_cost_usd == pytest.approx(5.0 * 360000 / 480 / 3600)
     assert r.recommendations[1].job_cost_usd == pytest.approx(2 * 360000 / 180 / 3600)
 
 
 def test_nothing_fits_names_the_constraint_and_the_closest():
-    r = search(CATALOG, fake_predict, Constraints(deadline_hours=0.1, max_gpus=8), JobLength(samples=360_000))
+    r = search(CATALOG, fake_predict, Constraints(diverse=False, deadline_hours=0.1, max_gpus=8), JobLength(samples=360_000))
     assert not r.recommendations and r.cut_by == "deadline"
     assert r.closest.instance == "b.quad:2"  # 0.116 h, the fewest
-    r = search(CATALOG, fake_predict, Constraints(budget_usd_per_hour=0.1, max_gpus=8))
+    r = search(CATALOG, fake_predict, Constraints(diverse=False, budget_usd_per_hour=0.1, max_gpus=8))
     assert r.cut_by == "budget" and r.closest.instance == "a.small:1"
 
 
 def test_pareto_filters_dominated():
-    r = search(CATALOG, fake_predict, Constraints(max_gpus=8))
+    r = search(CATALOG, fake_predict, Constraints(diverse=False, max_gpus=8))
     front = [(c.instance, round(c.cost_per_hour_usd, 2)) for c in r.frontier]
     # a.small x 4 ($4, 291.6) is beaten by b.quad x 1 ($3.5, 480): off the frontier.
     assert ("a.small:4", 4.0) not in front
@@ -93,7 +93,7 @@ def test_pareto_filters_dominated():
 
 
 def test_mixed_adds_spot_on_demand_and_two_type_mixes():
-    r = search(CATALOG, fake_predict, Constraints(max_gpus=8, spot=True, mixed=True, top=100))
+    r = search(CATALOG, fake_predict, Constraints(diverse=False, max_gpus=8, spot=True, mixed=True, top=100))
     names = {c.instance for c in r.recommendations}
     assert "a.small:1@on-demand+a.small:3@spot" in names
     mix = next(c for c in r.recommendations if c.instance == "a.small:1@on-demand+a.small:3@spot")
@@ -104,36 +104,36 @@ def test_mixed_adds_spot_on_demand_and_two_type_mixes():
 
 def test_constraint_validation():
     with pytest.raises(SriftError, match="needs the job's length"):
-        search(CATALOG, fake_predict, Constraints(deadline_hours=2))
+        search(CATALOG, fake_predict, Constraints(diverse=False, deadline_hours=2))
     with pytest.raises(SriftError, match="go together"):
         JobLength(epochs=3)
     with pytest.raises(SriftError, match="given more than once: as steps and as epochs"):
         JobLength(steps=10, epochs=3, dataset_size=100)
     with pytest.raises(SriftError, match="--max-gpus 20,000 is beyond the largest cluster srift searches"):
-        Constraints(max_gpus=20_000)
+        Constraints(diverse=False, max_gpus=20_000)
     with pytest.raises(SriftError, match="confidence must be at least 0.5 and below 1"):
-        Constraints(confidence=1.0)
+        Constraints(diverse=False, confidence=1.0)
     with pytest.raises(SriftError, match="budget must be positive"):
-        Constraints(budget_usd_per_hour=-1)
+        Constraints(diverse=False, budget_usd_per_hour=-1)
     with pytest.raises(SriftError, match="objective"):
-        Constraints(objective="fastest")
+        Constraints(diverse=False, objective="fastest")
     assert JobLength(epochs=2, dataset_size=100).steps_for(30) == 2 * 4  # 100 / 30: 4 iterations, the last partial
 
 
 def test_a_multi_node_choice_names_the_best_single_node_one():
     # Budget $7: b.quad x 2 (864 samples/s, 2 nodes) beats b.quad x 1 (480, one node).
-    r = search(CATALOG, fake_predict, Constraints(budget_usd_per_hour=7.0, max_gpus=8))
+    r = search(CATALOG, fake_predict, Constraints(diverse=False, budget_usd_per_hour=7.0, max_gpus=8))
     assert r.recommendations[0].instance == "b.quad:2" and r.recommendations[0].nodes == 2
     assert r.best_single_node.instance == "b.quad:1"
     # 480 / 864 - 1 = -44 %
     assert "It spans 2 nodes" in why(r) and "best one-node choice is b.quad:1: -44% throughput at $3.50/h" in why(r)
     # a one-node winner needs no such line
-    r = search(CATALOG, fake_predict, Constraints(budget_usd_per_hour=4.0, max_gpus=8))
+    r = search(CATALOG, fake_predict, Constraints(diverse=False, budget_usd_per_hour=4.0, max_gpus=8))
     assert r.recommendations[0].nodes == 1 and r.best_single_node is None and "one-node" not in why(r)
 
 
 def test_nodes_of_a_mixed_spot_spec():
-    r = search(CATALOG, fake_predict, Constraints(max_gpus=8, spot=True, mixed=True, top=100))
+    r = search(CATALOG, fake_predict, Constraints(diverse=False, max_gpus=8, spot=True, mixed=True, top=100))
     mix = next(c for c in r.recommendations if c.instance == "a.small:1@on-demand+a.small:6@spot")
     assert (mix.nodes, mix.gpus, mix.label) == (7, 7, "a.small:1@on-demand+a.small:6@spot")
     assert next(c for c in r.recommendations if c.instance == "b.quad:1").nodes == 1
@@ -144,14 +144,14 @@ def test_a_runner_up_on_other_gpus_within_the_combined_error_is_called_a_close_c
     # neither is simpler; 480 against 472 samples/s is 1.7 % apart.
     catalog = [instance("a.quad", "GA", 4, 3.5, None), CATALOG[1]]
     model = SpeedModel({"GA": 118.0, "GB": 120.0}, typical_error_pct={"node": 15.0}, compute_error_pct=10.0)
-    r = search(catalog, model, Constraints(budget_usd_per_hour=4.0, max_gpus=4))
+    r = search(catalog, model, Constraints(diverse=False, budget_usd_per_hour=4.0, max_gpus=4))
     assert [c.instance for c in r.recommendations] == ["b.quad:1", "a.quad:1"] and r.simpler_choice is None
     # Other GPUs share nothing: sqrt(15^2 + 15^2) = 21.2 %.
     assert r.close_call.error_pct == pytest.approx(21.213, abs=1e-3) and r.close_call.gap == pytest.approx(480 / 472 - 1)
     assert ("The two are 2% apart on other GPUs (GB against GA), less than their combined typical error (±21.2 %)"
             in why(r))
     # Without validation figures there is no call to make.
-    assert search(catalog, SpeedModel({"GA": 118.0, "GB": 120.0}), Constraints(budget_usd_per_hour=4.0, max_gpus=4)).close_call is None
+    assert search(catalog, SpeedModel({"GA": 118.0, "GB": 120.0}), Constraints(diverse=False, budget_usd_per_hour=4.0, max_gpus=4)).close_call is None
 
 
 def _recommend_result(constraints, length=None):
@@ -165,14 +165,14 @@ def _recommend_result(constraints, length=None):
 def test_the_no_fit_message_names_the_limit_and_the_closest_configuration():
     from srift.api import no_fit_error
 
-    assert no_fit_error(_recommend_result(Constraints(budget_usd_per_hour=4.0, max_gpus=8))) is None
+    assert no_fit_error(_recommend_result(Constraints(diverse=False, budget_usd_per_hour=4.0, max_gpus=8))) is None
     # Budget: nothing simulated, so the cheapest type that fits is priced: a.small x 1, $1/h.
-    err = no_fit_error(_recommend_result(Constraints(budget_usd_per_hour=0.1, max_gpus=8)))
+    err = no_fit_error(_recommend_result(Constraints(diverse=False, budget_usd_per_hour=0.1, max_gpus=8)))
     assert (err.message, err.hint, err.exit_code) == (
         "no configuration meets the budget of $0.10/h. Closest: a.small:1 at $1.00/h.", "relax that limit.", 1)
     # Deadline of 0.1 h for 360,000 samples: b.quad x 2 comes closest, 360000 / 864 s = 0.116 h for $0.81
     # (no validation figures: the 90 % quantile is the median).
-    err = no_fit_error(_recommend_result(Constraints(deadline_hours=0.1, max_gpus=8), JobLength(samples=360_000)))
+    err = no_fit_error(_recommend_result(Constraints(diverse=False, deadline_hours=0.1, max_gpus=8), JobLength(samples=360_000)))
     assert err.message == ("no configuration meets the deadline of 0.1 h. Closest: b.quad:2 at $7.00/h, "
                            "0.1 h and $0.81 at 90% confidence.")
 
@@ -185,7 +185,7 @@ def test_an_input_bound_choice_names_its_vcpus_per_gpu():
     from srift.results import RecommendResult
 
     model = SpeedModel({"GA": 100.0, "GB": 120.0}, bottleneck="input")
-    constraints = Constraints(budget_usd_per_hour=4.0, max_gpus=8)
+    constraints = Constraints(diverse=False, budget_usd_per_hour=4.0, max_gpus=8)
     found = search(CATALOG, model, constraints)
     top = found.recommendations[0]
     assert (top.instance, top.vcpus_per_gpu) == ("b.quad:1", 1.0)  # 4 vCPUs over 4 GPUs

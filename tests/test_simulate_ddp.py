@@ -146,3 +146,29 @@ def test_cpu_workers_do_not_overlap_communication():
     p = predict(prof, calibrated_cluster(gpu="cpu"))
     assert p.breakdown["exposed_comm"] == pytest.approx(4 * MiB * S_PER_BYTE)
     assert p.iteration_time_s == pytest.approx(0.03 + 0.06 + 4 * MiB * S_PER_BYTE + 0.005)
+
+
+def test_ddp_all_reduces_fp32_gradients_under_amp():
+    from srift.job import Job
+
+    # ResNet-50 has 25,557,032 parameters. Under AMP the parameters stay fp32 and so do their
+    # gradients: DDP's buckets carry 4 bytes per parameter (102,228,128 bytes), not 2, unless a
+    # communication hook compresses them (srift models none).
+    prof = load_builtin_profile("resnet50", 64)
+    assert prof.params == 25_557_032
+    fp32 = Predictor(prof, Job(batch_size=64, precision="fp32")).bucket_sizes_bytes
+    amp = Predictor(prof, Job(batch_size=64, precision="amp")).bucket_sizes_bytes
+    assert float(np.sum(amp)) == 4 * 25_557_032 == float(np.sum(fp32))
+    # The bucket cap: the first bucket closes at 1 MiB, the others at 25 MiB (each holds whole
+    # tensors, so it may pass the cap by its last one); the last one takes what is left.
+    # The classifier's gradient is ready first: (2048 x 1000 + 1000) x 4 = 8,196,000 bytes, alone
+    # past 1 MiB; three buckets of 25 MiB or more follow, and the rest (7.5 MiB) is the last one,
+    # whose all-reduce starts only when backward has ended: it is exposed.
+    assert amp[0] == (2048 * 1000 + 1000) * 4 and amp[0] >= FIRST_BUCKET_BYTES
+    assert len(amp) == 5 and all(s >= 25 * MiB for s in amp[1:4])
+    assert amp[4] == 4 * 25_557_032 - float(np.sum(amp[:4]))
+    from srift.perf.comm import CommModel
+
+    cluster = cluster_from_spec("g4dn.xlarge:2")
+    p = predict(prof, cluster, Job(batch_size=64, precision="amp"))
+    assert p.breakdown["exposed_comm"] >= float(CommModel.for_cluster(cluster).allreduce_time_s(amp[4])) * (1 - 1e-9)

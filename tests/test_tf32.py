@@ -9,7 +9,8 @@ import types
 
 import numpy as np
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")
 
 from srift.cli import main
 from srift.job import Job

@@ -2,8 +2,9 @@
 
 
 import pytest
-import torch
-from torch import nn
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
 
 from srift.errors import SriftError
 from srift.profiling.flops import analyze_layers

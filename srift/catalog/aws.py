@@ -37,7 +37,7 @@ from srift.bounds import MAX_INPUT_BYTES, MAX_NODE_USD_PER_HOUR
 from srift.catalog.instances import Instance, instance_to_row, parse_rows, rows_to_csv
 from srift.catalog.load import REFRESH_SOURCE_PREFIX, cache_path, clear_cache, load_catalog
 from srift.catalog.network import FLAG_NETWORK_ASSUMED
-from srift.catalog.spot import band_for_ratio, band_rate
+from srift.catalog.spot import band_rate, default_band
 from srift.errors import SriftError
 
 PRICE_LIST_BASE = "https://pricing.us-east-1.amazonaws.com"
@@ -219,13 +219,12 @@ def price_region(region: str, hardware: dict[str, Instance], on_demand: dict[str
             spot, estimated = history[itype], False
         elif adv is not None:
             spot, estimated = od * (1 - adv.savings_pct / 100), True
-        else:
-            prior = base.spot_usd_per_hour / base.on_demand_usd_per_hour if base.spot_usd_per_hour and base.on_demand_usd_per_hour else None
-            spot, estimated = (od * prior if prior else None), True
+        else:  # no published spot figure: no spot offer (never a price scaled from an older ratio)
+            spot, estimated = None, False
         if adv is not None:
             band, rate = adv.band, band_rate(adv.band)
         elif spot is not None:
-            band, rate = band_for_ratio(spot / od)
+            band, rate = default_band(base.gpu_name)
         else:
             band, rate = "", 0.0
         rows.append(replace(
@@ -281,10 +280,13 @@ def refresh(infra: str = "aws", session: Any = None, progress: Progress | None =
     say(f"Spot Advisor: {sum(len(v) for v in advisor.values())} Linux entries")
 
     if session is None:
-        import boto3
-
-        session = boto3.Session()
-    credentialed = _session_has_credentials(session)
+        try:
+            import boto3
+        except ImportError:  # the `aws` extra: spot price history needs it, the public files do not
+            say("boto3 is not installed (pip install 'srift-planner[aws]' for EC2 spot price history with credentials)")
+        else:
+            session = boto3.Session()
+    credentialed = session is not None and _session_has_credentials(session)
     if not credentialed:
         say("no AWS credentials: spot prices from the Spot Advisor's average savings (marked estimated)")
 

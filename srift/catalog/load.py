@@ -187,7 +187,31 @@ def get_instance(instance_type: str, infra: str | Sequence[str] = DEFAULT_INFRA)
         first = next(iter(where))
         raise SriftError(f"{instance_type} is not offered in {','.join(str(t) for t in parse_infra(infra))}.",
                          f"it is offered by {'; '.join(parts)}: select it with --infra {first} or --infra {first}/{where[first][0]}.")
+    gpu_hint = _gpu_instead_of_type(instance_type, rows)
+    if gpu_hint is not None:
+        raise gpu_hint
     raise unknown_name_error("instance type", instance_type, sorted({r.instance_type for r in rows}), "srift catalog list")
+
+
+def _gpu_instead_of_type(name: str, rows: Sequence[Instance]) -> Exception | None:
+    """The error for a GPU name given where an instance type goes (``--instance a100:8``): the
+    types with that many of that GPU, and ``--gpu``; None when the name is no GPU."""
+    from srift.errors import SriftError
+    from srift.hardware import matching_gpus
+
+    try:
+        gpus = matching_gpus(name.strip())
+    except SriftError:
+        return None
+    if not gpus:
+        return None
+    shown = sorted(gpus)[0] if len(gpus) == 1 else name.strip().upper()
+    types = sorted({r.instance_type for r in rows if r.gpu_name in gpus},
+                   key=lambda t: min(r.on_demand_usd_per_hour or 1e9 for r in rows if r.instance_type == t))[:3]
+    some = f" ({', '.join(types)})" if types else ""
+    return SriftError(f"{shown} is a GPU, not an instance type.",
+                      f"name an instance type that has it{some}, e.g. --instance {types[0]}:2, or search them all with "
+                      f"`srift recommend --gpu {name.strip()}`." if types else f"search with `srift recommend --gpu {name.strip()}`.")
 
 
 @dataclass(frozen=True)

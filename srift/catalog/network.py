@@ -45,6 +45,10 @@ class NetworkFacts:
         efa: True when the type has an EFA.
         efa_generation: EFA generation (1-4); None without EFA or when unknown (see ``unknowns``).
         gpudirect_rdma: NICs move data to and from GPU memory directly; None when unknown.
+        gpu_p2p: GPUs of one VM reach each other's memory over PCIe (CUDA peer to peer); False
+            where the VM does not expose it (NCCL then stages through host memory); None when not
+            documented (the GPU's own default: configs/gpus.yaml ``pcie_p2p``).
+        gpu_p2p_source: Where ``gpu_p2p`` comes from.
         single_flow_gbps: Limit of one TCP flow between VMs outside a cluster placement group (AWS).
         single_flow_gbps_placement_group: The same inside a cluster placement group (AWS).
         single_flow_source: Where the single-flow limits come from.
@@ -69,6 +73,8 @@ class NetworkFacts:
     efa: bool
     efa_generation: int | None
     gpudirect_rdma: bool | None
+    gpu_p2p: bool | None
+    gpu_p2p_source: str
     single_flow_gbps: float | None
     single_flow_gbps_placement_group: float | None
     single_flow_source: str
@@ -89,6 +95,8 @@ class NetworkFacts:
                  if self.burstable and self.network_burst_gbps else "")
         text = (f"{self.instance_type}: {self.simulated_intra_node} between GPUs, "
                 f"{self.simulated_network_gbps:g} Gb/s{burst} over {self.simulated_transport} between VMs")
+        if self.gpu_p2p is False:
+            text += "; no GPU peer to peer inside the VM (NCCL stages through host memory)"
         if self.single_flow_gbps is not None and self.simulated_transport == "tcp":
             text += (f"; one TCP flow is capped at {self.single_flow_gbps:g} Gb/s outside a cluster placement group "
                      f"({self.single_flow_gbps_placement_group:g} Gb/s inside)")
@@ -193,10 +201,18 @@ def resolve(cloud: str, family: str, instance_type: str, *, efa: bool = False,
         transport=transport, transport_source=transport_source,
         network_gbps=network, network_burst_gbps=burst, burstable=burstable, network_source=network_source,
         efa=efa, efa_generation=efa_generation, gpudirect_rdma=gpudirect,
+        gpu_p2p=_tri(entry.get("gpu_p2p")), gpu_p2p_source=str(entry.get("gpu_p2p_source", "")),
         single_flow_gbps=single[0], single_flow_gbps_placement_group=single[1], single_flow_source=single[2],
         simulated_intra_node=sim_intra, simulated_network_gbps=sim_net, simulated_transport=sim_transport,
         unknowns=tuple(unknowns), assumption=assumption,
     )
+
+
+def efa_interfaces(instance_type: str) -> int:
+    """EFA network interfaces of an AWS size (configs/network.yaml ``clouds.aws.efa_interfaces``; 1
+    for sizes not listed). A launcher that attaches one gets ``network_gbps / efa_interfaces``."""
+    table = network_config()["clouds"]["aws"].get("efa_interfaces", {}).get("types", {})
+    return int(table.get(instance_type, 1))
 
 
 def facts_for(instance: "Instance") -> NetworkFacts:

@@ -8,6 +8,7 @@ to ``srift predict --instance``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Sequence
@@ -16,7 +17,8 @@ from srift.cache import CACHE_ENTRIES
 from srift.catalog.instances import Instance
 from srift.catalog.load import get_instance
 from srift.bounds import MAX_GPUS, MAX_NODE_GROUPS, MAX_NODES, shown
-from srift.catalog.network import NetworkFacts, facts_for
+from srift.catalog.network import NetworkFacts, efa_interfaces, facts_for
+from srift.catalog.transports import network_config
 from srift.cluster import TCP_PLUGINS, Cluster, NodeGroup
 from srift.errors import SriftError
 
@@ -77,7 +79,8 @@ def node_group(inst: Instance, count: int, spot: bool, placement_group: bool | N
     """``count`` nodes of a catalog instance type, priced on spot or on demand, with what the
     network facts say about its transport: the baseline (not burst) bandwidth, the vCPUs, the
     cloud (NCCL's socket defaults), EC2's single-flow limit inside or outside a cluster placement
-    group (``placement_group`` None: not known, outside assumed) and the EFA generation."""
+    group (``placement_group`` None: not known, outside assumed), the EFA generation and whether
+    the VM gives its GPUs PCIe peer to peer."""
     facts = _facts(inst)
     flow = None if facts is None else (facts.single_flow_gbps_placement_group if placement_group else facts.single_flow_gbps)
     return NodeGroup(
@@ -97,6 +100,7 @@ def node_group(inst: Instance, count: int, spot: bool, placement_group: bool | N
         placement_group=placement_group,
         single_flow_gbps=flow if inst.cluster_network == "ethernet" else None,
         efa_generation=None if facts is None else facts.efa_generation,
+        pcie_p2p=None if facts is None else facts.gpu_p2p,
         network_burst_gbps=facts.network_burst_gbps if facts is not None and facts.burstable else None,
         tcp_plugin=inst.transport if inst.transport in TCP_PLUGINS else None,
     )
@@ -132,6 +136,35 @@ def cluster_from_spec(spec: str, region: str = "us-east-1", spot: bool = False,
         raise SriftError(f"instance spec {shown(spec)} has {nodes:,} instances with {gpus:,} GPUs; srift models at most "
                          f"{MAX_NODES:,} instances and {MAX_GPUS:,} GPUs in one cluster.", "use fewer instances.")
     return Cluster(name=spec, node_groups=tuple(groups))
+
+
+def efa_fallbacks(cluster: Cluster) -> list[tuple[str, Cluster]]:
+    """The cluster as a launcher that does not set up every EFA interface runs it, for a multi-node
+    cluster with EFA nodes (else none): ``one EFA interface`` (``network_gbps`` / its interfaces;
+    only for sizes with several) and ``no EFA`` (TCP over that one interface's share, with EC2's
+    single-flow limit). What a SkyPilot task gets without ``aws.use_internal_ips`` or without
+    ``network_tier: best`` (srift/report/handoff.py)."""
+    efa = [g for g in cluster.node_groups if g.network == "efa"]
+    if cluster.nodes < 2 or not efa:
+        return []
+    share = {g.instance_type: g.network_gbps / efa_interfaces(g.instance_type or "") for g in efa}
+    out = []
+    if any(efa_interfaces(g.instance_type or "") > 1 for g in efa):
+        one = tuple(dataclasses.replace(g, network_gbps=share[g.instance_type]) if g.network == "efa" else g
+                    for g in cluster.node_groups)
+        out.append(("one EFA interface", dataclasses.replace(cluster, node_groups=one)))
+    flow = _single_flow_gbps()
+    none = tuple(dataclasses.replace(g, network="ethernet", network_gbps=share[g.instance_type], efa_generation=None,
+                                     single_flow_gbps=flow[bool(g.placement_group)])
+                 if g.network == "efa" else g for g in cluster.node_groups)
+    out.append(("no EFA (TCP)", dataclasses.replace(cluster, node_groups=none)))
+    return out
+
+
+def _single_flow_gbps() -> dict[bool, float]:
+    """EC2's single-flow TCP limit outside (False) and inside (True) a cluster placement group."""
+    flows = network_config()["clouds"]["aws"]["single_flow_gbps"]
+    return {False: float(flows["outside_placement_group"]), True: float(flows["inside_cluster_placement_group"])}
 
 
 def spec_of(parts: Sequence[Part]) -> str:

@@ -9,8 +9,11 @@ interruptions per instance-hour as the band's midpoint / 730 hours (the mean hou
     >20% -> 25 % / 730      (an assumption: the band is open-ended; 25 % keeps its width at 5 points)
 
 Where no Advisor band is known (the bundled catalog: the Advisor file is not in the shared data;
-GCP and Azure publish no such figure), the band is assumed from the spot/on-demand price ratio
-(``band_for_ratio``): scarce capacity is both dearer on spot and reclaimed more often.
+GCP and Azure publish no such figure), the band is a stated conservative default per GPU class
+(``default_band``), never read from the price: a discount says what the market charges, not how
+often it reclaims. Scarce training GPUs (HBM of at least 1.5 TB/s: A100, H100, H200, B200, GH200)
+get the open band ``>20%``, every other GPU ``10-15%``; both sit at or above the bands AWS's Spot
+Advisor commonly shows for such types, so an estimate errs towards more interruptions.
 
 A user overrides every spot rate with the environment variable ``SRIFT_SPOT_INTERRUPTIONS_PER_HOUR``
 (expected interruptions per instance-hour, e.g. ``0.0005``); ``load_catalog`` applies it.
@@ -23,13 +26,18 @@ import os
 from srift.bounds import MAX_INTERRUPTIONS_PER_HOUR
 
 HOURS_PER_MONTH = 730.0
+# srift has no spot capacity data (AWS's placement scores need credentials and change by the hour):
+# above this many spot nodes of one type an answer says the capacity is not guaranteed.
+SPOT_CAPACITY_NODES = 4
 OVERRIDE_ENV = "SRIFT_SPOT_INTERRUPTIONS_PER_HOUR"
 
 # Band label -> assumed monthly interruption frequency (the band's midpoint; see the module docstring).
 BAND_MONTHLY_FREQUENCY = {"<5%": 0.025, "5-10%": 0.075, "10-15%": 0.125, "15-20%": 0.175, ">20%": 0.25}
 
-# Spot/on-demand ratio upper bounds -> band, when no Advisor band is known (an assumption).
-_RATIO_BANDS = ((0.25, "5-10%"), (0.40, "10-15%"), (0.55, "15-20%"), (float("inf"), ">20%"))
+# Conservative default bands when no Advisor band is known (module docstring).
+SCARCE_GPU_MIN_BANDWIDTH_GB_PER_S = 1500.0
+SCARCE_GPU_BAND = ">20%"
+OTHER_GPU_BAND = "10-15%"
 
 
 def band_rate(band: str) -> float:
@@ -43,12 +51,25 @@ def band_rate(band: str) -> float:
     return BAND_MONTHLY_FREQUENCY[band] / HOURS_PER_MONTH
 
 
-def band_for_ratio(spot_to_on_demand: float) -> tuple[str, float]:
-    """Assumed band and rate per instance-hour for a spot/on-demand price ratio (no Advisor data)."""
-    for upper, band in _RATIO_BANDS:
-        if spot_to_on_demand < upper:
-            return band, band_rate(band)
-    raise AssertionError("unreachable")
+def default_band(gpu_name: str) -> tuple[str, float]:
+    """The stated conservative band and rate per instance-hour of a GPU without Advisor data:
+    ``>20%`` for a scarce training GPU (HBM bandwidth at least 1.5 TB/s), else ``10-15%``. A GPU
+    without a spec counts as scarce (the conservative side)."""
+    from srift.hardware import gpus
+
+    spec = gpus().get(gpu_name)
+    scarce = spec is None or spec.memory_bandwidth_gb_per_s >= SCARCE_GPU_MIN_BANDWIDTH_GB_PER_S
+    band = SCARCE_GPU_BAND if scarce else OTHER_GPU_BAND
+    return band, band_rate(band)
+
+
+def capacity_warning(instance_type: str, nodes: int) -> str | None:
+    """``Spot capacity for 38 nodes of g4dn.xlarge is not guaranteed ...`` above
+    ``SPOT_CAPACITY_NODES`` spot nodes of a type, else None."""
+    if nodes <= SPOT_CAPACITY_NODES:
+        return None
+    return (f"Spot capacity for {nodes} nodes of {instance_type} is not guaranteed (srift has no capacity data and says so "
+            f"above {SPOT_CAPACITY_NODES} spot nodes): a request may get fewer nodes or wait; keep an on-demand fallback.")
 
 
 def rate_override() -> float | None:

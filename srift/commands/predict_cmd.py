@@ -10,6 +10,7 @@ from srift import api
 from srift.commands.options import (
     FORMAT, FORMATS, JOB, MODEL, MODEL_CONFIG, OUT_FILE, PROFILES, REGION, SKYPILOT, TORCHRUN, check_format, takes_job,
 )
+from srift.errors import SriftError
 from srift.job import DEFAULT_INFRA, Job
 from srift.report import handoff, predict_view
 
@@ -35,13 +36,19 @@ def predict(
 ) -> None:
     """Predict iteration time, throughput and cost of a job on a cluster."""
     check_format(fmt, FORMATS)
-    api.check_outputs({"--out-file": out_file, "--skypilot": skypilot}, inputs=[*(profile or []), cluster, model_config])
-    where = api.resolve_infra(infra, region, DEFAULT_INFRA)
-    result = api.predict(job, model=model, profiles=profile, instance=instance, cluster_file=cluster, region=where, spot=spot,
-                         model_config=model_config, placement_group=placement_group)
+    try:
+        api.check_outputs({"--out-file": out_file, "--skypilot": skypilot}, inputs=[*(profile or []), cluster, model_config])
+        where = api.resolve_infra(infra, region, DEFAULT_INFRA)
+        result = api.predict(job, model=model, profiles=profile, instance=instance, cluster_file=cluster, region=where, spot=spot,
+                             model_config=model_config, placement_group=placement_group)
+    except SriftError as exc:
+        if fmt == "json":  # stdout stays one JSON document that says why
+            predict_view.show_error(exc)
+        raise
     plan = None
     if skypilot or torchrun:  # refused (a mixed cluster as one SkyPilot task) before anything is printed
-        plan = handoff.check(api.launch_plan(result.model, result.prediction, instance, cluster, region=where, spot=spot), skypilot)
+        plan = handoff.check(api.launch_plan(result.model, result.prediction, instance, cluster, region=where, spot=spot,
+                                             fallbacks=result.network_fallbacks), skypilot)
     predict_view.show(result, fmt, out_file)
     if plan is not None:
         handoff.hand_off(plan, skypilot, torchrun, fmt)

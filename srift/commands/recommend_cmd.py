@@ -40,7 +40,10 @@ def recommend(
     max_gpus: int = typer.Option(64, "--max-gpus", help=f"Largest cluster, in GPUs (at most {MAX_SEARCH_GPUS:,})."),
     max_nodes: Optional[int] = typer.Option(None, "--max-nodes", metavar="N",
                                             help="Largest cluster, in instances (multi-node predictions are validated up to 16)."),
-    top: int = typer.Option(5, "--top", help="How many configurations to show."),
+    top: int = typer.Option(5, "--top", help="How many configurations to show: the best of each instance family."),
+    max_global_batch: Optional[int] = typer.Option(None, "--max-global-batch", metavar="N",
+                                                   help="Largest global batch without --global-batch-size (default: the model family's published limit)."),
+    diverse: bool = typer.Option(True, "--diverse/--no-diverse", help="One row per instance family (--no-diverse: the next best, any family)."),
     fmt: str = typer.Option("table", "--format", help="table, json or markdown."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Write throughput vs $/h of every configuration to FILE.png."),
     out_file: Optional[str] = OUT_FILE,
@@ -53,7 +56,8 @@ def recommend(
     constraints = Constraints(budget_usd_per_hour=budget, deadline_hours=deadline, max_cost_usd=max_cost,
                               objective=objective, spot=spot, mixed=mixed,
                               gpus=frozenset().union(*(matching_gpus(g) for g in gpu)), max_gpus=max_gpus, max_nodes=max_nodes, top=top,
-                              confidence=confidence, include_unsupported=include_unsupported)
+                              confidence=confidence, include_unsupported=include_unsupported, diverse=diverse,
+                              max_global_batch=max_global_batch)
     where = api.resolve_infra(infra, region, "aws")
     with SearchProgress() as progress:
         result = api.recommend(job, constraints, model=model, profiles=profile, infra=where, model_config=model_config,

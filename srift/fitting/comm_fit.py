@@ -136,13 +136,13 @@ def anchored_scaling_rows(rows: pd.DataFrame, profiles: ProfileSource) -> pd.Dat
     columns ``fit_overlap_interference`` takes (``scaling`` = t / t1 measured; ``ideal`` and
     ``hidden`` from the simulator with the compute anchored on t1, over t1; ``pred1`` = 1), and
     the row's ``model`` as the zoo model a leave-one-model-out fit holds out with it (a BERT
-    pre-training row goes with the same encoder's SQuAD rows) and its ``gpu``."""
+    pre-training row goes with the same encoder's SQuAD rows), its ``gpu`` and ``source``."""
     sim = simulate_anchored(rows, profiles)
     t1 = rows["t1"].to_numpy()
     model = [m if m.endswith("-squad") or not m.startswith("bert") else f"{m}-squad" for m in rows["model"]]
     return pd.DataFrame({"scaling": rows["iteration_time_s"].to_numpy() / t1, "ideal": sim["ideal"].to_numpy() / t1,
                          "hidden": sim["hidden"].to_numpy() / t1, "pred1": np.ones(len(rows)), "model": model,
-                         "gpu": rows["gpu"].to_numpy()})
+                         "gpu": rows["gpu"].to_numpy(), "source": rows["source"].to_numpy()})
 
 
 def fit_overlap_interference(scaling: np.ndarray, ideal_n: np.ndarray, hidden_n: np.ndarray,
@@ -226,21 +226,24 @@ def fit_network_scaling(rows: pd.DataFrame, profiles: ProfileSource, base: CommP
     return params_of(best.x).networks[name], float(np.sqrt(np.mean(best.fun ** 2)))
 
 
-# What the ddl-benchmarks rows fit, and where each search starts: the per-thread rate from "no
-# thread limit below a 100 Gb/s link", so that rows that never reach the limit leave it there.
+# What the multi-node training rows fit (the socket transport's rows only), and where each search
+# starts: the per-thread rate from "no thread limit below a 100 Gb/s link", so that rows that never
+# reach the limit leave it there.
 SOCKET_FIT = (("per_thread_gbps", "alpha_s"), (100.0, 5e-5), ((1.0, 1e-7), (400.0, 1e-2)))
-# InfiniBand's step latency: floor 1 us, an InfiniBand hop's NIC and switch latency.
-IB_FIT = (("alpha_s",), (1e-5,), ((1e-6,), (1e-2,)))
+# InfiniBand's step latency is not fitted: an InfiniBand hop's NIC and switch latency, about 1 us
+# (fitted on ddl-benchmarks' InfiniBand rows it sat at this floor: the ring's traffic already
+# explains how those rows grow with servers). RoCE takes it.
 IB_ALPHA_FLOOR_S = 1e-6
 
 
 def fit_ddl_networks(rows: pd.DataFrame, profiles: ProfileSource, params: CommParams) -> tuple[CommParams, dict[str, Any]]:
-    """Fit the socket transport (per-thread rate, step latency) on ``rows``' TCP rows and
-    InfiniBand's step latency on its InfiniBand rows (RoCE takes it), by ``fit_network_scaling``.
+    """Fit the socket transport (per-thread rate, step latency) on ``rows``' TCP rows by
+    ``fit_network_scaling``; InfiniBand and RoCE take the fixed 1 us step latency.
 
-    ``rows``: ddl-benchmarks multi-node rows with ``t1`` and ``ref_time_s`` (scripts/fit_models.py
-    ``ddl_scaling_rows``). A class without rows keeps its starting point (no thread limit below
-    100 Gb/s; InfiniBand at its 1 us floor) and says so.
+    ``rows``: multi-node training rows of any source that also measured the job on one GPU and on
+    one node (``t1``, ``ref_time_s``: ``srift.fitting.datasets.multi_node_scaling_rows``). Without
+    TCP rows the socket transport keeps its starting point (no thread limit below 100 Gb/s) and
+    says so.
     """
     report: dict[str, Any] = {}
     sock = rows[rows["network"] == "ethernet"].reset_index(drop=True)
@@ -249,18 +252,13 @@ def fit_ddl_networks(rows: pd.DataFrame, profiles: ProfileSource, params: CommPa
     if len(sock):
         eth, rms = fit_network_scaling(sock, profiles, params, "ethernet", *SOCKET_FIT)
         report["ethernet"] = {"rows": len(sock), "rms_log_error": round(rms, 4), "fitted": list(SOCKET_FIT[0]),
-                              "on": "ddl-benchmarks TCP rows (" + ", ".join(sorted(sock["network_label"].unique())) +
-                                    "): t_N / t_1 server, compute anchored on the measured 1-GPU time"}
+                              "on": "TCP rows of " + ", ".join(sorted(sock["source"].unique())) + " (" +
+                                    ", ".join(sorted(sock["network_label"].unique())) +
+                                    "): t_N / t_1 node, compute anchored on the measured 1-GPU time"}
     else:
         report["ethernet"] = {"rows": 0, "note": "no TCP rows: no thread limit below 100 Gb/s, latency at its start"}
-    ib_rows = rows[rows["network"] == "infiniband"].reset_index(drop=True)
     ib = dataclasses.replace(params.networks["infiniband"], alpha_s=IB_ALPHA_FLOOR_S)
-    params = dataclasses.replace(params, networks={**params.networks, "ethernet": eth, "infiniband": ib})
-    if len(ib_rows):
-        ib, rms = fit_network_scaling(ib_rows, profiles, params, "infiniband", *IB_FIT)
-        report["infiniband"] = {"rows": len(ib_rows), "rms_log_error": round(rms, 4), "fitted": list(IB_FIT[0]),
-                                "on": "ddl-benchmarks InfiniBand rows: t_N / t_1 server, compute anchored on the measured 1-GPU time"}
-    else:
-        report["infiniband"] = {"rows": 0, "note": "no InfiniBand rows: step latency at its 1 us floor"}
-    roce = dataclasses.replace(params.networks["roce"], alpha_s=ib.alpha_s)
-    return dataclasses.replace(params, networks={**params.networks, "infiniband": ib, "roce": roce}), report
+    roce = dataclasses.replace(params.networks["roce"], alpha_s=IB_ALPHA_FLOOR_S)
+    report["infiniband"] = {"rows": int((rows["network"] == "infiniband").sum()), "fitted": [],
+                            "note": "step latency fixed at 1 us (an InfiniBand hop); efficiency from the wire format and ib-loopback"}
+    return dataclasses.replace(params, networks={**params.networks, "ethernet": eth, "infiniband": ib, "roce": roce}), report

@@ -69,7 +69,7 @@ def _design(profile: Profile, gpu: str, precision: str, features: tuple[str, ...
     state = float(profile.optimizer.get("state_bytes_per_param", 4) or 0)
     work = ((flops > 0) | (bytes_ > 0)).sum()
     return _RowDesign(
-        time_s=time_s, z=C.gpu_features(spec, precision, features), peak=spec.peak_flops(precision),
+        time_s=time_s, z=C.gpu_features(spec, precision, features), peak=spec.peak_flops(precision) / spec.clock_derate,
         bw=spec.memory_bandwidth_bytes_per_s, group_of_layer=groups, flops=flops, bytes_=bytes_,
         opt_bytes=arr.params * (12.0 + 2.0 * state), n_kernels=float(work + arr.n_param_tensors),
     )

@@ -22,6 +22,8 @@ Data used (each folder's README names its source):
 - ddl-benchmarks: the same jobs on 1-8 servers of 4 RTX 2080 Ti over 10 GbE TCP, 100 Gb/s
   InfiniBand and 100 Gb/s TCP (``load_ddl``): the socket transport's thread limit and the
   networks' latency are fitted on its multi-node rows, as ratios to the same job on one server.
+- dlperf-v100-ib: NVIDIA DeepLearningExamples ResNet-50 and BERT-base pre-training on 1-4 nodes of
+  8 V100 SXM2 over 100 Gb/s InfiniBand (``load_dlperf``): a multi-node source like ddl-benchmarks.
 
 ``ProfileSource`` gives the srift profile of a measured row's model.
 """
@@ -346,6 +348,69 @@ def ddl_scaling_rows(data_dir: Path, one_server: bool = False) -> pd.DataFrame:
     return multi.assign(t1=multi["model"].map(one_gpu).to_numpy(), ref_time_s=multi["model"].map(servers).to_numpy())
 
 
+# What a row's model ran beyond the zoo's profile: the masked-LM head's layers, which BERT
+# pre-training in NVIDIA DeepLearningExamples runs on the masked positions only (``head_positions``).
+MLM_HEAD_LAYERS: dict[str, tuple[str, ...]] = {"bert-base": ("cls_transform", "cls_act", "cls_ln", "cls_decoder"),
+                                               "bert-large": ("cls_transform", "cls_act", "cls_ln", "cls_decoder")}
+# dlperf-v100-ib's model column -> zoo model; its README: "DLE computes the MLM head only on the masked
+# positions" (max 20 of 128 per sequence).
+DLPERF_MODELS = {"resnet50": "resnet50", "bert-base": "bert-base"}
+DLPERF_MLM_POSITIONS = 20
+
+
+def load_dlperf(data_dir: Path) -> pd.DataFrame:
+    """dlperf-v100-ib rows: NVIDIA DeepLearningExamples' ResNet-50 v1.5 (real ImageNet through DALI)
+    and BERT-base pre-training (sequence 128, masked-LM head on at most 20 positions) in PyTorch DDP
+    on 1, 4 and 8 V100-SXM2-16GB of one node and 2-4 such nodes over 100 Gb/s EDR InfiniBand (NCCL's
+    IB transport), as ``load_ddl``'s columns: ``nodes``, ``gpus_per_node``, ``network``
+    (``infiniband``; empty on one node), ``network_gbps``, ``network_label``, ``intra_node``
+    (``nvlink``: the hybrid cube mesh), ``data_loading`` (``images`` for ResNet-50, whose JPEGs are
+    decoded on the CPUs, ``synthetic`` otherwise; the hosts' CPU count is not stated, so no input
+    bound applies) and ``head_positions``. Rows of one job (model, precision, batch, loss scale) share
+    a ``job`` key.
+    """
+    path = Path(data_dir) / "dlperf-v100-ib" / "dlperf-pytorch-dle.csv"
+    df = pd.read_csv(path)
+    out = []
+    for _, r in df.iterrows():
+        model = DLPERF_MODELS[str(r["model"]).split(" ")[0]]
+        nodes, per_node = int(r["nodes"]), int(r["gpus_per_node"])
+        n, b = nodes * per_node, int(r["batch_size_per_gpu"])
+        total = float(r["samples_per_s_total"])
+        seq = None if pd.isna(r["seq_len"]) else int(r["seq_len"])
+        precision = str(r["precision"])
+        multi = nodes > 1
+        out.append({
+            "source": "dlperf-v100-ib/dle", "dataset_model": str(r["model"]), "model": model, "seq_len": seq,
+            "label": f"{nodes}x {per_node}x V100 SXM2 {'EDR InfiniBand' if multi else 'one node'}",
+            "gpu": find_gpu(str(r["gpu"])), "n_gpus": n, "precision": precision, "batch_per_gpu": b,
+            "throughput_total": total, "iteration_time_s": b * n / total, "nodes": nodes, "gpus_per_node": per_node,
+            "intra_node": "nvlink", "network": "infiniband" if multi else "", "network_gbps": 100.0 if multi else 0.0,
+            "network_label": "infiniband-edr" if multi else "", "data_loading": "images" if model == "resnet50" else "synthetic",
+            "head_positions": DLPERF_MLM_POSITIONS if model in MLM_HEAD_LAYERS else None,
+            "job": f"{model}/{precision}/{b}/{r['section']}",
+        })
+    return pd.DataFrame(out)
+
+
+def dlperf_scaling_rows(data_dir: Path, one_server: bool = False) -> pd.DataFrame:
+    """dlperf-v100-ib's multi-node rows (with ``one_server`` its one-node multi-GPU rows too) with
+    each job's measured 1-GPU time (``t1``) and one-node 8-GPU time (``ref_time_s``), as
+    ``ddl_scaling_rows``."""
+    rows = load_dlperf(data_dir)
+    one_gpu = rows[rows["n_gpus"] == 1].set_index("job")["iteration_time_s"]
+    node = rows[(rows["nodes"] == 1) & (rows["n_gpus"] == rows["gpus_per_node"].max())].set_index("job")["iteration_time_s"]
+    multi = rows[(rows["n_gpus"] > 1) if one_server else (rows["nodes"] > 1)].reset_index(drop=True)
+    return multi.assign(t1=multi["job"].map(one_gpu).to_numpy(), ref_time_s=multi["job"].map(node).to_numpy())
+
+
+def multi_node_scaling_rows(data_dir: Path, one_server: bool = False) -> pd.DataFrame:
+    """Every multi-node source whose jobs were also measured on one GPU and one node (ddl-benchmarks,
+    dlperf-v100-ib), with ``t1`` and ``ref_time_s``: what the network fit compares with
+    (``srift.fitting.comm_fit.fit_ddl_networks``). Sources without those (DAWNBench) are in no fit."""
+    return pd.concat([ddl_scaling_rows(data_dir, one_server), dlperf_scaling_rows(data_dir, one_server)], ignore_index=True)
+
+
 NCCL_COLUMNS = ["source", "nodes", "gpus_per_node", "intra_node", "network_gbps", "network", "size_bytes", "time_s"]
 
 
@@ -451,6 +516,24 @@ def without_pretraining_head(profile: Profile, model: str) -> Profile:
     return dataclasses.replace(profile, layers=keep, notes=profile.notes + [f"dropped pre-training head layers {prefixes}"])
 
 
+def masked_head(profile: Profile, model: str, share: float) -> Profile:
+    """``profile`` with the masked-LM head's layers (``MLM_HEAD_LAYERS``) doing ``share`` of their
+    per-token work: FLOPs, moved and activation bytes; the weights' gradients stay whole."""
+    names = MLM_HEAD_LAYERS.get(model, ())
+    if not names or share >= 1.0:
+        return profile
+
+    def part(total: float, fixed: float) -> float:
+        keep = min(total, fixed)
+        return (total - keep) * share + keep
+
+    layers = [dataclasses.replace(l, fwd_flops=l.fwd_flops * share, bwd_flops=l.bwd_flops * share,
+                                  fwd_bytes=part(l.fwd_bytes, l.grad_bytes), bwd_bytes=part(l.bwd_bytes, 2.0 * l.grad_bytes),
+                                  activation_bytes=l.activation_bytes * share)
+              if l.name.split(".")[-1] in names else l for l in profile.layers]
+    return dataclasses.replace(profile, layers=layers, notes=profile.notes + [f"masked-LM head on {share:.0%} of positions"])
+
+
 class ProfileSource:
     """Structural profiles of the mapped models at any (batch, seq_len), cached; the measured
     runs' models have no pre-training head, so it is dropped (``without_pretraining_head``)."""
@@ -458,6 +541,7 @@ class ProfileSource:
     def __init__(self, loader: Callable[[str, int, int | None], Profile]) -> None:
         self._loader = loader
         self._cache: dict[tuple[str, int, int | None, bool], Profile] = {}
+        self._masked: dict[tuple[str, int, int, float], Profile] = {}
 
     def get(self, model: str, batch: int, seq_len: int | None, keep_head: bool = False) -> Profile:
         key = (model, batch, seq_len, keep_head)
@@ -467,8 +551,16 @@ class ProfileSource:
         return self._cache[key]
 
     def for_row(self, r) -> Profile:
-        """The profile of a measured row (its model, micro-batch, sequence length, head)."""
+        """The profile of a measured row (its model, micro-batch, sequence length, head; a row's
+        ``head_positions`` runs the masked-LM head on that many positions per sequence only)."""
         seq = getattr(r, "seq_len", None)
         head = getattr(r, "head", None)
-        return self.get(r.model, int(r.batch_per_gpu), None if seq is None or pd.isna(seq) else int(seq),
-                        keep_head=isinstance(head, str) and head == "pretraining")
+        seq_len = None if seq is None or pd.isna(seq) else int(seq)
+        profile = self.get(r.model, int(r.batch_per_gpu), seq_len, keep_head=isinstance(head, str) and head == "pretraining")
+        positions = getattr(r, "head_positions", None)
+        if positions is None or pd.isna(positions) or not seq_len:
+            return profile
+        key = (r.model, int(r.batch_per_gpu), seq_len, float(positions))  # one object per case: callers cache by identity
+        if key not in self._masked:
+            self._masked[key] = masked_head(profile, r.model, float(positions) / seq_len)
+        return self._masked[key]

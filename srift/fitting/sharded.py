@@ -265,11 +265,11 @@ def load_memory_rows(data: Path) -> pd.DataFrame:
 
 
 def predicted_peak_gib(r) -> float:
-    """srift's memory per GPU of a memory row (FSDP, plain cross-entropy as torchtitan computes it)
-    without the fixed workspace (CUDA context, which the allocator's figure does not hold)."""
-    from srift.simulate.memory import WORKSPACE_BYTES, sharded_memory_bytes
+    """srift's peak reserved memory per GPU of a memory row (FSDP, plain cross-entropy as
+    torchtitan computes it): what torchtitan reports (the allocator's peak reserved memory)."""
+    from srift.simulate.memory import sharded_memory_bytes
 
     profile = decoder_profile(row_arch(r.model, int(r.seq_len)), batch_size=int(r.micro_batch), seq_len=int(r.seq_len),
                               precision="bf16")
     m = sharded_memory_bytes(profile, "bf16", "fsdp", r.checkpointing, int(r.n_gpus))
-    return (sum(m.values()) - WORKSPACE_BYTES) / 2**30
+    return sum(m.values()) / 2**30

@@ -75,19 +75,26 @@ MEASURED_ELSEWHERE = "other"  # measured on another GPU or precision, scaled by 
 MEASURED = (None, MEASURED_HERE, MEASURED_ELSEWHERE)
 
 
+# The held-out figures of a group (leave the GPU, its silicon, the model, the network or the
+# source out of the fit) and their words; the largest is what a prediction quotes.
+HELD_OUT = {"logo": "GPU", "leave_silicon": "silicon", "lomo": "model", "lono": "network", "loso": "source"}
+
+
 def _figure(g: dict[str, Any]) -> float:
-    return float(g["logo"] if "logo" in g else g["fit"])
-
-
-# The held-out figures of the multi-node group; the largest is quoted.
-HELD_OUT = ("logo", "lomo", "lono")
-
-
-def _multi_node_figure(g: dict[str, Any]) -> float:
-    """The multi-node group's quoted figure: the largest of its held-out MAPEs (leave the GPU,
-    the model, or the network out), the in-fit one where none was computed."""
+    """A group's quoted figure: the largest of its held-out MAPEs (``HELD_OUT``), so that a
+    prediction's band covers data no fit saw; the in-fit one where none was computed."""
     held = [float(g[k]) for k in HELD_OUT if k in g]
     return max(held) if held else float(g["fit"])
+
+
+def _held_words(g: dict[str, Any]) -> str:
+    """What ``_figure`` took: "largest of leave-one-GPU-, model- and source-out MAPE", or "MAPE"."""
+    words = [w for k, w in HELD_OUT.items() if k in g]
+    if not words:
+        return "MAPE"
+    if len(words) == 1:
+        return f"leave-one-{words[0]}-out MAPE"
+    return "largest of leave-one-" + "-, ".join(words[:-1]) + f"- and {words[-1]}-out MAPE"
 
 
 def _at_link(g: dict[str, Any] | None, link: str | None) -> tuple[dict[str, Any] | None, bool]:
@@ -100,7 +107,8 @@ def _at_link(g: dict[str, Any] | None, link: str | None) -> tuple[dict[str, Any]
 @functools.lru_cache(maxsize=CACHE_ENTRIES)
 def typical_error(nodes: int, gpus: int, cpu: bool = False, measured: str | None = None,
                   link: str | None = None, network: str | None = None) -> tuple[float | None, str]:
-    """Leave-one-GPU-out MAPE (%) of the matching validation group, and what it rests on.
+    """The largest held-out MAPE (%) of the matching validation group (GPU, model, network or
+    source left out of the fit: ``_figure``), and what it rests on.
 
     The group follows the cluster and where the compute times come from (``measured``): a
     structural profile (None) or one measured on another GPU uses the model's figures; a profile
@@ -108,8 +116,8 @@ def typical_error(nodes: int, gpus: int, cpu: bool = False, measured: str | None
     (one GPU) or how well the simulator scales a measured 1-GPU time to the node (one node).
     On one node with several GPUs, the figure of the node's intra-node ``link`` is used where the
     validation had enough rows over that link (``by_link``), else the whole group's.
-    Several nodes -> the multi-node group's in-fit MAPE (leaving a GPU out says little about the
-    network, which is what changes across nodes), with which way those runs missed; CPU workers
+    Several nodes -> the multi-node group's figure over the cluster's network class where enough
+    rows back one, with which way those runs missed; CPU workers
     -> None (they run on measured times; scripts/validate_local_ddp.py checks them).
 
     Raises:
@@ -132,8 +140,8 @@ def typical_error(nodes: int, gpus: int, cpu: bool = False, measured: str | None
         bias = float(g.get("bias_pct", 0.0))
         way = (f"they ran {-bias:.0f} % slower than predicted on average" if bias < 0
                else f"they ran {bias:.0f} % faster than predicted on average")
-        held = "largest of leave-one-GPU-, model- and network-out MAPE" if any(k in g for k in HELD_OUT) else "MAPE"
-        pct, beyond = _multi_node_figure(g), ""
+        held = _held_words(g)
+        pct, beyond = _figure(g), ""
         top = int(group.get("max_nodes", 0))
         if top and nodes > top:
             # Beyond the measured node counts the figure is extrapolated: widen it as a spread that
@@ -153,12 +161,13 @@ def typical_error(nodes: int, gpus: int, cpu: bool = False, measured: str | None
     if gpus > 1:
         g, found = _at_link(g, link)
         over = f" over {link}" if found else ""
+    held = _held_words(g)
     what = {
-        "single_gpu": f"leave-one-GPU-out MAPE over {g['rows']} measured single-GPU runs",
-        "one_node": f"leave-one-GPU-out MAPE over {g['rows']} measured one-node multi-GPU runs{over}",
+        "single_gpu": f"{held} over {g['rows']} measured single-GPU runs",
+        "one_node": f"{held} over {g['rows']} measured one-node multi-GPU runs{over}",
         "single_gpu_same_gpu": f"MAPE of {g['rows']} single-GPU runs against the same runs on other systems with that GPU",
-        "single_gpu_other_gpu": f"leave-one-GPU-out MAPE over {g['rows']} single-GPU runs predicted from a run on another GPU or precision",
-        "one_node_same_gpu": f"leave-one-GPU-out MAPE over {g['rows']} one-node runs{over} predicted from the same system's 1-GPU run",
+        "single_gpu_other_gpu": f"{held} over {g['rows']} single-GPU runs predicted from a run on another GPU or precision",
+        "one_node_same_gpu": f"{held} over {g['rows']} one-node runs{over} predicted from the same system's 1-GPU run",
     }[key]
     if gpus > 1 and measured == MEASURED_ELSEWHERE:
         what += " (from structural profiles: a profile measured on another GPU carries little of its own time there)"
@@ -167,6 +176,18 @@ def typical_error(nodes: int, gpus: int, cpu: bool = False, measured: str | None
     if measured != MEASURED_HERE and here:
         tip = f"; from a profile measured on this GPU type: ±{_figure(here):.1f} %"
     return _figure(g), f"{what}, scripts/validate.py{tip}"
+
+
+def node_evidence(nodes: int, short: bool = False) -> str:
+    """What the validation says about a node count: ``one node``, ``4 nodes: within the 32
+    measured`` or ``38 nodes: beyond the 32 measured`` (the multi-node group's largest node count,
+    ``max_nodes``); ``38 nodes: none measured`` without multi-node figures. ``short`` drops the
+    word "nodes" for a table's ``nodes`` column (``38: beyond the 32 measured``, ``1``)."""
+    if nodes <= 1:
+        return "1" if short else "one node"
+    top = int((load_accuracy().get("groups", {}).get("multi_node") or {}).get("max_nodes", 0))
+    what = f"{'beyond' if nodes > top else 'within'} the {top} measured" if top else "none measured"
+    return f"{nodes}: {what}" if short else f"{nodes} nodes: {what}"
 
 
 @functools.lru_cache(maxsize=1)
@@ -186,12 +207,11 @@ def finetune_typical_error() -> tuple[float | None, str]:
 
 @functools.lru_cache(maxsize=1)
 def sharded_typical_error() -> tuple[float | None, str]:
-    """The sharded group's figure (FSDP/ZeRO-2/HSDP predictions): the leave-one-GPU-out MAPE of
-    tokens/s per GPU over the PyTorch FSDP runs of data/llm-training-throughput
-    (``scripts/validate.py``'s sharded group), and what it rests on."""
+    """The sharded group's figure (FSDP/ZeRO-2/HSDP predictions): the largest held-out MAPE of
+    tokens/s per GPU over the PyTorch FSDP runs of data/llm-training-throughput (GPU, silicon,
+    model size or source left out: ``scripts/validate.py``'s sharded group), and what it rests on."""
     g = load_accuracy().get("groups", {}).get("sharded")
     if not g or not g.get("rows"):
         return None, "sharded training not validated: no figures shipped (scripts/validate.py --write-accuracy)"
-    return _figure(g), (f"leave-one-GPU-out MAPE of tokens/s per GPU over {g['rows']} PyTorch FSDP runs "
-                        f"({g.get('basis', 'data/llm-training-throughput')}), scripts/validate.py; "
-                        f"leaving a model size out: ±{float(g.get('loso', g['fit'])):.1f} %")
+    return _figure(g), (f"{_held_words(g)} of tokens/s per GPU over {g['rows']} PyTorch FSDP runs "
+                        f"({g.get('basis', 'data/llm-training-throughput')}), scripts/validate.py")

@@ -378,11 +378,14 @@ class Topology:
 
 def _link_gbytes_per_s(group: NodeGroup) -> float:
     """Nominal intra-node bandwidth of a node group. Over PCIe without peer-to-peer (GeForce
-    cards, ``pcie_p2p: false`` in configs/gpus.yaml) NCCL stages each transfer through host
-    memory, so every byte crosses PCIe twice: half the bandwidth."""
+    cards, ``pcie_p2p: false`` in configs/gpus.yaml; a VM that does not expose it, the node
+    group's ``pcie_p2p``) NCCL stages each transfer through host memory (its SHM transport), so
+    every byte crosses PCIe twice: half the bandwidth."""
     bw = link_spec(group.intra_node).bandwidth_gb_per_s
-    if group.intra_node.startswith("pcie") and group.gpu != CPU and not gpu_spec(group.gpu).pcie_p2p:
-        return bw / 2.0
+    if group.intra_node.startswith("pcie") and group.gpu != CPU:
+        p2p = gpu_spec(group.gpu).pcie_p2p if group.pcie_p2p is None else group.pcie_p2p
+        if not p2p:
+            return bw / 2.0
     return bw
 
 

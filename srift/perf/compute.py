@@ -2,7 +2,10 @@
 
 Model (a roofline with learned efficiencies): for every layer and pass (forward, backward)
 
-    t = max(FLOPs / (peak_flops(gpu, precision) * eff_kind), bytes / (bandwidth * eff_mem)) + launch_s
+    t = max(FLOPs x derate / (peak_flops(gpu, precision) * eff_kind), bytes / (bandwidth * eff_mem)) + launch_s
+
+``derate`` = boost / sustained clock: a power-capped GPU (T4, L4, A10 by their board power) holds a
+lower clock under load than the boost clock its datasheet peak assumes (srift.hardware).
 
 where ``eff_kind`` (per layer kind: conv, matmul, attention, norm, ...) and ``eff_mem`` depend on
 the GPU and precision through a few features (see ``FEATURES``); the coefficients are learned by
@@ -397,6 +400,9 @@ def _efficiency_terms_uncached(gpu_name: str, precision: str, params: ComputePar
         inv_kind = np.maximum(MIN_INV_EFF_COMPUTE, matrix @ z) / spec.peak_flops(mode)
         rows = [i for i, k in enumerate(KINDS) if math_mode(precision, k) == mode]
         s_per_flop[rows] = inv_kind[rows]
+    # A power-capped GPU runs its compute units below the boost clock its peak rates assume
+    # (srift.hardware.sustained_clock_mhz); DRAM bandwidth does not follow the core clock.
+    s_per_flop = s_per_flop * spec.clock_derate
     # Memory-bound kernels (norms, element-wise) do not depend on the TF32 flags: every 4-byte
     # precision takes the memory efficiency the fit learned for its rows (tf32), half precision its own.
     mem_mode = precision if precision in HALF_PRECISIONS else "tf32"
@@ -452,7 +458,7 @@ def load_llm_params(path: str | None = None) -> LlmKernelParams:
 def mma_rate_flops(spec: GpuSpec, precision: str) -> float:
     """Dense half-precision FLOP/s through Ampere-style mma instructions: min(peak, SMs x clock x
     MMA_FLOPS_PER_SM_CLOCK) (see the module docstring)."""
-    return min(spec.peak_flops(precision), spec.sm_count * spec.boost_clock_mhz * 1e6 * MMA_FLOPS_PER_SM_CLOCK)
+    return min(spec.peak_flops(precision), spec.sm_count * spec.boost_clock_mhz * 1e6 * MMA_FLOPS_PER_SM_CLOCK) / spec.clock_derate
 
 
 def _model_times(arr: LayerArrays, gpu_name: str, precision: str, byte_factor: float,

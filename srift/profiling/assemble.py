@@ -27,12 +27,14 @@ import torch
 
 import srift
 from srift.hardware import find_gpu
+from srift.job import HALF_PRECISIONS
 from srift.perf.compute import precision_label
 from srift.profile import AllReduceBucket, LayerProfile, PhaseTimes, Profile, RankMemory
 from srift.profiling import fsdp as fsdp_profile
 from srift.profiling.flops import analyze_layers
 from srift.profiling.hooks import IterationTimes, LayerTimer, mean_std
 from srift.profiling.kfac_timing import measure_kfac
+from srift.profiling.saved import SAVED_SCHEMA, record_saved_bytes
 
 
 @dataclass
@@ -78,6 +80,7 @@ def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batc
         notes.append("--kfac: K-FAC is modelled with DDP only; its kernels were not timed on this FSDP job")
     elif kfac:
         _kfac_times(m, layers, micro, notes)
+    saved = m.layers is None and m.fsdp is None and _saved_bytes(m, layers, precision, notes)
     sharding: dict[str, Any] = {}
     phases = _phases(m.records)
     if m.unhooked_s:
@@ -105,12 +108,26 @@ def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batc
         input_bytes_per_sample=m.timer.input_bytes / max(micro_batch, 1),
         notes=[f"measured with `srift profile` ({m.warmup} warm-up + {len(m.records)} measured optimizer steps)"]
         + notes + warnings,
+        saved_tensors=SAVED_SCHEMA if saved else None,
         timing=timing,
         peak_memory=list(m.peak_memory),
         **sharding,
     )
 
 
+def _saved_bytes(m: Measurement, layers: list[LayerProfile], precision: str, notes: list[str]) -> bool:
+    """Count what autograd saves per layer on the captured batch (srift/profiling/saved.py): True
+    when counted (a note says why not, otherwise; memory then falls back to the layer outputs)."""
+    step = _analysis_step(m.model, m.timer)
+    if step is None:
+        return False
+    try:
+        with torch.enable_grad():
+            record_saved_bytes(m.model, step, layers, precision in HALF_PRECISIONS)
+    except Exception as exc:  # keep the profile; memory falls back to layer outputs
+        notes.append(f"counting saved tensors failed ({type(exc).__name__}: {exc}); memory uses layer outputs")
+        return False
+    return True
 def _typical_iterations(m: Measurement, notes: list[str]) -> tuple[Measurement, int]:
     """The measurement without iterations of an unusual number of forward passes, and that number.
     A GradScaler skips ``optimizer.step()`` on an overflow, so no step hook fires and two forward/

@@ -8,7 +8,7 @@ from rich.markup import escape
 
 from srift.bounds import MAX_NOTE_CHARS
 from srift.files import write_json
-from srift.report.format import console, error_text, price_lines, print_json, usd
+from srift.report.format import console, error_text, plural, price_lines, print_json, usd
 from srift.report.table import Column, print_table
 from srift.results import CheckResult, MetricChange
 from srift.text import markdown as md
@@ -64,7 +64,7 @@ def markdown(result: CheckResult) -> str:
     lines = [f"### {icon} srift check {status}: {md(result.model)} on `{cfg.instance}`" + (" [Spot]" if cfg.spot else ""),
              "",
              f"Predicted **{usd(result.predicted_cost_usd)}** over **{result.predicted_hours:,.2f} h** (median), "
-             f"{_confidence_text(result)}, at {usd(result.cost_per_hour_usd)}/h in {cfg.region} ({cfg.gpus} GPUs"
+             f"{_confidence_text(result)}, at {usd(result.cost_per_hour_usd)}/h in {cfg.region} ({plural(cfg.gpus, 'GPU')}"
              f"{f', {cfg.plan}' if cfg.plan != 'ddp' else ''}, "
              f"{cfg.throughput_samples_per_s:,.0f} samples/s, {cfg.bottleneck}-bound; configuration from {cfg.chosen_by}). "
              f"Typical error: {error_text(cfg.typical_error_pct, cfg.typical_error_basis)}.", "",
@@ -84,7 +84,7 @@ def render(result: CheckResult) -> None:
     status = "[bold green]PASSED[/bold green]" if result.passed else "[bold red]FAILED[/bold red]"
     plan = f", {cfg.plan}" if cfg.plan != "ddp" else ""
     con.print(f"srift check {status}: {escape(result.model)} on {escape(cfg.instance)}" + (" [Spot]" if cfg.spot else "")
-              + f" ({cfg.gpus} GPUs{plan}, from {cfg.chosen_by})")
+              + f" ({plural(cfg.gpus, 'GPU')}{plan}, from {cfg.chosen_by})")
     con.print(f"Predicted {usd(result.predicted_cost_usd)} over {result.predicted_hours:,.2f} h (median), {_confidence_text(result)}, "
               f"at {usd(result.cost_per_hour_usd)}/h in {cfg.region}, {cfg.throughput_samples_per_s:,.0f} samples/s.")
     con.print(f"[dim]Typical error: {error_text(cfg.typical_error_pct, cfg.typical_error_basis)}.[/dim]")

@@ -28,7 +28,24 @@ def terminal_columns() -> int | None:
 
 
 def usd(v: float | None, digits: int = 2) -> str:
-    return "-" if v is None else f"${v:,.{digits}f}"
+    """``$1,234.50``; a negative amount as ``-$60.34`` (not ``$-60.34``)."""
+    if v is None:
+        return "-"
+    return ("-" if v < 0 and round(v, digits) != 0 else "") + f"${abs(v):,.{digits}f}"
+
+
+def plural(n: int, word: str) -> str:
+    """``1 GPU``, ``12 GPUs``."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+# Letters whose spoken name starts with a vowel sound: "an H100", "an L40S", "a T4", "a V100".
+_VOWEL_SOUND_LETTERS = "AEFHILMNORSX"
+
+
+def with_article(name: str) -> str:
+    """``an A10G``, ``an L40S``, ``a T4``: a GPU or instance name with the article read aloud."""
+    return ("an " if name[:1].upper() in _VOWEL_SOUND_LETTERS else "a ") + name
 
 
 def usd_per_million_tokens(pred: Any) -> float | None:

@@ -10,6 +10,14 @@ rendezvous SkyPilot provides: ``SKYPILOT_NUM_NODES``, ``SKYPILOT_NUM_GPUS_PER_NO
 ``SKYPILOT_NODE_RANK``, and the first of ``SKYPILOT_NODE_IPS`` as the master. ``setup`` is the
 user's (a comment shows where); the script is ``$TRAIN_SCRIPT`` (``sky launch --env``).
 
+**EFA.** srift predicts an EFA instance (p4d, p5, ...) with every EFA interface. SkyPilot (0.14.1,
+``sky/clouds/aws.py``) attaches EFA only when the task asks ``resources: network_tier: best`` (the
+default tier gets none), and every interface only when the user's SkyPilot config has ``aws:
+use_internal_ips: true`` (a task cannot set it); otherwise one. So a multi-node EFA task asks
+``network_tier: best``, sets libfabric's and NCCL's environment, and its header (and the command
+line) says what the config needs and what srift predicts with one interface and with none; the
+torchrun lines say the same.
+
 One SkyPilot task runs identical nodes, so a mixed cluster (two instance types, or spot beside
 on-demand nodes) has no task: that is an error with what to do instead. torchrun itself takes a
 different ``--nproc_per_node`` on each node, so ``--torchrun`` prints mixed clusters too, with
@@ -28,6 +36,7 @@ from typing import Any
 import yaml
 
 from srift.catalog.instances import Instance
+from srift.catalog.network import efa_interfaces, facts_for
 from srift.errors import SriftError
 from srift.files import atomic_write_text
 from srift.simulate.prediction import Prediction
@@ -74,12 +83,15 @@ class LaunchPlan:
         configuration: The configuration's spec (``g5.12xlarge:3``, ``a:1@on-demand+a:2@spot``).
         groups: Its node groups, in node-rank order.
         prediction: srift's prediction for it.
+        network_fallbacks: ``(what, prediction)`` with one EFA interface and without EFA, for a
+            multi-node EFA cluster (``srift.api.network_fallbacks``).
     """
 
     model: str
     configuration: str
     groups: tuple[LaunchGroup, ...]
     prediction: Prediction
+    network_fallbacks: tuple[tuple[str, Prediction], ...] = ()
 
     @property
     def nodes(self) -> int:
@@ -137,6 +149,65 @@ torchrun \\
 """
 
 
+# libfabric and NCCL settings for EFA (AWS's EFA + NCCL guide): use the EFA provider, and GPUDirect
+# RDMA where the instance has it; NCCL_DEBUG=INFO prints "NET/OFI Selected Provider is efa" to confirm.
+EFA_ENV = {"FI_PROVIDER": "efa", "NCCL_DEBUG": "INFO"}
+EFA_RDMA_ENV = {"FI_EFA_USE_DEVICE_RDMA": "1"}
+ALL_INTERFACES_CONFIG = "aws: use_internal_ips: true"
+
+
+def efa_group(plan: LaunchPlan) -> LaunchGroup | None:
+    """The plan's EFA node group when the plan spans several nodes and uses EFA, else None."""
+    if plan.nodes < 2:
+        return None
+    return next((g for g in plan.groups if g.instance is not None and g.instance.transport == "efa"), None)
+
+
+def efa_env(group: LaunchGroup) -> dict[str, str]:
+    """The environment an EFA group's processes need (``EFA_ENV``, plus RDMA where it has it)."""
+    assert group.instance is not None
+    facts = facts_for(group.instance)
+    return {**EFA_ENV, **(EFA_RDMA_ENV if facts.gpudirect_rdma else {})}
+
+
+def efa_notes(plan: LaunchPlan, launcher: str = "skypilot") -> list[str]:
+    """What all EFA interfaces need and what srift predicts without them (empty without EFA), for
+    a SkyPilot task (``launcher="skypilot"``) or torchrun lines on machines the user starts."""
+    group = efa_group(plan)
+    if group is None:
+        return []
+    inst = group.instance
+    assert inst is not None
+    n = efa_interfaces(inst.instance_type)
+    rate = _rate(plan.prediction)
+    where = f"on all {n} interfaces" if n > 1 else "on its one interface"
+    head = f"Network: srift predicts {_rate_text(plan.prediction)} with EFA {where} of {inst.instance_type} ({inst.network_gbps:,.0f} Gb/s)"
+    if launcher == "torchrun":
+        return [head + ": start each instance with every EFA interface attached (one per network card) in one "
+                "cluster placement group."] + [f"With {what}: srift predicts {_rate_text(p)}."
+                                               for what, p in plan.network_fallbacks]
+    lines = [head + "; the task asks network_tier: best (without it, SkyPilot attaches no EFA)."]
+    if n > 1:
+        lines.append(f"All {n} interfaces need `{ALL_INTERFACES_CONFIG}` in your SkyPilot config (~/.sky/config.yaml; "
+                     "a task cannot set it); without it SkyPilot attaches one.")
+    for what, pred in plan.network_fallbacks:
+        alt = _rate(pred)
+        slower = f"{rate / alt:.1f}x slower" if alt > 0 else "no throughput"
+        lines.append(f"With {what}: srift predicts {_rate_text(pred)} ({slower}).")
+    return lines
+
+
+def _rate(pred: Prediction) -> float:
+    tokens = pred.expected_throughput_tokens_per_s
+    return tokens if tokens is not None else pred.expected_throughput_samples_per_s
+
+
+def _rate_text(pred: Prediction) -> str:
+    """``222,018 tokens/s`` for a sequence model, else ``3,581 samples/s``."""
+    unit = "tokens/s" if pred.expected_throughput_tokens_per_s is not None else "samples/s"
+    return f"{_rate(pred):,.0f} {unit}"
+
+
 def skypilot_task(plan: LaunchPlan) -> dict[str, Any]:
     """The SkyPilot task of a one-group catalog configuration, as the YAML document's mapping.
 
@@ -150,12 +221,16 @@ def skypilot_task(plan: LaunchPlan) -> dict[str, Any]:
     if inst.accelerators:  # SkyPilot's name and count; a row refreshed from AWS's API has none (the type says it)
         resources["accelerators"] = inst.accelerators
     resources["use_spot"] = group.spot
+    envs = {"TRAIN_SCRIPT": DEFAULT_SCRIPT}
+    if efa_group(plan) is not None:
+        resources["network_tier"] = "best"  # SkyPilot attaches EFA only at this tier
+        envs.update(efa_env(group))
     return {
         "name": _task_name(plan.model),
         "workdir": ".",
         "num_nodes": group.nodes,
         "resources": resources,
-        "envs": {"TRAIN_SCRIPT": DEFAULT_SCRIPT},
+        "envs": envs,
         "run": TORCHRUN_RUN,
     }
 
@@ -187,6 +262,7 @@ def skypilot_yaml(plan: LaunchPlan) -> str:
     if "skypilot" not in group.instance.source.lower():
         notes.append(f"Note: srift lists {group.instance.instance_type} from {group.instance.source}, not from SkyPilot's "
                      "catalog; if `sky launch` does not know it yet, choose another row.")
+    notes += efa_notes(plan)
     header = "".join(f"# {line}\n" for line in notes)
     return header + yaml.dump(task, Dumper=_TaskDumper, sort_keys=False, default_flow_style=False, width=1000)
 
@@ -205,6 +281,11 @@ def torchrun_lines(plan: LaunchPlan, script: str = DEFAULT_SCRIPT) -> list[str]:
     node's own ``--nproc_per_node`` (mixed clusters differ per group).
     """
     lines = [f"# {plan.summary()}"]
+    group = efa_group(plan)
+    if group is not None:
+        env = " ".join(f"{k}={v}" for k, v in efa_env(group).items())
+        lines.append(f"# EFA: on every node, with the aws-ofi-nccl plugin installed: export {env}")
+        lines += [f"# {line}" for line in efa_notes(plan, launcher="torchrun")]
     if plan.nodes == 1:
         g = plan.groups[0]
         return lines + [f"torchrun --standalone --nproc_per_node={g.gpus_per_node} {script}"]
@@ -251,6 +332,8 @@ def hand_off(plan: LaunchPlan, skypilot: str | None, torchrun: bool, fmt: str) -
               + f", {'spot' if res['use_spot'] else 'on demand'}, {res['infra']}. "
               f"Launch: sky launch -c {task['name']} {shlex.quote(str(path))} --env TRAIN_SCRIPT='{DEFAULT_SCRIPT} ARGS'",
               file=sys.stderr)
+        for line in efa_notes(plan):
+            print(line, file=sys.stderr)
     if torchrun:
         lines = torchrun_lines(plan)
         out = sys.stderr if fmt == "json" else sys.stdout

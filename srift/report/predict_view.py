@@ -9,12 +9,15 @@ from rich.table import Table
 
 from srift.bounds import MAX_NOTE_CHARS
 from srift.report.format import console, error_text, gib, price_lines, print_json, save_json, seconds, usd, usd_per_million_tokens
-from srift.results import PredictResult, ages_json
+from srift.catalog.provenance import marked_usd
+from srift.errors import SriftError
+from srift.results import PREDICT_SCHEMA, PredictResult, ages_json
 from srift.report.table import Column, print_table
 from srift.simulate.prediction import Prediction
 from srift.text import markdown as md
 
 NO_FIT = "DOES NOT FIT"
+MAY_NOT_FIT = "MAY NOT FIT"
 
 PHASE_LABELS = {
     "data": "data loading",
@@ -44,20 +47,24 @@ PHASE_LABELS = {
 
 def prediction_json(result: PredictResult) -> dict[str, Any]:
     """The JSON document of `srift predict` (schema ``srift.predict/v1``)."""
-    out: dict[str, Any] = {"schema": result.schema}
+    out: dict[str, Any] = {"schema": result.schema, "ok": True, "error": None}
     out.update(result.prediction.to_dict())
     out.update({"model": result.model, "precision": result.precision, "optimizer": result.optimizer,
                 "spot_pricing": result.spot_pricing, "host_arch": result.host_arch,
                 "catalog_as_of": ages_json(result.catalog_as_of), "warnings": price_lines(result.catalog_as_of)[1:],
-                "uncertainty": result.uncertainty.to_dict() if result.uncertainty else None})
+                "uncertainty": result.uncertainty.to_dict() if result.uncertainty else None,
+                **(result.price.to_dict() if result.price is not None else
+                   {"price_source": None, "price_estimated": False, "price_suspect": False, "price_notes": []}),
+                "network_fallbacks": [{"network": what, "expected_throughput_samples_per_s": p.expected_throughput_samples_per_s}
+                                      for what, p in result.network_fallbacks]})
     return out
 
 
 PLAN_LABELS = {"zero1": "ZeRO-1 (Megatron distributed optimizer)", "ddp": "DDP", "zero2": "ZeRO-2 (FSDP SHARD_GRAD_OP)", "fsdp": "FSDP (FULL_SHARD)",
                "hsdp": "HSDP (sharded within a node, replicated across nodes)"}
 MEMORY_LABELS = {"weights": "parameters", "gathered_weights": "gathered (half-precision) parameters", "gradients": "gradients",
-                 "optimizer_state": "optimizer states", "activations": "activations", "fragmentation": "allocator slack",
-                 "workspace": "workspace", "kfac_factors": "K-FAC factors",
+                 "optimizer_state": "optimizer states", "activations": "activations",
+                 "allocator": "allocator reserve", "kfac_factors": "K-FAC factors",
                  "dequantized_weight": "one dequantized NF4 weight"}
 
 
@@ -100,15 +107,23 @@ def summary_rows(result: PredictResult) -> list[tuple[str, str]]:
         if pred.mfu is not None:
             tokens += f", MFU {pred.mfu:.1%}"
         rows.append(("Tokens", tokens))
-    rows.append(("Cost", f"{usd(pred.cost_per_hour_usd)}/h, {usd(pred.usd_per_million_samples)} per million samples"
+    rows.append(("Cost", f"{marked_usd(usd(pred.cost_per_hour_usd), result.price)}/h, "
+                 f"{marked_usd(usd(pred.usd_per_million_samples), result.price)} per million samples"
                  + (f", {usd(usd_per_million_tokens(pred), 3)} per million tokens" if pred.seq_len else "")))
-    mem = f"{gib(pred.memory_per_gpu_bytes)} per GPU" + ("" if pred.fits_in_memory else f"  {NO_FIT}")
+    mem = (f"{gib(pred.memory_per_gpu_bytes)} per GPU reserved at the peak ({gib(pred.memory_allocated_bytes)} allocated)"
+           + ("" if pred.fits_in_memory else f"  {NO_FIT}"))
     if pred.memory_stage is not None:
         mem += f" on pipeline stage {pred.memory_stage}"
-    if pred.parallelism != "ddp" or "gathered_weights" in pred.memory_breakdown_bytes or pred.layout:
-        mem += " (" + ", ".join(f"{MEMORY_LABELS.get(k, k)} {gib(v)}" for k, v in pred.memory_breakdown_bytes.items() if v) + ")"
+    if pred.memory_fit == "may not fit":
+        safe = f"; batch {pred.memory_safe_batch} per GPU fits for sure" if pred.memory_safe_batch else ""
+        mem += f"  {MAY_NOT_FIT} (within the prediction's typical error of the usable memory{safe})"
+    mem += " (" + ", ".join(f"{MEMORY_LABELS.get(k, k)} {gib(v)}" for k, v in pred.memory_breakdown_bytes.items() if v) + ")"
     rows += [("Memory", mem), ("Bottleneck", pred.bottleneck),
              ("Typical error", error_text(pred.typical_error_pct, pred.typical_error_basis))]
+    if pred.beyond_validated:
+        rows.append(("Validated", "beyond validated: " + ", ".join(pred.beyond_validated)))
+    if result.price is not None:
+        rows.append(("Price", result.price.source))
     if pred.spot:
         s = pred.spot
         rows.append(("Spot (expected)",
@@ -151,7 +166,8 @@ def render(result: PredictResult) -> None:
     summary.add_column(style="dim")
     summary.add_column()
     for label, value in summary_rows(result):
-        summary.add_row(label, escape(value).replace(NO_FIT, f"[red]{NO_FIT}[/red]"))
+        summary.add_row(label, escape(value).replace(NO_FIT, f"[red]{NO_FIT}[/red]")
+                        .replace(MAY_NOT_FIT, f"[yellow]{MAY_NOT_FIT}[/yellow]"))
     con.print(summary)
     cells = breakdown_rows(result)
     print_table(con, [Column("phase"), Column("time", "right"), Column("share", "right")], cells, title="Iteration breakdown",
@@ -175,6 +191,11 @@ def markdown(result: PredictResult) -> str:
     lines += [f"\n_Note: {md(note, MAX_NOTE_CHARS)}_" for note in result.prediction.notes]
     lines += [f"\n<sub>{' '.join(price_lines(result.catalog_as_of))}</sub>"] if result.catalog_as_of else []
     return "\n".join(lines)
+
+
+def show_error(failure: SriftError) -> None:
+    """The JSON document of a prediction that could not be made: ``ok`` false, with the reason."""
+    print_json({"schema": PREDICT_SCHEMA, "ok": False, "error": {"message": failure.message, "hint": failure.hint}})
 
 
 def show(result: PredictResult, fmt: str, out_file: str | None = None) -> None:

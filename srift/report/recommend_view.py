@@ -9,7 +9,10 @@ from typing import Any
 from rich.markup import escape
 
 from srift.bounds import MAX_NOTE_CHARS
+from srift.catalog.provenance import ESTIMATE_MARK, marked_usd
+from srift.catalog.spot import capacity_warning
 from srift.errors import SriftError
+from srift.perf.accuracy import node_evidence
 from srift.report.format import console, error_text, price_lines, print_json, save_json, seconds, usd, usd_per_million_tokens
 from srift.report.table import Column, print_table
 from srift.results import RecommendResult, ages_json
@@ -51,6 +54,8 @@ def target_line(result: RecommendResult) -> str:
     text = f"Target: {goal}" + (f" {' and '.join(limits)}" if limits else "")
     if c.deadline_hours is not None or c.max_cost_usd is not None:
         text += f", met at {c.confidence:.0%} confidence"
+    elif c.ranking_confidence is not None:
+        text += f", ranked at {c.confidence:.0%} confidence"
     return text
 
 
@@ -72,6 +77,8 @@ def marks(c: Candidate) -> str:
         out += " [arm64]"
     if not c.supported:
         out += " [unsupported]"
+    if any("not among" not in b for b in c.prediction.beyond_validated):
+        out += " [beyond validated]"  # which range: the notes (the table stays narrow)
     return out
 
 
@@ -104,6 +111,7 @@ def candidate_json(cand: Candidate, rank: int, result: SearchResult | None = Non
         "spot": cand.spot,
         "gpus": cand.gpus,
         "nodes": cand.nodes,
+        "node_evidence": node_evidence(cand.nodes),
         "throughput_samples_per_s": p.throughput_samples_per_s,
         "expected_throughput_samples_per_s": cand.expected_throughput_samples_per_s,
         "iteration_time_s": p.iteration_time_s,
@@ -122,17 +130,25 @@ def candidate_json(cand: Candidate, rank: int, result: SearchResult | None = Non
         "typical_error_pct": p.typical_error_pct,
         "typical_error_basis": p.typical_error_basis,
         "flags": list(cand.flags),
+        **(cand.price.to_dict() if cand.price is not None else
+           {"price_source": None, "price_estimated": False, "price_suspect": False, "price_notes": []}),
         "parallelism": p.parallelism,
         "layout": p.layout,
         "activation_checkpointing": p.activation_checkpointing,
         "grad_accum": p.grad_accum,
         "memory_per_gpu_bytes": p.memory_per_gpu_bytes,
+        "memory_allocated_bytes": p.memory_allocated_bytes,
+        "memory_fit": p.memory_fit,
+        "memory_safe_batch": p.memory_safe_batch,
         "throughput_tokens_per_s": p.throughput_tokens_per_s,
         "expected_throughput_tokens_per_s": _tokens(cand),
         "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
         "mfu": p.mfu,
         "usd_per_million_tokens": usd_per_million_tokens(p),
     }
+    rank_q = constraints.ranking_confidence if constraints is not None else None
+    out["ranked_at_confidence"] = rank_q
+    out["ranking_quantile_factor"] = cand.quantile_factor(rank_q)
     if at is not None:
         out.update({"confidence": at.confidence, "job_hours_p50": cand.job_hours, f"job_hours_{at.label}": at.hours,
                     "job_cost_usd_p50": cand.job_cost_usd, f"job_cost_usd_{at.label}": at.cost_usd,
@@ -163,24 +179,40 @@ def why(result: SearchResult) -> str:
     pick = result.simpler_choice
     if pick is not None:
         over, blocker = pick.over, pick.blocker
+        at_q = f" at {result.ranked_at:.0%} confidence" if result.ranked_at not in (None, 0.5) else ""  # 0.5: the median
         if blocker is pick.chosen or blocker.instance == pick.chosen.instance:
             text = (f"{top.label} is chosen over {over.label} (runner-up): {over.label} is {pick.edge:.0%} "
-                    f"{_metric_word(result.objective)} but needs {pick.adds}, and {pick.edge:.0%} is less than their combined "
-                    f"typical error (±{pick.error_pct:.0f} %): simpler wins within the error.")
+                    f"{_metric_word(result.objective)}{at_q} but needs {pick.adds}, and {pick.edge:.0%} is less than their "
+                    f"combined typical error (±{pick.error_pct:.0f} %): simpler wins within the error.")
         else:
             text = (f"{top.label} is chosen: {over.label} ranks first but beats the simpler {blocker.label} by only "
                     f"{pick.edge:.0%}, less than their combined typical error (±{pick.error_pct:.0f} %), and {top.label} is "
                     "the best configuration that beats every simpler one by more than their combined error.")
     elif result.objective == "throughput":
-        text = (f"{top.label} wins: the highest throughput ({rate_text(top)}) "
-                f"that meets the limits, at {usd(top.cost_per_hour_usd)}/h; it is {top.prediction.bottleneck}-bound.")
+        at_q = f" at {result.confidence:.0%} confidence" if result.best_at_median is not None else ""
+        text = (f"{top.label} wins: the highest throughput{at_q} ({rate_text(top)} median) "
+                f"that meets the limits, at {marked_usd(usd(top.cost_per_hour_usd), top.price)}/h; it is {top.prediction.bottleneck}-bound.")
     else:
-        what = f"{usd(top.job_cost_usd)} for the job" if top.job_cost_usd is not None else f"{usd(top.usd_per_million_samples)} per million samples"
+        what = (f"{marked_usd(usd(top.job_cost_usd), top.price)} for the job" if top.job_cost_usd is not None
+                else f"{marked_usd(usd(top.usd_per_million_samples), top.price)} per million samples")
         text = f"{top.label} wins: the lowest cost ({what}) that meets the limits; it is {top.prediction.bottleneck}-bound."
     at = top.at_confidence
     if at is not None and (result.confidence is not None):
-        text += (f" At {at.confidence:.0%} confidence the job takes {at.hours:,.1f} h and costs {usd(at.cost_usd)} "
+        text += (f" At {at.confidence:.0%} confidence the job takes {at.hours:,.1f} h and costs {marked_usd(usd(at.cost_usd), top.price)} "
                  f"(median {top.job_hours:,.1f} h).")
+    m = result.best_at_median
+    if m is not None:
+        lead = pick.over if pick is not None else top  # first at the confidence (before the simplicity rule)
+        ft, fm = lead.quantile_factor(result.confidence), m.quantile_factor(result.confidence)
+        if result.objective == "throughput":
+            versus = (f"{lead.expected_throughput_samples_per_s / ft:,.0f} against {m.expected_throughput_samples_per_s / fm:,.0f} "
+                      "samples/s")
+        else:
+            def cost(c: Candidate) -> float:
+                return (c.job_cost_usd if c.job_cost_usd is not None else c.usd_per_million_samples) or 0.0
+            versus = f"{usd(cost(lead) * ft)} against {usd(cost(m) * fm)}"
+        text += (f" {m.label} has the better median ({rate_text(m)}, ±{m.prediction.typical_error_pct or 0:.1f} %) but with "
+                 f"limits set srift ranks at {result.confidence:.0%} confidence, where {lead.label} is ahead ({versus}).")
     if len(recs) > 1 and pick is None:
         ru = recs[1]
         dt = ru.expected_throughput_samples_per_s / top.expected_throughput_samples_per_s - 1
@@ -196,13 +228,18 @@ def why(result: SearchResult) -> str:
     if one is not None:
         dt = one.expected_throughput_samples_per_s / top.expected_throughput_samples_per_s - 1
         text += (f" It spans {top.nodes} nodes, the least validated case (typical error below); "
-                 f"the best one-node choice is {one.label}: {dt:+.0%} throughput at {usd(one.cost_per_hour_usd)}/h.")
+                 f"the best one-node choice is {one.label}: {dt:+.0%} throughput at {marked_usd(usd(one.cost_per_hour_usd), one.price)}/h.")
     if top.prediction.bottleneck == "input" and top.vcpus_per_gpu is not None:
         text += (f" Its {top.vcpus_per_gpu:g} vCPUs per GPU cannot prepare the input as fast as its GPUs train: "
                  "an instance with more vCPUs per GPU, or preprocessed data, would be faster.")
     if top.host_arch == "arm64":
         text += " Its host is arm64: the job needs aarch64 builds of PyTorch and its other native packages."
-    return text
+    if top.prediction.memory_fit == "may not fit":
+        safe = top.prediction.memory_safe_batch
+        text += (f" Its memory ({top.prediction.memory_per_gpu_bytes / 2**30:,.1f} GiB per GPU) is within the prediction's "
+                 "typical error of what the GPU can hold: it may not fit"
+                 + (f" (a batch of {safe} per GPU fits for sure)." if safe else "."))
+    return text + _price_clause(top)
 
 
 def summary(found: SearchResult) -> str:
@@ -210,7 +247,8 @@ def summary(found: SearchResult) -> str:
     labels = {"budget": "over budget", "memory": "out of memory", "unsupported": "on GPUs current PyTorch wheels do not run on",
               "batch": "not dividing the global batch", "max_gpus": "larger than --max-gpus or --max-nodes",
               "bound": "shown by the search bound unable to win"}
-    left = ", ".join(f"{v:,} {labels.get(k, k)}" for k, v in found.pruned.items() if v)
+    # Memory's count is said even when 0: a planner that drops runs silently loses trust.
+    left = ", ".join(f"{v:,} {labels.get(k, k)}" for k, v in found.pruned.items() if v or k == "memory")
     return (f"{found.considered:,} configurations considered; {found.simulated:,} simulations (one per hardware and node count, "
             f"shared by every region) priced {found.evaluated:,} of them" + (f"; left out: {left}" if left else "") + ".")
 
@@ -243,6 +281,9 @@ def recommend_json(result: RecommendResult, failure: SriftError | None = None) -
         "pareto_frontier": [{"instance": x.instance, "infra": x.infra, "spot": x.spot, "cost_per_hour_usd": x.cost_per_hour_usd,
                              "expected_throughput_samples_per_s": x.expected_throughput_samples_per_s} for x in found.frontier],
         "why": why(found),
+        "grad_accum_searched": list(result.grad_accum_searched),
+        "max_global_batch": None if result.global_batch_limit is None else dataclasses.asdict(result.global_batch_limit),
+        "notes": _notes(result),
         "simpler_choice": None if found.simpler_choice is None else {
             "chosen": found.simpler_choice.chosen.instance, "over": found.simpler_choice.over.instance,
             "blocker": found.simpler_choice.blocker.instance, "edge": found.simpler_choice.edge,
@@ -261,7 +302,9 @@ def _rows(result: RecommendResult) -> tuple[list[str], list[list[str]]]:
     tokens = result.seq_len is not None
     # How each row trains, where there is a choice (a profile with FSDP units, e.g. an LLM).
     plans = any(c.prediction.plan_label != "ddp" for c in recs)
-    head = ["", "configuration", "where", "GPUs"] + (["batch/GPU"] if batch_col else []) + (["plan"] if plans else []) + [
+    # How far the validation reaches at each row's node count, where a row spans several nodes.
+    nodes_col = any(c.nodes > 1 for c in recs)
+    head = ["", "configuration", "where", "GPUs"] + (["nodes"] if nodes_col else []) + (["batch/GPU"] if batch_col else []) + (["plan"] if plans else []) + [
         "tokens/s" if tokens else "samples/s", "iteration", "$/h", "$/M tokens" if tokens else "$/M samples"]
     if with_job:
         head += [f"job hours ({q})", f"job $ ({q})"]
@@ -269,18 +312,20 @@ def _rows(result: RecommendResult) -> tuple[list[str], list[list[str]]]:
     rows = []
     for i, c in enumerate(recs):
         row = ["CHOSEN" if i == 0 else str(i + 1), c.label + marks(c), where(c), str(c.gpus)]
+        if nodes_col:
+            row.append(node_evidence(c.nodes, short=True))
         if batch_col:
             row.append("/".join(dict.fromkeys(str(b.per_gpu_batch) for b in c.prediction.batch_split)))
         if plans:
             row.append(c.prediction.plan_label)
         rate = _tokens(c)
         row += [f"{rate:,.0f}" if tokens and rate is not None else f"{c.expected_throughput_samples_per_s:,.0f}",
-                seconds(c.prediction.iteration_time_s), usd(c.cost_per_hour_usd),
-                usd(usd_per_million_tokens(c.prediction), 3) if tokens else usd(c.usd_per_million_samples, 3)]
+                seconds(c.prediction.iteration_time_s), marked_usd(usd(c.cost_per_hour_usd), c.price),
+                marked_usd(usd(usd_per_million_tokens(c.prediction), 3) if tokens else usd(c.usd_per_million_samples, 3), c.price)]
         if with_job:
             at = c.at_confidence
             row += [f"{c.job_hours:,.1f} ({at.hours:,.1f})" if c.job_hours is not None and at is not None else "-",
-                    f"{usd(c.job_cost_usd, 0)} ({usd(at.cost_usd, 0)})" if at is not None else "-"]
+                    marked_usd(f"{usd(c.job_cost_usd, 0)} ({usd(at.cost_usd, 0)})", c.price) if at is not None else "-"]
         row.append(bottleneck_text(c))
         rows.append(row)
     return head, rows
@@ -290,26 +335,92 @@ def _drop_order(result: RecommendResult) -> dict[str, int]:
     """Columns a narrow terminal loses first: detail before the figures the target is about
     ($ per million samples is the target when minimizing cost without a job length)."""
     per_million = "$/M tokens" if result.seq_len is not None else "$/M samples"
-    order = ["iteration", "batch/GPU", "bottleneck", per_million, "GPUs", "where"]
+    order = ["iteration", "batch/GPU", "bottleneck", per_million, "GPUs", "where", "nodes"]
     if result.search.objective == "cost" and result.job.length is None:
         order.remove(per_million)
     return {h: i + 1 for i, h in enumerate(order)}
 
 
+def spot_capacity_lines(cands: list[Candidate]) -> list[str]:
+    """The spot capacity warning of each spot group above the stated node count."""
+    out = []
+    for c in cands:
+        for part in c.instance.split("+"):
+            itype, _, rest = part.partition(":")
+            count, _, market = rest.partition("@")
+            if c.spot and market != "on-demand":
+                line = capacity_warning(itype, int(count or 1))
+                if line:
+                    out.append(line)
+    return out
+
+
+def price_legend(cands: list[Candidate]) -> list[str]:
+    """The legend of the ``~`` mark, with why each marked price shown is estimated or suspect."""
+    reasons = list(dict.fromkeys(r for c in cands if c.price is not None and c.price.marked for r in c.price.reasons))
+    if not reasons:
+        return []
+    return [f"{ESTIMATE_MARK} marks an estimated or suspect price; check it before renting: " + "; ".join(reasons) + "."]
+
+
+def _price_clause(c: Candidate) -> str:
+    """`` Its price is estimated (...)``: said in the why-sentence when the chosen price is marked,
+    or when it is a spot price from an undated snapshot (spot is a market: it moves)."""
+    if c.price is not None and c.spot and not c.price.marked and "undated" in c.price.source:
+        return (f" Its spot price ({usd(c.cost_per_hour_usd)}/h) is from an {c.price.source}: spot prices move, so "
+                "check today's before renting.")
+    if c.price is None or not c.price.marked:
+        return ""
+    kind = " and ".join(k for k, on in (("estimated", c.price.estimated), ("suspect", c.price.suspect)) if on)
+    return f" Its price ({ESTIMATE_MARK}{usd(c.cost_per_hour_usd)}/h) is {kind}: {'; '.join(c.price.reasons)}."
+
+
+def batch_lines(result: RecommendResult) -> list[str]:
+    """What was searched about the global batch: the accumulation choices within a fixed one, and
+    the largest global batch the search kept to (or a fixed one beyond it)."""
+    job, limit, out = result.job, result.global_batch_limit, []
+    if result.grad_accum_searched:
+        out.append(f"Gradient accumulation searched within the fixed global batch of {job.global_batch_size:,}: "
+                   f"{', '.join(map(str, result.grad_accum_searched))} micro-batches per step; chosen: {job.grad_accum} "
+                   "(--grad-accum N fixes it).")
+    if limit is None:
+        return out
+    gb = job.global_batch_size
+    if gb is not None and gb > limit.samples:
+        out.append(f"Warning: a global batch of {gb:,} is beyond {limit.samples:,} ({limit.basis}): statistical efficiency "
+                   "falls there, so more samples reach the same accuracy; srift's throughput does not count that loss.")
+    elif gb is None:
+        most = limit.samples // (result.batch_size * job.grad_accum)
+        if most < result.constraints.max_gpus:
+            out.append(f"Global batch kept at most {limit.samples:,} ({limit.basis}): beyond it statistical efficiency "
+                       f"falls; at {result.batch_size * job.grad_accum:,} per GPU that is at most {most:,} GPUs "
+                       "(--max-global-batch to change).")
+    return out
+
+
 def _notes(result: RecommendResult) -> list[str]:
     found = result.search
-    out = []
+    out = batch_lines(result)
     if found.recommendations:
         top = found.recommendations[0]
         p = top.prediction
         out.append(f"Typical error of the chosen prediction: {error_text(p.typical_error_pct, p.typical_error_basis)}.")
+        beyond = [f"{c.label} ({', '.join(c.prediction.beyond_validated)})" for c in found.recommendations
+                  if c.prediction.beyond_validated]
+        if beyond:
+            out.append(f"Beyond validated (a size or count beyond widens the typical error; srift/perf/coverage.py): "
+                       f"{'; '.join(beyond)}.")
         if top.at_confidence is not None:
             u = top.at_confidence.uncertainty
             out.append(f"Job hours at {top.at_confidence.confidence:.0%} confidence: the median x exp(z·σ), "
                        f"σ = {u.sigma:.3f} (model error {u.model:.3f}, run-to-run spread {u.spread:.3f}, spot {u.spot:.3f}; "
                        "srift/search/confidence.py).")
-        if any("suspect-price" in c.flags for c in found.recommendations):
-            out.append("A price marked suspect-price varies more than 2x across the cloud's regions: check it before renting.")
+        out += price_legend(found.recommendations)
+        out += spot_capacity_lines(found.recommendations[:1])
+        shown, asked = len(found.recommendations), result.constraints.top
+        if shown < asked:
+            out.append(f"{shown} row{'s' if shown != 1 else ''}, not {asked}: the rows are the best of each instance family, and "
+                       f"only {found.families} famil{'y' if found.families == 1 else 'ies'} meet the limits.")
     out += price_lines(result.catalog_as_of)
     out.append(summary(found))
     return out
@@ -323,7 +434,7 @@ def render(result: RecommendResult) -> None:
     con.print(f"[bold]{target_line(result)}[/bold]")
     head, rows = _rows(result)
     drop = _drop_order(result)
-    print_table(con, [Column(h, "left" if h in ("", "configuration", "where", "plan", "bottleneck") else "right", drop.get(h))
+    print_table(con, [Column(h, "left" if h in ("", "configuration", "where", "nodes", "plan", "bottleneck") else "right", drop.get(h))
                       for h in head],
                 [[escape(cell) for cell in row] for row in rows],
                 row_styles=["bold green" if i == 0 else None for i in range(len(rows))])

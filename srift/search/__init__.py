@@ -20,19 +20,21 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from srift.catalog.instances import Instance
+from srift.catalog.provenance import price_provenance
 from srift.catalog.spec import cluster_of, label_of
 from srift.cluster import Cluster
 from srift.job import JobLength
 from srift.search.limits import Constraints
 from srift.search.mixes import sweep_mixes
 from srift.search.offers import OfferTable
-from srift.search.rank import Candidate, SearchResult, explain_failure, order, pareto
+from srift.search.rank import Candidate, SearchResult, explain_failure, families_of, objective_key, order, pareto
 from srift.search.space import Space, build_space, instance_types, wheel_runs
 from srift.search.sweep import CountSweep, Progress
 from srift.simulate.prediction import Prediction
 
 MAX_COMPARED = 300  # feasible configurations the simplicity rule compares (the best by the objective)
 MAX_POINTS = 5000  # priced configurations kept for the plot
+MAX_TIE_REGIONS = 20  # the best-ranked configurations whose regions are counted before ranking (ties)
 
 
 def search(
@@ -91,9 +93,12 @@ def _result(table: OfferTable, c: Constraints, simulated: int, predict: Callable
     t = table.cols
     ranked = table.ranked()
     feasible = [_candidate(table, int(i)) for i in ranked[:MAX_COMPARED]]
-    recs, why = order(feasible, c.goal, c.top) if feasible else ([], None)
+    # Where each is offered settles ties (more regions: more available); the leaders are where ties matter.
+    for cand_i, cand in zip(ranked[:MAX_TIE_REGIONS], feasible):
+        cand.regions = table.same_price_regions(int(cand_i))
+    recs, why = order(feasible, c.goal, c.top, c.ranking_confidence, c.diverse) if feasible else ([], None)
     for cand_i, cand in zip(ranked, feasible):
-        if any(cand is r for r in recs):
+        if any(cand is r for r in recs) and len(cand.regions) <= 1:
             cand.regions = table.same_price_regions(int(cand_i))
     nodes = table.core_column("nodes")[t["core"].astype(np.int64)] if len(t["core"]) else np.zeros(0)
     best_single = None
@@ -109,7 +114,12 @@ def _result(table: OfferTable, c: Constraints, simulated: int, predict: Callable
         frontier=_frontier(table), evaluated_points=_points(table), objective=c.goal, pruned=pruned,
         best_single_node=best_single, simpler_choice=why, confidence=c.confidence,
         regions_searched=tuple(f"{cloud}/{region}" for cloud, region in space.places),
+        families=families_of(feasible), ranked_at=c.ranking_confidence,
     )
+    if recs and c.ranking_confidence is not None:
+        first = min(feasible, key=objective_key(c.goal))
+        if first.instance != recs[0].instance and (result.simpler_choice is None or first is not result.simpler_choice.over):
+            result.best_at_median = first
     if not recs:
         everything = table.ranked(feasible=False)
         closest_pool = [_candidate(table, int(i)) for i in _closest_pool(table, everything)]
@@ -181,4 +191,5 @@ def _cheapest_that_fits(space: Space, c: Constraints, predict: Callable[[Cluster
     return Candidate(cluster.name, label_of(parts), spot, cluster.gpus, cluster.nodes, price, pred,
                      cloud=inst.cloud, region=inst.region, regions=(inst.region,), host_arch=inst.host_arch,
                      supported=wheel_runs(inst), market=1 if spot else 0, hardware=(inst.hardware_key,),
-                     vcpus_per_gpu=inst.vcpus / inst.gpu_count, flags=inst.flags)
+                     vcpus_per_gpu=inst.vcpus / inst.gpu_count, flags=inst.flags,
+                     price=price_provenance(inst, spot), families=(inst.family,))

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from srift.bounds import (
-    MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DEADLINE_HOURS, MAX_SEARCH_GPUS, MAX_TOP, MIN_HOURS, MIN_USD, require,
+    MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DEADLINE_HOURS, MAX_GLOBAL_BATCH_SIZE, MAX_SEARCH_GPUS, MAX_TOP, MIN_HOURS,
+    MIN_USD, require,
 )
 from srift.errors import SriftError
 from srift.job import DEFAULT_CONFIDENCE, JobLength, JobRun, require_confidence
@@ -54,6 +55,10 @@ class Constraints:
         confidence: The deadline and the maximum cost are met at this quantile of the job's
             hours and cost (0.5: at the median).
         include_unsupported: Also search GPUs the current PyTorch CUDA wheels do not run on.
+        diverse: The rows after the chosen one are the best of each other instance family (False:
+            the next configurations in the objective's order, whatever their family).
+        max_global_batch: Largest global batch (samples) a cluster may train without a fixed one
+            (None: the model family's default, srift/search/large_batch.py).
     """
 
     budget_usd_per_hour: float | None = None
@@ -68,6 +73,8 @@ class Constraints:
     top: int = 5
     confidence: float = DEFAULT_CONFIDENCE
     include_unsupported: bool = False
+    diverse: bool = True
+    max_global_batch: int | None = None
 
     def __post_init__(self) -> None:
         for name, low, high in (("budget_usd_per_hour", MIN_USD, MAX_BUDGET_USD_PER_HOUR),
@@ -85,6 +92,9 @@ class Constraints:
             if getattr(self, name) is None:
                 continue
             require(getattr(self, name), f"--{_flag(name)}", 1, high, integer=True, hint=f"pass --{_flag(name)} from 1 to {high:,}.")
+        if self.max_global_batch is not None:
+            require(self.max_global_batch, "--max-global-batch", 1, MAX_GLOBAL_BATCH_SIZE, integer=True,
+                    hint=f"pass --max-global-batch from 1 to {MAX_GLOBAL_BATCH_SIZE:,}.")
         require_confidence(self.confidence)
         if self.objective is not None and self.objective not in OBJECTIVES:
             raise SriftError(f"unknown objective '{self.objective}'.", "use --objective throughput or --objective cost.")
@@ -124,6 +134,12 @@ class Constraints:
         if self.objective:
             return self.objective
         return "cost" if self.deadline_hours is not None else "throughput"
+
+    @property
+    def ranking_confidence(self) -> float | None:
+        """The quantile the search ranks at: the confidence when a limit is set, else None (median)."""
+        limits = (self.budget_usd_per_hour, self.deadline_hours, self.max_cost_usd)
+        return self.confidence if any(v is not None for v in limits) else None
 
 
 def _flag(name: str) -> str:

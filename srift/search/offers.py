@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from srift.catalog.provenance import combined, price_provenance
 from srift.catalog.spec import Part, cluster_of, label_of
 from srift.job import JobLength, JobRun
 from srift.search import confidence as conf
@@ -287,6 +288,8 @@ class OfferTable:
             hardware=tuple(sorted({r.hardware_key for r in rows}, key=repr)),
             vcpus_per_gpu=min(r.vcpus / r.gpu_count for r in rows),
             flags=tuple(sorted({f for r in rows for f in r.flags})),
+            price=combined(price_provenance(r, s) for r, _, s in parts),
+            families=tuple(dict.fromkeys(r.family for r in rows)),
         )
         cand.reason = REASONS[int(t["reason"][i])]
         cand.feasible = not cand.reason

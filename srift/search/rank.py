@@ -1,21 +1,27 @@
 """Ranking configurations: the objective's order, the Pareto frontier, what to say when nothing is
 feasible, and the ONE rule on how much a more complex configuration must win by.
 
-**Simpler wins within the error.** A configuration is *simpler* than another when it is no more
-complex on any of three counts and less on one: one node rather than several (the line between
-srift's validation groups: one node is measured hundreds of times, several nodes a handful), one
-instance type rather than two, and the market (on demand < spot < a spot/on-demand mix). Two
-multi-node clusters are equally complex whatever their node counts: 127 nodes of one GPU are not
-"simpler" than 128 of another. Predictions err, and two predictions share part of their
-error (``combined_error_pct``): on the same GPUs the compute model's error is shared; on the same
-machines the smaller configuration's error is part of the larger's (one node's scaling error is
-inside a 3-node cluster's); across GPU types nothing is shared. The chosen configuration is the
-best-ranked one that beats every simpler feasible configuration by more than their combined
-typical error (``choose``). So a 3-node cluster that is 18 % faster than one node, with ±28 % of
-error the single node does not have, loses to the single node, which is shown first with the
-3-node cluster as runner-up and a sentence saying why. The same comparison between the top two
-on different GPUs, neither simpler, is a close call (``close_call``): the order is not settled
-until the job is profiled on each.
+**Simplicity is an order.** Fewer nodes is simpler (one node is measured hundreds of times, several
+nodes a handful, and every node more is one more to fail); at equal node counts, fewer instance
+types; then the market (on demand < spot < a spot/on-demand mix). So 3 nodes are simpler than 38,
+and 38 nodes of one type simpler than 38 of two. Predictions err, and two predictions share part of
+their error (``combined_error_pct``): on the same GPUs the compute model's error is shared; on the
+same machines the smaller configuration's error is part of the larger's; across GPU types nothing
+is shared. The chosen configuration is the best-ranked one that beats **every** simpler feasible
+configuration by more than their combined typical error (``choose``): a 38-node cluster 19 %
+faster than a 3-node one, with ±20 % of error between them, loses to the 3-node one, which is shown
+first with the 38-node cluster as runner-up and a sentence saying why. The same comparison between
+the top two on different GPUs, neither simpler, is a close call (``close_call``).
+
+**Ranking at the confidence.** When limits are set (a budget, deadline or maximum cost), the order
+is taken at the search's confidence quantile (throughput divided, cost multiplied, by
+exp(z sigma) of each prediction's own uncertainty): a configuration whose median is high but whose
+error is wide does not outrank a surer one. **Ties within noise** (objectives less than
+``TIE_FRACTION`` apart, far below any validated error) go to the cheaper, then the simpler, then
+the more available (offered in more regions) configuration, so noise never decides.
+
+**Alternatives, not neighbours.** The rows after the chosen one are the best configuration of each
+other instance family (``order``), not the chosen type with one node more or less.
 """
 
 from __future__ import annotations
@@ -25,14 +31,16 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 
+from srift.catalog.provenance import PriceProvenance
 from srift.job import JobRun, usd_per_million_samples
-from srift.search.confidence import AtConfidence, mape_from_sigma
+from srift.search.confidence import AtConfidence, mape_from_sigma, uncertainty_of, z_of
 from srift.simulate.prediction import Prediction
 
 #: Market complexity, simplest first (as srift.search.space's ON_DEMAND, SPOT, SPOT_MIX).
 MARKETS = ("on-demand", "spot", "spot/on-demand mix")
+#: Objectives closer than this fraction are a tie (the smallest validated typical error is 5.6 %).
+TIE_FRACTION = 0.01
 
 
 @dataclass
@@ -62,6 +70,8 @@ class Candidate:
         hardware: The ``Instance.hardware_key`` of each distinct part (what its error shares).
         vcpus_per_gpu: The fewest vCPUs per GPU of its instances (what feeds the input pipeline).
         flags: Catalog row flags of its instances (``suspect-price``, ...).
+        price: Source, date and trust of its price (estimated or suspect prices are marked).
+        families: Instance families of its parts (``--top`` shows the best of each).
     """
 
     instance: str
@@ -85,6 +95,8 @@ class Candidate:
     hardware: tuple[Any, ...] = ()
     vcpus_per_gpu: float | None = None
     flags: tuple[str, ...] = ()
+    price: PriceProvenance | None = None
+    families: tuple[str, ...] = ()
 
     @property
     def expected_throughput_samples_per_s(self) -> float:
@@ -111,9 +123,17 @@ class Candidate:
 
     @property
     def complexity(self) -> tuple[int, int, int]:
-        """(1 for one node, 2 for several; instance types; market): each higher is more to run and
-        less validated."""
-        return (1 if self.nodes == 1 else 2, self.types, self.market)
+        """(nodes, instance types, market), compared in that order: lower is simpler."""
+        return (self.nodes, self.types, self.market)
+
+    def quantile_factor(self, confidence: float | None) -> float:
+        """How much slower than its median the configuration runs at ``confidence`` (1 for None):
+        exp(z sigma) of its own uncertainty (srift/search/confidence.py)."""
+        if confidence is None:
+            return 1.0
+        if self.at_confidence is not None and self.job_hours:
+            return self.at_confidence.hours / self.job_hours
+        return math.exp(z_of(confidence) * uncertainty_of(self.prediction, None).sigma)
 
 
 def pareto(cands: Iterable[Candidate]) -> list[Candidate]:
@@ -127,33 +147,54 @@ def pareto(cands: Iterable[Candidate]) -> list[Candidate]:
     return out
 
 
-def objective_key(goal: str) -> Callable[[Candidate], tuple[float, float]]:
+def objective_key(goal: str, confidence: float | None = None) -> Callable[[Candidate], tuple[float, float]]:
     """Sort key, best first: ``throughput`` (highest, then cheapest per hour) or ``cost`` (job cost
-    when the length is known, else $ per million samples; then highest throughput)."""
+    when the length is known, else $ per million samples; then highest throughput), each at the
+    ``confidence`` quantile when given (module docstring), else at the median."""
     if goal == "throughput":
-        return lambda x: (-x.expected_throughput_samples_per_s, x.cost_per_hour_usd)
+        return lambda x: (-x.expected_throughput_samples_per_s / x.quantile_factor(confidence), x.cost_per_hour_usd)
 
     def cost(x: Candidate) -> tuple[float, float]:
         value = x.job_cost_usd if x.job_cost_usd is not None else x.usd_per_million_samples
-        return (math.inf if value is None else value, -x.expected_throughput_samples_per_s)
+        q = x.quantile_factor(confidence)
+        return (math.inf if value is None else value * q, -x.expected_throughput_samples_per_s / q)
 
     return cost
 
 
-def _metric(c: Candidate, goal: str, by_job: bool) -> float:
-    """Higher is better: throughput, or 1 / cost."""
+def settle_ties(ranked: Sequence[Candidate], goal: str, confidence: float | None = None) -> list[Candidate]:
+    """``ranked`` with every run of candidates whose objectives are within ``TIE_FRACTION`` of the
+    run's first reordered: cheaper per hour (for throughput; under the cost objective they cost
+    the same), then simpler, then offered in more regions."""
+    key = objective_key(goal, confidence)
+    out: list[Candidate] = []
+    i = 0
+    while i < len(ranked):
+        lead = abs(key(ranked[i])[0])
+        j = i + 1
+        while j < len(ranked) and abs(abs(key(ranked[j])[0]) - lead) <= TIE_FRACTION * lead:
+            j += 1
+        out += sorted(ranked[i:j], key=lambda c: (c.cost_per_hour_usd if goal == "throughput" else 0.0, c.complexity,
+                                                  -len(c.regions)))
+        i = j
+    return out
+
+
+def _metric(c: Candidate, goal: str, by_job: bool, confidence: float | None = None) -> float:
+    """Higher is better: throughput, or 1 / cost, at the ``confidence`` quantile when given."""
+    q = c.quantile_factor(confidence)
     if goal == "throughput":
-        return c.expected_throughput_samples_per_s
+        return c.expected_throughput_samples_per_s / q
     value = c.job_cost_usd if by_job else c.usd_per_million_samples
-    return 0.0 if not value else 1.0 / value
+    return 0.0 if not value else 1.0 / (value * q)
 
 
-def edge(better: Candidate, worse: Candidate, goal: str) -> float:
+def edge(better: Candidate, worse: Candidate, goal: str, confidence: float | None = None) -> float:
     """How much ``better`` beats ``worse`` on the objective, as a fraction (negative when it does
-    not): throughput gained, or cost saved relative to the other's."""
+    not): throughput gained, or cost saved relative to the other's, at the ranking quantile."""
     by_job = better.job_cost_usd is not None and worse.job_cost_usd is not None
-    mw = _metric(worse, goal, by_job)
-    return math.inf if mw == 0 else _metric(better, goal, by_job) / mw - 1.0
+    mw = _metric(worse, goal, by_job, confidence)
+    return math.inf if mw == 0 else _metric(better, goal, by_job, confidence) / mw - 1.0
 
 
 def _spot_pct(c: Candidate) -> float:
@@ -177,16 +218,15 @@ def combined_error_pct(a: Candidate, b: Candidate) -> float | None:
 
 
 def simpler(than: Candidate, other: Candidate) -> bool:
-    """True when ``other`` is simpler than ``than``: no more nodes, instance types or market
-    complexity, and not equal on all three."""
-    a, b = than.complexity, other.complexity
-    return all(y <= x for x, y in zip(a, b)) and a != b
+    """True when ``other`` is simpler than ``than``: fewer nodes, or as many and fewer instance
+    types, or as many of both and a simpler market (module docstring)."""
+    return other.complexity < than.complexity
 
 
 def what_it_adds(complex_: Candidate, simple: Candidate) -> str:
     """``3 nodes instead of 1``, ``two instance types``, ``spot instances``: what the complex one needs."""
     out = []
-    if complex_.complexity[0] > simple.complexity[0]:
+    if complex_.nodes > simple.nodes:
         out.append(f"{complex_.nodes} nodes instead of {simple.nodes}")
     if complex_.types > simple.types:
         out.append("two instance types")
@@ -218,25 +258,25 @@ class SimplerChoice:
 
 
 
-def choose(ranked: Sequence[Candidate], goal: str) -> tuple[int, SimplerChoice | None]:
+def choose(ranked: Sequence[Candidate], goal: str, confidence: float | None = None) -> tuple[int, SimplerChoice | None]:
     """The ONE rule: the index of the best-ranked candidate that beats every simpler candidate by
     more than their combined typical error, and why it is not the first (None when it is).
 
     Args:
         ranked: Feasible candidates, best first by the objective.
         goal: ``throughput`` or ``cost``.
+        confidence: The quantile the objective is compared at (None: the median).
     """
     if len(ranked) < 2:
         return 0, None
-    keys = np.array([c.complexity for c in ranked])
+    keys = [c.complexity for c in ranked]
     first_block: tuple[int, float, float] | None = None
     for i, x in enumerate(ranked):
-        k = np.array(x.complexity)
-        mask = (keys <= k).all(axis=1) & (keys != k).any(axis=1)
+        k = x.complexity
         blocker = None
-        for j in np.nonzero(mask)[0]:
+        for j in (j for j, kj in enumerate(keys) if kj < k):
             s = ranked[int(j)]
-            gain = edge(x, s, goal)
+            gain = edge(x, s, goal, confidence)
             err = combined_error_pct(x, s)
             if gain * 100.0 < (err or 0.0) or gain <= 0:
                 blocker = (int(j), gain, err or 0.0)
@@ -307,6 +347,12 @@ class SearchResult:
         simpler_choice: Why a simpler configuration was chosen over the best-ranked one, or None.
         confidence: The confidence limits were met at.
         regions_searched: ``cloud/region`` of every region whose rows were searched.
+        families: Instance families among the feasible configurations compared (``--top`` shows
+            the best of each, so fewer rows than asked means fewer families).
+        best_at_median: When ranking at the confidence put another configuration first: the one
+            that ranks first at the median (the view says why it lost), else None.
+        ranked_at: The quantile the order (and the simplicity rule's edges) were taken at; None:
+            the median (no limit set).
     """
 
     recommendations: list[Candidate]
@@ -323,6 +369,9 @@ class SearchResult:
     simulated: int = 0
     confidence: float = 0.9
     regions_searched: tuple[str, ...] = ()
+    families: int = 0
+    best_at_median: Candidate | None = None
+    ranked_at: float | None = None
 
     @property
     def close_call(self) -> CloseCall | None:
@@ -333,14 +382,29 @@ class SearchResult:
         return close_call(recs[0], recs[1], self.objective)
 
 
-def order(feasible: Sequence[Candidate], goal: str, top: int) -> tuple[list[Candidate], SimplerChoice | None]:
+def order(feasible: Sequence[Candidate], goal: str, top: int, confidence: float | None = None,
+          diverse: bool = True) -> tuple[list[Candidate], SimplerChoice | None]:
     """The recommendations (``top`` of them) after the simplicity rule: the chosen first, the
-    best-ranked next when it was passed over, then the rest in the objective's order."""
-    ranked = sorted(feasible, key=objective_key(goal))
-    i, why = choose(ranked, goal)
+    best-ranked next when it was passed over, then the best of each other instance family
+    (``diverse``; else every next one) in the objective's order (ranked at ``confidence`` when
+    given; ties settled by ``settle_ties``)."""
+    ranked = settle_ties(sorted(feasible, key=objective_key(goal, confidence)), goal, confidence)
+    i, why = choose(ranked, goal, confidence)
     chosen = ranked[i]
-    rest = [c for k, c in enumerate(ranked) if k != i]
-    return [chosen, *rest][:top], why
+    out = [chosen] + ([why.over] if why is not None else [])
+    seen = {c.families for c in out}
+    for c in ranked:
+        if len(out) >= top:
+            break
+        if (c.families not in seen if diverse else all(c is not o for o in out)):
+            out.append(c)
+            seen.add(c.families)
+    return out[:top], why
+
+
+def families_of(cands: Iterable[Candidate]) -> int:
+    """How many instance families (or family pairs of a mix) the candidates span."""
+    return len({c.families for c in cands})
 
 
 def explain_failure(evaluated: Sequence[Candidate], budget_pruned: bool) -> tuple[str, Candidate | None]:

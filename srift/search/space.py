@@ -235,7 +235,7 @@ def build_space(selection: TypeSelection, c: Constraints, memory_ok: Callable[[I
         per_market = sum(1 for m in markets if (r.usd_per_hour(m == SPOT) if m != SPOT_MIX else r.spot_usd_per_hour) is not None)
         pruned["unsupported"] += n * per_market
     space.considered = considered + pruned["unsupported"]
-    space.pruned = {k: v for k, v in pruned.items() if v}
+    space.pruned = {k: v for k, v in pruned.items() if v or k == "memory"}  # memory's count is said even when 0
     return space
 
 

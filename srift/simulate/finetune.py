@@ -30,8 +30,8 @@ call to ``srift.simulate.memory.activation_bytes``): every tensor is stored in t
 of the precision (``bf16``: 2 bytes, no fp32 master copy, as LitGPT's ``bf16-true``, torchtune and a
 bf16-loaded Hugging Face model train; otherwise 4), base weights of QLoRA in NF4 with double
 quantization; gradients and optimizer states only for what trains; activations and the loss's
-fp32 upcast of the logits from ``activation_bytes``; FSDP's gathered units, the caching
-allocator's slack and the CUDA workspace as ``sharded_memory_bytes`` counts them.
+fp32 upcast of the logits from ``activation_bytes``; FSDP's gathered units and the caching
+allocator's reserve as ``sharded_memory_bytes`` counts them.
 
 Optimizer states per trainable parameter: ``adamw`` two moments in the parameter dtype (torch's
 AdamW allocates them ``zeros_like`` the parameter); ``adamw8bit`` and ``paged-adamw8bit``
@@ -49,9 +49,7 @@ from srift.errors import SriftError
 from srift.job import Job
 from srift.perf.compute import layer_kind
 from srift.profile import LayerProfile, Profile
-from srift.simulate.memory import (
-    FRAGMENTATION, WORKSPACE_BYTES, activation_bytes, compute_param_bytes,
-)
+from srift.simulate.memory import activation_bytes, allocated_parts, compute_param_bytes, with_allocator
 from srift.simulate.sharded import unit_layout
 
 # NF4 with double quantization (QLoRA paper, section 3): 4 bits per weight, one 8-bit absmax per
@@ -328,19 +326,17 @@ def finetune_memory_bytes(profile: Profile, frozen: FrozenBase, precision: str, 
             gathered = unit_bytes[0] + 2.0 * max(unit_bytes[1:], default=0.0)
         grads = trainable * e / n + (float(layout.root_params) + 2.0 * layout.max_block_params) * e
     dequantized = frozen.largest_quantized * e
-    return {
+    return with_allocator({
         "weights": weights,
         "gathered_weights": gathered,
         "dequantized_weight": dequantized,
         "gradients": grads,
         "optimizer_state": trainable * state / n,
         "activations": acts,
-        "fragmentation": FRAGMENTATION * (acts + gathered + dequantized),
-        "workspace": WORKSPACE_BYTES,
-    }
+    })
 
 
 def allocated_bytes(breakdown: dict[str, float]) -> float:
     """What PyTorch's ``torch.cuda.max_memory_allocated`` would report of a memory breakdown:
-    everything but the allocator's slack and the CUDA context/workspace."""
-    return sum(v for k, v in breakdown.items() if k not in ("fragmentation", "workspace"))
+    everything but the caching allocator's reserve."""
+    return sum(allocated_parts(breakdown).values())

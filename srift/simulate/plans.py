@@ -36,7 +36,7 @@ from srift.job import AUTO, CHECKPOINTING, PARALLELISMS, Job
 from srift.perf.comm import CommModel
 from srift.simulate.ddp import comm_end_s
 from srift.simulate.kfac import KfacPlan, plan_kfac
-from srift.simulate.memory import fits
+from srift.simulate.memory import FIT_STATES, fit_state, fits
 from srift.simulate.sharded import EXPOSED_KEYS, StepTimes
 from srift.simulate.workload import Workload, _Compute
 from srift.perf.quantiles import Z90
@@ -120,6 +120,7 @@ class MemoryFit:
     fits: bool
     per_gpu_bytes: float
     breakdown_bytes: dict[str, float]
+    state: str = "fits"  # srift.simulate.memory.fit_state of the most constrained GPU
 
 
 @dataclass(frozen=True)
@@ -213,7 +214,7 @@ class Plans:
         if self.parallelisms == ("ddp",) and w.units.blocks == 0 and w.frozen is None:
             return fits(sum(w.memory(w.ref_batch).values()), gpu_memory_gib)
         n = max(1, max_gpus)
-        return any(fits(sum(w.plan_memory(w.ref_batch, p, c, n, n).values()), gpu_memory_gib)
+        return any(fits(sum(w.plan_memory(w.ref_batch, p, c, n, n > 1).values()), gpu_memory_gib)
                    for p in self.parallelisms for c in self.checkpointings)
 
     # ---- plans -------------------------------------------------------------------------------
@@ -223,11 +224,14 @@ class Plans:
         module docstring)."""
         if len(plans) == 1:
             return self.evaluate(view, batches, comps, plans[0], p90=True)
-        fitting = []
+        fitting: list[tuple[float, str, str]] = []
+        unsure: list[tuple[float, str, str]] = []
         for cand in plans:
             mem = self.memory_fit(view, batches, cand)
-            if mem.fits:
-                fitting.append((self.lower_bound_s(view, comps, batches, cand), cand.parallelism, cand.checkpointing))
+            if mem.fits:  # plans that fit for sure first; those that may not fit when none does
+                (fitting if mem.state == "fits" else unsure).append(
+                    (self.lower_bound_s(view, comps, batches, cand), cand.parallelism, cand.checkpointing))
+        fitting = fitting or unsure
         if not fitting:
             # Nothing fits: show the plan that needs least memory, marked as not fitting.
             least = min(plans, key=lambda c: self.memory_fit(view, batches, c).per_gpu_bytes)
@@ -262,15 +266,34 @@ class Plans:
     def memory_fit(self, view: ClusterView, batches: list[int], plan: Candidate) -> MemoryFit:
         """Whether every GPU holds its share under a plan, and the most loaded GPU's memory."""
         shard = view.shard_gpus(plan.parallelism)
-        most, most_breakdown, ok = 0.0, {}, True
+        most, most_breakdown, worst = 0.0, {}, 0
         for cap, b in zip(view.memory_caps_gib, batches):
-            m = self.w.plan_memory(b, plan.parallelism, plan.checkpointing, shard, view.gpus)
+            m = self.w.plan_memory(b, plan.parallelism, plan.checkpointing, shard, view.gpus > 1)
             total = sum(m.values())
             if cap is not None:
-                ok = ok and fits(total, cap)
+                worst = max(worst, FIT_STATES.index(fit_state(total, cap)))
             if total > most:
                 most, most_breakdown = total, m
-        return MemoryFit(ok, most, most_breakdown)
+        return MemoryFit(FIT_STATES[worst] != "does not fit", most, most_breakdown, FIT_STATES[worst])
+
+    def safe_batch(self, view: ClusterView, batches: list[int], plan: Candidate) -> int | None:
+        """The largest per-GPU micro-batch (up to the plan's) that fits for sure on every GPU under
+        the plan (memory grows with the batch: bisection), or None when even 1 does not."""
+        shard = view.shard_gpus(plan.parallelism)
+        caps = [cap for cap in view.memory_caps_gib if cap is not None]
+
+        def sure(b: int) -> bool:
+            m = sum(self.w.plan_memory(b, plan.parallelism, plan.checkpointing, shard, view.gpus > 1).values())
+            return all(fit_state(m, cap) == "fits" for cap in caps)
+
+        lo, hi = 0, max(batches)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if sure(mid):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo or None
 
     # ---- DDP ---------------------------------------------------------------------------------
     def ddp(self, view: ClusterView, batches: list[int], comps: list[_Compute], checkpointing: str) -> Plan:

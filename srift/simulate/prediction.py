@@ -57,15 +57,26 @@ class Prediction:
             ``iteration_time_s``. ``comm_total`` (not exposed only) is reported beside them.
         bottleneck: ``compute``, ``communication``, ``input`` (the data loader is slower than the
             GPUs) or ``memory``.
-        fits_in_memory: False when some GPU needs more memory than it has.
-        memory_per_gpu_bytes: Estimated peak memory of the most loaded GPU.
-        memory_breakdown_bytes: weights, gradients, optimizer_state, activations, workspace.
+        fits_in_memory: False when some GPU certainly needs more memory than it has (its median
+            reserved peak is over the usable memory); True for ``may not fit`` too.
+        memory_per_gpu_bytes: Predicted peak memory the caching allocator reserves on the most
+            loaded GPU (what decides an out-of-memory error; srift/simulate/memory.py).
+        memory_breakdown_bytes: weights, gradients, optimizer_state, activations (+ gathered_weights
+            when sharded, kfac_factors) and allocator (reserved beyond allocated): they add up to
+            ``memory_per_gpu_bytes``.
+        memory_allocated_bytes: What PyTorch allocates at the peak (the breakdown less ``allocator``).
+        memory_fit: ``fits`` (the p90 of the reserved peak is under the usable memory), ``may not
+            fit`` (within the prediction's typical error of it) or ``does not fit``.
+        memory_safe_batch: Under ``may not fit``/``does not fit``, the largest per-GPU micro-batch
+            that fits for sure (None otherwise, or when even 1 does not).
         batch_split: The batch of each node group.
         spot: Expected values with interruptions (None for on-demand clusters).
         notes: Remarks (anchoring, extrapolation, etc).
         typical_error_pct: How far such predictions have been from measurements (leave-one-GPU-out
             MAPE of the matching validation group, srift/perf/accuracy.py); None where unvalidated.
         typical_error_basis: What that figure rests on.
+        beyond_validated: What the prediction is beyond its validation group's measurements
+            (``405B > 70B``; srift/perf/coverage.py), empty inside them.
         compute_error_pct: How far the compute part alone has been from measurements: the
             single-GPU figure for where this prediction's compute times come from. It is what
             separates two GPU types' predictions (on the same GPUs the errors are shared).
@@ -117,6 +128,7 @@ class Prediction:
     notes: list[str] = field(default_factory=list)
     typical_error_pct: float | None = None
     typical_error_basis: str = ""
+    beyond_validated: tuple[str, ...] = ()
     compute_error_pct: float | None = None
     parallelism: str = "ddp"
     activation_checkpointing: str = "none"
@@ -129,6 +141,9 @@ class Prediction:
     model_flops_per_token: float | None = None
     data_loading: str = "synthetic"
     input_time_s: float | None = None
+    memory_allocated_bytes: float = 0.0
+    memory_fit: str = "fits"
+    memory_safe_batch: int | None = None
     layout: dict[str, int | str] | None = None
     memory_stage: int | None = None
     layout_alternative: dict[str, int | str] | None = None

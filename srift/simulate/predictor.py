@@ -32,13 +32,15 @@ from srift.job import AUTO, Job, usd_per_million_samples
 from srift.perf.accuracy import (
     MEASURED_ELSEWHERE, MEASURED_HERE, finetune_typical_error, sharded_typical_error, typical_error,
 )
+from srift.perf.coverage import Coverage, sharded_coverage
 from srift.perf.comm import CommModel
 from srift.perf.compute import LayerTimes
 from srift.profile import Profile
 from srift.simulate.kfac import KfacPlan
 from srift.simulate.loader import InputLoader, image_side_px
 from srift.simulate.mixed import batches_for_fastest, split_batch
-from srift.simulate.plans import ClusterView, Plans, plan_choices
+from srift.simulate.memory import allocated_parts
+from srift.simulate.plans import Candidate, ClusterView, Plans, plan_choices
 from srift.simulate.prediction import BatchShare, Prediction, bottleneck
 from srift.simulate.spot import spot_expectation
 from srift.simulate.workload import Workload, measured_sources, profile_flops_per_token
@@ -153,6 +155,12 @@ class Predictor:
         cost = cluster.usd_per_hour
         crit = max(comps, key=lambda c: c.compute_end_s)
         error_pct, error_basis, compute_error_pct = self._typical_error(cluster, crit.times, plan.parallelism, comm)
+        # Node counts beyond the measured ones: the multi-node figure widens itself and the nodes
+        # column says so (srift/perf/accuracy.py); the sharded group's ranges are checked here.
+        coverage = (sharded_coverage(self.units.params, cluster.gpus, [g.gpu for g in cluster.node_groups])
+                    if plan.parallelism != "ddp" else Coverage())
+        if error_pct is not None and plan.parallelism != "ddp":
+            error_pct, error_basis = error_pct * coverage.factor, error_basis + coverage.basis()
         state_bytes = self.units.params * (4.0 + float(self.base.optimizer.get("state_bytes_per_param", 4)))
         if plan.parallelism != "ddp":
             state_bytes /= cluster.nodes  # every node writes its own shards of the checkpoint
@@ -172,12 +180,17 @@ class Predictor:
             fits_in_memory=plan.memory.fits,
             memory_per_gpu_bytes=plan.memory.per_gpu_bytes,
             memory_breakdown_bytes=dict(plan.memory.breakdown_bytes),
+            memory_allocated_bytes=sum(allocated_parts(plan.memory.breakdown_bytes).values()),
+            memory_fit=plan.memory.state,
+            memory_safe_batch=(self.plans.safe_batch(view, batches, Candidate(plan.parallelism, plan.checkpointing))
+                               if plan.memory.state != "fits" else None),
             batch_split=[BatchShare(g.label, g.gpu, b * accum, g.gpus) for g, b in zip(groups, batches)],
             spot=spot_expectation(cluster, state_bytes, throughput, cost),
             notes=(self._notes(crit.times, plan.kfac) + self._finetune_notes() + comm.assumptions()
                    + self.loader.input_notes(loader, inputs, gpu_s)),
             typical_error_pct=error_pct,
             typical_error_basis=error_basis,
+            beyond_validated=coverage.beyond,
             compute_error_pct=compute_error_pct,
             parallelism=plan.parallelism,
             activation_checkpointing=plan.checkpointing,

@@ -17,7 +17,7 @@ import numpy as np
 from srift.cache import BoundedCache
 from srift.errors import SriftError
 from srift.hardware import CPU, find_gpu
-from srift.job import HALF_PRECISIONS, Job
+from srift.job import Job
 from srift.perf.comm import CommModel
 from srift.perf.compute import KINDS, LayerTimes, layer_arrays, layer_times, measured_gpu
 from srift.profile import Profile
@@ -25,7 +25,7 @@ from srift.simulate.ddp import BucketLayout, bucket_layout, bucket_ready_s
 from srift.simulate.finetune import FrozenBase, finetune_memory_bytes, finetune_profile, frozen_in_profile
 from srift.simulate.kfac import kfac_memory_bytes
 from srift.simulate.memory import (
-    FRAGMENTATION, activation_bytes, compute_param_bytes, memory_breakdown_bytes, sharded_memory_bytes,
+    activation_bytes, allocated_parts, compute_param_bytes, memory_breakdown_bytes, sharded_memory_bytes, with_allocator,
 )
 from srift.simulate.sharded import StepInputs, StepTimes, checkpoint_masks, simulate_step, unit_layout
 
@@ -134,8 +134,8 @@ class Workload:
         self.units = unit_layout(self.base)
         self._profiles: BoundedCache[tuple[int, int], Profile] = BoundedCache()
         self._compute: BoundedCache[tuple[str, int], _Compute] = BoundedCache()
-        self._memory: BoundedCache[int, dict[str, float]] = BoundedCache()
-        self._sharded_memory: BoundedCache[tuple[int, str, str, int, int], dict[str, float]] = BoundedCache()
+        self._memory: BoundedCache[tuple[int, bool], dict[str, float]] = BoundedCache()
+        self._sharded_memory: BoundedCache[tuple[int, str, str, int], dict[str, float]] = BoundedCache()
         self._activations: BoundedCache[tuple[int, str], float] = BoundedCache()
         self._steps: BoundedCache[tuple, StepTimes] = BoundedCache()
         self._unit_compute: BoundedCache[tuple[str, int, str], UnitTimes] = BoundedCache()
@@ -149,9 +149,6 @@ class Workload:
         if ph.total_s and ph.total_s_std is not None:
             measured_cv = ph.total_s_std / ph.total_s
         self.compute_cv = measured_cv if measured_cv is not None else STRUCTURAL_COMPUTE_CV
-        # Activations scale with precision when the profile was taken at another one.
-        half, was_half = self.precision in HALF_PRECISIONS, profile.precision in HALF_PRECISIONS
-        self._act_factor = 0.5 if (half and not was_half) else (2.0 if (was_half and not half) else 1.0)
         self.seq_len = self.base.seq_len
         self.flops_per_token = (model_flops_per_token(self.seq_len) if model_flops_per_token is not None and self.seq_len
                                 else profile_flops_per_token(self.base))
@@ -181,38 +178,33 @@ class Workload:
             return _Compute(layer_times(prof, gpu, self.precision), batch, self.layout)
         return self._compute.get((gpu, batch), make)
 
-    def memory(self, batch: int) -> dict[str, float]:
-        """DDP's memory per GPU at a per-GPU batch (srift.simulate.memory.memory_breakdown_bytes)."""
+    def memory(self, batch: int, buckets: bool = True) -> dict[str, float]:
+        """DDP's memory per GPU at a per-GPU batch (srift.simulate.memory.memory_breakdown_bytes;
+        ``buckets``: DDP's gradient buckets, absent on one GPU)."""
         def make() -> dict[str, float]:
-            m = memory_breakdown_bytes(self.profile_at(batch), self.precision)
-            m["activations"] *= self._act_factor
+            m = memory_breakdown_bytes(self.profile_at(batch), self.precision, buckets)
             if self.job.kfac:
-                m["kfac_factors"] = kfac_memory_bytes(self.base)
+                m = with_allocator({**allocated_parts(m), "kfac_factors": kfac_memory_bytes(self.base)})
             return m
-        return self._memory.get(batch, make)
+        return self._memory.get((batch, buckets), make)
 
-    def plan_memory(self, batch: int, parallelism: str, checkpointing: str, shard_gpus: int, gpus: int = 1) -> dict[str, float]:
+    def plan_memory(self, batch: int, parallelism: str, checkpointing: str, shard_gpus: int,
+                    buckets: bool = True) -> dict[str, float]:
         """Memory per GPU of a plan at a per-GPU micro-batch: DDP's for a profile without FSDP
-        units (``memory``), fine-tuning's (``finetune_memory_bytes``; ``gpus``: the job's, for
-        DDP's gradient buckets), else ``sharded_memory_bytes``."""
+        units (``memory``), fine-tuning's (``finetune_memory_bytes``), else ``sharded_memory_bytes``
+        (``buckets``: DDP's, absent on one GPU)."""
         if self.units.blocks == 0 and parallelism == "ddp" and self.frozen is None:
-            return self.memory(batch)
-        key = (batch, parallelism, checkpointing, shard_gpus if parallelism != "ddp" else 1,
-               int(gpus > 1) if self.frozen is not None else 0)
+            return self.memory(batch, buckets)
+        key = (batch, parallelism, checkpointing, shard_gpus if parallelism != "ddp" else int(buckets))
 
         def make() -> dict[str, float]:
             acts = self._activations.get((batch, checkpointing), lambda: activation_bytes(
                 self.profile_at(batch), self.precision, checkpointing, self.job.fused_loss))
             if self.frozen is not None:
-                m = finetune_memory_bytes(self.profile_at(batch), self.frozen, self.precision, parallelism, checkpointing,
-                                          key[3], gpus, self.job.fused_loss, acts)
-            else:
-                m = sharded_memory_bytes(self.profile_at(batch), self.precision, parallelism, checkpointing, key[3],
-                                         self.job.reduce_dtype, self.job.fused_loss, acts)
-            if self._act_factor != 1.0:
-                m["fragmentation"] += FRAGMENTATION * m["activations"] * (self._act_factor - 1.0)
-                m["activations"] *= self._act_factor
-            return m
+                return finetune_memory_bytes(self.profile_at(batch), self.frozen, self.precision, parallelism,
+                                             checkpointing, key[3], 2 if buckets else 1, self.job.fused_loss, acts)
+            return sharded_memory_bytes(self.profile_at(batch), self.precision, parallelism, checkpointing, key[3],
+                                        self.job.reduce_dtype, self.job.fused_loss, acts, buckets)
         return self._sharded_memory.get(key, make)
 
     def allreduce_s(self, comm: CommModel, quantile: float) -> np.ndarray:

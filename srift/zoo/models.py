@@ -14,6 +14,7 @@ from srift.job import HALF_PRECISIONS, require_precision
 from srift.profile import Profile
 from srift.zoo import MODELS, OPTIMIZER_STATE_BYTES_PER_PARAM, canonical_name
 from srift.profiling.flops import analyze_layers
+from srift.profiling.saved import SAVED_SCHEMA, SavedScaling, measure_saved_bytes, per_sample_bytes
 from srift.zoo import text, vision
 
 BUILDERS: dict[str, Callable[[], nn.Module]] = {
@@ -89,9 +90,48 @@ def _apply_autocast_dtypes(layers: list) -> None:
         layer.bwd_bytes /= 2
 
 
+# Sequence length of the small CPU runs that count saved bytes (and twice it): shapes, not sizes, matter.
+SAVED_PROBE_SEQ_LEN = 64
+
+
+def saved_scalings(name: str, autocast_dtype: torch.dtype | None = None) -> list[SavedScaling]:
+    """Per leaf of a zoo model, the bytes autograd saves per sample (and token), counted on small CPU
+    runs (srift.profiling.saved; ``autocast_dtype``: under CPU autocast, which saves in 16 bits what
+    CUDA autocast does: convolution and matmul inputs; BatchNorm in its input's dtype)."""
+    key = canonical_name(name)
+    model = build_model(key, "cpu")
+    seq = SAVED_PROBE_SEQ_LEN if MODELS[key].kind == "sequence" else None
+
+    def measure(batch: int, seq_len: int | None) -> dict[str, float]:
+        x = example_batch(key, batch, seq_len)
+        return measure_saved_bytes(model, lambda: forward_loss(key, model, x), autocast_dtype)
+
+    return per_sample_bytes(measure, seq)
+
+
+def _set_saved(layers: list, scalings: list[SavedScaling], batch: int, seq_len: int | None, half: bool) -> None:
+    """Write each leaf's saved bytes at the profile's size into its layer (what was saved before any
+    leaf ran, into the first one)."""
+    at = {s.name: s.at(batch, seq_len) for s in scalings}
+    first: tuple[float, float] | None = at.pop("", (0.0, 0.0))
+    for i, layer in enumerate(layers):
+        if layer.type == "Parameters":
+            continue
+        total, quad = at.get(layer.name, (0.0, 0.0))
+        if first is not None:
+            total, quad, first = total + first[0], quad + first[1], None
+        if half:
+            layer.saved_half_bytes, layer.saved_half_bytes_seq2 = total, quad
+        else:
+            layer.saved_bytes, layer.saved_bytes_seq2 = total, quad
+
+
 def structural_profile(name: str, batch_size: int | None = None, seq_len: int | None = None,
-                       precision: str = "fp32") -> Profile:
+                       precision: str = "fp32", saved: bool = False) -> Profile:
     """Analyze one training step of a zoo model on the meta device (no memory, no time).
+
+    ``saved``: also count the bytes autograd saves, fp32 and under autocast (``saved_scalings``:
+    small CPU runs, seconds to minutes).
 
     AMP: FLOPs and gradient bytes (DDP all-reduces fp32 gradients) are unchanged; activation and
     moved bytes follow the dtype autocast gives each layer's output (see _apply_autocast_dtypes).
@@ -108,6 +148,9 @@ def structural_profile(name: str, batch_size: int | None = None, seq_len: int | 
     layers = analyze_layers(model, lambda: forward_loss(key, model, batch))
     if precision in HALF_PRECISIONS:  # bf16 autocast keeps the same dtypes as fp16 autocast
         _apply_autocast_dtypes(layers)
+    if saved:
+        _set_saved(layers, saved_scalings(key), b, t if info.kind == "sequence" else None, half=False)
+        _set_saved(layers, saved_scalings(key, torch.float16), b, t if info.kind == "sequence" else None, half=True)
     return Profile(
         name=key,
         batch_size=b,
@@ -119,4 +162,5 @@ def structural_profile(name: str, batch_size: int | None = None, seq_len: int | 
         optimizer={"type": info.optimizer, "state_bytes_per_param": OPTIMIZER_STATE_BYTES_PER_PARAM[info.optimizer]},
         input_bytes_per_sample=float(batch[0].numel() * batch.element_size()),
         notes=[f"structural profile of the zoo model {key} ({info.reference}); no timings"],
+        saved_tensors=SAVED_SCHEMA if saved else None,
     )

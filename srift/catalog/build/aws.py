@@ -13,16 +13,16 @@ Rules:
   * On-demand: us-east-1 from Karpenter. Other regions: SkyPilot's regional price; where SkyPilot's
     us-east-1 price of the type differs from Karpenter's newer one (the price cut), the regional
     prices are rebased by Karpenter/SkyPilot in us-east-1 (the regional ratio kept), flagged
-    ``on-demand-rebased``, and their spot prices scaled alike and marked estimated.
+    ``on-demand-rebased`` (an estimated price). Spot is a market, not a list price: it is never
+    scaled by the on-demand cut; the snapshot's spot price stays as it is (no offer where it is at
+    or above the rebased on-demand price).
   * Spot: us-east-1 from the newer snapshot where it has the type, else SkyPilot's zones; the median
     of zones that offer spot (see ``regional_price``). Types SkyPilot lacks (us-east-1 rows from
-    Karpenter alone) get on-demand x the median observed us-east-1 spot/on-demand ratio of their
-    family, or of their class (p or g), flagged estimated.
+    Karpenter alone) have no spot price: ``srift catalog refresh`` reads the Spot Advisor's.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +30,7 @@ from pathlib import Path
 from srift.catalog.build.common import (
     Row, ZonePrice, make_row, network_columns, opt_float, read_csv, regional_price, rules,
 )
-from srift.catalog.instances import FLAG_ON_DEMAND_REBASED
+from srift.catalog.instances import FLAG_NO_SPOT_DISCOUNT, FLAG_ON_DEMAND_REBASED
 from srift.hardware import find_gpu, gpus
 
 REFERENCE_REGION = "us-east-1"
@@ -134,7 +134,6 @@ def build(data: Path) -> list[Row]:
             factor[itype] = ref / sky
 
     rows: list[Row] = []
-    observed_ratio: dict[str, list[float]] = defaultdict(list)  # family -> us-east-1 spot/od ratios
 
     def row(itype: str, region: str, od: float | None, spot: float | None, estimated: bool, nzones: int | None,
             flags: list[str], as_of: str, source: str) -> Row:
@@ -153,7 +152,7 @@ def build(data: Path) -> list[Row]:
         price = regional_price(by_zone.values(), cap)
         flags = list(price.flags)
         f = factor.get(itype, 1.0)
-        spot, estimated, spot_src = price.spot, False, f"{src['skypilot']['aws']} spot"
+        spot, spot_src = price.spot, f"{src['skypilot']['aws']} spot"
         if region == REFERENCE_REGION:
             od, as_of = hardware[itype].od_reference, str(src["aws_as_of"])
             if od is None:
@@ -161,32 +160,26 @@ def build(data: Path) -> list[Row]:
             if itype in snapshot:
                 snap = regional_price(snapshot[itype], cap)
                 spot, spot_src, flags = snap.spot, f"{src['aws_spot_snapshot']} spot", list(snap.flags)
-            elif f != 1.0 and spot is not None:
-                spot, estimated = spot * f, True
             source = f"{src['karpenter']}; {spot_src}"
-            if od and spot and not estimated:
-                observed_ratio[hardware[itype].family].append(spot / od)
         else:
             od, as_of, source = price.on_demand, "", str(src["skypilot"]["aws"])
             if f != 1.0:
                 od = None if od is None else od * f
-                spot, estimated = (None if spot is None else spot * f), spot is not None
                 flags.append(FLAG_ON_DEMAND_REBASED)
                 source += f"; on-demand rebased to {src['karpenter']} us-east-1"
-        rows.append(row(itype, region, od, spot, estimated, price.zones, flags, as_of, source))
+        # Spot as the snapshot has it, never scaled by an on-demand cut; at or above the (newer)
+        # on-demand price it is no offer.
+        if spot is not None and od is not None and spot >= od * cap:
+            spot = None
+            flags.append(FLAG_NO_SPOT_DISCOUNT)
+        rows.append(row(itype, region, od, spot, False, price.zones, flags, as_of, source))
 
-    # Types only Karpenter knows: us-east-1, spot estimated from observed ratios.
-    class_ratio: dict[str, list[float]] = defaultdict(list)
-    for fam, ratios in observed_ratio.items():
-        class_ratio[fam[0]].extend(ratios)
+    # Types only Karpenter knows: us-east-1, on-demand only (no spot figure to use as it is).
     covered = {itype for itype, _ in zones}
     for itype, hw in sorted(hardware.items()):
         if itype in covered:
             continue
         od = hw.od_reference
-        ratios = observed_ratio.get(hw.family) or class_ratio.get(hw.family[0]) \
-            or [v for vs in class_ratio.values() for v in vs]
-        spot = None if od is None else od * statistics.median(ratios)
-        rows.append(row(itype, REFERENCE_REGION, od, spot, True, None, [],
+        rows.append(row(itype, REFERENCE_REGION, od, None, False, None, [],
                         str(src["aws_as_of"]) if od is not None else "", str(src["karpenter"])))
     return rows

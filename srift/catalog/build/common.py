@@ -12,7 +12,7 @@ from typing import Any
 
 from srift.catalog.instances import FLAG_NO_SPOT_DISCOUNT, FLAG_SPOT_ABOVE_ON_DEMAND
 from srift.catalog.network import FLAG_NETWORK_ASSUMED, resolve
-from srift.catalog.spot import band_for_ratio
+from srift.catalog.spot import default_band
 
 Row = dict[str, Any]
 
@@ -87,11 +87,12 @@ def regional_price(zones: Iterable[ZonePrice], cap_ratio: float) -> RegionalPric
     )
 
 
-def spot_band(on_demand: float | None, spot: float | None) -> tuple[str, float]:
-    """Assumed interruption band and rate from the spot/on-demand ratio; ("", 0) without spot."""
-    if spot is None or not on_demand:
+def spot_band(gpu_name: str, spot: float | None) -> tuple[str, float]:
+    """The conservative default interruption band and rate of the GPU's class
+    (``srift.catalog.spot.default_band``; never from the price); ("", 0) without spot."""
+    if spot is None:
         return "", 0.0
-    return band_for_ratio(spot / on_demand)
+    return default_band(gpu_name)
 
 
 def network_columns(cloud: str, family: str, instance_type: str, *, efa: bool = False,
@@ -112,8 +113,8 @@ def make_row(*, cloud: str, region: str, instance_type: str, family: str, vm_typ
              gpu_name: str, gpu_count: int, gpu_memory_gib: float, vcpus: int, memory_gib: float, host_arch: str,
              network: Row, on_demand: float | None, spot: float | None, spot_estimated: bool, zones: int | None,
              flags: Iterable[str], as_of: str, source: str) -> Row:
-    """A catalog row (CSV_COLUMNS) with the assumed interruption band of its spot price."""
-    band, rate = spot_band(on_demand, spot)
+    """A catalog row (CSV_COLUMNS) with the default interruption band of its GPU class."""
+    band, rate = spot_band(gpu_name, spot)
     row: Row = {
         "cloud": cloud, "region": region, "instance_type": instance_type, "family": family, "vm_type": vm_type,
         "accelerators": accelerators, "gpu_name": gpu_name, "gpu_count": int(gpu_count),
