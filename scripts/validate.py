@@ -24,6 +24,11 @@ Sharded (FSDP) group: tokens/s per GPU of the PyTorch FSDP runs of data/llm-trai
 (``srift.fitting.sharded``), with the decoder-LLM kernel rates refitted without the row's GPU
 (LOGO), model size (LOMO) or source (LOSO), and peak memory against the runs that state it (``sharded_group``).
 
+Fine-tuning group (``finetune_group``; ``--only finetune`` prints it alone): full, LoRA and QLoRA
+runs of data/finetuning (``srift.fitting.finetune``: which rows and how each becomes a job): peak
+memory against LitGPT's one-A10G runs, fits-or-not on every run, tokens/s per GPU against NVIDIA's
+NeMo and Hugging Face PEFT runs on H100. Nothing of the fine-tuning model is fitted, on these data
+or others, so each figure is already out of sample for every source left out.
 Layout group: step times of Megatron-Core TP x PP x CP x DP runs (data/llm-parallel-layouts,
 ``srift.fitting.layouts``), leave-one-model-out and leave-one-source-out, and the mean regret of
 srift's ranking of measured layouts (``layout_group``).
@@ -307,6 +312,60 @@ def sharded_group(data: Path) -> dict:
             "basis": "llm-foundry MPT 125M-70B on A100-40GB/80GB and H100, 8-512 GPUs, FSDP1 FULL_SHARD/SHARD_GRAD_OP, bf16"}
 
 
+def finetune_group(data: Path) -> dict:
+    """The fine-tuning group: peak memory MAPE and fits-or-not against the runs that state memory,
+    fits-or-not on every run, tokens/s per GPU MAPE, by source and mode (see the module docstring).
+    Prints the table; returns accuracy.json's group (tokens/s is the figure predictions quote)."""
+    from srift.fitting import finetune
+
+    rows, out = finetune.load_rows(data)
+    rows = rows.join(finetune.predict_rows(rows))
+    rows["err"] = finetune.error_pct(rows, rows)
+    print(f"\nFine-tuning group: {len(rows)} measurements of data/finetuning (nothing fitted on them: every figure is "
+          "out of sample, leave-one-source-out included)")
+    print("  left out: " + "; ".join(f"{n} {why}" for why, n in out["reason"].value_counts().items()))
+    print(f"{'':<34}{'rows':>6}{'MAPE %':>9}{'bias %':>9}{'fit ok':>8}")
+
+    def line(label: str, s: pd.DataFrame) -> None:
+        print(f"{label:<34}{len(s):>6}{s['err'].abs().mean():>9.1f}{s['err'].mean():>+9.1f}{int(s['fits'].sum()):>5}/{len(s)}")
+
+    for metric, title in (("peak_memory_gb", "peak memory (allocated)"), ("tokens_per_s_per_gpu", "tokens/s per GPU")):
+        s = rows[rows["metric"] == metric]
+        line(title, s)
+        for (framework, mode), g in s.groupby(["framework", "finetune"]):
+            line(f"  {framework[:24]} {mode}", g)
+    print(f"fits-or-not: {int(rows['fits'].sum())} of {len(rows)} runs that ran predicted to fit "
+          "(95 % of the GPU usable; bias: + = predicted more memory / faster)")
+    with pd.option_context("display.width", 200, "display.max_rows", None):
+        print(rows[["label", "finetune", "lora_targets", "micro_batch", "grad_accum", "parallelism", "plan_checkpointing",
+                    "metric", "measured", "predicted", "err", "fits"]].round(1).to_string(index=False))
+    runtime = finetune.load_runtime_rows(data)
+    ratio = runtime["measured"].to_numpy(float) / np.array([finetune.predicted_runtime_min(r) for r in runtime.itertuples()])
+    print(f"LitGPT runtimes (not in the MAPE: shorter samples, validation included), measured / predicted at 512 tokens "
+          f"per sample: " + "; ".join(f"{mode} {ratio[(runtime['finetune'] == mode).to_numpy()].min():.2f}-"
+                                      f"{ratio[(runtime['finetune'] == mode).to_numpy()].max():.2f}"
+                                      for mode in ("full", "lora", "qlora")))
+    # Where LoRA and QLoRA ran the same batches for the same epochs, the sample lengths cancel in
+    # the runtime ratio: a check of QLoRA's dequantization cost.
+    runtime["predicted"] = runtime["measured"] / ratio
+    keys = ["label_model", "epochs", "micro_batch", "grad_accum"]
+    runtime["label_model"] = runtime["label"].str.split(" ").str[0]
+    pairs = runtime[runtime["finetune"] == "lora"].merge(runtime[runtime["finetune"] == "qlora"], on=keys, suffixes=("_l", "_q"))
+    for r in pairs.itertuples():
+        print(f"  QLoRA / LoRA runtime, {r.label_model} (same batches and epochs): measured {r.measured_q / r.measured_l:.2f}, "
+              f"predicted {r.predicted_q / r.predicted_l:.2f}")
+    speed = rows[rows["metric"] == "tokens_per_s_per_gpu"]
+    memory = rows[rows["metric"] == "peak_memory_gb"]
+    mape = round(float(speed["err"].abs().mean()), 1)
+    # Nothing is fitted on these runs: the leave-one-source-out figure is the same as the fit's.
+    return {"rows": int(len(speed)), "fit": mape, "loso": mape,
+            # As the other groups: the mean signed error of the time per token, negative = predicted too fast.
+            "bias_pct": round(float(np.mean(speed["measured"] / speed["predicted"] - 1.0) * 100.0), 1),
+            "memory_rows": int(len(memory)), "memory_mape": round(float(memory["err"].abs().mean()), 1),
+            "fits_right": int(rows["fits"].sum()), "fits_runs": int(len(rows)),
+            "basis": "NeMo SFT/LoRA of Llama 3 8B on 8-32 H100, Hugging Face PEFT LoRA + FSDP of Llama 2 70B and "
+                     "Mistral 7B on 8-512 H100; memory: LitGPT full/LoRA/QLoRA on one A10G"}
+
 def layout_group(data: Path) -> None:
     """The layout group: bf16 step times of Megatron-Core TP x PP x CP x DP runs
     (data/llm-parallel-layouts; srift.fitting.layouts says which rows and why), with the one
@@ -424,9 +483,20 @@ def main() -> None:
     ap.add_argument("--write-accuracy", nargs="?", const=str(ROOT / "configs" / "perf" / "accuracy.json"), default=None,
                     metavar="FILE", help="write the group figures predict/recommend quote (default configs/perf/accuracy.json)")
     ap.add_argument("--moe-only", action="store_true", help="run only the MoE group (data/moe-training)")
+    ap.add_argument("--only", choices=("finetune",), default=None, help="print one group only")
     args = ap.parse_args()
     if args.moe_only:
         moe_group(Path(args.data), args.table)
+        return
+    if args.only == "finetune":
+        figures = finetune_group(Path(args.data))
+        if args.write_accuracy:  # this group alone, the others as they are
+            from srift.files import read_json, write_json
+
+            path = Path(args.write_accuracy)
+            doc = read_json(path, "validation figures", "re-run scripts/validate.py --write-accuracy.")
+            doc["groups"]["finetune"] = figures
+            write_json(path, doc)
         return
     profiles = profile_source(args.profiles_dir)
     rows = datasets.load_rows(Path(args.data))
@@ -578,6 +648,7 @@ def main() -> None:
         print(f"{'  all-reduce ' + short:<28}{n_rows:>6}{fit_mape:>8.1f}{held_mape:>8.1f}")
     print(f"{'':<28}(all-reduce >= 1 MiB over EFA; LOGO column: EFA refitted without the instance type)")
     sharded_figures = sharded_group(Path(args.data))
+    finetune_figures = finetune_group(Path(args.data))
     layout_group(Path(args.data))
     moe_group(Path(args.data), args.table)
     if args.write_accuracy:
@@ -591,7 +662,7 @@ def main() -> None:
                         "single_gpu_same_gpu": "the same runs on other systems of the same GPU model",
                         "single_gpu_other_gpu": "single-GPU runs anchored on another GPU or precision of the same model",
                         "one_node_same_gpu": "the same system's measured 1-GPU run, scaled by the simulator"},
-                       {"sharded": sharded_figures})
+                       {"sharded": sharded_figures, "finetune": finetune_figures})
     shipped = C.load_params()
     print(f"\nProfile measured on another GPU or precision ({len(compute_fit.anchor_pairs(single, 'lomo'))} pairs of one model and "
           f"source; its model held out of the fit), MAPE %:")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from srift import DISTRIBUTION
-from srift.bounds import DEFAULT_PROFILE_TIMEOUT_S, MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DEADLINE_HOURS, require
+from srift.bounds import MAX_BATCH_SIZE, DEFAULT_PROFILE_TIMEOUT_S, MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DEADLINE_HOURS, require
 from srift.catalog import Instance, catalog_as_of, get_instance, load_catalog, parse_infra, supported
 from srift.catalog.provenance import PriceProvenance, combined, price_provenance
 from srift.catalog.spec import cluster_from_spec, efa_fallbacks, parse_spec
@@ -29,7 +29,7 @@ from srift.examples import copy_examples as copy_example_files
 from srift.files import check_name, check_outputs, file_in, output_file, read_json  # noqa: F401 (check_outputs: for the commands)
 from srift.hardware import CPU, GpuSpec, gpus, matching_gpus
 from srift.hardware import gpu as gpu_spec
-from srift.job import DEFAULT_INFRA, Job, Precision, require_precision
+from srift.job import DEFAULT_INFRA, FINETUNE_MODES, Job, Precision, require_precision
 from srift.jobfile import JobFile
 from srift.profile import Profile
 from srift.report.format import usd, with_article
@@ -51,6 +51,7 @@ from srift.search.large_batch import GlobalBatchLimit, accumulation_choices, def
 from srift.search.rank import SearchResult, objective_key
 from srift.search.sweep import Progress
 from srift.simulate import Predictor
+from srift.simulate.finetune import finetune_optimizer
 from srift.simulate.layout_prediction import layout_memory_error
 from srift.simulate.prediction import Prediction
 from srift.simulate.memory import USABLE_FRACTION, fits
@@ -224,20 +225,49 @@ def model_arch(model: str | None, model_config: str | None = None) -> DecoderArc
 
 
 # ---- predict ------------------------------------------------------------------------------------
+def with_micro_batch(job: Job, micro_batch_size: int | None, gpus: int) -> Job:
+    """``job`` with ``--micro-batch-size M`` on ``gpus`` GPUs: M sequences per GPU per micro-batch,
+    and with ``--global-batch-size G``, G / (M x GPUs) micro-batches per optimizer step.
+
+    Raises:
+        SriftError: for a global batch that is not a multiple of M x GPUs, or M with --batch-size
+            or --grad-accum (they say the same thing twice).
+    """
+    if micro_batch_size is None:
+        return job
+    require(micro_batch_size, "--micro-batch-size", 1, MAX_BATCH_SIZE, integer=True,
+            hint=f"pass --micro-batch-size from 1 to {MAX_BATCH_SIZE:,}.")
+    if job.batch_size is not None or job.grad_accum != 1:
+        raise SriftError("--micro-batch-size says what --batch-size and --grad-accum say.",
+                         "give --micro-batch-size with --global-batch-size, or --batch-size with --grad-accum.")
+    g = job.global_batch_size
+    if g is None:
+        return dataclasses.replace(job, batch_size=micro_batch_size)
+    if g % (micro_batch_size * gpus):
+        raise SriftError(f"global batch {g:,} is not a multiple of micro-batch {micro_batch_size:,} x {gpus:,} GPUs.",
+                         "make --global-batch-size a multiple of --micro-batch-size times the GPUs.")
+    return dataclasses.replace(job, batch_size=micro_batch_size, grad_accum=g // (micro_batch_size * gpus))
+
+
 def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None = None, instance: str | None = None,
             cluster_file: str | None = None, region: str = DEFAULT_INFRA, spot: bool = False,
             model_config: str | None = None, placement_group: bool | None = None) -> PredictResult:
     """Predict ``job`` of a model, a Hugging Face config or profile(s) on an instance spec (in the
-    ``region`` selection, ``--infra`` spelling) or a cluster file."""
+    ``region`` selection, ``--infra`` spelling) or a cluster file (a data-parallel job's
+    ``--micro-batch-size``: ``with_micro_batch``)."""
     cluster = resolve_cluster(instance, cluster_file, region=region, spot=spot, placement_group=placement_group)
+    if job.layout is None:
+        job = with_micro_batch(dataclasses.replace(job, micro_batch_size=None), job.micro_batch_size, cluster.gpus)
     gpu_names = [g.gpu for g in cluster.node_groups if g.gpu != CPU]
     if job.precision is None and is_decoder_llm(model, model_config):
         job = dataclasses.replace(job, precision=default_precision(model, model_config, gpu_names))
     prof, more = resolve_profiles(model, profiles, model_config, job.precision)
-    predictor = Predictor(prof, job, more, model_flops_fn(model, model_config), model_arch(model, model_config))
+    flops = model_flops_fn(model, model_config)
+    predictor = Predictor(prof, job, more, flops, model_arch(model, model_config))
     pred = predictor.predict(cluster)
     if not pred.fits_in_memory:  # an iteration time for a job that cannot run would mislead
-        raise layout_memory_error(cluster, pred, prof.name) if pred.layout else memory_error(cluster, pred, prof.name)
+        raise (layout_memory_error(cluster, pred, prof.name) if pred.layout
+               else memory_error(cluster, pred, prof.name, lighter_finetune(prof, job, more, flops, cluster)))
     ages: dict[str, PriceAge] = {}
     host_arch = None
     price = None
@@ -248,7 +278,8 @@ def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None =
         pred = dataclasses.replace(pred, notes=[*pred.notes, *hardware_notes(rows), *price_notes(price, cluster)])
         ages = price_ages([(r.cloud, r.region) for r in rows])
         host_arch = rows[0].host_arch if len({r.host_arch for r in rows}) == 1 else "mixed"
-    return PredictResult(pred, prof.name, job.precision or prof.precision, job.optimizer, job.kfac_strategy, spot,
+    optimizer = finetune_optimizer(job) if job.finetune is not None else job.optimizer
+    return PredictResult(pred, prof.name, job.precision or prof.precision, optimizer, job.kfac_strategy, spot,
                          catalog_as_of=ages, host_arch=host_arch, uncertainty=uncertainty_of(pred, None),
                          network_fallbacks=network_fallbacks(predictor.predict, cluster), price=price)
 
@@ -282,9 +313,25 @@ def recommended_plan(result: RecommendResult) -> LaunchPlan:
                        fallbacks=result.network_fallbacks)
 
 
-def memory_error(cluster: Cluster, pred: Prediction, model: str) -> SriftError:
+def lighter_finetune(prof: Profile, job: Job, more: Sequence[Profile], flops: Callable[[int], float] | None,
+                     cluster: Cluster) -> str | None:
+    """For a fine-tuning job that does not fit on ``cluster``: the first lighter mode (full, then
+    LoRA, then QLoRA) that fits there, as a hint with its memory; None when none does."""
+    if job.finetune is None:
+        return None
+    for mode in FINETUNE_MODES[FINETUNE_MODES.index(job.finetune) + 1:]:
+        pred = Predictor(prof, dataclasses.replace(job, finetune=mode), more, flops).predict(cluster)
+        if pred.fits_in_memory:
+            rate = (f"{pred.throughput_tokens_per_s:,.0f} tokens/s" if pred.throughput_tokens_per_s
+                    else f"{pred.throughput_samples_per_s:,.3g} samples/s")
+            return f"--finetune {mode} fits ({pred.memory_per_gpu_bytes / 2**30:,.1f} GiB per GPU, {rate})"
+    return None
+
+
+def memory_error(cluster: Cluster, pred: Prediction, model: str, instead: str | None = None) -> SriftError:
     """The error for a job that does not fit: what the most loaded GPU needs under the plan the
-    prediction chose, its largest part, and what the smallest GPU short of it has."""
+    prediction chose, its largest part, and what the smallest GPU short of it has; ``instead``:
+    what would fit on the same GPUs (``lighter_finetune``), said first in the hint."""
     need, parts = pred.memory_per_gpu_bytes, pred.memory_breakdown_bytes
     caps = [(g.gpu_memory_gib if g.gpu_memory_gib is not None else gpu_spec(g.gpu).memory_gib, g.gpu)
             for g in cluster.node_groups if g.gpu != CPU]
@@ -293,11 +340,13 @@ def memory_error(cluster: Cluster, pred: Prediction, model: str) -> SriftError:
     part = f" ({largest.replace('_', ' ')}: {parts[largest] / 2**30:,.1f} GiB)" if largest else ""
     seq = f" and sequence length {pred.seq_len:,}" if pred.seq_len else ""
     batch = max((b.per_gpu_batch for b in pred.batch_split), default=0)
+    at = (f"micro-batches of {pred.micro_batch_size:,} ({pred.grad_accum:,} per step)" if pred.grad_accum > 1 and pred.micro_batch_size
+          else f"a per-GPU batch of {batch:,}")
     return SriftError(
-        f"{model} does not fit in GPU memory on {cluster.name} with {pred.plan_label}: at a per-GPU batch of {batch:,}{seq} "
+        f"{model} does not fit in GPU memory on {cluster.name} with {pred.plan_label}: at {at}{seq} "
         f"the most loaded GPU needs {need / 2**30:,.1f} GiB{part}, and {with_article(gpu)} has {cap:g} GiB "
         f"({USABLE_FRACTION:.0%} of it usable).",
-        "lower --batch-size (or --seq-len), use --precision bf16 or amp, shard it (--parallelism fsdp, "
+        (f"{instead}; or " if instead else "") + "lower --batch-size (or --seq-len), use --precision bf16 or amp, shard it (--parallelism fsdp, "
         "--activation-checkpointing full), or choose GPUs with more memory (`srift recommend` searches only the "
         "configurations the job fits).")
 
@@ -328,6 +377,13 @@ def recommend(job: Job, constraints: Constraints, model: str | None = None, prof
         require_bf16(sorted(constraints.gpus))
     prof, more = resolve_profiles(model, profiles, model_config, job.precision)
     job = with_resolved_length(job, prof)
+    if job.layout is None and job.micro_batch_size is not None:  # the cluster varies: the per-GPU batch
+        job = with_micro_batch(dataclasses.replace(job, micro_batch_size=None, global_batch_size=None),
+                               job.micro_batch_size, 1) if job.global_batch_size is None else job
+        if job.micro_batch_size is not None:
+            raise SriftError("a search without --layout takes --batch-size with --grad-accum, not --micro-batch-size "
+                             "with --global-batch-size (the micro-batches per step would change with the GPUs).",
+                             "give --batch-size and --grad-accum, or --global-batch-size alone.")
     seq = (job.seq_len or prof.seq_len) if prof.seq_len else None
     limit = (GlobalBatchLimit(constraints.max_global_batch, "--max-global-batch") if constraints.max_global_batch
              else default_max_global_batch(seq))

@@ -28,6 +28,7 @@ MAX_DATASET_SIZE = 10**15  # samples per epoch
 MAX_SAMPLES = 10**18  # samples of one job (--samples)
 MAX_TOKENS = 10**18  # tokens of one job (--tokens; the largest LLM runs: about 2 x 10^13)
 MAX_GRAD_ACCUM = 65_536  # micro-batches per optimizer step
+MAX_LORA_RANK = 65_536  # LoRA rank (above any model width srift has)
 MAX_PARALLEL_DEGREE = 65_536  # TP, PP or CP degree of a layout, and virtual pipeline stages
 MAX_KFAC_INTERVAL = 10**6  # K-FAC factor / inverse update interval, iterations
 

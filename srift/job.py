@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from srift.bounds import (
-    MAX_BATCH_SIZE, MAX_DATASET_SIZE, MAX_EPOCHS, MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM, MAX_KFAC_INTERVAL,
+    MAX_BATCH_SIZE, MAX_DATASET_SIZE, MAX_EPOCHS, MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM, MAX_KFAC_INTERVAL, MAX_LORA_RANK,
     MAX_PARALLEL_DEGREE, MAX_SAMPLES, MAX_SEQ_LEN, MAX_STEPS, MAX_TOKENS, require,
 )
 from srift.errors import SriftError
@@ -39,8 +39,20 @@ DEFAULT_CONFIDENCE = 0.9  # limits that rest on a prediction are met at this qua
 # decoded and augmented on the vCPUs, or pre-tokenized text.
 DataLoading = Literal["synthetic", "images", "tokens"]
 DATA_LOADING: tuple[DataLoading, ...] = get_args(DataLoading)
-Optimizer = Literal["sgd", "kfac"]
+# sgd: any first-order optimizer, with the state size the profile records; kfac: K-FAC; the
+# AdamW variants of fine-tuning recipes (srift/simulate/finetune.py): torch's, bitsandbytes'
+# 8-bit and paged 8-bit.
+Optimizer = Literal["sgd", "kfac", "adamw", "adamw8bit", "paged-adamw8bit"]
 OPTIMIZERS: tuple[Optimizer, ...] = get_args(Optimizer)
+# Fine-tuning (srift/simulate/finetune.py): every weight, LoRA adapters over frozen weights, or
+# LoRA over NF4-quantized frozen weights; which Linears of a block LoRA adapts: the query and
+# value projections (PEFT's default for Llama and Mistral, LitGPT's), every attention projection,
+# or every Linear (PEFT's ``all-linear``).
+FinetuneMode = Literal["full", "lora", "qlora"]
+FINETUNE_MODES: tuple[FinetuneMode, ...] = get_args(FinetuneMode)
+LoraTargets = Literal["qv", "attention", "all-linear"]
+LORA_TARGETS: tuple[LoraTargets, ...] = get_args(LoraTargets)
+DEFAULT_LORA_RANK = 16
 KfacStrategy = Literal["naive", "mpd", "spd"]
 KFAC_STRATEGIES: tuple[KfacStrategy, ...] = get_args(KfacStrategy)
 # How K-FAC inverts a factor: damped Cholesky inverse, or eigendecomposition (kfac-pytorch's default).
@@ -288,7 +300,8 @@ class Job:
     Attributes:
         batch_size: Per-GPU batch of the fastest GPU (None: the profile's).
         seq_len: Sequence length (None: the profile's).
-        precision: One of PRECISIONS (None: the profile's).
+        precision: One of PRECISIONS (None: the profile's; ``bf16`` for a fine-tuning job, as
+            every fine-tuning recipe runs).
         optimizer: ``sgd`` (any first-order optimizer) or ``kfac``.
         global_batch_size: Fix the global batch (per optimizer step) across GPU counts (None:
             batch_size x grad_accum x GPUs).
@@ -309,6 +322,10 @@ class Job:
             ``cross_entropy`` on upcast logits (Hugging Face, torchtitan). Memory only.
         data_loading: One of DATA_LOADING (None: ``images`` for image models, ``tokens`` for
             sequence models, or a measured profile's own data time).
+        finetune: One of FINETUNE_MODES (None: training as the profile says, every weight with
+            fp32 master weights under amp/bf16).
+        lora_rank: LoRA's rank (``lora``, ``qlora``).
+        lora_targets: One of LORA_TARGETS (``lora``, ``qlora``).
         layout: Tensor/pipeline/context parallelism of a decoder LLM, ``tp=T,pp=P,cp=C`` or
             ``auto`` (``parse_layout``; srift/simulate/layouts.py), None: data parallelism only.
             ``parallelism`` is then ``zero1`` (the default under ``auto``) or ``ddp``.
@@ -336,6 +353,9 @@ class Job:
     reduce_dtype: ReduceDtype = "fp32"
     fused_loss: bool = False
     data_loading: DataLoading | None = None
+    finetune: FinetuneMode | None = None
+    lora_rank: int = DEFAULT_LORA_RANK
+    lora_targets: LoraTargets = "all-linear"
     layout: str | None = None
     micro_batch_size: int | None = None
     pipeline_schedule: PipelineSchedule | None = None
@@ -372,6 +392,14 @@ class Job:
         require_choice(self.activation_checkpointing, (*CHECKPOINTING, AUTO), "activation checkpointing",
                        "--activation-checkpointing")
         require_choice(self.reduce_dtype, REDUCE_DTYPES, "reduce dtype", "--reduce-dtype")
+        if self.finetune is not None:
+            require_choice(self.finetune, FINETUNE_MODES, "fine-tuning mode", "--finetune")
+            if self.precision is None:
+                object.__setattr__(self, "precision", "bf16")
+            if self.kfac:
+                raise SriftError("K-FAC fine-tuning is not modelled.", "drop --optimizer kfac, or --finetune.")
+        require(self.lora_rank, "--lora-rank", 1, MAX_LORA_RANK, integer=True, hint=f"pass --lora-rank from 1 to {MAX_LORA_RANK:,}.")
+        require_choice(self.lora_targets, LORA_TARGETS, "LoRA target set", "--lora-targets")
         if self.kfac and self.parallelism in SHARDED_PARALLELISMS:
             raise SriftError(f"K-FAC is modelled with DDP only, not with --parallelism {self.parallelism}.",
                              "use --parallelism ddp with --optimizer kfac.")
@@ -388,8 +416,8 @@ class Job:
             if self.parallelism == "zero1":
                 raise SriftError("--parallelism zero1 is modelled with a --layout.",
                                  "add --layout tp=T,pp=P,cp=C (or auto), or use --parallelism zero2 or fsdp.")
-            for flag, given in (("--micro-batch-size", self.micro_batch_size is not None),
-                                ("--pipeline-schedule", self.pipeline_schedule is not None),
+            # --micro-batch-size without a layout: the data-parallel micro-batch (srift.api.with_micro_batch).
+            for flag, given in (("--pipeline-schedule", self.pipeline_schedule is not None),
                                 ("--virtual-stages", self.virtual_stages != 1)):
                 if given:
                     raise SriftError(f"{flag} needs a --layout.", f"add --layout tp=T,pp=P,cp=C (or auto), or drop {flag}.")
@@ -410,4 +438,13 @@ class Job:
     @property
     def kfac(self) -> bool:
         return self.optimizer == "kfac"
+
+    @property
+    def finetune_label(self) -> str | None:
+        """``QLoRA rank 16 (all-linear)``, ``full fine-tuning``, or None for other jobs: for headers."""
+        if self.finetune is None:
+            return None
+        if self.finetune == "full":
+            return "full fine-tuning"
+        return f"{'QLoRA' if self.finetune == 'qlora' else 'LoRA'} rank {self.lora_rank} ({self.lora_targets})"
 

@@ -28,13 +28,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from srift.bounds import (
-    MAX_BATCH_SIZE, MAX_DATASET_SIZE, MAX_EPOCHS, MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM, MAX_KFAC_INTERVAL,
+    MAX_BATCH_SIZE, MAX_DATASET_SIZE, MAX_EPOCHS, MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM, MAX_KFAC_INTERVAL, MAX_LORA_RANK,
     MAX_PARALLEL_DEGREE, MAX_SAMPLES, MAX_SEQ_LEN, MAX_STEPS, MAX_TOKENS,
 )
 from srift.errors import one_of
 from srift.job import (
-    AUTO, CHECKPOINTING, DATA_LOADING, KFAC_INVERSE_METHODS, KFAC_STRATEGIES, LAYOUT_PARALLELISMS, OPTIMIZERS,
-    PARALLELISMS, PIPELINE_SCHEDULES, PRECISIONS, REDUCE_DTYPES, Job, JobLength,
+    AUTO, CHECKPOINTING, DATA_LOADING, DEFAULT_LORA_RANK, FINETUNE_MODES, KFAC_INVERSE_METHODS, KFAC_STRATEGIES,
+    LAYOUT_PARALLELISMS, LORA_TARGETS, OPTIMIZERS, PARALLELISMS, PIPELINE_SCHEDULES, PRECISIONS, REDUCE_DTYPES, Job,
+    JobLength,
 )
 
 OptionKind = Literal["int", "float", "str", "bool", "text"]
@@ -122,7 +123,8 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("layout", "text", None, "Tensor, pipeline and context parallelism of a decoder LLM: tp=T,pp=P,cp=C (data "
               "parallelism takes the rest; ep=E adds expert parallelism for a mixture of experts) or auto (the fastest layout that fits).", example="tp=2,pp=1,cp=1"),
     JobOption("micro_batch_size", "int", None, "Sequences per micro-batch of a --layout job (default 1; searched under "
-              "--layout auto).", high=MAX_BATCH_SIZE),
+              "--layout auto); without --layout, per GPU (predict: --global-batch-size / (micro x GPUs) micro-batches "
+              "per step).", high=MAX_BATCH_SIZE),
     JobOption("pipeline_schedule", "str", None, f"{one_of(PIPELINE_SCHEDULES)}: the --layout's pipeline schedule (default: "
               "interleaved with --virtual-stages above 1, else 1f1b).", choices=PIPELINE_SCHEDULES),
     JobOption("virtual_stages", "int", 1, "Virtual pipeline stages per rank of the interleaved schedule (--layout).",
@@ -133,7 +135,15 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "MixedPrecision reduce_dtype).", choices=REDUCE_DTYPES),
     JobOption("fused_loss", "bool", False, "The loss is a fused cross-entropy kernel (flash-attn, llm-foundry, Liger) "
               "that keeps no fp32 copy of the logits (memory).", negative_flag="--plain-loss"),
-    JobOption("optimizer", "str", "sgd", f"{one_of(OPTIMIZERS)} (sgd: any first-order optimizer).", choices=OPTIMIZERS),
+    JobOption("optimizer", "str", "sgd", f"{one_of(OPTIMIZERS)} (sgd: any first-order optimizer, the state the profile "
+              "records; adamw8bit, paged-adamw8bit: bitsandbytes' 8-bit AdamW; fine-tuning takes adamw for sgd).",
+              choices=OPTIMIZERS),
+    JobOption("finetune", "str", None, f"{one_of(FINETUNE_MODES)}: fine-tune a decoder LLM (full: every weight in the "
+              "parameter dtype; lora: adapters over frozen weights; qlora: over NF4 weights; default precision bf16).",
+              choices=FINETUNE_MODES),
+    JobOption("lora_rank", "int", DEFAULT_LORA_RANK, "LoRA's rank (--finetune lora or qlora).", high=MAX_LORA_RANK),
+    JobOption("lora_targets", "str", "all-linear", f"{one_of(LORA_TARGETS)}: the Linears of each block LoRA adapts "
+              "(qv: query and value; attention: q, k, v, o; all-linear: every one).", choices=LORA_TARGETS),
     JobOption("kfac_strategy", "str", "spd", f"{_KFAC} strategy: {one_of(KFAC_STRATEGIES)}.", choices=KFAC_STRATEGIES),
     JobOption("kfac_inverse_method", "str", "inverse", f"{_KFAC} inverse method: {one_of(KFAC_INVERSE_METHODS)} (damped "
               "Cholesky inverse, or eigh).", choices=KFAC_INVERSE_METHODS),

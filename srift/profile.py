@@ -74,6 +74,9 @@ class LayerProfile:
         unit: The FSDP wrapping unit the layer belongs to (a transformer block's module name,
             ``model.layers.3``): its parameters are all-gathered and its gradients reduce-scattered
             together. None: the root unit (embeddings, final norm, head) or not known.
+        frozen_bytes: Bytes of the layer's parameters that do not train (``requires_grad=False``:
+            a LoRA/QLoRA base weight), as stored (a quantized weight at its packed size); not in
+            ``params`` or ``grad_bytes``.
     """
 
     name: str
@@ -102,6 +105,7 @@ class LayerProfile:
     kfac_inverse_g_s: float | None = None
     kfac_precondition_s: float | None = None
     unit: str | None = None
+    frozen_bytes: float = 0.0
     saved_bytes: float | None = None
     saved_bytes_seq2: float = 0.0
     saved_half_bytes: float | None = None
@@ -333,8 +337,8 @@ class Profile:
                     bwd_flops=bwd,
                     fwd_flops_seq2=layer.fwd_flops_seq2 * rb * rs * rs,
                     bwd_flops_seq2=layer.bwd_flops_seq2 * rb * rs * rs,
-                    fwd_bytes=scale_bytes(layer.fwd_bytes, layer.grad_bytes),
-                    bwd_bytes=scale_bytes(layer.bwd_bytes, 2.0 * layer.grad_bytes),
+                    fwd_bytes=scale_bytes(layer.fwd_bytes, layer.grad_bytes + layer.frozen_bytes),
+                    bwd_bytes=scale_bytes(layer.bwd_bytes, 2.0 * (layer.grad_bytes + layer.frozen_bytes)),
                     activation_bytes=scale(layer.activation_bytes, layer.activation_bytes_seq2),
                     activation_bytes_seq2=layer.activation_bytes_seq2 * rb * rs * rs,
                     saved_bytes=None if layer.saved_bytes is None else scale(layer.saved_bytes, layer.saved_bytes_seq2),
@@ -567,7 +571,7 @@ _LAYER_BOUNDS: dict[str, float] = {
     "kfac_a_dim": MAX_KFAC_DIM, "kfac_g_dim": MAX_KFAC_DIM, "kfac_spatial": MAX_KFAC_SPATIAL,
     "fwd_flops": MAX_LAYER_FLOPS, "bwd_flops": MAX_LAYER_FLOPS, "fwd_flops_seq2": MAX_LAYER_FLOPS,
     "bwd_flops_seq2": MAX_LAYER_FLOPS, "fwd_bytes": MAX_LAYER_BYTES, "bwd_bytes": MAX_LAYER_BYTES,
-    "activation_bytes": MAX_LAYER_BYTES, "activation_bytes_seq2": MAX_LAYER_BYTES,
+    "activation_bytes": MAX_LAYER_BYTES, "activation_bytes_seq2": MAX_LAYER_BYTES, "frozen_bytes": MAX_LAYER_BYTES,
     "saved_bytes": MAX_LAYER_BYTES, "saved_bytes_seq2": MAX_LAYER_BYTES,
     "saved_half_bytes": MAX_LAYER_BYTES, "saved_half_bytes_seq2": MAX_LAYER_BYTES,
 }
@@ -587,7 +591,7 @@ def _layer_to_dict(layer: LayerProfile) -> dict[str, Any]:
         # Keep files small: omit optional fields that are unset and seq2 parts that are zero.
         if value is None and f.name in _OPTIONAL:
             continue
-        if f.name.endswith("_seq2") and not value:
+        if (f.name.endswith("_seq2") or f.name == "frozen_bytes") and not value:
             continue
         out[f.name] = value
     return out

@@ -207,8 +207,13 @@ def test_a_layout_that_does_not_fit_names_one_that_does():
 
 
 def test_layout_flags_need_a_layout_and_a_decoder_llm():
-    code, out = _run(["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:1", "--micro-batch-size", "2"])
-    assert code == 2 and "--micro-batch-size needs a --layout" in out
+    code, out = _run(["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:1", "--pipeline-schedule", "1f1b"])
+    assert code == 2 and "--pipeline-schedule needs a --layout" in out
+    # Without a layout, --micro-batch-size is data parallelism's micro-batch (fine-tuning, #32):
+    # 16 / (2 x 8 GPUs) = 1 micro-batch per step.
+    code, out = _run(["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:1", "--micro-batch-size", "2",
+                      "--global-batch-size", "16", "--precision", "bf16"])
+    assert code == 0, out
     code, out = _run(["predict", "--model", "resnet50", "--instance", "p5.48xlarge:1", "--layout", "tp=2"])
     assert code == 2 and "decoder LLM" in out
     code, out = _run(["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:1", "--layout", "tp=3"])

@@ -15,7 +15,7 @@ from srift.errors import SriftError
 from srift.files import configs_dir, read_json
 
 SCHEMA = "srift.perf.accuracy/v1"
-GROUPS = ("single_gpu", "one_node", "multi_node", "sharded")
+GROUPS = ("single_gpu", "one_node", "multi_node", "sharded", "finetune")
 
 
 def accuracy_path() -> Path:
@@ -188,6 +188,21 @@ def node_evidence(nodes: int, short: bool = False) -> str:
     top = int((load_accuracy().get("groups", {}).get("multi_node") or {}).get("max_nodes", 0))
     what = f"{'beyond' if nodes > top else 'within'} the {top} measured" if top else "none measured"
     return f"{nodes}: {what}" if short else f"{nodes} nodes: {what}"
+
+
+@functools.lru_cache(maxsize=1)
+def finetune_typical_error() -> tuple[float | None, str]:
+    """The fine-tuning group's figure (``--finetune`` predictions): the MAPE of tokens/s per GPU
+    over the fine-tuning runs of data/finetuning (``scripts/validate.py``'s fine-tuning group;
+    nothing fitted on them, so it is out of sample), and what it rests on, with the peak memory
+    figure beside it."""
+    g = load_accuracy().get("groups", {}).get("finetune")
+    if not g or not g.get("rows"):
+        return None, "fine-tuning not validated: no figures shipped (scripts/validate.py --only finetune --write-accuracy)"
+    memory = (f"; peak memory ±{float(g['memory_mape']):.1f} % over {int(g['memory_rows'])} runs"
+              if "memory_mape" in g and "memory_rows" in g else "")
+    return _figure(g), (f"MAPE of tokens/s per GPU over {g['rows']} fine-tuning runs ({g.get('basis', 'data/finetuning')}), "
+                        f"out of sample, scripts/validate.py{memory}")
 
 
 @functools.lru_cache(maxsize=1)

@@ -81,7 +81,8 @@ _KIND_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("pool", ("pool",)),
     ("embedding", ("embedding",)),
     ("elementwise", ("relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "dropout", "identity", "add",
-                     "mul", "activation", "hardswish", "mish", "elu", "flatten", "cat")),
+                     "mul", "activation", "hardswish", "mish", "elu", "flatten", "cat",
+                     "dequantize")),
 )
 
 # An unfused attention layer moves its S x S score matrix (``activation_bytes_seq2``: the

@@ -186,6 +186,7 @@ def analyze_layers(model: nn.Module, step_fn: Callable[[], Any]) -> list[LayerPr
             fwd_flops_seq2=f_fwd if seq2 else 0.0, bwd_flops_seq2=max(f_bwd, 0.0) if seq2 else 0.0,
             activation_bytes_seq2=s["extra"] if seq2 else 0.0,
             grad_ready_order=ready_rank.get(m) if n_params else None, kfac_a_dim=a, kfac_g_dim=g, kfac_spatial=sp,
+            frozen_bytes=float(_param_bytes([p for p in m.parameters(recurse=False) if not p.requires_grad])),
         )
 
     layers = [layer(m) for m in rec.order]

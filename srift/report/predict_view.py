@@ -65,7 +65,8 @@ PLAN_LABELS = {"zero1": "ZeRO-1 (Megatron distributed optimizer)", "ddp": "DDP",
                "hsdp": "HSDP (sharded within a node, replicated across nodes)"}
 MEMORY_LABELS = {"weights": "parameters", "gathered_weights": "gathered (half-precision) parameters", "gradients": "gradients",
                  "optimizer_state": "optimizer states", "activations": "activations",
-                 "allocator": "allocator reserve", "kfac_factors": "K-FAC factors"}
+                 "allocator": "allocator reserve", "kfac_factors": "K-FAC factors",
+                 "dequantized_weight": "one dequantized NF4 weight"}
 
 
 def title(result: PredictResult) -> str:

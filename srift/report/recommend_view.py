@@ -28,7 +28,8 @@ def header(result: RecommendResult) -> str:
     batch = (f"global batch {job.global_batch_size:,}" if job.global_batch_size is not None
              else f"batch {result.batch_size}/GPU")
     text = (f"{result.model}, {result.precision}, {batch}" + (f", seq {result.seq_len}" if result.seq_len else "")
-            + (f", K-FAC ({job.kfac_strategy})" if job.kfac else ""))
+            + (f", K-FAC ({job.kfac_strategy})" if job.kfac else "")
+            + (f", {job.finetune_label}" if job.finetune_label else ""))
     if job.length is not None:
         text += f", {job.length.describe()}"
     return text + f"; {where_searched(result)}"

@@ -211,10 +211,10 @@ class Plans:
         ``max_gpus`` (the search's pre-check per instance type): at the reference batch, with the
         plan that needs least memory, its states sharded over ``max_gpus``."""
         w = self.w
-        if self.parallelisms == ("ddp",) and w.units.blocks == 0:
+        if self.parallelisms == ("ddp",) and w.units.blocks == 0 and w.frozen is None:
             return fits(sum(w.memory(w.ref_batch).values()), gpu_memory_gib)
         n = max(1, max_gpus)
-        return any(fits(sum(w.plan_memory(w.ref_batch, p, c, n).values()), gpu_memory_gib)
+        return any(fits(sum(w.plan_memory(w.ref_batch, p, c, n, n > 1).values()), gpu_memory_gib)
                    for p in self.parallelisms for c in self.checkpointings)
 
     # ---- plans -------------------------------------------------------------------------------

@@ -29,7 +29,9 @@ from srift.cluster import Cluster
 from srift.errors import SriftError
 from srift.hardware import gpu as gpu_spec
 from srift.job import AUTO, Job, usd_per_million_samples
-from srift.perf.accuracy import MEASURED_ELSEWHERE, MEASURED_HERE, sharded_typical_error, typical_error
+from srift.perf.accuracy import (
+    MEASURED_ELSEWHERE, MEASURED_HERE, finetune_typical_error, sharded_typical_error, typical_error,
+)
 from srift.perf.coverage import Coverage, sharded_coverage
 from srift.perf.comm import CommModel
 from srift.perf.compute import LayerTimes
@@ -184,7 +186,8 @@ class Predictor:
                                if plan.memory.state != "fits" else None),
             batch_split=[BatchShare(g.label, g.gpu, b * accum, g.gpus) for g, b in zip(groups, batches)],
             spot=spot_expectation(cluster, state_bytes, throughput, cost),
-            notes=self._notes(crit.times, plan.kfac) + comm.assumptions() + self.loader.input_notes(loader, inputs, gpu_s),
+            notes=(self._notes(crit.times, plan.kfac) + self._finetune_notes() + comm.assumptions()
+                   + self.loader.input_notes(loader, inputs, gpu_s)),
             typical_error_pct=error_pct,
             typical_error_basis=error_basis,
             beyond_validated=coverage.beyond,
@@ -216,7 +219,9 @@ class Predictor:
         measured = (MEASURED_ELSEWHERE if times.anchored_from else MEASURED_HERE) if times.anchored else None
         links = {g.intra_node for g in cluster.node_groups}
         cpu = cluster.cpu_workers
-        if parallelism != "ddp" and not cpu:
+        if self.workload.frozen is not None and not cpu:
+            pct, basis = finetune_typical_error()
+        elif parallelism != "ddp" and not cpu:
             pct, basis = sharded_typical_error()
         else:
             pct, basis = typical_error(cluster.nodes, cluster.gpus, cpu, measured, links.pop() if len(links) == 1 else None,
@@ -226,6 +231,20 @@ class Predictor:
             basis += ("; for the first-order part only: K-FAC's phases have no GPU measurement to check them "
                       "(scripts/bench_kfac.py compares them on CPU workers: README, Second-order training)")
         return pct, basis, typical_error(1, 1, cpu, measured)[0]
+
+    def _finetune_notes(self) -> list[str]:
+        """What a fine-tuning job trains and stores (srift/simulate/finetune.py)."""
+        f = self.workload.frozen
+        if f is None:
+            return []
+        if f.unit_measured_bytes is not None:
+            return [f"profiled {f.mode} fine-tuning: {f.trainable_params / 1e6:,.1f}M trainable parameters, "
+                    f"{f.stored_bytes(self.precision) / 2**30:,.2f} GiB of frozen weights as the profile recorded them"]
+        base = "" if f.mode == "full" else (
+            f"; {f.frozen_params / 1e9:,.2f}B base weights frozen" + (" in NF4 (double quantization)" if f.mode == "qlora" else "")
+            + (f", LoRA rank {self.job.lora_rank} on {self.job.lora_targets}"))
+        return [f"{f.mode} fine-tuning: {f.trainable_params / 1e6:,.1f}M trainable parameters{base}; {f.optimizer} states "
+                f"for them only; every tensor in {self.precision} (no fp32 master copy)"]
 
     @staticmethod
     def _notes(times: LayerTimes, kfac: KfacPlan | None) -> list[str]:

@@ -22,6 +22,7 @@ from srift.perf.comm import CommModel
 from srift.perf.compute import KINDS, LayerTimes, layer_arrays, layer_times, measured_gpu
 from srift.profile import Profile
 from srift.simulate.ddp import BucketLayout, bucket_layout, bucket_ready_s
+from srift.simulate.finetune import FrozenBase, finetune_memory_bytes, finetune_profile, frozen_in_profile
 from srift.simulate.kfac import kfac_memory_bytes
 from srift.simulate.memory import (
     activation_bytes, allocated_parts, compute_param_bytes, memory_breakdown_bytes, sharded_memory_bytes, with_allocator,
@@ -116,6 +117,16 @@ class Workload:
         self.base = profile.rescale(seq_len=job.seq_len) if job.seq_len is not None else profile
         self._sources = {k: (p.rescale(seq_len=job.seq_len) if job.seq_len is not None else p)
                          for k, p in measured_sources(profile, more_profiles).items()}
+        # Fine-tuning (srift/simulate/finetune.py) transforms each profile after it is rescaled:
+        # the weight-sized bytes it adds do not scale with the batch.
+        self._raw_base = self.base
+        self.frozen: FrozenBase | None = frozen_in_profile(self.base)  # a profile of a LoRA script
+        self._transform = job.finetune is not None
+        if self._transform:
+            if self.frozen is not None:
+                raise SriftError(f"profile '{profile.name}' is already of a fine-tuning step (it records frozen weights).",
+                                 "drop --finetune: srift predicts the profiled fine-tuning as it ran.")
+            self.base, self.frozen = finetune_profile(self.base, job)
         self.precision = job.precision or profile.precision
         self.ref_batch = job.batch_size or profile.batch_size
         self.layout = bucket_layout(self.base)
@@ -145,8 +156,12 @@ class Workload:
     # ---- cached pieces -------------------------------------------------------------------
     def profile_at(self, batch: int, source: Profile | None = None) -> Profile:
         """The job's profile (or ``source``, one of ``more_profiles``) at a per-GPU batch."""
-        src = self.base if source is None else source
-        return self._profiles.get((id(src), batch), lambda: src.rescale(batch_size=batch))
+        src = self._raw_base if source is None else source
+
+        def make() -> Profile:
+            p = src.rescale(batch_size=batch)
+            return finetune_profile(p, self.job)[0] if self._transform else p
+        return self._profiles.get((id(src), batch), make)
 
     def source_for(self, gpu: str) -> Profile:
         """The profile whose times a node group of ``gpu`` uses (see ``more_profiles``)."""
@@ -154,7 +169,7 @@ class Workload:
         hit = self._sources.get((key, self.precision))
         if hit is None:
             hit = next((p for (g, _), p in self._sources.items() if g == key), None)
-        return self.base if hit is None else hit
+        return self._raw_base if hit is None else hit
 
     def compute(self, gpu: str, batch: int) -> _Compute:
         """Compute times of ``batch`` samples per GPU on ``gpu``."""
@@ -176,14 +191,18 @@ class Workload:
     def plan_memory(self, batch: int, parallelism: str, checkpointing: str, shard_gpus: int,
                     buckets: bool = True) -> dict[str, float]:
         """Memory per GPU of a plan at a per-GPU micro-batch: DDP's for a profile without FSDP
-        units (``memory``), else ``sharded_memory_bytes`` (``buckets``: DDP's, absent on one GPU)."""
-        if self.units.blocks == 0 and parallelism == "ddp":
+        units (``memory``), fine-tuning's (``finetune_memory_bytes``), else ``sharded_memory_bytes``
+        (``buckets``: DDP's, absent on one GPU)."""
+        if self.units.blocks == 0 and parallelism == "ddp" and self.frozen is None:
             return self.memory(batch, buckets)
         key = (batch, parallelism, checkpointing, shard_gpus if parallelism != "ddp" else int(buckets))
 
         def make() -> dict[str, float]:
             acts = self._activations.get((batch, checkpointing), lambda: activation_bytes(
                 self.profile_at(batch), self.precision, checkpointing, self.job.fused_loss))
+            if self.frozen is not None:
+                return finetune_memory_bytes(self.profile_at(batch), self.frozen, self.precision, parallelism,
+                                             checkpointing, key[3], 2 if buckets else 1, self.job.fused_loss, acts)
             return sharded_memory_bytes(self.profile_at(batch), self.precision, parallelism, checkpointing, key[3],
                                         self.job.reduce_dtype, self.job.fused_loss, acts, buckets)
         return self._sharded_memory.get(key, make)
@@ -222,7 +241,7 @@ class Workload:
         the parameters gathered in the compute dtype and gradients reduced in ``reduce_dtype``."""
         def make() -> UnitTimes:
             params = self.units.unit_params
-            gathered = params * compute_param_bytes(self.precision)
+            gathered = self.gathered_unit_bytes()
             reduced = params * (4.0 if self.job.reduce_dtype == "fp32" else 2.0)
             shard = comm.within_node() if parallelism == "hsdp" else comm
             ag = np.asarray(shard.all_gather_time_s(gathered, quantile), dtype=float)
@@ -235,11 +254,19 @@ class Workload:
             return (ag.tolist(), rs.tolist(), ar.tolist())
         return self._unit_comm.get((comm, parallelism, quantile), make)
 
+    def gathered_unit_bytes(self) -> np.ndarray:
+        """Bytes each unit all-gathers: its parameters in the compute dtype, and under fine-tuning
+        its frozen base weights as stored (NF4 under QLoRA) too."""
+        gathered = self.units.unit_params * compute_param_bytes(self.precision)
+        if self.frozen is not None:
+            gathered = gathered + np.array([self.frozen.unit_stored_bytes(u, self.precision) for u in self.units.units])
+        return gathered
+
     def sharded_gpu_side(self, comm: CommModel) -> float:
         """Share of the collectives' time the GPUs spend moving data (``gpu_side_fraction`` on
         the units' gathered sizes): what their interference with compute scales with."""
         def make() -> float:
-            sizes = self.units.unit_params * compute_param_bytes(self.precision)
+            sizes = self.gathered_unit_bytes()
             return comm.gpu_side_fraction(sizes[sizes > 0])
         return self._sharded_gpu_side_of.get(comm, make)
 

@@ -1,0 +1,205 @@
+"""Fine-tuning measurements (data/finetuning) as runs srift can predict, and their predictions
+(offline: pandas; used by scripts/validate.py's fine-tuning group and tests).
+
+Nothing here is fitted: every constant of the fine-tuning model is published or derived
+(srift/simulate/finetune.py), and the compute and communication fits it runs on were made on other
+data (data/lambda-deeplearning-benchmark, data/llm-training-throughput, ...). Every figure of the
+group is therefore out of sample, for each source left out as for all of them.
+
+How a row becomes a job (the source's setting where it states one, srift's default where not):
+
+- model: the zoo's shape (Llama 3.1 8B as llama3-8b, Mistral 7B v0.2 as mistral-7b: the same
+  shapes, the data's README says so);
+- mode: ``sft_full_finetune`` -> ``full``, ``lora_finetune`` -> ``lora``, ``qlora_finetune`` ->
+  ``qlora``; LoRA's rank and targets as the row's notes state them (LitGPT: r=32 on query and value,
+  ``qv``; Hugging Face PEFT: r=8 on q,k,v,o,gate,up,down, ``all-linear``); NeMo's rows state none:
+  srift's defaults (rank 16, all-linear);
+- precision ``bf16`` (LitGPT's ``bf16-true``, the NeMo and PEFT rows' BF16); FP8 rows are left out
+  (srift has no FP8 precision);
+- batch: ``micro_batch`` sequences per GPU, ``global_batch / (micro_batch x data-parallel GPUs)``
+  micro-batches per step; sequence length as stated (NeMo and PEFT pack sequences to it; LitGPT
+  truncates Alpaca samples at 512 and pads a micro-batch to its longest, so the peak is at 512);
+- parallelism: one GPU ``ddp``; NeMo's data-parallel rows ``zero2`` (Megatron's distributed
+  optimizer shards the optimizer states and fp32 master weights over the data-parallel GPUs, as
+  ZeRO-1 does; srift's nearest is ZeRO-2, which shards the gradients too); Hugging Face PEFT +
+  FSDP ``fsdp``; NeMo rows with tensor or pipeline parallelism are left out (layouts are another
+  issue);
+- checkpointing: as stated (PEFT: ``gradient_checkpointing True`` -> ``full``; LitGPT's scripts
+  do not checkpoint -> ``none``); NeMo's "not stated" -> ``auto`` (the least recompute that fits);
+- GPUs: A10G alone; H100 SXM in DGX H100 nodes (8 GPUs, NVSwitch, 8 x 400 Gb/s InfiniBand).
+
+Measured figures: ``peak_memory_gb`` (LitGPT prints ``torch.cuda.max_memory_allocated() / 1e9``:
+compared with srift's allocated bytes, without the allocator's slack and the CUDA context);
+``step_time_s`` and ``samples_per_s_total`` as tokens/s per GPU. LitGPT's ``train_runtime_min``
+is not compared: its Alpaca samples are shorter than 512 tokens by an amount the table does not
+give, and the runtime includes validation.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from srift.cluster import Cluster, NodeGroup
+from srift.job import Job
+from srift.profile import Profile
+from srift.simulate import Predictor
+from srift.simulate.finetune import allocated_bytes
+from srift.simulate.prediction import Prediction
+from srift.zoo import llm_arch
+from srift.zoo.llm import decoder_profile, model_flops_per_token
+
+FOLDER = Path("finetuning")
+FILES = ("litgpt-finetune-a10g.csv", "dgxc-benchmarking-h100-finetune.csv")
+MODELS = {"Llama-2-7B": "llama2-7b", "Llama-2-70B": "llama2-70b", "Llama-3-8B": "llama3-8b", "Llama-3.1-8B": "llama3-8b",
+          "Llama-3-70B": "llama3-70b", "Llama-3.2-1B": "llama3.2-1b", "Llama-3.2-3B": "llama3.2-3b",
+          "Mistral-7B-v0.1": "mistral-7b", "Mistral-7B-v0.2": "mistral-7b"}
+GPUS = {"A10G": "A10G", "H100-SXM5-80GB": "H100"}
+MODES = {"sft_full_finetune": "full", "lora_finetune": "lora", "qlora_finetune": "qlora"}
+# DGX H100 reference nodes, as the rows' interconnect column states them.
+H100_NODE = ("nvswitch4", 3200.0, "infiniband")
+GPUS_PER_NODE = 8
+COLUMNS = ["source", "framework", "label", "model", "gpu", "gpus", "finetune", "lora_rank", "lora_targets", "seq_len", "micro_batch",
+           "grad_accum", "parallelism", "checkpointing", "metric", "measured"]
+
+
+def _gpu(name: str) -> str | None:
+    return next((v for k, v in GPUS.items() if name.startswith(k)), None)
+
+
+def _lora(notes: str) -> tuple[int, str]:
+    """Rank and targets a row's notes state (srift's defaults when they state none)."""
+    m = re.search(r"LoRA r=(\d+)", notes)
+    rank = int(m.group(1)) if m else 16
+    if "query+value only" in notes:
+        return rank, "qv"
+    return rank, "all-linear"
+
+
+def _reason(r: dict[str, str]) -> str:
+    """Why a row is left out, or "" when it is kept."""
+    if not r["precision"].startswith("bf16"):
+        return "FP8 (srift has no FP8 precision)"
+    if (r["tp"] and r["tp"] != "1") or (r["pp"] and r["pp"] != "1"):
+        return "tensor/pipeline parallel (layouts are another issue)"
+    if r["metric"] == "train_runtime_min":
+        return "LitGPT runtime (sample lengths not given; includes validation)"
+    if r["model"] not in MODELS or _gpu(r["gpu"]) is None or r["training_type"] not in MODES:
+        return "model, GPU or mode srift does not have"
+    return ""
+
+
+def load_rows(data: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The kept rows (COLUMNS; ``measured`` in the row's metric: GB, or tokens/s per GPU) and the
+    rows left out with ``reason``.
+
+    Raises:
+        FileNotFoundError: when a CSV is not under ``data``.
+    """
+    kept, out = [], []
+    for name in FILES:
+        table = pd.read_csv(Path(data) / FOLDER / name, dtype=str, keep_default_na=False)
+        for r in table.to_dict("records"):
+            why = _reason(r)
+            label = f"{r['model']} {r['training_type'].split('_')[0]} {r['gpus_total']}x{r['gpu'].split(' ')[0]}"
+            if why:
+                out.append({"source": r["source_slug"], "label": label, "metric": r["metric"], "reason": why})
+                continue
+            gpus, micro, seq = int(r["gpus_total"]), int(r["micro_batch"]), int(r["seq_len"])
+            data_parallel = gpus  # tp = pp = cp = 1 in every kept row
+            accum = int(r["grad_accum"]) if r["grad_accum"] else max(1, int(r["global_batch"]) // (micro * data_parallel))
+            parallelism = "ddp" if gpus == 1 else ("fsdp" if "FSDP" in r["framework"] else "zero2")
+            ckpt = r["activation_checkpointing"]
+            checkpointing = "full" if ckpt.startswith("full") else ("none" if r["framework"].startswith("LitGPT") else "auto")
+            value = float(r["value"])
+            if r["metric"] == "step_time_s":
+                value = int(r["global_batch"]) * seq / value / gpus
+            elif r["metric"] == "samples_per_s_total":
+                value = value * seq / gpus
+            rank, targets = _lora(r["notes"])
+            framework = r["framework"].split(" (")[0].split(",")[0].split(" +")[0]  # LitGPT, NeMo 24.12 container, HF transformers Trainer
+            kept.append({"source": r["source_slug"], "framework": framework, "label": label, "model": MODELS[r["model"]], "gpu": _gpu(r["gpu"]),
+                         "gpus": gpus, "finetune": MODES[r["training_type"]], "lora_rank": rank, "lora_targets": targets,
+                         "seq_len": seq, "micro_batch": micro, "grad_accum": accum,
+                         "parallelism": parallelism, "checkpointing": checkpointing,
+                         "metric": "peak_memory_gb" if r["metric"].startswith("peak_memory") else "tokens_per_s_per_gpu",
+                         "measured": value})
+    return pd.DataFrame(kept, columns=COLUMNS), pd.DataFrame(out, columns=["source", "label", "metric", "reason"])
+
+
+# LitGPT's Alpaca2k split: 1,900 training samples (the data's notes).
+LITGPT_TRAIN_SAMPLES = 1900
+
+
+def load_runtime_rows(data: Path) -> pd.DataFrame:
+    """LitGPT's end-to-end runtimes (COLUMNS, ``measured`` in minutes, plus ``epochs``): not
+    comparable with a prediction (shorter samples than 512 tokens, validation included), so only
+    a bound: a run of 512-token samples without validation takes what srift predicts."""
+    table = pd.read_csv(Path(data) / FOLDER / FILES[0], dtype=str, keep_default_na=False)
+    runtime = table[table["metric"] == "train_runtime_min"]
+    rows = []
+    for r in runtime.to_dict("records"):
+        m = re.search(r"(\d+) epoch", r["notes"])
+        rank, targets = _lora(r["notes"])
+        micro, glob = int(r["micro_batch"]), int(r["global_batch"])
+        rows.append({"source": r["source_slug"], "framework": "LitGPT",
+                     "label": f"{r['model']} {r['training_type'].split('_')[0]} 1xA10G", "model": MODELS[r["model"]],
+                     "gpu": "A10G", "gpus": 1, "finetune": MODES[r["training_type"]], "lora_rank": rank,
+                     "lora_targets": targets, "seq_len": int(r["seq_len"]), "micro_batch": micro,
+                     "grad_accum": glob // micro, "parallelism": "ddp", "checkpointing": "none",
+                     "metric": "train_runtime_min", "measured": float(r["value"]),
+                     "epochs": int(m.group(1)) if m else 1})
+    return pd.DataFrame(rows, columns=[*COLUMNS, "epochs"])
+
+
+def predicted_runtime_min(r) -> float:  # r: a row of load_runtime_rows
+    """Minutes of ``epochs`` over LITGPT_TRAIN_SAMPLES samples of ``seq_len`` tokens, as srift predicts."""
+    pred = predict_row(r)
+    steps = r.epochs * -(-LITGPT_TRAIN_SAMPLES // (int(r.micro_batch) * int(r.grad_accum)))
+    return steps * pred.iteration_time_s / 60.0
+
+
+def row_cluster(gpu: str, gpus: int) -> Cluster:
+    """One A10G, or DGX H100 nodes of 8."""
+    if gpus == 1:
+        return Cluster(f"1 x {gpu}", (NodeGroup(1, 1, gpu, "pcie4", 25.0),))
+    per = min(GPUS_PER_NODE, gpus)
+    link, gbps, net = H100_NODE
+    return Cluster(f"{gpus} x {gpu}", (NodeGroup(max(1, gpus // per), per, gpu, link, gbps, net),))
+
+
+@functools.lru_cache(maxsize=256)
+def _profile(model: str, seq_len: int, micro_batch: int) -> Profile:
+    return decoder_profile(llm_arch(model), batch_size=micro_batch, seq_len=seq_len, precision="bf16")
+
+
+def predict_row(r) -> Prediction:  # r: a namedtuple or Series of COLUMNS
+    """srift's prediction of one kept row."""
+    job = Job(batch_size=int(r.micro_batch), seq_len=int(r.seq_len), precision="bf16", parallelism=r.parallelism,
+              activation_checkpointing=r.checkpointing, grad_accum=int(r.grad_accum), finetune=r.finetune,
+              lora_rank=int(r.lora_rank), lora_targets=r.lora_targets)
+    flops = functools.partial(model_flops_per_token, llm_arch(r.model))
+    return Predictor(_profile(r.model, int(r.seq_len), int(r.micro_batch)), job,
+                     model_flops_per_token=flops).predict(row_cluster(r.gpu, int(r.gpus)))
+
+
+def predict_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per row: ``predicted`` in the row's metric (GB allocated at the peak, or tokens/s per GPU),
+    ``fits``, ``memory_gib`` (srift's peak reserved per GPU) and the plan's ``checkpointing``."""
+    out = []
+    for r in rows.itertuples():
+        p = predict_row(r)
+        value = (allocated_bytes(p.memory_breakdown_bytes) / 1e9 if r.metric == "peak_memory_gb"
+                 else p.tokens_per_s_per_gpu)
+        out.append({"predicted": value, "fits": p.fits_in_memory, "memory_gib": p.memory_per_gpu_bytes / 2**30,
+                    "plan_checkpointing": p.activation_checkpointing})
+    return pd.DataFrame(out, index=rows.index)
+
+
+def error_pct(rows: pd.DataFrame, predicted: pd.DataFrame) -> np.ndarray:
+    """Signed error of each prediction, % of the measurement (+ = predicted more)."""
+    return (predicted["predicted"].to_numpy(float) / rows["measured"].to_numpy(float) - 1.0) * 100.0

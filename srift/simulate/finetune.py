@@ -1,0 +1,342 @@
+"""Fine-tuning: full, LoRA and QLoRA as a transform of a training profile, and its memory.
+
+Pure arithmetic (no torch). ``finetune_profile`` turns the profile of one training step into the
+profile of the same step fine-tuned, so that the compute model, the DDP and FSDP schedules and
+the optimizer model price it as they price any job:
+
+- ``full``: every weight trains; only the optimizer's state size changes (``--optimizer``).
+- ``lora`` (Hu et al. 2021): the base weights are frozen. A frozen Linear keeps its forward and
+  runs one GEMM in backward (the input gradient), not two: no weight gradient. Layers before the
+  first adapter run no backward at all (autograd stops there); a frozen embedding never does.
+  Each targeted Linear gets two adapter leaves after it, ``lora_A`` (d_in -> r) and ``lora_B``
+  (r -> d_out, its output added to the base output), as PEFT names them. They are ordinary
+  Linear leaves with their own FLOPs and bytes, so the compute model prices them at its own rate:
+  with r = 16 they are memory-bound (they read and write activations of width d for 2 r d FLOPs
+  per token), which is their poor efficiency. ``lora_A`` keeps its r-wide output for ``lora_B``'s
+  weight gradient. Targets (``lora_targets``): ``qv`` (query and value projections: PEFT's
+  default for Llama and Mistral, LitGPT's), ``attention`` (q, k, v, o) or ``all-linear`` (every
+  Linear of a block: PEFT's ``all-linear``, which leaves the output head out). LoRA's dropout
+  on the adapters' input is not counted (PEFT's default is none).
+- ``qlora`` (Dettmers et al. 2023): LoRA over base weights stored in NF4. Every frozen Linear of
+  a block (bitsandbytes quantizes ``nn.Linear`` modules; embeddings, norms and the head stay in
+  the compute dtype, as Hugging Face's ``llm_int8_skip_modules`` default keeps ``lm_head``) is
+  dequantized to the compute dtype before its forward GEMM and again before its backward GEMM:
+  a ``Dequantize`` leaf (element-wise kind) moving ``NF4_BYTES_PER_PARAM`` in and 2 bytes out per
+  weight, priced at the compute model's memory rate. This is an estimate from the kernel's
+  traffic (bitsandbytes' ``dequantize_4bit`` is a streaming kernel), not a measured figure.
+
+Memory (``finetune_memory_bytes``, one function, so a better activation model drops in at its one
+call to ``srift.simulate.memory.activation_bytes``): every tensor is stored in the parameter dtype
+of the precision (``bf16``: 2 bytes, no fp32 master copy, as LitGPT's ``bf16-true``, torchtune and a
+bf16-loaded Hugging Face model train; otherwise 4), base weights of QLoRA in NF4 with double
+quantization; gradients and optimizer states only for what trains; activations and the loss's
+fp32 upcast of the logits from ``activation_bytes``; FSDP's gathered units and the caching
+allocator's reserve as ``sharded_memory_bytes`` counts them.
+
+Optimizer states per trainable parameter: ``adamw`` two moments in the parameter dtype (torch's
+AdamW allocates them ``zeros_like`` the parameter); ``adamw8bit`` and ``paged-adamw8bit``
+(bitsandbytes) two 8-bit moments with one fp32 scale per block of 2048 (Dettmers et al. 2022,
+"8-bit Optimizers via Block-wise Quantization"). Paged states can be evicted to host memory under
+pressure; srift counts them on the GPU (what they take while they are resident).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from srift.errors import SriftError
+from srift.job import Job
+from srift.perf.compute import layer_kind
+from srift.profile import LayerProfile, Profile
+from srift.simulate.memory import activation_bytes, allocated_parts, compute_param_bytes, with_allocator
+from srift.simulate.sharded import unit_layout
+
+# NF4 with double quantization (QLoRA paper, section 3): 4 bits per weight, one 8-bit absmax per
+# block of 64 weights, one fp32 constant per 256 of those blocks: 0.5 + 1/64 + 4/(64 x 256) bytes.
+NF4_BLOCK = 64
+NF4_DQ_BLOCK = 256
+NF4_BYTES_PER_PARAM = 0.5 + 1.0 / NF4_BLOCK + 4.0 / (NF4_BLOCK * NF4_DQ_BLOCK)
+# bitsandbytes' 8-bit optimizers: 1 byte per moment plus an fp32 scale per block of 2048.
+OPT8BIT_BLOCK = 2048
+OPT8BIT_BYTES_PER_MOMENT = 1.0 + 4.0 / OPT8BIT_BLOCK
+# The recipes' optimizer when the job names none of the fine-tuning ones (LitGPT, Hugging Face's
+# Trainer and torchtune default to AdamW).
+DEFAULT_FINETUNE_OPTIMIZER = "adamw"
+
+
+@dataclass(frozen=True)
+class FrozenBase:
+    """What fine-tuning froze in a profile.
+
+    Attributes:
+        mode: ``full``, ``lora`` or ``qlora``.
+        optimizer: ``adamw``, ``adamw8bit`` or ``paged-adamw8bit``.
+        frozen_params: Base parameters that do not train (all of them under LoRA/QLoRA).
+        quantized_params: Of those, stored in NF4 (QLoRA's block Linears).
+        unit_frozen_params: Frozen parameters per FSDP unit name (None: the root unit).
+        unit_quantized_params: Quantized parameters per FSDP unit name.
+        largest_quantized: Parameters of the largest quantized Linear (its dequantized copy is
+            alive while it computes).
+        trainable_params: Parameters that train (adapters under LoRA/QLoRA, all under full).
+        unit_measured_bytes: Frozen bytes per unit as a measured profile recorded them (its
+            layers' ``frozen_bytes``, quantized weights at their packed size); None when the
+            frozen weights are counted (``unit_frozen_params``).
+    """
+
+    mode: str
+    optimizer: str
+    frozen_params: int
+    quantized_params: int
+    unit_frozen_params: dict[str | None, int]
+    unit_quantized_params: dict[str | None, int]
+    largest_quantized: int
+    trainable_params: int
+    unit_measured_bytes: dict[str | None, float] | None = None
+
+    def stored_bytes(self, precision: str) -> float:
+        """Bytes of the frozen base weights: NF4 for the quantized ones, the parameter dtype else."""
+        if self.unit_measured_bytes is not None:
+            return sum(self.unit_measured_bytes.values())
+        return _frozen_bytes(self.frozen_params, self.quantized_params, precision)
+
+    def unit_stored_bytes(self, unit: str | None, precision: str) -> float:
+        """``stored_bytes`` of one FSDP unit."""
+        if self.unit_measured_bytes is not None:
+            return self.unit_measured_bytes.get(unit, 0.0)
+        return _frozen_bytes(self.unit_frozen_params.get(unit, 0), self.unit_quantized_params.get(unit, 0), precision)
+
+
+def _frozen_bytes(frozen: int, quantized: int, precision: str) -> float:
+    return quantized * NF4_BYTES_PER_PARAM + (frozen - quantized) * compute_param_bytes(precision)
+
+
+def finetune_optimizer(job: Job) -> str:
+    """The fine-tuning optimizer of ``job``: its own when it names one, else AdamW."""
+    return job.optimizer if job.optimizer in ("adamw", "adamw8bit", "paged-adamw8bit") else DEFAULT_FINETUNE_OPTIMIZER
+
+
+def optimizer_state_bytes_per_param(optimizer: str, precision: str) -> float:
+    """Optimizer state bytes per trainable parameter (see the module docstring)."""
+    if optimizer == "adamw":
+        return 2.0 * compute_param_bytes(precision)
+    if optimizer in ("adamw8bit", "paged-adamw8bit"):
+        return 2.0 * OPT8BIT_BYTES_PER_MOMENT
+    raise SriftError(f"unknown fine-tuning optimizer '{optimizer}'.", "use adamw, adamw8bit or paged-adamw8bit.")
+
+
+def _is_linear(layer: LayerProfile) -> bool:
+    return layer_kind(layer.type) == "matmul" and "linear" in layer.type.lower()
+
+
+def lora_targets(profile: Profile, targets: str) -> list[int]:
+    """Indices of the Linear layers LoRA adapts, per block unit: every Linear (``all-linear``),
+    those up to and including the first Linear after the attention core (``attention``: q, k, v,
+    o), or of the Linears before the core the query and value projections (``qv``: the first and
+    the third of separate q, k, v; a fused qkv projection whole)."""
+    out: list[int] = []
+    by_unit: dict[str | None, list[int]] = {}
+    core: dict[str | None, int] = {}
+    for i, layer in enumerate(profile.layers):
+        if layer.unit is None:
+            continue
+        if layer_kind(layer.type) == "attention" and layer.unit not in core:
+            core[layer.unit] = i
+        elif _is_linear(layer) and layer.params > 0:
+            by_unit.setdefault(layer.unit, []).append(i)
+    for unit, linears in by_unit.items():
+        if targets == "all-linear" or unit not in core:
+            out.extend(linears)
+            continue
+        before = [i for i in linears if i < core[unit]]
+        after = [i for i in linears if i > core[unit]]
+        if targets == "attention":
+            out.extend(before + after[:1])
+        else:
+            out.extend([before[0], before[2]] if len(before) == 3 else before)
+    return sorted(out)
+
+
+def _dims(layer: LayerProfile) -> tuple[int, int, float]:
+    """(d_in, d_out, tokens) of a Linear leaf, from its K-FAC dimensions and forward FLOPs."""
+    if not layer.kfac_a_dim or not layer.kfac_g_dim:
+        raise SriftError(f"layer '{layer.name}' has no input/output widths (K-FAC dimensions), so LoRA cannot size its adapters.",
+                         "profile the model again with this srift (it records them for every Linear).")
+    d_in, d_out = int(layer.kfac_a_dim), int(layer.kfac_g_dim)
+    tokens = layer.fwd_flops / (2.0 * d_in * d_out) if layer.fwd_flops > 0 else 0.0
+    return d_in, d_out, tokens
+
+
+def _adapters(layer: LayerProfile, rank: int) -> list[LayerProfile]:
+    """``lora_A`` and ``lora_B`` of one targeted Linear (see the module docstring)."""
+    d_in, d_out, t = _dims(layer)
+    e = layer.activation_bytes / (t * d_out) if t > 0 else 2.0  # the base output's element size
+    grad_per_param = layer.grad_bytes / layer.params if layer.params else 4.0
+    out = []
+    for part, a, b, in_w, out_bytes, kept in (("lora_A", d_in, rank, d_in, t * rank * e, t * rank * e),
+                                              # B's output is added to the base output: read + write it once more
+                                              ("lora_B", rank, d_out, rank, 3.0 * t * d_out * e, 0.0)):
+        params = a * b
+        grad = grad_per_param * params
+        io = t * in_w * e + out_bytes
+        fwd = 2.0 * t * a * b
+        out.append(LayerProfile(
+            name=f"{layer.name}.{part}", type="Linear", params=params, grad_bytes=int(round(grad)),
+            fwd_flops=fwd, bwd_flops=2.0 * fwd, fwd_bytes=io + grad, bwd_bytes=2.0 * io + 2.0 * grad,
+            activation_bytes=kept, kfac_a_dim=a, kfac_g_dim=b, kfac_spatial=layer.kfac_spatial, unit=layer.unit))
+    return out
+
+
+def _frozen(layer: LayerProfile, backward: bool) -> LayerProfile:
+    """A frozen layer: no parameters to train; a Linear runs only its input-gradient GEMM; none
+    runs a backward when nothing before it trains (``backward`` False)."""
+    if not backward:
+        bwd_flops, bwd_bytes = 0.0, 0.0
+    elif _is_linear(layer):
+        bwd_flops, bwd_bytes = layer.fwd_flops, layer.fwd_bytes  # read dy and W, write dx
+    elif layer_kind(layer.type) == "embedding":
+        bwd_flops, bwd_bytes = 0.0, 0.0  # token ids take no gradient
+    else:
+        bwd_flops, bwd_bytes = layer.bwd_flops, layer.bwd_bytes
+    ratio = bwd_flops / layer.bwd_flops if layer.bwd_flops else 0.0
+    return dataclasses.replace(
+        layer, params=0, grad_bytes=0, bwd_flops=bwd_flops, bwd_bytes=bwd_bytes,
+        bwd_flops_seq2=layer.bwd_flops_seq2 * ratio,
+        bwd_s=None if layer.bwd_s is None else layer.bwd_s * ratio,
+        bwd_s_std=None if layer.bwd_s_std is None else layer.bwd_s_std * ratio,
+        grad_ready_order=None)
+
+
+def _dequantize(layer: LayerProfile, backward: bool) -> LayerProfile:
+    """QLoRA's NF4 -> compute-dtype dequantization of ``layer``'s weight, before its forward GEMM
+    and (when it runs a backward) its backward GEMM."""
+    moved = layer.params * (NF4_BYTES_PER_PARAM + 2.0)
+    return LayerProfile(name=f"{layer.name}.dequantize", type="Dequantize", fwd_bytes=moved,
+                        bwd_bytes=moved if backward else 0.0, unit=layer.unit)
+
+
+def finetune_profile(profile: Profile, job: Job) -> tuple[Profile, FrozenBase]:
+    """``profile`` fine-tuned as ``job.finetune`` says (see the module docstring).
+
+    Args:
+        profile: A training profile (at the batch and sequence length to price: the transform
+            adds weight-sized bytes that ``Profile.rescale`` would scale with the batch).
+        job: The job; ``finetune`` must be set.
+
+    Returns:
+        The transformed profile (its optimizer's state bytes set) and what it froze.
+
+    Raises:
+        SriftError: for a profile without a Linear layer in a block unit to adapt.
+    """
+    mode = job.finetune
+    if mode is None:
+        raise SriftError("the job is not a fine-tuning job.", "pass --finetune full, lora or qlora.")
+    opt = finetune_optimizer(job)
+    precision = job.precision or profile.precision
+    state = optimizer_state_bytes_per_param(opt, precision)
+    optimizer = {"type": opt, "state_bytes_per_param": state}
+    if mode == "full":
+        return (dataclasses.replace(profile, optimizer=optimizer),
+                FrozenBase(mode, opt, 0, 0, {}, {}, 0, profile.params))
+    targets = set(lora_targets(profile, job.lora_targets))
+    if not targets:
+        raise SriftError(f"profile '{profile.name}' has no Linear layer in a transformer block for LoRA to adapt.",
+                         "use --finetune full, or a decoder LLM (zoo, --model-config, or a profile with FSDP units).")
+    first = min(targets)
+    layers: list[LayerProfile] = []
+    unit_frozen: dict[str | None, int] = {}
+    unit_quant: dict[str | None, int] = {}
+    largest = 0
+    for i, layer in enumerate(profile.layers):
+        backward = i >= first
+        if layer.params > 0:
+            unit_frozen[layer.unit] = unit_frozen.get(layer.unit, 0) + layer.params
+        quantize = mode == "qlora" and layer.unit is not None and _is_linear(layer) and layer.params > 0
+        if quantize:
+            unit_quant[layer.unit] = unit_quant.get(layer.unit, 0) + layer.params
+            largest = max(largest, layer.params)
+            layers.append(_dequantize(layer, backward))
+        layers.append(_frozen(layer, backward))
+        if i in targets:
+            layers.extend(_adapters(layer, job.lora_rank))
+    frozen = sum(unit_frozen.values())
+    out = dataclasses.replace(profile, layers=layers, optimizer=optimizer,
+                              notes=[*profile.notes, f"{mode} fine-tuning: rank {job.lora_rank} adapters on "
+                                     f"{job.lora_targets} Linears; base weights frozen"
+                                     + (" in NF4" if mode == "qlora" else "")])
+    return out, FrozenBase(mode, opt, frozen, sum(unit_quant.values()), unit_frozen, unit_quant, largest, out.params)
+
+
+def frozen_in_profile(profile: Profile) -> FrozenBase | None:
+    """What a measured profile of a fine-tuning script froze (``srift profile`` records the bytes of
+    parameters with ``requires_grad=False`` per layer), or None when it is not one: when its frozen
+    weights do not outweigh the trained ones (a frozen table in a model that trains, which the usual
+    memory model counts as it is). ``qlora`` when a frozen layer is a 4-bit one (bitsandbytes'
+    ``Linear4bit``), else ``lora``; the profile's layers already are the fine-tuning step, adapters
+    included."""
+    unit_bytes: dict[str | None, float] = {}
+    for layer in profile.layers:
+        if layer.frozen_bytes > 0:
+            unit_bytes[layer.unit] = unit_bytes.get(layer.unit, 0.0) + layer.frozen_bytes
+    if sum(unit_bytes.values()) <= profile.grad_bytes:
+        return None
+    mode = "qlora" if any(layer.frozen_bytes > 0 and "4bit" in layer.type.lower() for layer in profile.layers) else "lora"
+    return FrozenBase(mode, str(profile.optimizer.get("type", "optimizer")), 0, 0, {}, {}, 0, profile.params, unit_bytes)
+
+
+def trainable_params(profile: Profile, job: Job) -> int:
+    """Parameters that train when ``profile`` is fine-tuned as ``job`` says."""
+    return finetune_profile(profile, job)[1].trainable_params
+
+
+def finetune_memory_bytes(profile: Profile, frozen: FrozenBase, precision: str, parallelism: str, checkpointing: str,
+                          shard_gpus: int, gpus: int = 1, fused_loss: bool = False,
+                          activations: float | None = None) -> dict[str, float]:
+    """Bytes per GPU by kind of a fine-tuning job (see the module docstring).
+
+    Args:
+        profile: The fine-tuned profile (``finetune_profile``) at the per-GPU micro-batch.
+        frozen: What ``finetune_profile`` froze.
+        precision: The training precision.
+        parallelism: ``ddp``, ``zero2``, ``fsdp`` or ``hsdp``.
+        checkpointing: ``none``, ``selective`` or ``full``.
+        shard_gpus: GPUs the states are sharded over (1 for ddp).
+        gpus: GPUs of the job (DDP keeps a bucket copy of the trainable gradients when above 1).
+        fused_loss: A fused cross-entropy kernel keeps no fp32 copy of the logits.
+        activations: ``activation_bytes`` of this profile when the caller has it.
+    """
+    layout = unit_layout(profile)
+    n = float(max(1, shard_gpus)) if parallelism != "ddp" else 1.0
+    e = compute_param_bytes(precision)
+    trainable = float(profile.params)
+    state = float(profile.optimizer.get("state_bytes_per_param", 0) or 0)
+    acts = activation_bytes(profile, precision, checkpointing, fused_loss) if activations is None else activations
+    stored = frozen.stored_bytes(precision) + trainable * e
+    if parallelism == "ddp":
+        weights, gathered = stored, 0.0
+        grads = trainable * e * (2.0 if gpus > 1 else 1.0)  # DDP's buckets copy the gradients
+    else:
+        weights = stored / n
+        if parallelism == "zero2":
+            gathered = stored
+        else:
+            unit_bytes = [frozen.unit_stored_bytes(u, precision) + p * e
+                          for u, p in zip(layout.units, layout.unit_params)]
+            gathered = unit_bytes[0] + 2.0 * max(unit_bytes[1:], default=0.0)
+        grads = trainable * e / n + (float(layout.root_params) + 2.0 * layout.max_block_params) * e
+    dequantized = frozen.largest_quantized * e
+    return with_allocator({
+        "weights": weights,
+        "gathered_weights": gathered,
+        "dequantized_weight": dequantized,
+        "gradients": grads,
+        "optimizer_state": trainable * state / n,
+        "activations": acts,
+    })
+
+
+def allocated_bytes(breakdown: dict[str, float]) -> float:
+    """What PyTorch's ``torch.cuda.max_memory_allocated`` would report of a memory breakdown:
+    everything but the caching allocator's reserve."""
+    return sum(allocated_parts(breakdown).values())
