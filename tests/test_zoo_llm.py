@@ -283,7 +283,10 @@ def test_llm_profiles_need_no_torch(tmp_path):
     res = run_without_torch(["predict", "--model", "Llama-3-8B", "--instance", "p5.48xlarge:1", "--seq-len", "2048",
                              "--batch-size", "1", "--precision", "amp", "--parallelism", "ddp", "--format", "json"], tmp_path)
     # DDP keeps 16 bytes per parameter on each GPU: predict says the job does not fit, with no iteration time
-    assert res.returncode == 2 and "does not fit in GPU memory" in res.stderr and not res.stdout, res.stderr
+    # (--format json writes the error as its document, so a pipeline reading stdout sees ok: false)
+    assert res.returncode == 2 and "does not fit in GPU memory" in res.stderr, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["ok"] is False and "does not fit in GPU memory" in doc["error"]["message"] and "iteration_time_s" not in doc
     res = run_without_torch(["profile", "--model", "meta-llama/Meta-Llama-3-8B", "--seq-len", "8192", "-o", "l.yaml"],
                             tmp_path)
     assert res.returncode == 0, res.stderr
