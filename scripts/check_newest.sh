@@ -5,11 +5,7 @@
 #   bash scripts/check_newest.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-venv=$(mktemp -d)
-trap 'rm -rf "$venv"' EXIT
-python3 -m venv "$venv"
-"$venv/bin/pip" install -q torch==2.13.0  # the CPU build; an unpinned torch would be a CUDA one
-"$venv/bin/pip" install -q --upgrade -e '.[test]'
+. scripts/fresh_venv.sh --upgrade
 "$venv/bin/pip" freeze --exclude-editable | grep -iE '^(pyyaml|typer|rich|numpy|pandas|scikit-learn|boto3|transformers|hypothesis|pytest|mypy)==' || true
 "$venv/bin/python" -m pytest -q -m "not slow" -n 2 --dist loadgroup -p no:cacheprovider
 "$venv/bin/mypy" srift

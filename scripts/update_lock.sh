@@ -6,11 +6,7 @@
 #   bash scripts/update_lock.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-venv=$(mktemp -d)
-trap 'rm -rf "$venv"' EXIT
-python3 -m venv "$venv"
-"$venv/bin/pip" install -q torch==2.13.0  # the CPU build; an unpinned torch would be a CUDA one
-"$venv/bin/pip" install -q -e '.[test]'
+. scripts/fresh_venv.sh
 {
   echo "# Lock of the test environment (pip constraints), written by scripts/update_lock.sh on $(date -u +%Y-%m-%d)"
   echo "# with $("$venv/bin/python" --version) on $(uname -m). Used by the README's test command and .ci/run."
