@@ -29,7 +29,7 @@ from srift.examples import copy_examples as copy_example_files
 from srift.files import check_name, check_outputs, file_in, output_file, read_json  # noqa: F401 (check_outputs: for the commands)
 from srift.hardware import CPU, GpuSpec, gpus, matching_gpus
 from srift.hardware import gpu as gpu_spec
-from srift.job import DEFAULT_INFRA, FINETUNE_MODES, Job, Precision, require_precision
+from srift.job import BF16, DEFAULT_INFRA, FINETUNE_MODES, Job, Precision, require_precision
 from srift.jobfile import JobFile
 from srift.profile import Profile
 from srift.report.format import usd, with_article
@@ -373,7 +373,7 @@ def recommend(job: Job, constraints: Constraints, model: str | None = None, prof
     constraints.require_length(job.length, job.global_batch_size)
     if job.precision is None and is_decoder_llm(model, model_config):
         job = dataclasses.replace(job, precision=default_precision(model, model_config, sorted(constraints.gpus)))
-    if job.precision == "bf16" and constraints.gpus:
+    if job.precision == BF16 and constraints.gpus:
         require_bf16(sorted(constraints.gpus))
     prof, more = resolve_profiles(model, profiles, model_config, job.precision)
     job = with_resolved_length(job, prof)
@@ -422,7 +422,7 @@ def _search(predictor: Predictor, constraints: Constraints, infra: str, progress
         return job.global_batch_size is not None or predictor.could_fit(inst.gpu_memory_gib, constraints.max_gpus)
 
     rows = load_catalog(infra)
-    if predictor.precision == "bf16":  # GPUs without bf16 tensor cores would run it at the fp32 rate
+    if predictor.precision == BF16:  # GPUs without bf16 tensor cores would run it at the fp32 rate
         rows = [r for r in rows if bf16_capable(r.gpu_name)]
     return search(rows, predictor.predict, constraints, job.length, per_gpu_memory_ok=memory_ok,
                   global_batch_size=job.global_batch_size, progress=progress, grad_accum=job.grad_accum)

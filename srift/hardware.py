@@ -9,7 +9,7 @@ from typing import Any
 
 from srift.errors import unknown_name_error
 from srift.files import configs_dir, read_yaml
-from srift.job import require_precision
+from srift.job import AMP, BF16, FP32, FP32_STRICT, TF32, require_precision
 
 CPU = "cpu"  # the pseudo-GPU of a cluster of CPU processes (gloo on one host)
 
@@ -47,13 +47,13 @@ class GpuSpec:
         V100 or T4, runs bf16 at its fp32 rate: PyTorch emulates it there without tensor cores).
         ``fp32`` here is the FP32 units' rate; which layers of an ``fp32`` job run in TF32 is the
         compute model's business (srift/perf/compute.py)."""
-        if precision in ("fp32", "fp32-strict"):
+        if precision in (FP32, FP32_STRICT):
             return self.fp32_tflops * 1e12
-        if precision == "tf32":
+        if precision == TF32:
             return self.tf32_tflops * 1e12
-        if precision == "amp":
+        if precision == AMP:
             return max(self.fp16_tflops, self.bf16_tflops or 0.0) * 1e12
-        if precision == "bf16":
+        if precision == BF16:
             return (self.bf16_tflops if self.bf16_tflops is not None else self.fp32_tflops) * 1e12
         require_precision(precision)  # raises for a name outside the vocabulary
         raise AssertionError(f"no peak rate for precision '{precision}'")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Final, Literal, get_args
 
 from srift.bounds import (
     MAX_BATCH_SIZE, MAX_DATASET_SIZE, MAX_EPOCHS, MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM, MAX_KFAC_INTERVAL, MAX_LORA_RANK,
@@ -19,8 +19,11 @@ from srift.bounds import (
 )
 from srift.errors import SriftError
 
-# Each vocabulary is a Literal type (what mypy checks) and the tuple of its words (what the
-# validation, the help and the job file list), defined here once.
+# Each vocabulary is a Literal type (what mypy checks), the tuple of its words (what the
+# validation, the help and the job file list) and a named constant for each word code compares
+# against (a typo in a name fails at import, in a string it never matches), defined here once
+# (tests/test_vocabulary.py). Literals rather than enums: the words are the JSON's and the
+# command line's, and a str-mixin Enum formats differently across the Python versions srift runs on.
 
 # fp32 means what PyTorch does by default: on GPUs with TF32 units (Ampere and newer) cuDNN runs
 # convolutions in TF32 (torch.backends.cudnn.allow_tf32 defaults to True) while matmuls stay in
@@ -82,6 +85,43 @@ LAYOUT_PARALLELISMS: tuple[LayoutParallelism, ...] = get_args(LayoutParallelism)
 # Pipeline schedules of a layout: Megatron's 1F1B and its interleaved variant (virtual stages).
 PipelineSchedule = Literal["1f1b", "interleaved"]
 PIPELINE_SCHEDULES: tuple[PipelineSchedule, ...] = get_args(PipelineSchedule)
+
+
+# The words, named.
+FP32: Final = "fp32"
+FP32_STRICT: Final = "fp32-strict"
+TF32: Final = "tf32"
+AMP: Final = "amp"
+BF16: Final = "bf16"
+SYNTHETIC: Final = "synthetic"
+IMAGES: Final = "images"
+TOKENS: Final = "tokens"
+SGD: Final = "sgd"
+KFAC: Final = "kfac"
+ADAMW: Final = "adamw"
+ADAMW8BIT: Final = "adamw8bit"
+PAGED_ADAMW8BIT: Final = "paged-adamw8bit"
+FULL_FINETUNE: Final = "full"
+LORA: Final = "lora"
+QLORA: Final = "qlora"
+LORA_QV: Final = "qv"
+LORA_ATTENTION: Final = "attention"
+LORA_ALL_LINEAR: Final = "all-linear"
+NAIVE: Final = "naive"
+MPD: Final = "mpd"
+SPD: Final = "spd"
+INVERSE: Final = "inverse"
+EIGEN: Final = "eigen"
+DDP: Final = "ddp"
+ZERO2: Final = "zero2"
+FSDP: Final = "fsdp"
+HSDP: Final = "hsdp"
+NO_CHECKPOINTING: Final = "none"
+SELECTIVE: Final = "selective"
+FULL_CHECKPOINTING: Final = "full"
+ZERO1: Final = "zero1"
+ONE_F_ONE_B: Final = "1f1b"
+INTERLEAVED: Final = "interleaved"
 
 
 @dataclass(frozen=True)

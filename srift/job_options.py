@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from srift.bounds import (
     MAX_BATCH_SIZE, MAX_DATASET_SIZE, MAX_EPOCHS, MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM, MAX_KFAC_INTERVAL, MAX_LORA_RANK,
@@ -40,6 +40,7 @@ from srift.job import (
 
 OptionKind = Literal["int", "float", "str", "bool", "text"]
 OptionPart = Literal["setting", "length"]
+SETTING: Final = "setting"  # the part of a Job's own fields
 _KINDS: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool, "text": str}
 
 

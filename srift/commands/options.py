@@ -12,7 +12,7 @@ from typing import Any, Optional, TypeVar
 import typer
 
 from srift.errors import SriftError
-from srift.job_options import JOB_OPTIONS, JobOption, build_job
+from srift.job_options import JOB_OPTIONS, SETTING, JobOption, build_job
 
 FORMATS = ("table", "json", "markdown")
 
@@ -104,7 +104,7 @@ def takes_job(command: F) -> F:
     if len(slot) != 1:
         raise TypeError(f"{command.__name__} needs exactly one parameter defaulting to JOB, JOB_WITH_LENGTH or JOB_VALUES.")
     target, spec = slot[0].name, slot[0].default
-    options = [o for o in JOB_OPTIONS if spec.length or o.part == "setting"]
+    options = [o for o in JOB_OPTIONS if spec.length or o.part == SETTING]
     declared = {d.split("/")[0] for p in signature.parameters.values() for d in (getattr(p.default, "param_decls", None) or ())}
     clash = sorted({o.name for o in JOB_OPTIONS if o.name in signature.parameters or o.flag in declared})
     if clash:  # a job option declared by hand would drift from the table

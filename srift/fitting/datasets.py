@@ -42,6 +42,7 @@ import yaml
 
 from srift.catalog import get_instance
 from srift.hardware import find_gpu, gpu as gpu_spec
+from srift.job import TF32
 from srift.profile import Profile
 
 # Dataset model names -> (zoo profile name, sequence length). Only what maps honestly: the Lambda
@@ -134,7 +135,7 @@ def load_dle(data_dir: Path) -> pd.DataFrame:
         precision = {"fp32": "tf32", "tf32": "tf32", "amp_fp16": "amp"}.get(r["precision"])
         if precision is None:
             continue
-        b = parts[0] if precision == "tf32" else parts[1]
+        b = parts[0] if precision == TF32 else parts[1]
         n = int(r["n_gpus"])
         total = float(r["throughput"])
         out.append({
@@ -154,6 +155,7 @@ def load_rows(data_dir: Path) -> pd.DataFrame:
 
 
 # SuperBench model names -> zoo names (only the models the zoo ships).
+SUPERBENCH_FP32 = ("float32", "fp32")  # SuperBench's names of fp32 model metrics
 SUPERBENCH_MODELS = {
     "resnet50": "resnet50", "resnet152": "resnet152", "bert-base": "bert-base-squad", "bert-large": "bert-large-squad",
     "gpt2-small": "gpt2", "vgg16": "vgg16", "densenet201": "densenet201",
@@ -214,7 +216,7 @@ def load_superbench_models(data_dir: Path) -> pd.DataFrame:
         if not m or plat not in SUPERBENCH_PLATFORMS or key not in configs:
             continue
         sb_model, prec = m.group(1), m.group(2)
-        if sb_model not in SUPERBENCH_MODELS or prec not in ("float32", "fp32"):
+        if sb_model not in SUPERBENCH_MODELS or prec not in SUPERBENCH_FP32:
             continue
         procs, table = _superbench_config(configs[key])
         if sb_model not in table:

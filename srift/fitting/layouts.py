@@ -26,6 +26,7 @@ from scipy.optimize import minimize_scalar
 
 from srift.cluster import Cluster, NodeGroup
 from srift.errors import SriftError
+from srift.job import BF16
 from srift.simulate.layouts import LAYOUT_PARAMS_SCHEMA, Layout, load_layout_params, plan_layout, search_layouts
 from srift.zoo import canonical_name, llm_arch
 
@@ -50,7 +51,7 @@ def load_rows(data: Path) -> tuple[pd.DataFrame, dict[str, int]]:
         reason = None
         if r.metric != "step_time_s":
             reason = f"metric {r.metric} (not a step time)"
-        elif str(r.precision).lower() != "bf16":
+        elif str(r.precision).lower() != BF16:
             reason = "fp8 (not modelled)"
         elif r.gpu not in GPUS:
             reason = f"GPU {r.gpu} not in the row map"

@@ -23,6 +23,7 @@ import pandas as pd
 
 from srift.fitting import datasets, sharded
 from srift.hardware import gpu as gpu_spec
+from srift.job import AMP, BF16, DDP, HSDP
 from srift.simulate.memory import ALLOCATOR_FIXED_BYTES, allocated_parts, fit_state, memory_breakdown_bytes, sharded_memory_bytes
 from srift.zoo import load_builtin_profile
 
@@ -66,7 +67,7 @@ def ddp_runs(data: Path) -> pd.DataFrame:
     if path.is_file():
         for r in pd.read_csv(path).itertuples():
             model, seq = DLPERF_MODELS[str(r.model).split(" ")[0]]
-            out.append(_run("dlperf", model, seq, "V100-16GB", int(r.gpus_total), "amp" if r.precision == "amp" else "fp32",
+            out.append(_run("dlperf", model, seq, "V100-16GB", int(r.gpus_total), "amp" if r.precision == AMP else "fp32",
                             int(r.batch_size_per_gpu)))
     runs = pd.DataFrame(out, columns=RUN_COLUMNS)
     runs = runs.assign(one_gpu=runs["n_gpus"] == 1)  # one GPU runs without DDP's gradient buckets
@@ -87,7 +88,7 @@ def llm_runs(data: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             skipped.append({"source": r["source_id"], "model": r["model_name"], "reason": why})
             continue
         gpu, capacity = LLM_GPUS[r["gpu_type"]]
-        flags = ",".join(f for f, on in (("fp8", r["precision"] != "bf16"), ("compiled", r["torch_compile"].startswith("yes")))
+        flags = ",".join(f for f, on in (("fp8", r["precision"] != BF16), ("compiled", r["torch_compile"].startswith("yes")))
                          if on)
         kept.append(_run(
             r["source_id"], str(sharded._model(r)), int(r["seq_len"]), gpu, int(r["n_gpus"]), "bf16",
@@ -138,12 +139,12 @@ def skipped_finetuning(data: Path) -> pd.DataFrame:
 def predicted_breakdown(r) -> dict[str, float]:
     """srift's memory breakdown (bytes, allocator included) of one run (a RUN_COLUMNS row)."""
     seq = None if r.seq_len is None or pd.isna(r.seq_len) else int(r.seq_len)
-    if r.parallelism == "ddp" and not r.source.startswith(("llmfoundry", "torchtitan", "torchao", "nemo")):
+    if r.parallelism == DDP and not r.source.startswith(("llmfoundry", "torchtitan", "torchao", "nemo")):
         prof = load_builtin_profile(r.model, batch_size=int(r.batch_per_gpu), seq_len=seq, precision=r.precision)
         return memory_breakdown_bytes(prof, r.precision, buckets=int(r.n_gpus) > 1)
     prof = sharded._profile(r.model, int(seq or 0), int(r.batch_per_gpu))
     n = int(r.n_gpus)
-    shard = min(n, sharded.GPUS_PER_NODE) if r.parallelism == "hsdp" else n
+    shard = min(n, sharded.GPUS_PER_NODE) if r.parallelism == HSDP else n
     return sharded_memory_bytes(prof, "bf16", r.parallelism, r.checkpointing, shard, r.reduce_dtype, bool(r.fused_loss))
 
 

@@ -27,6 +27,7 @@ import pandas as pd
 
 from srift.cluster import Cluster, NodeGroup
 from srift.errors import SriftError
+from srift.job import BF16
 from srift.simulate.layouts import Layout, plan_layout
 from srift.simulate.moe import BALANCED_ROUTING
 from srift.zoo import canonical_name, llm_arch
@@ -54,7 +55,7 @@ def load_rows(data: Path) -> tuple[pd.DataFrame, dict[str, int]]:
         reason = None
         if r.metric != "tokens_per_s_per_gpu":
             reason = f"metric {r.metric}"
-        elif str(r.precision).lower() != "bf16":
+        elif str(r.precision).lower() != BF16:
             reason = "fp8 (not modelled)"
         elif r.gpu not in GPUS:
             reason = f"{r.gpu} (NVL72 rack not modelled)" if str(r.gpu).startswith("GB") else f"GPU {r.gpu} not mapped"

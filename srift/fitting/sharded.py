@@ -46,7 +46,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from srift.cluster import Cluster, NodeGroup
-from srift.job import Auto, Checkpointing, Job, Parallelism
+from srift.job import BF16, Auto, Checkpointing, Job, Parallelism
 from srift.perf import compute
 from srift.perf.compute import LlmKernelParams
 from srift.profile import Profile
@@ -81,7 +81,7 @@ def _reason(r: dict[str, str]) -> str:
     """Why a row is left out, or "" when it is kept."""
     if r["training_type"] != "pretrain":
         return "not pretraining (LoRA)"
-    if r["precision"] != "bf16":
+    if r["precision"] != BF16:
         return "not bf16 (fp8)"
     if any(_num(r[k]) not in (1.0,) for k in ("tp_degree", "pp_degree", "cp_degree") if r[k]):
         return "tensor/pipeline/context parallel"
@@ -250,7 +250,7 @@ def load_memory_rows(data: Path) -> pd.DataFrame:
     table = pd.read_csv(Path(data) / CSV, dtype=str, keep_default_na=False)
     out = []
     for r in table.to_dict("records"):
-        if not r["meas_peak_mem_gib"] or r["precision"] != "bf16" or r["training_type"] != "pretrain":
+        if not r["meas_peak_mem_gib"] or r["precision"] != BF16 or r["training_type"] != "pretrain":
             continue
         if any(_num(r[k]) != 1.0 for k in ("tp_degree", "pp_degree", "cp_degree") if r[k]):
             continue

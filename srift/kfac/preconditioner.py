@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Union
 import torch
 from torch import nn
 
-from srift.job import KFAC_STRATEGIES as STRATEGIES
+from srift.job import EIGEN, KFAC_STRATEGIES as STRATEGIES, MPD, NAIVE, SPD
 from srift.kfac import schedule
 from srift.kfac.distributed import Comm, FusedAllReducer, pack_upper, unpack_upper
 from srift.kfac.layers import KFACLayer, damped_inverse, eigen_decomposition, make_layers, supported
@@ -206,7 +206,7 @@ class KFACPreconditioner:
         self._fusion_planned = False
         self._order_recorded = False
         self._fixed_keys = [f"{kind}:{l.name}" for l in self.layers for kind in ("A", "G")]
-        if strategy != "spd":
+        if strategy != SPD:
             sizes = [schedule.factor_message_bytes(d) for d in self._factor_dims()]
             self._reducer_g.set_groups([[self._fixed_keys[i] for i in g] for g in schedule.plan_fixed_fusion(sizes, fusion_buffer_bytes)])
 
@@ -214,7 +214,7 @@ class KFACPreconditioner:
         # every rank takes the same decisions.
         self.comm_alpha_s, self.comm_beta_s_per_byte = comm_alpha_s, comm_beta_s_per_byte
         self.inv_flops_per_s = inv_flops_per_s
-        if strategy == "spd" and self.comm.distributed:
+        if strategy == SPD and self.comm.distributed:
             if comm_alpha_s is None or comm_beta_s_per_byte is None:
                 a, b = self.comm.calibrate_allreduce()
                 self.comm_alpha_s = a if comm_alpha_s is None else comm_alpha_s
@@ -249,9 +249,9 @@ class KFACPreconditioner:
     def _placement(self) -> list[int]:
         """Owner per factor (A_0, G_0, A_1, G_1, ...)."""
         n, p = 2 * len(self.layers), self.comm.world_size
-        if self.strategy == "naive" or p == 1:
+        if self.strategy == NAIVE or p == 1:
             return schedule.place_local(n)
-        if self.strategy == "mpd":
+        if self.strategy == MPD:
             return schedule.place_round_robin(n, p)
         rate, alpha, beta = self.inv_flops_per_s, self.comm_alpha_s or 0.0, self.comm_beta_s_per_byte or 0.0
         return schedule.place_inversions(
@@ -299,7 +299,7 @@ class KFACPreconditioner:
         total, count = self._acc.get(key, (None, 0))
         self._acc[key] = (factor if total is None else total.add_(factor), count + 1)
         self.timings["factor_compute"] += time.perf_counter() - t0
-        if self.strategy == "spd" and count + 1 == self.accumulation_steps:
+        if self.strategy == SPD and count + 1 == self.accumulation_steps:
             self._spd_launch(kind, key)
 
     def _spd_launch(self, kind: str, key: str) -> None:
@@ -349,7 +349,7 @@ class KFACPreconditioner:
     def _update_factors(self) -> None:
         dims = dict(zip(self._fixed_keys, self._factor_dims()))
         t0 = time.perf_counter()
-        if self.strategy == "spd":
+        if self.strategy == SPD:
             # Passes fewer than accumulation_steps: start what the hooks did not.
             for key in self._fixed_keys:
                 if key not in self._launched and key in self._acc:
@@ -422,7 +422,7 @@ class KFACPreconditioner:
     def _second_order(self, f: torch.Tensor, damp: float) -> torch.Tensor:
         """``inverse``: ``(F + damp I)^-1`` (d x d). ``eigen``: eigenvectors with the eigenvalues
         as an extra last row ((d+1) x d); damping is applied when preconditioning."""
-        if self.inverse_method == "eigen":
+        if self.inverse_method == EIGEN:
             return eigen_decomposition(f)
         return damped_inverse(f, damp)
 
@@ -435,7 +435,7 @@ class KFACPreconditioner:
 
     def _update_inverses(self) -> None:
         rank = self.comm.rank
-        eigen = self.inverse_method == "eigen"
+        eigen = self.inverse_method == EIGEN
         lam = self._value("damping")
         pending = []  # spd: async broadcasts issued while the next inversions run
         deferred = []  # mpd: broadcasts after the whole inversion phase
@@ -459,7 +459,7 @@ class KFACPreconditioner:
                     shape = (dim + 1, dim) if eigen else (schedule.packed_elements(dim),)
                     buf = factors[layer.name].new_empty(shape)
                 item = (results, layer.name, dim, owner, buf)
-                if self.strategy == "spd":
+                if self.strategy == SPD:
                     pending.append((item, self.comm.broadcast(buf, owner, async_op=True)))
                 else:
                     deferred.append(item)
@@ -478,7 +478,7 @@ class KFACPreconditioner:
 
     def _precondition(self) -> None:
         lr = self._value("lr")
-        damping = self._value("damping") if self.inverse_method == "eigen" else 0.0
+        damping = self._value("damping") if self.inverse_method == EIGEN else 0.0
         updates = []
         vg_sum = 0.0
         for layer in self.layers:
@@ -487,7 +487,7 @@ class KFACPreconditioner:
                 continue
             a_inv, g_inv = self.A_inv[layer.name], self.G_inv[layer.name]
             grad = grad.to(a_inv.dtype)  # low-precision parameters: precondition in fp32
-            if self.inverse_method == "eigen":
+            if self.inverse_method == EIGEN:
                 qa, da, qg, dg = a_inv[:-1], a_inv[-1], g_inv[:-1], g_inv[-1]
                 v = qg.t() @ grad @ qa
                 p = qg @ (v / (torch.outer(dg, da) + damping)) @ qa.t()
@@ -544,7 +544,7 @@ class KFACPreconditioner:
                                  f"(unknown: {', '.join(extra) or '-'}; missing: {', '.join(missing) or '-'})")
             for name, t in part.items():
                 d = dims[name][0 if key.startswith("A") else 1]
-                want = (d + 1, d) if key.endswith("_inv") and self.inverse_method == "eigen" else (d, d)
+                want = (d + 1, d) if key.endswith("_inv") and self.inverse_method == EIGEN else (d, d)
                 if not isinstance(t, torch.Tensor) or tuple(t.shape) != want:
                     raise ValueError(f"state_dict {key}['{name}'] has shape {tuple(getattr(t, 'shape', ()))}, expected {want}")
                 if not t.is_floating_point() or not bool(torch.isfinite(t).all()):
@@ -599,7 +599,7 @@ def _measure_inv_flops(method: str, device: torch.device | None = None, dim: int
     device = device or torch.device("cpu")
     m = torch.randn(dim, dim, device=device)
     m = m @ m.t() / dim + torch.eye(dim, device=device)
-    fn = eigen_decomposition if method == "eigen" else (lambda f: damped_inverse(f, 1e-3))
+    fn = eigen_decomposition if method == EIGEN else (lambda f: damped_inverse(f, 1e-3))
 
     def sync() -> None:
         if device.type == "cuda":

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from srift.job import KFAC_INVERSE_METHODS
+from srift.job import EIGEN, INVERSE, KFAC_INVERSE_METHODS
 
 LOCAL = -1  # owner value: every worker inverts this factor itself (no broadcast)
 FP32_BYTES = 4  # factors and inverses are kept and sent in fp32 (fp16 factor all-reduce diverges)
@@ -51,9 +51,9 @@ def inverse_message_bytes(dim: int, method: str = "inverse") -> int:
     (``eigen``: the eigenbasis is not symmetric)."""
     if dim < 1:
         raise ValueError(f"factor dimension must be at least 1, got {dim}")
-    if method == "inverse":
+    if method == INVERSE:
         return FP32_BYTES * packed_elements(dim)
-    if method == "eigen":
+    if method == EIGEN:
         return FP32_BYTES * (dim + 1) * dim
     raise ValueError(f"method must be one of {', '.join(INVERSE_METHODS)}, got {method!r}")
 

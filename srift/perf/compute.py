@@ -59,7 +59,7 @@ import numpy as np
 from srift.bounds import key_text, require, shown
 from srift.errors import SriftError
 from srift.files import configs_dir, read_json
-from srift.job import HALF_PRECISIONS, require_precision
+from srift.job import FP32, FP32_STRICT, HALF_PRECISIONS, require_precision
 from srift.hardware import CPU, GpuSpec, find_gpu, gpu as gpu_spec
 from srift.profile import Profile
 
@@ -70,6 +70,7 @@ _MAX_COEFFICIENT = 1e6
 _TIME_BOUNDS = {"launch_s": 1.0, "optimizer_s_per_tensor": 1.0, "overhead_s": 100.0}
 
 KINDS = ("conv", "matmul", "attention", "norm", "elementwise", "pool", "embedding", "other")
+ATTENTION = "attention"  # the kind of attention layers, which some models scale
 _KIND_INDEX = {k: i for i, k in enumerate(KINDS)}
 
 # Module class names -> kind. Matched on the lower-cased class name; first rule that matches wins.
@@ -119,9 +120,9 @@ def math_mode(precision: str, kind: str) -> str:
     ``amp`` (the peak-rate vocabulary of ``GpuSpec.peak_flops``). PyTorch's default ``fp32`` runs
     convolutions in TF32 (cuDNN's flag) and matmuls in FP32 (cuBLAS's flag); see the module docstring.
     """
-    if precision == "fp32":
+    if precision == FP32:
         return "tf32" if kind in CUDNN_KINDS else "fp32"
-    if precision == "fp32-strict":
+    if precision == FP32_STRICT:
         return "fp32"
     return precision
 

@@ -35,7 +35,7 @@ from typing import Any
 from srift.bounds import shown
 from srift.errors import SriftError
 from srift.files import configs_dir, read_json
-from srift.job import DATA_LOADING
+from srift.job import DATA_LOADING, IMAGES, SYNTHETIC
 
 DATA_LOADING_KINDS = DATA_LOADING  # the vocabulary lives in srift/job.py
 SCHEMA = "srift.perf.input/v1"
@@ -176,7 +176,7 @@ def input_time(kind: str, samples_per_gpu: float, vcpus_per_gpu: float, image_si
     if kind not in DATA_LOADING_KINDS:
         raise SriftError(f"unknown data loading {kind!r}", f"choose one of {', '.join(DATA_LOADING_KINDS)}.")
     _check_positive(samples_per_gpu, "samples per GPU")
-    if kind == "synthetic":
+    if kind == SYNTHETIC:
         return InputTime("synthetic", 0.0, 0.0, "synthetic data: no loading")
     if measured_data_s is not None:
         if isinstance(measured_data_s, bool) or not (measured_data_s >= 0 and math.isfinite(measured_data_s)):
@@ -186,7 +186,7 @@ def input_time(kind: str, samples_per_gpu: float, vcpus_per_gpu: float, image_si
                          f"the profile's measured data time, {measured_data_s * 1e3:.3g} ms per iteration")
     p = params or load_params()
     usable = p.usable_vcpus(vcpus_per_gpu)
-    if kind == "images":
+    if kind == IMAGES:
         rate, slow = p.image_rate_per_vcpu(image_size), p.image_rate_per_vcpu(image_size, slow=True)
         return InputTime("images", samples_per_gpu / (rate * usable), samples_per_gpu / (slow * usable),
                          f"{samples_per_gpu:g} images / ({rate:.0f} images/s per vCPU at {image_size} px x "

@@ -48,7 +48,7 @@ from typing import Any
 from srift.errors import SriftError
 from srift.files import configs_dir, read_json
 from srift.hardware import CPU, find_gpu, gpu as gpu_spec
-from srift.job import HALF_PRECISIONS
+from srift.job import HALF_PRECISIONS, INVERSE, TF32
 
 PARAMS_SCHEMA = "srift.perf.kfac_kernels/v1"
 METHODS = ("inverse", "eigen")  # srift.kfac.schedule.INVERSE_METHODS
@@ -157,7 +157,7 @@ class DeviceKernels:
     def solver(self, method: str) -> SolverCurve:
         if method not in METHODS:
             raise SriftError(f"unknown K-FAC inverse method '{method}'.", f"use one of {', '.join(METHODS)}.")
-        return self.inverse if method == "inverse" else self.eigen
+        return self.inverse if method == INVERSE else self.eigen
 
     def invert_s(self, n: int, method: str = "inverse") -> float:
         """Seconds of one inversion (``inverse``) or eigendecomposition (``eigen``) of an n x n factor."""
@@ -215,9 +215,9 @@ class DeviceKernels:
     def precondition_s(self, a_dim: int, g_dim: int, method: str = "inverse") -> float:
         """Seconds to precondition one ``g_dim x a_dim`` block (every iteration)."""
         self.solver(method)  # validates the method
-        gemms = 1 if method == "inverse" else 2
+        gemms = 1 if method == INVERSE else 2
         flops = gemms * 2.0 * a_dim * g_dim * (a_dim + g_dim)
-        passes = PRECONDITION_PASSES if method == "inverse" else EIGEN_PRECONDITION_PASSES
+        passes = PRECONDITION_PASSES if method == INVERSE else EIGEN_PRECONDITION_PASSES
         block = FP32_BYTES * a_dim * g_dim
         # The GEMMs read the block and the two square matrices.
         read = gemms * FP32_BYTES * (a_dim * a_dim + g_dim * g_dim) + 2.0 * gemms * block
@@ -349,7 +349,7 @@ def load_params(path: str | None = None) -> KernelParams:
 def _matmul_precision(precision: str) -> str:
     """K-FAC's GEMMs run in fp32 whatever the training precision (autocast is off in its hooks);
     PyTorch lets fp32 matmuls use TF32 only when told to (``tf32``)."""
-    return "tf32" if precision == "tf32" else "fp32"
+    return "tf32" if precision == TF32 else "fp32"
 
 
 def derive_gpu(gpu: str, precision: str, shape: float, assumptions: GpuAssumptions) -> DeviceKernels:

@@ -27,7 +27,7 @@ import torch
 
 import srift
 from srift.hardware import find_gpu
-from srift.job import HALF_PRECISIONS
+from srift.job import FP32, HALF_PRECISIONS, NO_CHECKPOINTING, TF32
 from srift.perf.compute import precision_label
 from srift.profile import AllReduceBucket, LayerProfile, PhaseTimes, Profile, RankMemory
 from srift.profiling import fsdp as fsdp_profile
@@ -150,11 +150,11 @@ def _fsdp_fields(fm: fsdp_profile.FsdpMeasurement, layers: list[LayerProfile], p
     notes.append(f"{setup.api} ({setup.strategy}) detected: {setup.describe()['units']} units besides the root, "
                  f"parallelism {setup.parallelism}, activation checkpointing {ckpt}")
     notes += setup.notes + ([ckpt_note] if ckpt_note else [])
-    if ckpt != "none":
+    if ckpt != NO_CHECKPOINTING:
         rec_s = sum(r.recompute_s for r in records) / len(records)
         notes.append(f"recomputation measured: {rec_s:.6f} s per iteration (not in the layers' forward or backward times)")
     mp_precision = fsdp_profile.profile_precision(setup)
-    if mp_precision is not None and precision in ("fp32", "tf32"):
+    if mp_precision is not None and precision in (FP32, TF32):
         notes.append(f"FSDP MixedPrecision param_dtype {setup.param_dtype}: precision {mp_precision}")
         precision = mp_precision
     return layers, precision, {"parallelism": setup.parallelism, "activation_checkpointing": ckpt,
@@ -192,6 +192,10 @@ def _input_shape(timer: LayerTimer) -> tuple[int, int | None]:
     return micro_batch, seq_len
 
 
+# torch 2.9's ``fp32_precision`` words (its vocabulary, not srift's precisions).
+_FP32_PRECISION_TF32, _FP32_PRECISION_INHERIT = "tf32", "none"
+
+
 def tf32_flags() -> dict[str, str]:
     """PyTorch's TF32 switches as the script left them (recorded in the profile's ``framework``):
     cuDNN's (convolutions; on by default) and cuBLAS's (matmuls; off by default since 1.12). torch
@@ -225,7 +229,7 @@ def _fp32_precision(backend: str, op: str) -> str | None:
             return None
         if value is None:
             return None
-        if value != "none":
+        if value != _FP32_PRECISION_INHERIT:
             return str(value)
     return "ieee"
 
@@ -236,7 +240,7 @@ def tf32_enabled() -> tuple[bool, bool]:
     conv = flags.get("cudnn.conv.fp32_precision")
     matmul = flags.get("cuda.matmul.fp32_precision")
     if conv is not None and matmul is not None and "cudnn.allow_tf32" not in flags:
-        return conv == "tf32", matmul == "tf32"
+        return conv == _FP32_PRECISION_TF32, matmul == _FP32_PRECISION_TF32
     return flags.get("cudnn.allow_tf32") == "True", flags.get("cuda.matmul.allow_tf32") == "True"
 
 

@@ -8,6 +8,7 @@ from rich.markup import escape
 
 from srift.bounds import MAX_NOTE_CHARS
 from srift.files import write_json
+from srift.job import DDP
 from srift.report.format import console, error_text, plural, price_lines, print_json, usd
 from srift.report.table import Column, print_table
 from srift.results import CheckResult, MetricChange
@@ -65,7 +66,7 @@ def markdown(result: CheckResult) -> str:
              "",
              f"Predicted **{usd(result.predicted_cost_usd)}** over **{result.predicted_hours:,.2f} h** (median), "
              f"{_confidence_text(result)}, at {usd(result.cost_per_hour_usd)}/h in {cfg.region} ({plural(cfg.gpus, 'GPU')}"
-             f"{f', {cfg.plan}' if cfg.plan != 'ddp' else ''}, "
+             f"{f', {cfg.plan}' if cfg.plan != DDP else ''}, "
              f"{cfg.throughput_samples_per_s:,.0f} samples/s, {cfg.bottleneck}-bound; configuration from {cfg.chosen_by}). "
              f"Typical error: {error_text(cfg.typical_error_pct, cfg.typical_error_basis)}.", "",
              "| limit | allowed | predicted | margin | |", "|---|---|---|---|---|"]
@@ -82,7 +83,7 @@ def render(result: CheckResult) -> None:
     con = console()
     cfg = result.configuration
     status = "[bold green]PASSED[/bold green]" if result.passed else "[bold red]FAILED[/bold red]"
-    plan = f", {cfg.plan}" if cfg.plan != "ddp" else ""
+    plan = f", {cfg.plan}" if cfg.plan != DDP else ""
     con.print(f"srift check {status}: {escape(result.model)} on {escape(cfg.instance)}" + (" [Spot]" if cfg.spot else "")
               + f" ({plural(cfg.gpus, 'GPU')}{plan}, from {cfg.chosen_by})")
     con.print(f"Predicted {usd(result.predicted_cost_usd)} over {result.predicted_hours:,.2f} h (median), {_confidence_text(result)}, "

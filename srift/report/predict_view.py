@@ -8,6 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from srift.bounds import MAX_NOTE_CHARS
+from srift.job import DDP, HSDP, INTERLEAVED, KFAC, NO_CHECKPOINTING
 from srift.report.format import console, error_text, gib, price_lines, print_json, save_json, seconds, usd, usd_per_million_tokens
 from srift.catalog.provenance import marked_usd
 from srift.errors import SriftError
@@ -71,7 +72,7 @@ MEMORY_LABELS = {"weights": "parameters", "gathered_weights": "gathered (half-pr
 
 def title(result: PredictResult) -> str:
     return (f"{result.model} on {result.prediction.cluster}{' [Spot]' if result.spot_pricing else ''}, {result.precision}"
-            + (f", K-FAC ({result.kfac_strategy})" if result.optimizer == "kfac" else ""))
+            + (f", K-FAC ({result.kfac_strategy})" if result.optimizer == KFAC else ""))
 
 
 def plan_text(pred: Prediction) -> str:
@@ -80,10 +81,10 @@ def plan_text(pred: Prediction) -> str:
     text = PLAN_LABELS.get(pred.parallelism, pred.parallelism)
     if pred.layout:
         lay = pred.layout
-        sched = f"interleaved, {lay['vp']} virtual stages" if lay["schedule"] == "interleaved" else "1F1B"
+        sched = f"interleaved, {lay['vp']} virtual stages" if lay["schedule"] == INTERLEAVED else "1F1B"
         ep = f" (EP {lay['ep']} for the experts)" if int(lay.get("ep", 1)) > 1 else ""
         text = f"TP {lay['tp']} x PP {lay['pp']} ({sched}) x CP {lay['cp']} x DP {lay['dp']}{ep}, " + text
-    if pred.activation_checkpointing != "none":
+    if pred.activation_checkpointing != NO_CHECKPOINTING:
         text += f", {pred.activation_checkpointing} activation checkpointing"
     if pred.grad_accum > 1:
         text += f", {pred.grad_accum} micro-batches of {pred.micro_batch_size or '?'}"
@@ -155,9 +156,9 @@ def comm_line(result: PredictResult) -> str:
         return (f"Tensor-, context-, {'expert-, ' if int(pred.layout.get('ep', 1)) > 1 else ''}pipeline- and "
                 f"data-parallel communication {seconds(total)} per iteration, "
                 f"{hidden:.0%} of it hidden behind compute.")
-    if pred.parallelism == "ddp":
+    if pred.parallelism == DDP:
         return f"All-reduce {seconds(total)} per iteration, {hidden:.0%} of it hidden behind backward."
-    return (f"All-gather and reduce-scatter{' and cross-node all-reduce' if pred.parallelism == 'hsdp' else ''} "
+    return (f"All-gather and reduce-scatter{' and cross-node all-reduce' if pred.parallelism == HSDP else ''} "
             f"{seconds(total)} per iteration, {hidden:.0%} of it hidden behind compute.")
 
 

@@ -12,13 +12,14 @@ from srift.bounds import MAX_NOTE_CHARS
 from srift.catalog.provenance import ESTIMATE_MARK, marked_usd
 from srift.catalog.spot import capacity_warning
 from srift.errors import SriftError
+from srift.job import DDP
 from srift.perf.accuracy import node_evidence
 from srift.report.format import console, error_text, price_lines, print_json, save_json, seconds, usd, usd_per_million_tokens
 from srift.report.table import Column, print_table
 from srift.results import RecommendResult, ages_json
 from srift.search.confidence import label as q_label
 from srift.search.limits import within
-from srift.search.rank import MARKETS, Candidate, SearchResult
+from srift.search.rank import Candidate, SearchResult
 from srift.text import markdown as md
 
 
@@ -107,7 +108,7 @@ def candidate_json(cand: Candidate, rank: int, result: SearchResult | None = Non
         "infra": cand.infra,
         "host_arch": cand.host_arch,
         "supported": cand.supported,
-        "market": MARKETS[cand.market],
+        "market": cand.market.label,
         "spot": cand.spot,
         "gpus": cand.gpus,
         "nodes": cand.nodes,
@@ -301,7 +302,7 @@ def _rows(result: RecommendResult) -> tuple[list[str], list[list[str]]]:
     batch_col = result.job.global_batch_size is not None or any(len(c.prediction.batch_split) > 1 for c in recs)
     tokens = result.seq_len is not None
     # How each row trains, where there is a choice (a profile with FSDP units, e.g. an LLM).
-    plans = any(c.prediction.plan_label != "ddp" for c in recs)
+    plans = any(c.prediction.plan_label != DDP for c in recs)
     # How far the validation reaches at each row's node count, where a row spans several nodes.
     nodes_col = any(c.nodes > 1 for c in recs)
     head = ["", "configuration", "where", "GPUs"] + (["nodes"] if nodes_col else []) + (["batch/GPU"] if batch_col else []) + (["plan"] if plans else []) + [

@@ -27,8 +27,8 @@ from srift.job import JobLength
 from srift.search.limits import Constraints
 from srift.search.mixes import sweep_mixes
 from srift.search.offers import OfferTable
-from srift.search.rank import Candidate, SearchResult, explain_failure, families_of, objective_key, order, pareto
-from srift.search.space import Space, build_space, instance_types, wheel_runs
+from srift.search.rank import Candidate, Exclusion, SearchResult, explain_failure, families_of, objective_key, order, pareto
+from srift.search.space import Market, Space, build_space, instance_types, wheel_runs
 from srift.search.sweep import CountSweep, Progress
 from srift.simulate.prediction import Prediction
 
@@ -139,7 +139,7 @@ def _closest_pool(table: OfferTable, idx: np.ndarray) -> np.ndarray:
         picks.add(int(idx[np.nanargmin(t["cost_q"][idx])]))
     mem = np.array([table.cores[int(t["core"][i])].prediction.memory_per_gpu_bytes for i in idx])
     picks.add(int(idx[np.argmin(mem)]))
-    fits = idx[t["reason"][idx] != 1]
+    fits = idx[t["reason"][idx] != Exclusion.MEMORY]
     if len(fits):
         picks.add(int(fits[np.nanargmin(np.where(np.isnan(t["hours_q"][fits]), np.inf, t["hours_q"][fits]))]))
         cq = np.where(np.isnan(t["cost_q"][fits]), np.inf, t["cost_q"][fits])
@@ -190,6 +190,6 @@ def _cheapest_that_fits(space: Space, c: Constraints, predict: Callable[[Cluster
     pred = predict(cluster)
     return Candidate(cluster.name, label_of(parts), spot, cluster.gpus, cluster.nodes, price, pred,
                      cloud=inst.cloud, region=inst.region, regions=(inst.region,), host_arch=inst.host_arch,
-                     supported=wheel_runs(inst), market=1 if spot else 0, hardware=(inst.hardware_key,),
+                     supported=wheel_runs(inst), market=Market.SPOT if spot else Market.ON_DEMAND, hardware=(inst.hardware_key,),
                      vcpus_per_gpu=inst.vcpus / inst.gpu_count, flags=inst.flags,
                      price=price_provenance(inst, spot), families=(inst.family,))

@@ -20,7 +20,7 @@ from srift.catalog.spec import cluster_of
 from srift.cluster import Cluster
 from srift.search.limits import Constraints
 from srift.search.offers import OfferTable
-from srift.search.space import ON_DEMAND, SPOT, HardwareGroup, Space
+from srift.search.space import HardwareGroup, Market, Space
 from srift.search.sweep import CountSweep
 from srift.simulate.prediction import Prediction
 
@@ -65,7 +65,7 @@ def sweep_mixes(sweep: CountSweep, predict: Callable[[Cluster], Prediction], c: 
     """Simulate and price the two-type mixes (module docstring); returns how many were simulated."""
     space, table = sweep.space, sweep.table
     front = frontier_groups(space, table)
-    markets = (ON_DEMAND, SPOT) if c.spot else (ON_DEMAND,)
+    markets = (Market.ON_DEMAND, Market.SPOT) if c.spot else (Market.ON_DEMAND,)
     done: dict[tuple[int, int, int, int], int] = {}
     skipped = 0
     for i, ga in enumerate(front):
@@ -102,7 +102,7 @@ def sweep_mixes(sweep: CountSweep, predict: Callable[[Cluster], Prediction], c: 
 
 
 def _fills(space: Space, c: Constraints, first: HardwareGroup, second: HardwareGroup, r1: np.ndarray, r2: np.ndarray,
-           n1: int, market: int) -> list[int]:
+           n1: int, market: Market) -> list[int]:
     """Counts of ``second`` beside ``n1`` nodes of ``first``: one, and what the GPU and node limits and each
     region's budget leave (at most MIX_FILLS distinct)."""
     gpu_room = (c.max_gpus - n1 * first.gpu_count) // second.gpu_count

@@ -24,13 +24,10 @@ from srift.catalog.spec import Part, cluster_of, label_of
 from srift.job import JobLength, JobRun
 from srift.search import confidence as conf
 from srift.search.limits import LIMIT_TOLERANCE, Constraints
-from srift.search.rank import Candidate
-from srift.search.space import SPOT, SPOT_MIX, Space
+from srift.search.rank import Candidate, Exclusion
+from srift.search.space import Market, Space
 from srift.simulate.prediction import BatchShare, Prediction
 from srift.simulate.spot import RESTART_S, checkpoint_interval_s, expectation, useful_fraction
-
-REASONS = ("", "memory", "deadline", "max-cost")
-
 
 @dataclass
 class Core:
@@ -110,7 +107,7 @@ class OfferTable:
         s = self.space
         ids = np.asarray(core_ids, dtype=np.int64)
         for m in s.markets:
-            keep = counts >= (2 if m == SPOT_MIX else 1)
+            keep = counts >= (2 if m == Market.SPOT_MIX else 1)
             if not keep.any():
                 continue
             n = counts[keep][None, :]
@@ -125,9 +122,9 @@ class OfferTable:
                                   "market": np.full(len(rr), m), "price": price[rr, cc],
                                   "rate": s.interruptions(group_rows[rr], m, n[0, cc])})
 
-    def price_pair(self, core_id: int, rows_a: np.ndarray, rows_b: np.ndarray, na: int, nb: int, market: int) -> None:
+    def price_pair(self, core_id: int, rows_a: np.ndarray, rows_b: np.ndarray, na: int, nb: int, market: Market) -> None:
         """Price a two-type core on row pairs (same cloud and region), both parts on ``market``
-        (ON_DEMAND or SPOT)."""
+        (Market.ON_DEMAND or Market.SPOT)."""
         s = self.space
         price = s.price(rows_a, market, na) + s.price(rows_b, market, nb)
         ok = ~np.isnan(price) & (price <= self._budget())
@@ -157,7 +154,7 @@ class OfferTable:
         exp_tp = tp * useful
         price = cols["price"]
         n = len(core)
-        reason = np.where(self.core_column("fits")[core] > 0, 0, 1)
+        reason = np.where(self.core_column("fits")[core] > 0, Exclusion.NONE, Exclusion.MEMORY)
         hours = hours_q = cost = cost_q = np.full(n, np.nan)
         if self.length is not None:
             hours = self.core_column("steps")[core] * self.core_column("batch")[core] / np.maximum(exp_tp, 1e-12) / 3600.0
@@ -169,9 +166,9 @@ class OfferTable:
             hours_q = conf.quantile(hours, sigma, c.confidence)
             cost, cost_q = hours * price, hours_q * price
             if c.deadline_hours is not None:
-                reason = np.where((reason == 0) & (hours_q > c.deadline_hours + LIMIT_TOLERANCE), 2, reason)
+                reason = np.where((reason == Exclusion.NONE) & (hours_q > c.deadline_hours + LIMIT_TOLERANCE), Exclusion.DEADLINE, reason)
             if c.max_cost_usd is not None:
-                reason = np.where((reason == 0) & (cost_q > c.max_cost_usd + LIMIT_TOLERANCE), 3, reason)
+                reason = np.where((reason == Exclusion.NONE) & (cost_q > c.max_cost_usd + LIMIT_TOLERANCE), Exclusion.MAX_COST, reason)
         if c.goal == "throughput":
             objective, tie = -exp_tp, price
         elif self.length is not None:
@@ -179,7 +176,7 @@ class OfferTable:
         else:
             objective, tie = price / np.maximum(exp_tp * 3600.0, 1e-300) * 1e6, -exp_tp
         return {**cols, "throughput": exp_tp, "hours": hours, "hours_q": hours_q, "cost": cost, "cost_q": cost_q,
-                "feasible": reason == 0, "reason": reason, "objective": objective, "tie": tie}
+                "feasible": reason == Exclusion.NONE, "reason": reason, "objective": objective, "tie": tie}
 
     # ---- reading ------------------------------------------------------------------------------
     @property
@@ -245,12 +242,12 @@ class OfferTable:
         m = int(t["market"][i])
         row_a = self.space.rows[int(t["row"][i])]
         (ga, na), *rest = core.parts
-        if m == SPOT_MIX:
+        if m == Market.SPOT_MIX:
             return [(row_a, 1, False), (row_a, na - 1, True)]
         if not rest:
-            return [(row_a, na, m == SPOT)]
+            return [(row_a, na, m == Market.SPOT)]
         row_b = self.space.rows[int(t["row2"][i])]
-        return [(row_a, na, m == SPOT), (row_b, rest[0][1], m == SPOT)]
+        return [(row_a, na, m == Market.SPOT), (row_b, rest[0][1], m == Market.SPOT)]
 
     def candidate(self, i: int) -> Candidate:
         """Offer ``i`` as a Candidate: the shared simulation relabelled with this offer's
@@ -284,14 +281,14 @@ class OfferTable:
             instance=cluster.name, label=label_of(parts), spot=any(s for _, _, s in parts), gpus=cluster.gpus,
             nodes=cluster.nodes, cost_per_hour_usd=price, prediction=pred, run=run, at_confidence=at,
             cloud=row.cloud, region=row.region, regions=(row.region,), host_arch=row.host_arch,
-            types=len({r.instance_type for r in rows}), market=int(t["market"][i]),
+            types=len({r.instance_type for r in rows}), market=Market(int(t["market"][i])),
             hardware=tuple(sorted({r.hardware_key for r in rows}, key=repr)),
             vcpus_per_gpu=min(r.vcpus / r.gpu_count for r in rows),
             flags=tuple(sorted({f for r in rows for f in r.flags})),
             price=combined(price_provenance(r, s) for r, _, s in parts),
             families=tuple(dict.fromkeys(r.family for r in rows)),
         )
-        cand.reason = REASONS[int(t["reason"][i])]
+        cand.reason = Exclusion(int(t["reason"][i])).label
         cand.feasible = not cand.reason
         return cand
 

@@ -29,18 +29,33 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any
 
 
 from srift.catalog.provenance import PriceProvenance
 from srift.job import JobRun, usd_per_million_samples
 from srift.search.confidence import AtConfidence, mape_from_sigma, uncertainty_of, z_of
+from srift.search.space import Market
 from srift.simulate.prediction import Prediction
 
-#: Market complexity, simplest first (as srift.search.space's ON_DEMAND, SPOT, SPOT_MIX).
-MARKETS = ("on-demand", "spot", "spot/on-demand mix")
 #: Objectives closer than this fraction are a tie (the smallest validated typical error is 5.6 %).
 TIE_FRACTION = 0.01
+
+
+class Exclusion(IntEnum):
+    """Why an offer misses the limits: the first limit it misses, NONE when it meets them all (the
+    offer table's ``reason`` column holds the ints, a Candidate's ``reason`` the label)."""
+
+    NONE = 0
+    MEMORY = 1
+    DEADLINE = 2
+    MAX_COST = 3
+
+    @property
+    def label(self) -> str:
+        """The reason as the documents name it ("" for NONE)."""
+        return ("", "memory", "deadline", "max-cost")[self]
 
 
 @dataclass
@@ -66,7 +81,7 @@ class Candidate:
         supported: The current PyTorch CUDA wheel runs on its GPUs and host
             (``srift.catalog.supported``); False only with ``--include-unsupported``.
         types: Instance types in it (2 for a two-type mix).
-        market: 0 on demand, 1 spot, 2 one on-demand node with spot nodes (MARKETS).
+        market: The market, simplest first (on demand, spot, one on-demand node with spot nodes).
         hardware: The ``Instance.hardware_key`` of each distinct part (what its error shares).
         vcpus_per_gpu: The fewest vCPUs per GPU of its instances (what feeds the input pipeline).
         flags: Catalog row flags of its instances (``suspect-price``, ...).
@@ -91,7 +106,7 @@ class Candidate:
     host_arch: str = "x86_64"
     supported: bool = True
     types: int = 1
-    market: int = 0
+    market: Market = Market.ON_DEMAND
     hardware: tuple[Any, ...] = ()
     vcpus_per_gpu: float | None = None
     flags: tuple[str, ...] = ()
@@ -231,7 +246,7 @@ def what_it_adds(complex_: Candidate, simple: Candidate) -> str:
     if complex_.types > simple.types:
         out.append("two instance types")
     if complex_.market > simple.market:
-        out.append("spot and on-demand nodes together" if complex_.market == 2 else "spot instances")
+        out.append("spot and on-demand nodes together" if complex_.market == Market.SPOT_MIX else "spot instances")
     return " and ".join(out)
 
 
@@ -412,9 +427,9 @@ def explain_failure(evaluated: Sequence[Candidate], budget_pruned: bool) -> tupl
     cost at the search's confidence)."""
     if not evaluated:
         return ("budget" if budget_pruned else "memory"), None
-    fits = [x for x in evaluated if x.reason != "memory"]
+    fits = [x for x in evaluated if x.reason != Exclusion.MEMORY.label]
     if not fits:
-        return "memory", min(evaluated, key=lambda x: x.prediction.memory_per_gpu_bytes)
-    if any(x.reason == "deadline" for x in fits):
-        return "deadline", min(fits, key=lambda x: x.at_confidence.hours if x.at_confidence is not None else math.inf)
-    return "max-cost", min(fits, key=lambda x: x.at_confidence.cost_usd if x.at_confidence and x.at_confidence.cost_usd else math.inf)
+        return Exclusion.MEMORY.label, min(evaluated, key=lambda x: x.prediction.memory_per_gpu_bytes)
+    if any(x.reason == Exclusion.DEADLINE.label for x in fits):
+        return Exclusion.DEADLINE.label, min(fits, key=lambda x: x.at_confidence.hours if x.at_confidence is not None else math.inf)
+    return Exclusion.MAX_COST.label, min(fits, key=lambda x: x.at_confidence.cost_usd if x.at_confidence and x.at_confidence.cost_usd else math.inf)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import IntEnum
 
 import numpy as np
 
@@ -37,9 +38,19 @@ from srift.search.limits import Constraints
 
 NON_CUDA_ARCHITECTURES = ("rdna1",)  # AMD GPUs: considered only when named with --gpu
 
-#: Markets of one type's configuration: all on demand, all on spot, one on-demand node + n-1 spot.
-ON_DEMAND, SPOT, SPOT_MIX = 0, 1, 2
-MARKET_NAMES = ("on-demand", "spot", "spot/on-demand mix")
+
+class Market(IntEnum):
+    """The market of one type's configuration, simplest first: all on demand, all on spot, one
+    on-demand node with n-1 spot nodes (the offer table's ``market`` column holds the ints)."""
+
+    ON_DEMAND = 0
+    SPOT = 1
+    SPOT_MIX = 2
+
+    @property
+    def label(self) -> str:
+        """The market as the documents and tables name it."""
+        return ("on-demand", "spot", "spot/on-demand mix")[self]
 
 
 def cuda_gpu(name: str) -> bool:
@@ -120,7 +131,7 @@ class Space:
     Attributes:
         rows: The priced rows.
         groups: One per hardware.
-        markets: The markets searched (ON_DEMAND, SPOT, SPOT_MIX).
+        markets: The markets searched.
         on_demand, spot, rate: Per row: on-demand and spot $/h per node (NaN when none) and spot
             interruptions per node-hour.
         place: Per row: index of its (cloud, region) in ``places``.
@@ -133,7 +144,7 @@ class Space:
 
     rows: list[Instance]
     groups: list[HardwareGroup]
-    markets: tuple[int, ...]
+    markets: tuple[Market, ...]
     on_demand: np.ndarray
     spot: np.ndarray
     rate: np.ndarray
@@ -143,30 +154,30 @@ class Space:
     considered: int = 0
     pruned: dict[str, int] = field(default_factory=dict)
 
-    def price(self, rows: np.ndarray, market: int, n: np.ndarray | int) -> np.ndarray:
+    def price(self, rows: np.ndarray, market: Market, n: np.ndarray | int) -> np.ndarray:
         """$/h of ``n`` nodes of each row on a market (NaN where the row has no such price)."""
-        if market == ON_DEMAND:
+        if market == Market.ON_DEMAND:
             return self.on_demand[rows] * n
-        if market == SPOT:
+        if market == Market.SPOT:
             return self.spot[rows] * n
         return self.on_demand[rows] + self.spot[rows] * (np.asarray(n) - 1)
 
-    def interruptions(self, rows: np.ndarray, market: int, n: np.ndarray | int) -> np.ndarray:
+    def interruptions(self, rows: np.ndarray, market: Market, n: np.ndarray | int) -> np.ndarray:
         """Spot interruptions per hour of the whole configuration."""
-        if market == ON_DEMAND:
+        if market == Market.ON_DEMAND:
             return np.zeros(np.broadcast(rows, n).shape)
-        return self.rate[rows] * (np.asarray(n) - (1 if market == SPOT_MIX else 0))
+        return self.rate[rows] * (np.asarray(n) - (1 if market == Market.SPOT_MIX else 0))
 
-    def market_counts(self, market: int, counts: np.ndarray) -> np.ndarray:
+    def market_counts(self, market: Market, counts: np.ndarray) -> np.ndarray:
         """The counts a market has (a spot/on-demand mix needs two nodes)."""
-        return counts[counts >= 2] if market == SPOT_MIX else counts
+        return counts[counts >= 2] if market == Market.SPOT_MIX else counts
 
-    def budget_cap(self, rows: np.ndarray, market: int, budget: float | None) -> np.ndarray:
+    def budget_cap(self, rows: np.ndarray, market: Market, budget: float | None) -> np.ndarray:
         """Per row, the most nodes of that market within the budget (0 when not priced there)."""
         big = np.iinfo(np.int64).max // 4
-        if market == ON_DEMAND:
+        if market == Market.ON_DEMAND:
             unit, fixed = self.on_demand[rows], np.zeros(len(rows))
-        elif market == SPOT:
+        elif market == Market.SPOT:
             unit, fixed = self.spot[rows], np.zeros(len(rows))
         else:
             unit, fixed = self.spot[rows], self.on_demand[rows] - self.spot[rows]
@@ -184,7 +195,7 @@ def build_space(selection: TypeSelection, c: Constraints, memory_ok: Callable[[I
     out before any simulation (``global_batch_size``: the fixed samples of one micro-batch over
     all GPUs, which a count's GPUs must divide)."""
     rows = selection.rows
-    markets = (ON_DEMAND,) + ((SPOT,) if c.spot else ()) + ((SPOT_MIX,) if c.spot and c.mixed else ())
+    markets = (Market.ON_DEMAND,) + ((Market.SPOT,) if c.spot else ()) + ((Market.SPOT_MIX,) if c.spot and c.mixed else ())
     places: dict[tuple[str, str], int] = {}
     types: dict[tuple[str, str], int] = {}
     by_key: dict[tuple[object, ...], list[int]] = {}
@@ -232,7 +243,7 @@ def build_space(selection: TypeSelection, c: Constraints, memory_ok: Callable[[I
         space.groups.append(group)
     for r in selection.unsupported:
         n = c.node_limit(r.gpu_count)
-        per_market = sum(1 for m in markets if (r.usd_per_hour(m == SPOT) if m != SPOT_MIX else r.spot_usd_per_hour) is not None)
+        per_market = sum(1 for m in markets if (r.usd_per_hour(m == Market.SPOT) if m != Market.SPOT_MIX else r.spot_usd_per_hour) is not None)
         pruned["unsupported"] += n * per_market
     space.considered = considered + pruned["unsupported"]
     space.pruned = {k: v for k, v in pruned.items() if v or k == "memory"}  # memory's count is said even when 0

@@ -38,7 +38,7 @@ from srift.cluster import Cluster
 from srift.job import JobLength
 from srift.search.limits import Constraints
 from srift.search.offers import OfferTable
-from srift.search.space import SPOT_MIX, HardwareGroup, Space, seed_counts
+from srift.search.space import HardwareGroup, Market, Space, seed_counts
 from srift.simulate.prediction import Prediction
 from srift.simulate.spot import useful_fraction
 
@@ -96,7 +96,7 @@ class CountSweep:
         """The counts of a group simulated so far, ascending."""
         return np.asarray(self._counts.get(group.index, []), dtype=np.int64)
 
-    def _cap(self, g: HardwareGroup, market: int) -> np.ndarray:
+    def _cap(self, g: HardwareGroup, market: Market) -> np.ndarray:
         key = (g.index, market)
         if key not in self._caps:
             self._caps[key] = self.space.budget_cap(g.rows, market, self.c.budget_usd_per_hour)
@@ -176,7 +176,7 @@ class CountSweep:
             rate = s.interruptions(rows, m, a[None, :] + 1)
             u = np.where(rate > 0, useful_fraction(rate, ckpt[None, :]), 1.0)
             t_ub = hi * per_node[None, :] * u
-            if m == SPOT_MIX:
+            if m == Market.SPOT_MIX:
                 per_node_price = (s.on_demand[rows] + (hi - 1) * s.spot[rows]) / np.maximum(hi, 1)
             else:
                 per_node_price = s.price(rows, m, 1)

@@ -46,8 +46,10 @@ import dataclasses
 from dataclasses import dataclass
 
 from srift.errors import SriftError
-from srift.job import Job
-from srift.perf.compute import layer_kind
+from srift.job import (
+    ADAMW, ADAMW8BIT, DDP, FULL_FINETUNE, LORA_ALL_LINEAR, LORA_ATTENTION, PAGED_ADAMW8BIT, QLORA, ZERO2, Job,
+)
+from srift.perf.compute import ATTENTION, layer_kind
 from srift.profile import LayerProfile, Profile
 from srift.simulate.memory import activation_bytes, allocated_parts, compute_param_bytes, with_allocator
 from srift.simulate.sharded import unit_layout
@@ -113,14 +115,14 @@ def _frozen_bytes(frozen: int, quantized: int, precision: str) -> float:
 
 def finetune_optimizer(job: Job) -> str:
     """The fine-tuning optimizer of ``job``: its own when it names one, else AdamW."""
-    return job.optimizer if job.optimizer in ("adamw", "adamw8bit", "paged-adamw8bit") else DEFAULT_FINETUNE_OPTIMIZER
+    return job.optimizer if job.optimizer in (ADAMW, ADAMW8BIT, PAGED_ADAMW8BIT) else DEFAULT_FINETUNE_OPTIMIZER
 
 
 def optimizer_state_bytes_per_param(optimizer: str, precision: str) -> float:
     """Optimizer state bytes per trainable parameter (see the module docstring)."""
-    if optimizer == "adamw":
+    if optimizer == ADAMW:
         return 2.0 * compute_param_bytes(precision)
-    if optimizer in ("adamw8bit", "paged-adamw8bit"):
+    if optimizer in (ADAMW8BIT, PAGED_ADAMW8BIT):
         return 2.0 * OPT8BIT_BYTES_PER_MOMENT
     raise SriftError(f"unknown fine-tuning optimizer '{optimizer}'.", "use adamw, adamw8bit or paged-adamw8bit.")
 
@@ -140,17 +142,17 @@ def lora_targets(profile: Profile, targets: str) -> list[int]:
     for i, layer in enumerate(profile.layers):
         if layer.unit is None:
             continue
-        if layer_kind(layer.type) == "attention" and layer.unit not in core:
+        if layer_kind(layer.type) == ATTENTION and layer.unit not in core:
             core[layer.unit] = i
         elif _is_linear(layer) and layer.params > 0:
             by_unit.setdefault(layer.unit, []).append(i)
     for unit, linears in by_unit.items():
-        if targets == "all-linear" or unit not in core:
+        if targets == LORA_ALL_LINEAR or unit not in core:
             out.extend(linears)
             continue
         before = [i for i in linears if i < core[unit]]
         after = [i for i in linears if i > core[unit]]
-        if targets == "attention":
+        if targets == LORA_ATTENTION:
             out.extend(before + after[:1])
         else:
             out.extend([before[0], before[2]] if len(before) == 3 else before)
@@ -236,7 +238,7 @@ def finetune_profile(profile: Profile, job: Job) -> tuple[Profile, FrozenBase]:
     precision = job.precision or profile.precision
     state = optimizer_state_bytes_per_param(opt, precision)
     optimizer = {"type": opt, "state_bytes_per_param": state}
-    if mode == "full":
+    if mode == FULL_FINETUNE:
         return (dataclasses.replace(profile, optimizer=optimizer),
                 FrozenBase(mode, opt, 0, 0, {}, {}, 0, profile.params))
     targets = set(lora_targets(profile, job.lora_targets))
@@ -252,7 +254,7 @@ def finetune_profile(profile: Profile, job: Job) -> tuple[Profile, FrozenBase]:
         backward = i >= first
         if layer.params > 0:
             unit_frozen[layer.unit] = unit_frozen.get(layer.unit, 0) + layer.params
-        quantize = mode == "qlora" and layer.unit is not None and _is_linear(layer) and layer.params > 0
+        quantize = mode == QLORA and layer.unit is not None and _is_linear(layer) and layer.params > 0
         if quantize:
             unit_quant[layer.unit] = unit_quant.get(layer.unit, 0) + layer.params
             largest = max(largest, layer.params)
@@ -264,7 +266,7 @@ def finetune_profile(profile: Profile, job: Job) -> tuple[Profile, FrozenBase]:
     out = dataclasses.replace(profile, layers=layers, optimizer=optimizer,
                               notes=[*profile.notes, f"{mode} fine-tuning: rank {job.lora_rank} adapters on "
                                      f"{job.lora_targets} Linears; base weights frozen"
-                                     + (" in NF4" if mode == "qlora" else "")])
+                                     + (" in NF4" if mode == QLORA else "")])
     return out, FrozenBase(mode, opt, frozen, sum(unit_quant.values()), unit_frozen, unit_quant, largest, out.params)
 
 
@@ -307,18 +309,18 @@ def finetune_memory_bytes(profile: Profile, frozen: FrozenBase, precision: str, 
         activations: ``activation_bytes`` of this profile when the caller has it.
     """
     layout = unit_layout(profile)
-    n = float(max(1, shard_gpus)) if parallelism != "ddp" else 1.0
+    n = float(max(1, shard_gpus)) if parallelism != DDP else 1.0
     e = compute_param_bytes(precision)
     trainable = float(profile.params)
     state = float(profile.optimizer.get("state_bytes_per_param", 0) or 0)
     acts = activation_bytes(profile, precision, checkpointing, fused_loss) if activations is None else activations
     stored = frozen.stored_bytes(precision) + trainable * e
-    if parallelism == "ddp":
+    if parallelism == DDP:
         weights, gathered = stored, 0.0
         grads = trainable * e * (2.0 if gpus > 1 else 1.0)  # DDP's buckets copy the gradients
     else:
         weights = stored / n
-        if parallelism == "zero2":
+        if parallelism == ZERO2:
             gathered = stored
         else:
             unit_bytes = [frozen.unit_stored_bytes(u, precision) + p * e

@@ -43,7 +43,7 @@ import numpy as np
 
 from srift.cluster import Cluster
 from srift.errors import SriftError
-from srift.job import Job
+from srift.job import INVERSE, MPD, NAIVE, SPD, Job
 from srift.kfac import schedule
 from srift.perf.compute import LayerTimes
 from srift.perf.kfac_kernels import DeviceKernels, device_kernels, half_precision
@@ -270,7 +270,7 @@ class _Kernels:
 
     @staticmethod
     def _packing(k: DeviceKernels, method: str) -> tuple[Callable[[int], float], Callable[[int], float]]:
-        if method != "inverse":  # an eigenbasis is sent and used as it is
+        if method != INVERSE:  # an eigenbasis is sent and used as it is
             return (lambda d: 0.0), (lambda d: 0.0)
         return k.pack_s, k.unpack_s
 
@@ -428,14 +428,14 @@ def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes,
     precision = job.precision or profile.precision
     device = kernels or _device_kernels(cluster, precision)
     # `srift profile --kfac` times the inverse method's kernels: an eigen job is priced by the model.
-    anchor = measured_scale(profile, compute) if inverse_method == "inverse" else None
+    anchor = measured_scale(profile, compute) if inverse_method == INVERSE else None
     work = (_Kernels.measured(profile, blocks, device, anchor) if anchor is not None
             else _Kernels.model(blocks, device, inverse_method, half_precision(precision)))
     dims = [d for b in blocks for d in (b.a_dim, b.g_dim)]
     # CPU processes (gloo) run collectives on the cores that compute: what hides behind compute
     # slows it by as much (the first-order CPU simulation, srift/simulate/plans.py, adds them).
     cpu_workers = cluster.cpu_workers
-    spd = strategy == "spd"
+    spd = strategy == SPD
 
     def factor_bytes(d: int) -> float:
         return float(schedule.factor_message_bytes(d))
@@ -450,9 +450,9 @@ def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes,
     groups_g: list[list[int]] = []
     if pipeline is not None and median.distributed:
         groups_a, groups_g = _fusion(blocks, pipeline, factor_bytes, alpha, beta)
-    if strategy == "naive" or not median.distributed:
+    if strategy == NAIVE or not median.distributed:
         owners = schedule.place_local(len(dims))
-    elif strategy == "mpd":
+    elif strategy == MPD:
         owners = schedule.place_round_robin(len(dims), workers)
     else:
         owners = schedule.place_inversions(

@@ -12,7 +12,9 @@ from srift.cluster import Cluster
 from srift.errors import SriftError
 from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
-from srift.job import AUTO, Job, LayoutRequest, parse_layout, usd_per_million_samples
+from srift.job import (
+    AUTO, INTERLEAVED, NO_CHECKPOINTING, ONE_F_ONE_B, ZERO1, Job, LayoutRequest, parse_layout, usd_per_million_samples,
+)
 from srift.simulate.layouts import (
     DP_FLAVOURS, SCHEDULES, Layout, LayoutPlan, check_layout, load_layout_params, plan_layout, search_layouts,
 )
@@ -67,7 +69,7 @@ class LayoutSettings:
             raise SriftError(f"--parallelism {self.dp_flavour} is not modelled with --layout.",
                              f"use --parallelism {' or '.join(DP_FLAVOURS)} with --layout (zero1: Megatron's "
                              "distributed optimizer).")
-        if self.virtual_stages > 1 and self.schedule == "1f1b":
+        if self.virtual_stages > 1 and self.schedule == ONE_F_ONE_B:
             raise SriftError("--virtual-stages needs the interleaved schedule.",
                              "add --pipeline-schedule interleaved, or drop --virtual-stages.")
 
@@ -148,8 +150,8 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
     loso = errors.get("loso_mape_pct") if isinstance(errors, dict) else None
     lomo = errors.get("lomo_mape_pct") if isinstance(errors, dict) else None
     notes = [f"layout {lay.label}: Megatron-Core placement (TP in a node, then CP, PP, DP), sequence parallelism, "
-             f"{'interleaved' if lay.schedule == 'interleaved' else '1F1B'} pipeline, "
-             f"{'distributed optimizer (zero1)' if plan.dp_flavour == 'zero1' else 'DDP'}; "
+             f"{'interleaved' if lay.schedule == INTERLEAVED else '1F1B'} pipeline, "
+             f"{'distributed optimizer (zero1)' if plan.dp_flavour == ZERO1 else 'DDP'}; "
              f"compute x {params.megatron_compute_factor:.3f} (Megatron-Core / Transformer Engine, fitted)"]
     if settings.request.auto:
         notes.append("layout chosen by srift's search (--layout auto)")
@@ -165,7 +167,7 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
                      f" --micro-batch-size {alternative.layout.micro_batch}"
                      + (f" --pipeline-schedule interleaved --virtual-stages {alternative.layout.vp}"
                         if alternative.layout.vp > 1 else "")
-                     + (f" --activation-checkpointing {alternative.checkpointing}" if alternative.checkpointing != "none"
+                     + (f" --activation-checkpointing {alternative.checkpointing}" if alternative.checkpointing != NO_CHECKPOINTING
                         else "")
                      + f" ({alternative.memory_per_gpu_bytes / 2**30:,.1f} GiB per GPU, {alternative.iteration_s:,.2f} s)")
     state_bytes = params_count(arch) * 16.0 / cluster.nodes

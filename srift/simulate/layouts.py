@@ -60,8 +60,13 @@ from srift.errors import SriftError
 from srift.files import configs_dir, read_json
 from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
-from srift.job import HALF_PRECISIONS, LAYOUT_PARALLELISMS, PIPELINE_SCHEDULES, LayoutRequest
-from srift.perf.compute import kernel_rates, layer_kind, layer_times, load_params as load_compute_params, mma_rate_flops
+from srift.job import (
+    FULL_CHECKPOINTING, HALF_PRECISIONS, INTERLEAVED, LAYOUT_PARALLELISMS, PIPELINE_SCHEDULES, SELECTIVE, ZERO1,
+    LayoutRequest,
+)
+from srift.perf.compute import (
+    ATTENTION, kernel_rates, layer_kind, layer_times, load_params as load_compute_params, mma_rate_flops,
+)
 from srift.simulate.memory import FRAGMENTATION, LOSS_FP32_BYTES, MASTER_BYTES, USABLE_FRACTION, WORKSPACE_BYTES, fits
 from srift.simulate.moe import (BALANCED_ROUTING, check_ep, expert_memory_bytes, local_expert_params, moe_activation_bytes,
                                 moe_block_shape, moe_block_times)
@@ -119,7 +124,7 @@ class Layout:
                 raise ValueError(f"layout {key} must be a positive integer, got {v!r}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        if self.vp > 1 and self.schedule != "interleaved":
+        if self.vp > 1 and self.schedule != INTERLEAVED:
             raise ValueError("virtual stages need the interleaved schedule")
 
     @property
@@ -329,7 +334,7 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
         # sequence, c times what a sequence of seq/c tokens would.
         layers = [dataclasses.replace(l, fwd_flops=l.fwd_flops * cp, bwd_flops=l.bwd_flops * cp,
                                       fwd_flops_seq2=l.fwd_flops_seq2 * cp, bwd_flops_seq2=l.bwd_flops_seq2 * cp)
-                  if layer_kind(l.type) == "attention" else l for l in prof.layers]
+                  if layer_kind(l.type) == ATTENTION else l for l in prof.layers]
         prof = dataclasses.replace(prof, layers=layers)
     times = layer_times(prof, gpu, precision)
     # Transformer Engine's fused attention (cuDNN) issues the GPU's full-rate tensor-core
@@ -347,12 +352,12 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
             continue
         kind = layer_kind(layer.type)
         f, b = float(times.fwd_s[i]), float(times.bwd_s[i])
-        if kind == "attention":
+        if kind == ATTENTION:
             f, b = f * attention_scale, b * attention_scale
         if layer.unit is not None:
             seen_block = True
             bf, bb = bf + f, bb + b
-            if kind == "attention":
+            if kind == ATTENTION:
                 af, ab = af + f, ab + b
             out = layer.activation_bytes
             # Sequence parallelism shards the hidden-width activations (norms, o and down outputs:
@@ -447,10 +452,10 @@ def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes
         master weights and Adam's two moments), ``activations``, ``fragmentation`` (the allocator's
         slack on activations) and ``workspace``.
     """
-    n = float(shard) if dp_flavour == "zero1" else 1.0
+    n = float(shard) if dp_flavour == ZERO1 else 1.0
     acts = act_per_microbatch_bytes * in_flight + extra_act_bytes
     experts = expert_memory_bytes(expert_params, expert_shard, PARAM_BYTES, GRAD_BYTES, MASTER_BYTES + ADAM_STATE_BYTES,
-                                  dp_flavour == "zero1")
+                                  dp_flavour == ZERO1)
     return {
         "weights": stage_params * PARAM_BYTES + experts["weights"],
         "gradients": stage_params * GRAD_BYTES + experts["gradients"],
@@ -512,7 +517,7 @@ def check_layout(arch: DecoderArch, layout: Layout, seq_len: int, gpus_per_node:
         return why_ep
     if layout.cp > 1 and seq_len % (2 * layout.cp):
         return f"cp={layout.cp} needs a sequence length divisible by {2 * layout.cp} (2 chunks per rank)"
-    if layout.schedule == "interleaved" and layout.pp > 1 and layout.grad_accum % layout.pp:
+    if layout.schedule == INTERLEAVED and layout.pp > 1 and layout.grad_accum % layout.pp:
         return (f"the interleaved schedule needs the micro-batches per step ({layout.grad_accum}) "
                 f"divisible by pp={layout.pp}")
     return None
@@ -647,7 +652,7 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     bc = block_comm(arch, comm, t, c, layout.micro_batch, seq_len, e, parts, quantile, tp_overlap)
     tp_f, tp_b_exposed, tp_b_hidden, tp_end = bc.tp_f_s, bc.tp_b_s, bc.tp_hidden_s, bc.tp_end_s
     cp_f, cp_b, cp_hidden, step_f, step_b = bc.cp_f_s, bc.cp_b_s, bc.cp_hidden_s, bc.cp_step_f_s, bc.cp_step_b_s
-    recompute = parts.block_f_s if checkpointing == "full" else (parts.attention_f_s if checkpointing == "selective" else 0.0)
+    recompute = parts.block_f_s if checkpointing == FULL_CHECKPOINTING else (parts.attention_f_s if checkpointing == SELECTIVE else 0.0)
     # Expert parallelism: dispatch and combine all-to-alls in the EP group (innermost: up to a
     # node's GPUs over NVLink), exposed, per (average) block: srift/simulate/moe.py.
     ep_f = ep_b = 0.0
@@ -656,7 +661,7 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
         a2a = float(ep_comm.all_to_all_time_s(parts.dispatch_bytes, quantile))
         ep_f = ep_b = 2.0 * a2a * parts.moe_fraction
     blk_f = parts.block_f_s + tp_f + cp_f + ep_f
-    blk_b = parts.block_b_s + tp_b_exposed + cp_b + ep_b + (recompute + (tp_f + ep_f if checkpointing == "full" else 0.0))
+    blk_b = parts.block_b_s + tp_b_exposed + cp_b + ep_b + (recompute + (tp_f + ep_f if checkpointing == FULL_CHECKPOINTING else 0.0))
     stage_f, stage_b = [], []
     for i, n in enumerate(layers):
         f = n * blk_f + (parts.first_f_s + tp_end if i == 0 else 0.0) + (parts.last_f_s + tp_end if i == p - 1 else 0.0)
@@ -674,7 +679,7 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
         pair = comm.subgroup(2, 1 if crossing else 2, net_share=min(1.0, t * c / g) if crossing else None)
         p2p = float(pair.broadcast_time_s(act_bytes, quantile))
     slot = sf + sb
-    if layout.schedule == "interleaved" and p > 1 and v > 1:
+    if layout.schedule == INTERLEAVED and p > 1 and v > 1:
         pipe_p2p = 2.0 * p2p * (p - 1)  # only the bubble's path waits for the sends
         hidden_p2p = 2.0 * p2p * m * v
     else:
@@ -699,7 +704,7 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
         groups.append((comm.subgroup(edp, min(edp, max(1, g // layout.ep))), expert_params))
     rs = ag = 0.0
     for dcomm, n_params in groups:
-        if dp_flavour == "zero1":
+        if dp_flavour == ZERO1:
             rs += float(dcomm.reduce_scatter_time_s(n_params * GRAD_BYTES, quantile))
             ag += float(dcomm.all_gather_time_s(n_params * PARAM_BYTES, quantile))
         else:
@@ -707,8 +712,8 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     if groups:
         dp_exposed = max(0.0, rs - sb) + max(0.0, ag - sf)
         dp_hidden = rs + ag - dp_exposed
-    shard = dp_group if dp_flavour == "zero1" else 1
-    expert_shard = edp if dp_flavour == "zero1" else 1
+    shard = dp_group if dp_flavour == ZERO1 else 1
+    expert_shard = edp if dp_flavour == ZERO1 else 1
     rates = kernel_rates(gpu, precision)
     optimizer = ((stage_params / shard + expert_params / expert_shard) * (MASTER_BYTES * 3 + 2 * ADAM_STATE_BYTES)
                  / rates.memory_bytes_per_s)
@@ -718,11 +723,11 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     breakdown = {
         "forward": m * (sf - n_slow * (tp_f + cp_f + ep_f)),
         "backward": m * (sb - n_slow * (tp_b_exposed + cp_b + ep_b + recompute
-                                        + (tp_f + ep_f if checkpointing == "full" else 0.0))),
+                                        + (tp_f + ep_f if checkpointing == FULL_CHECKPOINTING else 0.0))),
         "recompute": m * n_slow * recompute,
-        "exposed_tp": m * n_slow * (tp_f + tp_b_exposed + (tp_f if checkpointing == "full" else 0.0)),
+        "exposed_tp": m * n_slow * (tp_f + tp_b_exposed + (tp_f if checkpointing == FULL_CHECKPOINTING else 0.0)),
         "exposed_cp": m * n_slow * (cp_f + cp_b),
-        "exposed_ep": m * n_slow * (ep_f + ep_b + (ep_f if checkpointing == "full" else 0.0)),
+        "exposed_ep": m * n_slow * (ep_f + ep_b + (ep_f if checkpointing == FULL_CHECKPOINTING else 0.0)),
         "exposed_pp": pipe_p2p,
         "bubble": bubble,
         "exposed_dp": dp_exposed,
@@ -881,7 +886,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
             rejected += 1
             continue
         lay = Layout(t, p, c, d, v, mb, m, "interleaved" if v > 1 else "1f1b", ep)
-        if chosen == "full" and best is not None and \
+        if chosen == FULL_CHECKPOINTING and best is not None and \
                 bound * (1.0 + parts.block_f_s / (parts.block_f_s + parts.block_b_s)) >= best.iteration_s:
             continue
         plan = _plan(arch, cluster, lay, seq_len, precision, chosen, dp_flavour, comm, 0.5, gpu, parts, tp_overlap)
@@ -922,7 +927,7 @@ def _peak_memory(arch: DecoderArch, layout: Layout, parts: BlockParts, checkpoin
 
     Only stages 0, 1 and the last can be it: every middle stage holds at most stage 1's blocks
     (``stage_layers``) and fewer micro-batches in flight."""
-    return _peak_memory_of(arch, layout.pp, layout.vp if layout.schedule == "interleaved" else 1, layout.grad_accum,
+    return _peak_memory_of(arch, layout.pp, layout.vp if layout.schedule == INTERLEAVED else 1, layout.grad_accum,
                            layout.cp * layout.dp, parts, checkpointing, dp_flavour,
                            layout.tp * layout.cp * layout.dp // layout.ep)
 
@@ -931,10 +936,10 @@ def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts
                     dp_flavour: str, expert_shard: int = 1) -> float:
     """``_peak_memory`` of ``p`` stages, ``v`` virtual stages (1: 1F1B), ``m`` micro-batches and
     optimizer states over ``shard`` (CP x DP) ranks (routed experts': ``expert_shard``)."""
-    per_param = PARAM_BYTES + GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / (shard if dp_flavour == "zero1" else 1)
-    per_expert = PARAM_BYTES + GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / (expert_shard if dp_flavour == "zero1" else 1)
+    per_param = PARAM_BYTES + GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / (shard if dp_flavour == ZERO1 else 1)
+    per_expert = PARAM_BYTES + GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / (expert_shard if dp_flavour == ZERO1 else 1)
     layers = stage_layers(arch.n_layers, p)
-    full = checkpointing == "full"
+    full = checkpointing == FULL_CHECKPOINTING
     peak = 0.0
     for i in {0, min(1, p - 1), p - 1}:  # the arithmetic of _stage_memories, without the dicts
         n = layers[i]
@@ -952,18 +957,18 @@ def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkp
                     dp_flavour: str, stages: list[int] | None = None) -> list[dict[str, float]]:
     """Bytes per GPU by kind of every stage (or of ``stages``)."""
     p, v, m = layout.pp, layout.vp, layout.grad_accum
-    shard = layout.cp * layout.dp if dp_flavour == "zero1" else 1
+    shard = layout.cp * layout.dp if dp_flavour == ZERO1 else 1
     out = []
     layers = stage_layers(arch.n_layers, p)
     for i in (range(p) if stages is None else stages):
         n = layers[i]
-        if checkpointing == "full":
+        if checkpointing == FULL_CHECKPOINTING:
             per_mb, once = n * parts.block_input_bytes, parts.block_act_bytes
         else:
             per_mb, once = n * parts.block_act_bytes, 0.0
         if i == 0:
             per_mb += parts.first_act_bytes
-        if layout.schedule == "interleaved" and p > 1 and v > 1:
+        if layout.schedule == INTERLEAVED and p > 1 and v > 1:
             flight = min(float(m), p - i + (p - 1 - i) / v)
         else:
             flight = float(min(m, p - i))

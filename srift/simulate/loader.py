@@ -15,6 +15,7 @@ import math
 from srift.cache import BoundedCache
 from srift.cluster import Cluster
 from srift.hardware import CPU
+from srift.job import SYNTHETIC
 from srift.perf.comm import CommModel
 from srift.perf.input import InputTime, input_time
 from srift.profile import Profile
@@ -46,8 +47,8 @@ class InputLoader:
     def input_time(self, batch: int, vcpus_per_gpu: float | None) -> InputTime | None:
         """One GPU's loader time for ``batch`` samples on ``vcpus_per_gpu`` vCPUs (None: unknown vCPUs)."""
         # A measured profile's wait for batches scales with the batch (Profile.rescale).
-        measured = self.w.profile_at(batch).phases.data_s if self._measured and self.data_loading != "synthetic" else None
-        if vcpus_per_gpu is None and measured is None and self.data_loading != "synthetic":
+        measured = self.w.profile_at(batch).phases.data_s if self._measured and self.data_loading != SYNTHETIC else None
+        if vcpus_per_gpu is None and measured is None and self.data_loading != SYNTHETIC:
             return None
         return self._inputs.get((batch, vcpus_per_gpu or 0.0), lambda: input_time(
             self.data_loading, batch, vcpus_per_gpu or 1.0, self._image_size,
@@ -69,7 +70,7 @@ class InputLoader:
 
     def input_notes(self, loader: InputTime | None, inputs: list[InputTime | None], gpu_s: float) -> list[str]:
         """What the data-loading figure rests on."""
-        if self.data_loading == "synthetic":
+        if self.data_loading == SYNTHETIC:
             return []
         if loader is None:
             if any(t is not None for t in inputs):

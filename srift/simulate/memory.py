@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from srift.job import HALF_PRECISIONS
+from srift.job import BF16, DDP, FP32, HALF_PRECISIONS, NO_CHECKPOINTING, ZERO2
 from srift.perf.compute import layer_kind
 from srift.perf.quantiles import Z90
 from srift.profile import Profile
@@ -182,7 +182,7 @@ def memory_breakdown_bytes(profile: Profile, precision: str, buckets: bool = Tru
 def compute_param_bytes(precision: str) -> float:
     """Bytes of a parameter as the GPU computes with it: 2 under bf16 (FSDP MixedPrecision
     ``param_dtype``), else 4 (fp32 parameters; amp's autocast casts per op)."""
-    return 2.0 if precision == "bf16" else 4.0
+    return 2.0 if precision == BF16 else 4.0
 
 
 def loss_bytes(profile: Profile, precision: str, fused: bool = False) -> float:
@@ -205,7 +205,7 @@ def activation_bytes(profile: Profile, precision: str, checkpointing: str, fused
     layout = unit_layout(profile)
     act = layer_activation_bytes(profile, precision)
     extra = loss_bytes(profile, precision, fused_loss)
-    if checkpointing == "none" or layout.blocks == 0:
+    if checkpointing == NO_CHECKPOINTING or layout.blocks == 0:
         return float(act.sum()) + extra
     masks = checkpoint_masks(profile, checkpointing)
     kept = np.zeros(len(layout.units))
@@ -234,11 +234,11 @@ def sharded_memory_bytes(profile: Profile, precision: str, parallelism: str, che
     """
     layout = unit_layout(profile)
     p = layout.params
-    n = float(max(1, shard_gpus)) if parallelism != "ddp" else 1.0
+    n = float(max(1, shard_gpus)) if parallelism != DDP else 1.0
     e = compute_param_bytes(precision)
     state = float(profile.optimizer.get("state_bytes_per_param", 4) or 0)
     acts = activation_bytes(profile, precision, checkpointing, fused_loss) if activations is None else activations
-    if parallelism == "ddp":
+    if parallelism == DDP:
         weights = p * MASTER_BYTES
         gathered = p * 2.0 if precision in HALF_PRECISIONS else 0.0
         grads = (2.0 if buckets else 1.0) * layout.grad_bytes
@@ -246,12 +246,12 @@ def sharded_memory_bytes(profile: Profile, precision: str, parallelism: str, che
     else:
         weights = p * MASTER_BYTES / n
         root, block = float(layout.root_params), float(layout.max_block_params)
-        live = p if parallelism == "zero2" else root + 2.0 * block
+        live = p if parallelism == ZERO2 else root + 2.0 * block
         gathered = live * e
         # The root's gradients (head, embeddings) live through backward in param dtype; two
         # blocks' are in flight: one computing (param dtype), one reduce-scattering (plus its
         # fp32 copy when reduced in fp32).
-        grad_e = e + (MASTER_BYTES if (reduce_dtype == "fp32" and e < MASTER_BYTES) else 0.0)
+        grad_e = e + (MASTER_BYTES if (reduce_dtype == FP32 and e < MASTER_BYTES) else 0.0)
         in_flight = root * e + block * (e + grad_e)
         grads = p * MASTER_BYTES / n + in_flight
     return with_allocator({

@@ -32,7 +32,7 @@ import numpy as np
 from srift.cluster import Cluster
 from srift.errors import SriftError
 from srift.hardware import CPU, gpu as gpu_spec
-from srift.job import AUTO, CHECKPOINTING, PARALLELISMS, Job
+from srift.job import AUTO, CHECKPOINTING, DDP, HSDP, NO_CHECKPOINTING, PARALLELISMS, Job
 from srift.perf.comm import CommModel
 from srift.simulate.ddp import comm_end_s
 from srift.simulate.kfac import KfacPlan, plan_kfac
@@ -88,9 +88,9 @@ class ClusterView:
 
     def shard_gpus(self, parallelism: str) -> int:
         """GPUs the states are sharded over: all of them, one node's under hsdp, 1 under ddp."""
-        if parallelism == "ddp":
+        if parallelism == DDP:
             return 1
-        if parallelism == "hsdp":
+        if parallelism == HSDP:
             return self.gpus_per_node
         return self.gpus
 
@@ -158,7 +158,7 @@ def plan_choices(job: Job, blocks: int, profile_name: str) -> tuple[tuple[str, .
     Raises:
         SriftError: for activation checkpointing of a profile without FSDP units.
     """
-    if job.activation_checkpointing not in (AUTO, "none") and blocks == 0:
+    if job.activation_checkpointing not in (AUTO, NO_CHECKPOINTING) and blocks == 0:
         raise SriftError(
             f"profile '{profile_name}' has no FSDP units (transformer blocks), so there is nothing to checkpoint.",
             "drop --activation-checkpointing, or profile the job with its FSDP wrapping (the zoo's LLMs have units).")
@@ -186,7 +186,7 @@ def candidates(parallelisms: Sequence[str], checkpointings: Sequence[str], view:
         if view.gpus == 1 or view.cpu_workers:
             pars = ("ddp",)
         elif view.nodes == 1 or not view.even_nodes:
-            pars = tuple(p for p in pars if p != "hsdp")
+            pars = tuple(p for p in pars if p != HSDP)
     return [Candidate(p, c) for p in pars for c in checkpointings]
 
 
@@ -211,7 +211,7 @@ class Plans:
         ``max_gpus`` (the search's pre-check per instance type): at the reference batch, with the
         plan that needs least memory, its states sharded over ``max_gpus``."""
         w = self.w
-        if self.parallelisms == ("ddp",) and w.units.blocks == 0 and w.frozen is None:
+        if self.parallelisms == (DDP,) and w.units.blocks == 0 and w.frozen is None:
             return fits(sum(w.memory(w.ref_batch).values()), gpu_memory_gib)
         n = max(1, max_gpus)
         return any(fits(sum(w.plan_memory(w.ref_batch, p, c, n, n > 1).values()), gpu_memory_gib)
@@ -249,7 +249,7 @@ class Plans:
 
     def lower_bound_s(self, view: ClusterView, comps: list[_Compute], batches: list[int], plan: Candidate) -> float:
         """No plan runs faster than its compute, recompute and optimizer step."""
-        if plan.parallelism == "ddp":
+        if plan.parallelism == DDP:
             c = max(comps, key=lambda c: c.compute_end_s)
             return self.w.job.grad_accum * c.compute_end_s + c.times.optimizer_s
         fwd, bwd, rec = self.w.unit_times(view.gpus_per_group, batches, plan.checkpointing)
@@ -259,7 +259,7 @@ class Plans:
     def evaluate(self, view: ClusterView, batches: list[int], comps: list[_Compute], plan: Candidate,
                  p90: bool) -> Plan:
         """Simulate one plan (its p90 too when ``p90``; DDP's always has it)."""
-        if plan.parallelism == "ddp":
+        if plan.parallelism == DDP:
             return self.ddp(view, batches, comps, plan.checkpointing)
         return self.sharded(view, batches, comps, plan.parallelism, plan.checkpointing, p90)
 
@@ -309,7 +309,7 @@ class Plans:
         # all-reduce (no_sync), the last one as a plain iteration.
         accum = w.job.grad_accum
         recompute = 0.0
-        if checkpointing != "none":
+        if checkpointing != NO_CHECKPOINTING:
             _, _, rec = w.unit_times(view.gpus_per_group, batches, checkpointing)
             recompute = accum * sum(rec)
         breakdown = {
@@ -377,7 +377,7 @@ class Plans:
             "backward": (sum(bwd) - recompute) * accum,
             "recompute": recompute * accum,
             **{key: value * accum for key, value in zip(EXPOSED_KEYS, s50.exposed_s)
-               if parallelism == "hsdp" or key != "exposed_cross_node_allreduce"},
+               if parallelism == HSDP or key != "exposed_cross_node_allreduce"},
             "comm_interference": k * s50.hidden_s * accum,
             "optimizer": optimizer,
             "overhead": overhead * accum,

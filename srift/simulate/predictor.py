@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from srift.cluster import Cluster
 from srift.errors import SriftError
 from srift.hardware import gpu as gpu_spec
-from srift.job import AUTO, Job, usd_per_million_samples
+from srift.job import AUTO, DDP, FULL_FINETUNE, QLORA, Job, usd_per_million_samples
 from srift.perf.accuracy import (
     MEASURED_ELSEWHERE, MEASURED_HERE, finetune_typical_error, sharded_typical_error, typical_error,
 )
@@ -158,11 +158,11 @@ class Predictor:
         # Node counts beyond the measured ones: the multi-node figure widens itself and the nodes
         # column says so (srift/perf/accuracy.py); the sharded group's ranges are checked here.
         coverage = (sharded_coverage(self.units.params, cluster.gpus, [g.gpu for g in cluster.node_groups])
-                    if plan.parallelism != "ddp" else Coverage())
-        if error_pct is not None and plan.parallelism != "ddp":
+                    if plan.parallelism != DDP else Coverage())
+        if error_pct is not None and plan.parallelism != DDP:
             error_pct, error_basis = error_pct * coverage.factor, error_basis + coverage.basis()
         state_bytes = self.units.params * (4.0 + float(self.base.optimizer.get("state_bytes_per_param", 4)))
-        if plan.parallelism != "ddp":
+        if plan.parallelism != DDP:
             state_bytes /= cluster.nodes  # every node writes its own shards of the checkpoint
         tokens = throughput * self.seq_len if self.seq_len else None
         return Prediction(
@@ -221,7 +221,7 @@ class Predictor:
         cpu = cluster.cpu_workers
         if self.workload.frozen is not None and not cpu:
             pct, basis = finetune_typical_error()
-        elif parallelism != "ddp" and not cpu:
+        elif parallelism != DDP and not cpu:
             pct, basis = sharded_typical_error()
         else:
             pct, basis = typical_error(cluster.nodes, cluster.gpus, cpu, measured, links.pop() if len(links) == 1 else None,
@@ -240,8 +240,8 @@ class Predictor:
         if f.unit_measured_bytes is not None:
             return [f"profiled {f.mode} fine-tuning: {f.trainable_params / 1e6:,.1f}M trainable parameters, "
                     f"{f.stored_bytes(self.precision) / 2**30:,.2f} GiB of frozen weights as the profile recorded them"]
-        base = "" if f.mode == "full" else (
-            f"; {f.frozen_params / 1e9:,.2f}B base weights frozen" + (" in NF4 (double quantization)" if f.mode == "qlora" else "")
+        base = "" if f.mode == FULL_FINETUNE else (
+            f"; {f.frozen_params / 1e9:,.2f}B base weights frozen" + (" in NF4 (double quantization)" if f.mode == QLORA else "")
             + (f", LoRA rank {self.job.lora_rank} on {self.job.lora_targets}"))
         return [f"{f.mode} fine-tuning: {f.trainable_params / 1e6:,.1f}M trainable parameters{base}; {f.optimizer} states "
                 f"for them only; every tensor in {self.precision} (no fp32 master copy)"]

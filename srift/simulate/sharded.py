@@ -49,6 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from srift.cache import CACHE_ENTRIES
+from srift.job import FULL_CHECKPOINTING, NO_CHECKPOINTING
 from srift.perf.compute import KINDS, layer_arrays
 from srift.profile import Profile
 
@@ -155,9 +156,9 @@ class CheckpointMasks:
 def _masks_cached(kinds: tuple[int, ...], units: tuple[int, ...], policy: str) -> CheckpointMasks:
     n = len(kinds)
     block = np.array([u != 0 for u in units], dtype=bool)
-    if policy == "none" or not n:
+    if policy == NO_CHECKPOINTING or not n:
         return CheckpointMasks(np.zeros(n, dtype=bool), np.ones(n, dtype=bool))
-    if policy == "full":
+    if policy == FULL_CHECKPOINTING:
         return CheckpointMasks(block.copy(), ~block)
     # selective: torchtitan's per-op SAC saves attention outputs and every other matmul output
     # (1st, 3rd, ... of each block), recomputes the rest.

@@ -17,7 +17,7 @@ import numpy as np
 from srift.cache import BoundedCache
 from srift.errors import SriftError
 from srift.hardware import CPU, find_gpu
-from srift.job import Job
+from srift.job import DDP, FP32, HSDP, ZERO2, Job
 from srift.perf.comm import CommModel
 from srift.perf.compute import KINDS, LayerTimes, layer_arrays, layer_times, measured_gpu
 from srift.profile import Profile
@@ -193,9 +193,9 @@ class Workload:
         """Memory per GPU of a plan at a per-GPU micro-batch: DDP's for a profile without FSDP
         units (``memory``), fine-tuning's (``finetune_memory_bytes``), else ``sharded_memory_bytes``
         (``buckets``: DDP's, absent on one GPU)."""
-        if self.units.blocks == 0 and parallelism == "ddp" and self.frozen is None:
+        if self.units.blocks == 0 and parallelism == DDP and self.frozen is None:
             return self.memory(batch, buckets)
-        key = (batch, parallelism, checkpointing, shard_gpus if parallelism != "ddp" else int(buckets))
+        key = (batch, parallelism, checkpointing, shard_gpus if parallelism != DDP else int(buckets))
 
         def make() -> dict[str, float]:
             acts = self._activations.get((batch, checkpointing), lambda: activation_bytes(
@@ -242,11 +242,11 @@ class Workload:
         def make() -> UnitTimes:
             params = self.units.unit_params
             gathered = self.gathered_unit_bytes()
-            reduced = params * (4.0 if self.job.reduce_dtype == "fp32" else 2.0)
-            shard = comm.within_node() if parallelism == "hsdp" else comm
+            reduced = params * (4.0 if self.job.reduce_dtype == FP32 else 2.0)
+            shard = comm.within_node() if parallelism == HSDP else comm
             ag = np.asarray(shard.all_gather_time_s(gathered, quantile), dtype=float)
             rs = np.asarray(shard.reduce_scatter_time_s(reduced, quantile), dtype=float)
-            if parallelism == "hsdp":
+            if parallelism == HSDP:
                 g = shard.topology.workers
                 ar = np.asarray(comm.across_nodes().allreduce_time_s(reduced / g, quantile), dtype=float)
             else:
@@ -278,5 +278,5 @@ class Workload:
         def make() -> StepTimes:
             ag, rs, ar = self.unit_comm_s(comm, parallelism, quantile)
             return simulate_step(StepInputs(self.units.run_unit, tuple(fwd), tuple(bwd), tuple(ag),
-                                            tuple(rs), tuple(ar), regather=parallelism != "zero2", serial=serial))
+                                            tuple(rs), tuple(ar), regather=parallelism != ZERO2, serial=serial))
         return self._steps.get((comm, parallelism, checkpointing, quantile, hardware), make)
