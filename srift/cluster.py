@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Final, Literal, get_args
 
 from srift.bounds import (
     MAX_GPU_MEMORY_GIB, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_INTERRUPTIONS_PER_HOUR, MAX_NAME_CHARS, MAX_NETWORK_GBPS,
@@ -25,7 +25,12 @@ from srift.errors import SriftError, closest
 from srift.files import read_yaml
 from srift.hardware import CPU, find_gpu, gpus, links
 
-NETWORKS = ("ethernet", "efa", "infiniband", "roce")
+Network = Literal["ethernet", "efa", "infiniband", "roce"]
+NETWORKS: tuple[Network, ...] = get_args(Network)
+ETHERNET: Final = "ethernet"
+EFA: Final = "efa"
+INFINIBAND: Final = "infiniband"
+ROCE: Final = "roce"
 CLOUDS = ("aws", "gcp", "azure", "lambda")
 
 
@@ -71,7 +76,7 @@ class NodeGroup:
     gpu: str
     intra_node: str
     network_gbps: float
-    network: str = "ethernet"
+    network: str = ETHERNET  # one of NETWORKS
     usd_per_hour: float | None = None
     spot: bool = False
     interruption_per_hour: float = 0.0
@@ -223,7 +228,7 @@ def _group(g: Any, where: str, bad: Callable[[str], SriftError]) -> NodeGroup:
         raise bad(f"{where}.gpu {shown(gpu_name)} is not a GPU in configs/gpus.yaml" + (f" (did you mean {', '.join(near)}?)" if near else ""))
     if not isinstance(g["intra_node"], str) or g["intra_node"] not in links():
         raise bad(f"{where}.intra_node must be one of {', '.join(links())}, got {shown(g['intra_node'])}")
-    network = g.get("network", "ethernet")
+    network = g.get("network", ETHERNET)
     if not isinstance(network, str) or network not in NETWORKS:
         raise bad(f"{where}.network must be one of {', '.join(NETWORKS)}, got {shown(network)}")
     for key, (upper, zero_ok) in _GROUP_NUMBERS.items():
@@ -314,11 +319,11 @@ def _transport_fields(g: dict[str, Any], where: str, bad: Any) -> dict[str, Any]
         if cloud not in CLOUDS:
             raise bad(f"{where}.cloud must be one of {', '.join(CLOUDS)} (leave it out on premises), got {cloud!r}")
         out["cloud"] = cloud
-    if out.get("efa_generation") is not None and g.get("network", "ethernet") != "efa":
+    if out.get("efa_generation") is not None and g.get("network", ETHERNET) != EFA:
         raise bad(f"{where}.efa_generation is for network: efa only")
     plugin = g.get("tcp_plugin")
     if plugin is not None:
-        if plugin not in TCP_PLUGINS or g.get("network", "ethernet") != "ethernet":
+        if plugin not in TCP_PLUGINS or g.get("network", ETHERNET) != ETHERNET:
             raise bad(f"{where}.tcp_plugin must be one of {', '.join(TCP_PLUGINS)}, with network: ethernet, got {plugin!r}")
         out["tcp_plugin"] = plugin
     return out

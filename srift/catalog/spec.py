@@ -19,7 +19,7 @@ from srift.catalog.load import get_instance
 from srift.bounds import MAX_GPUS, MAX_NODE_GROUPS, MAX_NODES, shown
 from srift.catalog.network import NetworkFacts, efa_interfaces, facts_for
 from srift.catalog.transports import network_config
-from srift.cluster import TCP_PLUGINS, Cluster, NodeGroup
+from srift.cluster import EFA, ETHERNET, TCP_PLUGINS, Cluster, NodeGroup
 from srift.errors import SriftError
 
 _SPEC_PART = re.compile(r"^(?P<type>[a-z0-9][a-z0-9._\-]*?)(?::(?P<count>\d+))?$")  # _: Lambda, Azure names
@@ -98,7 +98,7 @@ def node_group(inst: Instance, count: int, spot: bool, placement_group: bool | N
         vcpus_per_node=inst.vcpus or None,
         cloud=inst.cloud,
         placement_group=placement_group,
-        single_flow_gbps=flow if inst.cluster_network == "ethernet" else None,
+        single_flow_gbps=flow if inst.cluster_network == ETHERNET else None,
         efa_generation=None if facts is None else facts.efa_generation,
         pcie_p2p=None if facts is None else facts.gpu_p2p,
         network_burst_gbps=facts.network_burst_gbps if facts is not None and facts.burstable else None,
@@ -144,19 +144,19 @@ def efa_fallbacks(cluster: Cluster) -> list[tuple[str, Cluster]]:
     only for sizes with several) and ``no EFA`` (TCP over that one interface's share, with EC2's
     single-flow limit). What a SkyPilot task gets without ``aws.use_internal_ips`` or without
     ``network_tier: best`` (srift/report/handoff.py)."""
-    efa = [g for g in cluster.node_groups if g.network == "efa"]
+    efa = [g for g in cluster.node_groups if g.network == EFA]
     if cluster.nodes < 2 or not efa:
         return []
     share = {g.instance_type: g.network_gbps / efa_interfaces(g.instance_type or "") for g in efa}
     out = []
     if any(efa_interfaces(g.instance_type or "") > 1 for g in efa):
-        one = tuple(dataclasses.replace(g, network_gbps=share[g.instance_type]) if g.network == "efa" else g
+        one = tuple(dataclasses.replace(g, network_gbps=share[g.instance_type]) if g.network == EFA else g
                     for g in cluster.node_groups)
         out.append(("one EFA interface", dataclasses.replace(cluster, node_groups=one)))
     flow = _single_flow_gbps()
     none = tuple(dataclasses.replace(g, network="ethernet", network_gbps=share[g.instance_type], efa_generation=None,
                                      single_flow_gbps=flow[bool(g.placement_group)])
-                 if g.network == "efa" else g for g in cluster.node_groups)
+                 if g.network == EFA else g for g in cluster.node_groups)
     out.append(("no EFA (TCP)", dataclasses.replace(cluster, node_groups=none)))
     return out
 

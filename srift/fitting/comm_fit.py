@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from srift.cluster import Cluster, NodeGroup
+from srift.cluster import ETHERNET, INFINIBAND, Cluster, NodeGroup
 from srift.fitting.datasets import ProfileSource
 from srift.fitting.validation import mape, simulate_anchored, using_params
 from srift.perf.comm import CommModel, CommParams, LinkClass, NetworkClass
@@ -246,7 +246,7 @@ def fit_ddl_networks(rows: pd.DataFrame, profiles: ProfileSource, params: CommPa
     says so.
     """
     report: dict[str, Any] = {}
-    sock = rows[rows["network"] == "ethernet"].reset_index(drop=True)
+    sock = rows[rows["network"] == ETHERNET].reset_index(drop=True)
     eth = dataclasses.replace(params.networks["ethernet"], per_thread_gbps=SOCKET_FIT[1][0], alpha_s=SOCKET_FIT[1][1])
     params = dataclasses.replace(params, networks={**params.networks, "ethernet": eth})
     if len(sock):
@@ -259,6 +259,6 @@ def fit_ddl_networks(rows: pd.DataFrame, profiles: ProfileSource, params: CommPa
         report["ethernet"] = {"rows": 0, "note": "no TCP rows: no thread limit below 100 Gb/s, latency at its start"}
     ib = dataclasses.replace(params.networks["infiniband"], alpha_s=IB_ALPHA_FLOOR_S)
     roce = dataclasses.replace(params.networks["roce"], alpha_s=IB_ALPHA_FLOOR_S)
-    report["infiniband"] = {"rows": int((rows["network"] == "infiniband").sum()), "fitted": [],
+    report["infiniband"] = {"rows": int((rows["network"] == INFINIBAND).sum()), "fitted": [],
                             "note": "step latency fixed at 1 us (an InfiniBand hop); efficiency from the wire format and ib-loopback"}
     return dataclasses.replace(params, networks={**params.networks, "ethernet": eth, "infiniband": ib, "roce": roce}), report

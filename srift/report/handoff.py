@@ -37,6 +37,7 @@ import yaml
 
 from srift.catalog.instances import Instance
 from srift.catalog.network import efa_interfaces, facts_for
+from srift.cluster import EFA
 from srift.errors import SriftError
 from srift.files import atomic_write_text
 from srift.simulate.prediction import Prediction
@@ -160,7 +161,7 @@ def efa_group(plan: LaunchPlan) -> LaunchGroup | None:
     """The plan's EFA node group when the plan spans several nodes and uses EFA, else None."""
     if plan.nodes < 2:
         return None
-    return next((g for g in plan.groups if g.instance is not None and g.instance.transport == "efa"), None)
+    return next((g for g in plan.groups if g.instance is not None and g.instance.cluster_network == EFA), None)
 
 
 def efa_env(group: LaunchGroup) -> dict[str, str]:

@@ -18,7 +18,7 @@ from srift.report.format import console, error_text, price_lines, print_json, sa
 from srift.report.table import Column, print_table
 from srift.results import RecommendResult, ages_json
 from srift.search.confidence import label as q_label
-from srift.search.limits import within
+from srift.search.limits import COST, THROUGHPUT, within
 from srift.search.rank import Candidate, SearchResult
 from srift.text import markdown as md
 
@@ -50,7 +50,7 @@ def target_line(result: RecommendResult) -> str:
         limits.append(f"within {c.deadline_hours:g} h")
     if c.max_cost_usd is not None:
         limits.append(f"at most {usd(c.max_cost_usd)} per job")
-    goal = "maximizing throughput" if result.search.objective == "throughput" else (
+    goal = "maximizing throughput" if result.search.objective == THROUGHPUT else (
         "minimizing job cost" if result.job.length is not None else "minimizing cost per sample")
     text = f"Target: {goal}" + (f" {' and '.join(limits)}" if limits else "")
     if c.deadline_hours is not None or c.max_cost_usd is not None:
@@ -167,7 +167,7 @@ def candidate_json(cand: Candidate, rank: int, result: SearchResult | None = Non
 
 
 def _metric_word(goal: str) -> str:
-    return "faster" if goal == "throughput" else "cheaper"
+    return "faster" if goal == THROUGHPUT else "cheaper"
 
 
 def why(result: SearchResult) -> str:
@@ -189,7 +189,7 @@ def why(result: SearchResult) -> str:
             text = (f"{top.label} is chosen: {over.label} ranks first but beats the simpler {blocker.label} by only "
                     f"{pick.edge:.0%}, less than their combined typical error (±{pick.error_pct:.0f} %), and {top.label} is "
                     "the best configuration that beats every simpler one by more than their combined error.")
-    elif result.objective == "throughput":
+    elif result.objective == THROUGHPUT:
         at_q = f" at {result.confidence:.0%} confidence" if result.best_at_median is not None else ""
         text = (f"{top.label} wins: the highest throughput{at_q} ({rate_text(top)} median) "
                 f"that meets the limits, at {marked_usd(usd(top.cost_per_hour_usd), top.price)}/h; it is {top.prediction.bottleneck}-bound.")
@@ -205,7 +205,7 @@ def why(result: SearchResult) -> str:
     if m is not None:
         lead = pick.over if pick is not None else top  # first at the confidence (before the simplicity rule)
         ft, fm = lead.quantile_factor(result.confidence), m.quantile_factor(result.confidence)
-        if result.objective == "throughput":
+        if result.objective == THROUGHPUT:
             versus = (f"{lead.expected_throughput_samples_per_s / ft:,.0f} against {m.expected_throughput_samples_per_s / fm:,.0f} "
                       "samples/s")
         else:
@@ -337,7 +337,7 @@ def _drop_order(result: RecommendResult) -> dict[str, int]:
     ($ per million samples is the target when minimizing cost without a job length)."""
     per_million = "$/M tokens" if result.seq_len is not None else "$/M samples"
     order = ["iteration", "batch/GPU", "bottleneck", per_million, "GPUs", "where", "nodes"]
-    if result.search.objective == "cost" and result.job.length is None:
+    if result.search.objective == COST and result.job.length is None:
         order.remove(per_million)
     return {h: i + 1 for i, h in enumerate(order)}
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, Literal, cast, get_args
 
 from srift.bounds import (
     MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DEADLINE_HOURS, MAX_GLOBAL_BATCH_SIZE, MAX_SEARCH_GPUS, MAX_TOP, MIN_HOURS,
@@ -27,7 +27,11 @@ from srift.job import DEFAULT_CONFIDENCE, JobLength, JobRun, require_confidence
 from srift.jobfile import LIMITS
 from srift.search.confidence import AtConfidence
 
-OBJECTIVES = ("throughput", "cost")
+# What a search optimizes (--objective): the most samples per second or the least cost.
+Goal = Literal["throughput", "cost"]
+OBJECTIVES: tuple[Goal, ...] = get_args(Goal)
+THROUGHPUT: Final = "throughput"
+COST: Final = "cost"
 LIMIT_TOLERANCE = 1e-12  # a prediction this close above a limit still meets it (rounding)
 
 
@@ -104,7 +108,7 @@ class Constraints:
         """The search `srift check` runs for a job file without an instance: the cheapest
         configuration within the job file's limits (keyed by LIMITS names)."""
         return cls(budget_usd_per_hour=limits.get("max_usd_per_hour"), deadline_hours=limits.get("max_hours"),
-                   max_cost_usd=limits.get("max_cost_usd"), objective="cost", spot=spot, top=1, confidence=confidence)
+                   max_cost_usd=limits.get("max_cost_usd"), objective=COST, spot=spot, top=1, confidence=confidence)
 
     def require_length(self, length: JobLength | None, global_batch_size: int | None = None) -> None:
         """Raise when a limit needs the job's length and there is none, or when the length is a
@@ -129,11 +133,11 @@ class Constraints:
         return n if self.max_nodes is None else min(n, self.max_nodes)
 
     @property
-    def goal(self) -> str:
+    def goal(self) -> Goal:
         """The objective: the one asked for, else cost under a deadline, else throughput."""
         if self.objective:
-            return self.objective
-        return "cost" if self.deadline_hours is not None else "throughput"
+            return cast(Goal, self.objective)  # one of OBJECTIVES (__post_init__)
+        return COST if self.deadline_hours is not None else THROUGHPUT
 
     @property
     def ranking_confidence(self) -> float | None:

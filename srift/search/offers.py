@@ -23,7 +23,7 @@ from srift.catalog.provenance import combined, price_provenance
 from srift.catalog.spec import Part, cluster_of, label_of
 from srift.job import JobLength, JobRun
 from srift.search import confidence as conf
-from srift.search.limits import LIMIT_TOLERANCE, Constraints
+from srift.search.limits import LIMIT_TOLERANCE, THROUGHPUT, Constraints
 from srift.search.rank import Candidate, Exclusion
 from srift.search.space import Market, Space
 from srift.simulate.prediction import BatchShare, Prediction
@@ -169,7 +169,7 @@ class OfferTable:
                 reason = np.where((reason == Exclusion.NONE) & (hours_q > c.deadline_hours + LIMIT_TOLERANCE), Exclusion.DEADLINE, reason)
             if c.max_cost_usd is not None:
                 reason = np.where((reason == Exclusion.NONE) & (cost_q > c.max_cost_usd + LIMIT_TOLERANCE), Exclusion.MAX_COST, reason)
-        if c.goal == "throughput":
+        if c.goal == THROUGHPUT:
             objective, tie = -exp_tp, price
         elif self.length is not None:
             objective, tie = cost, -exp_tp
@@ -209,7 +209,7 @@ class OfferTable:
         if len(best) < k:
             return np.inf
         v = float(best[k - 1])
-        if self.c.goal == "throughput":  # objective = -throughput
+        if self.c.goal == THROUGHPUT:  # objective = -throughput
             return v / (1.0 + reach)
         return v * (1.0 + reach)
 

@@ -36,6 +36,7 @@ from typing import Any
 from srift.catalog.provenance import PriceProvenance
 from srift.job import JobRun, usd_per_million_samples
 from srift.search.confidence import AtConfidence, mape_from_sigma, uncertainty_of, z_of
+from srift.search.limits import THROUGHPUT
 from srift.search.space import Market
 from srift.simulate.prediction import Prediction
 
@@ -166,7 +167,7 @@ def objective_key(goal: str, confidence: float | None = None) -> Callable[[Candi
     """Sort key, best first: ``throughput`` (highest, then cheapest per hour) or ``cost`` (job cost
     when the length is known, else $ per million samples; then highest throughput), each at the
     ``confidence`` quantile when given (module docstring), else at the median."""
-    if goal == "throughput":
+    if goal == THROUGHPUT:
         return lambda x: (-x.expected_throughput_samples_per_s / x.quantile_factor(confidence), x.cost_per_hour_usd)
 
     def cost(x: Candidate) -> tuple[float, float]:
@@ -189,7 +190,7 @@ def settle_ties(ranked: Sequence[Candidate], goal: str, confidence: float | None
         j = i + 1
         while j < len(ranked) and abs(abs(key(ranked[j])[0]) - lead) <= TIE_FRACTION * lead:
             j += 1
-        out += sorted(ranked[i:j], key=lambda c: (c.cost_per_hour_usd if goal == "throughput" else 0.0, c.complexity,
+        out += sorted(ranked[i:j], key=lambda c: (c.cost_per_hour_usd if goal == THROUGHPUT else 0.0, c.complexity,
                                                   -len(c.regions)))
         i = j
     return out
@@ -198,7 +199,7 @@ def settle_ties(ranked: Sequence[Candidate], goal: str, confidence: float | None
 def _metric(c: Candidate, goal: str, by_job: bool, confidence: float | None = None) -> float:
     """Higher is better: throughput, or 1 / cost, at the ``confidence`` quantile when given."""
     q = c.quantile_factor(confidence)
-    if goal == "throughput":
+    if goal == THROUGHPUT:
         return c.expected_throughput_samples_per_s / q
     value = c.job_cost_usd if by_job else c.usd_per_million_samples
     return 0.0 if not value else 1.0 / (value * q)

@@ -36,7 +36,7 @@ import numpy as np
 from srift.catalog.spec import cluster_of
 from srift.cluster import Cluster
 from srift.job import JobLength
-from srift.search.limits import Constraints
+from srift.search.limits import THROUGHPUT, Constraints
 from srift.search.offers import OfferTable
 from srift.search.space import HardwareGroup, Market, Space, seed_counts
 from srift.simulate.prediction import Prediction
@@ -190,7 +190,7 @@ class CountSweep:
                         ok &= hours_lb <= c.deadline_hours
                     if c.max_cost_usd is not None:
                         ok &= cost_lb <= c.max_cost_usd
-                if c.goal == "throughput":
+                if c.goal == THROUGHPUT:
                     best = -t_ub
                 elif samples is not None:
                     best = samples * per_sample / 3600.0
