@@ -53,7 +53,7 @@ from srift.perf.comm import CommModel  # noqa: E402
 from srift.perf.compute import layer_times  # noqa: E402
 from srift.perf.kfac_kernels import device_kernels  # noqa: E402
 from srift.kfac import KFACPreconditioner  # noqa: E402
-from srift.profile import LayerProfile, Profile  # noqa: E402
+from srift.profile import DeviceInfo, LayerProfile, Profile  # noqa: E402
 from srift.simulate.kfac import plan_kfac  # noqa: E402
 from srift.profiling.calibrate import calibration_from_times, time_collectives  # noqa: E402
 from srift.profiling import free_port  # noqa: E402
@@ -263,7 +263,7 @@ def measured_profile(result: dict, batch: int, kernels: bool) -> Profile:
                                    kfac_a_dim=a_dim + bias, kfac_g_dim=m.weight.shape[0], kfac_spatial=spatial,
                                    **{f"kfac_{f}": v for f, v in k.items()}))
     return Profile("bench-cnn", batch_size=batch, precision="fp32", layers=layers, iterations=1,
-                   device={"name": "cpu", "kind": "cpu", "gpu": None})
+                   device=DeviceInfo("cpu", "cpu"))
 
 
 def predict(result: dict, args: argparse.Namespace, kernels: bool) -> dict:

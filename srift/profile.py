@@ -192,6 +192,42 @@ class UnitCollective:
     time_s: float
 
 
+@dataclass(frozen=True)
+class DeviceInfo:
+    """The device a profile was measured on (the file's ``device`` mapping).
+
+    Attributes:
+        name: The device's own name (``NVIDIA A10G``, the CPU's), or what stands in for one in a
+            profile with no device (``none (structural)``).
+        kind: ``cuda``, ``cpu`` or ``none`` (structural or analytic: nothing was measured).
+        gpu: Its key in configs/gpus.yaml; None off a GPU or for a GPU srift does not know.
+    """
+
+    name: str = "none"
+    kind: str = "none"
+    gpu: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "gpu": self.gpu}
+
+
+@dataclass(frozen=True)
+class OptimizerInfo:
+    """The optimizer of a profile (the file's ``optimizer`` mapping).
+
+    Attributes:
+        type: Its class name (``SGD``, ``AdamW``).
+        state_bytes_per_param: Bytes of state it keeps per trainable parameter (SGD momentum 4,
+            Adam 8; measured by `srift profile`).
+    """
+
+    type: str = "SGD"
+    state_bytes_per_param: float = 4
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "state_bytes_per_param": self.state_bytes_per_param}
+
+
 @dataclass
 class Profile:
     """A training job's profile (see module docstring).
@@ -202,9 +238,9 @@ class Profile:
         precision: ``fp32``, ``tf32`` or ``amp``.
         layers: Leaf modules in execution order.
         seq_len: Sequence length for sequence models, else None.
-        device: ``{"name": ..., "kind": "cuda"|"cpu"|"none", "gpu": key in gpus.yaml or None}``.
+        device: Where it was measured.
         framework: Versions (``torch``, ``python``, ``srift``...).
-        optimizer: ``{"type": "SGD", "state_bytes_per_param": 4}`` (state kept per parameter).
+        optimizer: The optimizer and the state it keeps per parameter.
         phases: Measured phase totals per iteration.
         iterations: Number of measured iterations (0 for a structural profile).
         world_size: Processes in the measured run (1 unless run under torchrun).
@@ -232,9 +268,9 @@ class Profile:
     precision: str
     layers: list[LayerProfile]
     seq_len: int | None = None
-    device: dict[str, Any] = field(default_factory=lambda: {"name": "none", "kind": "none", "gpu": None})
+    device: DeviceInfo = field(default_factory=DeviceInfo)
     framework: dict[str, str] = field(default_factory=dict)
-    optimizer: dict[str, Any] = field(default_factory=lambda: {"type": "SGD", "state_bytes_per_param": 4})
+    optimizer: OptimizerInfo = field(default_factory=OptimizerInfo)
     phases: PhaseTimes = field(default_factory=PhaseTimes)
     iterations: int = 0
     world_size: int = 1
@@ -403,9 +439,9 @@ class Profile:
             "batch_size": self.batch_size,
             "seq_len": self.seq_len,
             "precision": self.precision,
-            "device": dict(self.device),
+            "device": self.device.to_dict(),
             "framework": dict(self.framework),
-            "optimizer": dict(self.optimizer),
+            "optimizer": self.optimizer.to_dict(),
             "iterations": self.iterations,
             "world_size": self.world_size,
             "input_bytes_per_sample": self.input_bytes_per_sample,
@@ -510,13 +546,15 @@ class Profile:
         if not isinstance(raw_memory, list) or len(raw_memory) > MAX_GPUS:
             raise _bad(source, f"'peak_memory' must be a list of at most {MAX_GPUS:,} ranks")
         peak_memory = [_rank_memory(m, i, source) for i, m in enumerate(raw_memory)]
-        device = _scalars(data.get("device") or {"name": "none", "kind": "none", "gpu": None}, "device", source)
+        device = _scalars(data.get("device") or {}, "device", source)
         for key in ("name", "kind", "gpu"):
             if device.get(key) is not None and not isinstance(device[key], str):
                 raise _bad(source, f"'device.{key}' must be a string, got {shown(device[key])}")
-        optimizer = _scalars(data.get("optimizer") or {"type": "SGD", "state_bytes_per_param": 4}, "optimizer", source)
+        optimizer = _scalars(data.get("optimizer") or {}, "optimizer", source)
         if "state_bytes_per_param" in optimizer:
             _num(optimizer["state_bytes_per_param"], "optimizer.state_bytes_per_param", source, MAX_STATE_BYTES_PER_PARAM)
+        if optimizer.get("type") is not None and not isinstance(optimizer["type"], str):
+            raise _bad(source, f"'optimizer.type' must be a string, got {shown(optimizer['type'])}")
         notes = data.get("notes") or []
         if not isinstance(notes, list) or any(isinstance(n, (list, dict)) for n in notes):
             raise _bad(source, "'notes' must be a list of strings")
@@ -526,9 +564,10 @@ class Profile:
             precision=precision,
             layers=layers,
             seq_len=seq,
-            device=device,
+            device=DeviceInfo(name=device.get("name") or "none", kind=device.get("kind") or "none", gpu=device.get("gpu")),
             framework={str(k): str(v) for k, v in _scalars(data.get("framework"), "framework", source).items()},
-            optimizer=optimizer,
+            optimizer=OptimizerInfo(type=optimizer.get("type") or "SGD",
+                                    state_bytes_per_param=optimizer.get("state_bytes_per_param", 4)),
             phases=phases,
             iterations=_int(data.get("iterations") or 0, "iterations", source, MAX_ITERS),
             world_size=_int(data.get("world_size") or 1, "world_size", source, MAX_GPUS, low=1),

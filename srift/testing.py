@@ -16,7 +16,7 @@ import numpy as np
 from srift.catalog.instances import Instance
 from srift.cluster import Cluster, NodeGroup, cluster_from_dict
 from srift.perf.compute import LayerTimes
-from srift.profile import LayerProfile, PhaseTimes, Profile
+from srift.profile import DeviceInfo, LayerProfile, PhaseTimes, Profile
 from srift.simulate.prediction import BatchShare, Prediction
 from srift.simulate.spot import spot_expectation
 
@@ -32,7 +32,7 @@ def measured_profile(grad_bytes: Sequence[int], fwd: float = 0.01, bwd: float = 
                            fwd_s=fwd, bwd_s=bwd) for i, g in enumerate(grad_bytes)]
     n = len(layers)
     return Profile(name="toy", batch_size=batch_size, precision="fp32", layers=layers,
-                   device={"name": f"test {gpu}", "kind": "cpu" if gpu == "cpu" else "cuda", "gpu": None if gpu == "cpu" else gpu},
+                   device=DeviceInfo(f"test {gpu}", "cpu" if gpu == "cpu" else "cuda", None if gpu == "cpu" else gpu),
                    phases=PhaseTimes(data_s=0.0, forward_s=fwd * n, backward_s=bwd * n, optimizer_s=opt,
                                      total_s=(fwd + bwd) * n + opt))
 
@@ -51,7 +51,7 @@ def measured_unit_profile(block_params: Sequence[int], root_params: int = 0, fwd
     layers.append(layer("head", 0, None))
     n = len(layers)
     return Profile(name="toy-units", batch_size=batch_size, precision="fp32", layers=layers,
-                   device={"name": f"test {gpu}", "kind": "cuda", "gpu": gpu},
+                   device=DeviceInfo(f"test {gpu}", "cuda", gpu),
                    phases=PhaseTimes(data_s=0.0, forward_s=fwd * n, backward_s=bwd * n, optimizer_s=opt,
                                      total_s=(fwd + bwd) * n + opt))
 

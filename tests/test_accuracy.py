@@ -11,7 +11,7 @@ import pytest
 from srift.catalog.spec import cluster_from_spec
 from srift.cli import main
 from srift.perf import accuracy as A
-from srift.profile import LayerProfile, PhaseTimes, Profile
+from srift.profile import DeviceInfo, LayerProfile, PhaseTimes, Profile
 from srift.simulate import predict
 
 TOY = {"schema": A.SCHEMA, "groups": {
@@ -110,7 +110,7 @@ def test_a_profile_measured_on_the_target_gpu_quotes_the_measured_groups(toy):
     layers = [LayerProfile("fc", "Linear", params=1_000_000, grad_bytes=4_000_000, fwd_flops=1e11, bwd_flops=2e11,
                            fwd_bytes=1e6, bwd_bytes=2e6, fwd_s=0.010, bwd_s=0.020)]
     prof = Profile(name="toy", batch_size=32, precision="fp32", layers=layers, iterations=10,
-                   device={"name": "NVIDIA A10G", "kind": "cuda", "gpu": "A10G"},
+                   device=DeviceInfo("NVIDIA A10G", "cuda", "A10G"),
                    phases=PhaseTimes(data_s=0.0, forward_s=0.010, backward_s=0.020, optimizer_s=0.001, total_s=0.032))
     # g5.xlarge has one A10G: the profile's own GPU; g5.12xlarge four over PCIe 4.
     assert predict(prof, cluster_from_spec("g5.xlarge")).typical_error_pct == 4.1

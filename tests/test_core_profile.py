@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from srift.errors import SriftError
-from srift.profile import SCHEMA, LayerProfile, PhaseTimes, Profile
+from srift.profile import SCHEMA, DeviceInfo, LayerProfile, OptimizerInfo, PhaseTimes, Profile
 
 
 def _profile(**kw):
@@ -32,6 +32,22 @@ def test_round_trip_through_yaml(tmp_path):
     assert q.params == 110 and q.grad_bytes == 440
     assert q.measured
 
+
+
+def test_device_and_optimizer_parse_into_their_nouns_and_write_the_same_keys(tmp_path):
+    doc = _profile().to_dict()
+    doc["device"] = {"name": "NVIDIA A10G", "kind": "cuda", "gpu": "A10G"}
+    doc["optimizer"] = {"type": "AdamW", "state_bytes_per_param": 8}
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    q = Profile.load(path)
+    assert q.device == DeviceInfo("NVIDIA A10G", "cuda", "A10G") and q.optimizer == OptimizerInfo("AdamW", 8)
+    assert q.to_dict()["device"] == doc["device"] and q.to_dict()["optimizer"] == doc["optimizer"]
+    # Without them: nothing measured on a device, SGD with momentum (4 bytes of state per parameter).
+    del doc["device"], doc["optimizer"]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    bare = Profile.load(path)
+    assert bare.device == DeviceInfo("none", "none", None) and bare.optimizer == OptimizerInfo("SGD", 4)
 
 def test_gradient_order_uses_recorded_order():
     p = _profile()

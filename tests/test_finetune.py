@@ -172,7 +172,7 @@ def test_a_profile_of_a_lora_script_counts_its_frozen_weights(tmp_path):
     """`srift profile` records the bytes of parameters with requires_grad=False per layer; the
     predictor holds them as frozen weights (no gradients, no optimizer state), without --finetune."""
     from srift.cluster import Cluster, NodeGroup
-    from srift.profile import LayerProfile, Profile
+    from srift.profile import LayerProfile, OptimizerInfo, Profile
     from srift.simulate import Predictor
 
     frozen = 4096 * 4096 * 2  # a bf16 4096 x 4096 base weight
@@ -181,7 +181,7 @@ def test_a_profile_of_a_lora_script_counts_its_frozen_weights(tmp_path):
               LayerProfile("block.0.base.lora_A", "Linear", params=4096 * 16, grad_bytes=4096 * 16 * 2, fwd_flops=1e6,
                            bwd_flops=2e6, fwd_bytes=1e6, bwd_bytes=2e6, activation_bytes=1e4, unit="block.0")]
     profile = Profile("lora-script", batch_size=1, precision="bf16", layers=layers,
-                      optimizer={"type": "AdamW", "state_bytes_per_param": 8})
+                      optimizer=OptimizerInfo("AdamW", 8))
     path = profile.save(tmp_path / "p.yaml")
     assert Profile.load(path).layers[0].frozen_bytes == frozen
     one = Cluster("1 x A10G", (NodeGroup(1, 1, "A10G", "pcie4", 25.0),))

@@ -12,7 +12,7 @@ from srift.catalog.spec import cluster_from_spec
 from srift.errors import SriftError
 from srift.job import Job
 from srift.perf import compute as C
-from srift.profile import PhaseTimes, Profile
+from srift.profile import DeviceInfo, PhaseTimes, Profile
 from srift.simulate import Predictor, predict
 from srift.zoo import load_builtin_profile
 
@@ -27,7 +27,7 @@ def measured_on(gpu: str, slowdown: float, model: str = "resnet50") -> Profile:
               for l, f, b in zip(base.layers, lt.fwd_s, lt.bwd_s)]
     fwd, bwd = float(lt.fwd_s.sum()) * slowdown, float(lt.bwd_s.sum()) * slowdown
     return dataclasses.replace(base, layers=layers, precision="fp32", iterations=20,
-                               device={"name": gpu, "kind": "cuda", "gpu": gpu},
+                               device=DeviceInfo(gpu, "cuda", gpu),
                                phases=PhaseTimes(data_s=0.0, forward_s=fwd, backward_s=bwd, optimizer_s=lt.optimizer_s,
                                                  total_s=fwd + bwd + lt.optimizer_s))
 
@@ -68,7 +68,7 @@ def test_more_profiles_must_be_measured_of_the_same_job_and_not_repeat_a_gpu():
     a10g = measured_on("A10G", 1.0)
     with pytest.raises(SriftError, match="is structural .no measured times., so it adds nothing"):
         Predictor(a10g, JOB, [load_builtin_profile("resnet50", batch_size=32)])
-    unknown = dataclasses.replace(measured_on("L4", 1.0), device={"name": "Mystery X1", "kind": "cuda", "gpu": None})
+    unknown = dataclasses.replace(measured_on("L4", 1.0), device=DeviceInfo("Mystery X1", "cuda"))
     with pytest.raises(SriftError, match="measured on a device srift does not know"):
         Predictor(a10g, JOB, [unknown])
     with pytest.raises(SriftError, match="not of the same job as 'resnet50': .*layers against"):

@@ -41,7 +41,7 @@ def test_an_anchored_profile_reproduces_the_measured_one_gpu_time():
     from srift.perf.compute import layer_times
 
     assert layer_times(anchored, "RTX-2080-Ti", "fp32").total_s == pytest.approx(0.1633)
-    assert anchored.measured and anchored.device["gpu"] == "RTX-2080-Ti"
+    assert anchored.measured and anchored.device.gpu == "RTX-2080-Ti"
 
 
 @pytest.mark.slow

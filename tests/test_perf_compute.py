@@ -11,7 +11,7 @@ from srift.errors import SriftError
 from srift.hardware import gpu as gpu_spec
 from srift.hardware import gpus
 from srift.perf import compute as C
-from srift.profile import LayerProfile, PhaseTimes, Profile
+from srift.profile import DeviceInfo, LayerProfile, PhaseTimes, Profile
 
 # 50% of peak FLOP/s for every kind, 80% of bandwidth, no fixed costs: easy to do by hand.
 FLAT = C.ComputeParams(
@@ -87,7 +87,7 @@ def test_optimizer_step_by_hand():
 
 
 def _measured_on(gpu: str) -> Profile:
-    p = _profile(device={"name": gpu, "kind": "cuda", "gpu": gpu}, iterations=10)
+    p = _profile(device=DeviceInfo(gpu, "cuda", gpu), iterations=10)
     p.layers[0].fwd_s, p.layers[0].bwd_s = 0.150, 0.310
     p.layers[1].fwd_s, p.layers[1].bwd_s = 0.0012, 0.0021
     p.phases = PhaseTimes(data_s=0.01, forward_s=0.16, backward_s=0.32, optimizer_s=0.004, total_s=0.50)
@@ -182,7 +182,7 @@ def test_same_gpu_other_precision_scales_by_the_model_ratio():
 
 def test_gpu_named_only_by_its_device_string_anchors():
     p = _measured_on("V100-16GB")
-    p.device = {"name": "Tesla V100-SXM2-16GB", "kind": "cuda", "gpu": None}
+    p.device = DeviceInfo("Tesla V100-SXM2-16GB", "cuda")
     np.testing.assert_array_equal(C.layer_times(p, "V100-16GB", "fp32").fwd_s, [0.150, 0.0012])
 
 
@@ -191,7 +191,7 @@ def test_cpu_needs_a_cpu_measurement():
         C.layer_times(_profile(), "cpu", "fp32")
     with pytest.raises(SriftError, match="profile on this machine first"):
         C.layer_times(_measured_on("V100-16GB"), "cpu", "fp32")
-    p = _profile(device={"name": "x86_64", "kind": "cpu", "gpu": None}, iterations=5)
+    p = _profile(device=DeviceInfo("x86_64", "cpu"), iterations=5)
     p.layers[0].fwd_s, p.layers[0].bwd_s = 2.0, 4.0
     p.layers[1].fwd_s, p.layers[1].bwd_s = 0.5, 0.7
     p.phases = PhaseTimes(optimizer_s=0.1, total_s=7.5)
@@ -201,7 +201,7 @@ def test_cpu_needs_a_cpu_measurement():
 
 
 def test_cpu_measured_profile_predicts_gpus_from_structure():
-    p = _profile(device={"name": "x86_64", "kind": "cpu", "gpu": None}, iterations=5)
+    p = _profile(device=DeviceInfo("x86_64", "cpu"), iterations=5)
     p.layers[0].fwd_s = p.layers[0].bwd_s = p.layers[1].fwd_s = p.layers[1].bwd_s = 1.0
     lt = C.layer_times(p, "V100-16GB", "fp32", params=FLAT)
     assert not lt.anchored

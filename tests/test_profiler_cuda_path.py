@@ -18,7 +18,7 @@ import pytest
 
 from srift.cluster import cluster_from_dict
 from srift.job import Job
-from srift.profile import LayerProfile, PhaseTimes, Profile, RankMemory
+from srift.profile import DeviceInfo, LayerProfile, PhaseTimes, Profile, RankMemory
 from srift.simulate import predict
 
 pytest.importorskip("torch")
@@ -105,7 +105,7 @@ def test_rescaling_keeps_the_unattributed_time_scaled_with_the_work() -> None:
     scripts/validate_self_prediction.py prints it): 10 ms of layers, 1 ms optimizer, 2 ms data, 4 ms unattributed at batch 8; at
     batch 16 the layers and the unattributed time double, the optimizer stays, data doubles."""
     layer = LayerProfile("l", "Linear", params=10, grad_bytes=40, fwd_flops=100.0, bwd_flops=200.0, fwd_s=0.004, bwd_s=0.006)
-    prof = Profile("toy", 8, "fp32", [layer], device={"name": "cpu", "kind": "cpu", "gpu": None},
+    prof = Profile("toy", 8, "fp32", [layer], device=DeviceInfo("cpu", "cpu"),
                    phases=PhaseTimes(data_s=0.002, forward_s=0.004, backward_s=0.006, optimizer_s=0.001, total_s=0.017),
                    iterations=5, timing="layers", peak_memory=[RankMemory(0, 100, 200)])
     big = prof.rescale(batch_size=16)

@@ -19,7 +19,7 @@ from srift.cluster import cluster_from_dict
 from srift.errors import SriftError
 from srift.job import Job
 from srift.perf.comm import CommModel
-from srift.profile import PhaseTimes, Profile, UnitCollective
+from srift.profile import DeviceInfo, PhaseTimes, Profile, UnitCollective
 from srift.profiling import free_port
 from srift.simulate.predictor import job_with_profile_defaults, predict
 from srift.testing import measured_unit_profile
@@ -207,7 +207,7 @@ def test_fsdp_on_cpu_workers_waits_for_every_collective() -> None:
     all-gather and reduce-scatter, the optimizer step on the half shard and the measured overhead,
     by hand (nothing overlaps, no interference)."""
     base = measured_unit_profile([1_000_000, 1_000_000], root_params=500_000, fwd=0.01, bwd=0.02, opt=0.004)
-    prof = dataclasses.replace(base, device={"name": "x86_64", "kind": "cpu", "gpu": None},
+    prof = dataclasses.replace(base, device=DeviceInfo("x86_64", "cpu"),
                                phases=dataclasses.replace(base.phases, total_s=0.2, collectives_s=0.03),
                                parallelism="fsdp", activation_checkpointing="none")
     p = predict(prof, _cpu_cluster(2, 1e-9, ag_factor=1.0, rs_factor=2.0))

@@ -52,7 +52,7 @@ def test_plain_cnn_first_conv_has_hand_flops_and_every_layer_is_timed(tmp_path: 
     ph = prof.phases
     assert ph.total_s > 0 and ph.forward_s + ph.backward_s + ph.optimizer_s <= ph.total_s * 1.05
     assert sum(l.fwd_s for l in prof.layers) <= ph.forward_s * 1.05
-    assert prof.optimizer["type"] == "SGD" and prof.optimizer["state_bytes_per_param"] == 4.0  # fp32 momentum
+    assert prof.optimizer.type == "SGD" and prof.optimizer.state_bytes_per_param == 4.0  # fp32 momentum
     assert prof.input_bytes_per_sample == 3 * 32 * 32 * 4
     # What autograd saves, counted on the captured batch: conv1 keeps its input images (fp32).
     assert prof.saved_tensors == "srift.saved-tensors/v1"
@@ -74,7 +74,7 @@ def test_transformers_bert_from_config(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     prof = _profile(tmp_path, EXAMPLES / "train_bert.py", "--batch-size", "2", "--seq-len", "16")
     assert prof.batch_size == 2 and prof.seq_len == 16
-    assert prof.optimizer["type"] == "AdamW" and prof.optimizer["state_bytes_per_param"] == 8.0
+    assert prof.optimizer.type == "AdamW" and prof.optimizer.state_bytes_per_param == 8.0
     query = next(l for l in prof.layers if l.name.endswith("layer.0.attention.self.query"))
     assert query.type == "Linear" and query.fwd_flops == 2 * 2 * 16 * 64 * 64
     assert all(l.fwd_s is not None for l in prof.layers)

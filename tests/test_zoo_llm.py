@@ -203,7 +203,7 @@ def test_profile_totals_against_the_closed_forms():
     attention_executed = arch.n_layers * 7 * b * s * s * arch.q_width
     assert prof.fwd_flops + prof.bwd_flops == 6 * b * s * weights + attention_executed
     assert weights == non_embedding_params(arch) - 80 * 2 * 8192 - 8192  # minus the norms' weights
-    assert prof.grad_bytes == 4 * prof.params and prof.optimizer["state_bytes_per_param"] == 8
+    assert prof.grad_bytes == 4 * prof.params and prof.optimizer.state_bytes_per_param == 8
 
 
 # ---- model FLOPs for MFU ------------------------------------------------------------------------

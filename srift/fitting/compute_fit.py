@@ -66,7 +66,7 @@ def _design(profile: Profile, gpu: str, precision: str, features: tuple[str, ...
     bf = C.ELEMENT_BYTES[precision] / C.ELEMENT_BYTES.get(profile.precision, 4.0)
     flops = np.vstack([arr.fwd_flops, arr.bwd_flops])
     bytes_ = np.vstack([arr.fwd_bytes, arr.bwd_bytes]) * bf
-    state = float(profile.optimizer.get("state_bytes_per_param", 4) or 0)
+    state = float(profile.optimizer.state_bytes_per_param)
     work = ((flops > 0) | (bytes_ > 0)).sum()
     return _RowDesign(
         time_s=time_s, z=C.gpu_features(spec, precision, features), peak=spec.peak_flops(precision) / spec.clock_derate,

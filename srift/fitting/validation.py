@@ -21,7 +21,7 @@ from srift.fitting.datasets import ProfileSource, label_key, row_link
 from srift.job import Job
 from srift.perf import comm as CM
 from srift.perf import compute as C
-from srift.profile import PhaseTimes, Profile
+from srift.profile import DeviceInfo, PhaseTimes, Profile
 from srift.simulate import Predictor
 
 def mape(pred: Iterable[float], meas: Iterable[float]) -> float:
@@ -127,7 +127,7 @@ def anchored_profile(profile: Profile, gpu: str, precision: str, measured_s: flo
     phases = PhaseTimes(data_s=0.0, forward_s=lt.forward_s * scale, backward_s=lt.backward_s * scale,
                         optimizer_s=lt.optimizer_s * scale, total_s=measured_s)
     return dataclasses.replace(profile, layers=layers, phases=phases, precision=precision,
-                               device={"name": gpu, "kind": "cuda", "gpu": gpu})
+                               device=DeviceInfo(gpu, "cuda", gpu))
 
 
 # Anchored profiles by (model, batch, seq_len, GPU, precision, 1-GPU time): the fits simulate the

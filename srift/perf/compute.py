@@ -486,7 +486,7 @@ def optimizer_time_s(profile: Profile, gpu: str, precision: str, params: Compute
     params = params or load_params()
     arr = layer_arrays(profile)
     _, s_per_byte, _, _ = _efficiency_terms(gpu, precision, params)
-    state = float(profile.optimizer.get("state_bytes_per_param", 4) or 0)
+    state = float(profile.optimizer.state_bytes_per_param)
     # weight read + write (4 + 4), gradient read (4), state read + write (2 x state).
     bytes_moved = arr.params * (12.0 + 2.0 * state)
     return bytes_moved * s_per_byte + arr.n_param_tensors * params.optimizer_s_per_tensor
@@ -530,10 +530,10 @@ def measured_gpu(profile: Profile) -> str | None:
     """Canonical GPU the profile was measured on, 'cpu', or None (structural / unknown GPU)."""
     if not profile.measured:
         return None
-    dev = profile.device or {}
-    if dev.get("kind") == "cpu":
+    dev = profile.device
+    if dev.kind == "cpu":
         return CPU
-    name = dev.get("gpu") or (dev.get("name") if dev.get("kind") == "cuda" else None)
+    name = dev.gpu or (dev.name if dev.kind == "cuda" else None)
     return find_gpu(str(name)) if name else None
 
 

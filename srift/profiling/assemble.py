@@ -29,7 +29,7 @@ import srift
 from srift.hardware import find_gpu
 from srift.job import FP32, HALF_PRECISIONS, NO_CHECKPOINTING, TF32
 from srift.perf.compute import precision_label
-from srift.profile import AllReduceBucket, LayerProfile, PhaseTimes, Profile, RankMemory
+from srift.profile import AllReduceBucket, DeviceInfo, LayerProfile, OptimizerInfo, PhaseTimes, Profile, RankMemory
 from srift.profiling import fsdp as fsdp_profile
 from srift.profiling.flops import analyze_layers
 from srift.profiling.hooks import IterationTimes, LayerTimer, mean_std
@@ -422,11 +422,11 @@ def _loss_tensor(out: Any) -> torch.Tensor | None:
     return None
 
 
-def _device(kind: str, device: torch.device | None = None) -> dict[str, Any]:
+def _device(kind: str, device: torch.device | None = None) -> DeviceInfo:
     if kind == "cuda":
         dev_name = torch.cuda.get_device_name(device)
-        return {"name": dev_name, "kind": "cuda", "gpu": find_gpu(dev_name)}
-    return {"name": platform.processor() or platform.machine() or "cpu", "kind": "cpu", "gpu": None}
+        return DeviceInfo(dev_name, "cuda", find_gpu(dev_name))
+    return DeviceInfo(platform.processor() or platform.machine() or "cpu", "cpu")
 
 
 def _versions() -> dict[str, str]:
@@ -437,7 +437,7 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _optimizer_info(opt: torch.optim.Optimizer) -> dict[str, Any]:
+def _optimizer_info(opt: torch.optim.Optimizer) -> OptimizerInfo:
     """Optimizer type and its measured state bytes per trainable parameter."""
     n_params = sum(p.numel() for g in opt.param_groups for p in g["params"]) or 1
     state_bytes = 0
@@ -445,4 +445,4 @@ def _optimizer_info(opt: torch.optim.Optimizer) -> dict[str, Any]:
         for v in st.values():
             if isinstance(v, torch.Tensor) and v.dim() > 0:  # skip scalar step counters
                 state_bytes += v.numel() * v.element_size()
-    return {"type": type(opt).__name__, "state_bytes_per_param": round(state_bytes / n_params, 3)}
+    return OptimizerInfo(type(opt).__name__, round(state_bytes / n_params, 3))

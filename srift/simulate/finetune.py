@@ -50,7 +50,7 @@ from srift.job import (
     ADAMW, ADAMW8BIT, DDP, FULL_FINETUNE, LORA_ALL_LINEAR, LORA_ATTENTION, PAGED_ADAMW8BIT, QLORA, ZERO2, Job,
 )
 from srift.perf.compute import ATTENTION, layer_kind
-from srift.profile import LayerProfile, Profile
+from srift.profile import LayerProfile, OptimizerInfo, Profile
 from srift.simulate.memory import activation_bytes, allocated_parts, compute_param_bytes, with_allocator
 from srift.simulate.sharded import unit_layout
 
@@ -237,7 +237,7 @@ def finetune_profile(profile: Profile, job: Job) -> tuple[Profile, FrozenBase]:
     opt = finetune_optimizer(job)
     precision = job.precision or profile.precision
     state = optimizer_state_bytes_per_param(opt, precision)
-    optimizer = {"type": opt, "state_bytes_per_param": state}
+    optimizer = OptimizerInfo(opt, state)
     if mode == FULL_FINETUNE:
         return (dataclasses.replace(profile, optimizer=optimizer),
                 FrozenBase(mode, opt, 0, 0, {}, {}, 0, profile.params))
@@ -284,7 +284,7 @@ def frozen_in_profile(profile: Profile) -> FrozenBase | None:
     if sum(unit_bytes.values()) <= profile.grad_bytes:
         return None
     mode = "qlora" if any(layer.frozen_bytes > 0 and "4bit" in layer.type.lower() for layer in profile.layers) else "lora"
-    return FrozenBase(mode, str(profile.optimizer.get("type", "optimizer")), 0, 0, {}, {}, 0, profile.params, unit_bytes)
+    return FrozenBase(mode, profile.optimizer.type, 0, 0, {}, {}, 0, profile.params, unit_bytes)
 
 
 def trainable_params(profile: Profile, job: Job) -> int:
@@ -312,7 +312,7 @@ def finetune_memory_bytes(profile: Profile, frozen: FrozenBase, precision: str, 
     n = float(max(1, shard_gpus)) if parallelism != DDP else 1.0
     e = compute_param_bytes(precision)
     trainable = float(profile.params)
-    state = float(profile.optimizer.get("state_bytes_per_param", 0) or 0)
+    state = float(profile.optimizer.state_bytes_per_param)
     acts = activation_bytes(profile, precision, checkpointing, fused_loss) if activations is None else activations
     stored = frozen.stored_bytes(precision) + trainable * e
     if parallelism == DDP:

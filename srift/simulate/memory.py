@@ -166,7 +166,7 @@ def memory_breakdown_bytes(profile: Profile, precision: str, buckets: bool = Tru
     other shows as 0. DDP's buckets are allocated once and stay.
     """
     params = float(profile.params)
-    state = float(profile.optimizer.get("state_bytes_per_param", 4))
+    state = float(profile.optimizer.state_bytes_per_param)
     acts = float(layer_activation_bytes(profile, precision).sum())
     if not has_saved_bytes(profile, precision):
         acts += loss_bytes(profile, precision)
@@ -236,7 +236,7 @@ def sharded_memory_bytes(profile: Profile, precision: str, parallelism: str, che
     p = layout.params
     n = float(max(1, shard_gpus)) if parallelism != DDP else 1.0
     e = compute_param_bytes(precision)
-    state = float(profile.optimizer.get("state_bytes_per_param", 4) or 0)
+    state = float(profile.optimizer.state_bytes_per_param)
     acts = activation_bytes(profile, precision, checkpointing, fused_loss) if activations is None else activations
     if parallelism == DDP:
         weights = p * MASTER_BYTES

@@ -161,7 +161,7 @@ class Predictor:
                     if plan.parallelism != DDP else Coverage())
         if error_pct is not None and plan.parallelism != DDP:
             error_pct, error_basis = error_pct * coverage.factor, error_basis + coverage.basis()
-        state_bytes = self.units.params * (4.0 + float(self.base.optimizer.get("state_bytes_per_param", 4)))
+        state_bytes = self.units.params * (4.0 + float(self.base.optimizer.state_bytes_per_param))
         if plan.parallelism != DDP:
             state_bytes /= cluster.nodes  # every node writes its own shards of the checkpoint
         tokens = throughput * self.seq_len if self.seq_len else None

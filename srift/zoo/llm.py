@@ -50,7 +50,7 @@ import srift
 from srift.errors import SriftError
 from srift.files import read_yaml
 from srift.job import PRECISIONS
-from srift.profile import LayerProfile, Profile
+from srift.profile import DeviceInfo, LayerProfile, OptimizerInfo, Profile
 from srift.files import configs_dir
 
 SCHEMA = "srift.zoo.llm/v1"
@@ -628,9 +628,9 @@ def decoder_profile(arch: DecoderArch, batch_size: int = DEFAULT_BATCH_SIZE, seq
         precision=precision,
         layers=layers,
         seq_len=seq,
-        device={"name": "none (analytic)", "kind": "none", "gpu": None},
+        device=DeviceInfo("none (analytic)"),
         framework={"srift": srift.__version__, "python": platform.python_version()},
-        optimizer={"type": "AdamW", "state_bytes_per_param": 8},
+        optimizer=OptimizerInfo("AdamW", 8),
         input_bytes_per_sample=float(seq * TOKEN_ID_BYTES),
         notes=[f"analytic structural profile of {arch.name} ({arch.source or 'no source given'}); no timings",
                "attention: causal SDPA/flash, executed FLOPs (half the s^2 scores; backward 2.5x forward), "
@@ -657,9 +657,9 @@ def expert_profile(arch: DecoderArch, tokens: int, precision: str = "bf16") -> P
     unit = "expert"
     layers = _mlp(arch, lambda part: f"{unit}.{part}", _NAMING["hf-llama"], arch.expert_intermediate, sh, unit)
     return Profile(name=f"{arch.name} expert", batch_size=1, precision=precision, layers=layers, seq_len=tokens,
-                   device={"name": "none (analytic)", "kind": "none", "gpu": None},
+                   device=DeviceInfo("none (analytic)"),
                    framework={"srift": srift.__version__, "python": platform.python_version()},
-                   optimizer={"type": "AdamW", "state_bytes_per_param": 8}, input_bytes_per_sample=0.0,
+                   optimizer=OptimizerInfo("AdamW", 8), input_bytes_per_sample=0.0,
                    notes=[f"one routed expert of {arch.name} on {tokens} tokens"])
 
 

@@ -11,7 +11,7 @@ from torch import nn
 import srift
 from srift.errors import SriftError
 from srift.job import HALF_PRECISIONS, require_precision
-from srift.profile import Profile
+from srift.profile import DeviceInfo, OptimizerInfo, Profile
 from srift.zoo import MODELS, OPTIMIZER_STATE_BYTES_PER_PARAM, canonical_name
 from srift.profiling.flops import analyze_layers
 from srift.profiling.saved import SAVED_SCHEMA, SavedScaling, measure_saved_bytes, per_sample_bytes
@@ -157,9 +157,9 @@ def structural_profile(name: str, batch_size: int | None = None, seq_len: int | 
         precision=precision,
         layers=layers,
         seq_len=t if info.kind == "sequence" else None,
-        device={"name": "none (structural)", "kind": "none", "gpu": None},
+        device=DeviceInfo("none (structural)"),
         framework={"torch": torch.__version__.split("+")[0], "python": platform.python_version(), "srift": srift.__version__},
-        optimizer={"type": info.optimizer, "state_bytes_per_param": OPTIMIZER_STATE_BYTES_PER_PARAM[info.optimizer]},
+        optimizer=OptimizerInfo(info.optimizer, OPTIMIZER_STATE_BYTES_PER_PARAM[info.optimizer]),
         input_bytes_per_sample=float(batch[0].numel() * batch.element_size()),
         notes=[f"structural profile of the zoo model {key} ({info.reference}); no timings"],
         saved_tensors=SAVED_SCHEMA if saved else None,
