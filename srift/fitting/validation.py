@@ -98,7 +98,7 @@ def _simulated(profile: Profile, cluster: Cluster, job: Job) -> tuple[float, flo
     predictor = Predictor(profile, job)
     p = predictor.predict(cluster)
     b = p.breakdown
-    hidden = max(0.0, b["comm_total"] - b["exposed_comm"])
+    hidden = max(0.0, (p.comm_total_s or 0.0) - b["exposed_comm"])
     if cluster.nodes > 1 and hidden > 0:
         hidden *= CM.CommModel.for_cluster(cluster).gpu_side_fraction(predictor.bucket_sizes_bytes)
     return p.iteration_time_s, p.iteration_time_s - b["comm_interference"], hidden

@@ -91,11 +91,6 @@ def plan_text(pred: Prediction) -> str:
     return text
 
 
-def exposed_comm_s(pred: Prediction) -> float:
-    """Communication the compute waited for (all kinds)."""
-    return sum(v for k, v in pred.breakdown.items() if k.startswith("exposed_") and "factor" not in k)
-
-
 def summary_rows(result: PredictResult) -> list[tuple[str, str]]:
     """(label, value) lines of the summary, in the order shown; ``DOES NOT FIT`` marks memory."""
     pred = result.prediction
@@ -141,17 +136,17 @@ def breakdown_rows(result: PredictResult) -> list[list[str]]:
     """(phase, time, share) of the iteration, then the total."""
     pred = result.prediction
     rows = [[PHASE_LABELS.get(key, key), seconds(value), f"{value / pred.iteration_time_s:.0%}"]
-            for key, value in pred.breakdown.items() if key != "comm_total"]
+            for key, value in pred.breakdown.items()]
     return rows + [["total", seconds(pred.iteration_time_s), "100%"]]
 
 
 def comm_line(result: PredictResult) -> str:
     """How much of the communication compute hides, or "" without any."""
     pred = result.prediction
-    total = pred.breakdown.get("comm_total", 0.0)
+    total = pred.comm_total_s or 0.0
     if total <= 0:
         return ""
-    hidden = max(0.0, total - exposed_comm_s(pred)) / total
+    hidden = pred.hidden_comm_s / total
     if pred.layout:
         return (f"Tensor-, context-, {'expert-, ' if int(pred.layout.get('ep', 1)) > 1 else ''}pipeline- and "
                 f"data-parallel communication {seconds(total)} per iteration, "

@@ -140,7 +140,6 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
                            imbalance=settings.routing_imbalance)
     breakdown = dict(plan.breakdown_s)
     comm_cost = sum(v for k, v in breakdown.items() if k.startswith("exposed_")) + breakdown["comm_interference"]
-    breakdown["comm_total"] = sum(plan.comm_s.values())
     throughput = lay.global_batch / plan.iteration_s
     tokens = throughput * seq_len
     cost = cluster.usd_per_hour
@@ -178,7 +177,7 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
         iteration_time_s=plan.iteration_s, p90_iteration_time_s=max(plan.iteration_s, p90_plan.iteration_s),
         throughput_samples_per_s=throughput, cost_per_hour_usd=cost,
         usd_per_million_samples=usd_per_million_samples(cost, throughput),
-        breakdown=breakdown, bottleneck=bottleneck(plan.fits, comm_cost, plan.iteration_s), fits_in_memory=plan.fits,
+        breakdown=breakdown, comm_total_s=sum(plan.comm_s.values()), bottleneck=bottleneck(plan.fits, comm_cost, plan.iteration_s), fits_in_memory=plan.fits,
         memory_per_gpu_bytes=plan.memory_per_gpu_bytes, memory_breakdown_bytes=dict(plan.memory_breakdown_bytes),
         batch_split=[BatchShare(g.label, g.gpu, lay.micro_batch * lay.grad_accum, g.gpus) for g in cluster.node_groups],
         spot=spot_expectation(cluster, state_bytes, throughput, cost), notes=notes,

@@ -149,7 +149,6 @@ class Predictor:
             breakdown["data"] = max(0.0, loader.time_s - gpu_s)
             p90 = max(p90, max(t.slow_time_s for t in known))
         iteration = sum(breakdown.values())
-        breakdown["comm_total"] = plan.comm_total_s
         global_batch = sum(b * g.gpus for b, g in zip(batches, groups)) * accum
         throughput = global_batch / iteration
         cost = cluster.usd_per_hour
@@ -174,7 +173,7 @@ class Predictor:
             throughput_samples_per_s=throughput,
             cost_per_hour_usd=cost,
             usd_per_million_samples=usd_per_million_samples(cost, throughput),
-            breakdown=breakdown,
+            breakdown=breakdown, comm_total_s=plan.comm_total_s,
             bottleneck=bottleneck(plan.memory.fits, plan.comm_cost_s, iteration,
                                   input_bound=loader is not None and loader.kind != "measured" and breakdown["data"] > 0),
             fits_in_memory=plan.memory.fits,
