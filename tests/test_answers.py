@@ -152,6 +152,7 @@ def test_the_core_install_is_typer_rich_pyyaml_numpy():
     assert {"pandas", "scikit-learn", "boto3", "torch"} <= set(extras["test"])
 
 
+@pytest.mark.slow
 def test_predict_and_check_run_without_the_fit_and_aws_extras(tmp_path):
     out = run_without_torch(["predict", "--model", "resnet50", "--instance", "p3.16xlarge:2", "--format", "json"],
                             tmp_path, blocked=CORE_ONLY)
@@ -180,6 +181,7 @@ def test_fitting_without_its_extra_says_how_to_get_it():
                                        "To fix: pip install -e '.[fit]' (or '.[test]'), then run it again."]
 
 
+@pytest.mark.slow
 def test_the_global_batch_is_kept_within_its_limit_and_says_so(capsys):
     """--max-global-batch 256 at ResNet-50's 64 per GPU: at most 4 GPUs in any row, and the note
     says why; the family default (8,192 images, Goyal et al. 2017) is in the JSON."""

@@ -147,6 +147,7 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     return dict(out)
 
 
+@pytest.mark.slow
 def test_every_module_is_in_a_layer_and_imports_go_down():
     graph = import_graph()
     assert len(graph) > 50  # the walk found the package

@@ -257,6 +257,7 @@ def test_an_unreadable_file_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         input_file(path, "profile")
 
 
+@pytest.mark.slow
 def test_yaml_is_refused_by_size_before_it_is_built() -> None:
     laughs = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
         f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(9))

@@ -19,6 +19,7 @@ SNAPSHOT = DATA / "skypilot-catalog-aws-spot-snapshot" / "spot_us_east_1_gpu_sub
 SKY_AWS = DATA / "skypilot-catalog-multicloud" / "aws-gpu-vms.csv"
 
 
+@pytest.mark.slow
 def test_build_script_reproduces_the_bundled_csvs(tmp_path):
     subprocess.run([sys.executable, str(ROOT / "scripts" / "build_catalog.py"), "--out", str(tmp_path)], check=True,
                    capture_output=True)

@@ -265,6 +265,7 @@ def test_credentials_bring_spot_price_history():
     assert "EC2 spot price history" in g5.source
 
 
+@pytest.mark.slow
 def test_throttling_on_spot_history_writes_nothing():
     ec2 = boto3.client("ec2", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="y")
     with Stubber(ec2) as stub:

@@ -99,6 +99,7 @@ def test_without_instance_uses_the_recommended_configuration(tmp_path, capsys):
     assert "--global-batch-size" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_confidence_from_the_file_or_the_flag(tmp_path, capsys):
     # 20,000 steps on 2x p3.16xlarge take about 0.62 h at the median; its multi-node error over TCP
     # (±13.3 %) and the network's p90 spread put the 90 % quantile near 0.92 h and the 50 % one at

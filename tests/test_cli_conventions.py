@@ -28,6 +28,7 @@ def test_version(capsys):
     assert capsys.readouterr().out.strip() == f"srift {__version__}"
 
 
+@pytest.mark.slow
 def test_no_help_shows_a_python_type(monkeypatch, capsys):
     monkeypatch.setenv("COLUMNS", "200")
     paths = list(_commands(command()))

@@ -131,6 +131,7 @@ def test_llama3_8b_lora_trainable_params_are_pefts():
     assert trainable_params(profile, Job(finetune="lora")) == 32 * 1_310_720 == 41_943_040
 
 
+@pytest.mark.slow
 def test_predict_qlora_on_one_a10g_and_full_names_what_fits(capsys):
     import json
 

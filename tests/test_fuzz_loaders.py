@@ -489,6 +489,7 @@ WRITERS = [["predict", "--model", "resnet50", "--instance", "p3.2xlarge", "--out
            ["calibrate", "comm", "-o"], ["profile", "--model", "gpt2", "--force", "-o"]]
 
 
+@pytest.mark.slow
 def test_fuzz_output_targets() -> None:
     """Every writer, every kind of target that is not a regular file, under names drawn by hypothesis
     (nested, dotted, long): refused with one Error: / To fix: line, the target as it was."""

@@ -37,6 +37,7 @@ def _check_torchrun_run(run: str) -> None:
     assert run.index("MASTER_ADDR=") < run.index("\ntorchrun ")
 
 
+@pytest.mark.slow
 def test_recommend_writes_the_task_of_the_chosen_configuration(tmp_path, capsys):
     task_file = tmp_path / "task.yaml"
     assert main(["recommend", "--model", "resnet50", "--budget", "20", "--format", "json", "--skypilot", str(task_file)]) == 0
@@ -59,6 +60,7 @@ def test_recommend_writes_the_task_of_the_chosen_configuration(tmp_path, capsys)
     assert task_file.stat().st_mode & 0o777 == 0o666 & ~umask  # a normal file, not mkstemp's 0600
 
 
+@pytest.mark.slow
 def test_predict_tasks_by_hand(tmp_path):
     """g5.12xlarge is 4 x A10G (SkyPilot: A10G:4) with one EFA interface, which srift predicts over,
     so the task asks network_tier: best; p3.16xlarge 8 x V100 (V100:8) has no EFA, here on spot."""

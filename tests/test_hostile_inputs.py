@@ -124,6 +124,7 @@ def test_two_outputs_on_one_file_are_refused(tmp_path: Path) -> None:
         check_outputs({"--out-file": tmp_path / "x", "--skypilot": tmp_path / "x"})
 
 
+@pytest.mark.slow
 def test_dash_writes_the_json_to_stdout(tmp_path: Path) -> None:
     code, out, err = run(["predict", "--model", "resnet50", "--instance", "p3.2xlarge", "--format", "json", "--out-file", "-"],
                          cwd=tmp_path)

@@ -78,6 +78,7 @@ def test_the_image_side_comes_from_the_profile_input():
     assert image_side_px(1024.0) == 224  # token ids: not an image
 
 
+@pytest.mark.slow
 def test_g5_xlarge_and_2xlarge_differ_only_when_the_images_outrun_the_gpu(capsys):
     def run(*args: str) -> dict:
         assert main(["predict", "--model", "resnet50", "--format", "json", *args]) == 0

@@ -68,6 +68,7 @@ def test_counts_that_do_not_divide_the_global_batch_are_left_out():
     assert sorted(c.instance for c in accum.recommendations) == sorted(c.instance for c in r.recommendations)
 
 
+@pytest.mark.slow
 def test_the_global_batch_simulated_is_the_one_asked_for(capsys):
     assert main(["recommend", "--model", "resnet50", "--budget", "30", "--global-batch-size", "1024",
                  "--samples", "1.28e7", "--format", "json", "--top", "10"]) == 0

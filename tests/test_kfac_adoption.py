@@ -59,6 +59,7 @@ def test_resume_from_a_checkpoint_takes_identical_steps(method):
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), model2.parameters()))
 
 
+@pytest.mark.slow
 def test_load_state_dict_errors():
     pre = KFACPreconditioner(small_cnn())
     model = small_cnn()
@@ -80,6 +81,7 @@ def test_load_state_dict_errors():
 
 @pytest.mark.parametrize("change", ["steps=-1", "steps=2.5", "steps=True", "factor_updates=-3", "A=nan", "G=inf", "A_inv=inf",
                                     "G_inv=nan"])
+@pytest.mark.slow
 def test_a_corrupt_checkpoint_is_refused_before_anything_changes(change):
     model = small_cnn()
     src = KFACPreconditioner(model, factor_update_steps=1, inv_update_steps=1)
@@ -141,6 +143,7 @@ def test_layers_kfac_does_not_handle_are_listed():
 
 
 # ---- schedules -----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_update_intervals_as_callables():
     """Factors at steps where step % factor_update_steps(step) == 0; inverses likewise."""
     model = small_cnn()
@@ -163,6 +166,7 @@ def test_update_intervals_as_callables():
     assert inverse_updates == [0, 2, 4, 6]
 
 
+@pytest.mark.slow
 def test_damping_lr_and_decay_as_callables_use_the_current_step():
     """A schedule gives, at each step, exactly what the constant of that step's value gives."""
     data = batches(3, 8)
@@ -213,6 +217,7 @@ def _amp_step(model, pre, scaler, x, y):
     return grads
 
 
+@pytest.mark.slow
 def test_amp_grad_scaler_is_divided_out_and_bf16_stays_close_to_fp32():
     x, y = batches(1, 8)[0]
     runs = {}
@@ -235,6 +240,7 @@ def test_amp_grad_scaler_is_divided_out_and_bf16_stays_close_to_fp32():
         assert rel < 0.05, (name, rel)
 
 
+@pytest.mark.slow
 def test_an_overflow_step_leaves_the_factors_alone():
     """At a loss scale of 2^127 the scaled output gradients overflow fp32 in the factor G: that
     factor update is dropped (the running factors stay finite), and training goes on when the

@@ -151,6 +151,7 @@ def test_model_without_supported_layers_and_skip_layers():
     assert [l.name for l in pre.layers] == ["5"]
 
 
+@pytest.mark.slow
 def test_skipped_layers_keep_their_gradient_and_intervals_reuse_inverses():
     model = small_cnn()
     pre = KFACPreconditioner(model, skip_layers=["0"], factor_update_steps=2, inv_update_steps=4)
@@ -175,6 +176,7 @@ def test_step_before_backward_is_a_clear_error():
         pre.step()
 
 
+@pytest.mark.slow
 def test_factors_stay_fp32_under_autocast():
     model = small_cnn()
     pre = KFACPreconditioner(model)

@@ -35,6 +35,7 @@ def _accumulated(model: nn.Module, pre: KFACPreconditioner, data, micro: int) ->
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("method", ["inverse", "eigen"])
+@pytest.mark.slow
 def test_accumulated_micro_batches_equal_the_whole_batch(strategy, method):
     kw = dict(strategy=strategy, inverse_method=method, damping=0.003, kl_clip=0.001, lr=0.1)
     data = batches(STEPS, BATCH)
@@ -50,6 +51,7 @@ def test_accumulated_micro_batches_equal_the_whole_batch(strategy, method):
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.slow
 def test_factors_average_every_micro_batch(strategy):
     """Three micro-batches of different sizes: the factor is the mean of the three factors (the
     first and the last alone would both differ)."""
@@ -65,6 +67,7 @@ def test_factors_average_every_micro_batch(strategy):
     assert not torch.allclose(pre.A[first.name], per_batch[0]) and not torch.allclose(pre.A[first.name], per_batch[-1])
 
 
+@pytest.mark.slow
 def test_strategies_agree_step_by_step():
     """naive, mpd and spd give identical preconditioned gradients over several steps, with factor
     and inverse update intervals."""
@@ -80,6 +83,7 @@ def test_strategies_agree_step_by_step():
                 assert _rel(got[name], want[name]) < 1e-6, (strategy, name)
 
 
+@pytest.mark.slow
 def test_spd_with_fewer_passes_than_accumulation_steps_still_averages_them():
     """spd starts an all-reduce at the accumulation_steps-th pass; with fewer passes, step()
     starts the rest: the factors are the same as naive's."""

@@ -223,6 +223,7 @@ def test_layout_flags_need_a_layout_and_a_decoder_llm():
     assert code == 2 and "takes --micro-batch-size" in out
 
 
+@pytest.mark.slow
 def test_recommend_searches_layouts_and_offers_only_plans_that_fit():
     import json
     code, out = _run(["recommend", "--model", "llama3-70b", "--layout", "auto", "--global-batch-size", "128", "--seq-len",

@@ -47,6 +47,7 @@ def test_small_cnn_under_autocast_saves_16_bit_inputs_and_fp32_loss():
     assert per == {"0": 384.0, "1": 512.0, "2": 512.0, "3": 512.0, "4": 0.0, "5": 128.0 + 40.0 + 8.0}
 
 
+@pytest.mark.slow
 def test_small_transformer_block_saved_bytes_and_seq_squared_part():
     block = TransformerBlock(16, 2, 32, pre_norm=True, dropout=0.0)
 

@@ -196,6 +196,7 @@ def test_sliding_window_attention_flops_by_hand():
     assert gpt_oss.sliding_window == 128 and gpt_oss.sliding_blocks == 18
 
 
+@pytest.mark.slow
 def test_layout_search_tries_expert_parallelism_for_a_mixture_only():
     from srift.job import LayoutRequest, parse_layout
     from srift.simulate.layouts import candidate_layouts, search_layouts

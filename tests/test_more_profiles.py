@@ -32,6 +32,7 @@ def measured_on(gpu: str, slowdown: float, model: str = "resnet50") -> Profile:
                                                  total_s=fwd + bwd + lt.optimizer_s))
 
 
+@pytest.mark.slow
 def test_each_gpu_uses_the_profile_measured_on_it():
     a10g, l4 = measured_on("A10G", 1.3), measured_on("L4", 0.8)
     both = Predictor(a10g, JOB, [l4])
@@ -64,6 +65,7 @@ def test_a_mixed_cluster_takes_each_groups_own_profile():
     assert split[slow] < 32
 
 
+@pytest.mark.slow
 def test_more_profiles_must_be_measured_of_the_same_job_and_not_repeat_a_gpu():
     a10g = measured_on("A10G", 1.0)
     with pytest.raises(SriftError, match="is structural .no measured times., so it adds nothing"):
@@ -96,6 +98,7 @@ def test_predict_and_recommend_take_the_profile_flag_more_than_once(tmp_path, ca
     assert "exactly one of --model and --profile" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_check_takes_a_list_of_profiles_relative_to_the_job_file(tmp_path, capsys):
     (tmp_path / "p").mkdir()
     measured_on("A10G", 1.3).save(tmp_path / "p" / "a10g.yaml")

@@ -44,6 +44,7 @@ def _throughput(pred: Predictor, nodes: int, label: str) -> float:
 
 
 @pytest.mark.parametrize("model", ["resnet50", "bert-base", "bert-large"])
+@pytest.mark.slow
 def test_the_three_networks_rank_as_measured(model):
     measured = _measured()
     pred, _ = _predictor(model)
@@ -53,6 +54,7 @@ def test_the_three_networks_rank_as_measured(model):
         assert by_predicted == by_measured, (model, nodes)
 
 
+@pytest.mark.slow
 def test_ten_gbe_bert_large_is_slower_on_two_servers_than_on_one():
     measured = _measured()
     pred, _ = _predictor("bert-large")

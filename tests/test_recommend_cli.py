@@ -44,12 +44,14 @@ def test_spot_mixed_returns_spot_options(capsys):
     assert any(r["spot"] for r in recs)
 
 
+@pytest.mark.slow
 def test_deadline_job_cost(capsys):
     assert main(["recommend", "--model", "bert-base", "--deadline", "10", "--samples", "6.4e6", "--format", "markdown"]) == 0
     out = capsys.readouterr().out
     assert "minimizing job cost within 10 h, met at 90% confidence" in out and "| rank |" in out and "job $ (p90)" in out
 
 
+@pytest.mark.slow
 def test_impossible_budget_exits_1_with_closest(capsys):
     assert main(["recommend", "--model", "resnet50", "--budget", "0.05"]) == 1
     err = capsys.readouterr().err
@@ -112,6 +114,7 @@ def test_no_k80_or_m60_rows_unless_asked_and_arm64_rows_marked(capsys, monkeypat
     assert recs and all(r["host_arch"] == "arm64" and r["supported"] for r in recs)  # Grace: arm64, and sm_90 is in the wheel
 
 
+@pytest.mark.slow
 def test_every_aws_region_is_searched_and_named(capsys):
     assert main(["recommend", "--model", "resnet50", "--budget", "20", "--infra", "aws", "--format", "json", "--top", "40"]) == 0
     data = json.loads(capsys.readouterr().out)

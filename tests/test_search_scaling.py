@@ -46,6 +46,7 @@ def _top(result, k=5):
                  marks=pytest.mark.slow),
     (Constraints(max_cost_usd=300, max_gpus=64, objective="throughput"), JobLength(epochs=90, dataset_size=1_281_167)),
 ])
+@pytest.mark.slow
 def test_the_bound_finds_what_simulating_every_count_finds(constraints, length):
     predictor = Predictor(load_builtin_profile("resnet50"), Job(length=length))
     catalog = load_catalog("aws/us-east-1,aws/us-west-2")
@@ -66,6 +67,7 @@ def test_a_spot_on_demand_mix_is_the_same_simulation_as_its_nodes_together():
     assert mix.typical_error_pct == together.typical_error_pct
 
 
+@pytest.mark.slow
 def test_one_simulation_per_hardware_stands_for_every_region():
     # us-west-2 made 10 % cheaper, so it ranks first for most types; its rows come after us-east-1's, whose
     # rows are the ones simulated. Each us-west-2 candidate matches a simulation of its own rows.

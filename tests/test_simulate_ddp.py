@@ -152,6 +152,7 @@ def test_cpu_workers_do_not_overlap_communication():
     assert p.iteration_time_s == pytest.approx(0.03 + 0.06 + 4 * MiB * S_PER_BYTE + 0.005)
 
 
+@pytest.mark.slow
 def test_ddp_all_reduces_fp32_gradients_under_amp():
     from srift.job import Job
 

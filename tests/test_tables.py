@@ -86,6 +86,7 @@ def test_recommend_at_80_columns_shows_every_configuration_whole(monkeypatch, ca
     assert "bottleneck" in out and "Not shown" not in out
 
 
+@pytest.mark.slow
 def test_catalog_list_at_80_columns_names_every_instance_whole(monkeypatch, capsys):
     monkeypatch.setenv("COLUMNS", "80")
     assert main(["catalog", "list", "--format", "json"]) == 0

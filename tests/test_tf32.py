@@ -43,6 +43,7 @@ def test_fp32_convolutions_run_like_tf32_and_matmuls_like_strict_fp32():
     assert v100[0] == pytest.approx(v100[1]) == pytest.approx(v100[2])
 
 
+@pytest.mark.slow
 def test_p4d_fp32_reflects_tf32_convolutions_and_fp32_strict_does_not(capsys):
     def throughput(precision: str) -> float:
         assert main(["predict", "--model", "resnet50", "--instance", "p4d.24xlarge", "--precision", precision,

@@ -9,8 +9,11 @@ those strings. The check reads every srift module's syntax tree (no import).
 from __future__ import annotations
 
 import ast
+import functools
 from collections import defaultdict
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "srift"
@@ -19,8 +22,13 @@ PACKAGE = ROOT / "srift"
 ENUM_NAMES = ("market", "reason")
 
 
+@functools.lru_cache(maxsize=1)
+def _package() -> tuple[tuple[str, ast.Module], ...]:
+    return tuple((str(p.relative_to(ROOT)), ast.parse(p.read_text(encoding="utf-8"))) for p in sorted(PACKAGE.rglob("*.py")))
+
+
 def _files() -> list[tuple[str, ast.Module]]:
-    return [(str(p.relative_to(ROOT)), ast.parse(p.read_text(encoding="utf-8"))) for p in sorted(PACKAGE.rglob("*.py"))]
+    return list(_package())
 
 
 def vocabularies(files: list[tuple[str, ast.Module]]) -> dict[str, set[str]]:
@@ -57,37 +65,38 @@ def _named(node: ast.expr) -> str:
     return _named(node.value) if isinstance(node, ast.Subscript) else ""
 
 
+def _comparisons(files: list[tuple[str, ast.Module]]) -> list[tuple[str, ast.Compare]]:
+    return [(rel, node) for rel, tree in files for node in ast.walk(tree) if isinstance(node, ast.Compare)]
+
+
 def string_comparisons(files: list[tuple[str, ast.Module]]) -> list[str]:
     """``file:line: 'word'`` for each vocabulary word compared as a string outside its definition."""
     vocab = vocabularies(files)
     out = []
-    for rel, tree in files:
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Compare):
-                for o in _operands(node):
-                    if isinstance(o, ast.Constant) and isinstance(o.value, str) and o.value in vocab \
-                            and rel not in vocab[o.value]:
-                        out.append(f"{rel}:{node.lineno}: {o.value!r} in {ast.unparse(node)}")
+    for rel, node in _comparisons(files):
+        for o in _operands(node):
+            if isinstance(o, ast.Constant) and isinstance(o.value, str) and o.value in vocab and rel not in vocab[o.value]:
+                out.append(f"{rel}:{node.lineno}: {o.value!r} in {ast.unparse(node)}")
     return out
 
 
 def int_comparisons(files: list[tuple[str, ast.Module]]) -> list[str]:
     """``file:line`` for each market or exclusion reason compared with an int literal."""
     out = []
-    for rel, tree in files:
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Compare):
-                ops = _operands(node)
-                ints = [o for o in ops if isinstance(o, ast.Constant) and type(o.value) is int]
-                if ints and any(any(w in _named(o) for w in ENUM_NAMES) for o in ops):
-                    out.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+    for rel, node in _comparisons(files):
+        ops = _operands(node)
+        if any(isinstance(o, ast.Constant) and type(o.value) is int for o in ops) \
+                and any(any(w in _named(o) for w in ENUM_NAMES) for o in ops):
+            out.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
     return out
 
 
+@pytest.mark.slow
 def test_no_vocabulary_word_is_compared_as_a_string_outside_its_definition():
     assert string_comparisons(_files()) == []
 
 
+@pytest.mark.slow
 def test_markets_and_exclusion_reasons_are_never_compared_with_bare_ints():
     assert int_comparisons(_files()) == []
 

@@ -372,6 +372,7 @@ def test_hf_config_refuses_bad_files(tmp_path):
         arch_from_hf_config(tmp_path / "list.json")
 
 
+@pytest.mark.slow
 def test_predict_and_recommend_take_a_model_config(capsys):
     """--model-config predicts the model a config.json describes: the same as its zoo entry."""
     args = ["--instance", "p4d.24xlarge:1", "--seq-len", "1024", "--batch-size", "1", "--precision", "amp",
