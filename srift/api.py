@@ -33,13 +33,14 @@ from srift.job import BF16, DEFAULT_INFRA, FINETUNE_MODES, Job, Precision, requi
 from srift.jobfile import JobFile
 from srift.profile import Profile
 from srift.report.format import usd, with_article
-from srift.report.handoff import LaunchGroup, LaunchPlan
 from srift.results import (
     CHECK_SCHEMA,
     CheckedConfiguration,
     CheckResult,
     MetricChange,
     GpuOffers,
+    LaunchGroup,
+    LaunchPlan,
     PredictResult,
     PriceAge,
     RecommendResult,

@@ -1,5 +1,6 @@
-"""What the commands return: the typed results of predict, recommend and check, which the
-renderers (srift/report/) print and srift/api.py builds."""
+"""What the commands return: the typed results of predict, recommend and check, and the launch
+plan of a chosen configuration (--skypilot, --torchrun), which the renderers (srift/report/)
+print and srift/api.py builds."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from srift.catalog.instances import Instance
 from srift.catalog.provenance import PriceProvenance
 from srift.job import Job
 from srift.search.confidence import AtConfidence, Uncertainty
@@ -236,3 +238,70 @@ class CheckResult:
         if self.change is not None:
             out["change"] = {k: dataclasses.asdict(v) for k, v in self.change.items()}
         return out
+
+
+@dataclass(frozen=True)
+class LaunchGroup:
+    """``nodes`` identical nodes of a configuration.
+
+    Attributes:
+        nodes: Node count.
+        gpus_per_node: GPUs per node (worker processes: one per GPU).
+        gpu: GPU name (srift's), or ``cpu``.
+        spot: The nodes are spot (preemptible) instances.
+        per_gpu_batch: Samples per GPU per iteration in this group (None when unknown).
+        instance: The catalog row of the nodes; None for machines of a cluster file.
+    """
+
+    nodes: int
+    gpus_per_node: int
+    gpu: str
+    spot: bool
+    per_gpu_batch: int | None
+    instance: Instance | None
+
+    @property
+    def label(self) -> str:
+        """``g5.12xlarge x 3 (4 x A10G each)``, or ``2 nodes (4 x V100-32GB each)`` for a cluster file."""
+        kind = f"{self.instance.instance_type} x {self.nodes}" if self.instance is not None else \
+            f"{self.nodes} node{'s' if self.nodes > 1 else ''}"
+        return f"{kind} ({self.gpus_per_node} x {self.gpu} each{', spot' if self.spot else ''})"
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What to start, and what srift predicted for it.
+
+    Attributes:
+        model: The job's model or profile name.
+        configuration: The configuration's spec (``g5.12xlarge:3``, ``a:1@on-demand+a:2@spot``).
+        groups: Its node groups, in node-rank order.
+        prediction: srift's prediction for it.
+        network_fallbacks: ``(what, prediction)`` with one EFA interface and without EFA, for a
+            multi-node EFA cluster (``srift.api.network_fallbacks``).
+    """
+
+    model: str
+    configuration: str
+    groups: tuple[LaunchGroup, ...]
+    prediction: Prediction
+    network_fallbacks: tuple[tuple[str, Prediction], ...] = ()
+
+    @property
+    def nodes(self) -> int:
+        return sum(g.nodes for g in self.groups)
+
+    @property
+    def workers(self) -> int:
+        return sum(g.nodes * g.gpus_per_node for g in self.groups)
+
+    def summary(self) -> str:
+        """One line: what runs and what srift predicts for it."""
+        p = self.prediction
+        cost = f" at ${p.cost_per_hour_usd:,.2f}/h" if p.cost_per_hour_usd is not None else ""
+        batch = {g.per_gpu_batch for g in self.groups}
+        per_gpu = f"batch {batch.pop()} per GPU, " if len(batch) == 1 and None not in batch else ""
+        spot = " [Spot]" if all(g.spot for g in self.groups) else ""
+        return (f"{self.model} on {self.configuration}{spot}: {self.nodes} node{'s' if self.nodes > 1 else ''}, {self.workers} workers, "
+                f"{per_gpu}global batch {p.global_batch_size}; srift predicts {p.expected_throughput_samples_per_s:,.0f} "
+                f"samples/s{cost}.")

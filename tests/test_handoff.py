@@ -17,7 +17,8 @@ import yaml
 from srift import api
 from srift.cli import main
 from srift.cluster import Cluster, NodeGroup
-from srift.report.handoff import LaunchGroup, LaunchPlan, skypilot_task, torchrun_lines
+from srift.report.handoff import skypilot_task, torchrun_lines
+from srift.results import LaunchGroup, LaunchPlan
 from srift.testing import SpeedModel
 
 ROOT = Path(__file__).resolve().parents[1]
