@@ -11,6 +11,7 @@ from srift.simulate.finetune import (
     NF4_BYTES_PER_PARAM, allocated_bytes, finetune_memory_bytes, finetune_profile, trainable_params,
 )
 from srift.simulate.memory import activation_bytes, allocator_bytes
+from srift.simulate.sharded import gated_product_bytes
 from srift.zoo.llm import DecoderArch, decoder_profile, params_count
 
 # hidden 64, 4 heads of 16, 2 kv heads (kv width 32), MLP 128 (SwiGLU), vocab 100, untied head.
@@ -77,6 +78,15 @@ def test_qlora_dequantizes_in_forward_and_backward():
     assert len(deq) == 14  # 7 Linears per block
     gate = next(layer for layer in deq if layer.name == "model.layers.0.mlp.gate_proj.dequantize")
     assert gate.fwd_bytes == gate.bwd_bytes == 64 * 128 * (NF4_BYTES_PER_PARAM + 2)
+
+
+def test_qlora_keeps_the_gated_mlp_product_as_lora_does():
+    # The dequantize leaves keep nothing: QLoRA's activations are LoRA's, the SwiGLU product
+    # act(gate) * up included (2 blocks x 16 tokens x 128 x 2 bytes = 8,192 bytes).
+    _, (lo, _) = tiny(finetune="lora", lora_rank=4)
+    _, (q, _) = tiny(finetune="qlora", lora_rank=4)
+    assert gated_product_bytes(q).sum() == gated_product_bytes(lo).sum() == 2 * 16 * 128 * 2
+    assert activation_bytes(q, "bf16", "none") == activation_bytes(lo, "bf16", "none")
 
 
 def test_full_finetune_keeps_every_weight_and_the_profile_compute():

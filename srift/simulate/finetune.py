@@ -253,11 +253,13 @@ def finetune_profile(profile: Profile, job: Job) -> tuple[Profile, FrozenBase]:
         if layer.params > 0:
             unit_frozen[layer.unit] = unit_frozen.get(layer.unit, 0) + layer.params
         quantize = mode == "qlora" and layer.unit is not None and _is_linear(layer) and layer.params > 0
+        layers.append(_frozen(layer, backward))
         if quantize:
             unit_quant[layer.unit] = unit_quant.get(layer.unit, 0) + layer.params
             largest = max(largest, layer.params)
+            # After its Linear, not before: a leaf between a gated MLP's activation and its up
+            # projection would hide the product act(gate) * up from the activation count.
             layers.append(_dequantize(layer, backward))
-        layers.append(_frozen(layer, backward))
         if i in targets:
             layers.extend(_adapters(layer, job.lora_rank))
     frozen = sum(unit_frozen.values())
