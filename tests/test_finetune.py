@@ -127,6 +127,11 @@ def test_the_finetuning_measurements_become_jobs():
     litgpt = rows[rows["source"] == "litgpt-finetune-a10g"]
     adapted = litgpt[litgpt["finetune"] != "full"]
     assert set(adapted["lora_targets"]) == {"qv"} and set(adapted["lora_rank"]) == {32}
+    assert set(litgpt["tied_head"]) == {False}  # LitGPT's GPT ties no weights
+    # LitGPT's full fine-tunes: FSDP over 4 A10G, each Block checkpointed; global batch 64 of micro 4.
+    full = litgpt[litgpt["finetune"] == "full"]
+    assert set(full["gpus"]) == {4} and set(full["parallelism"]) == {"fsdp"} and set(full["checkpointing"]) == {"full"}
+    assert set(full["grad_accum"]) == {64 // (4 * 4)}
     # NeMo Llama 3 8B SFT on 8 H100: global batch 32 of 4,096 tokens in 1.32 s.
     nemo = rows[rows["label"] == "Llama-3-8B sft 8xH100-SXM5-80GB"].iloc[0]
     assert nemo["measured"] == pytest.approx(32 * 4096 / 1.32 / 8) and nemo["grad_accum"] == 4
