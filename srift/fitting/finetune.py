@@ -77,8 +77,9 @@ LITGPT_FULL_DEVICES = 4
 # DGX H100 reference nodes, as the rows' interconnect column states them.
 H100_NODE = ("nvswitch4", 3200.0, "infiniband")
 GPUS_PER_NODE = 8
-COLUMNS = ["source", "framework", "label", "model", "tied_head", "gpu", "gpus", "finetune", "lora_rank", "lora_targets", "seq_len",
-           "micro_batch", "grad_accum", "parallelism", "checkpointing", "metric", "measured"]
+COLUMNS = ["source", "framework", "label", "model", "tied_head", "gpu", "gpus", "finetune", "lora_rank", "lora_targets",
+           "nf4_double_quant", "quantize_head", "seq_len", "micro_batch", "grad_accum", "parallelism", "checkpointing", "metric",
+           "measured"]
 
 
 def _gpu(name: str) -> str | None:
@@ -131,7 +132,10 @@ def _job_columns(r: dict[str, str]) -> dict:
     rank, targets = _lora(r["notes"])
     return {"source": r["source_slug"], "framework": framework, "label": _label(r, gpus), "model": MODELS[r["model"]],
             "tied_head": LITGPT_TIES if litgpt else None, "gpu": _gpu(r["gpu"]), "gpus": gpus,
-            "finetune": MODES[r["training_type"]], "lora_rank": rank, "lora_targets": targets, "seq_len": seq,
+            "finetune": MODES[r["training_type"]], "lora_rank": rank, "lora_targets": targets,
+            # LitGPT's --quantize bnb.nf4: Lightning's BitsandbytesPrecision("nf4"), no double
+            # quantization, every nn.Linear replaced (the head too); srift's defaults otherwise.
+            "nf4_double_quant": not (litgpt and "quantize=bnb.nf4;" in r["notes"]), "quantize_head": litgpt, "seq_len": seq,
             "micro_batch": micro, "grad_accum": accum, "parallelism": parallelism, "checkpointing": checkpointing}
 
 
@@ -211,7 +215,8 @@ def predict_row(r) -> Prediction:  # r: a namedtuple or Series of COLUMNS
     """srift's prediction of one kept row."""
     job = Job(batch_size=int(r.micro_batch), seq_len=int(r.seq_len), precision="bf16", parallelism=r.parallelism,
               activation_checkpointing=r.checkpointing, grad_accum=int(r.grad_accum), finetune=r.finetune,
-              lora_rank=int(r.lora_rank), lora_targets=r.lora_targets)
+              lora_rank=int(r.lora_rank), lora_targets=r.lora_targets, nf4_double_quant=bool(r.nf4_double_quant),
+              quantize_head=bool(r.quantize_head))
     tied = None if r.tied_head is None or pd.isna(r.tied_head) else bool(r.tied_head)
     flops = functools.partial(model_flops_per_token, _arch(r.model, tied))
     return Predictor(_profile(r.model, tied, int(r.seq_len), int(r.micro_batch)), job,
