@@ -19,17 +19,23 @@ the optimizer model price it as they price any job:
   on the adapters' input is not counted (PEFT's default is none).
 - ``qlora`` (Dettmers et al. 2023): LoRA over base weights stored in NF4. Every frozen Linear of
   a block (bitsandbytes quantizes ``nn.Linear`` modules; embeddings, norms and the head stay in
-  the compute dtype, as Hugging Face's ``llm_int8_skip_modules`` default keeps ``lm_head``) is
-  dequantized to the compute dtype before its forward GEMM and again before its backward GEMM:
-  a ``Dequantize`` leaf (element-wise kind) moving ``NF4_BYTES_PER_PARAM`` in and 2 bytes out per
-  weight, priced at the compute model's memory rate. This is an estimate from the kernel's
-  traffic (bitsandbytes' ``dequantize_4bit`` is a streaming kernel), not a measured figure.
+  the compute dtype, as Hugging Face's ``llm_int8_skip_modules`` default keeps ``lm_head``;
+  ``Job.quantize_head``: the head too, as Lightning's ``BitsandbytesPrecision`` replaces every
+  ``nn.Linear``) is dequantized to the compute dtype before its forward GEMM and again before its
+  backward GEMM: a ``Dequantize`` leaf (element-wise kind) moving the NF4 bytes in and 2 bytes out
+  per weight, priced at the compute model's memory rate. This is an estimate from the kernel's
+  traffic (bitsandbytes' ``dequantize_4bit`` is a streaming kernel), not a measured figure. NF4
+  takes ``NF4_BYTES_PER_PARAM`` with double quantization, ``NF4_NO_DQ_BYTES_PER_PARAM`` without
+  (``Job.nf4_double_quant``). bitsandbytes' 4-bit matmul (``MatMul4Bit`` in
+  bitsandbytes/autograd/_functions.py, 0.42.0, the version LitGPT pins) keeps its input for
+  backward (``ctx.tensors = (A, B)``) where a frozen torch Linear keeps none: the leaf carries
+  those bytes, once per tensor read and not where an adapter's ``lora_A`` keeps it anyway
+  (``_kept_inputs``; none under ``all-linear``).
 
 Memory (``finetune_memory_bytes``, one function, so a better activation model drops in at its one
 call to ``srift.simulate.memory.activation_bytes``): every tensor is stored in the parameter dtype
 of the precision (``bf16``: 2 bytes, no fp32 master copy, as LitGPT's ``bf16-true``, torchtune and a
-bf16-loaded Hugging Face model train; otherwise 4), base weights of QLoRA in NF4 with double
-quantization; gradients and optimizer states only for what trains; activations and the loss's
+bf16-loaded Hugging Face model train; otherwise 4), base weights of QLoRA in NF4; gradients and optimizer states only for what trains; activations and the loss's
 fp32 upcast of the logits from ``activation_bytes``; FSDP's gathered units and the caching
 allocator's reserve as ``sharded_memory_bytes`` counts them.
 
@@ -76,7 +82,8 @@ class FrozenBase:
         mode: ``full``, ``lora`` or ``qlora``.
         optimizer: ``adamw``, ``adamw8bit`` or ``paged-adamw8bit``.
         frozen_params: Base parameters that do not train (all of them under LoRA/QLoRA).
-        quantized_params: Of those, stored in NF4 (QLoRA's block Linears).
+        quantized_params: Of those, stored in NF4 (QLoRA's block Linears, and the head under
+            ``Job.quantize_head``).
         unit_frozen_params: Frozen parameters per FSDP unit name (None: the root unit).
         unit_quantized_params: Quantized parameters per FSDP unit name.
         largest_quantized: Parameters of the largest quantized Linear (its dequantized copy is
@@ -85,6 +92,7 @@ class FrozenBase:
         unit_measured_bytes: Frozen bytes per unit as a measured profile recorded them (its
             layers' ``frozen_bytes``, quantized weights at their packed size); None when the
             frozen weights are counted (``unit_frozen_params``).
+        nf4_bytes_per_param: Bytes of a quantized weight (with or without double quantization).
     """
 
     mode: str
