@@ -250,6 +250,8 @@ def _kept_inputs(profile: Profile, quantized: list[int], targets: set[int], back
     seen: set[tuple[int, int]] = set()
     out: dict[int, float] = {}
     for i in quantized:
+        if not profile.layers[i].kfac_a_dim or not profile.layers[i].kfac_g_dim:
+            continue  # a Linear without its widths (an old profile): nothing to size
         key = _input_key(profile, i)
         if i < backward_from or key in adapted or key in seen:
             continue
