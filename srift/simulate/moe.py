@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 from srift.perf.comm import CommModel
 from srift.perf.compute import layer_times
+from srift.perf.fp8 import Fp8Recipe, fp8_times
 from srift.zoo.llm import DecoderArch, dense_mlp_params, expert_profile
 
 BALANCED_ROUTING = 1.0
@@ -127,11 +128,14 @@ class MoeBlockTimes:
 
 
 def moe_block_times(arch: DecoderArch, shape: MoeBlockShape, gpu: str, precision: str,
-                    ep_comm: CommModel | None, quantile: float = 0.5) -> MoeBlockTimes:
-    """``MoeBlockTimes`` of ``shape`` on ``gpu``; ``ep_comm`` is the EP group's CommModel (None: ep 1)."""
-    times = layer_times(expert_profile(arch, shape.rows_per_expert, precision), gpu, precision)
-    f = float(times.fwd_s.sum()) * shape.local_experts
-    b = float(times.bwd_s.sum()) * shape.local_experts
+                    ep_comm: CommModel | None, quantile: float = 0.5, fp8: Fp8Recipe | None = None) -> MoeBlockTimes:
+    """``MoeBlockTimes`` of ``shape`` on ``gpu``; ``ep_comm`` is the EP group's CommModel (None: ep 1);
+    ``fp8``: the experts' GEMMs in FP8 under that recipe (srift/perf/fp8.py)."""
+    prof = expert_profile(arch, shape.rows_per_expert, precision)
+    times = layer_times(prof, gpu, precision)
+    fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8) if fp8 else (times.fwd_s, times.bwd_s)
+    f = float(fwd_s.sum()) * shape.local_experts
+    b = float(bwd_s.sum()) * shape.local_experts
     a2a = float(ep_comm.all_to_all_time_s(shape.dispatch_bytes, quantile)) if ep_comm is not None else 0.0
     return MoeBlockTimes(f, b, a2a, 2.0 * a2a, 2.0 * a2a)
 
