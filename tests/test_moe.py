@@ -186,6 +186,16 @@ def test_predict_mixtral_with_expert_parallelism(capsys):
     assert out["params_total"] == 46_702_792_704 and out["params_active"] == 12_879_925_248
     flops = model_flops_per_token(arch_from_hf_config(FIXTURES / "Mixtral-8x7B-v0.1.json"), 4096)
     assert out["mfu"] == pytest.approx(out["throughput_tokens_per_s"] * flops / (32 * 989.4e12), rel=0.01)
+    assert out["moe_imbalance"] == 1.25  # the default, estimated for trained routers
+    assert main(["predict", "--model-config", str(FIXTURES / "Mixtral-8x7B-v0.1.json"), "--instance", "p5.48xlarge:4",
+                 "--layout", "tp=1,pp=1,ep=8", "--seq-len", "4096", "--micro-batch-size", "1", "--moe-imbalance", "1",
+                 "--global-batch-size", "256", "--precision", "bf16", "--format", "json"]) == 0
+    balanced = json.loads(capsys.readouterr().out)
+    # force-balanced routing: the busiest rank's experts multiply 1/1.25 of the rows, the rest is the same
+    assert balanced["moe_imbalance"] == 1.0 and balanced["iteration_time_s"] < out["iteration_time_s"]
+    assert main(["predict", "--model-config", str(FIXTURES / "Mixtral-8x7B-v0.1.json"), "--instance", "p5.48xlarge:4",
+                 "--layout", "tp=1,pp=1,ep=8", "--moe-imbalance", "0.5", "--global-batch-size", "256"]) == 2
+    assert "--moe-imbalance" in capsys.readouterr().err
     assert main(["predict", "--model-config", str(FIXTURES / "Mixtral-8x7B-v0.1.json"), "--instance", "p5.48xlarge:4",
                  "--layout", "tp=1,pp=1,ep=3", "--global-batch-size", "256", "--precision", "bf16"]) == 2
     assert "ep=3 does not divide the 8 experts" in capsys.readouterr().err

@@ -30,7 +30,8 @@ Routing imbalance: ``BALANCED_ROUTING`` 1.0 is the force-balanced routing of pub
 (Megatron-Bridge's: "we force-balance the token distribution among experts"); ``REAL_ROUTING``
 1.25 is the default for trained routers, *estimated*: the capacity factor GShard (Lepikhin et al.,
 2020) and the Switch Transformer (Fedus et al., 2021) provision for the busiest expert, i.e. the
-headroom over the mean that trained routers were found to need. It is not validated.
+headroom over the mean that trained routers were found to need. It is not validated; a job sets
+its own with ``--moe-imbalance``.
 
 Memory: each rank holds ``experts / ep`` experts of each of its stage's MoE blocks; their bf16
 weights and gradients whole, their fp32 master weights and Adam moments sharded over the expert
@@ -42,13 +43,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from srift.job import BALANCED_MOE_IMBALANCE, DEFAULT_MOE_IMBALANCE
 from srift.perf.comm import CommModel
 from srift.perf.compute import layer_times
 from srift.perf.fp8 import Fp8Recipe, fp8_times
 from srift.zoo.llm import DecoderArch, dense_mlp_params, expert_profile
 
-BALANCED_ROUTING = 1.0
-REAL_ROUTING = 1.25
+BALANCED_ROUTING = BALANCED_MOE_IMBALANCE
+REAL_ROUTING = DEFAULT_MOE_IMBALANCE  # --moe-imbalance's default (srift/job.py says where it comes from)
 ALL_TO_ALLS_PER_BLOCK = 4  # dispatch and combine, forward and backward
 ROUTER_PROB_BYTES = 4.0  # fp32 router probabilities
 
