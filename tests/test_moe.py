@@ -119,6 +119,10 @@ def test_dispatch_volume_and_expert_gemm_shapes_by_hand():
     assert s.dispatch_bytes == 256 * 64 * 2  # tokens x top-k x hidden x bytes
     assert s.dispatch_off_gpu_bytes == 256 * 64 * 2 * 3 / 4
     assert s.expert_gemms == ((128, 64, 32), (128, 64, 32), (128, 32, 64))
+    # permute (read 128 tokens, write 256 rows), unpermute (the reverse), and with ep > 1 the sort of
+    # the 256 received rows by local expert and its inverse (read + write each), hidden 64, 2 bytes
+    assert s.permute_bytes == (2 * (128 + 256) + 4 * 256) * 64 * 2
+    assert moe_block_shape(TINY, 128, 1, 2.0).permute_bytes == 2 * (128 + 256) * 64 * 2
     assert moe_block_shape(TINY, 128, 4, 2.0, imbalance=1.5).rows_per_expert == 192  # the busiest rank
     assert moe_block_shape(TINY, 128, 1, 2.0, imbalance=1.5).rows_per_expert == 32  # one rank: no imbalance
     # kept for backward: input rows and expert outputs (2 x hidden), gate/up/product (3 x width), fp32 probs

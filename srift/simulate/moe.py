@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 from srift.job import BALANCED_MOE_IMBALANCE, DEFAULT_MOE_IMBALANCE
 from srift.perf.comm import CommModel
-from srift.perf.compute import layer_times
+from srift.perf.compute import kernel_rates, layer_times
 from srift.perf.fp8 import Fp8Recipe, fp8_times
 from srift.zoo.llm import DecoderArch, dense_mlp_params, expert_profile
 
@@ -67,6 +67,8 @@ class MoeBlockShape:
         dispatch_bytes: One all-to-all's send buffer per rank (``routed_rows x hidden x bytes``).
         dispatch_off_gpu_bytes: Of which leaves the GPU under balanced routing (``(ep - 1) / ep``).
         expert_gemms: ``(rows, in, out)`` of each local expert's gate, up and down GEMMs.
+        permute_bytes: Bytes the token permutations around the experts read and write, per pass
+            (forward; backward moves the same gradients): ``permute_traffic_bytes``.
     """
 
     tokens: int
@@ -76,6 +78,7 @@ class MoeBlockShape:
     dispatch_bytes: float
     dispatch_off_gpu_bytes: float
     expert_gemms: tuple[tuple[int, int, int], ...]
+    permute_bytes: float = 0.0
 
 
 def check_ep(arch: DecoderArch, ep: int, tp_cp_dp: int) -> str | None:
@@ -109,7 +112,21 @@ def moe_block_shape(arch: DecoderArch, tokens: int, ep: int, element_bytes: floa
     size = float(routed * arch.hidden * element_bytes)
     w, d = arch.expert_intermediate, arch.hidden
     return MoeBlockShape(tokens, routed, local, rows, size, size * (ep - 1) / ep,
-                         ((rows, d, w), (rows, d, w), (rows, w, d)))
+                         ((rows, d, w), (rows, d, w), (rows, w, d)),
+                         permute_traffic_bytes(tokens, routed, rows * local, d, ep, element_bytes))
+
+
+def permute_traffic_bytes(tokens: int, routed_rows: int, received_rows: int, hidden: int, ep: int,
+                          element_bytes: float) -> float:
+    """Bytes one forward pass of Megatron-Core's all-to-all token dispatcher moves through memory
+    around the experts on one rank: the permutation (reads the ``tokens`` rows, writes the
+    ``routed_rows`` copies grouped by destination) and the unpermutation (reads them back, writes the
+    weighted sum per token); with ``ep > 1`` also the sort of the ``received_rows`` by local expert
+    after the dispatch and its inverse before the combine (each a read and a write). Backward
+    moves the same bytes of gradients. Memory-bound copies, timed at the compute model's memory
+    rate."""
+    rows = 2 * (tokens + routed_rows) + (4 * received_rows if ep > 1 else 0)
+    return float(rows * hidden * element_bytes)
 
 
 @dataclass(frozen=True)
@@ -117,7 +134,8 @@ class MoeBlockTimes:
     """Seconds of one MoE block's routed experts and token exchange on one rank, per micro-batch.
 
     Attributes:
-        experts_f_s, experts_b_s: The local experts' grouped GEMMs (the busiest rank's).
+        experts_f_s, experts_b_s: The local experts' grouped GEMMs (the busiest rank's) and the
+            token permutations around them (``permute_traffic_bytes``).
         all_to_all_s: One dispatch (or combine) all-to-all.
         exposed_f_s, exposed_b_s: All-to-alls forward (dispatch, combine) and backward (both again).
     """
@@ -136,8 +154,9 @@ def moe_block_times(arch: DecoderArch, shape: MoeBlockShape, gpu: str, precision
     prof = expert_profile(arch, shape.rows_per_expert, precision)
     times = layer_times(prof, gpu, precision)
     fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8) if fp8 else (times.fwd_s, times.bwd_s)
-    f = float(fwd_s.sum()) * shape.local_experts
-    b = float(bwd_s.sum()) * shape.local_experts
+    permute_s = shape.permute_bytes / kernel_rates(gpu, precision).memory_bytes_per_s
+    f = float(fwd_s.sum()) * shape.local_experts + permute_s
+    b = float(bwd_s.sum()) * shape.local_experts + permute_s
     a2a = float(ep_comm.all_to_all_time_s(shape.dispatch_bytes, quantile)) if ep_comm is not None else 0.0
     return MoeBlockTimes(f, b, a2a, 2.0 * a2a, 2.0 * a2a)
 
