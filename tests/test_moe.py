@@ -252,7 +252,7 @@ def test_the_moe_validation_rows_and_what_is_left_out():
 
 
 def test_fp8_gemms_by_hand():
-    """FP8 GEMMs: the bf16 time over the peak ratio (H100: 1979 / 989.4) plus the casts of the
+    """FP8 GEMMs: the bf16 time less its launch over the peak ratio (H100: 1979 / 989.4) plus the casts of the
     activation operands (rows x in forward, rows x out backward; 4 bytes an element, 6 with the
     per-tensor amax pass); the router and the norms keep their bf16 times."""
     from srift.perf.compute import kernel_rates, layer_times
@@ -260,12 +260,12 @@ def test_fp8_gemms_by_hand():
     from srift.zoo.llm import expert_profile
     prof = expert_profile(TINY, 128, "bf16")
     t = layer_times(prof, "H100", "bf16")
-    bw = kernel_rates("H100", "bf16").memory_bytes_per_s
+    bw, launch = kernel_rates("H100", "bf16").memory_bytes_per_s, kernel_rates("H100", "bf16").launch_s
     for recipe, per in (("mxfp8", 4.0), ("tensorwise", 6.0)):
         f, b = fp8_times(prof, t, "H100", recipe)
         up = next(i for i, l in enumerate(prof.layers) if l.name.endswith("up_proj"))  # 128 rows, 64 -> 32
-        assert f[up] == pytest.approx(t.fwd_s[up] * 989.4 / 1979.0 + 128 * 64 * per / bw)
-        assert b[up] == pytest.approx(t.bwd_s[up] * 989.4 / 1979.0 + 128 * 32 * per / bw)
+        assert f[up] == pytest.approx((t.fwd_s[up] - launch) * 989.4 / 1979.0 + launch + 128 * 64 * per / bw)
+        assert b[up] == pytest.approx((t.bwd_s[up] - launch) * 989.4 / 1979.0 + launch + 128 * 32 * per / bw)
         act = next(i for i, l in enumerate(prof.layers) if l.type != "Linear")
         assert (f[act], b[act]) == (t.fwd_s[act], t.bwd_s[act])
     block = decoder_profile(TINY, 1, 16, "bf16")

@@ -4,10 +4,11 @@ GPU's FP8 tensor-core peak, plus the casts the recipe adds.
 Transformer Engine's FP8 recipes keep weights, activations, gradients and communication in bf16
 and run the linear layers' GEMMs on FP8 operands. srift models a layer's FP8 time as
 
-    t_fp8 = t_bf16 x bf16_peak / fp8_peak + cast_bytes / memory_rate
+    t_fp8 = (t_bf16 - launch) x bf16_peak / fp8_peak + launch + cast_bytes / memory_rate
 
-- ``t_bf16``: the compute model's bf16 time of the GEMM (srift/perf/compute.py); the fitted
-  efficiency is taken to hold at the FP8 peak (``fp8_tflops`` in configs/gpus.yaml, the datasheet's
+- ``t_bf16``: the compute model's bf16 time of the GEMM (srift/perf/compute.py), ``launch`` its
+  fixed cost per layer pass (``launch_s``, which FP8 does not shorten); the fitted efficiency is
+  taken to hold at the FP8 peak (``fp8_tflops`` in configs/gpus.yaml, the datasheet's
   dense rate). An *estimate*: no FP8 GEMM was measured to fit it.
 - ``cast_bytes``: each FP8 GEMM's activation operand is quantized by a pass of its own: forward
   its input (rows x in), backward its output gradient (rows x out). The pass reads the bf16
@@ -70,12 +71,13 @@ def fp8_times(profile: Profile, times: LayerTimes, gpu: str, recipe: Fp8Recipe) 
         raise ValueError(f"FP8 recipe must be one of {FP8_RECIPES}, got {recipe!r}")
     ratio = fp8_peak_ratio(gpu)
     per_element = CAST_BYTES_PER_ELEMENT + (AMAX_BYTES_PER_ELEMENT if recipe == "tensorwise" else 0.0)
-    s_per_byte = 1.0 / kernel_rates(gpu, "bf16").memory_bytes_per_s
+    rates = kernel_rates(gpu, "bf16")
+    s_per_byte, launch = 1.0 / rates.memory_bytes_per_s, rates.launch_s
     fwd, bwd = times.fwd_s.astype(float).copy(), times.bwd_s.astype(float).copy()
     for i, layer in enumerate(profile.layers):
         if not fp8_gemm(layer.type, layer.name, layer.unit) or layer.kfac_a_dim is None or layer.kfac_g_dim is None:
             continue
         rows = profile.batch_size * (layer.kfac_spatial or 1)
-        fwd[i] = fwd[i] * ratio + rows * layer.kfac_a_dim * per_element * s_per_byte
-        bwd[i] = bwd[i] * ratio + rows * layer.kfac_g_dim * per_element * s_per_byte
+        fwd[i] = (fwd[i] - launch) * ratio + launch + rows * layer.kfac_a_dim * per_element * s_per_byte
+        bwd[i] = (bwd[i] - launch) * ratio + launch + rows * layer.kfac_g_dim * per_element * s_per_byte
     return fwd, bwd
