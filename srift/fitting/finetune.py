@@ -28,14 +28,19 @@ How a row becomes a job (the source's setting where it states one, srift's defau
   (cost / runtime), is the 4xA10G machine's (the 1xA10G rows: 1.6-1.9 $/h); and LitGPT's
   ``finetune/full.py`` runs FSDP with each Block checkpointed when ``devices`` > 1, which is how the
   row is priced (``fsdp``, ``full``). An inference from the source's own figures, stated as such;
-- parallelism: one GPU ``ddp``; NeMo's data-parallel rows ``zero2`` (Megatron's distributed
+- parallelism: one GPU ``ddp``; LitGPT on 4 GPUs ``fsdp``; NeMo's data-parallel rows ``zero2`` (Megatron's distributed
   optimizer shards the optimizer states and fp32 master weights over the data-parallel GPUs, as
   ZeRO-1 does; srift's nearest is ZeRO-2, which shards the gradients too); Hugging Face PEFT +
   FSDP ``fsdp``; NeMo rows with tensor or pipeline parallelism are left out (layouts are another
   issue);
 - checkpointing: as stated (PEFT: ``gradient_checkpointing True`` -> ``full``; LitGPT's scripts
-  do not checkpoint -> ``none``); NeMo's "not stated" -> ``auto`` (the least recompute that fits);
-- GPUs: A10G alone; H100 SXM in DGX H100 nodes (8 GPUs, NVSwitch, 8 x 400 Gb/s InfiniBand).
+  checkpoint each Block under FSDP only -> ``full`` on 4 GPUs, ``none`` on one); NeMo's "not
+  stated" -> ``auto`` (the least recompute that fits);
+- GPUs: A10G in one PCIe node (1 or 4); H100 SXM in DGX H100 nodes (8 GPUs, NVSwitch, 8 x 400 Gb/s
+  InfiniBand);
+- QLoRA: LitGPT's ``quantize=bnb.nf4`` is Lightning's ``BitsandbytesPrecision("nf4")``: no double
+  quantization, every ``nn.Linear`` quantized, the head too (``nf4_double_quant`` False,
+  ``quantize_head`` True); other rows srift's defaults.
 
 Measured figures: ``peak_memory_gb`` (LitGPT prints ``torch.cuda.max_memory_allocated() / 1e9``:
 compared with srift's allocated bytes, without the allocator's slack and the CUDA context);
