@@ -25,10 +25,10 @@ import pandas as pd
 from scipy.optimize import minimize_scalar
 
 from srift.cluster import Cluster, NodeGroup
-from srift.errors import SriftError
+from srift.fitting import megatron_rows
 from srift.job import BF16
 from srift.simulate.layouts import LAYOUT_PARAMS_SCHEMA, Layout, load_layout_params, plan_layout, search_layouts
-from srift.zoo import canonical_name, llm_arch
+from srift.zoo import llm_arch
 
 FOLDER = Path("llm-parallel-layouts")
 GPUS = {"H100-SXM5-80GB": ("H100", "nvswitch4", 3200.0, "infiniband")}
@@ -41,34 +41,19 @@ def dgx_cluster(gpu_label: str, gpus: int, gpus_per_node: int) -> Cluster:
                                                  gpu=gpu, intra_node=link, network_gbps=gbps, network=net),))
 
 
+def _why_left_out(r) -> str | None:
+    if r.metric != "step_time_s":
+        return f"metric {r.metric} (not a step time)"
+    if str(r.precision).lower() != BF16:
+        return "fp8 (not modelled)"
+    if r.gpu not in GPUS:
+        return f"GPU {r.gpu} not in the row map"
+    return None
+
+
 def load_rows(data: Path) -> tuple[pd.DataFrame, dict[str, int]]:
     """The rows srift predicts and, by reason, how many were left out."""
-    frames = [pd.read_csv(p) for p in sorted((data / FOLDER).glob("*.csv"))]
-    raw = pd.concat(frames, ignore_index=True)
-    out: dict[str, int] = {}
-    keep = []
-    for r in raw.itertuples():
-        reason = None
-        if r.metric != "step_time_s":
-            reason = f"metric {r.metric} (not a step time)"
-        elif str(r.precision).lower() != BF16:
-            reason = "fp8 (not modelled)"
-        elif r.gpu not in GPUS:
-            reason = f"GPU {r.gpu} not in the row map"
-        else:
-            try:
-                canonical_name(str(r.model))
-            except SriftError:
-                reason = f"model {r.model} not in the zoo"
-        if reason is None and int(r.tp) * int(r.pp) * int(r.cp) * int(r.dp) != int(r.gpus_total):
-            reason = "layout does not multiply out to the GPU count"
-        if reason:
-            out[reason] = out.get(reason, 0) + 1
-        else:
-            keep.append(r.Index)
-    rows = raw.loc[keep].reset_index(drop=True)
-    rows["zoo"] = [canonical_name(str(m)) for m in rows["model"]]
-    return rows, out
+    return megatron_rows.load_rows(data, FOLDER, _why_left_out)
 
 
 def row_layout(r) -> Layout:

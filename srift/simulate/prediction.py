@@ -110,6 +110,8 @@ class Prediction:
         layout_alternative: When the layout does not fit, the fastest one that does (its ``layout``).
         params_total: A --layout job's parameters (every expert of a mixture of experts).
         params_active: Of which one token uses (its top-k routed experts); MFU counts these.
+        moe_imbalance: The routing imbalance a mixture of experts was predicted at (the busiest
+            expert-parallel rank's tokens over the mean; ``--moe-imbalance``); None for a dense model.
         comm_total_s: Communication seconds per iteration, exposed or hidden behind compute
             (``exposed_comm_s`` + ``hidden_comm_s``); None where nothing was modelled. The
             documents show it as the breakdown's ``comm_total`` (``breakdown_document``).
@@ -154,6 +156,7 @@ class Prediction:
     layout_alternative: dict[str, int | str] | None = None
     params_total: int | None = None
     params_active: int | None = None
+    moe_imbalance: float | None = None
     comm_total_s: float | None = None
 
     @property
