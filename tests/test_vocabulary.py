@@ -86,7 +86,7 @@ def int_comparisons(files: list[tuple[str, ast.Module]]) -> list[str]:
     for rel, node in _comparisons(files):
         ops = _operands(node)
         if any(isinstance(o, ast.Constant) and type(o.value) is int for o in ops) \
-                and any(any(w in _named(o) for w in ENUM_NAMES) for o in ops):
+                and any(_named(o) in ENUM_NAMES for o in ops):
             out.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
     return out
 
