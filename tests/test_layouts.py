@@ -235,3 +235,34 @@ def test_recommend_searches_layouts_and_offers_only_plans_that_fit():
         lay = r["layout"]
         assert lay["tp"] * lay["pp"] * lay["cp"] * lay["dp"] == r["gpus"]
         assert r["fits_in_memory"] and r["global_batch_size"] == 128
+
+
+def test_gpu_range_from_the_deadline_by_hand():
+    from srift.search.gpu_range import gpus_floor, layout_gpu_range
+    # 1e9 parameters, 6e9 FLOPs a token, 3.6e9 tokens in 1 h: 6e15 FLOP/s. Fastest GPU 1e15 at its
+    # peak: 6 GPUs; slowest 2e14 at 25 % MFU: 120, so up to 128. States 16 GB fit one 80 GB GPU.
+    r = layout_gpu_range(1e9, 6e9, [1e15, 2e14], [80e9, 40e9], tokens=3.6e9, deadline_hours=1.0)
+    assert (r.min_gpus, r.max_gpus) == (6, 128)
+    # Without a deadline: twice the states (32 GB) over the 40 GB GPU: 1, and at least 64.
+    assert layout_gpu_range(1e9, 6e9, [1e15], [40e9]).max_gpus == 64
+    # The memory floor: 1e11 parameters x 16 bytes over 80 GB: 20 GPUs.
+    assert gpus_floor(1e11, 1e15, 80e9, None) == 20
+
+
+def test_recommend_lays_out_a_decoder_llm_by_default_and_keeps_other_models_data_parallel():
+    import json
+    code, out = _run(["recommend", "--model", "llama3-8b", "--tokens", "1e10", "--deadline", "24", "--infra", "aws/us-east-1",
+                      "--format", "json"])
+    assert code == 0, out
+    doc = json.loads(out)
+    assert doc["gpu_range"]["max_gpus"] >= 64
+    for r in doc["recommendations"]:
+        lay = r["layout"]
+        assert lay["tp"] * lay["pp"] * lay["cp"] * lay["dp"] == r["gpus"]
+        assert r["fits_in_memory"]
+        # 4,194,304 tokens a step (Llama 2's) at the zoo's sequence length
+        assert r["global_batch_size"] * doc["job"]["seq_len"] == 4_194_304
+    code, out = _run(["recommend", "--model", "resnet50", "--budget", "20", "--infra", "aws/us-east-1", "--format", "json"])
+    assert code == 0, out
+    doc = json.loads(out)
+    assert doc["gpu_range"] is None and all(r.get("layout") is None for r in doc["recommendations"])

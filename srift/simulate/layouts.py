@@ -693,8 +693,11 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     edp = t * c * d // layout.ep
     groups = []
     if dp_group > 1:
-        per_node = _group_ranks_per_node(g, t, c, t * c * p, d)
-        groups.append((comm.subgroup(dp_group, min(per_node, dp_group)), stage_params))
+        # A pipeline depth that does not divide the node spreads a group unevenly (3, 3, 2 of 8):
+        # the network carries the most when the fewest share a node, so count that many on each.
+        per_node = min(_group_ranks_per_node(g, t, c, t * c * p, d), dp_group)
+        per_node = max(k for k in range(1, per_node + 1) if dp_group % k == 0)
+        groups.append((comm.subgroup(dp_group, per_node), stage_params))
     if expert_params > 0 and edp > 1:
         groups.append((comm.subgroup(edp, min(edp, max(1, g // layout.ep))), expert_params))
     rs = ag = 0.0
@@ -809,6 +812,23 @@ def _degrees(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, glo
                             out.extend((t, p, c, d, mb, m, v, ep) for v in SEARCH_VIRTUAL_STAGES[1:]
                                        if p * v <= arch.n_layers + 2)
     return out
+
+
+@functools.lru_cache(maxsize=65536)
+def has_layout(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, global_batch: int) -> bool:
+    """Whether any layout of ``_degrees``'s rules divides ``arch`` and ``gpus`` at ``global_batch``
+    sequences a step (micro-batch 1; a search's cheap test of a GPU count, cached)."""
+    for t in _divisors(gpus_per_node):
+        if t > gpus or arch.heads % t or (arch.kv_heads % t and t % arch.kv_heads):
+            continue
+        for c in SEARCH_CONTEXT:
+            if gpus % (t * c) or (c > 1 and seq_len % (2 * c)):
+                continue
+            for p in _divisors(gpus // (t * c)):
+                if p <= arch.n_layers and global_batch % (gpus // (t * c * p)) == 0 and \
+                        (not arch.is_moe or _expert_degrees(arch, LayoutRequest(), gpus // p)):
+                    return True
+    return False
 
 
 def candidate_layouts(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, global_batch: int,
