@@ -17,8 +17,7 @@ from srift.job import Job
 from srift.report import handoff, recommend_view
 from srift.report.plot import plot_recommend
 from srift.report.progress import SearchProgress
-from srift.search.gpu_range import DEFAULT_MAX_GPUS
-from srift.search.limits import MAX_SEARCH_GPUS, OBJECTIVES, Constraints
+from srift.search.limits import DEFAULT_MAX_GPUS, MAX_SEARCH_GPUS, OBJECTIVES, Constraints
 
 
 @takes_job

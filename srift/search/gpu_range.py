@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from srift.bounds import MAX_SEARCH_GPUS
+from srift.search.limits import DEFAULT_MAX_GPUS
 
-DEFAULT_MAX_GPUS = 64
 # Estimated: below what a layout on commodity networking reaches in srift's own predictions (the
 # NeMo/Megatron-Core H100 runs of data/llm-parallel-layouts reach 0.3 to 0.5).
 LOW_MFU = 0.25

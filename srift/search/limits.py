@@ -26,9 +26,9 @@ from srift.errors import SriftError
 from srift.job import DEFAULT_CONFIDENCE, JobLength, JobRun, require_confidence
 from srift.jobfile import LIMITS
 from srift.search.confidence import AtConfidence
-from srift.search.gpu_range import DEFAULT_MAX_GPUS
 
 OBJECTIVES = ("throughput", "cost")
+DEFAULT_MAX_GPUS = 64  # --max-gpus when not given (a decoder LLM's layouts: srift/search/gpu_range.py)
 LIMIT_TOLERANCE = 1e-12  # a prediction this close above a limit still meets it (rounding)
 
 
