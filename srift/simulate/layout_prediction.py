@@ -169,8 +169,9 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
                         else "")
                      + f" ({alternative.memory_per_gpu_bytes / 2**30:,.1f} GiB per GPU, {alternative.iteration_s:,.2f} s)")
     state_bytes = params_count(arch) * 16.0 / cluster.nodes
-    basis = ("leave-one-source-out MAPE over the Megatron-Core runs of data/llm-parallel-layouts (one source of bf16 "
-             f"step times: held out, the compute model runs unfitted){'' if lomo is None else f'; {lomo:.1f} % leave-one-model-out'}")
+    basis = ("leave-one-source-out MAPE over the bf16 Megatron runs of data/llm-parallel-layouts (3 sources: NVIDIA "
+             "DGX Cloud H100 tables, the Megatron-LM README's H100 weak scaling, BLOOM-176B on A100)"
+             f"{'' if lomo is None else f'; {lomo:.1f} % leave-one-model-out'}")
     return Prediction(
         cluster=cluster.name, gpus=cluster.gpus, global_batch_size=lay.global_batch,
         iteration_time_s=plan.iteration_s, p90_iteration_time_s=max(plan.iteration_s, p90_plan.iteration_s),
