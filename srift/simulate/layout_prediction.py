@@ -16,7 +16,7 @@ from srift.job import AUTO, Job, LayoutRequest, parse_layout, usd_per_million_sa
 from srift.simulate.layouts import (
     DP_FLAVOURS, SCHEDULES, Layout, LayoutPlan, check_layout, load_layout_params, plan_layout, search_layouts,
 )
-from srift.simulate.memory import USABLE_FRACTION
+from srift.simulate.memory import USABLE_FRACTION, allocated_parts
 from srift.simulate.prediction import BatchShare, Prediction, bottleneck
 from srift.simulate.spot import spot_expectation
 from srift.simulate.moe import BALANCED_ROUTING, REAL_ROUTING
@@ -179,6 +179,7 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
         usd_per_million_samples=usd_per_million_samples(cost, throughput),
         breakdown=breakdown, bottleneck=bottleneck(plan.fits, comm_cost, plan.iteration_s), fits_in_memory=plan.fits,
         memory_per_gpu_bytes=plan.memory_per_gpu_bytes, memory_breakdown_bytes=dict(plan.memory_breakdown_bytes),
+        memory_allocated_bytes=sum(allocated_parts(plan.memory_breakdown_bytes).values()),
         batch_split=[BatchShare(g.label, g.gpu, lay.micro_batch * lay.grad_accum, g.gpus) for g in cluster.node_groups],
         spot=spot_expectation(cluster, state_bytes, throughput, cost), notes=notes,
         typical_error_pct=float(loso) if isinstance(loso, (int, float)) else None, typical_error_basis=basis,

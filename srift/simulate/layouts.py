@@ -43,8 +43,9 @@ Collectives are srift/perf/comm.py's on each group (``CommModel.subgroup``: its 
 its share of the node's network); hidden communication costs ``overlap_interference`` of its time,
 as everywhere in srift. Memory (``stage_memory_bytes``) is per stage: bf16 weights, bf16 gradient
 buffers (``GRAD_BYTES``), fp32 master weights and Adam states (sharded over CP x DP under ``zero1``), activations
-of the micro-batches in flight, the loss's fp32 logits on the last stage, the allocator's slack
-and the workspace of srift/simulate/memory.py.
+of the micro-batches in flight, the loss's fp32 logits on the last stage, and the caching
+allocator's reserve of srift/simulate/memory.py (``with_allocator``), so a layout fits where the
+rest of srift says it does.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
 from srift.job import HALF_PRECISIONS, LAYOUT_PARALLELISMS, PIPELINE_SCHEDULES, LayoutRequest
 from srift.perf.compute import kernel_rates, layer_kind, layer_times, load_params as load_compute_params, mma_rate_flops
-from srift.simulate.memory import FRAGMENTATION, LOSS_FP32_BYTES, MASTER_BYTES, USABLE_FRACTION, WORKSPACE_BYTES, fits
+from srift.simulate.memory import LOSS_FP32_BYTES, MASTER_BYTES, USABLE_FRACTION, allocator_bytes, fits, with_allocator
 from srift.simulate.moe import (BALANCED_ROUTING, check_ep, expert_memory_bytes, local_expert_params, moe_activation_bytes,
                                 moe_block_shape, moe_block_times)
 from srift.zoo.llm import EXPERTS_PREFIX, DecoderArch, block_params, decoder_profile, dense_mlp_params, params_count
@@ -444,21 +445,20 @@ def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes
 
     Returns:
         ``weights`` (bf16), ``gradients`` (GRAD_BYTES buffers), ``optimizer_state`` (fp32
-        master weights and Adam's two moments), ``activations``, ``fragmentation`` (the allocator's
-        slack on activations) and ``workspace``.
+        master weights and Adam's two moments), ``activations`` and ``allocator`` (what the
+        caching allocator reserves beyond them: srift/simulate/memory.py's ``with_allocator``, as
+        everywhere in srift). They add up to the peak reserved memory.
     """
     n = float(shard) if dp_flavour == "zero1" else 1.0
     acts = act_per_microbatch_bytes * in_flight + extra_act_bytes
     experts = expert_memory_bytes(expert_params, expert_shard, PARAM_BYTES, GRAD_BYTES, MASTER_BYTES + ADAM_STATE_BYTES,
                                   dp_flavour == "zero1")
-    return {
+    return with_allocator({
         "weights": stage_params * PARAM_BYTES + experts["weights"],
         "gradients": stage_params * GRAD_BYTES + experts["gradients"],
         "optimizer_state": stage_params * (MASTER_BYTES + ADAM_STATE_BYTES) / n + experts["optimizer_state"],
         "activations": acts,
-        "fragmentation": FRAGMENTATION * acts,
-        "workspace": WORKSPACE_BYTES,
-    }
+    })
 
 
 # ---- one layout's iteration ---------------------------------------------------------------------
@@ -963,8 +963,8 @@ def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts
         acts = per_mb * flight + (parts.block_act_bytes if full else 0.0) + (parts.last_act_bytes if i == p - 1 else 0.0)
         params_i = (n * parts.local_block_params + (parts.local_embed_params if i == 0 else 0.0)
                     + (parts.local_head_params if i == p - 1 else 0.0))
-        peak = max(peak, params_i * per_param + n * parts.local_expert_params * per_expert
-                   + acts * (1.0 + FRAGMENTATION) + WORKSPACE_BYTES)
+        allocated = params_i * per_param + n * parts.local_expert_params * per_expert + acts
+        peak = max(peak, allocated + allocator_bytes(allocated))
     return peak
 
 
