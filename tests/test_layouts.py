@@ -268,3 +268,27 @@ def test_recommend_lays_out_a_decoder_llm_by_default_and_keeps_other_models_data
     assert code == 0, out
     doc = json.loads(out)
     assert doc["gpu_range"] is None and all(r.get("layout") is None for r in doc["recommendations"])
+
+
+def test_has_layout_by_hand():
+    from srift.simulate.layouts import has_layout
+    arch = llm_arch("llama3.1-405b")  # 126 layers, 128 heads, 8 key/value heads
+    # 1,016 = 8 x 127 GPUs: every split leaves 127 (prime, more than the 126 layers) to PP or DP,
+    # and DP 127 does not divide a global batch of 512.
+    assert not has_layout(arch, 1016, 8, 8192, 512)
+    assert has_layout(arch, 1016, 8, 8192, 127 * 4)  # DP 127 divides 508
+    assert has_layout(arch, 1024, 8, 8192, 512)
+
+
+@pytest.mark.slow
+def test_the_issues_recommend_answers_with_layouts_that_fit():
+    import json
+    code, out = _run(["recommend", "--model", "llama3.1-405b", "--tokens", "1e11", "--deadline", "240", "--precision", "bf16",
+                      "--seq-len", "8192", "--format", "json"])
+    assert code == 0, out
+    doc = json.loads(out)
+    assert doc["recommendations"]
+    for r in doc["recommendations"]:
+        lay = r["layout"]
+        assert lay["tp"] * lay["pp"] * lay["cp"] * lay["dp"] == r["gpus"] <= doc["gpu_range"]["max_gpus"]
+        assert r["memory_fit"] == "fits" and r["global_batch_size"] == 512  # 4,194,304 tokens / 8,192

@@ -734,9 +734,10 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
         "overhead": overhead,
     }
     iteration = sum(breakdown.values())
-    # ---- memory: every stage, the most loaded reported ----
-    mems = _stage_memories(arch, layout, parts, checkpointing, dp_flavour)
-    stage = max(range(p), key=lambda i: sum(mems[i].values()))
+    # ---- memory: the most loaded stage (only the first, second and last can be: _peak_memory) ----
+    candidates = sorted({0, min(1, p - 1), p - 1})
+    mems = dict(zip(candidates, _stage_memories(arch, layout, parts, checkpointing, dp_flavour, candidates)))
+    stage = max(candidates, key=lambda i: sum(mems[i].values()))
     worst = (sum(mems[stage].values()), mems[stage], stage)
     gpu_mem = min(gr.gpu_memory_gib if gr.gpu_memory_gib is not None else gpu_spec(gr.gpu).memory_gib
                   for gr in cluster.node_groups)
