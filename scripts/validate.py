@@ -414,7 +414,8 @@ def moe_group(data: Path, table: bool = False) -> None:
     """The MoE group: tokens/s per GPU of Megatron-Core expert-parallel runs (data/moe-training;
     srift.fitting.moe says which rows and why), force-balanced routing as the source ran. Nothing
     is fitted on these rows (the one layout figure comes from dense runs of another source), so
-    leave-one-model-out and leave-one-source-out are the plain error."""
+    leave-one-model-out and leave-one-source-out are the plain error; the table splits it by model,
+    GPU, precision, release of the source and where the EP group runs."""
     from srift.fitting import moe as mf
 
     rows, out = mf.load_rows(data)
@@ -425,17 +426,23 @@ def moe_group(data: Path, table: bool = False) -> None:
     pred = np.array([g[0] for g in got])
     policy = [g[1] for g in got]
     err = pred / meas - 1.0
-    print(f"\nMoE group: tokens/s per GPU of {len(rows)} Megatron-Core expert-parallel runs (bf16, force-balanced routing, "
-          "data/moe-training). MAPE % (= LOMO = LOSO: nothing fitted on these rows):")
-    print(f"{'':<36}{'rows':>6}{'MAPE':>8}{'signed':>8}")
-    print(f"{'  all':<36}{len(rows):>6}{np.mean(np.abs(err)) * 100:>8.1f}{np.mean(err) * 100:>+8.1f}")
-    for (m, g), grp in rows.groupby(["zoo", "gpu"]):
-        mask = ((rows["zoo"] == m) & (rows["gpu"] == g)).to_numpy()
-        print(f"{'  ' + m + ' ' + g:<36}{int(mask.sum()):>6}{np.mean(np.abs(err[mask])) * 100:>8.1f}"
-              f"{np.mean(err[mask]) * 100:>+8.1f}")
+    span = ["EP across nodes" if int(r.ep) > int(r.gpus_per_node) else "EP within a node" for r in rows.itertuples()]
+    frame = rows.assign(err=err, span=span, release=[str(s).split(" ")[0] for s in rows["source_section"]],
+                        fp8=["bf16" if mf.FP8_RECIPE_OF[str(p).lower()] is None else f"fp8 ({mf.FP8_RECIPE_OF[str(p).lower()]})"
+                             for p in rows["precision"]])
+    print(f"\nMoE group: tokens/s per GPU of {len(rows)} Megatron-Core expert-parallel runs ({rows['zoo'].nunique()} models; "
+          "bf16 and FP8; force-balanced routing; data/moe-training). MAPE % (= LOMO = LOSO: nothing fitted on these rows):")
+    print(f"{'':<40}{'rows':>6}{'MAPE':>8}{'signed':>8}")
+    print(f"{'  all':<40}{len(rows):>6}{np.mean(np.abs(err)) * 100:>8.1f}{np.mean(err) * 100:>+8.1f}")
+    for title, key in (("model (leave-one-model-out)", "zoo"), ("GPU", "gpu"), ("precision", "fp8"),
+                       ("release (the source's section)", "release"), ("expert-parallel group", "span")):
+        print(f"  by {title}:")
+        for value, grp in frame.groupby(key):
+            e = grp["err"].to_numpy()
+            print(f"{'    ' + str(value):<40}{len(grp):>6}{np.mean(np.abs(e)) * 100:>8.1f}{np.mean(e) * 100:>+8.1f}")
     if table:
         for r, p, k, e in zip(rows.itertuples(), pred, policy, err):
-            print(f"    {r.zoo} {r.gpu} {r.gpus_total} GPUs {mf.row_layout(r).label}: measured {r.value:,.0f}, "
+            print(f"    {r.zoo} {r.gpu} {r.precision} {r.gpus_total} GPUs {mf.row_layout(r).label}: measured {r.value:,.0f}, "
                   f"predicted {p:,.0f} ({e * 100:+.1f} %), recompute {k}")
     print(f"  recompute (the least that fits, as srift predict chooses): "
           + ", ".join(f"{k} {policy.count(k)}" for k in sorted(set(policy))))

@@ -29,11 +29,11 @@ from typing import Any, Literal
 
 from srift.bounds import (
     MAX_BATCH_SIZE, MAX_DATASET_SIZE, MAX_EPOCHS, MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM, MAX_KFAC_INTERVAL, MAX_LORA_RANK,
-    MAX_PARALLEL_DEGREE, MAX_SAMPLES, MAX_SEQ_LEN, MAX_STEPS, MAX_TOKENS,
+    MAX_MOE_IMBALANCE, MAX_PARALLEL_DEGREE, MAX_SAMPLES, MAX_SEQ_LEN, MAX_STEPS, MAX_TOKENS,
 )
 from srift.errors import one_of
 from srift.job import (
-    AUTO, CHECKPOINTING, DATA_LOADING, DEFAULT_LORA_RANK, FINETUNE_MODES, KFAC_INVERSE_METHODS, KFAC_STRATEGIES,
+    AUTO, CHECKPOINTING, DATA_LOADING, DEFAULT_LORA_RANK, DEFAULT_MOE_IMBALANCE, FINETUNE_MODES, KFAC_INVERSE_METHODS, KFAC_STRATEGIES,
     LAYOUT_PARALLELISMS, LORA_TARGETS, OPTIMIZERS, PARALLELISMS, PIPELINE_SCHEDULES, PRECISIONS, REDUCE_DTYPES, Job,
     JobLength,
 )
@@ -129,6 +129,10 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "interleaved with --virtual-stages above 1, else 1f1b).", choices=PIPELINE_SCHEDULES),
     JobOption("virtual_stages", "int", 1, "Virtual pipeline stages per rank of the interleaved schedule (--layout).",
               high=MAX_PARALLEL_DEGREE),
+    JobOption("moe_imbalance", "float", DEFAULT_MOE_IMBALANCE, "A mixture of experts' routing imbalance under ep=E: the "
+              "busiest rank's tokens over the mean (1 = force-balanced, as benchmarks route; default "
+              f"{DEFAULT_MOE_IMBALANCE:g}: estimated from GShard's and Switch's capacity factor, unvalidated).",
+              high=MAX_MOE_IMBALANCE),
     JobOption("activation_checkpointing", "str", AUTO, f"{one_of((*CHECKPOINTING, AUTO))} (per transformer block; "
               "selective: torchtitan's per-op policy).", choices=(*CHECKPOINTING, AUTO)),
     JobOption("reduce_dtype", "str", "fp32", f"{one_of(REDUCE_DTYPES)}: dtype sharded jobs reduce gradients in (FSDP "

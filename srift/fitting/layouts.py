@@ -35,6 +35,7 @@ from scipy.optimize import minimize_scalar
 
 from srift.cluster import Cluster, NodeGroup
 from srift.errors import SriftError
+from srift.fitting import megatron_rows
 from srift.simulate.layouts import LAYOUT_PARAMS_SCHEMA, Layout, load_layout_params, plan_layout, search_layouts
 from srift.zoo import canonical_name, llm_arch
 from srift.zoo.llm import DecoderArch
@@ -78,36 +79,25 @@ def dgx_cluster(gpu_label: str, gpus: int, gpus_per_node: int) -> Cluster:
                                                  gpu=gpu, intra_node=link, network_gbps=gbps, network=net),))
 
 
+def _why_left_out(r) -> str | None:
+    megatron_tflops = r.metric == "model_tflops_per_gpu" and getattr(r, "flops_basis", None) == "megatron"
+    if r.metric != "step_time_s" and not megatron_tflops:
+        return f"metric {r.metric} (not a step time)"
+    if str(r.precision).lower() != "bf16":
+        return "fp8 (not modelled)"
+    if r.gpu not in GPUS:
+        return f"GPU {r.gpu} not in the row map"
+    return None
+
+
+def _carries_shape(r) -> bool:
+    return all(not pd.isna(getattr(r, k, float("nan"))) for k in SHAPE_COLUMNS)
+
+
 def load_rows(data: Path) -> tuple[pd.DataFrame, dict[str, int]]:
-    """The rows srift predicts and, by reason, how many were left out."""
-    frames = [pd.read_csv(p) for p in sorted((data / FOLDER).glob("*.csv"))]
-    raw = pd.concat(frames, ignore_index=True)
-    out: dict[str, int] = {}
-    keep = []
-    has_shape = all(k in raw.columns for k in SHAPE_COLUMNS)
-    basis = raw["flops_basis"] if "flops_basis" in raw.columns else pd.Series([None] * len(raw))
-    for r in raw.itertuples():
-        reason = None
-        megatron_tflops = r.metric == "model_tflops_per_gpu" and basis[r.Index] == "megatron"
-        if r.metric != "step_time_s" and not megatron_tflops:
-            reason = f"metric {r.metric} (not a step time)"
-        elif str(r.precision).lower() != "bf16":
-            reason = "fp8 (not modelled)"
-        elif r.gpu not in GPUS:
-            reason = f"GPU {r.gpu} not in the row map"
-        else:
-            try:
-                canonical_name(str(r.model))
-            except SriftError:
-                if not has_shape or pd.isna(getattr(r, "n_layers")):
-                    reason = f"model {r.model} not in the zoo"
-        if reason is None and int(r.tp) * int(r.pp) * int(r.cp) * int(r.dp) != int(r.gpus_total):
-            reason = "layout does not multiply out to the GPU count"
-        if reason:
-            out[reason] = out.get(reason, 0) + 1
-        else:
-            keep.append(r.Index)
-    rows = raw.loc[keep].reset_index(drop=True)
+    """The rows srift predicts (with their ``arch``; Megatron-LM TFLOP/s as step seconds) and, by
+    reason, how many were left out."""
+    rows, out = megatron_rows.load_rows(data, FOLDER, _why_left_out, carries_shape=_carries_shape)
     rows["arch"] = [row_arch(r) for r in rows.itertuples()]
     rows["zoo"] = [a.name for a in rows["arch"]]
     rows["micro_batch"] = rows["micro_batch"].fillna(1).astype(int)

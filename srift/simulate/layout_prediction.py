@@ -57,7 +57,7 @@ class LayoutSettings:
         assert job.layout is not None
         return cls(parse_layout(job.layout), job.micro_batch_size, job.global_batch_size, job.grad_accum,
                    job.pipeline_schedule, job.virtual_stages, "zero1" if job.parallelism == AUTO else job.parallelism,
-                   None if job.activation_checkpointing == AUTO else job.activation_checkpointing)
+                   None if job.activation_checkpointing == AUTO else job.activation_checkpointing, job.moe_imbalance)
 
     def __post_init__(self) -> None:
         if self.schedule is not None and self.schedule not in SCHEDULES:
@@ -189,7 +189,8 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
         model_flops_per_token=model_flops_per_token, data_loading="tokens",
         layout={k: v for k, v in lay.to_dict().items()}, memory_stage=plan.memory_stage,
         layout_alternative=None if alternative is None else alternative.layout.to_dict(),
-        params_total=params_count(arch), params_active=active_params_count(arch))
+        params_total=params_count(arch), params_active=active_params_count(arch),
+        moe_imbalance=settings.routing_imbalance if arch.is_moe else None)
 
 
 def layout_memory_error(cluster: Cluster, pred: Prediction, model: str) -> SriftError:

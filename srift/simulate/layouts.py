@@ -62,6 +62,7 @@ from srift.files import configs_dir, read_json
 from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
 from srift.job import HALF_PRECISIONS, LAYOUT_PARALLELISMS, PIPELINE_SCHEDULES, LayoutRequest
+from srift.perf.fp8 import Fp8Recipe, fp8_times
 from srift.perf.compute import kernel_rates, layer_kind, layer_times, load_params as load_compute_params, mma_rate_flops
 from srift.simulate.memory import LOSS_FP32_BYTES, MASTER_BYTES, USABLE_FRACTION, allocator_bytes, fits, with_allocator
 from srift.simulate.moe import (BALANCED_ROUTING, check_ep, expert_memory_bytes, local_expert_params, moe_activation_bytes,
@@ -276,33 +277,34 @@ def split_arch(arch: DecoderArch, tp: int) -> DecoderArch:
 # 100 splits): a smaller LRU cache cycled through would miss on every call.
 @functools.lru_cache(maxsize=32768)
 def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str, gpu: str,
-                ep: int = 1, imbalance: float = BALANCED_ROUTING) -> BlockParts:
+                ep: int = 1, imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None) -> BlockParts:
     """``BlockParts`` from the compute model on the split shapes (cached).
 
     A mixture of experts (``ep`` expert-parallel ranks, routing ``imbalance``: srift/simulate/moe.py)
     averages a dense block and a MoE block by ``moe_fraction``; the MoE block's routed experts are
     timed at the per-expert row count, not as the profile's aggregate GEMMs. Blocks with a
-    sliding attention window (GPT-OSS) are averaged with the full-attention ones likewise."""
+    sliding attention window (GPT-OSS) are averaged with the full-attention ones likewise. ``fp8``:
+    the blocks' GEMMs in FP8 under that Transformer Engine recipe (srift/perf/fp8.py)."""
     if arch.sliding_window and 0 < arch.sliding_blocks < arch.n_layers:
         share = arch.sliding_blocks / arch.n_layers
         local = block_parts(dataclasses.replace(arch, sliding_every=1), tp, cp, micro_batch, seq_len, precision, gpu,
-                            ep, imbalance)
+                            ep, imbalance, fp8)
         full = block_parts(dataclasses.replace(arch, sliding_window=0), tp, cp, micro_batch, seq_len, precision, gpu,
-                           ep, imbalance)
+                           ep, imbalance, fp8)
         return dataclasses.replace(full, **{k: share * getattr(local, k) + (1.0 - share) * getattr(full, k)
                                             for k in ("block_f_s", "block_b_s", "attention_f_s", "attention_b_s")})
     if not arch.is_moe:
-        return _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu)
+        return _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8)
     frac = arch.moe_blocks / arch.n_layers
     moe_arch = dataclasses.replace(arch, dense_layers=0, moe_every=1)
-    moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu)
+    moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8)
     dense = moe if frac == 1.0 else _block_parts(
         dataclasses.replace(arch, experts=0, experts_per_token=0, expert_intermediate=0, shared_intermediate=0,
                             dense_layers=0, moe_every=1, router_bias=False, shared_gate=False),
-        tp, cp, micro_batch, seq_len, precision, gpu)
+        tp, cp, micro_batch, seq_len, precision, gpu, fp8)
     e = 2.0 if precision in HALF_PRECISIONS else 4.0
     shape = moe_block_shape(arch, micro_batch * seq_len // (cp * tp), ep, e, imbalance)
-    xt = moe_block_times(arch, shape, gpu, precision, None)
+    xt = moe_block_times(arch, shape, gpu, precision, None, fp8=fp8)
     # The MoE block's non-expert parameters on this rank: its profile's, less every routed expert.
     moe_local = moe.local_block_params - arch.experts * dense_mlp_params(split_arch(arch, tp), arch.expert_intermediate)
 
@@ -320,7 +322,7 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
 
 
 def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str,
-                 gpu: str) -> BlockParts:
+                 gpu: str, fp8: Fp8Recipe | None = None) -> BlockParts:
     """``BlockParts`` of ``arch``'s first block (a MoE block's routed experts left out)."""
     split = split_arch(arch, tp)
     tokens = seq_len // cp
@@ -333,6 +335,7 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
                   if layer_kind(l.type) == "attention" else l for l in prof.layers]
         prof = dataclasses.replace(prof, layers=layers)
     times = layer_times(prof, gpu, precision)
+    fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8) if fp8 else (times.fwd_s, times.bwd_s)
     # Transformer Engine's fused attention (cuDNN) issues the GPU's full-rate tensor-core
     # instructions (Hopper's wgmma), not Ampere's mma that the fitted FlashAttention-2 rate is
     # measured against: the same fitted efficiency, of the full dense peak.
@@ -347,7 +350,7 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
         if EXPERTS_PREFIX in layer.name:  # timed per expert by block_parts
             continue
         kind = layer_kind(layer.type)
-        f, b = float(times.fwd_s[i]), float(times.bwd_s[i])
+        f, b = float(fwd_s[i]), float(bwd_s[i])
         if kind == "attention":
             f, b = f * attention_scale, b * attention_scale
         if layer.unit is not None:
@@ -535,13 +538,14 @@ def _group_ranks_per_node(gpus_per_node: int, stride: int, size: int, outer_stri
 def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, precision: str = "bf16",
                 checkpointing: str = "none", dp_flavour: str = "zero1", comm: CommModel | None = None,
                 quantile: float = 0.5, tp_overlap: bool = True, compute_factor: float | None = None,
-                imbalance: float = BALANCED_ROUTING) -> LayoutPlan:
+                imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None) -> LayoutPlan:
     """Predict one iteration of ``arch`` laid out as ``layout`` on ``cluster`` (module docstring).
 
     ``compute_factor`` scales the compute model's seconds (default: the fitted
     ``megatron_compute_factor`` of configs/perf/layouts.json); ``tp_overlap`` overlaps the
     tensor-parallel collectives with the GEMMs (NeMo's performance recipes: ``tp_comm_overlap``);
-    ``imbalance`` is a mixture of experts' routing imbalance (srift/simulate/moe.py).
+    ``imbalance`` is a mixture of experts' routing imbalance (srift/simulate/moe.py); ``fp8`` runs
+    the blocks' GEMMs in FP8 under that recipe (srift/perf/fp8.py; ``precision`` stays bf16).
 
     Raises:
         SriftError: when the layout does not use the cluster's GPUs or cannot split the model.
@@ -561,7 +565,7 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
                          "choose another --layout, or --layout auto.")
     gpu = cluster.node_groups[0].gpu
     parts = scaled_parts(block_parts(arch, layout.tp, layout.cp, layout.micro_batch, seq_len, precision, gpu,
-                                     layout.ep, imbalance),
+                                     layout.ep, imbalance, fp8),
                          load_layout_params().megatron_compute_factor if compute_factor is None else compute_factor)
     return _plan(arch, cluster, layout, seq_len, precision, checkpointing, dp_flavour, comm, quantile, gpu, parts,
                  tp_overlap)
