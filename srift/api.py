@@ -371,6 +371,11 @@ def recommend(job: Job, constraints: Constraints, model: str | None = None, prof
     ``srift.search.large_batch.accumulation_choices`` is searched and the best chosen
     configuration wins. Without one, the cluster is kept within the largest global batch
     (``constraints.max_global_batch`` or the family default) at the per-GPU batch.
+
+    A decoder LLM's job that names no layout and says nothing of data parallelism
+    (``takes_default_layout``) searches layouts (``--layout auto``) at a fixed global batch (the
+    family's, unless given), over GPU counts derived from the job when ``--max-gpus`` is not given
+    (srift/search/gpu_range.py).
     """
     constraints.require_length(job.length, job.global_batch_size)
     if job.precision is None and is_decoder_llm(model, model_config):
@@ -379,6 +384,9 @@ def recommend(job: Job, constraints: Constraints, model: str | None = None, prof
         require_bf16(sorted(constraints.gpus))
     prof, more = resolve_profiles(model, profiles, model_config, job.precision)
     job = with_resolved_length(job, prof)
+    arch = model_arch(model, model_config)
+    if arch is not None and not profiles and takes_default_layout(job, constraints):
+        job = dataclasses.replace(job, layout=AUTO)  # --micro-batch-size is then the layout's
     if job.layout is None and job.micro_batch_size is not None:  # the cluster varies: the per-GPU batch
         job = with_micro_batch(dataclasses.replace(job, micro_batch_size=None, global_batch_size=None),
                                job.micro_batch_size, 1) if job.global_batch_size is None else job
@@ -389,12 +397,9 @@ def recommend(job: Job, constraints: Constraints, model: str | None = None, prof
     seq = (job.seq_len or prof.seq_len) if prof.seq_len else None
     limit = (GlobalBatchLimit(constraints.max_global_batch, "--max-global-batch") if constraints.max_global_batch
              else default_max_global_batch(seq))
-    arch = model_arch(model, model_config)
     flops = model_flops_fn(model, model_config)
     gpu_range: GpuRange | None = None
     batch_defaulted = False
-    if arch is not None and not profiles and takes_default_layout(job, constraints):
-        job = dataclasses.replace(job, layout=AUTO)
     if job.layout is not None and arch is not None and flops is not None and seq:
         # A layout's data parallelism takes only part of the GPUs: the global batch is fixed (the
         # family's published one unless given), and the cluster bounded by the job, not by it.
