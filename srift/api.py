@@ -406,7 +406,7 @@ def recommend(job: Job, constraints: Constraints, model: str | None = None, prof
         batch_defaulted = job.global_batch_size is None
         job = dataclasses.replace(job, global_batch_size=job.global_batch_size or limit.samples)
         if constraints.auto_max_gpus:
-            gpu_range = _layout_gpu_range(arch, flops(seq), job, constraints, infra)
+            gpu_range = _layout_gpu_range(arch, flops(seq), seq, job, constraints, infra)
             constraints = dataclasses.replace(constraints, max_gpus=gpu_range.max_gpus)
     best: tuple[Predictor, SearchResult] | None = None
     # A layout searches its own micro-batches: one search, not one per accumulation.
@@ -475,15 +475,16 @@ def _layout_counts(arch: DecoderArch, job: Job, predictor: Predictor, c: Constra
     return count_ok
 
 
-def _layout_gpu_range(arch: DecoderArch, flops_per_token: float, job: Job, c: Constraints, infra: str) -> GpuRange:
+def _layout_gpu_range(arch: DecoderArch, flops_per_token: float, seq_len: int, job: Job, c: Constraints,
+                      infra: str) -> GpuRange:
     """The GPU counts a layout search covers (srift/search/gpu_range.py) over the GPUs it prices."""
     specs = {r.gpu_name: (gpus()[r.gpu_name], r.gpu_memory_gib) for r in _search_rows(job.precision or "bf16", infra)
              if r.gpu_name in gpus() and (not c.gpus or r.gpu_name in c.gpus)}
     if not specs:
-        return GpuRange(1, c.max_gpus, f"the default (no GPU with a datasheet to derive it from)")
+        return GpuRange(1, c.max_gpus, "the default (no GPU with a datasheet to derive it from)")
     precision = job.precision or "bf16"
     length = job.length
-    tokens = None if length is None or length.data_samples is None else length.data_samples * (job.seq_len or 1)
+    tokens = None if length is None or length.data_samples is None else length.data_samples * seq_len
     return layout_gpu_range(params_count(arch), flops_per_token, [spec.peak_flops(precision) for spec, _ in specs.values()],
                             [usable_bytes(mem) for _, mem in specs.values()], tokens, c.deadline_hours)
 

@@ -258,6 +258,11 @@ def test_recommend_lays_out_a_decoder_llm_by_default_and_keeps_other_models_data
     assert code == 0, out
     doc = json.loads(out)
     assert doc["gpu_range"]["max_gpus"] >= 64
+    # The deadline's rate: 1e10 tokens (of the zoo's sequence length) x FLOPs per token over 24 h.
+    from srift.zoo.llm import model_flops_per_token
+    seq = doc["job"]["seq_len"]
+    need = 1e10 * model_flops_per_token(llm_arch("llama3-8b"), seq) / (24 * 3600)
+    assert f"needs {need / 1e15:,.3g} PFLOP/s" in doc["gpu_range"]["basis"]
     for r in doc["recommendations"]:
         lay = r["layout"]
         assert lay["tp"] * lay["pp"] * lay["cp"] * lay["dp"] == r["gpus"]

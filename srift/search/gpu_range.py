@@ -7,8 +7,9 @@ Data parallelism alone stops at the global batch; a layout (TP x PP x CP x DP) d
   moments) must be spread over the GPUs, on the GPU with the most memory searched;
 * **with a deadline**: the model FLOPs the job needs per second, ``tokens x FLOPs per token /
   deadline``. Fewer GPUs than at the fastest GPU's full peak (MFU 1) cannot meet it, whatever
-  the layout; the most worth searching meet it at LOW_MFU on the slowest (rounded up to a power
-  of two). ``gpus_floor`` is the same bound for one GPU type: the search leaves out the counts
+  the layout; the most worth searching meet it at LOW_MFU on the slowest, or hold twice the
+  training states on the GPU with the least memory (the larger, rounded up to a power of two).
+  ``gpus_floor`` is the same bound for one GPU type: the search leaves out the counts
   below it without simulating them;
 * **without one**: twice the memory floor of the GPU with the least memory searched.
 
@@ -83,9 +84,11 @@ def layout_gpu_range(params: float, flops_per_token: float, peaks_flops: Sequenc
     if tokens is not None and deadline_hours is not None:
         need_flops = needed_flops_per_s(tokens, flops_per_token, deadline_hours)
         low = gpus_floor(params, max(peaks_flops), max(usable_memory_bytes), need_flops)
-        high = _pow2_at_least(need_flops / (LOW_MFU * min(peaks_flops)))
+        high = max(_pow2_at_least(need_flops / (LOW_MFU * min(peaks_flops))),
+                   _pow2_at_least(2 * state / min(usable_memory_bytes)))
         why = (f"the deadline needs {need_flops / 1e15:,.3g} PFLOP/s: the fastest GPU at its peak "
-               f"to the slowest at {LOW_MFU:.0%} MFU")
+               f"to the slowest at {LOW_MFU:.0%} MFU, and twice the GPUs the training states need on the GPU "
+               "with the least memory")
     else:
         low = gpus_floor(params, max(peaks_flops), max(usable_memory_bytes), None)
         high = _pow2_at_least(2 * state / min(usable_memory_bytes))
