@@ -530,8 +530,12 @@ def no_fit_error(result: RecommendResult) -> SriftError | None:
         "deadline": f"the deadline of {c.deadline_hours:g} h" if c.deadline_hours else "the deadline",
         "max-cost": f"the maximum cost of {usd(c.max_cost_usd)}" if c.max_cost_usd else "the maximum cost",
         "memory": "GPU memory (the job fits on no GPU at this batch size)",
+        "layout": (f"the GPU counts searched (up to {c.max_gpus:,}: none holds the training states"
+                   + (" or meets the deadline at the GPUs' peak" if c.deadline_hours else "")
+                   + ", or no layout divides it at this global batch)"),
     }[found.cut_by or "budget"]
     hint = {"memory": "lower --batch-size, use --precision amp, or allow larger GPUs.",
+            "layout": "raise --max-gpus, relax the deadline, or change --global-batch-size.",
             "deadline": f"relax that limit, or meet it at a lower --confidence than {c.confidence:g} (0.5: at the median).",
             "max-cost": f"relax that limit, or meet it at a lower --confidence than {c.confidence:g} (0.5: at the median)."
             }.get(found.cut_by or "", "relax that limit.")

@@ -239,3 +239,8 @@ def test_count_ok_leaves_out_counts_and_the_sweep_simulates_only_those_left():
     assert r.recommendations[0].instance == "a.small:10"
     assert seen and all(n % 2 == 0 for n in seen)
     assert r.pruned["layout"] == 8  # the odd counts
+
+
+def test_a_search_whose_count_rule_leaves_nothing_says_so():
+    r = search(CATALOG[:1], fake_predict, Constraints(diverse=False, max_gpus=4), count_ok=lambda inst, n: False)
+    assert not r.recommendations and r.cut_by == "layout" and r.pruned["layout"] == 4

@@ -129,6 +129,8 @@ def _result(table: OfferTable, c: Constraints, simulated: int, predict: Callable
         everything = table.ranked(feasible=False)
         closest_pool = [_candidate(table, int(i)) for i in _closest_pool(table, everything)]
         result.cut_by, result.closest = explain_failure(closest_pool, bool(pruned.get("budget")))
+        if not closest_pool and pruned.get("layout"):  # count_ok left no count to simulate
+            result.cut_by = "layout"
         if result.cut_by == "budget":
             result.closest = _cheapest_that_fits(space, c, predict)
     return result
