@@ -399,10 +399,16 @@ def layout_group(data: Path) -> None:
     for src in sorted(rows["source_slug"].unique()):
         mask = (rows["source_slug"] == src).to_numpy()
         print(f"{'  source ' + src:<40}{int(mask.sum()):>6}" + "".join(f"{pct(v, mask):>8.1f}" for v in cols.values()))
-    mean_regret, groups = lf.regret(rows, pred)
-    print(f"  mean regret {mean_regret * 100:.1f} % over {groups} (model, GPU count) group(s) with more than one measured "
-          f"layout; signed error {np.mean(pred / meas - 1.0) * 100:+.1f} %; {int(fits.sum())} of {len(rows)} measured "
-          f"runs predicted to fit in memory")
+    fp8 = lf.fp8_rows(data)
+    fp8_pred = np.array([lf.predict_row(r)[0] for r in fp8.itertuples()])
+    fp8_err = fp8_pred / fp8["value"].to_numpy(float) - 1.0
+    print(f"  fp8 (Transformer Engine FP8 GEMMs, srift/perf/fp8.py, nothing fitted on them): {len(fp8)} runs, MAPE "
+          f"{np.mean(np.abs(fp8_err)) * 100:.1f} %, signed {np.mean(fp8_err) * 100:+.1f} %")
+    both = pd.concat([rows, fp8], ignore_index=True)
+    mean_regret, groups = lf.regret(both, np.concatenate([pred, fp8_pred]))
+    print(f"  mean regret {mean_regret * 100:.1f} % over {groups} (model, precision, GPU count) group(s) with more than one "
+          f"measured layout; signed error {np.mean(pred / meas - 1.0) * 100:+.1f} %; {int(fits.sum())} of {len(rows)} "
+          f"measured runs predicted to fit in memory")
     claims = lf.search_claims(rows)
     print(f"  srift's own search picks a layout it predicts {np.mean(claims) * -100:.1f} % faster than the measured one on "
           f"average ({min(claims) * -100:.0f} to {max(claims) * -100:.0f} %, {len(claims)} model x GPU counts): unmeasured, a "

@@ -36,6 +36,7 @@ from scipy.optimize import minimize_scalar
 from srift.cluster import Cluster, NodeGroup
 from srift.errors import SriftError
 from srift.fitting import megatron_rows
+from srift.perf.fp8 import Fp8Recipe
 from srift.simulate.layouts import LAYOUT_PARAMS_SCHEMA, Layout, load_layout_params, plan_layout, search_layouts
 from srift.zoo import canonical_name, llm_arch
 from srift.zoo.llm import DecoderArch
@@ -44,6 +45,9 @@ FOLDER = Path("llm-parallel-layouts")
 GPUS = {"H100-SXM5-80GB": ("H100", "nvswitch4", 3200.0, "infiniband"),
         "A100-SXM4-80GB": ("A100-80GB", "nvswitch", 400.0, "infiniband")}
 SHAPE_COLUMNS = ("n_layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
+# The FP8 recipe of the source's fp8 rows: NeMo's bf16_with_fp8_mixed on Hopper is Transformer
+# Engine's per-tensor (delayed) scaling.
+FP8_RECIPE_OF_GPU: dict[str, Fp8Recipe] = {"H100-SXM5-80GB": "tensorwise"}
 
 
 def row_arch(r) -> DecoderArch:
@@ -84,10 +88,25 @@ def _why_left_out(r) -> str | None:
     if r.metric != "step_time_s" and not megatron_tflops:
         return f"metric {r.metric} (not a step time)"
     if str(r.precision).lower() != "bf16":
-        return "fp8 (not modelled)"
+        return "fp8 (predicted apart: fp8_rows)"
     if r.gpu not in GPUS:
         return f"GPU {r.gpu} not in the row map"
     return None
+
+
+def _why_not_fp8(r) -> str | None:
+    if r.metric != "step_time_s" or not str(r.precision).lower().startswith("fp8"):
+        return "not an fp8 step time"
+    return None if r.gpu in FP8_RECIPE_OF_GPU else f"GPU {r.gpu} not in the row map"
+
+
+def fp8_rows(data: Path) -> pd.DataFrame:
+    """The fp8 step times (Transformer Engine FP8 GEMMs in a bf16 job), with their ``arch`` and
+    ``fp8`` recipe: predicted with srift/perf/fp8.py, nothing fitted on them."""
+    rows, _ = megatron_rows.load_rows(data, FOLDER, _why_not_fp8)
+    rows["arch"] = [row_arch(r) for r in rows.itertuples()]
+    rows["fp8"] = [FP8_RECIPE_OF_GPU[g] for g in rows["gpu"]]
+    return rows
 
 
 def _carries_shape(r) -> bool:
@@ -124,16 +143,18 @@ def row_checkpointing(r) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def _predict(arch: DecoderArch, gpu: str, gpus: int, per_node: int, layout: Layout, seq_len: int, checkpointing: str,
-             factor: float) -> tuple[float, bool]:
-    plan = plan_layout(arch, dgx_cluster(gpu, gpus, per_node), layout, seq_len, "bf16", checkpointing, compute_factor=factor)
+             factor: float, fp8: Fp8Recipe | None = None) -> tuple[float, bool]:
+    plan = plan_layout(arch, dgx_cluster(gpu, gpus, per_node), layout, seq_len, "bf16", checkpointing, compute_factor=factor,
+                       fp8=fp8)
     return plan.iteration_s, plan.fits
 
 
 def predict_row(r, factor: float | None = None) -> tuple[float, bool]:
-    """(predicted step seconds, fits in memory) of a row at ``factor`` (None: the shipped one)."""
+    """(predicted step seconds, fits in memory) of a row at ``factor`` (None: the shipped one);
+    an ``fp8_rows`` row with its FP8 recipe."""
     f = load_layout_params().megatron_compute_factor if factor is None else factor
     return _predict(r.arch, r.gpu, int(r.gpus_total), int(r.gpus_per_node), row_layout(r), int(r.seq_len),
-                    row_checkpointing(r), float(f))
+                    row_checkpointing(r), float(f), getattr(r, "fp8", None))
 
 
 def fit_factor(rows: pd.DataFrame) -> float:
@@ -161,12 +182,13 @@ def held_out(rows: pd.DataFrame, key: str) -> np.ndarray:
 
 
 def regret(rows: pd.DataFrame, pred: np.ndarray) -> tuple[float, int]:
-    """Mean regret over (model, GPU count) groups with more than one measured layout: how much
-    slower the layout srift ranks first was than the measured best (0 when it picks the best),
-    and the number of such groups."""
-    frame = rows.assign(pred=pred, label=[row_layout(r).label for r in rows.itertuples()])
+    """Mean regret over (model, precision, GPU count) groups with more than one measured layout:
+    how much slower the layout srift ranks first was than the measured best (0 when it picks the
+    best), and the number of such groups."""
+    frame = rows.assign(pred=pred, label=[row_layout(r).label for r in rows.itertuples()],
+                        precision_key=[str(p).lower().startswith("fp8") for p in rows["precision"]])
     regrets = []
-    for _, grp in frame.groupby(["zoo", "gpus_total"]):
+    for _, grp in frame.groupby(["zoo", "precision_key", "gpus_total"]):
         per = grp.groupby("label").agg(meas=("value", "mean"), pred=("pred", "mean"))
         if len(per) < 2:
             continue
