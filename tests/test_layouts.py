@@ -252,6 +252,7 @@ def test_gpu_range_from_the_deadline_by_hand():
     assert gpus_floor(1e11, 1e15, 80e9, None) == 20
 
 
+@pytest.mark.slow
 def test_recommend_lays_out_a_decoder_llm_by_default_and_keeps_other_models_data_parallel():
     import json
     code, out = _run(["recommend", "--model", "llama3-8b", "--tokens", "1e10", "--deadline", "24", "--infra", "aws/us-east-1",
