@@ -104,19 +104,54 @@ class NodeGroup:
 
 
 @dataclass(frozen=True)
+class CommCurve:
+    """One collective as ``srift calibrate comm`` measured it: seconds per message size.
+
+    Attributes:
+        sizes_bytes: The message sizes.
+        times_s: The median seconds at each size.
+        p90_times_s: The 90th percentile at each size (None: not measured; the median stands in).
+    """
+
+    sizes_bytes: tuple[float, ...]
+    times_s: tuple[float, ...]
+    p90_times_s: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A cluster file's ``comm_calibration``, parsed: the all-reduce curve and those of the other
+    collectives measured on the same sizes (the file keeps ``<name>_times_s`` lists beside
+    ``sizes_bytes``; srift/profiling/calibrate.py writes them).
+
+    Attributes:
+        allreduce: The all-reduce curve (``times_s``, ``p90_times_s``).
+        world_size: The workers it was measured on (None: the cluster's own).
+        broadcast: The broadcast curve, or None.
+        all_gather: The all-gather curve, or None.
+        reduce_scatter: The reduce-scatter curve, or None.
+    """
+
+    allreduce: CommCurve
+    world_size: int | None = None
+    broadcast: CommCurve | None = None
+    all_gather: CommCurve | None = None
+    reduce_scatter: CommCurve | None = None
+
+
+@dataclass(frozen=True)
 class Cluster:
     """A set of node groups running one data-parallel job.
 
     Attributes:
         name: Label (the spec or the cluster file's ``name``).
         node_groups: The groups (more than one for a mixed cluster).
-        comm_calibration: Measured all-reduce curve from ``srift calibrate comm`` (or None):
-            ``{"backend": ..., "sizes_bytes": [...], "times_s": [...], "p90_times_s": [...]}``.
+        comm_calibration: The collectives ``srift calibrate comm`` measured on it (or None).
     """
 
     name: str
     node_groups: tuple[NodeGroup, ...]
-    comm_calibration: dict[str, Any] | None = field(default=None, compare=False, hash=False)
+    comm_calibration: Calibration | None = field(default=None, compare=False, hash=False)
 
     @property
     def gpus(self) -> int:
@@ -161,7 +196,9 @@ TCP_PLUGINS = ("gpudirect-tcpx", "gpudirect-tcpxo")
 # (NCCL documentation, Environment Variables: NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD).
 MAX_SOCKET_THREADS, MAX_SOCKETS_PER_THREAD, MAX_SOCKETS = 16, 64, 64
 # comm_calibration lists: the measured curves (srift calibrate comm); the first two are required.
-_CURVES = ("sizes_bytes", "times_s", "p90_times_s", "broadcast_times_s", "broadcast_p90_times_s")
+_COLLECTIVE_CURVES = ("broadcast", "all_gather", "reduce_scatter")  # Calibration's optional curves
+_CURVES = ("sizes_bytes", "times_s", "p90_times_s",
+           *(f"{name}_{q}times_s" for name in _COLLECTIVE_CURVES for q in ("", "p90_")))
 _MAX_MESSAGE_BYTES = 2.0**50  # a calibrated message size (1 PiB)
 _MAX_COLLECTIVE_S = 1e6
 # (upper bound, may be zero) of each numeric node-group field (srift/bounds.py)
@@ -200,9 +237,8 @@ def cluster_from_dict(data: Any, source: str = "cluster file") -> Cluster:
         raise bad(f"the cluster has {nodes:,} nodes and {gpu_count:,} GPUs; srift models at most {MAX_NODES:,} nodes "
                   f"and {MAX_GPUS:,} GPUs")
     calib = data.get("comm_calibration")
-    if calib is not None:
-        _check_calibration(calib, bad)
-    return Cluster(name=name or Path(source).stem, node_groups=tuple(groups), comm_calibration=calib)
+    return Cluster(name=name or Path(source).stem, node_groups=tuple(groups),
+                   comm_calibration=None if calib is None else parse_calibration(calib, bad))
 
 
 def _group(g: Any, where: str, bad: Callable[[str], SriftError]) -> NodeGroup:
@@ -263,6 +299,25 @@ def _group(g: Any, where: str, bad: Callable[[str], SriftError]) -> NodeGroup:
         gpu_memory_gib=None if g.get("gpu_memory_gib") is None else float(g["gpu_memory_gib"]),
         **transport,
     )
+
+
+def parse_calibration(calib: Any, bad: Callable[[str], SriftError] | None = None) -> Calibration:
+    """A ``comm_calibration`` mapping, checked (``_check_calibration``) and parsed.
+
+    Raises:
+        SriftError: for a curve that is not positive sizes and times of one length (2 or more).
+    """
+    _check_calibration(calib, bad or (lambda what: SriftError(f"{what}.", "re-run `srift calibrate comm` to write it again.")))
+    sizes = tuple(float(s) for s in calib["sizes_bytes"])
+
+    def curve(prefix: str) -> CommCurve | None:
+        times, p90 = calib.get(f"{prefix}times_s"), calib.get(f"{prefix}p90_times_s")
+        return None if times is None else CommCurve(sizes, tuple(float(t) for t in times),
+                                                    None if p90 is None else tuple(float(t) for t in p90))
+
+    allreduce = curve("")
+    assert allreduce is not None  # times_s is required (_check_calibration)
+    return Calibration(allreduce, calib.get("world_size"), *(curve(f"{name}_") for name in _COLLECTIVE_CURVES))
 
 
 def _check_calibration(calib: Any, bad: Callable[[str], SriftError]) -> None:

@@ -17,13 +17,14 @@ def test_calibrate_gloo_two_processes(tmp_path, capsys):
     cluster = load_cluster(out)
     assert cluster.gpus == 2 and cluster.node_groups[0].gpu == "cpu"
     calib = cluster.comm_calibration
-    assert calib["sizes_bytes"] == [4096, 262144, 1048576] and all(t > 0 for t in calib["times_s"])
-    assert all(p90 >= p50 for p50, p90 in zip(calib["times_s"], calib["p90_times_s"]))
+    assert calib is not None and calib.broadcast is not None and calib.allreduce.p90_times_s is not None
+    assert calib.allreduce.sizes_bytes == (4096, 262144, 1048576) and all(t > 0 for t in calib.allreduce.times_s)
+    assert all(p90 >= p50 for p50, p90 in zip(calib.allreduce.times_s, calib.allreduce.p90_times_s))
     model = CommModel(cluster)
     # The model reproduces the measured points, all-reduce and broadcast alike.
-    assert model.allreduce_time_s(262144) == pytest.approx(calib["times_s"][1], rel=1e-6)
-    assert len(calib["broadcast_times_s"]) == 3 and all(t > 0 for t in calib["broadcast_times_s"])
-    assert model.broadcast_time_s(262144) == pytest.approx(calib["broadcast_times_s"][1], rel=1e-6)
+    assert model.allreduce_time_s(262144) == pytest.approx(calib.allreduce.times_s[1], rel=1e-6)
+    assert len(calib.broadcast.times_s) == 3 and all(t > 0 for t in calib.broadcast.times_s)
+    assert model.broadcast_time_s(262144) == pytest.approx(calib.broadcast.times_s[1], rel=1e-6)
     assert "Wrote" in capsys.readouterr().out
 
 
@@ -75,7 +76,8 @@ def test_calibrate_across_two_machines_under_torchrun(tmp_path):
     g = cluster.node_groups[0]
     assert (cluster.nodes, g.gpus_per_node, g.gpu, g.network) == (2, 1, "cpu", "efa")
     calib = cluster.comm_calibration
-    size, t = calib["sizes_bytes"][-1], calib["times_s"][-1]
+    assert calib is not None
+    size, t = calib.allreduce.sizes_bytes[-1], calib.allreduce.times_s[-1]
     assert g.network_gbps == pytest.approx(2 * (2 - 1) / 2 * size / t * 8 / 1e9, rel=0.01)
     assert CommModel(cluster).allreduce_time_s(1048576) == pytest.approx(t, rel=1e-6)
 

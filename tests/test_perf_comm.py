@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from srift.cluster import Cluster, NodeGroup
+from srift.cluster import Cluster, NodeGroup, parse_calibration
 from srift.errors import SriftError
 from srift.perf.comm import CommModel, CommParams, LinkClass, NetworkClass, load_params, tcp_goodput_share
 
@@ -22,7 +22,7 @@ TCP = tcp_goodput_share(1500)  # on premises: NCCL's generic socket settings, a 
 
 
 def _cluster(*groups: NodeGroup, calib=None) -> Cluster:
-    return Cluster("t", tuple(groups), comm_calibration=calib)
+    return Cluster("t", tuple(groups), comm_calibration=None if calib is None else parse_calibration(calib))
 
 
 def test_single_node_ring_by_hand():

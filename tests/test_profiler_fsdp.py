@@ -168,12 +168,13 @@ def test_calibrate_measures_all_gather_and_reduce_scatter_and_the_comm_model_rea
                  "--sizes", "4096,262144,1048576", "--reps", "3"]) == 0
     calib = load_cluster(out).comm_calibration
     assert calib is not None
-    for name in ("all_gather", "reduce_scatter"):
-        assert len(calib[f"{name}_times_s"]) == 3 and all(t > 0 for t in calib[f"{name}_times_s"])
-        assert all(p90 >= p50 for p50, p90 in zip(calib[f"{name}_times_s"], calib[f"{name}_p90_times_s"]))
+    assert calib.all_gather is not None and calib.reduce_scatter is not None
+    for curve in (calib.all_gather, calib.reduce_scatter):
+        assert len(curve.times_s) == 3 and all(t > 0 for t in curve.times_s) and curve.p90_times_s is not None
+        assert all(p90 >= p50 for p50, p90 in zip(curve.times_s, curve.p90_times_s))
     model = CommModel(load_cluster(out))
-    assert model.all_gather_time_s(262144) == pytest.approx(calib["all_gather_times_s"][1], rel=1e-6)
-    assert model.reduce_scatter_time_s(1048576) == pytest.approx(calib["reduce_scatter_times_s"][2], rel=1e-6)
+    assert model.all_gather_time_s(262144) == pytest.approx(calib.all_gather.times_s[1], rel=1e-6)
+    assert model.reduce_scatter_time_s(1048576) == pytest.approx(calib.reduce_scatter.times_s[2], rel=1e-6)
 
 
 # ---- the pieces, without processes ---------------------------------------------------------------------

@@ -62,7 +62,7 @@ import numpy as np
 
 from srift.bounds import MAX_NETWORK_GBPS, MIN_NETWORK_GBPS, key_text, require
 from srift.cache import CACHE_ENTRIES, BoundedCache
-from srift.cluster import Cluster, NodeGroup
+from srift.cluster import Calibration, Cluster, CommCurve, NodeGroup
 from srift.errors import SriftError
 from srift.files import configs_dir, read_json
 from srift.hardware import CPU, gpu as gpu_spec, link as link_spec
@@ -456,7 +456,7 @@ class CommModel:
         self.params = params or load_params()
         self.topology = _topology or topology(cluster, self.params)
         calib = cluster.comm_calibration
-        self.calibration = _Calibration.from_dict(calib, self.topology.workers) if calib else None
+        self.calibration = _Calibration.of_curve(calib.allreduce, calib.world_size, self.topology.workers) if calib else None
         # Measured broadcast, all-gather and reduce-scatter curves (srift calibrate comm writes
         # them) serve those collectives directly.
         self.broadcast_calibration = _Calibration.of(calib, "broadcast", self.topology.workers)
@@ -716,34 +716,29 @@ class _Calibration:
     scale: float
 
     @classmethod
-    def of(cls, calib: dict[str, Any] | None, name: str, workers: int) -> "_Calibration | None":
+    def of(cls, calib: Calibration | None, name: str, workers: int) -> "_Calibration | None":
         """The measured curve of collective ``name`` (``broadcast``, ``all_gather``,
-        ``reduce_scatter``: keys ``<name>_times_s`` and ``<name>_p90_times_s`` beside the shared
-        ``sizes_bytes``), or None when the calibration has none."""
-        if not calib or not calib.get(f"{name}_times_s"):
+        ``reduce_scatter``), or None when the calibration has none."""
+        curve = getattr(calib, name) if calib is not None else None
+        if calib is None or curve is None:
             return None
         # A ring all-gather or reduce-scatter moves (n-1)/n of the bytes over each link, so a curve
         # measured on other worker counts scales like the all-reduce's; a pipelined broadcast moves
         # each byte once whatever the count.
-        world = None if name == "broadcast" else calib.get("world_size")
-        return cls.from_dict({"sizes_bytes": calib["sizes_bytes"], "times_s": calib[f"{name}_times_s"],
-                              "p90_times_s": calib.get(f"{name}_p90_times_s"), "world_size": world}, workers)
+        return cls.of_curve(curve, None if name == "broadcast" else calib.world_size, workers)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], workers: int) -> "_Calibration":
-        try:
-            sizes = np.asarray(d["sizes_bytes"], dtype=float)
-            p50 = np.asarray(d["times_s"], dtype=float)
-            p90 = np.asarray(d.get("p90_times_s") or d["times_s"], dtype=float)
-        except (KeyError, TypeError, ValueError):
-            raise SriftError("comm_calibration needs numeric 'sizes_bytes' and 'times_s' lists.",
-                             "re-run `srift calibrate comm` to write a valid cluster file.") from None
+    def of_curve(cls, curve: CommCurve, world_size: int | None, workers: int) -> "_Calibration":
+        """A curve measured on ``world_size`` workers (None: ``workers``), for ``workers``."""
+        sizes = np.asarray(curve.sizes_bytes, dtype=float)
+        p50 = np.asarray(curve.times_s, dtype=float)
+        p90 = np.asarray(curve.p90_times_s or curve.times_s, dtype=float)
         if sizes.shape != p50.shape or p90.shape != p50.shape or sizes.size < 2 or np.any(sizes <= 0) or np.any(p50 <= 0):
             raise SriftError("comm_calibration sizes and times must be positive lists of equal length (2 or more).",
                              "re-run `srift calibrate comm` to write a valid cluster file.")
         order = np.argsort(sizes)
         # Measured on ``world_size`` workers; the bandwidth term scales with 2(n-1)/n for another n.
-        w = int(d.get("world_size") or workers)
+        w = int(world_size or workers)
         scale = 1.0
         if w > 1 and workers > 1 and w != workers:
             scale = ((workers - 1) / workers) / ((w - 1) / w)
