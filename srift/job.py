@@ -46,11 +46,12 @@ Optimizer = Literal["sgd", "kfac", "adamw", "adamw8bit", "paged-adamw8bit"]
 OPTIMIZERS: tuple[Optimizer, ...] = get_args(Optimizer)
 # Fine-tuning (srift/simulate/finetune.py): every weight, LoRA adapters over frozen weights, or
 # LoRA over NF4-quantized frozen weights; which Linears of a block LoRA adapts: the query and
-# value projections (PEFT's default for Llama and Mistral, LitGPT's), every attention projection,
-# or every Linear (PEFT's ``all-linear``).
+# value projections (PEFT's default for Llama and Mistral, LitGPT's), the query, key and value
+# projections (Megatron's fused ``linear_qkv``: NeMo's performance recipes), every attention
+# projection, or every Linear (PEFT's ``all-linear``).
 FinetuneMode = Literal["full", "lora", "qlora"]
 FINETUNE_MODES: tuple[FinetuneMode, ...] = get_args(FinetuneMode)
-LoraTargets = Literal["qv", "attention", "all-linear"]
+LoraTargets = Literal["qv", "qkv", "attention", "all-linear"]
 LORA_TARGETS: tuple[LoraTargets, ...] = get_args(LoraTargets)
 DEFAULT_LORA_RANK = 16
 KfacStrategy = Literal["naive", "mpd", "spd"]

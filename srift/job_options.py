@@ -147,7 +147,7 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               choices=FINETUNE_MODES),
     JobOption("lora_rank", "int", DEFAULT_LORA_RANK, "LoRA's rank (--finetune lora or qlora).", high=MAX_LORA_RANK),
     JobOption("lora_targets", "str", "all-linear", f"{one_of(LORA_TARGETS)}: the Linears of each block LoRA adapts "
-              "(qv: query and value; attention: q, k, v, o; all-linear: every one).", choices=LORA_TARGETS),
+              "(qv: query and value; qkv: query, key and value; attention: q, k, v, o; all-linear: every one).", choices=LORA_TARGETS),
     JobOption("nf4_double_quant", "bool", True, "QLoRA: quantize NF4's block constants again (Hugging Face's "
               "bnb_4bit_use_double_quant); --no-double-quant: an fp32 constant per 64 weights (LitGPT's bnb.nf4).",
               negative_flag="--no-double-quant"),

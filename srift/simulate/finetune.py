@@ -75,6 +75,34 @@ DEFAULT_FINETUNE_OPTIMIZER = "adamw"
 
 
 @dataclass(frozen=True)
+class LoraSpec:
+    """LoRA over frozen base weights in a Megatron-Core layout (srift/simulate/layouts.py): the
+    adapters' rank and targets (``Job.lora_rank``, ``Job.lora_targets``); hashable, so the layout
+    model's caches key on it."""
+
+    rank: int
+    targets: str
+
+    def job(self) -> Job:
+        """A LoRA job of this rank and targets, for ``finetune_profile``."""
+        return Job(finetune="lora", lora_rank=self.rank, lora_targets=self.targets)  # type: ignore[arg-type]
+
+
+def layout_lora(job: Job) -> LoraSpec | None:
+    """The ``LoraSpec`` of a job with a ``--layout``: None for full fine-tuning (Megatron trains
+    every weight as in pre-training) and for jobs that do not fine-tune.
+
+    Raises:
+        SriftError: for QLoRA (bitsandbytes' NF4 weights run with data parallelism, not in
+            Megatron-Core's tensor or pipeline layouts).
+    """
+    if job.finetune == "qlora":
+        raise SriftError("QLoRA is modelled with data parallelism (bitsandbytes' NF4 layers), not with --layout.",
+                         "drop --layout (use --parallelism ddp or fsdp), or use --finetune lora with --layout.")
+    return LoraSpec(job.lora_rank, job.lora_targets) if job.finetune == "lora" else None
+
+
+@dataclass(frozen=True)
 class FrozenBase:
     """What fine-tuning froze in a profile.
 
@@ -145,8 +173,8 @@ def _is_linear(layer: LayerProfile) -> bool:
 def lora_targets(profile: Profile, targets: str) -> list[int]:
     """Indices of the Linear layers LoRA adapts, per block unit: every Linear (``all-linear``),
     those up to and including the first Linear after the attention core (``attention``: q, k, v,
-    o), or of the Linears before the core the query and value projections (``qv``: the first and
-    the third of separate q, k, v; a fused qkv projection whole)."""
+    o), those before the core (``qkv``), or of the Linears before the core the query and value
+    projections (``qv``: the first and the third of separate q, k, v; a fused qkv projection whole)."""
     out: list[int] = []
     by_unit: dict[str | None, list[int]] = {}
     core: dict[str | None, int] = {}
@@ -165,6 +193,8 @@ def lora_targets(profile: Profile, targets: str) -> list[int]:
         after = [i for i in linears if i > core[unit]]
         if targets == "attention":
             out.extend(before + after[:1])
+        elif targets == "qkv":
+            out.extend(before)
         else:
             out.extend([before[0], before[2]] if len(before) == 3 else before)
     return sorted(out)
@@ -180,10 +210,12 @@ def _dims(layer: LayerProfile) -> tuple[int, int, float]:
     return d_in, d_out, tokens
 
 
-def _adapters(layer: LayerProfile, rank: int) -> list[LayerProfile]:
-    """``lora_A`` and ``lora_B`` of one targeted Linear (see the module docstring)."""
-    d_in, d_out, t = _dims(layer)
-    e = layer.activation_bytes / (t * d_out) if t > 0 else 2.0  # the base output's element size
+def _adapters(layer: LayerProfile, rank: int, d_out_total: int | None = None) -> list[LayerProfile]:
+    """``lora_A`` and ``lora_B`` of one targeted Linear (see the module docstring); ``d_out_total``:
+    the output width of a fused projection the pair adapts whole (``layer`` its last part)."""
+    d_in, d_layer, t = _dims(layer)
+    d_out = d_out_total or d_layer
+    e = layer.activation_bytes / (t * d_layer) if t > 0 else 2.0  # the base output's element size
     grad_per_param = layer.grad_bytes / layer.params if layer.params else 4.0
     out = []
     for part, a, b, in_w, out_bytes, kept in (("lora_A", d_in, rank, d_in, t * rank * e, t * rank * e),
@@ -262,13 +294,17 @@ def _kept_inputs(profile: Profile, quantized: list[int], targets: set[int], back
     return out
 
 
-def finetune_profile(profile: Profile, job: Job) -> tuple[Profile, FrozenBase]:
+def finetune_profile(profile: Profile, job: Job, fused: bool = False) -> tuple[Profile, FrozenBase]:
     """``profile`` fine-tuned as ``job.finetune`` says (see the module docstring).
 
     Args:
         profile: A training profile (at the batch and sequence length to price: the transform
             adds weight-sized bytes that ``Profile.rescale`` would scale with the batch).
         job: The job; ``finetune`` must be set.
+        fused: Targeted Linears that read the same input are one projection, adapted by one
+            ``lora_A``/``lora_B`` pair of their summed output width (Megatron-Core's ``linear_qkv``
+            and ``linear_fc1``: NeMo's LoRA adapts the fused GEMM); False: one pair per Linear
+            (Hugging Face PEFT, LitGPT: separate modules).
 
     Returns:
         The transformed profile (its optimizer's state bytes set) and what it froze.
@@ -291,6 +327,13 @@ def finetune_profile(profile: Profile, job: Job) -> tuple[Profile, FrozenBase]:
         raise SriftError(f"profile '{profile.name}' has no Linear layer in a transformer block for LoRA to adapt.",
                          "use --finetune full, or a decoder LLM (zoo, --model-config, or a profile with FSDP units).")
     first = min(targets)
+    # Under ``fused``, the pair of a group of targets reading one input goes after its last member.
+    fused_width: dict[int, int] = {}
+    if fused:
+        groups: dict[tuple[int, int], list[int]] = {}
+        for i in sorted(targets):
+            groups.setdefault(_input_key(profile, i), []).append(i)
+        fused_width = {g[-1]: sum(_dims(profile.layers[i])[1] for i in g) for g in groups.values()}
     nf4_bytes = NF4_BYTES_PER_PARAM if job.nf4_double_quant else NF4_NO_DQ_BYTES_PER_PARAM
     quantized = [i for i, layer in enumerate(profile.layers) if mode == "qlora" and _is_linear(layer) and layer.params > 0
                  and (layer.unit is not None or job.quantize_head)]
@@ -314,8 +357,8 @@ def finetune_profile(profile: Profile, job: Job) -> tuple[Profile, FrozenBase]:
             layers.extend([deq, _frozen(layer, backward)] if layer.unit is None else [_frozen(layer, backward), deq])
         else:
             layers.append(_frozen(layer, backward))
-        if i in targets:
-            layers.extend(_adapters(layer, job.lora_rank))
+        if i in targets and (not fused or i in fused_width):
+            layers.extend(_adapters(layer, job.lora_rank, fused_width.get(i)))
     frozen = sum(unit_frozen.values())
     out = dataclasses.replace(profile, layers=layers, optimizer=optimizer,
                               notes=[*profile.notes, f"{mode} fine-tuning: rank {job.lora_rank} adapters on "

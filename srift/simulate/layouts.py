@@ -63,6 +63,7 @@ from srift.perf.comm import CommModel
 from srift.job import HALF_PRECISIONS, LAYOUT_PARALLELISMS, PIPELINE_SCHEDULES, LayoutRequest
 from srift.perf.fp8 import Fp8Recipe, fp8_times
 from srift.perf.compute import kernel_rates, layer_kind, layer_times, load_params as load_compute_params, mma_rate_flops
+from srift.simulate.finetune import LoraSpec, finetune_profile
 from srift.simulate.memory import FRAGMENTATION, LOSS_FP32_BYTES, MASTER_BYTES, USABLE_FRACTION, WORKSPACE_BYTES, fits
 from srift.simulate.moe import (BALANCED_ROUTING, check_ep, expert_memory_bytes, local_expert_params, moe_activation_bytes,
                                 moe_block_shape, moe_block_times)
@@ -238,6 +239,10 @@ class BlockParts:
         local_expert_params: Routed-expert parameters of one (average) block on this rank.
         dispatch_bytes: One MoE block's all-to-all send buffer per rank (srift/simulate/moe.py).
         experts_f_s, experts_b_s: Of ``block_f_s``/``block_b_s``, the routed experts' grouped GEMMs.
+        frozen_base: LoRA: the base weights (embedding, blocks, head, experts) are frozen; only
+            ``local_adapter_params`` per block train (gradients, optimizer, data-parallel reduction).
+        local_adapter_params: One block's LoRA adapter parameters on this rank (in
+            ``local_block_params`` too).
     """
 
     block_f_s: float
@@ -261,6 +266,21 @@ class BlockParts:
     dispatch_bytes: float = 0.0
     experts_f_s: float = 0.0
     experts_b_s: float = 0.0
+    frozen_base: bool = False
+    local_adapter_params: float = 0.0
+
+    def trainable(self, blocks: int, first: bool, last: bool) -> float:
+        """Parameters that train on a stage of ``blocks`` blocks (with the embedding when ``first``,
+        the head when ``last``), routed experts aside."""
+        if self.frozen_base:
+            return blocks * self.local_adapter_params
+        return (blocks * self.local_block_params + (self.local_embed_params if first else 0.0)
+                + (self.local_head_params if last else 0.0))
+
+    @property
+    def trainable_expert_params(self) -> float:
+        """Routed-expert parameters per block that train (none under LoRA: the experts are frozen)."""
+        return 0.0 if self.frozen_base else self.local_expert_params
 
 
 def split_arch(arch: DecoderArch, tp: int) -> DecoderArch:
@@ -276,31 +296,33 @@ def split_arch(arch: DecoderArch, tp: int) -> DecoderArch:
 # 100 splits): a smaller LRU cache cycled through would miss on every call.
 @functools.lru_cache(maxsize=32768)
 def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str, gpu: str,
-                ep: int = 1, imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None) -> BlockParts:
+                ep: int = 1, imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None,
+                lora: LoraSpec | None = None) -> BlockParts:
     """``BlockParts`` from the compute model on the split shapes (cached).
 
     A mixture of experts (``ep`` expert-parallel ranks, routing ``imbalance``: srift/simulate/moe.py)
     averages a dense block and a MoE block by ``moe_fraction``; the MoE block's routed experts are
     timed at the per-expert row count, not as the profile's aggregate GEMMs. Blocks with a
     sliding attention window (GPT-OSS) are averaged with the full-attention ones likewise. ``fp8``:
-    the blocks' GEMMs in FP8 under that Transformer Engine recipe (srift/perf/fp8.py)."""
+    the blocks' GEMMs in FP8 under that Transformer Engine recipe (srift/perf/fp8.py). ``lora``: the
+    base frozen, LoRA adapters on the fused projections (srift/simulate/finetune.py)."""
     if arch.sliding_window and 0 < arch.sliding_blocks < arch.n_layers:
         share = arch.sliding_blocks / arch.n_layers
         local = block_parts(dataclasses.replace(arch, sliding_every=1), tp, cp, micro_batch, seq_len, precision, gpu,
-                            ep, imbalance, fp8)
+                            ep, imbalance, fp8, lora)
         full = block_parts(dataclasses.replace(arch, sliding_window=0), tp, cp, micro_batch, seq_len, precision, gpu,
-                           ep, imbalance, fp8)
+                           ep, imbalance, fp8, lora)
         return dataclasses.replace(full, **{k: share * getattr(local, k) + (1.0 - share) * getattr(full, k)
                                             for k in ("block_f_s", "block_b_s", "attention_f_s", "attention_b_s")})
     if not arch.is_moe:
-        return _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8)
+        return _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, lora)
     frac = arch.moe_blocks / arch.n_layers
     moe_arch = dataclasses.replace(arch, dense_layers=0, moe_every=1)
-    moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8)
+    moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, lora)
     dense = moe if frac == 1.0 else _block_parts(
         dataclasses.replace(arch, experts=0, experts_per_token=0, expert_intermediate=0, shared_intermediate=0,
                             dense_layers=0, moe_every=1, router_bias=False, shared_gate=False),
-        tp, cp, micro_batch, seq_len, precision, gpu, fp8)
+        tp, cp, micro_batch, seq_len, precision, gpu, fp8, lora)
     e = 2.0 if precision in HALF_PRECISIONS else 4.0
     shape = moe_block_shape(arch, micro_batch * seq_len // (cp * tp), ep, e, imbalance)
     xt = moe_block_times(arch, shape, gpu, precision, None, fp8=fp8)
@@ -316,12 +338,13 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
         block_b_s=mix(moe.block_b_s + xt.experts_b_s, dense.block_b_s),
         block_act_bytes=mix(moe.block_act_bytes + moe_activation_bytes(arch, shape, e), dense.block_act_bytes),
         local_block_params=mix(moe_local, dense.local_block_params),
+        local_adapter_params=mix(moe.local_adapter_params, dense.local_adapter_params),
         moe_fraction=frac, local_expert_params=frac * local_expert_params(arch, ep),
         dispatch_bytes=shape.dispatch_bytes, experts_f_s=frac * xt.experts_f_s, experts_b_s=frac * xt.experts_b_s)
 
 
 def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str,
-                 gpu: str, fp8: Fp8Recipe | None = None) -> BlockParts:
+                 gpu: str, fp8: Fp8Recipe | None = None, lora: LoraSpec | None = None) -> BlockParts:
     """``BlockParts`` of ``arch``'s first block (a MoE block's routed experts left out)."""
     split = split_arch(arch, tp)
     tokens = seq_len // cp
@@ -333,6 +356,15 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
                                       fwd_flops_seq2=l.fwd_flops_seq2 * cp, bwd_flops_seq2=l.bwd_flops_seq2 * cp)
                   if layer_kind(l.type) == "attention" else l for l in prof.layers]
         prof = dataclasses.replace(prof, layers=layers)
+    adapters = 0.0
+    if lora is not None:
+        # Frozen Linears run no weight-gradient GEMM (Transformer Engine skips it for a weight
+        # without requires_grad); one adapter pair per fused projection (NeMo's LoRALinear wraps
+        # linear_qkv, linear_proj, linear_fc1, linear_fc2). The block's norm ahead of its first
+        # adapter runs no backward here (in the model, every block's but the first does: tens of
+        # microseconds).
+        prof, frozen = finetune_profile(prof, lora.job(), fused=True)
+        adapters = float(frozen.trainable_params)
     times = layer_times(prof, gpu, precision)
     fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8) if fp8 else (times.fwd_s, times.bwd_s)
     # Transformer Engine's fused attention (cuDNN) issues the GPU's full-rate tensor-core
@@ -378,7 +410,8 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
     embed = arch.vocab * arch.hidden / tp + (arch.max_seq_len * arch.hidden if arch.position == "learned" else 0)
     head = 0.0 if arch.tied_embeddings else arch.vocab * arch.hidden / tp
     return BlockParts(bf, bb, af, ab, ff, fb, lf, lb, act, hidden_bytes / tp, first_act, last_act,
-                      block_params(split), embed, head + arch.hidden, split.kv_width)
+                      block_params(split) + adapters, embed, head + arch.hidden, split.kv_width,
+                      frozen_base=lora is not None, local_adapter_params=adapters)
 
 
 @functools.lru_cache(maxsize=32768)
@@ -430,7 +463,7 @@ def load_layout_params(path: str | None = None) -> LayoutParams:
 # ---- memory of one stage ------------------------------------------------------------------------
 def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes: float, in_flight: float,
                        extra_act_bytes: float = 0.0, dp_flavour: str = "zero1", expert_params: float = 0.0,
-                       expert_shard: int = 1) -> dict[str, float]:
+                       expert_shard: int = 1, trainable_params: float | None = None) -> dict[str, float]:
     """Bytes per GPU of one pipeline stage, by kind.
 
     Args:
@@ -444,6 +477,8 @@ def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes
         expert_params: Routed-expert parameters this GPU holds (its ``experts / ep`` of its
             stage's MoE blocks), counted in the weights, gradients and optimizer states.
         expert_shard: Ranks their optimizer states are sharded over (``tp x cp x dp / ep``).
+        trainable_params: Of ``stage_params``, those that train (LoRA: the adapters; the routed
+            experts frozen too); None: every one.
 
     Returns:
         ``weights`` (bf16), ``gradients`` (GRAD_BYTES buffers), ``optimizer_state`` (fp32
@@ -454,10 +489,13 @@ def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes
     acts = act_per_microbatch_bytes * in_flight + extra_act_bytes
     experts = expert_memory_bytes(expert_params, expert_shard, PARAM_BYTES, GRAD_BYTES, MASTER_BYTES + ADAM_STATE_BYTES,
                                   dp_flavour == "zero1")
+    trains = stage_params if trainable_params is None else trainable_params
+    if trainable_params is not None:  # frozen experts: weights only
+        experts = {"weights": experts["weights"], "gradients": 0.0, "optimizer_state": 0.0}
     return {
         "weights": stage_params * PARAM_BYTES + experts["weights"],
-        "gradients": stage_params * GRAD_BYTES + experts["gradients"],
-        "optimizer_state": stage_params * (MASTER_BYTES + ADAM_STATE_BYTES) / n + experts["optimizer_state"],
+        "gradients": trains * GRAD_BYTES + experts["gradients"],
+        "optimizer_state": trains * (MASTER_BYTES + ADAM_STATE_BYTES) / n + experts["optimizer_state"],
         "activations": acts,
         "fragmentation": FRAGMENTATION * acts,
         "workspace": WORKSPACE_BYTES,
@@ -538,14 +576,16 @@ def _group_ranks_per_node(gpus_per_node: int, stride: int, size: int, outer_stri
 def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, precision: str = "bf16",
                 checkpointing: str = "none", dp_flavour: str = "zero1", comm: CommModel | None = None,
                 quantile: float = 0.5, tp_overlap: bool = True, compute_factor: float | None = None,
-                imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None) -> LayoutPlan:
+                imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None,
+                lora: LoraSpec | None = None) -> LayoutPlan:
     """Predict one iteration of ``arch`` laid out as ``layout`` on ``cluster`` (module docstring).
 
     ``compute_factor`` scales the compute model's seconds (default: the fitted
     ``megatron_compute_factor`` of configs/perf/layouts.json); ``tp_overlap`` overlaps the
     tensor-parallel collectives with the GEMMs (NeMo's performance recipes: ``tp_comm_overlap``);
     ``imbalance`` is a mixture of experts' routing imbalance (srift/simulate/moe.py); ``fp8`` runs
-    the blocks' GEMMs in FP8 under that recipe (srift/perf/fp8.py; ``precision`` stays bf16).
+    the blocks' GEMMs in FP8 under that recipe (srift/perf/fp8.py; ``precision`` stays bf16);
+    ``lora`` fine-tunes LoRA adapters over the frozen base (``BlockParts.frozen_base``).
 
     Raises:
         SriftError: when the layout does not use the cluster's GPUs or cannot split the model.
@@ -565,7 +605,7 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
                          "choose another --layout, or --layout auto.")
     gpu = cluster.node_groups[0].gpu
     parts = scaled_parts(block_parts(arch, layout.tp, layout.cp, layout.micro_batch, seq_len, precision, gpu,
-                                     layout.ep, imbalance, fp8),
+                                     layout.ep, imbalance, fp8, lora),
                          load_layout_params().megatron_compute_factor if compute_factor is None else compute_factor)
     return _plan(arch, cluster, layout, seq_len, precision, checkpointing, dp_flavour, comm, quantile, gpu, parts,
                  tp_overlap)
@@ -687,13 +727,12 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     idle_slots = (p - 1) / v
     bubble = idle_slots * slot
     # ---- data parallelism after the flush ----
-    stage_params = (n_slow * parts.local_block_params + (parts.local_embed_params if slow == 0 else 0.0)
-                    + (parts.local_head_params if slow == p - 1 else 0.0))
+    stage_params = parts.trainable(n_slow, slow == 0, slow == p - 1)  # what reduces its gradients and steps
     dp_group = c * d
     dp_exposed = dp_hidden = 0.0
     # Routed experts reduce their gradients over the expert data-parallel group instead
     # (tp x cp x dp / ep ranks; ep innermost, so g / ep of them share a node).
-    expert_params = n_slow * parts.local_expert_params
+    expert_params = n_slow * parts.trainable_expert_params
     edp = t * c * d // layout.ep
     groups = []
     if dp_group > 1:
@@ -831,7 +870,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
                    request: LayoutRequest = LayoutRequest(), dp_flavour: str = "zero1",
                    checkpointing: tuple[str, ...] = ("none", "full"), comm: CommModel | None = None,
                    compute_factor: float | None = None, tp_overlap: bool = True,
-                   imbalance: float = BALANCED_ROUTING) -> LayoutSearch:
+                   imbalance: float = BALANCED_ROUTING, lora: LoraSpec | None = None) -> LayoutSearch:
     """The fastest layout of ``arch`` on ``cluster`` that fits (``request`` fixes any degree).
 
     Every candidate gets a lower bound on its time (the slowest stage's compute, recomputation
@@ -849,10 +888,12 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     degrees = _degrees(arch, cluster.gpus, g, seq_len, global_batch, request, SEARCH_MICRO_BATCHES)
     # Whatever the layout, each parameter's 16 bytes (bf16 weight and gradient, fp32 master and
     # Adam moments) are spread over at most all the GPUs: below that nothing fits.
-    hopeless = params_count(arch) * (PARAM_BYTES + GRAD_BYTES + MASTER_BYTES + ADAM_STATE_BYTES) / cluster.gpus > cap
+    # (LoRA: the frozen weights' 2 bytes.)
+    per_param = PARAM_BYTES if lora is not None else PARAM_BYTES + GRAD_BYTES + MASTER_BYTES + ADAM_STATE_BYTES
+    hopeless = params_count(arch) * per_param / cluster.gpus > cap
     if hopeless or not degrees:
         return LayoutSearch(None, _most_sharded(arch, cluster, degrees, seq_len, precision, checkpointing[-1], dp_flavour,
-                                                comm, gpu, factor, tp_overlap, imbalance), len(degrees), len(degrees), 0)
+                                                comm, gpu, factor, tp_overlap, imbalance, lora), len(degrees), len(degrees), 0)
     parts_of: dict[tuple[int, int, int, int], BlockParts] = {}
     slot_of: dict[tuple[int, int, int, int], tuple[float, float]] = {}
     e = PARAM_BYTES if precision in HALF_PRECISIONS else 4.0
@@ -862,8 +903,8 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
         key = (t, c, mb, ep)
         parts = parts_of.get(key)
         if parts is None:
-            parts = parts_of[key] = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, imbalance),
-                                                 factor)
+            parts = parts_of[key] = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, imbalance,
+                                                             lora=lora), factor)
             bc = block_comm(arch, comm, t, c, mb, seq_len, e, parts, 0.5, tp_overlap)
             a2a = (4.0 * parts.moe_fraction * float(comm.subgroup(ep, min(ep, g)).all_to_all_time_s(parts.dispatch_bytes))
                    if ep > 1 else 0.0)
@@ -893,13 +934,14 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
         if best is None or plan.iteration_s < best.iteration_s:
             best = plan
     smallest = None if best is not None else _most_sharded(arch, cluster, degrees, seq_len, precision, checkpointing[-1],
-                                                            dp_flavour, comm, gpu, factor, tp_overlap, imbalance)
+                                                            dp_flavour, comm, gpu, factor, tp_overlap, imbalance, lora)
     return LayoutSearch(best, smallest, len(degrees), rejected, simulated)
 
 
 def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: list[Degrees],
                   seq_len: int, precision: str, checkpointing: str, dp_flavour: str, comm: CommModel, gpu: str,
-                  factor: float, tp_overlap: bool, imbalance: float = BALANCED_ROUTING) -> LayoutPlan | None:
+                  factor: float, tp_overlap: bool, imbalance: float = BALANCED_ROUTING,
+                  lora: LoraSpec | None = None) -> LayoutPlan | None:
     """When nothing fits: the plan that needs the least memory among the most model-parallel
     layouts of the smallest micro-batch (what comes closest, for the error)."""
     if not degrees:
@@ -911,7 +953,7 @@ def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: list[Degrees],
         t, p, c, d, mb, m, v, ep = r
         if t * p * c != top or mb != mb_min:
             continue
-        parts = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, imbalance), factor)
+        parts = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, imbalance, lora=lora), factor)
         mem = _peak_memory_of(arch, p, v, m, c * d, parts, checkpointing, dp_flavour, t * c * d // ep)
         if best is None or mem < best[0]:
             best = (mem, r, parts)
@@ -935,8 +977,9 @@ def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts
                     dp_flavour: str, expert_shard: int = 1) -> float:
     """``_peak_memory`` of ``p`` stages, ``v`` virtual stages (1: 1F1B), ``m`` micro-batches and
     optimizer states over ``shard`` (CP x DP) ranks (routed experts': ``expert_shard``)."""
-    per_param = PARAM_BYTES + GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / (shard if dp_flavour == "zero1" else 1)
-    per_expert = PARAM_BYTES + GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / (expert_shard if dp_flavour == "zero1" else 1)
+    per_param = GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / (shard if dp_flavour == "zero1" else 1)  # per trained one
+    per_expert = PARAM_BYTES + (0.0 if parts.frozen_base else
+                                GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / (expert_shard if dp_flavour == "zero1" else 1))
     layers = stage_layers(arch.n_layers, p)
     full = checkpointing == "full"
     peak = 0.0
@@ -947,7 +990,8 @@ def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts
         acts = per_mb * flight + (parts.block_act_bytes if full else 0.0) + (parts.last_act_bytes if i == p - 1 else 0.0)
         params_i = (n * parts.local_block_params + (parts.local_embed_params if i == 0 else 0.0)
                     + (parts.local_head_params if i == p - 1 else 0.0))
-        peak = max(peak, params_i * per_param + n * parts.local_expert_params * per_expert
+        peak = max(peak, params_i * PARAM_BYTES + parts.trainable(n, i == 0, i == p - 1) * per_param
+                   + n * parts.local_expert_params * per_expert
                    + acts * (1.0 + FRAGMENTATION) + WORKSPACE_BYTES)
     return peak
 
@@ -975,5 +1019,6 @@ def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkp
         params_i = (n * parts.local_block_params + (parts.local_embed_params if i == 0 else 0.0)
                     + (parts.local_head_params if i == p - 1 else 0.0))
         out.append(stage_memory_bytes(params_i, shard, per_mb, flight, extra, dp_flavour, n * parts.local_expert_params,
-                                      layout.tp * layout.cp * layout.dp // layout.ep))
+                                      layout.tp * layout.cp * layout.dp // layout.ep,
+                                      parts.trainable(n, i == 0, i == p - 1) if parts.frozen_base else None))
     return out
