@@ -63,6 +63,21 @@ from srift.simulate.sharded import unit_layout
 NF4_BLOCK = 64
 NF4_DQ_BLOCK = 256
 NF4_BYTES_PER_PARAM = 0.5 + 1.0 / NF4_BLOCK + 4.0 / (NF4_BLOCK * NF4_DQ_BLOCK)
+# Tensor passes of an adapter pair over its d_in-wide input and its d_out-wide output, counted from
+# the code both frameworks run, ``base(x) + lora_B(lora_A(x)) * scaling`` (Hugging Face PEFT's
+# ``lora.Linear.forward``; NeMo 2.1's ``LoRALinear`` + ``ParallelLinearAdapter.forward``, whose
+# ``x * (alpha / dim)`` is the scaling), without dropout (NeMo's default; PEFT's is none):
+# forward, lora_A reads x (1); lora_B writes its output (1), the scaling reads and writes it (2), the
+# sum reads it and the base output and writes the result (3) = 6. Backward, the scaling reads the
+# output gradient and writes it scaled (2), lora_B's input- and weight-gradient GEMMs each read it
+# (2) = 4; lora_A's input-gradient GEMM writes dx (1), its weight-gradient GEMM reads x (1), and
+# autograd adds dx to the base layer's input gradient (2 reads, 1 write: 3) = 5. Each kernel on its
+# own: neither framework fuses them (eager PyTorch; Megatron-Core runs the adapter as two
+# Linear modules and two element-wise ops).
+ADAPTER_IN_PASSES_FWD = 1.0
+ADAPTER_IN_PASSES_BWD = 5.0
+ADAPTER_OUT_PASSES_FWD = 6.0
+ADAPTER_OUT_PASSES_BWD = 4.0
 # Without double quantization (bitsandbytes' compress_statistics=False: Lightning's and LitGPT's
 # ``nf4``): one fp32 absmax per block of 64 weights.
 NF4_NO_DQ_BYTES_PER_PARAM = 0.5 + 4.0 / NF4_BLOCK
@@ -218,16 +233,20 @@ def _adapters(layer: LayerProfile, rank: int, d_out_total: int | None = None) ->
     e = layer.activation_bytes / (t * d_layer) if t > 0 else 2.0  # the base output's element size
     grad_per_param = layer.grad_bytes / layer.params if layer.params else 4.0
     out = []
-    for part, a, b, in_w, out_bytes, kept in (("lora_A", d_in, rank, d_in, t * rank * e, t * rank * e),
-                                              # B's output is added to the base output: read + write it once more
-                                              ("lora_B", rank, d_out, rank, 3.0 * t * d_out * e, 0.0)):
+    wide_in, wide_out, narrow = t * d_in * e, t * d_out * e, t * rank * e
+    # (name, d_in, d_out, forward bytes, backward bytes, kept): ADAPTER_PASSES' tensor passes, plus
+    # the r-wide tensor each GEMM writes or reads.
+    for part, a, b, fwd_io, bwd_io, kept in (
+            ("lora_A", d_in, rank, ADAPTER_IN_PASSES_FWD * wide_in + narrow, ADAPTER_IN_PASSES_BWD * wide_in + 2.0 * narrow,
+             narrow),
+            ("lora_B", rank, d_out, ADAPTER_OUT_PASSES_FWD * wide_out + narrow,
+             ADAPTER_OUT_PASSES_BWD * wide_out + 2.0 * narrow, 0.0)):
         params = a * b
         grad = grad_per_param * params
-        io = t * in_w * e + out_bytes
         fwd = 2.0 * t * a * b
         out.append(LayerProfile(
             name=f"{layer.name}.{part}", type="Linear", params=params, grad_bytes=int(round(grad)),
-            fwd_flops=fwd, bwd_flops=2.0 * fwd, fwd_bytes=io + grad, bwd_bytes=2.0 * io + 2.0 * grad,
+            fwd_flops=fwd, bwd_flops=2.0 * fwd, fwd_bytes=fwd_io + grad, bwd_bytes=bwd_io + 2.0 * grad,
             activation_bytes=kept, kfac_a_dim=a, kfac_g_dim=b, kfac_spatial=layer.kfac_spatial, unit=layer.unit))
     return out
 
