@@ -257,11 +257,21 @@ def predict_row(r) -> Prediction:  # r: a namedtuple or Series of COLUMNS
                      arch=arch).predict(row_cluster(r.gpu, int(r.gpus)))
 
 
-def held_out_tokens_per_s(r) -> float:
-    """Tokens/s per GPU of a NeMo (layout) row with the source held out: the layout model's one fitted
-    figure, ``megatron_compute_factor``, comes from the same repository's pre-training tables
-    (data/llm-parallel-layouts), so held out it is 1 (the compute model as it is), as the layout
-    group's leave-one-source-out has it. Other rows: NaN (nothing of their sources is fitted)."""
+@functools.lru_cache(maxsize=8)
+def held_out_factor(data: Path, source: str) -> float:
+    """``megatron_compute_factor`` refitted on data/llm-parallel-layouts without ``source``'s rows
+    (srift/fitting/layouts.py ``fit_factor``, as the layout group's leave-one-source-out does it)."""
+    from srift.fitting import layouts as lf
+
+    rows, _ = lf.load_rows(data)
+    return lf.fit_factor(rows[rows["source_slug"] != source])
+
+
+def held_out_tokens_per_s(r, data: Path) -> float:
+    """Tokens/s per GPU of a NeMo (layout) row with its source held out: the layout model's one
+    fitted figure, ``megatron_compute_factor``, is fitted on pre-training tables of the same
+    repository (data/llm-parallel-layouts' ``dgxc-benchmarking-h100``), so here it is refitted
+    without them (``held_out_factor``). Other rows: NaN (nothing of their sources is fitted)."""
     if not isinstance(r.layout, str):
         return float("nan")
     pred = predict_row(r)
@@ -270,7 +280,8 @@ def held_out_tokens_per_s(r) -> float:
                     int(lay["grad_accum"]), str(lay["schedule"]), int(lay.get("ep", 1)))
     lora = LoraSpec(int(r.lora_rank), str(r.lora_targets)) if r.finetune == "lora" else None
     plan = plan_layout(_arch(r.model, None), row_cluster(r.gpu, int(r.gpus)), layout, int(r.seq_len), "bf16",
-                       pred.activation_checkpointing or "none", pred.parallelism or "zero1", compute_factor=1.0, lora=lora)
+                       pred.activation_checkpointing or "none", pred.parallelism or "zero1",
+                       compute_factor=held_out_factor(Path(data), str(r.source)), lora=lora)
     return plan.tokens_per_s / int(r.gpus)
 
 
