@@ -15,7 +15,8 @@ How a row becomes a job (the source's setting where it states one, srift's defau
 - mode: ``sft_full_finetune`` -> ``full``, ``lora_finetune`` -> ``lora``, ``qlora_finetune`` ->
   ``qlora``; LoRA's rank and targets as the row's notes state them (LitGPT: r=32 on query and value,
   ``qv``; Hugging Face PEFT: r=8 on q,k,v,o,gate,up,down, ``all-linear``); NeMo's rows state none:
-  srift's defaults (rank 16, all-linear);
+  their recipe's (``NEMO_LORA``: rank 8 for 8B, 16 for 70B, on ``linear_qkv`` -> ``qkv``, read in
+  nemo_toolkit 2.1.0's recipes under the performance mode the rows' layouts show);
 - precision ``bf16`` (LitGPT's ``bf16-true``, the NeMo and PEFT rows' BF16); FP8 rows are left out
   (srift has no FP8 precision);
 - batch: ``micro_batch`` sequences per GPU, ``global_batch / (micro_batch x data-parallel GPUs)``
@@ -28,11 +29,11 @@ How a row becomes a job (the source's setting where it states one, srift's defau
   (cost / runtime), is the 4xA10G machine's (the 1xA10G rows: 1.6-1.9 $/h); and LitGPT's
   ``finetune/full.py`` runs FSDP with each Block checkpointed when ``devices`` > 1, which is how the
   row is priced (``fsdp``, ``full``). An inference from the source's own figures, stated as such;
-- parallelism: one GPU ``ddp``; LitGPT on 4 GPUs ``fsdp``; NeMo's data-parallel rows ``zero2`` (Megatron's distributed
-  optimizer shards the optimizer states and fp32 master weights over the data-parallel GPUs, as
-  ZeRO-1 does; srift's nearest is ZeRO-2, which shards the gradients too); Hugging Face PEFT +
-  FSDP ``fsdp``; NeMo rows with tensor or pipeline parallelism are left out (layouts are another
-  issue);
+- parallelism: one GPU ``ddp``; LitGPT on 4 GPUs ``fsdp``; Hugging Face PEFT + FSDP ``fsdp``; NeMo
+  rows through the layout model (srift/simulate/layouts.py: Megatron-Core, Transformer Engine) with
+  their printed TP/PP/VP (``--layout``; DP the rest), Megatron's distributed optimizer (``zero1``) for
+  SFT and DDP for LoRA (the recipes set ``use_distributed_optimizer = False`` with LoRA): the path
+  the same repository's pre-training tables are validated on (data/llm-parallel-layouts);
 - checkpointing: as stated (PEFT: ``gradient_checkpointing True`` -> ``full``; LitGPT's scripts
   checkpoint each Block under FSDP only -> ``full`` on 4 GPUs, ``none`` on one); NeMo's "not
   stated" -> ``auto`` (the least recompute that fits);
@@ -44,7 +45,9 @@ How a row becomes a job (the source's setting where it states one, srift's defau
 
 Measured figures: ``peak_memory_gb`` (LitGPT prints ``torch.cuda.max_memory_allocated() / 1e9``:
 compared with srift's allocated bytes, without the allocator's slack and the CUDA context);
-``step_time_s`` and ``samples_per_s_total`` as tokens/s per GPU. LitGPT's ``train_runtime_min``
+``step_time_s`` and ``samples_per_s_total`` as tokens/s per GPU, the former a steady state (NeMo:
+the mean of the last 20 steps), the latter a whole run's mean with its warm-up (Hugging Face
+Trainer's ``train_samples_per_second`` over 30 or 100 steps: ``steady`` False, kept aside). LitGPT's ``train_runtime_min``
 is not compared: its Alpaca samples are shorter than 512 tokens by an amount the table does not
 give, and the runtime includes validation.
 """

@@ -11,12 +11,16 @@ the optimizer model price it as they price any job:
   Each targeted Linear gets two adapter leaves after it, ``lora_A`` (d_in -> r) and ``lora_B``
   (r -> d_out, its output added to the base output), as PEFT names them. They are ordinary
   Linear leaves with their own FLOPs and bytes, so the compute model prices them at its own rate:
-  with r = 16 they are memory-bound (they read and write activations of width d for 2 r d FLOPs
-  per token), which is their poor efficiency. ``lora_A`` keeps its r-wide output for ``lora_B``'s
-  weight gradient. Targets (``lora_targets``): ``qv`` (query and value projections: PEFT's
-  default for Llama and Mistral, LitGPT's), ``attention`` (q, k, v, o) or ``all-linear`` (every
-  Linear of a block: PEFT's ``all-linear``, which leaves the output head out). LoRA's dropout
-  on the adapters' input is not counted (PEFT's default is none).
+  with r = 16 they are memory-bound (2 r FLOPs per element of width d moved), which is their poor
+  efficiency; their bytes are the tensor passes counted from the frameworks' code
+  (``ADAPTER_*_PASSES``: the scaling and the sum with the base output are kernels of their own).
+  ``lora_A`` keeps its r-wide output for ``lora_B``'s weight gradient. Targets (``lora_targets``):
+  ``qv`` (query and value projections: PEFT's default for Llama and Mistral, LitGPT's), ``qkv``
+  (query, key and value: NeMo's performance recipes' ``linear_qkv``), ``attention`` (q, k, v, o)
+  or ``all-linear`` (every Linear of a block: PEFT's ``all-linear``, which leaves the output head
+  out). ``fused`` (Megatron-Core, srift/simulate/layouts.py): Linears that read one input are one
+  GEMM there (``linear_qkv``, ``linear_fc1``) and take one adapter pair. LoRA's dropout on the
+  adapters' input is not counted (PEFT's default is none, NeMo's 0).
 - ``qlora`` (Dettmers et al. 2023): LoRA over base weights stored in NF4. Every frozen Linear of
   a block (bitsandbytes quantizes ``nn.Linear`` modules; embeddings, norms and the head stay in
   the compute dtype, as Hugging Face's ``llm_int8_skip_modules`` default keeps ``lm_head``;
