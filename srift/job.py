@@ -70,6 +70,12 @@ SHARDED_PARALLELISMS: tuple[Parallelism, ...] = ("zero2", "fsdp", "hsdp")
 # that fits.
 Checkpointing = Literal["none", "selective", "full"]
 CHECKPOINTING: tuple[Checkpointing, ...] = get_args(Checkpointing)
+# Megatron-Core's selective recompute modules (``TransformerConfig.recompute_modules``) that a
+# layout's ``selective`` policy recomputes (srift/simulate/recompute.py); Megatron's default is
+# the attention core alone.
+RecomputeModule = Literal["core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act", "shared_experts"]
+RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = get_args(RecomputeModule)
+DEFAULT_RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = ("core_attn",)
 Auto = Literal["auto"]
 AUTO: Auto = "auto"
 # The dtype gradients are reduce-scattered (all-reduced) in: FSDP MixedPrecision's reduce_dtype.

@@ -60,13 +60,16 @@ from srift.errors import SriftError
 from srift.files import configs_dir, read_json
 from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
-from srift.job import HALF_PRECISIONS, LAYOUT_PARALLELISMS, PIPELINE_SCHEDULES, LayoutRequest
-from srift.perf.fp8 import Fp8Recipe, fp8_times
+from srift.job import (DEFAULT_RECOMPUTE_MODULES, HALF_PRECISIONS, LAYOUT_PARALLELISMS, PIPELINE_SCHEDULES, LayoutRequest,
+                       RecomputeModule)
+from srift.perf.fp8 import Fp8Recipe, fp8_saved_bytes, fp8_times
 from srift.perf.compute import kernel_rates, layer_kind, layer_times, load_params as load_compute_params, mma_rate_flops
 from srift.simulate.memory import FRAGMENTATION, LOSS_FP32_BYTES, MASTER_BYTES, USABLE_FRACTION, WORKSPACE_BYTES, fits
-from srift.simulate.moe import (BALANCED_ROUTING, check_ep, expert_memory_bytes, local_expert_params, moe_activation_bytes,
-                                moe_block_shape, moe_block_times)
-from srift.zoo.llm import EXPERTS_PREFIX, DecoderArch, block_params, decoder_profile, dense_mlp_params, params_count
+from srift.simulate.moe import (BALANCED_ROUTING, check_ep, expert_memory_bytes, local_expert_params, moe_act_bytes,
+                                moe_activation_bytes, moe_block_shape, moe_block_times)
+from srift.simulate.recompute import check_modules, leaf_module, module_figures
+from srift.zoo.llm import (EXPERTS_PREFIX, LSE_BYTES, DecoderArch, block_params, decoder_profile, dense_mlp_params,
+                           params_count)
 
 SCHEDULES = PIPELINE_SCHEDULES
 DP_FLAVOURS = LAYOUT_PARALLELISMS
@@ -238,6 +241,9 @@ class BlockParts:
         local_expert_params: Routed-expert parameters of one (average) block on this rank.
         dispatch_bytes: One MoE block's all-to-all send buffer per rank (srift/simulate/moe.py).
         experts_f_s, experts_b_s: Of ``block_f_s``/``block_b_s``, the routed experts' grouped GEMMs.
+        selective_saved_bytes: Of ``block_act_bytes``, what the ``selective`` policy's recompute
+            modules drop (srift/simulate/recompute.py).
+        selective_f_s: The forward seconds they run again in backward.
     """
 
     block_f_s: float
@@ -261,6 +267,8 @@ class BlockParts:
     dispatch_bytes: float = 0.0
     experts_f_s: float = 0.0
     experts_b_s: float = 0.0
+    selective_saved_bytes: float = 0.0
+    selective_f_s: float = 0.0
 
 
 def split_arch(arch: DecoderArch, tp: int) -> DecoderArch:
@@ -276,32 +284,38 @@ def split_arch(arch: DecoderArch, tp: int) -> DecoderArch:
 # 100 splits): a smaller LRU cache cycled through would miss on every call.
 @functools.lru_cache(maxsize=32768)
 def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str, gpu: str,
-                ep: int = 1, imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None) -> BlockParts:
+                ep: int = 1, imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None,
+                recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES) -> BlockParts:
     """``BlockParts`` from the compute model on the split shapes (cached).
 
     A mixture of experts (``ep`` expert-parallel ranks, routing ``imbalance``: srift/simulate/moe.py)
     averages a dense block and a MoE block by ``moe_fraction``; the MoE block's routed experts are
     timed at the per-expert row count, not as the profile's aggregate GEMMs. Blocks with a
     sliding attention window (GPT-OSS) are averaged with the full-attention ones likewise. ``fp8``:
-    the blocks' GEMMs in FP8 under that Transformer Engine recipe (srift/perf/fp8.py)."""
+    the blocks' GEMMs in FP8 under that Transformer Engine recipe (srift/perf/fp8.py), which also
+    keeps the inputs of the GEMMs after an activation in FP8; ``recompute_modules``: what the
+    ``selective`` policy recomputes (srift/simulate/recompute.py)."""
+    modules = check_modules(recompute_modules)
     if arch.sliding_window and 0 < arch.sliding_blocks < arch.n_layers:
         share = arch.sliding_blocks / arch.n_layers
         local = block_parts(dataclasses.replace(arch, sliding_every=1), tp, cp, micro_batch, seq_len, precision, gpu,
-                            ep, imbalance, fp8)
+                            ep, imbalance, fp8, modules)
         full = block_parts(dataclasses.replace(arch, sliding_window=0), tp, cp, micro_batch, seq_len, precision, gpu,
-                           ep, imbalance, fp8)
+                           ep, imbalance, fp8, modules)
         return dataclasses.replace(full, **{k: share * getattr(local, k) + (1.0 - share) * getattr(full, k)
-                                            for k in ("block_f_s", "block_b_s", "attention_f_s", "attention_b_s")})
+                                            for k in ("block_f_s", "block_b_s", "attention_f_s", "attention_b_s",
+                                                      "selective_f_s")})
     if not arch.is_moe:
-        return _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8)
+        return _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules)
     frac = arch.moe_blocks / arch.n_layers
     moe_arch = dataclasses.replace(arch, dense_layers=0, moe_every=1)
-    moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8)
+    moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules)
     dense = moe if frac == 1.0 else _block_parts(
         dataclasses.replace(arch, experts=0, experts_per_token=0, expert_intermediate=0, shared_intermediate=0,
                             dense_layers=0, moe_every=1, router_bias=False, shared_gate=False),
-        tp, cp, micro_batch, seq_len, precision, gpu, fp8)
+        tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules)
     e = 2.0 if precision in HALF_PRECISIONS else 4.0
+    kept_e = fp8_saved_bytes(fp8) if fp8 else e
     shape = moe_block_shape(arch, micro_batch * seq_len // (cp * tp), ep, e, imbalance)
     xt = moe_block_times(arch, shape, gpu, precision, None, fp8=fp8)
     # The MoE block's non-expert parameters on this rank: its profile's, less every routed expert.
@@ -314,14 +328,18 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
         moe,
         block_f_s=mix(moe.block_f_s + xt.experts_f_s, dense.block_f_s),
         block_b_s=mix(moe.block_b_s + xt.experts_b_s, dense.block_b_s),
-        block_act_bytes=mix(moe.block_act_bytes + moe_activation_bytes(arch, shape, e), dense.block_act_bytes),
+        block_act_bytes=mix(moe.block_act_bytes + moe_activation_bytes(arch, shape, e, kept_e), dense.block_act_bytes),
+        selective_saved_bytes=mix(moe.selective_saved_bytes + (moe_act_bytes(arch, shape, kept_e) if "moe_act" in modules
+                                                               else 0.0), dense.selective_saved_bytes),
+        selective_f_s=mix(moe.selective_f_s + (xt.act_f_s if "moe_act" in modules else 0.0), dense.selective_f_s),
         local_block_params=mix(moe_local, dense.local_block_params),
         moe_fraction=frac, local_expert_params=frac * local_expert_params(arch, ep),
         dispatch_bytes=shape.dispatch_bytes, experts_f_s=frac * xt.experts_f_s, experts_b_s=frac * xt.experts_b_s)
 
 
 def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str,
-                 gpu: str, fp8: Fp8Recipe | None = None) -> BlockParts:
+                 gpu: str, fp8: Fp8Recipe | None = None,
+                 modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES) -> BlockParts:
     """``BlockParts`` of ``arch``'s first block (a MoE block's routed experts left out)."""
     split = split_arch(arch, tp)
     tokens = seq_len // cp
@@ -344,6 +362,7 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
     hidden_bytes = micro_batch * tokens * arch.hidden * e
     bf = bb = af = ab = ff = fb = lf = lb = 0.0
     act = first_act = last_act = 0.0
+    leaves = []  # (recompute module, bytes kept, forward seconds) of the block's leaves
     seen_block = False
     for i, layer in enumerate(prof.layers):
         if EXPERTS_PREFIX in layer.name:  # timed per expert by block_parts
@@ -362,10 +381,14 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
             # the matmuls whose output width, ``kfac_g_dim``, is the model's).
             if kind == "norm" or (kind == "matmul" and layer.kfac_g_dim == arch.hidden):
                 out /= tp
+            if fp8 and kind == "elementwise":
+                out *= fp8_saved_bytes(fp8) / e  # the next GEMM's FP8 copy of its input is what stays
             # Megatron's fused SwiGLU keeps the gate and up outputs and the product the down
             # projection reads (the activation's own output is recomputed): the elementwise
             # layer's output stands for the product.
             act += out
+            module = leaf_module(layer.name[len(layer.unit) + 1:], kind)
+            leaves.append((module, micro_batch * tokens * split.heads * LSE_BYTES if module == "core_attn" else out, f))
         elif not seen_block:
             ff, fb = ff + f, fb + b
             first_act += layer.activation_bytes / tp if kind == "embedding" else 0.0
@@ -377,8 +400,11 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
     last_act += micro_batch * tokens * split.vocab * LOSS_FP32_BYTES
     embed = arch.vocab * arch.hidden / tp + (arch.max_seq_len * arch.hidden if arch.position == "learned" else 0)
     head = 0.0 if arch.tied_embeddings else arch.vocab * arch.hidden / tp
+    figures = module_figures(leaves)
     return BlockParts(bf, bb, af, ab, ff, fb, lf, lb, act, hidden_bytes / tp, first_act, last_act,
-                      block_params(split), embed, head + arch.hidden, split.kv_width)
+                      block_params(split), embed, head + arch.hidden, split.kv_width,
+                      selective_saved_bytes=sum(figures.get(m, (0.0, 0.0))[0] for m in modules),
+                      selective_f_s=sum(figures.get(m, (0.0, 0.0))[1] for m in modules))
 
 
 @functools.lru_cache(maxsize=32768)
@@ -390,7 +416,7 @@ def scaled_parts(parts: BlockParts, factor: float) -> BlockParts:
 
 
 _SECONDS = ("block_f_s", "block_b_s", "attention_f_s", "attention_b_s", "first_f_s", "first_b_s", "last_f_s", "last_b_s",
-            "experts_f_s", "experts_b_s")
+            "experts_f_s", "experts_b_s", "selective_f_s")
 
 
 @dataclass(frozen=True)
@@ -538,14 +564,16 @@ def _group_ranks_per_node(gpus_per_node: int, stride: int, size: int, outer_stri
 def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, precision: str = "bf16",
                 checkpointing: str = "none", dp_flavour: str = "zero1", comm: CommModel | None = None,
                 quantile: float = 0.5, tp_overlap: bool = True, compute_factor: float | None = None,
-                imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None) -> LayoutPlan:
+                imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None,
+                recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES) -> LayoutPlan:
     """Predict one iteration of ``arch`` laid out as ``layout`` on ``cluster`` (module docstring).
 
     ``compute_factor`` scales the compute model's seconds (default: the fitted
     ``megatron_compute_factor`` of configs/perf/layouts.json); ``tp_overlap`` overlaps the
     tensor-parallel collectives with the GEMMs (NeMo's performance recipes: ``tp_comm_overlap``);
     ``imbalance`` is a mixture of experts' routing imbalance (srift/simulate/moe.py); ``fp8`` runs
-    the blocks' GEMMs in FP8 under that recipe (srift/perf/fp8.py; ``precision`` stays bf16).
+    the blocks' GEMMs in FP8 under that recipe (srift/perf/fp8.py; ``precision`` stays bf16);
+    ``recompute_modules``: what ``selective`` checkpointing recomputes (srift/simulate/recompute.py).
 
     Raises:
         SriftError: when the layout does not use the cluster's GPUs or cannot split the model.
@@ -565,7 +593,7 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
                          "choose another --layout, or --layout auto.")
     gpu = cluster.node_groups[0].gpu
     parts = scaled_parts(block_parts(arch, layout.tp, layout.cp, layout.micro_batch, seq_len, precision, gpu,
-                                     layout.ep, imbalance, fp8),
+                                     layout.ep, imbalance, fp8, recompute_modules),
                          load_layout_params().megatron_compute_factor if compute_factor is None else compute_factor)
     return _plan(arch, cluster, layout, seq_len, precision, checkpointing, dp_flavour, comm, quantile, gpu, parts,
                  tp_overlap)
@@ -651,7 +679,7 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     bc = block_comm(arch, comm, t, c, layout.micro_batch, seq_len, e, parts, quantile, tp_overlap)
     tp_f, tp_b_exposed, tp_b_hidden, tp_end = bc.tp_f_s, bc.tp_b_s, bc.tp_hidden_s, bc.tp_end_s
     cp_f, cp_b, cp_hidden, step_f, step_b = bc.cp_f_s, bc.cp_b_s, bc.cp_hidden_s, bc.cp_step_f_s, bc.cp_step_b_s
-    recompute = parts.block_f_s if checkpointing == "full" else (parts.attention_f_s if checkpointing == "selective" else 0.0)
+    recompute = parts.block_f_s if checkpointing == "full" else (parts.selective_f_s if checkpointing == "selective" else 0.0)
     # Expert parallelism: dispatch and combine all-to-alls in the EP group (innermost: up to a
     # node's GPUs over NVLink), exposed, per (average) block: srift/simulate/moe.py.
     ep_f = ep_b = 0.0
@@ -942,7 +970,7 @@ def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts
     peak = 0.0
     for i in {0, min(1, p - 1), p - 1}:  # the arithmetic of _stage_memories, without the dicts
         n = layers[i]
-        per_mb = n * (parts.block_input_bytes if full else parts.block_act_bytes) + (parts.first_act_bytes if i == 0 else 0.0)
+        per_mb = n * _kept_block_bytes(parts, checkpointing) + (parts.first_act_bytes if i == 0 else 0.0)
         flight = min(float(m), p - i + (p - 1 - i) / v) if v > 1 and p > 1 else float(min(m, p - i))
         acts = per_mb * flight + (parts.block_act_bytes if full else 0.0) + (parts.last_act_bytes if i == p - 1 else 0.0)
         params_i = (n * parts.local_block_params + (parts.local_embed_params if i == 0 else 0.0)
@@ -950,6 +978,14 @@ def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts
         peak = max(peak, params_i * per_param + n * parts.local_expert_params * per_expert
                    + acts * (1.0 + FRAGMENTATION) + WORKSPACE_BYTES)
     return peak
+
+
+def _kept_block_bytes(parts: BlockParts, checkpointing: str) -> float:
+    """What one block keeps per micro-batch for backward under ``checkpointing``: its input (full),
+    its activations less the selective modules' (selective), or all of them."""
+    if checkpointing == "full":
+        return parts.block_input_bytes
+    return parts.block_act_bytes - (parts.selective_saved_bytes if checkpointing == "selective" else 0.0)
 
 
 def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkpointing: str,
@@ -961,10 +997,8 @@ def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkp
     layers = stage_layers(arch.n_layers, p)
     for i in (range(p) if stages is None else stages):
         n = layers[i]
-        if checkpointing == "full":
-            per_mb, once = n * parts.block_input_bytes, parts.block_act_bytes
-        else:
-            per_mb, once = n * parts.block_act_bytes, 0.0
+        per_mb = n * _kept_block_bytes(parts, checkpointing)
+        once = parts.block_act_bytes if checkpointing == "full" else 0.0
         if i == 0:
             per_mb += parts.first_act_bytes
         if layout.schedule == "interleaved" and p > 1 and v > 1:
