@@ -10,8 +10,9 @@ multiply out.
 
 How a row becomes a prediction: the layout as printed with EP (``interleaved`` when it prints
 VP > 1, else 1F1B), ``grad_accum = global / (micro x DP)``, the distributed optimizer, the
-least activation recomputation that fits (not stated; ``srift predict``'s rule: none, else full
-recompute), force-balanced
+activation recompute the benchmark recipe sets (``RECIPES``: Megatron-Bridge's performance
+recipes, recipe facts; the tables do not print it), else the least that fits (``LADDER``: none,
+then Megatron-Core's selective modules, then full recompute), force-balanced
 routing (``BALANCED_ROUTING``: the source's footnote), the compute factor as shipped
 (configs/perf/layouts.json, fitted on dense Llama/GPT/Nemotron runs of data/llm-parallel-layouts).
 No figure is fitted on these rows, so each prediction is already held out from its model and its
@@ -26,7 +27,9 @@ from pathlib import Path
 import pandas as pd
 
 from srift.cluster import Cluster, NodeGroup
+from srift.errors import SriftError
 from srift.fitting import megatron_rows
+from srift.job import RECOMPUTE_MODULES, RecomputeModule
 from srift.perf.fp8 import Fp8Recipe
 from srift.simulate.layouts import Layout, plan_layout
 from srift.simulate.moe import BALANCED_ROUTING
@@ -74,23 +77,53 @@ def row_layout(r) -> Layout:
                   "interleaved" if vp > 1 else "1f1b", int(r.ep))
 
 
-CHECKPOINTING = ("none", "full")  # srift predict's: the least recompute that fits
+Recompute = tuple[str, tuple[RecomputeModule, ...]]  # (checkpointing policy, selective modules)
+# Where the recipe is not known: the least recompute that fits, cheapest first (Megatron-Core's
+# selective modules in order of the work they run again, then every block again).
+LADDER: tuple[Recompute, ...] = (("none", ()), ("selective", ("layernorm", "moe_act")),
+                                 ("selective", ("layernorm", "moe_act", "mla_up_proj", "shared_experts", "mlp")),
+                                 ("full", ()))
+RECIPES = Path("recipes") / "megatron-bridge-recompute.csv"
+# The precision classes of the recipe table (data/moe-training/README.md) by the source's label.
+RECIPE_PRECISION = {"bf16": "bf16", "fp8": "fp8-cs", "fp8-cs": "fp8-cs", "fp8-mx": "fp8-mx", "mxfp8": "fp8-mx"}
+
+
+def load_recipes(data: Path) -> dict[tuple[str, str, str], Recompute]:
+    """``{(model, GPU, precision class): (policy, modules)}`` of the benchmark recipes' recompute.
+
+    Raises:
+        SriftError: for a module srift does not model.
+    """
+    out: dict[tuple[str, str, str], Recompute] = {}
+    for r in pd.read_csv(data / FOLDER / RECIPES, keep_default_na=False).itertuples():
+        modules = tuple(m for m in str(r.recompute_modules).split(";") if m)
+        bad = [m for m in modules if m not in RECOMPUTE_MODULES]
+        if bad:
+            raise SriftError(f"{data / FOLDER / RECIPES}: recompute module(s) {bad} not modelled.",
+                             f"use {', '.join(RECOMPUTE_MODULES)}.")
+        policy = "selective" if str(r.recompute_granularity) == "selective" and modules else "none"
+        out[(str(r.model), str(r.gpu), str(r.precision))] = (policy, tuple(m for m in RECOMPUTE_MODULES if m in modules))
+    return out
 
 
 @functools.lru_cache(maxsize=1024)
 def _predict(zoo: str, gpu: str, gpus: int, per_node: int, layout: Layout, seq_len: int,
-             fp8: Fp8Recipe | None) -> tuple[float, str]:
+             fp8: Fp8Recipe | None, recipe: Recompute | None) -> tuple[float, str]:
     plan = None
-    for policy in CHECKPOINTING:
+    for policy, modules in (recipe,) if recipe else LADDER:
         plan = plan_layout(llm_arch(zoo), dgx_cluster(gpu, gpus, per_node), layout, seq_len, "bf16", policy,
-                           imbalance=BALANCED_ROUTING, fp8=fp8)
+                           imbalance=BALANCED_ROUTING, fp8=fp8, recompute_modules=modules)
+        label = policy + (f" ({', '.join(modules)})" if modules else "") + ("" if recipe else ", least that fits")
         if plan.fits:
-            break
+            return plan.tokens_per_s / gpus, label
     assert plan is not None
-    return plan.tokens_per_s / gpus, plan.checkpointing if plan.fits else "does not fit"
+    return plan.tokens_per_s / gpus, label + ": does not fit"
 
 
-def predict_row(r) -> tuple[float, str]:
-    """(predicted tokens/s per GPU, the recompute policy that fits or "does not fit") of a row."""
+def predict_row(r, recipes: dict[tuple[str, str, str], Recompute]) -> tuple[float, str]:
+    """(predicted tokens/s per GPU, the recompute it ran with and whether srift's memory model fits
+    it) of a row: the recipe's recompute (``recipes``, ``load_recipes``) where known, else the least
+    that fits."""
+    recipe = recipes.get((str(r.model).split(" ")[0], str(r.gpu), RECIPE_PRECISION[str(r.precision).lower()]))
     return _predict(r.zoo, r.gpu, int(r.gpus_total), int(r.gpus_per_node), row_layout(r), int(r.seq_len),
-                    FP8_RECIPE_OF[str(r.precision).lower()])
+                    FP8_RECIPE_OF[str(r.precision).lower()], recipe)
