@@ -75,6 +75,11 @@ CHECKPOINTING: tuple[Checkpointing, ...] = get_args(Checkpointing)
 # the attention core alone.
 RecomputeModule = Literal["core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act", "shared_experts"]
 RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = get_args(RecomputeModule)
+# Megatron-Core's MoE token dispatchers (``moe_token_dispatcher_type``): ``alltoall`` sends each
+# routed row to its expert's rank; ``flex`` (DeepEP, HybridEP) sends a token once to each node
+# holding one of its experts and forwards it there over NVLink (srift/simulate/moe.py).
+MoeDispatcher = Literal["alltoall", "flex"]
+MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = get_args(MoeDispatcher)
 DEFAULT_RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = ("core_attn",)
 Auto = Literal["auto"]
 AUTO: Auto = "auto"

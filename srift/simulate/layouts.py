@@ -61,12 +61,12 @@ from srift.files import configs_dir, read_json
 from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
 from srift.job import (DEFAULT_RECOMPUTE_MODULES, HALF_PRECISIONS, LAYOUT_PARALLELISMS, PIPELINE_SCHEDULES, LayoutRequest,
-                       RecomputeModule)
+                       MoeDispatcher, RecomputeModule)
 from srift.perf.fp8 import Fp8Recipe, fp8_saved_bytes, fp8_times
 from srift.perf.compute import kernel_rates, layer_kind, layer_times, load_params as load_compute_params, mma_rate_flops
 from srift.simulate.memory import FRAGMENTATION, LOSS_FP32_BYTES, MASTER_BYTES, USABLE_FRACTION, WORKSPACE_BYTES, fits
-from srift.simulate.moe import (BALANCED_ROUTING, check_ep, expert_memory_bytes, local_expert_params, moe_act_bytes,
-                                moe_activation_bytes, moe_block_shape, moe_block_times)
+from srift.simulate.moe import (BALANCED_ROUTING, check_ep, ep_exchange_s, expert_memory_bytes, local_expert_params,
+                                moe_act_bytes, moe_activation_bytes, moe_block_shape, moe_block_times)
 from srift.simulate.recompute import check_modules, leaf_module, module_figures
 from srift.zoo.llm import (EXPERTS_PREFIX, LSE_BYTES, DecoderArch, block_params, decoder_profile, dense_mlp_params,
                            params_count)
@@ -565,7 +565,8 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
                 checkpointing: str = "none", dp_flavour: str = "zero1", comm: CommModel | None = None,
                 quantile: float = 0.5, tp_overlap: bool = True, compute_factor: float | None = None,
                 imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None,
-                recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES) -> LayoutPlan:
+                recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
+                dispatcher: MoeDispatcher = "alltoall", ep_overlap: bool = False) -> LayoutPlan:
     """Predict one iteration of ``arch`` laid out as ``layout`` on ``cluster`` (module docstring).
 
     ``compute_factor`` scales the compute model's seconds (default: the fitted
@@ -573,7 +574,9 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
     tensor-parallel collectives with the GEMMs (NeMo's performance recipes: ``tp_comm_overlap``);
     ``imbalance`` is a mixture of experts' routing imbalance (srift/simulate/moe.py); ``fp8`` runs
     the blocks' GEMMs in FP8 under that recipe (srift/perf/fp8.py; ``precision`` stays bf16);
-    ``recompute_modules``: what ``selective`` checkpointing recomputes (srift/simulate/recompute.py).
+    ``recompute_modules``: what ``selective`` checkpointing recomputes (srift/simulate/recompute.py);
+    ``dispatcher`` and ``ep_overlap``: a mixture of experts' token dispatcher and whether its
+    all-to-alls overlap another micro-batch's compute (srift/simulate/moe.py).
 
     Raises:
         SriftError: when the layout does not use the cluster's GPUs or cannot split the model.
@@ -596,7 +599,7 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
                                      layout.ep, imbalance, fp8, recompute_modules),
                          load_layout_params().megatron_compute_factor if compute_factor is None else compute_factor)
     return _plan(arch, cluster, layout, seq_len, precision, checkpointing, dp_flavour, comm, quantile, gpu, parts,
-                 tp_overlap)
+                 tp_overlap, dispatcher, ep_overlap)
 
 
 @dataclass(frozen=True)
@@ -668,7 +671,7 @@ def _block_comm(arch: DecoderArch, tp_comm: CommModel | None, pair: CommModel | 
 
 def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, precision: str, checkpointing: str,
           dp_flavour: str, comm: CommModel, quantile: float, gpu: str, parts: BlockParts,
-          tp_overlap: bool = True) -> LayoutPlan:
+          tp_overlap: bool = True, dispatcher: MoeDispatcher = "alltoall", ep_overlap: bool = False) -> LayoutPlan:
     t, p, c, d, v, m = layout.tp, layout.pp, layout.cp, layout.dp, layout.vp, layout.grad_accum
     g = comm.topology.gpus_per_node
     interference = comm.params.overlap_interference
@@ -682,11 +685,14 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     recompute = parts.block_f_s if checkpointing == "full" else (parts.selective_f_s if checkpointing == "selective" else 0.0)
     # Expert parallelism: dispatch and combine all-to-alls in the EP group (innermost: up to a
     # node's GPUs over NVLink), exposed, per (average) block: srift/simulate/moe.py.
-    ep_f = ep_b = 0.0
+    ep_f = ep_b = ep_hidden = 0.0
     if layout.ep > 1 and parts.moe_fraction > 0:
-        ep_comm = comm.subgroup(layout.ep, min(layout.ep, g))
-        a2a = float(ep_comm.all_to_all_time_s(parts.dispatch_bytes, quantile))
+        a2a = ep_exchange_s(arch, comm.subgroup(layout.ep, min(layout.ep, g)), layout.ep, g, parts.dispatch_bytes,
+                            quantile, dispatcher)
         ep_f = ep_b = 2.0 * a2a * parts.moe_fraction
+        if ep_overlap:  # beside another micro-batch's forward or backward (Megatron's EP A2A overlap)
+            ep_hidden = min(ep_f + ep_b, parts.block_f_s + parts.block_b_s)
+            ep_f = ep_b = (ep_f + ep_b - ep_hidden) / 2.0
     blk_f = parts.block_f_s + tp_f + cp_f + ep_f
     blk_b = parts.block_b_s + tp_b_exposed + cp_b + ep_b + (recompute + (tp_f + ep_f if checkpointing == "full" else 0.0))
     stage_f, stage_b = [], []
@@ -745,7 +751,7 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     optimizer = ((stage_params / shard + expert_params / expert_shard) * (MASTER_BYTES * 3 + 2 * ADAM_STATE_BYTES)
                  / rates.memory_bytes_per_s)
     overhead = load_compute_params().overhead_s
-    hidden = (tp_b_hidden * n_slow * m + cp_hidden * n_slow * m + hidden_p2p + dp_hidden)
+    hidden = (tp_b_hidden * n_slow * m + cp_hidden * n_slow * m + ep_hidden * n_slow * m + hidden_p2p + dp_hidden)
     interf = interference * hidden
     breakdown = {
         "forward": m * (sf - n_slow * (tp_f + cp_f + ep_f)),
@@ -770,7 +776,7 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     gpu_mem = min(gr.gpu_memory_gib if gr.gpu_memory_gib is not None else gpu_spec(gr.gpu).memory_gib
                   for gr in cluster.node_groups)
     comm_s = {"tp": m * n_slow * (tp_f + tp_b_exposed + tp_b_hidden), "cp": m * n_slow * (c - 1) * (step_f + step_b),
-              "ep": m * n_slow * (ep_f + ep_b),
+              "ep": m * n_slow * (ep_f + ep_b + ep_hidden),
               "pp": pipe_p2p + hidden_p2p, "dp": dp_exposed + dp_hidden}
     return LayoutPlan(layout, iteration, breakdown, comm_s, worst[0], worst[1], worst[2], fits(worst[0], gpu_mem),
                       layout.global_batch * seq_len / iteration, checkpointing, dp_flavour)

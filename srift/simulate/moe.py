@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from srift.job import BALANCED_MOE_IMBALANCE, DEFAULT_MOE_IMBALANCE
+from srift.job import BALANCED_MOE_IMBALANCE, DEFAULT_MOE_IMBALANCE, MOE_DISPATCHERS, MoeDispatcher
 from srift.perf.comm import CommModel
 from srift.perf.compute import kernel_rates, layer_kind, layer_times
 from srift.perf.fp8 import Fp8Recipe, fp8_times
@@ -165,6 +165,34 @@ def moe_block_times(arch: DecoderArch, shape: MoeBlockShape, gpu: str, precision
     a2a = float(ep_comm.all_to_all_time_s(shape.dispatch_bytes, quantile)) if ep_comm is not None else 0.0
     act_s = sum(float(fwd_s[i]) for i, layer in enumerate(prof.layers) if layer_kind(layer.type) == "elementwise")
     return MoeBlockTimes(f, b, a2a, 2.0 * a2a, 2.0 * a2a, act_s * shape.local_experts)
+
+
+def node_dedup_fraction(arch: DecoderArch, ep: int, gpus_per_node: int) -> float:
+    """Share of the cross-node bytes of an all-to-all dispatch that a ``flex`` dispatcher (DeepEP,
+    HybridEP) still sends over the network: it sends a token once to each other node holding one
+    of its ``k`` experts (then forwards it over NVLink), not once per expert. With the experts of an
+    EP group spread over ``N = ep / gpus_per_node`` nodes and routed uniformly (balanced routing),
+    a token reaches ``(N - 1) (1 - (1 - 1 / N)^k)`` other nodes on average, against
+    ``k (N - 1) / N`` rows the ``alltoall`` dispatcher sends. 1 within a node."""
+    nodes = ep // gpus_per_node if ep > gpus_per_node else 1
+    if nodes <= 1:
+        return 1.0
+    k = arch.experts_per_token
+    return (nodes - 1) * (1.0 - (1.0 - 1.0 / nodes) ** k) / (k * (nodes - 1) / nodes)
+
+
+def ep_exchange_s(arch: DecoderArch, ep_comm: CommModel, ep: int, gpus_per_node: int, dispatch_bytes: float,
+                  quantile: float = 0.5, dispatcher: MoeDispatcher = "alltoall") -> float:
+    """Seconds of one dispatch (or combine) all-to-all of ``dispatch_bytes`` per rank in an EP group
+    of ``ep`` (``ep_comm``) under ``dispatcher`` (``node_dedup_fraction`` for ``flex``).
+
+    Raises:
+        ValueError: for an unknown dispatcher.
+    """
+    if dispatcher not in MOE_DISPATCHERS:
+        raise ValueError(f"dispatcher must be one of {MOE_DISPATCHERS}, got {dispatcher!r}")
+    share = node_dedup_fraction(arch, ep, gpus_per_node) if dispatcher == "flex" else 1.0
+    return float(ep_comm.all_to_all_time_s(dispatch_bytes, quantile, share))
 
 
 def moe_activation_bytes(arch: DecoderArch, shape: MoeBlockShape, element_bytes: float,
