@@ -12,8 +12,8 @@ How a row becomes a prediction: the layout as printed with EP (``interleaved`` w
 VP > 1, else 1F1B), ``grad_accum = global / (micro x DP)``, the distributed optimizer, the
 activation recompute, token dispatcher and EP all-to-all overlap the benchmark recipe sets
 (``RECIPES``: Megatron-Bridge's performance recipes, recipe facts; the tables do not print them),
-else the least recompute that fits (``LADDER``: none, then Megatron-Core's selective modules,
-then full recompute) with the all-to-all dispatcher, not overlapped, force-balanced
+else the least recompute that fits (``AUTO_LADDER`` of srift/simulate/recompute.py, as
+``--activation-checkpointing auto`` chooses) with the all-to-all dispatcher, not overlapped, force-balanced
 routing (``BALANCED_ROUTING``: the source's footnote), the compute factor as shipped
 (configs/perf/layouts.json, fitted on dense Llama/GPT/Nemotron runs of data/llm-parallel-layouts).
 No figure is fitted on these rows, so each prediction is already held out from its model and its
@@ -31,7 +31,8 @@ import pandas as pd
 from srift.cluster import Cluster, NodeGroup
 from srift.errors import SriftError
 from srift.fitting import megatron_rows
-from srift.job import MOE_DISPATCHERS, RECOMPUTE_MODULES, MoeDispatcher, RecomputeModule
+from srift.job import MOE_DISPATCHERS, RECOMPUTE_MODULES, MoeDispatcher
+from srift.simulate.recompute import AUTO_LADDER, Recompute
 from srift.perf.fp8 import Fp8Recipe
 from srift.simulate.layouts import Layout, plan_layout
 from srift.simulate.moe import BALANCED_ROUTING
@@ -79,12 +80,6 @@ def row_layout(r) -> Layout:
                   "interleaved" if vp > 1 else "1f1b", int(r.ep))
 
 
-Recompute = tuple[str, tuple[RecomputeModule, ...]]  # (checkpointing policy, selective modules)
-# Where the recipe is not known: the least recompute that fits, cheapest first (Megatron-Core's
-# selective modules in order of the work they run again, then every block again).
-LADDER: tuple[Recompute, ...] = (("none", ()), ("selective", ("layernorm", "moe_act")),
-                                 ("selective", ("layernorm", "moe_act", "mla_up_proj", "shared_experts", "mlp")),
-                                 ("full", ()))
 RECIPES = Path("recipes") / "megatron-bridge-recipes.csv"
 # The precision classes of the recipe table (data/moe-training/README.md) by the source's label.
 RECIPE_PRECISION = {"bf16": "bf16", "fp8": "fp8-cs", "fp8-cs": "fp8-cs", "fp8-mx": "fp8-mx", "mxfp8": "fp8-mx"}
@@ -131,7 +126,7 @@ def load_recipes(data: Path) -> dict[tuple[str, str, str], Recipe]:
 def _predict(zoo: str, gpu: str, gpus: int, per_node: int, layout: Layout, seq_len: int,
              fp8: Fp8Recipe | None, recipe: Recipe | None) -> tuple[float, str]:
     plan = None
-    for policy, modules in (recipe.recompute,) if recipe else LADDER:
+    for policy, modules in (recipe.recompute,) if recipe else AUTO_LADDER:
         plan = plan_layout(llm_arch(zoo), dgx_cluster(gpu, gpus, per_node), layout, seq_len, "bf16", policy,
                            imbalance=BALANCED_ROUTING, fp8=fp8, recompute_modules=modules,
                            dispatcher=recipe.dispatcher if recipe else "alltoall",

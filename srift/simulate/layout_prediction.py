@@ -12,7 +12,7 @@ from srift.cluster import Cluster
 from srift.errors import SriftError
 from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
-from srift.job import AUTO, Job, LayoutRequest, parse_layout, usd_per_million_samples
+from srift.job import AUTO, DEFAULT_RECOMPUTE_MODULES, Job, LayoutRequest, parse_layout, usd_per_million_samples
 from srift.simulate.layouts import (
     DP_FLAVOURS, SCHEDULES, Layout, LayoutPlan, check_layout, load_layout_params, plan_layout, search_layouts,
 )
@@ -20,6 +20,7 @@ from srift.simulate.memory import USABLE_FRACTION
 from srift.simulate.prediction import BatchShare, Prediction, bottleneck
 from srift.simulate.spot import spot_expectation
 from srift.simulate.moe import BALANCED_ROUTING, REAL_ROUTING
+from srift.simulate.recompute import AUTO_LADDER
 from srift.zoo.llm import DecoderArch, active_params_count, params_count
 
 
@@ -118,9 +119,11 @@ def plan_for(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_
         return found.smallest, None
     layout = fixed_layout(arch, cluster, settings, seq_len)
     plan = None
-    for policy in ckpts:
+    # auto: the least recompute that fits, Megatron-Core's selective modules before full recompute.
+    ladder = ((settings.checkpointing, DEFAULT_RECOMPUTE_MODULES),) if settings.checkpointing else AUTO_LADDER
+    for policy, modules in ladder:
         plan = plan_layout(arch, cluster, layout, seq_len, precision, policy, settings.dp_flavour, comm, quantile,
-                           imbalance=settings.routing_imbalance)
+                           imbalance=settings.routing_imbalance, recompute_modules=modules or DEFAULT_RECOMPUTE_MODULES)
         if plan.fits:
             return plan, None
     assert plan is not None
@@ -135,7 +138,8 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
     plan, alternative = plan_for(arch, cluster, settings, seq_len, precision)
     lay = plan.layout
     p90_plan = plan_layout(arch, cluster, lay, seq_len, precision, plan.checkpointing, plan.dp_flavour, quantile=0.9,
-                           imbalance=settings.routing_imbalance)
+                           imbalance=settings.routing_imbalance,
+                           recompute_modules=plan.recompute_modules or DEFAULT_RECOMPUTE_MODULES)
     breakdown = dict(plan.breakdown_s)
     comm_cost = sum(v for k, v in breakdown.items() if k.startswith("exposed_")) + breakdown["comm_interference"]
     breakdown["comm_total"] = sum(plan.comm_s.values())

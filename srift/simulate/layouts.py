@@ -507,6 +507,7 @@ class LayoutPlan:
         fits: Whether it fits in the GPU's memory.
         tokens_per_s: Tokens per second of the whole job.
         checkpointing: Activation checkpointing policy.
+        recompute_modules: What ``selective`` recomputes (srift/simulate/recompute.py; empty otherwise).
         dp_flavour: ``zero1`` or ``ddp``.
     """
 
@@ -522,6 +523,7 @@ class LayoutPlan:
     checkpointing: str = "none"
     dp_flavour: str = "zero1"
     notes: tuple[str, ...] = field(default=())
+    recompute_modules: tuple[RecomputeModule, ...] = ()
 
 
 def check_layout(arch: DecoderArch, layout: Layout, seq_len: int, gpus_per_node: int) -> str | None:
@@ -598,8 +600,10 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
     parts = scaled_parts(block_parts(arch, layout.tp, layout.cp, layout.micro_batch, seq_len, precision, gpu,
                                      layout.ep, imbalance, fp8, recompute_modules),
                          load_layout_params().megatron_compute_factor if compute_factor is None else compute_factor)
-    return _plan(arch, cluster, layout, seq_len, precision, checkpointing, dp_flavour, comm, quantile, gpu, parts,
+    plan = _plan(arch, cluster, layout, seq_len, precision, checkpointing, dp_flavour, comm, quantile, gpu, parts,
                  tp_overlap, dispatcher, ep_overlap)
+    return dataclasses.replace(plan, recompute_modules=check_modules(recompute_modules)) if checkpointing == "selective" \
+        else plan
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,15 @@ srift/simulate/layouts.py.
 from __future__ import annotations
 
 from srift.job import RECOMPUTE_MODULES, RecomputeModule
+
+Recompute = tuple[str, tuple[RecomputeModule, ...]]  # (checkpointing policy, selective modules)
+# ``--activation-checkpointing auto`` on a layout: the least recompute that fits, cheapest first:
+# none, Megatron-Core's selective modules in order of the forward work they run again (the norms
+# and the experts' activation, elementwise; then MLA's up-projections, shared experts and dense
+# MLPs), then every block again.
+AUTO_LADDER: tuple[Recompute, ...] = (("none", ()), ("selective", ("layernorm", "moe_act")),
+                                      ("selective", ("layernorm", "mla_up_proj", "mlp", "moe_act", "shared_experts")),
+                                      ("full", ()))
 from srift.zoo.llm import BLOCK_NORM_NAMES, MLA_UP_PROJ_NAMES, MLP_PART_NAMES, SHARED_EXPERT_PREFIX
 
 
