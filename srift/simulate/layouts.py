@@ -43,7 +43,8 @@ Collectives are srift/perf/comm.py's on each group (``CommModel.subgroup``: its 
 its share of the node's network); hidden communication costs ``overlap_interference`` of its time,
 as everywhere in srift. Memory (``stage_memory_bytes``) is per stage: bf16 weights, bf16 gradient
 buffers (``GRAD_BYTES``), fp32 master weights and Adam states (sharded over CP x DP under ``zero1``), activations
-of the micro-batches in flight, the loss's fp32 logits on the last stage, the allocator's slack
+of the micro-batches in flight (a block's input under ``full`` recompute; under ``selective``, less what
+Megatron-Core's recompute modules drop: srift/simulate/recompute.py), the loss's fp32 logits on the last stage, the allocator's slack
 and the workspace of srift/simulate/memory.py.
 """
 

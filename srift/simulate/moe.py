@@ -14,8 +14,12 @@ Per MoE block and micro-batch, each rank:
 - **dispatches** them: an all-to-all in the EP group whose send buffer is ``T x k x hidden x bytes``
   (``(ep - 1) / ep`` of it leaves the GPU under balanced routing), and after the experts
   **combines** them with the same volume back; backward runs both again on the gradients: four
-  all-to-alls per block (``CommModel.all_to_all_time_s``). Megatron-Core's default dispatcher
-  waits for them (the 1F1B all-to-all overlap of newer releases is not modelled): they are exposed;
+  all-to-alls per block (``CommModel.all_to_all_time_s``). The ``alltoall`` dispatcher sends each
+  routed row to its expert's rank; ``flex`` (DeepEP, HybridEP) sends a token once to each other
+  node that holds one of its experts and forwards it there over NVLink (``node_dedup_fraction``).
+  They are exposed, unless the job overlaps them with another micro-batch's compute (Megatron's
+  ``overlap_moe_expert_parallel_comm``: ``plan_layout(ep_overlap=True)``), where what the block's
+  compute covers is hidden and costs the interference every hidden collective does;
 - runs its ``experts / ep`` local experts as a grouped GEMM: each local expert multiplies
   ``T x k x ep / experts`` rows on average (balanced routing), ``imbalance`` times that on the
   busiest rank, whom the others wait for. Each expert's gate, up and down GEMMs are timed by the
