@@ -103,3 +103,22 @@ def test_benchmark_recipes_and_the_runs_fit_at_their_setting():
     # 25.11 H100 run at micro-batch 4 (the newest recipe runs micro-batch 1).
     assert sum("does not fit" in x for x in labels) == 1
     assert not any("least that fits" in x for x in labels)  # every row has its recipe
+
+
+def test_auto_checkpointing_on_a_fixed_layout_takes_the_least_recompute_that_fits():
+    from srift.simulate.layout_prediction import LayoutSettings, plan_for
+    from srift.job import LayoutRequest
+    from srift.simulate.recompute import AUTO_LADDER
+    cluster, lay = dgx(8), Layout(1, 1, 1, 8, micro_batch=4, grad_accum=2, ep=8)
+    arch = DecoderArch("mem-moe", n_layers=11, hidden=2048, heads=16, kv_heads=16, intermediate=2048, vocab=1000,
+                       experts=8, experts_per_token=8, expert_intermediate=8192)
+    plans = [plan_layout(arch, cluster, lay, 4096, checkpointing=p, recompute_modules=m or ("core_attn",))
+             for p, m in AUTO_LADDER]
+    # memory falls and recompute grows down the ladder
+    mems = [p.memory_per_gpu_bytes for p in plans]
+    assert mems == sorted(mems, reverse=True) and plans[0].breakdown_s["recompute"] == 0.0
+    first_fit = next(p for p in plans if p.fits)
+    assert not plans[0].fits and first_fit.checkpointing == "selective"  # the experts' activation is what it drops
+    settings = LayoutSettings(LayoutRequest(tp=1, pp=1, cp=1, ep=8), micro_batch=4, global_batch=64)
+    chosen, _ = plan_for(arch, cluster, settings, 4096, "bf16")
+    assert (chosen.checkpointing, chosen.recompute_modules) == (first_fit.checkpointing, first_fit.recompute_modules)

@@ -157,6 +157,9 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
              f"compute x {params.megatron_compute_factor:.3f} (Megatron-Core / Transformer Engine, fitted)"]
     if settings.request.auto:
         notes.append("layout chosen by srift's search (--layout auto)")
+    if plan.recompute_modules:
+        notes.append(f"selective recompute of Megatron-Core's modules {', '.join(plan.recompute_modules)} "
+                     "(their outputs dropped, their forward run again in backward)")
     if arch.is_moe:
         notes.append(f"mixture of experts: {params_count(arch) / 1e9:,.2f}B parameters, {active_params_count(arch) / 1e9:,.2f}B "
                      f"active ({arch.experts_per_token} of {arch.experts} experts); ep={lay.ep}: dispatch and combine "
