@@ -367,12 +367,11 @@ def finetune_group(data: Path) -> dict:
                      "Mistral 7B on 8-512 H100; memory: LitGPT full/LoRA/QLoRA on one A10G"}
 
 def layout_group(data: Path) -> None:
-    """The layout group: bf16 step times of Megatron-Core TP x PP x CP x DP runs
+    """The layout group: bf16 step times of Megatron TP x PP x CP x DP runs
     (data/llm-parallel-layouts; srift.fitting.layouts says which rows and why), with the one
     layout figure (``megatron_compute_factor``) as shipped, refitted without the row's model
-    (LOMO) and without its source (LOSO: with one source of bf16 step times nothing is left to fit,
-    so the compute model runs as it is), and the mean regret of srift's ranking of the measured
-    layouts of one model and GPU count."""
+    (LOMO) and without its source (LOSO), per model and per source, and the mean regret of
+    srift's ranking of the measured layouts of one model and GPU count."""
     from srift.fitting import layouts as lf
     from srift.simulate.layouts import load_layout_params
 
@@ -388,18 +387,28 @@ def layout_group(data: Path) -> None:
         return float(np.mean(np.abs(p[mask] / meas[mask] - 1.0)) * 100.0)
 
     factor = load_layout_params().megatron_compute_factor
-    print(f"\nLayout group: step time of {len(rows)} Megatron-Core runs (TP x PP x CP x DP, bf16, DGX H100, "
-          f"data/llm-parallel-layouts), megatron_compute_factor {factor:.4f}. MAPE %:")
-    print(f"{'':<28}{'rows':>6}" + "".join(f"{k:>8}" for k in cols))
+    print(f"\nLayout group: step time of {len(rows)} Megatron runs (TP x PP x CP x DP, bf16, H100 and A100, "
+          f"{rows['source_slug'].nunique()} sources, data/llm-parallel-layouts), megatron_compute_factor {factor:.4f}. "
+          "MAPE %:")
+    print(f"{'':<40}{'rows':>6}" + "".join(f"{k:>8}" for k in cols))
     everything = np.ones(len(rows), dtype=bool)
-    print(f"{'  all':<28}{len(rows):>6}" + "".join(f"{pct(v, everything):>8.1f}" for v in cols.values()))
+    print(f"{'  all':<40}{len(rows):>6}" + "".join(f"{pct(v, everything):>8.1f}" for v in cols.values()))
     for m in sorted(rows["zoo"].unique()):
         mask = (rows["zoo"] == m).to_numpy()
-        print(f"{'  ' + m:<28}{int(mask.sum()):>6}" + "".join(f"{pct(v, mask):>8.1f}" for v in cols.values()))
-    mean_regret, groups = lf.regret(rows, pred)
-    print(f"  mean regret {mean_regret * 100:.1f} % over {groups} (model, GPU count) group(s) with more than one measured "
-          f"layout; signed error {np.mean(pred / meas - 1.0) * 100:+.1f} %; {int(fits.sum())} of {len(rows)} measured "
-          f"runs predicted to fit in memory")
+        print(f"{'  ' + m:<40}{int(mask.sum()):>6}" + "".join(f"{pct(v, mask):>8.1f}" for v in cols.values()))
+    for src in sorted(rows["source_slug"].unique()):
+        mask = (rows["source_slug"] == src).to_numpy()
+        print(f"{'  source ' + src:<40}{int(mask.sum()):>6}" + "".join(f"{pct(v, mask):>8.1f}" for v in cols.values()))
+    fp8 = lf.fp8_rows(data)
+    fp8_pred = np.array([lf.predict_row(r)[0] for r in fp8.itertuples()])
+    fp8_err = fp8_pred / fp8["value"].to_numpy(float) - 1.0
+    print(f"  fp8 (Transformer Engine FP8 GEMMs, srift/perf/fp8.py, nothing fitted on them): {len(fp8)} runs, MAPE "
+          f"{np.mean(np.abs(fp8_err)) * 100:.1f} %, signed {np.mean(fp8_err) * 100:+.1f} %")
+    both = pd.concat([rows, fp8], ignore_index=True)
+    mean_regret, groups = lf.regret(both, np.concatenate([pred, fp8_pred]))
+    print(f"  mean regret {mean_regret * 100:.1f} % over {groups} (model, precision, GPU count) group(s) with more than one "
+          f"measured layout; signed error {np.mean(pred / meas - 1.0) * 100:+.1f} %; {int(fits.sum())} of {len(rows)} "
+          f"measured runs predicted to fit in memory")
     claims = lf.search_claims(rows)
     print(f"  srift's own search picks a layout it predicts {np.mean(claims) * -100:.1f} % faster than the measured one on "
           f"average ({min(claims) * -100:.0f} to {max(claims) * -100:.0f} %, {len(claims)} model x GPU counts): unmeasured, a "
@@ -492,10 +501,13 @@ def main() -> None:
     ap.add_argument("--write-accuracy", nargs="?", const=str(ROOT / "configs" / "perf" / "accuracy.json"), default=None,
                     metavar="FILE", help="write the group figures predict/recommend quote (default configs/perf/accuracy.json)")
     ap.add_argument("--moe-only", action="store_true", help="run only the MoE group (data/moe-training)")
-    ap.add_argument("--only", choices=("finetune",), default=None, help="print one group only")
+    ap.add_argument("--only", choices=("finetune", "layouts"), default=None, help="print one group only")
     args = ap.parse_args()
     if args.moe_only:
         moe_group(Path(args.data), args.table)
+        return
+    if args.only == "layouts":
+        layout_group(Path(args.data))
         return
     if args.only == "finetune":
         figures = finetune_group(Path(args.data))

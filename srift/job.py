@@ -346,6 +346,12 @@ class Job:
             fp32 master weights under amp/bf16).
         lora_rank: LoRA's rank (``lora``, ``qlora``).
         lora_targets: One of LORA_TARGETS (``lora``, ``qlora``).
+        nf4_double_quant: QLoRA's NF4 block constants quantized again (Hugging Face's
+            ``bnb_4bit_use_double_quant``, Lightning's ``nf4-dq``); False: one fp32 constant per
+            block of 64 (Lightning's and LitGPT's ``nf4``).
+        quantize_head: QLoRA quantizes the output head too (Lightning's BitsandbytesPrecision
+            replaces every ``nn.Linear``); False: the head stays in the compute dtype (Hugging
+            Face's default skips ``lm_head``).
         layout: Tensor/pipeline/context parallelism of a decoder LLM, ``tp=T,pp=P,cp=C`` or
             ``auto`` (``parse_layout``; srift/simulate/layouts.py), None: data parallelism only.
             ``parallelism`` is then ``zero1`` (the default under ``auto``) or ``ddp``.
@@ -378,6 +384,8 @@ class Job:
     finetune: FinetuneMode | None = None
     lora_rank: int = DEFAULT_LORA_RANK
     lora_targets: LoraTargets = "all-linear"
+    nf4_double_quant: bool = True
+    quantize_head: bool = False
     layout: str | None = None
     micro_batch_size: int | None = None
     pipeline_schedule: PipelineSchedule | None = None

@@ -148,6 +148,11 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("lora_rank", "int", DEFAULT_LORA_RANK, "LoRA's rank (--finetune lora or qlora).", high=MAX_LORA_RANK),
     JobOption("lora_targets", "str", "all-linear", f"{one_of(LORA_TARGETS)}: the Linears of each block LoRA adapts "
               "(qv: query and value; attention: q, k, v, o; all-linear: every one).", choices=LORA_TARGETS),
+    JobOption("nf4_double_quant", "bool", True, "QLoRA: quantize NF4's block constants again (Hugging Face's "
+              "bnb_4bit_use_double_quant); --no-double-quant: an fp32 constant per 64 weights (LitGPT's bnb.nf4).",
+              negative_flag="--no-double-quant"),
+    JobOption("quantize_head", "bool", False, "QLoRA: the output head in NF4 too (Lightning/LitGPT quantize every "
+              "Linear); default: kept in bf16 as Hugging Face does.", negative_flag="--bf16-head"),
     JobOption("kfac_strategy", "str", "spd", f"{_KFAC} strategy: {one_of(KFAC_STRATEGIES)}.", choices=KFAC_STRATEGIES),
     JobOption("kfac_inverse_method", "str", "inverse", f"{_KFAC} inverse method: {one_of(KFAC_INVERSE_METHODS)} (damped "
               "Cholesky inverse, or eigh).", choices=KFAC_INVERSE_METHODS),

@@ -11,7 +11,7 @@ from srift.cluster import Cluster, NodeGroup
 from srift.perf.comm import CommModel
 from srift.perf.fp8 import fp8_saved_bytes
 from srift.simulate.layouts import Layout, block_parts, plan_layout
-from srift.simulate.memory import FRAGMENTATION
+from srift.simulate.memory import ALLOCATOR_FACTOR
 from srift.simulate.moe import node_dedup_fraction
 from srift.simulate.recompute import check_modules
 from srift.zoo.llm import DecoderArch
@@ -56,7 +56,7 @@ def test_selective_plan_keeps_less_and_runs_the_modules_again():
     sel = plan_layout(TINY, dgx(8), lay, 128, checkpointing="selective", compute_factor=1.0, recompute_modules=modules)
     # one micro-batch in flight (no pipeline), 2 blocks, the allocator's slack on activations
     assert none.memory_per_gpu_bytes - sel.memory_per_gpu_bytes == pytest.approx(
-        2 * saved(modules) * (1 + FRAGMENTATION))
+        2 * saved(modules) * ALLOCATOR_FACTOR)
     parts = block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, None, modules)
     assert sel.breakdown_s["recompute"] == pytest.approx(4 * 2 * parts.selective_f_s)
     assert sel.recompute_modules == modules and none.recompute_modules == ()

@@ -16,7 +16,7 @@ from srift.job import AUTO, DEFAULT_RECOMPUTE_MODULES, Job, LayoutRequest, parse
 from srift.simulate.layouts import (
     DP_FLAVOURS, SCHEDULES, Layout, LayoutPlan, check_layout, load_layout_params, plan_layout, search_layouts,
 )
-from srift.simulate.memory import USABLE_FRACTION
+from srift.simulate.memory import USABLE_FRACTION, allocated_parts
 from srift.simulate.prediction import BatchShare, Prediction, bottleneck
 from srift.simulate.spot import spot_expectation
 from srift.simulate.moe import BALANCED_ROUTING, REAL_ROUTING
@@ -176,8 +176,9 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
                         else "")
                      + f" ({alternative.memory_per_gpu_bytes / 2**30:,.1f} GiB per GPU, {alternative.iteration_s:,.2f} s)")
     state_bytes = params_count(arch) * 16.0 / cluster.nodes
-    basis = ("leave-one-source-out MAPE over the Megatron-Core runs of data/llm-parallel-layouts (one source of bf16 "
-             f"step times: held out, the compute model runs unfitted){'' if lomo is None else f'; {lomo:.1f} % leave-one-model-out'}")
+    basis = ("leave-one-source-out MAPE over the bf16 Megatron runs of data/llm-parallel-layouts (3 sources: NVIDIA "
+             "DGX Cloud H100 tables, the Megatron-LM README's H100 weak scaling, BLOOM-176B on A100)"
+             f"{'' if lomo is None else f'; {lomo:.1f} % leave-one-model-out'}")
     return Prediction(
         cluster=cluster.name, gpus=cluster.gpus, global_batch_size=lay.global_batch,
         iteration_time_s=plan.iteration_s, p90_iteration_time_s=max(plan.iteration_s, p90_plan.iteration_s),
@@ -185,6 +186,7 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
         usd_per_million_samples=usd_per_million_samples(cost, throughput),
         breakdown=breakdown, bottleneck=bottleneck(plan.fits, comm_cost, plan.iteration_s), fits_in_memory=plan.fits,
         memory_per_gpu_bytes=plan.memory_per_gpu_bytes, memory_breakdown_bytes=dict(plan.memory_breakdown_bytes),
+        memory_allocated_bytes=sum(allocated_parts(plan.memory_breakdown_bytes).values()),
         batch_split=[BatchShare(g.label, g.gpu, lay.micro_batch * lay.grad_accum, g.gpus) for g in cluster.node_groups],
         spot=spot_expectation(cluster, state_bytes, throughput, cost), notes=notes,
         typical_error_pct=float(loso) if isinstance(loso, (int, float)) else None, typical_error_basis=basis,

@@ -44,8 +44,9 @@ its share of the node's network); hidden communication costs ``overlap_interfere
 as everywhere in srift. Memory (``stage_memory_bytes``) is per stage: bf16 weights, bf16 gradient
 buffers (``GRAD_BYTES``), fp32 master weights and Adam states (sharded over CP x DP under ``zero1``), activations
 of the micro-batches in flight (a block's input under ``full`` recompute; under ``selective``, less what
-Megatron-Core's recompute modules drop: srift/simulate/recompute.py), the loss's fp32 logits on the last stage, the allocator's slack
-and the workspace of srift/simulate/memory.py.
+Megatron-Core's recompute modules drop: srift/simulate/recompute.py), the loss's fp32 logits on the last
+stage, and the caching allocator's reserve of srift/simulate/memory.py (``with_allocator``), so a layout
+fits where the rest of srift says it does.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ from srift.job import (DEFAULT_RECOMPUTE_MODULES, HALF_PRECISIONS, LAYOUT_PARALL
                        MoeDispatcher, RecomputeModule)
 from srift.perf.fp8 import Fp8Recipe, fp8_saved_bytes, fp8_times
 from srift.perf.compute import kernel_rates, layer_kind, layer_times, load_params as load_compute_params, mma_rate_flops
-from srift.simulate.memory import FRAGMENTATION, LOSS_FP32_BYTES, MASTER_BYTES, USABLE_FRACTION, WORKSPACE_BYTES, fits
+from srift.simulate.memory import LOSS_FP32_BYTES, MASTER_BYTES, USABLE_FRACTION, allocator_bytes, fits, with_allocator
 from srift.simulate.moe import (BALANCED_ROUTING, check_ep, ep_exchange_s, expert_memory_bytes, local_expert_params,
                                 moe_act_bytes, moe_activation_bytes, moe_block_shape, moe_block_times)
 from srift.simulate.recompute import check_modules, leaf_module, module_figures
@@ -474,21 +475,20 @@ def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes
 
     Returns:
         ``weights`` (bf16), ``gradients`` (GRAD_BYTES buffers), ``optimizer_state`` (fp32
-        master weights and Adam's two moments), ``activations``, ``fragmentation`` (the allocator's
-        slack on activations) and ``workspace``.
+        master weights and Adam's two moments), ``activations`` and ``allocator`` (what the
+        caching allocator reserves beyond them: srift/simulate/memory.py's ``with_allocator``, as
+        everywhere in srift). They add up to the peak reserved memory.
     """
     n = float(shard) if dp_flavour == "zero1" else 1.0
     acts = act_per_microbatch_bytes * in_flight + extra_act_bytes
     experts = expert_memory_bytes(expert_params, expert_shard, PARAM_BYTES, GRAD_BYTES, MASTER_BYTES + ADAM_STATE_BYTES,
                                   dp_flavour == "zero1")
-    return {
+    return with_allocator({
         "weights": stage_params * PARAM_BYTES + experts["weights"],
         "gradients": stage_params * GRAD_BYTES + experts["gradients"],
         "optimizer_state": stage_params * (MASTER_BYTES + ADAM_STATE_BYTES) / n + experts["optimizer_state"],
         "activations": acts,
-        "fragmentation": FRAGMENTATION * acts,
-        "workspace": WORKSPACE_BYTES,
-    }
+    })
 
 
 # ---- one layout's iteration ---------------------------------------------------------------------
@@ -736,8 +736,11 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     edp = t * c * d // layout.ep
     groups = []
     if dp_group > 1:
-        per_node = _group_ranks_per_node(g, t, c, t * c * p, d)
-        groups.append((comm.subgroup(dp_group, min(per_node, dp_group)), stage_params))
+        # A pipeline depth that does not divide the node spreads a group unevenly (3, 3, 2 of 8):
+        # the network carries the most when the fewest share a node, so count that many on each.
+        per_node = min(_group_ranks_per_node(g, t, c, t * c * p, d), dp_group)
+        per_node = max(k for k in range(1, per_node + 1) if dp_group % k == 0)
+        groups.append((comm.subgroup(dp_group, per_node), stage_params))
     if expert_params > 0 and edp > 1:
         groups.append((comm.subgroup(edp, min(edp, max(1, g // layout.ep))), expert_params))
     rs = ag = 0.0
@@ -774,9 +777,10 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
         "overhead": overhead,
     }
     iteration = sum(breakdown.values())
-    # ---- memory: every stage, the most loaded reported ----
-    mems = _stage_memories(arch, layout, parts, checkpointing, dp_flavour)
-    stage = max(range(p), key=lambda i: sum(mems[i].values()))
+    # ---- memory: the most loaded stage (only the first, second and last can be: _peak_memory) ----
+    candidates = sorted({0, min(1, p - 1), p - 1})
+    mems = dict(zip(candidates, _stage_memories(arch, layout, parts, checkpointing, dp_flavour, candidates)))
+    stage = max(candidates, key=lambda i: sum(mems[i].values()))
     worst = (sum(mems[stage].values()), mems[stage], stage)
     gpu_mem = min(gr.gpu_memory_gib if gr.gpu_memory_gib is not None else gpu_spec(gr.gpu).memory_gib
                   for gr in cluster.node_groups)
@@ -852,6 +856,23 @@ def _degrees(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, glo
                             out.extend((t, p, c, d, mb, m, v, ep) for v in SEARCH_VIRTUAL_STAGES[1:]
                                        if p * v <= arch.n_layers + 2)
     return out
+
+
+@functools.lru_cache(maxsize=65536)
+def has_layout(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, global_batch: int) -> bool:
+    """Whether any layout of ``_degrees``'s rules divides ``arch`` and ``gpus`` at ``global_batch``
+    sequences a step (micro-batch 1; a search's cheap test of a GPU count, cached)."""
+    for t in _divisors(gpus_per_node):
+        if t > gpus or arch.heads % t or (arch.kv_heads % t and t % arch.kv_heads):
+            continue
+        for c in SEARCH_CONTEXT:
+            if gpus % (t * c) or (c > 1 and seq_len % (2 * c)):
+                continue
+            for p in _divisors(gpus // (t * c)):
+                if p <= arch.n_layers and global_batch % (gpus // (t * c * p)) == 0 and \
+                        (not arch.is_moe or _expert_degrees(arch, LayoutRequest(), gpus // p)):
+                    return True
+    return False
 
 
 def candidate_layouts(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, global_batch: int,
@@ -986,8 +1007,8 @@ def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts
         acts = per_mb * flight + (parts.block_act_bytes if full else 0.0) + (parts.last_act_bytes if i == p - 1 else 0.0)
         params_i = (n * parts.local_block_params + (parts.local_embed_params if i == 0 else 0.0)
                     + (parts.local_head_params if i == p - 1 else 0.0))
-        peak = max(peak, params_i * per_param + n * parts.local_expert_params * per_expert
-                   + acts * (1.0 + FRAGMENTATION) + WORKSPACE_BYTES)
+        allocated = params_i * per_param + n * parts.local_expert_params * per_expert + acts
+        peak = max(peak, allocated + allocator_bytes(allocated))
     return peak
 
 
