@@ -45,6 +45,10 @@ def test_selective_modules_drop_what_they_name_by_hand():
     assert fp8_saved_bytes("tensorwise") == 1.0
     parts = block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, None, ("layernorm", "moe_act"))
     assert 0 < parts.selective_f_s < parts.block_f_s
+    # FP8 keeps a rowwise and a columnwise FP8 copy of every block weight, the local experts' included
+    mx = block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, "mxfp8")
+    assert parts.fp8_weight_bytes == 0.0
+    assert mx.fp8_weight_bytes == pytest.approx((mx.local_block_params + 2 * 3 * 64 * 32) * 2 * (1 + 1 / 32))
     with pytest.raises(ValueError, match="recompute modules"):
         check_modules(("moe",))
 

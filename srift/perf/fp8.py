@@ -59,6 +59,13 @@ def fp8_saved_bytes(recipe: Fp8Recipe) -> float:
     return FP8_ELEMENT_BYTES + (FP8_ELEMENT_BYTES / MXFP8_BLOCK if recipe == "mxfp8" else 0.0)
 
 
+def fp8_weight_cache_bytes(recipe: Fp8Recipe) -> float:
+    """Bytes per parameter of the FP8 copies of a GEMM's weight that Transformer Engine casts at a
+    step's first micro-batch and keeps for the rest (its weight workspace): a rowwise and a
+    columnwise (transposed) copy, ``fp8_saved_bytes`` each."""
+    return 2.0 * fp8_saved_bytes(recipe)
+
+
 def fp8_peak_ratio(gpu: str) -> float:
     """``bf16_peak / fp8_peak`` of ``gpu`` (configs/gpus.yaml).
 

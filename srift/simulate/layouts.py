@@ -64,7 +64,7 @@ from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
 from srift.job import (DEFAULT_RECOMPUTE_MODULES, HALF_PRECISIONS, LAYOUT_PARALLELISMS, PIPELINE_SCHEDULES, LayoutRequest,
                        MoeDispatcher, RecomputeModule)
-from srift.perf.fp8 import Fp8Recipe, fp8_saved_bytes, fp8_times
+from srift.perf.fp8 import Fp8Recipe, fp8_saved_bytes, fp8_times, fp8_weight_cache_bytes
 from srift.perf.compute import kernel_rates, layer_kind, layer_times, load_params as load_compute_params, mma_rate_flops
 from srift.simulate.memory import LOSS_FP32_BYTES, MASTER_BYTES, USABLE_FRACTION, allocator_bytes, fits, with_allocator
 from srift.simulate.moe import (BALANCED_ROUTING, check_ep, ep_exchange_s, expert_memory_bytes, local_expert_params,
@@ -246,6 +246,8 @@ class BlockParts:
         selective_saved_bytes: Of ``block_act_bytes``, what the ``selective`` policy's recompute
             modules drop (srift/simulate/recompute.py).
         selective_f_s: The forward seconds they run again in backward.
+        fp8_weight_bytes: One block's FP8 weight copies on this rank (its GEMMs', experts' included:
+            srift/perf/fp8.py ``fp8_weight_cache_bytes``; 0 without FP8).
     """
 
     block_f_s: float
@@ -271,6 +273,7 @@ class BlockParts:
     experts_b_s: float = 0.0
     selective_saved_bytes: float = 0.0
     selective_f_s: float = 0.0
+    fp8_weight_bytes: float = 0.0
 
 
 def split_arch(arch: DecoderArch, tp: int) -> DecoderArch:
@@ -308,7 +311,9 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
                                             for k in ("block_f_s", "block_b_s", "attention_f_s", "attention_b_s",
                                                       "selective_f_s")})
     if not arch.is_moe:
-        return _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules)
+        dense_parts = _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules)
+        return dataclasses.replace(dense_parts, fp8_weight_bytes=(dense_parts.local_block_params * fp8_weight_cache_bytes(fp8)
+                                                                  if fp8 else 0.0))
     frac = arch.moe_blocks / arch.n_layers
     moe_arch = dataclasses.replace(arch, dense_layers=0, moe_every=1)
     moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules)
@@ -336,7 +341,9 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
         selective_f_s=mix(moe.selective_f_s + (xt.act_f_s if "moe_act" in modules else 0.0), dense.selective_f_s),
         local_block_params=mix(moe_local, dense.local_block_params),
         moe_fraction=frac, local_expert_params=frac * local_expert_params(arch, ep),
-        dispatch_bytes=shape.dispatch_bytes, experts_f_s=frac * xt.experts_f_s, experts_b_s=frac * xt.experts_b_s)
+        dispatch_bytes=shape.dispatch_bytes, experts_f_s=frac * xt.experts_f_s, experts_b_s=frac * xt.experts_b_s,
+        fp8_weight_bytes=((mix(moe_local, dense.local_block_params) + frac * local_expert_params(arch, ep))
+                          * fp8_weight_cache_bytes(fp8) if fp8 else 0.0))
 
 
 def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str,
@@ -458,7 +465,7 @@ def load_layout_params(path: str | None = None) -> LayoutParams:
 # ---- memory of one stage ------------------------------------------------------------------------
 def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes: float, in_flight: float,
                        extra_act_bytes: float = 0.0, dp_flavour: str = "zero1", expert_params: float = 0.0,
-                       expert_shard: int = 1) -> dict[str, float]:
+                       expert_shard: int = 1, weight_copy_bytes: float = 0.0) -> dict[str, float]:
     """Bytes per GPU of one pipeline stage, by kind.
 
     Args:
@@ -472,6 +479,7 @@ def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes
         expert_params: Routed-expert parameters this GPU holds (its ``experts / ep`` of its
             stage's MoE blocks), counted in the weights, gradients and optimizer states.
         expert_shard: Ranks their optimizer states are sharded over (``tp x cp x dp / ep``).
+        weight_copy_bytes: FP8 copies of the stage's weights (srift/perf/fp8.py), in ``weights``.
 
     Returns:
         ``weights`` (bf16), ``gradients`` (GRAD_BYTES buffers), ``optimizer_state`` (fp32
@@ -484,7 +492,7 @@ def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes
     experts = expert_memory_bytes(expert_params, expert_shard, PARAM_BYTES, GRAD_BYTES, MASTER_BYTES + ADAM_STATE_BYTES,
                                   dp_flavour == "zero1")
     return with_allocator({
-        "weights": stage_params * PARAM_BYTES + experts["weights"],
+        "weights": stage_params * PARAM_BYTES + experts["weights"] + weight_copy_bytes,
         "gradients": stage_params * GRAD_BYTES + experts["gradients"],
         "optimizer_state": stage_params * (MASTER_BYTES + ADAM_STATE_BYTES) / n + experts["optimizer_state"],
         "activations": acts,
@@ -1007,7 +1015,7 @@ def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts
         acts = per_mb * flight + (parts.block_act_bytes if full else 0.0) + (parts.last_act_bytes if i == p - 1 else 0.0)
         params_i = (n * parts.local_block_params + (parts.local_embed_params if i == 0 else 0.0)
                     + (parts.local_head_params if i == p - 1 else 0.0))
-        allocated = params_i * per_param + n * parts.local_expert_params * per_expert + acts
+        allocated = params_i * per_param + n * (parts.local_expert_params * per_expert + parts.fp8_weight_bytes) + acts
         peak = max(peak, allocated + allocator_bytes(allocated))
     return peak
 
@@ -1041,5 +1049,5 @@ def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkp
         params_i = (n * parts.local_block_params + (parts.local_embed_params if i == 0 else 0.0)
                     + (parts.local_head_params if i == p - 1 else 0.0))
         out.append(stage_memory_bytes(params_i, shard, per_mb, flight, extra, dp_flavour, n * parts.local_expert_params,
-                                      layout.tp * layout.cp * layout.dp // layout.ep))
+                                      layout.tp * layout.cp * layout.dp // layout.ep, n * parts.fp8_weight_bytes))
     return out
