@@ -453,7 +453,8 @@ def moe_group(data: Path, table: bool = False) -> None:
     if not len(rows):
         return
     meas = rows["value"].to_numpy(float)
-    got = [mf.predict_row(r) for r in rows.itertuples()]
+    recipes = mf.load_recipes(data)
+    got = [mf.predict_row(r, recipes) for r in rows.itertuples()]
     pred = np.array([g[0] for g in got])
     policy = [g[1] for g in got]
     err = pred / meas - 1.0
@@ -475,8 +476,9 @@ def moe_group(data: Path, table: bool = False) -> None:
         for r, p, k, e in zip(rows.itertuples(), pred, policy, err):
             print(f"    {r.zoo} {r.gpu} {r.precision} {r.gpus_total} GPUs {mf.row_layout(r).label}: measured {r.value:,.0f}, "
                   f"predicted {p:,.0f} ({e * 100:+.1f} %), recompute {k}")
-    print(f"  recompute (the least that fits, as srift predict chooses): "
-          + ", ".join(f"{k} {policy.count(k)}" for k in sorted(set(policy))))
+    print("  recompute (the recipe's, data/moe-training/recipes; else the least that fits in srift's memory model):")
+    for k in sorted(set(policy)):
+        print(f"    {policy.count(k):>3} {k}")
     print("  left out: " + "; ".join(f"{n} {why}" for why, n in out.items()))
 
 

@@ -134,7 +134,8 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               f"{DEFAULT_MOE_IMBALANCE:g}: estimated from GShard's and Switch's capacity factor, unvalidated).",
               high=MAX_MOE_IMBALANCE),
     JobOption("activation_checkpointing", "str", AUTO, f"{one_of((*CHECKPOINTING, AUTO))} (per transformer block; "
-              "selective: torchtitan's per-op policy).", choices=(*CHECKPOINTING, AUTO)),
+              "selective: torchtitan's per-op policy; with --layout, Megatron-Core's attention-core recompute, and auto tries "
+              "its norm/expert-activation modules before full).", choices=(*CHECKPOINTING, AUTO)),
     JobOption("reduce_dtype", "str", "fp32", f"{one_of(REDUCE_DTYPES)}: dtype sharded jobs reduce gradients in (FSDP "
               "MixedPrecision reduce_dtype).", choices=REDUCE_DTYPES),
     JobOption("fused_loss", "bool", False, "The loss is a fused cross-entropy kernel (flash-attn, llm-foundry, Liger) "

@@ -12,7 +12,7 @@ from srift.cluster import Cluster
 from srift.errors import SriftError
 from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
-from srift.job import AUTO, Job, LayoutRequest, parse_layout, usd_per_million_samples
+from srift.job import AUTO, DEFAULT_RECOMPUTE_MODULES, Job, LayoutRequest, parse_layout, usd_per_million_samples
 from srift.simulate.layouts import (
     DP_FLAVOURS, SCHEDULES, Layout, LayoutPlan, check_layout, load_layout_params, plan_layout, search_layouts,
 )
@@ -21,6 +21,7 @@ from srift.simulate.memory import USABLE_FRACTION, allocated_parts
 from srift.simulate.prediction import BatchShare, Prediction, bottleneck
 from srift.simulate.spot import spot_expectation
 from srift.simulate.moe import BALANCED_ROUTING, REAL_ROUTING
+from srift.simulate.recompute import AUTO_LADDER
 from srift.zoo.llm import DecoderArch, active_params_count, params_count
 
 
@@ -123,9 +124,12 @@ def plan_for(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_
         return found.smallest, None
     layout = fixed_layout(arch, cluster, settings, seq_len)
     plan = None
-    for policy in ckpts:
+    # auto: the least recompute that fits, Megatron-Core's selective modules before full recompute.
+    ladder = ((settings.checkpointing, DEFAULT_RECOMPUTE_MODULES),) if settings.checkpointing else AUTO_LADDER
+    for policy, modules in ladder:
         plan = plan_layout(arch, cluster, layout, seq_len, precision, policy, settings.dp_flavour, comm, quantile,
-                           imbalance=settings.routing_imbalance, lora=settings.lora)
+                           imbalance=settings.routing_imbalance, recompute_modules=modules or DEFAULT_RECOMPUTE_MODULES,
+                           lora=settings.lora)
         if plan.fits:
             return plan, None
     assert plan is not None
@@ -140,7 +144,8 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
     plan, alternative = plan_for(arch, cluster, settings, seq_len, precision)
     lay = plan.layout
     p90_plan = plan_layout(arch, cluster, lay, seq_len, precision, plan.checkpointing, plan.dp_flavour, quantile=0.9,
-                           imbalance=settings.routing_imbalance, lora=settings.lora)
+                           imbalance=settings.routing_imbalance,
+                           recompute_modules=plan.recompute_modules or DEFAULT_RECOMPUTE_MODULES, lora=settings.lora)
     breakdown = dict(plan.breakdown_s)
     comm_cost = sum(v for k, v in breakdown.items() if k.startswith("exposed_")) + breakdown["comm_interference"]
     breakdown["comm_total"] = sum(plan.comm_s.values())
@@ -158,6 +163,9 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
              f"compute x {params.megatron_compute_factor:.3f} (Megatron-Core / Transformer Engine, fitted)"]
     if settings.request.auto:
         notes.append("layout chosen by srift's search (--layout auto)")
+    if plan.recompute_modules:
+        notes.append(f"selective recompute of Megatron-Core's modules {', '.join(plan.recompute_modules)} "
+                     "(their outputs dropped, their forward run again in backward)")
     if settings.lora is not None:
         notes.append(f"LoRA rank {settings.lora.rank} on {settings.lora.targets} (one adapter pair per fused projection, "
                      "as NeMo's LoRALinear): base weights frozen, no weight-gradient GEMM for them; gradients, optimizer "
