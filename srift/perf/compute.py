@@ -70,7 +70,7 @@ _MAX_COEFFICIENT = 1e6
 _TIME_BOUNDS = {"launch_s": 1.0, "optimizer_s_per_tensor": 1.0, "overhead_s": 100.0}
 
 KINDS = ("conv", "matmul", "attention", "norm", "elementwise", "pool", "embedding", "other")
-ATTENTION = "attention"  # the kind of attention layers, which some models scale
+ATTENTION, NORM = "attention", "norm"  # the kinds of attention and normalization layers, which code singles out
 _KIND_INDEX = {k: i for i, k in enumerate(KINDS)}
 
 # Module class names -> kind. Matched on the lower-cased class name; first rule that matches wins.
