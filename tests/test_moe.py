@@ -93,6 +93,11 @@ def test_moe_config_errors(tmp_path):
             arch_from_hf_config(path)
     with pytest.raises(SriftError, match="experts per token"):
         DecoderArch("x", 2, 64, 4, 4, 128, 100, experts=4, experts_per_token=5, expert_intermediate=32)
+    oss = json.loads((FIXTURES / "gpt-oss-120b.json").read_text())
+    path = tmp_path / "oss.json"
+    path.write_text(json.dumps({**oss, "swiglu_limit": "seven"}))
+    with pytest.raises(SriftError, match="'swiglu_limit' must be a non-negative number"):
+        arch_from_hf_config(path)
 
 
 # ---- the simulator, by hand on a tiny mixture ---------------------------------------------------
