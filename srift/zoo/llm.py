@@ -44,7 +44,7 @@ import functools
 import platform
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Final, Literal, get_args
 
 import srift
 from srift.errors import SriftError
@@ -59,6 +59,7 @@ NORM_KINDS = ("rmsnorm", "layernorm")
 POSITION_KINDS = ("rope", "alibi", "learned")
 BiasPart = Literal["qkv", "o", "mlp", "norm"]
 BIAS_PARTS: tuple[BiasPart, ...] = get_args(BiasPart)
+MLP_BIAS: Final = "mlp"  # the bias part of the MLP (the experts' down projection in a mixture)
 NAMINGS = ("hf-llama", "mpt", "hf-gpt2")
 
 # Executed attention FLOPs relative to the full (non-causal) 4 b s^2 h d of QK^T and PV.
@@ -125,6 +126,8 @@ class DecoderArch:
             (0: none); they are the blocks ``i`` with ``i % sliding_every == 0`` (GPT-OSS: 128,
             every other block from the first).
         sliding_every: See ``sliding_window``.
+        glu_clamp: The experts' gated activation clamps its gate input above and its linear input
+            to +-this (GPT-OSS's ``swiglu_limit``, 7.0); 0: no clamp.
     """
 
     name: str
@@ -160,6 +163,7 @@ class DecoderArch:
     attention_sinks: bool = False
     sliding_window: int = 0
     sliding_every: int = 1
+    glu_clamp: float = 0.0
 
     def __post_init__(self) -> None:
         for key in ("n_layers", "hidden", "heads", "kv_heads", "intermediate", "vocab", "max_seq_len"):
@@ -194,6 +198,8 @@ class DecoderArch:
         if self.experts and not (0 < self.experts_per_token <= self.experts and self.expert_intermediate > 0):
             raise _arch_error(self.name, f"a mixture of {self.experts} experts needs 1 to {self.experts} experts per "
                                          f"token and an expert width, got {self.experts_per_token} and {self.expert_intermediate}")
+        if not isinstance(self.glu_clamp, (int, float)) or isinstance(self.glu_clamp, bool) or not self.glu_clamp >= 0:
+            raise _arch_error(self.name, f"'glu_clamp' must be a non-negative number, got {self.glu_clamp!r}")
         if self.experts and self.mlp != "swiglu":
             raise _arch_error(self.name, "srift models SwiGLU experts only")
         if self.kv_lora_rank and not 0 < self.qk_rope_head_dim < self.head_dim:
