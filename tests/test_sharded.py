@@ -318,6 +318,7 @@ def test_bad_settings_exit_2(args, message, capsys):
     assert message in err and "To fix:" in err
 
 
+@pytest.mark.slow
 def test_recommend_offers_only_plans_that_fit(capsys):
     assert main(["recommend", "--model", "llama3-70b", "--epochs", "1", "--dataset-size", "244141", "--deadline", "72",
                  "--precision", "bf16", "--seq-len", "4096", "--format", "json"]) == 0
