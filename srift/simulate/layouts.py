@@ -82,6 +82,17 @@ SEARCH_MICRO_BATCHES = (1, 2, 4, 8)
 SEARCH_VIRTUAL_STAGES = (1, 2, 3, 4, 6, 8, 12)
 SEARCH_CONTEXT = (1, 2, 4, 8, 16, 32)
 SEARCH_EXPERT = (1, 2, 4, 8, 16, 32, 64)  # Megatron-Bridge's MoE recipes run EP 8 to 64
+# Transformer Engine's userbuffers (Megatron's --tp-comm-overlap, NeMo's tp_comm_overlap) overlap
+# each of a block's 10 sequence-parallel collectives with a GEMM. TE's ``initialize_ub`` defaults:
+# the 4 ring-exchange ones (forward's 2 all-gathers, backward's 2 gradient all-gathers) move data
+# with the copy engines and hold UB_RING_EXCHANGE_SMS; the 6 pipelined or bulk ones (forward's
+# reduce-scatters, backward's input re-gathers and reduce-scatters) hold UB_PIPELINE_SMS, the GEMM
+# beside them running on the other SMs (``set_sm_margin``). A compute-bound GEMM loses the SMs'
+# share of its rate while the collective runs: a hidden TP second costs ``tp_overlap_share`` of a
+# second, not the NCCL all-reduce interference (``overlap_interference``, fitted on eager DDP runs).
+UB_RING_EXCHANGE_SMS = 1
+UB_PIPELINE_SMS = 16
+UB_RING_EXCHANGE_COLLECTIVES, UB_PIPELINE_COLLECTIVES = 4, 6
 # Breakdown keys of a layout's iteration (they add up to it).
 BREAKDOWN_KEYS = ("forward", "backward", "recompute", "exposed_tp", "exposed_cp", "exposed_ep", "exposed_pp", "bubble",
                   "exposed_dp", "comm_interference", "optimizer", "overhead")
@@ -189,6 +200,20 @@ def cp_ring_exposed_s(step_s: float, attention_s: float, cp: int) -> float:
     if cp <= 1:
         return 0.0
     return (cp - 1) * max(0.0, step_s - attention_s / cp)
+
+
+def tp_overlap_share(sm_count: int) -> float:
+    """Seconds a hidden userbuffers TP collective costs the GEMM beside it, per second it runs: the
+    mean share of the GPU's ``sm_count`` SMs a block's collectives hold (the constants above)."""
+    sms = (UB_RING_EXCHANGE_COLLECTIVES * UB_RING_EXCHANGE_SMS + UB_PIPELINE_COLLECTIVES * UB_PIPELINE_SMS) / \
+        (UB_RING_EXCHANGE_COLLECTIVES + UB_PIPELINE_COLLECTIVES)
+    return sms / sm_count
+
+
+def tp_interference(comm: CommModel, gpu: str, tp_overlap: bool) -> float:
+    """Seconds per hidden TP second: ``tp_overlap_share`` under userbuffers, else NCCL's
+    ``overlap_interference``."""
+    return tp_overlap_share(gpu_spec(gpu).sm_count) if tp_overlap else comm.params.overlap_interference
 
 
 @functools.lru_cache(maxsize=4096)
@@ -720,8 +745,8 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     optimizer = ((stage_params / shard + expert_params / expert_shard) * (MASTER_BYTES * 3 + 2 * ADAM_STATE_BYTES)
                  / rates.memory_bytes_per_s)
     overhead = load_compute_params().overhead_s
-    hidden = (tp_b_hidden * n_slow * m + cp_hidden * n_slow * m + hidden_p2p + dp_hidden)
-    interf = interference * hidden
+    hidden = cp_hidden * n_slow * m + hidden_p2p + dp_hidden
+    interf = interference * hidden + tp_interference(comm, gpu, tp_overlap) * tp_b_hidden * n_slow * m
     breakdown = {
         "forward": m * (sf - n_slow * (tp_f + cp_f + ep_f)),
         "backward": m * (sb - n_slow * (tp_b_exposed + cp_b + ep_b + recompute
@@ -878,6 +903,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     slot_of: dict[tuple[int, int, int, int], tuple[float, float]] = {}
     e = PARAM_BYTES if precision in HALF_PRECISIONS else 4.0
     k = comm.params.overlap_interference
+    k_tp = tp_interference(comm, gpu, tp_overlap)
     ranked = []
     for t, p, c, d, mb, m, v, ep in degrees:
         key = (t, c, mb, ep)
@@ -889,7 +915,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
             a2a = (4.0 * parts.moe_fraction * float(comm.subgroup(ep, min(ep, g)).all_to_all_time_s(parts.dispatch_bytes))
                    if ep > 1 else 0.0)
             slot_of[key] = (parts.block_f_s + parts.block_b_s + bc.tp_f_s + bc.tp_b_s + bc.cp_f_s + bc.cp_b_s + a2a,
-                            k * (bc.tp_hidden_s + bc.cp_hidden_s))
+                            k_tp * bc.tp_hidden_s + k * bc.cp_hidden_s)
         blk, hidden = slot_of[key]
         n = max(stage_layers(arch.n_layers, p))
         ranked.append(((m + (p - 1) / v) * n * blk + m * n * hidden, t, p, c, d, mb, m, v, ep))
