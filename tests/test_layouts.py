@@ -10,8 +10,9 @@ from srift.job import LayoutRequest, parse_layout
 from srift.simulate.layouts import (
     BREAKDOWN_KEYS, GRAD_BYTES, Layout, block_parts, bubble_fraction, candidate_layouts,
     cp_ring_exposed_s, cp_ring_step_bytes, plan_layout, search_layouts, stage_layers,
-    stage_memory_bytes, tp_block_comm,
+    stage_memory_bytes, tp_block_comm, tp_overlap_share,
 )
+from srift.perf.comm import CommModel
 from srift.simulate.memory import ALLOCATOR_FACTOR, ALLOCATOR_FIXED_BYTES
 from srift.zoo import llm_arch
 from srift.zoo.llm import params_count
@@ -49,6 +50,24 @@ def test_tp_block_communication_volume_by_hand():
     assert (c.forward, c.backward) == (4, 6)
     assert c.bytes_per_gpu == 10 * 7 / 8 * 67_108_864 == 587_202_560
     assert tp_block_comm(4096, 8192, 1).bytes_per_gpu == 0.0
+
+
+def test_hidden_tp_communication_costs_the_sms_userbuffers_hold():
+    # TE's userbuffers: 4 ring-exchange collectives on 1 SM, 6 pipelined/bulk ones on 16: 10 SMs on
+    # average, of the H100's 132.
+    assert tp_overlap_share(132) == pytest.approx((4 * 1 + 6 * 16) / 10 / 132)
+    # One node at TP 8 (no DP, CP or PP): every hidden second is TP's and costs that share;
+    # without userbuffers it costs NCCL's all-reduce interference instead.
+    arch, cluster = llm_arch("llama3-8b"), dgx(8)
+    lay = Layout(8, 1, 1, 1, 1, 1, 4)
+    plan = plan_layout(arch, cluster, lay, 4096)
+    b = plan.breakdown_s
+    hidden = plan.comm_s["tp"] - b["exposed_tp"]
+    assert hidden > 0
+    assert b["comm_interference"] == pytest.approx(tp_overlap_share(132) * hidden)
+    nccl = plan_layout(arch, cluster, lay, 4096, tp_overlap=False)
+    k = CommModel.for_cluster(cluster).params.overlap_interference
+    assert nccl.breakdown_s["comm_interference"] == pytest.approx(k * (nccl.comm_s["tp"] - nccl.breakdown_s["exposed_tp"]))
 
 
 def test_cp_ring_step_by_hand():

@@ -40,8 +40,11 @@ The layout is Megatron-LM's (NeMo, Megatron-Core; torchtitan places its meshes t
   ``overlap_param_gather``); what does not fit behind them is exposed.
 
 Collectives are srift/perf/comm.py's on each group (``CommModel.subgroup``: its ranks per node and
-its share of the node's network); hidden communication costs ``overlap_interference`` of its time,
-as everywhere in srift. Memory (``stage_memory_bytes``) is per stage: bf16 weights, bf16 gradient
+its share of the node's network). Hidden TP communication under Transformer Engine's userbuffers
+(``tp_overlap``, Megatron's ``--tp-comm-overlap``) costs the GEMM beside it the share of SMs its
+kernels hold (``tp_overlap_share``: copy-engine ring exchanges and 16-SM pipelined/bulk
+collectives); other hidden communication (NCCL's: DP, CP, PP, TP without userbuffers) costs
+``overlap_interference`` of its time, as everywhere in srift. Memory (``stage_memory_bytes``) is per stage: bf16 weights, bf16 gradient
 buffers (``GRAD_BYTES``), fp32 master weights and Adam states (sharded over CP x DP under ``zero1``), activations
 of the micro-batches in flight, the loss's fp32 logits on the last stage, and the caching
 allocator's reserve of srift/simulate/memory.py (``with_allocator``), so a layout fits where the
