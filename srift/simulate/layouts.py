@@ -631,7 +631,9 @@ def block_comm(arch: DecoderArch, comm: CommModel, t: int, c: int, micro_batch: 
     pair = None
     if c > 1:
         crossing = _group_ranks_per_node(g, t, c) < c
-        pair = comm.subgroup(2, 1 if crossing else 2, net_share=(1.0 / t) if crossing else None)
+        # A send between nodes leaves through its own GPU's NICs (a rail: one g-th of the node's
+        # network), however few of the node's GPUs cross at once.
+        pair = comm.subgroup(2, 1 if crossing else 2, net_share=(1.0 / g) if crossing else None)
     return _block_comm(arch, tp_comm, pair, t, c, micro_batch, seq_len, element_bytes, parts, quantile, tp_overlap)
 
 
@@ -703,7 +705,7 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     if p > 1:
         act_bytes = tokens * arch.hidden * e / t
         crossing = t * c * p > g  # the pipeline spans nodes: its slowest sends cross the network
-        pair = comm.subgroup(2, 1 if crossing else 2, net_share=min(1.0, t * c / g) if crossing else None)
+        pair = comm.subgroup(2, 1 if crossing else 2, net_share=(1.0 / g) if crossing else None)  # a rail, as CP's
         p2p = float(pair.broadcast_time_s(act_bytes, quantile))
     slot = sf + sb
     if layout.schedule == "interleaved" and p > 1 and v > 1:
