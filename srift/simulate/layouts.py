@@ -295,7 +295,10 @@ class BlockParts:
 def split_arch(arch: DecoderArch, tp: int) -> DecoderArch:
     """One TP rank's block: ``heads / t`` query heads, ``max(1, kv_heads / t)`` key/value heads
     (replicated when fewer than t), ``ceil(intermediate / t)`` MLP width, ``ceil(vocab / t)``."""
-    return dataclasses.replace(arch, n_layers=1, heads=arch.heads // tp, kv_heads=max(1, arch.kv_heads // tp),
+    # Megatron-Core builds q, k and v as one column-parallel GEMM (``linear_qkv``): time them fused
+    # (the fused naming's one q + 2 kv wide matmul), not as a narrow k and v GEMM at TP 8.
+    naming = "mpt" if arch.naming == "hf-llama" and not arch.is_mla else arch.naming
+    return dataclasses.replace(arch, n_layers=1, naming=naming, heads=arch.heads // tp, kv_heads=max(1, arch.kv_heads // tp),
                                head_dim=arch.head_dim, intermediate=-(-arch.intermediate // tp),
                                shared_intermediate=-(-arch.shared_intermediate // tp),
                                vocab=-(-arch.vocab // tp), max_seq_len=arch.max_seq_len)
@@ -381,6 +384,9 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
         f, b = float(fwd_s[i]), float(bwd_s[i])
         if kind == "attention":
             f, b = f * attention_scale, b * attention_scale
+        if kind == "norm" and layer.params in (arch.hidden, 2 * arch.hidden):
+            # Sequence parallelism: the block's norms (and their residual) run on tokens / t.
+            f, b = f / tp, b / tp
         if layer.unit is not None:
             seen_block = True
             bf, bb = bf + f, bb + b
