@@ -100,7 +100,7 @@ from srift.cli import main  # noqa: E402
 from srift.cluster import Cluster, NodeGroup  # noqa: E402
 from srift.perf.comm import CommModel  # noqa: E402
 from srift.simulate.layouts import Layout, check_layout, plan_layout  # noqa: E402
-from srift.simulate.moe import (expert_memory_bytes, local_expert_params, moe_activation_bytes,  # noqa: E402
+from srift.simulate.moe import (expert_memory_bytes, local_expert_params, moe_act_bytes, moe_activation_bytes,  # noqa: E402
                                 moe_block_shape)
 
 def dgx(gpus: int) -> Cluster:
@@ -125,8 +125,12 @@ def test_dispatch_volume_and_expert_gemm_shapes_by_hand():
     assert moe_block_shape(TINY, 128, 1, 2.0).permute_bytes == 2 * (128 + 256) * 64 * 2
     assert moe_block_shape(TINY, 128, 4, 2.0, imbalance=1.5).rows_per_expert == 192  # the busiest rank
     assert moe_block_shape(TINY, 128, 1, 2.0, imbalance=1.5).rows_per_expert == 32  # one rank: no imbalance
-    # kept for backward: input rows and expert outputs (2 x hidden), gate/up/product (3 x width), fp32 probs
-    assert moe_activation_bytes(TINY, s, 2.0) == 256 * (2 * 64 + 3 * 32) * 2 + 128 * 8 * 4
+    # kept for backward: input rows (hidden), gate/up/product (3 x width), fp32 probs; the combine keeps
+    # nothing (Megatron-Core applies the probabilities in the activation)
+    assert moe_activation_bytes(TINY, s, 2.0) == 256 * (64 + 3 * 32) * 2 + 128 * 8 * 4
+    # FP8 GEMMs keep their inputs (rows, product) at 1 byte; the gate/up outputs stay bf16
+    assert moe_activation_bytes(TINY, s, 2.0, 1.0) == 256 * ((64 + 32) * 1 + 2 * 32 * 2) + 128 * 8 * 4
+    assert moe_act_bytes(TINY, s, 2.0) == 256 * 32 * 2  # what moe_act recompute drops
     with pytest.raises(ValueError):
         moe_block_shape(TINY, 128, 3, 2.0)
 

@@ -14,17 +14,23 @@ Per MoE block and micro-batch, each rank:
 - **dispatches** them: an all-to-all in the EP group whose send buffer is ``T x k x hidden x bytes``
   (``(ep - 1) / ep`` of it leaves the GPU under balanced routing), and after the experts
   **combines** them with the same volume back; backward runs both again on the gradients: four
-  all-to-alls per block (``CommModel.all_to_all_time_s``). Megatron-Core's default dispatcher
-  waits for them (the 1F1B all-to-all overlap of newer releases is not modelled): they are exposed;
+  all-to-alls per block (``CommModel.all_to_all_time_s``). The ``alltoall`` dispatcher sends each
+  routed row to its expert's rank; ``flex`` (DeepEP, HybridEP) sends a token once to each other
+  node that holds one of its experts and forwards it there over NVLink (``node_dedup_fraction``).
+  They are exposed, unless the job overlaps them with another micro-batch's compute (Megatron's
+  ``overlap_moe_expert_parallel_comm``: ``plan_layout(ep_overlap=True)``), where what the block's
+  compute covers is hidden and costs the interference every hidden collective does;
 - runs its ``experts / ep`` local experts as a grouped GEMM: each local expert multiplies
   ``T x k x ep / experts`` rows on average (balanced routing), ``imbalance`` times that on the
   busiest rank, whom the others wait for. Each expert's gate, up and down GEMMs are timed by the
   compute model (srift/perf/compute.py) at that row count: efficiency falls as the rows per expert
   shrink;
 - keeps for backward the permuted input rows (``T k x hidden``), the gate and up outputs and their
-  product (``3 x T k x expert_width``), the expert outputs before the combine (``T k x hidden``)
-  and the router's fp32 probabilities (``T x experts``): the dispatch buffers and the active
-  experts' activations.
+  product (``3 x T k x expert_width``) and the router's fp32 probabilities (``T x experts``): the
+  dispatch buffers and the active experts' activations. Megatron-Core multiplies the routing
+  probabilities in the experts' activation (its weighted SwiGLU), so the combine's unpermutation
+  is a plain scatter-add that keeps nothing. FP8 GEMMs keep their FP8 copy of their inputs (the
+  rows, the product) instead of the bf16 one.
 
 Routing imbalance: ``BALANCED_ROUTING`` 1.0 is the force-balanced routing of published benchmarks
 (Megatron-Bridge's: "we force-balance the token distribution among experts"); ``REAL_ROUTING``
@@ -43,9 +49,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from srift.job import BALANCED_MOE_IMBALANCE, DEFAULT_MOE_IMBALANCE
+from srift.job import BALANCED_MOE_IMBALANCE, DEFAULT_MOE_IMBALANCE, MOE_DISPATCHERS, MoeDispatcher
 from srift.perf.comm import CommModel
-from srift.perf.compute import kernel_rates, layer_times
+from srift.perf.compute import kernel_rates, layer_kind, layer_times
 from srift.perf.fp8 import Fp8Recipe, fp8_times
 from srift.zoo.llm import DecoderArch, dense_mlp_params, expert_profile
 
@@ -138,6 +144,8 @@ class MoeBlockTimes:
             token permutations around them (``permute_traffic_bytes``).
         all_to_all_s: One dispatch (or combine) all-to-all.
         exposed_f_s, exposed_b_s: All-to-alls forward (dispatch, combine) and backward (both again).
+        act_f_s: Of ``experts_f_s``, the local experts' activation (what ``moe_act`` recompute
+            runs again).
     """
 
     experts_f_s: float
@@ -145,6 +153,7 @@ class MoeBlockTimes:
     all_to_all_s: float
     exposed_f_s: float
     exposed_b_s: float
+    act_f_s: float = 0.0
 
 
 def moe_block_times(arch: DecoderArch, shape: MoeBlockShape, gpu: str, precision: str,
@@ -158,17 +167,56 @@ def moe_block_times(arch: DecoderArch, shape: MoeBlockShape, gpu: str, precision
     f = float(fwd_s.sum()) * shape.local_experts + permute_s
     b = float(bwd_s.sum()) * shape.local_experts + permute_s
     a2a = float(ep_comm.all_to_all_time_s(shape.dispatch_bytes, quantile)) if ep_comm is not None else 0.0
-    return MoeBlockTimes(f, b, a2a, 2.0 * a2a, 2.0 * a2a)
+    act_s = sum(float(fwd_s[i]) for i, layer in enumerate(prof.layers) if layer_kind(layer.type) == "elementwise")
+    return MoeBlockTimes(f, b, a2a, 2.0 * a2a, 2.0 * a2a, act_s * shape.local_experts)
 
 
-def moe_activation_bytes(arch: DecoderArch, shape: MoeBlockShape, element_bytes: float) -> float:
+def node_dedup_fraction(arch: DecoderArch, ep: int, gpus_per_node: int) -> float:
+    """Share of the cross-node bytes of an all-to-all dispatch that a ``flex`` dispatcher (DeepEP,
+    HybridEP) still sends over the network: it sends a token once to each other node holding one
+    of its ``k`` experts (then forwards it over NVLink), not once per expert. With the experts of an
+    EP group spread over ``N = ep / gpus_per_node`` nodes and routed uniformly (balanced routing),
+    a token reaches ``(N - 1) (1 - (1 - 1 / N)^k)`` other nodes on average, against
+    ``k (N - 1) / N`` rows the ``alltoall`` dispatcher sends. 1 within a node."""
+    nodes = ep // gpus_per_node if ep > gpus_per_node else 1
+    if nodes <= 1:
+        return 1.0
+    k = arch.experts_per_token
+    return (nodes - 1) * (1.0 - (1.0 - 1.0 / nodes) ** k) / (k * (nodes - 1) / nodes)
+
+
+def ep_exchange_s(arch: DecoderArch, ep_comm: CommModel, ep: int, gpus_per_node: int, dispatch_bytes: float,
+                  quantile: float = 0.5, dispatcher: MoeDispatcher = "alltoall") -> float:
+    """Seconds of one dispatch (or combine) all-to-all of ``dispatch_bytes`` per rank in an EP group
+    of ``ep`` (``ep_comm``) under ``dispatcher`` (``node_dedup_fraction`` for ``flex``).
+
+    Raises:
+        ValueError: for an unknown dispatcher.
+    """
+    if dispatcher not in MOE_DISPATCHERS:
+        raise ValueError(f"dispatcher must be one of {MOE_DISPATCHERS}, got {dispatcher!r}")
+    share = node_dedup_fraction(arch, ep, gpus_per_node) if dispatcher == "flex" else 1.0
+    return float(ep_comm.all_to_all_time_s(dispatch_bytes, quantile, share))
+
+
+def moe_activation_bytes(arch: DecoderArch, shape: MoeBlockShape, element_bytes: float,
+                         gemm_input_bytes: float | None = None) -> float:
     """What one MoE block keeps for backward per micro-batch on one rank beyond the dense part:
-    permuted input rows, gate/up outputs and their product, expert outputs before the combine
-    (routed rows; ``imbalance`` is not applied: the busiest rank's surplus is the mean's), and
-    the router's fp32 probabilities."""
+    permuted input rows, gate/up outputs and their product (routed rows; ``imbalance`` is not
+    applied: the busiest rank's surplus is the mean's), and the router's fp32 probabilities (module
+    docstring: the probabilities are applied in the activation, the combine keeps nothing). ``gemm_input_bytes``: bytes per element the experts' GEMMs
+    keep their inputs in (the dispatched rows and the product; FP8 GEMMs keep their FP8 copy,
+    srift/perf/fp8.py ``fp8_saved_bytes``; default ``element_bytes``)."""
     rows = shape.routed_rows
-    return (rows * (2 * arch.hidden + 3 * arch.expert_intermediate) * element_bytes
+    kept = element_bytes if gemm_input_bytes is None else gemm_input_bytes
+    return (rows * (2 * arch.expert_intermediate * element_bytes + (arch.hidden + arch.expert_intermediate) * kept)
             + shape.tokens * arch.experts * ROUTER_PROB_BYTES)
+
+
+def moe_act_bytes(arch: DecoderArch, shape: MoeBlockShape, gemm_input_bytes: float) -> float:
+    """Of ``moe_activation_bytes``, the experts' activation product the down projection keeps
+    (``routed rows x expert width``): what Megatron-Core's ``moe_act`` recompute drops."""
+    return float(shape.routed_rows * arch.expert_intermediate * gemm_input_bytes)
 
 
 def local_expert_params(arch: DecoderArch, ep: int) -> int:

@@ -433,6 +433,13 @@ _NAMING = {
         q="", k="", v="", qkv="attn.c_attn", core="attn.sdpa", o="attn.c_proj", norm_2="ln_2", gate="",
         up="mlp.c_fc", act="mlp.act", down="mlp.c_proj", final_norm="transformer.ln_f", head="lm_head"),
 }
+# Leaf names (after the block's prefix) that srift/simulate/recompute.py tells Megatron-Core's
+# recompute modules apart by: the block's two norms, a dense MLP's projections and activation,
+# MLA's up-projections and the shared experts.
+BLOCK_NORM_NAMES = frozenset(n for nm in _NAMING.values() for n in (nm.norm_1, nm.norm_2))
+MLP_PART_NAMES = frozenset(n for nm in _NAMING.values() for n in (nm.gate, nm.up, nm.act, nm.down) if n)
+MLA_UP_PROJ_NAMES = frozenset(("self_attn.q_b_proj", "self_attn.kv_b_proj"))
+SHARED_EXPERT_PREFIX = "mlp.shared_expert"
 
 
 @dataclass(frozen=True)
