@@ -10,7 +10,7 @@ from srift.job import LayoutRequest, parse_layout
 from srift.simulate.layouts import (
     BREAKDOWN_KEYS, GRAD_BYTES, Layout, block_parts, bubble_fraction, candidate_layouts,
     cp_ring_exposed_s, cp_ring_step_bytes, plan_layout, search_layouts, stage_layers,
-    stage_memory_bytes, tp_block_comm, tp_overlap_share,
+    stage_memory_bytes, tp_block_comm, tp_overlap_share, block_comm,
 )
 from srift.perf.comm import CommModel
 from srift.simulate.memory import ALLOCATOR_FACTOR, ALLOCATOR_FIXED_BYTES
@@ -68,6 +68,19 @@ def test_hidden_tp_communication_costs_the_sms_userbuffers_hold():
     nccl = plan_layout(arch, cluster, lay, 4096, tp_overlap=False)
     k = CommModel.for_cluster(cluster).params.overlap_interference
     assert nccl.breakdown_s["comm_interference"] == pytest.approx(k * (nccl.comm_s["tp"] - nccl.breakdown_s["exposed_tp"]))
+
+
+def test_a_ring_step_between_nodes_gets_one_rail():
+    # 16 H100 in 2 nodes. TP 2 x CP 8 and TP 8 x CP 2 both put the ring across the nodes; each
+    # crossing GPU sends through its own NICs: 1/8 of the node's 3,200 Gb/s, whatever the TP.
+    arch, comm = llm_arch("llama3-70b"), CommModel.for_cluster(dgx(16))
+    rail = comm.subgroup(2, 1, net_share=1 / 8)
+    for t, c in ((2, 8), (8, 2)):
+        parts = block_parts(arch, t, c, 1, 8192, "bf16", "H100")
+        step = cp_ring_step_bytes(1, 8192, c, parts.kv_width)
+        bc = block_comm(arch, comm, t, c, 1, 8192, 2.0, parts)
+        assert bc.cp_step_f_s == pytest.approx(rail.broadcast_time_s(step))
+        assert bc.cp_step_f_s > comm.subgroup(2, 1, net_share=1 / t).broadcast_time_s(step) or t == 8
 
 
 def test_cp_ring_step_by_hand():
