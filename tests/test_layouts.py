@@ -10,7 +10,7 @@ from srift.job import LayoutRequest, parse_layout
 from srift.simulate.layouts import (
     BREAKDOWN_KEYS, GRAD_BYTES, Layout, block_parts, bubble_fraction, candidate_layouts,
     cp_ring_exposed_s, cp_ring_step_bytes, plan_layout, search_layouts, stage_layers,
-    stage_memory_bytes, tp_block_comm, tp_overlap_share, block_comm,
+    stage_memory_bytes, tp_block_comm, tp_overlap_share, block_comm, p2p_interference,
 )
 from srift.perf.comm import CommModel
 from srift.simulate.memory import ALLOCATOR_FACTOR, ALLOCATOR_FIXED_BYTES
@@ -68,6 +68,16 @@ def test_hidden_tp_communication_costs_the_sms_userbuffers_hold():
     nccl = plan_layout(arch, cluster, lay, 4096, tp_overlap=False)
     k = CommModel.for_cluster(cluster).params.overlap_interference
     assert nccl.breakdown_s["comm_interference"] == pytest.approx(k * (nccl.comm_s["tp"] - nccl.breakdown_s["exposed_tp"]))
+
+
+def test_a_hidden_pipeline_send_costs_nccls_two_channels():
+    # NCCL sends to one peer on 2 channels (2 SMs of the H100's 132). Two stages of Llama 3 8B,
+    # interleaved (sends overlapped): every hidden second is a pipeline send's.
+    assert p2p_interference("H100") == pytest.approx(2 / 132)
+    plan = plan_layout(llm_arch("llama3-8b"), dgx(2), Layout(1, 2, 1, 1, 2, 1, 4, "interleaved"), 4096)
+    hidden = plan.comm_s["pp"] - plan.breakdown_s["exposed_pp"]
+    assert hidden > 0
+    assert plan.breakdown_s["comm_interference"] == pytest.approx(2 / 132 * hidden)
 
 
 def test_a_ring_step_between_nodes_gets_one_rail():

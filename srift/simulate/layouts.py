@@ -43,8 +43,9 @@ Collectives are srift/perf/comm.py's on each group (``CommModel.subgroup``: its 
 its share of the node's network). Hidden TP communication under Transformer Engine's userbuffers
 (``tp_overlap``, Megatron's ``--tp-comm-overlap``) costs the GEMM beside it the share of SMs its
 kernels hold (``tp_overlap_share``: copy-engine ring exchanges and 16-SM pipelined/bulk
-collectives); other hidden communication (NCCL's: DP, CP, PP, TP without userbuffers) costs
-``overlap_interference`` of its time, as everywhere in srift. Memory (``stage_memory_bytes``) is per stage: bf16 weights, bf16 gradient
+collectives); a hidden NCCL send/receive (CP ring steps, pipeline sends) the P2P_CHANNELS SMs it
+holds (``p2p_interference``); other hidden communication (NCCL's collectives: DP, EP, TP without
+userbuffers) costs ``overlap_interference`` of its time, as everywhere in srift. Memory (``stage_memory_bytes``) is per stage: bf16 weights, bf16 gradient
 buffers (``GRAD_BYTES``), fp32 master weights and Adam states (sharded over CP x DP under ``zero1``), activations
 of the micro-batches in flight (a block's input under ``full`` recompute; under ``selective``, less what
 Megatron-Core's recompute modules drop: srift/simulate/recompute.py), the loss's fp32 logits on the last
@@ -101,6 +102,10 @@ SEARCH_EXPERT = (1, 2, 4, 8, 16, 32, 64)  # Megatron-Bridge's MoE recipes run EP
 UB_RING_EXCHANGE_SMS = 1
 UB_PIPELINE_SMS = 16
 UB_RING_EXCHANGE_COLLECTIVES, UB_PIPELINE_COLLECTIVES = 4, 6
+# NCCL runs a send/receive with one peer on NCCL_NCHANNELS_PER_NET_PEER channels (default 2), one
+# CTA, so one SM, each: a hidden ring-attention step or pipeline send holds that share of the SMs
+# (assumed the same for peers on NVLink), not the all-reduce interference.
+P2P_CHANNELS = 2
 # Breakdown keys of a layout's iteration (they add up to it).
 BREAKDOWN_KEYS = ("forward", "backward", "recompute", "exposed_tp", "exposed_cp", "exposed_ep", "exposed_pp", "bubble",
                   "exposed_dp", "comm_interference", "optimizer", "overhead")
@@ -216,6 +221,12 @@ def tp_overlap_share(sm_count: int) -> float:
     sms = (UB_RING_EXCHANGE_COLLECTIVES * UB_RING_EXCHANGE_SMS + UB_PIPELINE_COLLECTIVES * UB_PIPELINE_SMS) / \
         (UB_RING_EXCHANGE_COLLECTIVES + UB_PIPELINE_COLLECTIVES)
     return sms / sm_count
+
+
+def p2p_interference(gpu: str) -> float:
+    """Seconds per hidden point-to-point second (CP ring steps, pipeline sends): P2P_CHANNELS SMs
+    of the GPU's."""
+    return P2P_CHANNELS / gpu_spec(gpu).sm_count
 
 
 def tp_interference(comm: CommModel, gpu: str, tp_overlap: bool) -> float:
@@ -844,8 +855,8 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     optimizer = ((stage_params / shard + expert_params / expert_shard) * (MASTER_BYTES * 3 + 2 * ADAM_STATE_BYTES)
                  / rates.memory_bytes_per_s)
     overhead = load_compute_params().overhead_s
-    hidden = cp_hidden * n_slow * m + ep_hidden * n_slow * m + hidden_p2p + dp_hidden
-    interf = interference * hidden + tp_interference(comm, gpu, tp_overlap) * tp_b_hidden * n_slow * m
+    interf = (interference * (ep_hidden * n_slow * m + dp_hidden) + p2p_interference(gpu) * (cp_hidden * n_slow * m + hidden_p2p)
+              + tp_interference(comm, gpu, tp_overlap) * tp_b_hidden * n_slow * m)
     breakdown = {
         "forward": m * (sf - n_slow * (tp_f + cp_f + ep_f)),
         "backward": m * (sb - n_slow * (tp_b_exposed + cp_b + ep_b + recompute
@@ -1003,8 +1014,8 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     parts_of: dict[tuple[int, int, int, int], BlockParts] = {}
     slot_of: dict[tuple[int, int, int, int], tuple[float, float]] = {}
     e = PARAM_BYTES if precision in HALF_PRECISIONS else 4.0
-    k = comm.params.overlap_interference
     k_tp = tp_interference(comm, gpu, tp_overlap)
+    k_p2p = p2p_interference(gpu)
     ranked = []
     for t, p, c, d, mb, m, v, ep in degrees:
         key = (t, c, mb, ep)
@@ -1016,7 +1027,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
             a2a = (4.0 * parts.moe_fraction * float(comm.subgroup(ep, min(ep, g)).all_to_all_time_s(parts.dispatch_bytes))
                    if ep > 1 else 0.0)
             slot_of[key] = (parts.block_f_s + parts.block_b_s + bc.tp_f_s + bc.tp_b_s + bc.cp_f_s + bc.cp_b_s + a2a,
-                            k_tp * bc.tp_hidden_s + k * bc.cp_hidden_s)
+                            k_tp * bc.tp_hidden_s + k_p2p * bc.cp_hidden_s)
         blk, hidden = slot_of[key]
         n = max(stage_layers(arch.n_layers, p))
         ranked.append(((m + (p - 1) / v) * n * blk + m * n * hidden, t, p, c, d, mb, m, v, ep))
