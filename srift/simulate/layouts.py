@@ -92,7 +92,8 @@ SEARCH_VIRTUAL_STAGES = (1, 2, 3, 4, 6, 8, 12)
 SEARCH_CONTEXT = (1, 2, 4, 8, 16, 32)
 SEARCH_EXPERT = (1, 2, 4, 8, 16, 32, 64)  # Megatron-Bridge's MoE recipes run EP 8 to 64
 # Transformer Engine's userbuffers (Megatron's --tp-comm-overlap, NeMo's tp_comm_overlap) overlap
-# each of a block's 10 sequence-parallel collectives with a GEMM. TE's ``initialize_ub`` defaults:
+# each of a block's 10 sequence-parallel collectives with a GEMM. TE's ``initialize_ub`` defaults
+# (transformer_engine 2.8.0, pytorch/module/base.py: num_sm 1 for ring_exchange, 16 otherwise):
 # the 4 ring-exchange ones (forward's 2 all-gathers, backward's 2 gradient all-gathers) move data
 # with the copy engines and hold UB_RING_EXCHANGE_SMS; the 6 pipelined or bulk ones (forward's
 # reduce-scatters, backward's input re-gathers and reduce-scatters) hold UB_PIPELINE_SMS, the GEMM
