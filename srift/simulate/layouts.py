@@ -40,8 +40,12 @@ The layout is Megatron-LM's (NeMo, Megatron-Core; torchtitan places its meshes t
   ``overlap_param_gather``); what does not fit behind them is exposed.
 
 Collectives are srift/perf/comm.py's on each group (``CommModel.subgroup``: its ranks per node and
-its share of the node's network); hidden communication costs ``overlap_interference`` of its time,
-as everywhere in srift. Memory (``stage_memory_bytes``) is per stage: bf16 weights, bf16 gradient
+its share of the node's network). Hidden TP communication under Transformer Engine's userbuffers
+(``tp_overlap``, Megatron's ``--tp-comm-overlap``) costs the GEMM beside it the share of SMs its
+kernels hold (``tp_overlap_share``: copy-engine ring exchanges and 16-SM pipelined/bulk
+collectives); a hidden NCCL send/receive (CP ring steps, pipeline sends) the P2P_CHANNELS SMs it
+holds (``p2p_interference``); other hidden communication (NCCL's collectives: DP, EP, TP without
+userbuffers) costs ``overlap_interference`` of its time, as everywhere in srift. Memory (``stage_memory_bytes``) is per stage: bf16 weights, bf16 gradient
 buffers (``GRAD_BYTES``), fp32 master weights and Adam states (sharded over CP x DP under ``zero1``), activations
 of the micro-batches in flight (a block's input under ``full`` recompute; under ``selective``, less what
 Megatron-Core's recompute modules drop: srift/simulate/recompute.py), the loss's fp32 logits on the last
@@ -91,6 +95,22 @@ SEARCH_MICRO_BATCHES = (1, 2, 4, 8)
 SEARCH_VIRTUAL_STAGES = (1, 2, 3, 4, 6, 8, 12)
 SEARCH_CONTEXT = (1, 2, 4, 8, 16, 32)
 SEARCH_EXPERT = (1, 2, 4, 8, 16, 32, 64)  # Megatron-Bridge's MoE recipes run EP 8 to 64
+# Transformer Engine's userbuffers (Megatron's --tp-comm-overlap, NeMo's tp_comm_overlap) overlap
+# each of a block's 10 sequence-parallel collectives with a GEMM. TE's ``initialize_ub`` defaults
+# (transformer_engine 2.8.0, pytorch/module/base.py: num_sm 1 for ring_exchange, 16 otherwise):
+# the 4 ring-exchange ones (forward's 2 all-gathers, backward's 2 gradient all-gathers) move data
+# with the copy engines and hold UB_RING_EXCHANGE_SMS; the 6 pipelined or bulk ones (forward's
+# reduce-scatters, backward's input re-gathers and reduce-scatters) hold UB_PIPELINE_SMS, the GEMM
+# beside them running on the other SMs (``set_sm_margin``). A compute-bound GEMM loses the SMs'
+# share of its rate while the collective runs: a hidden TP second costs ``tp_overlap_share`` of a
+# second, not the NCCL all-reduce interference (``overlap_interference``, fitted on eager DDP runs).
+UB_RING_EXCHANGE_SMS = 1
+UB_PIPELINE_SMS = 16
+UB_RING_EXCHANGE_COLLECTIVES, UB_PIPELINE_COLLECTIVES = 4, 6
+# NCCL runs a send/receive with one peer on NCCL_NCHANNELS_PER_NET_PEER channels (default 2), one
+# CTA, so one SM, each: a hidden ring-attention step or pipeline send holds that share of the SMs
+# (assumed the same for peers on NVLink), not the all-reduce interference.
+P2P_CHANNELS = 2
 # Breakdown keys of a layout's iteration (they add up to it).
 BREAKDOWN_KEYS = ("forward", "backward", "recompute", "exposed_tp", "exposed_cp", "exposed_ep", "exposed_pp", "bubble",
                   "exposed_dp", "comm_interference", "optimizer", "overhead")
@@ -200,6 +220,26 @@ def cp_ring_exposed_s(step_s: float, attention_s: float, cp: int) -> float:
     return (cp - 1) * max(0.0, step_s - attention_s / cp)
 
 
+def tp_overlap_share(sm_count: int) -> float:
+    """Seconds a hidden userbuffers TP collective costs the GEMM beside it, per second it runs: the
+    mean share of the GPU's ``sm_count`` SMs a block's collectives hold (the constants above)."""
+    sms = (UB_RING_EXCHANGE_COLLECTIVES * UB_RING_EXCHANGE_SMS + UB_PIPELINE_COLLECTIVES * UB_PIPELINE_SMS) / \
+        (UB_RING_EXCHANGE_COLLECTIVES + UB_PIPELINE_COLLECTIVES)
+    return sms / sm_count
+
+
+def p2p_interference(gpu: str) -> float:
+    """Seconds per hidden point-to-point second (CP ring steps, pipeline sends): P2P_CHANNELS SMs
+    of the GPU's."""
+    return P2P_CHANNELS / gpu_spec(gpu).sm_count
+
+
+def tp_interference(comm: CommModel, gpu: str, tp_overlap: bool) -> float:
+    """Seconds per hidden TP second: ``tp_overlap_share`` under userbuffers, else NCCL's
+    ``overlap_interference``."""
+    return tp_overlap_share(gpu_spec(gpu).sm_count) if tp_overlap else comm.params.overlap_interference
+
+
 @functools.lru_cache(maxsize=4096)
 def stage_layers(n_layers: int, pp: int) -> tuple[int, ...]:
     """Blocks per stage: as even as possible, with the embedding and the head counted as a block
@@ -303,7 +343,10 @@ class BlockParts:
 def split_arch(arch: DecoderArch, tp: int) -> DecoderArch:
     """One TP rank's block: ``heads / t`` query heads, ``max(1, kv_heads / t)`` key/value heads
     (replicated when fewer than t), ``ceil(intermediate / t)`` MLP width, ``ceil(vocab / t)``."""
-    return dataclasses.replace(arch, n_layers=1, heads=arch.heads // tp, kv_heads=max(1, arch.kv_heads // tp),
+    # Megatron-Core builds q, k and v as one column-parallel GEMM (``linear_qkv``): time them fused
+    # (the fused naming's one q + 2 kv wide matmul), not as a narrow k and v GEMM at TP 8.
+    naming = "mpt" if arch.naming == "hf-llama" and not arch.is_mla else arch.naming
+    return dataclasses.replace(arch, n_layers=1, naming=naming, heads=arch.heads // tp, kv_heads=max(1, arch.kv_heads // tp),
                                head_dim=arch.head_dim, intermediate=-(-arch.intermediate // tp),
                                shared_intermediate=-(-arch.shared_intermediate // tp),
                                vocab=-(-arch.vocab // tp), max_seq_len=arch.max_seq_len)
@@ -417,6 +460,9 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
         f, b = float(fwd_s[i]), float(bwd_s[i])
         if kind == ATTENTION:
             f, b = f * attention_scale, b * attention_scale
+        if kind == "norm" and layer.params in (arch.hidden, 2 * arch.hidden):
+            # Sequence parallelism: the block's norms (and their residual) run on tokens / t.
+            f, b = f / tp, b / tp
         if layer.unit is not None:
             seen_block = True
             bf, bb = bf + f, bb + b
@@ -693,7 +739,9 @@ def block_comm(arch: DecoderArch, comm: CommModel, t: int, c: int, micro_batch: 
     pair = None
     if c > 1:
         crossing = _group_ranks_per_node(g, t, c) < c
-        pair = comm.subgroup(2, 1 if crossing else 2, net_share=(1.0 / t) if crossing else None)
+        # A send between nodes leaves through its own GPU's NICs (a rail: one g-th of the node's
+        # network), however few of the node's GPUs cross at once.
+        pair = comm.subgroup(2, 1 if crossing else 2, net_share=(1.0 / g) if crossing else None)
     return _block_comm(arch, tp_comm, pair, t, c, micro_batch, seq_len, element_bytes, parts, quantile, tp_overlap)
 
 
@@ -768,7 +816,7 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     if p > 1:
         act_bytes = tokens * arch.hidden * e / t
         crossing = t * c * p > g  # the pipeline spans nodes: its slowest sends cross the network
-        pair = comm.subgroup(2, 1 if crossing else 2, net_share=min(1.0, t * c / g) if crossing else None)
+        pair = comm.subgroup(2, 1 if crossing else 2, net_share=(1.0 / g) if crossing else None)  # a rail, as CP's
         p2p = float(pair.broadcast_time_s(act_bytes, quantile))
     slot = sf + sb
     if layout.schedule == INTERLEAVED and p > 1 and v > 1:
@@ -812,8 +860,8 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     optimizer = ((stage_params / shard + expert_params / expert_shard) * (MASTER_BYTES * 3 + 2 * ADAM_STATE_BYTES)
                  / rates.memory_bytes_per_s)
     overhead = load_compute_params().overhead_s
-    hidden = (tp_b_hidden * n_slow * m + cp_hidden * n_slow * m + ep_hidden * n_slow * m + hidden_p2p + dp_hidden)
-    interf = interference * hidden
+    interf = (interference * (ep_hidden * n_slow * m + dp_hidden) + p2p_interference(gpu) * (cp_hidden * n_slow * m + hidden_p2p)
+              + tp_interference(comm, gpu, tp_overlap) * tp_b_hidden * n_slow * m)
     breakdown = {
         "forward": m * (sf - n_slow * (tp_f + cp_f + ep_f)),
         "backward": m * (sb - n_slow * (tp_b_exposed + cp_b + ep_b + recompute
@@ -971,7 +1019,8 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     parts_of: dict[tuple[int, int, int, int], BlockParts] = {}
     slot_of: dict[tuple[int, int, int, int], tuple[float, float]] = {}
     e = PARAM_BYTES if precision in HALF_PRECISIONS else 4.0
-    k = comm.params.overlap_interference
+    k_tp = tp_interference(comm, gpu, tp_overlap)
+    k_p2p = p2p_interference(gpu)
     ranked = []
     for t, p, c, d, mb, m, v, ep in degrees:
         key = (t, c, mb, ep)
@@ -983,7 +1032,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
             a2a = (4.0 * parts.moe_fraction * float(comm.subgroup(ep, min(ep, g)).all_to_all_time_s(parts.dispatch_bytes))
                    if ep > 1 else 0.0)
             slot_of[key] = (parts.block_f_s + parts.block_b_s + bc.tp_f_s + bc.tp_b_s + bc.cp_f_s + bc.cp_b_s + a2a,
-                            k * (bc.tp_hidden_s + bc.cp_hidden_s))
+                            k_tp * bc.tp_hidden_s + k_p2p * bc.cp_hidden_s)
         blk, hidden = slot_of[key]
         n = max(stage_layers(arch.n_layers, p))
         ranked.append(((m + (p - 1) / v) * n * blk + m * n * hidden, t, p, c, d, mb, m, v, ep))
