@@ -460,7 +460,7 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
         f, b = float(fwd_s[i]), float(bwd_s[i])
         if kind == ATTENTION:
             f, b = f * attention_scale, b * attention_scale
-        if kind == "norm" and layer.params in (arch.hidden, 2 * arch.hidden):
+        if kind == NORM and layer.params in (arch.hidden, 2 * arch.hidden):
             # Sequence parallelism: the block's norms (and their residual) run on tokens / t.
             f, b = f / tp, b / tp
         if layer.unit is not None:
