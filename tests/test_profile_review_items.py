@@ -1,0 +1,69 @@
+"""Review items of issue #28 (../shared/reviews/cuda-path.md) that a CPU can check by hand: C1
+(a GPU srift does not know), M10 (several optimizers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from srift.cluster import cluster_from_dict
+from srift.job import Job
+from srift.simulate import predict
+from srift.testing import measured_profile
+
+
+def _one_gpu(gpu: str):
+    return cluster_from_dict({"name": "one", "node_groups": [{"count": 1, "gpus_per_node": 1, "gpu": gpu,
+                                                             "intra_node": "pcie4", "network_gbps": 0}]})
+
+
+def test_times_from_a_gpu_srift_does_not_know_are_said_to_be_unused() -> None:
+    """C1: an H100 NVL (or a MIG slice) is no GPU of the catalog; its measured profile is predicted
+    from FLOPs and bytes, and the prediction says so instead of passing it silently as structural."""
+    nvl = measured_profile([4096], gpu="H100")
+    nvl.device = {"name": "NVIDIA H100 NVL", "kind": "cuda", "gpu": None}
+    notes = predict(nvl, _one_gpu("H100"), Job(batch_size=8)).notes
+    assert any("'NVIDIA H100 NVL', a GPU srift does not know" in n for n in notes)
+    known = predict(measured_profile([4096], gpu="H100"), _one_gpu("H100"), Job(batch_size=8)).notes
+    assert not any("does not know" in n for n in known) and "compute anchored on measured times" in known
+
+
+TWO_OPTIMIZERS = """
+import time, torch
+from torch import nn
+torch.manual_seed(0)
+torch.set_num_threads(1)
+
+class SlowAdamW(torch.optim.AdamW):  # a second optimizer whose step takes at least 20 ms
+    def step(self, closure=None):
+        time.sleep(0.02)
+        return super().step(closure)
+
+net = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
+first = torch.optim.SGD(net[0].parameters(), lr=0.01, momentum=0.9)
+second = SlowAdamW(net[2].parameters(), lr=0.01)
+for step in range(40):
+    loss = net(torch.randn(16, 32)).square().mean()
+    loss.backward()
+    first.step()
+    second.step()
+    first.zero_grad()
+    second.zero_grad()
+"""
+
+
+@pytest.mark.slow
+def test_every_optimizer_of_the_script_is_timed_and_sized(tmp_path: Path) -> None:
+    """M10: SGD with momentum (4 state bytes per parameter) on the first Linear (32 x 64 + 64 = 2112
+    parameters), AdamW (8 bytes) on the second (64 x 10 + 10 = 650): (4 x 2112 + 8 x 650) / 2762 =
+    4.941 bytes per parameter; the second's 20 ms sleep is optimizer time of every iteration."""
+    from srift.profiling import runner
+
+    script = tmp_path / "train.py"
+    script.write_text(TWO_OPTIMIZERS)
+    prof = runner.profile_script(script, [], warmup=4, iters=4, output=tmp_path / "p.yaml", show_progress=False).profile
+    assert prof is not None
+    assert prof.optimizer["type"] == "SGD+SlowAdamW"
+    assert prof.optimizer["state_bytes_per_param"] == pytest.approx((4 * 2112 + 8 * 650) / 2762, abs=1e-3)
+    assert (prof.phases.optimizer_s or 0.0) >= 0.02
