@@ -159,12 +159,14 @@ TIMING_MODES = ("layers", "step")  # per leaf module, or whole steps (compiled m
 
 @dataclass
 class AllReduceBucket:
-    """One DDP all-reduce bucket measured through a communication hook."""
+    """One DDP all-reduce bucket measured through a communication hook: ``time_s`` its own time
+    (queueing behind the bucket before it left out), ``ready_to_done_s`` from ready to done."""
 
     rank: int
     index: int
     size_bytes: int
     time_s: float
+    ready_to_done_s: float | None = None
 
 
 COLLECTIVE_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
@@ -677,7 +679,9 @@ def _bucket(item: Any, index: int, source: str) -> AllReduceBucket:
     return AllReduceBucket(_int(item["rank"], f"{where}.rank", source, MAX_GPUS),
                            _int(item["index"], f"{where}.index", source, MAX_LAYERS),
                            _int(item["size_bytes"], f"{where}.size_bytes", source, MAX_LAYER_BYTES),
-                           _num(item["time_s"], f"{where}.time_s", source, MAX_LAYER_S))
+                           _num(item["time_s"], f"{where}.time_s", source, MAX_LAYER_S),
+                           None if item.get("ready_to_done_s") is None
+                           else _num(item["ready_to_done_s"], f"{where}.ready_to_done_s", source, MAX_LAYER_S))
 
 
 def _rank_memory(item: Any, index: int, source: str) -> RankMemory:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,57 @@ def test_every_optimizer_of_the_script_is_timed_and_sized(tmp_path: Path) -> Non
     assert prof.optimizer["type"] == "SGD+SlowAdamW"
     assert prof.optimizer["state_bytes_per_param"] == pytest.approx((4 * 2112 + 8 * 650) / 2762, abs=1e-3)
     assert (prof.phases.optimizer_s or 0.0) >= 0.02
+
+
+def test_a_bucket_queued_behind_another_counts_only_its_own_all_reduce() -> None:
+    """M12: buckets ready at 0, 1 and 2 ms finish at 5, 8 and 9 ms on one communication stream: the
+    second waited for the first until 5 ms, so its own time is 8 - 5 = 3 ms (7 ms ready to done),
+    the third's 9 - 8 = 1 ms; a bucket ready after the previous one finished keeps its whole time."""
+    pytest.importorskip("torch")
+    from srift.profiling.buckets import own_times
+
+    assert own_times([0.0, 1.0, 2.0], [5.0, 8.0, 9.0]) == [5.0, 3.0, 1.0]
+    assert own_times([0.0, 6.0], [5.0, 8.0]) == [5.0, 2.0]
+
+
+def test_bucket_times_survive_the_file() -> None:
+    from srift.profile import AllReduceBucket, Profile
+
+    prof = measured_profile([4096], gpu="T4")
+    prof.allreduce = [AllReduceBucket(0, 0, 4096, 0.003, 0.007), AllReduceBucket(0, 1, 4096, 0.002)]
+    assert Profile.from_dict(prof.to_dict()).allreduce == prof.allreduce
+
+
+def test_an_asynchronous_fsdp_collective_on_cuda_ends_when_its_work_completes(monkeypatch) -> None:
+    """M13: FSDP2's explicit prefetch (``unshard(async_op=True)``) returns a Work; on CUDA its end
+    mark is recorded in the Work's future callback (whose stream waits for NCCL), not at enqueue.
+    Run with a real asynchronous collective (gloo, one process) and the CUDA clock's marks shimmed."""
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    from srift.profiling import fsdp
+
+    class Marks:  # the CUDA clock's interface: marks and the seconds between them
+        kind = "cuda"
+
+        def __init__(self) -> None:
+            self.n = 0
+
+        def mark(self) -> str:
+            self.n += 1
+            return f"mark {self.n}"
+
+    monkeypatch.setattr(fsdp, "cuda_mark", lambda: "completed")
+    timer = fsdp.CollectiveTimer.__new__(fsdp.CollectiveTimer)
+    timer.clock, timer._current = Marks(), []  # type: ignore[assignment]
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        work = timer.timed("blocks.0", "all_gather", 64, lambda: dist.all_reduce(torch.ones(16), async_op=True))
+        work.wait()
+        for _ in range(500):  # gloo runs the future's callbacks on its own thread, just after completing it
+            if timer._current[0][5] is not None:
+                break
+            time.sleep(0.01)
+    finally:
+        dist.destroy_process_group()
+    assert timer._current[0][4] == "mark 1" and timer._current[0][5] == "completed"
