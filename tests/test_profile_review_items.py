@@ -122,3 +122,52 @@ def test_an_asynchronous_fsdp_collective_on_cuda_ends_when_its_work_completes(mo
     finally:
         dist.destroy_process_group()
     assert timer._current[0][4] == "mark 1" and timer._current[0][5] == "completed"
+
+
+def _host_reads_per_step(width: int, layers: int, method: str) -> int:
+    """Tensor-to-host reads (item, float, bool, tolist) in one K-FAC ``step()`` of an MLP."""
+    torch = pytest.importorskip("torch")
+    from torch import nn
+    from torch.overrides import TorchFunctionMode
+
+    from srift.kfac import KFACPreconditioner
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(width, width) for _ in range(layers)])
+    pre = KFACPreconditioner(model, inverse_method=method, fusion_profile_steps=1)
+    reads = {"n": 0}
+    host = {torch.Tensor.item, torch.Tensor.__float__, torch.Tensor.__bool__, torch.Tensor.tolist, torch.Tensor.__int__}
+
+    class Count(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            reads["n"] += func in host
+            return func(*args, **(kwargs or {}))
+
+    for step in range(3):  # counted once the fusion is planned (step 1)
+        model(torch.randn(16, width)).square().mean().backward()
+        if step == 2:
+            with Count():
+                pre.step()
+        else:
+            pre.step()
+        model.zero_grad()
+    return reads["n"]
+
+
+@pytest.mark.parametrize("method", ["inverse", "eigen"])
+def test_a_kfac_step_reads_the_device_a_fixed_number_of_times(method: str) -> None:
+    """P1: pi-damping's traces, the KL-clip sum and Cholesky's check stay on the device: the host
+    reads of a step do not grow with the layers (they were 3 per layer: 2 traces, 1 KL-clip sum)."""
+    assert _host_reads_per_step(8, 2, method) == _host_reads_per_step(8, 6, method) <= 1
+
+
+def test_a_factor_that_is_not_positive_definite_still_raises() -> None:
+    """P1 moved Cholesky's check to once per step; a damped factor that is not positive definite
+    (-I + 0.5 I) still raises, and a positive definite one inverts exactly ((2 I + I)^-1 = I / 3)."""
+    torch = pytest.importorskip("torch")
+    from srift.kfac.layers import damped_inverse, damped_inverse_ex
+
+    with pytest.raises(torch.linalg.LinAlgError):
+        damped_inverse(-torch.eye(3), 0.5)
+    inv, info = damped_inverse_ex(2 * torch.eye(3), torch.tensor(1.0))
+    assert int(info) == 0 and torch.allclose(inv, torch.eye(3) / 3)
