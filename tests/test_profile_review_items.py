@@ -171,3 +171,28 @@ def test_a_factor_that_is_not_positive_definite_still_raises() -> None:
         damped_inverse(-torch.eye(3), 0.5)
     inv, info = damped_inverse_ex(2 * torch.eye(3), torch.tensor(1.0))
     assert int(info) == 0 and torch.allclose(inv, torch.eye(3) / 3)
+
+
+def test_a_causal_fused_attention_kernel_counts_half_its_flops() -> None:
+    """M16: CUDA's SDPA kernels (flash, memory-efficient, cuDNN) called causal run half of
+    QK^T and PV; torch's formula counts 4 b h s^2 d = 4 x 2 x 4 x 128^2 x 64 = 33,554,432 FLOPs
+    for them whatever the mask. srift counts 16,777,216 when causal, as its LLM profiles do."""
+    torch = pytest.importorskip("torch")
+    from srift.profiling.flops import _PhaseFlopCounter
+
+    aten = torch.ops.aten
+    q = torch.empty(2, 4, 128, 64, device="meta")
+    out = (torch.empty(2, 4, 128, 64, device="meta"),)
+
+    def counted(packet, args, kwargs) -> float:
+        counter = _PhaseFlopCounter()
+        counter._count_flops(packet, out, args, kwargs)
+        return float(sum(counter.flop_counts["Global"].values()))
+
+    assert counted(aten._scaled_dot_product_flash_attention, (q, q, q), {}) == 33_554_432
+    assert counted(aten._scaled_dot_product_flash_attention, (q, q, q, 0.0, True), {}) == 16_777_216
+    assert counted(aten._scaled_dot_product_efficient_attention, (q, q, q, None, False), {"is_causal": True}) == 16_777_216
+    # custom_mask_type 1 is the memory-efficient kernel's causal mask.
+    qkv = (q.transpose(1, 2),) * 3 + (None,) * 5 + (0.0,)
+    full = counted(aten._efficient_attention_forward, qkv + (0,), {})
+    assert full > 0 and counted(aten._efficient_attention_forward, qkv + (1,), {}) == full / 2
