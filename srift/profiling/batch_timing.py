@@ -7,13 +7,15 @@ from these two timings: with ``t(b) = a + c * b``, ``t(B/2) / t(B) = (1 + f) / 2
 ``f = a / t(B)`` is the fixed share at the profiled batch, so ``f = 2 * t(B/2) / t(B) - 1``.
 
 Both steps run forward and backward (no optimizer) under the script's autocast, alternating,
-``REPEATS`` times each after one untimed call each; the fastest of each is kept (the least
-disturbed by other work on the machine). On CUDA the device is synchronised around each call
-(the run is over; this is srift's own step).
+``REPEATS`` times each after one untimed call each. Other work on the machine slows calls
+unevenly, so the ratio comes from each half-batch call over the full-batch call right after it
+(the two see much the same load), the median of those; the full batch's time is its fastest call.
+On CUDA the device is synchronised around each call (the run is over; this is srift's own step).
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -37,8 +39,9 @@ def sub_batch(obj: Any, batch: int, n: int) -> Any:
 
 def time_full_and_half(model: torch.nn.Module, full: Callable[[], Any], half: Callable[[], Any],
                        device: torch.device, repeats: int = REPEATS) -> tuple[float, float]:
-    """Seconds of one forward+backward of ``full`` and of ``half`` (each returns the scalar to
-    backpropagate): the fastest of ``repeats`` alternating calls each, after one untimed call each.
+    """Seconds of one forward+backward of ``full`` (the fastest of ``repeats`` calls) and of ``half``
+    (that times the median ratio of a half call to the full call after it); each step returns the
+    scalar to backpropagate. The calls alternate, after one untimed call each.
 
     Raises:
         ValueError: for ``repeats`` below 1.
@@ -64,8 +67,9 @@ def time_full_and_half(model: torch.nn.Module, full: Callable[[], Any], half: Ca
 
     once(full)
     once(half)
-    best = [float("inf"), float("inf")]
+    fulls, ratios = [], []
     for _ in range(repeats):
-        best[1] = min(best[1], once(half))
-        best[0] = min(best[0], once(full))
-    return best[0], best[1]
+        half_s = once(half)
+        fulls.append(once(full))
+        ratios.append(half_s / max(fulls[-1], 1e-12))
+    return min(fulls), min(fulls) * statistics.median(ratios)
