@@ -154,6 +154,9 @@ class RankMemory:
     max_reserved_bytes: int
 
 
+# Executed attention FLOPs of a causal (decoder) mask relative to the full, non-causal 4 b s^2 h d
+# of QK^T and PV: how srift's profiles count them (zoo LLMs, and fused kernels a script profile sees).
+CAUSAL_FRACTION = 0.5
 TIMING_MODES = ("layers", "step")  # per leaf module, or whole steps (compiled models: leaves untimed)
 
 

@@ -28,9 +28,8 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from srift.profile import LayerProfile
+from srift.profile import CAUSAL_FRACTION, LayerProfile
 from srift.profiling.tensors import first_tensor, tensor_bytes
-from srift.zoo.llm import CAUSAL_FRACTION
 
 
 def _total(counts: dict[Any, int]) -> float:
