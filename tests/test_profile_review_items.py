@@ -10,6 +10,7 @@ import pytest
 
 from srift.cluster import cluster_from_dict
 from srift.job import Job
+from srift.profile import DeviceInfo
 from srift.simulate import predict
 from srift.testing import measured_profile
 
@@ -23,7 +24,7 @@ def test_times_from_a_gpu_srift_does_not_know_are_said_to_be_unused() -> None:
     """C1: an H100 NVL (or a MIG slice) is no GPU of the catalog; its measured profile is predicted
     from FLOPs and bytes, and the prediction says so instead of passing it silently as structural."""
     nvl = measured_profile([4096], gpu="H100")
-    nvl.device = {"name": "NVIDIA H100 NVL", "kind": "cuda", "gpu": None}
+    nvl.device = DeviceInfo("NVIDIA H100 NVL", "cuda")
     notes = predict(nvl, _one_gpu("H100"), Job(batch_size=8)).notes
     assert any("'NVIDIA H100 NVL', a GPU srift does not know" in n for n in notes)
     known = predict(measured_profile([4096], gpu="H100"), _one_gpu("H100"), Job(batch_size=8)).notes
