@@ -17,7 +17,7 @@ import numpy as np
 from srift.cache import BoundedCache
 from srift.errors import SriftError
 from srift.hardware import CPU, find_gpu
-from srift.job import Job
+from srift.job import REDUCE_BYTES, Job
 from srift.perf.comm import CommModel
 from srift.perf.compute import KINDS, LayerTimes, layer_arrays, layer_times, measured_gpu
 from srift.profile import Profile
@@ -129,7 +129,8 @@ class Workload:
             self.base, self.frozen = finetune_profile(self.base, job)
         self.precision = job.precision or profile.precision
         self.ref_batch = job.batch_size or profile.batch_size
-        self.layout = bucket_layout(self.base)
+        self.layout = bucket_layout(self.base, cap_bytes=int(job.bucket_cap_mb * 2**20),
+                                    reduce_bytes_per_param=REDUCE_BYTES[job.reduce_dtype])
         self.bucket_sizes_bytes = self.layout.sizes_bytes
         self.units = unit_layout(self.base)
         self._profiles: BoundedCache[tuple[int, int], Profile] = BoundedCache()
@@ -242,7 +243,7 @@ class Workload:
         def make() -> UnitTimes:
             params = self.units.unit_params
             gathered = self.gathered_unit_bytes()
-            reduced = params * (4.0 if self.job.reduce_dtype == "fp32" else 2.0)
+            reduced = params * float(REDUCE_BYTES[self.job.reduce_dtype])
             shard = comm.within_node() if parallelism == "hsdp" else comm
             ag = np.asarray(shard.all_gather_time_s(gathered, quantile), dtype=float)
             rs = np.asarray(shard.reduce_scatter_time_s(reduced, quantile), dtype=float)
