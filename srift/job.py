@@ -77,7 +77,7 @@ AUTO: Auto = "auto"
 # parameters themselves are half (apex AMP O2 keeps fp16 weights and gradients).
 ReduceDtype = Literal["fp32", "bf16", "fp16"]
 REDUCE_DTYPES: tuple[ReduceDtype, ...] = get_args(ReduceDtype)
-REDUCE_BYTES: dict[ReduceDtype, int] = {"fp32": 4, "bf16": 2, "fp16": 2}  # bytes per gradient element reduced
+REDUCE_BYTES_PER_ELEMENT: dict[ReduceDtype, int] = {"fp32": 4, "bf16": 2, "fp16": 2}  # bytes per gradient element reduced
 # Data parallelism of a job with a --layout (srift/simulate/layouts.py): zero1 is Megatron's
 # distributed optimizer (gradients reduce-scattered, optimizer states sharded), ddp all-reduces.
 LayoutParallelism = Literal["zero1", "ddp"]

@@ -42,7 +42,7 @@ import yaml
 
 from srift.catalog import get_instance
 from srift.hardware import find_gpu, gpu as gpu_spec
-from srift.job import REDUCE_BYTES, ReduceDtype
+from srift.job import REDUCE_BYTES_PER_ELEMENT, ReduceDtype
 from srift.profile import Profile
 
 # Dataset model names -> (zoo profile name, sequence length). Only what maps honestly: the Lambda
@@ -369,7 +369,7 @@ def dle_bert_allreduce(precision: str) -> dict[str, Any]:
     """How DLE BERT pre-training all-reduces its gradients (``DLE_BERT_MESSAGE_ELEMENTS``), as a
     row's ``bucket_cap_mb`` and ``reduce_dtype`` (the Job's)."""
     dtype: ReduceDtype = "fp16" if precision == "amp" else "fp32"
-    return {"bucket_cap_mb": DLE_BERT_MESSAGE_ELEMENTS * REDUCE_BYTES[dtype] / 2**20, "reduce_dtype": dtype}
+    return {"bucket_cap_mb": DLE_BERT_MESSAGE_ELEMENTS * REDUCE_BYTES_PER_ELEMENT[dtype] / 2**20, "reduce_dtype": dtype}
 
 
 def load_dlperf(data_dir: Path) -> pd.DataFrame:

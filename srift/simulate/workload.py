@@ -17,7 +17,7 @@ import numpy as np
 from srift.cache import BoundedCache, ObjectMemo
 from srift.errors import SriftError
 from srift.hardware import CPU, find_gpu
-from srift.job import REDUCE_BYTES, Job
+from srift.job import REDUCE_BYTES_PER_ELEMENT, Job
 from srift.perf.comm import CommModel
 from srift.perf.compute import KINDS, LayerTimes, layer_arrays, layer_times, measured_gpu
 from srift.profile import Profile
@@ -141,7 +141,7 @@ class Workload:
             self.base, self.frozen = finetune_profile(self.base, job)
         self.precision = job.precision or profile.precision
         self.ref_batch = job.batch_size or profile.batch_size
-        cap, per = int(job.bucket_cap_mb * 2**20), REDUCE_BYTES[job.reduce_dtype]
+        cap, per = int(job.bucket_cap_mb * 2**20), REDUCE_BYTES_PER_ELEMENT[job.reduce_dtype]
         self.layout = _BUCKETS.get(self.base, (cap, per),
                                    lambda: bucket_layout(self.base, cap_bytes=cap, reduce_bytes_per_param=per))
         self.bucket_sizes_bytes = self.layout.sizes_bytes
@@ -256,7 +256,7 @@ class Workload:
         def make() -> UnitTimes:
             params = self.units.unit_params
             gathered = self.gathered_unit_bytes()
-            reduced = params * float(REDUCE_BYTES[self.job.reduce_dtype])
+            reduced = params * float(REDUCE_BYTES_PER_ELEMENT[self.job.reduce_dtype])
             shard = comm.within_node() if parallelism == "hsdp" else comm
             ag = np.asarray(shard.all_gather_time_s(gathered, quantile), dtype=float)
             rs = np.asarray(shard.reduce_scatter_time_s(reduced, quantile), dtype=float)
