@@ -367,12 +367,11 @@ def finetune_group(data: Path) -> dict:
                      "Mistral 7B on 8-512 H100; memory: LitGPT full/LoRA/QLoRA on one A10G"}
 
 def layout_group(data: Path) -> None:
-    """The layout group: bf16 step times of Megatron-Core TP x PP x CP x DP runs
+    """The layout group: bf16 step times of Megatron TP x PP x CP x DP runs
     (data/llm-parallel-layouts; srift.fitting.layouts says which rows and why), with the one
     layout figure (``megatron_compute_factor``) as shipped, refitted without the row's model
-    (LOMO) and without its source (LOSO: with one source of bf16 step times nothing is left to fit,
-    so the compute model runs as it is), and the mean regret of srift's ranking of the measured
-    layouts of one model and GPU count."""
+    (LOMO) and without its source (LOSO), per model and per source, and the mean regret of
+    srift's ranking of the measured layouts of one model and GPU count."""
     from srift.fitting import layouts as lf
     from srift.simulate.layouts import load_layout_params
 
@@ -388,18 +387,28 @@ def layout_group(data: Path) -> None:
         return float(np.mean(np.abs(p[mask] / meas[mask] - 1.0)) * 100.0)
 
     factor = load_layout_params().megatron_compute_factor
-    print(f"\nLayout group: step time of {len(rows)} Megatron-Core runs (TP x PP x CP x DP, bf16, DGX H100, "
-          f"data/llm-parallel-layouts), megatron_compute_factor {factor:.4f}. MAPE %:")
-    print(f"{'':<28}{'rows':>6}" + "".join(f"{k:>8}" for k in cols))
+    print(f"\nLayout group: step time of {len(rows)} Megatron runs (TP x PP x CP x DP, bf16, H100 and A100, "
+          f"{rows['source_slug'].nunique()} sources, data/llm-parallel-layouts), megatron_compute_factor {factor:.4f}. "
+          "MAPE %:")
+    print(f"{'':<40}{'rows':>6}" + "".join(f"{k:>8}" for k in cols))
     everything = np.ones(len(rows), dtype=bool)
-    print(f"{'  all':<28}{len(rows):>6}" + "".join(f"{pct(v, everything):>8.1f}" for v in cols.values()))
+    print(f"{'  all':<40}{len(rows):>6}" + "".join(f"{pct(v, everything):>8.1f}" for v in cols.values()))
     for m in sorted(rows["zoo"].unique()):
         mask = (rows["zoo"] == m).to_numpy()
-        print(f"{'  ' + m:<28}{int(mask.sum()):>6}" + "".join(f"{pct(v, mask):>8.1f}" for v in cols.values()))
-    mean_regret, groups = lf.regret(rows, pred)
-    print(f"  mean regret {mean_regret * 100:.1f} % over {groups} (model, GPU count) group(s) with more than one measured "
-          f"layout; signed error {np.mean(pred / meas - 1.0) * 100:+.1f} %; {int(fits.sum())} of {len(rows)} measured "
-          f"runs predicted to fit in memory")
+        print(f"{'  ' + m:<40}{int(mask.sum()):>6}" + "".join(f"{pct(v, mask):>8.1f}" for v in cols.values()))
+    for src in sorted(rows["source_slug"].unique()):
+        mask = (rows["source_slug"] == src).to_numpy()
+        print(f"{'  source ' + src:<40}{int(mask.sum()):>6}" + "".join(f"{pct(v, mask):>8.1f}" for v in cols.values()))
+    fp8 = lf.fp8_rows(data)
+    fp8_pred = np.array([lf.predict_row(r)[0] for r in fp8.itertuples()])
+    fp8_err = fp8_pred / fp8["value"].to_numpy(float) - 1.0
+    print(f"  fp8 (Transformer Engine FP8 GEMMs, srift/perf/fp8.py, nothing fitted on them): {len(fp8)} runs, MAPE "
+          f"{np.mean(np.abs(fp8_err)) * 100:.1f} %, signed {np.mean(fp8_err) * 100:+.1f} %")
+    both = pd.concat([rows, fp8], ignore_index=True)
+    mean_regret, groups = lf.regret(both, np.concatenate([pred, fp8_pred]))
+    print(f"  mean regret {mean_regret * 100:.1f} % over {groups} (model, precision, GPU count) group(s) with more than one "
+          f"measured layout; signed error {np.mean(pred / meas - 1.0) * 100:+.1f} %; {int(fits.sum())} of {len(rows)} "
+          f"measured runs predicted to fit in memory")
     claims = lf.search_claims(rows)
     print(f"  srift's own search picks a layout it predicts {np.mean(claims) * -100:.1f} % faster than the measured one on "
           f"average ({min(claims) * -100:.0f} to {max(claims) * -100:.0f} %, {len(claims)} model x GPU counts): unmeasured, a "
@@ -411,7 +420,8 @@ def moe_group(data: Path, table: bool = False) -> None:
     """The MoE group: tokens/s per GPU of Megatron-Core expert-parallel runs (data/moe-training;
     srift.fitting.moe says which rows and why), force-balanced routing as the source ran. Nothing
     is fitted on these rows (the one layout figure comes from dense runs of another source), so
-    leave-one-model-out and leave-one-source-out are the plain error."""
+    leave-one-model-out and leave-one-source-out are the plain error; the table splits it by model,
+    GPU, precision, release of the source and where the EP group runs."""
     from srift.fitting import moe as mf
 
     rows, out = mf.load_rows(data)
@@ -422,17 +432,23 @@ def moe_group(data: Path, table: bool = False) -> None:
     pred = np.array([g[0] for g in got])
     policy = [g[1] for g in got]
     err = pred / meas - 1.0
-    print(f"\nMoE group: tokens/s per GPU of {len(rows)} Megatron-Core expert-parallel runs (bf16, force-balanced routing, "
-          "data/moe-training). MAPE % (= LOMO = LOSO: nothing fitted on these rows):")
-    print(f"{'':<36}{'rows':>6}{'MAPE':>8}{'signed':>8}")
-    print(f"{'  all':<36}{len(rows):>6}{np.mean(np.abs(err)) * 100:>8.1f}{np.mean(err) * 100:>+8.1f}")
-    for (m, g), grp in rows.groupby(["zoo", "gpu"]):
-        mask = ((rows["zoo"] == m) & (rows["gpu"] == g)).to_numpy()
-        print(f"{'  ' + m + ' ' + g:<36}{int(mask.sum()):>6}{np.mean(np.abs(err[mask])) * 100:>8.1f}"
-              f"{np.mean(err[mask]) * 100:>+8.1f}")
+    span = ["EP across nodes" if int(r.ep) > int(r.gpus_per_node) else "EP within a node" for r in rows.itertuples()]
+    frame = rows.assign(err=err, span=span, release=[str(s).split(" ")[0] for s in rows["source_section"]],
+                        fp8=["bf16" if mf.FP8_RECIPE_OF[str(p).lower()] is None else f"fp8 ({mf.FP8_RECIPE_OF[str(p).lower()]})"
+                             for p in rows["precision"]])
+    print(f"\nMoE group: tokens/s per GPU of {len(rows)} Megatron-Core expert-parallel runs ({rows['zoo'].nunique()} models; "
+          "bf16 and FP8; force-balanced routing; data/moe-training). MAPE % (= LOMO = LOSO: nothing fitted on these rows):")
+    print(f"{'':<40}{'rows':>6}{'MAPE':>8}{'signed':>8}")
+    print(f"{'  all':<40}{len(rows):>6}{np.mean(np.abs(err)) * 100:>8.1f}{np.mean(err) * 100:>+8.1f}")
+    for title, key in (("model (leave-one-model-out)", "zoo"), ("GPU", "gpu"), ("precision", "fp8"),
+                       ("release (the source's section)", "release"), ("expert-parallel group", "span")):
+        print(f"  by {title}:")
+        for value, grp in frame.groupby(key):
+            e = grp["err"].to_numpy()
+            print(f"{'    ' + str(value):<40}{len(grp):>6}{np.mean(np.abs(e)) * 100:>8.1f}{np.mean(e) * 100:>+8.1f}")
     if table:
         for r, p, k, e in zip(rows.itertuples(), pred, policy, err):
-            print(f"    {r.zoo} {r.gpu} {r.gpus_total} GPUs {mf.row_layout(r).label}: measured {r.value:,.0f}, "
+            print(f"    {r.zoo} {r.gpu} {r.precision} {r.gpus_total} GPUs {mf.row_layout(r).label}: measured {r.value:,.0f}, "
                   f"predicted {p:,.0f} ({e * 100:+.1f} %), recompute {k}")
     print(f"  recompute (the least that fits, as srift predict chooses): "
           + ", ".join(f"{k} {policy.count(k)}" for k in sorted(set(policy))))
@@ -484,10 +500,13 @@ def main() -> None:
     ap.add_argument("--write-accuracy", nargs="?", const=str(ROOT / "configs" / "perf" / "accuracy.json"), default=None,
                     metavar="FILE", help="write the group figures predict/recommend quote (default configs/perf/accuracy.json)")
     ap.add_argument("--moe-only", action="store_true", help="run only the MoE group (data/moe-training)")
-    ap.add_argument("--only", choices=("finetune",), default=None, help="print one group only")
+    ap.add_argument("--only", choices=("finetune", "layouts"), default=None, help="print one group only")
     args = ap.parse_args()
     if args.moe_only:
         moe_group(Path(args.data), args.table)
+        return
+    if args.only == "layouts":
+        layout_group(Path(args.data))
         return
     if args.only == "finetune":
         figures = finetune_group(Path(args.data))

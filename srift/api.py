@@ -29,7 +29,7 @@ from srift.examples import copy_examples as copy_example_files
 from srift.files import check_name, check_outputs, file_in, output_file, read_json  # noqa: F401 (check_outputs: for the commands)
 from srift.hardware import CPU, GpuSpec, gpus, matching_gpus
 from srift.hardware import gpu as gpu_spec
-from srift.job import DEFAULT_INFRA, FINETUNE_MODES, Job, Precision, require_precision
+from srift.job import AUTO, DEFAULT_INFRA, FINETUNE_MODES, LAYOUT_PARALLELISMS, Job, Precision, require_precision
 from srift.jobfile import JobFile
 from srift.profile import Profile
 from srift.report.format import usd, with_article
@@ -46,6 +46,7 @@ from srift.results import (
 )
 from srift.search import search
 from srift.search.confidence import at_confidence, uncertainty_of
+from srift.search.gpu_range import GpuRange, gpus_floor, layout_gpu_range, needed_flops_per_s
 from srift.search.limits import Constraints, check_limits
 from srift.search.large_batch import GlobalBatchLimit, accumulation_choices, default_max_global_batch
 from srift.search.rank import SearchResult, objective_key
@@ -54,10 +55,11 @@ from srift.simulate import Predictor
 from srift.simulate.finetune import finetune_optimizer
 from srift.simulate.layout_prediction import layout_memory_error
 from srift.simulate.prediction import Prediction
-from srift.simulate.memory import USABLE_FRACTION, fits
+from srift.simulate.layouts import has_layout
+from srift.simulate.memory import USABLE_FRACTION, fits, usable_bytes
 from srift.zoo import MODELS, canonical_name, llm_arch, load_builtin_profile
 from srift.zoo.hf_config import arch_from_hf_config, hf_config_profile
-from srift.zoo.llm import DecoderArch, model_flops_per_token
+from srift.zoo.llm import DecoderArch, model_flops_per_token, params_count
 
 if TYPE_CHECKING:
     from srift.profiling.runner import ProfileResult
@@ -369,6 +371,11 @@ def recommend(job: Job, constraints: Constraints, model: str | None = None, prof
     ``srift.search.large_batch.accumulation_choices`` is searched and the best chosen
     configuration wins. Without one, the cluster is kept within the largest global batch
     (``constraints.max_global_batch`` or the family default) at the per-GPU batch.
+
+    A decoder LLM's job that names no layout and says nothing of data parallelism
+    (``takes_default_layout``) searches layouts (``--layout auto``) at a fixed global batch (the
+    family's, unless given), over GPU counts derived from the job when ``--max-gpus`` is not given
+    (srift/search/gpu_range.py).
     """
     constraints.require_length(job.length, job.global_batch_size)
     if job.precision is None and is_decoder_llm(model, model_config):
@@ -377,6 +384,9 @@ def recommend(job: Job, constraints: Constraints, model: str | None = None, prof
         require_bf16(sorted(constraints.gpus))
     prof, more = resolve_profiles(model, profiles, model_config, job.precision)
     job = with_resolved_length(job, prof)
+    arch = model_arch(model, model_config)
+    if arch is not None and not profiles and takes_default_layout(job, constraints):
+        job = dataclasses.replace(job, layout=AUTO)  # --micro-batch-size is then the layout's
     if job.layout is None and job.micro_batch_size is not None:  # the cluster varies: the per-GPU batch
         job = with_micro_batch(dataclasses.replace(job, micro_batch_size=None, global_batch_size=None),
                                job.micro_batch_size, 1) if job.global_batch_size is None else job
@@ -387,11 +397,22 @@ def recommend(job: Job, constraints: Constraints, model: str | None = None, prof
     seq = (job.seq_len or prof.seq_len) if prof.seq_len else None
     limit = (GlobalBatchLimit(constraints.max_global_batch, "--max-global-batch") if constraints.max_global_batch
              else default_max_global_batch(seq))
+    flops = model_flops_fn(model, model_config)
+    gpu_range: GpuRange | None = None
+    batch_defaulted = False
+    if job.layout is not None and arch is not None and flops is not None and seq:
+        # A layout's data parallelism takes only part of the GPUs: the global batch is fixed (the
+        # family's published one unless given), and the cluster bounded by the job, not by it.
+        batch_defaulted = job.global_batch_size is None
+        job = dataclasses.replace(job, global_batch_size=job.global_batch_size or limit.samples)
+        if constraints.auto_max_gpus:
+            gpu_range = _layout_gpu_range(arch, flops(seq), seq, job, constraints, infra)
+            constraints = dataclasses.replace(constraints, max_gpus=gpu_range.max_gpus)
     best: tuple[Predictor, SearchResult] | None = None
-    choices = accumulation_choices(job.global_batch_size, job.grad_accum)
+    # A layout searches its own micro-batches: one search, not one per accumulation.
+    choices = (job.grad_accum,) if job.layout is not None else accumulation_choices(job.global_batch_size, job.grad_accum)
     for ga in choices:
-        predictor = Predictor(prof, dataclasses.replace(job, grad_accum=ga), more, model_flops_fn(model, model_config),
-                              model_arch(model, model_config))
+        predictor = Predictor(prof, dataclasses.replace(job, grad_accum=ga), more, flops, arch)
         c = constraints
         if job.global_batch_size is None:  # keep the global batch within the limit: fewer GPUs
             c = dataclasses.replace(c, max_gpus=max(1, min(c.max_gpus, limit.samples // (predictor.ref_batch * ga))))
@@ -406,7 +427,66 @@ def recommend(job: Job, constraints: Constraints, model: str | None = None, prof
         fallbacks = network_fallbacks(predictor.predict, resolve_cluster(top.instance, None, region=top.infra, spot=top.spot))
     return RecommendResult(found, constraints, predictor.job, prof.name, predictor.precision, predictor.ref_batch, seq, infra,
                            price_ages([(t.cloud, t.region) for t in parse_infra(infra)]), fallbacks,
-                           grad_accum_searched=choices if len(choices) > 1 else (), global_batch_limit=limit)
+                           grad_accum_searched=choices if len(choices) > 1 else (), global_batch_limit=limit,
+                           gpu_range=gpu_range, global_batch_defaulted=batch_defaulted)
+
+
+def takes_default_layout(job: Job, constraints: Constraints) -> bool:
+    """Whether recommend searches layouts (``--layout auto``) for a decoder LLM's job that names
+    none: unless the job says data parallelism (``--batch-size``, ``--grad-accum``, a sharded
+    ``--parallelism``), fine-tunes, uses K-FAC, or the search mixes node types."""
+    return (job.layout is None and job.batch_size is None and job.grad_accum == 1 and job.finetune is None
+            and not job.kfac and job.parallelism in (AUTO, *LAYOUT_PARALLELISMS) and not constraints.mixed)
+
+
+def _search_rows(precision: str, infra: str) -> list[Instance]:
+    """The catalog rows a search prices (bf16 jobs: GPUs with bf16 tensor cores only)."""
+    rows = load_catalog(infra)
+    if precision == "bf16":  # GPUs without bf16 tensor cores would run it at the fp32 rate
+        rows = [r for r in rows if bf16_capable(r.gpu_name)]
+    return rows
+
+
+def _layout_counts(arch: DecoderArch, job: Job, predictor: Predictor, c: Constraints) -> Callable[[Instance, int], bool]:
+    """A layout search's ``count_ok``: counts some layout divides at the job's global batch, with
+    enough GPUs of the type to hold the training states and meet the deadline at their peak
+    (srift.search.gpu_range.gpus_floor: no layout beats it, so nothing that could win is left out)."""
+    gb, seq = job.global_batch_size or 1, predictor.seq_len or 1
+    length = job.length
+    tokens = None if length is None or length.data_samples is None else length.data_samples * seq
+    need = (needed_flops_per_s(tokens, predictor.flops_per_token, c.deadline_hours)
+            if tokens is not None and c.deadline_hours is not None else None)
+    known: dict[tuple[int, int], bool] = {}  # every hardware asks again for the same counts
+    floors: dict[str, int] = {}
+
+    def count_ok(inst: Instance, nodes: int) -> bool:
+        spec = gpus().get(inst.gpu_name)
+        if spec is not None:
+            if inst.gpu_name not in floors:
+                floors[inst.gpu_name] = gpus_floor(params_count(arch), spec.peak_flops(predictor.precision),
+                                                   usable_bytes(inst.gpu_memory_gib), need)
+            if nodes * inst.gpu_count < floors[inst.gpu_name]:
+                return False
+        key = (nodes * inst.gpu_count, inst.gpu_count)
+        if key not in known:
+            known[key] = has_layout(arch, key[0], key[1], seq, gb)
+        return known[key]
+
+    return count_ok
+
+
+def _layout_gpu_range(arch: DecoderArch, flops_per_token: float, seq_len: int, job: Job, c: Constraints,
+                      infra: str) -> GpuRange:
+    """The GPU counts a layout search covers (srift/search/gpu_range.py) over the GPUs it prices."""
+    specs = {r.gpu_name: (gpus()[r.gpu_name], r.gpu_memory_gib) for r in _search_rows(job.precision or "bf16", infra)
+             if r.gpu_name in gpus() and (not c.gpus or r.gpu_name in c.gpus)}
+    if not specs:
+        return GpuRange(1, c.max_gpus, "the default (no GPU with a datasheet to derive it from)")
+    precision = job.precision or "bf16"
+    length = job.length
+    tokens = None if length is None or length.data_samples is None else length.data_samples * seq_len
+    return layout_gpu_range(params_count(arch), flops_per_token, [spec.peak_flops(precision) for spec, _ in specs.values()],
+                            [usable_bytes(mem) for _, mem in specs.values()], tokens, c.deadline_hours)
 
 
 def _better(a: SearchResult, b: SearchResult, c: Constraints) -> bool:
@@ -421,11 +501,14 @@ def _search(predictor: Predictor, constraints: Constraints, infra: str, progress
     def memory_ok(inst: Instance) -> bool:  # with a fixed global batch the per-GPU batch varies: let the simulator judge
         return job.global_batch_size is not None or predictor.could_fit(inst.gpu_memory_gib, constraints.max_gpus)
 
-    rows = load_catalog(infra)
-    if predictor.precision == "bf16":  # GPUs without bf16 tensor cores would run it at the fp32 rate
-        rows = [r for r in rows if bf16_capable(r.gpu_name)]
-    return search(rows, predictor.predict, constraints, job.length, per_gpu_memory_ok=memory_ok,
-                  global_batch_size=job.global_batch_size, progress=progress, grad_accum=job.grad_accum)
+    count_ok = None
+    arch = predictor.arch
+    if job.layout is not None and arch is not None and job.global_batch_size is not None:
+        count_ok = _layout_counts(arch, job, predictor, constraints)
+
+    return search(_search_rows(predictor.precision, infra), predictor.predict, constraints, job.length,
+                  per_gpu_memory_ok=memory_ok, global_batch_size=job.global_batch_size, progress=progress,
+                  grad_accum=job.grad_accum, count_ok=count_ok)
 
 
 def no_fit_error(result: RecommendResult) -> SriftError | None:
@@ -447,8 +530,12 @@ def no_fit_error(result: RecommendResult) -> SriftError | None:
         "deadline": f"the deadline of {c.deadline_hours:g} h" if c.deadline_hours else "the deadline",
         "max-cost": f"the maximum cost of {usd(c.max_cost_usd)}" if c.max_cost_usd else "the maximum cost",
         "memory": "GPU memory (the job fits on no GPU at this batch size)",
+        "layout": (f"the GPU counts searched (up to {c.max_gpus:,}: none holds the training states"
+                   + (" or meets the deadline at the GPUs' peak" if c.deadline_hours else "")
+                   + ", or no layout divides it at this global batch)"),
     }[found.cut_by or "budget"]
     hint = {"memory": "lower --batch-size, use --precision amp, or allow larger GPUs.",
+            "layout": "raise --max-gpus, relax the deadline, or change --global-batch-size.",
             "deadline": f"relax that limit, or meet it at a lower --confidence than {c.confidence:g} (0.5: at the median).",
             "max-cost": f"relax that limit, or meet it at a lower --confidence than {c.confidence:g} (0.5: at the median)."
             }.get(found.cut_by or "", "relax that limit.")

@@ -34,6 +34,7 @@ class GpuSpec:
     compute_capability: str | None = None  # CUDA "major.minor"; None for a non-CUDA GPU
     board_power_w: float | None = None  # the board's power limit, where the datasheet gives it
     sustained_clock_mhz: float = 0.0  # the clock under a dense training load (``sustained_clock_mhz``)
+    fp8_tflops: float | None = None  # dense FP8 tensor-core peak (Hopper and newer); None without FP8 units
 
     @property
     def clock_derate(self) -> float:
@@ -140,6 +141,7 @@ def gpus() -> dict[str, GpuSpec]:
             pcie_p2p=bool(d.get("pcie_p2p", True)),
             compute_capability=None if d.get("compute_capability") is None else str(d["compute_capability"]),
             board_power_w=power,
+            fp8_tflops=None if d.get("fp8_tflops") is None else float(d["fp8_tflops"]),
             sustained_clock_mhz=sustained_clock_mhz(float(d["boost_clock_mhz"]), int(d["sm_count"]), power,
                                                     references.get(d["architecture"])),
         )

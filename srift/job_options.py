@@ -29,12 +29,12 @@ from typing import Any, Literal
 
 from srift.bounds import (
     MAX_BATCH_SIZE, MAX_BUCKET_CAP_MB, MAX_DATASET_SIZE, MAX_EPOCHS, MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM,
-    MAX_KFAC_INTERVAL, MAX_LORA_RANK,
-    MAX_PARALLEL_DEGREE, MAX_SAMPLES, MAX_SEQ_LEN, MAX_STEPS, MAX_TOKENS,
+    MAX_KFAC_INTERVAL, MAX_LORA_RANK, MAX_MOE_IMBALANCE, MAX_PARALLEL_DEGREE, MAX_SAMPLES, MAX_SEQ_LEN, MAX_STEPS,
+    MAX_TOKENS,
 )
 from srift.errors import one_of
 from srift.job import (
-    AUTO, CHECKPOINTING, DATA_LOADING, DEFAULT_LORA_RANK, FINETUNE_MODES, KFAC_INVERSE_METHODS, KFAC_STRATEGIES,
+    AUTO, CHECKPOINTING, DATA_LOADING, DEFAULT_LORA_RANK, DEFAULT_MOE_IMBALANCE, FINETUNE_MODES, KFAC_INVERSE_METHODS, KFAC_STRATEGIES,
     LAYOUT_PARALLELISMS, LORA_TARGETS, OPTIMIZERS, PARALLELISMS, PIPELINE_SCHEDULES, PRECISIONS, REDUCE_DTYPES, Job,
     JobLength,
 )
@@ -130,6 +130,10 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "interleaved with --virtual-stages above 1, else 1f1b).", choices=PIPELINE_SCHEDULES),
     JobOption("virtual_stages", "int", 1, "Virtual pipeline stages per rank of the interleaved schedule (--layout).",
               high=MAX_PARALLEL_DEGREE),
+    JobOption("moe_imbalance", "float", DEFAULT_MOE_IMBALANCE, "A mixture of experts' routing imbalance under ep=E: the "
+              "busiest rank's tokens over the mean (1 = force-balanced, as benchmarks route; default "
+              f"{DEFAULT_MOE_IMBALANCE:g}: estimated from GShard's and Switch's capacity factor, unvalidated).",
+              high=MAX_MOE_IMBALANCE),
     JobOption("activation_checkpointing", "str", AUTO, f"{one_of((*CHECKPOINTING, AUTO))} (per transformer block; "
               "selective: torchtitan's per-op policy).", choices=(*CHECKPOINTING, AUTO)),
     JobOption("reduce_dtype", "str", "fp32", f"{one_of(REDUCE_DTYPES)}: dtype gradients are reduced in (FSDP "
@@ -148,6 +152,11 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("lora_rank", "int", DEFAULT_LORA_RANK, "LoRA's rank (--finetune lora or qlora).", high=MAX_LORA_RANK),
     JobOption("lora_targets", "str", "all-linear", f"{one_of(LORA_TARGETS)}: the Linears of each block LoRA adapts "
               "(qv: query and value; attention: q, k, v, o; all-linear: every one).", choices=LORA_TARGETS),
+    JobOption("nf4_double_quant", "bool", True, "QLoRA: quantize NF4's block constants again (Hugging Face's "
+              "bnb_4bit_use_double_quant); --no-double-quant: an fp32 constant per 64 weights (LitGPT's bnb.nf4).",
+              negative_flag="--no-double-quant"),
+    JobOption("quantize_head", "bool", False, "QLoRA: the output head in NF4 too (Lightning/LitGPT quantize every "
+              "Linear); default: kept in bf16 as Hugging Face does.", negative_flag="--bf16-head"),
     JobOption("kfac_strategy", "str", "spd", f"{_KFAC} strategy: {one_of(KFAC_STRATEGIES)}.", choices=KFAC_STRATEGIES),
     JobOption("kfac_inverse_method", "str", "inverse", f"{_KFAC} inverse method: {one_of(KFAC_INVERSE_METHODS)} (damped "
               "Cholesky inverse, or eigh).", choices=KFAC_INVERSE_METHODS),

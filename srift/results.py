@@ -10,6 +10,7 @@ from typing import Any
 from srift.catalog.provenance import PriceProvenance
 from srift.job import Job
 from srift.search.confidence import AtConfidence, Uncertainty
+from srift.search.gpu_range import GpuRange
 from srift.search.large_batch import GlobalBatchLimit
 from srift.search.limits import Constraints, LimitCheck
 from srift.search.rank import SearchResult
@@ -138,6 +139,9 @@ class RecommendResult:
         grad_accum_searched: The micro-batches per step searched within a fixed global batch
             (empty when only one was); ``job.grad_accum`` is the one chosen.
         global_batch_limit: The largest global batch the search kept to (without a fixed one).
+        gpu_range: The GPU counts a layout search covered when ``--max-gpus`` was not given.
+        global_batch_defaulted: A layout search's global batch is the family's published one
+            (``global_batch_limit``), not ``--global-batch-size``.
     """
 
     search: SearchResult
@@ -152,6 +156,8 @@ class RecommendResult:
     network_fallbacks: tuple[tuple[str, Prediction], ...] = ()
     grad_accum_searched: tuple[int, ...] = ()
     global_batch_limit: GlobalBatchLimit | None = None
+    gpu_range: GpuRange | None = None
+    global_batch_defaulted: bool = False
     schema: str = RECOMMEND_SCHEMA
 
 

@@ -11,6 +11,7 @@ from srift.simulate.finetune import (
     NF4_BYTES_PER_PARAM, allocated_bytes, finetune_memory_bytes, finetune_profile, trainable_params,
 )
 from srift.simulate.memory import activation_bytes, allocator_bytes
+from srift.simulate.sharded import gated_product_bytes
 from srift.zoo.llm import DecoderArch, decoder_profile, params_count
 
 # hidden 64, 4 heads of 16, 2 kv heads (kv width 32), MLP 128 (SwiGLU), vocab 100, untied head.
@@ -79,6 +80,40 @@ def test_qlora_dequantizes_in_forward_and_backward():
     assert gate.fwd_bytes == gate.bwd_bytes == 64 * 128 * (NF4_BYTES_PER_PARAM + 2)
 
 
+def test_qlora_keeps_the_gated_mlp_product_as_lora_does():
+    # The dequantize leaves keep nothing: QLoRA's activations are LoRA's, the SwiGLU product
+    # act(gate) * up included (2 blocks x 16 tokens x 128 x 2 bytes = 8,192 bytes).
+    _, (lo, _) = tiny(finetune="lora", lora_rank=4)
+    _, (q, _) = tiny(finetune="qlora", lora_rank=4)
+    assert gated_product_bytes(q).sum() == gated_product_bytes(lo).sum() == 2 * 16 * 128 * 2
+    assert activation_bytes(q, "bf16", "none") == activation_bytes(lo, "bf16", "none")
+
+
+def test_qlora_keeps_the_inputs_bitsandbytes_holds_by_hand():
+    # qv adapters: q's lora_A keeps the attention input (q, k, v read it); bitsandbytes keeps the
+    # other quantized Linears' inputs for backward: o's (16 tokens x 64 x 2 bytes = 2,048), the MLP
+    # input gate and up read (2,048) and the product down reads (16 x 128 x 2 = 4,096) per block.
+    _, (lo, _) = tiny(finetune="lora", lora_rank=4, lora_targets="qv")
+    _, (q, _) = tiny(finetune="qlora", lora_rank=4, lora_targets="qv")
+    kept = {layer.name: layer.activation_bytes for layer in q.layers if layer.type == "Dequantize" and layer.activation_bytes}
+    assert kept == {f"model.layers.{i}.{n}.dequantize": b for i in (0, 1)
+                    for n, b in (("self_attn.o_proj", 2048), ("mlp.gate_proj", 2048), ("mlp.down_proj", 4096))}
+    assert activation_bytes(q, "bf16", "none") == activation_bytes(lo, "bf16", "none") + 2 * 8192
+
+
+def test_qlora_without_double_quant_and_with_the_head_quantized_by_hand():
+    # LitGPT's bnb.nf4 (Lightning): an fp32 absmax per 64 weights, 0.5 + 4/64 = 0.5625 bytes, and
+    # every Linear in NF4, the 100 x 64 head too: 73,728 + 6,400 = 80,128 weights, 45,072 bytes;
+    # the embedding and norms (6,400 + 320) stay in bf16.
+    _, (q, frozen) = tiny(finetune="qlora", lora_rank=4, nf4_double_quant=False, quantize_head=True)
+    assert frozen.quantized_params == 80_128 and frozen.largest_quantized == 64 * 128
+    m = finetune_memory_bytes(q, frozen, "bf16", "ddp", "none", shard_gpus=1)
+    assert m["weights"] == 80_128 * 0.5625 + 6_720 * 2 + 8192 * 2
+    head = [layer for layer in q.layers if layer.name.startswith("lm_head")]
+    assert [layer.type for layer in head] == ["Dequantize", "Linear"]  # the loss reads the last layer as the head
+    assert head[0].fwd_bytes == 6_400 * (0.5625 + 2)
+
+
 def test_full_finetune_keeps_every_weight_and_the_profile_compute():
     full, (f, frozen) = tiny(finetune="full")
     assert f.layers == full.layers and frozen.frozen_params == 0
@@ -117,6 +152,11 @@ def test_the_finetuning_measurements_become_jobs():
     litgpt = rows[rows["source"] == "litgpt-finetune-a10g"]
     adapted = litgpt[litgpt["finetune"] != "full"]
     assert set(adapted["lora_targets"]) == {"qv"} and set(adapted["lora_rank"]) == {32}
+    assert set(litgpt["tied_head"]) == {False}  # LitGPT's GPT ties no weights
+    # LitGPT's full fine-tunes: FSDP over 4 A10G, each Block checkpointed; global batch 64 of micro 4.
+    full = litgpt[litgpt["finetune"] == "full"]
+    assert set(full["gpus"]) == {4} and set(full["parallelism"]) == {"fsdp"} and set(full["checkpointing"]) == {"full"}
+    assert set(full["grad_accum"]) == {64 // (4 * 4)}
     # NeMo Llama 3 8B SFT on 8 H100: global batch 32 of 4,096 tokens in 1.32 s.
     nemo = rows[rows["label"] == "Llama-3-8B sft 8xH100-SXM5-80GB"].iloc[0]
     assert nemo["measured"] == pytest.approx(32 * 4096 / 1.32 / 8) and nemo["grad_accum"] == 4

@@ -74,6 +74,10 @@ def test_zoo_moe_entries_agree_with_their_configs_and_cards():
         assert active_params_count(entry.arch) == active_params_count(from_config)
         lookup = entry.arch.vocab * entry.arch.hidden if name == "gpt-oss-120b" else 0  # its card's convention
         assert active_params_count(entry.arch) - lookup == pytest.approx(entry.published_active_params, rel=0.02)
+    # Qwen3-235B-A22B (no config fixture): its card's 235B total and 22B activated
+    big = llms["qwen3-235b-a22b"].arch
+    assert params_count(big) == pytest.approx(235e9, rel=0.005)
+    assert active_params_count(big) == pytest.approx(22e9, rel=0.02)
 
 
 def test_moe_config_errors(tmp_path):
@@ -115,6 +119,10 @@ def test_dispatch_volume_and_expert_gemm_shapes_by_hand():
     assert s.dispatch_bytes == 256 * 64 * 2  # tokens x top-k x hidden x bytes
     assert s.dispatch_off_gpu_bytes == 256 * 64 * 2 * 3 / 4
     assert s.expert_gemms == ((128, 64, 32), (128, 64, 32), (128, 32, 64))
+    # permute (read 128 tokens, write 256 rows), unpermute (the reverse), and with ep > 1 the sort of
+    # the 256 received rows by local expert and its inverse (read + write each), hidden 64, 2 bytes
+    assert s.permute_bytes == (2 * (128 + 256) + 4 * 256) * 64 * 2
+    assert moe_block_shape(TINY, 128, 1, 2.0).permute_bytes == 2 * (128 + 256) * 64 * 2
     assert moe_block_shape(TINY, 128, 4, 2.0, imbalance=1.5).rows_per_expert == 192  # the busiest rank
     assert moe_block_shape(TINY, 128, 1, 2.0, imbalance=1.5).rows_per_expert == 32  # one rank: no imbalance
     # kept for backward: input rows and expert outputs (2 x hidden), gate/up/product (3 x width), fp32 probs
@@ -141,9 +149,14 @@ def test_all_to_all_time_from_the_link_model():
     link_s = 7 / 8 * size / (node.topology.link_gbytes_per_s * 1e9 * float(node._link.efficiency(size / 8)))
     assert t_node == pytest.approx(node._latency_s(0.5) + link_s, rel=1e-6)
     assert link_s >= 7 / 8 * size / (node.topology.link_gbytes_per_s * 1e9)
-    # across two nodes: each node sends 8 x 8/16 of the buffers over its network
+    # across two nodes: each node sends 8 x 8/16 of the buffers over its network, at the
+    # network's efficiency for the node's 8 chunks of 1/16 (each GPU over its own NIC)
     topo = both.topology
-    assert both.all_to_all_time_s(size) >= 8 * 8 / 16 * size / topo.net_rate_bytes_per_s
+    net_s = 8 * 8 / 16 * size / (topo.net_rate_bytes_per_s * float(both._net.efficiency_at(8 * size / 16,
+                                                                                           topo.net_rate_bytes_per_s)))
+    assert both.all_to_all_time_s(size) == pytest.approx(both._latency_s(0.5) + max(net_s, 7 / 16 * size / (
+        topo.link_gbytes_per_s * 1e9 * float(both._link.efficiency(size / 16)))), rel=1e-6)
+    assert net_s >= 8 * 8 / 16 * size / topo.net_rate_bytes_per_s
     assert both.all_to_all_time_s(size) > t_node
     assert comm.subgroup(1, 1).all_to_all_time_s(size) == 0.0
 
@@ -177,6 +190,16 @@ def test_predict_mixtral_with_expert_parallelism(capsys):
     assert out["params_total"] == 46_702_792_704 and out["params_active"] == 12_879_925_248
     flops = model_flops_per_token(arch_from_hf_config(FIXTURES / "Mixtral-8x7B-v0.1.json"), 4096)
     assert out["mfu"] == pytest.approx(out["throughput_tokens_per_s"] * flops / (32 * 989.4e12), rel=0.01)
+    assert out["moe_imbalance"] == 1.25  # the default, estimated for trained routers
+    assert main(["predict", "--model-config", str(FIXTURES / "Mixtral-8x7B-v0.1.json"), "--instance", "p5.48xlarge:4",
+                 "--layout", "tp=1,pp=1,ep=8", "--seq-len", "4096", "--micro-batch-size", "1", "--moe-imbalance", "1",
+                 "--global-batch-size", "256", "--precision", "bf16", "--format", "json"]) == 0
+    balanced = json.loads(capsys.readouterr().out)
+    # force-balanced routing: the busiest rank's experts multiply 1/1.25 of the rows, the rest is the same
+    assert balanced["moe_imbalance"] == 1.0 and balanced["iteration_time_s"] < out["iteration_time_s"]
+    assert main(["predict", "--model-config", str(FIXTURES / "Mixtral-8x7B-v0.1.json"), "--instance", "p5.48xlarge:4",
+                 "--layout", "tp=1,pp=1,ep=8", "--moe-imbalance", "0.5", "--global-batch-size", "256"]) == 2
+    assert "--moe-imbalance" in capsys.readouterr().err
     assert main(["predict", "--model-config", str(FIXTURES / "Mixtral-8x7B-v0.1.json"), "--instance", "p5.48xlarge:4",
                  "--layout", "tp=1,pp=1,ep=3", "--global-batch-size", "256", "--precision", "bf16"]) == 2
     assert "ep=3 does not divide the 8 experts" in capsys.readouterr().err
@@ -218,10 +241,41 @@ def test_layout_search_tries_expert_parallelism_for_a_mixture_only():
 def test_the_moe_validation_rows_and_what_is_left_out():
     from srift.fitting import moe as mf
     rows, out = mf.load_rows(Path(__file__).resolve().parents[1] / "data")
-    assert len(rows) == 7 and set(rows["zoo"]) == {"gpt-oss-120b"}
-    assert out == {"fp8 (not modelled)": 36, "GB200 (NVL72 rack not modelled)": 4, "GB300 (NVL72 rack not modelled)": 4}
-    lay = mf.row_layout(next(rows.itertuples()))
+    assert len(rows) == 26
+    assert set(rows["zoo"]) == {"gpt-oss-120b", "deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b"}
+    assert set(rows["gpu"]) == {"H100-SXM5-80GB", "B200", "B300"}
+    assert out == {"GB200 (NVL72 rack not modelled)": 11, "GB300 (NVL72 rack not modelled)": 14}
+    # every kept row's precision is bf16 or a Transformer Engine FP8 recipe srift models
+    assert {mf.FP8_RECIPE_OF[p.lower()] for p in rows["precision"]} == {None, "tensorwise", "mxfp8"}
+    lay = mf.row_layout(next(r for r in rows.itertuples() if r.zoo == "gpt-oss-120b"))
     assert (lay.ep, lay.dp, lay.micro_batch, lay.grad_accum) == (8, 64, 4, 5)  # 1280 = 4 x 64 x 5
+
+
+def test_fp8_gemms_by_hand():
+    """FP8 GEMMs: the bf16 time less its launch over the peak ratio (H100: 1979 / 989.4) plus the casts of the
+    activation operands (rows x in forward, rows x out backward; 4 bytes an element, 6 with the
+    per-tensor amax pass); the router and the norms keep their bf16 times."""
+    from srift.perf.compute import kernel_rates, layer_times
+    from srift.perf.fp8 import fp8_times
+    from srift.zoo.llm import expert_profile
+    prof = expert_profile(TINY, 128, "bf16")
+    t = layer_times(prof, "H100", "bf16")
+    bw, launch = kernel_rates("H100", "bf16").memory_bytes_per_s, kernel_rates("H100", "bf16").launch_s
+    for recipe, per in (("mxfp8", 4.0), ("tensorwise", 6.0)):
+        f, b = fp8_times(prof, t, "H100", recipe)
+        up = next(i for i, l in enumerate(prof.layers) if l.name.endswith("up_proj"))  # 128 rows, 64 -> 32
+        assert f[up] == pytest.approx((t.fwd_s[up] - launch) * 989.4 / 1979.0 + launch + 128 * 64 * per / bw)
+        assert b[up] == pytest.approx((t.bwd_s[up] - launch) * 989.4 / 1979.0 + launch + 128 * 32 * per / bw)
+        act = next(i for i, l in enumerate(prof.layers) if l.type != "Linear")
+        assert (f[act], b[act]) == (t.fwd_s[act], t.bwd_s[act])
+    block = decoder_profile(TINY, 1, 16, "bf16")
+    tb = layer_times(block, "B200", "bf16")
+    f, _ = fp8_times(block, tb, "B200", "mxfp8")
+    router = next(i for i, l in enumerate(block.layers) if l.name.endswith(".router"))
+    head = len(block.layers) - 1  # the output head: outside the blocks, bf16
+    assert f[router] == tb.fwd_s[router] and f[head] == tb.fwd_s[head]
+    with pytest.raises(ValueError, match="no FP8"):
+        fp8_times(prof, layer_times(prof, "A100-80GB", "bf16"), "A100-80GB", "mxfp8")
 
 
 def test_mla_kv_sizes_by_hand():

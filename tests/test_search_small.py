@@ -223,3 +223,24 @@ def test_the_progress_bar_shows_only_on_a_terminal_after_a_second(monkeypatch):
         bar(5, 10)
         bar(9, 10)
     assert shown == ["start", 5, 9, "stop"]
+
+
+def test_count_ok_leaves_out_counts_and_the_sweep_simulates_only_those_left():
+    # a.small x 1..16 of which only even counts can train the job (as no layout divides the odd
+    # ones); throughput a.small x n: 100 n 0.9^(n-1), best at n = 9 or 10 (387.4 each), so the
+    # best even count is 10; the odd counts are never simulated.
+    seen: list[int] = []
+
+    def predict(cluster):
+        seen.append(cluster.gpus)
+        return fake_predict(cluster)
+
+    r = search(CATALOG[:1], predict, Constraints(diverse=False, max_gpus=16), count_ok=lambda inst, n: n % 2 == 0)
+    assert r.recommendations[0].instance == "a.small:10"
+    assert seen and all(n % 2 == 0 for n in seen)
+    assert r.pruned["layout"] == 8  # the odd counts
+
+
+def test_a_search_whose_count_rule_leaves_nothing_says_so():
+    r = search(CATALOG[:1], fake_predict, Constraints(diverse=False, max_gpus=4), count_ok=lambda inst, n: False)
+    assert not r.recommendations and r.cut_by == "layout" and r.pruned["layout"] == 4

@@ -39,7 +39,7 @@ def test_the_zoo_has_the_issue_models():
         "llama2-7b", "llama2-13b", "llama2-34b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3.2-1b",
         "llama3.2-3b", "mistral-7b", "qwen2.5-7b", "mpt-125m", "mpt-350m", "mpt-760m", "mpt-1b", "mpt-3b",
         "mpt-7b", "mpt-13b", "mpt-30b", "mpt-70b", "llama3.1-405b", "gpt3-175b", "nemotron-4-15b", "nemotron-4-340b",
-        "mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-120b"}
+        "mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "gpt-oss-120b"}
 
 
 # Published counts: model cards for Llama/Mistral/Qwen (data/llm-configs, in billions, rounded);

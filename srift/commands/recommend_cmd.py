@@ -17,7 +17,7 @@ from srift.job import Job
 from srift.report import handoff, recommend_view
 from srift.report.plot import plot_recommend
 from srift.report.progress import SearchProgress
-from srift.search.limits import MAX_SEARCH_GPUS, OBJECTIVES, Constraints
+from srift.search.limits import DEFAULT_MAX_GPUS, MAX_SEARCH_GPUS, OBJECTIVES, Constraints
 
 
 @takes_job
@@ -37,7 +37,9 @@ def recommend(
     region: Optional[str] = REGION,
     gpu: List[str] = typer.Option([], "--gpu", help="Only this GPU (repeatable; A100 means both sizes)."),
     include_unsupported: bool = typer.Option(False, "--include-unsupported", help="Also search GPUs the current PyTorch CUDA wheels do not run on (marked)."),
-    max_gpus: int = typer.Option(64, "--max-gpus", help=f"Largest cluster, in GPUs (at most {MAX_SEARCH_GPUS:,})."),
+    max_gpus: Optional[int] = typer.Option(None, "--max-gpus", metavar="N",
+                                           help=f"Largest cluster, in GPUs (at most {MAX_SEARCH_GPUS:,}; default {DEFAULT_MAX_GPUS}, "
+                                           "or for a decoder LLM's layouts derived from the deadline and the model)."),
     max_nodes: Optional[int] = typer.Option(None, "--max-nodes", metavar="N",
                                             help="Largest cluster, in instances (multi-node predictions are validated up to 16)."),
     top: int = typer.Option(5, "--top", help="How many configurations to show: the best of each instance family."),
@@ -55,7 +57,8 @@ def recommend(
     api.check_outputs({"--out-file": out_file, "--skypilot": skypilot, "--plot": plot}, inputs=[*(profile or []), model_config])
     constraints = Constraints(budget_usd_per_hour=budget, deadline_hours=deadline, max_cost_usd=max_cost,
                               objective=objective, spot=spot, mixed=mixed,
-                              gpus=frozenset().union(*(matching_gpus(g) for g in gpu)), max_gpus=max_gpus, max_nodes=max_nodes, top=top,
+                              gpus=frozenset().union(*(matching_gpus(g) for g in gpu)), max_gpus=DEFAULT_MAX_GPUS if max_gpus is None else max_gpus,
+                              auto_max_gpus=max_gpus is None, max_nodes=max_nodes, top=top,
                               confidence=confidence, include_unsupported=include_unsupported, diverse=diverse,
                               max_global_batch=max_global_batch)
     where = api.resolve_infra(infra, region, "aws")

@@ -9,7 +9,9 @@ group is therefore out of sample, for each source left out as for all of them.
 How a row becomes a job (the source's setting where it states one, srift's default where not):
 
 - model: the zoo's shape (Llama 3.1 8B as llama3-8b, Mistral 7B v0.2 as mistral-7b: the same
-  shapes, the data's README says so);
+  shapes, the data's README says so); LitGPT's rows with an untied output head (``LITGPT_TIES``:
+  LitGPT's ``GPT`` has no weight tying, its checkpoint conversion copies a tied embedding into
+  ``lm_head``; Llama 3.2 1B/3B train 263M/394M more weights than the Hugging Face model);
 - mode: ``sft_full_finetune`` -> ``full``, ``lora_finetune`` -> ``lora``, ``qlora_finetune`` ->
   ``qlora``; LoRA's rank and targets as the row's notes state them (LitGPT: r=32 on query and value,
   ``qv``; Hugging Face PEFT: r=8 on q,k,v,o,gate,up,down, ``all-linear``); NeMo's rows state none:
@@ -19,14 +21,26 @@ How a row becomes a job (the source's setting where it states one, srift's defau
 - batch: ``micro_batch`` sequences per GPU, ``global_batch / (micro_batch x data-parallel GPUs)``
   micro-batches per step; sequence length as stated (NeMo and PEFT pack sequences to it; LitGPT
   truncates Alpaca samples at 512 and pads a micro-batch to its longest, so the peak is at 512);
-- parallelism: one GPU ``ddp``; NeMo's data-parallel rows ``zero2`` (Megatron's distributed
+- GPUs of LitGPT's full fine-tunes (``LITGPT_FULL_DEVICES``): 4 A10G, not the table's 1xA10G. One
+  GPU cannot hold them: bf16 weights, gradients and AdamW's two bf16 moments of Llama 3.2 1B/3B
+  (1.50B/3.61B weights, untied) are 12.0/28.9 GB before any activation, above the printed peaks
+  (8.70/16.51 GB) and, for 3B, above the A10G's 24 GB. The Studio cost of these rows, 3.0-5.8 $/h
+  (cost / runtime), is the 4xA10G machine's (the 1xA10G rows: 1.6-1.9 $/h); and LitGPT's
+  ``finetune/full.py`` runs FSDP with each Block checkpointed when ``devices`` > 1, which is how the
+  row is priced (``fsdp``, ``full``). An inference from the source's own figures, stated as such;
+- parallelism: one GPU ``ddp``; LitGPT on 4 GPUs ``fsdp``; NeMo's data-parallel rows ``zero2`` (Megatron's distributed
   optimizer shards the optimizer states and fp32 master weights over the data-parallel GPUs, as
   ZeRO-1 does; srift's nearest is ZeRO-2, which shards the gradients too); Hugging Face PEFT +
   FSDP ``fsdp``; NeMo rows with tensor or pipeline parallelism are left out (layouts are another
   issue);
 - checkpointing: as stated (PEFT: ``gradient_checkpointing True`` -> ``full``; LitGPT's scripts
-  do not checkpoint -> ``none``); NeMo's "not stated" -> ``auto`` (the least recompute that fits);
-- GPUs: A10G alone; H100 SXM in DGX H100 nodes (8 GPUs, NVSwitch, 8 x 400 Gb/s InfiniBand).
+  checkpoint each Block under FSDP only -> ``full`` on 4 GPUs, ``none`` on one); NeMo's "not
+  stated" -> ``auto`` (the least recompute that fits);
+- GPUs: A10G in one PCIe node (1 or 4); H100 SXM in DGX H100 nodes (8 GPUs, NVSwitch, 8 x 400 Gb/s
+  InfiniBand);
+- QLoRA: LitGPT's ``quantize=bnb.nf4`` is Lightning's ``BitsandbytesPrecision("nf4")``: no double
+  quantization, every ``nn.Linear`` quantized, the head too (``nf4_double_quant`` False,
+  ``quantize_head`` True); other rows srift's defaults.
 
 Measured figures: ``peak_memory_gb`` (LitGPT prints ``torch.cuda.max_memory_allocated() / 1e9``:
 compared with srift's allocated bytes, without the allocator's slack and the CUDA context);
@@ -37,6 +51,7 @@ give, and the runtime includes validation.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from pathlib import Path
@@ -51,7 +66,7 @@ from srift.simulate import Predictor
 from srift.simulate.finetune import allocated_bytes
 from srift.simulate.prediction import Prediction
 from srift.zoo import llm_arch
-from srift.zoo.llm import decoder_profile, model_flops_per_token
+from srift.zoo.llm import DecoderArch, decoder_profile, model_flops_per_token
 
 FOLDER = Path("finetuning")
 FILES = ("litgpt-finetune-a10g.csv", "dgxc-benchmarking-h100-finetune.csv")
@@ -60,11 +75,16 @@ MODELS = {"Llama-2-7B": "llama2-7b", "Llama-2-70B": "llama2-70b", "Llama-3-8B": 
           "Mistral-7B-v0.1": "mistral-7b", "Mistral-7B-v0.2": "mistral-7b"}
 GPUS = {"A10G": "A10G", "H100-SXM5-80GB": "H100"}
 MODES = {"sft_full_finetune": "full", "lora_finetune": "lora", "qlora_finetune": "qlora"}
+# LitGPT (srift/fitting/finetune.py's docstring): the output head is never tied, and a full
+# fine-tune of the config hub ran FSDP over a 4xA10G Studio (inferred from the rows' peaks and cost).
+LITGPT_TIES = False
+LITGPT_FULL_DEVICES = 4
 # DGX H100 reference nodes, as the rows' interconnect column states them.
 H100_NODE = ("nvswitch4", 3200.0, "infiniband")
 GPUS_PER_NODE = 8
-COLUMNS = ["source", "framework", "label", "model", "gpu", "gpus", "finetune", "lora_rank", "lora_targets", "seq_len", "micro_batch",
-           "grad_accum", "parallelism", "checkpointing", "metric", "measured"]
+COLUMNS = ["source", "framework", "label", "model", "tied_head", "gpu", "gpus", "finetune", "lora_rank", "lora_targets",
+           "nf4_double_quant", "quantize_head", "seq_len", "micro_batch", "grad_accum", "parallelism", "checkpointing", "metric",
+           "measured"]
 
 
 def _gpu(name: str) -> str | None:
@@ -93,6 +113,37 @@ def _reason(r: dict[str, str]) -> str:
     return ""
 
 
+def _label(r: dict[str, str], gpus: int) -> str:
+    return f"{r['model']} {r['training_type'].split('_')[0]} {gpus}x{r['gpu'].split(' ')[0]}"
+
+
+def _job_columns(r: dict[str, str]) -> dict:
+    """The job of a kept row (COLUMNS but ``metric`` and ``measured``; see the module docstring)."""
+    framework = r["framework"].split(" (")[0].split(",")[0].split(" +")[0]  # LitGPT, NeMo 24.12 container, HF transformers Trainer
+    litgpt = framework.startswith("LitGPT")
+    gpus, micro, seq = int(r["gpus_total"]), int(r["micro_batch"]), int(r["seq_len"])
+    if litgpt and r["training_type"] == "sft_full_finetune":
+        gpus = LITGPT_FULL_DEVICES
+    # tp = pp = cp = 1 in every kept row: every GPU is data-parallel. Where the row states its
+    # accumulation it is this quotient too.
+    accum = max(1, int(r["global_batch"]) // (micro * gpus))
+    parallelism = "ddp" if gpus == 1 else ("fsdp" if "FSDP" in r["framework"] or litgpt else "zero2")
+    if r["activation_checkpointing"].startswith("full"):
+        checkpointing = "full"
+    elif litgpt:
+        checkpointing = "full" if gpus > 1 else "none"  # LitGPT checkpoints each Block under FSDP only
+    else:
+        checkpointing = "auto"
+    rank, targets = _lora(r["notes"])
+    return {"source": r["source_slug"], "framework": framework, "label": _label(r, gpus), "model": MODELS[r["model"]],
+            "tied_head": LITGPT_TIES if litgpt else None, "gpu": _gpu(r["gpu"]), "gpus": gpus,
+            "finetune": MODES[r["training_type"]], "lora_rank": rank, "lora_targets": targets,
+            # LitGPT's --quantize bnb.nf4: Lightning's BitsandbytesPrecision("nf4"), no double
+            # quantization, every nn.Linear replaced (the head too); srift's defaults otherwise.
+            "nf4_double_quant": not (litgpt and "quantize=bnb.nf4;" in r["notes"]), "quantize_head": litgpt, "seq_len": seq,
+            "micro_batch": micro, "grad_accum": accum, "parallelism": parallelism, "checkpointing": checkpointing}
+
+
 def load_rows(data: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The kept rows (COLUMNS; ``measured`` in the row's metric: GB, or tokens/s per GPU) and the
     rows left out with ``reason``.
@@ -105,28 +156,17 @@ def load_rows(data: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         table = pd.read_csv(Path(data) / FOLDER / name, dtype=str, keep_default_na=False)
         for r in table.to_dict("records"):
             why = _reason(r)
-            label = f"{r['model']} {r['training_type'].split('_')[0]} {r['gpus_total']}x{r['gpu'].split(' ')[0]}"
             if why:
-                out.append({"source": r["source_slug"], "label": label, "metric": r["metric"], "reason": why})
+                out.append({"source": r["source_slug"], "label": _label(r, int(r["gpus_total"])), "metric": r["metric"],
+                            "reason": why})
                 continue
-            gpus, micro, seq = int(r["gpus_total"]), int(r["micro_batch"]), int(r["seq_len"])
-            data_parallel = gpus  # tp = pp = cp = 1 in every kept row
-            accum = int(r["grad_accum"]) if r["grad_accum"] else max(1, int(r["global_batch"]) // (micro * data_parallel))
-            parallelism = "ddp" if gpus == 1 else ("fsdp" if "FSDP" in r["framework"] else "zero2")
-            ckpt = r["activation_checkpointing"]
-            checkpointing = "full" if ckpt.startswith("full") else ("none" if r["framework"].startswith("LitGPT") else "auto")
-            value = float(r["value"])
+            row = _job_columns(r)
+            value, seq, gpus = float(r["value"]), row["seq_len"], row["gpus"]
             if r["metric"] == "step_time_s":
                 value = int(r["global_batch"]) * seq / value / gpus
             elif r["metric"] == "samples_per_s_total":
                 value = value * seq / gpus
-            rank, targets = _lora(r["notes"])
-            framework = r["framework"].split(" (")[0].split(",")[0].split(" +")[0]  # LitGPT, NeMo 24.12 container, HF transformers Trainer
-            kept.append({"source": r["source_slug"], "framework": framework, "label": label, "model": MODELS[r["model"]], "gpu": _gpu(r["gpu"]),
-                         "gpus": gpus, "finetune": MODES[r["training_type"]], "lora_rank": rank, "lora_targets": targets,
-                         "seq_len": seq, "micro_batch": micro, "grad_accum": accum,
-                         "parallelism": parallelism, "checkpointing": checkpointing,
-                         "metric": "peak_memory_gb" if r["metric"].startswith("peak_memory") else "tokens_per_s_per_gpu",
+            kept.append({**row, "metric": "peak_memory_gb" if r["metric"].startswith("peak_memory") else "tokens_per_s_per_gpu",
                          "measured": value})
     return pd.DataFrame(kept, columns=COLUMNS), pd.DataFrame(out, columns=["source", "label", "metric", "reason"])
 
@@ -144,14 +184,7 @@ def load_runtime_rows(data: Path) -> pd.DataFrame:
     rows = []
     for r in runtime.to_dict("records"):
         m = re.search(r"(\d+) epoch", r["notes"])
-        rank, targets = _lora(r["notes"])
-        micro, glob = int(r["micro_batch"]), int(r["global_batch"])
-        rows.append({"source": r["source_slug"], "framework": "LitGPT",
-                     "label": f"{r['model']} {r['training_type'].split('_')[0]} 1xA10G", "model": MODELS[r["model"]],
-                     "gpu": "A10G", "gpus": 1, "finetune": MODES[r["training_type"]], "lora_rank": rank,
-                     "lora_targets": targets, "seq_len": int(r["seq_len"]), "micro_batch": micro,
-                     "grad_accum": glob // micro, "parallelism": "ddp", "checkpointing": "none",
-                     "metric": "train_runtime_min", "measured": float(r["value"]),
+        rows.append({**_job_columns(r), "metric": "train_runtime_min", "measured": float(r["value"]),
                      "epochs": int(m.group(1)) if m else 1})
     return pd.DataFrame(rows, columns=[*COLUMNS, "epochs"])
 
@@ -159,31 +192,39 @@ def load_runtime_rows(data: Path) -> pd.DataFrame:
 def predicted_runtime_min(r) -> float:  # r: a row of load_runtime_rows
     """Minutes of ``epochs`` over LITGPT_TRAIN_SAMPLES samples of ``seq_len`` tokens, as srift predicts."""
     pred = predict_row(r)
-    steps = r.epochs * -(-LITGPT_TRAIN_SAMPLES // (int(r.micro_batch) * int(r.grad_accum)))
+    steps = r.epochs * -(-LITGPT_TRAIN_SAMPLES // (int(r.micro_batch) * int(r.grad_accum) * int(r.gpus)))
     return steps * pred.iteration_time_s / 60.0
 
 
 def row_cluster(gpu: str, gpus: int) -> Cluster:
-    """One A10G, or DGX H100 nodes of 8."""
-    if gpus == 1:
-        return Cluster(f"1 x {gpu}", (NodeGroup(1, 1, gpu, "pcie4", 25.0),))
+    """A10G in one PCIe node (the Studio's 1x or 4x machine), or DGX H100 nodes of 8."""
+    if gpu != "H100":
+        return Cluster(f"{gpus} x {gpu}", (NodeGroup(1, gpus, gpu, "pcie4", 25.0),))
     per = min(GPUS_PER_NODE, gpus)
     link, gbps, net = H100_NODE
     return Cluster(f"{gpus} x {gpu}", (NodeGroup(max(1, gpus // per), per, gpu, link, gbps, net),))
 
 
+def _arch(model: str, tied_head: bool | None) -> DecoderArch:
+    """The zoo's shape, with the row's head tying where the framework sets its own (None: the zoo's)."""
+    arch = llm_arch(model)
+    return arch if tied_head is None or pd.isna(tied_head) else dataclasses.replace(arch, tied_embeddings=bool(tied_head))
+
+
 @functools.lru_cache(maxsize=256)
-def _profile(model: str, seq_len: int, micro_batch: int) -> Profile:
-    return decoder_profile(llm_arch(model), batch_size=micro_batch, seq_len=seq_len, precision="bf16")
+def _profile(model: str, tied_head: bool | None, seq_len: int, micro_batch: int) -> Profile:
+    return decoder_profile(_arch(model, tied_head), batch_size=micro_batch, seq_len=seq_len, precision="bf16")
 
 
 def predict_row(r) -> Prediction:  # r: a namedtuple or Series of COLUMNS
     """srift's prediction of one kept row."""
     job = Job(batch_size=int(r.micro_batch), seq_len=int(r.seq_len), precision="bf16", parallelism=r.parallelism,
               activation_checkpointing=r.checkpointing, grad_accum=int(r.grad_accum), finetune=r.finetune,
-              lora_rank=int(r.lora_rank), lora_targets=r.lora_targets)
-    flops = functools.partial(model_flops_per_token, llm_arch(r.model))
-    return Predictor(_profile(r.model, int(r.seq_len), int(r.micro_batch)), job,
+              lora_rank=int(r.lora_rank), lora_targets=r.lora_targets, nf4_double_quant=bool(r.nf4_double_quant),
+              quantize_head=bool(r.quantize_head))
+    tied = None if r.tied_head is None or pd.isna(r.tied_head) else bool(r.tied_head)
+    flops = functools.partial(model_flops_per_token, _arch(r.model, tied))
+    return Predictor(_profile(r.model, tied, int(r.seq_len), int(r.micro_batch)), job,
                      model_flops_per_token=flops).predict(row_cluster(r.gpu, int(r.gpus)))
 
 

@@ -12,6 +12,15 @@ as printed (``interleaved`` when it prints VP, else 1F1B), ``grad_accum = global
 Megatron's distributed optimizer (``zero1``, the README's "distributed optimizer"), no activation
 recomputation (not stated; NeMo's performance recipes run without), DGX H100 nodes (8 x H100 SXM
 on NVSwitch, 8 x 400 Gb/s InfiniBand: the source's reference architecture).
+
+Rows of models outside the zoo carry their shape (``n_layers``, ``hidden``, ``heads``,
+``kv_heads``, ``ffn``, ``vocab``, ``mlp``, ``position``: llm-training-throughput-3d.csv's
+Megatron-LM README weak-scaling GPTs and BLOOM-176B). A row that prints Megatron-LM's model
+TFLOP/s per GPU (``flops_basis`` ``megatron``) becomes a step time by Megatron-LM's own FLOP count
+(``megatron_step_flops``), the inverse of how the source computed it. A row states its
+activation recomputation (``--checkpoint-activations``: full) or runs without it; a micro-batch
+not stated is 1. The Jean Zay A100 nodes' 4 Omni-Path links (400 Gb/s) are modelled as InfiniBand,
+the RDMA class srift has.
 """
 
 from __future__ import annotations
@@ -26,11 +35,45 @@ from scipy.optimize import minimize_scalar
 
 from srift.cluster import Cluster, NodeGroup
 from srift.errors import SriftError
+from srift.fitting import megatron_rows
+from srift.perf.fp8 import Fp8Recipe
 from srift.simulate.layouts import LAYOUT_PARAMS_SCHEMA, Layout, load_layout_params, plan_layout, search_layouts
 from srift.zoo import canonical_name, llm_arch
+from srift.zoo.llm import DecoderArch
 
 FOLDER = Path("llm-parallel-layouts")
-GPUS = {"H100-SXM5-80GB": ("H100", "nvswitch4", 3200.0, "infiniband")}
+GPUS = {"H100-SXM5-80GB": ("H100", "nvswitch4", 3200.0, "infiniband"),
+        "A100-SXM4-80GB": ("A100-80GB", "nvswitch", 400.0, "infiniband")}
+SHAPE_COLUMNS = ("n_layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
+# The FP8 recipe of the source's fp8 rows: NeMo's bf16_with_fp8_mixed on Hopper is Transformer
+# Engine's per-tensor (delayed) scaling.
+FP8_RECIPE_OF_GPU: dict[str, Fp8Recipe] = {"H100-SXM5-80GB": "tensorwise"}
+
+
+def row_arch(r) -> DecoderArch:
+    """The row's architecture: the zoo's, or the shape it carries (module docstring)."""
+    try:
+        return llm_arch(canonical_name(str(r.model)))
+    except SriftError:
+        pass
+    shape = {k: int(getattr(r, k)) for k in SHAPE_COLUMNS}
+    gpt = str(r.mlp) == "gelu"
+    return DecoderArch(name=str(r.model), n_layers=shape["n_layers"], hidden=shape["hidden"], heads=shape["heads"],
+                       kv_heads=shape["kv_heads"], intermediate=shape["ffn"], vocab=shape["vocab"], mlp=str(r.mlp),
+                       norm="layernorm" if gpt else "rmsnorm", biases=frozenset({"qkv", "o", "mlp", "norm"}) if gpt else frozenset(),
+                       position=str(r.position), max_seq_len=int(r.seq_len), source=f"{r.source_slug} row shape")
+
+
+def megatron_step_flops(arch: DecoderArch, global_batch: int, seq_len: int) -> float:
+    """Megatron-LM's model FLOPs of one step (``num_floating_point_operations``, training.py,
+    Megatron-Core 0.8): ``12 B s L h^2 ((1 + g/n + s/h) q/h + f/h x gated + V / (2 L h))``, no
+    recomputation counted, attention not halved for the causal mask."""
+    h, n_l = arch.hidden, arch.n_layers
+    q_ratio = arch.heads * (arch.head_dim or h // arch.heads) / h
+    gated = 1.5 if arch.mlp == "swiglu" else 1.0
+    return (12.0 * global_batch * seq_len * n_l * h * h
+            * ((1.0 + arch.kv_heads / arch.heads + seq_len / h) * q_ratio + arch.intermediate / h * gated
+               + arch.vocab / (2.0 * n_l * h)))
 
 
 def dgx_cluster(gpu_label: str, gpus: int, gpus_per_node: int) -> Cluster:
@@ -40,33 +83,49 @@ def dgx_cluster(gpu_label: str, gpus: int, gpus_per_node: int) -> Cluster:
                                                  gpu=gpu, intra_node=link, network_gbps=gbps, network=net),))
 
 
+def _why_left_out(r) -> str | None:
+    megatron_tflops = r.metric == "model_tflops_per_gpu" and getattr(r, "flops_basis", None) == "megatron"
+    if r.metric != "step_time_s" and not megatron_tflops:
+        return f"metric {r.metric} (not a step time)"
+    if str(r.precision).lower() != "bf16":
+        return "fp8 (predicted apart: fp8_rows)"
+    if r.gpu not in GPUS:
+        return f"GPU {r.gpu} not in the row map"
+    return None
+
+
+def _why_not_fp8(r) -> str | None:
+    if r.metric != "step_time_s" or not str(r.precision).lower().startswith("fp8"):
+        return "not an fp8 step time"
+    return None if r.gpu in FP8_RECIPE_OF_GPU else f"GPU {r.gpu} not in the row map"
+
+
+def fp8_rows(data: Path) -> pd.DataFrame:
+    """The fp8 step times (Transformer Engine FP8 GEMMs in a bf16 job), with their ``arch`` and
+    ``fp8`` recipe: predicted with srift/perf/fp8.py, nothing fitted on them."""
+    rows, _ = megatron_rows.load_rows(data, FOLDER, _why_not_fp8)
+    rows["arch"] = [row_arch(r) for r in rows.itertuples()]
+    rows["fp8"] = [FP8_RECIPE_OF_GPU[g] for g in rows["gpu"]]
+    return rows
+
+
+def _carries_shape(r) -> bool:
+    return all(not pd.isna(getattr(r, k, float("nan"))) for k in SHAPE_COLUMNS)
+
+
 def load_rows(data: Path) -> tuple[pd.DataFrame, dict[str, int]]:
-    """The rows srift predicts and, by reason, how many were left out."""
-    frames = [pd.read_csv(p) for p in sorted((data / FOLDER).glob("*.csv"))]
-    raw = pd.concat(frames, ignore_index=True)
-    out: dict[str, int] = {}
-    keep = []
-    for r in raw.itertuples():
-        reason = None
-        if r.metric != "step_time_s":
-            reason = f"metric {r.metric} (not a step time)"
-        elif str(r.precision).lower() != "bf16":
-            reason = "fp8 (not modelled)"
-        elif r.gpu not in GPUS:
-            reason = f"GPU {r.gpu} not in the row map"
-        else:
-            try:
-                canonical_name(str(r.model))
-            except SriftError:
-                reason = f"model {r.model} not in the zoo"
-        if reason is None and int(r.tp) * int(r.pp) * int(r.cp) * int(r.dp) != int(r.gpus_total):
-            reason = "layout does not multiply out to the GPU count"
-        if reason:
-            out[reason] = out.get(reason, 0) + 1
-        else:
-            keep.append(r.Index)
-    rows = raw.loc[keep].reset_index(drop=True)
-    rows["zoo"] = [canonical_name(str(m)) for m in rows["model"]]
+    """The rows srift predicts (with their ``arch``; Megatron-LM TFLOP/s as step seconds) and, by
+    reason, how many were left out."""
+    rows, out = megatron_rows.load_rows(data, FOLDER, _why_left_out, carries_shape=_carries_shape)
+    rows["arch"] = [row_arch(r) for r in rows.itertuples()]
+    rows["zoo"] = [a.name for a in rows["arch"]]
+    rows["micro_batch"] = rows["micro_batch"].fillna(1).astype(int)
+    if "flops_basis" in rows.columns:  # Megatron-LM's model TFLOP/s per GPU -> seconds a step
+        tflops = (rows["metric"] == "model_tflops_per_gpu").to_numpy()
+        rows.loc[tflops, "value"] = [
+            megatron_step_flops(r.arch, int(r.global_batch), int(r.seq_len)) / (float(r.value) * 1e12 * int(r.gpus_total))
+            for r in rows[tflops].itertuples()]
+        rows.loc[tflops, "metric"] = "step_time_s"
     return rows, out
 
 
@@ -77,16 +136,25 @@ def row_layout(r) -> Layout:
                   "interleaved" if vp > 1 else "1f1b")
 
 
+def row_checkpointing(r) -> str:
+    """``full`` where the row states activation checkpointing (Megatron's flag), else ``none``."""
+    return "full" if "checkpoint-activations" in str(r.activation_checkpointing) else "none"
+
+
 @functools.lru_cache(maxsize=4096)
-def _predict(zoo: str, gpu: str, gpus: int, per_node: int, layout: Layout, seq_len: int, factor: float) -> tuple[float, bool]:
-    plan = plan_layout(llm_arch(zoo), dgx_cluster(gpu, gpus, per_node), layout, seq_len, "bf16", compute_factor=factor)
+def _predict(arch: DecoderArch, gpu: str, gpus: int, per_node: int, layout: Layout, seq_len: int, checkpointing: str,
+             factor: float, fp8: Fp8Recipe | None = None) -> tuple[float, bool]:
+    plan = plan_layout(arch, dgx_cluster(gpu, gpus, per_node), layout, seq_len, "bf16", checkpointing, compute_factor=factor,
+                       fp8=fp8)
     return plan.iteration_s, plan.fits
 
 
 def predict_row(r, factor: float | None = None) -> tuple[float, bool]:
-    """(predicted step seconds, fits in memory) of a row at ``factor`` (None: the shipped one)."""
+    """(predicted step seconds, fits in memory) of a row at ``factor`` (None: the shipped one);
+    an ``fp8_rows`` row with its FP8 recipe."""
     f = load_layout_params().megatron_compute_factor if factor is None else factor
-    return _predict(r.zoo, r.gpu, int(r.gpus_total), int(r.gpus_per_node), row_layout(r), int(r.seq_len), float(f))
+    return _predict(r.arch, r.gpu, int(r.gpus_total), int(r.gpus_per_node), row_layout(r), int(r.seq_len),
+                    row_checkpointing(r), float(f), getattr(r, "fp8", None))
 
 
 def fit_factor(rows: pd.DataFrame) -> float:
@@ -114,12 +182,13 @@ def held_out(rows: pd.DataFrame, key: str) -> np.ndarray:
 
 
 def regret(rows: pd.DataFrame, pred: np.ndarray) -> tuple[float, int]:
-    """Mean regret over (model, GPU count) groups with more than one measured layout: how much
-    slower the layout srift ranks first was than the measured best (0 when it picks the best),
-    and the number of such groups."""
-    frame = rows.assign(pred=pred, label=[row_layout(r).label for r in rows.itertuples()])
+    """Mean regret over (model, precision, GPU count) groups with more than one measured layout:
+    how much slower the layout srift ranks first was than the measured best (0 when it picks the
+    best), and the number of such groups."""
+    frame = rows.assign(pred=pred, label=[row_layout(r).label for r in rows.itertuples()],
+                        precision_key=[str(p).lower().startswith("fp8") for p in rows["precision"]])
     regrets = []
-    for _, grp in frame.groupby(["zoo", "gpus_total"]):
+    for _, grp in frame.groupby(["zoo", "precision_key", "gpus_total"]):
         per = grp.groupby("label").agg(meas=("value", "mean"), pred=("pred", "mean"))
         if len(per) < 2:
             continue
@@ -138,19 +207,30 @@ def params_document(data: Path, today: str) -> dict:
         return round(float(np.mean(np.abs(pred / meas - 1.0)) * 100.0), 1)
 
     fitted = np.array([predict_row(r, factor)[0] for r in rows.itertuples()])
+    loso = held_out(rows, "source_slug")
+    per_source = {str(src): mape_of(loso[(rows["source_slug"] == src).to_numpy()],
+                                    meas[(rows["source_slug"] == src).to_numpy()])
+                  for src in sorted(rows["source_slug"].unique())}
     return {
         "schema": LAYOUT_PARAMS_SCHEMA,
         "megatron_compute_factor": factor,
-        "sources": ["data/llm-parallel-layouts (NVIDIA dgxc-benchmarking DGX H100 tables, bf16; "
-                    "see srift/fitting/layouts.py)"],
+        "sources": ["data/llm-parallel-layouts/dgxc-benchmarking-h100-dense.csv (NVIDIA dgxc-benchmarking DGX H100 "
+                    "tables, bf16)",
+                    "data/llm-parallel-layouts/llm-training-throughput-3d.csv (Megatron-LM README weak-scaling GPTs on "
+                    "H100; BigScience BLOOM-176B on A100; see srift/fitting/layouts.py)"],
         "fitted_on": today,
         "fit": {"rows": int(len(rows)), "models": sorted(rows["zoo"].unique().tolist()), "left_out": left_out},
         "validation": {"mape_pct": mape(fitted), "lomo_mape_pct": mape(held_out(rows, "zoo")),
-                       "loso_mape_pct": mape(held_out(rows, "source_slug"))},
+                       "loso_mape_pct": mape(loso), "loso_mape_pct_by_source": per_source},
         "model": "Megatron-Core / Transformer Engine compute seconds = megatron_compute_factor x the compute model's "
                  "(configs/perf/compute.json and sharded.json) on the TP/CP-split shapes",
         "method": "least squares on log(predicted / measured step time), bounded to (0.3, 2.0)",
     }
+
+
+def mape_of(pred: np.ndarray, meas: np.ndarray) -> float:
+    """Mean absolute percentage error, rounded to 0.1."""
+    return round(float(np.mean(np.abs(pred / meas - 1.0)) * 100.0), 1)
 
 
 def search_claims(rows: pd.DataFrame) -> list[float]:
@@ -161,8 +241,9 @@ def search_claims(rows: pd.DataFrame) -> list[float]:
     for _, grp in rows.groupby(["zoo", "gpus_total"]):
         r = next(grp.itertuples())
         cluster = dgx_cluster(r.gpu, int(r.gpus_total), int(r.gpus_per_node))
-        arch = llm_arch(r.zoo)
-        measured = min(plan_layout(arch, cluster, row_layout(x), int(x.seq_len)).iteration_s for x in grp.itertuples())
+        arch = r.arch
+        measured = min(plan_layout(arch, cluster, row_layout(x), int(x.seq_len), "bf16", row_checkpointing(x)).iteration_s
+                       for x in grp.itertuples())
         found = search_layouts(arch, cluster, int(r.seq_len), int(r.global_batch))
         if found.best is not None:
             out.append(found.best.iteration_s / measured - 1.0)

@@ -26,10 +26,11 @@ from pathlib import Path
 import pandas as pd
 
 from srift.cluster import Cluster, NodeGroup
-from srift.errors import SriftError
+from srift.fitting import megatron_rows
+from srift.perf.fp8 import Fp8Recipe
 from srift.simulate.layouts import Layout, plan_layout
 from srift.simulate.moe import BALANCED_ROUTING
-from srift.zoo import canonical_name, llm_arch
+from srift.zoo import llm_arch
 
 FOLDER = Path("moe-training")
 # The source's systems: DGX H100 (8 x 400 Gb/s ConnectX-7), DGX B200 (8 x 400 Gb/s ConnectX-7),
@@ -45,33 +46,25 @@ def dgx_cluster(gpu_label: str, gpus: int, gpus_per_node: int) -> Cluster:
                                                  gpu=gpu, intra_node=link, network_gbps=gbps, network="infiniband"),))
 
 
+# The source's precision labels: bf16, or a Transformer Engine FP8 recipe (srift/perf/fp8.py):
+# "fp8" / "fp8-cs" per-tensor (current) scaling on Hopper, "fp8-mx" / "mxfp8" Blackwell's MXFP8.
+FP8_RECIPE_OF: dict[str, Fp8Recipe | None] = {"bf16": None, "fp8": "tensorwise", "fp8-cs": "tensorwise",
+                                              "fp8-mx": "mxfp8", "mxfp8": "mxfp8"}
+
+
+def _why_left_out(r) -> str | None:
+    if r.metric != "tokens_per_s_per_gpu":
+        return f"metric {r.metric}"
+    if str(r.precision).lower() not in FP8_RECIPE_OF:
+        return f"precision {r.precision} not mapped"
+    if r.gpu not in GPUS:
+        return f"{r.gpu} (NVL72 rack not modelled)" if str(r.gpu).startswith("GB") else f"GPU {r.gpu} not mapped"
+    return None
+
+
 def load_rows(data: Path) -> tuple[pd.DataFrame, dict[str, int]]:
     """The rows srift predicts and, by reason, how many were left out."""
-    raw = pd.concat([pd.read_csv(p) for p in sorted((data / FOLDER).glob("*.csv"))], ignore_index=True)
-    out: dict[str, int] = {}
-    keep = []
-    for r in raw.itertuples():
-        reason = None
-        if r.metric != "tokens_per_s_per_gpu":
-            reason = f"metric {r.metric}"
-        elif str(r.precision).lower() != "bf16":
-            reason = "fp8 (not modelled)"
-        elif r.gpu not in GPUS:
-            reason = f"{r.gpu} (NVL72 rack not modelled)" if str(r.gpu).startswith("GB") else f"GPU {r.gpu} not mapped"
-        else:
-            try:
-                canonical_name(str(r.model).split(" ")[0].lower())
-            except SriftError:
-                reason = f"model {r.model} not in the zoo"
-        if reason is None and int(r.tp) * int(r.pp) * int(r.cp) * int(r.dp) != int(r.gpus_total):
-            reason = "layout does not multiply out to the GPU count"
-        if reason:
-            out[reason] = out.get(reason, 0) + 1
-        else:
-            keep.append(r.Index)
-    rows = raw.loc[keep].reset_index(drop=True)
-    rows["zoo"] = [canonical_name(str(m).split(" ")[0].lower()) for m in rows["model"]]
-    return rows, out
+    return megatron_rows.load_rows(data, FOLDER, _why_left_out, lambda m: m.split(" ")[0].lower())
 
 
 def row_layout(r) -> Layout:
@@ -85,11 +78,12 @@ CHECKPOINTING = ("none", "full")  # srift predict's: the least recompute that fi
 
 
 @functools.lru_cache(maxsize=1024)
-def _predict(zoo: str, gpu: str, gpus: int, per_node: int, layout: Layout, seq_len: int) -> tuple[float, str]:
+def _predict(zoo: str, gpu: str, gpus: int, per_node: int, layout: Layout, seq_len: int,
+             fp8: Fp8Recipe | None) -> tuple[float, str]:
     plan = None
     for policy in CHECKPOINTING:
         plan = plan_layout(llm_arch(zoo), dgx_cluster(gpu, gpus, per_node), layout, seq_len, "bf16", policy,
-                           imbalance=BALANCED_ROUTING)
+                           imbalance=BALANCED_ROUTING, fp8=fp8)
         if plan.fits:
             break
     assert plan is not None
@@ -98,4 +92,5 @@ def _predict(zoo: str, gpu: str, gpus: int, per_node: int, layout: Layout, seq_l
 
 def predict_row(r) -> tuple[float, str]:
     """(predicted tokens/s per GPU, the recompute policy that fits or "does not fit") of a row."""
-    return _predict(r.zoo, r.gpu, int(r.gpus_total), int(r.gpus_per_node), row_layout(r), int(r.seq_len))
+    return _predict(r.zoo, r.gpu, int(r.gpus_total), int(r.gpus_per_node), row_layout(r), int(r.seq_len),
+                    FP8_RECIPE_OF[str(r.precision).lower()])

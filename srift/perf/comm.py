@@ -532,8 +532,9 @@ class CommModel:
         Every GPU sends its ``(g - 1) / n`` share for the node's other GPUs over its own link (an
         NVSwitch gives each its full bandwidth) while the node's ``g`` GPUs send their
         ``(n - g) / n`` shares to other nodes over the node's network, at once: the slower of the two
-        sets the time. Efficiency is read at each peer's message (``size_bytes / n``); latency is
-        an all-gather's (``n - 1`` steps). The same link and network classes as every collective;
+        sets the time. Efficiency is read at each peer's message (``size_bytes / n``) on a GPU's
+        link and at the node's ``g`` of them on the node's network (whose rate is all its NICs');
+        latency is an all-gather's (``n - 1`` steps). The same link and network classes as every collective;
         no calibration curve of the all-reduce is read (it measures another pattern).
         """
         scalar = np.ndim(size_bytes) == 0
@@ -549,7 +550,9 @@ class CommModel:
             if self._net is None or t.nodes <= 1:
                 inter = 0.0 * s
             else:
-                inter = g * (n - g) / n * s / self._net_bytes_per_s(chunk)
+                # The node's g GPUs send their chunks at once, each over its own share of the
+                # node's NICs: the node's rate is reached at the node's message, g chunks.
+                inter = g * (n - g) / n * s / self._net_bytes_per_s(g * chunk)
             out = (self._latency_s(0.5) + np.maximum(intra, inter)) * self._spread(quantile)
         out = np.where(s > 0, out, 0.0)
         return float(out) if scalar else out

@@ -245,7 +245,9 @@ def why(result: SearchResult) -> str:
 def summary(found: SearchResult) -> str:
     """How much was searched, simulated and left out, and why."""
     labels = {"budget": "over budget", "memory": "out of memory", "unsupported": "on GPUs current PyTorch wheels do not run on",
-              "batch": "not dividing the global batch", "max_gpus": "larger than --max-gpus or --max-nodes",
+              "batch": "not dividing the global batch",
+              "layout": "that no layout divides, or too few to hold the training states or meet the deadline at "
+                        "the GPU's peak", "max_gpus": "larger than --max-gpus or --max-nodes",
               "bound": "shown by the search bound unable to win"}
     # Memory's count is said even when 0: a planner that drops runs silently loses trust.
     left = ", ".join(f"{v:,} {labels.get(k, k)}" for k, v in found.pruned.items() if v or k == "memory")
@@ -283,6 +285,7 @@ def recommend_json(result: RecommendResult, failure: SriftError | None = None) -
         "why": why(found),
         "grad_accum_searched": list(result.grad_accum_searched),
         "max_global_batch": None if result.global_batch_limit is None else dataclasses.asdict(result.global_batch_limit),
+        "gpu_range": None if result.gpu_range is None else dataclasses.asdict(result.gpu_range),
         "notes": _notes(result),
         "simpler_choice": None if found.simpler_choice is None else {
             "chosen": found.simpler_choice.chosen.instance, "over": found.simpler_choice.over.instance,
@@ -375,10 +378,25 @@ def _price_clause(c: Candidate) -> str:
     return f" Its price ({ESTIMATE_MARK}{usd(c.cost_per_hour_usd)}/h) is {kind}: {'; '.join(c.price.reasons)}."
 
 
+def layout_search_line(result: RecommendResult) -> str:
+    """What a layout search of a decoder LLM covered: its global batch and its GPU counts."""
+    job, limit, r = result.job, result.global_batch_limit, result.gpu_range
+    auto = "searched (--layout auto, the default for decoder LLMs)" if job.layout == "auto" else f"--layout {job.layout}"
+    gb = job.global_batch_size or 0
+    batch = (f"global batch {gb:,} sequences ({limit.basis}; --global-batch-size fixes it)"
+             if result.global_batch_defaulted and limit is not None else f"global batch {gb:,}")
+    counts = (f"clusters of up to {r.max_gpus:,} GPUs (at least {r.min_gpus:,} to hold the model"
+              f"{' and meet the deadline' if result.constraints.deadline_hours else ''}: {r.basis})" if r is not None
+              else f"clusters of up to {result.constraints.max_gpus:,} GPUs")
+    return f"Layouts {auto}: {batch}; {counts}."
+
+
 def batch_lines(result: RecommendResult) -> list[str]:
     """What was searched about the global batch: the accumulation choices within a fixed one, and
     the largest global batch the search kept to (or a fixed one beyond it)."""
     job, limit, out = result.job, result.global_batch_limit, []
+    if job.layout is not None:
+        out.append(layout_search_line(result))
     if result.grad_accum_searched:
         out.append(f"Gradient accumulation searched within the fixed global batch of {job.global_batch_size:,}: "
                    f"{', '.join(map(str, result.grad_accum_searched))} micro-batches per step; chosen: {job.grad_accum} "
@@ -386,6 +404,8 @@ def batch_lines(result: RecommendResult) -> list[str]:
     if limit is None:
         return out
     gb = job.global_batch_size
+    if result.global_batch_defaulted:
+        return out
     if gb is not None and gb > limit.samples:
         out.append(f"Warning: a global batch of {gb:,} is beyond {limit.samples:,} ({limit.basis}): statistical efficiency "
                    "falls there, so more samples reach the same accuracy; srift's throughput does not count that loss.")

@@ -47,6 +47,7 @@ def search(
     progress: Progress | None = None,
     exhaustive: bool = False,
     grad_accum: int = 1,
+    count_ok: Callable[[Instance, int], bool] | None = None,
 ) -> SearchResult:
     """Find the best configurations (see module docstring).
 
@@ -64,6 +65,9 @@ def search(
             bound against).
         grad_accum: Micro-batches per optimizer step: with a fixed global batch, each micro-batch
             (the global batch / grad_accum) must divide over the GPUs.
+        count_ok: ``(instance, nodes) -> bool``: the counts that can train the job and meet its
+            limits, instead of the global batch dividing over the GPUs (a layout's data parallelism
+            takes only part of them); the counts are then bounded as without a fixed global batch.
 
     Raises:
         SriftError: for a deadline or maximum cost without a length, a step count without a
@@ -72,9 +76,10 @@ def search(
     c = constraints
     c.require_length(length, global_batch_size)
     per_micro_batch = None if global_batch_size is None else global_batch_size // grad_accum
-    space = build_space(instance_types(catalog, c), c, per_gpu_memory_ok, per_micro_batch)
+    space = build_space(instance_types(catalog, c), c, per_gpu_memory_ok, None if count_ok else per_micro_batch, count_ok)
     table = OfferTable(space, c, length)
-    sweep = CountSweep(space, table, predict, c, length, dense=exhaustive or global_batch_size is not None, progress=progress)
+    sweep = CountSweep(space, table, predict, c, length,
+                       dense=exhaustive or (global_batch_size is not None and count_ok is None), progress=progress)
     sweep.run()
     simulated = sweep.simulations
     if c.mixed:
@@ -124,6 +129,8 @@ def _result(table: OfferTable, c: Constraints, simulated: int, predict: Callable
         everything = table.ranked(feasible=False)
         closest_pool = [_candidate(table, int(i)) for i in _closest_pool(table, everything)]
         result.cut_by, result.closest = explain_failure(closest_pool, bool(pruned.get("budget")))
+        if not closest_pool and pruned.get("layout"):  # count_ok left no count to simulate
+            result.cut_by = "layout"
         if result.cut_by == "budget":
             result.closest = _cheapest_that_fits(space, c, predict)
     return result

@@ -28,6 +28,7 @@ from srift.jobfile import LIMITS
 from srift.search.confidence import AtConfidence
 
 OBJECTIVES = ("throughput", "cost")
+DEFAULT_MAX_GPUS = 64  # --max-gpus when not given (a decoder LLM's layouts: srift/search/gpu_range.py)
 LIMIT_TOLERANCE = 1e-12  # a prediction this close above a limit still meets it (rounding)
 
 
@@ -59,6 +60,8 @@ class Constraints:
             the next configurations in the objective's order, whatever their family).
         max_global_batch: Largest global batch (samples) a cluster may train without a fixed one
             (None: the model family's default, srift/search/large_batch.py).
+        auto_max_gpus: ``max_gpus`` is the default, not the user's: a layout search of a decoder
+            LLM derives its largest cluster from the job instead (srift/search/gpu_range.py).
     """
 
     budget_usd_per_hour: float | None = None
@@ -68,13 +71,14 @@ class Constraints:
     spot: bool = False
     mixed: bool = False
     gpus: frozenset[str] = frozenset()
-    max_gpus: int = 64
+    max_gpus: int = DEFAULT_MAX_GPUS
     max_nodes: int | None = None
     top: int = 5
     confidence: float = DEFAULT_CONFIDENCE
     include_unsupported: bool = False
     diverse: bool = True
     max_global_batch: int | None = None
+    auto_max_gpus: bool = False
 
     def __post_init__(self) -> None:
         for name, low, high in (("budget_usd_per_hour", MIN_USD, MAX_BUDGET_USD_PER_HOUR),

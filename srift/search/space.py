@@ -18,7 +18,8 @@ node count is simulated once and priced in every region at once (srift/search/of
 
 Left out before simulating, and counted: over the budget (prices are known), out of memory (a
 cheap per-type pre-check), GPUs the wheels do not run on, and with a fixed global batch, counts
-whose GPUs do not divide it (srift never changes the global batch silently).
+whose GPUs do not divide it (srift never changes the global batch silently); for a layout search,
+counts no layout divides or that could not meet the deadline at any layout (``count_ok``).
 """
 
 from __future__ import annotations
@@ -179,10 +180,11 @@ class Space:
 
 
 def build_space(selection: TypeSelection, c: Constraints, memory_ok: Callable[[Instance], bool] | None = None,
-                global_batch_size: int | None = None) -> Space:
+                global_batch_size: int | None = None, count_ok: Callable[[Instance, int], bool] | None = None) -> Space:
     """Group the rows by hardware, fix each group's counts, and count what exists and what is left
     out before any simulation (``global_batch_size``: the fixed samples of one micro-batch over
-    all GPUs, which a count's GPUs must divide)."""
+    all GPUs, which a count's GPUs must divide; ``count_ok(instance, nodes)``: the counts that can
+    train the job and meet its limits, srift.search.search)."""
     rows = selection.rows
     markets = (ON_DEMAND,) + ((SPOT,) if c.spot else ()) + ((SPOT_MIX,) if c.spot and c.mixed else ())
     places: dict[tuple[str, str], int] = {}
@@ -200,7 +202,7 @@ def build_space(selection: TypeSelection, c: Constraints, memory_ok: Callable[[I
         place=np.array([places[(r.cloud, r.region)] for r in rows], dtype=np.int64),
         places=list(places), type_id=np.array([types[(r.cloud, r.instance_type)] for r in rows], dtype=np.int64),
     )
-    pruned = {"budget": 0, "memory": 0, "unsupported": 0, "batch": 0, "max_gpus": 0}
+    pruned = {"budget": 0, "memory": 0, "unsupported": 0, "batch": 0, "layout": 0, "max_gpus": 0}
     considered = 0
     for key, idx in by_key.items():
         rep = rows[idx[0]]
@@ -213,13 +215,15 @@ def build_space(selection: TypeSelection, c: Constraints, memory_ok: Callable[[I
         if global_batch_size is not None:
             # The global batch is fixed: a count whose GPUs do not divide it would change it.
             counts = all_counts[global_batch_size % (all_counts * rep.gpu_count) == 0]
+        if count_ok is not None:
+            counts = counts[np.fromiter((count_ok(rep, int(n)) for n in counts), dtype=bool, count=len(counts))]
         fits = memory_ok(rep) if memory_ok is not None else True
         group = HardwareGroup(len(space.groups), members, rep, fits, counts)
         for m in markets:
             n_all = len(space.market_counts(m, all_counts))
             priced = int(np.count_nonzero(~np.isnan(space.price(members, m, 1))))
             considered += priced * n_all
-            pruned["batch"] += priced * (n_all - len(space.market_counts(m, counts)))
+            pruned["layout" if count_ok is not None else "batch"] += priced * (n_all - len(space.market_counts(m, counts)))
             if not fits:
                 pruned["memory"] += priced * len(space.market_counts(m, counts))
                 continue

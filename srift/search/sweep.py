@@ -198,5 +198,12 @@ class CountSweep:
                     best = per_sample / 3600.0 * 1e6
             promising |= (ok & (best <= threshold)).any(axis=0)
         a, b = a[promising], b[promising]
-        return np.unique((a + b) // 2)
+        # The valid count nearest below the middle (not every count exists when some cannot train
+        # the job), or the first one above it; none when the gap holds none.
+        valid = g.counts
+        mid = (a + b) // 2
+        below = valid[np.clip(np.searchsorted(valid, mid, side="right") - 1, 0, len(valid) - 1)]
+        above = valid[np.clip(np.searchsorted(valid, mid, side="left"), 0, len(valid) - 1)]
+        pick = np.where(below > a, below, above)
+        return np.unique(pick[(pick > a) & (pick < b)])
 

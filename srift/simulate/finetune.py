@@ -19,17 +19,23 @@ the optimizer model price it as they price any job:
   on the adapters' input is not counted (PEFT's default is none).
 - ``qlora`` (Dettmers et al. 2023): LoRA over base weights stored in NF4. Every frozen Linear of
   a block (bitsandbytes quantizes ``nn.Linear`` modules; embeddings, norms and the head stay in
-  the compute dtype, as Hugging Face's ``llm_int8_skip_modules`` default keeps ``lm_head``) is
-  dequantized to the compute dtype before its forward GEMM and again before its backward GEMM:
-  a ``Dequantize`` leaf (element-wise kind) moving ``NF4_BYTES_PER_PARAM`` in and 2 bytes out per
-  weight, priced at the compute model's memory rate. This is an estimate from the kernel's
-  traffic (bitsandbytes' ``dequantize_4bit`` is a streaming kernel), not a measured figure.
+  the compute dtype, as Hugging Face's ``llm_int8_skip_modules`` default keeps ``lm_head``;
+  ``Job.quantize_head``: the head too, as Lightning's ``BitsandbytesPrecision`` replaces every
+  ``nn.Linear``) is dequantized to the compute dtype before its forward GEMM and again before its
+  backward GEMM: a ``Dequantize`` leaf (element-wise kind) moving the NF4 bytes in and 2 bytes out
+  per weight, priced at the compute model's memory rate. This is an estimate from the kernel's
+  traffic (bitsandbytes' ``dequantize_4bit`` is a streaming kernel), not a measured figure. NF4
+  takes ``NF4_BYTES_PER_PARAM`` with double quantization, ``NF4_NO_DQ_BYTES_PER_PARAM`` without
+  (``Job.nf4_double_quant``). bitsandbytes' 4-bit matmul (``MatMul4Bit`` in
+  bitsandbytes/autograd/_functions.py, 0.42.0, the version LitGPT pins) keeps its input for
+  backward (``ctx.tensors = (A, B)``) where a frozen torch Linear keeps none: the leaf carries
+  those bytes, once per tensor read and not where an adapter's ``lora_A`` keeps it anyway
+  (``_kept_inputs``; none under ``all-linear``).
 
 Memory (``finetune_memory_bytes``, one function, so a better activation model drops in at its one
 call to ``srift.simulate.memory.activation_bytes``): every tensor is stored in the parameter dtype
 of the precision (``bf16``: 2 bytes, no fp32 master copy, as LitGPT's ``bf16-true``, torchtune and a
-bf16-loaded Hugging Face model train; otherwise 4), base weights of QLoRA in NF4 with double
-quantization; gradients and optimizer states only for what trains; activations and the loss's
+bf16-loaded Hugging Face model train; otherwise 4), base weights of QLoRA in NF4; gradients and optimizer states only for what trains; activations and the loss's
 fp32 upcast of the logits from ``activation_bytes``; FSDP's gathered units and the caching
 allocator's reserve as ``sharded_memory_bytes`` counts them.
 
@@ -57,6 +63,9 @@ from srift.simulate.sharded import unit_layout
 NF4_BLOCK = 64
 NF4_DQ_BLOCK = 256
 NF4_BYTES_PER_PARAM = 0.5 + 1.0 / NF4_BLOCK + 4.0 / (NF4_BLOCK * NF4_DQ_BLOCK)
+# Without double quantization (bitsandbytes' compress_statistics=False: Lightning's and LitGPT's
+# ``nf4``): one fp32 absmax per block of 64 weights.
+NF4_NO_DQ_BYTES_PER_PARAM = 0.5 + 4.0 / NF4_BLOCK
 # bitsandbytes' 8-bit optimizers: 1 byte per moment plus an fp32 scale per block of 2048.
 OPT8BIT_BLOCK = 2048
 OPT8BIT_BYTES_PER_MOMENT = 1.0 + 4.0 / OPT8BIT_BLOCK
@@ -73,7 +82,8 @@ class FrozenBase:
         mode: ``full``, ``lora`` or ``qlora``.
         optimizer: ``adamw``, ``adamw8bit`` or ``paged-adamw8bit``.
         frozen_params: Base parameters that do not train (all of them under LoRA/QLoRA).
-        quantized_params: Of those, stored in NF4 (QLoRA's block Linears).
+        quantized_params: Of those, stored in NF4 (QLoRA's block Linears, and the head under
+            ``Job.quantize_head``).
         unit_frozen_params: Frozen parameters per FSDP unit name (None: the root unit).
         unit_quantized_params: Quantized parameters per FSDP unit name.
         largest_quantized: Parameters of the largest quantized Linear (its dequantized copy is
@@ -82,6 +92,7 @@ class FrozenBase:
         unit_measured_bytes: Frozen bytes per unit as a measured profile recorded them (its
             layers' ``frozen_bytes``, quantized weights at their packed size); None when the
             frozen weights are counted (``unit_frozen_params``).
+        nf4_bytes_per_param: Bytes of a quantized weight (with or without double quantization).
     """
 
     mode: str
@@ -93,22 +104,24 @@ class FrozenBase:
     largest_quantized: int
     trainable_params: int
     unit_measured_bytes: dict[str | None, float] | None = None
+    nf4_bytes_per_param: float = NF4_BYTES_PER_PARAM
 
     def stored_bytes(self, precision: str) -> float:
         """Bytes of the frozen base weights: NF4 for the quantized ones, the parameter dtype else."""
         if self.unit_measured_bytes is not None:
             return sum(self.unit_measured_bytes.values())
-        return _frozen_bytes(self.frozen_params, self.quantized_params, precision)
+        return _frozen_bytes(self.frozen_params, self.quantized_params, precision, self.nf4_bytes_per_param)
 
     def unit_stored_bytes(self, unit: str | None, precision: str) -> float:
         """``stored_bytes`` of one FSDP unit."""
         if self.unit_measured_bytes is not None:
             return self.unit_measured_bytes.get(unit, 0.0)
-        return _frozen_bytes(self.unit_frozen_params.get(unit, 0), self.unit_quantized_params.get(unit, 0), precision)
+        return _frozen_bytes(self.unit_frozen_params.get(unit, 0), self.unit_quantized_params.get(unit, 0), precision,
+                             self.nf4_bytes_per_param)
 
 
-def _frozen_bytes(frozen: int, quantized: int, precision: str) -> float:
-    return quantized * NF4_BYTES_PER_PARAM + (frozen - quantized) * compute_param_bytes(precision)
+def _frozen_bytes(frozen: int, quantized: int, precision: str, nf4_bytes: float) -> float:
+    return quantized * nf4_bytes + (frozen - quantized) * compute_param_bytes(precision)
 
 
 def finetune_optimizer(job: Job) -> str:
@@ -207,12 +220,46 @@ def _frozen(layer: LayerProfile, backward: bool) -> LayerProfile:
         grad_ready_order=None)
 
 
-def _dequantize(layer: LayerProfile, backward: bool) -> LayerProfile:
+def _dequantize(layer: LayerProfile, backward: bool, nf4_bytes: float, kept_bytes: float) -> LayerProfile:
     """QLoRA's NF4 -> compute-dtype dequantization of ``layer``'s weight, before its forward GEMM
-    and (when it runs a backward) its backward GEMM."""
-    moved = layer.params * (NF4_BYTES_PER_PARAM + 2.0)
+    and (when it runs a backward) its backward GEMM; ``kept_bytes``: the input bitsandbytes keeps
+    for that backward (``_kept_inputs``)."""
+    moved = layer.params * (nf4_bytes + 2.0)
     return LayerProfile(name=f"{layer.name}.dequantize", type="Dequantize", fwd_bytes=moved,
-                        bwd_bytes=moved if backward else 0.0, unit=layer.unit)
+                        bwd_bytes=moved if backward else 0.0, activation_bytes=kept_bytes, unit=layer.unit)
+
+
+def _input_key(profile: Profile, i: int) -> tuple[int, int]:
+    """Which tensor Linear ``i`` reads: (index of the layer that wrote it, its width). Linears and
+    element-wise layers in between are skipped: q, k and v read the norm's output, and so do a
+    gated MLP's gate and up; its down projection reads the product (the same norm, another width)."""
+    layer = profile.layers[i]
+    j = i - 1
+    while j >= 0 and profile.layers[j].unit == layer.unit and layer_kind(profile.layers[j].type) in ("matmul", "elementwise"):
+        j -= 1
+    return j, _dims(layer)[0]
+
+
+def _kept_inputs(profile: Profile, quantized: list[int], targets: set[int], backward_from: int) -> dict[int, float]:
+    """Bytes of input bitsandbytes' 4-bit matmul keeps per quantized Linear (by index): its autograd
+    function holds its input until backward (``MatMul4Bit``: ``ctx.tensors = (A, B)``) where a frozen
+    torch Linear keeps none. Counted once per tensor read, at its first reader, and not where an
+    adapter's ``lora_A`` reads it (it keeps that input anyway, as the LoRA count has it) or where no
+    backward runs."""
+    adapted = {_input_key(profile, i) for i in targets}
+    seen: set[tuple[int, int]] = set()
+    out: dict[int, float] = {}
+    for i in quantized:
+        if not profile.layers[i].kfac_a_dim or not profile.layers[i].kfac_g_dim:
+            continue  # a Linear without its widths (an old profile): nothing to size
+        key = _input_key(profile, i)
+        if i < backward_from or key in adapted or key in seen:
+            continue
+        seen.add(key)
+        d_in, d_out, tokens = _dims(profile.layers[i])
+        element = profile.layers[i].activation_bytes / (tokens * d_out) if tokens > 0 else 2.0
+        out[i] = tokens * d_in * element
+    return out
 
 
 def finetune_profile(profile: Profile, job: Job) -> tuple[Profile, FrozenBase]:
@@ -244,6 +291,11 @@ def finetune_profile(profile: Profile, job: Job) -> tuple[Profile, FrozenBase]:
         raise SriftError(f"profile '{profile.name}' has no Linear layer in a transformer block for LoRA to adapt.",
                          "use --finetune full, or a decoder LLM (zoo, --model-config, or a profile with FSDP units).")
     first = min(targets)
+    nf4_bytes = NF4_BYTES_PER_PARAM if job.nf4_double_quant else NF4_NO_DQ_BYTES_PER_PARAM
+    quantized = [i for i, layer in enumerate(profile.layers) if mode == "qlora" and _is_linear(layer) and layer.params > 0
+                 and (layer.unit is not None or job.quantize_head)]
+    kept = _kept_inputs(profile, quantized, targets, first)
+    quantized_set = set(quantized)
     layers: list[LayerProfile] = []
     unit_frozen: dict[str | None, int] = {}
     unit_quant: dict[str | None, int] = {}
@@ -252,12 +304,16 @@ def finetune_profile(profile: Profile, job: Job) -> tuple[Profile, FrozenBase]:
         backward = i >= first
         if layer.params > 0:
             unit_frozen[layer.unit] = unit_frozen.get(layer.unit, 0) + layer.params
-        quantize = mode == "qlora" and layer.unit is not None and _is_linear(layer) and layer.params > 0
-        if quantize:
+        if i in quantized_set:
             unit_quant[layer.unit] = unit_quant.get(layer.unit, 0) + layer.params
             largest = max(largest, layer.params)
-            layers.append(_dequantize(layer, backward))
-        layers.append(_frozen(layer, backward))
+            # A block Linear's leaf goes after it (one between a gated MLP's activation and its up
+            # projection would hide the product act(gate) * up from the activation count), the
+            # head's before it (the loss's memory reads the last layer as the head).
+            deq = _dequantize(layer, backward, nf4_bytes, kept.get(i, 0.0))
+            layers.extend([deq, _frozen(layer, backward)] if layer.unit is None else [_frozen(layer, backward), deq])
+        else:
+            layers.append(_frozen(layer, backward))
         if i in targets:
             layers.extend(_adapters(layer, job.lora_rank))
     frozen = sum(unit_frozen.values())
@@ -265,7 +321,8 @@ def finetune_profile(profile: Profile, job: Job) -> tuple[Profile, FrozenBase]:
                               notes=[*profile.notes, f"{mode} fine-tuning: rank {job.lora_rank} adapters on "
                                      f"{job.lora_targets} Linears; base weights frozen"
                                      + (" in NF4" if mode == "qlora" else "")])
-    return out, FrozenBase(mode, opt, frozen, sum(unit_quant.values()), unit_frozen, unit_quant, largest, out.params)
+    return out, FrozenBase(mode, opt, frozen, sum(unit_quant.values()), unit_frozen, unit_quant, largest, out.params,
+                           nf4_bytes_per_param=nf4_bytes)
 
 
 def frozen_in_profile(profile: Profile) -> FrozenBase | None:

@@ -16,7 +16,7 @@ from srift.job import AUTO, Job, LayoutRequest, parse_layout, usd_per_million_sa
 from srift.simulate.layouts import (
     DP_FLAVOURS, SCHEDULES, Layout, LayoutPlan, check_layout, load_layout_params, plan_layout, search_layouts,
 )
-from srift.simulate.memory import USABLE_FRACTION
+from srift.simulate.memory import USABLE_FRACTION, allocated_parts
 from srift.simulate.prediction import BatchShare, Prediction, bottleneck
 from srift.simulate.spot import spot_expectation
 from srift.simulate.moe import BALANCED_ROUTING, REAL_ROUTING
@@ -57,7 +57,7 @@ class LayoutSettings:
         assert job.layout is not None
         return cls(parse_layout(job.layout), job.micro_batch_size, job.global_batch_size, job.grad_accum,
                    job.pipeline_schedule, job.virtual_stages, "zero1" if job.parallelism == AUTO else job.parallelism,
-                   None if job.activation_checkpointing == AUTO else job.activation_checkpointing)
+                   None if job.activation_checkpointing == AUTO else job.activation_checkpointing, job.moe_imbalance)
 
     def __post_init__(self) -> None:
         if self.schedule is not None and self.schedule not in SCHEDULES:
@@ -169,8 +169,9 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
                         else "")
                      + f" ({alternative.memory_per_gpu_bytes / 2**30:,.1f} GiB per GPU, {alternative.iteration_s:,.2f} s)")
     state_bytes = params_count(arch) * 16.0 / cluster.nodes
-    basis = ("leave-one-source-out MAPE over the Megatron-Core runs of data/llm-parallel-layouts (one source of bf16 "
-             f"step times: held out, the compute model runs unfitted){'' if lomo is None else f'; {lomo:.1f} % leave-one-model-out'}")
+    basis = ("leave-one-source-out MAPE over the bf16 Megatron runs of data/llm-parallel-layouts (3 sources: NVIDIA "
+             "DGX Cloud H100 tables, the Megatron-LM README's H100 weak scaling, BLOOM-176B on A100)"
+             f"{'' if lomo is None else f'; {lomo:.1f} % leave-one-model-out'}")
     return Prediction(
         cluster=cluster.name, gpus=cluster.gpus, global_batch_size=lay.global_batch,
         iteration_time_s=plan.iteration_s, p90_iteration_time_s=max(plan.iteration_s, p90_plan.iteration_s),
@@ -178,6 +179,7 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
         usd_per_million_samples=usd_per_million_samples(cost, throughput),
         breakdown=breakdown, bottleneck=bottleneck(plan.fits, comm_cost, plan.iteration_s), fits_in_memory=plan.fits,
         memory_per_gpu_bytes=plan.memory_per_gpu_bytes, memory_breakdown_bytes=dict(plan.memory_breakdown_bytes),
+        memory_allocated_bytes=sum(allocated_parts(plan.memory_breakdown_bytes).values()),
         batch_split=[BatchShare(g.label, g.gpu, lay.micro_batch * lay.grad_accum, g.gpus) for g in cluster.node_groups],
         spot=spot_expectation(cluster, state_bytes, throughput, cost), notes=notes,
         typical_error_pct=float(loso) if isinstance(loso, (int, float)) else None, typical_error_basis=basis,
@@ -187,7 +189,8 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
         model_flops_per_token=model_flops_per_token, data_loading="tokens",
         layout={k: v for k, v in lay.to_dict().items()}, memory_stage=plan.memory_stage,
         layout_alternative=None if alternative is None else alternative.layout.to_dict(),
-        params_total=params_count(arch), params_active=active_params_count(arch))
+        params_total=params_count(arch), params_active=active_params_count(arch),
+        moe_imbalance=settings.routing_imbalance if arch.is_moe else None)
 
 
 def layout_memory_error(cluster: Cluster, pred: Prediction, model: str) -> SriftError:

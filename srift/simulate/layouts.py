@@ -43,8 +43,9 @@ Collectives are srift/perf/comm.py's on each group (``CommModel.subgroup``: its 
 its share of the node's network); hidden communication costs ``overlap_interference`` of its time,
 as everywhere in srift. Memory (``stage_memory_bytes``) is per stage: bf16 weights, bf16 gradient
 buffers (``GRAD_BYTES``), fp32 master weights and Adam states (sharded over CP x DP under ``zero1``), activations
-of the micro-batches in flight, the loss's fp32 logits on the last stage, the allocator's slack
-and the workspace of srift/simulate/memory.py.
+of the micro-batches in flight, the loss's fp32 logits on the last stage, and the caching
+allocator's reserve of srift/simulate/memory.py (``with_allocator``), so a layout fits where the
+rest of srift says it does.
 """
 
 from __future__ import annotations
@@ -61,8 +62,9 @@ from srift.files import configs_dir, read_json
 from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
 from srift.job import HALF_PRECISIONS, LAYOUT_PARALLELISMS, PIPELINE_SCHEDULES, LayoutRequest
+from srift.perf.fp8 import Fp8Recipe, fp8_times
 from srift.perf.compute import kernel_rates, layer_kind, layer_times, load_params as load_compute_params, mma_rate_flops
-from srift.simulate.memory import FRAGMENTATION, LOSS_FP32_BYTES, MASTER_BYTES, USABLE_FRACTION, WORKSPACE_BYTES, fits
+from srift.simulate.memory import LOSS_FP32_BYTES, MASTER_BYTES, USABLE_FRACTION, allocator_bytes, fits, with_allocator
 from srift.simulate.moe import (BALANCED_ROUTING, check_ep, expert_memory_bytes, local_expert_params, moe_activation_bytes,
                                 moe_block_shape, moe_block_times)
 from srift.zoo.llm import EXPERTS_PREFIX, DecoderArch, block_params, decoder_profile, dense_mlp_params, params_count
@@ -275,33 +277,34 @@ def split_arch(arch: DecoderArch, tp: int) -> DecoderArch:
 # 100 splits): a smaller LRU cache cycled through would miss on every call.
 @functools.lru_cache(maxsize=32768)
 def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str, gpu: str,
-                ep: int = 1, imbalance: float = BALANCED_ROUTING) -> BlockParts:
+                ep: int = 1, imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None) -> BlockParts:
     """``BlockParts`` from the compute model on the split shapes (cached).
 
     A mixture of experts (``ep`` expert-parallel ranks, routing ``imbalance``: srift/simulate/moe.py)
     averages a dense block and a MoE block by ``moe_fraction``; the MoE block's routed experts are
     timed at the per-expert row count, not as the profile's aggregate GEMMs. Blocks with a
-    sliding attention window (GPT-OSS) are averaged with the full-attention ones likewise."""
+    sliding attention window (GPT-OSS) are averaged with the full-attention ones likewise. ``fp8``:
+    the blocks' GEMMs in FP8 under that Transformer Engine recipe (srift/perf/fp8.py)."""
     if arch.sliding_window and 0 < arch.sliding_blocks < arch.n_layers:
         share = arch.sliding_blocks / arch.n_layers
         local = block_parts(dataclasses.replace(arch, sliding_every=1), tp, cp, micro_batch, seq_len, precision, gpu,
-                            ep, imbalance)
+                            ep, imbalance, fp8)
         full = block_parts(dataclasses.replace(arch, sliding_window=0), tp, cp, micro_batch, seq_len, precision, gpu,
-                           ep, imbalance)
+                           ep, imbalance, fp8)
         return dataclasses.replace(full, **{k: share * getattr(local, k) + (1.0 - share) * getattr(full, k)
                                             for k in ("block_f_s", "block_b_s", "attention_f_s", "attention_b_s")})
     if not arch.is_moe:
-        return _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu)
+        return _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8)
     frac = arch.moe_blocks / arch.n_layers
     moe_arch = dataclasses.replace(arch, dense_layers=0, moe_every=1)
-    moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu)
+    moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8)
     dense = moe if frac == 1.0 else _block_parts(
         dataclasses.replace(arch, experts=0, experts_per_token=0, expert_intermediate=0, shared_intermediate=0,
                             dense_layers=0, moe_every=1, router_bias=False, shared_gate=False),
-        tp, cp, micro_batch, seq_len, precision, gpu)
+        tp, cp, micro_batch, seq_len, precision, gpu, fp8)
     e = 2.0 if precision in HALF_PRECISIONS else 4.0
     shape = moe_block_shape(arch, micro_batch * seq_len // (cp * tp), ep, e, imbalance)
-    xt = moe_block_times(arch, shape, gpu, precision, None)
+    xt = moe_block_times(arch, shape, gpu, precision, None, fp8=fp8)
     # The MoE block's non-expert parameters on this rank: its profile's, less every routed expert.
     moe_local = moe.local_block_params - arch.experts * dense_mlp_params(split_arch(arch, tp), arch.expert_intermediate)
 
@@ -319,7 +322,7 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
 
 
 def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str,
-                 gpu: str) -> BlockParts:
+                 gpu: str, fp8: Fp8Recipe | None = None) -> BlockParts:
     """``BlockParts`` of ``arch``'s first block (a MoE block's routed experts left out)."""
     split = split_arch(arch, tp)
     tokens = seq_len // cp
@@ -332,6 +335,7 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
                   if layer_kind(l.type) == "attention" else l for l in prof.layers]
         prof = dataclasses.replace(prof, layers=layers)
     times = layer_times(prof, gpu, precision)
+    fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8) if fp8 else (times.fwd_s, times.bwd_s)
     # Transformer Engine's fused attention (cuDNN) issues the GPU's full-rate tensor-core
     # instructions (Hopper's wgmma), not Ampere's mma that the fitted FlashAttention-2 rate is
     # measured against: the same fitted efficiency, of the full dense peak.
@@ -346,7 +350,7 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
         if EXPERTS_PREFIX in layer.name:  # timed per expert by block_parts
             continue
         kind = layer_kind(layer.type)
-        f, b = float(times.fwd_s[i]), float(times.bwd_s[i])
+        f, b = float(fwd_s[i]), float(bwd_s[i])
         if kind == "attention":
             f, b = f * attention_scale, b * attention_scale
         if layer.unit is not None:
@@ -444,21 +448,20 @@ def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes
 
     Returns:
         ``weights`` (bf16), ``gradients`` (GRAD_BYTES buffers), ``optimizer_state`` (fp32
-        master weights and Adam's two moments), ``activations``, ``fragmentation`` (the allocator's
-        slack on activations) and ``workspace``.
+        master weights and Adam's two moments), ``activations`` and ``allocator`` (what the
+        caching allocator reserves beyond them: srift/simulate/memory.py's ``with_allocator``, as
+        everywhere in srift). They add up to the peak reserved memory.
     """
     n = float(shard) if dp_flavour == "zero1" else 1.0
     acts = act_per_microbatch_bytes * in_flight + extra_act_bytes
     experts = expert_memory_bytes(expert_params, expert_shard, PARAM_BYTES, GRAD_BYTES, MASTER_BYTES + ADAM_STATE_BYTES,
                                   dp_flavour == "zero1")
-    return {
+    return with_allocator({
         "weights": stage_params * PARAM_BYTES + experts["weights"],
         "gradients": stage_params * GRAD_BYTES + experts["gradients"],
         "optimizer_state": stage_params * (MASTER_BYTES + ADAM_STATE_BYTES) / n + experts["optimizer_state"],
         "activations": acts,
-        "fragmentation": FRAGMENTATION * acts,
-        "workspace": WORKSPACE_BYTES,
-    }
+    })
 
 
 # ---- one layout's iteration ---------------------------------------------------------------------
@@ -535,13 +538,14 @@ def _group_ranks_per_node(gpus_per_node: int, stride: int, size: int, outer_stri
 def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, precision: str = "bf16",
                 checkpointing: str = "none", dp_flavour: str = "zero1", comm: CommModel | None = None,
                 quantile: float = 0.5, tp_overlap: bool = True, compute_factor: float | None = None,
-                imbalance: float = BALANCED_ROUTING) -> LayoutPlan:
+                imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None) -> LayoutPlan:
     """Predict one iteration of ``arch`` laid out as ``layout`` on ``cluster`` (module docstring).
 
     ``compute_factor`` scales the compute model's seconds (default: the fitted
     ``megatron_compute_factor`` of configs/perf/layouts.json); ``tp_overlap`` overlaps the
     tensor-parallel collectives with the GEMMs (NeMo's performance recipes: ``tp_comm_overlap``);
-    ``imbalance`` is a mixture of experts' routing imbalance (srift/simulate/moe.py).
+    ``imbalance`` is a mixture of experts' routing imbalance (srift/simulate/moe.py); ``fp8`` runs
+    the blocks' GEMMs in FP8 under that recipe (srift/perf/fp8.py; ``precision`` stays bf16).
 
     Raises:
         SriftError: when the layout does not use the cluster's GPUs or cannot split the model.
@@ -561,7 +565,7 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
                          "choose another --layout, or --layout auto.")
     gpu = cluster.node_groups[0].gpu
     parts = scaled_parts(block_parts(arch, layout.tp, layout.cp, layout.micro_batch, seq_len, precision, gpu,
-                                     layout.ep, imbalance),
+                                     layout.ep, imbalance, fp8),
                          load_layout_params().megatron_compute_factor if compute_factor is None else compute_factor)
     return _plan(arch, cluster, layout, seq_len, precision, checkpointing, dp_flavour, comm, quantile, gpu, parts,
                  tp_overlap)
@@ -693,8 +697,11 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     edp = t * c * d // layout.ep
     groups = []
     if dp_group > 1:
-        per_node = _group_ranks_per_node(g, t, c, t * c * p, d)
-        groups.append((comm.subgroup(dp_group, min(per_node, dp_group)), stage_params))
+        # A pipeline depth that does not divide the node spreads a group unevenly (3, 3, 2 of 8):
+        # the network carries the most when the fewest share a node, so count that many on each.
+        per_node = min(_group_ranks_per_node(g, t, c, t * c * p, d), dp_group)
+        per_node = max(k for k in range(1, per_node + 1) if dp_group % k == 0)
+        groups.append((comm.subgroup(dp_group, per_node), stage_params))
     if expert_params > 0 and edp > 1:
         groups.append((comm.subgroup(edp, min(edp, max(1, g // layout.ep))), expert_params))
     rs = ag = 0.0
@@ -731,9 +738,10 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
         "overhead": overhead,
     }
     iteration = sum(breakdown.values())
-    # ---- memory: every stage, the most loaded reported ----
-    mems = _stage_memories(arch, layout, parts, checkpointing, dp_flavour)
-    stage = max(range(p), key=lambda i: sum(mems[i].values()))
+    # ---- memory: the most loaded stage (only the first, second and last can be: _peak_memory) ----
+    candidates = sorted({0, min(1, p - 1), p - 1})
+    mems = dict(zip(candidates, _stage_memories(arch, layout, parts, checkpointing, dp_flavour, candidates)))
+    stage = max(candidates, key=lambda i: sum(mems[i].values()))
     worst = (sum(mems[stage].values()), mems[stage], stage)
     gpu_mem = min(gr.gpu_memory_gib if gr.gpu_memory_gib is not None else gpu_spec(gr.gpu).memory_gib
                   for gr in cluster.node_groups)
@@ -809,6 +817,23 @@ def _degrees(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, glo
                             out.extend((t, p, c, d, mb, m, v, ep) for v in SEARCH_VIRTUAL_STAGES[1:]
                                        if p * v <= arch.n_layers + 2)
     return out
+
+
+@functools.lru_cache(maxsize=65536)
+def has_layout(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, global_batch: int) -> bool:
+    """Whether any layout of ``_degrees``'s rules divides ``arch`` and ``gpus`` at ``global_batch``
+    sequences a step (micro-batch 1; a search's cheap test of a GPU count, cached)."""
+    for t in _divisors(gpus_per_node):
+        if t > gpus or arch.heads % t or (arch.kv_heads % t and t % arch.kv_heads):
+            continue
+        for c in SEARCH_CONTEXT:
+            if gpus % (t * c) or (c > 1 and seq_len % (2 * c)):
+                continue
+            for p in _divisors(gpus // (t * c)):
+                if p <= arch.n_layers and global_batch % (gpus // (t * c * p)) == 0 and \
+                        (not arch.is_moe or _expert_degrees(arch, LayoutRequest(), gpus // p)):
+                    return True
+    return False
 
 
 def candidate_layouts(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, global_batch: int,
@@ -943,8 +968,8 @@ def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts
         acts = per_mb * flight + (parts.block_act_bytes if full else 0.0) + (parts.last_act_bytes if i == p - 1 else 0.0)
         params_i = (n * parts.local_block_params + (parts.local_embed_params if i == 0 else 0.0)
                     + (parts.local_head_params if i == p - 1 else 0.0))
-        peak = max(peak, params_i * per_param + n * parts.local_expert_params * per_expert
-                   + acts * (1.0 + FRAGMENTATION) + WORKSPACE_BYTES)
+        allocated = params_i * per_param + n * parts.local_expert_params * per_expert + acts
+        peak = max(peak, allocated + allocator_bytes(allocated))
     return peak
 
 

@@ -71,11 +71,6 @@ ALLOCATOR_FACTOR = 1.0
 ALLOCATOR_FIXED_BYTES = 0.5 * 2**30
 ALLOCATOR_ERROR = 0.137
 FIT_STATES = ("fits", "may not fit", "does not fit")
-# The allocator as srift modelled it before ALLOCATOR_*: 10 % of what is allocated and freed every
-# iteration, plus 1 GiB of workspace and CUDA context. Only srift/simulate/layouts.py's Megatron
-# stage memory still uses it (its move to ALLOCATOR_* is a follow-up: its figures rest on it).
-FRAGMENTATION = 0.10
-WORKSPACE_BYTES = 1.0 * 2**30
 MASTER_BYTES = 4.0  # fp32 master parameters and sharded gradients
 LOSS_FP32_BYTES = 4.0  # log-softmax's fp32 output per logit, and the fp32 upcast of half logits
 

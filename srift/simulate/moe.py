@@ -30,7 +30,8 @@ Routing imbalance: ``BALANCED_ROUTING`` 1.0 is the force-balanced routing of pub
 (Megatron-Bridge's: "we force-balance the token distribution among experts"); ``REAL_ROUTING``
 1.25 is the default for trained routers, *estimated*: the capacity factor GShard (Lepikhin et al.,
 2020) and the Switch Transformer (Fedus et al., 2021) provision for the busiest expert, i.e. the
-headroom over the mean that trained routers were found to need. It is not validated.
+headroom over the mean that trained routers were found to need. It is not validated; a job sets
+its own with ``--moe-imbalance``.
 
 Memory: each rank holds ``experts / ep`` experts of each of its stage's MoE blocks; their bf16
 weights and gradients whole, their fp32 master weights and Adam moments sharded over the expert
@@ -42,12 +43,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from srift.job import BALANCED_MOE_IMBALANCE, DEFAULT_MOE_IMBALANCE
 from srift.perf.comm import CommModel
-from srift.perf.compute import layer_times
+from srift.perf.compute import kernel_rates, layer_times
+from srift.perf.fp8 import Fp8Recipe, fp8_times
 from srift.zoo.llm import DecoderArch, dense_mlp_params, expert_profile
 
-BALANCED_ROUTING = 1.0
-REAL_ROUTING = 1.25
+BALANCED_ROUTING = BALANCED_MOE_IMBALANCE
+REAL_ROUTING = DEFAULT_MOE_IMBALANCE  # --moe-imbalance's default (srift/job.py says where it comes from)
 ALL_TO_ALLS_PER_BLOCK = 4  # dispatch and combine, forward and backward
 ROUTER_PROB_BYTES = 4.0  # fp32 router probabilities
 
@@ -64,6 +67,8 @@ class MoeBlockShape:
         dispatch_bytes: One all-to-all's send buffer per rank (``routed_rows x hidden x bytes``).
         dispatch_off_gpu_bytes: Of which leaves the GPU under balanced routing (``(ep - 1) / ep``).
         expert_gemms: ``(rows, in, out)`` of each local expert's gate, up and down GEMMs.
+        permute_bytes: Bytes the token permutations around the experts read and write, per pass
+            (forward; backward moves the same gradients): ``permute_traffic_bytes``.
     """
 
     tokens: int
@@ -73,6 +78,7 @@ class MoeBlockShape:
     dispatch_bytes: float
     dispatch_off_gpu_bytes: float
     expert_gemms: tuple[tuple[int, int, int], ...]
+    permute_bytes: float = 0.0
 
 
 def check_ep(arch: DecoderArch, ep: int, tp_cp_dp: int) -> str | None:
@@ -106,7 +112,21 @@ def moe_block_shape(arch: DecoderArch, tokens: int, ep: int, element_bytes: floa
     size = float(routed * arch.hidden * element_bytes)
     w, d = arch.expert_intermediate, arch.hidden
     return MoeBlockShape(tokens, routed, local, rows, size, size * (ep - 1) / ep,
-                         ((rows, d, w), (rows, d, w), (rows, w, d)))
+                         ((rows, d, w), (rows, d, w), (rows, w, d)),
+                         permute_traffic_bytes(tokens, routed, rows * local, d, ep, element_bytes))
+
+
+def permute_traffic_bytes(tokens: int, routed_rows: int, received_rows: int, hidden: int, ep: int,
+                          element_bytes: float) -> float:
+    """Bytes one forward pass of Megatron-Core's all-to-all token dispatcher moves through memory
+    around the experts on one rank: the permutation (reads the ``tokens`` rows, writes the
+    ``routed_rows`` copies grouped by destination) and the unpermutation (reads them back, writes the
+    weighted sum per token); with ``ep > 1`` also the sort of the ``received_rows`` by local expert
+    after the dispatch and its inverse before the combine (each a read and a write). Backward
+    moves the same bytes of gradients. Memory-bound copies, timed at the compute model's memory
+    rate."""
+    rows = 2 * (tokens + routed_rows) + (4 * received_rows if ep > 1 else 0)
+    return float(rows * hidden * element_bytes)
 
 
 @dataclass(frozen=True)
@@ -114,7 +134,8 @@ class MoeBlockTimes:
     """Seconds of one MoE block's routed experts and token exchange on one rank, per micro-batch.
 
     Attributes:
-        experts_f_s, experts_b_s: The local experts' grouped GEMMs (the busiest rank's).
+        experts_f_s, experts_b_s: The local experts' grouped GEMMs (the busiest rank's) and the
+            token permutations around them (``permute_traffic_bytes``).
         all_to_all_s: One dispatch (or combine) all-to-all.
         exposed_f_s, exposed_b_s: All-to-alls forward (dispatch, combine) and backward (both again).
     """
@@ -127,11 +148,15 @@ class MoeBlockTimes:
 
 
 def moe_block_times(arch: DecoderArch, shape: MoeBlockShape, gpu: str, precision: str,
-                    ep_comm: CommModel | None, quantile: float = 0.5) -> MoeBlockTimes:
-    """``MoeBlockTimes`` of ``shape`` on ``gpu``; ``ep_comm`` is the EP group's CommModel (None: ep 1)."""
-    times = layer_times(expert_profile(arch, shape.rows_per_expert, precision), gpu, precision)
-    f = float(times.fwd_s.sum()) * shape.local_experts
-    b = float(times.bwd_s.sum()) * shape.local_experts
+                    ep_comm: CommModel | None, quantile: float = 0.5, fp8: Fp8Recipe | None = None) -> MoeBlockTimes:
+    """``MoeBlockTimes`` of ``shape`` on ``gpu``; ``ep_comm`` is the EP group's CommModel (None: ep 1);
+    ``fp8``: the experts' GEMMs in FP8 under that recipe (srift/perf/fp8.py)."""
+    prof = expert_profile(arch, shape.rows_per_expert, precision)
+    times = layer_times(prof, gpu, precision)
+    fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8) if fp8 else (times.fwd_s, times.bwd_s)
+    permute_s = shape.permute_bytes / kernel_rates(gpu, precision).memory_bytes_per_s
+    f = float(fwd_s.sum()) * shape.local_experts + permute_s
+    b = float(bwd_s.sum()) * shape.local_experts + permute_s
     a2a = float(ep_comm.all_to_all_time_s(shape.dispatch_bytes, quantile)) if ep_comm is not None else 0.0
     return MoeBlockTimes(f, b, a2a, 2.0 * a2a, 2.0 * a2a)
 

@@ -110,6 +110,8 @@ class Prediction:
         layout_alternative: When the layout does not fit, the fastest one that does (its ``layout``).
         params_total: A --layout job's parameters (every expert of a mixture of experts).
         params_active: Of which one token uses (its top-k routed experts); MFU counts these.
+        moe_imbalance: The routing imbalance a mixture of experts was predicted at (the busiest
+            expert-parallel rank's tokens over the mean; ``--moe-imbalance``); None for a dense model.
     """
 
     cluster: str
@@ -151,6 +153,7 @@ class Prediction:
     layout_alternative: dict[str, int | str] | None = None
     params_total: int | None = None
     params_active: int | None = None
+    moe_imbalance: float | None = None
 
     @property
     def expected_throughput_samples_per_s(self) -> float:

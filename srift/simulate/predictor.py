@@ -241,7 +241,9 @@ class Predictor:
             return [f"profiled {f.mode} fine-tuning: {f.trainable_params / 1e6:,.1f}M trainable parameters, "
                     f"{f.stored_bytes(self.precision) / 2**30:,.2f} GiB of frozen weights as the profile recorded them"]
         base = "" if f.mode == "full" else (
-            f"; {f.frozen_params / 1e9:,.2f}B base weights frozen" + (" in NF4 (double quantization)" if f.mode == "qlora" else "")
+            f"; {f.frozen_params / 1e9:,.2f}B base weights frozen"
+            + (f" ({f.quantized_params / 1e9:,.2f}B in NF4, "
+               f"{'double quantization' if self.job.nf4_double_quant else 'fp32 block constants'})" if f.mode == "qlora" else "")
             + (f", LoRA rank {self.job.lora_rank} on {self.job.lora_targets}"))
         return [f"{f.mode} fine-tuning: {f.trainable_params / 1e6:,.1f}M trainable parameters{base}; {f.optimizer} states "
                 f"for them only; every tensor in {self.precision} (no fp32 master copy)"]

@@ -1,0 +1,83 @@
+"""FP8 GEMMs as Transformer Engine runs them in a bf16 job (no torch): the GEMMs' FLOPs at the
+GPU's FP8 tensor-core peak, plus the casts the recipe adds.
+
+Transformer Engine's FP8 recipes keep weights, activations, gradients and communication in bf16
+and run the linear layers' GEMMs on FP8 operands. srift models a layer's FP8 time as
+
+    t_fp8 = (t_bf16 - launch) x bf16_peak / fp8_peak + launch + cast_bytes / memory_rate
+
+- ``t_bf16``: the compute model's bf16 time of the GEMM (srift/perf/compute.py), ``launch`` its
+  fixed cost per layer pass (``launch_s``, which FP8 does not shorten); the fitted efficiency is
+  taken to hold at the FP8 peak (``fp8_tflops`` in configs/gpus.yaml, the datasheet's
+  dense rate). An *estimate*: no FP8 GEMM was measured to fit it.
+- ``cast_bytes``: each FP8 GEMM's activation operand is quantized by a pass of its own: forward
+  its input (rows x in), backward its output gradient (rows x out). The pass reads the bf16
+  tensor (2 bytes an element) and writes two FP8 copies (rowwise and columnwise, 1 byte each: the
+  weight-gradient GEMM reads the transposed one), ``CAST_BYTES_PER_ELEMENT`` 4 in all. Per-tensor
+  scaling (``tensorwise``: Hopper's FP8, current or delayed scaling) reads the tensor once more
+  for its amax (``AMAX_BYTES_PER_ELEMENT`` 2); MXFP8 (Blackwell) computes its per-32-element
+  scales inside the quantizing pass. Weights are quantized once per optimizer step, not per
+  micro-batch (Megatron-Core's first-micro-batch weight cache), and left out. Fusions of the
+  quantization into a preceding norm or activation, which Transformer Engine does for some
+  layers, are not modelled: the casts are an upper estimate.
+- Which GEMMs: every ``Linear`` of a decoder block and the routed experts, except the MoE router
+  (Megatron-Core keeps it in fp32) and the output head and embedding (outside the blocks);
+  attention's batched GEMMs (``ScaledDotProductAttention``) stay bf16, Transformer Engine's
+  default.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+import numpy as np
+
+from srift.hardware import gpu as gpu_spec
+from srift.perf.compute import LayerTimes, kernel_rates
+from srift.profile import Profile
+
+Fp8Recipe = Literal["tensorwise", "mxfp8"]
+FP8_RECIPES: tuple[Fp8Recipe, ...] = get_args(Fp8Recipe)
+CAST_BYTES_PER_ELEMENT = 4.0  # read bf16 (2), write rowwise and columnwise FP8 copies (1 + 1)
+AMAX_BYTES_PER_ELEMENT = 2.0  # per-tensor scaling's amax pass reads the bf16 tensor once more
+ROUTER_SUFFIX = ".router"  # the MoE router's Linear (srift/zoo/llm.py), kept in fp32 by Megatron-Core
+
+
+def fp8_gemm(layer_type: str, name: str, unit: str | None) -> bool:
+    """True when a profile layer is a GEMM Transformer Engine runs in FP8 (module docstring)."""
+    return layer_type == "Linear" and unit is not None and not name.endswith(ROUTER_SUFFIX)
+
+
+def fp8_peak_ratio(gpu: str) -> float:
+    """``bf16_peak / fp8_peak`` of ``gpu`` (configs/gpus.yaml).
+
+    Raises:
+        ValueError: for a GPU without FP8 tensor cores (no ``fp8_tflops``).
+    """
+    spec = gpu_spec(gpu)
+    if not spec.fp8_tflops:
+        raise ValueError(f"{spec.name} has no FP8 tensor cores (no fp8_tflops in configs/gpus.yaml)")
+    return spec.peak_flops("bf16") / (spec.fp8_tflops * 1e12)
+
+
+def fp8_times(profile: Profile, times: LayerTimes, gpu: str, recipe: Fp8Recipe) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds per layer of ``profile`` (bf16 ``times`` on ``gpu``) with its
+    FP8 GEMMs (``fp8_gemm``) under ``recipe``; other layers keep their bf16 times.
+
+    Raises:
+        ValueError: for an unknown recipe or a GPU without FP8 tensor cores.
+    """
+    if recipe not in FP8_RECIPES:
+        raise ValueError(f"FP8 recipe must be one of {FP8_RECIPES}, got {recipe!r}")
+    ratio = fp8_peak_ratio(gpu)
+    per_element = CAST_BYTES_PER_ELEMENT + (AMAX_BYTES_PER_ELEMENT if recipe == "tensorwise" else 0.0)
+    rates = kernel_rates(gpu, "bf16")
+    s_per_byte, launch = 1.0 / rates.memory_bytes_per_s, rates.launch_s
+    fwd, bwd = times.fwd_s.astype(float).copy(), times.bwd_s.astype(float).copy()
+    for i, layer in enumerate(profile.layers):
+        if not fp8_gemm(layer.type, layer.name, layer.unit) or layer.kfac_a_dim is None or layer.kfac_g_dim is None:
+            continue
+        rows = profile.batch_size * (layer.kfac_spatial or 1)
+        fwd[i] = (fwd[i] - launch) * ratio + launch + rows * layer.kfac_a_dim * per_element * s_per_byte
+        bwd[i] = (bwd[i] - launch) * ratio + launch + rows * layer.kfac_g_dim * per_element * s_per_byte
+    return fwd, bwd
