@@ -47,11 +47,12 @@ Optimizer = Literal["sgd", "kfac", "adamw", "adamw8bit", "paged-adamw8bit"]
 OPTIMIZERS: tuple[Optimizer, ...] = get_args(Optimizer)
 # Fine-tuning (srift/simulate/finetune.py): every weight, LoRA adapters over frozen weights, or
 # LoRA over NF4-quantized frozen weights; which Linears of a block LoRA adapts: the query and
-# value projections (PEFT's default for Llama and Mistral, LitGPT's), every attention projection,
-# or every Linear (PEFT's ``all-linear``).
+# value projections (PEFT's default for Llama and Mistral, LitGPT's), the query, key and value
+# projections (Megatron's fused ``linear_qkv``: NeMo's performance recipes), every attention
+# projection, or every Linear (PEFT's ``all-linear``).
 FinetuneMode = Literal["full", "lora", "qlora"]
 FINETUNE_MODES: tuple[FinetuneMode, ...] = get_args(FinetuneMode)
-LoraTargets = Literal["qv", "attention", "all-linear"]
+LoraTargets = Literal["qv", "qkv", "attention", "all-linear"]
 LORA_TARGETS: tuple[LoraTargets, ...] = get_args(LoraTargets)
 DEFAULT_LORA_RANK = 16
 KfacStrategy = Literal["naive", "mpd", "spd"]
@@ -71,6 +72,17 @@ SHARDED_PARALLELISMS: tuple[Parallelism, ...] = ("zero2", "fsdp", "hsdp")
 # that fits.
 Checkpointing = Literal["none", "selective", "full"]
 CHECKPOINTING: tuple[Checkpointing, ...] = get_args(Checkpointing)
+# Megatron-Core's selective recompute modules (``TransformerConfig.recompute_modules``) that a
+# layout's ``selective`` policy recomputes (srift/simulate/recompute.py); Megatron's default is
+# the attention core alone.
+RecomputeModule = Literal["core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act", "shared_experts"]
+RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = get_args(RecomputeModule)
+# Megatron-Core's MoE token dispatchers (``moe_token_dispatcher_type``): ``alltoall`` sends each
+# routed row to its expert's rank; ``flex`` (DeepEP, HybridEP) sends a token once to each node
+# holding one of its experts and forwards it there over NVLink (srift/simulate/moe.py).
+MoeDispatcher = Literal["alltoall", "flex"]
+MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = get_args(MoeDispatcher)
+DEFAULT_RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = ("core_attn",)
 Auto = Literal["auto"]
 AUTO: Auto = "auto"
 # The dtype gradients are reduce-scattered (all-reduced) in: FSDP MixedPrecision's reduce_dtype;

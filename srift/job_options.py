@@ -135,7 +135,8 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               f"{DEFAULT_MOE_IMBALANCE:g}: estimated from GShard's and Switch's capacity factor, unvalidated).",
               high=MAX_MOE_IMBALANCE),
     JobOption("activation_checkpointing", "str", AUTO, f"{one_of((*CHECKPOINTING, AUTO))} (per transformer block; "
-              "selective: torchtitan's per-op policy).", choices=(*CHECKPOINTING, AUTO)),
+              "selective: torchtitan's per-op policy; with --layout, Megatron-Core's attention-core recompute, and auto tries "
+              "its norm/expert-activation modules before full).", choices=(*CHECKPOINTING, AUTO)),
     JobOption("reduce_dtype", "str", "fp32", f"{one_of(REDUCE_DTYPES)}: dtype gradients are reduced in (FSDP "
               "MixedPrecision reduce_dtype; DDP: fp32 under autocast, half with a compression hook or apex AMP O2).",
               choices=REDUCE_DTYPES),
@@ -151,7 +152,7 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               choices=FINETUNE_MODES),
     JobOption("lora_rank", "int", DEFAULT_LORA_RANK, "LoRA's rank (--finetune lora or qlora).", high=MAX_LORA_RANK),
     JobOption("lora_targets", "str", "all-linear", f"{one_of(LORA_TARGETS)}: the Linears of each block LoRA adapts "
-              "(qv: query and value; attention: q, k, v, o; all-linear: every one).", choices=LORA_TARGETS),
+              "(qv: query and value; qkv: query, key and value; attention: q, k, v, o; all-linear: every one).", choices=LORA_TARGETS),
     JobOption("nf4_double_quant", "bool", True, "QLoRA: quantize NF4's block constants again (Hugging Face's "
               "bnb_4bit_use_double_quant); --no-double-quant: an fp32 constant per 64 weights (LitGPT's bnb.nf4).",
               negative_flag="--no-double-quant"),

@@ -147,8 +147,10 @@ def test_the_finetuning_measurements_become_jobs():
     from srift.fitting import finetune as F
 
     rows, out = F.load_rows(Path(__file__).resolve().parents[1] / "data")
-    assert len(rows) + len(out) == 65 and len(rows) == 35
-    assert rows.groupby("metric").size().to_dict() == {"peak_memory_gb": 16, "tokens_per_s_per_gpu": 19}
+    assert len(rows) + len(out) == 65 and len(rows) == 39
+    assert rows.groupby("metric").size().to_dict() == {"peak_memory_gb": 16, "tokens_per_s_per_gpu": 23}
+    # Steady-state step times (NeMo) apart from whole-run means with warm-up (HF Trainer).
+    assert rows.groupby("steady").size().to_dict() == {False: 16 + 13, True: 10}
     litgpt = rows[rows["source"] == "litgpt-finetune-a10g"]
     adapted = litgpt[litgpt["finetune"] != "full"]
     assert set(adapted["lora_targets"]) == {"qv"} and set(adapted["lora_rank"]) == {32}
@@ -160,6 +162,12 @@ def test_the_finetuning_measurements_become_jobs():
     # NeMo Llama 3 8B SFT on 8 H100: global batch 32 of 4,096 tokens in 1.32 s.
     nemo = rows[rows["label"] == "Llama-3-8B sft 8xH100-SXM5-80GB"].iloc[0]
     assert nemo["measured"] == pytest.approx(32 * 4096 / 1.32 / 8) and nemo["grad_accum"] == 4
+    assert (nemo["layout"], nemo["parallelism"]) == ("tp=1,pp=1,cp=1", "zero1")
+    # NeMo 70B LoRA: TP2 PP4 VP20 over 16 GPUs is DP2; global 64 of micro 1 -> 32 micro-batches; the
+    # recipe's LoRA (rank 16 on linear_qkv) with DDP for the adapters.
+    lora = rows[rows["label"] == "Llama-3-70B lora 16xH100-SXM5-80GB"].iloc[0]
+    assert (lora["layout"], lora["vp"], lora["grad_accum"], lora["parallelism"]) == ("tp=2,pp=4,cp=1", 20, 32, "ddp")
+    assert (lora["lora_rank"], lora["lora_targets"]) == (16, "qkv")
 
 
 def test_llama3_8b_lora_trainable_params_are_pefts():
@@ -258,3 +266,64 @@ def test_a_small_frozen_table_leaves_a_training_profile_as_it_is():
     assert frozen_in_profile(Profile("p", batch_size=1, precision="fp32", layers=layers)) is None
     layers[0].frozen_bytes = 4096 * 4 + 1.0
     assert frozen_in_profile(Profile("p", batch_size=1, precision="fp32", layers=layers)).mode == "lora"
+
+
+def test_adapter_bytes_are_the_passes_counted_from_the_code():
+    # q_proj of TINY (64 -> 64), rank 4, t = 16 tokens of 2 bytes: lora_A forward reads x (1 pass
+    # of 16 x 64 x 2 = 2,048 bytes) and writes 16 x 4 x 2 = 128; backward 5 passes of x plus the
+    # r-wide tensor twice. lora_B forward: 6 passes of its 64-wide output (write, scaling, sum) plus
+    # the r-wide input; backward 4 passes plus 2 r-wide. Weight gradients on top, at the base
+    # layer's gradient bytes per parameter (the profile records 4).
+    _, (lora, _) = tiny(finetune="lora", lora_rank=4, lora_targets="qv")
+    a = next(layer for layer in lora.layers if layer.name.endswith("layers.0.self_attn.q_proj.lora_A"))
+    b = next(layer for layer in lora.layers if layer.name.endswith("layers.0.self_attn.q_proj.lora_B"))
+    grad = 64 * 4 * 4
+    assert a.fwd_bytes == 2_048 + 128 + grad and a.bwd_bytes == 5 * 2_048 + 2 * 128 + 2 * grad
+    assert b.fwd_bytes == 6 * 2_048 + 128 + grad and b.bwd_bytes == 4 * 2_048 + 2 * 128 + 2 * grad
+
+
+def test_fused_projections_take_one_adapter_pair():
+    # Megatron's linear_qkv: one pair of rank 4 on 64 -> 64 + 32 + 32 = 128 per block, r (64 + 128)
+    # = 768, where separate q, k, v modules take 512 + 384 + 384 = 1,280.
+    profile = decoder_profile(TINY, batch_size=B, seq_len=S, precision="bf16")
+    job = Job(finetune="lora", lora_rank=4, lora_targets="qkv")
+    assert finetune_profile(profile, job, fused=True)[1].trainable_params == 2 * 768
+    assert finetune_profile(profile, job)[1].trainable_params == 2 * 1_280
+    # all-linear fused: qkv 768, o 512, gate+up 4 (64 + 256) = 1,280, down 768 = 3,328 per block.
+    every = Job(finetune="lora", lora_rank=4)
+    assert finetune_profile(profile, every, fused=True)[1].trainable_params == 2 * 3_328
+
+
+def test_lora_in_a_megatron_layout_trains_only_the_adapters():
+    from srift.cluster import Cluster, NodeGroup
+    from srift.simulate.finetune import LoraSpec
+    from srift.simulate.layouts import Layout, plan_layout
+    from srift.zoo import llm_arch
+
+    arch = llm_arch("llama3-8b")
+    dgx = Cluster("8 H100", (NodeGroup(1, 8, "H100", "nvswitch4", 3200.0, "infiniband"),))
+    layout = Layout(1, 1, 1, 8, 1, 1, 4)
+    full = plan_layout(arch, dgx, layout, 4096, "bf16", "none", "zero1")
+    lora = plan_layout(arch, dgx, layout, 4096, "bf16", "none", "ddp", lora=LoraSpec(8, "qkv"))
+    # NeMo's recipe LoRA on Llama 3 8B: rank 8 on linear_qkv (4096 -> 4096 + 2 x 1024), per block
+    # 8 x (4096 + 6144) = 81,920; 32 blocks: 2,621,440 adapter parameters.
+    adapters = 32 * 81_920
+    mem = lora.memory_breakdown_bytes
+    assert mem["gradients"] == adapters * 2  # bf16 gradient buffers of the adapters only
+    assert mem["optimizer_state"] == adapters * 12  # fp32 master + Adam, unsharded under DDP
+    assert mem["weights"] == pytest.approx((params_count(arch) + adapters) * 2)
+    # No weight-gradient GEMMs: the backward shrinks by more than the adapters add to the forward.
+    assert lora.breakdown_s["backward"] < 0.75 * full.breakdown_s["backward"]
+    assert lora.iteration_s < full.iteration_s and lora.breakdown_s["optimizer"] < 1e-3
+
+
+def test_qlora_with_a_layout_says_what_to_do(capsys):
+    from srift.cli import main
+
+    args = ["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge", "--layout", "tp=1,pp=1,cp=1",
+            "--seq-len", "4096", "--micro-batch-size", "1", "--global-batch-size", "32"]
+    assert main([*args, "--finetune", "qlora"]) == 2
+    err = capsys.readouterr().err
+    assert "QLoRA is modelled with data parallelism" in err and "To fix:" in err and "Traceback" not in err
+    assert main([*args, "--finetune", "lora", "--lora-rank", "8", "--lora-targets", "qkv"]) == 0
+    assert "LoRA rank 8 on qkv" in capsys.readouterr().out

@@ -10,8 +10,9 @@ from srift.job import LayoutRequest, parse_layout
 from srift.simulate.layouts import (
     BREAKDOWN_KEYS, GRAD_BYTES, Layout, block_parts, bubble_fraction, candidate_layouts,
     cp_ring_exposed_s, cp_ring_step_bytes, plan_layout, search_layouts, stage_layers,
-    stage_memory_bytes, tp_block_comm,
+    stage_memory_bytes, tp_block_comm, tp_overlap_share, block_comm, p2p_interference,
 )
+from srift.perf.comm import CommModel
 from srift.simulate.memory import ALLOCATOR_FACTOR, ALLOCATOR_FIXED_BYTES
 from srift.zoo import llm_arch
 from srift.zoo.llm import params_count
@@ -49,6 +50,47 @@ def test_tp_block_communication_volume_by_hand():
     assert (c.forward, c.backward) == (4, 6)
     assert c.bytes_per_gpu == 10 * 7 / 8 * 67_108_864 == 587_202_560
     assert tp_block_comm(4096, 8192, 1).bytes_per_gpu == 0.0
+
+
+def test_hidden_tp_communication_costs_the_sms_userbuffers_hold():
+    # TE's userbuffers: 4 ring-exchange collectives on 1 SM, 6 pipelined/bulk ones on 16: 10 SMs on
+    # average, of the H100's 132.
+    assert tp_overlap_share(132) == pytest.approx((4 * 1 + 6 * 16) / 10 / 132)
+    # One node at TP 8 (no DP, CP or PP): every hidden second is TP's and costs that share;
+    # without userbuffers it costs NCCL's all-reduce interference instead.
+    arch, cluster = llm_arch("llama3-8b"), dgx(8)
+    lay = Layout(8, 1, 1, 1, 1, 1, 4)
+    plan = plan_layout(arch, cluster, lay, 4096)
+    b = plan.breakdown_s
+    hidden = plan.comm_s["tp"] - b["exposed_tp"]
+    assert hidden > 0
+    assert b["comm_interference"] == pytest.approx(tp_overlap_share(132) * hidden)
+    nccl = plan_layout(arch, cluster, lay, 4096, tp_overlap=False)
+    k = CommModel.for_cluster(cluster).params.overlap_interference
+    assert nccl.breakdown_s["comm_interference"] == pytest.approx(k * (nccl.comm_s["tp"] - nccl.breakdown_s["exposed_tp"]))
+
+
+def test_a_hidden_pipeline_send_costs_nccls_two_channels():
+    # NCCL sends to one peer on 2 channels (2 SMs of the H100's 132). Two stages of Llama 3 8B,
+    # interleaved (sends overlapped): every hidden second is a pipeline send's.
+    assert p2p_interference("H100") == pytest.approx(2 / 132)
+    plan = plan_layout(llm_arch("llama3-8b"), dgx(2), Layout(1, 2, 1, 1, 2, 1, 4, "interleaved"), 4096)
+    hidden = plan.comm_s["pp"] - plan.breakdown_s["exposed_pp"]
+    assert hidden > 0
+    assert plan.breakdown_s["comm_interference"] == pytest.approx(2 / 132 * hidden)
+
+
+def test_a_ring_step_between_nodes_gets_one_rail():
+    # 16 H100 in 2 nodes. TP 2 x CP 8 and TP 8 x CP 2 both put the ring across the nodes; each
+    # crossing GPU sends through its own NICs: 1/8 of the node's 3,200 Gb/s, whatever the TP.
+    arch, comm = llm_arch("llama3-70b"), CommModel.for_cluster(dgx(16))
+    rail = comm.subgroup(2, 1, net_share=1 / 8)
+    for t, c in ((2, 8), (8, 2)):
+        parts = block_parts(arch, t, c, 1, 8192, "bf16", "H100")
+        step = cp_ring_step_bytes(1, 8192, c, parts.kv_width)
+        bc = block_comm(arch, comm, t, c, 1, 8192, 2.0, parts)
+        assert bc.cp_step_f_s == pytest.approx(rail.broadcast_time_s(step))
+        assert bc.cp_step_f_s > comm.subgroup(2, 1, net_share=1 / t).broadcast_time_s(step) or t == 8
 
 
 def test_cp_ring_step_by_hand():

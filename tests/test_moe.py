@@ -93,6 +93,11 @@ def test_moe_config_errors(tmp_path):
             arch_from_hf_config(path)
     with pytest.raises(SriftError, match="experts per token"):
         DecoderArch("x", 2, 64, 4, 4, 128, 100, experts=4, experts_per_token=5, expert_intermediate=32)
+    oss = json.loads((FIXTURES / "gpt-oss-120b.json").read_text())
+    path = tmp_path / "oss.json"
+    path.write_text(json.dumps({**oss, "swiglu_limit": "seven"}))
+    with pytest.raises(SriftError, match="'swiglu_limit' must be a non-negative number"):
+        arch_from_hf_config(path)
 
 
 # ---- the simulator, by hand on a tiny mixture ---------------------------------------------------
@@ -100,7 +105,7 @@ from srift.cli import main  # noqa: E402
 from srift.cluster import Cluster, NodeGroup  # noqa: E402
 from srift.perf.comm import CommModel  # noqa: E402
 from srift.simulate.layouts import Layout, check_layout, plan_layout  # noqa: E402
-from srift.simulate.moe import (expert_memory_bytes, local_expert_params, moe_activation_bytes,  # noqa: E402
+from srift.simulate.moe import (expert_glue_bytes, expert_memory_bytes, local_expert_params, moe_act_bytes, moe_activation_bytes,  # noqa: E402
                                 moe_block_shape)
 
 def dgx(gpus: int) -> Cluster:
@@ -125,8 +130,12 @@ def test_dispatch_volume_and_expert_gemm_shapes_by_hand():
     assert moe_block_shape(TINY, 128, 1, 2.0).permute_bytes == 2 * (128 + 256) * 64 * 2
     assert moe_block_shape(TINY, 128, 4, 2.0, imbalance=1.5).rows_per_expert == 192  # the busiest rank
     assert moe_block_shape(TINY, 128, 1, 2.0, imbalance=1.5).rows_per_expert == 32  # one rank: no imbalance
-    # kept for backward: input rows and expert outputs (2 x hidden), gate/up/product (3 x width), fp32 probs
-    assert moe_activation_bytes(TINY, s, 2.0) == 256 * (2 * 64 + 3 * 32) * 2 + 128 * 8 * 4
+    # kept for backward: input rows (hidden), gate/up/product (3 x width), fp32 probs; the combine keeps
+    # nothing (Megatron-Core applies the probabilities in the activation)
+    assert moe_activation_bytes(TINY, s, 2.0) == 256 * (64 + 3 * 32) * 2 + 128 * 8 * 4
+    # FP8 GEMMs keep their inputs (rows, product) at 1 byte; the gate/up outputs stay bf16
+    assert moe_activation_bytes(TINY, s, 2.0, 1.0) == 256 * ((64 + 32) * 1 + 2 * 32 * 2) + 128 * 8 * 4
+    assert moe_act_bytes(TINY, s, 2.0) == 256 * 32 * 2  # what moe_act recompute drops
     with pytest.raises(ValueError):
         moe_block_shape(TINY, 128, 3, 2.0)
 
@@ -217,6 +226,23 @@ def test_sliding_window_attention_flops_by_hand():
     assert cores[1].fwd_flops == per_pair * 256 * 256 / 2 and cores[1].bwd_flops == 2.5 * cores[1].fwd_flops
     gpt_oss = arch_from_hf_config(FIXTURES / "gpt-oss-120b.json")
     assert gpt_oss.sliding_window == 128 and gpt_oss.sliding_blocks == 18
+
+
+def test_clamped_activation_and_expert_bias_glue_bytes_by_hand():
+    """Megatron-Core's separate passes (srift/simulate/moe.py): a clamp costs 8 (fwd) and 10 (bwd)
+    passes over rows x width bf16 elements; an expert bias 28 and 36 bytes per rows x hidden element."""
+    import dataclasses
+    assert expert_glue_bytes(TINY, 256, 2.0) == (0.0, 0.0, 0.0)  # neither feature: nothing added
+    clamped = dataclasses.replace(TINY, glu_clamp=7.0)
+    half = 256 * 32 * 2  # rows x expert width x bf16
+    assert expert_glue_bytes(clamped, 256, 2.0) == (8 * half, 8 * half, 10 * half)
+    both = dataclasses.replace(clamped, biases=frozenset({"mlp"}))
+    assert expert_glue_bytes(both, 256, 2.0) == (8 * half, 8 * half + 28 * 256 * 64, 10 * half + 36 * 256 * 64)
+    shape = moe_block_shape(both, tokens=128, ep=4, element_bytes=2.0)  # the busiest rank's 2 x 128 rows
+    assert (shape.clamp_f_bytes, shape.glue_f_bytes, shape.glue_b_bytes) == expert_glue_bytes(both, 256, 2.0)
+    gpt_oss = arch_from_hf_config(FIXTURES / "gpt-oss-120b.json")
+    assert gpt_oss.glu_clamp == 7.0 and gpt_oss.glu_clamp == llm_arch("gpt-oss-120b").glu_clamp
+    assert arch_from_hf_config(FIXTURES / "Mixtral-8x7B-v0.1.json").glu_clamp == 0.0
 
 
 def test_layout_search_tries_expert_parallelism_for_a_mixture_only():

@@ -324,5 +324,7 @@ def test_recommend_offers_only_plans_that_fit(capsys):
     d = json.loads(capsys.readouterr().out)
     recs = d["recommendations"]
     assert recs and all(r["fits_in_memory"] for r in recs)
-    assert all(r["parallelism"] in ("ddp", "zero2", "fsdp", "hsdp") for r in recs)
+    # a decoder LLM's recommend searches Megatron layouts by default (zero1 = the distributed optimizer)
+    assert all(r["parallelism"] in ("ddp", "zero1") and r["layout"]["tp"] * r["layout"]["pp"] * r["layout"]["cp"]
+               * r["layout"]["dp"] == r["gpus"] for r in recs)
     assert all(r["usd_per_million_tokens"] > 0 and r["expected_throughput_tokens_per_s"] > 0 for r in recs)

@@ -15,7 +15,8 @@ How a row becomes a job (the source's setting where it states one, srift's defau
 - mode: ``sft_full_finetune`` -> ``full``, ``lora_finetune`` -> ``lora``, ``qlora_finetune`` ->
   ``qlora``; LoRA's rank and targets as the row's notes state them (LitGPT: r=32 on query and value,
   ``qv``; Hugging Face PEFT: r=8 on q,k,v,o,gate,up,down, ``all-linear``); NeMo's rows state none:
-  srift's defaults (rank 16, all-linear);
+  their recipe's (``NEMO_LORA``: rank 8 for 8B, 16 for 70B, on ``linear_qkv`` -> ``qkv``, read in
+  nemo_toolkit 2.1.0's recipes under the performance mode the rows' layouts show);
 - precision ``bf16`` (LitGPT's ``bf16-true``, the NeMo and PEFT rows' BF16); FP8 rows are left out
   (srift has no FP8 precision);
 - batch: ``micro_batch`` sequences per GPU, ``global_batch / (micro_batch x data-parallel GPUs)``
@@ -28,11 +29,11 @@ How a row becomes a job (the source's setting where it states one, srift's defau
   (cost / runtime), is the 4xA10G machine's (the 1xA10G rows: 1.6-1.9 $/h); and LitGPT's
   ``finetune/full.py`` runs FSDP with each Block checkpointed when ``devices`` > 1, which is how the
   row is priced (``fsdp``, ``full``). An inference from the source's own figures, stated as such;
-- parallelism: one GPU ``ddp``; LitGPT on 4 GPUs ``fsdp``; NeMo's data-parallel rows ``zero2`` (Megatron's distributed
-  optimizer shards the optimizer states and fp32 master weights over the data-parallel GPUs, as
-  ZeRO-1 does; srift's nearest is ZeRO-2, which shards the gradients too); Hugging Face PEFT +
-  FSDP ``fsdp``; NeMo rows with tensor or pipeline parallelism are left out (layouts are another
-  issue);
+- parallelism: one GPU ``ddp``; LitGPT on 4 GPUs ``fsdp``; Hugging Face PEFT + FSDP ``fsdp``; NeMo
+  rows through the layout model (srift/simulate/layouts.py: Megatron-Core, Transformer Engine) with
+  their printed TP/PP/VP (``--layout``; DP the rest), Megatron's distributed optimizer (``zero1``) for
+  SFT and DDP for LoRA (the recipes set ``use_distributed_optimizer = False`` with LoRA): the path
+  the same repository's pre-training tables are validated on (data/llm-parallel-layouts);
 - checkpointing: as stated (PEFT: ``gradient_checkpointing True`` -> ``full``; LitGPT's scripts
   checkpoint each Block under FSDP only -> ``full`` on 4 GPUs, ``none`` on one); NeMo's "not
   stated" -> ``auto`` (the least recompute that fits);
@@ -44,7 +45,9 @@ How a row becomes a job (the source's setting where it states one, srift's defau
 
 Measured figures: ``peak_memory_gb`` (LitGPT prints ``torch.cuda.max_memory_allocated() / 1e9``:
 compared with srift's allocated bytes, without the allocator's slack and the CUDA context);
-``step_time_s`` and ``samples_per_s_total`` as tokens/s per GPU. LitGPT's ``train_runtime_min``
+``step_time_s`` and ``samples_per_s_total`` as tokens/s per GPU, the former a steady state (NeMo:
+the mean of the last 20 steps), the latter a whole run's mean with its warm-up (Hugging Face
+Trainer's ``train_samples_per_second`` over 30 or 100 steps: ``steady`` False, kept aside). LitGPT's ``train_runtime_min``
 is not compared: its Alpaca samples are shorter than 512 tokens by an amount the table does not
 give, and the runtime includes validation.
 """
@@ -63,7 +66,8 @@ from srift.cluster import Cluster, NodeGroup
 from srift.job import Job
 from srift.profile import Profile
 from srift.simulate import Predictor
-from srift.simulate.finetune import allocated_bytes
+from srift.simulate.finetune import LoraSpec, allocated_bytes
+from srift.simulate.layouts import Layout, plan_layout
 from srift.simulate.prediction import Prediction
 from srift.zoo import llm_arch
 from srift.zoo.llm import DecoderArch, decoder_profile, model_flops_per_token
@@ -82,17 +86,31 @@ LITGPT_FULL_DEVICES = 4
 # DGX H100 reference nodes, as the rows' interconnect column states them.
 H100_NODE = ("nvswitch4", 3200.0, "infiniband")
 GPUS_PER_NODE = 8
+# NeMo's LoRA as the rows ran it: nemo_toolkit 2.1.0 (PyPI; the NeMo release of the rows' 24.12
+# container), nemo/collections/llm/recipes/llama3_8b.py and llama3_70b.py, ``finetune_recipe``:
+# ``peft.dim`` 8 (8B) and 16 (70B), and under ``performance_mode`` (``finetune_performance_optimizations``)
+# ``peft.target_modules = ['linear_qkv']``. The rows ran performance mode: their layouts are its
+# (8B SFT TP1, where the default recipe sets TP2; 70B SFT TP4 PP4 VP5; 70B LoRA TP2 PP4) and so are
+# their packed 4,096-token sequences (the default recipe: 2,048 unpacked). An inference, stated.
+NEMO_LORA = {"Llama-3-8B": (8, "qkv"), "Llama-3-70B": (16, "qkv")}
 COLUMNS = ["source", "framework", "label", "model", "tied_head", "gpu", "gpus", "finetune", "lora_rank", "lora_targets",
-           "nf4_double_quant", "quantize_head", "seq_len", "micro_batch", "grad_accum", "parallelism", "checkpointing", "metric",
-           "measured"]
+           "nf4_double_quant", "quantize_head", "seq_len", "micro_batch", "grad_accum", "parallelism", "checkpointing",
+           "layout", "vp", "global_batch", "metric", "measured", "steady"]
+# Throughput metrics that time the steady state (NeMo's step time: the mean of the last 20 steps, the
+# rows' notes say) as against a whole run's mean (Hugging Face Trainer's ``train_samples_per_second``
+# divides the samples by ``train_runtime``, warm-up included, over 30 or 100 steps): only the
+# former are srift's figure (its iteration time is a steady-state one).
+STEADY_METRICS = ("step_time_s",)
 
 
 def _gpu(name: str) -> str | None:
     return next((v for k, v in GPUS.items() if name.startswith(k)), None)
 
 
-def _lora(notes: str) -> tuple[int, str]:
-    """Rank and targets a row's notes state (srift's defaults when they state none)."""
+def _lora(notes: str, model: str, nemo: bool) -> tuple[int, str]:
+    """Rank and targets a row's notes state, NeMo's recipe's (``NEMO_LORA``), else srift's defaults."""
+    if nemo and model in NEMO_LORA:
+        return NEMO_LORA[model]
     m = re.search(r"LoRA r=(\d+)", notes)
     rank = int(m.group(1)) if m else 16
     if "query+value only" in notes:
@@ -104,8 +122,6 @@ def _reason(r: dict[str, str]) -> str:
     """Why a row is left out, or "" when it is kept."""
     if not r["precision"].startswith("bf16"):
         return "FP8 (srift has no FP8 precision)"
-    if (r["tp"] and r["tp"] != "1") or (r["pp"] and r["pp"] != "1"):
-        return "tensor/pipeline parallel (layouts are another issue)"
     if r["metric"] == "train_runtime_min":
         return "LitGPT runtime (sample lengths not given; includes validation)"
     if r["model"] not in MODELS or _gpu(r["gpu"]) is None or r["training_type"] not in MODES:
@@ -121,27 +137,37 @@ def _job_columns(r: dict[str, str]) -> dict:
     """The job of a kept row (COLUMNS but ``metric`` and ``measured``; see the module docstring)."""
     framework = r["framework"].split(" (")[0].split(",")[0].split(" +")[0]  # LitGPT, NeMo 24.12 container, HF transformers Trainer
     litgpt = framework.startswith("LitGPT")
+    nemo = framework.startswith("NeMo")
     gpus, micro, seq = int(r["gpus_total"]), int(r["micro_batch"]), int(r["seq_len"])
     if litgpt and r["training_type"] == "sft_full_finetune":
         gpus = LITGPT_FULL_DEVICES
-    # tp = pp = cp = 1 in every kept row: every GPU is data-parallel. Where the row states its
-    # accumulation it is this quotient too.
-    accum = max(1, int(r["global_batch"]) // (micro * gpus))
-    parallelism = "ddp" if gpus == 1 else ("fsdp" if "FSDP" in r["framework"] or litgpt else "zero2")
+    # NeMo runs Megatron-Core layouts (TP x PP x DP, the row's): the layout model
+    # (srift/simulate/layouts.py) with Megatron's distributed optimizer for full SFT and DDP for LoRA
+    # (the recipes set ``use_distributed_optimizer = False`` with LoRA). Every other row is data-parallel.
+    tp, pp = int(r["tp"] or 1), int(r["pp"] or 1)
+    vp = int(r["vp"]) if r.get("vp") and int(r["vp"]) > 1 else 1
+    layout = f"tp={tp},pp={pp},cp=1" if nemo else None
+    dp = gpus // (tp * pp)
+    accum = max(1, int(r["global_batch"]) // (micro * dp))
+    if nemo:
+        parallelism = "zero1" if r["training_type"] == "sft_full_finetune" else "ddp"
+    else:
+        parallelism = "ddp" if gpus == 1 else ("fsdp" if "FSDP" in r["framework"] or litgpt else "zero2")
     if r["activation_checkpointing"].startswith("full"):
         checkpointing = "full"
     elif litgpt:
         checkpointing = "full" if gpus > 1 else "none"  # LitGPT checkpoints each Block under FSDP only
     else:
         checkpointing = "auto"
-    rank, targets = _lora(r["notes"])
+    rank, targets = _lora(r["notes"], r["model"], nemo and r["training_type"] == "lora_finetune")
     return {"source": r["source_slug"], "framework": framework, "label": _label(r, gpus), "model": MODELS[r["model"]],
             "tied_head": LITGPT_TIES if litgpt else None, "gpu": _gpu(r["gpu"]), "gpus": gpus,
             "finetune": MODES[r["training_type"]], "lora_rank": rank, "lora_targets": targets,
             # LitGPT's --quantize bnb.nf4: Lightning's BitsandbytesPrecision("nf4"), no double
             # quantization, every nn.Linear replaced (the head too); srift's defaults otherwise.
             "nf4_double_quant": not (litgpt and "quantize=bnb.nf4;" in r["notes"]), "quantize_head": litgpt, "seq_len": seq,
-            "micro_batch": micro, "grad_accum": accum, "parallelism": parallelism, "checkpointing": checkpointing}
+            "micro_batch": micro, "grad_accum": accum, "parallelism": parallelism, "checkpointing": checkpointing,
+            "layout": layout, "vp": vp, "global_batch": int(r["global_batch"])}
 
 
 def load_rows(data: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -167,7 +193,7 @@ def load_rows(data: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             elif r["metric"] == "samples_per_s_total":
                 value = value * seq / gpus
             kept.append({**row, "metric": "peak_memory_gb" if r["metric"].startswith("peak_memory") else "tokens_per_s_per_gpu",
-                         "measured": value})
+                         "measured": value, "steady": r["metric"] in STEADY_METRICS})
     return pd.DataFrame(kept, columns=COLUMNS), pd.DataFrame(out, columns=["source", "label", "metric", "reason"])
 
 
@@ -217,15 +243,49 @@ def _profile(model: str, tied_head: bool | None, seq_len: int, micro_batch: int)
 
 
 def predict_row(r) -> Prediction:  # r: a namedtuple or Series of COLUMNS
-    """srift's prediction of one kept row."""
-    job = Job(batch_size=int(r.micro_batch), seq_len=int(r.seq_len), precision="bf16", parallelism=r.parallelism,
-              activation_checkpointing=r.checkpointing, grad_accum=int(r.grad_accum), finetune=r.finetune,
-              lora_rank=int(r.lora_rank), lora_targets=r.lora_targets, nf4_double_quant=bool(r.nf4_double_quant),
-              quantize_head=bool(r.quantize_head))
+    """srift's prediction of one kept row (a NeMo row through the layout model: ``layout`` set)."""
+    common = dict(seq_len=int(r.seq_len), precision="bf16", parallelism=r.parallelism,
+                  activation_checkpointing=r.checkpointing, finetune=r.finetune, lora_rank=int(r.lora_rank),
+                  lora_targets=r.lora_targets, nf4_double_quant=bool(r.nf4_double_quant), quantize_head=bool(r.quantize_head))
+    if isinstance(r.layout, str):
+        vp = int(r.vp)
+        job = Job(layout=r.layout, micro_batch_size=int(r.micro_batch), global_batch_size=int(r.global_batch),
+                  virtual_stages=vp, pipeline_schedule="interleaved" if vp > 1 else None, **common)
+    else:
+        job = Job(batch_size=int(r.micro_batch), grad_accum=int(r.grad_accum), **common)
     tied = None if r.tied_head is None or pd.isna(r.tied_head) else bool(r.tied_head)
-    flops = functools.partial(model_flops_per_token, _arch(r.model, tied))
-    return Predictor(_profile(r.model, tied, int(r.seq_len), int(r.micro_batch)), job,
-                     model_flops_per_token=flops).predict(row_cluster(r.gpu, int(r.gpus)))
+    arch = _arch(r.model, tied)
+    flops = functools.partial(model_flops_per_token, arch)
+    return Predictor(_profile(r.model, tied, int(r.seq_len), int(r.micro_batch)), job, model_flops_per_token=flops,
+                     arch=arch).predict(row_cluster(r.gpu, int(r.gpus)))
+
+
+@functools.lru_cache(maxsize=8)
+def held_out_factor(data: Path, source: str) -> float:
+    """``megatron_compute_factor`` refitted on data/llm-parallel-layouts without ``source``'s rows
+    (srift/fitting/layouts.py ``fit_factor``, as the layout group's leave-one-source-out does it)."""
+    from srift.fitting import layouts as lf
+
+    rows, _ = lf.load_rows(data)
+    return lf.fit_factor(rows[rows["source_slug"] != source])
+
+
+def held_out_tokens_per_s(r, data: Path) -> float:
+    """Tokens/s per GPU of a NeMo (layout) row with its source held out: the layout model's one
+    fitted figure, ``megatron_compute_factor``, is fitted on pre-training tables of the same
+    repository (data/llm-parallel-layouts' ``dgxc-benchmarking-h100``), so here it is refitted
+    without them (``held_out_factor``). Other rows: NaN (nothing of their sources is fitted)."""
+    if not isinstance(r.layout, str):
+        return float("nan")
+    pred = predict_row(r)
+    lay = pred.layout or {}
+    layout = Layout(int(lay["tp"]), int(lay["pp"]), int(lay["cp"]), int(lay["dp"]), int(lay["vp"]), int(lay["micro_batch"]),
+                    int(lay["grad_accum"]), str(lay["schedule"]), int(lay.get("ep", 1)))
+    lora = LoraSpec(int(r.lora_rank), str(r.lora_targets)) if r.finetune == "lora" else None
+    plan = plan_layout(_arch(r.model, None), row_cluster(r.gpu, int(r.gpus)), layout, int(r.seq_len), "bf16",
+                       pred.activation_checkpointing or "none", pred.parallelism or "zero1",
+                       compute_factor=held_out_factor(Path(data), str(r.source)), lora=lora)
+    return plan.tokens_per_s / int(r.gpus)
 
 
 def predict_rows(rows: pd.DataFrame) -> pd.DataFrame:

@@ -141,11 +141,19 @@ def row_checkpointing(r) -> str:
     return "full" if "checkpoint-activations" in str(r.activation_checkpointing) else "none"
 
 
+def row_tp_overlap(r) -> bool:
+    """Whether the row's framework overlaps TP communication with Transformer Engine's userbuffers:
+    Megatron-Core and NeMo (whose performance recipes set ``tp_comm_overlap``) do; Megatron-DeepSpeed
+    has no userbuffers (its TP all-reduces are NCCL's)."""
+    framework = str(getattr(r, "framework", ""))
+    return "Megatron-Core" in framework or "NeMo" in framework or "--tp-comm-overlap" in framework
+
+
 @functools.lru_cache(maxsize=4096)
 def _predict(arch: DecoderArch, gpu: str, gpus: int, per_node: int, layout: Layout, seq_len: int, checkpointing: str,
-             factor: float, fp8: Fp8Recipe | None = None) -> tuple[float, bool]:
+             factor: float, fp8: Fp8Recipe | None = None, tp_overlap: bool = True) -> tuple[float, bool]:
     plan = plan_layout(arch, dgx_cluster(gpu, gpus, per_node), layout, seq_len, "bf16", checkpointing, compute_factor=factor,
-                       fp8=fp8)
+                       fp8=fp8, tp_overlap=tp_overlap)
     return plan.iteration_s, plan.fits
 
 
@@ -154,7 +162,7 @@ def predict_row(r, factor: float | None = None) -> tuple[float, bool]:
     an ``fp8_rows`` row with its FP8 recipe."""
     f = load_layout_params().megatron_compute_factor if factor is None else factor
     return _predict(r.arch, r.gpu, int(r.gpus_total), int(r.gpus_per_node), row_layout(r), int(r.seq_len),
-                    row_checkpointing(r), float(f), getattr(r, "fp8", None))
+                    row_checkpointing(r), float(f), getattr(r, "fp8", None), row_tp_overlap(r))
 
 
 def fit_factor(rows: pd.DataFrame) -> float:
@@ -242,9 +250,9 @@ def search_claims(rows: pd.DataFrame) -> list[float]:
         r = next(grp.itertuples())
         cluster = dgx_cluster(r.gpu, int(r.gpus_total), int(r.gpus_per_node))
         arch = r.arch
-        measured = min(plan_layout(arch, cluster, row_layout(x), int(x.seq_len), "bf16", row_checkpointing(x)).iteration_s
-                       for x in grp.itertuples())
-        found = search_layouts(arch, cluster, int(r.seq_len), int(r.global_batch))
+        measured = min(plan_layout(arch, cluster, row_layout(x), int(x.seq_len), "bf16", row_checkpointing(x),
+                                   tp_overlap=row_tp_overlap(x)).iteration_s for x in grp.itertuples())
+        found = search_layouts(arch, cluster, int(r.seq_len), int(r.global_batch), tp_overlap=row_tp_overlap(r))
         if found.best is not None:
             out.append(found.best.iteration_s / measured - 1.0)
     return out

@@ -10,8 +10,10 @@ multiply out.
 
 How a row becomes a prediction: the layout as printed with EP (``interleaved`` when it prints
 VP > 1, else 1F1B), ``grad_accum = global / (micro x DP)``, the distributed optimizer, the
-least activation recomputation that fits (not stated; ``srift predict``'s rule: none, else full
-recompute), force-balanced
+activation recompute, token dispatcher and EP all-to-all overlap the benchmark recipe sets
+(``RECIPES``: Megatron-Bridge's performance recipes, recipe facts; the tables do not print them),
+else the least recompute that fits (``AUTO_LADDER`` of srift/simulate/recompute.py, as
+``--activation-checkpointing auto`` chooses) with the all-to-all dispatcher, not overlapped, force-balanced
 routing (``BALANCED_ROUTING``: the source's footnote), the compute factor as shipped
 (configs/perf/layouts.json, fitted on dense Llama/GPT/Nemotron runs of data/llm-parallel-layouts).
 No figure is fitted on these rows, so each prediction is already held out from its model and its
@@ -21,12 +23,16 @@ source: leave-one-model-out and leave-one-source-out equal the plain error.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from srift.cluster import Cluster, NodeGroup
+from srift.errors import SriftError
 from srift.fitting import megatron_rows
+from srift.job import MOE_DISPATCHERS, RECOMPUTE_MODULES, MoeDispatcher
+from srift.simulate.recompute import AUTO_LADDER, Recompute
 from srift.perf.fp8 import Fp8Recipe
 from srift.simulate.layouts import Layout, plan_layout
 from srift.simulate.moe import BALANCED_ROUTING
@@ -74,23 +80,68 @@ def row_layout(r) -> Layout:
                   "interleaved" if vp > 1 else "1f1b", int(r.ep))
 
 
-CHECKPOINTING = ("none", "full")  # srift predict's: the least recompute that fits
+RECIPES = Path("recipes") / "megatron-bridge-recipes.csv"
+# The precision classes of the recipe table (data/moe-training/README.md) by the source's label.
+RECIPE_PRECISION = {"bf16": "bf16", "fp8": "fp8-cs", "fp8-cs": "fp8-cs", "fp8-mx": "fp8-mx", "mxfp8": "fp8-mx"}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What a Megatron-Bridge benchmark recipe sets that the performance tables do not print.
+
+    Attributes:
+        recompute: (checkpointing policy, selective recompute modules).
+        dispatcher: The MoE token dispatcher.
+        ep_overlap: Whether the EP all-to-alls overlap another micro-batch's compute.
+    """
+
+    recompute: Recompute
+    dispatcher: MoeDispatcher = "alltoall"
+    ep_overlap: bool = False
+
+
+def load_recipes(data: Path) -> dict[tuple[str, str, str], Recipe]:
+    """``{(model, GPU, precision class): Recipe}`` of the benchmark recipes (data/moe-training/recipes).
+
+    Raises:
+        SriftError: for a module or dispatcher srift does not model.
+    """
+    out: dict[tuple[str, str, str], Recipe] = {}
+    for r in pd.read_csv(data / FOLDER / RECIPES, keep_default_na=False).itertuples():
+        modules = tuple(m for m in str(r.recompute_modules).split(";") if m)
+        bad = [m for m in modules if m not in RECOMPUTE_MODULES]
+        if bad:
+            raise SriftError(f"{data / FOLDER / RECIPES}: recompute module(s) {bad} not modelled.",
+                             f"use {', '.join(RECOMPUTE_MODULES)}.")
+        if r.dispatcher not in MOE_DISPATCHERS:
+            raise SriftError(f"{data / FOLDER / RECIPES}: dispatcher {r.dispatcher!r} not modelled.",
+                             f"use {', '.join(MOE_DISPATCHERS)}.")
+        policy = "selective" if str(r.recompute_granularity) == "selective" and modules else "none"
+        out[(str(r.model), str(r.gpu), str(r.precision))] = Recipe(
+            (policy, tuple(m for m in RECOMPUTE_MODULES if m in modules)), r.dispatcher, str(r.ep_overlap).lower() == "true")
+    return out
 
 
 @functools.lru_cache(maxsize=1024)
 def _predict(zoo: str, gpu: str, gpus: int, per_node: int, layout: Layout, seq_len: int,
-             fp8: Fp8Recipe | None) -> tuple[float, str]:
+             fp8: Fp8Recipe | None, recipe: Recipe | None) -> tuple[float, str]:
     plan = None
-    for policy in CHECKPOINTING:
+    for policy, modules in (recipe.recompute,) if recipe else AUTO_LADDER:
         plan = plan_layout(llm_arch(zoo), dgx_cluster(gpu, gpus, per_node), layout, seq_len, "bf16", policy,
-                           imbalance=BALANCED_ROUTING, fp8=fp8)
+                           imbalance=BALANCED_ROUTING, fp8=fp8, recompute_modules=modules,
+                           dispatcher=recipe.dispatcher if recipe else "alltoall",
+                           ep_overlap=recipe.ep_overlap if recipe else False)
+        label = policy + (f" ({', '.join(modules)})" if modules else "") + ("" if recipe else ", least that fits")
         if plan.fits:
-            break
+            return plan.tokens_per_s / gpus, label
     assert plan is not None
-    return plan.tokens_per_s / gpus, plan.checkpointing if plan.fits else "does not fit"
+    return plan.tokens_per_s / gpus, label + ": does not fit"
 
 
-def predict_row(r) -> tuple[float, str]:
-    """(predicted tokens/s per GPU, the recompute policy that fits or "does not fit") of a row."""
+def predict_row(r, recipes: dict[tuple[str, str, str], Recipe]) -> tuple[float, str]:
+    """(predicted tokens/s per GPU, the recompute it ran with and whether srift's memory model fits
+    it) of a row: the recipe's recompute (``recipes``, ``load_recipes``) where known, else the least
+    that fits."""
+    recipe = recipes.get((str(r.model).split(" ")[0], str(r.gpu), RECIPE_PRECISION[str(r.precision).lower()]))
     return _predict(r.zoo, r.gpu, int(r.gpus_total), int(r.gpus_per_node), row_layout(r), int(r.seq_len),
-                    FP8_RECIPE_OF[str(r.precision).lower()])
+                    FP8_RECIPE_OF[str(r.precision).lower()], recipe)

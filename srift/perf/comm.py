@@ -525,9 +525,12 @@ class CommModel:
             return self._measured(self.reduce_scatter_calibration, size_bytes, quantile)
         return self._collective(size_bytes, quantile, lambda s: self._ring_model(s, 1.0, 0.5), 0.5)
 
-    def all_to_all_time_s(self, size_bytes: float | np.ndarray, quantile: float = 0.5) -> float | np.ndarray:
+    def all_to_all_time_s(self, size_bytes: float | np.ndarray, quantile: float = 0.5,
+                          network_fraction: float = 1.0) -> float | np.ndarray:
         """Seconds of an all-to-all in which each worker sends ``size_bytes`` in all (``1 / n`` of it
         to each worker, itself included: a mixture of experts' token dispatch or combine).
+        ``network_fraction``: the share of the cross-node bytes that cross the network (below 1
+        for a dispatcher that sends a token once per node, srift/simulate/moe.py).
 
         Every GPU sends its ``(g - 1) / n`` share for the node's other GPUs over its own link (an
         NVSwitch gives each its full bandwidth) while the node's ``g`` GPUs send their
@@ -552,7 +555,7 @@ class CommModel:
             else:
                 # The node's g GPUs send their chunks at once, each over its own share of the
                 # node's NICs: the node's rate is reached at the node's message, g chunks.
-                inter = g * (n - g) / n * s / self._net_bytes_per_s(g * chunk)
+                inter = network_fraction * g * (n - g) / n * s / self._net_bytes_per_s(g * chunk)
             out = (self._latency_s(0.5) + np.maximum(intra, inter)) * self._spread(quantile)
         out = np.where(s > 0, out, 0.0)
         return float(out) if scalar else out

@@ -40,12 +40,30 @@ Fp8Recipe = Literal["tensorwise", "mxfp8"]
 FP8_RECIPES: tuple[Fp8Recipe, ...] = get_args(Fp8Recipe)
 CAST_BYTES_PER_ELEMENT = 4.0  # read bf16 (2), write rowwise and columnwise FP8 copies (1 + 1)
 AMAX_BYTES_PER_ELEMENT = 2.0  # per-tensor scaling's amax pass reads the bf16 tensor once more
+# Bytes per element of the FP8 copy a GEMM keeps of its input for the weight gradient: 1, and
+# MXFP8's one 8-bit scale per 32 elements (Transformer Engine keeps the quantized tensor, not bf16).
+FP8_ELEMENT_BYTES = 1.0
+MXFP8_BLOCK = 32
 ROUTER_SUFFIX = ".router"  # the MoE router's Linear (srift/zoo/llm.py), kept in fp32 by Megatron-Core
 
 
 def fp8_gemm(layer_type: str, name: str, unit: str | None) -> bool:
     """True when a profile layer is a GEMM Transformer Engine runs in FP8 (module docstring)."""
     return layer_type == "Linear" and unit is not None and not name.endswith(ROUTER_SUFFIX)
+
+
+def fp8_saved_bytes(recipe: Fp8Recipe) -> float:
+    """Bytes per element of a GEMM input kept for backward in FP8 under ``recipe``."""
+    if recipe not in FP8_RECIPES:
+        raise ValueError(f"FP8 recipe must be one of {FP8_RECIPES}, got {recipe!r}")
+    return FP8_ELEMENT_BYTES + (FP8_ELEMENT_BYTES / MXFP8_BLOCK if recipe == "mxfp8" else 0.0)
+
+
+def fp8_weight_cache_bytes(recipe: Fp8Recipe) -> float:
+    """Bytes per parameter of the FP8 copies of a GEMM's weight that Transformer Engine casts at a
+    step's first micro-batch and keeps for the rest (its weight workspace): a rowwise and a
+    columnwise (transposed) copy, ``fp8_saved_bytes`` each."""
+    return 2.0 * fp8_saved_bytes(recipe)
 
 
 def fp8_peak_ratio(gpu: str) -> float:

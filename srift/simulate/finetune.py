@@ -11,12 +11,16 @@ the optimizer model price it as they price any job:
   Each targeted Linear gets two adapter leaves after it, ``lora_A`` (d_in -> r) and ``lora_B``
   (r -> d_out, its output added to the base output), as PEFT names them. They are ordinary
   Linear leaves with their own FLOPs and bytes, so the compute model prices them at its own rate:
-  with r = 16 they are memory-bound (they read and write activations of width d for 2 r d FLOPs
-  per token), which is their poor efficiency. ``lora_A`` keeps its r-wide output for ``lora_B``'s
-  weight gradient. Targets (``lora_targets``): ``qv`` (query and value projections: PEFT's
-  default for Llama and Mistral, LitGPT's), ``attention`` (q, k, v, o) or ``all-linear`` (every
-  Linear of a block: PEFT's ``all-linear``, which leaves the output head out). LoRA's dropout
-  on the adapters' input is not counted (PEFT's default is none).
+  with r = 16 they are memory-bound (2 r FLOPs per element of width d moved), which is their poor
+  efficiency; their bytes are the tensor passes counted from the frameworks' code
+  (``ADAPTER_*_PASSES``: the scaling and the sum with the base output are kernels of their own).
+  ``lora_A`` keeps its r-wide output for ``lora_B``'s weight gradient. Targets (``lora_targets``):
+  ``qv`` (query and value projections: PEFT's default for Llama and Mistral, LitGPT's), ``qkv``
+  (query, key and value: NeMo's performance recipes' ``linear_qkv``), ``attention`` (q, k, v, o)
+  or ``all-linear`` (every Linear of a block: PEFT's ``all-linear``, which leaves the output head
+  out). ``fused`` (Megatron-Core, srift/simulate/layouts.py): Linears that read one input are one
+  GEMM there (``linear_qkv``, ``linear_fc1``) and take one adapter pair. LoRA's dropout on the
+  adapters' input is not counted (PEFT's default is none, NeMo's 0).
 - ``qlora`` (Dettmers et al. 2023): LoRA over base weights stored in NF4. Every frozen Linear of
   a block (bitsandbytes quantizes ``nn.Linear`` modules; embeddings, norms and the head stay in
   the compute dtype, as Hugging Face's ``llm_int8_skip_modules`` default keeps ``lm_head``;
@@ -63,6 +67,21 @@ from srift.simulate.sharded import unit_layout
 NF4_BLOCK = 64
 NF4_DQ_BLOCK = 256
 NF4_BYTES_PER_PARAM = 0.5 + 1.0 / NF4_BLOCK + 4.0 / (NF4_BLOCK * NF4_DQ_BLOCK)
+# Tensor passes of an adapter pair over its d_in-wide input and its d_out-wide output, counted from
+# the code both frameworks run, ``base(x) + lora_B(lora_A(x)) * scaling`` (Hugging Face PEFT's
+# ``lora.Linear.forward``; NeMo 2.1's ``LoRALinear`` + ``ParallelLinearAdapter.forward``, whose
+# ``x * (alpha / dim)`` is the scaling), without dropout (NeMo's default; PEFT's is none):
+# forward, lora_A reads x (1); lora_B writes its output (1), the scaling reads and writes it (2), the
+# sum reads it and the base output and writes the result (3) = 6. Backward, the scaling reads the
+# output gradient and writes it scaled (2), lora_B's input- and weight-gradient GEMMs each read it
+# (2) = 4; lora_A's input-gradient GEMM writes dx (1), its weight-gradient GEMM reads x (1), and
+# autograd adds dx to the base layer's input gradient (2 reads, 1 write: 3) = 5. Each kernel on its
+# own: neither framework fuses them (eager PyTorch; Megatron-Core runs the adapter as two
+# Linear modules and two element-wise ops).
+ADAPTER_IN_PASSES_FWD = 1.0
+ADAPTER_IN_PASSES_BWD = 5.0
+ADAPTER_OUT_PASSES_FWD = 6.0
+ADAPTER_OUT_PASSES_BWD = 4.0
 # Without double quantization (bitsandbytes' compress_statistics=False: Lightning's and LitGPT's
 # ``nf4``): one fp32 absmax per block of 64 weights.
 NF4_NO_DQ_BYTES_PER_PARAM = 0.5 + 4.0 / NF4_BLOCK
@@ -72,6 +91,34 @@ OPT8BIT_BYTES_PER_MOMENT = 1.0 + 4.0 / OPT8BIT_BLOCK
 # The recipes' optimizer when the job names none of the fine-tuning ones (LitGPT, Hugging Face's
 # Trainer and torchtune default to AdamW).
 DEFAULT_FINETUNE_OPTIMIZER = "adamw"
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """LoRA over frozen base weights in a Megatron-Core layout (srift/simulate/layouts.py): the
+    adapters' rank and targets (``Job.lora_rank``, ``Job.lora_targets``); hashable, so the layout
+    model's caches key on it."""
+
+    rank: int
+    targets: str
+
+    def job(self) -> Job:
+        """A LoRA job of this rank and targets, for ``finetune_profile``."""
+        return Job(finetune="lora", lora_rank=self.rank, lora_targets=self.targets)  # type: ignore[arg-type]
+
+
+def layout_lora(job: Job) -> LoraSpec | None:
+    """The ``LoraSpec`` of a job with a ``--layout``: None for full fine-tuning (Megatron trains
+    every weight as in pre-training) and for jobs that do not fine-tune.
+
+    Raises:
+        SriftError: for QLoRA (bitsandbytes' NF4 weights run with data parallelism, not in
+            Megatron-Core's tensor or pipeline layouts).
+    """
+    if job.finetune == "qlora":
+        raise SriftError("QLoRA is modelled with data parallelism (bitsandbytes' NF4 layers), not with --layout.",
+                         "drop --layout (use --parallelism ddp or fsdp), or use --finetune lora with --layout.")
+    return LoraSpec(job.lora_rank, job.lora_targets) if job.finetune == "lora" else None
 
 
 @dataclass(frozen=True)
@@ -145,8 +192,8 @@ def _is_linear(layer: LayerProfile) -> bool:
 def lora_targets(profile: Profile, targets: str) -> list[int]:
     """Indices of the Linear layers LoRA adapts, per block unit: every Linear (``all-linear``),
     those up to and including the first Linear after the attention core (``attention``: q, k, v,
-    o), or of the Linears before the core the query and value projections (``qv``: the first and
-    the third of separate q, k, v; a fused qkv projection whole)."""
+    o), those before the core (``qkv``), or of the Linears before the core the query and value
+    projections (``qv``: the first and the third of separate q, k, v; a fused qkv projection whole)."""
     out: list[int] = []
     by_unit: dict[str | None, list[int]] = {}
     core: dict[str | None, int] = {}
@@ -165,6 +212,8 @@ def lora_targets(profile: Profile, targets: str) -> list[int]:
         after = [i for i in linears if i > core[unit]]
         if targets == "attention":
             out.extend(before + after[:1])
+        elif targets == "qkv":
+            out.extend(before)
         else:
             out.extend([before[0], before[2]] if len(before) == 3 else before)
     return sorted(out)
@@ -180,22 +229,28 @@ def _dims(layer: LayerProfile) -> tuple[int, int, float]:
     return d_in, d_out, tokens
 
 
-def _adapters(layer: LayerProfile, rank: int) -> list[LayerProfile]:
-    """``lora_A`` and ``lora_B`` of one targeted Linear (see the module docstring)."""
-    d_in, d_out, t = _dims(layer)
-    e = layer.activation_bytes / (t * d_out) if t > 0 else 2.0  # the base output's element size
+def _adapters(layer: LayerProfile, rank: int, d_out_total: int | None = None) -> list[LayerProfile]:
+    """``lora_A`` and ``lora_B`` of one targeted Linear (see the module docstring); ``d_out_total``:
+    the output width of a fused projection the pair adapts whole (``layer`` its last part)."""
+    d_in, d_layer, t = _dims(layer)
+    d_out = d_out_total or d_layer
+    e = layer.activation_bytes / (t * d_layer) if t > 0 else 2.0  # the base output's element size
     grad_per_param = layer.grad_bytes / layer.params if layer.params else 4.0
     out = []
-    for part, a, b, in_w, out_bytes, kept in (("lora_A", d_in, rank, d_in, t * rank * e, t * rank * e),
-                                              # B's output is added to the base output: read + write it once more
-                                              ("lora_B", rank, d_out, rank, 3.0 * t * d_out * e, 0.0)):
+    wide_in, wide_out, narrow = t * d_in * e, t * d_out * e, t * rank * e
+    # (name, d_in, d_out, forward bytes, backward bytes, kept): ADAPTER_PASSES' tensor passes, plus
+    # the r-wide tensor each GEMM writes or reads.
+    for part, a, b, fwd_io, bwd_io, kept in (
+            ("lora_A", d_in, rank, ADAPTER_IN_PASSES_FWD * wide_in + narrow, ADAPTER_IN_PASSES_BWD * wide_in + 2.0 * narrow,
+             narrow),
+            ("lora_B", rank, d_out, ADAPTER_OUT_PASSES_FWD * wide_out + narrow,
+             ADAPTER_OUT_PASSES_BWD * wide_out + 2.0 * narrow, 0.0)):
         params = a * b
         grad = grad_per_param * params
-        io = t * in_w * e + out_bytes
         fwd = 2.0 * t * a * b
         out.append(LayerProfile(
             name=f"{layer.name}.{part}", type="Linear", params=params, grad_bytes=int(round(grad)),
-            fwd_flops=fwd, bwd_flops=2.0 * fwd, fwd_bytes=io + grad, bwd_bytes=2.0 * io + 2.0 * grad,
+            fwd_flops=fwd, bwd_flops=2.0 * fwd, fwd_bytes=fwd_io + grad, bwd_bytes=bwd_io + 2.0 * grad,
             activation_bytes=kept, kfac_a_dim=a, kfac_g_dim=b, kfac_spatial=layer.kfac_spatial, unit=layer.unit))
     return out
 
@@ -262,13 +317,17 @@ def _kept_inputs(profile: Profile, quantized: list[int], targets: set[int], back
     return out
 
 
-def finetune_profile(profile: Profile, job: Job) -> tuple[Profile, FrozenBase]:
+def finetune_profile(profile: Profile, job: Job, fused: bool = False) -> tuple[Profile, FrozenBase]:
     """``profile`` fine-tuned as ``job.finetune`` says (see the module docstring).
 
     Args:
         profile: A training profile (at the batch and sequence length to price: the transform
             adds weight-sized bytes that ``Profile.rescale`` would scale with the batch).
         job: The job; ``finetune`` must be set.
+        fused: Targeted Linears that read the same input are one projection, adapted by one
+            ``lora_A``/``lora_B`` pair of their summed output width (Megatron-Core's ``linear_qkv``
+            and ``linear_fc1``: NeMo's LoRA adapts the fused GEMM); False: one pair per Linear
+            (Hugging Face PEFT, LitGPT: separate modules).
 
     Returns:
         The transformed profile (its optimizer's state bytes set) and what it froze.
@@ -291,6 +350,13 @@ def finetune_profile(profile: Profile, job: Job) -> tuple[Profile, FrozenBase]:
         raise SriftError(f"profile '{profile.name}' has no Linear layer in a transformer block for LoRA to adapt.",
                          "use --finetune full, or a decoder LLM (zoo, --model-config, or a profile with FSDP units).")
     first = min(targets)
+    # Under ``fused``, the pair of a group of targets reading one input goes after its last member.
+    fused_width: dict[int, int] = {}
+    if fused:
+        groups: dict[tuple[int, int], list[int]] = {}
+        for i in sorted(targets):
+            groups.setdefault(_input_key(profile, i), []).append(i)
+        fused_width = {g[-1]: sum(_dims(profile.layers[i])[1] for i in g) for g in groups.values()}
     nf4_bytes = NF4_BYTES_PER_PARAM if job.nf4_double_quant else NF4_NO_DQ_BYTES_PER_PARAM
     quantized = [i for i, layer in enumerate(profile.layers) if mode == "qlora" and _is_linear(layer) and layer.params > 0
                  and (layer.unit is not None or job.quantize_head)]
@@ -314,8 +380,8 @@ def finetune_profile(profile: Profile, job: Job) -> tuple[Profile, FrozenBase]:
             layers.extend([deq, _frozen(layer, backward)] if layer.unit is None else [_frozen(layer, backward), deq])
         else:
             layers.append(_frozen(layer, backward))
-        if i in targets:
-            layers.extend(_adapters(layer, job.lora_rank))
+        if i in targets and (not fused or i in fused_width):
+            layers.extend(_adapters(layer, job.lora_rank, fused_width.get(i)))
     frozen = sum(unit_frozen.values())
     out = dataclasses.replace(profile, layers=layers, optimizer=optimizer,
                               notes=[*profile.notes, f"{mode} fine-tuning: rank {job.lora_rank} adapters on "

@@ -12,14 +12,16 @@ from srift.cluster import Cluster
 from srift.errors import SriftError
 from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
-from srift.job import AUTO, Job, LayoutRequest, parse_layout, usd_per_million_samples
+from srift.job import AUTO, DEFAULT_RECOMPUTE_MODULES, Job, LayoutRequest, parse_layout, usd_per_million_samples
 from srift.simulate.layouts import (
     DP_FLAVOURS, SCHEDULES, Layout, LayoutPlan, check_layout, load_layout_params, plan_layout, search_layouts,
 )
+from srift.simulate.finetune import LoraSpec, layout_lora
 from srift.simulate.memory import USABLE_FRACTION, allocated_parts
 from srift.simulate.prediction import BatchShare, Prediction, bottleneck
 from srift.simulate.spot import spot_expectation
 from srift.simulate.moe import BALANCED_ROUTING, REAL_ROUTING
+from srift.simulate.recompute import AUTO_LADDER
 from srift.zoo.llm import DecoderArch, active_params_count, params_count
 
 
@@ -39,6 +41,8 @@ class LayoutSettings:
         checkpointing: ``none``, ``selective``, ``full``, or None (the least recompute that fits).
         routing_imbalance: A mixture of experts' busiest-rank load over the mean (srift/simulate/moe.py:
             REAL_ROUTING for predictions, BALANCED_ROUTING for force-balanced benchmarks).
+        lora: LoRA over the frozen base (``--finetune lora``), or None (pre-training and full
+            fine-tuning, which trains every weight as pre-training does).
     """
 
     request: LayoutRequest
@@ -50,6 +54,7 @@ class LayoutSettings:
     dp_flavour: str = "zero1"
     checkpointing: str | None = None
     routing_imbalance: float = REAL_ROUTING
+    lora: LoraSpec | None = None
 
     @classmethod
     def of(cls, job: Job) -> "LayoutSettings":
@@ -57,7 +62,8 @@ class LayoutSettings:
         assert job.layout is not None
         return cls(parse_layout(job.layout), job.micro_batch_size, job.global_batch_size, job.grad_accum,
                    job.pipeline_schedule, job.virtual_stages, "zero1" if job.parallelism == AUTO else job.parallelism,
-                   None if job.activation_checkpointing == AUTO else job.activation_checkpointing, job.moe_imbalance)
+                   None if job.activation_checkpointing == AUTO else job.activation_checkpointing, job.moe_imbalance,
+                   layout_lora(job))
 
     def __post_init__(self) -> None:
         if self.schedule is not None and self.schedule not in SCHEDULES:
@@ -111,21 +117,24 @@ def plan_for(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_
     if settings.request.auto:
         gb = settings.global_batch or cluster.gpus * (settings.micro_batch or 1) * settings.grad_accum
         found = search_layouts(arch, cluster, seq_len, gb, precision, settings.request, settings.dp_flavour, ckpts, comm,
-                               imbalance=settings.routing_imbalance)
+                               imbalance=settings.routing_imbalance, lora=settings.lora)
         if found.best is not None:
             return found.best, None
         assert found.smallest is not None
         return found.smallest, None
     layout = fixed_layout(arch, cluster, settings, seq_len)
     plan = None
-    for policy in ckpts:
+    # auto: the least recompute that fits, Megatron-Core's selective modules before full recompute.
+    ladder = ((settings.checkpointing, DEFAULT_RECOMPUTE_MODULES),) if settings.checkpointing else AUTO_LADDER
+    for policy, modules in ladder:
         plan = plan_layout(arch, cluster, layout, seq_len, precision, policy, settings.dp_flavour, comm, quantile,
-                           imbalance=settings.routing_imbalance)
+                           imbalance=settings.routing_imbalance, recompute_modules=modules or DEFAULT_RECOMPUTE_MODULES,
+                           lora=settings.lora)
         if plan.fits:
             return plan, None
     assert plan is not None
     found = search_layouts(arch, cluster, seq_len, layout.global_batch, precision, LayoutRequest(), settings.dp_flavour,
-                           ("none", "full"), comm, imbalance=settings.routing_imbalance)
+                           ("none", "full"), comm, imbalance=settings.routing_imbalance, lora=settings.lora)
     return plan, found.best
 
 
@@ -135,7 +144,8 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
     plan, alternative = plan_for(arch, cluster, settings, seq_len, precision)
     lay = plan.layout
     p90_plan = plan_layout(arch, cluster, lay, seq_len, precision, plan.checkpointing, plan.dp_flavour, quantile=0.9,
-                           imbalance=settings.routing_imbalance)
+                           imbalance=settings.routing_imbalance,
+                           recompute_modules=plan.recompute_modules or DEFAULT_RECOMPUTE_MODULES, lora=settings.lora)
     breakdown = dict(plan.breakdown_s)
     comm_cost = sum(v for k, v in breakdown.items() if k.startswith("exposed_")) + breakdown["comm_interference"]
     breakdown["comm_total"] = sum(plan.comm_s.values())
@@ -153,6 +163,13 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
              f"compute x {params.megatron_compute_factor:.3f} (Megatron-Core / Transformer Engine, fitted)"]
     if settings.request.auto:
         notes.append("layout chosen by srift's search (--layout auto)")
+    if plan.recompute_modules:
+        notes.append(f"selective recompute of Megatron-Core's modules {', '.join(plan.recompute_modules)} "
+                     "(their outputs dropped, their forward run again in backward)")
+    if settings.lora is not None:
+        notes.append(f"LoRA rank {settings.lora.rank} on {settings.lora.targets} (one adapter pair per fused projection, "
+                     "as NeMo's LoRALinear): base weights frozen, no weight-gradient GEMM for them; gradients, optimizer "
+                     "and data-parallel reduction for the adapters only")
     if arch.is_moe:
         notes.append(f"mixture of experts: {params_count(arch) / 1e9:,.2f}B parameters, {active_params_count(arch) / 1e9:,.2f}B "
                      f"active ({arch.experts_per_token} of {arch.experts} experts); ep={lay.ep}: dispatch and combine "

@@ -40,12 +40,17 @@ The layout is Megatron-LM's (NeMo, Megatron-Core; torchtitan places its meshes t
   ``overlap_param_gather``); what does not fit behind them is exposed.
 
 Collectives are srift/perf/comm.py's on each group (``CommModel.subgroup``: its ranks per node and
-its share of the node's network); hidden communication costs ``overlap_interference`` of its time,
-as everywhere in srift. Memory (``stage_memory_bytes``) is per stage: bf16 weights, bf16 gradient
+its share of the node's network). Hidden TP communication under Transformer Engine's userbuffers
+(``tp_overlap``, Megatron's ``--tp-comm-overlap``) costs the GEMM beside it the share of SMs its
+kernels hold (``tp_overlap_share``: copy-engine ring exchanges and 16-SM pipelined/bulk
+collectives); a hidden NCCL send/receive (CP ring steps, pipeline sends) the P2P_CHANNELS SMs it
+holds (``p2p_interference``); other hidden communication (NCCL's collectives: DP, EP, TP without
+userbuffers) costs ``overlap_interference`` of its time, as everywhere in srift. Memory (``stage_memory_bytes``) is per stage: bf16 weights, bf16 gradient
 buffers (``GRAD_BYTES``), fp32 master weights and Adam states (sharded over CP x DP under ``zero1``), activations
-of the micro-batches in flight, the loss's fp32 logits on the last stage, and the caching
-allocator's reserve of srift/simulate/memory.py (``with_allocator``), so a layout fits where the
-rest of srift says it does.
+of the micro-batches in flight (a block's input under ``full`` recompute; under ``selective``, less what
+Megatron-Core's recompute modules drop: srift/simulate/recompute.py), the loss's fp32 logits on the last
+stage, and the caching allocator's reserve of srift/simulate/memory.py (``with_allocator``), so a layout
+fits where the rest of srift says it does.
 """
 
 from __future__ import annotations
@@ -61,13 +66,17 @@ from srift.errors import SriftError
 from srift.files import configs_dir, read_json
 from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
-from srift.job import HALF_PRECISIONS, LAYOUT_PARALLELISMS, PIPELINE_SCHEDULES, LayoutRequest
-from srift.perf.fp8 import Fp8Recipe, fp8_times
+from srift.job import (DEFAULT_RECOMPUTE_MODULES, HALF_PRECISIONS, LAYOUT_PARALLELISMS, PIPELINE_SCHEDULES, LayoutRequest,
+                       MoeDispatcher, RecomputeModule)
+from srift.perf.fp8 import Fp8Recipe, fp8_saved_bytes, fp8_times, fp8_weight_cache_bytes
 from srift.perf.compute import kernel_rates, layer_kind, layer_times, load_params as load_compute_params, mma_rate_flops
+from srift.simulate.finetune import LoraSpec, finetune_profile
 from srift.simulate.memory import LOSS_FP32_BYTES, MASTER_BYTES, USABLE_FRACTION, allocator_bytes, fits, with_allocator
-from srift.simulate.moe import (BALANCED_ROUTING, check_ep, expert_memory_bytes, local_expert_params, moe_activation_bytes,
-                                moe_block_shape, moe_block_times)
-from srift.zoo.llm import EXPERTS_PREFIX, DecoderArch, block_params, decoder_profile, dense_mlp_params, params_count
+from srift.simulate.moe import (BALANCED_ROUTING, check_ep, ep_exchange_s, expert_memory_bytes, local_expert_params,
+                                moe_act_bytes, moe_activation_bytes, moe_block_shape, moe_block_times)
+from srift.simulate.recompute import check_modules, leaf_module, module_figures
+from srift.zoo.llm import (EXPERTS_PREFIX, LSE_BYTES, DecoderArch, block_params, decoder_profile, dense_mlp_params,
+                           params_count)
 
 SCHEDULES = PIPELINE_SCHEDULES
 DP_FLAVOURS = LAYOUT_PARALLELISMS
@@ -82,6 +91,22 @@ SEARCH_MICRO_BATCHES = (1, 2, 4, 8)
 SEARCH_VIRTUAL_STAGES = (1, 2, 3, 4, 6, 8, 12)
 SEARCH_CONTEXT = (1, 2, 4, 8, 16, 32)
 SEARCH_EXPERT = (1, 2, 4, 8, 16, 32, 64)  # Megatron-Bridge's MoE recipes run EP 8 to 64
+# Transformer Engine's userbuffers (Megatron's --tp-comm-overlap, NeMo's tp_comm_overlap) overlap
+# each of a block's 10 sequence-parallel collectives with a GEMM. TE's ``initialize_ub`` defaults
+# (transformer_engine 2.8.0, pytorch/module/base.py: num_sm 1 for ring_exchange, 16 otherwise):
+# the 4 ring-exchange ones (forward's 2 all-gathers, backward's 2 gradient all-gathers) move data
+# with the copy engines and hold UB_RING_EXCHANGE_SMS; the 6 pipelined or bulk ones (forward's
+# reduce-scatters, backward's input re-gathers and reduce-scatters) hold UB_PIPELINE_SMS, the GEMM
+# beside them running on the other SMs (``set_sm_margin``). A compute-bound GEMM loses the SMs'
+# share of its rate while the collective runs: a hidden TP second costs ``tp_overlap_share`` of a
+# second, not the NCCL all-reduce interference (``overlap_interference``, fitted on eager DDP runs).
+UB_RING_EXCHANGE_SMS = 1
+UB_PIPELINE_SMS = 16
+UB_RING_EXCHANGE_COLLECTIVES, UB_PIPELINE_COLLECTIVES = 4, 6
+# NCCL runs a send/receive with one peer on NCCL_NCHANNELS_PER_NET_PEER channels (default 2), one
+# CTA, so one SM, each: a hidden ring-attention step or pipeline send holds that share of the SMs
+# (assumed the same for peers on NVLink), not the all-reduce interference.
+P2P_CHANNELS = 2
 # Breakdown keys of a layout's iteration (they add up to it).
 BREAKDOWN_KEYS = ("forward", "backward", "recompute", "exposed_tp", "exposed_cp", "exposed_ep", "exposed_pp", "bubble",
                   "exposed_dp", "comm_interference", "optimizer", "overhead")
@@ -191,6 +216,26 @@ def cp_ring_exposed_s(step_s: float, attention_s: float, cp: int) -> float:
     return (cp - 1) * max(0.0, step_s - attention_s / cp)
 
 
+def tp_overlap_share(sm_count: int) -> float:
+    """Seconds a hidden userbuffers TP collective costs the GEMM beside it, per second it runs: the
+    mean share of the GPU's ``sm_count`` SMs a block's collectives hold (the constants above)."""
+    sms = (UB_RING_EXCHANGE_COLLECTIVES * UB_RING_EXCHANGE_SMS + UB_PIPELINE_COLLECTIVES * UB_PIPELINE_SMS) / \
+        (UB_RING_EXCHANGE_COLLECTIVES + UB_PIPELINE_COLLECTIVES)
+    return sms / sm_count
+
+
+def p2p_interference(gpu: str) -> float:
+    """Seconds per hidden point-to-point second (CP ring steps, pipeline sends): P2P_CHANNELS SMs
+    of the GPU's."""
+    return P2P_CHANNELS / gpu_spec(gpu).sm_count
+
+
+def tp_interference(comm: CommModel, gpu: str, tp_overlap: bool) -> float:
+    """Seconds per hidden TP second: ``tp_overlap_share`` under userbuffers, else NCCL's
+    ``overlap_interference``."""
+    return tp_overlap_share(gpu_spec(gpu).sm_count) if tp_overlap else comm.params.overlap_interference
+
+
 @functools.lru_cache(maxsize=4096)
 def stage_layers(n_layers: int, pp: int) -> tuple[int, ...]:
     """Blocks per stage: as even as possible, with the embedding and the head counted as a block
@@ -239,6 +284,15 @@ class BlockParts:
         local_expert_params: Routed-expert parameters of one (average) block on this rank.
         dispatch_bytes: One MoE block's all-to-all send buffer per rank (srift/simulate/moe.py).
         experts_f_s, experts_b_s: Of ``block_f_s``/``block_b_s``, the routed experts' grouped GEMMs.
+        selective_saved_bytes: Of ``block_act_bytes``, what the ``selective`` policy's recompute
+            modules drop (srift/simulate/recompute.py).
+        selective_f_s: The forward seconds they run again in backward.
+        fp8_weight_bytes: One block's FP8 weight copies on this rank (its GEMMs', experts' included:
+            srift/perf/fp8.py ``fp8_weight_cache_bytes``; 0 without FP8).
+        frozen_base: LoRA: the base weights (embedding, blocks, head, experts) are frozen; only
+            ``local_adapter_params`` per block train (gradients, optimizer, data-parallel reduction).
+        local_adapter_params: One block's LoRA adapter parameters on this rank (in
+            ``local_block_params`` too).
     """
 
     block_f_s: float
@@ -262,12 +316,33 @@ class BlockParts:
     dispatch_bytes: float = 0.0
     experts_f_s: float = 0.0
     experts_b_s: float = 0.0
+    selective_saved_bytes: float = 0.0
+    selective_f_s: float = 0.0
+    fp8_weight_bytes: float = 0.0
+    frozen_base: bool = False
+    local_adapter_params: float = 0.0
+
+    def trainable(self, blocks: int, first: bool, last: bool) -> float:
+        """Parameters that train on a stage of ``blocks`` blocks (with the embedding when ``first``,
+        the head when ``last``), routed experts aside."""
+        if self.frozen_base:
+            return blocks * self.local_adapter_params
+        return (blocks * self.local_block_params + (self.local_embed_params if first else 0.0)
+                + (self.local_head_params if last else 0.0))
+
+    @property
+    def trainable_expert_params(self) -> float:
+        """Routed-expert parameters per block that train (none under LoRA: the experts are frozen)."""
+        return 0.0 if self.frozen_base else self.local_expert_params
 
 
 def split_arch(arch: DecoderArch, tp: int) -> DecoderArch:
     """One TP rank's block: ``heads / t`` query heads, ``max(1, kv_heads / t)`` key/value heads
     (replicated when fewer than t), ``ceil(intermediate / t)`` MLP width, ``ceil(vocab / t)``."""
-    return dataclasses.replace(arch, n_layers=1, heads=arch.heads // tp, kv_heads=max(1, arch.kv_heads // tp),
+    # Megatron-Core builds q, k and v as one column-parallel GEMM (``linear_qkv``): time them fused
+    # (the fused naming's one q + 2 kv wide matmul), not as a narrow k and v GEMM at TP 8.
+    naming = "mpt" if arch.naming == "hf-llama" and not arch.is_mla else arch.naming
+    return dataclasses.replace(arch, n_layers=1, naming=naming, heads=arch.heads // tp, kv_heads=max(1, arch.kv_heads // tp),
                                head_dim=arch.head_dim, intermediate=-(-arch.intermediate // tp),
                                shared_intermediate=-(-arch.shared_intermediate // tp),
                                vocab=-(-arch.vocab // tp), max_seq_len=arch.max_seq_len)
@@ -277,32 +352,42 @@ def split_arch(arch: DecoderArch, tp: int) -> DecoderArch:
 # 100 splits): a smaller LRU cache cycled through would miss on every call.
 @functools.lru_cache(maxsize=32768)
 def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str, gpu: str,
-                ep: int = 1, imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None) -> BlockParts:
+                ep: int = 1, imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None,
+                recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
+                lora: LoraSpec | None = None) -> BlockParts:
     """``BlockParts`` from the compute model on the split shapes (cached).
 
     A mixture of experts (``ep`` expert-parallel ranks, routing ``imbalance``: srift/simulate/moe.py)
     averages a dense block and a MoE block by ``moe_fraction``; the MoE block's routed experts are
     timed at the per-expert row count, not as the profile's aggregate GEMMs. Blocks with a
     sliding attention window (GPT-OSS) are averaged with the full-attention ones likewise. ``fp8``:
-    the blocks' GEMMs in FP8 under that Transformer Engine recipe (srift/perf/fp8.py)."""
+    the blocks' GEMMs in FP8 under that Transformer Engine recipe (srift/perf/fp8.py), which also
+    keeps the inputs of the GEMMs after an activation in FP8; ``recompute_modules``: what the
+    ``selective`` policy recomputes (srift/simulate/recompute.py); ``lora``: the base
+    frozen, LoRA adapters on the fused projections (srift/simulate/finetune.py)."""
+    modules = check_modules(recompute_modules)
     if arch.sliding_window and 0 < arch.sliding_blocks < arch.n_layers:
         share = arch.sliding_blocks / arch.n_layers
         local = block_parts(dataclasses.replace(arch, sliding_every=1), tp, cp, micro_batch, seq_len, precision, gpu,
-                            ep, imbalance, fp8)
+                            ep, imbalance, fp8, modules, lora)
         full = block_parts(dataclasses.replace(arch, sliding_window=0), tp, cp, micro_batch, seq_len, precision, gpu,
-                           ep, imbalance, fp8)
+                           ep, imbalance, fp8, modules, lora)
         return dataclasses.replace(full, **{k: share * getattr(local, k) + (1.0 - share) * getattr(full, k)
-                                            for k in ("block_f_s", "block_b_s", "attention_f_s", "attention_b_s")})
+                                            for k in ("block_f_s", "block_b_s", "attention_f_s", "attention_b_s",
+                                                      "selective_f_s")})
     if not arch.is_moe:
-        return _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8)
+        dense_parts = _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora)
+        return dataclasses.replace(dense_parts, fp8_weight_bytes=(dense_parts.local_block_params * fp8_weight_cache_bytes(fp8)
+                                                                  if fp8 else 0.0))
     frac = arch.moe_blocks / arch.n_layers
     moe_arch = dataclasses.replace(arch, dense_layers=0, moe_every=1)
-    moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8)
+    moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora)
     dense = moe if frac == 1.0 else _block_parts(
         dataclasses.replace(arch, experts=0, experts_per_token=0, expert_intermediate=0, shared_intermediate=0,
                             dense_layers=0, moe_every=1, router_bias=False, shared_gate=False),
-        tp, cp, micro_batch, seq_len, precision, gpu, fp8)
+        tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora)
     e = 2.0 if precision in HALF_PRECISIONS else 4.0
+    kept_e = fp8_saved_bytes(fp8) if fp8 else e
     shape = moe_block_shape(arch, micro_batch * seq_len // (cp * tp), ep, e, imbalance)
     xt = moe_block_times(arch, shape, gpu, precision, None, fp8=fp8)
     # The MoE block's non-expert parameters on this rank: its profile's, less every routed expert.
@@ -315,14 +400,22 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
         moe,
         block_f_s=mix(moe.block_f_s + xt.experts_f_s, dense.block_f_s),
         block_b_s=mix(moe.block_b_s + xt.experts_b_s, dense.block_b_s),
-        block_act_bytes=mix(moe.block_act_bytes + moe_activation_bytes(arch, shape, e), dense.block_act_bytes),
+        block_act_bytes=mix(moe.block_act_bytes + moe_activation_bytes(arch, shape, e, kept_e), dense.block_act_bytes),
+        selective_saved_bytes=mix(moe.selective_saved_bytes + (moe_act_bytes(arch, shape, kept_e) if "moe_act" in modules
+                                                               else 0.0), dense.selective_saved_bytes),
+        selective_f_s=mix(moe.selective_f_s + (xt.act_f_s if "moe_act" in modules else 0.0), dense.selective_f_s),
         local_block_params=mix(moe_local, dense.local_block_params),
+        local_adapter_params=mix(moe.local_adapter_params, dense.local_adapter_params),
         moe_fraction=frac, local_expert_params=frac * local_expert_params(arch, ep),
-        dispatch_bytes=shape.dispatch_bytes, experts_f_s=frac * xt.experts_f_s, experts_b_s=frac * xt.experts_b_s)
+        dispatch_bytes=shape.dispatch_bytes, experts_f_s=frac * xt.experts_f_s, experts_b_s=frac * xt.experts_b_s,
+        fp8_weight_bytes=((mix(moe_local, dense.local_block_params) + frac * local_expert_params(arch, ep))
+                          * fp8_weight_cache_bytes(fp8) if fp8 else 0.0))
 
 
 def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str,
-                 gpu: str, fp8: Fp8Recipe | None = None) -> BlockParts:
+                 gpu: str, fp8: Fp8Recipe | None = None,
+                 modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
+                 lora: LoraSpec | None = None) -> BlockParts:
     """``BlockParts`` of ``arch``'s first block (a MoE block's routed experts left out)."""
     split = split_arch(arch, tp)
     tokens = seq_len // cp
@@ -334,6 +427,15 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
                                       fwd_flops_seq2=l.fwd_flops_seq2 * cp, bwd_flops_seq2=l.bwd_flops_seq2 * cp)
                   if layer_kind(l.type) == "attention" else l for l in prof.layers]
         prof = dataclasses.replace(prof, layers=layers)
+    adapters = 0.0
+    if lora is not None:
+        # Frozen Linears run no weight-gradient GEMM (Transformer Engine skips it for a weight
+        # without requires_grad); one adapter pair per fused projection (NeMo's LoRALinear wraps
+        # linear_qkv, linear_proj, linear_fc1, linear_fc2). The block's norm ahead of its first
+        # adapter runs no backward here (in the model, every block's but the first does: tens of
+        # microseconds).
+        prof, frozen = finetune_profile(prof, lora.job(), fused=True)
+        adapters = float(frozen.trainable_params)
     times = layer_times(prof, gpu, precision)
     fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8) if fp8 else (times.fwd_s, times.bwd_s)
     # Transformer Engine's fused attention (cuDNN) issues the GPU's full-rate tensor-core
@@ -345,6 +447,7 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
     hidden_bytes = micro_batch * tokens * arch.hidden * e
     bf = bb = af = ab = ff = fb = lf = lb = 0.0
     act = first_act = last_act = 0.0
+    leaves = []  # (recompute module, bytes kept, forward seconds) of the block's leaves
     seen_block = False
     for i, layer in enumerate(prof.layers):
         if EXPERTS_PREFIX in layer.name:  # timed per expert by block_parts
@@ -353,6 +456,9 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
         f, b = float(fwd_s[i]), float(bwd_s[i])
         if kind == "attention":
             f, b = f * attention_scale, b * attention_scale
+        if kind == "norm" and layer.params in (arch.hidden, 2 * arch.hidden):
+            # Sequence parallelism: the block's norms (and their residual) run on tokens / t.
+            f, b = f / tp, b / tp
         if layer.unit is not None:
             seen_block = True
             bf, bb = bf + f, bb + b
@@ -363,10 +469,14 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
             # the matmuls whose output width, ``kfac_g_dim``, is the model's).
             if kind == "norm" or (kind == "matmul" and layer.kfac_g_dim == arch.hidden):
                 out /= tp
+            if fp8 and kind == "elementwise":
+                out *= fp8_saved_bytes(fp8) / e  # the next GEMM's FP8 copy of its input is what stays
             # Megatron's fused SwiGLU keeps the gate and up outputs and the product the down
             # projection reads (the activation's own output is recomputed): the elementwise
             # layer's output stands for the product.
             act += out
+            module = leaf_module(layer.name[len(layer.unit) + 1:], kind)
+            leaves.append((module, micro_batch * tokens * split.heads * LSE_BYTES if module == "core_attn" else out, f))
         elif not seen_block:
             ff, fb = ff + f, fb + b
             first_act += layer.activation_bytes / tp if kind == "embedding" else 0.0
@@ -378,8 +488,12 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
     last_act += micro_batch * tokens * split.vocab * LOSS_FP32_BYTES
     embed = arch.vocab * arch.hidden / tp + (arch.max_seq_len * arch.hidden if arch.position == "learned" else 0)
     head = 0.0 if arch.tied_embeddings else arch.vocab * arch.hidden / tp
+    figures = module_figures(leaves)
     return BlockParts(bf, bb, af, ab, ff, fb, lf, lb, act, hidden_bytes / tp, first_act, last_act,
-                      block_params(split), embed, head + arch.hidden, split.kv_width)
+                      block_params(split) + adapters, embed, head + arch.hidden, split.kv_width,
+                      selective_saved_bytes=sum(figures.get(m, (0.0, 0.0))[0] for m in modules),
+                      selective_f_s=sum(figures.get(m, (0.0, 0.0))[1] for m in modules),
+                      frozen_base=lora is not None, local_adapter_params=adapters)
 
 
 @functools.lru_cache(maxsize=32768)
@@ -391,7 +505,7 @@ def scaled_parts(parts: BlockParts, factor: float) -> BlockParts:
 
 
 _SECONDS = ("block_f_s", "block_b_s", "attention_f_s", "attention_b_s", "first_f_s", "first_b_s", "last_f_s", "last_b_s",
-            "experts_f_s", "experts_b_s")
+            "experts_f_s", "experts_b_s", "selective_f_s")
 
 
 @dataclass(frozen=True)
@@ -431,7 +545,8 @@ def load_layout_params(path: str | None = None) -> LayoutParams:
 # ---- memory of one stage ------------------------------------------------------------------------
 def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes: float, in_flight: float,
                        extra_act_bytes: float = 0.0, dp_flavour: str = "zero1", expert_params: float = 0.0,
-                       expert_shard: int = 1) -> dict[str, float]:
+                       expert_shard: int = 1, weight_copy_bytes: float = 0.0,
+                       trainable_params: float | None = None) -> dict[str, float]:
     """Bytes per GPU of one pipeline stage, by kind.
 
     Args:
@@ -445,6 +560,9 @@ def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes
         expert_params: Routed-expert parameters this GPU holds (its ``experts / ep`` of its
             stage's MoE blocks), counted in the weights, gradients and optimizer states.
         expert_shard: Ranks their optimizer states are sharded over (``tp x cp x dp / ep``).
+        weight_copy_bytes: FP8 copies of the stage's weights (srift/perf/fp8.py), in ``weights``.
+        trainable_params: Of ``stage_params``, those that train (LoRA: the adapters; the routed
+            experts frozen too); None: every one.
 
     Returns:
         ``weights`` (bf16), ``gradients`` (GRAD_BYTES buffers), ``optimizer_state`` (fp32
@@ -456,10 +574,13 @@ def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes
     acts = act_per_microbatch_bytes * in_flight + extra_act_bytes
     experts = expert_memory_bytes(expert_params, expert_shard, PARAM_BYTES, GRAD_BYTES, MASTER_BYTES + ADAM_STATE_BYTES,
                                   dp_flavour == "zero1")
+    trains = stage_params if trainable_params is None else trainable_params
+    if trainable_params is not None:  # frozen experts: weights only
+        experts = {"weights": experts["weights"], "gradients": 0.0, "optimizer_state": 0.0}
     return with_allocator({
-        "weights": stage_params * PARAM_BYTES + experts["weights"],
-        "gradients": stage_params * GRAD_BYTES + experts["gradients"],
-        "optimizer_state": stage_params * (MASTER_BYTES + ADAM_STATE_BYTES) / n + experts["optimizer_state"],
+        "weights": stage_params * PARAM_BYTES + experts["weights"] + weight_copy_bytes,
+        "gradients": trains * GRAD_BYTES + experts["gradients"],
+        "optimizer_state": trains * (MASTER_BYTES + ADAM_STATE_BYTES) / n + experts["optimizer_state"],
         "activations": acts,
     })
 
@@ -481,6 +602,7 @@ class LayoutPlan:
         fits: Whether it fits in the GPU's memory.
         tokens_per_s: Tokens per second of the whole job.
         checkpointing: Activation checkpointing policy.
+        recompute_modules: What ``selective`` recomputes (srift/simulate/recompute.py; empty otherwise).
         dp_flavour: ``zero1`` or ``ddp``.
     """
 
@@ -496,6 +618,7 @@ class LayoutPlan:
     checkpointing: str = "none"
     dp_flavour: str = "zero1"
     notes: tuple[str, ...] = field(default=())
+    recompute_modules: tuple[RecomputeModule, ...] = ()
 
 
 def check_layout(arch: DecoderArch, layout: Layout, seq_len: int, gpus_per_node: int) -> str | None:
@@ -538,14 +661,21 @@ def _group_ranks_per_node(gpus_per_node: int, stride: int, size: int, outer_stri
 def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, precision: str = "bf16",
                 checkpointing: str = "none", dp_flavour: str = "zero1", comm: CommModel | None = None,
                 quantile: float = 0.5, tp_overlap: bool = True, compute_factor: float | None = None,
-                imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None) -> LayoutPlan:
+                imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None,
+                recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
+                dispatcher: MoeDispatcher = "alltoall", ep_overlap: bool = False,
+                lora: LoraSpec | None = None) -> LayoutPlan:
     """Predict one iteration of ``arch`` laid out as ``layout`` on ``cluster`` (module docstring).
 
     ``compute_factor`` scales the compute model's seconds (default: the fitted
     ``megatron_compute_factor`` of configs/perf/layouts.json); ``tp_overlap`` overlaps the
     tensor-parallel collectives with the GEMMs (NeMo's performance recipes: ``tp_comm_overlap``);
     ``imbalance`` is a mixture of experts' routing imbalance (srift/simulate/moe.py); ``fp8`` runs
-    the blocks' GEMMs in FP8 under that recipe (srift/perf/fp8.py; ``precision`` stays bf16).
+    the blocks' GEMMs in FP8 under that recipe (srift/perf/fp8.py; ``precision`` stays bf16);
+    ``recompute_modules``: what ``selective`` checkpointing recomputes (srift/simulate/recompute.py);
+    ``dispatcher`` and ``ep_overlap``: a mixture of experts' token dispatcher and whether its
+    all-to-alls overlap another micro-batch's compute (srift/simulate/moe.py).
+    ``lora`` fine-tunes LoRA adapters over the frozen base (``BlockParts.frozen_base``).
 
     Raises:
         SriftError: when the layout does not use the cluster's GPUs or cannot split the model.
@@ -565,10 +695,12 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
                          "choose another --layout, or --layout auto.")
     gpu = cluster.node_groups[0].gpu
     parts = scaled_parts(block_parts(arch, layout.tp, layout.cp, layout.micro_batch, seq_len, precision, gpu,
-                                     layout.ep, imbalance, fp8),
+                                     layout.ep, imbalance, fp8, recompute_modules, lora),
                          load_layout_params().megatron_compute_factor if compute_factor is None else compute_factor)
-    return _plan(arch, cluster, layout, seq_len, precision, checkpointing, dp_flavour, comm, quantile, gpu, parts,
-                 tp_overlap)
+    plan = _plan(arch, cluster, layout, seq_len, precision, checkpointing, dp_flavour, comm, quantile, gpu, parts,
+                 tp_overlap, dispatcher, ep_overlap)
+    return dataclasses.replace(plan, recompute_modules=check_modules(recompute_modules)) if checkpointing == "selective" \
+        else plan
 
 
 @dataclass(frozen=True)
@@ -603,7 +735,9 @@ def block_comm(arch: DecoderArch, comm: CommModel, t: int, c: int, micro_batch: 
     pair = None
     if c > 1:
         crossing = _group_ranks_per_node(g, t, c) < c
-        pair = comm.subgroup(2, 1 if crossing else 2, net_share=(1.0 / t) if crossing else None)
+        # A send between nodes leaves through its own GPU's NICs (a rail: one g-th of the node's
+        # network), however few of the node's GPUs cross at once.
+        pair = comm.subgroup(2, 1 if crossing else 2, net_share=(1.0 / g) if crossing else None)
     return _block_comm(arch, tp_comm, pair, t, c, micro_batch, seq_len, element_bytes, parts, quantile, tp_overlap)
 
 
@@ -640,7 +774,7 @@ def _block_comm(arch: DecoderArch, tp_comm: CommModel | None, pair: CommModel | 
 
 def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, precision: str, checkpointing: str,
           dp_flavour: str, comm: CommModel, quantile: float, gpu: str, parts: BlockParts,
-          tp_overlap: bool = True) -> LayoutPlan:
+          tp_overlap: bool = True, dispatcher: MoeDispatcher = "alltoall", ep_overlap: bool = False) -> LayoutPlan:
     t, p, c, d, v, m = layout.tp, layout.pp, layout.cp, layout.dp, layout.vp, layout.grad_accum
     g = comm.topology.gpus_per_node
     interference = comm.params.overlap_interference
@@ -651,14 +785,17 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     bc = block_comm(arch, comm, t, c, layout.micro_batch, seq_len, e, parts, quantile, tp_overlap)
     tp_f, tp_b_exposed, tp_b_hidden, tp_end = bc.tp_f_s, bc.tp_b_s, bc.tp_hidden_s, bc.tp_end_s
     cp_f, cp_b, cp_hidden, step_f, step_b = bc.cp_f_s, bc.cp_b_s, bc.cp_hidden_s, bc.cp_step_f_s, bc.cp_step_b_s
-    recompute = parts.block_f_s if checkpointing == "full" else (parts.attention_f_s if checkpointing == "selective" else 0.0)
+    recompute = parts.block_f_s if checkpointing == "full" else (parts.selective_f_s if checkpointing == "selective" else 0.0)
     # Expert parallelism: dispatch and combine all-to-alls in the EP group (innermost: up to a
     # node's GPUs over NVLink), exposed, per (average) block: srift/simulate/moe.py.
-    ep_f = ep_b = 0.0
+    ep_f = ep_b = ep_hidden = 0.0
     if layout.ep > 1 and parts.moe_fraction > 0:
-        ep_comm = comm.subgroup(layout.ep, min(layout.ep, g))
-        a2a = float(ep_comm.all_to_all_time_s(parts.dispatch_bytes, quantile))
+        a2a = ep_exchange_s(arch, comm.subgroup(layout.ep, min(layout.ep, g)), layout.ep, g, parts.dispatch_bytes,
+                            quantile, dispatcher)
         ep_f = ep_b = 2.0 * a2a * parts.moe_fraction
+        if ep_overlap:  # beside another micro-batch's forward or backward (Megatron's EP A2A overlap)
+            ep_hidden = min(ep_f + ep_b, parts.block_f_s + parts.block_b_s)
+            ep_f = ep_b = (ep_f + ep_b - ep_hidden) / 2.0
     blk_f = parts.block_f_s + tp_f + cp_f + ep_f
     blk_b = parts.block_b_s + tp_b_exposed + cp_b + ep_b + (recompute + (tp_f + ep_f if checkpointing == "full" else 0.0))
     stage_f, stage_b = [], []
@@ -675,7 +812,7 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     if p > 1:
         act_bytes = tokens * arch.hidden * e / t
         crossing = t * c * p > g  # the pipeline spans nodes: its slowest sends cross the network
-        pair = comm.subgroup(2, 1 if crossing else 2, net_share=min(1.0, t * c / g) if crossing else None)
+        pair = comm.subgroup(2, 1 if crossing else 2, net_share=(1.0 / g) if crossing else None)  # a rail, as CP's
         p2p = float(pair.broadcast_time_s(act_bytes, quantile))
     slot = sf + sb
     if layout.schedule == "interleaved" and p > 1 and v > 1:
@@ -687,13 +824,12 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     idle_slots = (p - 1) / v
     bubble = idle_slots * slot
     # ---- data parallelism after the flush ----
-    stage_params = (n_slow * parts.local_block_params + (parts.local_embed_params if slow == 0 else 0.0)
-                    + (parts.local_head_params if slow == p - 1 else 0.0))
+    stage_params = parts.trainable(n_slow, slow == 0, slow == p - 1)  # what reduces its gradients and steps
     dp_group = c * d
     dp_exposed = dp_hidden = 0.0
     # Routed experts reduce their gradients over the expert data-parallel group instead
     # (tp x cp x dp / ep ranks; ep innermost, so g / ep of them share a node).
-    expert_params = n_slow * parts.local_expert_params
+    expert_params = n_slow * parts.trainable_expert_params
     edp = t * c * d // layout.ep
     groups = []
     if dp_group > 1:
@@ -720,8 +856,8 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     optimizer = ((stage_params / shard + expert_params / expert_shard) * (MASTER_BYTES * 3 + 2 * ADAM_STATE_BYTES)
                  / rates.memory_bytes_per_s)
     overhead = load_compute_params().overhead_s
-    hidden = (tp_b_hidden * n_slow * m + cp_hidden * n_slow * m + hidden_p2p + dp_hidden)
-    interf = interference * hidden
+    interf = (interference * (ep_hidden * n_slow * m + dp_hidden) + p2p_interference(gpu) * (cp_hidden * n_slow * m + hidden_p2p)
+              + tp_interference(comm, gpu, tp_overlap) * tp_b_hidden * n_slow * m)
     breakdown = {
         "forward": m * (sf - n_slow * (tp_f + cp_f + ep_f)),
         "backward": m * (sb - n_slow * (tp_b_exposed + cp_b + ep_b + recompute
@@ -746,7 +882,7 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     gpu_mem = min(gr.gpu_memory_gib if gr.gpu_memory_gib is not None else gpu_spec(gr.gpu).memory_gib
                   for gr in cluster.node_groups)
     comm_s = {"tp": m * n_slow * (tp_f + tp_b_exposed + tp_b_hidden), "cp": m * n_slow * (c - 1) * (step_f + step_b),
-              "ep": m * n_slow * (ep_f + ep_b),
+              "ep": m * n_slow * (ep_f + ep_b + ep_hidden),
               "pp": pipe_p2p + hidden_p2p, "dp": dp_exposed + dp_hidden}
     return LayoutPlan(layout, iteration, breakdown, comm_s, worst[0], worst[1], worst[2], fits(worst[0], gpu_mem),
                       layout.global_batch * seq_len / iteration, checkpointing, dp_flavour)
@@ -852,7 +988,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
                    request: LayoutRequest = LayoutRequest(), dp_flavour: str = "zero1",
                    checkpointing: tuple[str, ...] = ("none", "full"), comm: CommModel | None = None,
                    compute_factor: float | None = None, tp_overlap: bool = True,
-                   imbalance: float = BALANCED_ROUTING) -> LayoutSearch:
+                   imbalance: float = BALANCED_ROUTING, lora: LoraSpec | None = None) -> LayoutSearch:
     """The fastest layout of ``arch`` on ``cluster`` that fits (``request`` fixes any degree).
 
     Every candidate gets a lower bound on its time (the slowest stage's compute, recomputation
@@ -870,26 +1006,29 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     degrees = _degrees(arch, cluster.gpus, g, seq_len, global_batch, request, SEARCH_MICRO_BATCHES)
     # Whatever the layout, each parameter's 16 bytes (bf16 weight and gradient, fp32 master and
     # Adam moments) are spread over at most all the GPUs: below that nothing fits.
-    hopeless = params_count(arch) * (PARAM_BYTES + GRAD_BYTES + MASTER_BYTES + ADAM_STATE_BYTES) / cluster.gpus > cap
+    # (LoRA: the frozen weights' 2 bytes.)
+    per_param = PARAM_BYTES if lora is not None else PARAM_BYTES + GRAD_BYTES + MASTER_BYTES + ADAM_STATE_BYTES
+    hopeless = params_count(arch) * per_param / cluster.gpus > cap
     if hopeless or not degrees:
         return LayoutSearch(None, _most_sharded(arch, cluster, degrees, seq_len, precision, checkpointing[-1], dp_flavour,
-                                                comm, gpu, factor, tp_overlap, imbalance), len(degrees), len(degrees), 0)
+                                                comm, gpu, factor, tp_overlap, imbalance, lora), len(degrees), len(degrees), 0)
     parts_of: dict[tuple[int, int, int, int], BlockParts] = {}
     slot_of: dict[tuple[int, int, int, int], tuple[float, float]] = {}
     e = PARAM_BYTES if precision in HALF_PRECISIONS else 4.0
-    k = comm.params.overlap_interference
+    k_tp = tp_interference(comm, gpu, tp_overlap)
+    k_p2p = p2p_interference(gpu)
     ranked = []
     for t, p, c, d, mb, m, v, ep in degrees:
         key = (t, c, mb, ep)
         parts = parts_of.get(key)
         if parts is None:
-            parts = parts_of[key] = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, imbalance),
-                                                 factor)
+            parts = parts_of[key] = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, imbalance,
+                                                             lora=lora), factor)
             bc = block_comm(arch, comm, t, c, mb, seq_len, e, parts, 0.5, tp_overlap)
             a2a = (4.0 * parts.moe_fraction * float(comm.subgroup(ep, min(ep, g)).all_to_all_time_s(parts.dispatch_bytes))
                    if ep > 1 else 0.0)
             slot_of[key] = (parts.block_f_s + parts.block_b_s + bc.tp_f_s + bc.tp_b_s + bc.cp_f_s + bc.cp_b_s + a2a,
-                            k * (bc.tp_hidden_s + bc.cp_hidden_s))
+                            k_tp * bc.tp_hidden_s + k_p2p * bc.cp_hidden_s)
         blk, hidden = slot_of[key]
         n = max(stage_layers(arch.n_layers, p))
         ranked.append(((m + (p - 1) / v) * n * blk + m * n * hidden, t, p, c, d, mb, m, v, ep))
@@ -914,13 +1053,14 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
         if best is None or plan.iteration_s < best.iteration_s:
             best = plan
     smallest = None if best is not None else _most_sharded(arch, cluster, degrees, seq_len, precision, checkpointing[-1],
-                                                            dp_flavour, comm, gpu, factor, tp_overlap, imbalance)
+                                                            dp_flavour, comm, gpu, factor, tp_overlap, imbalance, lora)
     return LayoutSearch(best, smallest, len(degrees), rejected, simulated)
 
 
 def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: list[Degrees],
                   seq_len: int, precision: str, checkpointing: str, dp_flavour: str, comm: CommModel, gpu: str,
-                  factor: float, tp_overlap: bool, imbalance: float = BALANCED_ROUTING) -> LayoutPlan | None:
+                  factor: float, tp_overlap: bool, imbalance: float = BALANCED_ROUTING,
+                  lora: LoraSpec | None = None) -> LayoutPlan | None:
     """When nothing fits: the plan that needs the least memory among the most model-parallel
     layouts of the smallest micro-batch (what comes closest, for the error)."""
     if not degrees:
@@ -932,7 +1072,7 @@ def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: list[Degrees],
         t, p, c, d, mb, m, v, ep = r
         if t * p * c != top or mb != mb_min:
             continue
-        parts = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, imbalance), factor)
+        parts = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, imbalance, lora=lora), factor)
         mem = _peak_memory_of(arch, p, v, m, c * d, parts, checkpointing, dp_flavour, t * c * d // ep)
         if best is None or mem < best[0]:
             best = (mem, r, parts)
@@ -956,21 +1096,31 @@ def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts
                     dp_flavour: str, expert_shard: int = 1) -> float:
     """``_peak_memory`` of ``p`` stages, ``v`` virtual stages (1: 1F1B), ``m`` micro-batches and
     optimizer states over ``shard`` (CP x DP) ranks (routed experts': ``expert_shard``)."""
-    per_param = PARAM_BYTES + GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / (shard if dp_flavour == "zero1" else 1)
-    per_expert = PARAM_BYTES + GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / (expert_shard if dp_flavour == "zero1" else 1)
+    per_param = GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / (shard if dp_flavour == "zero1" else 1)  # per trained one
+    per_expert = PARAM_BYTES + (0.0 if parts.frozen_base else
+                                GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / (expert_shard if dp_flavour == "zero1" else 1))
     layers = stage_layers(arch.n_layers, p)
     full = checkpointing == "full"
     peak = 0.0
     for i in {0, min(1, p - 1), p - 1}:  # the arithmetic of _stage_memories, without the dicts
         n = layers[i]
-        per_mb = n * (parts.block_input_bytes if full else parts.block_act_bytes) + (parts.first_act_bytes if i == 0 else 0.0)
+        per_mb = n * _kept_block_bytes(parts, checkpointing) + (parts.first_act_bytes if i == 0 else 0.0)
         flight = min(float(m), p - i + (p - 1 - i) / v) if v > 1 and p > 1 else float(min(m, p - i))
         acts = per_mb * flight + (parts.block_act_bytes if full else 0.0) + (parts.last_act_bytes if i == p - 1 else 0.0)
         params_i = (n * parts.local_block_params + (parts.local_embed_params if i == 0 else 0.0)
                     + (parts.local_head_params if i == p - 1 else 0.0))
-        allocated = params_i * per_param + n * parts.local_expert_params * per_expert + acts
+        allocated = (params_i * PARAM_BYTES + parts.trainable(n, i == 0, i == p - 1) * per_param
+                     + n * (parts.local_expert_params * per_expert + parts.fp8_weight_bytes) + acts)
         peak = max(peak, allocated + allocator_bytes(allocated))
     return peak
+
+
+def _kept_block_bytes(parts: BlockParts, checkpointing: str) -> float:
+    """What one block keeps per micro-batch for backward under ``checkpointing``: its input (full),
+    its activations less the selective modules' (selective), or all of them."""
+    if checkpointing == "full":
+        return parts.block_input_bytes
+    return parts.block_act_bytes - (parts.selective_saved_bytes if checkpointing == "selective" else 0.0)
 
 
 def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkpointing: str,
@@ -982,10 +1132,8 @@ def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkp
     layers = stage_layers(arch.n_layers, p)
     for i in (range(p) if stages is None else stages):
         n = layers[i]
-        if checkpointing == "full":
-            per_mb, once = n * parts.block_input_bytes, parts.block_act_bytes
-        else:
-            per_mb, once = n * parts.block_act_bytes, 0.0
+        per_mb = n * _kept_block_bytes(parts, checkpointing)
+        once = parts.block_act_bytes if checkpointing == "full" else 0.0
         if i == 0:
             per_mb += parts.first_act_bytes
         if layout.schedule == "interleaved" and p > 1 and v > 1:
@@ -996,5 +1144,6 @@ def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkp
         params_i = (n * parts.local_block_params + (parts.local_embed_params if i == 0 else 0.0)
                     + (parts.local_head_params if i == p - 1 else 0.0))
         out.append(stage_memory_bytes(params_i, shard, per_mb, flight, extra, dp_flavour, n * parts.local_expert_params,
-                                      layout.tp * layout.cp * layout.dp // layout.ep))
+                                      layout.tp * layout.cp * layout.dp // layout.ep, n * parts.fp8_weight_bytes,
+                                      parts.trainable(n, i == 0, i == p - 1) if parts.frozen_base else None))
     return out

@@ -14,17 +14,40 @@ Per MoE block and micro-batch, each rank:
 - **dispatches** them: an all-to-all in the EP group whose send buffer is ``T x k x hidden x bytes``
   (``(ep - 1) / ep`` of it leaves the GPU under balanced routing), and after the experts
   **combines** them with the same volume back; backward runs both again on the gradients: four
-  all-to-alls per block (``CommModel.all_to_all_time_s``). Megatron-Core's default dispatcher
-  waits for them (the 1F1B all-to-all overlap of newer releases is not modelled): they are exposed;
+  all-to-alls per block (``CommModel.all_to_all_time_s``). The ``alltoall`` dispatcher sends each
+  routed row to its expert's rank; ``flex`` (DeepEP, HybridEP) sends a token once to each other
+  node that holds one of its experts and forwards it there over NVLink (``node_dedup_fraction``).
+  They are exposed, unless the job overlaps them with another micro-batch's compute (Megatron's
+  ``overlap_moe_expert_parallel_comm``: ``plan_layout(ep_overlap=True)``), where what the block's
+  compute covers is hidden and costs the interference every hidden collective does;
 - runs its ``experts / ep`` local experts as a grouped GEMM: each local expert multiplies
   ``T x k x ep / experts`` rows on average (balanced routing), ``imbalance`` times that on the
   busiest rank, whom the others wait for. Each expert's gate, up and down GEMMs are timed by the
   compute model (srift/perf/compute.py) at that row count: efficiency falls as the rows per expert
   shrink;
 - keeps for backward the permuted input rows (``T k x hidden``), the gate and up outputs and their
-  product (``3 x T k x expert_width``), the expert outputs before the combine (``T k x hidden``)
-  and the router's fp32 probabilities (``T x experts``): the dispatch buffers and the active
-  experts' activations.
+  product (``3 x T k x expert_width``) and the router's fp32 probabilities (``T x experts``): the
+  dispatch buffers and the active experts' activations. Megatron-Core multiplies the routing
+  probabilities in the experts' activation (its weighted SwiGLU), so the combine's unpermutation
+  is a plain scatter-add that keeps nothing. FP8 GEMMs keep their FP8 copy of their inputs (the
+  rows, the product) instead of the bf16 one.
+
+Element-wise glue around the experts that Megatron-Core runs as separate memory-bound passes
+(counted from megatron-core 0.16.1, ``transformer/moe/experts.py`` ``TEGroupedMLP`` and
+``fusions/fused_bias_geglu.py``; each applies to any model with the feature):
+
+- a **clamped** gated activation (``DecoderArch.glu_clamp``: GPT-OSS's ``swiglu_limit``, which
+  Megatron-Bridge maps to ``activation_func_clamp_value``): before the fused activation kernel,
+  ``weighted_bias_quick_geglu_impl`` clamps the two halves of the ``rows x 2 width`` gate/up output
+  and concatenates them again (``CLAMP_FWD_PASSES``); backward runs each clamp's masked gradient
+  and the concatenation of the two halves' gradients (``CLAMP_BWD_PASSES``). The clamp runs inside
+  the activation, so ``moe_act`` recompute runs it again;
+- **expert biases** (``"mlp"`` in ``DecoderArch.biases`` of a MoE model: GPT-OSS): the down
+  projection's bias is added weighted by the routing probability after the grouped GEMM,
+  ``TEGroupedMLP._apply_bias``: per local expert ``t + b * p`` with fp32 probabilities (so fp32
+  results), a ``torch.cat`` and a cast back (``EXPERT_BIAS_FWD_BYTES`` per output element); backward
+  casts the gradient, reduces it into the bias and probability gradients and casts it back
+  (``EXPERT_BIAS_BWD_BYTES``).
 
 Routing imbalance: ``BALANCED_ROUTING`` 1.0 is the force-balanced routing of published benchmarks
 (Megatron-Bridge's: "we force-balance the token distribution among experts"); ``REAL_ROUTING``
@@ -43,9 +66,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from srift.job import BALANCED_MOE_IMBALANCE, DEFAULT_MOE_IMBALANCE
+from srift.job import BALANCED_MOE_IMBALANCE, DEFAULT_MOE_IMBALANCE, MOE_DISPATCHERS, MoeDispatcher
 from srift.perf.comm import CommModel
-from srift.perf.compute import kernel_rates, layer_times
+from srift.perf.compute import kernel_rates, layer_kind, layer_times
 from srift.perf.fp8 import Fp8Recipe, fp8_times
 from srift.zoo.llm import DecoderArch, dense_mlp_params, expert_profile
 
@@ -53,6 +76,19 @@ BALANCED_ROUTING = BALANCED_MOE_IMBALANCE
 REAL_ROUTING = DEFAULT_MOE_IMBALANCE  # --moe-imbalance's default (srift/job.py says where it comes from)
 ALL_TO_ALLS_PER_BLOCK = 4  # dispatch and combine, forward and backward
 ROUTER_PROB_BYTES = 4.0  # fp32 router probabilities
+# Element-wise passes over the gate/up output of a clamped gated activation (module docstring),
+# in elements of the ``rows x width`` half, each read or written once: forward two clamps (read and
+# write a half each: 4) and the concatenation (read and write both halves: 4); backward two masked
+# clamp gradients (read gradient and input, write: 6) and the concatenation of their gradients (4).
+CLAMP_FWD_PASSES = 8
+CLAMP_BWD_PASSES = 10
+# Bytes per element of the ``rows x hidden`` down-projection output that ``_apply_bias`` moves:
+# forward ``b * p`` (write fp32: 4), ``t + b p`` (read bf16 and fp32, write fp32: 10), cat (read and
+# write fp32: 8), cast (read fp32, write bf16: 6); backward the cast's gradient (read 2, write 4),
+# the bias gradient ``sum(g p)`` and the probability gradient ``sum(g b)`` (each writes and reads
+# an fp32 product after reading the gradient: 12 each) and the cast back to bf16 (read 4, write 2).
+EXPERT_BIAS_FWD_BYTES = 28.0
+EXPERT_BIAS_BWD_BYTES = 36.0
 
 
 @dataclass(frozen=True)
@@ -69,6 +105,9 @@ class MoeBlockShape:
         expert_gemms: ``(rows, in, out)`` of each local expert's gate, up and down GEMMs.
         permute_bytes: Bytes the token permutations around the experts read and write, per pass
             (forward; backward moves the same gradients): ``permute_traffic_bytes``.
+        glue_f_bytes, glue_b_bytes: Bytes the element-wise glue of a clamped activation and of
+            expert biases moves forward and backward (``expert_glue_bytes``).
+        clamp_f_bytes: Of ``glue_f_bytes``, the clamp's (inside the activation: recomputed with it).
     """
 
     tokens: int
@@ -79,6 +118,9 @@ class MoeBlockShape:
     dispatch_off_gpu_bytes: float
     expert_gemms: tuple[tuple[int, int, int], ...]
     permute_bytes: float = 0.0
+    glue_f_bytes: float = 0.0
+    glue_b_bytes: float = 0.0
+    clamp_f_bytes: float = 0.0
 
 
 def check_ep(arch: DecoderArch, ep: int, tp_cp_dp: int) -> str | None:
@@ -111,9 +153,26 @@ def moe_block_shape(arch: DecoderArch, tokens: int, ep: int, element_bytes: floa
     rows = max(1, math.ceil(routed * (imbalance if ep > 1 else 1.0) / local))
     size = float(routed * arch.hidden * element_bytes)
     w, d = arch.expert_intermediate, arch.hidden
+    clamp_f, glue_f, glue_b = expert_glue_bytes(arch, rows * local, element_bytes)
     return MoeBlockShape(tokens, routed, local, rows, size, size * (ep - 1) / ep,
                          ((rows, d, w), (rows, d, w), (rows, w, d)),
-                         permute_traffic_bytes(tokens, routed, rows * local, d, ep, element_bytes))
+                         permute_traffic_bytes(tokens, routed, rows * local, d, ep, element_bytes),
+                         glue_f, glue_b, clamp_f)
+
+
+def expert_glue_bytes(arch: DecoderArch, rows: int, element_bytes: float) -> tuple[float, float, float]:
+    """Bytes Megatron-Core's separate element-wise passes around ``rows`` expert rows move on one
+    rank (module docstring): ``(clamp forward, all forward, all backward)``. A clamped activation
+    (``arch.glu_clamp``) costs ``CLAMP_*_PASSES`` over ``rows x expert width`` elements of
+    ``element_bytes``; expert biases (``"mlp"`` in ``arch.biases``) cost ``EXPERT_BIAS_*_BYTES`` per
+    element of the ``rows x hidden`` output. Zero for a model with neither."""
+    half = float(rows * arch.expert_intermediate * element_bytes)
+    clamp_f = CLAMP_FWD_PASSES * half if arch.glu_clamp > 0 else 0.0
+    clamp_b = CLAMP_BWD_PASSES * half if arch.glu_clamp > 0 else 0.0
+    out = float(rows * arch.hidden)
+    bias_f = EXPERT_BIAS_FWD_BYTES * out if "mlp" in arch.biases else 0.0
+    bias_b = EXPERT_BIAS_BWD_BYTES * out if "mlp" in arch.biases else 0.0
+    return clamp_f, clamp_f + bias_f, clamp_b + bias_b
 
 
 def permute_traffic_bytes(tokens: int, routed_rows: int, received_rows: int, hidden: int, ep: int,
@@ -138,6 +197,8 @@ class MoeBlockTimes:
             token permutations around them (``permute_traffic_bytes``).
         all_to_all_s: One dispatch (or combine) all-to-all.
         exposed_f_s, exposed_b_s: All-to-alls forward (dispatch, combine) and backward (both again).
+        act_f_s: Of ``experts_f_s``, the local experts' activation (what ``moe_act`` recompute
+            runs again).
     """
 
     experts_f_s: float
@@ -145,6 +206,7 @@ class MoeBlockTimes:
     all_to_all_s: float
     exposed_f_s: float
     exposed_b_s: float
+    act_f_s: float = 0.0
 
 
 def moe_block_times(arch: DecoderArch, shape: MoeBlockShape, gpu: str, precision: str,
@@ -154,21 +216,61 @@ def moe_block_times(arch: DecoderArch, shape: MoeBlockShape, gpu: str, precision
     prof = expert_profile(arch, shape.rows_per_expert, precision)
     times = layer_times(prof, gpu, precision)
     fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8) if fp8 else (times.fwd_s, times.bwd_s)
-    permute_s = shape.permute_bytes / kernel_rates(gpu, precision).memory_bytes_per_s
-    f = float(fwd_s.sum()) * shape.local_experts + permute_s
-    b = float(bwd_s.sum()) * shape.local_experts + permute_s
+    mem_rate = kernel_rates(gpu, precision).memory_bytes_per_s
+    permute_s = shape.permute_bytes / mem_rate
+    f = float(fwd_s.sum()) * shape.local_experts + permute_s + shape.glue_f_bytes / mem_rate
+    b = float(bwd_s.sum()) * shape.local_experts + permute_s + shape.glue_b_bytes / mem_rate
     a2a = float(ep_comm.all_to_all_time_s(shape.dispatch_bytes, quantile)) if ep_comm is not None else 0.0
-    return MoeBlockTimes(f, b, a2a, 2.0 * a2a, 2.0 * a2a)
+    act_s = sum(float(fwd_s[i]) for i, layer in enumerate(prof.layers) if layer_kind(layer.type) == "elementwise")
+    return MoeBlockTimes(f, b, a2a, 2.0 * a2a, 2.0 * a2a, act_s * shape.local_experts + shape.clamp_f_bytes / mem_rate)
 
 
-def moe_activation_bytes(arch: DecoderArch, shape: MoeBlockShape, element_bytes: float) -> float:
+def node_dedup_fraction(arch: DecoderArch, ep: int, gpus_per_node: int) -> float:
+    """Share of the cross-node bytes of an all-to-all dispatch that a ``flex`` dispatcher (DeepEP,
+    HybridEP) still sends over the network: it sends a token once to each other node holding one
+    of its ``k`` experts (then forwards it over NVLink), not once per expert. With the experts of an
+    EP group spread over ``N = ep / gpus_per_node`` nodes and routed uniformly (balanced routing),
+    a token reaches ``(N - 1) (1 - (1 - 1 / N)^k)`` other nodes on average, against
+    ``k (N - 1) / N`` rows the ``alltoall`` dispatcher sends. 1 within a node."""
+    nodes = ep // gpus_per_node if ep > gpus_per_node else 1
+    if nodes <= 1:
+        return 1.0
+    k = arch.experts_per_token
+    return (nodes - 1) * (1.0 - (1.0 - 1.0 / nodes) ** k) / (k * (nodes - 1) / nodes)
+
+
+def ep_exchange_s(arch: DecoderArch, ep_comm: CommModel, ep: int, gpus_per_node: int, dispatch_bytes: float,
+                  quantile: float = 0.5, dispatcher: MoeDispatcher = "alltoall") -> float:
+    """Seconds of one dispatch (or combine) all-to-all of ``dispatch_bytes`` per rank in an EP group
+    of ``ep`` (``ep_comm``) under ``dispatcher`` (``node_dedup_fraction`` for ``flex``).
+
+    Raises:
+        ValueError: for an unknown dispatcher.
+    """
+    if dispatcher not in MOE_DISPATCHERS:
+        raise ValueError(f"dispatcher must be one of {MOE_DISPATCHERS}, got {dispatcher!r}")
+    share = node_dedup_fraction(arch, ep, gpus_per_node) if dispatcher == "flex" else 1.0
+    return float(ep_comm.all_to_all_time_s(dispatch_bytes, quantile, share))
+
+
+def moe_activation_bytes(arch: DecoderArch, shape: MoeBlockShape, element_bytes: float,
+                         gemm_input_bytes: float | None = None) -> float:
     """What one MoE block keeps for backward per micro-batch on one rank beyond the dense part:
-    permuted input rows, gate/up outputs and their product, expert outputs before the combine
-    (routed rows; ``imbalance`` is not applied: the busiest rank's surplus is the mean's), and
-    the router's fp32 probabilities."""
+    permuted input rows, gate/up outputs and their product (routed rows; ``imbalance`` is not
+    applied: the busiest rank's surplus is the mean's), and the router's fp32 probabilities (module
+    docstring: the probabilities are applied in the activation, the combine keeps nothing). ``gemm_input_bytes``: bytes per element the experts' GEMMs
+    keep their inputs in (the dispatched rows and the product; FP8 GEMMs keep their FP8 copy,
+    srift/perf/fp8.py ``fp8_saved_bytes``; default ``element_bytes``)."""
     rows = shape.routed_rows
-    return (rows * (2 * arch.hidden + 3 * arch.expert_intermediate) * element_bytes
+    kept = element_bytes if gemm_input_bytes is None else gemm_input_bytes
+    return (rows * (2 * arch.expert_intermediate * element_bytes + (arch.hidden + arch.expert_intermediate) * kept)
             + shape.tokens * arch.experts * ROUTER_PROB_BYTES)
+
+
+def moe_act_bytes(arch: DecoderArch, shape: MoeBlockShape, gemm_input_bytes: float) -> float:
+    """Of ``moe_activation_bytes``, the experts' activation product the down projection keeps
+    (``routed rows x expert width``): what Megatron-Core's ``moe_act`` recompute drops."""
+    return float(shape.routed_rows * arch.expert_intermediate * gemm_input_bytes)
 
 
 def local_expert_params(arch: DecoderArch, ep: int) -> int:

@@ -201,6 +201,10 @@ def _moe_arch(model_type: str, data: dict[str, Any], path: Path) -> DecoderArch:
             fields["sliding_window"] = _positive_int(data, "sliding_window", path)
             fields["sliding_every"] = 2
         biases = frozenset({"qkv", "o", "mlp"})  # q/k/v/o and every expert's projections carry biases
+        limit = data.get("swiglu_limit", 0.0)
+        if not isinstance(limit, (int, float)) or isinstance(limit, bool) or not 0 <= limit < 1e6:
+            raise _bad(path, f"'swiglu_limit' must be a non-negative number, got {shown(limit)}")
+        fields["glu_clamp"] = float(limit)
     elif model_type == "deepseek_v3":
         fields["experts"] = _positive_int(data, "n_routed_experts", path)
         moe_width = _positive_int(data, "moe_intermediate_size", path)

@@ -124,6 +124,8 @@ class DecoderArch:
             (0: none); they are the blocks ``i`` with ``i % sliding_every == 0`` (GPT-OSS: 128,
             every other block from the first).
         sliding_every: See ``sliding_window``.
+        glu_clamp: The experts' gated activation clamps its gate input above and its linear input
+            to +-this (GPT-OSS's ``swiglu_limit``, 7.0); 0: no clamp.
     """
 
     name: str
@@ -159,6 +161,7 @@ class DecoderArch:
     attention_sinks: bool = False
     sliding_window: int = 0
     sliding_every: int = 1
+    glu_clamp: float = 0.0
 
     def __post_init__(self) -> None:
         for key in ("n_layers", "hidden", "heads", "kv_heads", "intermediate", "vocab", "max_seq_len"):
@@ -193,6 +196,8 @@ class DecoderArch:
         if self.experts and not (0 < self.experts_per_token <= self.experts and self.expert_intermediate > 0):
             raise _arch_error(self.name, f"a mixture of {self.experts} experts needs 1 to {self.experts} experts per "
                                          f"token and an expert width, got {self.experts_per_token} and {self.expert_intermediate}")
+        if not isinstance(self.glu_clamp, (int, float)) or isinstance(self.glu_clamp, bool) or not self.glu_clamp >= 0:
+            raise _arch_error(self.name, f"'glu_clamp' must be a non-negative number, got {self.glu_clamp!r}")
         if self.experts and self.mlp != "swiglu":
             raise _arch_error(self.name, "srift models SwiGLU experts only")
         if self.kv_lora_rank and not 0 < self.qk_rope_head_dim < self.head_dim:
@@ -433,6 +438,13 @@ _NAMING = {
         q="", k="", v="", qkv="attn.c_attn", core="attn.sdpa", o="attn.c_proj", norm_2="ln_2", gate="",
         up="mlp.c_fc", act="mlp.act", down="mlp.c_proj", final_norm="transformer.ln_f", head="lm_head"),
 }
+# Leaf names (after the block's prefix) that srift/simulate/recompute.py tells Megatron-Core's
+# recompute modules apart by: the block's two norms, a dense MLP's projections and activation,
+# MLA's up-projections and the shared experts.
+BLOCK_NORM_NAMES = frozenset(n for nm in _NAMING.values() for n in (nm.norm_1, nm.norm_2))
+MLP_PART_NAMES = frozenset(n for nm in _NAMING.values() for n in (nm.gate, nm.up, nm.act, nm.down) if n)
+MLA_UP_PROJ_NAMES = frozenset(("self_attn.q_b_proj", "self_attn.kv_b_proj"))
+SHARED_EXPERT_PREFIX = "mlp.shared_expert"
 
 
 @dataclass(frozen=True)

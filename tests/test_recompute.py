@@ -1,0 +1,128 @@
+"""Megatron-Core's selective recompute modules, the flex dispatcher's one send per node and the EP
+all-to-all overlap, by hand on a tiny mixture of experts; the benchmark recipes' settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from srift.cluster import Cluster, NodeGroup
+from srift.perf.comm import CommModel
+from srift.perf.fp8 import fp8_saved_bytes
+from srift.simulate.layouts import Layout, block_parts, plan_layout
+from srift.simulate.memory import ALLOCATOR_FACTOR
+from srift.simulate.moe import node_dedup_fraction
+from srift.simulate.recompute import check_modules
+from srift.zoo.llm import DecoderArch
+
+TINY = DecoderArch("tiny-moe", n_layers=2, hidden=64, heads=4, kv_heads=4, intermediate=256, vocab=100, experts=8,
+                   experts_per_token=2, expert_intermediate=32)
+WIDE = DecoderArch("wide-moe", n_layers=2, hidden=1024, heads=8, kv_heads=8, intermediate=256, vocab=100, experts=32,
+                   experts_per_token=4, expert_intermediate=64)  # 32 experts: EP 16 spans two nodes
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def dgx(gpus: int) -> Cluster:
+    return Cluster(f"{gpus} H100", (NodeGroup(count=max(1, gpus // 8), gpus_per_node=min(8, gpus), gpu="H100",
+                                              intra_node="nvswitch4", network_gbps=3200.0, network="infiniband"),))
+
+
+def saved(modules, fp8=None) -> float:
+    return block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, fp8, modules).selective_saved_bytes
+
+
+def test_selective_modules_drop_what_they_name_by_hand():
+    # 128 tokens, hidden 64, bf16: the input and pre-MLP norms' outputs
+    assert saved(("layernorm",)) == 2 * 128 * 64 * 2
+    # the experts' activation product: 128 tokens x top-2 rows x width 32
+    assert saved(("moe_act",)) == 128 * 2 * 32 * 2
+    # flash attention keeps beyond its output only the fp32 log-sum-exp per query and head
+    assert saved(("core_attn",)) == 128 * 4 * 4
+    assert saved(("layernorm", "moe_act")) == saved(("layernorm",)) + saved(("moe_act",))
+    # FP8 GEMMs keep their FP8 copy of the product: 1 byte and MXFP8's scale per 32
+    assert saved(("moe_act",), "mxfp8") == 128 * 2 * 32 * (1 + 1 / 32)
+    assert fp8_saved_bytes("tensorwise") == 1.0
+    parts = block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, None, ("layernorm", "moe_act"))
+    assert 0 < parts.selective_f_s < parts.block_f_s
+    # FP8 keeps a rowwise and a columnwise FP8 copy of every block weight, the local experts' included
+    mx = block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, "mxfp8")
+    assert parts.fp8_weight_bytes == 0.0
+    assert mx.fp8_weight_bytes == pytest.approx((mx.local_block_params + 2 * 3 * 64 * 32) * 2 * (1 + 1 / 32))
+    with pytest.raises(ValueError, match="recompute modules"):
+        check_modules(("moe",))
+
+
+def test_selective_plan_keeps_less_and_runs_the_modules_again():
+    lay = Layout(1, 1, 1, 8, micro_batch=1, grad_accum=4, ep=4)
+    modules = ("layernorm", "moe_act")
+    none = plan_layout(TINY, dgx(8), lay, 128, compute_factor=1.0)
+    sel = plan_layout(TINY, dgx(8), lay, 128, checkpointing="selective", compute_factor=1.0, recompute_modules=modules)
+    # one micro-batch in flight (no pipeline), 2 blocks, the allocator's slack on activations
+    assert none.memory_per_gpu_bytes - sel.memory_per_gpu_bytes == pytest.approx(
+        2 * saved(modules) * ALLOCATOR_FACTOR)
+    parts = block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, None, modules)
+    assert sel.breakdown_s["recompute"] == pytest.approx(4 * 2 * parts.selective_f_s)
+    assert sel.recompute_modules == modules and none.recompute_modules == ()
+
+
+def test_flex_dispatcher_sends_a_token_once_per_node_by_hand():
+    assert node_dedup_fraction(TINY, 8, 8) == 1.0  # within a node: nothing to save
+    # 2 nodes, top-2: the other node is hit with probability 1 - (1/2)^2 = 3/4, against 2 x 1/2 rows
+    assert node_dedup_fraction(TINY, 16, 8) == pytest.approx(0.75)
+    # 4 nodes: 3 x (1 - (3/4)^2) = 1.3125 nodes, against 2 x 3/4 = 1.5 rows
+    assert node_dedup_fraction(TINY, 32, 8) == pytest.approx(1.3125 / 1.5)
+    ep = CommModel.for_cluster(dgx(32)).subgroup(32, 8)
+    size = 64e6  # network-bound: the network term scales with the share that crosses
+    full, half = ep.all_to_all_time_s(size), ep.all_to_all_time_s(size, network_fraction=0.5)
+    assert half < full
+    within = Layout(1, 1, 1, 32, micro_batch=1, grad_accum=2, ep=8)
+    assert plan_layout(TINY, dgx(32), within, 128, dispatcher="flex").iteration_s == pytest.approx(
+        plan_layout(TINY, dgx(32), within, 128).iteration_s)  # EP within a node: the same
+    across = Layout(1, 1, 1, 32, micro_batch=1, grad_accum=2, ep=16)
+    assert plan_layout(WIDE, dgx(32), across, 128, dispatcher="flex").breakdown_s["exposed_ep"] < \
+        plan_layout(WIDE, dgx(32), across, 128).breakdown_s["exposed_ep"]
+
+
+def test_ep_overlap_hides_the_all_to_alls_behind_compute():
+    lay = Layout(1, 1, 1, 16, micro_batch=1, grad_accum=4, ep=16)
+    plain = plan_layout(WIDE, dgx(16), lay, 128)
+    over = plan_layout(WIDE, dgx(16), lay, 128, ep_overlap=True)
+    k = CommModel.for_cluster(dgx(16)).params.overlap_interference
+    hidden = plain.breakdown_s["exposed_ep"] - over.breakdown_s["exposed_ep"]
+    assert hidden > 0 and over.comm_s["ep"] == pytest.approx(plain.comm_s["ep"])
+    # what is hidden costs the interference every hidden collective costs
+    assert over.breakdown_s["comm_interference"] - plain.breakdown_s["comm_interference"] == pytest.approx(k * hidden)
+
+
+def test_benchmark_recipes_and_the_runs_fit_at_their_setting():
+    from srift.fitting import moe as mf
+    recipes = mf.load_recipes(DATA)
+    assert recipes[("DeepSeek-V3", "B200", "fp8-mx")] == mf.Recipe(("selective", ("mla_up_proj",)), "flex", False)
+    assert recipes[("Qwen3-235B-A22B", "H100-SXM5-80GB", "fp8-cs")] == mf.Recipe(("none", ()), "alltoall", True)
+    assert recipes[("GPT-OSS-120B", "B200", "bf16")].recompute == ("selective", ("layernorm", "moe_act"))
+    rows, _ = mf.load_rows(DATA)
+    labels = [mf.predict_row(r, recipes)[1] for r in rows.itertuples()]
+    # Every run people ran fits srift's memory model at its recipe's recompute but one: GPT-OSS-120B's
+    # 25.11 H100 run at micro-batch 4 (the newest recipe runs micro-batch 1).
+    assert sum("does not fit" in x for x in labels) == 1
+    assert not any("least that fits" in x for x in labels)  # every row has its recipe
+
+
+def test_auto_checkpointing_on_a_fixed_layout_takes_the_least_recompute_that_fits():
+    from srift.simulate.layout_prediction import LayoutSettings, plan_for
+    from srift.job import LayoutRequest
+    from srift.simulate.recompute import AUTO_LADDER
+    cluster, lay = dgx(8), Layout(1, 1, 1, 8, micro_batch=4, grad_accum=2, ep=8)
+    arch = DecoderArch("mem-moe", n_layers=11, hidden=2048, heads=16, kv_heads=16, intermediate=2048, vocab=1000,
+                       experts=8, experts_per_token=8, expert_intermediate=8192)
+    plans = [plan_layout(arch, cluster, lay, 4096, checkpointing=p, recompute_modules=m or ("core_attn",))
+             for p, m in AUTO_LADDER]
+    # memory falls and recompute grows down the ladder
+    mems = [p.memory_per_gpu_bytes for p in plans]
+    assert mems == sorted(mems, reverse=True) and plans[0].breakdown_s["recompute"] == 0.0
+    first_fit = next(p for p in plans if p.fits)
+    assert not plans[0].fits and first_fit.checkpointing == "selective"  # the experts' activation is what it drops
+    settings = LayoutSettings(LayoutRequest(tp=1, pp=1, cp=1, ep=8), micro_batch=4, global_batch=64)
+    chosen, _ = plan_for(arch, cluster, settings, 4096, "bf16")
+    assert (chosen.checkpointing, chosen.recompute_modules) == (first_fit.checkpointing, first_fit.recompute_modules)
