@@ -2,7 +2,7 @@
 
 Kernels (``kernel`` column):
 
-* ``cholesky_inverse``: ``srift.kfac.layers.damped_inverse`` (``torch.linalg.cholesky`` then
+* ``cholesky_inverse``: ``srift.kfac.layers.damped_inverse`` (``torch.linalg.cholesky_ex`` then
   ``torch.cholesky_inverse`` of ``F + damping I``), exactly what the preconditioner's ``inverse``
   method runs; batched: the same two calls on a ``(batch, n, n)`` stack.
 * ``inv``: ``torch.linalg.inv`` of the damped factor.

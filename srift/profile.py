@@ -133,6 +133,10 @@ class PhaseTimes:
     # mostly DDP's wait for its last all-reduces (exposed communication, which the communication
     # model predicts): part of ``total_s``, left out of the compute model's measured overhead.
     comm_wait_s: float | None = None
+    # Forward + backward of srift's analysed step on the profiled micro-batch and on half of it
+    # (srift/profiling/batch_timing.py): the two points ``Profile.batch_fixed_fraction`` comes from.
+    analysed_s: float | None = None
+    analysed_half_s: float | None = None
 
 
 @dataclass
@@ -150,17 +154,22 @@ class RankMemory:
     max_reserved_bytes: int
 
 
+# Executed attention FLOPs of a causal (decoder) mask relative to the full, non-causal 4 b s^2 h d
+# of QK^T and PV: how srift's profiles count them (zoo LLMs, and fused kernels a script profile sees).
+CAUSAL_FRACTION = 0.5
 TIMING_MODES = ("layers", "step")  # per leaf module, or whole steps (compiled models: leaves untimed)
 
 
 @dataclass
 class AllReduceBucket:
-    """One DDP all-reduce bucket measured through a communication hook."""
+    """One DDP all-reduce bucket measured through a communication hook: ``time_s`` its own time
+    (queueing behind the bucket before it left out), ``ready_to_done_s`` from ready to done."""
 
     rank: int
     index: int
     size_bytes: int
     time_s: float
+    ready_to_done_s: float | None = None
 
 
 COLLECTIVE_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
@@ -251,6 +260,17 @@ class Profile:
 
     # ---- derived totals -------------------------------------------------------------------
     @property
+    def batch_fixed_fraction(self) -> float:
+        """Share of a measured time that does not grow with the batch (per-call costs: launches,
+        dispatch, weight reads), from ``phases.analysed_s`` and ``analysed_half_s`` under
+        ``t(b) = a + c * b``: ``2 * t(B/2) / t(B) - 1``, clipped to [0, 1]; 0 (time proportional
+        to the work) when they were not measured."""
+        full, half = self.phases.analysed_s, self.phases.analysed_half_s
+        if not full or half is None:
+            return 0.0
+        return min(max(2.0 * half / full - 1.0, 0.0), 1.0)
+
+    @property
     def measured(self) -> bool:
         """True when the layers carry measured forward/backward times, or the whole step was timed."""
         return any(layer.fwd_s is not None for layer in self.layers) or (self.timing == "step" and bool(self.phases.total_s))
@@ -293,8 +313,9 @@ class Profile:
         FLOPs, bytes and activations scale linearly with the batch; with the sequence length
         linearly, except the ``*_seq2`` parts, which scale with its square, and the weights' share
         of the bytes (read once in forward, read and gradient-written in backward: ``grad_bytes``
-        and twice that), which does not scale. Measured times scale like the layer's FLOPs (a
-        first-order estimate; the compute model refines it).
+        and twice that), which does not scale. A measured time keeps its fixed share
+        (``batch_fixed_fraction``: per-call costs) and scales the rest like the layer's FLOPs:
+        ``t' = t * (f + (1 - f) * FLOP ratio)``; the optimizer and collectives do not scale.
 
         Raises:
             SriftError: for a non-positive size, or a seq_len on a profile without one.
@@ -324,12 +345,17 @@ class Profile:
             fixed = min(total, weights)
             return (total - fixed) * rb * rs + fixed
 
+        fixed_share = self.batch_fixed_fraction
+
+        def timed(work_ratio: float) -> float:  # measured-time ratio for a work ratio (fixed share kept)
+            return fixed_share + (1.0 - fixed_share) * work_ratio
+
         layers = []
         for layer in self.layers:
             fwd = scale(layer.fwd_flops, layer.fwd_flops_seq2)
             bwd = scale(layer.bwd_flops, layer.bwd_flops_seq2)
-            fr = fwd / layer.fwd_flops if layer.fwd_flops else rb * rs
-            br = bwd / layer.bwd_flops if layer.bwd_flops else rb * rs
+            fr = timed(fwd / layer.fwd_flops if layer.fwd_flops else rb * rs)
+            br = timed(bwd / layer.bwd_flops if layer.bwd_flops else rb * rs)
             layers.append(
                 dataclasses.replace(
                     layer,
@@ -372,17 +398,19 @@ class Profile:
 
             fixed = (ph.optimizer_s or 0.0) + (ph.collectives_s or 0.0) + (ph.comm_wait_s or 0.0)
             rest = max(ph.total_s - (ph.data_s or 0.0) - layer_sum(self.layers) - fixed, 0.0)
-            total_s = (data_s or 0.0) + layer_sum(layers) + fixed + rest * ratio_flops
+            total_s = (data_s or 0.0) + layer_sum(layers) + fixed + rest * timed(ratio_flops)
         phases = dataclasses.replace(
             ph,
             data_s=data_s,
-            forward_s=None if ph.forward_s is None else ph.forward_s * ratio_flops,
-            backward_s=None if ph.backward_s is None else ph.backward_s * ratio_flops,
+            forward_s=None if ph.forward_s is None else ph.forward_s * timed(ratio_flops),
+            backward_s=None if ph.backward_s is None else ph.backward_s * timed(ratio_flops),
             total_s=total_s,
             total_s_std=None if ph.total_s_std is None or ph.total_s is None or total_s is None
             else ph.total_s_std * total_s / max(ph.total_s, 1e-30),
             total_s_unhooked=None if ph.total_s_unhooked is None or ph.total_s is None or total_s is None
             else ph.total_s_unhooked * total_s / max(ph.total_s, 1e-30),
+            # The same fixed seconds are a smaller (larger) share of a larger (smaller) batch's time.
+            **self._rescaled_analysed(timed(ratio_flops)),
         )
         return dataclasses.replace(
             self,
@@ -393,6 +421,16 @@ class Profile:
             input_bytes_per_sample=self.input_bytes_per_sample * rs,
             notes=self.notes + [f"rescaled from batch {self.batch_size}, seq_len {s_old}"],
         )
+
+    def _rescaled_analysed(self, time_ratio: float) -> dict[str, float | None]:
+        """``analysed_s`` and ``analysed_half_s`` at a batch whose time is ``time_ratio`` times this
+        one's, keeping the fixed seconds ``a`` (``t(B/2) = (t(B) + a) / 2``)."""
+        ph = self.phases
+        if not ph.analysed_s or ph.analysed_half_s is None:
+            return {}
+        fixed_s = self.batch_fixed_fraction * ph.analysed_s
+        full = ph.analysed_s * time_ratio
+        return {"analysed_s": full, "analysed_half_s": (full + fixed_s) / 2.0}
 
     # ---- serialization --------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -644,7 +682,9 @@ def _bucket(item: Any, index: int, source: str) -> AllReduceBucket:
     return AllReduceBucket(_int(item["rank"], f"{where}.rank", source, MAX_GPUS),
                            _int(item["index"], f"{where}.index", source, MAX_LAYERS),
                            _int(item["size_bytes"], f"{where}.size_bytes", source, MAX_LAYER_BYTES),
-                           _num(item["time_s"], f"{where}.time_s", source, MAX_LAYER_S))
+                           _num(item["time_s"], f"{where}.time_s", source, MAX_LAYER_S),
+                           None if item.get("ready_to_done_s") is None
+                           else _num(item["ready_to_done_s"], f"{where}.ready_to_done_s", source, MAX_LAYER_S))
 
 
 def _rank_memory(item: Any, index: int, source: str) -> RankMemory:

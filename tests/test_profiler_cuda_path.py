@@ -290,6 +290,7 @@ def test_reading_each_iteration_one_step_late_keeps_every_measured_step(tmp_path
     prof = result.profile
     assert prof is not None and prof.iterations == 5 and prof.timing == "layers"
     assert prof.phases.total_s_unhooked is not None  # steps 2-3, before the leaf hooks
+    assert (prof.phases.analysed_s or 0) > 0 and (prof.phases.analysed_half_s or 0) > 0  # M6: batch 16 and 8
     assert all(l.fwd_s is not None and l.fwd_s > 0 for l in prof.layers)
 
 

@@ -147,6 +147,7 @@ def test_ddp_under_torchrun_records_allreduce_buckets(tmp_path: Path) -> None:
         sizes = [b.size_bytes for b in prof.allreduce if b.rank == rank]
         assert len(sizes) >= 2 and sum(sizes) == prof.grad_bytes
     assert all(b.time_s > 0 for b in prof.allreduce)
+    assert all(b.ready_to_done_s is not None and b.ready_to_done_s >= b.time_s for b in prof.allreduce)  # M12
     assert [l.name for l in prof.layers][0] == "0"  # leaves named inside the DDP wrapper
     assert prof.phases.comm_wait_s is not None and 0 <= prof.phases.comm_wait_s <= prof.phases.total_s  # M11
 

@@ -20,7 +20,7 @@ def predict(
     model: Optional[str] = MODEL,
     profile: Optional[List[str]] = PROFILES,
     model_config: Optional[str] = MODEL_CONFIG,
-    instance: Optional[str] = typer.Option(None, "--instance", help="TYPE[:COUNT] joined by + (p3.16xlarge:2, g5.xlarge:4+p3.2xlarge:2)."),
+    instance: Optional[str] = typer.Option(None, "--instance", help="TYPE[:COUNT] joined by + (p3.16xlarge:2, g5.xlarge:4+p3.2xlarge:2): COUNT whole instances, all their GPUs (p5.48xlarge:1 is 8 H100s; fewer GPUs: a cluster file)."),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Cluster YAML file."),
     job: Job = JOB,
     spot: bool = typer.Option(False, "--spot", help="Price the instances at spot and include interruptions."),

@@ -159,12 +159,27 @@ class KFACLayer:
             w.grad[rows].copy_(mat.reshape(shape))
 
 
-def damped_inverse(f: torch.Tensor, damp: float) -> torch.Tensor:
+def damped_inverse(f: torch.Tensor, damp: float | torch.Tensor) -> torch.Tensor:
     """``(F + damp I)^-1`` of a symmetric factor by Cholesky: what the ``inverse`` method runs,
-    and what ``srift profile --kfac`` and scripts/measure_kfac_kernels.py time."""
+    and what ``srift profile --kfac`` and scripts/measure_kfac_kernels.py time.
+
+    Raises:
+        torch.linalg.LinAlgError: when ``F + damp I`` is not positive definite.
+    """
+    inv, info = damped_inverse_ex(f, damp)
+    if int(info):
+        raise torch.linalg.LinAlgError(f"the damped factor is not positive definite (Cholesky info {int(info)})")
+    return inv
+
+
+def damped_inverse_ex(f: torch.Tensor, damp: float | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``damped_inverse`` without a host sync (review item P1): the inverse and Cholesky's ``info``
+    (a device tensor, 0 when ``F + damp I`` is positive definite), for the caller to check once
+    for many factors. ``damp`` may be a device tensor (0-dimensional)."""
     m = f.clone()
     m.diagonal().add_(damp)
-    return torch.cholesky_inverse(torch.linalg.cholesky(m))
+    chol, info = torch.linalg.cholesky_ex(m)
+    return torch.cholesky_inverse(chol), info
 
 
 def eigen_decomposition(f: torch.Tensor) -> torch.Tensor:

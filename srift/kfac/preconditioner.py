@@ -34,7 +34,7 @@ from torch import nn
 from srift.job import KFAC_STRATEGIES as STRATEGIES
 from srift.kfac import schedule
 from srift.kfac.distributed import Comm, FusedAllReducer, pack_upper, unpack_upper
-from srift.kfac.layers import KFACLayer, damped_inverse, eigen_decomposition, make_layers, supported
+from srift.kfac.layers import KFACLayer, damped_inverse, damped_inverse_ex, eigen_decomposition, make_layers, supported
 
 Hyper = Union[float, Callable[[int], float]]
 Interval = Union[int, Callable[[int], int]]
@@ -375,7 +375,7 @@ class KFACPreconditioner:
         # (every part of step() is timed).
         world = self.comm.world_size
         new = {key: unpack_upper(flat[key].div(world) if world > 1 else flat[key], dims[key]) for key in self._fixed_keys}
-        if self.grad_scaler is not None and not all(bool(torch.isfinite(f).all()) for f in new.values()):
+        if self.grad_scaler is not None and not bool(torch.stack([torch.isfinite(f).all() for f in new.values()]).all()):
             # An overflow step (the scaler skips the optimizer step): keep the running factors.
             # The reduced factors are the same on every rank, so every rank decides alike.
             self.skipped_factor_updates += 1
@@ -419,18 +419,24 @@ class KFACPreconditioner:
         ``naive``/``mpd``'s fixed-buffer groups (under "G", A and G factors together)."""
         return {"A": self._reducer_a.groups, "G": self._reducer_g.groups}
 
-    def _second_order(self, f: torch.Tensor, damp: float) -> torch.Tensor:
-        """``inverse``: ``(F + damp I)^-1`` (d x d). ``eigen``: eigenvectors with the eigenvalues
-        as an extra last row ((d+1) x d); damping is applied when preconditioning."""
+    def _second_order(self, f: torch.Tensor, damp: torch.Tensor, infos: list[tuple[str, torch.Tensor]],
+                      name: str) -> torch.Tensor:
+        """``inverse``: ``(F + damp I)^-1`` (d x d), its Cholesky ``info`` appended to ``infos``
+        (checked once per step). ``eigen``: eigenvectors with the eigenvalues as an extra last row
+        ((d+1) x d); damping is applied when preconditioning."""
         if self.inverse_method == "eigen":
             return eigen_decomposition(f)
-        return damped_inverse(f, damp)
+        inv, info = damped_inverse_ex(f, damp)
+        infos.append((name, info))
+        return inv
 
-    def _pi_damping(self, layer: KFACLayer, lam: float) -> tuple[float, float]:
+    def _pi_damping(self, layer: KFACLayer, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tikhonov damping split between A and G by pi = sqrt(mean eigenvalue of A / of G), as
+        device tensors (P1: no host sync per layer)."""
         a, g = self.A[layer.name], self.G[layer.name]
-        ta = float(torch.trace(a)) / layer.a_dim
-        tg = float(torch.trace(g)) / layer.g_dim
-        pi = math.sqrt(ta / tg) if ta > 0 and tg > 0 else 1.0
+        ta = torch.trace(a) / layer.a_dim
+        tg = torch.trace(g) / layer.g_dim
+        pi = torch.where((ta > 0) & (tg > 0), torch.sqrt(ta.clamp_min(1e-30) / tg.clamp_min(1e-30)), torch.ones_like(ta))
         return math.sqrt(lam) * pi, math.sqrt(lam) / pi
 
     def _update_inverses(self) -> None:
@@ -440,6 +446,7 @@ class KFACPreconditioner:
         pending = []  # spd: async broadcasts issued while the next inversions run
         deferred = []  # mpd: broadcasts after the whole inversion phase
         t_loop = time.perf_counter()  # the phase: pi-damping, inversions, packing, issuing the broadcasts
+        infos: list[tuple[str, torch.Tensor]] = []
         for i, layer in enumerate(self.layers):
             damp_a, damp_g = self._pi_damping(layer, lam)
             for j, (factors, results, damp, dim) in enumerate((
@@ -448,7 +455,7 @@ class KFACPreconditioner:
             )):
                 owner = self.owners[2 * i + j]
                 if owner in (schedule.LOCAL, rank):
-                    results[layer.name] = self._second_order(factors[layer.name], damp)
+                    results[layer.name] = self._second_order(factors[layer.name], damp, infos, layer.name)
                 if owner == schedule.LOCAL:
                     continue
                 # What is sent (schedule.inverse_message_bytes): the packed upper triangle of a
@@ -463,6 +470,11 @@ class KFACPreconditioner:
                     pending.append((item, self.comm.broadcast(buf, owner, async_op=True)))
                 else:
                     deferred.append(item)
+        failed = torch.stack([info for _, info in infos]).ne(0).tolist() if infos else []  # one host sync
+        if any(failed):
+            bad = [name for (name, _), f in zip(infos, failed) if f]
+            raise torch.linalg.LinAlgError(f"a damped K-FAC factor is not positive definite (layers {', '.join(bad[:5])}"
+                                           f"{', ...' if len(bad) > 5 else ''}); raise the damping")
         t0 = time.perf_counter()
         self.timings["inversion"] += t0 - t_loop
         for item, handle in pending:
@@ -480,7 +492,7 @@ class KFACPreconditioner:
         lr = self._value("lr")
         damping = self._value("damping") if self.inverse_method == "eigen" else 0.0
         updates = []
-        vg_sum = 0.0
+        vg_terms = []  # device scalars (P1: no host sync per layer)
         for layer in self.layers:
             grad = layer.grad_matrix()
             if grad is None:
@@ -493,11 +505,13 @@ class KFACPreconditioner:
                 p = qg @ (v / (torch.outer(dg, da) + damping)) @ qa.t()
             else:
                 p = g_inv @ grad @ a_inv
-            vg_sum += float((p * grad).sum()) * lr * lr
+            vg_terms.append((p * grad).sum())
             updates.append((layer, p))
-        nu = 1.0
-        if self.kl_clip is not None and vg_sum != 0.0:
-            nu = min(1.0, math.sqrt(self._value("kl_clip") / abs(vg_sum)))
+        nu: float | torch.Tensor = 1.0
+        if self.kl_clip is not None and vg_terms:
+            vg_sum = (torch.stack(vg_terms).sum() * (lr * lr)).abs()
+            nu = torch.where(vg_sum > 0, torch.sqrt(self._value("kl_clip") / vg_sum.clamp_min(1e-30)).clamp(max=1.0),
+                             torch.ones_like(vg_sum))
         for layer, p in updates:
             layer.set_grad(p.mul_(nu))
 

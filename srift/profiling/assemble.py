@@ -31,6 +31,7 @@ from srift.job import HALF_PRECISIONS
 from srift.perf.compute import precision_label
 from srift.profile import AllReduceBucket, LayerProfile, PhaseTimes, Profile, RankMemory
 from srift.profiling import fsdp as fsdp_profile
+from srift.profiling.batch_timing import sub_batch, time_full_and_half
 from srift.profiling.flops import analyze_layers
 from srift.profiling.hooks import IterationTimes, LayerTimer, mean_std
 from srift.profiling.kfac_timing import measure_kfac
@@ -55,6 +56,7 @@ class Measurement:
     device: torch.device = torch.device("cpu")  # the model's (the clock's) device
     unhooked_s: list[float] = field(default_factory=list)  # warm-up steps timed without leaf hooks
     peak_memory: list[RankMemory] = field(default_factory=list)
+    other_optimizers: list[torch.optim.Optimizer] = field(default_factory=list)  # timed with the first (M10)
 
 
 def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batch_override: int | None,
@@ -85,10 +87,16 @@ def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batc
     phases = _phases(m.records)
     if m.unhooked_s:
         phases.total_s_unhooked = min(m.unhooked_s)  # the least disturbed: early steps carry warm-up
+    if m.layers is None and m.fsdp is None and m.world_size == 1:  # one process: no collectives to match
+        _time_half_batch(m, phases, notes)
     if m.world_size > 1 and m.fsdp is None:  # DDP: the exposed tail of its all-reduces
         phases.comm_wait_s = mean_std([r.after_backward_s for r in m.records])[0]
         notes.append("measured in a multi-process run: backward carries the all-reduces' contention for the GPU; "
                      "a one-process profile is the better compute source")
+    device = _device(m.clock_kind, m.device)
+    if device["kind"] == "cuda" and device["gpu"] is None:  # C1: say it, not silently structural
+        notes.append(f"GPU '{device['name']}' is not in srift's catalog (configs/gpus.yaml; a variant such as the "
+                     "H100 NVL, or a MIG slice): predictions use this profile's FLOPs and bytes, not its times")
     if m.fsdp is not None:
         layers, precision, sharding = _fsdp_fields(m.fsdp, layers, precision, m.records, notes)
         phases.collectives_s = m.fsdp.blocking_s
@@ -98,9 +106,9 @@ def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batc
         precision=precision,
         layers=layers,
         seq_len=seq_len,
-        device=_device(m.clock_kind, m.device),
+        device=device,
         framework=_versions(),
-        optimizer=_optimizer_info(m.optimizer),
+        optimizer=_optimizer_info([m.optimizer, *m.other_optimizers], m.model),
         phases=phases,
         iterations=len(m.records),
         world_size=m.world_size,
@@ -372,23 +380,38 @@ def _free_gradients(model: torch.nn.Module) -> None:
 def _one_sample(model: torch.nn.Module, timer: LayerTimer) -> tuple[Callable[[], Any], int] | None:
     """The analysed step on the first sample of the captured batch, and the micro-batch it came
     from (None when the batch has one sample or no batch dimension)."""
+    return _first_rows(model, timer, lambda batch: 1)
+
+
+def _first_rows(model: torch.nn.Module, timer: LayerTimer,
+                rows: Callable[[int], int]) -> tuple[Callable[[], Any], int] | None:
+    """The analysed step on the first ``rows(batch)`` samples of the captured batch, and the
+    micro-batch it came from (None when the batch has one sample or no batch dimension)."""
     x = timer.first_input
     if timer.capture is None or x is None or x.dim() == 0 or x.shape[0] < 2:
         return None
     batch = int(x.shape[0])
-
-    def first(obj: Any) -> Any:
-        if isinstance(obj, torch.Tensor):
-            return obj[:1] if obj.dim() > 0 and obj.shape[0] == batch else obj
-        if isinstance(obj, (list, tuple)):
-            return type(obj)(first(o) for o in obj)
-        if isinstance(obj, dict):
-            return {k: first(v) for k, v in obj.items()}
-        return obj
-
     args, kwargs = timer.capture
-    step = _analysis_step(model, timer, (first(args), first(kwargs)))
+    step = _analysis_step(model, timer, (sub_batch(args, batch, rows(batch)), sub_batch(kwargs, batch, rows(batch))))
     return (step, batch) if step is not None else None
+
+
+def _time_half_batch(m: Measurement, phases: PhaseTimes, notes: list[str]) -> None:
+    """Time the analysed step at the micro-batch and at half of it into ``phases`` (M6: how
+    measured times scale to other batch sizes); a note says why not when it cannot."""
+    full = _first_rows(m.model, m.timer, lambda batch: 2 * (batch // 2))  # an odd batch: its first even rows
+    half = _first_rows(m.model, m.timer, lambda batch: batch // 2)
+    if full is None or half is None:
+        notes.append("the micro-batch could not be halved (one sample, or no batch dimension): measured times "
+                     "scale with FLOPs to other batch sizes")
+        return
+    _free_gradients(m.model)
+    try:
+        phases.analysed_s, phases.analysed_half_s = time_full_and_half(m.model, full[0], half[0], m.device)
+    except Exception as exc:  # keep the profile; rescaling falls back to FLOP-proportional times
+        _free_gradients(m.model)
+        notes.append(f"timing the analysed step at half the micro-batch failed ({type(exc).__name__}: {exc}); "
+                     "measured times scale with FLOPs to other batch sizes")
 
 
 def leaf_layers(timer: LayerTimer) -> list[LayerProfile]:
@@ -433,12 +456,16 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _optimizer_info(opt: torch.optim.Optimizer) -> dict[str, Any]:
-    """Optimizer type and its measured state bytes per trainable parameter."""
-    n_params = sum(p.numel() for g in opt.param_groups for p in g["params"]) or 1
+def _optimizer_info(optimizers: list[torch.optim.Optimizer], model: torch.nn.Module) -> dict[str, Any]:
+    """Optimizer type(s) and the measured state bytes per trainable parameter, over every optimizer
+    of the script that updates the model's parameters (M10: Muon + AdamW, one per parameter group)."""
+    mine = {id(p) for p in model.parameters()}
+    used = [o for o in optimizers if any(id(p) in mine for g in o.param_groups for p in g["params"])] or optimizers[:1]
+    n_params = sum(p.numel() for o in used for g in o.param_groups for p in g["params"]) or 1
     state_bytes = 0
-    for st in opt.state.values():
-        for v in st.values():
-            if isinstance(v, torch.Tensor) and v.dim() > 0:  # skip scalar step counters
-                state_bytes += v.numel() * v.element_size()
-    return {"type": type(opt).__name__, "state_bytes_per_param": round(state_bytes / n_params, 3)}
+    for opt in used:
+        for st in opt.state.values():
+            for v in st.values():
+                if isinstance(v, torch.Tensor) and v.dim() > 0:  # skip scalar step counters
+                    state_bytes += v.numel() * v.element_size()
+    return {"type": "+".join(type(o).__name__ for o in used), "state_bytes_per_param": round(state_bytes / n_params, 3)}

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from srift.profile import LayerProfile
+from srift.profile import CAUSAL_FRACTION, LayerProfile
 from srift.profiling.tensors import first_tensor, tensor_bytes
 
 
@@ -47,13 +47,32 @@ class _PhaseFlopCounter(FlopCounterMode):
     def _count_flops(self, func_packet: Any, out: Any, args: Any, kwargs: Any) -> Any:
         # Same as FlopCounterMode._count_flops, plus the backward split, less recomputation.
         if func_packet in self.flop_registry and not (self.recorder is not None and self.recorder.recomputing):
-            n = self.flop_registry[func_packet](*args, **kwargs, out_val=out)
+            n = self.flop_registry[func_packet](*args, **kwargs, out_val=out) * causal_factor(func_packet, args, kwargs)
             in_backward = torch._C._current_graph_task_id() != -1
             for par in set(self.mod_tracker.parents):
                 self.flop_counts[par][func_packet] += n
                 if in_backward:
                     self.bwd_flops[par] += n
         return out
+
+
+def causal_factor(func_packet: Any, args: Any, kwargs: dict[str, Any]) -> float:
+    """``CAUSAL_FRACTION`` for a fused attention kernel (flash, memory-efficient, cuDNN: CUDA's
+    SDPA) called causal, else 1 (review item M16): torch's formulas count the full ``4 b s^2 h d``
+    whatever the mask, while a causal kernel skips the masked half, as srift's LLM profiles count."""
+    if not str(getattr(func_packet, "__name__", "")).startswith(("_scaled_dot_product", "_flash_attention",
+                                                                   "_efficient_attention")):
+        return 1.0
+    try:
+        names = [a.name for a in func_packet.default._schema.arguments]
+    except AttributeError:
+        return 1.0
+    for name, causal in (("is_causal", lambda v: bool(v)), ("custom_mask_type", lambda v: int(v) != 0)):
+        if name in names:
+            i = names.index(name)
+            value = args[i] if i < len(args) else kwargs.get(name)
+            return CAUSAL_FRACTION if value is not None and causal(value) else 1.0
+    return 1.0
 
 
 class _LeafRecorder:

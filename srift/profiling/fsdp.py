@@ -62,6 +62,7 @@ import torch.distributed as dist
 from torch import nn
 
 from srift.profile import LayerProfile, UnitCollective
+from srift.profiling.buckets import cuda_mark
 from srift.profiling.hooks import CudaClock, LayerTimer, WallClock
 
 # Module-name segments FSDP1, activation checkpointing and torch.compile insert.
@@ -373,6 +374,14 @@ class CollectiveTimer:
                 return fut.value()
 
             work.get_future().then(done)
+        elif work is not None:
+            # Asynchronous on CUDA (explicit prefetch, ``unshard(async_op=True)``; M13): the end mark
+            # goes in the future's callback, whose stream waits for NCCL, not right after the enqueue.
+            def done_cuda(fut: Any) -> Any:
+                entry[5] = cuda_mark()
+                return fut.value()
+
+            work.get_future().then(done_cuda)
         else:
             entry[5] = self.clock.mark()
             if isinstance(self.clock, WallClock):  # it blocked the training thread

@@ -161,6 +161,8 @@ class _Pending:
     root_bwd: list[tuple[Any, Any]] = field(default_factory=list)  # (root output's gradient, pass end)
     opt_start: Any = None
     opt_end: Any = None
+    other_opt: list[tuple[Any, Any]] = field(default_factory=list)  # (start, end) of the script's other optimizers
+    other_start: Any = None
     start: Any = None  # the iteration's start and end marks (set by the runner)
     end: Any = None
     measured: bool = False
@@ -422,6 +424,16 @@ class LayerTimer:
     def optimizer_end(self) -> None:
         self.pending.opt_end = self.clock.mark()
 
+    def other_optimizer_start(self) -> None:
+        """Another optimizer of the script steps (M10: Muon + AdamW, a GAN's two): its time is
+        optimizer time of the iteration it falls in."""
+        self.pending.other_start = self.clock.mark()
+
+    def other_optimizer_end(self) -> None:
+        if self.pending.other_start is not None:
+            self.pending.other_opt.append((self.pending.other_start, self.clock.mark()))
+            self.pending.other_start = None
+
     # ---- per iteration ----------------------------------------------------------------------
     def close_iteration(self, start: Any, end: Any, measured: bool) -> _Pending:
         """Close the iteration that just stepped (``start``/``end``: its clock marks); its marks,
@@ -480,6 +492,7 @@ class LayerTimer:
         after_s = el(last_end, pend.opt_start) if last_end is not None and pend.opt_start is not None else 0.0
         forward_s = sum(el(a, b) for a, b in pend.root_fwd)
         opt_s = el(pend.opt_start, pend.opt_end) if pend.opt_start is not None and pend.opt_end is not None else 0.0
+        opt_s += sum(el(a, b) for a, b in pend.other_opt)
         data_s = el(pend.start, pend.root_fwd[0][0]) if pend.root_fwd else 0.0
         total_s = el(pend.start, pend.end)
         recompute_s = sum(el(a, b) for a, b in pend.recompute)

@@ -125,6 +125,7 @@ class _Session:
         self.iters = iters
         self.finder = ModelFinder()
         self.optimizer: torch.optim.Optimizer | None = None
+        self.other_optimizers: list[torch.optim.Optimizer] = []  # the script's other optimizers (M10)
         self.root: torch.nn.Module | None = None
         self.model: torch.nn.Module | None = None
         self.timer: LayerTimer | None = None
@@ -169,8 +170,13 @@ class _Session:
         if self.optimizer is None:
             self.optimizer = opt
             self._attach(opt)
-        if opt is self.optimizer and self.timer is not None:
-            self.timer.optimizer_start()
+        if self.timer is not None:
+            if opt is self.optimizer:
+                self.timer.optimizer_start()
+            else:
+                self.timer.other_optimizer_start()
+                if all(o is not opt for o in self.other_optimizers):
+                    self.other_optimizers.append(opt)
 
     def _attach(self, opt: torch.optim.Optimizer) -> None:
         root = self.finder.choose(opt)
@@ -220,7 +226,11 @@ class _Session:
         self.fsdp.gather()
 
     def post_step(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if not self._ours() or opt is not self.optimizer:
+        if not self._ours():
+            return
+        if opt is not self.optimizer:  # the iteration ends at the first optimizer's step
+            if self.timer is not None and not hooks_off():
+                self.timer.other_optimizer_end()
             return
         if self.stops:
             self.stop_again()
@@ -611,7 +621,8 @@ def _finish(session: _Session, stopped: bool, name: str, out_path: Path, batch_o
     session.timer.remove()
     if session.clock.kind == "cuda" and not session.peak_memory and world == 1:  # the script ended by itself
         session._read_memory()
-    measured = Measurement(name=name, model=session.model, optimizer=session.optimizer, timer=session.timer,
+    measured = Measurement(name=name, model=session.model, optimizer=session.optimizer,
+                           other_optimizers=session.other_optimizers, timer=session.timer,
                            clock_kind=session.clock.kind, records=session.records, warmup=session.warmup,
                            world_size=world, buckets=buckets, layers=layers, fsdp=fsdp_measured,
                            device=session.clock.device, unhooked_s=session.unhooked_s, peak_memory=session.peak_memory)

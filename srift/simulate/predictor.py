@@ -34,7 +34,7 @@ from srift.perf.accuracy import (
 )
 from srift.perf.coverage import Coverage, sharded_coverage
 from srift.perf.comm import CommModel
-from srift.perf.compute import LayerTimes
+from srift.perf.compute import LayerTimes, measured_gpu
 from srift.profile import Profile
 from srift.simulate.kfac import KfacPlan
 from srift.simulate.loader import InputLoader, image_side_px
@@ -186,7 +186,8 @@ class Predictor:
                                if plan.memory.state != "fits" else None),
             batch_split=[BatchShare(g.label, g.gpu, b * accum, g.gpus) for g, b in zip(groups, batches)],
             spot=spot_expectation(cluster, state_bytes, throughput, cost),
-            notes=(self._notes(crit.times, plan.kfac) + self._finetune_notes() + comm.assumptions()
+            notes=(self._notes(crit.times, plan.kfac) + unknown_gpu_notes(self.workload.base) + self._finetune_notes()
+                   + comm.assumptions()
                    + self.loader.input_notes(loader, inputs, gpu_s)),
             typical_error_pct=error_pct,
             typical_error_basis=error_basis,
@@ -260,6 +261,16 @@ class Predictor:
             notes.append("K-FAC kernels from the profile's measured times (srift profile --kfac)" if kfac.measured_kernels
                          else f"K-FAC kernels ({kfac.inverse_method}): {kfac.kernels.basis} (docs/kfac.md)")
         return notes
+
+
+def unknown_gpu_notes(profile: Profile) -> list[str]:
+    """Say so when a profile's times were measured on a GPU srift does not know (review item C1: a
+    variant such as the H100 NVL, a MIG slice): they are not used, the model predicts compute."""
+    dev = profile.device or {}
+    if not profile.measured or dev.get("kind") != "cuda" or measured_gpu(profile) is not None:
+        return []
+    return [f"times measured on '{dev.get('name')}', a GPU srift does not know (configs/gpus.yaml): not used, "
+            "compute predicted from the profile's FLOPs and bytes"]
 
 
 def job_with_profile_defaults(job: Job, profile: Profile) -> Job:

@@ -50,7 +50,7 @@ import srift
 from srift.errors import SriftError
 from srift.files import read_yaml
 from srift.job import PRECISIONS
-from srift.profile import LayerProfile, Profile
+from srift.profile import CAUSAL_FRACTION, LayerProfile, Profile
 from srift.files import configs_dir
 
 SCHEMA = "srift.zoo.llm/v1"
@@ -60,8 +60,6 @@ POSITION_KINDS = ("rope", "alibi", "learned")
 BIAS_PARTS = ("qkv", "o", "mlp", "norm")
 NAMINGS = ("hf-llama", "mpt", "hf-gpt2")
 
-# Executed attention FLOPs relative to the full (non-causal) 4 b s^2 h d of QK^T and PV.
-CAUSAL_FRACTION = 0.5
 # Flash-attention backward: recomputed QK^T, then dV, dP, dQ, dK: five matmuls against two.
 ATTENTION_BWD_OVER_FWD = 2.5
 

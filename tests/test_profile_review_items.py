@@ -1,0 +1,198 @@
+"""Review items of issue #28 (../shared/reviews/cuda-path.md) that a CPU can check by hand: C1
+(a GPU srift does not know), M10 (several optimizers)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from srift.cluster import cluster_from_dict
+from srift.job import Job
+from srift.simulate import predict
+from srift.testing import measured_profile
+
+
+def _one_gpu(gpu: str):
+    return cluster_from_dict({"name": "one", "node_groups": [{"count": 1, "gpus_per_node": 1, "gpu": gpu,
+                                                             "intra_node": "pcie4", "network_gbps": 0}]})
+
+
+def test_times_from_a_gpu_srift_does_not_know_are_said_to_be_unused() -> None:
+    """C1: an H100 NVL (or a MIG slice) is no GPU of the catalog; its measured profile is predicted
+    from FLOPs and bytes, and the prediction says so instead of passing it silently as structural."""
+    nvl = measured_profile([4096], gpu="H100")
+    nvl.device = {"name": "NVIDIA H100 NVL", "kind": "cuda", "gpu": None}
+    notes = predict(nvl, _one_gpu("H100"), Job(batch_size=8)).notes
+    assert any("'NVIDIA H100 NVL', a GPU srift does not know" in n for n in notes)
+    known = predict(measured_profile([4096], gpu="H100"), _one_gpu("H100"), Job(batch_size=8)).notes
+    assert not any("does not know" in n for n in known) and "compute anchored on measured times" in known
+
+
+TWO_OPTIMIZERS = """
+import time, torch
+from torch import nn
+torch.manual_seed(0)
+torch.set_num_threads(1)
+
+class SlowAdamW(torch.optim.AdamW):  # a second optimizer whose step takes at least 20 ms
+    def step(self, closure=None):
+        time.sleep(0.02)
+        return super().step(closure)
+
+net = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
+first = torch.optim.SGD(net[0].parameters(), lr=0.01, momentum=0.9)
+second = SlowAdamW(net[2].parameters(), lr=0.01)
+for step in range(40):
+    loss = net(torch.randn(16, 32)).square().mean()
+    loss.backward()
+    first.step()
+    second.step()
+    first.zero_grad()
+    second.zero_grad()
+"""
+
+
+@pytest.mark.slow
+def test_every_optimizer_of_the_script_is_timed_and_sized(tmp_path: Path) -> None:
+    """M10: SGD with momentum (4 state bytes per parameter) on the first Linear (32 x 64 + 64 = 2112
+    parameters), AdamW (8 bytes) on the second (64 x 10 + 10 = 650): (4 x 2112 + 8 x 650) / 2762 =
+    4.941 bytes per parameter; the second's 20 ms sleep is optimizer time of every iteration."""
+    from srift.profiling import runner
+
+    script = tmp_path / "train.py"
+    script.write_text(TWO_OPTIMIZERS)
+    prof = runner.profile_script(script, [], warmup=4, iters=4, output=tmp_path / "p.yaml", show_progress=False).profile
+    assert prof is not None
+    assert prof.optimizer["type"] == "SGD+SlowAdamW"
+    assert prof.optimizer["state_bytes_per_param"] == pytest.approx((4 * 2112 + 8 * 650) / 2762, abs=1e-3)
+    assert (prof.phases.optimizer_s or 0.0) >= 0.02
+
+
+def test_a_bucket_queued_behind_another_counts_only_its_own_all_reduce() -> None:
+    """M12: buckets ready at 0, 1 and 2 ms finish at 5, 8 and 9 ms on one communication stream: the
+    second waited for the first until 5 ms, so its own time is 8 - 5 = 3 ms (7 ms ready to done),
+    the third's 9 - 8 = 1 ms; a bucket ready after the previous one finished keeps its whole time."""
+    pytest.importorskip("torch")
+    from srift.profiling.buckets import own_times
+
+    assert own_times([0.0, 1.0, 2.0], [5.0, 8.0, 9.0]) == [5.0, 3.0, 1.0]
+    assert own_times([0.0, 6.0], [5.0, 8.0]) == [5.0, 2.0]
+
+
+def test_bucket_times_survive_the_file() -> None:
+    from srift.profile import AllReduceBucket, Profile
+
+    prof = measured_profile([4096], gpu="T4")
+    prof.allreduce = [AllReduceBucket(0, 0, 4096, 0.003, 0.007), AllReduceBucket(0, 1, 4096, 0.002)]
+    assert Profile.from_dict(prof.to_dict()).allreduce == prof.allreduce
+
+
+def test_an_asynchronous_fsdp_collective_on_cuda_ends_when_its_work_completes(monkeypatch) -> None:
+    """M13: FSDP2's explicit prefetch (``unshard(async_op=True)``) returns a Work; on CUDA its end
+    mark is recorded in the Work's future callback (whose stream waits for NCCL), not at enqueue.
+    Run with a real asynchronous collective (gloo, one process) and the CUDA clock's marks shimmed."""
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    from srift.profiling import fsdp
+
+    class Marks:  # the CUDA clock's interface: marks and the seconds between them
+        kind = "cuda"
+
+        def __init__(self) -> None:
+            self.n = 0
+
+        def mark(self) -> str:
+            self.n += 1
+            return f"mark {self.n}"
+
+    monkeypatch.setattr(fsdp, "cuda_mark", lambda: "completed")
+    timer = fsdp.CollectiveTimer.__new__(fsdp.CollectiveTimer)
+    timer.clock, timer._current = Marks(), []  # type: ignore[assignment]
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        work = timer.timed("blocks.0", "all_gather", 64, lambda: dist.all_reduce(torch.ones(16), async_op=True))
+        work.wait()
+        for _ in range(500):  # gloo runs the future's callbacks on its own thread, just after completing it
+            if timer._current[0][5] is not None:
+                break
+            time.sleep(0.01)
+    finally:
+        dist.destroy_process_group()
+    assert timer._current[0][4] == "mark 1" and timer._current[0][5] == "completed"
+
+
+def _host_reads_per_step(width: int, layers: int, method: str) -> int:
+    """Tensor-to-host reads (item, float, bool, tolist) in one K-FAC ``step()`` of an MLP."""
+    torch = pytest.importorskip("torch")
+    from torch import nn
+    from torch.overrides import TorchFunctionMode
+
+    from srift.kfac import KFACPreconditioner
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(width, width) for _ in range(layers)])
+    pre = KFACPreconditioner(model, inverse_method=method, fusion_profile_steps=1)
+    reads = {"n": 0}
+    host = {torch.Tensor.item, torch.Tensor.__float__, torch.Tensor.__bool__, torch.Tensor.tolist, torch.Tensor.__int__}
+
+    class Count(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            reads["n"] += func in host
+            return func(*args, **(kwargs or {}))
+
+    for step in range(3):  # counted once the fusion is planned (step 1)
+        model(torch.randn(16, width)).square().mean().backward()
+        if step == 2:
+            with Count():
+                pre.step()
+        else:
+            pre.step()
+        model.zero_grad()
+    return reads["n"]
+
+
+@pytest.mark.parametrize("method", ["inverse", "eigen"])
+def test_a_kfac_step_reads_the_device_a_fixed_number_of_times(method: str) -> None:
+    """P1: pi-damping's traces, the KL-clip sum and Cholesky's check stay on the device: the host
+    reads of a step do not grow with the layers (they were 3 per layer: 2 traces, 1 KL-clip sum)."""
+    assert _host_reads_per_step(8, 2, method) == _host_reads_per_step(8, 6, method) <= 1
+
+
+def test_a_factor_that_is_not_positive_definite_still_raises() -> None:
+    """P1 moved Cholesky's check to once per step; a damped factor that is not positive definite
+    (-I + 0.5 I) still raises, and a positive definite one inverts exactly ((2 I + I)^-1 = I / 3)."""
+    torch = pytest.importorskip("torch")
+    from srift.kfac.layers import damped_inverse, damped_inverse_ex
+
+    with pytest.raises(torch.linalg.LinAlgError):
+        damped_inverse(-torch.eye(3), 0.5)
+    inv, info = damped_inverse_ex(2 * torch.eye(3), torch.tensor(1.0))
+    assert int(info) == 0 and torch.allclose(inv, torch.eye(3) / 3)
+
+
+def test_a_causal_fused_attention_kernel_counts_half_its_flops() -> None:
+    """M16: CUDA's SDPA kernels (flash, memory-efficient, cuDNN) called causal run half of
+    QK^T and PV; torch's formula counts 4 b h s^2 d = 4 x 2 x 4 x 128^2 x 64 = 33,554,432 FLOPs
+    for them whatever the mask. srift counts 16,777,216 when causal, as its LLM profiles do."""
+    torch = pytest.importorskip("torch")
+    from srift.profiling.flops import _PhaseFlopCounter
+
+    aten = torch.ops.aten
+    q = torch.empty(2, 4, 128, 64, device="meta")
+    out = (torch.empty(2, 4, 128, 64, device="meta"),)
+
+    def counted(packet, args, kwargs) -> float:
+        counter = _PhaseFlopCounter()
+        counter._count_flops(packet, out, args, kwargs)
+        return float(sum(counter.flop_counts["Global"].values()))
+
+    assert counted(aten._scaled_dot_product_flash_attention, (q, q, q), {}) == 33_554_432
+    assert counted(aten._scaled_dot_product_flash_attention, (q, q, q, 0.0, True), {}) == 16_777_216
+    assert counted(aten._scaled_dot_product_efficient_attention, (q, q, q, None, False), {"is_causal": True}) == 16_777_216
+    # custom_mask_type 1 is the memory-efficient kernel's causal mask.
+    qkv = (q.transpose(1, 2),) * 3 + (None,) * 5 + (0.0,)
+    full = counted(aten._efficient_attention_forward, qkv + (0,), {})
+    assert full > 0 and counted(aten._efficient_attention_forward, qkv + (1,), {}) == full / 2
