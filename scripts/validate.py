@@ -494,7 +494,8 @@ def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str, b
     def figures(df: pd.DataFrame) -> dict:
         out = {"rows": int(len(df)), "fit": round(validation.mape(df["pred"], df[meas_col]), 1),
                "logo": round(validation.mape(df["logo"], df[meas_col]), 1), "lomo": round(validation.mape(df["lomo"], df[meas_col]), 1),
-               "bias_pct": round(float(((df["pred"] - df[meas_col]) / df[meas_col]).mean() * 100.0), 1)}
+               # + 0.0: a bias that rounds to zero is 0, not -0.
+               "bias_pct": round(float(((df["pred"] - df[meas_col]) / df[meas_col]).mean() * 100.0), 1) + 0.0}
         for col in ("lono", "loso"):
             if col in df:
                 out[col] = round(validation.mape(df[col], df[meas_col]), 1)

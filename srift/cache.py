@@ -8,6 +8,7 @@ process (a notebook, a benchmark) from growing without limit.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
@@ -47,6 +48,47 @@ class BoundedCache(Generic[K, V]):
 
     def clear(self) -> None:
         """Forget every entry (a test or a refit that changes what the entries were made from)."""
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class ObjectMemo(Generic[V]):
+    """A memo of values derived from an object that is not hashable (a Profile) and is never changed
+    once made: keyed by the object's identity and a hashable ``key``. Each entry holds a weak
+    reference that must still point at the same object (an id can come back for another object
+    once the first is freed). At most ``size`` entries, emptied when full.
+
+    Args:
+        size: Entries kept before the memo starts over.
+
+    Raises:
+        ValueError: for a size below 1.
+    """
+
+    __slots__ = ("_entries", "size")
+
+    def __init__(self, size: int = CACHE_ENTRIES) -> None:
+        if size < 1:
+            raise ValueError(f"cache size must be at least 1, got {size}")
+        self._entries: dict[tuple[int, Hashable], tuple[weakref.ref, V]] = {}
+        self.size = size
+
+    def get(self, obj: object, key: Hashable, make: Callable[[], V]) -> V:
+        """The value for ``(obj, key)``, made by ``make()`` on a miss."""
+        k = (id(obj), key)
+        hit = self._entries.get(k)
+        if hit is not None and hit[0]() is obj:
+            return hit[1]
+        value = make()
+        if len(self._entries) >= self.size:
+            self._entries.clear()
+        self._entries[k] = (weakref.ref(obj), value)
+        return value
+
+    def clear(self) -> None:
+        """Forget every entry."""
         self._entries.clear()
 
     def __len__(self) -> int:

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
 from srift.bounds import (
-    MAX_BATCH_SIZE, MAX_DATASET_SIZE, MAX_EPOCHS, MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM, MAX_KFAC_INTERVAL, MAX_LORA_RANK,
-    MAX_MOE_IMBALANCE, MAX_PARALLEL_DEGREE, MAX_SAMPLES, MAX_SEQ_LEN, MAX_STEPS, MAX_TOKENS, require,
+    MAX_BATCH_SIZE, MAX_BUCKET_CAP_MB, MAX_DATASET_SIZE, MAX_EPOCHS, MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM,
+    MAX_KFAC_INTERVAL, MAX_LORA_RANK, MAX_MOE_IMBALANCE, MAX_PARALLEL_DEGREE, MAX_SAMPLES, MAX_SEQ_LEN, MAX_STEPS,
+    MAX_TOKENS, require,
 )
 from srift.errors import SriftError
 
@@ -87,9 +88,12 @@ MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = get_args(MoeDispatcher)
 DEFAULT_RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = ("core_attn",)
 Auto = Literal["auto"]
 AUTO: Auto = "auto"
-# The dtype gradients are reduce-scattered (all-reduced) in: FSDP MixedPrecision's reduce_dtype.
-ReduceDtype = Literal["fp32", "bf16"]
+# The dtype gradients are reduce-scattered (all-reduced) in: FSDP MixedPrecision's reduce_dtype;
+# under DDP, fp32 unless a comm hook compresses them (fp16_compress_hook, bf16_compress_hook) or the
+# parameters themselves are half (apex AMP O2 keeps fp16 weights and gradients).
+ReduceDtype = Literal["fp32", "bf16", "fp16"]
 REDUCE_DTYPES: tuple[ReduceDtype, ...] = get_args(ReduceDtype)
+REDUCE_BYTES_PER_ELEMENT: dict[ReduceDtype, int] = {"fp32": 4, "bf16": 2, "fp16": 2}  # bytes per gradient element reduced
 # Data parallelism of a job with a --layout (srift/simulate/layouts.py): zero1 is Megatron's
 # distributed optimizer (gradients reduce-scattered, optimizer states sharded), ddp all-reduces.
 LayoutParallelism = Literal["zero1", "ddp"]
@@ -381,8 +385,13 @@ class Job:
         activation_checkpointing: One of CHECKPOINTING, or ``auto`` (with ``parallelism``).
         grad_accum: Micro-batches of ``batch_size`` per optimizer step (gradient accumulation):
             one iteration is one optimizer step of ``batch_size x grad_accum`` samples per GPU.
-        reduce_dtype: Gradient reduction dtype of sharded jobs (FSDP MixedPrecision
-            ``reduce_dtype``): ``fp32`` (torchtitan's and Composer's default) or ``bf16``.
+        reduce_dtype: Gradient reduction dtype (FSDP MixedPrecision ``reduce_dtype``; DDP's
+            all-reduce): ``fp32`` (torchtitan's and Composer's default, and DDP's under autocast),
+            ``bf16`` or ``fp16`` (a DDP compression hook, or apex AMP O2's half gradients).
+        bucket_cap_mb: DDP's ``bucket_cap_mb``: gradients per all-reduce bucket, MiB (PyTorch's
+            default 25). A cap above the model's gradients makes one all-reduce after backward,
+            nothing of it hidden (apex DDP with a large ``message_size``; a flat all-reduce after
+            accumulation).
         fused_loss: The loss is a fused cross-entropy kernel (flash-attn's, llm-foundry's
             default; Liger's) that keeps no fp32 copy of the logits; False: PyTorch's
             ``cross_entropy`` on upcast logits (Hugging Face, torchtitan). Memory only.
@@ -425,6 +434,7 @@ class Job:
     activation_checkpointing: Checkpointing | Auto = AUTO
     grad_accum: int = 1
     reduce_dtype: ReduceDtype = "fp32"
+    bucket_cap_mb: float = 25.0
     fused_loss: bool = False
     data_loading: DataLoading | None = None
     finetune: FinetuneMode | None = None
@@ -469,6 +479,8 @@ class Job:
         require_choice(self.activation_checkpointing, (*CHECKPOINTING, AUTO), "activation checkpointing",
                        "--activation-checkpointing")
         require_choice(self.reduce_dtype, REDUCE_DTYPES, "reduce dtype", "--reduce-dtype")
+        require(self.bucket_cap_mb, "--bucket-cap-mb", 0.0, MAX_BUCKET_CAP_MB, low_open=True,
+                hint=f"pass --bucket-cap-mb above 0, at most {MAX_BUCKET_CAP_MB:,}.")
         if self.finetune is not None:
             require_choice(self.finetune, FINETUNE_MODES, "fine-tuning mode", "--finetune")
             if self.precision is None:

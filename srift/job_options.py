@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from srift.bounds import (
-    MAX_BATCH_SIZE, MAX_DATASET_SIZE, MAX_EPOCHS, MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM, MAX_KFAC_INTERVAL, MAX_LORA_RANK,
-    MAX_MOE_IMBALANCE, MAX_PARALLEL_DEGREE, MAX_SAMPLES, MAX_SEQ_LEN, MAX_STEPS, MAX_TOKENS,
+    MAX_BATCH_SIZE, MAX_BUCKET_CAP_MB, MAX_DATASET_SIZE, MAX_EPOCHS, MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM,
+    MAX_KFAC_INTERVAL, MAX_LORA_RANK, MAX_MOE_IMBALANCE, MAX_PARALLEL_DEGREE, MAX_SAMPLES, MAX_SEQ_LEN, MAX_STEPS,
+    MAX_TOKENS,
 )
 from srift.errors import one_of
 from srift.job import (
@@ -137,8 +138,11 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("activation_checkpointing", "str", AUTO, f"{one_of((*CHECKPOINTING, AUTO))} (per transformer block; "
               "selective: torchtitan's per-op policy; with --layout, Megatron-Core's attention-core recompute, and auto tries "
               "its norm/expert-activation modules before full).", choices=(*CHECKPOINTING, AUTO)),
-    JobOption("reduce_dtype", "str", "fp32", f"{one_of(REDUCE_DTYPES)}: dtype sharded jobs reduce gradients in (FSDP "
-              "MixedPrecision reduce_dtype).", choices=REDUCE_DTYPES),
+    JobOption("reduce_dtype", "str", "fp32", f"{one_of(REDUCE_DTYPES)}: dtype gradients are reduced in (FSDP "
+              "MixedPrecision reduce_dtype; DDP: fp32 under autocast, half with a compression hook or apex AMP O2).",
+              choices=REDUCE_DTYPES),
+    JobOption("bucket_cap_mb", "float", 25.0, "DDP's gradient bucket cap, MiB (above the model's gradients: one "
+              "all-reduce after backward, none of it hidden).", high=MAX_BUCKET_CAP_MB),
     JobOption("fused_loss", "bool", False, "The loss is a fused cross-entropy kernel (flash-attn, llm-foundry, Liger) "
               "that keeps no fp32 copy of the logits (memory).", negative_flag="--plain-loss"),
     JobOption("optimizer", "str", "sgd", f"{one_of(OPTIMIZERS)} (sgd: any first-order optimizer, the state the profile "

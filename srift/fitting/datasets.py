@@ -34,7 +34,7 @@ import dataclasses
 import json
 import re
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -42,7 +42,7 @@ import yaml
 
 from srift.catalog import get_instance
 from srift.hardware import find_gpu, gpu as gpu_spec
-from srift.job import TF32
+from srift.job import AMP, REDUCE_BYTES_PER_ELEMENT, TF32, ReduceDtype
 from srift.profile import Profile
 
 # Dataset model names -> (zoo profile name, sequence length). Only what maps honestly: the Lambda
@@ -358,6 +358,19 @@ MLM_HEAD_LAYERS: dict[str, tuple[str, ...]] = {"bert-base": ("cls_transform", "c
 # positions" (max 20 of 128 per sequence).
 DLPERF_MODELS = {"resnet50": "resnet50", "bert-base": "bert-base"}
 DLPERF_MLM_POSITIONS = 20
+# NVIDIA DLE BERT pre-training (run_pretraining.py) all-reduces the whole gradient once, after
+# backward: apex DDP with message_size=250000000 elements (one bucket for BERT-base's 110M
+# gradients), or, with --allreduce_post_accumulation (run_pretraining.sh's default), one flat
+# torch.distributed.all_reduce before the optimizer step. Under apex AMP O2 the gradients are fp16
+# (and --allreduce_post_accumulation_fp16, also the script's default, reduces them in fp16).
+DLE_BERT_MESSAGE_ELEMENTS = 250_000_000
+
+
+def dle_bert_allreduce(precision: str) -> dict[str, Any]:
+    """How DLE BERT pre-training all-reduces its gradients (``DLE_BERT_MESSAGE_ELEMENTS``), as a
+    row's ``bucket_cap_mb`` and ``reduce_dtype`` (the Job's)."""
+    dtype: ReduceDtype = "fp16" if precision == AMP else "fp32"
+    return {"bucket_cap_mb": DLE_BERT_MESSAGE_ELEMENTS * REDUCE_BYTES_PER_ELEMENT[dtype] / 2**20, "reduce_dtype": dtype}
 
 
 def load_dlperf(data_dir: Path) -> pd.DataFrame:
@@ -390,6 +403,7 @@ def load_dlperf(data_dir: Path) -> pd.DataFrame:
             "intra_node": "nvlink", "network": "infiniband" if multi else "", "network_gbps": 100.0 if multi else 0.0,
             "network_label": "infiniband-edr" if multi else "", "data_loading": "images" if model == "resnet50" else "synthetic",
             "head_positions": DLPERF_MLM_POSITIONS if model in MLM_HEAD_LAYERS else None,
+            **(dle_bert_allreduce(precision) if model in MLM_HEAD_LAYERS else {}),
             "job": f"{model}/{precision}/{b}/{r['section']}",
         })
     return pd.DataFrame(out)

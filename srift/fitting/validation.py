@@ -85,8 +85,11 @@ def row_cluster(r, n_gpus: int | None = None) -> Cluster:
 def row_job(r) -> Job:
     """The job of a measured row: its per-GPU batch and precision; its ``data_loading`` when the
     source says (ddl-benchmarks: synthetic; DAWNBench: JPEGs), else synthetic: the other sources
-    are throughput benchmarks, predicted without an input pipeline as before."""
-    return Job(batch_size=int(r.batch_per_gpu), precision=r.precision, data_loading=_given(r, "data_loading") or "synthetic")
+    are throughput benchmarks, predicted without an input pipeline as before; its recipe's
+    gradient all-reduce (``bucket_cap_mb``, ``reduce_dtype``) when the source's code states one."""
+    extra: dict[str, Any] = {k: v for k in ("bucket_cap_mb", "reduce_dtype") if (v := _given(r, k)) is not None}
+    return Job(batch_size=int(r.batch_per_gpu), precision=r.precision, data_loading=_given(r, "data_loading") or "synthetic",
+               **extra)
 
 
 SIMULATED = ["pred", "ideal", "hidden"]

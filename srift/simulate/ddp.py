@@ -37,11 +37,22 @@ class BucketLayout:
     starts: np.ndarray
 
 
-def bucket_layout(profile: Profile, cap_bytes: int = BUCKET_CAP_BYTES, first_bytes: int = FIRST_BUCKET_BYTES) -> BucketLayout:
+def bucket_layout(profile: Profile, cap_bytes: int = BUCKET_CAP_BYTES, first_bytes: int = FIRST_BUCKET_BYTES,
+                  reduce_bytes_per_param: int | None = None) -> BucketLayout:
     """Assign the profile's gradients to DDP buckets in gradient-ready order.
 
     DDP's rule (compute_bucket_assignment_by_size): add each gradient to the open bucket; once the
-    bucket reaches its limit it closes; the first limit is 1 MiB, then 25 MiB.
+    bucket reaches its limit it closes; the first limit is 1 MiB (at most the cap), then the cap
+    (25 MiB unless ``bucket_cap_mb`` says otherwise). A cap above all the gradients makes one bucket,
+    all-reduced when backward ends.
+
+    Args:
+        profile: The profile; each layer's ``grad_bytes`` is in its parameters' dtype.
+        cap_bytes: Bucket cap.
+        first_bytes: The first bucket's cap.
+        reduce_bytes_per_param: Bytes per gradient element the all-reduce moves, when at most the
+            parameters' (2: a half-precision comm hook, apex AMP O2's fp16 gradients; 4: fp32);
+            None: the parameters' dtype.
     """
     n = len(profile.layers)
     index = {id(layer): i for i, layer in enumerate(profile.layers)}
@@ -49,11 +60,14 @@ def bucket_layout(profile: Profile, cap_bytes: int = BUCKET_CAP_BYTES, first_byt
     pos: list[int] = []
     starts: list[int] = []
     current = 0.0
-    cap = first_bytes
+    cap = min(first_bytes, cap_bytes)
     for layer in profile.gradient_order():
         if current == 0.0:
             starts.append(len(pos))
-        current += layer.grad_bytes
+        grad = float(layer.grad_bytes)
+        if reduce_bytes_per_param is not None and layer.params > 0:
+            grad = min(grad, float(layer.params * reduce_bytes_per_param))
+        current += grad
         pos.append(n - 1 - index[id(layer)])  # backward visits layers in reverse execution order
         if current >= cap:
             sizes.append(current)

@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from srift.cache import BoundedCache
+from srift.cache import BoundedCache, ObjectMemo
 from srift.errors import SriftError
 from srift.hardware import CPU, find_gpu
-from srift.job import DDP, FP32, HSDP, ZERO2, Job
+from srift.job import DDP, HSDP, REDUCE_BYTES_PER_ELEMENT, ZERO2, Job
 from srift.perf.comm import CommModel
 from srift.perf.compute import KINDS, LayerTimes, layer_arrays, layer_times, measured_gpu
 from srift.profile import Profile
@@ -28,6 +28,18 @@ from srift.simulate.memory import (
     activation_bytes, allocated_parts, compute_param_bytes, memory_breakdown_bytes, sharded_memory_bytes, with_allocator,
 )
 from srift.simulate.sharded import StepInputs, StepTimes, checkpoint_masks, simulate_step, unit_layout
+
+# Pure functions of a profile, memoized across predictors (a fit predicts the same rows' profiles
+# thousands of times; unit_layout memoizes itself): rescaled profiles and DDP bucket layouts.
+# Bounded small: a rescaled LLM profile holds every layer.
+_RESCALED: ObjectMemo[Profile] = ObjectMemo(256)
+_BUCKETS: ObjectMemo[BucketLayout] = ObjectMemo(256)
+
+
+def rescaled(profile: Profile, batch_size: int | None = None, seq_len: int | None = None) -> Profile:
+    """``profile.rescale(batch_size, seq_len)``, memoized."""
+    return _RESCALED.get(profile, (batch_size, seq_len), lambda: profile.rescale(batch_size=batch_size, seq_len=seq_len))
+
 
 STRUCTURAL_COMPUTE_CV = 0.03  # the compute spread of a structural profile (no measured repeats)
 
@@ -114,8 +126,8 @@ class Workload:
     def __init__(self, profile: Profile, job: Job, more_profiles: Sequence[Profile] = (),
                  model_flops_per_token: Callable[[int], float] | None = None) -> None:
         self.job = job
-        self.base = profile.rescale(seq_len=job.seq_len) if job.seq_len is not None else profile
-        self._sources = {k: (p.rescale(seq_len=job.seq_len) if job.seq_len is not None else p)
+        self.base = rescaled(profile, seq_len=job.seq_len) if job.seq_len is not None else profile
+        self._sources = {k: (rescaled(p, seq_len=job.seq_len) if job.seq_len is not None else p)
                          for k, p in measured_sources(profile, more_profiles).items()}
         # Fine-tuning (srift/simulate/finetune.py) transforms each profile after it is rescaled:
         # the weight-sized bytes it adds do not scale with the batch.
@@ -129,7 +141,9 @@ class Workload:
             self.base, self.frozen = finetune_profile(self.base, job)
         self.precision = job.precision or profile.precision
         self.ref_batch = job.batch_size or profile.batch_size
-        self.layout = bucket_layout(self.base)
+        cap, per = int(job.bucket_cap_mb * 2**20), REDUCE_BYTES_PER_ELEMENT[job.reduce_dtype]
+        self.layout = _BUCKETS.get(self.base, (cap, per),
+                                   lambda: bucket_layout(self.base, cap_bytes=cap, reduce_bytes_per_param=per))
         self.bucket_sizes_bytes = self.layout.sizes_bytes
         self.units = unit_layout(self.base)
         self._profiles: BoundedCache[tuple[int, int], Profile] = BoundedCache()
@@ -159,7 +173,7 @@ class Workload:
         src = self._raw_base if source is None else source
 
         def make() -> Profile:
-            p = src.rescale(batch_size=batch)
+            p = rescaled(src, batch_size=batch)
             return finetune_profile(p, self.job)[0] if self._transform else p
         return self._profiles.get((id(src), batch), make)
 
@@ -242,7 +256,7 @@ class Workload:
         def make() -> UnitTimes:
             params = self.units.unit_params
             gathered = self.gathered_unit_bytes()
-            reduced = params * (4.0 if self.job.reduce_dtype == FP32 else 2.0)
+            reduced = params * float(REDUCE_BYTES_PER_ELEMENT[self.job.reduce_dtype])
             shard = comm.within_node() if parallelism == HSDP else comm
             ag = np.asarray(shard.all_gather_time_s(gathered, quantile), dtype=float)
             rs = np.asarray(shard.reduce_scatter_time_s(reduced, quantile), dtype=float)
