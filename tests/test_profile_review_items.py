@@ -1,4 +1,4 @@
-"""Review items of issue #28 (../shared/reviews/cuda-path.md) that a CPU can check by hand: C1
+"""Review items of issue #28 (the CUDA-path review it cites) that a CPU can check by hand: C1
 (a GPU srift does not know), M10 (several optimizers)."""
 
 from __future__ import annotations
