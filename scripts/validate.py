@@ -441,17 +441,17 @@ def layout_group(data: Path) -> None:
     print("  left out: " + "; ".join(f"{n} {why}" for why, n in out.items()))
 
 
-def moe_group(data: Path, table: bool = False) -> None:
+def moe_group(data: Path, table: bool = False) -> dict | None:
     """The MoE group: tokens/s per GPU of Megatron-Core expert-parallel runs (data/moe-training;
     srift.fitting.moe says which rows and why), force-balanced routing as the source ran. Nothing
     is fitted on these rows (the one layout figure comes from dense runs of another source), so
     leave-one-model-out and leave-one-source-out are the plain error; the table splits it by model,
-    GPU, precision, release of the source and where the EP group runs."""
+    GPU, precision, release of the source and where the EP group runs. Returns accuracy.json's group."""
     from srift.fitting import moe as mf
 
     rows, out = mf.load_rows(data)
     if not len(rows):
-        return
+        return None
     meas = rows["value"].to_numpy(float)
     recipes = mf.load_recipes(data)
     got = [mf.predict_row(r, recipes) for r in rows.itertuples()]
@@ -480,6 +480,11 @@ def moe_group(data: Path, table: bool = False) -> None:
     for k in sorted(set(policy)):
         print(f"    {policy.count(k):>3} {k}")
     print("  left out: " + "; ".join(f"{n} {why}" for why, n in out.items()))
+    mape = round(float(np.mean(np.abs(err)) * 100), 1)
+    return {"rows": int(len(rows)), "fit": mape, "lomo": mape, "loso": mape,
+            "bias_pct": round(float(np.mean(meas / pred - 1.0) * 100.0), 1) + 0.0,  # of the time per token, - = too fast
+            "basis": f"Megatron-Core on {', '.join(sorted(set(map(str, rows['gpu']))))}, {rows['zoo'].nunique()} models, "
+                     "force-balanced routing, each with its recipe's recompute and dispatcher"}
 
 
 def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str, basis: dict[str, str],
@@ -519,6 +524,15 @@ def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str, b
     write_json(path, doc)
 
 
+def _write_group(path: Path, name: str, figures: dict) -> None:
+    """Replace one group of accuracy.json, the others as they are."""
+    from srift.files import read_json, write_json
+
+    doc = read_json(path, "validation figures", "re-run scripts/validate.py --write-accuracy.")
+    doc["groups"][name] = figures
+    write_json(path, doc)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=str(ROOT / "data"), help="the measurements (default: the repository's data/)")
@@ -530,7 +544,9 @@ def main() -> None:
     ap.add_argument("--only", choices=("finetune", "layouts"), default=None, help="print one group only")
     args = ap.parse_args()
     if args.moe_only:
-        moe_group(Path(args.data), args.table)
+        moe_figures = moe_group(Path(args.data), args.table)
+        if args.write_accuracy and moe_figures is not None:  # this group alone, the others as they are
+            _write_group(Path(args.write_accuracy), "moe", moe_figures)
         return
     if args.only == "layouts":
         layout_group(Path(args.data))
@@ -538,12 +554,7 @@ def main() -> None:
     if args.only == "finetune":
         figures = finetune_group(Path(args.data))
         if args.write_accuracy:  # this group alone, the others as they are
-            from srift.files import read_json, write_json
-
-            path = Path(args.write_accuracy)
-            doc = read_json(path, "validation figures", "re-run scripts/validate.py --write-accuracy.")
-            doc["groups"]["finetune"] = figures
-            write_json(path, doc)
+            _write_group(Path(args.write_accuracy), "finetune", figures)
         return
     profiles = profile_source(args.profiles_dir)
     rows = datasets.load_rows(Path(args.data))
@@ -697,7 +708,7 @@ def main() -> None:
     sharded_figures = sharded_group(Path(args.data))
     finetune_figures = finetune_group(Path(args.data))
     layout_group(Path(args.data))
-    moe_group(Path(args.data), args.table)
+    moe_figures = moe_group(Path(args.data), args.table)
     if args.write_accuracy:
         write_accuracy(Path(args.write_accuracy),
                        {"single_gpu": single, "one_node": multi, **({"multi_node": nodes} if len(nodes) else {}),
@@ -709,7 +720,8 @@ def main() -> None:
                         "single_gpu_same_gpu": "the same runs on other systems of the same GPU model",
                         "single_gpu_other_gpu": "single-GPU runs anchored on another GPU or precision of the same model",
                         "one_node_same_gpu": "the same system's measured 1-GPU run, scaled by the simulator"},
-                       {"sharded": sharded_figures, "finetune": finetune_figures})
+                       {"sharded": sharded_figures, "finetune": finetune_figures,
+                        **({"moe": moe_figures} if moe_figures is not None else {})})
     shipped = C.load_params()
     print(f"\nProfile measured on another GPU or precision ({len(compute_fit.anchor_pairs(single, 'lomo'))} pairs of one model and "
           f"source; its model held out of the fit), MAPE %:")

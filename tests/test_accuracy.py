@@ -182,3 +182,27 @@ def test_a_row_says_how_far_the_measured_node_counts_reach(monkeypatch, tmp_path
     finally:
         A.load_accuracy.cache_clear()
         A.typical_error.cache_clear()
+
+
+def test_a_layout_quotes_its_own_group_never_below_the_dense_layouts(monkeypatch, tmp_path):
+    from srift.simulate.layout_prediction import _typical_error
+
+    doc = {**TOY, "groups": {**TOY["groups"],
+                             "moe": {"rows": 26, "fit": 20.1, "lomo": 20.1, "loso": 20.1, "basis": "toy MoE runs"},
+                             "finetune": {"rows": 13, "fit": 60.0, "loso": 60.0, "steady_rows": 10, "steady_loso": 14.2}}}
+    _use(monkeypatch, tmp_path, doc)
+    A.moe_typical_error.cache_clear()
+    try:
+        # dense: the larger of the layout group's source- and model-out figures
+        pct, basis = _typical_error(False, False, 5.3, 5.9)
+        assert pct == 5.9 and basis.startswith("largest of leave-one-source- and model-out MAPE")
+        # a mixture of experts quotes the MoE group, LoRA in a layout the NeMo steady-state runs
+        assert _typical_error(True, False, 5.3, 5.9)[0] == 20.1
+        assert "26 expert-parallel runs (toy MoE runs)" in _typical_error(True, False, 5.3, 5.9)[1]
+        assert _typical_error(False, True, 5.3, 5.9)[0] == 14.2
+        # a group validated better than the dense layouts it rests on still quotes the dense figure
+        assert _typical_error(False, True, 5.3, 15.0)[0] == 15.0
+    finally:
+        A.moe_typical_error.cache_clear()
+        A.load_accuracy.cache_clear()
+        A.typical_error.cache_clear()

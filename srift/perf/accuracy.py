@@ -15,7 +15,7 @@ from srift.errors import SriftError
 from srift.files import configs_dir, read_json
 
 SCHEMA = "srift.perf.accuracy/v1"
-GROUPS = ("single_gpu", "one_node", "multi_node", "sharded", "finetune")
+GROUPS = ("single_gpu", "one_node", "multi_node", "sharded", "finetune", "moe")
 
 
 def accuracy_path() -> Path:
@@ -215,3 +215,25 @@ def sharded_typical_error() -> tuple[float | None, str]:
         return None, "sharded training not validated: no figures shipped (scripts/validate.py --write-accuracy)"
     return _figure(g), (f"{_held_words(g)} of tokens/s per GPU over {g['rows']} PyTorch FSDP runs "
                         f"({g.get('basis', 'data/llm-training-throughput')}), scripts/validate.py")
+
+
+@functools.lru_cache(maxsize=1)
+def moe_typical_error() -> tuple[float | None, str]:
+    """The MoE group's figure (a mixture-of-experts layout): the MAPE of tokens/s per GPU over the
+    Megatron-Core expert-parallel runs of data/moe-training (``scripts/validate.py``'s MoE group;
+    nothing fitted on them, so every model and the source are held out), and what it rests on."""
+    g = load_accuracy().get("groups", {}).get("moe")
+    if not g or not g.get("rows"):
+        return None, "mixture of experts not validated: no figures shipped (scripts/validate.py --moe-only --write-accuracy)"
+    return _figure(g), (f"MAPE of tokens/s per GPU over {g['rows']} expert-parallel runs ({g.get('basis', 'data/moe-training')}), "
+                        "out of sample, scripts/validate.py")
+
+
+def layout_finetune_typical_error() -> tuple[float | None, str]:
+    """The figure of fine-tuning inside a Megatron layout: the fine-tuning group's NeMo
+    steady-state runs with the layout factor refitted without their repository (``steady_loso``)."""
+    g = load_accuracy().get("groups", {}).get("finetune")
+    if not g or "steady_loso" not in g:
+        return None, "fine-tuning in a layout not validated: no figures shipped (scripts/validate.py --only finetune --write-accuracy)"
+    return float(g["steady_loso"]), (f"tokens/s per GPU over {int(g.get('steady_rows', 0))} NeMo SFT/LoRA steady-state runs "
+                                     "(layout factor refitted without their repository), scripts/validate.py")

@@ -12,6 +12,7 @@ from srift.cluster import Cluster
 from srift.errors import SriftError
 from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
+from srift.perf.accuracy import layout_finetune_typical_error, moe_typical_error
 from srift.job import (
     AUTO, DEFAULT_RECOMPUTE_MODULES, INTERLEAVED, NO_CHECKPOINTING, ONE_F_ONE_B, ZERO1, Job, LayoutRequest, parse_layout,
     usd_per_million_samples,
@@ -188,9 +189,7 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
                         else "")
                      + f" ({alternative.memory_per_gpu_bytes / 2**30:,.1f} GiB per GPU, {alternative.iteration_s:,.2f} s)")
     state_bytes = params_count(arch) * 16.0 / cluster.nodes
-    basis = ("leave-one-source-out MAPE over the bf16 Megatron runs of data/llm-parallel-layouts (3 sources: NVIDIA "
-             "DGX Cloud H100 tables, the Megatron-LM README's H100 weak scaling, BLOOM-176B on A100)"
-             f"{'' if lomo is None else f'; {lomo:.1f} % leave-one-model-out'}")
+    typical, basis = _typical_error(arch.is_moe, settings.lora is not None, loso, lomo)
     return Prediction(
         cluster=cluster.name, gpus=cluster.gpus, global_batch_size=lay.global_batch,
         iteration_time_s=plan.iteration_s, p90_iteration_time_s=max(plan.iteration_s, p90_plan.iteration_s),
@@ -201,7 +200,7 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
         memory_allocated_bytes=sum(allocated_parts(plan.memory_breakdown_bytes).values()),
         batch_split=[BatchShare(g.label, g.gpu, lay.micro_batch * lay.grad_accum, g.gpus) for g in cluster.node_groups],
         spot=spot_expectation(cluster, state_bytes, throughput, cost), notes=notes,
-        typical_error_pct=float(loso) if isinstance(loso, (int, float)) else None, typical_error_basis=basis,
+        typical_error_pct=typical, typical_error_basis=basis,
         parallelism=plan.dp_flavour, activation_checkpointing=plan.checkpointing, grad_accum=lay.grad_accum,
         micro_batch_size=lay.micro_batch, seq_len=seq_len, throughput_tokens_per_s=tokens,
         tokens_per_s_per_gpu=tokens / cluster.gpus, mfu=tokens * model_flops_per_token / peak,
@@ -231,3 +230,17 @@ def layout_memory_error(cluster: Cluster, pred: Prediction, model: str) -> Srift
         f"{pred.memory_per_gpu_bytes / 2**30:,.1f} GiB per GPU ({largest.replace('_', ' ')}: "
         f"{parts.get(largest, 0.0) / 2**30:,.1f} GiB), and a {cluster.node_groups[0].gpu} has {cap:g} GiB "
         f"({USABLE_FRACTION:.0%} of it usable).", fix + ".")
+
+
+def _typical_error(moe: bool, lora: bool, loso: object, lomo: object) -> tuple[float | None, str]:
+    """The figure a layout prediction quotes: the MoE group's for a mixture of experts, the NeMo
+    fine-tuning runs' for LoRA in a layout, else the dense layout group's largest held-out figure
+    (model or source left out); never below the dense group's, which every layout rests on."""
+    held = [float(v) for v in (loso, lomo) if isinstance(v, (int, float))]
+    dense = max(held) if held else None
+    basis = ("largest of leave-one-source- and model-out MAPE over the bf16 Megatron runs of data/llm-parallel-layouts "
+             "(3 sources: NVIDIA DGX Cloud H100 tables, the Megatron-LM README's H100 weak scaling, BLOOM-176B on A100)")
+    own, own_basis = moe_typical_error() if moe else layout_finetune_typical_error() if lora else (None, "")
+    if own is not None and (dense is None or own >= dense):
+        return own, own_basis
+    return dense, basis
