@@ -34,6 +34,18 @@ ROCE: Final = "roce"
 CLOUDS = ("aws", "gcp", "azure", "lambda")
 
 
+def network_of(value: object) -> Network:
+    """``value`` as a ``Network`` (the narrowing a table or a data row's text needs).
+
+    Raises:
+        ValueError: for anything that is not one of NETWORKS.
+    """
+    for network in NETWORKS:
+        if value == network:
+            return network
+    raise ValueError(f"network must be one of {', '.join(NETWORKS)}, got {value!r}")
+
+
 @dataclass(frozen=True)
 class NodeGroup:
     """``count`` identical nodes.
@@ -76,7 +88,7 @@ class NodeGroup:
     gpu: str
     intra_node: str
     network_gbps: float
-    network: str = ETHERNET  # one of NETWORKS
+    network: Network = ETHERNET
     usd_per_hour: float | None = None
     spot: bool = False
     interruption_per_hour: float = 0.0
@@ -291,7 +303,7 @@ def _group(g: Any, where: str, bad: Callable[[str], SriftError]) -> NodeGroup:
         gpu=canonical,
         intra_node=g["intra_node"],
         network_gbps=float(g["network_gbps"]),
-        network=network,
+        network=network_of(network),
         usd_per_hour=None if g.get("usd_per_hour") is None else float(g["usd_per_hour"]),
         spot=spot,
         interruption_per_hour=float(g.get("interruption_per_hour") or 0.0),

@@ -80,6 +80,25 @@ LOW_BOUNDS: dict[str, float] = {"max_cost_usd": MIN_USD, "max_hours": MIN_HOURS,
 
 
 @dataclass(frozen=True)
+class JobLimits:
+    """The limits a job file sets (None: not set).
+
+    Attributes:
+        max_cost_usd: The most the job may cost, USD.
+        max_hours: The most hours the job may take.
+        max_usd_per_hour: The most the cluster may cost per hour, USD.
+    """
+
+    max_cost_usd: float | None = None
+    max_hours: float | None = None
+    max_usd_per_hour: float | None = None
+
+    def items(self) -> list[tuple[str, float]]:
+        """(LIMITS name, allowed value) of each limit set, in LIMITS order."""
+        return [(name, value) for name in LIMITS if (value := getattr(self, name)) is not None]
+
+
+@dataclass(frozen=True)
 class JobFile:
     """A job file after environment and flag overrides.
 
@@ -90,7 +109,7 @@ class JobFile:
         instance: An instance spec to check, or None for what `srift recommend` would choose.
         spot: Price the instances on spot.
         infra: Where to price it (``--infra`` spelling; ``region: R`` means ``aws/R``).
-        limits: Limit name (one of LIMITS) -> allowed value.
+        limits: The limits to check the job against.
         confidence: Hours and cost limits are met at this quantile.
     """
 
@@ -100,7 +119,7 @@ class JobFile:
     instance: str | None = None
     spot: bool = False
     infra: str = DEFAULT_INFRA
-    limits: dict[str, float] = field(default_factory=dict)
+    limits: JobLimits = field(default_factory=JobLimits)
     confidence: float = DEFAULT_CONFIDENCE
 
 
@@ -231,4 +250,4 @@ def load_jobfile(path: str | None, overrides: Mapping[str, Any] | None = None,
     except SriftError as exc:
         raise SriftError(f"{source}: {exc.message}", "set confidence: 0.9 (or anything from 0.5 to below 1).") from None
     return JobFile(model=values.get("model"), profiles=profiles, job=job, instance=values.get("instance"),
-                   spot=values.get("spot", False), infra=infra, limits=allowed, confidence=confidence)
+                   spot=values.get("spot", False), infra=infra, limits=JobLimits(**allowed), confidence=confidence)

@@ -167,7 +167,7 @@ def test_precedence_flag_over_env_over_file(tmp_path):
     assert load_job(path, env={}).job.batch_size == 64
     assert load_job(path, env={"SRIFT_BATCH_SIZE": "32"}).job.batch_size == 32
     assert load_job(path, {"batch_size": 16}, env={"SRIFT_BATCH_SIZE": "32"}).job.batch_size == 16
-    assert load_job(path, env={"SRIFT_MAX_COST_USD": "5"}).limits["max_cost_usd"] == 5.0
+    assert load_job(path, env={"SRIFT_MAX_COST_USD": "5"}).limits.max_cost_usd == 5.0
     assert load_job(path, env={"SRIFT_SPOT": "true"}).spot is True
 
 

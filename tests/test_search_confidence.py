@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from srift.job import JobLength, JobRun
+from srift.jobfile import JobLimits
 from srift.search import confidence as conf
 from srift.search import search
 from srift.search.limits import Constraints, check_limits
@@ -94,7 +95,7 @@ def test_check_limits_use_the_quantile_for_hours_and_cost_and_the_price_exactly(
     run = JobRun(steps=1000.0, hours=10.0, cost_usd=200.0)
     at = conf.at_confidence(10.0, 20.0, conf.Uncertainty(model=SIGMA, spread=0.0), 0.9)
     q = math.exp(SIGMA * conf.z_of(0.9))  # 1.292
-    rows = {r.limit: r for r in check_limits({"max_hours": 12.0, "max_cost_usd": 300.0, "max_usd_per_hour": 20.0}, run, at, 20.0, True)}
+    rows = {r.limit: r for r in check_limits(JobLimits(max_hours=12.0, max_cost_usd=300.0, max_usd_per_hour=20.0), run, at, 20.0, True)}
     # 10 h passes a 12 h limit at the median but not at 90 % (12.92 h).
     assert rows["max_hours"].predicted == pytest.approx(10 * q) and rows["max_hours"].predicted_p50 == 10.0
     assert not rows["max_hours"].passed and rows["max_hours"].confidence == 0.9

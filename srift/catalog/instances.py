@@ -18,6 +18,7 @@ from srift.bounds import (
 )
 from srift.catalog.spot import BAND_MONTHLY_FREQUENCY
 from srift.catalog.transports import cluster_network, transports
+from srift.cluster import Network
 
 CLOUDS = ("aws", "gcp", "lambda", "azure")
 HOST_ARCHES = ("x86_64", "arm64")
@@ -115,7 +116,7 @@ class Instance:
         return FLAG_SUSPECT_PRICE in self.flags
 
     @property
-    def cluster_network(self) -> str:
+    def cluster_network(self) -> Network:
         """The cluster-file ``network`` class of the transport (``ethernet``, ``efa``, ``infiniband``)."""
         return cluster_network(self.transport)
 

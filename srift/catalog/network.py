@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from srift.catalog.transports import network_config, cluster_network, transports
+from srift.cluster import Network
 from srift.errors import SriftError
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ class NetworkFacts:
     assumption: str
 
     @property
-    def cluster_network(self) -> str:
+    def cluster_network(self) -> Network:
         """The cluster-file network class the simulator runs the transport as."""
         return cluster_network(self.simulated_transport)
 

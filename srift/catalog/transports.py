@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from srift.cluster import Network, network_of
 from srift.errors import SriftError, unknown_name_error
 from srift.files import configs_dir, read_yaml
 
@@ -24,7 +25,7 @@ def transports() -> dict[str, dict[str, Any]]:
     return dict(network_config()["transports"])
 
 
-def cluster_network(transport: str) -> str:
+def cluster_network(transport: str) -> Network:
     """The cluster-file network class (``ethernet``, ``efa``, ``infiniband``, ``roce``) a transport is simulated as.
 
     Raises:
@@ -33,4 +34,4 @@ def cluster_network(transport: str) -> str:
     table = transports()
     if transport not in table:
         raise unknown_name_error("transport", transport, list(table), "configs/network.yaml")
-    return str(table[transport]["cluster_network"])
+    return network_of(table[transport]["cluster_network"])

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from srift.cluster import ETHERNET, INFINIBAND, Cluster, NodeGroup
+from srift.cluster import ETHERNET, INFINIBAND, ROCE, Cluster, NodeGroup, network_of
 from srift.fitting.datasets import ProfileSource
 from srift.fitting.validation import mape, simulate_anchored, using_params
 from srift.perf.comm import CommModel, CommParams, LinkClass, NetworkClass
@@ -28,7 +28,7 @@ from srift.perf.comm import CommModel, CommParams, LinkClass, NetworkClass
 
 def _cluster_of(row: Any) -> Cluster:
     return Cluster("fit", (NodeGroup(int(row.nodes), int(row.gpus_per_node), "H100", str(row.intra_node),
-                                     float(row.network_gbps) or 1.0, str(row.network)),))
+                                     float(row.network_gbps) or 1.0, network_of(row.network)),))
 
 
 # ---- physics of the wire (no fitting; TCP's share is srift.perf.comm.tcp_goodput_share) -------
@@ -247,18 +247,18 @@ def fit_ddl_networks(rows: pd.DataFrame, profiles: ProfileSource, params: CommPa
     """
     report: dict[str, Any] = {}
     sock = rows[rows["network"] == ETHERNET].reset_index(drop=True)
-    eth = dataclasses.replace(params.networks["ethernet"], per_thread_gbps=SOCKET_FIT[1][0], alpha_s=SOCKET_FIT[1][1])
-    params = dataclasses.replace(params, networks={**params.networks, "ethernet": eth})
+    eth = dataclasses.replace(params.networks[ETHERNET], per_thread_gbps=SOCKET_FIT[1][0], alpha_s=SOCKET_FIT[1][1])
+    params = dataclasses.replace(params, networks={**params.networks, ETHERNET: eth})
     if len(sock):
-        eth, rms = fit_network_scaling(sock, profiles, params, "ethernet", *SOCKET_FIT)
-        report["ethernet"] = {"rows": len(sock), "rms_log_error": round(rms, 4), "fitted": list(SOCKET_FIT[0]),
-                              "on": "TCP rows of " + ", ".join(sorted(sock["source"].unique())) + " (" +
-                                    ", ".join(sorted(sock["network_label"].unique())) +
-                                    "): t_N / t_1 node, compute anchored on the measured 1-GPU time"}
+        eth, rms = fit_network_scaling(sock, profiles, params, ETHERNET, *SOCKET_FIT)
+        report[ETHERNET] = {"rows": len(sock), "rms_log_error": round(rms, 4), "fitted": list(SOCKET_FIT[0]),
+                            "on": "TCP rows of " + ", ".join(sorted(sock["source"].unique())) + " (" +
+                                  ", ".join(sorted(sock["network_label"].unique())) +
+                                  "): t_N / t_1 node, compute anchored on the measured 1-GPU time"}
     else:
-        report["ethernet"] = {"rows": 0, "note": "no TCP rows: no thread limit below 100 Gb/s, latency at its start"}
-    ib = dataclasses.replace(params.networks["infiniband"], alpha_s=IB_ALPHA_FLOOR_S)
-    roce = dataclasses.replace(params.networks["roce"], alpha_s=IB_ALPHA_FLOOR_S)
-    report["infiniband"] = {"rows": int((rows["network"] == INFINIBAND).sum()), "fitted": [],
-                            "note": "step latency fixed at 1 us (an InfiniBand hop); efficiency from the wire format and ib-loopback"}
-    return dataclasses.replace(params, networks={**params.networks, "ethernet": eth, "infiniband": ib, "roce": roce}), report
+        report[ETHERNET] = {"rows": 0, "note": "no TCP rows: no thread limit below 100 Gb/s, latency at its start"}
+    ib = dataclasses.replace(params.networks[INFINIBAND], alpha_s=IB_ALPHA_FLOOR_S)
+    roce = dataclasses.replace(params.networks[ROCE], alpha_s=IB_ALPHA_FLOOR_S)
+    report[INFINIBAND] = {"rows": int((rows["network"] == INFINIBAND).sum()), "fitted": [],
+                          "note": "step latency fixed at 1 us (an InfiniBand hop); efficiency from the wire format and ib-loopback"}
+    return dataclasses.replace(params, networks={**params.networks, ETHERNET: eth, INFINIBAND: ib, ROCE: roce}), report

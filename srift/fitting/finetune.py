@@ -62,7 +62,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from srift.cluster import Cluster, NodeGroup
+from srift.cluster import INFINIBAND, Cluster, Network, NodeGroup
 from srift.job import LORA, Job
 from srift.profile import Profile
 from srift.simulate import Predictor
@@ -84,7 +84,7 @@ MODES = {"sft_full_finetune": "full", "lora_finetune": "lora", "qlora_finetune":
 LITGPT_TIES = False
 LITGPT_FULL_DEVICES = 4
 # DGX H100 reference nodes, as the rows' interconnect column states them.
-H100_NODE = ("nvswitch4", 3200.0, "infiniband")
+H100_NODE: tuple[str, float, Network] = ("nvswitch4", 3200.0, INFINIBAND)
 GPUS_PER_NODE = 8
 # NeMo's LoRA as the rows ran it: nemo_toolkit 2.1.0 (PyPI; the NeMo release of the rows' 24.12
 # container), nemo/collections/llm/recipes/llama3_8b.py and llama3_70b.py, ``finetune_recipe``:

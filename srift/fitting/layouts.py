@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import minimize_scalar
 
-from srift.cluster import Cluster, NodeGroup
+from srift.cluster import INFINIBAND, Cluster, Network, NodeGroup
 from srift.errors import SriftError
 from srift.fitting import megatron_rows
 from srift.job import BF16
@@ -43,8 +43,8 @@ from srift.zoo import canonical_name, llm_arch
 from srift.zoo.llm import DecoderArch
 
 FOLDER = Path("llm-parallel-layouts")
-GPUS = {"H100-SXM5-80GB": ("H100", "nvswitch4", 3200.0, "infiniband"),
-        "A100-SXM4-80GB": ("A100-80GB", "nvswitch", 400.0, "infiniband")}
+GPUS: dict[str, tuple[str, str, float, Network]] = {"H100-SXM5-80GB": ("H100", "nvswitch4", 3200.0, INFINIBAND),
+                                                    "A100-SXM4-80GB": ("A100-80GB", "nvswitch", 400.0, INFINIBAND)}
 SHAPE_COLUMNS = ("n_layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
 # The FP8 recipe of the source's fp8 rows: NeMo's bf16_with_fp8_mixed on Hopper is Transformer
 # Engine's per-tensor (delayed) scaling.

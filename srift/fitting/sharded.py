@@ -39,13 +39,14 @@ import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Final
 
 import numpy as np
 import pandas as pd
 
 from scipy.optimize import least_squares
 
-from srift.cluster import Cluster, NodeGroup
+from srift.cluster import INFINIBAND, Cluster, NodeGroup
 from srift.job import BF16, Auto, Checkpointing, Job, Parallelism
 from srift.perf import compute
 from srift.perf.compute import LlmKernelParams
@@ -59,7 +60,7 @@ CSV = Path("llm-training-throughput") / "llm-training-throughput.csv"
 GPUS = {"a100_40gb": "A100-40GB", "a100_80gb": "A100-80GB", "h100_80gb": "H100", "h100": "H100"}
 LINKS = {"A100-40GB": "nvswitch", "A100-80GB": "nvswitch", "H100": "nvswitch4"}
 NETWORK_GBPS = {"A100-40GB": 1600.0, "A100-80GB": 1600.0, "H100": 3200.0}
-NETWORK_CLASS = "infiniband"
+NETWORK_CLASS: Final = INFINIBAND
 GPUS_PER_NODE = 8
 STRATEGIES = {"FULL_SHARD": "fsdp", "SHARD_GRAD_OP": "zero2", "FSDP2": "fsdp"}
 CHECKPOINTING = {"none": "none", "full": "full", "selective_op": "selective", "selective": "selective"}

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from srift.catalog.spec import cluster_from_spec
-from srift.cluster import Cluster, NodeGroup
+from srift.cluster import ETHERNET, Cluster, NodeGroup, network_of
 from srift.fitting.datasets import ProfileSource, label_key, row_link
 from srift.job import Job
 from srift.perf import comm as CM
@@ -67,14 +67,14 @@ def row_cluster(r, n_gpus: int | None = None) -> Cluster:
     instance = _given(r, "instance")
     nodes = _given(r, "nodes")
     if n_gpus is not None:
-        return Cluster(str(r.label), (NodeGroup(1, int(n_gpus), r.gpu, row_link(r), 100.0, "ethernet"),))
+        return Cluster(str(r.label), (NodeGroup(1, int(n_gpus), r.gpu, row_link(r), 100.0, ETHERNET),))
     if isinstance(instance, str):
         cluster = cluster_from_spec(f"{instance}:{int(r.nodes)}")
     elif nodes is not None and _given(r, "network"):
         cluster = Cluster(str(r.label), (NodeGroup(int(nodes), int(r.gpus_per_node), r.gpu, row_link(r),
-                                                   float(r.network_gbps), str(r.network)),))
+                                                   float(r.network_gbps), network_of(r.network)),))
     else:
-        return Cluster(str(r.label), (NodeGroup(1, int(r.n_gpus), r.gpu, row_link(r), 100.0, "ethernet"),))
+        return Cluster(str(r.label), (NodeGroup(1, int(r.n_gpus), r.gpu, row_link(r), 100.0, ETHERNET),))
     extra: dict[str, Any] = {k: (bool(v) if k == "placement_group" else int(v))
                              for k in _ROW_TRANSPORT if (v := _given(r, k)) is not None}
     if extra:

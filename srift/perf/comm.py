@@ -62,7 +62,7 @@ import numpy as np
 
 from srift.bounds import MAX_NETWORK_GBPS, MIN_NETWORK_GBPS, key_text, require
 from srift.cache import CACHE_ENTRIES, BoundedCache
-from srift.cluster import Calibration, Cluster, CommCurve, NodeGroup
+from srift.cluster import Calibration, Cluster, CommCurve, Network, NodeGroup
 from srift.errors import SriftError
 from srift.files import configs_dir, read_json
 from srift.hardware import CPU, gpu as gpu_spec, link as link_spec
@@ -441,7 +441,7 @@ def _net_rate_cached(group: NodeGroup, net: NetworkClass, params: CommParams) ->
     return _NET_RATES.get(key, lambda: net_rate(group, net, params))
 
 
-def _as_network(group: NodeGroup, network: str) -> NodeGroup:
+def _as_network(group: NodeGroup, network: Network) -> NodeGroup:
     return dataclasses.replace(group, network=network)
 
 

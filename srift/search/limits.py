@@ -14,7 +14,6 @@ clusters run today a prediction would rest on nothing measured.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, cast, get_args
 
@@ -24,7 +23,7 @@ from srift.bounds import (
 )
 from srift.errors import SriftError
 from srift.job import DEFAULT_CONFIDENCE, JobLength, JobRun, require_confidence
-from srift.jobfile import LIMITS
+from srift.jobfile import JobLimits
 from srift.search.confidence import AtConfidence
 
 # What a search optimizes (--objective): the most samples per second or the least cost.
@@ -108,11 +107,11 @@ class Constraints:
             raise SriftError(f"unknown objective '{self.objective}'.", "use --objective throughput or --objective cost.")
 
     @classmethod
-    def of_check(cls, limits: Mapping[str, float], spot: bool, confidence: float = DEFAULT_CONFIDENCE) -> "Constraints":
+    def of_check(cls, limits: JobLimits, spot: bool, confidence: float = DEFAULT_CONFIDENCE) -> "Constraints":
         """The search `srift check` runs for a job file without an instance: the cheapest
-        configuration within the job file's limits (keyed by LIMITS names)."""
-        return cls(budget_usd_per_hour=limits.get("max_usd_per_hour"), deadline_hours=limits.get("max_hours"),
-                   max_cost_usd=limits.get("max_cost_usd"), objective=COST, spot=spot, top=1, confidence=confidence)
+        configuration within the job file's limits."""
+        return cls(budget_usd_per_hour=limits.max_usd_per_hour, deadline_hours=limits.max_hours,
+                   max_cost_usd=limits.max_cost_usd, objective=COST, spot=spot, top=1, confidence=confidence)
 
     def require_length(self, length: JobLength | None, global_batch_size: int | None = None) -> None:
         """Raise when a limit needs the job's length and there is none, or when the length is a
@@ -185,20 +184,18 @@ class LimitCheck:
                 "confidence": self.confidence, "margin": self.margin, "margin_pct": self.margin_pct, "passed": self.passed}
 
 
-def check_limits(limits: Mapping[str, float], run: JobRun, at: AtConfidence, usd_per_hour: float,
+def check_limits(limits: JobLimits, run: JobRun, at: AtConfidence, usd_per_hour: float,
                  fits_in_memory: bool) -> list[LimitCheck]:
     """Each limit the job file sets (in LIMITS order) against the run, then the memory fit when
     the job does not fit. Hours and cost are checked at ``at``'s confidence; $/h is exact."""
     actual = {"max_cost_usd": (at.cost_usd, run.cost_usd, at.confidence), "max_hours": (at.hours, run.hours, at.confidence),
               "max_usd_per_hour": (usd_per_hour, usd_per_hour, None)}
     rows = []
-    for name in LIMITS:
-        if name in limits:
-            allowed = limits[name]
-            predicted, p50, q = actual[name]
-            assert predicted is not None  # a checked configuration is priced
-            rows.append(LimitCheck(name, allowed, predicted, allowed - predicted, (allowed - predicted) / allowed * 100.0,
-                                   within(predicted, allowed), p50, q))
+    for name, allowed in limits.items():
+        predicted, p50, q = actual[name]
+        assert predicted is not None  # a checked configuration is priced
+        rows.append(LimitCheck(name, allowed, predicted, allowed - predicted, (allowed - predicted) / allowed * 100.0,
+                               within(predicted, allowed), p50, q))
     if not fits_in_memory:
         rows.append(LimitCheck("fits_in_memory", True, False, None, None, False))
     return rows
