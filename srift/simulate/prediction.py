@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -9,6 +10,9 @@ from srift.job import JobLength, JobRun
 from srift.simulate.spot import SpotExpectation
 
 COMM_BOUND_FRACTION = 0.2  # exposed communication above this share of the iteration: comm-bound
+# The breakdown adds up to the iteration: the two are computed as one sum, so they differ by float
+# rounding at most.
+BREAKDOWN_SUM_REL_TOL = 1e-9
 
 
 def bottleneck(fits_in_memory: bool, comm_cost_s: float, iteration_s: float, input_bound: bool = False) -> str:
@@ -54,7 +58,8 @@ class Prediction:
         usd_per_million_samples: Cost of one million samples (None when unpriced).
         breakdown: Seconds per phase of one iteration: ``data``, ``forward``, ``backward``,
             ``exposed_comm``, ``comm_interference``, ``optimizer``, ``overhead`` (+ K-FAC phases); they add up to
-            ``iteration_time_s`` (communication appears only as far as it is exposed).
+            ``iteration_time_s`` (communication appears only as far as it is exposed; checked on
+            construction). Empty for a speed model without phases (``srift.testing.SpeedModel``).
         bottleneck: ``compute``, ``communication``, ``input`` (the data loader is slower than the
             GPUs) or ``memory``.
         fits_in_memory: False when some GPU certainly needs more memory than it has (its median
@@ -158,6 +163,11 @@ class Prediction:
     params_active: int | None = None
     moe_imbalance: float | None = None
     comm_total_s: float | None = None
+
+    def __post_init__(self) -> None:
+        total = sum(self.breakdown.values())
+        if self.breakdown and not math.isclose(total, self.iteration_time_s, rel_tol=BREAKDOWN_SUM_REL_TOL):
+            raise ValueError(f"the breakdown adds up to {total!r} s, not the iteration's {self.iteration_time_s!r} s")
 
     @property
     def exposed_comm_s(self) -> float:
