@@ -459,7 +459,8 @@ def long_context_subgroup(data: Path) -> None:
           f"attention counted full; srift/perf/fp8.py, nothing fitted on them): {len(rows)} runs, MAPE "
           f"{np.mean(np.abs(err)) * 100:.1f} %, signed {np.mean(err) * 100:+.1f} %")
     for r, e in zip(rows.itertuples(), err):
-        print(f"    seq {int(r.seq_len) // 1024:>5}K {lf.row_layout(r).label:<28} measured {r.value:6.2f} s  error {e * 100:+5.1f} %")
+        print(f"    seq {int(r.seq_len) // 1024:>5}K {lf.row_layout(r).label:<28} measured {r.value:6.2f} s  "
+              f"error {e * 100:+5.1f} %")
     by_cp = "; ".join(f"cp{c} {np.mean(np.abs(err[(rows['cp'] == c).to_numpy()])) * 100:.1f} % "
                       f"({int((rows['cp'] == c).sum())})" for c in sorted(rows["cp"].unique()))
     print(f"    MAPE by CP size (runs): {by_cp}")
