@@ -429,6 +429,7 @@ def layout_group(data: Path) -> None:
     fp8_err = fp8_pred / fp8["value"].to_numpy(float) - 1.0
     print(f"  fp8 (Transformer Engine FP8 GEMMs, srift/perf/fp8.py, nothing fitted on them): {len(fp8)} runs, MAPE "
           f"{np.mean(np.abs(fp8_err)) * 100:.1f} %, signed {np.mean(fp8_err) * 100:+.1f} %")
+    long_context_subgroup(data)
     both = pd.concat([rows, fp8], ignore_index=True)
     mean_regret, groups = lf.regret(both, np.concatenate([pred, fp8_pred]))
     print(f"  mean regret {mean_regret * 100:.1f} % over {groups} (model, precision, GPU count) group(s) with more than one "
@@ -439,6 +440,32 @@ def layout_group(data: Path) -> None:
           f"average ({min(claims) * -100:.0f} to {max(claims) * -100:.0f} %, {len(claims)} model x GPU counts): unmeasured, a "
           "claim to check")
     print("  left out: " + "; ".join(f"{n} {why}" for why, n in out.items()))
+
+
+def long_context_subgroup(data: Path) -> None:
+    """The layout group's long-context rows (NeMo, context parallelism up to 1M tokens, fp8): model
+    TFLOP/s per GPU as step seconds by the source's FLOP count (causal attention counted full),
+    predicted with srift/perf/fp8.py, nothing fitted on them; MAPE per sequence length and per CP
+    size."""
+    from srift.fitting import layouts as lf
+
+    rows, out = lf.long_context_rows(data)
+    if not len(rows):
+        return
+    meas = rows["value"].to_numpy(float)
+    err = np.array([lf.predict_row(r)[0] for r in rows.itertuples()]) / meas - 1.0
+    print(f"  long context, CP (NeMo long-sequence table, {', '.join(sorted(rows['zoo'].unique()))} fp8 on "
+          f"{', '.join(sorted(rows['gpu'].unique()))}; model TFLOP/s -> step by Megatron/NeMo model FLOPs, causal "
+          f"attention counted full; srift/perf/fp8.py, nothing fitted on them): {len(rows)} runs, MAPE "
+          f"{np.mean(np.abs(err)) * 100:.1f} %, signed {np.mean(err) * 100:+.1f} %")
+    for r, e in zip(rows.itertuples(), err):
+        print(f"    seq {int(r.seq_len) // 1024:>5}K {lf.row_layout(r).label:<28} measured {r.value:6.2f} s  "
+              f"error {e * 100:+5.1f} %")
+    by_cp = "; ".join(f"cp{c} {np.mean(np.abs(err[(rows['cp'] == c).to_numpy()])) * 100:.1f} % "
+                      f"({int((rows['cp'] == c).sum())})" for c in sorted(rows["cp"].unique()))
+    print(f"    MAPE by CP size (runs): {by_cp}")
+    if out:
+        print("    left out: " + "; ".join(f"{n} {why}" for why, n in out.items()))
 
 
 def moe_group(data: Path, table: bool = False) -> dict | None:

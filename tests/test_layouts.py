@@ -341,3 +341,21 @@ def test_the_issues_recommend_answers_with_layouts_that_fit():
         lay = r["layout"]
         assert lay["tp"] * lay["pp"] * lay["cp"] * lay["dp"] == r["gpus"] <= doc["gpu_range"]["max_gpus"]
         assert r["memory_fit"] == "fits" and r["global_batch_size"] == 512  # 4,194,304 tokens / 8,192
+
+
+def test_a_long_context_rows_model_tflops_become_a_step_time_by_hand():
+    """NeMo's Llama 2 7B at 1M tokens (CP 32 on 1024 H100, 536 model TFLOP/s per GPU): Megatron's /
+    NeMo's model FLOPs B s L h^2 (12 + 12 g/n + 18 f/h + 12 s/h + 6 V/(L h)), causal attention
+    counted full: 4 x 2^20 x 32 x 4096^2 x (12 + 12 + 48.375 + 3072 + 1.46484375) = 7.0838e18 FLOPs,
+    / (536e12 x 1024) = 12.906 s."""
+    from pathlib import Path
+
+    from srift.fitting import layouts as lf
+
+    rows, out = lf.long_context_rows(Path(__file__).resolve().parents[1] / "data")
+    assert len(rows) == 9 and out == {"GPU B200 not in the row map": 8}
+    r = rows[rows["seq_len"] == 1048576].iloc[0]
+    flops = 4 * 2**20 * 32 * 4096**2 * (12 + 12 + 48.375 + 3072 + 1.46484375)
+    assert r["value"] == pytest.approx(flops / (536e12 * 1024), rel=1e-9)
+    assert r["value"] == pytest.approx(12.906, abs=1e-3)
+    assert (r["cp"], r["tp"], r["dp"], r["micro_batch"], r["fp8"]) == (32, 8, 4, 1, "tensorwise")

@@ -3,9 +3,9 @@ the one layout figure (``megatron_compute_factor``) and its held-out errors and 
 pandas, scipy; used by scripts/validate.py and scripts/fit_models.py).
 
 Rows kept: dense pre-training in bf16 on a GPU and model srift has, metric ``step_time_s``. Left out
-and counted: fp8 rows (srift does not model FP8 GEMMs, their casts or amax bookkeeping), rows
-whose layout does not multiply out to the GPU count, other metrics (the NeMo long-context table
-prints model TFLOPS, and every row of it is fp8).
+and counted: fp8 rows (predicted apart, ``fp8_rows``), the NeMo long-context table (fp8, model
+TFLOP/s per GPU: predicted apart, ``long_context_rows``), rows whose layout does not multiply out to
+the GPU count, other metrics.
 
 How a row becomes a prediction (each choice is the source's where it states one): the layout
 as printed (``interleaved`` when it prints VP, else 1F1B), ``grad_accum = global / (micro x DP)``,
@@ -49,6 +49,8 @@ SHAPE_COLUMNS = ("n_layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
 # The FP8 recipe of the source's fp8 rows: NeMo's bf16_with_fp8_mixed on Hopper is Transformer
 # Engine's per-tensor (delayed) scaling.
 FP8_RECIPE_OF_GPU: dict[str, Fp8Recipe] = {"H100-SXM5-80GB": "tensorwise"}
+# NeMo's long-sequence table (context parallelism up to 1M tokens), model TFLOP/s per GPU.
+LONG_CONTEXT_SOURCE = "nemo-long-context-cp"
 
 
 def row_arch(r) -> DecoderArch:
@@ -68,7 +70,11 @@ def row_arch(r) -> DecoderArch:
 def megatron_step_flops(arch: DecoderArch, global_batch: int, seq_len: int) -> float:
     """Megatron-LM's model FLOPs of one step (``num_floating_point_operations``, training.py,
     Megatron-Core 0.8): ``12 B s L h^2 ((1 + g/n + s/h) q/h + f/h x gated + V / (2 L h))``, no
-    recomputation counted, attention not halved for the causal mask."""
+    recomputation counted, attention not halved for the causal mask.
+
+    For a Llama (q/h = 1, SwiGLU) this is NeMo's ``llama2`` model-FLOPs formula term for term,
+    ``B s L h^2 (12 + 12 g/n + 18 f/h + 12 s/h + 6 V / (L h))`` (nemo/utils/flops_formulas.py,
+    recalled, not re-checked in a fetched file): also causal attention counted as full."""
     h, n_l = arch.hidden, arch.n_layers
     q_ratio = arch.heads * (arch.head_dim or h // arch.heads) / h
     gated = 1.5 if arch.mlp == "swiglu" else 1.0
@@ -85,6 +91,8 @@ def dgx_cluster(gpu_label: str, gpus: int, gpus_per_node: int) -> Cluster:
 
 
 def _why_left_out(r) -> str | None:
+    if r.source_slug == LONG_CONTEXT_SOURCE:
+        return "long-context model TFLOP/s (predicted apart: long_context_rows)"
     megatron_tflops = r.metric == "model_tflops_per_gpu" and getattr(r, "flops_basis", None) == "megatron"
     if r.metric != "step_time_s" and not megatron_tflops:
         return f"metric {r.metric} (not a step time)"
@@ -110,6 +118,37 @@ def fp8_rows(data: Path) -> pd.DataFrame:
     return rows
 
 
+def _why_not_long_context(r) -> str | None:
+    if r.source_slug != LONG_CONTEXT_SOURCE or r.metric != "model_tflops_per_gpu":
+        return "not a long-context row"
+    if not str(r.precision).lower().startswith("fp8"):
+        return f"precision {r.precision}"
+    return None if r.gpu in FP8_RECIPE_OF_GPU else f"GPU {r.gpu} not in the row map"
+
+
+def long_context_rows(data: Path) -> tuple[pd.DataFrame, dict[str, int]]:
+    """NeMo's long-context rows (context parallelism at 4K-1M tokens, fp8), model TFLOP/s per GPU
+    as seconds a step by the source's FLOP count (``megatron_step_flops``), with their ``arch`` and
+    ``fp8`` recipe: predicted with srift/perf/fp8.py, nothing fitted on them. Also, by reason, how
+    many of the table's rows were left out."""
+    rows, out = megatron_rows.load_rows(data, FOLDER, _why_not_long_context)
+    out.pop("not a long-context row", None)
+    rows["arch"] = [row_arch(r) for r in rows.itertuples()]
+    rows["fp8"] = [FP8_RECIPE_OF_GPU[g] for g in rows["gpu"]]
+    rows["micro_batch"] = pd.to_numeric(rows["micro_batch"], errors="coerce").fillna(1).astype(int)
+    _tflops_as_step_s(rows, np.ones(len(rows), dtype=bool))
+    return rows, out
+
+
+def _tflops_as_step_s(rows: pd.DataFrame, mask: np.ndarray) -> None:
+    """Model TFLOP/s per GPU -> seconds a step, in place, by Megatron-LM's FLOP count (the inverse
+    of how the sources computed them)."""
+    rows.loc[mask, "value"] = [
+        megatron_step_flops(r.arch, int(r.global_batch), int(r.seq_len)) / (float(r.value) * 1e12 * int(r.gpus_total))
+        for r in rows[mask].itertuples()]
+    rows.loc[mask, "metric"] = "step_time_s"
+
+
 def _carries_shape(r) -> bool:
     return all(not pd.isna(getattr(r, k, float("nan"))) for k in SHAPE_COLUMNS)
 
@@ -122,11 +161,7 @@ def load_rows(data: Path) -> tuple[pd.DataFrame, dict[str, int]]:
     rows["zoo"] = [a.name for a in rows["arch"]]
     rows["micro_batch"] = rows["micro_batch"].fillna(1).astype(int)
     if "flops_basis" in rows.columns:  # Megatron-LM's model TFLOP/s per GPU -> seconds a step
-        tflops = (rows["metric"] == "model_tflops_per_gpu").to_numpy()
-        rows.loc[tflops, "value"] = [
-            megatron_step_flops(r.arch, int(r.global_batch), int(r.seq_len)) / (float(r.value) * 1e12 * int(r.gpus_total))
-            for r in rows[tflops].itertuples()]
-        rows.loc[tflops, "metric"] = "step_time_s"
+        _tflops_as_step_s(rows, (rows["metric"] == "model_tflops_per_gpu").to_numpy())
     return rows, out
 
 

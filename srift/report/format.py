@@ -111,3 +111,11 @@ def _default(obj: Any) -> Any:
     if hasattr(obj, "item"):  # numpy scalars
         return obj.item()
     raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+
+
+def signed_pct(fraction: float) -> str:
+    """A relative change as a signed percentage: whole percents, one decimal below 1 % so that a
+    small difference never reads "-0%" (-0.0017 -> "-0.2%"); exactly zero is "0%"."""
+    if fraction == 0:
+        return "0%"
+    return f"{fraction:+.1%}" if abs(fraction) < 0.01 else f"{fraction:+.0%}"

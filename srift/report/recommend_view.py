@@ -14,7 +14,8 @@ from srift.catalog.spot import capacity_warning
 from srift.errors import SriftError
 from srift.job import AUTO, DDP
 from srift.perf.accuracy import node_evidence
-from srift.report.format import console, error_text, price_lines, print_json, save_json, seconds, usd, usd_per_million_tokens
+from srift.report.format import (console, error_text, price_lines, print_json, save_json, seconds, signed_pct, usd,
+                                 usd_per_million_tokens)
 from srift.report.table import Column, print_table
 from srift.results import RecommendResult, ages_json
 from srift.search.confidence import label as q_label
@@ -218,7 +219,7 @@ def why(result: SearchResult) -> str:
         ru = recs[1]
         dt = ru.expected_throughput_samples_per_s / top.expected_throughput_samples_per_s - 1
         dc = ru.cost_per_hour_usd / top.cost_per_hour_usd - 1
-        text += f" Runner-up {ru.label}: {dt:+.0%} throughput for {dc:+.0%} $/h."
+        text += f" Runner-up {ru.label}: {signed_pct(dt)} throughput for {signed_pct(dc)} $/h."
         close = result.close_call
         if close is not None:
             text += (f" The two are {close.gap:.0%} apart on other GPUs ({', '.join(close.gpus)} against "
@@ -229,7 +230,7 @@ def why(result: SearchResult) -> str:
     if one is not None:
         dt = one.expected_throughput_samples_per_s / top.expected_throughput_samples_per_s - 1
         text += (f" It spans {top.nodes} nodes, the least validated case (typical error below); "
-                 f"the best one-node choice is {one.label}: {dt:+.0%} throughput at {marked_usd(usd(one.cost_per_hour_usd), one.price)}/h.")
+                 f"the best one-node choice is {one.label}: {signed_pct(dt)} throughput at {marked_usd(usd(one.cost_per_hour_usd), one.price)}/h.")
     if top.prediction.bottleneck == "input" and top.vcpus_per_gpu is not None:
         text += (f" Its {top.vcpus_per_gpu:g} vCPUs per GPU cannot prepare the input as fast as its GPUs train: "
                  "an instance with more vCPUs per GPU, or preprocessed data, would be faster.")
