@@ -41,10 +41,14 @@ class BoundedCache(Generic[K, V]):
         try:
             return self._entries[key]
         except KeyError:
-            if len(self._entries) >= self.size:
-                self._entries.clear()
-            value = self._entries[key] = make()
-            return value
+            return self.put(key, make())
+
+    def put(self, key: K, value: V) -> V:
+        """Keep ``value`` for ``key`` (starting over first when full) and return it."""
+        if key not in self._entries and len(self._entries) >= self.size:
+            self._entries.clear()
+        self._entries[key] = value
+        return value
 
     def clear(self) -> None:
         """Forget every entry (a test or a refit that changes what the entries were made from)."""
@@ -67,29 +71,26 @@ class ObjectMemo(Generic[V]):
         ValueError: for a size below 1.
     """
 
-    __slots__ = ("_entries", "size")
+    __slots__ = ("_cache",)
 
     def __init__(self, size: int = CACHE_ENTRIES) -> None:
-        if size < 1:
-            raise ValueError(f"cache size must be at least 1, got {size}")
-        self._entries: dict[tuple[int, Hashable], tuple[weakref.ref, V]] = {}
-        self.size = size
+        self._cache: BoundedCache[tuple[int, Hashable], tuple[weakref.ref, V]] = BoundedCache(size)
+
+    @property
+    def size(self) -> int:
+        return self._cache.size
 
     def get(self, obj: object, key: Hashable, make: Callable[[], V]) -> V:
         """The value for ``(obj, key)``, made by ``make()`` on a miss."""
         k = (id(obj), key)
-        hit = self._entries.get(k)
-        if hit is not None and hit[0]() is obj:
-            return hit[1]
-        value = make()
-        if len(self._entries) >= self.size:
-            self._entries.clear()
-        self._entries[k] = (weakref.ref(obj), value)
-        return value
+        ref, value = self._cache.get(k, lambda: (weakref.ref(obj), make()))
+        if ref() is obj:
+            return value
+        return self._cache.put(k, (weakref.ref(obj), make()))[1]  # the id came back for another object
 
     def clear(self) -> None:
         """Forget every entry."""
-        self._entries.clear()
+        self._cache.clear()
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._cache)
