@@ -27,16 +27,17 @@ from srift.job import KFAC_STRATEGIES, Job  # noqa: E402
 from srift.perf.comm import CommModel  # noqa: E402
 from srift.perf.compute import layer_times  # noqa: E402
 from srift.perf.kfac_kernels import device_kernels, load_params  # noqa: E402
+from srift.simulate import breakdown as BD  # noqa: E402
 from srift.simulate.ddp import bucket_layout  # noqa: E402
 from srift.simulate.kfac import plan_kfac  # noqa: E402
 from srift.zoo import load_builtin_profile  # noqa: E402
 
 CASES = (("resnet50", 32), ("resnet152", 8), ("densenet201", 16), ("inception-v4", 16))
-FIRST_ORDER = ("forward", "backward", "exposed_comm", "comm_interference", "optimizer")
-KFAC = ("factor_compute", "exposed_factor_comm", "inversion", "inverse_broadcast", "kfac_comm_interference", "preconditioning")
-SHORT = {"forward": "fwd", "backward": "bwd", "exposed_comm": "grad AR", "comm_interference": "grad intf",
-         "optimizer": "opt", "factor_compute": "factors", "exposed_factor_comm": "factor AR", "inversion": "inversion",
-         "inverse_broadcast": "inv bcast", "kfac_comm_interference": "K-FAC intf", "preconditioning": "precond"}
+FIRST_ORDER = (BD.FORWARD, BD.BACKWARD, BD.EXPOSED_COMM, BD.COMM_INTERFERENCE, BD.OPTIMIZER)
+KFAC = BD.KFAC_PHASES
+SHORT = {BD.FORWARD: "fwd", BD.BACKWARD: "bwd", BD.EXPOSED_COMM: "grad AR", BD.COMM_INTERFERENCE: "grad intf",
+         BD.OPTIMIZER: "opt", BD.FACTOR_COMPUTE: "factors", BD.EXPOSED_FACTOR_COMM: "factor AR", BD.INVERSION: "inversion",
+         BD.INVERSE_BROADCAST: "inv bcast", BD.KFAC_COMM_INTERFERENCE: "K-FAC intf", BD.PRECONDITIONING: "precond"}
 
 
 def predictions(cluster: str, model: str, batch: int) -> dict[str, object]:

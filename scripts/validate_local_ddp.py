@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from srift.profiling import free_port  # noqa: E402  (a fixed port can still be in TIME_WAIT from the last run)
+from srift.simulate.breakdown import BACKWARD, DATA, EXPOSED_COMM, FORWARD, OPTIMIZER, OVERHEAD, Breakdown  # noqa: E402
 
 SCRIPT = r'''
 import argparse, json, os, statistics, time
@@ -124,12 +125,12 @@ def main() -> int:
         p = pred["iteration_time_s"]
         errors.append((p - m) / m * 100)
         if t == 0:
-            b = pred["breakdown"]
+            b = Breakdown.from_json(pred["breakdown"])
             print(f"DDP on this machine: {args.nproc} gloo processes x batch {args.batch_size}, one thread each")
             print(f"{'':28s}{'seconds':>10s}")
-            for key in ("forward", "backward", "exposed_comm", "optimizer", "data", "overhead"):
+            for key in (FORWARD, BACKWARD, EXPOSED_COMM, OPTIMIZER, DATA, OVERHEAD):
                 print(f"  predicted {key:18s}{b[key]:10.4f}")
-            print(f"  predicted all-reduce total {b['comm_total']:10.4f}")
+            print(f"  predicted all-reduce total {b.comm_total_s or 0.0:10.4f}")
         print(f"{'predicted iteration':28s}{p:10.4f}  (p90 {pred['p90_iteration_time_s']:.4f})")
         print(f"{'measured iteration (median)':28s}{m:10.4f}  (runs: {', '.join(f'{x:.4f}' for x in measured)})")
         print(f"{'error':28s}{errors[-1]:+9.1f}%   target: within 10%")

@@ -38,6 +38,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from srift.profiling import free_port  # noqa: E402  (a fixed port can still be in TIME_WAIT from the last run)
+from srift.simulate.breakdown import (BACKWARD, DATA, EXPOSED_ALL_GATHER, EXPOSED_REDUCE_SCATTER, FORWARD,  # noqa: E402
+                                     OPTIMIZER, OVERHEAD, RECOMPUTE, Breakdown)
 
 SCRIPT = ROOT / "examples" / "train_fsdp.py"
 TARGET_PCT = 15.0
@@ -154,11 +156,10 @@ def main() -> int:
         p = pred["iteration_time_s"]
         errors.append((p - m) / m * 100)
         if t == 0:
-            b = pred["breakdown"]
+            b = Breakdown.from_json(pred["breakdown"])
             print(f"predicted plan: {pred['parallelism']}, activation checkpointing {pred['activation_checkpointing']}")
             print(f"{'':30s}{'seconds':>10s}")
-            for key in ("forward", "backward", "recompute", "exposed_all_gather", "exposed_reduce_scatter", "optimizer",
-                        "data", "overhead"):
+            for key in (FORWARD, BACKWARD, RECOMPUTE, EXPOSED_ALL_GATHER, EXPOSED_REDUCE_SCATTER, OPTIMIZER, DATA, OVERHEAD):
                 print(f"  predicted {key:20s}{b.get(key, 0.0):10.4f}")
         print(f"trial {t + 1}: load average {loads}")
         print(f"  {'predicted iteration':28s}{p:10.4f}  (p90 {pred['p90_iteration_time_s']:.4f})")

@@ -17,6 +17,7 @@ from srift.catalog.instances import Instance
 from srift.cluster import Cluster, NodeGroup, cluster_from_dict
 from srift.perf.compute import LayerTimes
 from srift.profile import DeviceInfo, LayerProfile, PhaseTimes, Profile
+from srift.simulate.breakdown import Breakdown
 from srift.simulate.prediction import BatchShare, Prediction
 from srift.simulate.spot import spot_expectation
 
@@ -127,7 +128,7 @@ class SpeedModel:
         shape = "nodes" if cluster.nodes > 1 else ("node" if cluster.gpus > 1 else "gpu")
         return Prediction(cluster=cluster.name, gpus=cluster.gpus, global_batch_size=gb, iteration_time_s=gb / tp,
                           p90_iteration_time_s=gb / tp, throughput_samples_per_s=tp, cost_per_hour_usd=cost,
-                          usd_per_million_samples=None, breakdown={}, bottleneck=self.bottleneck, fits_in_memory=True,
+                          usd_per_million_samples=None, breakdown=Breakdown(), bottleneck=self.bottleneck, fits_in_memory=True,
                           memory_per_gpu_bytes=0.0, spot=spot_expectation(cluster, self.state_bytes, tp, cost),
                           batch_split=[BatchShare(g.label, g.gpu, self.per_gpu_batch, g.gpus) for g in cluster.node_groups],
                           typical_error_pct=errors.get(shape), compute_error_pct=self.compute_error_pct)

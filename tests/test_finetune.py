@@ -314,8 +314,8 @@ def test_lora_in_a_megatron_layout_trains_only_the_adapters():
     assert mem["optimizer_state"] == adapters * 12  # fp32 master + Adam, unsharded under DDP
     assert mem["weights"] == pytest.approx((params_count(arch) + adapters) * 2)
     # No weight-gradient GEMMs: the backward shrinks by more than the adapters add to the forward.
-    assert lora.breakdown_s["backward"] < 0.75 * full.breakdown_s["backward"]
-    assert lora.iteration_s < full.iteration_s and lora.breakdown_s["optimizer"] < 1e-3
+    assert lora.breakdown["backward"] < 0.75 * full.breakdown["backward"]
+    assert lora.iteration_s < full.iteration_s and lora.breakdown["optimizer"] < 1e-3
 
 
 def test_qlora_with_a_layout_says_what_to_do(capsys):

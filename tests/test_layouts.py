@@ -7,8 +7,9 @@ import pytest
 from srift.cluster import Cluster, NodeGroup
 from srift.errors import SriftError
 from srift.job import LayoutRequest, parse_layout
+from srift.simulate.breakdown import LAYOUT_PHASES
 from srift.simulate.layouts import (
-    BREAKDOWN_KEYS, GRAD_BYTES, Layout, block_parts, bubble_fraction, candidate_layouts,
+    GRAD_BYTES, Layout, block_parts, bubble_fraction, candidate_layouts,
     cp_ring_exposed_s, cp_ring_step_bytes, plan_layout, search_layouts, stage_layers,
     stage_memory_bytes, tp_block_comm, tp_overlap_share, block_comm, p2p_interference,
 )
@@ -34,11 +35,11 @@ def test_1f1b_bubble_by_hand():
 def test_pipeline_bubble_in_a_plan_is_p_minus_1_slots():
     arch = llm_arch("llama3-70b")
     plan = plan_layout(arch, dgx(32), Layout(8, 4, 1, 1, 1, 1, 8), 4096)
-    b = plan.breakdown_s
+    b = plan.breakdown
     slot = (b["forward"] + b["backward"] + b["exposed_tp"] + b["exposed_cp"]) / 8  # one forward + backward
     assert b["bubble"] == pytest.approx(3 * slot)
     assert b["bubble"] / (b["bubble"] + 8 * slot) == pytest.approx(bubble_fraction(4, 8))
-    assert sum(b[k] for k in BREAKDOWN_KEYS) == pytest.approx(plan.iteration_s)
+    assert sum(b[k] for k in LAYOUT_PHASES) == pytest.approx(plan.iteration_s)
 
 
 def test_tp_block_communication_volume_by_hand():
@@ -61,13 +62,13 @@ def test_hidden_tp_communication_costs_the_sms_userbuffers_hold():
     arch, cluster = llm_arch("llama3-8b"), dgx(8)
     lay = Layout(8, 1, 1, 1, 1, 1, 4)
     plan = plan_layout(arch, cluster, lay, 4096)
-    b = plan.breakdown_s
+    b = plan.breakdown
     hidden = plan.comm_s["tp"] - b["exposed_tp"]
     assert hidden > 0
     assert b["comm_interference"] == pytest.approx(tp_overlap_share(132) * hidden)
     nccl = plan_layout(arch, cluster, lay, 4096, tp_overlap=False)
     k = CommModel.for_cluster(cluster).params.overlap_interference
-    assert nccl.breakdown_s["comm_interference"] == pytest.approx(k * (nccl.comm_s["tp"] - nccl.breakdown_s["exposed_tp"]))
+    assert nccl.breakdown["comm_interference"] == pytest.approx(k * (nccl.comm_s["tp"] - nccl.breakdown["exposed_tp"]))
 
 
 def test_a_hidden_pipeline_send_costs_nccls_two_channels():
@@ -75,9 +76,9 @@ def test_a_hidden_pipeline_send_costs_nccls_two_channels():
     # interleaved (sends overlapped): every hidden second is a pipeline send's.
     assert p2p_interference("H100") == pytest.approx(2 / 132)
     plan = plan_layout(llm_arch("llama3-8b"), dgx(2), Layout(1, 2, 1, 1, 2, 1, 4, "interleaved"), 4096)
-    hidden = plan.comm_s["pp"] - plan.breakdown_s["exposed_pp"]
+    hidden = plan.comm_s["pp"] - plan.breakdown["exposed_pp"]
     assert hidden > 0
-    assert plan.breakdown_s["comm_interference"] == pytest.approx(2 / 132 * hidden)
+    assert plan.breakdown["comm_interference"] == pytest.approx(2 / 132 * hidden)
 
 
 def test_a_ring_step_between_nodes_gets_one_rail():
@@ -234,8 +235,8 @@ def test_predict_a_layout_as_json():
     d = json.loads(out)
     assert d["layout"] == {"tp": 8, "pp": 4, "cp": 1, "dp": 1, "vp": 1, "micro_batch": 1, "grad_accum": 128,
                            "schedule": "1f1b", "ep": 1}
-    assert set(BREAKDOWN_KEYS) <= set(d["breakdown"])
-    assert sum(d["breakdown"][k] for k in BREAKDOWN_KEYS) == pytest.approx(d["iteration_time_s"])
+    assert set(LAYOUT_PHASES) <= set(d["breakdown"])
+    assert sum(d["breakdown"][k] for k in LAYOUT_PHASES) == pytest.approx(d["iteration_time_s"])
     # 1F1B over 4 stages and 128 micro-batches: 3 idle slots of 131.
     slot = sum(d["breakdown"][k] for k in ("forward", "backward", "exposed_tp", "exposed_cp")) / 128
     assert d["breakdown"]["bubble"] == pytest.approx(3 * slot)

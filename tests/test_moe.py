@@ -180,9 +180,9 @@ def test_expert_parallel_layout_memory_and_all_to_all():
     held = dense + expert / 8  # every non-expert parameter, one expert of each block
     assert plan.memory_breakdown_bytes["weights"] == pytest.approx(2 * held)
     assert plan.memory_breakdown_bytes["optimizer_state"] == pytest.approx(12 * (dense / 32 + expert / 8 / 4))
-    assert plan.breakdown_s["exposed_ep"] > 0 and plan.comm_s["ep"] == pytest.approx(plan.breakdown_s["exposed_ep"] / 1.5)
+    assert plan.breakdown["exposed_ep"] > 0 and plan.comm_s["ep"] == pytest.approx(plan.breakdown["exposed_ep"] / 1.5)
     no_ep = plan_layout(arch, cluster, Layout(1, 1, 1, 32, micro_batch=1, grad_accum=8), 4096, "bf16", "full")
-    assert no_ep.breakdown_s["exposed_ep"] == 0.0
+    assert no_ep.breakdown["exposed_ep"] == 0.0
     assert no_ep.memory_breakdown_bytes["weights"] == pytest.approx(2 * params_count(arch))
     assert "does not divide the 8 experts" in check_layout(arch, Layout(1, 1, 1, 32, ep=16), 4096, 8)
     assert "needs a mixture-of-experts" in check_layout(llm_arch("llama3-8b"), Layout(1, 1, 1, 32, ep=2), 4096, 8)

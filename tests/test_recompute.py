@@ -62,7 +62,7 @@ def test_selective_plan_keeps_less_and_runs_the_modules_again():
     assert none.memory_per_gpu_bytes - sel.memory_per_gpu_bytes == pytest.approx(
         2 * saved(modules) * ALLOCATOR_FACTOR)
     parts = block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, None, modules)
-    assert sel.breakdown_s["recompute"] == pytest.approx(4 * 2 * parts.selective_f_s)
+    assert sel.breakdown["recompute"] == pytest.approx(4 * 2 * parts.selective_f_s)
     assert sel.recompute_modules == modules and none.recompute_modules == ()
 
 
@@ -80,8 +80,8 @@ def test_flex_dispatcher_sends_a_token_once_per_node_by_hand():
     assert plan_layout(TINY, dgx(32), within, 128, dispatcher="flex").iteration_s == pytest.approx(
         plan_layout(TINY, dgx(32), within, 128).iteration_s)  # EP within a node: the same
     across = Layout(1, 1, 1, 32, micro_batch=1, grad_accum=2, ep=16)
-    assert plan_layout(WIDE, dgx(32), across, 128, dispatcher="flex").breakdown_s["exposed_ep"] < \
-        plan_layout(WIDE, dgx(32), across, 128).breakdown_s["exposed_ep"]
+    assert plan_layout(WIDE, dgx(32), across, 128, dispatcher="flex").breakdown["exposed_ep"] < \
+        plan_layout(WIDE, dgx(32), across, 128).breakdown["exposed_ep"]
 
 
 def test_ep_overlap_hides_the_all_to_alls_behind_compute():
@@ -89,10 +89,10 @@ def test_ep_overlap_hides_the_all_to_alls_behind_compute():
     plain = plan_layout(WIDE, dgx(16), lay, 128)
     over = plan_layout(WIDE, dgx(16), lay, 128, ep_overlap=True)
     k = CommModel.for_cluster(dgx(16)).params.overlap_interference
-    hidden = plain.breakdown_s["exposed_ep"] - over.breakdown_s["exposed_ep"]
+    hidden = plain.breakdown["exposed_ep"] - over.breakdown["exposed_ep"]
     assert hidden > 0 and over.comm_s["ep"] == pytest.approx(plain.comm_s["ep"])
     # what is hidden costs the interference every hidden collective costs
-    assert over.breakdown_s["comm_interference"] - plain.breakdown_s["comm_interference"] == pytest.approx(k * hidden)
+    assert over.breakdown["comm_interference"] - plain.breakdown["comm_interference"] == pytest.approx(k * hidden)
 
 
 def test_benchmark_recipes_and_the_runs_fit_at_their_setting():
@@ -120,7 +120,7 @@ def test_auto_checkpointing_on_a_fixed_layout_takes_the_least_recompute_that_fit
              for p, m in AUTO_LADDER]
     # memory falls and recompute grows down the ladder
     mems = [p.memory_per_gpu_bytes for p in plans]
-    assert mems == sorted(mems, reverse=True) and plans[0].breakdown_s["recompute"] == 0.0
+    assert mems == sorted(mems, reverse=True) and plans[0].breakdown["recompute"] == 0.0
     first_fit = next(p for p in plans if p.fits)
     assert not plans[0].fits and first_fit.checkpointing == "selective"  # the experts' activation is what it drops
     settings = LayoutSettings(LayoutRequest(tp=1, pp=1, cp=1, ep=8), micro_batch=4, global_batch=64)

@@ -52,6 +52,7 @@ from srift.perf import compute
 from srift.perf.compute import LlmKernelParams
 from srift.profile import Profile
 from srift.simulate import Predictor
+from srift.simulate.breakdown import BACKWARD, FORWARD, RECOMPUTE
 from srift.simulate.prediction import Prediction
 from srift.zoo import llm_arch
 from srift.zoo.llm import decoder_profile, model_flops_per_token, zoo_llms
@@ -183,7 +184,7 @@ def predict_rows(rows: pd.DataFrame) -> pd.DataFrame:
         p = predict_row(r)
         b = p.breakdown
         out.append({"pred": p.tokens_per_s_per_gpu, "mfu_pct": (p.mfu or np.nan) * 100.0,
-                    "compute_s": b["forward"] + b["backward"] + b.get("recompute", 0.0),
+                    "compute_s": b[FORWARD] + b[BACKWARD] + b.get(RECOMPUTE, 0.0),
                     "iteration_s": p.iteration_time_s, "memory_gib": p.memory_per_gpu_bytes / 2**30,
                     "fits": p.fits_in_memory})
     return pd.DataFrame(out, index=rows.index)

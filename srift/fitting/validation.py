@@ -23,6 +23,7 @@ from srift.perf import comm as CM
 from srift.perf import compute as C
 from srift.profile import DeviceInfo, PhaseTimes, Profile
 from srift.simulate import Predictor
+from srift.simulate.breakdown import COMM_INTERFERENCE
 
 def mape(pred: Iterable[float], meas: Iterable[float]) -> float:
     p, m = np.asarray(list(pred), float), np.asarray(list(meas), float)
@@ -101,10 +102,10 @@ def _simulated(profile: Profile, cluster: Cluster, job: Job) -> tuple[float, flo
     predictor = Predictor(profile, job)
     p = predictor.predict(cluster)
     b = p.breakdown
-    hidden = max(0.0, (p.comm_total_s or 0.0) - b["exposed_comm"])
+    hidden = b.hidden_comm_s
     if cluster.nodes > 1 and hidden > 0:
         hidden *= CM.CommModel.for_cluster(cluster).gpu_side_fraction(predictor.bucket_sizes_bytes)
-    return p.iteration_time_s, p.iteration_time_s - b["comm_interference"], hidden
+    return p.iteration_time_s, p.iteration_time_s - b[COMM_INTERFERENCE], hidden
 
 
 def simulate_rows(rows: pd.DataFrame, profiles: ProfileSource, n_gpus: int | None = None) -> pd.DataFrame:

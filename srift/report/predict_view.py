@@ -14,36 +14,40 @@ from srift.catalog.provenance import marked_usd
 from srift.errors import SriftError
 from srift.results import PREDICT_SCHEMA, PredictResult, ages_json
 from srift.report.table import Column, print_table
+from srift.simulate.breakdown import (BACKWARD, BUBBLE, COMM_INTERFERENCE, DATA, EXPOSED_ALL_GATHER, EXPOSED_COMM, EXPOSED_CP,
+                                     EXPOSED_CROSS_NODE_ALLREDUCE, EXPOSED_DP, EXPOSED_EP, EXPOSED_FACTOR_COMM, EXPOSED_PP,
+                                     EXPOSED_REDUCE_SCATTER, EXPOSED_TP, FACTOR_COMPUTE, FORWARD, INVERSE_BROADCAST, INVERSION,
+                                     KFAC_COMM_INTERFERENCE, OPTIMIZER, OVERHEAD, PRECONDITIONING, RECOMPUTE, Phase)
 from srift.simulate.prediction import Prediction
 from srift.text import markdown as md
 
 NO_FIT = "DOES NOT FIT"
 MAY_NOT_FIT = "MAY NOT FIT"
 
-PHASE_LABELS = {
-    "data": "data loading",
-    "forward": "forward",
-    "backward": "backward",
-    "recompute": "recompute (activation checkpointing)",
-    "exposed_comm": "exposed all-reduce",
-    "exposed_all_gather": "exposed all-gather",
-    "exposed_reduce_scatter": "exposed reduce-scatter",
-    "exposed_cross_node_allreduce": "exposed cross-node all-reduce",
-    "comm_interference": "communication interference",
-    "exposed_tp": "exposed tensor-parallel collectives",
-    "exposed_cp": "exposed context-parallel ring",
-    "exposed_ep": "exposed expert-parallel all-to-all",
-    "exposed_pp": "exposed pipeline sends",
-    "bubble": "pipeline bubble",
-    "exposed_dp": "exposed data-parallel reduction",
-    "optimizer": "optimizer step",
-    "overhead": "framework overhead",
-    "factor_compute": "K-FAC factors",
-    "exposed_factor_comm": "K-FAC factor all-reduce (exposed)",
-    "inversion": "K-FAC inversions",
-    "inverse_broadcast": "K-FAC inverse broadcast",
-    "kfac_comm_interference": "K-FAC communication interference",
-    "preconditioning": "K-FAC preconditioning",
+PHASE_LABELS: dict[Phase, str] = {
+    DATA: "data loading",
+    FORWARD: "forward",
+    BACKWARD: "backward",
+    RECOMPUTE: "recompute (activation checkpointing)",
+    EXPOSED_COMM: "exposed all-reduce",
+    EXPOSED_ALL_GATHER: "exposed all-gather",
+    EXPOSED_REDUCE_SCATTER: "exposed reduce-scatter",
+    EXPOSED_CROSS_NODE_ALLREDUCE: "exposed cross-node all-reduce",
+    COMM_INTERFERENCE: "communication interference",
+    EXPOSED_TP: "exposed tensor-parallel collectives",
+    EXPOSED_CP: "exposed context-parallel ring",
+    EXPOSED_EP: "exposed expert-parallel all-to-all",
+    EXPOSED_PP: "exposed pipeline sends",
+    BUBBLE: "pipeline bubble",
+    EXPOSED_DP: "exposed data-parallel reduction",
+    OPTIMIZER: "optimizer step",
+    OVERHEAD: "framework overhead",
+    FACTOR_COMPUTE: "K-FAC factors",
+    EXPOSED_FACTOR_COMM: "K-FAC factor all-reduce (exposed)",
+    INVERSION: "K-FAC inversions",
+    INVERSE_BROADCAST: "K-FAC inverse broadcast",
+    KFAC_COMM_INTERFERENCE: "K-FAC communication interference",
+    PRECONDITIONING: "K-FAC preconditioning",
 }
 
 
@@ -143,10 +147,10 @@ def breakdown_rows(result: PredictResult) -> list[list[str]]:
 def comm_line(result: PredictResult) -> str:
     """How much of the communication compute hides, or "" without any."""
     pred = result.prediction
-    total = pred.comm_total_s or 0.0
+    total = pred.breakdown.comm_total_s or 0.0
     if total <= 0:
         return ""
-    hidden = pred.hidden_comm_s / total
+    hidden = pred.breakdown.hidden_comm_s / total
     if pred.layout:
         return (f"Tensor-, context-, {'expert-, ' if int(pred.layout.get('ep', 1)) > 1 else ''}pipeline- and "
                 f"data-parallel communication {seconds(total)} per iteration, "

@@ -128,7 +128,7 @@ def candidate_json(cand: Candidate, rank: int, result: SearchResult | None = Non
         "fits_in_memory": p.fits_in_memory,
         "global_batch_size": p.global_batch_size,
         "batch_split": [dataclasses.asdict(b) for b in p.batch_split],
-        "breakdown": p.breakdown_document(),
+        "breakdown": p.breakdown.to_json(),
         "typical_error_pct": p.typical_error_pct,
         "typical_error_basis": p.typical_error_basis,
         "flags": list(cand.flags),

@@ -33,7 +33,6 @@ with one cost model); the p90 phases time the same plan with the p90 communicati
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -48,6 +47,8 @@ from srift.kfac import schedule
 from srift.perf.compute import LayerTimes
 from srift.perf.kfac_kernels import DeviceKernels, device_kernels, half_precision
 from srift.profile import KFAC_TIME_FIELDS, LayerProfile, Profile
+from srift.simulate.breakdown import (EXPOSED_FACTOR_COMM, FACTOR_COMPUTE, INVERSE_BROADCAST, INVERSION,
+                                     KFAC_COMM_INTERFERENCE, PRECONDITIONING, Phase)
 from srift.simulate.ddp import BucketLayout, bucket_layout, bucket_ready_s
 
 FP32_BYTES = 4  # factors are kept and communicated in fp32 (fp16 factor all-reduce diverges)
@@ -81,9 +82,11 @@ class KfacPhases:
     kfac_comm_interference: float
     preconditioning: float
 
-    def as_dict(self) -> dict[str, float]:
-        """The phases by name, in iteration order (the prediction's breakdown keys)."""
-        return dataclasses.asdict(self)
+    def as_dict(self) -> dict[Phase, float]:
+        """The phases by name, in iteration order (srift.simulate.breakdown.KFAC_PHASES)."""
+        return {FACTOR_COMPUTE: self.factor_compute, EXPOSED_FACTOR_COMM: self.exposed_factor_comm, INVERSION: self.inversion,
+                INVERSE_BROADCAST: self.inverse_broadcast, KFAC_COMM_INTERFERENCE: self.kfac_comm_interference,
+                PRECONDITIONING: self.preconditioning}
 
     @property
     def total_s(self) -> float:

@@ -20,6 +20,7 @@ from srift.job import (
 from srift.simulate.layouts import (
     DP_FLAVOURS, SCHEDULES, Layout, LayoutPlan, check_layout, load_layout_params, plan_layout, search_layouts,
 )
+from srift.simulate.breakdown import COMM_INTERFERENCE
 from srift.simulate.finetune import LoraSpec, layout_lora
 from srift.simulate.memory import USABLE_FRACTION, allocated_parts
 from srift.simulate.prediction import BatchShare, Prediction, bottleneck
@@ -144,14 +145,14 @@ def plan_for(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_
 
 def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_len: int, precision: str,
                    model_flops_per_token: float) -> Prediction:
-    """The Prediction of ``arch`` laid out on ``cluster`` (breakdown: srift.simulate.layouts.BREAKDOWN_KEYS)."""
+    """The Prediction of ``arch`` laid out on ``cluster`` (breakdown: srift.simulate.breakdown.LAYOUT_PHASES)."""
     plan, alternative = plan_for(arch, cluster, settings, seq_len, precision)
     lay = plan.layout
     p90_plan = plan_layout(arch, cluster, lay, seq_len, precision, plan.checkpointing, plan.dp_flavour, quantile=0.9,
                            imbalance=settings.routing_imbalance,
                            recompute_modules=plan.recompute_modules or DEFAULT_RECOMPUTE_MODULES, lora=settings.lora)
-    breakdown = dict(plan.breakdown_s)
-    comm_cost = sum(v for k, v in breakdown.items() if k.startswith("exposed_")) + breakdown["comm_interference"]
+    breakdown = plan.breakdown
+    comm_cost = breakdown.exposed_comm_s + breakdown[COMM_INTERFERENCE]
     throughput = lay.global_batch / plan.iteration_s
     tokens = throughput * seq_len
     cost = cluster.usd_per_hour
@@ -195,7 +196,7 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
         iteration_time_s=plan.iteration_s, p90_iteration_time_s=max(plan.iteration_s, p90_plan.iteration_s),
         throughput_samples_per_s=throughput, cost_per_hour_usd=cost,
         usd_per_million_samples=usd_per_million_samples(cost, throughput),
-        breakdown=breakdown, comm_total_s=sum(plan.comm_s.values()), bottleneck=bottleneck(plan.fits, comm_cost, plan.iteration_s), fits_in_memory=plan.fits,
+        breakdown=breakdown, bottleneck=bottleneck(plan.fits, comm_cost, plan.iteration_s), fits_in_memory=plan.fits,
         memory_per_gpu_bytes=plan.memory_per_gpu_bytes, memory_breakdown_bytes=dict(plan.memory_breakdown_bytes),
         memory_allocated_bytes=sum(allocated_parts(plan.memory_breakdown_bytes).values()),
         batch_split=[BatchShare(g.label, g.gpu, lay.micro_batch * lay.grad_accum, g.gpus) for g in cluster.node_groups],

@@ -74,6 +74,8 @@ from srift.perf.fp8 import Fp8Recipe, fp8_saved_bytes, fp8_times, fp8_weight_cac
 from srift.perf.compute import (
     ATTENTION, NORM, kernel_rates, layer_kind, layer_times, load_params as load_compute_params, mma_rate_flops,
 )
+from srift.simulate.breakdown import (BACKWARD, BUBBLE, COMM_INTERFERENCE, EXPOSED_CP, EXPOSED_DP, EXPOSED_EP, EXPOSED_PP,
+                                     EXPOSED_TP, FORWARD, LAYOUT_PHASES, OPTIMIZER, OVERHEAD, RECOMPUTE, Breakdown, Phase)
 from srift.simulate.finetune import LoraSpec, finetune_profile
 from srift.simulate.memory import LOSS_FP32_BYTES, MASTER_BYTES, USABLE_FRACTION, allocator_bytes, fits, with_allocator
 from srift.simulate.moe import (BALANCED_ROUTING, check_ep, ep_exchange_s, expert_memory_bytes, local_expert_params,
@@ -111,9 +113,6 @@ UB_RING_EXCHANGE_COLLECTIVES, UB_PIPELINE_COLLECTIVES = 4, 6
 # CTA, so one SM, each: a hidden ring-attention step or pipeline send holds that share of the SMs
 # (assumed the same for peers on NVLink), not the all-reduce interference.
 P2P_CHANNELS = 2
-# Breakdown keys of a layout's iteration (they add up to it).
-BREAKDOWN_KEYS = ("forward", "backward", "recompute", "exposed_tp", "exposed_cp", "exposed_ep", "exposed_pp", "bubble",
-                  "exposed_dp", "comm_interference", "optimizer", "overhead")
 
 
 # ---- the layout ---------------------------------------------------------------------------------
@@ -597,7 +596,8 @@ class LayoutPlan:
     Attributes:
         layout: The layout.
         iteration_s: Seconds per optimizer step.
-        breakdown_s: Seconds by BREAKDOWN_KEYS (they add up to ``iteration_s``).
+        breakdown: Seconds by phase (srift.simulate.breakdown.LAYOUT_PHASES; they add up to
+            ``iteration_s``), and the communication in all (``comm_s`` added up).
         comm_s: Communication seconds per iteration by group (``tp``, ``cp``, ``ep``, ``pp``, ``dp``),
             hidden or not.
         memory_per_gpu_bytes: The most loaded stage's bytes per GPU.
@@ -612,7 +612,7 @@ class LayoutPlan:
 
     layout: Layout
     iteration_s: float
-    breakdown_s: dict[str, float]
+    breakdown: Breakdown
     comm_s: dict[str, float]
     memory_per_gpu_bytes: float
     memory_breakdown_bytes: dict[str, float]
@@ -862,22 +862,21 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     overhead = load_compute_params().overhead_s
     interf = (interference * (ep_hidden * n_slow * m + dp_hidden) + p2p_interference(gpu) * (cp_hidden * n_slow * m + hidden_p2p)
               + tp_interference(comm, gpu, tp_overlap) * tp_b_hidden * n_slow * m)
-    breakdown = {
-        "forward": m * (sf - n_slow * (tp_f + cp_f + ep_f)),
-        "backward": m * (sb - n_slow * (tp_b_exposed + cp_b + ep_b + recompute
-                                        + (tp_f + ep_f if checkpointing == FULL_CHECKPOINTING else 0.0))),
-        "recompute": m * n_slow * recompute,
-        "exposed_tp": m * n_slow * (tp_f + tp_b_exposed + (tp_f if checkpointing == FULL_CHECKPOINTING else 0.0)),
-        "exposed_cp": m * n_slow * (cp_f + cp_b),
-        "exposed_ep": m * n_slow * (ep_f + ep_b + (ep_f if checkpointing == FULL_CHECKPOINTING else 0.0)),
-        "exposed_pp": pipe_p2p,
-        "bubble": bubble,
-        "exposed_dp": dp_exposed,
-        "comm_interference": interf,
-        "optimizer": optimizer,
-        "overhead": overhead,
+    seconds: dict[Phase, float] = {
+        FORWARD: m * (sf - n_slow * (tp_f + cp_f + ep_f)),
+        BACKWARD: m * (sb - n_slow * (tp_b_exposed + cp_b + ep_b + recompute
+                                      + (tp_f + ep_f if checkpointing == FULL_CHECKPOINTING else 0.0))),
+        RECOMPUTE: m * n_slow * recompute,
+        EXPOSED_TP: m * n_slow * (tp_f + tp_b_exposed + (tp_f if checkpointing == FULL_CHECKPOINTING else 0.0)),
+        EXPOSED_CP: m * n_slow * (cp_f + cp_b),
+        EXPOSED_EP: m * n_slow * (ep_f + ep_b + (ep_f if checkpointing == FULL_CHECKPOINTING else 0.0)),
+        EXPOSED_PP: pipe_p2p,
+        BUBBLE: bubble,
+        EXPOSED_DP: dp_exposed,
+        COMM_INTERFERENCE: interf,
+        OPTIMIZER: optimizer,
+        OVERHEAD: overhead,
     }
-    iteration = sum(breakdown.values())
     # ---- memory: the most loaded stage (only the first, second and last can be: _peak_memory) ----
     candidates = sorted({0, min(1, p - 1), p - 1})
     mems = dict(zip(candidates, _stage_memories(arch, layout, parts, checkpointing, dp_flavour, candidates)))
@@ -888,6 +887,8 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     comm_s = {"tp": m * n_slow * (tp_f + tp_b_exposed + tp_b_hidden), "cp": m * n_slow * (c - 1) * (step_f + step_b),
               "ep": m * n_slow * (ep_f + ep_b + ep_hidden),
               "pp": pipe_p2p + hidden_p2p, "dp": dp_exposed + dp_hidden}
+    breakdown = Breakdown.of(LAYOUT_PHASES, seconds, sum(comm_s.values()))
+    iteration = breakdown.total_s
     return LayoutPlan(layout, iteration, breakdown, comm_s, worst[0], worst[1], worst[2], fits(worst[0], gpu_mem),
                       layout.global_batch * seq_len / iteration, checkpointing, dp_flavour)
 

@@ -34,10 +34,12 @@ from srift.errors import SriftError
 from srift.hardware import CPU, gpu as gpu_spec
 from srift.job import AUTO, CHECKPOINTING, DDP, HSDP, NO_CHECKPOINTING, PARALLELISMS, Job
 from srift.perf.comm import CommModel
+from srift.simulate.breakdown import (BACKWARD, COMM_INTERFERENCE, DATA, EXPOSED_COMM, FORWARD, HSDP_PHASES, OPTIMIZER,
+                                     OVERHEAD, RECOMPUTE, SHARDED_EXPOSED, SHARDED_PHASES, Breakdown, Phase, ddp_phases)
 from srift.simulate.ddp import comm_end_s
 from srift.simulate.kfac import KfacPlan, plan_kfac
 from srift.simulate.memory import FIT_STATES, fit_state, fits
-from srift.simulate.sharded import EXPOSED_KEYS, StepTimes
+from srift.simulate.sharded import StepTimes
 from srift.simulate.workload import Workload, _Compute
 from srift.perf.quantiles import Z90
 
@@ -129,8 +131,8 @@ class Plan:
 
     Attributes:
         parallelism, checkpointing: The plan.
-        breakdown: Seconds per phase of one iteration (they add up to it).
-        comm_total_s: Communication seconds per iteration, exposed or not.
+        breakdown: Seconds per phase of one iteration (they add up to it), and the communication
+            in all, exposed or not.
         p90_s: The iteration's p90 (0 when not asked for).
         comm_cost_s: Exposed communication and interference (the bottleneck test).
         memory: Memory per GPU.
@@ -139,8 +141,7 @@ class Plan:
 
     parallelism: str
     checkpointing: str
-    breakdown: dict[str, float]
-    comm_total_s: float
+    breakdown: Breakdown
     p90_s: float
     comm_cost_s: float
     memory: MemoryFit
@@ -148,7 +149,7 @@ class Plan:
 
     @property
     def iteration_s(self) -> float:
-        return sum(self.breakdown.values())
+        return self.breakdown.total_s
 
 
 def plan_choices(job: Job, blocks: int, profile_name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -312,26 +313,27 @@ class Plans:
         if checkpointing != NO_CHECKPOINTING:
             _, _, rec = w.unit_times(view.gpus_per_group, batches, checkpointing)
             recompute = accum * sum(rec)
-        breakdown = {
-            "data": 0.0,  # the loader: added in predict()
-            "forward": crit.forward_s * accum,
-            "backward": (compute_end - crit.forward_s) * accum,
-            "exposed_comm": ar.exposed_s,
-            "comm_interference": ar.interference_s,
-            "optimizer": optimizer,
-            "overhead": overhead * accum,
+        seconds: dict[Phase, float] = {
+            DATA: 0.0,  # the loader: added in predict()
+            FORWARD: crit.forward_s * accum,
+            BACKWARD: (compute_end - crit.forward_s) * accum,
+            EXPOSED_COMM: ar.exposed_s,
+            COMM_INTERFERENCE: ar.interference_s,
+            OPTIMIZER: optimizer,
+            OVERHEAD: overhead * accum,
         }
         if recompute:
-            breakdown["recompute"] = recompute
+            seconds[RECOMPUTE] = recompute
         kfac = None
         if w.job.kfac:
             prof = w.profile_at(batches[slowest], w.source_for(view.gpus_per_group[slowest]))
             kfac = plan_kfac(prof, view.cluster, w.job, crit.times, comm, w.layout, inverse_method=w.job.kfac_inverse_method)
-            breakdown.update(kfac.phases.as_dict())
+            seconds.update(kfac.phases.as_dict())
+        breakdown = Breakdown.of(ddp_phases(bool(recompute), kfac is not None), seconds, ar.total_s)
         p90 = (compute_end * (1.0 + Z90 * w.compute_cv) * accum + ar.exposed_p90_s
                + ar.interference_p90_s + optimizer + overhead * accum
                + (kfac.phases_p90.total_s if kfac is not None else 0.0) + recompute)
-        return Plan("ddp", checkpointing, breakdown, ar.total_s, p90, ar.exposed_s + ar.interference_s,
+        return Plan("ddp", checkpointing, breakdown, p90, ar.exposed_s + ar.interference_s,
                     self.memory_fit(view, batches, Candidate("ddp", checkpointing)), kfac)
 
     def communication(self, view: ClusterView, comps: list[_Compute], compute_end: float) -> AllReduce:
@@ -371,23 +373,23 @@ class Plans:
         overhead = max(c.times.overhead_s for c in comps)
         recompute = sum(rec)
         k = 0.0 if cpu else comm.params.overlap_interference * w.sharded_gpu_side(comm)
-        breakdown = {
-            "data": 0.0,  # the loader: added in predict()
-            "forward": sum(fwd) * accum,
-            "backward": (sum(bwd) - recompute) * accum,
-            "recompute": recompute * accum,
-            **{key: value * accum for key, value in zip(EXPOSED_KEYS, s50.exposed_s)
-               if parallelism == HSDP or key != "exposed_cross_node_allreduce"},
-            "comm_interference": k * s50.hidden_s * accum,
-            "optimizer": optimizer,
-            "overhead": overhead * accum,
+        declared = HSDP_PHASES if parallelism == HSDP else SHARDED_PHASES
+        seconds: dict[Phase, float] = {
+            DATA: 0.0,  # the loader: added in predict()
+            FORWARD: sum(fwd) * accum,
+            BACKWARD: (sum(bwd) - recompute) * accum,
+            RECOMPUTE: recompute * accum,
+            **{key: value * accum for key, value in zip(SHARDED_EXPOSED, s50.exposed_s) if key in declared},
+            COMM_INTERFERENCE: k * s50.hidden_s * accum,
+            OPTIMIZER: optimizer,
+            OVERHEAD: overhead * accum,
         }
+        breakdown = Breakdown.of(declared, seconds, sum(s50.comm_s) * accum)
         exposed = sum(s50.exposed_s) * accum
         p90_s = 0.0
         if p90:
             s90 = step(0.9)
             p90_s = (accum * (overhead + s90.end_s + s90.compute_s * Z90 * w.compute_cv + k * s90.hidden_s)
                      + optimizer)
-        return Plan(parallelism, checkpointing, breakdown, sum(s50.comm_s) * accum, p90_s,
-                    exposed + breakdown["comm_interference"],
+        return Plan(parallelism, checkpointing, breakdown, p90_s, exposed + breakdown[COMM_INTERFERENCE],
                     self.memory_fit(view, batches, Candidate(parallelism, checkpointing)), None)

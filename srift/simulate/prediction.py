@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from srift.job import JobLength, JobRun
+from srift.simulate.breakdown import Breakdown
 from srift.simulate.spot import SpotExpectation
 
 COMM_BOUND_FRACTION = 0.2  # exposed communication above this share of the iteration: comm-bound
@@ -56,10 +57,11 @@ class Prediction:
         throughput_samples_per_s: Whole-cluster samples per second (p50, no interruptions).
         cost_per_hour_usd: Whole-cluster price per hour (None when unpriced).
         usd_per_million_samples: Cost of one million samples (None when unpriced).
-        breakdown: Seconds per phase of one iteration: ``data``, ``forward``, ``backward``,
-            ``exposed_comm``, ``comm_interference``, ``optimizer``, ``overhead`` (+ K-FAC phases); they add up to
-            ``iteration_time_s`` (communication appears only as far as it is exposed; checked on
-            construction). Empty for a speed model without phases (``srift.testing.SpeedModel``).
+        breakdown: Seconds per phase of one iteration (the phases each plan has:
+            srift/simulate/breakdown.py), and the communication exposed, hidden and in all; the
+            phases add up to ``iteration_time_s`` (communication appears among them only as far as
+            it is exposed; checked on construction). Empty for a speed model without phases
+            (``srift.testing.SpeedModel``).
         bottleneck: ``compute``, ``communication``, ``input`` (the data loader is slower than the
             GPUs) or ``memory``.
         fits_in_memory: False when some GPU certainly needs more memory than it has (its median
@@ -99,9 +101,6 @@ class Prediction:
         model_flops_per_token: Training FLOPs per token counted for MFU (``6 N + 12 L H s`` for the
             zoo's LLMs: srift.zoo.llm.model_flops_per_token).
 
-    The breakdown of a sharded job (``zero2``, ``fsdp``, ``hsdp``) has ``recompute`` (activation
-    checkpointing), ``exposed_all_gather``, ``exposed_reduce_scatter`` and
-    ``exposed_cross_node_allreduce`` (hsdp) in place of ``exposed_comm``.
         data_loading: Where the batches come from: ``synthetic``, ``images``, ``tokens`` or
             ``measured`` (a profile's own data time).
         input_time_s: Seconds the slowest GPU's data loader needs per iteration (it runs beside the
@@ -109,17 +108,13 @@ class Prediction:
             vCPU count) or for ``measured``.
         layout: A decoder LLM laid out with tensor/pipeline/context parallelism
             (srift/simulate/layouts.py): ``tp``, ``pp``, ``cp``, ``dp``, ``vp``, ``micro_batch``,
-            ``grad_accum``, ``schedule``; None otherwise. Its breakdown has ``exposed_tp``,
-            ``exposed_cp``, ``exposed_pp``, ``bubble`` and ``exposed_dp``.
+            ``grad_accum``, ``schedule``; None otherwise.
         memory_stage: The pipeline stage whose memory ``memory_per_gpu_bytes`` is (layouts).
         layout_alternative: When the layout does not fit, the fastest one that does (its ``layout``).
         params_total: A --layout job's parameters (every expert of a mixture of experts).
         params_active: Of which one token uses (its top-k routed experts); MFU counts these.
         moe_imbalance: The routing imbalance a mixture of experts was predicted at (the busiest
             expert-parallel rank's tokens over the mean; ``--moe-imbalance``); None for a dense model.
-        comm_total_s: Communication seconds per iteration, exposed or hidden behind compute
-            (``exposed_comm_s`` + ``hidden_comm_s``); None where nothing was modelled. The
-            documents show it as the breakdown's ``comm_total`` (``breakdown_document``).
     """
 
     cluster: str
@@ -130,7 +125,7 @@ class Prediction:
     throughput_samples_per_s: float
     cost_per_hour_usd: float | None
     usd_per_million_samples: float | None
-    breakdown: dict[str, float]
+    breakdown: Breakdown
     bottleneck: str
     fits_in_memory: bool
     memory_per_gpu_bytes: float
@@ -162,27 +157,11 @@ class Prediction:
     params_total: int | None = None
     params_active: int | None = None
     moe_imbalance: float | None = None
-    comm_total_s: float | None = None
 
     def __post_init__(self) -> None:
-        total = sum(self.breakdown.values())
+        total = self.breakdown.total_s
         if self.breakdown and not math.isclose(total, self.iteration_time_s, rel_tol=BREAKDOWN_SUM_REL_TOL):
             raise ValueError(f"the breakdown adds up to {total!r} s, not the iteration's {self.iteration_time_s!r} s")
-
-    @property
-    def exposed_comm_s(self) -> float:
-        """Communication the compute waited for (every ``exposed_*`` phase but K-FAC's factors)."""
-        return sum(v for k, v in self.breakdown.items() if k.startswith("exposed_") and "factor" not in k)
-
-    @property
-    def hidden_comm_s(self) -> float:
-        """Communication that overlapped compute: the total less what was exposed."""
-        return max(0.0, (self.comm_total_s or 0.0) - self.exposed_comm_s)
-
-    def breakdown_document(self) -> dict[str, float]:
-        """The breakdown as the JSON documents show it: the phases, then ``comm_total`` (not a
-        phase: the whole communication, exposed or not) when there is one."""
-        return dict(self.breakdown) if self.comm_total_s is None else {**self.breakdown, "comm_total": self.comm_total_s}
 
     @property
     def expected_throughput_samples_per_s(self) -> float:
@@ -218,6 +197,5 @@ class Prediction:
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        del out["comm_total_s"]  # shown inside the breakdown, where the documents have always had it
-        out["breakdown"] = self.breakdown_document()
+        out["breakdown"] = self.breakdown.to_json()
         return out

@@ -36,6 +36,7 @@ from srift.perf.coverage import Coverage, sharded_coverage
 from srift.perf.comm import CommModel
 from srift.perf.compute import LayerTimes, measured_gpu
 from srift.profile import Profile
+from srift.simulate.breakdown import DATA
 from srift.simulate.kfac import KfacPlan
 from srift.simulate.loader import InputLoader, image_side_px
 from srift.simulate.mixed import batches_for_fastest, split_batch
@@ -137,18 +138,18 @@ class Predictor:
         breakdown = plan.breakdown
         accum = self.job.grad_accum
         inputs = self.loader.inputs_for(cluster, [b * accum for b in batches], comm)
-        gpu_s = sum(breakdown.values())
+        gpu_s = breakdown.total_s
         p90 = max(plan.p90_s, gpu_s)
         known = [t for t in inputs if t is not None]
         loader = max(known, key=lambda t: t.time_s) if known and len(known) == len(inputs) else None
         if loader is not None and loader.kind == "measured":
-            breakdown["data"] = loader.time_s  # the measured wait, as the profile saw it
+            breakdown = breakdown.with_phase(DATA, loader.time_s)  # the measured wait, as the profile saw it
             p90 += loader.time_s
         elif loader is not None:
             # The loader runs beside the GPUs: only what it needs beyond their iteration shows.
-            breakdown["data"] = max(0.0, loader.time_s - gpu_s)
+            breakdown = breakdown.with_phase(DATA, max(0.0, loader.time_s - gpu_s))
             p90 = max(p90, max(t.slow_time_s for t in known))
-        iteration = sum(breakdown.values())
+        iteration = breakdown.total_s
         global_batch = sum(b * g.gpus for b, g in zip(batches, groups)) * accum
         throughput = global_batch / iteration
         cost = cluster.usd_per_hour
@@ -173,9 +174,9 @@ class Predictor:
             throughput_samples_per_s=throughput,
             cost_per_hour_usd=cost,
             usd_per_million_samples=usd_per_million_samples(cost, throughput),
-            breakdown=breakdown, comm_total_s=plan.comm_total_s,
+            breakdown=breakdown,
             bottleneck=bottleneck(plan.memory.fits, plan.comm_cost_s, iteration,
-                                  input_bound=loader is not None and loader.kind != "measured" and breakdown["data"] > 0),
+                                  input_bound=loader is not None and loader.kind != "measured" and breakdown[DATA] > 0),
             fits_in_memory=plan.memory.fits,
             memory_per_gpu_bytes=plan.memory.per_gpu_bytes,
             memory_breakdown_bytes=dict(plan.memory.breakdown_bytes),

@@ -53,9 +53,7 @@ from srift.job import FULL_CHECKPOINTING, NO_CHECKPOINTING
 from srift.perf.compute import KINDS, layer_arrays
 from srift.profile import Profile
 
-# Breakdown keys of a sharded iteration (they add up to the iteration time with data, forward,
-# backward, optimizer and overhead).
-EXPOSED_KEYS = ("exposed_all_gather", "exposed_reduce_scatter", "exposed_cross_node_allreduce")
+# Indices of StepTimes.exposed_s (srift.simulate.breakdown.SHARDED_EXPOSED: the phases they become).
 _AG, _RS, _AR = 0, 1, 2
 _MATMUL = KINDS.index("matmul")
 _ATTENTION = KINDS.index("attention")
@@ -234,7 +232,7 @@ class StepTimes:
         end_s: When both streams are done.
         compute_s: Compute-stream busy seconds (forward, recompute, backward).
         exposed_s: Seconds the compute stream waited, by what the communication stream was doing
-            then: all-gather, reduce-scatter, cross-node all-reduce (EXPOSED_KEYS order).
+            then: all-gather, reduce-scatter, cross-node all-reduce (srift.simulate.breakdown.SHARDED_EXPOSED order).
         comm_s: Communication-stream busy seconds by the same kinds.
     """
 
