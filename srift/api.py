@@ -552,8 +552,9 @@ _BASELINE_BOUNDS = {"predicted_cost_usd": MAX_COST_USD * 1e6, "predicted_hours":
 
 def check(jobfile: JobFile, compare_to: str | None = None) -> CheckResult:
     """Predict the job of a job file (on its instance, or on what `srift recommend` would choose
-    within its limits) and compare it with its limits at the job file's confidence, and with a
-    baseline result if given.
+    within its limits: the same search, its defaults included, such as a decoder LLM's layout
+    search) and compare it with its limits at the job file's confidence, and with a baseline
+    result if given.
 
     Raises:
         SriftError: for a bad baseline, an unpriced instance, or a job that fits no GPU (exit 1).
@@ -562,10 +563,10 @@ def check(jobfile: JobFile, compare_to: str | None = None) -> CheckResult:
     job = jobfile.job
     profile, more = resolve_profiles(jobfile.model, jobfile.profiles, precision=job.precision)
     job = with_resolved_length(job, profile)
-    assert job.length is not None  # a job file always has one
-    predictor = Predictor(profile, job, more, model_flops_fn(jobfile.model), model_arch(jobfile.model))
     infra = jobfile.infra
+    precision = job.precision or profile.precision
     if jobfile.instance is not None:
+        predictor = Predictor(profile, job, more, model_flops_fn(jobfile.model), model_arch(jobfile.model))
         cluster = resolve_cluster(jobfile.instance, None, region=infra, spot=jobfile.spot)
         pred, instance, chosen_by = predictor.predict(cluster), jobfile.instance, "job file"
         rows = spec_instances(jobfile.instance, infra)
@@ -574,8 +575,8 @@ def check(jobfile: JobFile, compare_to: str | None = None) -> CheckResult:
         ages = price_ages([(r.cloud, r.region) for r in rows])
     else:
         constraints = Constraints.of_check(jobfile.limits, jobfile.spot, jobfile.confidence)
-        constraints.require_length(job.length, job.global_batch_size)
-        found = _search(predictor, constraints, infra)
+        searched = recommend(job, constraints, model=jobfile.model, profiles=jobfile.profiles, infra=infra)
+        found, job, precision = searched.search, searched.job, searched.precision
         best = found.recommendations[0] if found.recommendations else found.closest
         if best is None:
             raise SriftError("no configuration could be predicted for this job (it fits no GPU at this batch size).",
@@ -586,6 +587,7 @@ def check(jobfile: JobFile, compare_to: str | None = None) -> CheckResult:
     cost_h = pred.cost_per_hour_usd
     if cost_h is None:
         raise SriftError(f"'{instance}' has no price in the catalog, so its cost cannot be checked.", "choose a priced instance type.")
+    assert job.length is not None  # a job file always has one (recommend keeps it)
     run = pred.job_run(job.length)
     assert run.cost_usd is not None
     at = at_confidence(run.hours, cost_h, uncertainty_of(pred, run.hours), jobfile.confidence)
@@ -594,7 +596,7 @@ def check(jobfile: JobFile, compare_to: str | None = None) -> CheckResult:
                                   pred.expected_throughput_samples_per_s, pred.bottleneck, where,
                                   pred.typical_error_pct, pred.typical_error_basis, tuple(pred.notes), plan=pred.plan_label)
     result = CheckResult(all(c.passed for c in limits), run.cost_usd, run.hours, cost_h, config, profile.name,
-                         job.precision or profile.precision, run.steps, job.optimizer, limits, ages, at)
+                         precision, run.steps, job.optimizer, limits, ages, at)
     return dataclasses.replace(result, change=compare(result, base)) if base is not None else result
 
 

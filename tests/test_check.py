@@ -100,6 +100,23 @@ def test_without_instance_uses_the_recommended_configuration(tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_without_instance_a_decoder_llm_searches_what_recommend_searches(tmp_path, capsys):
+    # recommend searches layouts by default for a decoder LLM (--layout auto, srift.api.takes_default_layout);
+    # check without an instance runs that same search, so both choose the same configuration and plan.
+    job = {"model": "llama3-8b", "tokens": 1_000_000_000, "seq_len": 4096, "limits": {"max_hours": 24}}
+    assert main(["check", write(tmp_path, job), "--format", "json"]) == 0
+    checked = json.loads(capsys.readouterr().out)
+    assert main(["recommend", "--model", "llama3-8b", "--tokens", "1e9", "--seq-len", "4096", "--deadline", "24",
+                 "--objective", "cost", "--top", "1", "--format", "json"]) == 0
+    chosen = json.loads(capsys.readouterr().out)["recommendations"][0]
+    config = checked["configuration"]
+    assert config["instance"] == chosen["instance"] and config["plan"].startswith("tp")  # a layout, not DDP/FSDP
+    assert config["global_batch_size"] == chosen["global_batch_size"]
+    assert checked["predicted_cost_usd"] == pytest.approx(chosen["job_cost_usd"])
+    assert checked["predicted_hours"] == pytest.approx(chosen["job_hours"])
+
+
+@pytest.mark.slow
 def test_confidence_from_the_file_or_the_flag(tmp_path, capsys):
     # 20,000 steps on 2x p3.16xlarge take about 0.62 h at the median; its multi-node error over TCP
     # (±13.3 %) and the network's p90 spread put the 90 % quantile near 0.92 h and the 50 % one at

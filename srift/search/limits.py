@@ -109,9 +109,11 @@ class Constraints:
     @classmethod
     def of_check(cls, limits: JobLimits, spot: bool, confidence: float = DEFAULT_CONFIDENCE) -> "Constraints":
         """The search `srift check` runs for a job file without an instance: the cheapest
-        configuration within the job file's limits."""
+        configuration within the job file's limits (a job file sets no --max-gpus: a layout
+        search derives it from the job, as `srift recommend` without one does)."""
         return cls(budget_usd_per_hour=limits.max_usd_per_hour, deadline_hours=limits.max_hours,
-                   max_cost_usd=limits.max_cost_usd, objective=COST, spot=spot, top=1, confidence=confidence)
+                   max_cost_usd=limits.max_cost_usd, objective=COST, spot=spot, top=1, confidence=confidence,
+                   auto_max_gpus=True)
 
     def require_length(self, length: JobLength | None, global_batch_size: int | None = None) -> None:
         """Raise when a limit needs the job's length and there is none, or when the length is a
