@@ -9,6 +9,7 @@ import pytest
 
 from srift import api
 from srift.job import Job
+from srift.report.predict_view import PHASE_LABELS
 from srift.simulate import breakdown as bd
 from srift.simulate.breakdown import Breakdown
 from srift.simulate.kfac import KfacPhases
@@ -69,6 +70,7 @@ def test_each_plan_declares_its_phases_once() -> None:
     # Every phase some plan has is a Phase, and every Phase belongs to some plan.
     plans = (bd.ddp_phases(True, True), bd.SHARDED_PHASES, bd.HSDP_PHASES, bd.LAYOUT_PHASES)
     assert set().union(*plans) == set(bd.PHASES)
+    assert set(PHASE_LABELS) == set(bd.PHASES)  # `srift predict` names every phase in words
 
 
 @pytest.mark.parametrize(("job", "model", "instance", "declared"), [
