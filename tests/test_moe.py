@@ -305,6 +305,25 @@ def test_fp8_gemms_by_hand():
         fp8_times(prof, layer_times(prof, "A100-80GB", "bf16"), "A100-80GB", "mxfp8")
 
 
+def test_grouped_fc1_quantizes_the_experts_input_once_by_hand():
+    """Megatron-Core's grouped fc1 is the gate and up projections in one GEMM: its FP8 input is cast
+    once (rows x hidden x 4 bytes, 6 per-tensor), where the per-expert profile's gate and up cast it
+    each; backward (each projection's output gradient) is unchanged."""
+    from srift.perf.compute import kernel_rates, layer_times
+    from srift.perf.fp8 import fp8_times
+    from srift.simulate.moe import fused_fc1_cast_bytes, moe_block_times
+    from srift.zoo.llm import expert_profile
+    assert fused_fc1_cast_bytes(TINY, 128, "mxfp8") == 128 * 64 * 4.0
+    assert fused_fc1_cast_bytes(TINY, 128, "tensorwise") == 128 * 64 * 6.0
+    shape = moe_block_shape(TINY, 256, 4, 2.0)  # 256 tokens x top-2 over 2 local experts: 256 rows each
+    prof = expert_profile(TINY, shape.rows_per_expert, "bf16")
+    f, b = fp8_times(prof, layer_times(prof, "H100", "bf16"), "H100", "mxfp8")
+    bw = kernel_rates("H100", "bf16").memory_bytes_per_s
+    t = moe_block_times(TINY, shape, "H100", "bf16", None, fp8="mxfp8")
+    assert t.experts_f_s == pytest.approx(2 * (f.sum() - 256 * 64 * 4.0 / bw) + shape.permute_bytes / bw)
+    assert t.experts_b_s == pytest.approx(2 * b.sum() + shape.permute_bytes / bw)
+
+
 def test_mla_kv_sizes_by_hand():
     from srift.zoo.llm import kv_cache_bytes_per_token
     assert kv_cache_bytes_per_token(llm_arch("deepseek-v3")) == (512 + 64) * 2

@@ -66,6 +66,12 @@ def fp8_weight_cache_bytes(recipe: Fp8Recipe) -> float:
     return 2.0 * fp8_saved_bytes(recipe)
 
 
+def fp8_cast_bytes_per_element(recipe: Fp8Recipe) -> float:
+    """Bytes one quantizing pass moves per element of a GEMM's activation operand under ``recipe``
+    (module docstring): ``CAST_BYTES_PER_ELEMENT``, plus ``AMAX_BYTES_PER_ELEMENT`` per-tensor."""
+    return CAST_BYTES_PER_ELEMENT + (AMAX_BYTES_PER_ELEMENT if recipe == "tensorwise" else 0.0)
+
+
 def fp8_peak_ratio(gpu: str) -> float:
     """``bf16_peak / fp8_peak`` of ``gpu`` (configs/gpus.yaml).
 
@@ -88,7 +94,7 @@ def fp8_times(profile: Profile, times: LayerTimes, gpu: str, recipe: Fp8Recipe) 
     if recipe not in FP8_RECIPES:
         raise ValueError(f"FP8 recipe must be one of {FP8_RECIPES}, got {recipe!r}")
     ratio = fp8_peak_ratio(gpu)
-    per_element = CAST_BYTES_PER_ELEMENT + (AMAX_BYTES_PER_ELEMENT if recipe == "tensorwise" else 0.0)
+    per_element = fp8_cast_bytes_per_element(recipe)
     rates = kernel_rates(gpu, "bf16")
     s_per_byte, launch = 1.0 / rates.memory_bytes_per_s, rates.launch_s
     fwd, bwd = times.fwd_s.astype(float).copy(), times.bwd_s.astype(float).copy()

@@ -48,7 +48,8 @@ holds (``p2p_interference``); other hidden communication (NCCL's collectives: DP
 userbuffers) costs ``overlap_interference`` of its time, as everywhere in srift. Memory (``stage_memory_bytes``) is per stage: bf16 weights, bf16 gradient
 buffers (``GRAD_BYTES``), fp32 master weights and Adam states (sharded over CP x DP under ``zero1``), activations
 of the micro-batches in flight (a block's input under ``full`` recompute; under ``selective``, less what
-Megatron-Core's recompute modules drop: srift/simulate/recompute.py), the loss's fp32 logits on the last
+Megatron-Core's recompute modules drop: srift/simulate/recompute.py; and once, what backward rebuilds of one
+block: all of it under ``full``, its recomputed modules under ``selective``), the loss's fp32 logits on the last
 stage, and the caching allocator's reserve of srift/simulate/memory.py (``with_allocator``), so a layout
 fits where the rest of srift says it does.
 """
@@ -68,7 +69,7 @@ from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
 from srift.job import (
     CORE_ATTN, DEFAULT_RECOMPUTE_MODULES, FULL_CHECKPOINTING, HALF_PRECISIONS, INTERLEAVED, LAYOUT_PARALLELISMS, MOE_ACT,
-    PIPELINE_SCHEDULES, SELECTIVE, ZERO1, LayoutRequest, MoeDispatcher, RecomputeModule,
+    MOE_LAYER, PIPELINE_SCHEDULES, SELECTIVE, ZERO1, LayoutRequest, MoeDispatcher, RecomputeModule,
 )
 from srift.perf.fp8 import Fp8Recipe, fp8_saved_bytes, fp8_times, fp8_weight_cache_bytes
 from srift.perf.compute import (
@@ -297,6 +298,8 @@ class BlockParts:
             ``local_adapter_params`` per block train (gradients, optimizer, data-parallel reduction).
         local_adapter_params: One block's LoRA adapter parameters on this rank (in
             ``local_block_params`` too).
+        moe_recomputed: The ``selective`` policy recomputes whole MoE layers (``moe``), whose
+            dispatch and combine all-to-alls run again in backward.
     """
 
     block_f_s: float
@@ -325,6 +328,7 @@ class BlockParts:
     fp8_weight_bytes: float = 0.0
     frozen_base: bool = False
     local_adapter_params: float = 0.0
+    moe_recomputed: bool = False
 
     def trainable(self, blocks: int, first: bool, last: bool) -> float:
         """Parameters that train on a stage of ``blocks`` blocks (with the embedding when ``first``,
@@ -397,6 +401,15 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
     # The MoE block's non-expert parameters on this rank: its profile's, less every routed expert.
     moe_local = moe.local_block_params - arch.experts * dense_mlp_params(split_arch(arch, tp), arch.expert_intermediate)
 
+    # Selective recompute of the MoE layer: all of it (``moe``: its kept bytes, its experts' forward;
+    # _plan adds its all-to-alls) or the experts' activation (``moe_act``).
+    if MOE_LAYER in modules:
+        moe_saved, moe_again_s = moe_activation_bytes(arch, shape, e, kept_e), xt.experts_f_s
+    elif MOE_ACT in modules:
+        moe_saved, moe_again_s = moe_act_bytes(arch, shape, kept_e), xt.act_f_s
+    else:
+        moe_saved = moe_again_s = 0.0
+
     def mix(a: float, b: float) -> float:
         return frac * a + (1.0 - frac) * b
 
@@ -405,12 +418,11 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
         block_f_s=mix(moe.block_f_s + xt.experts_f_s, dense.block_f_s),
         block_b_s=mix(moe.block_b_s + xt.experts_b_s, dense.block_b_s),
         block_act_bytes=mix(moe.block_act_bytes + moe_activation_bytes(arch, shape, e, kept_e), dense.block_act_bytes),
-        selective_saved_bytes=mix(moe.selective_saved_bytes + (moe_act_bytes(arch, shape, kept_e) if MOE_ACT in modules
-                                                               else 0.0), dense.selective_saved_bytes),
-        selective_f_s=mix(moe.selective_f_s + (xt.act_f_s if MOE_ACT in modules else 0.0), dense.selective_f_s),
+        selective_saved_bytes=mix(moe.selective_saved_bytes + moe_saved, dense.selective_saved_bytes),
+        selective_f_s=mix(moe.selective_f_s + moe_again_s, dense.selective_f_s),
         local_block_params=mix(moe_local, dense.local_block_params),
         local_adapter_params=mix(moe.local_adapter_params, dense.local_adapter_params),
-        moe_fraction=frac, local_expert_params=frac * local_expert_params(arch, ep),
+        moe_fraction=frac, local_expert_params=frac * local_expert_params(arch, ep), moe_recomputed=MOE_LAYER in modules,
         dispatch_bytes=shape.dispatch_bytes, experts_f_s=frac * xt.experts_f_s, experts_b_s=frac * xt.experts_b_s,
         fp8_weight_bytes=((mix(moe_local, dense.local_block_params) + frac * local_expert_params(arch, ep))
                           * fp8_weight_cache_bytes(fp8) if fp8 else 0.0))
@@ -800,8 +812,13 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
         if ep_overlap:  # beside another micro-batch's forward or backward (Megatron's EP A2A overlap)
             ep_hidden = min(ep_f + ep_b, parts.block_f_s + parts.block_b_s)
             ep_f = ep_b = (ep_f + ep_b - ep_hidden) / 2.0
+    # What backward's recompute runs again of the forward's exposed collectives: full, the TP and
+    # EP ones; selective of whole MoE layers, their all-to-alls.
+    full = checkpointing == FULL_CHECKPOINTING
+    rerun_tp = tp_f if full else 0.0
+    rerun_ep = ep_f if full or (checkpointing == SELECTIVE and parts.moe_recomputed) else 0.0
     blk_f = parts.block_f_s + tp_f + cp_f + ep_f
-    blk_b = parts.block_b_s + tp_b_exposed + cp_b + ep_b + (recompute + (tp_f + ep_f if checkpointing == FULL_CHECKPOINTING else 0.0))
+    blk_b = parts.block_b_s + tp_b_exposed + cp_b + ep_b + recompute + rerun_tp + rerun_ep
     stage_f, stage_b = [], []
     for i, n in enumerate(layers):
         f = n * blk_f + (parts.first_f_s + tp_end if i == 0 else 0.0) + (parts.last_f_s + tp_end if i == p - 1 else 0.0)
@@ -864,12 +881,11 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
               + tp_interference(comm, gpu, tp_overlap) * tp_b_hidden * n_slow * m)
     breakdown = {
         "forward": m * (sf - n_slow * (tp_f + cp_f + ep_f)),
-        "backward": m * (sb - n_slow * (tp_b_exposed + cp_b + ep_b + recompute
-                                        + (tp_f + ep_f if checkpointing == FULL_CHECKPOINTING else 0.0))),
+        "backward": m * (sb - n_slow * (tp_b_exposed + cp_b + ep_b + recompute + rerun_tp + rerun_ep)),
         "recompute": m * n_slow * recompute,
-        "exposed_tp": m * n_slow * (tp_f + tp_b_exposed + (tp_f if checkpointing == FULL_CHECKPOINTING else 0.0)),
+        "exposed_tp": m * n_slow * (tp_f + tp_b_exposed + rerun_tp),
         "exposed_cp": m * n_slow * (cp_f + cp_b),
-        "exposed_ep": m * n_slow * (ep_f + ep_b + (ep_f if checkpointing == FULL_CHECKPOINTING else 0.0)),
+        "exposed_ep": m * n_slow * (ep_f + ep_b + rerun_ep),
         "exposed_pp": pipe_p2p,
         "bubble": bubble,
         "exposed_dp": dp_exposed,
@@ -1104,13 +1120,12 @@ def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts
     per_expert = PARAM_BYTES + (0.0 if parts.frozen_base else
                                 GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / (expert_shard if dp_flavour == ZERO1 else 1))
     layers = stage_layers(arch.n_layers, p)
-    full = checkpointing == FULL_CHECKPOINTING
     peak = 0.0
     for i in {0, min(1, p - 1), p - 1}:  # the arithmetic of _stage_memories, without the dicts
         n = layers[i]
         per_mb = n * _kept_block_bytes(parts, checkpointing) + (parts.first_act_bytes if i == 0 else 0.0)
         flight = min(float(m), p - i + (p - 1 - i) / v) if v > 1 and p > 1 else float(min(m, p - i))
-        acts = per_mb * flight + (parts.block_act_bytes if full else 0.0) + (parts.last_act_bytes if i == p - 1 else 0.0)
+        acts = per_mb * flight + _rebuilt_block_bytes(parts, checkpointing) + (parts.last_act_bytes if i == p - 1 else 0.0)
         params_i = (n * parts.local_block_params + (parts.local_embed_params if i == 0 else 0.0)
                     + (parts.local_head_params if i == p - 1 else 0.0))
         allocated = (params_i * PARAM_BYTES + parts.trainable(n, i == 0, i == p - 1) * per_param
@@ -1127,6 +1142,14 @@ def _kept_block_bytes(parts: BlockParts, checkpointing: str) -> float:
     return parts.block_act_bytes - (parts.selective_saved_bytes if checkpointing == SELECTIVE else 0.0)
 
 
+def _rebuilt_block_bytes(parts: BlockParts, checkpointing: str) -> float:
+    """What backward's recompute holds once at the peak: one block's activations rebuilt (full) or
+    one block's recomputed modules' (selective)."""
+    if checkpointing == FULL_CHECKPOINTING:
+        return parts.block_act_bytes
+    return parts.selective_saved_bytes if checkpointing == SELECTIVE else 0.0
+
+
 def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkpointing: str,
                     dp_flavour: str, stages: list[int] | None = None) -> list[dict[str, float]]:
     """Bytes per GPU by kind of every stage (or of ``stages``)."""
@@ -1137,7 +1160,7 @@ def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkp
     for i in (range(p) if stages is None else stages):
         n = layers[i]
         per_mb = n * _kept_block_bytes(parts, checkpointing)
-        once = parts.block_act_bytes if checkpointing == FULL_CHECKPOINTING else 0.0
+        once = _rebuilt_block_bytes(parts, checkpointing)
         if i == 0:
             per_mb += parts.first_act_bytes
         if layout.schedule == INTERLEAVED and p > 1 and v > 1:
