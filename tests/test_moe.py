@@ -290,8 +290,12 @@ def test_fp8_gemms_by_hand():
     bw, launch = kernel_rates("H100", "bf16").memory_bytes_per_s, kernel_rates("H100", "bf16").launch_s
     for recipe, per in (("mxfp8", 4.0), ("tensorwise", 6.0)):
         f, b = fp8_times(prof, t, "H100", recipe)
-        up = next(i for i, l in enumerate(prof.layers) if l.name.endswith("up_proj"))  # 128 rows, 64 -> 32
-        assert f[up] == pytest.approx((t.fwd_s[up] - launch) * 989.4 / 1979.0 + launch + 128 * 64 * per / bw)
+        gate = next(i for i, l in enumerate(prof.layers) if l.name.endswith("gate_proj"))  # 128 rows, 64 -> 32
+        assert f[gate] == pytest.approx((t.fwd_s[gate] - launch) * 989.4 / 1979.0 + launch + 128 * 64 * per / bw)
+        assert b[gate] == pytest.approx((t.bwd_s[gate] - launch) * 989.4 / 1979.0 + launch + 128 * 32 * per / bw)
+        # the up projection is the gate's fused linear_fc1 partner: its input is already quantized
+        up = next(i for i, l in enumerate(prof.layers) if l.name.endswith("up_proj"))
+        assert f[up] == pytest.approx((t.fwd_s[up] - launch) * 989.4 / 1979.0 + launch)
         assert b[up] == pytest.approx((t.bwd_s[up] - launch) * 989.4 / 1979.0 + launch + 128 * 32 * per / bw)
         act = next(i for i, l in enumerate(prof.layers) if l.type != "Linear")
         assert (f[act], b[act]) == (t.fwd_s[act], t.bwd_s[act])
@@ -305,23 +309,12 @@ def test_fp8_gemms_by_hand():
         fp8_times(prof, layer_times(prof, "A100-80GB", "bf16"), "A100-80GB", "mxfp8")
 
 
-def test_grouped_fc1_quantizes_the_experts_input_once_by_hand():
-    """Megatron-Core's grouped fc1 is the gate and up projections in one GEMM: its FP8 input is cast
-    once (rows x hidden x 4 bytes, 6 per-tensor), where the per-expert profile's gate and up cast it
-    each; backward (each projection's output gradient) is unchanged."""
-    from srift.perf.compute import kernel_rates, layer_times
-    from srift.perf.fp8 import fp8_times
-    from srift.simulate.moe import fused_fc1_cast_bytes, moe_block_times
-    from srift.zoo.llm import expert_profile
-    assert fused_fc1_cast_bytes(TINY, 128, "mxfp8") == 128 * 64 * 4.0
-    assert fused_fc1_cast_bytes(TINY, 128, "tensorwise") == 128 * 64 * 6.0
-    shape = moe_block_shape(TINY, 256, 4, 2.0)  # 256 tokens x top-2 over 2 local experts: 256 rows each
-    prof = expert_profile(TINY, shape.rows_per_expert, "bf16")
-    f, b = fp8_times(prof, layer_times(prof, "H100", "bf16"), "H100", "mxfp8")
-    bw = kernel_rates("H100", "bf16").memory_bytes_per_s
-    t = moe_block_times(TINY, shape, "H100", "bf16", None, fp8="mxfp8")
-    assert t.experts_f_s == pytest.approx(2 * (f.sum() - 256 * 64 * 4.0 / bw) + shape.permute_bytes / bw)
-    assert t.experts_b_s == pytest.approx(2 * b.sum() + shape.permute_bytes / bw)
+def test_fused_fc1_partner_is_only_a_gated_mlps_up_projection():
+    from srift.perf.fp8 import fused_with_gate
+    names = {"m.layers.0.mlp.gate_proj", "m.layers.0.mlp.up_proj", "h.0.mlp.c_fc"}
+    assert fused_with_gate("m.layers.0.mlp.up_proj", names)
+    assert not fused_with_gate("m.layers.0.mlp.gate_proj", names) and not fused_with_gate("h.0.mlp.c_fc", names)
+    assert not fused_with_gate("m.layers.1.mlp.up_proj", names)  # another block's gate is not its partner
 
 
 def test_mla_kv_sizes_by_hand():

@@ -120,7 +120,13 @@ def test_benchmark_recipes_and_the_runs_fit_at_their_setting():
     assert recipes[("Qwen3-235B-A22B", "H100-SXM5-80GB", "fp8-cs")] == mf.Recipe(("none", ()), "alltoall", True,
                                                                                  (2, 8, 32, 1))
     assert recipes[("GPT-OSS-120B", "B200", "bf16")].recompute == ("selective", ("layernorm", "moe_act"))
+    assert recipes[("Qwen3-30B-A3B", "B200", "fp8-mx")].fp8_attention
     rows, _ = mf.load_rows(DATA)
+    qwen = {(int(r.micro_batch), str(r.source_section).split(" ")[0]): mf.recipe_of(r, recipes) for r in rows.itertuples()
+            if r.zoo == "qwen3-30b-a3b" and r.gpu == "B200"}
+    # the recipe runs micro-batch 4: the 26.04.01 run at 4 is its; the earlier runs at 1 are not
+    assert qwen[(4, "26.04.01")] is recipes[("Qwen3-30B-A3B", "B200", "fp8-mx")]
+    assert qwen[(1, "25.11")] is None and qwen[(1, "26.02")] is None
     labels = {(r.zoo, r.gpu, r.micro_batch, str(r.source_section).split(" ")[0]): mf.predict_row(r, recipes)[1]
               for r in rows.itertuples()}
     # Every run people ran fits srift's memory model (a false "does not fit" is a bug)
@@ -151,3 +157,17 @@ def test_auto_checkpointing_on_a_fixed_layout_takes_the_least_recompute_that_fit
     settings = LayoutSettings(LayoutRequest(tp=1, pp=1, cp=1, ep=8), micro_batch=4, global_batch=64)
     chosen, _ = plan_for(arch, cluster, settings, 4096, "bf16")
     assert (chosen.checkpointing, chosen.recompute_modules) == (first_fit.checkpointing, first_fit.recompute_modules)
+
+
+def test_fp8_attention_runs_the_attention_core_at_the_fp8_peak_by_hand():
+    from srift.perf.compute import kernel_rates
+    from srift.perf.fp8 import fp8_attention_s
+    launch = kernel_rates("H100", "bf16").launch_s
+    assert fp8_attention_s(1e-3, "H100") == pytest.approx((1e-3 - launch) * 989.4 / 1979.0 + launch)
+    bf = block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, "tensorwise")
+    f8 = block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, "tensorwise", fp8_attention=True)
+    assert f8.attention_f_s == pytest.approx(fp8_attention_s(bf.attention_f_s, "H100"))
+    assert f8.block_f_s - bf.block_f_s == pytest.approx(f8.attention_f_s - bf.attention_f_s)
+    # without an FP8 recipe the attention stays bf16
+    assert block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, None, fp8_attention=True) == \
+        block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, None)

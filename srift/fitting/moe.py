@@ -12,10 +12,10 @@ How a row becomes a prediction: the layout as printed with EP (``interleaved`` w
 VP > 1, else 1F1B), ``grad_accum = global / (micro x DP)``, the distributed optimizer, the
 activation recompute, token dispatcher and EP all-to-all overlap the benchmark recipe sets
 (``RECIPES``: Megatron-Bridge's performance recipes, recipe facts; the tables do not print them),
-the recompute only at the recipe's own TP, PP, EP and micro-batch size (``recipe_of``: a row at
-another ran an earlier recipe, whose recompute is not known), else the least recompute that fits
-(``AUTO_LADDER`` of srift/simulate/recompute.py, as ``--activation-checkpointing auto`` chooses);
-without a recipe the all-to-all dispatcher, not overlapped; force-balanced
+where the row runs the recipe's own TP, PP, EP and micro-batch size (``recipe_of``: a row at
+another ran an earlier release's recipe, whose settings are not known), else the least recompute
+that fits (``AUTO_LADDER`` of srift/simulate/recompute.py, as ``--activation-checkpointing auto``
+chooses) with the all-to-all dispatcher, not overlapped, bf16 attention; force-balanced
 routing (``BALANCED_ROUTING``: the source's footnote), the compute factor as shipped
 (configs/perf/layouts.json, fitted on dense Llama/GPT/Nemotron runs of data/llm-parallel-layouts).
 No figure is fitted on these rows, so each prediction is already held out from its model and its
@@ -24,7 +24,6 @@ source: leave-one-model-out and leave-one-source-out equal the plain error.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,18 +92,20 @@ class Recipe:
     """What a Megatron-Bridge benchmark recipe sets that the performance tables do not print.
 
     Attributes:
-        recompute: (checkpointing policy, selective recompute modules); None where the row runs
-            another layout than the recipe's (``recipe_of``).
+        recompute: (checkpointing policy, selective recompute modules).
         dispatcher: The MoE token dispatcher.
         ep_overlap: Whether the EP all-to-alls overlap another micro-batch's compute.
         layout: The (TP, PP, EP, micro-batch) the recipe runs: a row at another one ran an
-            earlier recipe whose settings are not known (``recipe_of``).
+            earlier release's recipe, whose settings are not known (``recipe_of``).
+        fp8_attention: Whether an FP8 recipe runs the attention core in FP8 too
+            (``fp8_dot_product_attention``).
     """
 
-    recompute: Recompute | None
+    recompute: Recompute
     dispatcher: MoeDispatcher = "alltoall"
     ep_overlap: bool = False
     layout: tuple[int, int, int, int] = (1, 1, 1, 1)
+    fp8_attention: bool = False
 
 
 def load_recipes(data: Path) -> dict[tuple[str, str, str], Recipe]:
@@ -126,19 +127,18 @@ def load_recipes(data: Path) -> dict[tuple[str, str, str], Recipe]:
         policy = "selective" if str(r.recompute_granularity) == SELECTIVE and modules else "none"
         out[(str(r.model), str(r.gpu), str(r.precision))] = Recipe(
             (policy, tuple(m for m in RECOMPUTE_MODULES if m in modules)), r.dispatcher, str(r.ep_overlap).lower() == "true",
-            (int(r.tp), int(r.pp), int(r.ep), int(r.micro_batch)))
+            (int(r.tp), int(r.pp), int(r.ep), int(r.micro_batch)), str(r.fp8_attention).lower() == "true")
     return out
 
 
 def recipe_of(r, recipes: dict[tuple[str, str, str], Recipe]) -> Recipe | None:
-    """The benchmark recipe of a row: its (model, GPU, precision class)'s, or None. Its recompute
-    holds only where the row runs the recipe's TP, PP, EP and micro-batch size (what a block keeps
-    per GPU depends on them): elsewhere the row ran an earlier release's recipe, whose recompute the
-    wheel does not hold, and ``recompute`` is None (the least that fits is used); the dispatcher
-    and overlap are kept."""
+    """The benchmark recipe of a row: its (model, GPU, precision class)'s where the row runs the
+    recipe's TP, PP, EP and micro-batch size; else None: the row ran an earlier release's recipe,
+    which the wheel does not hold (srift's defaults: the least recompute that fits, the all-to-all
+    dispatcher, not overlapped, bf16 attention)."""
     recipe = recipes.get((str(r.model).split(" ")[0], str(r.gpu), RECIPE_PRECISION[str(r.precision).lower()]))
     if recipe is None or recipe.layout != (int(r.tp), int(r.pp), int(r.ep), int(r.micro_batch)):
-        return None if recipe is None else dataclasses.replace(recipe, recompute=None)
+        return None
     return recipe
 
 
@@ -146,12 +146,13 @@ def recipe_of(r, recipes: dict[tuple[str, str, str], Recipe]) -> Recipe | None:
 def _predict(zoo: str, gpu: str, gpus: int, per_node: int, layout: Layout, seq_len: int,
              fp8: Fp8Recipe | None, recipe: Recipe | None) -> tuple[float, str]:
     plan = None
-    for policy, modules in (recipe.recompute,) if recipe and recipe.recompute else AUTO_LADDER:
+    for policy, modules in (recipe.recompute,) if recipe else AUTO_LADDER:
         plan = plan_layout(llm_arch(zoo), dgx_cluster(gpu, gpus, per_node), layout, seq_len, "bf16", policy,
                            imbalance=BALANCED_ROUTING, fp8=fp8, recompute_modules=modules,
                            dispatcher=recipe.dispatcher if recipe else "alltoall",
-                           ep_overlap=recipe.ep_overlap if recipe else False)
-        label = policy + (f" ({', '.join(modules)})" if modules else "") + ("" if recipe and recipe.recompute else ", least that fits")
+                           ep_overlap=recipe.ep_overlap if recipe else False,
+                           fp8_attention=recipe.fp8_attention if recipe else False)
+        label = policy + (f" ({', '.join(modules)})" if modules else "") + ("" if recipe else ", least that fits")
         if plan.fits:
             return plan.tokens_per_s / gpus, label
     assert plan is not None
@@ -160,8 +161,8 @@ def _predict(zoo: str, gpu: str, gpus: int, per_node: int, layout: Layout, seq_l
 
 def predict_row(r, recipes: dict[tuple[str, str, str], Recipe]) -> tuple[float, str]:
     """(predicted tokens/s per GPU, the recompute it ran with and whether srift's memory model fits
-    it) of a row: its recipe's recompute, dispatcher and overlap (``recipe_of``) where known, else
-    the least recompute that fits, the all-to-all dispatcher, not overlapped."""
+    it) of a row: its recipe's settings (``recipe_of``) where known, else the least recompute that
+    fits, the all-to-all dispatcher, not overlapped."""
     recipe = recipe_of(r, recipes)
     return _predict(r.zoo, r.gpu, int(r.gpus_total), int(r.gpus_per_node), row_layout(r), int(r.seq_len),
                     FP8_RECIPE_OF[str(r.precision).lower()], recipe)

@@ -23,7 +23,9 @@ and run the linear layers' GEMMs on FP8 operands. srift models a layer's FP8 tim
 - Which GEMMs: every ``Linear`` of a decoder block and the routed experts, except the MoE router
   (Megatron-Core keeps it in fp32) and the output head and embedding (outside the blocks);
   attention's batched GEMMs (``ScaledDotProductAttention``) stay bf16, Transformer Engine's
-  default.
+  default, unless the job sets ``fp8_dot_product_attention`` (``fp8_attention_s``: the attention
+  pass at the FP8 peak). A gated MLP's gate and up projections are one GEMM in Megatron-Core
+  (``linear_fc1``): its input is quantized once (``fused_with_gate``), the grouped experts' too.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ AMAX_BYTES_PER_ELEMENT = 2.0  # per-tensor scaling's amax pass reads the bf16 te
 # MXFP8's one 8-bit scale per 32 elements (Transformer Engine keeps the quantized tensor, not bf16).
 FP8_ELEMENT_BYTES = 1.0
 MXFP8_BLOCK = 32
-ROUTER_SUFFIX = ".router"  # the MoE router's Linear (srift/zoo/llm.py), kept in fp32 by Megatron-Core
+ROUTER_SUFFIX = ".router"
+UP_SUFFIX, GATE_SUFFIX = "up_proj", "gate_proj"  # a gated MLP's projections (srift/zoo/llm.py names)  # the MoE router's Linear (srift/zoo/llm.py), kept in fp32 by Megatron-Core
 
 
 def fp8_gemm(layer_type: str, name: str, unit: str | None) -> bool:
@@ -84,6 +87,21 @@ def fp8_peak_ratio(gpu: str) -> float:
     return spec.peak_flops("bf16") / (spec.fp8_tflops * 1e12)
 
 
+def fused_with_gate(name: str, names: set[str]) -> bool:
+    """True for a gated MLP's up projection (``...up_proj`` beside a ``...gate_proj`` in ``names``):
+    Megatron-Core runs the two as one GEMM (``linear_fc1``), whose input is quantized once."""
+    return name.endswith(UP_SUFFIX) and name[: -len(UP_SUFFIX)] + GATE_SUFFIX in names
+
+
+def fp8_attention_s(bf16_s: float, gpu: str) -> float:
+    """Seconds of a fused attention pass of ``bf16_s`` in bf16 when Transformer Engine runs it in FP8
+    (``fp8_dot_product_attention``: cuDNN's FP8 flash attention, its two batched GEMMs on FP8
+    operands): the FLOP-bound pass less its launch at ``bf16_peak / fp8_peak``, as ``fp8_times``
+    prices a GEMM. Its Q, K, V casts are fused into the preceding kernels and left out."""
+    launch = kernel_rates(gpu, "bf16").launch_s
+    return (bf16_s - launch) * fp8_peak_ratio(gpu) + launch
+
+
 def fp8_times(profile: Profile, times: LayerTimes, gpu: str, recipe: Fp8Recipe) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds per layer of ``profile`` (bf16 ``times`` on ``gpu``) with its
     FP8 GEMMs (``fp8_gemm``) under ``recipe``; other layers keep their bf16 times.
@@ -98,10 +116,12 @@ def fp8_times(profile: Profile, times: LayerTimes, gpu: str, recipe: Fp8Recipe) 
     rates = kernel_rates(gpu, "bf16")
     s_per_byte, launch = 1.0 / rates.memory_bytes_per_s, rates.launch_s
     fwd, bwd = times.fwd_s.astype(float).copy(), times.bwd_s.astype(float).copy()
+    names = {layer.name for layer in profile.layers}
     for i, layer in enumerate(profile.layers):
         if not fp8_gemm(layer.type, layer.name, layer.unit) or layer.kfac_a_dim is None or layer.kfac_g_dim is None:
             continue
         rows = profile.batch_size * (layer.kfac_spatial or 1)
-        fwd[i] = (fwd[i] - launch) * ratio + launch + rows * layer.kfac_a_dim * per_element * s_per_byte
+        cast_in = 0.0 if fused_with_gate(layer.name, names) else rows * layer.kfac_a_dim * per_element * s_per_byte
+        fwd[i] = (fwd[i] - launch) * ratio + launch + cast_in
         bwd[i] = (bwd[i] - launch) * ratio + launch + rows * layer.kfac_g_dim * per_element * s_per_byte
     return fwd, bwd

@@ -71,7 +71,7 @@ from srift.job import (
     CORE_ATTN, DEFAULT_RECOMPUTE_MODULES, FULL_CHECKPOINTING, HALF_PRECISIONS, INTERLEAVED, LAYOUT_PARALLELISMS, MOE_ACT,
     MOE_LAYER, PIPELINE_SCHEDULES, SELECTIVE, ZERO1, LayoutRequest, MoeDispatcher, RecomputeModule,
 )
-from srift.perf.fp8 import Fp8Recipe, fp8_saved_bytes, fp8_times, fp8_weight_cache_bytes
+from srift.perf.fp8 import Fp8Recipe, fp8_attention_s, fp8_saved_bytes, fp8_times, fp8_weight_cache_bytes
 from srift.perf.compute import (
     ATTENTION, NORM, kernel_rates, layer_kind, layer_times, load_params as load_compute_params, mma_rate_flops,
 )
@@ -362,7 +362,7 @@ def split_arch(arch: DecoderArch, tp: int) -> DecoderArch:
 def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str, gpu: str,
                 ep: int = 1, imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None,
                 recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
-                lora: LoraSpec | None = None) -> BlockParts:
+                lora: LoraSpec | None = None, fp8_attention: bool = False) -> BlockParts:
     """``BlockParts`` from the compute model on the split shapes (cached).
 
     A mixture of experts (``ep`` expert-parallel ranks, routing ``imbalance``: srift/simulate/moe.py)
@@ -377,23 +377,23 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
     if arch.sliding_window and 0 < arch.sliding_blocks < arch.n_layers:
         share = arch.sliding_blocks / arch.n_layers
         local = block_parts(dataclasses.replace(arch, sliding_every=1), tp, cp, micro_batch, seq_len, precision, gpu,
-                            ep, imbalance, fp8, modules, lora)
+                            ep, imbalance, fp8, modules, lora, fp8_attention)
         full = block_parts(dataclasses.replace(arch, sliding_window=0), tp, cp, micro_batch, seq_len, precision, gpu,
-                           ep, imbalance, fp8, modules, lora)
+                           ep, imbalance, fp8, modules, lora, fp8_attention)
         return dataclasses.replace(full, **{k: share * getattr(local, k) + (1.0 - share) * getattr(full, k)
                                             for k in ("block_f_s", "block_b_s", "attention_f_s", "attention_b_s",
                                                       "selective_f_s")})
     if not arch.is_moe:
-        dense_parts = _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora)
+        dense_parts = _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, fp8_attention)
         return dataclasses.replace(dense_parts, fp8_weight_bytes=(dense_parts.local_block_params * fp8_weight_cache_bytes(fp8)
                                                                   if fp8 else 0.0))
     frac = arch.moe_blocks / arch.n_layers
     moe_arch = dataclasses.replace(arch, dense_layers=0, moe_every=1)
-    moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora)
+    moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, fp8_attention)
     dense = moe if frac == 1.0 else _block_parts(
         dataclasses.replace(arch, experts=0, experts_per_token=0, expert_intermediate=0, shared_intermediate=0,
                             dense_layers=0, moe_every=1, router_bias=False, shared_gate=False),
-        tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora)
+        tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, fp8_attention)
     e = 2.0 if precision in HALF_PRECISIONS else 4.0
     kept_e = fp8_saved_bytes(fp8) if fp8 else e
     shape = moe_block_shape(arch, micro_batch * seq_len // (cp * tp), ep, e, imbalance)
@@ -431,8 +431,9 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
 def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str,
                  gpu: str, fp8: Fp8Recipe | None = None,
                  modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
-                 lora: LoraSpec | None = None) -> BlockParts:
-    """``BlockParts`` of ``arch``'s first block (a MoE block's routed experts left out)."""
+                 lora: LoraSpec | None = None, fp8_attention: bool = False) -> BlockParts:
+    """``BlockParts`` of ``arch``'s first block (a MoE block's routed experts left out);
+    ``fp8_attention``: with ``fp8``, the attention core's GEMMs in FP8 too (``fp8_attention_s``)."""
     split = split_arch(arch, tp)
     tokens = seq_len // cp
     prof = decoder_profile(split, batch_size=micro_batch, seq_len=tokens, precision=precision)
@@ -472,6 +473,8 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
         f, b = float(fwd_s[i]), float(bwd_s[i])
         if kind == ATTENTION:
             f, b = f * attention_scale, b * attention_scale
+            if fp8 and fp8_attention:
+                f, b = fp8_attention_s(f, gpu), fp8_attention_s(b, gpu)
         if kind == NORM and layer.params in (arch.hidden, 2 * arch.hidden):
             # Sequence parallelism: the block's norms (and their residual) run on tokens / t.
             f, b = f / tp, b / tp
@@ -680,7 +683,7 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
                 imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None,
                 recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
                 dispatcher: MoeDispatcher = "alltoall", ep_overlap: bool = False,
-                lora: LoraSpec | None = None) -> LayoutPlan:
+                lora: LoraSpec | None = None, fp8_attention: bool = False) -> LayoutPlan:
     """Predict one iteration of ``arch`` laid out as ``layout`` on ``cluster`` (module docstring).
 
     ``compute_factor`` scales the compute model's seconds (default: the fitted
@@ -691,7 +694,9 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
     ``recompute_modules``: what ``selective`` checkpointing recomputes (srift/simulate/recompute.py);
     ``dispatcher`` and ``ep_overlap``: a mixture of experts' token dispatcher and whether its
     all-to-alls overlap another micro-batch's compute (srift/simulate/moe.py).
-    ``lora`` fine-tunes LoRA adapters over the frozen base (``BlockParts.frozen_base``).
+    ``lora`` fine-tunes LoRA adapters over the frozen base (``BlockParts.frozen_base``);
+    ``fp8_attention``: with ``fp8``, the attention core runs in FP8 too (Transformer Engine's
+    ``fp8_dot_product_attention``).
 
     Raises:
         SriftError: when the layout does not use the cluster's GPUs or cannot split the model.
@@ -711,7 +716,7 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
                          "choose another --layout, or --layout auto.")
     gpu = cluster.node_groups[0].gpu
     parts = scaled_parts(block_parts(arch, layout.tp, layout.cp, layout.micro_batch, seq_len, precision, gpu,
-                                     layout.ep, imbalance, fp8, recompute_modules, lora),
+                                     layout.ep, imbalance, fp8, recompute_modules, lora, fp8_attention),
                          load_layout_params().megatron_compute_factor if compute_factor is None else compute_factor)
     plan = _plan(arch, cluster, layout, seq_len, precision, checkpointing, dp_flavour, comm, quantile, gpu, parts,
                  tp_overlap, dispatcher, ep_overlap)

@@ -69,7 +69,7 @@ from dataclasses import dataclass
 from srift.job import BALANCED_MOE_IMBALANCE, DEFAULT_MOE_IMBALANCE, FLEX, MOE_DISPATCHERS, MoeDispatcher
 from srift.perf.comm import CommModel
 from srift.perf.compute import kernel_rates, layer_kind, layer_times
-from srift.perf.fp8 import Fp8Recipe, fp8_cast_bytes_per_element, fp8_times
+from srift.perf.fp8 import Fp8Recipe, fp8_times
 from srift.zoo.llm import MLP_BIAS, DecoderArch, dense_mlp_params, expert_profile
 
 BALANCED_ROUTING = BALANCED_MOE_IMBALANCE
@@ -218,22 +218,11 @@ def moe_block_times(arch: DecoderArch, shape: MoeBlockShape, gpu: str, precision
     fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8) if fp8 else (times.fwd_s, times.bwd_s)
     rates = kernel_rates(gpu, precision)
     mem_rate = rates.memory_bytes_per_s
-    fc1_cast_s = fused_fc1_cast_bytes(arch, shape.rows_per_expert, fp8) / mem_rate if fp8 else 0.0
-    f = ((float(fwd_s.sum()) - fc1_cast_s) * shape.local_experts + shape.permute_bytes / mem_rate
-         + shape.glue_f_bytes / mem_rate)
+    f = float(fwd_s.sum()) * shape.local_experts + shape.permute_bytes / mem_rate + shape.glue_f_bytes / mem_rate
     b = float(bwd_s.sum()) * shape.local_experts + shape.permute_bytes / mem_rate + shape.glue_b_bytes / mem_rate
     a2a = float(ep_comm.all_to_all_time_s(shape.dispatch_bytes, quantile)) if ep_comm is not None else 0.0
     act_s = sum(float(fwd_s[i]) for i, layer in enumerate(prof.layers) if layer_kind(layer.type) == "elementwise")
     return MoeBlockTimes(f, b, a2a, 2.0 * a2a, 2.0 * a2a, act_s * shape.local_experts + shape.clamp_f_bytes / mem_rate)
-
-
-def fused_fc1_cast_bytes(arch: DecoderArch, rows: int, fp8: Fp8Recipe) -> float:
-    """Bytes of the FP8 cast of one expert's input that ``fp8_times`` counts twice for a gated MLP
-    (its gate and up projections each quantize it) and the fused ``linear_fc1`` runs once:
-    ``rows x hidden`` elements at the recipe's cast bytes (srift/perf/fp8.py); 0 for an ungated one."""
-    if arch.mlp != "swiglu":
-        return 0.0
-    return float(rows * arch.hidden) * fp8_cast_bytes_per_element(fp8)
 
 
 def node_dedup_fraction(arch: DecoderArch, ep: int, gpus_per_node: int) -> float:
