@@ -44,7 +44,8 @@ its share of the node's network). Hidden TP communication under Transformer Engi
 (``tp_overlap``, Megatron's ``--tp-comm-overlap``) costs the GEMM beside it the share of SMs its
 kernels hold (``tp_overlap_share``: copy-engine ring exchanges and 16-SM pipelined/bulk
 collectives); a hidden NCCL send/receive (CP ring steps, pipeline sends) the P2P_CHANNELS SMs it
-holds (``p2p_interference``); other hidden communication (NCCL's collectives: DP, EP, TP without
+holds (``p2p_interference``); a hidden EP all-to-all the SMs its dispatcher's kernels hold
+(``ep_interference``); other hidden communication (NCCL's collectives: DP, TP without
 userbuffers) costs ``overlap_interference`` of its time, as everywhere in srift. Memory (``stage_memory_bytes``) is per stage: bf16 weights, bf16 gradient
 buffers (``GRAD_BYTES``), fp32 master weights and Adam states (sharded over CP x DP under ``zero1``), activations
 of the micro-batches in flight (a block's input under ``full`` recompute; under ``selective``, less what
@@ -68,8 +69,8 @@ from srift.files import configs_dir, read_json
 from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
 from srift.job import (
-    CORE_ATTN, DEFAULT_RECOMPUTE_MODULES, FULL_CHECKPOINTING, HALF_PRECISIONS, INTERLEAVED, LAYOUT_PARALLELISMS, MOE_ACT,
-    MOE_LAYER, PIPELINE_SCHEDULES, SELECTIVE, ZERO1, LayoutRequest, MoeDispatcher, RecomputeModule,
+    CORE_ATTN, DEFAULT_RECOMPUTE_MODULES, FLEX, FULL_CHECKPOINTING, HALF_PRECISIONS, INTERLEAVED, LAYOUT_PARALLELISMS,
+    MOE_ACT, MOE_LAYER, PIPELINE_SCHEDULES, SELECTIVE, ZERO1, LayoutRequest, MoeDispatcher, RecomputeModule,
 )
 from srift.perf.fp8 import Fp8Recipe, fp8_attention_s, fp8_saved_bytes, fp8_times, fp8_weight_cache_bytes
 from srift.perf.compute import (
@@ -112,6 +113,13 @@ UB_RING_EXCHANGE_COLLECTIVES, UB_PIPELINE_COLLECTIVES = 4, 6
 # CTA, so one SM, each: a hidden ring-attention step or pipeline send holds that share of the SMs
 # (assumed the same for peers on NVLink), not the all-reduce interference.
 P2P_CHANNELS = 2
+# A hidden EP all-to-all (``ep_overlap``) holds the SMs its kernels run on: the ``alltoall``
+# dispatcher's NCCL all-to-all is a send and a receive with each other rank of the EP group,
+# P2P_CHANNELS channels each, at most NCCL_MAX_P2P_CHANNELS (NCCL_MAX_P2P_NCHANNELS' default,
+# NCCL's 32 channels); the ``flex`` dispatcher's HybridEP kernels FLEX_DISPATCH_SMS
+# (Megatron-Bridge's ``moe_hybridep_num_sms``, which its benchmark recipes set to 32).
+NCCL_MAX_P2P_CHANNELS = 32
+FLEX_DISPATCH_SMS = 32
 # Breakdown keys of a layout's iteration (they add up to it).
 BREAKDOWN_KEYS = ("forward", "backward", "recompute", "exposed_tp", "exposed_cp", "exposed_ep", "exposed_pp", "bubble",
                   "exposed_dp", "comm_interference", "optimizer", "overhead")
@@ -233,6 +241,13 @@ def p2p_interference(gpu: str) -> float:
     """Seconds per hidden point-to-point second (CP ring steps, pipeline sends): P2P_CHANNELS SMs
     of the GPU's."""
     return P2P_CHANNELS / gpu_spec(gpu).sm_count
+
+
+def ep_interference(gpu: str, dispatcher: MoeDispatcher, ep: int) -> float:
+    """Seconds per hidden EP all-to-all second: the share of the GPU's SMs its kernels hold
+    (FLEX_DISPATCH_SMS, or P2P_CHANNELS per other rank up to NCCL_MAX_P2P_CHANNELS)."""
+    sms = FLEX_DISPATCH_SMS if dispatcher == FLEX else min(P2P_CHANNELS * (ep - 1), NCCL_MAX_P2P_CHANNELS)
+    return sms / gpu_spec(gpu).sm_count
 
 
 def tp_interference(comm: CommModel, gpu: str, tp_overlap: bool) -> float:
@@ -882,7 +897,8 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     optimizer = ((stage_params / shard + expert_params / expert_shard) * (MASTER_BYTES * 3 + 2 * ADAM_STATE_BYTES)
                  / rates.memory_bytes_per_s)
     overhead = load_compute_params().overhead_s
-    interf = (interference * (ep_hidden * n_slow * m + dp_hidden) + p2p_interference(gpu) * (cp_hidden * n_slow * m + hidden_p2p)
+    interf = (interference * dp_hidden + ep_interference(gpu, dispatcher, layout.ep) * ep_hidden * n_slow * m
+              + p2p_interference(gpu) * (cp_hidden * n_slow * m + hidden_p2p)
               + tp_interference(comm, gpu, tp_overlap) * tp_b_hidden * n_slow * m)
     breakdown = {
         "forward": m * (sf - n_slow * (tp_f + cp_f + ep_f)),
