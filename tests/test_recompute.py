@@ -94,8 +94,18 @@ def test_flex_dispatcher_sends_a_token_once_per_node_by_hand():
     full, half = ep.all_to_all_time_s(size), ep.all_to_all_time_s(size, network_fraction=0.5)
     assert half < full
     within = Layout(1, 1, 1, 32, micro_batch=1, grad_accum=2, ep=8)
-    assert plan_layout(TINY, dgx(32), within, 128, dispatcher="flex").iteration_s == pytest.approx(
-        plan_layout(TINY, dgx(32), within, 128).iteration_s)  # EP within a node: the same
+    flex, a2a = (plan_layout(TINY, dgx(32), within, 128, dispatcher=d) for d in ("flex", "alltoall"))
+    assert flex.breakdown_s["exposed_ep"] == pytest.approx(a2a.breakdown_s["exposed_ep"])  # EP within a node: the same
+    # HybridEP permutes inside its kernels: the permutation passes' seconds (forward and backward,
+    # 2 blocks, 2 micro-batches, the shipped compute factor) are what flex saves
+    from srift.perf.compute import kernel_rates
+    from srift.simulate.layouts import load_layout_params
+    from srift.simulate.moe import moe_block_shape
+    shape = moe_block_shape(TINY, 128, 8, 2.0)
+    assert moe_block_shape(TINY, 128, 8, 2.0, dispatcher="flex").permute_bytes == 0.0 < shape.permute_bytes
+    saved = 2 * 2 * 2 * shape.permute_bytes / kernel_rates("H100", "bf16").memory_bytes_per_s
+    assert a2a.breakdown_s["forward"] + a2a.breakdown_s["backward"] - flex.breakdown_s["forward"] \
+        - flex.breakdown_s["backward"] == pytest.approx(saved * load_layout_params().megatron_compute_factor)
     across = Layout(1, 1, 1, 32, micro_batch=1, grad_accum=2, ep=16)
     assert plan_layout(WIDE, dgx(32), across, 128, dispatcher="flex").breakdown_s["exposed_ep"] < \
         plan_layout(WIDE, dgx(32), across, 128).breakdown_s["exposed_ep"]

@@ -377,7 +377,8 @@ def split_arch(arch: DecoderArch, tp: int) -> DecoderArch:
 def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str, gpu: str,
                 ep: int = 1, imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None,
                 recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
-                lora: LoraSpec | None = None, fp8_attention: bool = False) -> BlockParts:
+                lora: LoraSpec | None = None, fp8_attention: bool = False,
+                dispatcher: MoeDispatcher = "alltoall") -> BlockParts:
     """``BlockParts`` from the compute model on the split shapes (cached).
 
     A mixture of experts (``ep`` expert-parallel ranks, routing ``imbalance``: srift/simulate/moe.py)
@@ -387,14 +388,16 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
     the blocks' GEMMs in FP8 under that Transformer Engine recipe (srift/perf/fp8.py), which also
     keeps the inputs of the GEMMs after an activation in FP8; ``recompute_modules``: what the
     ``selective`` policy recomputes (srift/simulate/recompute.py); ``lora``: the base
-    frozen, LoRA adapters on the fused projections (srift/simulate/finetune.py)."""
+    frozen, LoRA adapters on the fused projections (srift/simulate/finetune.py); ``fp8_attention``:
+    the attention core in FP8 too; ``dispatcher``: the MoE token dispatcher (``flex``: no
+    permutation passes around the experts, srift/simulate/moe.py)."""
     modules = check_modules(recompute_modules)
     if arch.sliding_window and 0 < arch.sliding_blocks < arch.n_layers:
         share = arch.sliding_blocks / arch.n_layers
         local = block_parts(dataclasses.replace(arch, sliding_every=1), tp, cp, micro_batch, seq_len, precision, gpu,
-                            ep, imbalance, fp8, modules, lora, fp8_attention)
+                            ep, imbalance, fp8, modules, lora, fp8_attention, dispatcher)
         full = block_parts(dataclasses.replace(arch, sliding_window=0), tp, cp, micro_batch, seq_len, precision, gpu,
-                           ep, imbalance, fp8, modules, lora, fp8_attention)
+                           ep, imbalance, fp8, modules, lora, fp8_attention, dispatcher)
         return dataclasses.replace(full, **{k: share * getattr(local, k) + (1.0 - share) * getattr(full, k)
                                             for k in ("block_f_s", "block_b_s", "attention_f_s", "attention_b_s",
                                                       "selective_f_s")})
@@ -411,7 +414,7 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
         tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, fp8_attention)
     e = 2.0 if precision in HALF_PRECISIONS else 4.0
     kept_e = fp8_saved_bytes(fp8) if fp8 else e
-    shape = moe_block_shape(arch, micro_batch * seq_len // (cp * tp), ep, e, imbalance)
+    shape = moe_block_shape(arch, micro_batch * seq_len // (cp * tp), ep, e, imbalance, dispatcher)
     xt = moe_block_times(arch, shape, gpu, precision, None, fp8=fp8)
     # The MoE block's non-expert parameters on this rank: its profile's, less every routed expert.
     moe_local = moe.local_block_params - arch.experts * dense_mlp_params(split_arch(arch, tp), arch.expert_intermediate)
@@ -731,7 +734,7 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
                          "choose another --layout, or --layout auto.")
     gpu = cluster.node_groups[0].gpu
     parts = scaled_parts(block_parts(arch, layout.tp, layout.cp, layout.micro_batch, seq_len, precision, gpu,
-                                     layout.ep, imbalance, fp8, recompute_modules, lora, fp8_attention),
+                                     layout.ep, imbalance, fp8, recompute_modules, lora, fp8_attention, dispatcher),
                          load_layout_params().megatron_compute_factor if compute_factor is None else compute_factor)
     plan = _plan(arch, cluster, layout, seq_len, precision, checkpointing, dp_flavour, comm, quantile, gpu, parts,
                  tp_overlap, dispatcher, ep_overlap)
