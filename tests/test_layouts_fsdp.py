@@ -125,3 +125,50 @@ def test_predict_a_2d_fsdp_layout_and_refuse_what_is_not_modelled():
     code, out = _run(["predict", "--model", "llama3-70b", "--instance", "p5.48xlarge:8", "--layout", "tp=8",
                       "--parallelism", "zero2", "--seq-len", "8192", "--precision", "bf16"])
     assert code == 2 and "Error: --parallelism zero2 is not modelled with --layout" in out
+
+
+# ---- torchtitan's rows and the regret ------------------------------------------------------------
+def test_torchtitan_rows_become_fsdp_layouts_by_hand():
+    """torchtitan logs tokens/s per GPU as local batch x seq / (step x tp x pp x cp): Llama 3.1 405B
+    2D (row 423: FSDP 16 x TP 8, local batch 2, 109 tokens/s) is 2 x 8192 / (109 x 8) = 18.789 s a
+    step; the 3D Interleaved 1F1B row (439: local batch 32, 128 tokens/s) 32 x 8192 / (128 x 64) =
+    32 s, its 8 stages x 2 per rank taking 16 micro-batches of 2."""
+    from pathlib import Path
+
+    from srift.fitting import layouts as lf
+
+    rows, out = lf.torchtitan_rows(Path(__file__).resolve().parents[1] / "data")
+    assert out == {"data parallel only (the sharded group's kind)": 9,
+                   "precision fp8_rowwise+bf16 (not modelled: rowwise FP8 scaling)": 4}
+    r = rows[rows["row_id"] == 423].iloc[0]
+    assert r["value"] == pytest.approx(2 * 8192 / (109 * 8))
+    assert (r["tp"], r["dp"], r["micro_batch"], r["global_batch"], r["dp_flavour"], r["checkpointing"]) == \
+        (8, 16, 2, 32, "fsdp", "full")
+    assert lf.row_layout(r).label == "tp8 pp1 cp1 dp16 mb2x1"
+    r = rows[rows["row_id"] == 439].iloc[0]
+    assert r["value"] == pytest.approx(32.0)
+    assert lf.row_layout(r).label == "tp8 pp8 cp1 dp8 vp2 mb2x16" and r["fp8"] == "tensorwise" and r["tp_overlap"]
+    # per-op selective checkpointing is torchtitan's policy; vanilla TP is not overlapped
+    r = rows[rows["row_id"] == 450].iloc[0]
+    assert r["checkpointing"] == "selective" and r["op_sac"] and not r["tp_overlap"]
+
+
+def test_regret_compares_layouts_of_one_workload_by_hand():
+    import numpy as np
+    import pandas as pd
+
+    from srift.fitting import layouts as lf
+
+    def row(model, gpus, tp, dp, mb, gb, seq, value, precision="bf16"):
+        return {"zoo": model, "gpu": "H100", "gpus_total": gpus, "tp": tp, "pp": 1, "cp": 1, "dp": dp, "vp": float("nan"),
+                "micro_batch": mb, "global_batch": gb, "seq_len": seq, "value": value, "precision": precision,
+                "source_slug": "toy"}
+
+    rows = pd.DataFrame([row("a", 16, 2, 8, 2, 64, 4096, 2.75), row("a", 16, 4, 4, 4, 64, 4096, 2.83),
+                         row("a", 16, 2, 8, 2, 64, 4096, 1.99, "fp8"), row("a", 16, 4, 4, 4, 64, 4096, 2.08, "fp8"),
+                         row("a", 16, 4, 4, 4, 64, 8192, 9.0)])  # another sequence length: another workload
+    # srift ranks the second layout first in bf16 (regret 2.83 / 2.75 - 1), the first in fp8 (0).
+    groups = lf.regret_groups(rows, np.array([2.8, 2.7, 2.0, 2.1, 9.0]))
+    assert len(groups) == 2
+    assert groups["regret"].tolist() == pytest.approx([2.83 / 2.75 - 1.0, 0.0])
+    assert lf.regret(rows, np.array([2.8, 2.7, 2.0, 2.1, 9.0]))[0] == pytest.approx((2.83 / 2.75 - 1.0) / 2)

@@ -83,7 +83,7 @@ from srift.simulate.memory import (LOSS_FP32_BYTES, MASTER_BYTES, USABLE_FRACTIO
 from srift.simulate.moe import (BALANCED_ROUTING, check_ep, ep_exchange_s, expert_memory_bytes, local_expert_params,
                                 moe_act_bytes, moe_activation_bytes, moe_block_shape, moe_block_times)
 from srift.simulate.recompute import check_modules, leaf_module, module_figures
-from srift.simulate.sharded import StepInputs, simulate_step, unit_collective_s
+from srift.simulate.sharded import StepInputs, checkpoint_masks, simulate_step, unit_collective_s
 from srift.zoo.llm import (EXPERTS_PREFIX, LSE_BYTES, DecoderArch, block_params, decoder_profile, dense_mlp_params,
                            params_count)
 
@@ -303,6 +303,10 @@ class BlockParts:
             ``local_adapter_params`` per block train (gradients, optimizer, data-parallel reduction).
         local_adapter_params: One block's LoRA adapter parameters on this rank (in
             ``local_block_params`` too).
+        op_sac_saved_bytes, op_sac_f_s: What torchtitan's per-op selective checkpointing
+            (srift/simulate/sharded.py's ``selective`` policy: attention and every other matmul
+            output saved, the rest recomputed) drops of ``block_act_bytes``, and the forward
+            seconds it runs again in backward (``plan_layout(op_sac=True)``).
     """
 
     block_f_s: float
@@ -331,6 +335,8 @@ class BlockParts:
     fp8_weight_bytes: float = 0.0
     frozen_base: bool = False
     local_adapter_params: float = 0.0
+    op_sac_saved_bytes: float = 0.0
+    op_sac_f_s: float = 0.0
 
     def trainable(self, blocks: int, first: bool, last: bool) -> float:
         """Parameters that train on a stage of ``blocks`` blocks (with the embedding when ``first``,
@@ -459,6 +465,8 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
     act = first_act = last_act = 0.0
     leaves = []  # (recompute module, bytes kept, forward seconds) of the block's leaves
     seen_block = False
+    op_sac = checkpoint_masks(prof, SELECTIVE).recompute
+    op_bytes = op_f = 0.0
     for i, layer in enumerate(prof.layers):
         if EXPERTS_PREFIX in layer.name:  # timed per expert by block_parts
             continue
@@ -487,6 +495,8 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
             act += out
             module = leaf_module(layer.name[len(layer.unit) + 1:], kind)
             leaves.append((module, micro_batch * tokens * split.heads * LSE_BYTES if module == CORE_ATTN else out, f))
+            if op_sac[i]:
+                op_bytes, op_f = op_bytes + out, op_f + f
         elif not seen_block:
             ff, fb = ff + f, fb + b
             first_act += layer.activation_bytes / tp if kind == "embedding" else 0.0
@@ -503,7 +513,8 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
                       block_params(split) + adapters, embed, head + arch.hidden, split.kv_width,
                       selective_saved_bytes=sum(figures.get(m, (0.0, 0.0))[0] for m in modules),
                       selective_f_s=sum(figures.get(m, (0.0, 0.0))[1] for m in modules),
-                      frozen_base=lora is not None, local_adapter_params=adapters)
+                      frozen_base=lora is not None, local_adapter_params=adapters, op_sac_saved_bytes=op_bytes,
+                      op_sac_f_s=op_f)
 
 
 @functools.lru_cache(maxsize=32768)
@@ -515,7 +526,7 @@ def scaled_parts(parts: BlockParts, factor: float) -> BlockParts:
 
 
 _SECONDS = ("block_f_s", "block_b_s", "attention_f_s", "attention_b_s", "first_f_s", "first_b_s", "last_f_s", "last_b_s",
-            "experts_f_s", "experts_b_s", "selective_f_s")
+            "experts_f_s", "experts_b_s", "selective_f_s", "op_sac_f_s")
 
 
 @dataclass(frozen=True)
@@ -574,7 +585,8 @@ def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes
         expert_params: Routed-expert parameters this GPU holds (its ``experts / ep`` of its
             stage's MoE blocks), counted in the weights, gradients and optimizer states.
         expert_shard: Ranks their optimizer states are sharded over (``tp x cp x dp / ep``).
-        weight_copy_bytes: FP8 copies of the stage's weights (srift/perf/fp8.py), in ``weights``.
+        weight_copy_bytes: FP8 copies of the stage's weights (srift/perf/fp8.py), in ``weights`` (not under
+            ``fsdp``/``hsdp``: cast per use from the gathered unit).
         trainable_params: Of ``stage_params``, those that train (LoRA: the adapters; the routed
             experts frozen too); None: every one.
 
@@ -586,9 +598,10 @@ def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes
     """
     acts = act_per_microbatch_bytes * in_flight + extra_act_bytes
     if dp_flavour in SHARDED_FLAVOURS:
+        # FP8 weights are cast per use from the gathered unit (torchao's float8 under FSDP2), not
+        # kept for the step as Transformer Engine keeps its weight workspace: no ``weight_copy_bytes``.
         states = sharded_state_bytes(stage_params + expert_params, root_params, block_params, PARAM_BYTES,
                                      ADAM_STATE_BYTES, dp_flavour, float(shard), reduce_dtype, resharded)
-        states["weights"] += weight_copy_bytes
         return with_allocator({**states, "activations": acts})
     n = float(shard) if dp_flavour == ZERO1 else 1.0
     experts = expert_memory_bytes(expert_params, expert_shard, PARAM_BYTES, GRAD_BYTES, MASTER_BYTES + ADAM_STATE_BYTES,
@@ -714,7 +727,7 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
                 imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None,
                 recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
                 dispatcher: MoeDispatcher = "alltoall", ep_overlap: bool = False,
-                lora: LoraSpec | None = None, reduce_dtype: str = "fp32") -> LayoutPlan:
+                lora: LoraSpec | None = None, reduce_dtype: str = "fp32", op_sac: bool = False) -> LayoutPlan:
     """Predict one iteration of ``arch`` laid out as ``layout`` on ``cluster`` (module docstring).
 
     ``compute_factor`` scales the compute model's seconds (default: the fitted
@@ -727,6 +740,8 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
     all-to-alls overlap another micro-batch's compute (srift/simulate/moe.py).
     ``lora`` fine-tunes LoRA adapters over the frozen base (``BlockParts.frozen_base``).
     ``reduce_dtype``: what ``fsdp``/``hsdp`` reduce-scatter gradients in (torchtitan's default fp32).
+    ``op_sac``: ``selective`` is torchtitan's per-op policy (``BlockParts.op_sac_saved_bytes``)
+    instead of Megatron-Core's recompute modules.
 
     Raises:
         SriftError: when the layout does not use the cluster's GPUs or cannot split the model.
@@ -748,6 +763,8 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
     parts = scaled_parts(block_parts(arch, layout.tp, layout.cp, layout.micro_batch, seq_len, precision, gpu,
                                      layout.ep, imbalance, fp8, recompute_modules, lora),
                          load_layout_params().megatron_compute_factor if compute_factor is None else compute_factor)
+    if op_sac:
+        parts = dataclasses.replace(parts, selective_saved_bytes=parts.op_sac_saved_bytes, selective_f_s=parts.op_sac_f_s)
     plan = _plan(arch, cluster, layout, seq_len, precision, checkpointing, dp_flavour, comm, quantile, gpu, parts,
                  tp_overlap, dispatcher, ep_overlap, reduce_dtype)
     return dataclasses.replace(plan, recompute_modules=check_modules(recompute_modules)) if checkpointing == SELECTIVE \
@@ -1238,7 +1255,7 @@ def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts
             root, block = fsdp_unit_params(parts, i == 0, i == p - 1)
             allocated = sum(sharded_state_bytes(params_i + n * parts.local_expert_params, root, block, PARAM_BYTES,
                                                 ADAM_STATE_BYTES, dp_flavour, float(shard), reduce_dtype, p == 1).values())
-            allocated += n * parts.fp8_weight_bytes + acts
+            allocated += acts  # no FP8 weight workspace (stage_memory_bytes)
         else:
             allocated = (params_i * PARAM_BYTES + parts.trainable(n, i == 0, i == p - 1) * per_param
                          + n * (parts.local_expert_params * per_expert + parts.fp8_weight_bytes) + acts)
