@@ -172,3 +172,32 @@ def test_regret_compares_layouts_of_one_workload_by_hand():
     assert len(groups) == 2
     assert groups["regret"].tolist() == pytest.approx([2.83 / 2.75 - 1.0, 0.0])
     assert lf.regret(rows, np.array([2.8, 2.7, 2.0, 2.1, 9.0]))[0] == pytest.approx((2.83 / 2.75 - 1.0) / 2)
+
+
+def test_hsdp_shards_within_a_node_and_all_reduces_the_shards_across_nodes():
+    arch = llm_arch("llama3-70b")
+    cluster = dgx(64)
+    # TP 2: a DP group of 32 ranks, 4 on each of 8 nodes.
+    lay = Layout(2, 1, 1, 32, 1, 1, 1)
+    plan = plan_layout(arch, cluster, lay, 4096, checkpointing="full", dp_flavour="hsdp")
+    dp = CommModel.for_cluster(cluster).subgroup(32, 4)
+    shard, across = dp.within_node(), dp.across_nodes()
+    parts = block_parts(arch, 2, 1, 1, 4096, "bf16", "H100")
+    gathered, reduced = fsdp_unit_bytes(parts, 80, True, True)
+    root, block = gathered[0], gathered[1]
+    expected = (shard.all_gather_time_s(root) + 2 * 80 * shard.all_gather_time_s(block)
+                + shard.reduce_scatter_time_s(2 * root) + 80 * shard.reduce_scatter_time_s(2 * block)
+                + across.allreduce_time_s(2 * root / 4) + 80 * across.allreduce_time_s(2 * block / 4))
+    assert plan.comm_s["dp"] == pytest.approx(expected)
+    assert state_shard("hsdp", 8, 2, 1, 1, 32) == 4
+    assert plan.memory_breakdown_bytes["optimizer_state"] == pytest.approx(
+        8.0 * (parts.local_embed_params + parts.local_head_params + 80 * parts.local_block_params) / 4)
+
+
+def test_fsdp_under_a_layout_refuses_expert_parallelism():
+    from srift.errors import SriftError
+    from srift.simulate.layouts import check_sharded
+    assert check_sharded("fsdp", 8, None) is not None and check_sharded("zero1", 8, None) is None
+    assert check_sharded("hsdp", 1, None) is None
+    with pytest.raises(SriftError, match="without expert parallelism"):
+        plan_layout(llm_arch("mixtral-8x7b"), dgx(8), Layout(1, 1, 1, 8, ep=8), 4096, dp_flavour="fsdp")
