@@ -201,3 +201,23 @@ def test_fsdp_under_a_layout_refuses_expert_parallelism():
     assert check_sharded("hsdp", 1, None) is None
     with pytest.raises(SriftError, match="without expert parallelism"):
         plan_layout(llm_arch("mixtral-8x7b"), dgx(8), Layout(1, 1, 1, 8, ep=8), 4096, dp_flavour="fsdp")
+
+
+def test_torchtitans_per_op_checkpointing_recomputes_every_other_matmul_and_the_pointwise_ops():
+    from srift.perf.compute import layer_times
+    from srift.simulate.layouts import split_arch
+    from srift.zoo.llm import decoder_profile
+
+    arch = llm_arch("llama3-8b")
+    parts = block_parts(arch, 1, 1, 1, 4096, "bf16", "H100", op_sac=True)
+    prof = decoder_profile(split_arch(arch, 1), batch_size=1, seq_len=4096, precision="bf16")
+    times = layer_times(prof, "H100", "bf16")
+    block = {l.name.split(".")[-1]: (float(times.fwd_s[i]), l.activation_bytes) for i, l in enumerate(prof.layers)
+             if l.unit == prof.layers[2].unit}
+    # Saved: the fused qkv (1st matmul), attention, gate (3rd), down (5th); recomputed: the norms,
+    # the output projection (2nd), the activation and up (4th).
+    again = ("norm_1", "out_proj", "norm_2", "act", "up_proj")
+    assert set(block) == {"norm_1", "Wqkv", "sdpa", "out_proj", "norm_2", "gate_proj", "act", "up_proj", "down_proj"}
+    assert parts.op_sac_f_s == pytest.approx(sum(block[k][0] for k in again))
+    assert parts.op_sac_saved_bytes == pytest.approx(sum(block[k][1] for k in again))
+    assert block_parts(arch, 1, 1, 1, 4096, "bf16", "H100").op_sac_f_s == 0.0  # only when asked

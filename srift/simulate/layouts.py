@@ -370,7 +370,7 @@ def split_arch(arch: DecoderArch, tp: int) -> DecoderArch:
 def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str, gpu: str,
                 ep: int = 1, imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None,
                 recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
-                lora: LoraSpec | None = None) -> BlockParts:
+                lora: LoraSpec | None = None, op_sac: bool = False) -> BlockParts:
     """``BlockParts`` from the compute model on the split shapes (cached).
 
     A mixture of experts (``ep`` expert-parallel ranks, routing ``imbalance``: srift/simulate/moe.py)
@@ -380,28 +380,29 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
     the blocks' GEMMs in FP8 under that Transformer Engine recipe (srift/perf/fp8.py), which also
     keeps the inputs of the GEMMs after an activation in FP8; ``recompute_modules``: what the
     ``selective`` policy recomputes (srift/simulate/recompute.py); ``lora``: the base
-    frozen, LoRA adapters on the fused projections (srift/simulate/finetune.py)."""
+    frozen, LoRA adapters on the fused projections (srift/simulate/finetune.py); ``op_sac``: also
+    torchtitan's per-op selective figures (``BlockParts.op_sac_saved_bytes``; 0 otherwise)."""
     modules = check_modules(recompute_modules)
     if arch.sliding_window and 0 < arch.sliding_blocks < arch.n_layers:
         share = arch.sliding_blocks / arch.n_layers
         local = block_parts(dataclasses.replace(arch, sliding_every=1), tp, cp, micro_batch, seq_len, precision, gpu,
-                            ep, imbalance, fp8, modules, lora)
+                            ep, imbalance, fp8, modules, lora, op_sac)
         full = block_parts(dataclasses.replace(arch, sliding_window=0), tp, cp, micro_batch, seq_len, precision, gpu,
-                           ep, imbalance, fp8, modules, lora)
+                           ep, imbalance, fp8, modules, lora, op_sac)
         return dataclasses.replace(full, **{k: share * getattr(local, k) + (1.0 - share) * getattr(full, k)
                                             for k in ("block_f_s", "block_b_s", "attention_f_s", "attention_b_s",
-                                                      "selective_f_s")})
+                                                      "selective_f_s", "op_sac_f_s")})
     if not arch.is_moe:
-        dense_parts = _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora)
+        dense_parts = _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac)
         return dataclasses.replace(dense_parts, fp8_weight_bytes=(dense_parts.local_block_params * fp8_weight_cache_bytes(fp8)
                                                                   if fp8 else 0.0))
     frac = arch.moe_blocks / arch.n_layers
     moe_arch = dataclasses.replace(arch, dense_layers=0, moe_every=1)
-    moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora)
+    moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac)
     dense = moe if frac == 1.0 else _block_parts(
         dataclasses.replace(arch, experts=0, experts_per_token=0, expert_intermediate=0, shared_intermediate=0,
                             dense_layers=0, moe_every=1, router_bias=False, shared_gate=False),
-        tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora)
+        tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac)
     e = 2.0 if precision in HALF_PRECISIONS else 4.0
     kept_e = fp8_saved_bytes(fp8) if fp8 else e
     shape = moe_block_shape(arch, micro_batch * seq_len // (cp * tp), ep, e, imbalance)
@@ -420,6 +421,8 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
         selective_saved_bytes=mix(moe.selective_saved_bytes + (moe_act_bytes(arch, shape, kept_e) if MOE_ACT in modules
                                                                else 0.0), dense.selective_saved_bytes),
         selective_f_s=mix(moe.selective_f_s + (xt.act_f_s if MOE_ACT in modules else 0.0), dense.selective_f_s),
+        op_sac_saved_bytes=mix(moe.op_sac_saved_bytes, dense.op_sac_saved_bytes),
+        op_sac_f_s=mix(moe.op_sac_f_s, dense.op_sac_f_s),
         local_block_params=mix(moe_local, dense.local_block_params),
         local_adapter_params=mix(moe.local_adapter_params, dense.local_adapter_params),
         moe_fraction=frac, local_expert_params=frac * local_expert_params(arch, ep),
@@ -431,7 +434,7 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
 def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str,
                  gpu: str, fp8: Fp8Recipe | None = None,
                  modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
-                 lora: LoraSpec | None = None) -> BlockParts:
+                 lora: LoraSpec | None = None, op_sac: bool = False) -> BlockParts:
     """``BlockParts`` of ``arch``'s first block (a MoE block's routed experts left out)."""
     split = split_arch(arch, tp)
     tokens = seq_len // cp
@@ -465,7 +468,7 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
     act = first_act = last_act = 0.0
     leaves = []  # (recompute module, bytes kept, forward seconds) of the block's leaves
     seen_block = False
-    op_sac = checkpoint_masks(prof, SELECTIVE).recompute
+    op_recompute = checkpoint_masks(prof, SELECTIVE).recompute if op_sac else None
     op_bytes = op_f = 0.0
     for i, layer in enumerate(prof.layers):
         if EXPERTS_PREFIX in layer.name:  # timed per expert by block_parts
@@ -495,7 +498,7 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
             act += out
             module = leaf_module(layer.name[len(layer.unit) + 1:], kind)
             leaves.append((module, micro_batch * tokens * split.heads * LSE_BYTES if module == CORE_ATTN else out, f))
-            if op_sac[i]:
+            if op_recompute is not None and op_recompute[i]:
                 op_bytes, op_f = op_bytes + out, op_f + f
         elif not seen_block:
             ff, fb = ff + f, fb + b
@@ -761,7 +764,7 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
                          "choose another --layout, or --layout auto.")
     gpu = cluster.node_groups[0].gpu
     parts = scaled_parts(block_parts(arch, layout.tp, layout.cp, layout.micro_batch, seq_len, precision, gpu,
-                                     layout.ep, imbalance, fp8, recompute_modules, lora),
+                                     layout.ep, imbalance, fp8, recompute_modules, lora, op_sac),
                          load_layout_params().megatron_compute_factor if compute_factor is None else compute_factor)
     if op_sac:
         parts = dataclasses.replace(parts, selective_saved_bytes=parts.op_sac_saved_bytes, selective_f_s=parts.op_sac_f_s)
