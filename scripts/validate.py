@@ -477,6 +477,13 @@ def torchtitan_subgroup(bf16: pd.DataFrame, bf16_pred: np.ndarray, fp8: pd.DataF
             print(f"      row {r.row_id} {r.zoo} {r.gpus_total} GPUs {lf.row_layout(r).label:<28} {r.checkpointing:<9} "
                   f"{'async TP' if r.tp_overlap else 'vanilla TP':<10} measured {r.value:6.2f} s  predicted {q:6.2f} s  "
                   f"{e * 100:+5.1f} %")
+    both = pd.concat([bf16, fp8], ignore_index=True)
+    peaks = both[both["peak_gib"].notna()]
+    if len(peaks):
+        mem_err = np.array([lf.row_memory_gib(r) / r.peak_gib - 1.0 for r in peaks.itertuples()])
+        print(f"    peak memory (torchtitan's reserved peak; {len(peaks)} runs publish it): MAPE "
+              f"{np.mean(np.abs(mem_err)) * 100:.1f} %, signed {np.mean(mem_err) * 100:+.1f} %; "
+              + ", ".join(f"row {r.row_id} {r.peak_gib:.1f} GiB {e * 100:+.0f} %" for r, e in zip(peaks.itertuples(), mem_err)))
     if out:
         print("    left out: " + "; ".join(f"{n} {why}" for why, n in out.items()))
     return fp8_pred

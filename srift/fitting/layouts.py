@@ -220,6 +220,7 @@ def torchtitan_rows(data: Path) -> tuple[pd.DataFrame, dict[str, int]]:
             "tp_overlap": "async" in (r["other_flags"] + " " + r["notes"]).lower(),
             "metric": "step_time_s",
             "value": local * seq / (float(r["meas_tokens_per_sec_per_gpu"]) * t * p * c),
+            "peak_gib": float(r["meas_peak_mem_gib"]) if r["meas_peak_mem_gib"] else math.nan,
             "label": r["other_flags"] or r["parallelism"],
         })
     rows = pd.DataFrame(kept)
@@ -279,15 +280,25 @@ def row_tp_overlap(r) -> bool:
 @functools.lru_cache(maxsize=4096)
 def _predict(arch: DecoderArch, gpu: str, gpus: int, per_node: int, layout: Layout, seq_len: int, checkpointing: str,
              factor: float, fp8: Fp8Recipe | None = None, tp_overlap: bool = True, dp_flavour: str = "zero1",
-             op_sac: bool = False) -> tuple[float, bool]:
+             op_sac: bool = False) -> tuple[float, bool, float]:
     plan = plan_layout(arch, dgx_cluster(gpu, gpus, per_node), layout, seq_len, "bf16", checkpointing, dp_flavour,
                        compute_factor=factor, fp8=fp8, tp_overlap=tp_overlap, op_sac=op_sac)
-    return plan.iteration_s, plan.fits
+    return plan.iteration_s, plan.fits, plan.memory_per_gpu_bytes / 2**30
 
 
 def predict_row(r, factor: float | None = None) -> tuple[float, bool]:
     """(predicted step seconds, fits in memory) of a row at ``factor`` (None: the shipped one);
     an ``fp8_rows`` row with its FP8 recipe, a ``torchtitan_rows`` row with FSDP2."""
+    seconds, fits, _ = _predict_full(r, factor)
+    return seconds, fits
+
+
+def row_memory_gib(r) -> float:
+    """Predicted peak reserved GiB per GPU of a row (its most loaded stage)."""
+    return _predict_full(r, None)[2]
+
+
+def _predict_full(r, factor: float | None) -> tuple[float, bool, float]:
     f = load_layout_params().megatron_compute_factor if factor is None else factor
     return _predict(r.arch, r.gpu, int(r.gpus_total), int(r.gpus_per_node), row_layout(r), int(r.seq_len),
                     row_checkpointing(r), float(f), _given(r, "fp8"), row_tp_overlap(r),

@@ -303,6 +303,7 @@ class BlockParts:
             ``local_adapter_params`` per block train (gradients, optimizer, data-parallel reduction).
         local_adapter_params: One block's LoRA adapter parameters on this rank (in
             ``local_block_params`` too).
+        logits: Logits of one micro-batch on this rank (tokens x this TP rank's vocabulary).
         op_sac_saved_bytes, op_sac_f_s: What torchtitan's per-op selective checkpointing
             (srift/simulate/sharded.py's ``selective`` policy: attention and every other matmul
             output saved, the rest recomputed) drops of ``block_act_bytes``, and the forward
@@ -337,6 +338,7 @@ class BlockParts:
     local_adapter_params: float = 0.0
     op_sac_saved_bytes: float = 0.0
     op_sac_f_s: float = 0.0
+    logits: float = 0.0
 
     def trainable(self, blocks: int, first: bool, last: bool) -> float:
         """Parameters that train on a stage of ``blocks`` blocks (with the embedding when ``first``,
@@ -516,7 +518,8 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
                       block_params(split) + adapters, embed, head + arch.hidden, split.kv_width,
                       selective_saved_bytes=sum(figures.get(m, (0.0, 0.0))[0] for m in modules),
                       selective_f_s=sum(figures.get(m, (0.0, 0.0))[1] for m in modules),
-                      frozen_base=lora is not None, local_adapter_params=adapters, op_sac_saved_bytes=op_bytes,
+                      frozen_base=lora is not None, local_adapter_params=adapters, logits=micro_batch * tokens * split.vocab,
+                      op_sac_saved_bytes=op_bytes,
                       op_sac_f_s=op_f)
 
 
@@ -1251,7 +1254,8 @@ def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts
         n = layers[i]
         per_mb = n * _kept_block_bytes(parts, checkpointing) + (parts.first_act_bytes if i == 0 else 0.0)
         flight = min(float(m), p - i + (p - 1 - i) / v) if v > 1 and p > 1 else float(min(m, p - i))
-        acts = per_mb * flight + (parts.block_act_bytes if full else 0.0) + (parts.last_act_bytes if i == p - 1 else 0.0)
+        acts = per_mb * flight + (parts.block_act_bytes if full else 0.0) + (
+            parts.last_act_bytes + eager_loss_bytes(parts, dp_flavour) if i == p - 1 else 0.0)
         params_i = (n * parts.local_block_params + (parts.local_embed_params if i == 0 else 0.0)
                     + (parts.local_head_params if i == p - 1 else 0.0))
         if dp_flavour in SHARDED_FLAVOURS:
@@ -1264,6 +1268,14 @@ def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts
                          + n * (parts.local_expert_params * per_expert + parts.fp8_weight_bytes) + acts)
         peak = max(peak, allocated + allocator_bytes(allocated))
     return peak
+
+
+def eager_loss_bytes(parts: BlockParts, dp_flavour: str) -> float:
+    """What PyTorch's cross-entropy keeps beyond Megatron's fused vocab-parallel one (whose fp32
+    softmax ``last_act_bytes`` counts): under ``fsdp``/``hsdp`` (torchtitan) the bf16 logits and
+    their fp32 upcast, as the data-parallel path counts the loss (srift/simulate/memory.py
+    ``loss_bytes``: 4 + 4 bytes a logit beside the logits)."""
+    return parts.logits * (PARAM_BYTES + LOSS_FP32_BYTES) if dp_flavour in SHARDED_FLAVOURS else 0.0
 
 
 def _kept_block_bytes(parts: BlockParts, checkpointing: str) -> float:
@@ -1294,7 +1306,7 @@ def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkp
             flight = min(float(m), p - i + (p - 1 - i) / v)
         else:
             flight = float(min(m, p - i))
-        extra = once + (parts.last_act_bytes if i == p - 1 else 0.0)
+        extra = once + (parts.last_act_bytes + eager_loss_bytes(parts, dp_flavour) if i == p - 1 else 0.0)
         params_i = (n * parts.local_block_params + (parts.local_embed_params if i == 0 else 0.0)
                     + (parts.local_head_params if i == p - 1 else 0.0))
         root, block = fsdp_unit_params(parts, i == 0, i == p - 1)
