@@ -25,7 +25,9 @@ and run the linear layers' GEMMs on FP8 operands. srift models a layer's FP8 tim
   attention's batched GEMMs (``ScaledDotProductAttention``) stay bf16, Transformer Engine's
   default, unless the job sets ``fp8_dot_product_attention`` (``fp8_attention_s``: the attention
   pass at the FP8 peak). A gated MLP's gate and up projections are one GEMM in Megatron-Core
-  (``linear_fc1``): its input is quantized once (``fused_with_gate``), the grouped experts' too.
+  (``linear_fc1``): its input is quantized once (``fp8_times(fused_fc1=True)``, ``fused_with_gate``),
+  the grouped experts' too; PyTorch and torchao (torchtitan) run them as two Linears, each
+  quantizing it.
 """
 
 from __future__ import annotations
@@ -102,9 +104,12 @@ def fp8_attention_s(bf16_s: float, gpu: str) -> float:
     return (bf16_s - launch) * fp8_peak_ratio(gpu) + launch
 
 
-def fp8_times(profile: Profile, times: LayerTimes, gpu: str, recipe: Fp8Recipe) -> tuple[np.ndarray, np.ndarray]:
+def fp8_times(profile: Profile, times: LayerTimes, gpu: str, recipe: Fp8Recipe,
+              fused_fc1: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds per layer of ``profile`` (bf16 ``times`` on ``gpu``) with its
-    FP8 GEMMs (``fp8_gemm``) under ``recipe``; other layers keep their bf16 times.
+    FP8 GEMMs (``fp8_gemm``) under ``recipe``; other layers keep their bf16 times. ``fused_fc1``:
+    a gated MLP's gate and up projections are one GEMM (Megatron-Core's ``linear_fc1``), whose
+    input is quantized once.
 
     Raises:
         ValueError: for an unknown recipe or a GPU without FP8 tensor cores.
@@ -121,7 +126,8 @@ def fp8_times(profile: Profile, times: LayerTimes, gpu: str, recipe: Fp8Recipe) 
         if not fp8_gemm(layer.type, layer.name, layer.unit) or layer.kfac_a_dim is None or layer.kfac_g_dim is None:
             continue
         rows = profile.batch_size * (layer.kfac_spatial or 1)
-        cast_in = 0.0 if fused_with_gate(layer.name, names) else rows * layer.kfac_a_dim * per_element * s_per_byte
+        cast_in = 0.0 if fused_fc1 and fused_with_gate(layer.name, names) else \
+            rows * layer.kfac_a_dim * per_element * s_per_byte
         fwd[i] = (fwd[i] - launch) * ratio + launch + cast_in
         bwd[i] = (bwd[i] - launch) * ratio + launch + rows * layer.kfac_g_dim * per_element * s_per_byte
     return fwd, bwd

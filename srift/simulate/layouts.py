@@ -392,7 +392,7 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
                 ep: int = 1, imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None,
                 recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
                 lora: LoraSpec | None = None, op_sac: bool = False, fp8_attention: bool = False,
-                dispatcher: MoeDispatcher = "alltoall") -> BlockParts:
+                dispatcher: MoeDispatcher = "alltoall", fused_fc1: bool = True) -> BlockParts:
     """``BlockParts`` from the compute model on the split shapes (cached).
 
     A mixture of experts (``ep`` expert-parallel ranks, routing ``imbalance``: srift/simulate/moe.py)
@@ -405,29 +405,31 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
     frozen, LoRA adapters on the fused projections (srift/simulate/finetune.py); ``op_sac``: also
     torchtitan's per-op selective figures (``BlockParts.op_sac_saved_bytes``; 0 otherwise);
     ``fp8_attention``: the attention core in FP8 too; ``dispatcher``: the MoE token dispatcher
-    (``flex``: no permutation passes around the experts, srift/simulate/moe.py)."""
+    (``flex``: no permutation passes around the experts, srift/simulate/moe.py); ``fused_fc1``: a
+    dense gated MLP's FP8 input cast once (Megatron-Core's ``linear_fc1``; torchtitan runs two)."""
     modules = check_modules(recompute_modules)
     if arch.sliding_window and 0 < arch.sliding_blocks < arch.n_layers:
         share = arch.sliding_blocks / arch.n_layers
         local = block_parts(dataclasses.replace(arch, sliding_every=1), tp, cp, micro_batch, seq_len, precision, gpu,
-                            ep, imbalance, fp8, modules, lora, op_sac, fp8_attention, dispatcher)
+                            ep, imbalance, fp8, modules, lora, op_sac, fp8_attention, dispatcher, fused_fc1)
         full = block_parts(dataclasses.replace(arch, sliding_window=0), tp, cp, micro_batch, seq_len, precision, gpu,
-                           ep, imbalance, fp8, modules, lora, op_sac, fp8_attention, dispatcher)
+                           ep, imbalance, fp8, modules, lora, op_sac, fp8_attention, dispatcher, fused_fc1)
         return dataclasses.replace(full, **{k: share * getattr(local, k) + (1.0 - share) * getattr(full, k)
                                             for k in ("block_f_s", "block_b_s", "attention_f_s", "attention_b_s",
                                                       "selective_f_s", "op_sac_f_s")})
     if not arch.is_moe:
         dense_parts = _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac,
-                                   fp8_attention)
+                                   fp8_attention, fused_fc1)
         return dataclasses.replace(dense_parts, fp8_weight_bytes=(dense_parts.local_block_params * fp8_weight_cache_bytes(fp8)
                                                                   if fp8 else 0.0))
     frac = arch.moe_blocks / arch.n_layers
     moe_arch = dataclasses.replace(arch, dense_layers=0, moe_every=1)
-    moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac, fp8_attention)
+    moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac, fp8_attention,
+                       fused_fc1)
     dense = moe if frac == 1.0 else _block_parts(
         dataclasses.replace(arch, experts=0, experts_per_token=0, expert_intermediate=0, shared_intermediate=0,
                             dense_layers=0, moe_every=1, router_bias=False, shared_gate=False),
-        tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac, fp8_attention)
+        tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac, fp8_attention, fused_fc1)
     e = 2.0 if precision in HALF_PRECISIONS else 4.0
     kept_e = fp8_saved_bytes(fp8) if fp8 else e
     shape = moe_block_shape(arch, micro_batch * seq_len // (cp * tp), ep, e, imbalance, dispatcher)
@@ -467,7 +469,8 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
 def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str,
                  gpu: str, fp8: Fp8Recipe | None = None,
                  modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
-                 lora: LoraSpec | None = None, op_sac: bool = False, fp8_attention: bool = False) -> BlockParts:
+                 lora: LoraSpec | None = None, op_sac: bool = False, fp8_attention: bool = False,
+                 fused_fc1: bool = True) -> BlockParts:
     """``BlockParts`` of ``arch``'s first block (a MoE block's routed experts left out);
     ``fp8_attention``: with ``fp8``, the attention core's GEMMs in FP8 too (``fp8_attention_s``)."""
     split = split_arch(arch, tp)
@@ -490,7 +493,7 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
         prof, frozen = finetune_profile(prof, lora.job(), fused=True)
         adapters = float(frozen.trainable_params)
     times = layer_times(prof, gpu, precision)
-    fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8) if fp8 else (times.fwd_s, times.bwd_s)
+    fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8, fused_fc1) if fp8 else (times.fwd_s, times.bwd_s)
     # Transformer Engine's fused attention (cuDNN) issues the GPU's full-rate tensor-core
     # instructions (Hopper's wgmma), not Ampere's mma that the fitted FlashAttention-2 rate is
     # measured against: the same fitted efficiency, of the full dense peak.
@@ -804,7 +807,7 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
     gpu = cluster.node_groups[0].gpu
     parts = scaled_parts(block_parts(arch, layout.tp, layout.cp, layout.micro_batch, seq_len, precision, gpu,
                                      layout.ep, imbalance, fp8, recompute_modules, lora, op_sac, fp8_attention,
-                                     dispatcher),
+                                     dispatcher, dp_flavour not in (FSDP, HSDP)),
                          load_layout_params().megatron_compute_factor if compute_factor is None else compute_factor)
     if op_sac:
         parts = dataclasses.replace(parts, selective_saved_bytes=parts.op_sac_saved_bytes, selective_f_s=parts.op_sac_f_s)

@@ -221,7 +221,7 @@ def moe_block_times(arch: DecoderArch, shape: MoeBlockShape, gpu: str, precision
     ``fp8``: the experts' GEMMs in FP8 under that recipe (srift/perf/fp8.py)."""
     prof = expert_profile(arch, shape.rows_per_expert, precision)
     times = layer_times(prof, gpu, precision)
-    fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8) if fp8 else (times.fwd_s, times.bwd_s)
+    fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8, fused_fc1=True) if fp8 else (times.fwd_s, times.bwd_s)
     rates = kernel_rates(gpu, precision)
     mem_rate = rates.memory_bytes_per_s
     f = float(fwd_s.sum()) * shape.local_experts + shape.permute_bytes / mem_rate + shape.glue_f_bytes / mem_rate
