@@ -131,9 +131,9 @@ def test_benchmark_recipes_and_the_runs_fit_at_their_setting():
     from srift.fitting import moe as mf
     recipes = mf.load_recipes(DATA)
     assert recipes[("DeepSeek-V3", "B200", "fp8-mx")] == mf.Recipe(("selective", ("mla_up_proj",)), "flex", False,
-                                                                    (1, 8, 8, 1))
+                                                                    (256, 1, 8, 8, 1))
     assert recipes[("Qwen3-235B-A22B", "H100-SXM5-80GB", "fp8-cs")] == mf.Recipe(("none", ()), "alltoall", True,
-                                                                                 (2, 8, 32, 1))
+                                                                                 (256, 2, 8, 32, 1))
     assert recipes[("GPT-OSS-120B", "B200", "bf16")].recompute == ("selective", ("layernorm", "moe_act"))
     assert recipes[("Qwen3-30B-A3B", "B200", "fp8-mx")].fp8_attention
     rows, _ = mf.load_rows(DATA)

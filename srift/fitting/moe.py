@@ -12,7 +12,7 @@ How a row becomes a prediction: the layout as printed with EP (``interleaved`` w
 VP > 1, else 1F1B), ``grad_accum = global / (micro x DP)``, the distributed optimizer, the
 activation recompute, token dispatcher and EP all-to-all overlap the benchmark recipe sets
 (``RECIPES``: Megatron-Bridge's performance recipes, recipe facts; the tables do not print them),
-where the row runs the recipe's own TP, PP, EP and micro-batch size (``recipe_of``: a row at
+where the row runs the recipe's own GPU count, TP, PP, EP and micro-batch size (``recipe_of``: a row at
 another ran an earlier release's recipe, whose settings are not known), else the least recompute
 that fits (``AUTO_LADDER`` of srift/simulate/recompute.py, as ``--activation-checkpointing auto``
 chooses) with the all-to-all dispatcher, not overlapped, bf16 attention; force-balanced
@@ -95,7 +95,7 @@ class Recipe:
         recompute: (checkpointing policy, selective recompute modules).
         dispatcher: The MoE token dispatcher.
         ep_overlap: Whether the EP all-to-alls overlap another micro-batch's compute.
-        layout: The (TP, PP, EP, micro-batch) the recipe runs: a row at another one ran an
+        layout: The (GPUs, TP, PP, EP, micro-batch) the recipe runs: a row at another one ran an
             earlier release's recipe, whose settings are not known (``recipe_of``).
         fp8_attention: Whether an FP8 recipe runs the attention core in FP8 too
             (``fp8_dot_product_attention``).
@@ -104,7 +104,7 @@ class Recipe:
     recompute: Recompute
     dispatcher: MoeDispatcher = "alltoall"
     ep_overlap: bool = False
-    layout: tuple[int, int, int, int] = (1, 1, 1, 1)
+    layout: tuple[int, int, int, int, int] = (1, 1, 1, 1, 1)
     fp8_attention: bool = False
 
 
@@ -127,17 +127,17 @@ def load_recipes(data: Path) -> dict[tuple[str, str, str], Recipe]:
         policy = "selective" if str(r.recompute_granularity) == SELECTIVE and modules else "none"
         out[(str(r.model), str(r.gpu), str(r.precision))] = Recipe(
             (policy, tuple(m for m in RECOMPUTE_MODULES if m in modules)), r.dispatcher, str(r.ep_overlap).lower() == "true",
-            (int(r.tp), int(r.pp), int(r.ep), int(r.micro_batch)), str(r.fp8_attention).lower() == "true")
+            (int(r.gpus), int(r.tp), int(r.pp), int(r.ep), int(r.micro_batch)), str(r.fp8_attention).lower() == "true")
     return out
 
 
 def recipe_of(r, recipes: dict[tuple[str, str, str], Recipe]) -> Recipe | None:
     """The benchmark recipe of a row: its (model, GPU, precision class)'s where the row runs the
-    recipe's TP, PP, EP and micro-batch size; else None: the row ran an earlier release's recipe,
+    recipe's GPU count, TP, PP, EP and micro-batch size; else None: the row ran an earlier release's recipe,
     which the wheel does not hold (srift's defaults: the least recompute that fits, the all-to-all
     dispatcher, not overlapped, bf16 attention)."""
     recipe = recipes.get((str(r.model).split(" ")[0], str(r.gpu), RECIPE_PRECISION[str(r.precision).lower()]))
-    if recipe is None or recipe.layout != (int(r.tp), int(r.pp), int(r.ep), int(r.micro_batch)):
+    if recipe is None or recipe.layout != (int(r.gpus_total), int(r.tp), int(r.pp), int(r.ep), int(r.micro_batch)):
         return None
     return recipe
 
