@@ -12,8 +12,8 @@ How a row becomes a prediction: the layout as printed with EP (``interleaved`` w
 VP > 1, else 1F1B), ``grad_accum = global / (micro x DP)``, the distributed optimizer, the
 activation recompute, token dispatcher and EP all-to-all overlap the benchmark recipe sets
 (``RECIPES``: Megatron-Bridge's performance recipes, recipe facts; the tables do not print them),
-where the row runs the recipe's own GPU count, TP, PP, EP and micro-batch size (``recipe_of``: a row at
-another ran an earlier release's recipe, whose settings are not known), else the least recompute
+where the row runs the recipe's own GPU count, TP, PP, EP and micro-batch size (``recipe_of``: a
+row at another ran an earlier release's recipe, whose settings are not known), else the least recompute
 that fits (``AUTO_LADDER`` of srift/simulate/recompute.py, as ``--activation-checkpointing auto``
 chooses) with the all-to-all dispatcher, not overlapped, bf16 attention; force-balanced
 routing (``BALANCED_ROUTING``: the source's footnote), the compute factor as shipped
@@ -133,9 +133,9 @@ def load_recipes(data: Path) -> dict[tuple[str, str, str], Recipe]:
 
 def recipe_of(r, recipes: dict[tuple[str, str, str], Recipe]) -> Recipe | None:
     """The benchmark recipe of a row: its (model, GPU, precision class)'s where the row runs the
-    recipe's GPU count, TP, PP, EP and micro-batch size; else None: the row ran an earlier release's recipe,
-    which the wheel does not hold (srift's defaults: the least recompute that fits, the all-to-all
-    dispatcher, not overlapped, bf16 attention)."""
+    recipe's GPU count, TP, PP, EP and micro-batch size; else None: the row ran an earlier
+    release's recipe, which the wheel does not hold (srift's defaults: the least recompute that
+    fits, the all-to-all dispatcher, not overlapped, bf16 attention)."""
     recipe = recipes.get((str(r.model).split(" ")[0], str(r.gpu), RECIPE_PRECISION[str(r.precision).lower()]))
     if recipe is None or recipe.layout != (int(r.gpus_total), int(r.tp), int(r.pp), int(r.ep), int(r.micro_batch)):
         return None

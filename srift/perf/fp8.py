@@ -48,8 +48,8 @@ AMAX_BYTES_PER_ELEMENT = 2.0  # per-tensor scaling's amax pass reads the bf16 te
 # MXFP8's one 8-bit scale per 32 elements (Transformer Engine keeps the quantized tensor, not bf16).
 FP8_ELEMENT_BYTES = 1.0
 MXFP8_BLOCK = 32
-ROUTER_SUFFIX = ".router"
-UP_SUFFIX, GATE_SUFFIX = "up_proj", "gate_proj"  # a gated MLP's projections (srift/zoo/llm.py names)  # the MoE router's Linear (srift/zoo/llm.py), kept in fp32 by Megatron-Core
+ROUTER_SUFFIX = ".router"  # the MoE router's Linear (srift/zoo/llm.py), kept in fp32 by Megatron-Core
+UP_SUFFIX, GATE_SUFFIX = "up_proj", "gate_proj"  # a gated MLP's projections (srift/zoo/llm.py names)
 
 
 def fp8_gemm(layer_type: str, name: str, unit: str | None) -> bool:
