@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
@@ -62,6 +62,7 @@ LINKS = {"A100-40GB": "nvswitch", "A100-80GB": "nvswitch", "H100": "nvswitch4"}
 NETWORK_GBPS = {"A100-40GB": 1600.0, "A100-80GB": 1600.0, "H100": 3200.0}
 NETWORK_CLASS: Final = INFINIBAND
 GPUS_PER_NODE = 8
+FSDP_SOURCES = ("llmfoundry", "torchtitan", "torchao", "nemo")  # the CSV's PyTorch FSDP sources (source_id prefixes)
 STRATEGIES = {"FULL_SHARD": "fsdp", "SHARD_GRAD_OP": "zero2", "FSDP2": "fsdp"}
 CHECKPOINTING = {"none": "none", "full": "full", "selective_op": "selective", "selective": "selective"}
 LLAMA = {"llama 3.1 8b": "llama3-8b", "llama3-8b": "llama3-8b", "llama 3 8b": "llama3-8b", "llama3 8b": "llama3-8b",
@@ -111,18 +112,26 @@ def _model(r: dict[str, str]) -> str | None:
     return LLAMA.get(name)
 
 
+def fsdp_records(data: Path, reason: Callable[[dict[str, str]], str]) -> Iterator[tuple[dict[str, str], str]]:
+    """Each PyTorch FSDP run of the CSV (its columns as text) with why ``reason`` leaves it out ("" when kept).
+
+    Raises:
+        FileNotFoundError: when the CSV is not under ``data``.
+    """
+    table = pd.read_csv(Path(data) / CSV, dtype=str, keep_default_na=False)
+    for r in table.to_dict("records"):
+        if r["source_id"].startswith(FSDP_SOURCES):
+            yield r, reason(r)
+
+
 def load_rows(data: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The kept rows (COLUMNS) and the PyTorch-FSDP rows left out, with ``reason``.
 
     Raises:
         FileNotFoundError: when the CSV is not under ``data``.
     """
-    table = pd.read_csv(Path(data) / CSV, dtype=str, keep_default_na=False)
     kept, out = [], []
-    for r in table.to_dict("records"):
-        if not r["source_id"].startswith(("llmfoundry", "torchtitan", "torchao", "nemo")):
-            continue
-        why = _reason(r)
+    for r, why in fsdp_records(data, _reason):
         if why:
             out.append({"row_id": int(r["row_id"]), "source": r["source_id"], "model": r["model_name"],
                         "gpu": r["gpu_type"], "reason": why})
