@@ -46,9 +46,8 @@ def _settings(n: int = EXAMPLES) -> settings:
                     suppress_health_check=list(HealthCheck))
 
 
-# safe_load's and safe_dump's documents, several times faster where PyYAML has libyaml (the seeds load at collection)
+# safe_load's documents, several times faster where PyYAML has libyaml (the seeds load at collection)
 _FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_FAST_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 def _load(path: Path) -> Any:
@@ -96,8 +95,7 @@ def measured_seed() -> dict[str, Any]:
 
 def llm_seed() -> dict[str, Any]:
     """A decoder LLM's analytic profile (FSDP units): the sharded path."""
-    doc = load_builtin_profile("mpt-125m", batch_size=2, seq_len=512).to_dict()
-    return yaml.load(yaml.dump(doc, Dumper=_FAST_DUMPER, sort_keys=False), Loader=_FAST_LOADER)  # plain YAML types
+    return yaml.load(dump_yaml(load_builtin_profile("mpt-125m", batch_size=2, seq_len=512).to_dict()), Loader=_FAST_LOADER)
 
 
 PROFILE_SEEDS = [_load(ROOT / "profiles" / "vgg16.yaml"), _load(ROOT / "profiles" / "gpt2.yaml"), measured_seed(), llm_seed()]
