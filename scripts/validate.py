@@ -271,8 +271,9 @@ def sharded_group(data: Path) -> dict:
     meas = rows["tokens_per_s_per_gpu"].to_numpy(float)
     rows["silicon"] = rows["gpu"].map(silicon)
     pred = np.array([sharded.predict_row(r).tokens_per_s_per_gpu for r in rows.itertuples()])
-    cols = {"fit": pred, "LOGO": sharded.held_out(rows, "gpu"), "leave-silicon": sharded.held_out(rows, "silicon"),
-            "LOMO": sharded.held_out(rows, "model"), "LOSO": sharded.held_out(rows, "source")}
+    memo: sharded.Memo = {}  # the held-out fits share their predictions (each starts where the others do)
+    cols = {"fit": pred, "LOGO": sharded.held_out(rows, "gpu", memo), "leave-silicon": sharded.held_out(rows, "silicon", memo),
+            "LOMO": sharded.held_out(rows, "model", memo), "LOSO": sharded.held_out(rows, "source", memo)}
     err = {k: (v / meas - 1.0) * 100.0 for k, v in cols.items()}
     print(f"\nSharded (FSDP) group: tokens/s per GPU of {len(rows)} PyTorch FSDP runs (data/llm-training-throughput), MAPE %")
     print(f"  rows left out: " + "; ".join(f"{n} {why}" for why, n in out["reason"].value_counts().items()))

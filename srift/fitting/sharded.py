@@ -209,10 +209,24 @@ def llm_params(params: LlmKernelParams) -> Iterator[None]:
         compute.load_llm_params = shipped
 
 
-def predicted_tokens(rows: pd.DataFrame, params: LlmKernelParams) -> np.ndarray:
-    """Tokens/s per GPU of every row with ``params``."""
+# What predict_row reads of a row: equal keys, equal predictions.
+_JOB_FIELDS = ("model", "seq_len", "micro_batch", "grad_accum", "parallelism", "checkpointing", "reduce_dtype", "source",
+               "gpu", "n_gpus")
+Memo = dict[tuple, float | None]
+
+
+def predicted_tokens(rows: pd.DataFrame, params: LlmKernelParams, memo: Memo | None = None) -> np.ndarray:
+    """Tokens/s per GPU of every row with ``params``; ``memo`` keeps each (row, params) prediction
+    for the next call (the held-out fits start alike and some train on the same rows)."""
+    memo = {} if memo is None else memo
     with llm_params(params):
-        return np.array([predict_row(r).tokens_per_s_per_gpu for r in rows.itertuples()], dtype=float)
+        out = []
+        for r in rows.itertuples():
+            key = (params, *(getattr(r, f) for f in _JOB_FIELDS))
+            if key not in memo:
+                memo[key] = predict_row(r).tokens_per_s_per_gpu
+            out.append(memo[key])
+        return np.array(out, dtype=float)
 
 
 # The fit's starting point and bounds: (fused_attention_efficiency, llm_matmul_factor).
@@ -220,7 +234,7 @@ _START = (0.3, 1.0)
 _BOUNDS = ((0.05, 0.7), (0.8, 1.6))
 
 
-def fit_llm_kernels(rows: pd.DataFrame) -> tuple[LlmKernelParams, float]:
+def fit_llm_kernels(rows: pd.DataFrame, memo: Memo | None = None) -> tuple[LlmKernelParams, float]:
     """Fit ``fused_attention_efficiency`` and ``llm_matmul_factor`` (srift/perf/compute.py) to the
     rows' tokens/s per GPU: least squares on log(predicted / measured), every other part of srift
     as shipped (the compute fit, the communication model and its interference, the schedule).
@@ -228,7 +242,7 @@ def fit_llm_kernels(rows: pd.DataFrame) -> tuple[LlmKernelParams, float]:
     meas = rows["tokens_per_s_per_gpu"].to_numpy(float)
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        return np.log(predicted_tokens(rows, LlmKernelParams(float(x[0]), float(x[1]))) / meas)
+        return np.log(predicted_tokens(rows, LlmKernelParams(float(x[0]), float(x[1])), memo) / meas)
 
     lo, hi = zip(*_BOUNDS)
     sol = least_squares(residuals, _START, bounds=(lo, hi), diff_step=1e-3, xtol=1e-4, ftol=1e-6)
@@ -237,13 +251,15 @@ def fit_llm_kernels(rows: pd.DataFrame) -> tuple[LlmKernelParams, float]:
     return params, float(np.mean(np.abs(err)) * 100.0)
 
 
-def held_out(rows: pd.DataFrame, key: str) -> np.ndarray:
-    """Predictions of every row from the fit without the rows that share its ``key`` value."""
+def held_out(rows: pd.DataFrame, key: str, memo: Memo | None = None) -> np.ndarray:
+    """Predictions of every row from the fit without the rows that share its ``key`` value
+    (``memo``: see ``predicted_tokens``; one memo may serve several keys of the same rows)."""
+    memo = {} if memo is None else memo
     out = np.full(len(rows), np.nan)
     for _, idx in rows.groupby(key).indices.items():
         train = rows.drop(index=rows.index[idx])
-        params, _ = fit_llm_kernels(train)
-        out[idx] = predicted_tokens(rows.iloc[idx], params)
+        params, _ = fit_llm_kernels(train, memo)
+        out[idx] = predicted_tokens(rows.iloc[idx], params, memo)
     return out
 
 
