@@ -18,11 +18,13 @@ catalog's p3.16xlarge, and the all-reduce across nodes on its own (nccl-tests-aw
 Then profiles measured on another GPU or precision: each single-GPU measurement anchors the
 prediction of the same model on every other GPU/precision of its source
 (``srift.fitting.compute_fit.anchor_pairs``), with none, all or the shipped share of its departure from the
-model carried over. The last lines give the DDP scaling fit (t_n / t_1 ratios).
+model carried over. The last lines give the DDP scaling fit (t_n / t_1 ratios). ``--only dense``
+prints these groups alone.
 
 Sharded (FSDP) group: tokens/s per GPU of the PyTorch FSDP runs of data/llm-training-throughput
 (``srift.fitting.sharded``), with the decoder-LLM kernel rates refitted without the row's GPU
-(LOGO), model size (LOMO) or source (LOSO), and peak memory against the runs that state it (``sharded_group``).
+(LOGO), model size (LOMO) or source (LOSO), and peak memory against the runs that state it (``sharded_group``;
+``--only sharded`` prints it alone).
 
 Fine-tuning group (``finetune_group``; ``--only finetune`` prints it alone): full, LoRA and QLoRA
 runs of data/finetuning (``srift.fitting.finetune``: which rows and how each becomes a job): peak
@@ -269,8 +271,9 @@ def sharded_group(data: Path) -> dict:
     meas = rows["tokens_per_s_per_gpu"].to_numpy(float)
     rows["silicon"] = rows["gpu"].map(silicon)
     pred = np.array([sharded.predict_row(r).tokens_per_s_per_gpu for r in rows.itertuples()])
-    cols = {"fit": pred, "LOGO": sharded.held_out(rows, "gpu"), "leave-silicon": sharded.held_out(rows, "silicon"),
-            "LOMO": sharded.held_out(rows, "model"), "LOSO": sharded.held_out(rows, "source")}
+    memo: sharded.Memo = {}  # the held-out fits share their predictions (each starts where the others do)
+    cols = {"fit": pred, "LOGO": sharded.held_out(rows, "gpu", memo), "leave-silicon": sharded.held_out(rows, "silicon", memo),
+            "LOMO": sharded.held_out(rows, "model", memo), "LOSO": sharded.held_out(rows, "source", memo)}
     err = {k: (v / meas - 1.0) * 100.0 for k, v in cols.items()}
     print(f"\nSharded (FSDP) group: tokens/s per GPU of {len(rows)} PyTorch FSDP runs (data/llm-training-throughput), MAPE %")
     print(f"  rows left out: " + "; ".join(f"{n} {why}" for why, n in out["reason"].value_counts().items()))
@@ -598,6 +601,13 @@ def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str, b
     write_json(path, doc)
 
 
+def _groups(path: Path) -> dict:
+    """The groups of an accuracy.json."""
+    from srift.files import read_json
+
+    return read_json(path, "validation figures", "re-run scripts/validate.py --write-accuracy.")["groups"]
+
+
 def _write_group(path: Path, name: str, figures: dict) -> None:
     """Replace one group of accuracy.json, the others as they are."""
     from srift.files import read_json, write_json
@@ -615,7 +625,9 @@ def main() -> None:
     ap.add_argument("--write-accuracy", nargs="?", const=str(ROOT / "configs" / "perf" / "accuracy.json"), default=None,
                     metavar="FILE", help="write the group figures predict/recommend quote (default configs/perf/accuracy.json)")
     ap.add_argument("--moe-only", action="store_true", help="run only the MoE group (data/moe-training)")
-    ap.add_argument("--only", choices=("finetune", "layouts"), default=None, help="print one group only")
+    ap.add_argument("--only", choices=("dense", "sharded", "finetune", "layouts"), default=None,
+                    help="print one group only (dense: the iteration-time groups, single GPU to multi-node); with "
+                         "--write-accuracy, write its figures and keep the file's others")
     args = ap.parse_args()
     if args.moe_only:
         moe_figures = moe_group(Path(args.data), args.table)
@@ -625,10 +637,10 @@ def main() -> None:
     if args.only == "layouts":
         layout_group(Path(args.data))
         return
-    if args.only == "finetune":
-        figures = finetune_group(Path(args.data))
+    if args.only in ("sharded", "finetune"):
+        figures = (sharded_group if args.only == "sharded" else finetune_group)(Path(args.data))
         if args.write_accuracy:  # this group alone, the others as they are
-            _write_group(Path(args.write_accuracy), "finetune", figures)
+            _write_group(Path(args.write_accuracy), args.only, figures)
         return
     profiles = profile_source(args.profiles_dir)
     rows = datasets.load_rows(Path(args.data))
@@ -779,10 +791,14 @@ def main() -> None:
         short = inst.replace(".24xlarge", "").replace(".48xlarge", "")
         print(f"{'  all-reduce ' + short:<28}{n_rows:>6}{fit_mape:>8.1f}{held_mape:>8.1f}")
     print(f"{'':<28}(all-reduce >= 1 MiB over EFA; LOGO column: EFA refitted without the instance type)")
-    sharded_figures = sharded_group(Path(args.data))
-    finetune_figures = finetune_group(Path(args.data))
-    layout_group(Path(args.data))
-    moe_figures = moe_group(Path(args.data), args.table)
+    if args.only == "dense":  # the other groups' figures as the file has them
+        kept = _groups(Path(args.write_accuracy)) if args.write_accuracy else {}
+        sharded_figures, finetune_figures, moe_figures = kept.get("sharded"), kept.get("finetune"), kept.get("moe")
+    else:
+        sharded_figures = sharded_group(Path(args.data))
+        finetune_figures = finetune_group(Path(args.data))
+        layout_group(Path(args.data))
+        moe_figures = moe_group(Path(args.data), args.table)
     if args.write_accuracy:
         write_accuracy(Path(args.write_accuracy),
                        {"single_gpu": single, "one_node": multi, **({"multi_node": nodes} if len(nodes) else {}),
@@ -794,8 +810,8 @@ def main() -> None:
                         "single_gpu_same_gpu": "the same runs on other systems of the same GPU model",
                         "single_gpu_other_gpu": "single-GPU runs anchored on another GPU or precision of the same model",
                         "one_node_same_gpu": "the same system's measured 1-GPU run, scaled by the simulator"},
-                       {"sharded": sharded_figures, "finetune": finetune_figures,
-                        **({"moe": moe_figures} if moe_figures is not None else {})})
+                       {name: figures for name, figures in (("sharded", sharded_figures), ("finetune", finetune_figures),
+                                                            ("moe", moe_figures)) if figures is not None})
     shipped = C.load_params()
     print(f"\nProfile measured on another GPU or precision ({len(compute_fit.anchor_pairs(single, 'lomo'))} pairs of one model and "
           f"source; its model held out of the fit), MAPE %:")

@@ -151,7 +151,8 @@ def mutate_text(text: str, data: st.DataObject, yaml_text: bool) -> str:
 
 
 def dump_yaml(doc: Any) -> str:
-    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
+    """``yaml.safe_dump``'s text, with libyaml's emitter where PyYAML has it (several times faster)."""
+    return yaml.dump(doc, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False, allow_unicode=True)
 
 
 def dump_json(doc: Any) -> str:

@@ -42,11 +42,22 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
+def _statements(tree: ast.Module):
+    """Every statement of a module, nested ones included (in functions, classes, if/try/with/match
+    blocks). An import is a statement, so the expressions, most of a tree, need no walk."""
+    stack: list[ast.AST] = list(tree.body)
+    while stack:
+        node = stack.pop()
+        yield node
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            stack.extend(child for child in getattr(node, field, None) or () if isinstance(child, ast.AST))
+
+
 def _imports(path: Path, known: set[str]) -> set[str]:
     """The srift modules a file imports anywhere in it (``from a import b`` counts as ``a.b`` when
     that is a module, else as ``a``)."""
     out = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _statements(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name.split(".")[0] == "srift"}
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "srift":

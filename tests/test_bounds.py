@@ -4,6 +4,7 @@ issue #19 (the profiler's timeout and the kill tests are in tests/test_crash_saf
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -164,8 +165,11 @@ def test_a_cluster_over_the_total_bounds_is_refused() -> None:
         cluster_from_dict(doc)
 
 
+_VGG = yaml.safe_load((ROOT / "profiles" / "vgg16.yaml").read_text(encoding="utf-8"))  # parsed once; each test edits a copy
+
+
 def _vgg(**changes: object) -> dict[str, object]:
-    doc = yaml.safe_load((ROOT / "profiles" / "vgg16.yaml").read_text(encoding="utf-8"))
+    doc = copy.deepcopy(_VGG)
     for key, value in changes.items():
         if key.startswith("layer0."):
             doc["layers"][0][key.split(".", 1)[1]] = value

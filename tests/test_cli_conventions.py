@@ -39,6 +39,20 @@ def test_no_help_shows_a_python_type(monkeypatch, capsys):
         assert PYTHON_TYPES.findall(out) == [], (path, PYTHON_TYPES.findall(out))
 
 
+_HELP: dict[tuple[str, ...], str] = {}
+
+
+def _help_200(monkeypatch, capsys, path: list[str]) -> str:
+    """``srift PATH --help`` at 200 columns, rendered once per command for this module (rich's
+    help panels take ~0.1 s each)."""
+    key = tuple(path)
+    if key not in _HELP:
+        monkeypatch.setenv("COLUMNS", "200")
+        assert main([*path, "--help"]) == 0
+        _HELP[key] = capsys.readouterr().out
+    return _HELP[key]
+
+
 @pytest.mark.parametrize("path, option, metavar", [
     (["predict"], "--instance", "TYPE[:COUNT]"), (["predict"], "--cluster", "FILE"), (["predict"], "--skypilot", "FILE"),
     (["recommend"], "--budget", "USD"), (["recommend"], "--deadline", "HOURS"), (["recommend"], "--max-gpus", "N"),
@@ -46,9 +60,7 @@ def test_no_help_shows_a_python_type(monkeypatch, capsys):
     (["check"], "--max-cost", "USD"), (["catalog", "list"], "--out-file", "FILE"), (["recommend"], "--plot", "FILE.png"),
 ])
 def test_options_show_the_value_people_type(monkeypatch, capsys, path, option, metavar):
-    monkeypatch.setenv("COLUMNS", "200")
-    assert main([*path, "--help"]) == 0
-    line = next(ln for ln in capsys.readouterr().out.splitlines() if f"{option} " in ln)
+    line = next(ln for ln in _help_200(monkeypatch, capsys, path).splitlines() if f"{option} " in ln)
     assert re.search(rf"{re.escape(option)}\s+{re.escape(metavar)}\s", line), line
 
 

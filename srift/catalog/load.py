@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from srift.bounds import MAX_CATALOG_BYTES, shown
+from srift.cache import BoundedCache
 from srift.catalog.infra import InfraTarget, parse_infra
 from srift.catalog.instances import CLOUDS, Instance, parse_rows
 from srift.errors import SriftError
@@ -77,13 +78,24 @@ def clear_cache() -> None:
     _SELECTIONS.clear()
 
 
+BUNDLED_FILES_CACHED = 16  # parsed bundled catalog files kept per process (one a cloud)
+# The bundled files' rows by path, size and modification time: clear_cache() (after a refresh, or
+# a test with its own cache folder) forgets which regions were refreshed, not the bundled prices.
+_BUNDLED: BoundedCache[tuple[str, int, int], list[Instance]] = BoundedCache(BUNDLED_FILES_CACHED)
+
+
+def _bundled_rows(path: Path) -> list[Instance]:
+    st = path.stat()
+    return _BUNDLED.get((str(path), st.st_mtime_ns, st.st_size), lambda: parse_rows(path.read_text(encoding="utf-8"), str(path)))
+
+
 def _cloud_rows(cloud: str) -> dict[str, list[Instance]]:
     if cloud in _BY_REGION:
         return _BY_REGION[cloud]
     path = bundled_path(cloud)
     by_region: dict[str, list[Instance]] = {}
     if path.is_file():
-        for inst in parse_rows(path.read_text(encoding="utf-8"), str(path)):
+        for inst in _bundled_rows(path):
             by_region.setdefault(inst.region, []).append(inst)
     bundled_mtime = path.stat().st_mtime if path.is_file() else 0.0
     cache_folder = cache_path(cloud, "x").parent

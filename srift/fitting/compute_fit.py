@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from sklearn.linear_model import Ridge
 
 from srift.fitting.datasets import ProfileSource
 from srift.fitting.validation import mape
@@ -141,6 +140,8 @@ def fit_compute(designs: list[_RowDesign], features: tuple[str, ...] = DEFAULT_F
     fit_launch = launch_s is None
     launch = 0.0 if launch_s is None else launch_s
     y = np.array([1.0 - launch * d.n_kernels / d.time_s for d in designs])
+    from sklearn.linear_model import Ridge  # here: scikit-learn takes seconds to import, and only a fit needs it
+
     prev = None
     for _ in range(iterations):
         X = np.array([_row_matrix(d, theta_g, theta_m) / d.time_s for d in designs])

@@ -78,12 +78,8 @@ def ddp_runs(data: Path) -> pd.DataFrame:
 def llm_runs(data: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The PyTorch FSDP runs of llm-training-throughput srift can lay out, and those it cannot
     (``source``, ``model``, ``reason``)."""
-    table = pd.read_csv(Path(data) / sharded.CSV, dtype=str, keep_default_na=False)
     kept, skipped = [], []
-    for r in table.to_dict("records"):
-        if not r["source_id"].startswith(("llmfoundry", "torchtitan", "torchao", "nemo")):
-            continue
-        why = _llm_reason(r)
+    for r, why in sharded.fsdp_records(data, _llm_reason):
         if why:
             skipped.append({"source": r["source_id"], "model": r["model_name"], "reason": why})
             continue
@@ -139,7 +135,7 @@ def skipped_finetuning(data: Path) -> pd.DataFrame:
 def predicted_breakdown(r) -> dict[str, float]:
     """srift's memory breakdown (bytes, allocator included) of one run (a RUN_COLUMNS row)."""
     seq = None if r.seq_len is None or pd.isna(r.seq_len) else int(r.seq_len)
-    if r.parallelism == DDP and not r.source.startswith(("llmfoundry", "torchtitan", "torchao", "nemo")):
+    if r.parallelism == DDP and not r.source.startswith(sharded.FSDP_SOURCES):
         prof = load_builtin_profile(r.model, batch_size=int(r.batch_per_gpu), seq_len=seq, precision=r.precision)
         return memory_breakdown_bytes(prof, r.precision, buckets=int(r.n_gpus) > 1)
     prof = sharded._profile(r.model, int(seq or 0), int(r.batch_per_gpu))

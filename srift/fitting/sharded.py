@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
@@ -63,6 +63,7 @@ LINKS = {"A100-40GB": "nvswitch", "A100-80GB": "nvswitch", "H100": "nvswitch4"}
 NETWORK_GBPS = {"A100-40GB": 1600.0, "A100-80GB": 1600.0, "H100": 3200.0}
 NETWORK_CLASS: Final = INFINIBAND
 GPUS_PER_NODE = 8
+FSDP_SOURCES = ("llmfoundry", "torchtitan", "torchao", "nemo")  # the CSV's PyTorch FSDP sources (source_id prefixes)
 STRATEGIES = {"FULL_SHARD": "fsdp", "SHARD_GRAD_OP": "zero2", "FSDP2": "fsdp"}
 CHECKPOINTING = {"none": "none", "full": "full", "selective_op": "selective", "selective": "selective"}
 LLAMA = {"llama 3.1 8b": "llama3-8b", "llama3-8b": "llama3-8b", "llama 3 8b": "llama3-8b", "llama3 8b": "llama3-8b",
@@ -112,18 +113,26 @@ def _model(r: dict[str, str]) -> str | None:
     return LLAMA.get(name)
 
 
+def fsdp_records(data: Path, reason: Callable[[dict[str, str]], str]) -> Iterator[tuple[dict[str, str], str]]:
+    """Each PyTorch FSDP run of the CSV (its columns as text) with why ``reason`` leaves it out ("" when kept).
+
+    Raises:
+        FileNotFoundError: when the CSV is not under ``data``.
+    """
+    table = pd.read_csv(Path(data) / CSV, dtype=str, keep_default_na=False)
+    for r in table.to_dict("records"):
+        if r["source_id"].startswith(FSDP_SOURCES):
+            yield r, reason(r)
+
+
 def load_rows(data: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The kept rows (COLUMNS) and the PyTorch-FSDP rows left out, with ``reason``.
 
     Raises:
         FileNotFoundError: when the CSV is not under ``data``.
     """
-    table = pd.read_csv(Path(data) / CSV, dtype=str, keep_default_na=False)
     kept, out = [], []
-    for r in table.to_dict("records"):
-        if not r["source_id"].startswith(("llmfoundry", "torchtitan", "torchao", "nemo")):
-            continue
-        why = _reason(r)
+    for r, why in fsdp_records(data, _reason):
         if why:
             out.append({"row_id": int(r["row_id"]), "source": r["source_id"], "model": r["model_name"],
                         "gpu": r["gpu_type"], "reason": why})
@@ -201,10 +210,24 @@ def llm_params(params: LlmKernelParams) -> Iterator[None]:
         compute.load_llm_params = shipped
 
 
-def predicted_tokens(rows: pd.DataFrame, params: LlmKernelParams) -> np.ndarray:
-    """Tokens/s per GPU of every row with ``params``."""
+# What predict_row reads of a row: equal keys, equal predictions.
+_JOB_FIELDS = ("model", "seq_len", "micro_batch", "grad_accum", "parallelism", "checkpointing", "reduce_dtype", "source",
+               "gpu", "n_gpus")
+Memo = dict[tuple, float | None]
+
+
+def predicted_tokens(rows: pd.DataFrame, params: LlmKernelParams, memo: Memo | None = None) -> np.ndarray:
+    """Tokens/s per GPU of every row with ``params``; ``memo`` keeps each (row, params) prediction
+    for the next call (the held-out fits start alike and some train on the same rows)."""
+    memo = {} if memo is None else memo
     with llm_params(params):
-        return np.array([predict_row(r).tokens_per_s_per_gpu for r in rows.itertuples()], dtype=float)
+        out = []
+        for r in rows.itertuples():
+            key = (params, *(getattr(r, f) for f in _JOB_FIELDS))
+            if key not in memo:
+                memo[key] = predict_row(r).tokens_per_s_per_gpu
+            out.append(memo[key])
+        return np.array(out, dtype=float)
 
 
 # The fit's starting point and bounds: (fused_attention_efficiency, llm_matmul_factor).
@@ -212,7 +235,7 @@ _START = (0.3, 1.0)
 _BOUNDS = ((0.05, 0.7), (0.8, 1.6))
 
 
-def fit_llm_kernels(rows: pd.DataFrame) -> tuple[LlmKernelParams, float]:
+def fit_llm_kernels(rows: pd.DataFrame, memo: Memo | None = None) -> tuple[LlmKernelParams, float]:
     """Fit ``fused_attention_efficiency`` and ``llm_matmul_factor`` (srift/perf/compute.py) to the
     rows' tokens/s per GPU: least squares on log(predicted / measured), every other part of srift
     as shipped (the compute fit, the communication model and its interference, the schedule).
@@ -220,7 +243,7 @@ def fit_llm_kernels(rows: pd.DataFrame) -> tuple[LlmKernelParams, float]:
     meas = rows["tokens_per_s_per_gpu"].to_numpy(float)
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        return np.log(predicted_tokens(rows, LlmKernelParams(float(x[0]), float(x[1]))) / meas)
+        return np.log(predicted_tokens(rows, LlmKernelParams(float(x[0]), float(x[1])), memo) / meas)
 
     lo, hi = zip(*_BOUNDS)
     sol = least_squares(residuals, _START, bounds=(lo, hi), diff_step=1e-3, xtol=1e-4, ftol=1e-6)
@@ -229,13 +252,15 @@ def fit_llm_kernels(rows: pd.DataFrame) -> tuple[LlmKernelParams, float]:
     return params, float(np.mean(np.abs(err)) * 100.0)
 
 
-def held_out(rows: pd.DataFrame, key: str) -> np.ndarray:
-    """Predictions of every row from the fit without the rows that share its ``key`` value."""
+def held_out(rows: pd.DataFrame, key: str, memo: Memo | None = None) -> np.ndarray:
+    """Predictions of every row from the fit without the rows that share its ``key`` value
+    (``memo``: see ``predicted_tokens``; one memo may serve several keys of the same rows)."""
+    memo = {} if memo is None else memo
     out = np.full(len(rows), np.nan)
     for _, idx in rows.groupby(key).indices.items():
         train = rows.drop(index=rows.index[idx])
-        params, _ = fit_llm_kernels(train)
-        out[idx] = predicted_tokens(rows.iloc[idx], params)
+        params, _ = fit_llm_kernels(train, memo)
+        out[idx] = predicted_tokens(rows.iloc[idx], params, memo)
     return out
 
 

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+from srift.cache import BoundedCache
 from srift.errors import SriftError, closest
-from srift.files import profiles_dir
+from srift.files import profiles_dir, read_yaml
 from srift.profile import Profile
 from srift.zoo import llm
 
@@ -156,5 +159,19 @@ def load_builtin_profile(name: str, batch_size: int | None = None, seq_len: int 
                          "reinstall srift-planner, or run `python scripts/make_zoo_profiles.py`.")
     if seq_len is not None and MODELS[key].kind != "sequence":
         raise SriftError(f"'{key}' is an image model: --seq-len does not apply.", "drop --seq-len.")
-    return Profile.load(path).rescale(batch_size=batch_size, seq_len=seq_len)
+    return _shipped_profile(path).rescale(batch_size=batch_size, seq_len=seq_len)
+
+
+SHIPPED_DOCUMENTS_CACHED = 64  # parsed shipped profile files kept per process (the zoo ships a dozen)
+_SHIPPED: BoundedCache[tuple[str, int, int], Any] = BoundedCache(SHIPPED_DOCUMENTS_CACHED)
+
+
+def _shipped_profile(path: Path) -> Profile:
+    """The profile in a shipped file, its YAML parsed once per process (parsing is most of a load,
+    and a search, a validation or a test session reads the same files again and again). Each call
+    builds a new Profile, so a caller may change its own; the file's size and modification time
+    are in the key, so a rewritten file is read again."""
+    st = path.stat()
+    doc = _SHIPPED.get((str(path), st.st_mtime_ns, st.st_size), lambda: read_yaml(path, "profile"))
+    return Profile.from_dict(doc, source=str(path))
 
