@@ -52,7 +52,6 @@ non-reentrant default.
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -370,7 +369,7 @@ class CollectiveTimer:
         if work is not None and isinstance(self.clock, WallClock):
             # Asynchronous on CPU: done when its future completes (gloo's own threads run it).
             def done(fut: Any) -> Any:
-                entry[5] = time.perf_counter()
+                entry[5] = self.clock.mark()  # the training thread's clock, from gloo's thread
                 return fut.value()
 
             work.get_future().then(done)
