@@ -197,3 +197,54 @@ def test_a_causal_fused_attention_kernel_counts_half_its_flops() -> None:
     qkv = (q.transpose(1, 2),) * 3 + (None,) * 5 + (0.0,)
     full = counted(aten._efficient_attention_forward, qkv + (0,), {})
     assert full > 0 and counted(aten._efficient_attention_forward, qkv + (1,), {}) == full / 2
+
+
+def test_attention_called_inside_a_non_leaf_module_is_a_layer_of_its_own() -> None:
+    """M16: an HF-style attention module (q, k, v, o Linear leaves, ``F.scaled_dot_product_attention``
+    in its own forward) runs FLOPs that no leaf is counted for. They become ``attn.(ops)``, placed
+    after v (where they ran), causal: 4 b h s^2 d / 2 = 4 x 2 x 4 x 16^2 x 8 / 2 = 32,768 forward,
+    2.5 times that backward (torch's SDPA backward formula: 5 products of that size) = 81,920;
+    all of it grows with seq_len^2. The Linear leaves keep their 2 b s d^2 = 65,536 forward."""
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    from srift.profiling.flops import analyze_layers
+
+    class Attention(nn.Module):
+        def __init__(self, d: int = 32, heads: int = 4) -> None:
+            super().__init__()
+            self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+            self.heads = heads
+
+        def forward(self, x):
+            b, s, d = x.shape
+
+            def split(y):
+                return y.view(b, s, self.heads, d // self.heads).transpose(1, 2)
+
+            y = nn.functional.scaled_dot_product_attention(split(self.q(x)), split(self.k(x)), split(self.v(x)),
+                                                           is_causal=True)
+            return self.o(y.transpose(1, 2).reshape(b, s, d))
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = nn.ModuleList([Attention()])  # never called itself: the attention's parent is Net
+            self.head = nn.Linear(32, 2)
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = x + block(x)
+            return self.head(x)
+
+    net, x = Net(), torch.randn(2, 16, 32)
+    layers = analyze_layers(net, lambda: net(x).sum())
+    names = [layer.name for layer in layers]
+    assert names == ["blocks.0.q", "blocks.0.k", "blocks.0.v", "blocks.0.(ops)", "blocks.0.o", "head"]
+    ops = layers[3]
+    assert ops.type == "ScaledDotProductAttention" and ops.params == 0
+    assert (ops.fwd_flops, ops.bwd_flops) == (32_768, 81_920)
+    assert (ops.fwd_flops_seq2, ops.bwd_flops_seq2) == (32_768, 81_920)
+    assert layers[0].fwd_flops == 65_536
+    # Nothing counted twice: every FLOP of the step is in exactly one layer.
+    assert sum(layer.fwd_flops for layer in layers) == 4 * 65_536 + 32_768 + 2 * 2 * 16 * 32 * 2

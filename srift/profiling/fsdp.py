@@ -62,6 +62,7 @@ from torch import nn
 
 from srift.profile import LayerProfile, UnitCollective
 from srift.profiling.buckets import cuda_mark
+from srift.profiling.flops import OPS_SUFFIX
 from srift.profiling.hooks import CudaClock, LayerTimer, WallClock
 
 # Module-name segments FSDP1, activation checkpointing and torch.compile insert.
@@ -478,6 +479,9 @@ def apply_to_layers(layers: list[LayerProfile], fm: FsdpMeasurement) -> list[Lay
         if layer.type == "Parameters" and layer.name.endswith(".(params)"):
             continue  # replaced below from the FSDP metadata
         mod = fm.modules.get(layer.name)
+        if mod is None and layer.name.endswith(OPS_SUFFIX):  # ops a non-leaf module ran: its unit
+            owner = fm.modules.get(layer.name[:-len(OPS_SUFFIX)])
+            layer.unit = None if owner is None else setup.unit_of.get(id(owner))
         if mod is not None:
             n, b = setup.params_of.get(id(mod), (0, 0))
             layer.params, layer.grad_bytes = n, b
