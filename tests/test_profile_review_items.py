@@ -248,3 +248,65 @@ def test_attention_called_inside_a_non_leaf_module_is_a_layer_of_its_own() -> No
     assert layers[0].fwd_flops == 65_536
     # Nothing counted twice: every FLOP of the step is in exactly one layer.
     assert sum(layer.fwd_flops for layer in layers) == 4 * 65_536 + 32_768 + 2 * 2 * 16 * 32 * 2
+
+
+_P3_SCRIPT = """
+import json, sys, torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+from srift.kfac.preconditioner import KFACPreconditioner
+
+legacy = sys.argv[1] == "legacy"
+if legacy:
+    torch.backends.cuda.matmul.allow_tf32 = True  # the legacy API: float32 matmul precision "high"
+else:
+    torch.backends.cuda.matmul.fp32_precision = "tf32"  # torch 2.9's API
+state = (lambda: torch.get_float32_matmul_precision()) if legacy else (lambda: torch.backends.cuda.matmul.fp32_precision)
+seen = []
+
+class Spy(TorchFunctionMode):  # the precision each of K-FAC's matmuls runs under
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in ("__matmul__", "matmul", "mm"):
+            seen.append(state())
+        return func(*args, **(kwargs or {}))
+
+from srift.kfac.layers import KFACLayer
+rows = KFACLayer._output_rows
+g_seen = []
+
+def output_rows(self, grad):  # factor G's rows, in the backward hook (where the mode above is not active)
+    g_seen.append(state())
+    return rows(self, grad)
+
+KFACLayer._output_rows = output_rows
+torch.manual_seed(0)
+net = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 3))
+pre = KFACPreconditioner(net)
+with Spy():
+    for _ in range(2):
+        net(torch.randn(8, 6)).square().mean().backward()
+        pre.step()
+print(json.dumps({"seen": sorted(set(seen + g_seen)), "count": len(seen), "g": len(g_seen), "after": state()}))
+"""
+
+
+@pytest.mark.parametrize("api", ["legacy", "new"])
+def test_kfac_runs_its_matmuls_in_ieee_fp32_whatever_tf32_the_script_allows(api: str, tmp_path: Path) -> None:
+    """P3: the script allows TF32 (either API); every matmul of K-FAC's factors (in the backward
+    hooks) and of its preconditioning runs with full fp32 precision, and the script's setting is
+    back afterwards. (A separate process: torch 2.9's API makes the legacy flags raise for good.)"""
+    pytest.importorskip("torch")
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "p3.py"
+    script.write_text(_P3_SCRIPT)
+    res = subprocess.run([sys.executable, str(script), api], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    # 2 Linear layers x 2 steps: factor A's Gram product, and G^-1 grad A^-1 (2 products) per layer
+    # per step; factor G in each layer's backward hook, each step.
+    assert out["count"] == 2 * 2 + 2 * 2 * 2 and out["g"] == 2 * 2
+    assert out["seen"] == (["highest"] if api == "legacy" else ["ieee"])
+    assert out["after"] == ("high" if api == "legacy" else "tf32")

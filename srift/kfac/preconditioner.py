@@ -34,7 +34,9 @@ from torch import nn
 from srift.job import EIGEN, MPD, NAIVE, SPD, KFAC_STRATEGIES as STRATEGIES
 from srift.kfac import schedule
 from srift.kfac.distributed import Comm, FusedAllReducer, pack_upper, unpack_upper
-from srift.kfac.layers import KFACLayer, damped_inverse, damped_inverse_ex, eigen_decomposition, make_layers, supported
+from srift.kfac.layers import (
+    KFACLayer, damped_inverse, damped_inverse_ex, eigen_decomposition, ieee_fp32, make_layers, supported,
+)
 
 Hyper = Union[float, Callable[[int], float]]
 Interval = Union[int, Callable[[int], int]]
@@ -322,6 +324,10 @@ class KFACPreconditioner:
     @torch.no_grad()
     def step(self) -> None:
         """Precondition the gradients in place (call after backward, before optimizer.step())."""
+        with ieee_fp32():  # P3: factors, inverses and preconditioning in IEEE fp32, whatever TF32 allows
+            self._step()
+
+    def _step(self) -> None:
         if self._is_factor_step():
             self._update_factors()
         if not self.A:
