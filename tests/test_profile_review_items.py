@@ -310,3 +310,28 @@ def test_kfac_runs_its_matmuls_in_ieee_fp32_whatever_tf32_the_script_allows(api:
     assert out["count"] == 2 * 2 + 2 * 2 * 2 and out["g"] == 2 * 2
     assert out["seen"] == (["highest"] if api == "legacy" else ["ieee"])
     assert out["after"] == ("high" if api == "legacy" else "tf32")
+
+
+def test_spd_plans_its_fusion_on_when_factors_are_ready_on_the_device() -> None:
+    """M15: on CUDA the factors' ready marks are events on the GPU's time line (read once the last has
+    run, ms -> s), not the host's launch times; on CPU perf_counter seconds, as before."""
+    torch = pytest.importorskip("torch")
+    from srift.kfac.preconditioner import ready_gaps_s, ready_mark
+
+    class Event:  # what a CUDA event offers: elapsed_time in ms, synchronize
+        def __init__(self, at_ms: float) -> None:
+            self.at_ms, self.waited = at_ms, False
+
+        def elapsed_time(self, other: "Event") -> float:
+            return other.at_ms - self.at_ms
+
+        def synchronize(self) -> None:
+            self.waited = True
+
+    events = [Event(10.0), Event(12.5), Event(20.0)]
+    assert ready_gaps_s(events) == pytest.approx([0.0, 0.0025, 0.0075])
+    assert events[-1].waited  # read only once the last factor ran
+    assert ready_gaps_s([1.0, 1.5, 4.0]) == [0.0, 0.5, 2.5]
+    assert ready_gaps_s([]) == []
+    mark = ready_mark(torch.device("cpu"))
+    assert isinstance(mark, float) and ready_gaps_s([mark, ready_mark(torch.device("cpu"))])[1] >= 0.0
