@@ -249,6 +249,24 @@ def test_attention_called_inside_a_non_leaf_module_is_a_layer_of_its_own() -> No
     # Nothing counted twice: every FLOP of the step is in exactly one layer.
     assert sum(layer.fwd_flops for layer in layers) == 4 * 65_536 + 32_768 + 2 * 2 * 16 * 32 * 2
 
+    # With a mask a CPU runs SDPA's math fallback: two plain bmm (QK^T, PV), the full 4 b h s^2 d =
+    # 65,536, which torch counts as matmuls; srift still knows them for attention (seq_len^2).
+    def masked(self, x):
+        b, s, d = x.shape
+
+        def split(y):
+            return y.view(b, s, self.heads, d // self.heads).transpose(1, 2)
+
+        mask = torch.ones(s, s, dtype=torch.bool)
+        y = nn.functional.scaled_dot_product_attention(split(self.q(x)), split(self.k(x)), split(self.v(x)),
+                                                       attn_mask=mask)
+        return self.o(y.transpose(1, 2).reshape(b, s, d))
+
+    Attention.forward = masked
+    ops = next(layer for layer in analyze_layers(net, lambda: net(x).sum()) if layer.name == "blocks.0.(ops)")
+    assert ops.type == "ScaledDotProductAttention" and ops.fwd_flops == ops.fwd_flops_seq2 == 65_536
+    assert ops.bwd_flops == ops.bwd_flops_seq2 > 0
+
 
 _P3_SCRIPT = """
 import json, sys, torch

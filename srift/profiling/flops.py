@@ -25,7 +25,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+from torch.overrides import TorchFunctionMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from srift.profile import CAUSAL_FRACTION, LayerProfile
@@ -33,6 +35,7 @@ from srift.profiling.tensors import first_tensor, tensor_bytes
 
 
 _GLOBAL = "Global"  # the module tracker's name for "outside every module"
+_SDPA_MATH = "sdpa-math"  # the key of FLOPs scaled_dot_product_attention ran as plain matmuls (its math fallback)
 OPS_SUFFIX = ".(ops)"  # the layer of FLOPs a non-leaf module runs outside its leaves: "<module>.(ops)"
 
 
@@ -53,6 +56,7 @@ class _PhaseFlopCounter(FlopCounterMode):
         self.own_fwd: dict[str, dict[Any, float]] = defaultdict(lambda: defaultdict(float))
         self.own_bwd: dict[str, dict[Any, float]] = defaultdict(lambda: defaultdict(float))
         self.first_leaf: dict[str, int] = {}
+        self.in_sdpa = 0  # inside F.scaled_dot_product_attention (its math fallback runs plain bmm)
 
     def _count_flops(self, func_packet: Any, out: Any, args: Any, kwargs: Any) -> Any:
         # Same as FlopCounterMode._count_flops, plus the backward split, less recomputation.
@@ -73,7 +77,8 @@ class _PhaseFlopCounter(FlopCounterMode):
         inner = max((p for p in parents if p != _GLOBAL), key=lambda p: p.count("."), default=None)
         if inner is None:  # outside the model (the loss)
             return
-        (self.own_bwd if in_backward else self.own_fwd)[inner][func_packet] += n
+        op = _SDPA_MATH if self.in_sdpa and not _is_attention(func_packet) else func_packet
+        (self.own_bwd if in_backward else self.own_fwd)[inner][op] += n
         if not in_backward and self.recorder is not None:
             self.first_leaf.setdefault(inner, len(self.recorder.order))
 
@@ -189,7 +194,8 @@ def _run_step(model: nn.Module, step_fn: Callable[[], Any], rec: _LeafRecorder,
     try:
         root = type(model).__name__
         leaf_keys = frozenset(f"{root}.{n}" if n else root for n, m in model.named_modules() if not list(m.children()))
-        with _PhaseFlopCounter(rec, leaf_keys) as counter:
+        counter = _PhaseFlopCounter(rec, leaf_keys)
+        with counter, _AttentionCalls(counter):
             out = step_fn()
             if not ready and isinstance(out, torch.Tensor) and out.requires_grad:
                 out.backward()
@@ -271,8 +277,30 @@ def analyze_layers(model: nn.Module, step_fn: Callable[[], Any]) -> list[LayerPr
     return layers
 
 
+class _AttentionCalls(TorchFunctionMode):
+    """Marks the ops ``F.scaled_dot_product_attention`` runs on ``counter``: with a mask on a CPU (or
+    another backend without a fused kernel) it falls back to plain ``bmm``s that torch counts as
+    matmuls; they are attention all the same (their FLOPs grow with seq_len^2)."""
+
+    def __init__(self, counter: _PhaseFlopCounter) -> None:
+        super().__init__()
+        self.counter = counter
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func is not F.scaled_dot_product_attention:
+            return func(*args, **(kwargs or {}))
+        self.counter.in_sdpa += 1
+        try:
+            return func(*args, **(kwargs or {}))
+        finally:
+            self.counter.in_sdpa -= 1
+
+
 def _is_attention(func_packet: Any) -> bool:
-    """A fused attention op (SDPA on any backend, and its backward): its FLOPs grow with seq_len^2."""
+    """A fused attention op (SDPA on any backend, and its backward) or SDPA's math fallback: FLOPs
+    that grow with seq_len^2."""
+    if func_packet == _SDPA_MATH:
+        return True
     return str(getattr(func_packet, "__name__", "")).startswith(("_scaled_dot_product", "_flash_attention",
                                                                  "_efficient_attention"))
 
@@ -291,6 +319,8 @@ def _own_ops(names: dict[nn.Module, str], root: str, counter: _PhaseFlopCounter)
         f_all, b_all = sum(fwd.values()), sum(bwd.values())
         if f_all + b_all <= 0:
             continue
+        if not b_att and f_att:  # SDPA's math fallback: its backward runs plain matmuls, in the forward's share
+            b_att = b_all * f_att / f_all
         name = by_key.get(key, key.split(".", 1)[1] if "." in key else "")
         attention = f_att + b_att >= (f_all + b_all) / 2
         out.append((counter.first_leaf.get(key, 0), LayerProfile(
