@@ -78,7 +78,7 @@ CHECKPOINTING: tuple[Checkpointing, ...] = get_args(Checkpointing)
 # Megatron-Core's selective recompute modules (``TransformerConfig.recompute_modules``) that a
 # layout's ``selective`` policy recomputes (srift/simulate/recompute.py); Megatron's default is
 # the attention core alone.
-RecomputeModule = Literal["core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act", "shared_experts"]
+RecomputeModule = Literal["core_attn", "layernorm", "mla_up_proj", "mlp", "moe", "moe_act", "shared_experts"]
 RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = get_args(RecomputeModule)
 # Megatron-Core's MoE token dispatchers (``moe_token_dispatcher_type``): ``alltoall`` sends each
 # routed row to its expert's rank; ``flex`` (DeepEP, HybridEP) sends a token once to each node
@@ -95,8 +95,9 @@ ReduceDtype = Literal["fp32", "bf16", "fp16"]
 REDUCE_DTYPES: tuple[ReduceDtype, ...] = get_args(ReduceDtype)
 REDUCE_BYTES_PER_ELEMENT: dict[ReduceDtype, int] = {"fp32": 4, "bf16": 2, "fp16": 2}  # bytes per gradient element reduced
 # Data parallelism of a job with a --layout (srift/simulate/layouts.py): zero1 is Megatron's
-# distributed optimizer (gradients reduce-scattered, optimizer states sharded), ddp all-reduces.
-LayoutParallelism = Literal["zero1", "ddp"]
+# distributed optimizer (gradients reduce-scattered, optimizer states sharded), ddp all-reduces;
+# fsdp and hsdp shard the parameters too, per block (FSDP2 under TP/PP/CP, as torchtitan runs it).
+LayoutParallelism = Literal["zero1", "ddp", "fsdp", "hsdp"]
 LAYOUT_PARALLELISMS: tuple[LayoutParallelism, ...] = get_args(LayoutParallelism)
 # Pipeline schedules of a layout: Megatron's 1F1B and its interleaved variant (virtual stages).
 PipelineSchedule = Literal["1f1b", "interleaved"]
@@ -139,6 +140,7 @@ FULL_CHECKPOINTING: Final = "full"
 ZERO1: Final = "zero1"
 CORE_ATTN: Final = "core_attn"
 MOE_ACT: Final = "moe_act"
+MOE_LAYER: Final = "moe"  # Megatron-Core's recompute module of a whole MoE layer
 ALLTOALL: Final = "alltoall"
 FLEX: Final = "flex"
 ONE_F_ONE_B: Final = "1f1b"
@@ -519,7 +521,7 @@ class Job:
                              "pass --micro-batch-size (sequences per micro-batch) and --global-batch-size instead.")
         if self.parallelism not in (*LAYOUT_PARALLELISMS, AUTO):
             raise SriftError(f"--parallelism {self.parallelism} is not modelled with --layout.",
-                             "use --parallelism zero1 (Megatron's distributed optimizer) or ddp with --layout.")
+                             "use --parallelism zero1 (Megatron's distributed optimizer), ddp, fsdp or hsdp with --layout.")
         if self.virtual_stages > 1 and self.pipeline_schedule == "1f1b":
             raise SriftError("--virtual-stages needs the interleaved schedule.",
                              "use --pipeline-schedule interleaved, or drop --virtual-stages.")
