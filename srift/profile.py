@@ -159,6 +159,40 @@ class RankMemory:
 CAUSAL_FRACTION = 0.5
 TIMING_MODES = ("layers", "step")  # per leaf module, or whole steps (compiled models: leaves untimed)
 
+# How ``srift profile`` turns measured steps into times (docs/profiling.md), recorded per profile.
+# v1: profiles without a ``measurement`` field (means over the steps, wall clock); v2: below.
+MEASUREMENT_METHOD = "srift.measurement/v2"
+MEASUREMENT_METHODS = ("srift.measurement/v1", MEASUREMENT_METHOD)
+# Clocks: plain wall time; wall time less the training thread's wait for a core (Linux schedstat;
+# CPU profiles); CUDA events on the model's device.
+WALL, WALL_LESS_RUN_QUEUE, CUDA_EVENTS = "wall", "wall-less-run-queue", "cuda-events"
+CLOCKS = (WALL, WALL_LESS_RUN_QUEUE, CUDA_EVENTS)
+# Aggregates over the measured steps: the mean (v1), the interquartile mean (v2).
+MEAN, INTERQUARTILE_MEAN = "mean", "interquartile-mean"
+AGGREGATES = (MEAN, INTERQUARTILE_MEAN)
+MAX_THREADS = 1 << 16  # torch intra-op threads of a profiled process
+
+
+@dataclass(frozen=True)
+class MeasurementInfo:
+    """How a measured profile's times were taken and aggregated (the file's ``measurement``
+    mapping; docs/profiling.md). Profiles written before it have none: ``v1``.
+
+    Attributes:
+        method: One of MEASUREMENT_METHODS.
+        clock: One of CLOCKS.
+        aggregate: One of AGGREGATES: per layer and per phase, over the measured steps.
+        threads: ``torch.get_num_threads()`` of the profiled process (compare plain runs with as many).
+        run_queue_s: Mean seconds per measured step the training thread waited for a core (other
+            processes' load), left out of every time; None when not read (CUDA, not Linux).
+    """
+
+    method: str = MEASUREMENT_METHOD
+    clock: str = WALL
+    aggregate: str = INTERQUARTILE_MEAN
+    threads: int | None = None
+    run_queue_s: float | None = None
+
 
 @dataclass
 class AllReduceBucket:
@@ -270,6 +304,8 @@ class Profile:
             ``step`` (whole steps: a compiled model, whose leaves are left untimed); None when not
             measured.
         peak_memory: Measured peak CUDA memory per rank (see RankMemory); empty off CUDA.
+        measurement: How the times were taken and aggregated (MeasurementInfo); None when not
+            measured or measured before srift recorded it (``srift.measurement/v1``).
     """
 
     name: str
@@ -293,6 +329,7 @@ class Profile:
     saved_tensors: str | None = None
     timing: str | None = None
     peak_memory: list[RankMemory] = field(default_factory=list)
+    measurement: MeasurementInfo | None = None
 
     # ---- derived totals -------------------------------------------------------------------
     @property
@@ -521,6 +558,8 @@ class Profile:
             out["timing"] = self.timing
         if self.peak_memory:
             out["peak_memory"] = [dataclasses.asdict(m) for m in self.peak_memory]
+        if self.measurement is not None:
+            out["measurement"] = dataclasses.asdict(self.measurement)
         return out
 
     @classmethod
@@ -584,6 +623,7 @@ class Profile:
         if not isinstance(raw_memory, list) or len(raw_memory) > MAX_GPUS:
             raise _bad(source, f"'peak_memory' must be a list of at most {MAX_GPUS:,} ranks")
         peak_memory = [_rank_memory(m, i, source) for i, m in enumerate(raw_memory)]
+        measurement = _measurement(data.get("measurement"), source)
         device = _scalars(data.get("device") or {}, "device", source)
         for key in ("name", "kind", "gpu"):
             if device.get(key) is not None and not isinstance(device[key], str):
@@ -620,6 +660,7 @@ class Profile:
             saved_tensors=_saved_schema(data.get("saved_tensors"), source),
             timing=timing,
             peak_memory=peak_memory,
+            measurement=measurement,
         )
         # An iteration of no work takes no time: every throughput would divide by zero.
         if profile.measured:
@@ -734,6 +775,20 @@ def _rank_memory(item: Any, index: int, source: str) -> RankMemory:
     return RankMemory(_int(item["rank"], f"{where}.rank", source, MAX_GPUS),
                       _int(item["max_allocated_bytes"], f"{where}.max_allocated_bytes", source, MAX_LAYER_BYTES),
                       _int(item["max_reserved_bytes"], f"{where}.max_reserved_bytes", source, MAX_LAYER_BYTES))
+
+
+def _measurement(item: Any, source: str) -> MeasurementInfo | None:
+    """The ``measurement`` mapping (None when absent: a v1 profile, or not measured)."""
+    if item is None:
+        return None
+    raw = _scalars(item, "measurement", source)
+    for key, allowed in (("method", MEASUREMENT_METHODS), ("clock", CLOCKS), ("aggregate", AGGREGATES)):
+        if raw.get(key) not in allowed:
+            raise _bad(source, f"'measurement.{key}' must be one of {', '.join(allowed)}, got {shown(raw.get(key))}")
+    threads, wait = raw.get("threads"), raw.get("run_queue_s")
+    return MeasurementInfo(raw["method"], raw["clock"], raw["aggregate"],
+                           None if threads is None else _int(threads, "measurement.threads", source, MAX_THREADS, low=1),
+                           None if wait is None else _num(wait, "measurement.run_queue_s", source, MAX_LAYER_S))
 
 
 def _collective_from_dict(item: Any, index: int, source: str) -> UnitCollective:

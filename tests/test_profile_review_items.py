@@ -197,3 +197,159 @@ def test_a_causal_fused_attention_kernel_counts_half_its_flops() -> None:
     qkv = (q.transpose(1, 2),) * 3 + (None,) * 5 + (0.0,)
     full = counted(aten._efficient_attention_forward, qkv + (0,), {})
     assert full > 0 and counted(aten._efficient_attention_forward, qkv + (1,), {}) == full / 2
+
+
+def test_attention_called_inside_a_non_leaf_module_is_a_layer_of_its_own() -> None:
+    """M16: an HF-style attention module (q, k, v, o Linear leaves, ``F.scaled_dot_product_attention``
+    in its own forward) runs FLOPs that no leaf is counted for. They become ``attn.(ops)``, placed
+    after v (where they ran), causal: 4 b h s^2 d / 2 = 4 x 2 x 4 x 16^2 x 8 / 2 = 32,768 forward,
+    2.5 times that backward (torch's SDPA backward formula: 5 products of that size) = 81,920;
+    all of it grows with seq_len^2. The Linear leaves keep their 2 b s d^2 = 65,536 forward."""
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    from srift.profiling.flops import analyze_layers
+
+    class Attention(nn.Module):
+        def __init__(self, d: int = 32, heads: int = 4) -> None:
+            super().__init__()
+            self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+            self.heads = heads
+
+        def forward(self, x):
+            b, s, d = x.shape
+
+            def split(y):
+                return y.view(b, s, self.heads, d // self.heads).transpose(1, 2)
+
+            y = nn.functional.scaled_dot_product_attention(split(self.q(x)), split(self.k(x)), split(self.v(x)),
+                                                           is_causal=True)
+            return self.o(y.transpose(1, 2).reshape(b, s, d))
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = nn.ModuleList([Attention()])  # never called itself: the attention's parent is Net
+            self.head = nn.Linear(32, 2)
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = x + block(x)
+            return self.head(x)
+
+    net, x = Net(), torch.randn(2, 16, 32)
+    layers = analyze_layers(net, lambda: net(x).sum())
+    names = [layer.name for layer in layers]
+    assert names == ["blocks.0.q", "blocks.0.k", "blocks.0.v", "blocks.0.(ops)", "blocks.0.o", "head"]
+    ops = layers[3]
+    assert ops.type == "ScaledDotProductAttention" and ops.params == 0
+    assert (ops.fwd_flops, ops.bwd_flops) == (32_768, 81_920)
+    assert (ops.fwd_flops_seq2, ops.bwd_flops_seq2) == (32_768, 81_920)
+    assert layers[0].fwd_flops == 65_536
+    # Nothing counted twice: every FLOP of the step is in exactly one layer.
+    assert sum(layer.fwd_flops for layer in layers) == 4 * 65_536 + 32_768 + 2 * 2 * 16 * 32 * 2
+
+    # With a mask a CPU runs SDPA's math fallback: two plain bmm (QK^T, PV), the full 4 b h s^2 d =
+    # 65,536, which torch counts as matmuls; srift still knows them for attention (seq_len^2).
+    def masked(self, x):
+        b, s, d = x.shape
+
+        def split(y):
+            return y.view(b, s, self.heads, d // self.heads).transpose(1, 2)
+
+        mask = torch.ones(s, s, dtype=torch.bool)
+        y = nn.functional.scaled_dot_product_attention(split(self.q(x)), split(self.k(x)), split(self.v(x)),
+                                                       attn_mask=mask)
+        return self.o(y.transpose(1, 2).reshape(b, s, d))
+
+    Attention.forward = masked
+    ops = next(layer for layer in analyze_layers(net, lambda: net(x).sum()) if layer.name == "blocks.0.(ops)")
+    assert ops.type == "ScaledDotProductAttention" and ops.fwd_flops == ops.fwd_flops_seq2 == 65_536
+    assert ops.bwd_flops == ops.bwd_flops_seq2 > 0
+
+
+_P3_SCRIPT = """
+import json, sys, torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+from srift.kfac.preconditioner import KFACPreconditioner
+
+legacy = sys.argv[1] == "legacy"
+if legacy:
+    torch.backends.cuda.matmul.allow_tf32 = True  # the legacy API: float32 matmul precision "high"
+else:
+    torch.backends.cuda.matmul.fp32_precision = "tf32"  # torch 2.9's API
+state = (lambda: torch.get_float32_matmul_precision()) if legacy else (lambda: torch.backends.cuda.matmul.fp32_precision)
+seen = []
+
+class Spy(TorchFunctionMode):  # the precision each of K-FAC's matmuls runs under
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in ("__matmul__", "matmul", "mm"):
+            seen.append(state())
+        return func(*args, **(kwargs or {}))
+
+from srift.kfac.layers import KFACLayer
+rows = KFACLayer._output_rows
+g_seen = []
+
+def output_rows(self, grad):  # factor G's rows, in the backward hook (where the mode above is not active)
+    g_seen.append(state())
+    return rows(self, grad)
+
+KFACLayer._output_rows = output_rows
+torch.manual_seed(0)
+net = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 3))
+pre = KFACPreconditioner(net)
+with Spy():
+    for _ in range(2):
+        net(torch.randn(8, 6)).square().mean().backward()
+        pre.step()
+print(json.dumps({"seen": sorted(set(seen + g_seen)), "count": len(seen), "g": len(g_seen), "after": state()}))
+"""
+
+
+@pytest.mark.parametrize("api", ["legacy", "new"])
+def test_kfac_runs_its_matmuls_in_ieee_fp32_whatever_tf32_the_script_allows(api: str, tmp_path: Path) -> None:
+    """P3: the script allows TF32 (either API); every matmul of K-FAC's factors (in the backward
+    hooks) and of its preconditioning runs with full fp32 precision, and the script's setting is
+    back afterwards. (A separate process: torch 2.9's API makes the legacy flags raise for good.)"""
+    pytest.importorskip("torch")
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "p3.py"
+    script.write_text(_P3_SCRIPT)
+    res = subprocess.run([sys.executable, str(script), api], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    # 2 Linear layers x 2 steps: factor A's Gram product, and G^-1 grad A^-1 (2 products) per layer
+    # per step; factor G in each layer's backward hook, each step.
+    assert out["count"] == 2 * 2 + 2 * 2 * 2 and out["g"] == 2 * 2
+    assert out["seen"] == (["highest"] if api == "legacy" else ["ieee"])
+    assert out["after"] == ("high" if api == "legacy" else "tf32")
+
+
+def test_spd_plans_its_fusion_on_when_factors_are_ready_on_the_device() -> None:
+    """M15: on CUDA the factors' ready marks are events on the GPU's time line (read once the last has
+    run, ms -> s), not the host's launch times; on CPU perf_counter seconds, as before."""
+    torch = pytest.importorskip("torch")
+    from srift.kfac.preconditioner import ready_gaps_s, ready_mark
+
+    class Event:  # what a CUDA event offers: elapsed_time in ms, synchronize
+        def __init__(self, at_ms: float) -> None:
+            self.at_ms, self.waited = at_ms, False
+
+        def elapsed_time(self, other: "Event") -> float:
+            return other.at_ms - self.at_ms
+
+        def synchronize(self) -> None:
+            self.waited = True
+
+    events = [Event(10.0), Event(12.5), Event(20.0)]
+    assert ready_gaps_s(events) == pytest.approx([0.0, 0.0025, 0.0075])
+    assert events[-1].waited  # read only once the last factor ran
+    assert ready_gaps_s([1.0, 1.5, 4.0]) == [0.0, 0.5, 2.5]
+    assert ready_gaps_s([]) == []
+    mark = ready_mark(torch.device("cpu"))
+    assert isinstance(mark, float) and ready_gaps_s([mark, ready_mark(torch.device("cpu"))])[1] >= 0.0

@@ -29,11 +29,40 @@ channels, its slice of the weight), so a grouped convolution gives ``groups`` pa
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+
+@contextmanager
+def ieee_fp32() -> Iterator[None]:
+    """fp32 matmuls in full IEEE precision inside, whatever the script allowed (review item P3):
+    under TF32 (``allow_tf32``, ``set_float32_matmul_precision("high")``, torch 2.9's
+    ``fp32_precision = "tf32"``) the factors' Gram products and the preconditioning would keep a
+    10-bit mantissa, enough to make a weakly damped factor fail its Cholesky; srift prices K-FAC's
+    GEMMs as FP32 (srift.perf.kfac_kernels). The script's setting is restored after, through the
+    API it used: once torch 2.9's is used, the legacy flags raise when read."""
+    matmul = torch.backends.cuda.matmul
+    try:
+        matmul.allow_tf32  # noqa: B018 (raises once the script set fp32_precision)
+    except RuntimeError:
+        old_new = matmul.fp32_precision
+        matmul.fp32_precision = "ieee"
+        try:
+            yield
+        finally:
+            matmul.fp32_precision = old_new
+        return
+    old = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(old)
 
 
 @dataclass
@@ -99,7 +128,7 @@ class KFACLayer:
 
     def factor_a(self, x: torch.Tensor) -> torch.Tensor:
         """Factor A of one batch (``a_dim x a_dim``, symmetric, fp32)."""
-        with torch.autocast(x.device.type, enabled=False):  # factors in fp16 diverge
+        with torch.autocast(x.device.type, enabled=False), ieee_fp32():  # factors in fp16 (or TF32) diverge
             return self._factor_a(x.detach().float())
 
     def _factor_a(self, x: torch.Tensor) -> torch.Tensor:
@@ -124,7 +153,7 @@ class KFACLayer:
             loss_scale: Divided out of the gradient: the AMP loss scale, times the world size under
                 data parallelism.
         """
-        with torch.autocast(grad_output.device.type, enabled=False):
+        with torch.autocast(grad_output.device.type, enabled=False), ieee_fp32():
             g, spatial = self._output_rows(grad_output.detach().float())
             n = g.shape[0]
             return _sym(g.t() @ g, 1.0 / (n * spatial * spatial * loss_scale * loss_scale))

@@ -34,7 +34,9 @@ from torch import nn
 from srift.job import EIGEN, MPD, NAIVE, SPD, KFAC_STRATEGIES as STRATEGIES
 from srift.kfac import schedule
 from srift.kfac.distributed import Comm, FusedAllReducer, pack_upper, unpack_upper
-from srift.kfac.layers import KFACLayer, damped_inverse, damped_inverse_ex, eigen_decomposition, make_layers, supported
+from srift.kfac.layers import (
+    KFACLayer, damped_inverse, damped_inverse_ex, eigen_decomposition, ieee_fp32, make_layers, supported,
+)
 
 Hyper = Union[float, Callable[[int], float]]
 Interval = Union[int, Callable[[int], int]]
@@ -200,7 +202,7 @@ class KFACPreconditioner:
         self._reducer_a = FusedAllReducer(self.comm)  # spd: forward (A) factors
         self._reducer_g = FusedAllReducer(self.comm)  # spd: backward (G) factors; naive/mpd: all
         self._launched: set[str] = set()
-        self._ready_log: dict[str, list[float]] = {"A": [], "G": []}
+        self._ready_log: dict[str, list[Any]] = {"A": [], "G": []}  # ready_mark()s of this step's factors
         self._gap_samples: dict[str, list[list[float]]] = {"A": [], "G": []}
         self._key_order: dict[str, list[str]] = {"A": [], "G": []}
         self._fusion_planned = False
@@ -307,7 +309,7 @@ class KFACPreconditioner:
         total, count = self._acc.pop(key)
         flat = pack_upper(total.div_(count) if count > 1 else total)
         self._launched.add(key)
-        self._ready_log[kind].append(time.perf_counter())
+        self._ready_log[kind].append(ready_mark(self.device))
         if not self._order_recorded:  # the ready order, recorded on the first factor step
             self._key_order[kind].append(key)
         (self._reducer_a if kind == "A" else self._reducer_g).add(key, flat)
@@ -322,6 +324,10 @@ class KFACPreconditioner:
     @torch.no_grad()
     def step(self) -> None:
         """Precondition the gradients in place (call after backward, before optimizer.step())."""
+        with ieee_fp32():  # P3: factors, inverses and preconditioning in IEEE fp32, whatever TF32 allows
+            self._step()
+
+    def _step(self) -> None:
         if self._is_factor_step():
             self._update_factors()
         if not self.A:
@@ -398,8 +404,7 @@ class KFACPreconditioner:
             return
         if not first:  # the first step warms up and is not timed
             for kind in ("A", "G"):
-                ts = log[kind]
-                self._gap_samples[kind].append([0.0] + [b - a for a, b in zip(ts, ts[1:])])
+                self._gap_samples[kind].append(ready_gaps_s(log[kind]))
         if len(self._gap_samples["A"]) < self.fusion_profile_steps:
             return
         dims = dict(zip(self._fixed_keys, self._factor_dims()))
@@ -605,6 +610,28 @@ def _skip_match(name: str, module: nn.Module, skip: tuple[Any, ...]) -> int | No
         if isinstance(s, str) and (s == type(module).__name__ or name == s or name.startswith(s + ".")):
             return i
     return None
+
+
+def ready_mark(device: torch.device) -> Any:
+    """When a factor is ready (review item M15): on CUDA an event on the current stream (the GPU's
+    time line: the host runs ahead of the kernels, so its clock would plan SPD's fusion on launch
+    gaps), else ``perf_counter`` seconds."""
+    if device.type == "cuda":
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(device))
+        return event
+    return time.perf_counter()
+
+
+def ready_gaps_s(marks: list[Any]) -> list[float]:
+    """Seconds from each ``ready_mark`` to the next, 0 first. CUDA events are read once the last has
+    run (SPD reads them after the step's all-reduces, which follow every factor)."""
+    if not marks:
+        return []
+    if isinstance(marks[0], float):
+        return [0.0] + [b - a for a, b in zip(marks, marks[1:])]
+    marks[-1].synchronize()
+    return [0.0] + [a.elapsed_time(b) / 1000.0 for a, b in zip(marks, marks[1:])]
 
 
 def _measure_inv_flops(method: str, device: torch.device | None = None, dim: int = 256, repeats: int = 5) -> float:

@@ -48,7 +48,7 @@ from typing import Any
 from srift.errors import SriftError
 from srift.files import configs_dir, read_json
 from srift.hardware import CPU, find_gpu, gpu as gpu_spec
-from srift.job import HALF_PRECISIONS, INVERSE, TF32
+from srift.job import FP32, HALF_PRECISIONS, INVERSE
 
 PARAMS_SCHEMA = "srift.perf.kfac_kernels/v1"
 METHODS = ("inverse", "eigen")  # srift.kfac.schedule.INVERSE_METHODS
@@ -347,9 +347,9 @@ def load_params(path: str | None = None) -> KernelParams:
 
 
 def _matmul_precision(precision: str) -> str:
-    """K-FAC's GEMMs run in fp32 whatever the training precision (autocast is off in its hooks);
-    PyTorch lets fp32 matmuls use TF32 only when told to (``tf32``)."""
-    return "tf32" if precision == TF32 else "fp32"
+    """K-FAC's GEMMs run in IEEE fp32 whatever the training precision: autocast is off in its hooks
+    and srift.kfac.layers.ieee_fp32 turns TF32 off around them (review item P3)."""
+    return FP32
 
 
 def derive_gpu(gpu: str, precision: str, shape: float, assumptions: GpuAssumptions) -> DeviceKernels:
@@ -357,7 +357,7 @@ def derive_gpu(gpu: str, precision: str, shape: float, assumptions: GpuAssumptio
 
     Args:
         gpu: A GPU name of configs/gpus.yaml.
-        precision: The training precision (TF32 GEMMs under ``tf32``, else FP32).
+        precision: The training precision (K-FAC's GEMMs are FP32 under every one: ``_matmul_precision``).
         shape: The solvers' efficiency exponent.
         assumptions: The derivation's assumptions.
     """

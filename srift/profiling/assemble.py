@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import platform
+import statistics
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,11 +31,14 @@ import srift
 from srift.hardware import find_gpu
 from srift.job import FP32, HALF_PRECISIONS, NO_CHECKPOINTING, TF32
 from srift.perf.compute import precision_label
-from srift.profile import AllReduceBucket, DeviceInfo, LayerProfile, OptimizerInfo, PhaseTimes, Profile, RankMemory
+from srift.profile import (
+    INTERQUARTILE_MEAN, WALL, AllReduceBucket, DeviceInfo, LayerProfile, MeasurementInfo, OptimizerInfo, PhaseTimes,
+    Profile, RankMemory,
+)
 from srift.profiling import fsdp as fsdp_profile
 from srift.profiling.batch_timing import sub_batch, time_full_and_half
 from srift.profiling.flops import analyze_layers
-from srift.profiling.hooks import IterationTimes, LayerTimer, mean_std
+from srift.profiling.hooks import IterationTimes, LayerTimer, WallClock, robust_mean_std
 from srift.profiling.kfac_timing import measure_kfac
 from srift.profiling.saved import SAVED_SCHEMA, record_saved_bytes
 
@@ -57,6 +62,8 @@ class Measurement:
     unhooked_s: list[float] = field(default_factory=list)  # warm-up steps timed without leaf hooks
     peak_memory: list[RankMemory] = field(default_factory=list)
     other_optimizers: list[torch.optim.Optimizer] = field(default_factory=list)  # timed with the first (M10)
+    clock: str = WALL  # srift.profile.CLOCKS: how the marks were taken
+    run_queue_s: list[float] = field(default_factory=list)  # per measured step, left out of the times (CPU)
 
 
 def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batch_override: int | None,
@@ -90,7 +97,7 @@ def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batc
     if m.layers is None and m.fsdp is None and m.world_size == 1:  # one process: no collectives to match
         _time_half_batch(m, phases, notes)
     if m.world_size > 1 and m.fsdp is None:  # DDP: the exposed tail of its all-reduces
-        phases.comm_wait_s = mean_std([r.after_backward_s for r in m.records])[0]
+        phases.comm_wait_s = robust_mean_std([r.after_backward_s for r in m.records])[0]
         notes.append("measured in a multi-process run: backward carries the all-reduces' contention for the GPU; "
                      "a one-process profile is the better compute source")
     device = _device(m.clock_kind, m.device)
@@ -119,6 +126,8 @@ def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batc
         saved_tensors=SAVED_SCHEMA if saved else None,
         timing=timing,
         peak_memory=list(m.peak_memory),
+        measurement=MeasurementInfo(clock=m.clock, aggregate=INTERQUARTILE_MEAN, threads=torch.get_num_threads(),
+                                    run_queue_s=statistics.fmean(m.run_queue_s) if m.run_queue_s else None),
         **sharding,
     )
 
@@ -178,8 +187,8 @@ def _merge_timings(layers: list[LayerProfile], m: Measurement, micro: int) -> No
         # A leaf whose hooks never ran in a measured step (compiled, used under no_grad only, skipped
         # by control flow) has no time: None, not a measured 0 s.
         if i is not None and any(i in r.layer_fwd_s for r in m.records):
-            layer.fwd_s, layer.fwd_s_std = mean_std([r.layer_fwd_s.get(i, 0.0) for r in m.records])
-            layer.bwd_s, layer.bwd_s_std = mean_std([r.layer_bwd_s.get(i, 0.0) for r in m.records])
+            layer.fwd_s, layer.fwd_s_std = robust_mean_std([r.layer_fwd_s.get(i, 0.0) for r in m.records])
+            layer.bwd_s, layer.bwd_s_std = robust_mean_std([r.layer_bwd_s.get(i, 0.0) for r in m.records])
         if i is None:
             continue
         if micro > 1:
@@ -286,12 +295,12 @@ def _weight_dtype(model: torch.nn.Module) -> torch.dtype | None:
 
 
 def _phases(records: list[IterationTimes]) -> PhaseTimes:
-    total, total_std = mean_std([r.total_s for r in records])
+    total, total_std = robust_mean_std([r.total_s for r in records])
     return PhaseTimes(
-        data_s=mean_std([r.data_s for r in records])[0],
-        forward_s=mean_std([r.forward_s for r in records])[0],
-        backward_s=mean_std([r.backward_s for r in records])[0],
-        optimizer_s=mean_std([r.optimizer_s for r in records])[0],
+        data_s=robust_mean_std([r.data_s for r in records])[0],
+        forward_s=robust_mean_std([r.forward_s for r in records])[0],
+        backward_s=robust_mean_std([r.backward_s for r in records])[0],
+        optimizer_s=robust_mean_std([r.optimizer_s for r in records])[0],
         total_s=total,
         total_s_std=total_std,
     )
@@ -411,7 +420,8 @@ def _time_half_batch(m: Measurement, phases: PhaseTimes, notes: list[str]) -> No
         return
     _free_gradients(m.model)
     try:
-        phases.analysed_s, phases.analysed_half_s = time_full_and_half(m.model, full[0], half[0], m.device)
+        phases.analysed_s, phases.analysed_half_s = time_full_and_half(
+            m.model, full[0], half[0], m.device, now=WallClock().mark if m.device.type == "cpu" else time.perf_counter)
     except Exception as exc:  # keep the profile; rescaling falls back to FLOP-proportional times
         _free_gradients(m.model)
         notes.append(f"timing the analysed step at half the micro-batch failed ({type(exc).__name__}: {exc}); "

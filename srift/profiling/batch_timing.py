@@ -38,10 +38,12 @@ def sub_batch(obj: Any, batch: int, n: int) -> Any:
 
 
 def time_full_and_half(model: torch.nn.Module, full: Callable[[], Any], half: Callable[[], Any],
-                       device: torch.device, repeats: int = REPEATS) -> tuple[float, float]:
+                       device: torch.device, repeats: int = REPEATS,
+                       now: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
     """Seconds of one forward+backward of ``full`` (the fastest of ``repeats`` calls) and of ``half``
     (that times the median ratio of a half call to the full call after it); each step returns the
-    scalar to backpropagate. The calls alternate, after one untimed call each.
+    scalar to backpropagate. The calls alternate, after one untimed call each. ``now``: the clock
+    (on CPU the profiler's, which leaves out the waits for a core: ``hooks.WallClock.mark``).
 
     Raises:
         ValueError: for ``repeats`` below 1.
@@ -53,14 +55,14 @@ def time_full_and_half(model: torch.nn.Module, full: Callable[[], Any], half: Ca
     def once(step: Callable[[], Any]) -> float:
         if cuda:
             torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
+        t0 = now()
         with torch.enable_grad():
             out = step()
             if isinstance(out, torch.Tensor) and out.requires_grad:
                 out.backward()
         if cuda:
             torch.cuda.synchronize(device)
-        elapsed = time.perf_counter() - t0
+        elapsed = now() - t0
         for p in model.parameters():
             p.grad = None
         return elapsed

@@ -25,11 +25,18 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+from torch.overrides import TorchFunctionMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from srift.profile import CAUSAL_FRACTION, LayerProfile
 from srift.profiling.tensors import first_tensor, tensor_bytes
+
+
+_GLOBAL = "Global"  # the module tracker's name for "outside every module"
+_SDPA_MATH = "sdpa-math"  # the key of FLOPs scaled_dot_product_attention ran as plain matmuls (its math fallback)
+OPS_SUFFIX = ".(ops)"  # the layer of FLOPs a non-leaf module runs outside its leaves: "<module>.(ops)"
 
 
 def _total(counts: dict[Any, int]) -> float:
@@ -39,29 +46,69 @@ def _total(counts: dict[Any, int]) -> float:
 class _PhaseFlopCounter(FlopCounterMode):
     """FlopCounterMode that also keeps, per module, the FLOPs counted during backward."""
 
-    def __init__(self, recorder: "_LeafRecorder | None" = None) -> None:
-        super().__init__(display=False)
+    def __init__(self, recorder: "_LeafRecorder | None" = None, leaf_keys: frozenset[str] = frozenset()) -> None:
+        super().__init__(display=False, custom_mapping=_cpu_attention_formulas())
         self.bwd_flops: dict[str, float] = defaultdict(float)
         self.recorder = recorder
+        # FLOPs of ops that run in no leaf (functional SDPA inside an HF attention module), per op, for
+        # the innermost module running them; with the leaves run before its first one (its place).
+        self.leaf_keys = leaf_keys
+        self.own_fwd: dict[str, dict[Any, float]] = defaultdict(lambda: defaultdict(float))
+        self.own_bwd: dict[str, dict[Any, float]] = defaultdict(lambda: defaultdict(float))
+        self.first_leaf: dict[str, int] = {}
+        self.in_sdpa = 0  # inside F.scaled_dot_product_attention (its math fallback runs plain bmm)
 
     def _count_flops(self, func_packet: Any, out: Any, args: Any, kwargs: Any) -> Any:
         # Same as FlopCounterMode._count_flops, plus the backward split, less recomputation.
         if func_packet in self.flop_registry and not (self.recorder is not None and self.recorder.recomputing):
             n = self.flop_registry[func_packet](*args, **kwargs, out_val=out) * causal_factor(func_packet, args, kwargs)
             in_backward = torch._C._current_graph_task_id() != -1
-            for par in set(self.mod_tracker.parents):
+            parents = set(self.mod_tracker.parents)
+            for par in parents:
                 self.flop_counts[par][func_packet] += n
                 if in_backward:
                     self.bwd_flops[par] += n
+            if self.leaf_keys and not parents & self.leaf_keys:
+                self._count_own(parents, func_packet, n, in_backward)
         return out
+
+    def _count_own(self, parents: set[str], func_packet: Any, n: float, in_backward: bool) -> None:
+        # The tracker names modules by their path ("Root.blocks.0.attn"): the deepest is innermost.
+        inner = max((p for p in parents if p != _GLOBAL), key=lambda p: p.count("."), default=None)
+        if inner is None:  # outside the model (the loss)
+            return
+        op = _SDPA_MATH if self.in_sdpa and not _is_attention(func_packet) else func_packet
+        (self.own_bwd if in_backward else self.own_fwd)[inner][op] += n
+        if not in_backward and self.recorder is not None:
+            self.first_leaf.setdefault(inner, len(self.recorder.order))
+
+
+def _cpu_attention_formulas() -> dict[Any, Callable[..., int]]:
+    """FLOP formulas for the CPU's fused SDPA kernel and its backward, which torch's registry lacks
+    (it has CUDA's): the same ``4 b s^2 h d`` forward and its backward as torch counts on CUDA."""
+    from torch.utils import flop_counter
+
+    fwd_op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    bwd_op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+    fwd_count = getattr(flop_counter, "sdpa_flop_count", None)
+    bwd_count = getattr(flop_counter, "sdpa_backward_flop_count", None)
+    if fwd_op is None or bwd_op is None or fwd_count is None or bwd_count is None:  # older torch
+        return {}
+
+    def fwd(query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> int:
+        return int(fwd_count(query, key, value))
+
+    def bwd(grad_out: Any, query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> int:
+        return int(bwd_count(grad_out, query, key, value))
+
+    return {fwd_op: fwd, bwd_op: bwd}
 
 
 def causal_factor(func_packet: Any, args: Any, kwargs: dict[str, Any]) -> float:
     """``CAUSAL_FRACTION`` for a fused attention kernel (flash, memory-efficient, cuDNN: CUDA's
     SDPA) called causal, else 1 (review item M16): torch's formulas count the full ``4 b s^2 h d``
     whatever the mask, while a causal kernel skips the masked half, as srift's LLM profiles count."""
-    if not str(getattr(func_packet, "__name__", "")).startswith(("_scaled_dot_product", "_flash_attention",
-                                                                   "_efficient_attention")):
+    if not _is_attention(func_packet):
         return 1.0
     try:
         names = [a.name for a in func_packet.default._schema.arguments]
@@ -145,7 +192,10 @@ def _run_step(model: nn.Module, step_fn: Callable[[], Any], rec: _LeafRecorder,
     was_training = model.training
     model.train()
     try:
-        with _PhaseFlopCounter(rec) as counter:
+        root = type(model).__name__
+        leaf_keys = frozenset(f"{root}.{n}" if n else root for n, m in model.named_modules() if not list(m.children()))
+        counter = _PhaseFlopCounter(rec, leaf_keys)
+        with counter, _AttentionCalls(counter):
             out = step_fn()
             if not ready and isinstance(out, torch.Tensor) and out.requires_grad:
                 out.backward()
@@ -171,7 +221,8 @@ def analyze_layers(model: nn.Module, step_fn: Callable[[], Any]) -> list[LayerPr
 
     Returns:
         One LayerProfile per leaf module that ran (modules called several times are summed), plus
-        a pseudo-layer ``<name>.(params)`` for parameters that belong to non-leaf modules.
+        a pseudo-layer ``<name>.(params)`` for parameters that belong to non-leaf modules and
+        ``<name>.(ops)`` for FLOPs a non-leaf module runs outside its children (review item M16).
     """
     names = {m: n for n, m in model.named_modules()}
     rec = _LeafRecorder()
@@ -209,6 +260,10 @@ def analyze_layers(model: nn.Module, step_fn: Callable[[], Any]) -> list[LayerPr
         )
 
     layers = [layer(m) for m in rec.order]
+    # Operations a non-leaf module runs itself (functional SDPA in every HF attention, a matmul
+    # in forward()): FLOPs no leaf was counted for, as an ``(ops)`` layer where they ran.
+    for at, ops in sorted(_own_ops(names, root, counter), key=lambda x: -x[0]):
+        layers.insert(at, ops)
     # Parameters held directly by non-leaf modules (ViT's class token, position embedding).
     for m in model.modules():
         if m in rec.stats or not list(m.children()):
@@ -220,3 +275,55 @@ def analyze_layers(model: nn.Module, step_fn: Callable[[], Any]) -> list[LayerPr
                 grad_bytes=_param_bytes(ps), fwd_bytes=float(_param_bytes(ps)), grad_ready_order=ready_rank.get(m),
             ))
     return layers
+
+
+class _AttentionCalls(TorchFunctionMode):
+    """Marks the ops ``F.scaled_dot_product_attention`` runs on ``counter``: with a mask on a CPU (or
+    another backend without a fused kernel) it falls back to plain ``bmm``s that torch counts as
+    matmuls; they are attention all the same (their FLOPs grow with seq_len^2)."""
+
+    def __init__(self, counter: _PhaseFlopCounter) -> None:
+        super().__init__()
+        self.counter = counter
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func is not F.scaled_dot_product_attention:
+            return func(*args, **(kwargs or {}))
+        self.counter.in_sdpa += 1
+        try:
+            return func(*args, **(kwargs or {}))
+        finally:
+            self.counter.in_sdpa -= 1
+
+
+def _is_attention(func_packet: Any) -> bool:
+    """A fused attention op (SDPA on any backend, and its backward) or SDPA's math fallback: FLOPs
+    that grow with seq_len^2."""
+    if func_packet == _SDPA_MATH:
+        return True
+    return str(getattr(func_packet, "__name__", "")).startswith(("_scaled_dot_product", "_flash_attention",
+                                                                 "_efficient_attention"))
+
+
+def _own_ops(names: dict[nn.Module, str], root: str, counter: _PhaseFlopCounter) -> list[tuple[int, LayerProfile]]:
+    """Per module that ran FLOPs outside every leaf: the leaf position it ran them at and an
+    ``<name>.(ops)`` layer, typed ``ScaledDotProductAttention`` when attention dominates (its FLOPs
+    marked ``_seq2``) else ``MatMul``. No bytes: a functional op's operands are its neighbours'
+    outputs, already counted."""
+    by_key = {(f"{root}.{n}" if n else root): n for n in names.values()}
+    out = []
+    for key in sorted(set(counter.own_fwd) | set(counter.own_bwd)):
+        fwd, bwd = counter.own_fwd.get(key, {}), counter.own_bwd.get(key, {})
+        f_att = sum(v for op, v in fwd.items() if _is_attention(op))
+        b_att = sum(v for op, v in bwd.items() if _is_attention(op))
+        f_all, b_all = sum(fwd.values()), sum(bwd.values())
+        if f_all + b_all <= 0:
+            continue
+        if not b_att and f_att:  # SDPA's math fallback: its backward runs plain matmuls, in the forward's share
+            b_att = b_all * f_att / f_all
+        name = by_key.get(key, key.split(".", 1)[1] if "." in key else "")
+        attention = f_att + b_att >= (f_all + b_all) / 2
+        out.append((counter.first_leaf.get(key, 0), LayerProfile(
+            name=f"{name or root}{OPS_SUFFIX}", type="ScaledDotProductAttention" if attention else "MatMul", params=0,
+            grad_bytes=0, fwd_flops=f_all, bwd_flops=b_all, fwd_flops_seq2=f_att, bwd_flops_seq2=b_att)))
+    return out

@@ -52,7 +52,6 @@ non-reentrant default.
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +62,7 @@ from torch import nn
 
 from srift.profile import LayerProfile, UnitCollective
 from srift.profiling.buckets import cuda_mark
+from srift.profiling.flops import OPS_SUFFIX
 from srift.profiling.hooks import CudaClock, LayerTimer, WallClock
 
 # Module-name segments FSDP1, activation checkpointing and torch.compile insert.
@@ -370,7 +370,7 @@ class CollectiveTimer:
         if work is not None and isinstance(self.clock, WallClock):
             # Asynchronous on CPU: done when its future completes (gloo's own threads run it).
             def done(fut: Any) -> Any:
-                entry[5] = time.perf_counter()
+                entry[5] = self.clock.mark()  # the training thread's clock, from gloo's thread
                 return fut.value()
 
             work.get_future().then(done)
@@ -479,6 +479,9 @@ def apply_to_layers(layers: list[LayerProfile], fm: FsdpMeasurement) -> list[Lay
         if layer.type == "Parameters" and layer.name.endswith(".(params)"):
             continue  # replaced below from the FSDP metadata
         mod = fm.modules.get(layer.name)
+        if mod is None and layer.name.endswith(OPS_SUFFIX):  # ops a non-leaf module ran: its unit
+            owner = fm.modules.get(layer.name[:-len(OPS_SUFFIX)])
+            layer.unit = None if owner is None else setup.unit_of.get(id(owner))
         if mod is not None:
             n, b = setup.params_of.get(id(mod), (0, 0))
             layer.params, layer.grad_bytes = n, b

@@ -27,7 +27,8 @@ ends when the autograd engine finishes the pass (one end-of-pass callback, not a
 parameter: cheaper, and right for FSDP2, which accumulates into unsharded copies of the
 parameters).
 
-Clocks: on CPU ``time.perf_counter``; on CUDA ``torch.cuda.Event`` marks on the model's device
+Clocks: on CPU ``time.perf_counter`` less the training thread's wait for a core (``WallClock``:
+other processes' load left out, docs/profiling.md); on CUDA ``torch.cuda.Event`` marks on the model's device
 (from a pool, reused), without any per-layer synchronisation. An iteration runs from the mark
 srift takes when it hands control back to the script after the previous step (its own
 bookkeeping is outside every iteration) to the mark after the optimizer step; on CUDA its events
@@ -42,8 +43,11 @@ output's gradient to the end of the autograd pass, optimizer), its leaves are le
 
 from __future__ import annotations
 
+import os
 import statistics
+import threading
 import time
+import weakref
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +55,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from srift.profile import CUDA_EVENTS, WALL, WALL_LESS_RUN_QUEUE
 from srift.profiling.tensors import first_tensor, tensor_bytes
 
 
@@ -67,14 +72,69 @@ def hooks_off() -> bool:
     return torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
 
 
+class RunQueue:
+    """Seconds one thread has spent runnable but waiting for a core (Linux's per-task schedstat,
+    its second field, in ns): the time other processes took from it. Read through a file kept
+    open (``pread``, about 1 us). Where the file cannot be read (not Linux, no schedstats) the
+    wait reads 0 and ``available`` is False.
+
+    Args:
+        tid: The thread's native id (default: the calling thread).
+    """
+
+    available = False
+
+    def __init__(self, tid: int | None = None) -> None:
+        tid = threading.get_native_id() if tid is None else tid
+        self._fd: int | None = None
+        self._last_s = 0.0
+        try:
+            self._fd = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)
+        except OSError:
+            return
+        weakref.finalize(self, os.close, self._fd)
+        self._last_s = self._read()
+        self.available = True
+
+    def _read(self) -> float:
+        assert self._fd is not None
+        try:
+            return int(os.pread(self._fd, 96, 0).split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):  # the thread ended, or an unexpected format
+            return self._last_s  # keep the last value: later intervals stay consistent
+
+    def waited_s(self) -> float:
+        """The thread's run-queue wait so far (never decreasing)."""
+        if self._fd is not None:
+            self._last_s = self._read()
+        return self._last_s
+
+
 class WallClock:
-    """CPU clock: marks are perf_counter floats."""
+    """CPU clock: marks are ``perf_counter`` seconds less the training thread's run-queue wait
+    (``RunQueue``): the wall time the step would take without other processes competing for the
+    cores. Sleeps and blocking waits (a DataLoader queue, a gloo collective) stay in, as they
+    would be on an idle machine. Marks taken on other threads (gloo's callbacks) subtract the same
+    training thread's wait, so every interval is on one time line. ``correct=False``: plain wall
+    time."""
 
     kind = "cpu"
     device: torch.device = torch.device("cpu")
 
+    def __init__(self, correct: bool = True) -> None:
+        self.run_queue = RunQueue() if correct else None
+
+    @property
+    def name(self) -> str:
+        """The clock as the profile records it (srift.profile.CLOCKS)."""
+        return WALL_LESS_RUN_QUEUE if self.run_queue is not None and self.run_queue.available else WALL
+
+    def waited_s(self) -> float:
+        """The training thread's run-queue wait so far (0 when not read)."""
+        return self.run_queue.waited_s() if self.run_queue is not None else 0.0
+
     def mark(self) -> Any:
-        return time.perf_counter()
+        return time.perf_counter() - self.waited_s()
 
     def sync(self) -> None:
         pass
@@ -99,6 +159,7 @@ class CudaClock:
     read (``take_issued`` / ``release``)."""
 
     kind = "cuda"
+    name = CUDA_EVENTS
 
     def __init__(self, device: torch.device | int | None = None) -> None:
         self.device = torch.device("cuda", torch.cuda.current_device() if device is None else
@@ -533,11 +594,17 @@ def _in_autograd_engine() -> bool:
     return torch._C._current_graph_task_id() != -1
 
 
-def mean_std(values: list[float]) -> tuple[float, float]:
-    """Mean and (sample) standard deviation; std 0 for a single value."""
+def robust_mean_std(values: list[float]) -> tuple[float, float]:
+    """Interquartile mean (the mean of the middle half: the lowest and highest ``floor(n / 4)``
+    values left out) and the sample standard deviation of all values. Other work on the machine
+    only ever lengthens a step, in bursts: the trimmed mean leaves those steps out (and the odd
+    step that runs early because the previous one overran) while averaging the rest, steadier
+    than a median over a few dozen steps. Below 4 values it is the mean."""
     if not values:
         return 0.0, 0.0
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+    cut = len(values) // 4
+    middle = sorted(values)[cut:len(values) - cut]
+    return statistics.fmean(middle), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
 def _detached_clone(obj: Any) -> Any:

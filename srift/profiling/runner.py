@@ -70,7 +70,7 @@ from srift.bounds import (
 )
 from srift.errors import SriftError
 from srift.files import check_name, file_in, input_file, name_from, output_file
-from srift.profile import AllReduceBucket, LayerProfile, Profile, RankMemory
+from srift.profile import WALL_LESS_RUN_QUEUE, AllReduceBucket, LayerProfile, Profile, RankMemory
 from srift.profiling import fsdp
 from srift.profiling.assemble import Measurement, analyze_structure, assemble_profile, leaf_layers
 from srift.profiling.buckets import BucketTimer, is_ddp
@@ -133,6 +133,8 @@ class _Session:
         self.clock: WallClock | CudaClock = WallClock()
         self.steps = 0
         self.start_mark: Any = None  # taken when srift hands control back to the script
+        self.start_wait_s = 0.0  # the training thread's run-queue wait then (CPU clock)
+        self.run_queue_s: list[float] = []  # per measured step: run-queue wait left out of its times
         self.lazy = False  # CUDA: resolve an iteration's events at the next step, without a sync
         self.lagging: Any = None  # the iteration waiting to be resolved (lazy)
         self.records: list[IterationTimes] = []
@@ -244,6 +246,8 @@ class _Session:
         measured = self.steps > self.warmup
         if timer is not None:
             timer.optimizer_end()
+            if measured and isinstance(self.clock, WallClock) and self.clock.name == WALL_LESS_RUN_QUEUE:
+                self.run_queue_s.append(self.clock.waited_s() - self.start_wait_s)
             reference = not timer.leaf_hooks and self.steps >= 2
             pend = timer.close_iteration(self.start_mark, timer.pending.opt_end, measured or reference)
             pend.reference = reference
@@ -272,6 +276,8 @@ class _Session:
             self.stop()
         if timer is not None and not timer.leaf_hooks and self.steps >= self.warmup - 1:
             timer.install_leaf_hooks()
+        if isinstance(self.clock, WallClock):
+            self.start_wait_s = self.clock.waited_s()
         self.start_mark = self.clock.mark()  # last: srift's bookkeeping is in no iteration
 
     def _record(self, pend: Any, rec: IterationTimes | None) -> None:
@@ -625,7 +631,8 @@ def _finish(session: _Session, stopped: bool, name: str, out_path: Path, batch_o
                            other_optimizers=session.other_optimizers, timer=session.timer,
                            clock_kind=session.clock.kind, records=session.records, warmup=session.warmup,
                            world_size=world, buckets=buckets, layers=layers, fsdp=fsdp_measured,
-                           device=session.clock.device, unhooked_s=session.unhooked_s, peak_memory=session.peak_memory)
+                           device=session.clock.device, unhooked_s=session.unhooked_s, peak_memory=session.peak_memory,
+                           clock=session.clock.name, run_queue_s=session.run_queue_s)
     profile = assemble_profile(measured, notes + [n for n in session.notes if n not in notes], warnings, batch_override, kfac)
     try:
         written = profile.save(out_path, overwrite=overwrite)
