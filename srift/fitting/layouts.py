@@ -52,7 +52,8 @@ from srift.errors import SriftError
 from srift.fitting import megatron_rows
 from srift.job import BF16
 from srift.perf.fp8 import Fp8Recipe
-from srift.simulate.layouts import LAYOUT_PARAMS_SCHEMA, Layout, load_layout_params, plan_layout, search_layouts
+from srift.simulate.layouts import (LAYOUT_PARAMS_SCHEMA, Layout, load_layout_params, plan_layout, pytorch_stack,
+                                    search_layouts)
 from srift.zoo import canonical_name, llm_arch
 from srift.zoo.llm import DecoderArch
 
@@ -279,7 +280,7 @@ def row_tp_overlap(r) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def _predict(arch: DecoderArch, gpu: str, gpus: int, per_node: int, layout: Layout, seq_len: int, checkpointing: str,
-             factor: float, fp8: Fp8Recipe | None = None, tp_overlap: bool = True, dp_flavour: str = "zero1",
+             factor: float | None, fp8: Fp8Recipe | None = None, tp_overlap: bool = True, dp_flavour: str = "zero1",
              op_sac: bool = False) -> tuple[float, bool, float]:
     plan = plan_layout(arch, dgx_cluster(gpu, gpus, per_node), layout, seq_len, "bf16", checkpointing, dp_flavour,
                        compute_factor=factor, fp8=fp8, tp_overlap=tp_overlap, op_sac=op_sac)
@@ -299,10 +300,14 @@ def row_memory_gib(r) -> float:
 
 
 def _predict_full(r, factor: float | None) -> tuple[float, bool, float]:
-    f = load_layout_params().megatron_compute_factor if factor is None else factor
+    flavour = str(_given(r, "dp_flavour") or "zero1")
+    # The Megatron factor is Megatron-Core's kernels'; a PyTorch-stack row (torchtitan) runs the
+    # compute model as fitted (srift/simulate/layouts.py ``compute_factor_of``) whatever is fitted.
+    f = None if pytorch_stack(flavour) else float(load_layout_params().megatron_compute_factor if factor is None
+                                                   else factor)
     return _predict(r.arch, r.gpu, int(r.gpus_total), int(r.gpus_per_node), row_layout(r), int(r.seq_len),
-                    row_checkpointing(r), float(f), _given(r, "fp8"), row_tp_overlap(r),
-                    str(_given(r, "dp_flavour") or "zero1"), bool(_given(r, "op_sac") or False))
+                    row_checkpointing(r), f, _given(r, "fp8"), row_tp_overlap(r), flavour,
+                    bool(_given(r, "op_sac") or False))
 
 
 def fit_factor(rows: pd.DataFrame) -> float:
