@@ -339,6 +339,9 @@ class BlockParts:
             (srift/simulate/sharded.py's ``selective`` policy: attention and every other matmul
             output saved, the rest recomputed) drops of ``block_act_bytes``, and the forward
             seconds it runs again in backward (``plan_layout(op_sac=True)``).
+        gather_element_bytes: Bytes per element the TP all-gathers move when not the activations'
+            (torchao's float8 TP under PyTorch's stack casts before it gathers: the FP8 copy;
+            0: the activations' own).
     """
 
     block_f_s: float
@@ -370,6 +373,7 @@ class BlockParts:
     op_sac_saved_bytes: float = 0.0
     op_sac_f_s: float = 0.0
     logits: float = 0.0
+    gather_element_bytes: float = 0.0
 
     def trainable(self, blocks: int, first: bool, last: bool) -> float:
         """Parameters that train on a stage of ``blocks`` blocks (with the embedding when ``first``,
@@ -541,6 +545,13 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
             leaves.append((module, micro_batch * tokens * split.heads * LSE_BYTES if module == CORE_ATTN else out, f))
             if op_recompute is not None and op_recompute[i]:
                 op_bytes, op_f = op_bytes + out, op_f + f
+            if pytorch_kernels and tp > 1 and kind == NORM and layer.params in (arch.hidden, 2 * arch.hidden):
+                # DTensor's autograd keeps the gathered norm output the column-parallel GEMMs read
+                # (torchao's float8: its FP8 copy), where Megatron keeps the shard and gathers it
+                # again in backward; per-op SAC recomputes the all-gather instead.
+                gathered = layer.activation_bytes * (1.0 - 1.0 / tp) * (fp8_saved_bytes(fp8) / e if fp8 else 1.0)
+                act += gathered
+                op_bytes += gathered if op_recompute is not None else 0.0
         elif not seen_block:
             ff, fb = ff + f, fb + b
             first_act += layer.activation_bytes / tp if kind == "embedding" else 0.0
@@ -559,7 +570,10 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
                       selective_f_s=sum(figures.get(m, (0.0, 0.0))[1] for m in modules),
                       frozen_base=lora is not None, local_adapter_params=adapters, logits=micro_batch * tokens * split.vocab,
                       op_sac_saved_bytes=op_bytes,
-                      op_sac_f_s=op_f)
+                      op_sac_f_s=op_f,
+                      # torchao's Float8ColwiseParallel casts the sequence shard, then gathers FP8;
+                      # Float8RowwiseParallel's output gradient likewise (reduce-scatters stay bf16).
+                      gather_element_bytes=fp8_saved_bytes(fp8) if pytorch_kernels and fp8 else 0.0)
 
 
 @functools.lru_cache(maxsize=32768)
@@ -847,8 +861,8 @@ class BlockComm:
     tp_sac_s: float = 0.0
 
 
-def dtensor_tp_block_s(ag_s: float, rs_s: float, copy_s: float, reduce_s: float, gemm_f_s: float, gemm_b_s: float,
-                       async_tp: bool) -> tuple[float, float, float, float]:
+def dtensor_tp_block_s(ag_s: float, rs_s: float, ag_copy_s: float, rs_copy_s: float, reduce_s: float, gemm_f_s: float,
+                       gemm_b_s: float, async_tp: bool) -> tuple[float, float, float, float]:
     """(forward waits, backward waits, hidden, per-op-SAC recompute waits) seconds of one block's
     sequence-parallel collectives under PyTorch's DTensor (torchtitan), per micro-batch.
 
@@ -857,14 +871,15 @@ def dtensor_tp_block_s(ag_s: float, rs_s: float, copy_s: float, reduce_s: float,
     all-gathers (``ag_s``) and 2 reduce-scatters (``rs_s``); their autograd backward 2 reduce-scatters
     and 2 all-gathers (autograd keeps the gathered inputs: no re-gather). A collective along the
     sequence (dimension 1) copies the gathered tensor once more (functional collectives'
-    chunk-and-cat: ``copy_s``). Vanilla TP waits for each one (nothing runs beside it).
+    chunk-and-cat: ``ag_copy_s``, ``rs_copy_s``). Vanilla TP waits for each one (nothing runs
+    beside it).
     ``async_tp`` (torch.compile's micro-pipelined TP over symmetric memory): forward's
     all-gather-matmuls and matmul-reduce-scatters run chunk by chunk beside their GEMMs (only what
     outlasts the block's forward GEMMs ``gemm_f_s`` waits; each reduce-scatter ends with a local sum
     of the chunks, ``reduce_s``), as do backward's gradient all-gathers beside the input-gradient
     GEMMs (half of ``gemm_b_s``); backward's reduce-scatters, whose input is the sum of several
     GEMMs' outputs (q, k, v; w1, w3), stay vanilla."""
-    gather, scatter = ag_s + copy_s, rs_s + copy_s
+    gather, scatter = ag_s + ag_copy_s, rs_s + rs_copy_s
     if not async_tp:
         return 2.0 * (gather + scatter), 2.0 * (gather + scatter), 0.0, 2.0 * gather
     fused_f, fused_b = 2.0 * (ag_s + rs_s), 2.0 * ag_s
@@ -904,10 +919,13 @@ def _block_comm(arch: DecoderArch, tp_comm: CommModel | None, pair: CommModel | 
         ag = float(tp_comm.all_gather_time_s(size, quantile))
         rs = float(tp_comm.reduce_scatter_time_s(size, quantile))
         if dtensor_bytes_per_s > 0.0:
-            # The copy reads and writes the gathered tensor; the fused reduce-scatter's local sum
+            # A copy reads and writes the gathered tensor; the fused reduce-scatter's local sum
             # reads t chunks of size / t and writes one.
+            gathered = size * parts.gather_element_bytes / element_bytes if parts.gather_element_bytes else size
+            ag = float(tp_comm.all_gather_time_s(gathered, quantile))
             tp_f, tp_b, tp_hidden, tp_sac = dtensor_tp_block_s(
-                ag, rs, 2.0 * size / dtensor_bytes_per_s, size * (1.0 + 1.0 / t) / dtensor_bytes_per_s,
+                ag, rs, 2.0 * gathered / dtensor_bytes_per_s, 2.0 * size / dtensor_bytes_per_s,
+                size * (1.0 + 1.0 / t) / dtensor_bytes_per_s,
                 parts.block_f_s - parts.attention_f_s, parts.block_b_s - parts.attention_b_s, tp_overlap)
         elif tp_overlap:
             # Userbuffers pipeline each collective with the GEMM it feeds or follows: only what
