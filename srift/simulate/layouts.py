@@ -535,8 +535,10 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
             # the matmuls whose output width, ``kfac_g_dim``, is the model's).
             if kind == NORM or (kind == "matmul" and layer.kfac_g_dim == arch.hidden):
                 out /= tp
-            if fp8 and kind == "elementwise":
-                out *= fp8_saved_bytes(fp8) / e  # the next GEMM's FP8 copy of its input is what stays
+            if fp8 and kind == "elementwise" and not pytorch_kernels:
+                # The next GEMM's FP8 copy of its input is what stays (Transformer Engine); torchao's
+                # float8 linear saves its high-precision input and casts it again in backward.
+                out *= fp8_saved_bytes(fp8) / e
             # Megatron's fused SwiGLU keeps the gate and up outputs and the product the down
             # projection reads (the activation's own output is recomputed): the elementwise
             # layer's output stands for the product.
@@ -1381,11 +1383,14 @@ def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts
 
 
 def eager_loss_bytes(parts: BlockParts, dp_flavour: str) -> float:
-    """What PyTorch's cross-entropy keeps beyond Megatron's fused vocab-parallel one (whose fp32
-    softmax ``last_act_bytes`` counts): under ``fsdp``/``hsdp`` (torchtitan) the bf16 logits and
-    their fp32 upcast, as the data-parallel path counts the loss (srift/simulate/memory.py
-    ``loss_bytes``: 4 + 4 bytes a logit beside the logits)."""
-    return parts.logits * (PARAM_BYTES + LOSS_FP32_BYTES) if dp_flavour in SHARDED_FLAVOURS else 0.0
+    """What PyTorch's cross-entropy holds at its peak beyond Megatron's fused vocab-parallel one
+    (whose fp32 softmax ``last_act_bytes`` counts): under ``fsdp``/``hsdp`` (torchtitan) its
+    backward, where the saved fp32 log-probabilities (``last_act_bytes``), the fp32 gradient
+    arriving from the loss and the fp32 gradient ``log_softmax``'s backward writes live at once
+    (4 + 4 + 4 bytes a logit; torchtitan frees the bf16 logits before backward). The forward holds
+    less: the bf16 logits, their fp32 upcast and the log-probabilities, 2 + 4 + 4 bytes.
+    (srift/simulate/memory.py ``loss_bytes``, the data-parallel path's, counts the forward's.)"""
+    return parts.logits * 2.0 * LOSS_FP32_BYTES if dp_flavour in SHARDED_FLAVOURS else 0.0
 
 
 def _kept_block_bytes(parts: BlockParts, checkpointing: str) -> float:
