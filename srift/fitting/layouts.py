@@ -28,12 +28,13 @@ on them: ``fsdp`` over CP x DP (FSDP2, gradients reduced in fp32, torchtitan's d
 layout as printed, one micro-batch of the whole local batch without a pipeline (no gradient
 accumulation); under a pipeline torchtitan's default of as many micro-batches as stages (1F1B:
 ``pp``; Interleaved 1F1B: 2 stages per rank assumed, the source does not print it); full
-checkpointing as ``full``, per-op selective as torchtitan's policy (``op_sac``); async TP as
-overlapped TP communication, vanilla TP as NCCL's blocking collectives. The GPUs are H100 SXM
-with 96 GB of HBM2e at a 500 W limit: srift has no such GPU and predicts them as H100 SXM (700 W,
-HBM3) with 96 GB, so they should come out fast. 8 GPUs a node, 400 Gb/s RDMA per GPU (the
-source), priced as InfiniBand. torch.compile is on in every row: the layout compute factor (fused
-Megatron-Core / Transformer Engine kernels) stands for it. Measured: tokens/s per GPU, which
+checkpointing as ``full``, per-op selective as torchtitan's policy (``op_sac``); the row's TP as
+printed: async TP (``tp_overlap``) or vanilla, on PyTorch's stack (srift/simulate/layouts.py
+``pytorch_stack``: DTensor collectives, the compute model unscaled, SDPA's FlashAttention-2; the
+Megatron factor fitted here never applies to these rows). The GPUs are H100 SXM with 96 GB of HBM2e
+at a 500 W limit: srift has no such GPU and predicts them as H100 SXM (700 W, HBM3) with 96 GB, so
+they should come out fast. 8 GPUs a node, 400 Gb/s RDMA per GPU (the source), priced as
+InfiniBand. Measured: tokens/s per GPU, which
 torchtitan computes as ``local batch x seq / (step x tp x pp x cp)``; the step is that inverted.
 """
 
@@ -271,7 +272,7 @@ def row_tp_overlap(r) -> bool:
     """Whether the row's framework overlaps TP communication with Transformer Engine's userbuffers:
     Megatron-Core and NeMo (whose performance recipes set ``tp_comm_overlap``) do; Megatron-DeepSpeed
     has no userbuffers (its TP all-reduces are NCCL's); a row's own ``tp_overlap`` where it has one
-    (torchtitan's async TP)."""
+    (torchtitan's async TP; False: vanilla DTensor TP)."""
     if _given(r, "tp_overlap") is not None:
         return bool(r.tp_overlap)
     framework = str(getattr(r, "framework", ""))

@@ -45,7 +45,12 @@ its share of the node's network). Hidden TP communication under Transformer Engi
 kernels hold (``tp_overlap_share``: copy-engine ring exchanges and 16-SM pipelined/bulk
 collectives); a hidden NCCL send/receive (CP ring steps, pipeline sends) the P2P_CHANNELS SMs it
 holds (``p2p_interference``); other hidden communication (NCCL's collectives: DP, EP, TP without
-userbuffers) costs ``overlap_interference`` of its time, as everywhere in srift. Memory (``stage_memory_bytes``) is per stage: bf16 weights, bf16 gradient
+userbuffers) costs ``overlap_interference`` of its time, as everywhere in srift.
+
+Under ``fsdp``/``hsdp`` the layout runs PyTorch's stack as torchtitan does (``pytorch_stack``): FSDP2
+per block over CP x DP, DTensor's TP collectives (``dtensor_tp_block_s``: vanilla, every one waited
+for, or async TP's micro-pipelined ones), the compute model unscaled and SDPA's FlashAttention-2
+(``compute_factor_of``, ``block_parts(pytorch_kernels=True)``). Memory (``stage_memory_bytes``) is per stage: bf16 weights, bf16 gradient
 buffers (``GRAD_BYTES``), fp32 master weights and Adam states (sharded over CP x DP under ``zero1``), activations
 of the micro-batches in flight (a block's input under ``full`` recompute; under ``selective``, less what
 Megatron-Core's recompute modules drop: srift/simulate/recompute.py), the loss's fp32 logits on the last
