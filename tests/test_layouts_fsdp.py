@@ -147,7 +147,8 @@ def test_torchtitan_rows_become_fsdp_layouts_by_hand():
     assert lf.row_layout(r).label == "tp8 pp1 cp1 dp16 mb2x1"
     r = rows[rows["row_id"] == 439].iloc[0]
     assert r["value"] == pytest.approx(32.0)
-    assert lf.row_layout(r).label == "tp8 pp8 cp1 dp8 vp2 mb2x16" and r["fp8"] == "tensorwise" and r["tp_overlap"]
+    # torchtitan's default micro-batches: the PP degree (8), also under Interleaved 1F1B
+    assert lf.row_layout(r).label == "tp8 pp8 cp1 dp8 vp2 mb4x8" and r["fp8"] == "tensorwise" and r["tp_overlap"]
     # per-op selective checkpointing is torchtitan's policy; vanilla TP is not overlapped
     r = rows[rows["row_id"] == 450].iloc[0]
     assert r["checkpointing"] == "selective" and r["op_sac"] and not r["tp_overlap"]

@@ -26,8 +26,9 @@ torchtitan's 2D/3D rows (``torchtitan_rows``, data/llm-training-throughput, sour
 FSDP2 under TP, PP and CP on Meta's Grand Teton H100s) are a source of their own, nothing fitted
 on them: ``fsdp`` over CP x DP (FSDP2, gradients reduced in fp32, torchtitan's default), the
 layout as printed, one micro-batch of the whole local batch without a pipeline (no gradient
-accumulation); under a pipeline torchtitan's default of as many micro-batches as stages (1F1B:
-``pp``; Interleaved 1F1B: 2 stages per rank assumed, the source does not print it); full
+accumulation); under a pipeline torchtitan's default of as many micro-batches as the PP degree
+(``pipeline_parallel_microbatches`` unset: ``parallel_dims.pp``, whatever the schedule; Interleaved
+1F1B: 2 stages per rank assumed, the source does not print it); full
 checkpointing as ``full``, per-op selective as torchtitan's policy (``op_sac``); the row's TP as
 printed: async TP (``tp_overlap``) or vanilla, on PyTorch's stack (srift/simulate/layouts.py
 ``pytorch_stack``: DTensor collectives, the compute model unscaled, SDPA's FlashAttention-2; the
@@ -209,7 +210,7 @@ def torchtitan_rows(data: Path) -> tuple[pd.DataFrame, dict[str, int]]:
         local, seq = int(float(r["local_batch_size"])), int(r["seq_len"])
         interleaved = "Interleaved" in r["other_flags"]
         v = 2 if interleaved else 1
-        micro_batches = p * v if p > 1 else 1  # torchtitan's default: as many micro-batches as stages
+        micro_batches = p  # torchtitan's default: as many micro-batches as the PP degree (1: none)
         kept.append({
             "row_id": int(r["row_id"]), "source_slug": TORCHTITAN_SOURCE, "model": r["model_name"],
             "zoo": canonical_name(r["model_name"]), "gpu": r["gpu_type"], "gpus_total": int(r["n_gpus"]),
