@@ -228,14 +228,17 @@ def test_fsdp_layouts_keep_pytorchs_loss_beside_megatrons():
     from srift.simulate.layouts import _stage_memories, eager_loss_bytes
     arch = llm_arch("llama3-8b")
     parts = block_parts(arch, 2, 1, 1, 4096, "bf16", "H100")
-    # 4096 tokens x 128256 / 2 logits on a TP-2 rank: at the loss's backward the fp32 gradient arriving
-    # (4) and the one log_softmax's backward writes (4) beyond the saved fp32 log-probabilities
-    # (Megatron's fused vocab-parallel softmax's 4, already in last_act_bytes).
+    # 4096 tokens x 128256 / 2 logits on a TP-2 rank: loss parallelism's backward holds the fp32
+    # gradient arriving, exp(output) and their product (4 + 4 + 4) beside the saved fp32
+    # log-probabilities (Megatron's fused vocab-parallel softmax's 4, already in last_act_bytes).
     assert parts.logits == 4096 * 128256 // 2
-    assert eager_loss_bytes(parts, "fsdp") == 8.0 * 4096 * 128256 / 2
+    assert eager_loss_bytes(parts, "fsdp") == 12.0 * 4096 * 128256 / 2
     assert eager_loss_bytes(parts, "zero1") == 0.0
+    # TP 1: the fused log_softmax backward, the gradient arriving and the one it writes (4 + 4).
+    one = block_parts(arch, 1, 1, 1, 4096, "bf16", "H100")
+    assert eager_loss_bytes(one, "fsdp") == 8.0 * 4096 * 128256
     lay = Layout(2, 2, 1, 2, 1, 1, 4)
     fsdp = _stage_memories(arch, lay, parts, "full", "fsdp", shard=2)
     zero1 = _stage_memories(arch, lay, parts, "full", "zero1", shard=2)
-    assert fsdp[1]["activations"] - zero1[1]["activations"] == pytest.approx(8.0 * 4096 * 128256 / 2)
+    assert fsdp[1]["activations"] - zero1[1]["activations"] == pytest.approx(12.0 * 4096 * 128256 / 2)
     assert fsdp[0]["activations"] == pytest.approx(zero1[0]["activations"])  # the first stage has no head

@@ -347,6 +347,7 @@ class BlockParts:
         gather_element_bytes: Bytes per element the TP all-gathers move when not the activations'
             (torchao's float8 TP under PyTorch's stack casts before it gathers: the FP8 copy;
             0: the activations' own).
+        tp: The TP degree these figures are split for.
     """
 
     block_f_s: float
@@ -379,6 +380,7 @@ class BlockParts:
     op_sac_f_s: float = 0.0
     logits: float = 0.0
     gather_element_bytes: float = 0.0
+    tp: int = 1
 
     def trainable(self, blocks: int, first: bool, last: bool) -> float:
         """Parameters that train on a stage of ``blocks`` blocks (with the embedding when ``first``,
@@ -580,7 +582,7 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
                       op_sac_f_s=op_f,
                       # torchao's Float8ColwiseParallel casts the sequence shard, then gathers FP8;
                       # Float8RowwiseParallel's output gradient likewise (reduce-scatters stay bf16).
-                      gather_element_bytes=fp8_saved_bytes(fp8) if pytorch_kernels and fp8 else 0.0)
+                      gather_element_bytes=fp8_saved_bytes(fp8) if pytorch_kernels and fp8 else 0.0, tp=tp)
 
 
 @functools.lru_cache(maxsize=32768)
@@ -1389,13 +1391,21 @@ def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts
 
 def eager_loss_bytes(parts: BlockParts, dp_flavour: str) -> float:
     """What PyTorch's cross-entropy holds at its peak beyond Megatron's fused vocab-parallel one
-    (whose fp32 softmax ``last_act_bytes`` counts): under ``fsdp``/``hsdp`` (torchtitan) its
-    backward, where the saved fp32 log-probabilities (``last_act_bytes``), the fp32 gradient
-    arriving from the loss and the fp32 gradient ``log_softmax``'s backward writes live at once
-    (4 + 4 + 4 bytes a logit; torchtitan frees the bf16 logits before backward). The forward holds
-    less: the bf16 logits, their fp32 upcast and the log-probabilities, 2 + 4 + 4 bytes.
+    (whose fp32 softmax ``last_act_bytes`` counts), under ``fsdp``/``hsdp`` (torchtitan), in fp32
+    tensors of the logits' shape (``LOSS_FP32_BYTES`` each):
+
+    - TP 1: the fused ``log_softmax`` kernels' backward holds the saved log-probabilities
+      (``last_act_bytes``), the gradient arriving from the loss and the one it writes: 2 more
+      (torchtitan frees the bf16 logits before backward; the forward holds less: bf16 logits, their
+      fp32 upcast and the log-probabilities, 2 + 4 + 4 bytes);
+    - TP > 1, loss parallelism (DTensor's ``_log_softmax`` over the vocabulary shards, composed of
+      element-wise ops): its backward ``grad - exp(out) x sum(grad)`` holds the saved output, the
+      gradient arriving, ``exp(out)`` and the product (then the result in place of ``exp``): 3 more.
+
     (srift/simulate/memory.py ``loss_bytes``, the data-parallel path's, counts the forward's.)"""
-    return parts.logits * 2.0 * LOSS_FP32_BYTES if dp_flavour in SHARDED_FLAVOURS else 0.0
+    if dp_flavour not in SHARDED_FLAVOURS:
+        return 0.0
+    return parts.logits * (3.0 if parts.tp > 1 else 2.0) * LOSS_FP32_BYTES
 
 
 def _kept_block_bytes(parts: BlockParts, checkpointing: str) -> float:
