@@ -94,3 +94,14 @@ def test_dtensor_keeps_the_gathered_norm_outputs():
     assert block_parts(arch, 4, 1, 2, 4096, "bf16", "H100", fp8="tensorwise", pytorch_kernels=True).gather_element_bytes == 1.0
     assert pt.gather_element_bytes == 0.0
     assert block_parts(arch, 4, 1, 2, 4096, "bf16", "H100", fp8="tensorwise").gather_element_bytes == 0.0
+
+
+def test_the_search_prices_pytorchs_stack_as_plan_layout_does():
+    from srift.simulate.layouts import search_layouts
+    arch = llm_arch("llama3-8b")
+    cluster = node(16)
+    found = search_layouts(arch, cluster, 4096, 32, dp_flavour="fsdp", checkpointing=("full",))
+    assert found.best is not None
+    again = plan_layout(arch, cluster, found.best.layout, 4096, checkpointing="full", dp_flavour="fsdp")
+    assert found.best.iteration_s == pytest.approx(again.iteration_s)
+    assert found.best.memory_per_gpu_bytes == pytest.approx(again.memory_per_gpu_bytes)
