@@ -105,3 +105,24 @@ def test_the_search_prices_pytorchs_stack_as_plan_layout_does():
     again = plan_layout(arch, cluster, found.best.layout, 4096, checkpointing="full", dp_flavour="fsdp")
     assert found.best.iteration_s == pytest.approx(again.iteration_s)
     assert found.best.memory_per_gpu_bytes == pytest.approx(again.memory_per_gpu_bytes)
+
+
+def test_torchao_float8_tp_casts_gathered_tensors_on_their_shard():
+    from srift.perf.compute import layer_times
+    from srift.perf.fp8 import fp8_cast_bytes_per_element, fp8_times
+    from srift.simulate.layouts import split_arch
+    from srift.zoo.llm import decoder_profile
+    arch = llm_arch("llama3-8b")
+    prof = decoder_profile(split_arch(arch, 4), batch_size=1, seq_len=4096, precision="bf16")
+    t = layer_times(prof, "H100", "bf16")
+    whole_f, whole_b = fp8_times(prof, t, "H100", "tensorwise", fused_fc1=True)
+    shard_f, shard_b = fp8_times(prof, t, "H100", "tensorwise", fused_fc1=True, cast_shards=4, gathered_width=4096)
+    per_byte = fp8_cast_bytes_per_element("tensorwise") / kernel_rates("H100", "bf16").memory_bytes_per_s
+    names = [layer.name for layer in prof.layers]
+    qkv = next(i for i, n in enumerate(names) if n.endswith("Wqkv"))
+    down = next(i for i, n in enumerate(names) if n.endswith("down_proj"))
+    # q/k/v's 4096-wide input cast on 1/4 of its 4096 rows (forward); down's 4096-wide output gradient
+    # likewise (backward); down's own input and q/k/v's output gradients stay whole.
+    assert whole_f[qkv] - shard_f[qkv] == pytest.approx(4096 * 4096 * per_byte * 3 / 4)
+    assert whole_b[down] - shard_b[down] == pytest.approx(4096 * 4096 * per_byte * 3 / 4)
+    assert whole_f[down] == pytest.approx(shard_f[down]) and whole_b[qkv] == pytest.approx(shard_b[qkv])

@@ -544,7 +544,11 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
         prof, frozen = finetune_profile(prof, lora.job(), fused=True)
         adapters = float(frozen.trainable_params)
     times = layer_times(prof, gpu, precision)
-    fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8, fused_fc1) if fp8 else (times.fwd_s, times.bwd_s)
+    # torchao's float8 TP (PyTorch's stack) casts the gathered tensors on their shard, once for the
+    # GEMMs sharing one (PrepareFloat8ModuleInput: q, k, v; w1, w3).
+    sharded = pytorch_kernels and tp > 1
+    fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8, fused_fc1 or sharded, tp if sharded else 1, arch.hidden) if fp8 \
+        else (times.fwd_s, times.bwd_s)
     # Transformer Engine's fused attention (cuDNN) issues the GPU's full-rate tensor-core
     # instructions (Hopper's wgmma), not Ampere's mma that the fitted FlashAttention-2 rate is
     # measured against: the same fitted efficiency, of the full dense peak. PyTorch's SDPA runs
