@@ -147,7 +147,8 @@ def test_torchtitan_rows_become_fsdp_layouts_by_hand():
     assert lf.row_layout(r).label == "tp8 pp1 cp1 dp16 mb2x1"
     r = rows[rows["row_id"] == 439].iloc[0]
     assert r["value"] == pytest.approx(32.0)
-    assert lf.row_layout(r).label == "tp8 pp8 cp1 dp8 vp2 mb2x16" and r["fp8"] == "tensorwise" and r["tp_overlap"]
+    # torchtitan's default micro-batches: the PP degree (8), also under Interleaved 1F1B
+    assert lf.row_layout(r).label == "tp8 pp8 cp1 dp8 vp2 mb4x8" and r["fp8"] == "tensorwise" and r["tp_overlap"]
     # per-op selective checkpointing is torchtitan's policy; vanilla TP is not overlapped
     r = rows[rows["row_id"] == 450].iloc[0]
     assert r["checkpointing"] == "selective" and r["op_sac"] and not r["tp_overlap"]
@@ -227,13 +228,17 @@ def test_fsdp_layouts_keep_pytorchs_loss_beside_megatrons():
     from srift.simulate.layouts import _stage_memories, eager_loss_bytes
     arch = llm_arch("llama3-8b")
     parts = block_parts(arch, 2, 1, 1, 4096, "bf16", "H100")
-    # 4096 tokens x 128256 / 2 logits on a TP-2 rank: bf16 logits (2) and their fp32 upcast (4) beyond
-    # Megatron's fused vocab-parallel softmax (fp32, already in last_act_bytes).
+    # 4096 tokens x 128256 / 2 logits on a TP-2 rank: loss parallelism's backward holds the fp32
+    # gradient arriving, exp(output) and their product (4 + 4 + 4) beside the saved fp32
+    # log-probabilities (Megatron's fused vocab-parallel softmax's 4, already in last_act_bytes).
     assert parts.logits == 4096 * 128256 // 2
-    assert eager_loss_bytes(parts, "fsdp") == 6.0 * 4096 * 128256 / 2
+    assert eager_loss_bytes(parts, "fsdp") == 12.0 * 4096 * 128256 / 2
     assert eager_loss_bytes(parts, "zero1") == 0.0
+    # TP 1: the fused log_softmax backward, the gradient arriving and the one it writes (4 + 4).
+    one = block_parts(arch, 1, 1, 1, 4096, "bf16", "H100")
+    assert eager_loss_bytes(one, "fsdp") == 8.0 * 4096 * 128256
     lay = Layout(2, 2, 1, 2, 1, 1, 4)
     fsdp = _stage_memories(arch, lay, parts, "full", "fsdp", shard=2)
     zero1 = _stage_memories(arch, lay, parts, "full", "zero1", shard=2)
-    assert fsdp[1]["activations"] - zero1[1]["activations"] == pytest.approx(6.0 * 4096 * 128256 / 2)
+    assert fsdp[1]["activations"] - zero1[1]["activations"] == pytest.approx(12.0 * 4096 * 128256 / 2)
     assert fsdp[0]["activations"] == pytest.approx(zero1[0]["activations"])  # the first stage has no head

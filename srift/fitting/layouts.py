@@ -26,14 +26,16 @@ torchtitan's 2D/3D rows (``torchtitan_rows``, data/llm-training-throughput, sour
 FSDP2 under TP, PP and CP on Meta's Grand Teton H100s) are a source of their own, nothing fitted
 on them: ``fsdp`` over CP x DP (FSDP2, gradients reduced in fp32, torchtitan's default), the
 layout as printed, one micro-batch of the whole local batch without a pipeline (no gradient
-accumulation); under a pipeline torchtitan's default of as many micro-batches as stages (1F1B:
-``pp``; Interleaved 1F1B: 2 stages per rank assumed, the source does not print it); full
-checkpointing as ``full``, per-op selective as torchtitan's policy (``op_sac``); async TP as
-overlapped TP communication, vanilla TP as NCCL's blocking collectives. The GPUs are H100 SXM
-with 96 GB of HBM2e at a 500 W limit: srift has no such GPU and predicts them as H100 SXM (700 W,
-HBM3) with 96 GB, so they should come out fast. 8 GPUs a node, 400 Gb/s RDMA per GPU (the
-source), priced as InfiniBand. torch.compile is on in every row: the layout compute factor (fused
-Megatron-Core / Transformer Engine kernels) stands for it. Measured: tokens/s per GPU, which
+accumulation); under a pipeline torchtitan's default of as many micro-batches as the PP degree
+(``pipeline_parallel_microbatches`` unset: ``parallel_dims.pp``, whatever the schedule; Interleaved
+1F1B: 2 stages per rank assumed, the source does not print it); full
+checkpointing as ``full``, per-op selective as torchtitan's policy (``op_sac``); the row's TP as
+printed: async TP (``tp_overlap``) or vanilla, on PyTorch's stack (srift/simulate/layouts.py
+``pytorch_stack``: DTensor collectives, the compute model unscaled, SDPA's FlashAttention-2; the
+Megatron factor fitted here never applies to these rows). The GPUs are H100 SXM with 96 GB of HBM2e
+at a 500 W limit: srift has no such GPU and predicts them as H100 SXM (700 W, HBM3) with 96 GB, so
+they should come out fast. 8 GPUs a node, 400 Gb/s RDMA per GPU (the source), priced as
+InfiniBand. Measured: tokens/s per GPU, which
 torchtitan computes as ``local batch x seq / (step x tp x pp x cp)``; the step is that inverted.
 """
 
@@ -52,7 +54,8 @@ from srift.errors import SriftError
 from srift.fitting import megatron_rows
 from srift.job import BF16
 from srift.perf.fp8 import Fp8Recipe
-from srift.simulate.layouts import LAYOUT_PARAMS_SCHEMA, Layout, load_layout_params, plan_layout, search_layouts
+from srift.simulate.layouts import (LAYOUT_PARAMS_SCHEMA, Layout, load_layout_params, plan_layout, pytorch_stack,
+                                    search_layouts)
 from srift.zoo import canonical_name, llm_arch
 from srift.zoo.llm import DecoderArch
 
@@ -207,7 +210,7 @@ def torchtitan_rows(data: Path) -> tuple[pd.DataFrame, dict[str, int]]:
         local, seq = int(float(r["local_batch_size"])), int(r["seq_len"])
         interleaved = "Interleaved" in r["other_flags"]
         v = 2 if interleaved else 1
-        micro_batches = p * v if p > 1 else 1  # torchtitan's default: as many micro-batches as stages
+        micro_batches = p  # torchtitan's default: as many micro-batches as the PP degree (1: none)
         kept.append({
             "row_id": int(r["row_id"]), "source_slug": TORCHTITAN_SOURCE, "model": r["model_name"],
             "zoo": canonical_name(r["model_name"]), "gpu": r["gpu_type"], "gpus_total": int(r["n_gpus"]),
@@ -270,7 +273,7 @@ def row_tp_overlap(r) -> bool:
     """Whether the row's framework overlaps TP communication with Transformer Engine's userbuffers:
     Megatron-Core and NeMo (whose performance recipes set ``tp_comm_overlap``) do; Megatron-DeepSpeed
     has no userbuffers (its TP all-reduces are NCCL's); a row's own ``tp_overlap`` where it has one
-    (torchtitan's async TP)."""
+    (torchtitan's async TP; False: vanilla DTensor TP)."""
     if _given(r, "tp_overlap") is not None:
         return bool(r.tp_overlap)
     framework = str(getattr(r, "framework", ""))
@@ -279,7 +282,7 @@ def row_tp_overlap(r) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def _predict(arch: DecoderArch, gpu: str, gpus: int, per_node: int, layout: Layout, seq_len: int, checkpointing: str,
-             factor: float, fp8: Fp8Recipe | None = None, tp_overlap: bool = True, dp_flavour: str = "zero1",
+             factor: float | None, fp8: Fp8Recipe | None = None, tp_overlap: bool = True, dp_flavour: str = "zero1",
              op_sac: bool = False) -> tuple[float, bool, float]:
     plan = plan_layout(arch, dgx_cluster(gpu, gpus, per_node), layout, seq_len, "bf16", checkpointing, dp_flavour,
                        compute_factor=factor, fp8=fp8, tp_overlap=tp_overlap, op_sac=op_sac)
@@ -299,10 +302,14 @@ def row_memory_gib(r) -> float:
 
 
 def _predict_full(r, factor: float | None) -> tuple[float, bool, float]:
-    f = load_layout_params().megatron_compute_factor if factor is None else factor
+    flavour = str(_given(r, "dp_flavour") or "zero1")
+    # The Megatron factor is Megatron-Core's kernels'; a PyTorch-stack row (torchtitan) runs the
+    # compute model as fitted (srift/simulate/layouts.py ``compute_factor_of``) whatever is fitted.
+    f = None if pytorch_stack(flavour) else float(load_layout_params().megatron_compute_factor if factor is None
+                                                   else factor)
     return _predict(r.arch, r.gpu, int(r.gpus_total), int(r.gpus_per_node), row_layout(r), int(r.seq_len),
-                    row_checkpointing(r), float(f), _given(r, "fp8"), row_tp_overlap(r),
-                    str(_given(r, "dp_flavour") or "zero1"), bool(_given(r, "op_sac") or False))
+                    row_checkpointing(r), f, _given(r, "fp8"), row_tp_overlap(r), flavour,
+                    bool(_given(r, "op_sac") or False))
 
 
 def fit_factor(rows: pd.DataFrame) -> float:

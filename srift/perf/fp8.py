@@ -105,11 +105,14 @@ def fp8_attention_s(bf16_s: float, gpu: str) -> float:
 
 
 def fp8_times(profile: Profile, times: LayerTimes, gpu: str, recipe: Fp8Recipe,
-              fused_fc1: bool = False) -> tuple[np.ndarray, np.ndarray]:
+              fused_fc1: bool = False, cast_shards: int = 1, gathered_width: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds per layer of ``profile`` (bf16 ``times`` on ``gpu``) with its
     FP8 GEMMs (``fp8_gemm``) under ``recipe``; other layers keep their bf16 times. ``fused_fc1``:
     a gated MLP's gate and up projections are one GEMM (Megatron-Core's ``linear_fc1``), whose
-    input is quantized once.
+    input is quantized once. ``cast_shards``: torchao's float8 tensor parallelism quantizes a
+    tensor it all-gathers on its sequence shard, before the gather (``Float8ColwiseParallel``'s
+    inputs, ``Float8RowwiseParallel``'s output gradients): the inputs ``gathered_width`` wide and
+    the output gradients that wide are cast on ``1 / cast_shards`` of their rows.
 
     Raises:
         ValueError: for an unknown recipe or a GPU without FP8 tensor cores.
@@ -126,8 +129,10 @@ def fp8_times(profile: Profile, times: LayerTimes, gpu: str, recipe: Fp8Recipe,
         if not fp8_gemm(layer.type, layer.name, layer.unit) or layer.kfac_a_dim is None or layer.kfac_g_dim is None:
             continue
         rows = profile.batch_size * (layer.kfac_spatial or 1)
+        in_rows = rows / cast_shards if layer.kfac_a_dim == gathered_width else rows
+        grad_rows = rows / cast_shards if layer.kfac_g_dim == gathered_width else rows
         cast_in = 0.0 if fused_fc1 and fused_with_gate(layer.name, names) else \
-            rows * layer.kfac_a_dim * per_element * s_per_byte
+            in_rows * layer.kfac_a_dim * per_element * s_per_byte
         fwd[i] = (fwd[i] - launch) * ratio + launch + cast_in
-        bwd[i] = (bwd[i] - launch) * ratio + launch + rows * layer.kfac_g_dim * per_element * s_per_byte
+        bwd[i] = (bwd[i] - launch) * ratio + launch + grad_rows * layer.kfac_g_dim * per_element * s_per_byte
     return fwd, bwd

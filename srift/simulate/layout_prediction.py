@@ -19,7 +19,7 @@ from srift.job import (
 )
 from srift.simulate.layouts import (
     DP_FLAVOURS, SHARDED_FLAVOURS, SCHEDULES, Layout, LayoutPlan, check_layout, check_sharded, load_layout_params, plan_layout,
-    search_layouts,
+    pytorch_stack, search_layouts,
 )
 from srift.simulate.breakdown import COMM_INTERFERENCE
 from srift.simulate.finetune import LoraSpec, layout_lora
@@ -178,7 +178,9 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
     notes = [f"layout {lay.label}: Megatron-Core placement (TP in a node, then CP, PP, DP), sequence parallelism, "
              f"{'interleaved' if lay.schedule == INTERLEAVED else '1F1B'} pipeline, "
              f"{DP_WORDS.get(plan.dp_flavour, plan.dp_flavour)}; "
-             f"compute x {params.megatron_compute_factor:.3f} (Megatron-Core / Transformer Engine, fitted)"]
+             + ("PyTorch's stack: DTensor TP (vanilla: every collective waited for), PyTorch's kernels (compute "
+                "model as fitted, FlashAttention-2)" if pytorch_stack(plan.dp_flavour) else
+                f"compute x {params.megatron_compute_factor:.3f} (Megatron-Core / Transformer Engine, fitted)")]
     if settings.request.auto:
         notes.append("layout chosen by srift's search (--layout auto)")
     if plan.recompute_modules:

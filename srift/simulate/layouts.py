@@ -46,7 +46,12 @@ kernels hold (``tp_overlap_share``: copy-engine ring exchanges and 16-SM pipelin
 collectives); a hidden NCCL send/receive (CP ring steps, pipeline sends) the P2P_CHANNELS SMs it
 holds (``p2p_interference``); a hidden EP all-to-all the SMs its dispatcher's kernels hold
 (``ep_interference``); other hidden communication (NCCL's collectives: DP, TP without
-userbuffers) costs ``overlap_interference`` of its time, as everywhere in srift. Memory (``stage_memory_bytes``) is per stage: bf16 weights, bf16 gradient
+userbuffers) costs ``overlap_interference`` of its time, as everywhere in srift.
+
+Under ``fsdp``/``hsdp`` the layout runs PyTorch's stack as torchtitan does (``pytorch_stack``): FSDP2
+per block over CP x DP, DTensor's TP collectives (``dtensor_tp_block_s``: vanilla, every one waited
+for, or async TP's micro-pipelined ones), the compute model unscaled and SDPA's FlashAttention-2
+(``compute_factor_of``, ``block_parts(pytorch_kernels=True)``). Memory (``stage_memory_bytes``) is per stage: bf16 weights, bf16 gradient
 buffers (``GRAD_BYTES``), fp32 master weights and Adam states (sharded over CP x DP under ``zero1``), activations
 of the micro-batches in flight (a block's input under ``full`` recompute; under ``selective``, less what
 Megatron-Core's recompute modules drop: srift/simulate/recompute.py; and once, what backward rebuilds of one
@@ -255,10 +260,41 @@ def ep_interference(gpu: str, dispatcher: MoeDispatcher, ep: int) -> float:
     return sms / gpu_spec(gpu).sm_count
 
 
-def tp_interference(comm: CommModel, gpu: str, tp_overlap: bool) -> float:
+def tp_interference(comm: CommModel, gpu: str, tp_overlap: bool, dtensor: bool = False) -> float:
     """Seconds per hidden TP second: ``tp_overlap_share`` under userbuffers, else NCCL's
-    ``overlap_interference``."""
+    ``overlap_interference``; none under PyTorch's async TP (``dtensor``), whose symmetric-memory
+    transfers run on the copy engines."""
+    if dtensor:
+        return 0.0
     return tp_overlap_share(gpu_spec(gpu).sm_count) if tp_overlap else comm.params.overlap_interference
+
+
+def dtensor_rate(gpu: str, precision: str, dtensor: bool) -> float:
+    """The memory rate DTensor's copies run at (``block_comm``'s ``dtensor_bytes_per_s``): the
+    compute model's streaming rate under PyTorch's stack (``dtensor``), else 0 (Megatron-Core)."""
+    return kernel_rates(gpu, precision).memory_bytes_per_s if dtensor else 0.0
+
+
+def pytorch_stack(dp_flavour: str) -> bool:
+    """Whether a layout under ``dp_flavour`` runs PyTorch's stack, as torchtitan does (``fsdp``,
+    ``hsdp``: FSDP2, DTensor TP, compiled PyTorch kernels), rather than Megatron-Core's."""
+    return dp_flavour in SHARDED_FLAVOURS
+
+
+def compute_factor_of(dp_flavour: str, compute_factor: float | None = None) -> float:
+    """The factor on the compute model's seconds: ``compute_factor`` when given, else the fitted
+    ``megatron_compute_factor`` for Megatron-Core's kernels and 1 for PyTorch's (the compute model
+    is fitted on PyTorch FSDP runs: srift/perf/compute.py)."""
+    if compute_factor is not None:
+        return compute_factor
+    return 1.0 if pytorch_stack(dp_flavour) else load_layout_params().megatron_compute_factor
+
+
+def default_tp_overlap(dp_flavour: str) -> bool:
+    """The framework's default: Megatron-Core's performance recipes overlap TP communication
+    (``tp_comm_overlap``); torchtitan's async TP is off unless asked
+    (``enable_async_tensor_parallel``)."""
+    return not pytorch_stack(dp_flavour)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -325,6 +361,10 @@ class BlockParts:
             (srift/simulate/sharded.py's ``selective`` policy: attention and every other matmul
             output saved, the rest recomputed) drops of ``block_act_bytes``, and the forward
             seconds it runs again in backward (``plan_layout(op_sac=True)``).
+        gather_element_bytes: Bytes per element the TP all-gathers move when not the activations'
+            (torchao's float8 TP under PyTorch's stack casts before it gathers: the FP8 copy;
+            0: the activations' own).
+        tp: The TP degree these figures are split for.
     """
 
     block_f_s: float
@@ -357,6 +397,8 @@ class BlockParts:
     op_sac_saved_bytes: float = 0.0
     op_sac_f_s: float = 0.0
     logits: float = 0.0
+    gather_element_bytes: float = 0.0
+    tp: int = 1
 
     def trainable(self, blocks: int, first: bool, last: bool) -> float:
         """Parameters that train on a stage of ``blocks`` blocks (with the embedding when ``first``,
@@ -377,6 +419,9 @@ def split_arch(arch: DecoderArch, tp: int) -> DecoderArch:
     (replicated when fewer than t), ``ceil(intermediate / t)`` MLP width, ``ceil(vocab / t)``."""
     # Megatron-Core builds q, k and v as one column-parallel GEMM (``linear_qkv``): time them fused
     # (the fused naming's one q + 2 kv wide matmul), not as a narrow k and v GEMM at TP 8.
+    # torchtitan runs three (wq, wk, wv) on one input; timed fused too: under torch.compile their
+    # FP8 casts of that input are one (common subexpressions), and in bf16 the narrow k and v GEMMs
+    # add 4 % to a Llama 3 70B block at TP 8 by the compute model.
     naming = "mpt" if arch.naming == "hf-llama" and not arch.is_mla else arch.naming
     return dataclasses.replace(arch, n_layers=1, naming=naming, heads=arch.heads // tp, kv_heads=max(1, arch.kv_heads // tp),
                                head_dim=arch.head_dim, intermediate=-(-arch.intermediate // tp),
@@ -391,7 +436,8 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
                 ep: int = 1, imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None,
                 recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
                 lora: LoraSpec | None = None, op_sac: bool = False, fp8_attention: bool = False,
-                dispatcher: MoeDispatcher = "alltoall", fused_fc1: bool = True) -> BlockParts:
+                dispatcher: MoeDispatcher = "alltoall", fused_fc1: bool = True,
+                pytorch_kernels: bool = False) -> BlockParts:
     """``BlockParts`` from the compute model on the split shapes (cached).
 
     A mixture of experts (``ep`` expert-parallel ranks, routing ``imbalance``: srift/simulate/moe.py)
@@ -405,30 +451,35 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
     torchtitan's per-op selective figures (``BlockParts.op_sac_saved_bytes``; 0 otherwise);
     ``fp8_attention``: the attention core in FP8 too; ``dispatcher``: the MoE token dispatcher
     (``flex``: no permutation passes around the experts, srift/simulate/moe.py); ``fused_fc1``: a
-    dense gated MLP's FP8 input cast once (Megatron-Core's ``linear_fc1``; torchtitan runs two)."""
+    dense gated MLP's FP8 input cast once (Megatron-Core's ``linear_fc1``; torchtitan runs two);
+    ``pytorch_kernels``: attention as PyTorch runs it (torchtitan: SDPA's FlashAttention-2 at the
+    fitted ``mma`` rate) rather than Transformer Engine's (cuDNN attention at the full dense rate)."""
     modules = check_modules(recompute_modules)
     if arch.sliding_window and 0 < arch.sliding_blocks < arch.n_layers:
         share = arch.sliding_blocks / arch.n_layers
         local = block_parts(dataclasses.replace(arch, sliding_every=1), tp, cp, micro_batch, seq_len, precision, gpu,
-                            ep, imbalance, fp8, modules, lora, op_sac, fp8_attention, dispatcher, fused_fc1)
+                            ep, imbalance, fp8, modules, lora, op_sac, fp8_attention, dispatcher, fused_fc1,
+                            pytorch_kernels)
         full = block_parts(dataclasses.replace(arch, sliding_window=0), tp, cp, micro_batch, seq_len, precision, gpu,
-                           ep, imbalance, fp8, modules, lora, op_sac, fp8_attention, dispatcher, fused_fc1)
+                           ep, imbalance, fp8, modules, lora, op_sac, fp8_attention, dispatcher, fused_fc1,
+                           pytorch_kernels)
         return dataclasses.replace(full, **{k: share * getattr(local, k) + (1.0 - share) * getattr(full, k)
                                             for k in ("block_f_s", "block_b_s", "attention_f_s", "attention_b_s",
                                                       "selective_f_s", "op_sac_f_s")})
     if not arch.is_moe:
         dense_parts = _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac,
-                                   fp8_attention, fused_fc1)
+                                   fp8_attention, fused_fc1, pytorch_kernels)
         return dataclasses.replace(dense_parts, fp8_weight_bytes=(dense_parts.local_block_params * fp8_weight_cache_bytes(fp8)
                                                                   if fp8 else 0.0))
     frac = arch.moe_blocks / arch.n_layers
     moe_arch = dataclasses.replace(arch, dense_layers=0, moe_every=1)
     moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac, fp8_attention,
-                       fused_fc1)
+                       fused_fc1, pytorch_kernels)
     dense = moe if frac == 1.0 else _block_parts(
         dataclasses.replace(arch, experts=0, experts_per_token=0, expert_intermediate=0, shared_intermediate=0,
                             dense_layers=0, moe_every=1, router_bias=False, shared_gate=False),
-        tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac, fp8_attention, fused_fc1)
+        tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac, fp8_attention, fused_fc1,
+        pytorch_kernels)
     e = 2.0 if precision in HALF_PRECISIONS else 4.0
     kept_e = fp8_saved_bytes(fp8) if fp8 else e
     shape = moe_block_shape(arch, micro_batch * seq_len // (cp * tp), ep, e, imbalance, dispatcher)
@@ -469,7 +520,7 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
                  gpu: str, fp8: Fp8Recipe | None = None,
                  modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
                  lora: LoraSpec | None = None, op_sac: bool = False, fp8_attention: bool = False,
-                 fused_fc1: bool = True) -> BlockParts:
+                 fused_fc1: bool = True, pytorch_kernels: bool = False) -> BlockParts:
     """``BlockParts`` of ``arch``'s first block (a MoE block's routed experts left out);
     ``fp8_attention``: with ``fp8``, the attention core's GEMMs in FP8 too (``fp8_attention_s``)."""
     split = split_arch(arch, tp)
@@ -492,12 +543,18 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
         prof, frozen = finetune_profile(prof, lora.job(), fused=True)
         adapters = float(frozen.trainable_params)
     times = layer_times(prof, gpu, precision)
-    fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8, fused_fc1) if fp8 else (times.fwd_s, times.bwd_s)
+    # torchao's float8 TP (PyTorch's stack) casts the gathered tensors on their shard, once for the
+    # GEMMs sharing one (PrepareFloat8ModuleInput: q, k, v; w1, w3).
+    sharded = pytorch_kernels and tp > 1
+    fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8, fused_fc1 or sharded, tp if sharded else 1, arch.hidden) if fp8 \
+        else (times.fwd_s, times.bwd_s)
     # Transformer Engine's fused attention (cuDNN) issues the GPU's full-rate tensor-core
     # instructions (Hopper's wgmma), not Ampere's mma that the fitted FlashAttention-2 rate is
-    # measured against: the same fitted efficiency, of the full dense peak.
+    # measured against: the same fitted efficiency, of the full dense peak. PyTorch's SDPA runs
+    # FlashAttention-2 (cuDNN attention is not its first choice since PyTorch 2.5.1), at that rate.
     spec = gpu_spec(gpu)
-    attention_scale = mma_rate_flops(spec, precision) / spec.peak_flops(precision) if precision in HALF_PRECISIONS else 1.0
+    attention_scale = mma_rate_flops(spec, precision) / spec.peak_flops(precision) \
+        if precision in HALF_PRECISIONS and not pytorch_kernels else 1.0
     e = 2.0 if precision in HALF_PRECISIONS else 4.0
     hidden_bytes = micro_batch * tokens * arch.hidden * e
     bf = bb = af = ab = ff = fb = lf = lb = 0.0
@@ -528,8 +585,10 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
             # the matmuls whose output width, ``kfac_g_dim``, is the model's).
             if kind == NORM or (kind == "matmul" and layer.kfac_g_dim == arch.hidden):
                 out /= tp
-            if fp8 and kind == "elementwise":
-                out *= fp8_saved_bytes(fp8) / e  # the next GEMM's FP8 copy of its input is what stays
+            if fp8 and kind == "elementwise" and not pytorch_kernels:
+                # The next GEMM's FP8 copy of its input is what stays (Transformer Engine); torchao's
+                # float8 linear saves its high-precision input and casts it again in backward.
+                out *= fp8_saved_bytes(fp8) / e
             # Megatron's fused SwiGLU keeps the gate and up outputs and the product the down
             # projection reads (the activation's own output is recomputed): the elementwise
             # layer's output stands for the product.
@@ -538,6 +597,13 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
             leaves.append((module, micro_batch * tokens * split.heads * LSE_BYTES if module == CORE_ATTN else out, f))
             if op_recompute is not None and op_recompute[i]:
                 op_bytes, op_f = op_bytes + out, op_f + f
+            if pytorch_kernels and tp > 1 and kind == NORM and layer.params in (arch.hidden, 2 * arch.hidden):
+                # DTensor's autograd keeps the gathered norm output the column-parallel GEMMs read
+                # (torchao's float8: its FP8 copy), where Megatron keeps the shard and gathers it
+                # again in backward; per-op SAC recomputes the all-gather instead.
+                gathered = layer.activation_bytes * (1.0 - 1.0 / tp) * (fp8_saved_bytes(fp8) / e if fp8 else 1.0)
+                act += gathered
+                op_bytes += gathered if op_recompute is not None else 0.0
         elif not seen_block:
             ff, fb = ff + f, fb + b
             first_act += layer.activation_bytes / tp if kind == "embedding" else 0.0
@@ -556,7 +622,10 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
                       selective_f_s=sum(figures.get(m, (0.0, 0.0))[1] for m in modules),
                       frozen_base=lora is not None, local_adapter_params=adapters, logits=micro_batch * tokens * split.vocab,
                       op_sac_saved_bytes=op_bytes,
-                      op_sac_f_s=op_f)
+                      op_sac_f_s=op_f,
+                      # torchao's Float8ColwiseParallel casts the sequence shard, then gathers FP8;
+                      # Float8RowwiseParallel's output gradient likewise (reduce-scatters stay bf16).
+                      gather_element_bytes=fp8_saved_bytes(fp8) if pytorch_kernels and fp8 else 0.0, tp=tp)
 
 
 @functools.lru_cache(maxsize=32768)
@@ -766,7 +835,7 @@ def _group_ranks_per_node(gpus_per_node: int, stride: int, size: int, outer_stri
 
 def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, precision: str = "bf16",
                 checkpointing: str = "none", dp_flavour: str = "zero1", comm: CommModel | None = None,
-                quantile: float = 0.5, tp_overlap: bool = True, compute_factor: float | None = None,
+                quantile: float = 0.5, tp_overlap: bool | None = None, compute_factor: float | None = None,
                 imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None,
                 recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
                 dispatcher: MoeDispatcher = "alltoall", ep_overlap: bool = False,
@@ -774,9 +843,12 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
                 fp8_attention: bool = False) -> LayoutPlan:
     """Predict one iteration of ``arch`` laid out as ``layout`` on ``cluster`` (module docstring).
 
-    ``compute_factor`` scales the compute model's seconds (default: the fitted
-    ``megatron_compute_factor`` of configs/perf/layouts.json); ``tp_overlap`` overlaps the
-    tensor-parallel collectives with the GEMMs (NeMo's performance recipes: ``tp_comm_overlap``);
+    ``compute_factor`` scales the compute model's seconds (default ``compute_factor_of``: the fitted
+    ``megatron_compute_factor`` of configs/perf/layouts.json, 1 under ``fsdp``/``hsdp``, which run
+    PyTorch's kernels as torchtitan does: ``pytorch_stack``); ``tp_overlap`` overlaps the
+    tensor-parallel collectives with the GEMMs (NeMo's performance recipes: ``tp_comm_overlap``;
+    under ``fsdp``/``hsdp`` PyTorch's async TP, ``dtensor_tp_block_s``; None: the framework's
+    default, ``default_tp_overlap``);
     ``imbalance`` is a mixture of experts' routing imbalance (srift/simulate/moe.py); ``fp8`` runs
     the blocks' GEMMs in FP8 under that recipe (srift/perf/fp8.py; ``precision`` stays bf16);
     ``recompute_modules``: what ``selective`` checkpointing recomputes (srift/simulate/recompute.py);
@@ -807,12 +879,13 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
     gpu = cluster.node_groups[0].gpu
     parts = scaled_parts(block_parts(arch, layout.tp, layout.cp, layout.micro_batch, seq_len, precision, gpu,
                                      layout.ep, imbalance, fp8, recompute_modules, lora, op_sac, fp8_attention,
-                                     dispatcher, dp_flavour not in (FSDP, HSDP)),
-                         load_layout_params().megatron_compute_factor if compute_factor is None else compute_factor)
+                                     dispatcher, not pytorch_stack(dp_flavour), pytorch_stack(dp_flavour)),
+                         compute_factor_of(dp_flavour, compute_factor))
     if op_sac:
         parts = dataclasses.replace(parts, selective_saved_bytes=parts.op_sac_saved_bytes, selective_f_s=parts.op_sac_f_s)
     plan = _plan(arch, cluster, layout, seq_len, precision, checkpointing, dp_flavour, comm, quantile, gpu, parts,
-                 tp_overlap, dispatcher, ep_overlap, reduce_dtype)
+                 default_tp_overlap(dp_flavour) if tp_overlap is None else tp_overlap, dispatcher, ep_overlap,
+                 reduce_dtype, op_sac)
     return dataclasses.replace(plan, recompute_modules=check_modules(recompute_modules)) if checkpointing == SELECTIVE \
         else plan
 
@@ -828,6 +901,8 @@ class BlockComm:
         cp_f_s, cp_b_s: Ring steps the attention waits for, forward and backward.
         cp_hidden_s: Ring steps hidden behind the attention.
         cp_step_f_s, cp_step_b_s: One ring step, forward (K, V) and backward (K, V and their gradients).
+        tp_sac_s: DTensor TP (``dtensor``): what torchtitan's per-op selective recompute waits
+            for again (the forward's all-gathers, which its policy does not save).
     """
 
     tp_f_s: float = 0.0
@@ -839,11 +914,42 @@ class BlockComm:
     cp_hidden_s: float = 0.0
     cp_step_f_s: float = 0.0
     cp_step_b_s: float = 0.0
+    tp_sac_s: float = 0.0
+
+
+def dtensor_tp_block_s(ag_s: float, rs_s: float, ag_copy_s: float, rs_copy_s: float, reduce_s: float, gemm_f_s: float,
+                       gemm_b_s: float, async_tp: bool) -> tuple[float, float, float, float]:
+    """(forward waits, backward waits, hidden, per-op-SAC recompute waits) seconds of one block's
+    sequence-parallel collectives under PyTorch's DTensor (torchtitan), per micro-batch.
+
+    torchtitan's plan gathers the norms' outputs (``Shard(1)`` -> ``Replicate``) before
+    ``wq``/``wk``/``wv`` and ``w1``/``w3`` and reduce-scatters ``wo``'s and ``w2``'s outputs: forward 2
+    all-gathers (``ag_s``) and 2 reduce-scatters (``rs_s``); their autograd backward 2 reduce-scatters
+    and 2 all-gathers (autograd keeps the gathered inputs: no re-gather). A collective along the
+    sequence (dimension 1) copies the gathered tensor once more (functional collectives'
+    chunk-and-cat: ``ag_copy_s``, ``rs_copy_s``). Vanilla TP waits for each one (nothing runs
+    beside it).
+    ``async_tp`` (torch.compile's micro-pipelined TP over symmetric memory): forward's
+    all-gather-matmuls and matmul-reduce-scatters run chunk by chunk beside their GEMMs (only what
+    outlasts the block's forward GEMMs ``gemm_f_s`` waits; each reduce-scatter ends with a local sum
+    of the chunks, ``reduce_s``), as do backward's gradient all-gathers beside the input-gradient
+    GEMMs (half of ``gemm_b_s``); backward's reduce-scatters, whose input is the sum of several
+    GEMMs' outputs (q, k, v; w1, w3), stay vanilla."""
+    gather, scatter = ag_s + ag_copy_s, rs_s + rs_copy_s
+    if not async_tp:
+        return 2.0 * (gather + scatter), 2.0 * (gather + scatter), 0.0, 2.0 * gather
+    fused_f, fused_b = 2.0 * (ag_s + rs_s), 2.0 * ag_s
+    wait_f = max(0.0, fused_f - gemm_f_s)
+    wait_b = max(0.0, fused_b - 0.5 * gemm_b_s)
+    return (wait_f + 2.0 * reduce_s, wait_b + 2.0 * scatter, fused_f - wait_f + fused_b - wait_b, 2.0 * gather)
 
 
 def block_comm(arch: DecoderArch, comm: CommModel, t: int, c: int, micro_batch: int, seq_len: int, element_bytes: float,
-               parts: BlockParts, quantile: float = 0.5, tp_overlap: bool = True) -> BlockComm:
-    """``BlockComm`` of a block split ``t`` ways by TP and ``c`` ways by CP (module docstring)."""
+               parts: BlockParts, quantile: float = 0.5, tp_overlap: bool = True,
+               dtensor_bytes_per_s: float = 0.0) -> BlockComm:
+    """``BlockComm`` of a block split ``t`` ways by TP and ``c`` ways by CP (module docstring).
+    ``dtensor_bytes_per_s``: the TP collectives are PyTorch DTensor's (torchtitan:
+    ``dtensor_tp_block_s``), their copies at this memory rate; 0: Megatron-Core's."""
     g = comm.topology.gpus_per_node
     tp_comm = comm.subgroup(t, t) if t > 1 else None
     pair = None
@@ -852,21 +958,32 @@ def block_comm(arch: DecoderArch, comm: CommModel, t: int, c: int, micro_batch: 
         # A send between nodes leaves through its own GPU's NICs (a rail: one g-th of the node's
         # network), however few of the node's GPUs cross at once.
         pair = comm.subgroup(2, 1 if crossing else 2, net_share=(1.0 / g) if crossing else None)
-    return _block_comm(arch, tp_comm, pair, t, c, micro_batch, seq_len, element_bytes, parts, quantile, tp_overlap)
+    return _block_comm(arch, tp_comm, pair, t, c, micro_batch, seq_len, element_bytes, parts, quantile, tp_overlap,
+                       dtensor_bytes_per_s)
 
 
 @functools.lru_cache(maxsize=65536)
 def _block_comm(arch: DecoderArch, tp_comm: CommModel | None, pair: CommModel | None, t: int, c: int, micro_batch: int,
-                seq_len: int, element_bytes: float, parts: BlockParts, quantile: float, tp_overlap: bool) -> BlockComm:
+                seq_len: int, element_bytes: float, parts: BlockParts, quantile: float, tp_overlap: bool,
+                dtensor_bytes_per_s: float = 0.0) -> BlockComm:
     """``block_comm`` on the TP group's and the CP ring's own models (cached: every cluster of one
     node type shares them)."""
     tokens = micro_batch * seq_len // c
-    tp_f = tp_b = tp_hidden = tp_end = 0.0
+    tp_f = tp_b = tp_hidden = tp_end = tp_sac = 0.0
     if tp_comm is not None:
         size = tp_block_comm(tokens, arch.hidden, t, element_bytes).size_bytes
         ag = float(tp_comm.all_gather_time_s(size, quantile))
         rs = float(tp_comm.reduce_scatter_time_s(size, quantile))
-        if tp_overlap:
+        if dtensor_bytes_per_s > 0.0:
+            # A copy reads and writes the gathered tensor; the fused reduce-scatter's local sum
+            # reads t chunks of size / t and writes one.
+            gathered = size * parts.gather_element_bytes / element_bytes if parts.gather_element_bytes else size
+            ag = float(tp_comm.all_gather_time_s(gathered, quantile))
+            tp_f, tp_b, tp_hidden, tp_sac = dtensor_tp_block_s(
+                ag, rs, 2.0 * gathered / dtensor_bytes_per_s, 2.0 * size / dtensor_bytes_per_s,
+                size * (1.0 + 1.0 / t) / dtensor_bytes_per_s,
+                parts.block_f_s - parts.attention_f_s, parts.block_b_s - parts.attention_b_s, tp_overlap)
+        elif tp_overlap:
             # Userbuffers pipeline each collective with the GEMM it feeds or follows: only what
             # outlasts the block's GEMMs waits.
             total_f, total_b = 2.0 * ag + 2.0 * rs, 4.0 * ag + 2.0 * rs
@@ -877,13 +994,14 @@ def _block_comm(arch: DecoderArch, tp_comm: CommModel | None, pair: CommModel | 
             tp_f, tp_b, tp_hidden = 2.0 * ag + 2.0 * rs, 2.0 * ag, 2.0 * ag + 2.0 * rs
         tp_end = ag + rs  # the embedding's reduce-scatter / the head's all-gather, and back
     if pair is None:
-        return BlockComm(tp_f, tp_b, tp_hidden, tp_end)
+        return BlockComm(tp_f, tp_b, tp_hidden, tp_end, tp_sac_s=tp_sac)
     step_bytes = cp_ring_step_bytes(micro_batch, seq_len, c, parts.kv_width, element_bytes)
     step_f = float(pair.broadcast_time_s(step_bytes, quantile))
     step_b = float(pair.broadcast_time_s(2.0 * step_bytes, quantile))
     cp_f = cp_ring_exposed_s(step_f, parts.attention_f_s, c)
     cp_b = cp_ring_exposed_s(step_b, parts.attention_b_s, c)
-    return BlockComm(tp_f, tp_b, tp_hidden, tp_end, cp_f, cp_b, (c - 1) * (step_f + step_b) - cp_f - cp_b, step_f, step_b)
+    return BlockComm(tp_f, tp_b, tp_hidden, tp_end, cp_f, cp_b, (c - 1) * (step_f + step_b) - cp_f - cp_b, step_f, step_b,
+                     tp_sac)
 
 
 def fsdp_unit_params(parts: BlockParts, first: bool, last: bool) -> tuple[float, float]:
@@ -948,16 +1066,20 @@ def fsdp_stage_comm(parts: BlockParts, blocks: int, first: bool, last: bool, blo
 def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, precision: str, checkpointing: str,
           dp_flavour: str, comm: CommModel, quantile: float, gpu: str, parts: BlockParts,
           tp_overlap: bool = True, dispatcher: MoeDispatcher = "alltoall", ep_overlap: bool = False,
-          reduce_dtype: str = "fp32") -> LayoutPlan:
+          reduce_dtype: str = "fp32", op_sac: bool = False) -> LayoutPlan:
     t, p, c, d, v, m = layout.tp, layout.pp, layout.cp, layout.dp, layout.vp, layout.grad_accum
+    dtensor = pytorch_stack(dp_flavour)
     g = comm.topology.gpus_per_node
     interference = comm.params.overlap_interference
     tokens = layout.micro_batch * seq_len // c
     e = PARAM_BYTES if precision in HALF_PRECISIONS else 4.0
     layers = stage_layers(arch.n_layers, p)
     # ---- per micro-batch on each stage ----
-    bc = block_comm(arch, comm, t, c, layout.micro_batch, seq_len, e, parts, quantile, tp_overlap)
+    bc = block_comm(arch, comm, t, c, layout.micro_batch, seq_len, e, parts, quantile, tp_overlap,
+                    dtensor_rate(gpu, precision, dtensor))
     tp_f, tp_b_exposed, tp_b_hidden, tp_end = bc.tp_f_s, bc.tp_b_s, bc.tp_hidden_s, bc.tp_end_s
+    if op_sac and checkpointing == SELECTIVE:  # the all-gathers torchtitan's per-op policy recomputes
+        tp_b_exposed += bc.tp_sac_s
     cp_f, cp_b, cp_hidden, step_f, step_b = bc.cp_f_s, bc.cp_b_s, bc.cp_hidden_s, bc.cp_step_f_s, bc.cp_step_b_s
     recompute = parts.block_f_s if checkpointing == FULL_CHECKPOINTING else (parts.selective_f_s if checkpointing == SELECTIVE else 0.0)
     # Expert parallelism: dispatch and combine all-to-alls in the EP group (innermost: up to a
@@ -1041,7 +1163,7 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     overhead = load_compute_params().overhead_s
     interf = (interference * dp_hidden + ep_interference(gpu, dispatcher, layout.ep) * ep_hidden * n_slow * m
               + p2p_interference(gpu) * (cp_hidden * n_slow * m + hidden_p2p)
-              + tp_interference(comm, gpu, tp_overlap) * tp_b_hidden * n_slow * m)
+              + tp_interference(comm, gpu, tp_overlap, dtensor) * tp_b_hidden * n_slow * m)
     seconds: dict[Phase, float] = {
         FORWARD: m * (sf - n_slow * (tp_f + cp_f + ep_f)),
         BACKWARD: m * (sb - n_slow * (tp_b_exposed + cp_b + ep_b + recompute + rerun_tp + rerun_ep)),
@@ -1172,7 +1294,7 @@ def candidate_layouts(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len:
 def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_batch: int, precision: str = "bf16",
                    request: LayoutRequest = LayoutRequest(), dp_flavour: str = "zero1",
                    checkpointing: tuple[str, ...] = ("none", "full"), comm: CommModel | None = None,
-                   compute_factor: float | None = None, tp_overlap: bool = True,
+                   compute_factor: float | None = None, tp_overlap: bool | None = None,
                    imbalance: float = BALANCED_ROUTING, lora: LoraSpec | None = None,
                    reduce_dtype: str = "fp32") -> LayoutSearch:
     """The fastest layout of ``arch`` on ``cluster`` that fits (``request`` fixes any degree).
@@ -1186,7 +1308,9 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     comm = comm or CommModel.for_cluster(cluster)
     g = comm.topology.gpus_per_node
     gpu = cluster.node_groups[0].gpu
-    factor = load_layout_params().megatron_compute_factor if compute_factor is None else compute_factor
+    factor = compute_factor_of(dp_flavour, compute_factor)
+    tp_overlap = default_tp_overlap(dp_flavour) if tp_overlap is None else tp_overlap
+    pytorch = pytorch_stack(dp_flavour)
     cap = min(gr.gpu_memory_gib if gr.gpu_memory_gib is not None else gpu_spec(gr.gpu).memory_gib
               for gr in cluster.node_groups) * 2**30 * USABLE_FRACTION
     degrees = _degrees(arch, cluster.gpus, g, seq_len, global_batch, request, SEARCH_MICRO_BATCHES)
@@ -1204,7 +1328,8 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     parts_of: dict[tuple[int, int, int, int], BlockParts] = {}
     slot_of: dict[tuple[int, int, int, int], tuple[float, float]] = {}
     e = PARAM_BYTES if precision in HALF_PRECISIONS else 4.0
-    k_tp = tp_interference(comm, gpu, tp_overlap)
+    k_tp = tp_interference(comm, gpu, tp_overlap, pytorch)
+    copy_rate = dtensor_rate(gpu, precision, pytorch)
     k_p2p = p2p_interference(gpu)
     ranked = []
     for t, p, c, d, mb, m, v, ep in degrees:
@@ -1212,8 +1337,9 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
         parts = parts_of.get(key)
         if parts is None:
             parts = parts_of[key] = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, imbalance,
-                                                             lora=lora), factor)
-            bc = block_comm(arch, comm, t, c, mb, seq_len, e, parts, 0.5, tp_overlap)
+                                                             lora=lora, fused_fc1=not pytorch, pytorch_kernels=pytorch),
+                                                 factor)
+            bc = block_comm(arch, comm, t, c, mb, seq_len, e, parts, 0.5, tp_overlap, copy_rate)
             a2a = (4.0 * parts.moe_fraction * float(comm.subgroup(ep, min(ep, g)).all_to_all_time_s(parts.dispatch_bytes))
                    if ep > 1 else 0.0)
             slot_of[key] = (parts.block_f_s + parts.block_b_s + bc.tp_f_s + bc.tp_b_s + bc.cp_f_s + bc.cp_b_s + a2a,
@@ -1264,7 +1390,9 @@ def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: list[Degrees],
         t, p, c, d, mb, m, v, ep = r
         if t * p * c != top or mb != mb_min:
             continue
-        parts = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, imbalance, lora=lora), factor)
+        parts = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, imbalance, lora=lora,
+                                         fused_fc1=not pytorch_stack(dp_flavour),
+                                         pytorch_kernels=pytorch_stack(dp_flavour)), factor)
         mem = _peak_memory_of(arch, p, v, m, state_shard(dp_flavour, comm.topology.gpus_per_node, t, c, p, d), parts,
                               checkpointing, dp_flavour, t * c * d // ep, reduce_dtype)
         if best is None or mem < best[0]:
@@ -1316,11 +1444,22 @@ def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts
 
 
 def eager_loss_bytes(parts: BlockParts, dp_flavour: str) -> float:
-    """What PyTorch's cross-entropy keeps beyond Megatron's fused vocab-parallel one (whose fp32
-    softmax ``last_act_bytes`` counts): under ``fsdp``/``hsdp`` (torchtitan) the bf16 logits and
-    their fp32 upcast, as the data-parallel path counts the loss (srift/simulate/memory.py
-    ``loss_bytes``: 4 + 4 bytes a logit beside the logits)."""
-    return parts.logits * (PARAM_BYTES + LOSS_FP32_BYTES) if dp_flavour in SHARDED_FLAVOURS else 0.0
+    """What PyTorch's cross-entropy holds at its peak beyond Megatron's fused vocab-parallel one
+    (whose fp32 softmax ``last_act_bytes`` counts), under ``fsdp``/``hsdp`` (torchtitan), in fp32
+    tensors of the logits' shape (``LOSS_FP32_BYTES`` each):
+
+    - TP 1: the fused ``log_softmax`` kernels' backward holds the saved log-probabilities
+      (``last_act_bytes``), the gradient arriving from the loss and the one it writes: 2 more
+      (torchtitan frees the bf16 logits before backward; the forward holds less: bf16 logits, their
+      fp32 upcast and the log-probabilities, 2 + 4 + 4 bytes);
+    - TP > 1, loss parallelism (DTensor's ``_log_softmax`` over the vocabulary shards, composed of
+      element-wise ops): its backward ``grad - exp(out) x sum(grad)`` holds the saved output, the
+      gradient arriving, ``exp(out)`` and the product (then the result in place of ``exp``): 3 more.
+
+    (srift/simulate/memory.py ``loss_bytes``, the data-parallel path's, counts the forward's.)"""
+    if dp_flavour not in SHARDED_FLAVOURS:
+        return 0.0
+    return parts.logits * (3.0 if parts.tp > 1 else 2.0) * LOSS_FP32_BYTES
 
 
 def _kept_block_bytes(parts: BlockParts, checkpointing: str) -> float:
