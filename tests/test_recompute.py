@@ -160,8 +160,8 @@ def test_a_run_without_its_recipe_takes_the_dispatcher_all_its_models_recipes_se
     # HybridEP; Qwen3-235B-A22B's (H100 all-to-all, B200 HybridEP) and GPT-OSS-120B's differ
     assert mf.model_dispatchers(recipes) == {"DeepSeek-V3": "flex", "Qwen3-30B-A3B": "flex"}
     rows, _ = mf.load_rows(DATA)
-    got = {(r.zoo, r.gpu, int(r.ep), str(r.source_section).split(" ")[0]): (mf.recipe_of(r, recipes), mf.dispatcher_of(r, recipes))
-           for r in rows.itertuples()}
+    got = {(r.zoo, r.gpu, int(r.ep), str(r.source_section).split(" ")[0]):
+           (mf.recipe_of(r, recipes), mf.dispatcher_of(r, recipes)) for r in rows.itertuples()}
     # the B200 run at EP 32 is not its recipe's (EP 8), and still runs HybridEP
     assert got[("deepseek-v3", "B200", 32, "26.04.01")] == (None, "flex")
     # a run at its recipe's layout keeps the recipe's; one without, of a model whose recipes differ, all-to-all
