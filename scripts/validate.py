@@ -552,16 +552,20 @@ def moe_group(data: Path, table: bool = False) -> dict | None:
     if table:
         for r, p, k, e in zip(rows.itertuples(), pred, policy, err):
             print(f"    {r.zoo} {r.gpu} {r.precision} {r.gpus_total} GPUs {mf.row_layout(r).label}: measured {r.value:,.0f}, "
-                  f"predicted {p:,.0f} ({e * 100:+.1f} %), recompute {k}")
+                  f"predicted {p:,.0f} ({e * 100:+.1f} %), recompute {k}, {mf.dispatcher_of(r, recipes)}")
     print("  recompute (the recipe's, data/moe-training/recipes; else the least that fits in srift's memory model):")
     for k in sorted(set(policy)):
         print(f"    {policy.count(k):>3} {k}")
+    dispatchers = [mf.dispatcher_of(r, recipes) for r in rows.itertuples()]
+    print("  token dispatcher (the recipe's; else the one every recipe of the model sets; else alltoall): "
+          + ", ".join(f"{dispatchers.count(d)} {d}" for d in sorted(set(dispatchers))))
     print("  left out: " + "; ".join(f"{n} {why}" for why, n in out.items()))
     mape = round(float(np.mean(np.abs(err)) * 100), 1)
     return {"rows": int(len(rows)), "fit": mape, "lomo": mape, "loso": mape,
             "bias_pct": round(float(np.mean(meas / pred - 1.0) * 100.0), 1) + 0.0,  # of the time per token, - = too fast
             "basis": f"Megatron-Core on {', '.join(sorted(set(map(str, rows['gpu']))))}, {rows['zoo'].nunique()} models, "
-                     "force-balanced routing, each with its recipe's settings at the recipe's GPU count and layout, else srift's defaults"}
+                     "force-balanced routing, each with its recipe's settings at the recipe's GPU count and layout, "
+                     "else srift's defaults with the model's dispatcher where all its recipes agree"}
 
 
 def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str, basis: dict[str, str],

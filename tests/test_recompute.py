@@ -153,6 +153,27 @@ def test_benchmark_recipes_and_the_runs_fit_at_their_setting():
     assert labels[("gpt-oss-120b", "H100-SXM5-80GB", 4, "25.11")].endswith("least that fits")
 
 
+def test_a_run_without_its_recipe_takes_the_dispatcher_all_its_models_recipes_set():
+    from srift.fitting import moe as mf
+    recipes = mf.load_recipes(DATA)
+    # DeepSeek-V3's six recipes (B200 to GB300, bf16 and MXFP8) and Qwen3-30B-A3B's three all set
+    # HybridEP; Qwen3-235B-A22B's (H100 all-to-all, B200 HybridEP) and GPT-OSS-120B's differ
+    assert mf.model_dispatchers(recipes) == {"DeepSeek-V3": "flex", "Qwen3-30B-A3B": "flex"}
+    rows, _ = mf.load_rows(DATA)
+    got = {(r.zoo, r.gpu, int(r.ep), str(r.source_section).split(" ")[0]):
+           (mf.recipe_of(r, recipes), mf.dispatcher_of(r, recipes)) for r in rows.itertuples()}
+    # the B200 run at EP 32 is not its recipe's (EP 8), and still runs HybridEP
+    assert got[("deepseek-v3", "B200", 32, "26.04.01")] == (None, "flex")
+    # a run at its recipe's layout keeps the recipe's; one without, of a model whose recipes differ, all-to-all
+    assert got[("qwen3-235b-a22b", "H100-SXM5-80GB", 32, "26.04.01")][1] == "alltoall"
+    assert got[("gpt-oss-120b", "B300", 64, "26.02")] == (None, "alltoall")
+    # HybridEP sends a token once to each other node: at EP 32 (4 nodes of 8) it is ahead of all-to-all
+    r = next(r for r in rows.itertuples() if r.zoo == "deepseek-v3" and int(r.ep) == 32)
+    flex = mf._predict(r.zoo, r.gpu, 256, 8, mf.row_layout(r), 4096, "mxfp8", None, "flex")[0]
+    a2a = mf._predict(r.zoo, r.gpu, 256, 8, mf.row_layout(r), 4096, "mxfp8", None, "alltoall")[0]
+    assert flex > 1.5 * a2a
+
+
 def test_auto_checkpointing_on_a_fixed_layout_takes_the_least_recompute_that_fits():
     from srift.simulate.layout_prediction import LayoutSettings, plan_for
     from srift.job import LayoutRequest

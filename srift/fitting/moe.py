@@ -15,7 +15,8 @@ activation recompute, token dispatcher and EP all-to-all overlap the benchmark r
 where the row runs the recipe's own GPU count, TP, PP, EP and micro-batch size (``recipe_of``: a
 row at another ran an earlier release's recipe, whose settings are not known), else the least recompute
 that fits (``AUTO_LADDER`` of srift/simulate/recompute.py, as ``--activation-checkpointing auto``
-chooses) with the all-to-all dispatcher, not overlapped, bf16 attention; force-balanced
+chooses), not overlapped, bf16 attention, with the model's dispatcher (``model_dispatchers``: the
+one every recipe of the model sets, whatever its GPU and precision, else all-to-all); force-balanced
 routing (``BALANCED_ROUTING``: the source's footnote), the compute factor as shipped
 (configs/perf/layouts.json, fitted on dense Llama/GPT/Nemotron runs of data/llm-parallel-layouts).
 No figure is fitted on these rows, so each prediction is already held out from its model and its
@@ -131,12 +132,38 @@ def load_recipes(data: Path) -> dict[tuple[str, str, str], Recipe]:
     return out
 
 
+def model_dispatchers(recipes: dict[tuple[str, str, str], Recipe]) -> dict[str, MoeDispatcher]:
+    """``{model: dispatcher}`` of each model whose benchmark recipes all set the same token
+    dispatcher, whatever their GPU and precision: a fact of the model's recipes (DeepSeek-V3's base
+    recipe, which each of its benchmark recipes starts from, applies HybridEP on every GPU), not of
+    one run, so a row of an earlier release takes it too. Models whose recipes differ are left out
+    (srift's default, ``alltoall``)."""
+    seen: dict[str, set[MoeDispatcher]] = {}
+    for (model, _, _), recipe in recipes.items():
+        seen.setdefault(model, set()).add(recipe.dispatcher)
+    return {model: next(iter(d)) for model, d in seen.items() if len(d) == 1}
+
+
+def dispatcher_of(r, recipes: dict[tuple[str, str, str], Recipe]) -> MoeDispatcher:
+    """The token dispatcher a row runs: its recipe's (``recipe_of``), else its model's
+    (``model_dispatchers``), else ``alltoall``."""
+    recipe = recipe_of(r, recipes)
+    if recipe is not None:
+        return recipe.dispatcher
+    return model_dispatchers(recipes).get(_model_key(r), "alltoall")
+
+
+def _model_key(r) -> str:
+    """The recipe table's model name of a row (``DeepSeek-V3 671B`` -> ``DeepSeek-V3``)."""
+    return str(r.model).split(" ")[0]
+
+
 def recipe_of(r, recipes: dict[tuple[str, str, str], Recipe]) -> Recipe | None:
     """The benchmark recipe of a row: its (model, GPU, precision class)'s where the row runs the
     recipe's GPU count, TP, PP, EP and micro-batch size; else None: the row ran an earlier
     release's recipe, which the wheel does not hold (srift's defaults: the least recompute that
     fits, the all-to-all dispatcher, not overlapped, bf16 attention)."""
-    recipe = recipes.get((str(r.model).split(" ")[0], str(r.gpu), RECIPE_PRECISION[str(r.precision).lower()]))
+    recipe = recipes.get((_model_key(r), str(r.gpu), RECIPE_PRECISION[str(r.precision).lower()]))
     if recipe is None or recipe.layout != (int(r.gpus_total), int(r.tp), int(r.pp), int(r.ep), int(r.micro_batch)):
         return None
     return recipe
@@ -144,12 +171,12 @@ def recipe_of(r, recipes: dict[tuple[str, str, str], Recipe]) -> Recipe | None:
 
 @functools.lru_cache(maxsize=1024)
 def _predict(zoo: str, gpu: str, gpus: int, per_node: int, layout: Layout, seq_len: int,
-             fp8: Fp8Recipe | None, recipe: Recipe | None) -> tuple[float, str]:
+             fp8: Fp8Recipe | None, recipe: Recipe | None, dispatcher: MoeDispatcher) -> tuple[float, str]:
     plan = None
     for policy, modules in (recipe.recompute,) if recipe else AUTO_LADDER:
         plan = plan_layout(llm_arch(zoo), dgx_cluster(gpu, gpus, per_node), layout, seq_len, "bf16", policy,
                            imbalance=BALANCED_ROUTING, fp8=fp8, recompute_modules=modules,
-                           dispatcher=recipe.dispatcher if recipe else "alltoall",
+                           dispatcher=dispatcher,
                            ep_overlap=recipe.ep_overlap if recipe else False,
                            fp8_attention=recipe.fp8_attention if recipe else False)
         label = policy + (f" ({', '.join(modules)})" if modules else "") + ("" if recipe else ", least that fits")
@@ -162,7 +189,6 @@ def _predict(zoo: str, gpu: str, gpus: int, per_node: int, layout: Layout, seq_l
 def predict_row(r, recipes: dict[tuple[str, str, str], Recipe]) -> tuple[float, str]:
     """(predicted tokens/s per GPU, the recompute it ran with and whether srift's memory model fits
     it) of a row: its recipe's settings (``recipe_of``) where known, else the least recompute that
-    fits, the all-to-all dispatcher, not overlapped."""
-    recipe = recipe_of(r, recipes)
+    fits, not overlapped, with its model's dispatcher (``dispatcher_of``)."""
     return _predict(r.zoo, r.gpu, int(r.gpus_total), int(r.gpus_per_node), row_layout(r), int(r.seq_len),
-                    FP8_RECIPE_OF[str(r.precision).lower()], recipe)
+                    FP8_RECIPE_OF[str(r.precision).lower()], recipe_of(r, recipes), dispatcher_of(r, recipes))
