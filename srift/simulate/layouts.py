@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -662,6 +663,22 @@ def _group_ranks_per_node(gpus_per_node: int, stride: int, size: int, outer_stri
     return max(1, count)
 
 
+def _even_ranks_per_node(members: int, size: int) -> int:
+    """Ranks per node of a group of ``size`` whose rank 0 shares its node with ``members`` of them
+    (``_group_ranks_per_node``), cut to the most that divides the group: a group spread unevenly
+    (3, 3, 2 of 8) is counted at an even share on each node, since the network carries the most
+    when the fewest share a node."""
+    per_node = min(members, size)
+    return max(k for k in range(1, per_node + 1) if size % k == 0)
+
+
+def ep_ranks_per_node(ep: int, gpus_per_node: int) -> int:
+    """Ranks of an expert-parallel group (``ep`` consecutive ranks) on one node (an NVLink domain,
+    srift/perf/comm.py ``topology``) for the worst-placed group: ``gcd(ep, g)``, ``min(ep, g)``
+    when one divides the other (a 16-rank group in 72-GPU domains straddles two, 8 and 8)."""
+    return math.gcd(ep, gpus_per_node)
+
+
 def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, precision: str = "bf16",
                 checkpointing: str = "none", dp_flavour: str = "zero1", comm: CommModel | None = None,
                 quantile: float = 0.5, tp_overlap: bool = True, compute_factor: float | None = None,
@@ -794,7 +811,8 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     # node's GPUs over NVLink), exposed, per (average) block: srift/simulate/moe.py.
     ep_f = ep_b = ep_hidden = 0.0
     if layout.ep > 1 and parts.moe_fraction > 0:
-        a2a = ep_exchange_s(arch, comm.subgroup(layout.ep, min(layout.ep, g)), layout.ep, g, parts.dispatch_bytes,
+        ep_node = ep_ranks_per_node(layout.ep, g)
+        a2a = ep_exchange_s(arch, comm.subgroup(layout.ep, ep_node), layout.ep, ep_node, parts.dispatch_bytes,
                             quantile, dispatcher)
         ep_f = ep_b = 2.0 * a2a * parts.moe_fraction
         if ep_overlap:  # beside another micro-batch's forward or backward (Megatron's EP A2A overlap)
@@ -839,11 +857,10 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     if dp_group > 1:
         # A pipeline depth that does not divide the node spreads a group unevenly (3, 3, 2 of 8):
         # the network carries the most when the fewest share a node, so count that many on each.
-        per_node = min(_group_ranks_per_node(g, t, c, t * c * p, d), dp_group)
-        per_node = max(k for k in range(1, per_node + 1) if dp_group % k == 0)
-        groups.append((comm.subgroup(dp_group, per_node), stage_params))
+        groups.append((comm.subgroup(dp_group, _even_ranks_per_node(_group_ranks_per_node(g, t, c, t * c * p, d), dp_group)),
+                       stage_params))
     if expert_params > 0 and edp > 1:
-        groups.append((comm.subgroup(edp, min(edp, max(1, g // layout.ep))), expert_params))
+        groups.append((comm.subgroup(edp, _even_ranks_per_node(_group_ranks_per_node(g, layout.ep, edp), edp)), expert_params))
     rs = ag = 0.0
     for dcomm, n_params in groups:
         if dp_flavour == ZERO1:
@@ -1029,7 +1046,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
             parts = parts_of[key] = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, imbalance,
                                                              lora=lora), factor)
             bc = block_comm(arch, comm, t, c, mb, seq_len, e, parts, 0.5, tp_overlap)
-            a2a = (4.0 * parts.moe_fraction * float(comm.subgroup(ep, min(ep, g)).all_to_all_time_s(parts.dispatch_bytes))
+            a2a = (4.0 * parts.moe_fraction * float(comm.subgroup(ep, ep_ranks_per_node(ep, g)).all_to_all_time_s(parts.dispatch_bytes))
                    if ep > 1 else 0.0)
             slot_of[key] = (parts.block_f_s + parts.block_b_s + bc.tp_f_s + bc.tp_b_s + bc.cp_f_s + bc.cp_b_s + a2a,
                             k_tp * bc.tp_hidden_s + k_p2p * bc.cp_hidden_s)
