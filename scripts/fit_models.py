@@ -199,9 +199,14 @@ def main() -> None:
     ap.add_argument("--data", default=str(ROOT / "data"), help="the measurements (default: the repository's data/)")
     ap.add_argument("--profiles-dir", default=None)
     ap.add_argument("--out", default=str(ROOT / "configs" / "perf"))
+    ap.add_argument("--only", choices=("layouts",), default=None,
+                    help="refit one file alone (layouts: configs/perf/layouts.json on the parameters as shipped)")
     args = ap.parse_args()
     data, out = Path(args.data), Path(args.out)
     today = _dt.date.today().isoformat()
+    if args.only == "layouts":
+        _write_layouts(data, out, today)
+        return
 
     profiles = profile_source(args.profiles_dir)
     cparams, rows, pred = fit_compute_params(data, profiles)
@@ -243,15 +248,20 @@ def main() -> None:
           f"{sdoc['llm_matmul_factor']:.3f} over {sdoc['fit']['rows']} FSDP runs, in-sample MAPE "
           f"{sdoc['fit']['in_sample_mape_pct']:.1f}%  -> {out / 'sharded.json'}")
 
-    ldoc = fit_layouts(data, out, today)
-    write_json(out / "layouts.json", ldoc)
-    print(f"layouts: Megatron compute factor {ldoc['megatron_compute_factor']:.4f} over {ldoc['fit']['rows']} runs "
-          f"-> {out / 'layouts.json'}")
+    _write_layouts(data, out, today)
 
     kdoc = fit_kfac(data, today)
     write_json(out / "kfac_kernels.json", kdoc)
     print(f"kfac kernels: shape {kdoc['shape']:.3f} from the CPU table; measured: "
           + ", ".join(f"{k} ({', '.join(v)})" for k, v in kdoc["measured"].items()) + f"  -> {out / 'kfac_kernels.json'}")
+
+
+def _write_layouts(data: Path, out: Path, today: str) -> None:
+    """configs/perf/layouts.json: the layout factor fitted on the parameters in ``out``."""
+    ldoc = fit_layouts(data, out, today)
+    write_json(out / "layouts.json", ldoc)
+    print(f"layouts: Megatron compute factor {ldoc['megatron_compute_factor']:.4f} over {ldoc['fit']['rows']} runs "
+          f"-> {out / 'layouts.json'}")
 
 
 def fit_kfac(data: Path, today: str) -> dict:

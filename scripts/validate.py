@@ -400,24 +400,31 @@ def layout_group(data: Path) -> None:
     from srift.fitting import layouts as lf
     from srift.simulate.layouts import load_layout_params
 
-    rows, out = lf.load_rows(data)
-    if not len(rows):
+    megatron, out = lf.load_rows(data)
+    if not len(megatron):
         return
+    titan, titan_out = lf.torchtitan_rows(data)
+    titan_fp8 = titan[titan["fp8"].notna()].reset_index(drop=True) if len(titan) else titan
+    titan_bf16 = titan[titan["fp8"].isna()].reset_index(drop=True) if len(titan) else titan
+    # torchtitan's bf16 rows are a source of the table; nothing is fitted on them.
+    rows = pd.concat([megatron, titan_bf16], ignore_index=True)
+    fitted = (rows["source_slug"] != lf.TORCHTITAN_SOURCE).to_numpy()
     meas = rows["value"].to_numpy(float)
     pred = np.array([lf.predict_row(r)[0] for r in rows.itertuples()])
     fits = np.array([lf.predict_row(r)[1] for r in rows.itertuples()])
-    cols = {"fit": pred, "LOMO": lf.held_out(rows, "zoo"), "LOSO": lf.held_out(rows, "source_slug")}
+    cols = {"fit": pred, "LOMO": lf.held_out(rows, "zoo", fitted), "LOSO": lf.held_out(rows, "source_slug", fitted)}
 
     def pct(p: np.ndarray, mask: np.ndarray) -> float:
         return float(np.mean(np.abs(p[mask] / meas[mask] - 1.0)) * 100.0)
 
     factor = load_layout_params().megatron_compute_factor
-    print(f"\nLayout group: step time of {len(rows)} Megatron runs (TP x PP x CP x DP, bf16, H100 and A100, "
-          f"{rows['source_slug'].nunique()} sources, data/llm-parallel-layouts), megatron_compute_factor {factor:.4f}. "
-          "MAPE %:")
+    print(f"\nLayout group: step time of {len(rows)} runs (TP x PP x CP x DP, bf16, H100 and A100, "
+          f"{rows['source_slug'].nunique()} sources: Megatron runs of data/llm-parallel-layouts, torchtitan's FSDP2 2D runs "
+          f"of data/llm-training-throughput, nothing fitted on those), megatron_compute_factor {factor:.4f}. MAPE %:")
     print(f"{'':<40}{'rows':>6}" + "".join(f"{k:>8}" for k in cols))
     everything = np.ones(len(rows), dtype=bool)
     print(f"{'  all':<40}{len(rows):>6}" + "".join(f"{pct(v, everything):>8.1f}" for v in cols.values()))
+    print(f"{'  Megatron sources (fitted on)':<40}{int(fitted.sum()):>6}" + "".join(f"{pct(v, fitted):>8.1f}" for v in cols.values()))
     for m in sorted(rows["zoo"].unique()):
         mask = (rows["zoo"] == m).to_numpy()
         print(f"{'  ' + m:<40}{int(mask.sum()):>6}" + "".join(f"{pct(v, mask):>8.1f}" for v in cols.values()))
@@ -430,16 +437,56 @@ def layout_group(data: Path) -> None:
     print(f"  fp8 (Transformer Engine FP8 GEMMs, srift/perf/fp8.py, nothing fitted on them): {len(fp8)} runs, MAPE "
           f"{np.mean(np.abs(fp8_err)) * 100:.1f} %, signed {np.mean(fp8_err) * 100:+.1f} %")
     long_context_subgroup(data)
-    both = pd.concat([rows, fp8], ignore_index=True)
-    mean_regret, groups = lf.regret(both, np.concatenate([pred, fp8_pred]))
-    print(f"  mean regret {mean_regret * 100:.1f} % over {groups} (model, precision, GPU count) group(s) with more than one "
-          f"measured layout; signed error {np.mean(pred / meas - 1.0) * 100:+.1f} %; {int(fits.sum())} of {len(rows)} "
-          f"measured runs predicted to fit in memory")
-    claims = lf.search_claims(rows)
+    titan_fp8_pred = torchtitan_subgroup(titan_bf16, pred[~fitted], titan_fp8, titan_out)
+    long_rows, _ = lf.long_context_rows(data)
+    long_pred = np.array([lf.predict_row(r)[0] for r in long_rows.itertuples()])
+    both = pd.concat([rows, fp8, titan_fp8, long_rows], ignore_index=True)
+    groups = lf.regret_groups(both, np.concatenate([pred, fp8_pred, titan_fp8_pred, long_pred]))
+    print(f"  mean regret {groups['regret'].mean() * 100:.1f} % over the {len(groups)} (model, GPU, GPU count, precision, "
+          "sequence length) groups with more than one measured layout (bf16, fp8, long-context and torchtitan rows; "
+          "seconds per token); signed error "
+          f"{np.mean(pred[fitted] / meas[fitted] - 1.0) * 100:+.1f} % (Megatron sources); {int(fits.sum())} of {len(rows)} "
+          "measured runs predicted to fit in memory")
+    for g in groups.itertuples():
+        print(f"    {g.zoo} {g.gpu} x {g.gpus_total} {g.precision_key} seq {g.seq_len} ({g.sources}): {g.layouts} layouts, "
+              f"measured best {g.best}, srift's first {g.chosen}: regret {g.regret * 100:.1f} %")
+    claims = lf.search_claims(megatron)
     print(f"  srift's own search picks a layout it predicts {np.mean(claims) * -100:.1f} % faster than the measured one on "
           f"average ({min(claims) * -100:.0f} to {max(claims) * -100:.0f} %, {len(claims)} model x GPU counts): unmeasured, a "
           "claim to check")
     print("  left out: " + "; ".join(f"{n} {why}" for why, n in out.items()))
+
+
+def torchtitan_subgroup(bf16: pd.DataFrame, bf16_pred: np.ndarray, fp8: pd.DataFrame, out: dict[str, int]) -> np.ndarray:
+    """The layout group's torchtitan rows (FSDP2 under TP, PP, CP; data/llm-training-throughput),
+    row by row: the bf16 ones (in the table above) and the fp8 ones (torchao tensorwise FP8 GEMMs,
+    srift/perf/fp8.py), nothing fitted on either. Returns the fp8 rows' predictions."""
+    from srift.fitting import layouts as lf
+
+    fp8_pred = np.array([lf.predict_row(r)[0] for r in fp8.itertuples()])
+    if not len(bf16) and not len(fp8):
+        return fp8_pred
+    print("  torchtitan FSDP2 x TP/PP/CP (Meta H100 HBM2e 500 W, predicted as H100 SXM with 96 GB; torch.compile; nothing "
+          "fitted on them), step seconds:")
+    for title, frame, p in (("bf16", bf16, bf16_pred), ("fp8 tensorwise", fp8, fp8_pred)):
+        if not len(frame):
+            continue
+        err = p / frame["value"].to_numpy(float) - 1.0
+        print(f"    {title}: {len(frame)} runs, MAPE {np.mean(np.abs(err)) * 100:.1f} %, signed {np.mean(err) * 100:+.1f} %")
+        for r, q, e in zip(frame.itertuples(), p, err):
+            print(f"      row {r.row_id} {r.zoo} {r.gpus_total} GPUs {lf.row_layout(r).label:<28} {r.checkpointing:<9} "
+                  f"{'async TP' if r.tp_overlap else 'vanilla TP':<10} measured {r.value:6.2f} s  predicted {q:6.2f} s  "
+                  f"{e * 100:+5.1f} %")
+    both = pd.concat([bf16, fp8], ignore_index=True)
+    peaks = both[both["peak_gib"].notna()]
+    if len(peaks):
+        mem_err = np.array([lf.row_memory_gib(r) / r.peak_gib - 1.0 for r in peaks.itertuples()])
+        print(f"    peak memory (torchtitan's reserved peak; {len(peaks)} runs publish it): MAPE "
+              f"{np.mean(np.abs(mem_err)) * 100:.1f} %, signed {np.mean(mem_err) * 100:+.1f} %; "
+              + ", ".join(f"row {r.row_id} {r.peak_gib:.1f} GiB {e * 100:+.0f} %" for r, e in zip(peaks.itertuples(), mem_err)))
+    if out:
+        print("    left out: " + "; ".join(f"{n} {why}" for why, n in out.items()))
+    return fp8_pred
 
 
 def long_context_subgroup(data: Path) -> None:

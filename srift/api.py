@@ -29,7 +29,7 @@ from srift.examples import copy_examples as copy_example_files
 from srift.files import check_name, check_outputs, file_in, output_file, read_json  # noqa: F401 (check_outputs: for the commands)
 from srift.hardware import CPU, GpuSpec, gpus, matching_gpus
 from srift.hardware import gpu as gpu_spec
-from srift.job import AUTO, BF16, DEFAULT_INFRA, FINETUNE_MODES, LAYOUT_PARALLELISMS, Job, Precision, require_precision
+from srift.job import AUTO, BF16, DDP, DEFAULT_INFRA, FINETUNE_MODES, ZERO1, Job, Precision, require_precision
 from srift.jobfile import JobFile
 from srift.profile import Profile
 from srift.report.format import usd, with_article
@@ -437,7 +437,7 @@ def takes_default_layout(job: Job, constraints: Constraints) -> bool:
     none: unless the job says data parallelism (``--batch-size``, ``--grad-accum``, a sharded
     ``--parallelism``), fine-tunes, uses K-FAC, or the search mixes node types."""
     return (job.layout is None and job.batch_size is None and job.grad_accum == 1 and job.finetune is None
-            and not job.kfac and job.parallelism in (AUTO, *LAYOUT_PARALLELISMS) and not constraints.mixed)
+            and not job.kfac and job.parallelism in (AUTO, ZERO1, DDP) and not constraints.mixed)
 
 
 def _search_rows(precision: str, infra: str) -> list[Instance]:

@@ -95,8 +95,9 @@ ReduceDtype = Literal["fp32", "bf16", "fp16"]
 REDUCE_DTYPES: tuple[ReduceDtype, ...] = get_args(ReduceDtype)
 REDUCE_BYTES_PER_ELEMENT: dict[ReduceDtype, int] = {"fp32": 4, "bf16": 2, "fp16": 2}  # bytes per gradient element reduced
 # Data parallelism of a job with a --layout (srift/simulate/layouts.py): zero1 is Megatron's
-# distributed optimizer (gradients reduce-scattered, optimizer states sharded), ddp all-reduces.
-LayoutParallelism = Literal["zero1", "ddp"]
+# distributed optimizer (gradients reduce-scattered, optimizer states sharded), ddp all-reduces;
+# fsdp and hsdp shard the parameters too, per block (FSDP2 under TP/PP/CP, as torchtitan runs it).
+LayoutParallelism = Literal["zero1", "ddp", "fsdp", "hsdp"]
 LAYOUT_PARALLELISMS: tuple[LayoutParallelism, ...] = get_args(LayoutParallelism)
 # Pipeline schedules of a layout: Megatron's 1F1B and its interleaved variant (virtual stages).
 PipelineSchedule = Literal["1f1b", "interleaved"]
@@ -519,7 +520,7 @@ class Job:
                              "pass --micro-batch-size (sequences per micro-batch) and --global-batch-size instead.")
         if self.parallelism not in (*LAYOUT_PARALLELISMS, AUTO):
             raise SriftError(f"--parallelism {self.parallelism} is not modelled with --layout.",
-                             "use --parallelism zero1 (Megatron's distributed optimizer) or ddp with --layout.")
+                             "use --parallelism zero1 (Megatron's distributed optimizer), ddp, fsdp or hsdp with --layout.")
         if self.virtual_stages > 1 and self.pipeline_schedule == "1f1b":
             raise SriftError("--virtual-stages needs the interleaved schedule.",
                              "use --pipeline-schedule interleaved, or drop --virtual-stages.")

@@ -120,7 +120,7 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "models, tokens for sequence models; a measured profile's own data time).", choices=DATA_LOADING),
     JobOption("parallelism", "str", AUTO, f"{one_of((*PARALLELISMS, 'zero1', AUTO))}: how the job is spread (auto: per "
               "configuration the fastest that fits; DDP for models without transformer blocks; with --layout: zero1, "
-              "Megatron's distributed optimizer, or ddp).",
+              "Megatron's distributed optimizer, ddp, or fsdp/hsdp, FSDP2 under the layout as torchtitan).",
               choices=(*PARALLELISMS, *(p for p in LAYOUT_PARALLELISMS if p not in PARALLELISMS), AUTO)),
     JobOption("layout", "text", None, "Tensor, pipeline and context parallelism of a decoder LLM: tp=T,pp=P,cp=C (data "
               "parallelism takes the rest; ep=E adds expert parallelism for a mixture of experts) or auto (the fastest layout that fits).", example="tp=2,pp=1,cp=1"),

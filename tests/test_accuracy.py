@@ -202,6 +202,11 @@ def test_a_layout_quotes_its_own_group_never_below_the_dense_layouts(monkeypatch
         assert _typical_error(False, True, 5.3, 5.9)[0] == 14.2
         # a group validated better than the dense layouts it rests on still quotes the dense figure
         assert _typical_error(False, True, 5.3, 15.0)[0] == 15.0
+        # FSDP under a layout quotes torchtitan's runs (layouts.json's validation)
+        fsdp = {"fsdp_mape_pct": 23.9, "fsdp_rows": 5, "fsdp_bias_pct": -23.1}
+        assert _typical_error(False, False, 5.3, 5.9, fsdp)[0] == 23.9
+        assert "5 torchtitan FSDP2 x TP runs" in _typical_error(False, False, 5.3, 5.9, fsdp)[1]
+        assert _typical_error(False, False, 5.3, 5.9, {"fsdp_mape_pct": 2.0})[0] == 5.9
     finally:
         A.moe_typical_error.cache_clear()
         A.load_accuracy.cache_clear()

@@ -21,6 +21,20 @@ TFLOP/s per GPU (``flops_basis`` ``megatron``) becomes a step time by Megatron-L
 activation recomputation (``--checkpoint-activations``: full) or runs without it; a micro-batch
 not stated is 1. The Jean Zay A100 nodes' 4 Omni-Path links (400 Gb/s) are modelled as InfiniBand,
 the RDMA class srift has.
+
+torchtitan's 2D/3D rows (``torchtitan_rows``, data/llm-training-throughput, source ``torchtitan``:
+FSDP2 under TP, PP and CP on Meta's Grand Teton H100s) are a source of their own, nothing fitted
+on them: ``fsdp`` over CP x DP (FSDP2, gradients reduced in fp32, torchtitan's default), the
+layout as printed, one micro-batch of the whole local batch without a pipeline (no gradient
+accumulation); under a pipeline torchtitan's default of as many micro-batches as stages (1F1B:
+``pp``; Interleaved 1F1B: 2 stages per rank assumed, the source does not print it); full
+checkpointing as ``full``, per-op selective as torchtitan's policy (``op_sac``); async TP as
+overlapped TP communication, vanilla TP as NCCL's blocking collectives. The GPUs are H100 SXM
+with 96 GB of HBM2e at a 500 W limit: srift has no such GPU and predicts them as H100 SXM (700 W,
+HBM3) with 96 GB, so they should come out fast. 8 GPUs a node, 400 Gb/s RDMA per GPU (the
+source), priced as InfiniBand. torch.compile is on in every row: the layout compute factor (fused
+Megatron-Core / Transformer Engine kernels) stands for it. Measured: tokens/s per GPU, which
+torchtitan computes as ``local batch x seq / (step x tp x pp x cp)``; the step is that inverted.
 """
 
 from __future__ import annotations
@@ -43,12 +57,21 @@ from srift.zoo import canonical_name, llm_arch
 from srift.zoo.llm import DecoderArch
 
 FOLDER = Path("llm-parallel-layouts")
+THROUGHPUT_CSV = Path("llm-training-throughput") / "llm-training-throughput.csv"
+TORCHTITAN_SOURCE = "torchtitan"
 GPUS: dict[str, tuple[str, str, float, Network]] = {"H100-SXM5-80GB": ("H100", "nvswitch4", 3200.0, INFINIBAND),
-                                                    "A100-SXM4-80GB": ("A100-80GB", "nvswitch", 400.0, INFINIBAND)}
+                                                    "A100-SXM4-80GB": ("A100-80GB", "nvswitch", 400.0, INFINIBAND),
+                                                    # Meta's Grand Teton H100 (HBM2e, 500 W): 400 Gb/s RDMA a GPU.
+                                                    "h100_hbm2e_meta": ("H100", "nvswitch4", 3200.0, INFINIBAND)}
+# GPUs whose memory is not their catalog GPU's (the source states it).
+GPU_MEMORY_GIB: dict[str, float] = {"h100_hbm2e_meta": 96.0}
 SHAPE_COLUMNS = ("n_layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
 # The FP8 recipe of the source's fp8 rows: NeMo's bf16_with_fp8_mixed on Hopper is Transformer
 # Engine's per-tensor (delayed) scaling.
 FP8_RECIPE_OF_GPU: dict[str, Fp8Recipe] = {"H100-SXM5-80GB": "tensorwise"}
+# torchtitan's float8 recipes (torchao): tensorwise is per-tensor dynamic scaling (srift/perf/fp8.py's
+# ``tensorwise``); rowwise scaling is not modelled.
+TORCHTITAN_FP8: dict[str, Fp8Recipe | None] = {"bf16": None, "fp8_tensorwise+bf16": "tensorwise"}
 # NeMo's long-sequence table (context parallelism up to 1M tokens), model TFLOP/s per GPU.
 LONG_CONTEXT_SOURCE = "nemo-long-context-cp"
 
@@ -87,7 +110,8 @@ def dgx_cluster(gpu_label: str, gpus: int, gpus_per_node: int) -> Cluster:
     """The source's nodes: ``gpus_per_node`` GPUs on NVSwitch, InfiniBand between nodes."""
     gpu, link, gbps, net = GPUS[gpu_label]
     return Cluster(f"{gpus} x {gpu}", (NodeGroup(count=max(1, gpus // gpus_per_node), gpus_per_node=min(gpus, gpus_per_node),
-                                                 gpu=gpu, intra_node=link, network_gbps=gbps, network=net),))
+                                                 gpu=gpu, intra_node=link, network_gbps=gbps, network=net,
+                                                 gpu_memory_gib=GPU_MEMORY_GIB.get(gpu_label)),))
 
 
 def _why_left_out(r) -> str | None:
@@ -149,6 +173,62 @@ def _tflops_as_step_s(rows: pd.DataFrame, mask: np.ndarray) -> None:
     rows.loc[mask, "metric"] = "step_time_s"
 
 
+def _why_not_torchtitan(r: dict[str, str]) -> str | None:
+    if r["source_id"] != TORCHTITAN_SOURCE:
+        return "not torchtitan"
+    if all(float(r[k] or 1) == 1.0 for k in ("tp_degree", "pp_degree", "cp_degree")):
+        return "data parallel only (the sharded group's kind)"
+    if r["training_type"] != "pretrain":
+        return f"not pre-training ({r['training_type']})"
+    if r["precision"] not in TORCHTITAN_FP8:
+        return f"precision {r['precision']} (not modelled: rowwise FP8 scaling)"
+    if r["gpu_type"] not in GPUS:
+        return f"GPU {r['gpu_type']} not in the row map"
+    if r["activation_checkpointing"] not in ("full", "selective_op", "none"):
+        return f"checkpointing {r['activation_checkpointing']}"
+    return None
+
+
+def torchtitan_rows(data: Path) -> tuple[pd.DataFrame, dict[str, int]]:
+    """torchtitan's 2D/3D/4D rows (FSDP2 under TP, PP and CP) as layout rows (module docstring):
+    step seconds in ``value``, ``fp8`` their recipe (None: bf16), and by reason how many of the
+    source's other rows were left out."""
+    table = pd.read_csv(Path(data) / THROUGHPUT_CSV, dtype=str, keep_default_na=False)
+    kept: list[dict] = []
+    out: dict[str, int] = {}
+    for r in table.to_dict("records"):
+        why = _why_not_torchtitan(r)
+        if why == "not torchtitan":
+            continue
+        if why:
+            out[why] = out.get(why, 0) + 1
+            continue
+        t, p, c, d = (int(float(r[k])) for k in ("tp_degree", "pp_degree", "cp_degree", "dp_degree"))
+        local, seq = int(float(r["local_batch_size"])), int(r["seq_len"])
+        interleaved = "Interleaved" in r["other_flags"]
+        v = 2 if interleaved else 1
+        micro_batches = p * v if p > 1 else 1  # torchtitan's default: as many micro-batches as stages
+        kept.append({
+            "row_id": int(r["row_id"]), "source_slug": TORCHTITAN_SOURCE, "model": r["model_name"],
+            "zoo": canonical_name(r["model_name"]), "gpu": r["gpu_type"], "gpus_total": int(r["n_gpus"]),
+            "gpus_per_node": int(r["gpus_per_node"]), "tp": t, "pp": p, "cp": c, "dp": d, "vp": v,
+            "micro_batch": local // micro_batches, "global_batch": local * d, "seq_len": seq,
+            "precision": r["precision"], "fp8": TORCHTITAN_FP8[r["precision"]], "dp_flavour": "fsdp",
+            "checkpointing": "full" if r["activation_checkpointing"] == "full" else
+            ("selective" if r["activation_checkpointing"] == "selective_op" else "none"),
+            "op_sac": r["activation_checkpointing"] == "selective_op",
+            "tp_overlap": "async" in (r["other_flags"] + " " + r["notes"]).lower(),
+            "metric": "step_time_s",
+            "value": local * seq / (float(r["meas_tokens_per_sec_per_gpu"]) * t * p * c),
+            "peak_gib": float(r["meas_peak_mem_gib"]) if r["meas_peak_mem_gib"] else math.nan,
+            "label": r["other_flags"] or r["parallelism"],
+        })
+    rows = pd.DataFrame(kept)
+    if len(rows):
+        rows["arch"] = [llm_arch(z) for z in rows["zoo"]]
+    return rows, out
+
+
 def _carries_shape(r) -> bool:
     return all(not pd.isna(getattr(r, k, float("nan"))) for k in SHAPE_COLUMNS)
 
@@ -165,6 +245,12 @@ def load_rows(data: Path) -> tuple[pd.DataFrame, dict[str, int]]:
     return rows, out
 
 
+def _given(r, key: str):
+    """The row's ``key``, or None where it has none (a column other sources' rows leave empty)."""
+    v = getattr(r, key, None)
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+
 def row_layout(r) -> Layout:
     vp = int(r.vp) if not pd.isna(r.vp) and int(r.vp) > 1 else 1
     mb, dp = int(r.micro_batch), int(r.dp)
@@ -173,32 +259,50 @@ def row_layout(r) -> Layout:
 
 
 def row_checkpointing(r) -> str:
-    """``full`` where the row states activation checkpointing (Megatron's flag), else ``none``."""
+    """``full`` where the row states activation checkpointing (Megatron's flag), else ``none``; a
+    row's own ``checkpointing`` where it has one (torchtitan's)."""
+    if _given(r, "checkpointing") is not None:
+        return str(r.checkpointing)
     return "full" if "checkpoint-activations" in str(r.activation_checkpointing) else "none"
 
 
 def row_tp_overlap(r) -> bool:
     """Whether the row's framework overlaps TP communication with Transformer Engine's userbuffers:
     Megatron-Core and NeMo (whose performance recipes set ``tp_comm_overlap``) do; Megatron-DeepSpeed
-    has no userbuffers (its TP all-reduces are NCCL's)."""
+    has no userbuffers (its TP all-reduces are NCCL's); a row's own ``tp_overlap`` where it has one
+    (torchtitan's async TP)."""
+    if _given(r, "tp_overlap") is not None:
+        return bool(r.tp_overlap)
     framework = str(getattr(r, "framework", ""))
     return "Megatron-Core" in framework or "NeMo" in framework or "--tp-comm-overlap" in framework
 
 
 @functools.lru_cache(maxsize=4096)
 def _predict(arch: DecoderArch, gpu: str, gpus: int, per_node: int, layout: Layout, seq_len: int, checkpointing: str,
-             factor: float, fp8: Fp8Recipe | None = None, tp_overlap: bool = True) -> tuple[float, bool]:
-    plan = plan_layout(arch, dgx_cluster(gpu, gpus, per_node), layout, seq_len, "bf16", checkpointing, compute_factor=factor,
-                       fp8=fp8, tp_overlap=tp_overlap)
-    return plan.iteration_s, plan.fits
+             factor: float, fp8: Fp8Recipe | None = None, tp_overlap: bool = True, dp_flavour: str = "zero1",
+             op_sac: bool = False) -> tuple[float, bool, float]:
+    plan = plan_layout(arch, dgx_cluster(gpu, gpus, per_node), layout, seq_len, "bf16", checkpointing, dp_flavour,
+                       compute_factor=factor, fp8=fp8, tp_overlap=tp_overlap, op_sac=op_sac)
+    return plan.iteration_s, plan.fits, plan.memory_per_gpu_bytes / 2**30
 
 
 def predict_row(r, factor: float | None = None) -> tuple[float, bool]:
     """(predicted step seconds, fits in memory) of a row at ``factor`` (None: the shipped one);
-    an ``fp8_rows`` row with its FP8 recipe."""
+    an ``fp8_rows`` row with its FP8 recipe, a ``torchtitan_rows`` row with FSDP2."""
+    seconds, fits, _ = _predict_full(r, factor)
+    return seconds, fits
+
+
+def row_memory_gib(r) -> float:
+    """Predicted peak reserved GiB per GPU of a row (its most loaded stage)."""
+    return _predict_full(r, None)[2]
+
+
+def _predict_full(r, factor: float | None) -> tuple[float, bool, float]:
     f = load_layout_params().megatron_compute_factor if factor is None else factor
     return _predict(r.arch, r.gpu, int(r.gpus_total), int(r.gpus_per_node), row_layout(r), int(r.seq_len),
-                    row_checkpointing(r), float(f), getattr(r, "fp8", None), row_tp_overlap(r))
+                    row_checkpointing(r), float(f), _given(r, "fp8"), row_tp_overlap(r),
+                    str(_given(r, "dp_flavour") or "zero1"), bool(_given(r, "op_sac") or False))
 
 
 def fit_factor(rows: pd.DataFrame) -> float:
@@ -215,30 +319,47 @@ def fit_factor(rows: pd.DataFrame) -> float:
     return round(float(minimize_scalar(loss, bounds=(0.3, 2.0), method="bounded", options={"xatol": 1e-4}).x), 4)
 
 
-def held_out(rows: pd.DataFrame, key: str) -> np.ndarray:
-    """Each row predicted with the factor fitted without the rows sharing its ``key``."""
+def held_out(rows: pd.DataFrame, key: str, fitted: np.ndarray | None = None) -> np.ndarray:
+    """Each row predicted with the factor fitted without the rows sharing its ``key`` (and only
+    on the rows ``fitted`` marks, when given: sources nothing is fitted on)."""
     out = np.empty(len(rows))
+    can_fit = np.ones(len(rows), dtype=bool) if fitted is None else fitted
     for value in rows[key].unique():
         mask = (rows[key] == value).to_numpy()
-        f = fit_factor(rows[~mask])
+        f = fit_factor(rows[~mask & can_fit])
         out[mask] = [predict_row(r, f)[0] for r in rows[mask].itertuples()]
     return out
 
 
-def regret(rows: pd.DataFrame, pred: np.ndarray) -> tuple[float, int]:
-    """Mean regret over (model, precision, GPU count) groups with more than one measured layout:
-    how much slower the layout srift ranks first was than the measured best (0 when it picks the
-    best), and the number of such groups."""
-    frame = rows.assign(pred=pred, label=[row_layout(r).label for r in rows.itertuples()],
-                        precision_key=[str(p).lower().startswith("fp8") for p in rows["precision"]])
-    regrets = []
-    for _, grp in frame.groupby(["zoo", "precision_key", "gpus_total"]):
-        per = grp.groupby("label").agg(meas=("value", "mean"), pred=("pred", "mean"))
+REGRET_KEYS = ["zoo", "gpu", "gpus_total", "precision_key", "seq_len"]
+
+
+def regret_groups(rows: pd.DataFrame, pred: np.ndarray) -> pd.DataFrame:
+    """Every (model, GPU, GPU count, precision, sequence length) group with more than one measured
+    layout (rows of one layout, e.g. vanilla and async TP, are averaged): its layouts, the
+    measured best, the one srift ranks first and the regret, how much slower that one measured
+    than the best (0 when srift picks the best). Layouts are compared by seconds per token (their
+    global batches may differ); fp8 recipes count as one precision."""
+    tokens = rows["global_batch"].to_numpy(float) * rows["seq_len"].to_numpy(float)
+    frame = rows.assign(meas_tok=rows["value"].to_numpy(float) / tokens, pred_tok=np.asarray(pred, float) / tokens,
+                        label=[row_layout(r).label for r in rows.itertuples()],
+                        precision_key=["fp8" if str(p).lower().startswith("fp8") else "bf16" for p in rows["precision"]])
+    out = []
+    for key, grp in frame.groupby(REGRET_KEYS):
+        per = grp.groupby("label").agg(meas=("meas_tok", "mean"), pred=("pred_tok", "mean"))
         if len(per) < 2:
             continue
-        chosen = per["pred"].idxmin()
-        regrets.append(per.loc[chosen, "meas"] / per["meas"].min() - 1.0)
-    return (float(np.mean(regrets)) if regrets else math.nan), len(regrets)
+        chosen, best = per["pred"].idxmin(), per["meas"].idxmin()
+        out.append(dict(zip(REGRET_KEYS, key), layouts=len(per), best=best, chosen=chosen,
+                        sources=",".join(sorted(set(map(str, grp["source_slug"])))),
+                        regret=per.loc[chosen, "meas"] / per.loc[best, "meas"] - 1.0))
+    return pd.DataFrame(out, columns=[*REGRET_KEYS, "layouts", "best", "chosen", "sources", "regret"])
+
+
+def regret(rows: pd.DataFrame, pred: np.ndarray) -> tuple[float, int]:
+    """Mean regret over ``regret_groups`` and the number of groups."""
+    groups = regret_groups(rows, pred)
+    return (float(groups["regret"].mean()) if len(groups) else math.nan), len(groups)
 
 
 def params_document(data: Path, today: str) -> dict:
@@ -255,17 +376,28 @@ def params_document(data: Path, today: str) -> dict:
     per_source = {str(src): mape_of(loso[(rows["source_slug"] == src).to_numpy()],
                                     meas[(rows["source_slug"] == src).to_numpy()])
                   for src in sorted(rows["source_slug"].unique())}
+    # torchtitan's bf16 FSDP2 runs: nothing fitted on them, so their error at the factor is held out.
+    titan, _ = torchtitan_rows(data)
+    titan = titan[titan["fp8"].isna()] if len(titan) else titan
+    titan_err = np.array([predict_row(r, factor)[0] for r in titan.itertuples()]) / titan["value"].to_numpy(float) - 1.0 \
+        if len(titan) else np.zeros(0)
+    if len(titan):
+        per_source[TORCHTITAN_SOURCE] = round(float(np.mean(np.abs(titan_err)) * 100.0), 1)
     return {
         "schema": LAYOUT_PARAMS_SCHEMA,
         "megatron_compute_factor": factor,
         "sources": ["data/llm-parallel-layouts/dgxc-benchmarking-h100-dense.csv (NVIDIA dgxc-benchmarking DGX H100 "
                     "tables, bf16)",
+                    "validation only: data/llm-training-throughput (torchtitan FSDP2 x TP 2D runs, bf16, nothing fitted on "
+                    "them: fsdp_mape_pct)",
                     "data/llm-parallel-layouts/llm-training-throughput-3d.csv (Megatron-LM README weak-scaling GPTs on "
                     "H100; BigScience BLOOM-176B on A100; see srift/fitting/layouts.py)"],
         "fitted_on": today,
         "fit": {"rows": int(len(rows)), "models": sorted(rows["zoo"].unique().tolist()), "left_out": left_out},
         "validation": {"mape_pct": mape(fitted), "lomo_mape_pct": mape(held_out(rows, "zoo")),
-                       "loso_mape_pct": mape(loso), "loso_mape_pct_by_source": per_source},
+                       "loso_mape_pct": mape(loso), "loso_mape_pct_by_source": per_source,
+                       **({"fsdp_mape_pct": per_source[TORCHTITAN_SOURCE], "fsdp_rows": int(len(titan)),
+                           "fsdp_bias_pct": round(float(np.mean(titan_err)) * 100.0, 1) + 0.0} if len(titan) else {})},
         "model": "Megatron-Core / Transformer Engine compute seconds = megatron_compute_factor x the compute model's "
                  "(configs/perf/compute.json and sharded.json) on the TP/CP-split shapes",
         "method": "least squares on log(predicted / measured step time), bounded to (0.3, 2.0)",

@@ -61,6 +61,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from srift.cluster import Cluster
 from srift.bounds import require
 from srift.errors import SriftError
@@ -68,23 +70,27 @@ from srift.files import configs_dir, read_json
 from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
 from srift.job import (
-    CORE_ATTN, DEFAULT_RECOMPUTE_MODULES, FULL_CHECKPOINTING, HALF_PRECISIONS, INTERLEAVED, LAYOUT_PARALLELISMS, MOE_ACT,
-    PIPELINE_SCHEDULES, SELECTIVE, ZERO1, LayoutRequest, MoeDispatcher, RecomputeModule,
+    CORE_ATTN, DDP, DEFAULT_RECOMPUTE_MODULES, FSDP, FULL_CHECKPOINTING, HALF_PRECISIONS, HSDP, INTERLEAVED,
+    LAYOUT_PARALLELISMS, MOE_ACT, PIPELINE_SCHEDULES, REDUCE_BYTES_PER_ELEMENT, SELECTIVE, ZERO1, LayoutRequest,
+    MoeDispatcher, RecomputeModule,
 )
 from srift.perf.fp8 import Fp8Recipe, fp8_saved_bytes, fp8_times, fp8_weight_cache_bytes
 from srift.perf.compute import (
     ATTENTION, NORM, kernel_rates, layer_kind, layer_times, load_params as load_compute_params, mma_rate_flops,
 )
 from srift.simulate.finetune import LoraSpec, finetune_profile
-from srift.simulate.memory import LOSS_FP32_BYTES, MASTER_BYTES, USABLE_FRACTION, allocator_bytes, fits, with_allocator
+from srift.simulate.memory import (LOSS_FP32_BYTES, MASTER_BYTES, USABLE_FRACTION, allocator_bytes, fits,
+                                   sharded_state_bytes, with_allocator)
 from srift.simulate.moe import (BALANCED_ROUTING, check_ep, ep_exchange_s, expert_memory_bytes, local_expert_params,
                                 moe_act_bytes, moe_activation_bytes, moe_block_shape, moe_block_times)
 from srift.simulate.recompute import check_modules, leaf_module, module_figures
+from srift.simulate.sharded import StepInputs, checkpoint_masks, simulate_step, unit_collective_s
 from srift.zoo.llm import (EXPERTS_PREFIX, LSE_BYTES, DecoderArch, block_params, decoder_profile, dense_mlp_params,
                            params_count)
 
 SCHEDULES = PIPELINE_SCHEDULES
 DP_FLAVOURS = LAYOUT_PARALLELISMS
+SHARDED_FLAVOURS = (FSDP, HSDP)  # parameters sharded per block (FSDP2 under TP/PP/CP: torchtitan)
 LAYOUT_CHECKPOINTING = ("none", "selective", "full")
 ADAM_STATE_BYTES = 8.0  # two fp32 moments per parameter
 PARAM_BYTES = 2.0  # bf16 weights as computed
@@ -298,6 +304,11 @@ class BlockParts:
             ``local_adapter_params`` per block train (gradients, optimizer, data-parallel reduction).
         local_adapter_params: One block's LoRA adapter parameters on this rank (in
             ``local_block_params`` too).
+        logits: Logits of one micro-batch on this rank (tokens x this TP rank's vocabulary).
+        op_sac_saved_bytes, op_sac_f_s: What torchtitan's per-op selective checkpointing
+            (srift/simulate/sharded.py's ``selective`` policy: attention and every other matmul
+            output saved, the rest recomputed) drops of ``block_act_bytes``, and the forward
+            seconds it runs again in backward (``plan_layout(op_sac=True)``).
     """
 
     block_f_s: float
@@ -326,6 +337,9 @@ class BlockParts:
     fp8_weight_bytes: float = 0.0
     frozen_base: bool = False
     local_adapter_params: float = 0.0
+    op_sac_saved_bytes: float = 0.0
+    op_sac_f_s: float = 0.0
+    logits: float = 0.0
 
     def trainable(self, blocks: int, first: bool, last: bool) -> float:
         """Parameters that train on a stage of ``blocks`` blocks (with the embedding when ``first``,
@@ -359,7 +373,7 @@ def split_arch(arch: DecoderArch, tp: int) -> DecoderArch:
 def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str, gpu: str,
                 ep: int = 1, imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None,
                 recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
-                lora: LoraSpec | None = None) -> BlockParts:
+                lora: LoraSpec | None = None, op_sac: bool = False) -> BlockParts:
     """``BlockParts`` from the compute model on the split shapes (cached).
 
     A mixture of experts (``ep`` expert-parallel ranks, routing ``imbalance``: srift/simulate/moe.py)
@@ -369,28 +383,29 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
     the blocks' GEMMs in FP8 under that Transformer Engine recipe (srift/perf/fp8.py), which also
     keeps the inputs of the GEMMs after an activation in FP8; ``recompute_modules``: what the
     ``selective`` policy recomputes (srift/simulate/recompute.py); ``lora``: the base
-    frozen, LoRA adapters on the fused projections (srift/simulate/finetune.py)."""
+    frozen, LoRA adapters on the fused projections (srift/simulate/finetune.py); ``op_sac``: also
+    torchtitan's per-op selective figures (``BlockParts.op_sac_saved_bytes``; 0 otherwise)."""
     modules = check_modules(recompute_modules)
     if arch.sliding_window and 0 < arch.sliding_blocks < arch.n_layers:
         share = arch.sliding_blocks / arch.n_layers
         local = block_parts(dataclasses.replace(arch, sliding_every=1), tp, cp, micro_batch, seq_len, precision, gpu,
-                            ep, imbalance, fp8, modules, lora)
+                            ep, imbalance, fp8, modules, lora, op_sac)
         full = block_parts(dataclasses.replace(arch, sliding_window=0), tp, cp, micro_batch, seq_len, precision, gpu,
-                           ep, imbalance, fp8, modules, lora)
+                           ep, imbalance, fp8, modules, lora, op_sac)
         return dataclasses.replace(full, **{k: share * getattr(local, k) + (1.0 - share) * getattr(full, k)
                                             for k in ("block_f_s", "block_b_s", "attention_f_s", "attention_b_s",
-                                                      "selective_f_s")})
+                                                      "selective_f_s", "op_sac_f_s")})
     if not arch.is_moe:
-        dense_parts = _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora)
+        dense_parts = _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac)
         return dataclasses.replace(dense_parts, fp8_weight_bytes=(dense_parts.local_block_params * fp8_weight_cache_bytes(fp8)
                                                                   if fp8 else 0.0))
     frac = arch.moe_blocks / arch.n_layers
     moe_arch = dataclasses.replace(arch, dense_layers=0, moe_every=1)
-    moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora)
+    moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac)
     dense = moe if frac == 1.0 else _block_parts(
         dataclasses.replace(arch, experts=0, experts_per_token=0, expert_intermediate=0, shared_intermediate=0,
                             dense_layers=0, moe_every=1, router_bias=False, shared_gate=False),
-        tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora)
+        tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac)
     e = 2.0 if precision in HALF_PRECISIONS else 4.0
     kept_e = fp8_saved_bytes(fp8) if fp8 else e
     shape = moe_block_shape(arch, micro_batch * seq_len // (cp * tp), ep, e, imbalance)
@@ -409,6 +424,8 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
         selective_saved_bytes=mix(moe.selective_saved_bytes + (moe_act_bytes(arch, shape, kept_e) if MOE_ACT in modules
                                                                else 0.0), dense.selective_saved_bytes),
         selective_f_s=mix(moe.selective_f_s + (xt.act_f_s if MOE_ACT in modules else 0.0), dense.selective_f_s),
+        op_sac_saved_bytes=mix(moe.op_sac_saved_bytes, dense.op_sac_saved_bytes),
+        op_sac_f_s=mix(moe.op_sac_f_s, dense.op_sac_f_s),
         local_block_params=mix(moe_local, dense.local_block_params),
         local_adapter_params=mix(moe.local_adapter_params, dense.local_adapter_params),
         moe_fraction=frac, local_expert_params=frac * local_expert_params(arch, ep),
@@ -420,7 +437,7 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
 def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str,
                  gpu: str, fp8: Fp8Recipe | None = None,
                  modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
-                 lora: LoraSpec | None = None) -> BlockParts:
+                 lora: LoraSpec | None = None, op_sac: bool = False) -> BlockParts:
     """``BlockParts`` of ``arch``'s first block (a MoE block's routed experts left out)."""
     split = split_arch(arch, tp)
     tokens = seq_len // cp
@@ -454,6 +471,8 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
     act = first_act = last_act = 0.0
     leaves = []  # (recompute module, bytes kept, forward seconds) of the block's leaves
     seen_block = False
+    op_recompute = checkpoint_masks(prof, SELECTIVE).recompute if op_sac else None
+    op_bytes = op_f = 0.0
     for i, layer in enumerate(prof.layers):
         if EXPERTS_PREFIX in layer.name:  # timed per expert by block_parts
             continue
@@ -482,6 +501,8 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
             act += out
             module = leaf_module(layer.name[len(layer.unit) + 1:], kind)
             leaves.append((module, micro_batch * tokens * split.heads * LSE_BYTES if module == CORE_ATTN else out, f))
+            if op_recompute is not None and op_recompute[i]:
+                op_bytes, op_f = op_bytes + out, op_f + f
         elif not seen_block:
             ff, fb = ff + f, fb + b
             first_act += layer.activation_bytes / tp if kind == "embedding" else 0.0
@@ -498,7 +519,9 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
                       block_params(split) + adapters, embed, head + arch.hidden, split.kv_width,
                       selective_saved_bytes=sum(figures.get(m, (0.0, 0.0))[0] for m in modules),
                       selective_f_s=sum(figures.get(m, (0.0, 0.0))[1] for m in modules),
-                      frozen_base=lora is not None, local_adapter_params=adapters)
+                      frozen_base=lora is not None, local_adapter_params=adapters, logits=micro_batch * tokens * split.vocab,
+                      op_sac_saved_bytes=op_bytes,
+                      op_sac_f_s=op_f)
 
 
 @functools.lru_cache(maxsize=32768)
@@ -510,7 +533,7 @@ def scaled_parts(parts: BlockParts, factor: float) -> BlockParts:
 
 
 _SECONDS = ("block_f_s", "block_b_s", "attention_f_s", "attention_b_s", "first_f_s", "first_b_s", "last_f_s", "last_b_s",
-            "experts_f_s", "experts_b_s", "selective_f_s")
+            "experts_f_s", "experts_b_s", "selective_f_s", "op_sac_f_s")
 
 
 @dataclass(frozen=True)
@@ -551,21 +574,26 @@ def load_layout_params(path: str | None = None) -> LayoutParams:
 def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes: float, in_flight: float,
                        extra_act_bytes: float = 0.0, dp_flavour: str = "zero1", expert_params: float = 0.0,
                        expert_shard: int = 1, weight_copy_bytes: float = 0.0,
-                       trainable_params: float | None = None) -> dict[str, float]:
+                       trainable_params: float | None = None, root_params: float = 0.0, block_params: float = 0.0,
+                       reduce_dtype: str = "fp32", resharded: bool = True) -> dict[str, float]:
     """Bytes per GPU of one pipeline stage, by kind.
 
     Args:
         stage_params: Parameters this GPU holds (its stage's, on its TP rank).
-        shard: Ranks the optimizer states are sharded over under ``zero1`` (CP x DP).
+        shard: Ranks the optimizer states are sharded over (``state_shard``: CP x DP under
+            ``zero1`` and ``fsdp``, the DP ranks of a node under ``hsdp``, 1 under ``ddp``).
         act_per_microbatch_bytes: Activations one micro-batch leaves on this stage for backward.
         in_flight: Micro-batches whose activations the stage holds at its peak.
         extra_act_bytes: Activations held once (the loss's fp32 logits on the last stage, the
             block recomputing under full checkpointing).
-        dp_flavour: ``zero1`` or ``ddp``.
+        dp_flavour: One of DP_FLAVOURS. ``fsdp``/``hsdp`` shard the parameters and gradients too
+            (srift/simulate/memory.py's ``sharded_state_bytes``, of ``root_params`` (embedding,
+            head), the largest unit ``block_params``, ``reduce_dtype`` and ``resharded``).
         expert_params: Routed-expert parameters this GPU holds (its ``experts / ep`` of its
             stage's MoE blocks), counted in the weights, gradients and optimizer states.
         expert_shard: Ranks their optimizer states are sharded over (``tp x cp x dp / ep``).
-        weight_copy_bytes: FP8 copies of the stage's weights (srift/perf/fp8.py), in ``weights``.
+        weight_copy_bytes: FP8 copies of the stage's weights (srift/perf/fp8.py), in ``weights`` (not under
+            ``fsdp``/``hsdp``: cast per use from the gathered unit).
         trainable_params: Of ``stage_params``, those that train (LoRA: the adapters; the routed
             experts frozen too); None: every one.
 
@@ -575,8 +603,14 @@ def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes
         caching allocator reserves beyond them: srift/simulate/memory.py's ``with_allocator``, as
         everywhere in srift). They add up to the peak reserved memory.
     """
-    n = float(shard) if dp_flavour == ZERO1 else 1.0
     acts = act_per_microbatch_bytes * in_flight + extra_act_bytes
+    if dp_flavour in SHARDED_FLAVOURS:
+        # FP8 weights are cast per use from the gathered unit (torchao's float8 under FSDP2), not
+        # kept for the step as Transformer Engine keeps its weight workspace: no ``weight_copy_bytes``.
+        states = sharded_state_bytes(stage_params + expert_params, root_params, block_params, PARAM_BYTES,
+                                     ADAM_STATE_BYTES, dp_flavour, float(shard), reduce_dtype, resharded)
+        return with_allocator({**states, "activations": acts})
+    n = float(shard) if dp_flavour == ZERO1 else 1.0
     experts = expert_memory_bytes(expert_params, expert_shard, PARAM_BYTES, GRAD_BYTES, MASTER_BYTES + ADAM_STATE_BYTES,
                                   dp_flavour == ZERO1)
     trains = stage_params if trainable_params is None else trainable_params
@@ -626,10 +660,22 @@ class LayoutPlan:
     recompute_modules: tuple[RecomputeModule, ...] = ()
 
 
+def check_sharded(dp_flavour: str, ep: int, lora: LoraSpec | None) -> str | None:
+    """Why ``fsdp``/``hsdp`` under a layout is not modelled with expert parallelism or LoRA, or None."""
+    if dp_flavour not in SHARDED_FLAVOURS:
+        return None
+    if ep > 1:
+        return f"--parallelism {dp_flavour} is modelled without expert parallelism (ep=1); use zero1 with ep={ep}"
+    if lora is not None:
+        return f"--parallelism {dp_flavour} is modelled for pre-training and full fine-tuning; use zero1 with LoRA"
+    return None
+
+
 def check_layout(arch: DecoderArch, layout: Layout, seq_len: int, gpus_per_node: int) -> str | None:
     """Why ``layout`` cannot run ``arch`` at ``seq_len`` on nodes of ``gpus_per_node``, or None."""
     if layout.tp > gpus_per_node:
-        return f"tp={layout.tp} is more than the {gpus_per_node} GPUs of a node (tensor parallelism stays in a node)"
+        return (f"tp={layout.tp} is more than the {gpus_per_node} GPUs of a node or its NVLink domain "
+                "(tensor parallelism stays on NVLink)")
     if arch.heads % layout.tp:
         return f"tp={layout.tp} does not divide the {arch.heads} attention heads"
     if arch.kv_heads % layout.tp and layout.tp % arch.kv_heads:
@@ -647,6 +693,24 @@ def check_layout(arch: DecoderArch, layout: Layout, seq_len: int, gpus_per_node:
         return (f"the interleaved schedule needs the micro-batches per step ({layout.grad_accum}) "
                 f"divisible by pp={layout.pp}")
     return None
+
+
+def dp_ranks_per_node(gpus_per_node: int, tp: int, cp: int, pp: int, dp: int) -> int:
+    """Ranks of a CP x DP group on each node it spans. A pipeline depth that does not divide the
+    node spreads a group unevenly (3, 3, 2 of 8): the network carries the most when the fewest
+    share a node, so that many (a divisor of the group) are counted on each."""
+    return _even_ranks_per_node(_group_ranks_per_node(gpus_per_node, tp, cp, tp * cp * pp, dp), cp * dp)
+
+
+def state_shard(dp_flavour: str, gpus_per_node: int, tp: int, cp: int, pp: int, dp: int) -> int:
+    """Ranks a stage's optimizer states are sharded over: the CP x DP group under ``zero1`` and
+    ``fsdp``, its ranks on one node under ``hsdp`` (sharded within a node, replicated across
+    nodes), none under ``ddp``."""
+    if dp_flavour == DDP:
+        return 1
+    if dp_flavour == HSDP:
+        return dp_ranks_per_node(gpus_per_node, tp, cp, pp, dp)
+    return cp * dp
 
 
 def _group_ranks_per_node(gpus_per_node: int, stride: int, size: int, outer_stride: int = 0, outer: int = 1) -> int:
@@ -685,7 +749,7 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
                 imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None,
                 recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
                 dispatcher: MoeDispatcher = "alltoall", ep_overlap: bool = False,
-                lora: LoraSpec | None = None) -> LayoutPlan:
+                lora: LoraSpec | None = None, reduce_dtype: str = "fp32", op_sac: bool = False) -> LayoutPlan:
     """Predict one iteration of ``arch`` laid out as ``layout`` on ``cluster`` (module docstring).
 
     ``compute_factor`` scales the compute model's seconds (default: the fitted
@@ -697,6 +761,9 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
     ``dispatcher`` and ``ep_overlap``: a mixture of experts' token dispatcher and whether its
     all-to-alls overlap another micro-batch's compute (srift/simulate/moe.py).
     ``lora`` fine-tunes LoRA adapters over the frozen base (``BlockParts.frozen_base``).
+    ``reduce_dtype``: what ``fsdp``/``hsdp`` reduce-scatter gradients in (torchtitan's default fp32).
+    ``op_sac``: ``selective`` is torchtitan's per-op policy (``BlockParts.op_sac_saved_bytes``)
+    instead of Megatron-Core's recompute modules.
 
     Raises:
         SriftError: when the layout does not use the cluster's GPUs or cannot split the model.
@@ -710,16 +777,18 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
         raise ValueError(f"dp_flavour must be one of {DP_FLAVOURS}")
     comm = comm or CommModel.for_cluster(cluster)
     g = comm.topology.gpus_per_node
-    why = check_layout(arch, layout, seq_len, g)
+    why = check_layout(arch, layout, seq_len, g) or check_sharded(dp_flavour, layout.ep, lora)
     if why:
         raise SriftError(f"layout {layout.label} cannot run {arch.name}: {why}.",
                          "choose another --layout, or --layout auto.")
     gpu = cluster.node_groups[0].gpu
     parts = scaled_parts(block_parts(arch, layout.tp, layout.cp, layout.micro_batch, seq_len, precision, gpu,
-                                     layout.ep, imbalance, fp8, recompute_modules, lora),
+                                     layout.ep, imbalance, fp8, recompute_modules, lora, op_sac),
                          load_layout_params().megatron_compute_factor if compute_factor is None else compute_factor)
+    if op_sac:
+        parts = dataclasses.replace(parts, selective_saved_bytes=parts.op_sac_saved_bytes, selective_f_s=parts.op_sac_f_s)
     plan = _plan(arch, cluster, layout, seq_len, precision, checkpointing, dp_flavour, comm, quantile, gpu, parts,
-                 tp_overlap, dispatcher, ep_overlap)
+                 tp_overlap, dispatcher, ep_overlap, reduce_dtype)
     return dataclasses.replace(plan, recompute_modules=check_modules(recompute_modules)) if checkpointing == SELECTIVE \
         else plan
 
@@ -793,9 +862,69 @@ def _block_comm(arch: DecoderArch, tp_comm: CommModel | None, pair: CommModel | 
     return BlockComm(tp_f, tp_b, tp_hidden, tp_end, cp_f, cp_b, (c - 1) * (step_f + step_b) - cp_f - cp_b, step_f, step_b)
 
 
+def fsdp_unit_params(parts: BlockParts, first: bool, last: bool) -> tuple[float, float]:
+    """(root, block) parameters of a stage's FSDP units on this TP rank: the root holds the
+    embedding on the first stage and the final norm and head on the last; each block is a unit
+    (its routed experts with it: ``ep`` is 1 under FSDP)."""
+    root = (parts.local_embed_params if first else 0.0) + (parts.local_head_params if last else 0.0)
+    return root, parts.local_block_params + parts.local_expert_params
+
+
+def fsdp_unit_bytes(parts: BlockParts, blocks: int, first: bool, last: bool,
+                    reduce_dtype: str = "fp32") -> tuple[np.ndarray, np.ndarray]:
+    """Per FSDP unit of a stage of ``blocks`` blocks (the root first, then each block): the bytes
+    its all-gather assembles (this TP rank's parameters in bf16) and its reduce-scatter reduces
+    (their gradients in ``reduce_dtype``), each over the CP x DP group."""
+    root, block = fsdp_unit_params(parts, first, last)
+    params = np.array([root] + [block] * blocks)
+    return params * PARAM_BYTES, params * float(REDUCE_BYTES_PER_ELEMENT[reduce_dtype])  # type: ignore[index]
+
+
+def fsdp_stage_comm(parts: BlockParts, blocks: int, first: bool, last: bool, block_s: tuple[float, float], end_s: float,
+                    dcomm: CommModel, dp_flavour: str, reduce_dtype: str, pp: int, micro_batches: int,
+                    quantile: float = 0.5) -> tuple[float, float, float]:
+    """(exposed, hidden, total) seconds a step of a stage's FSDP2 collectives over its CP x DP
+    group ``dcomm``, scheduled beside the stage's compute by srift/simulate/sharded.py's
+    ``simulate_step`` (the data-parallel path's schedule: a unit's all-gather waited for, the
+    next one prefetched behind it, each unit's reduce-scatter (and, ``hsdp``, cross-node
+    all-reduce) issued after its backward).
+
+    ``block_s``: one block's forward and backward seconds on a micro-batch (TP, CP waits and
+    recompute in them); ``end_s``: the embedding's or head's TP collectives. Parameters are
+    gathered in bf16, gradients reduced in ``reduce_dtype``.
+
+    Without a pipeline every micro-batch gathers each block in forward, re-gathers it in backward
+    (``reshard_after_forward``) and reduce-scatters its gradients (no ``no_sync``, as the
+    data-parallel path). Under a pipeline (torchtitan: ``reshard_after_forward=False`` when PP is
+    on, and the pipeline schedule defers gradient sync to the last micro-batch) a stage gathers
+    its blocks once, on its first micro-batch's forward, and reduce-scatters them all after its
+    last backward: the gathers' waits lie on the warm-up's path through every stage (``pp`` of
+    them), the reduce-scatters wait at the end of the flush on the first stage, which ends last.
+    """
+    gathered, reduced = fsdp_unit_bytes(parts, blocks, first, last, reduce_dtype)
+    ag, rs, ar = unit_collective_s(dcomm, gathered, reduced, dp_flavour, quantile)
+    f, b = block_s
+    runs = ((0,) if first else ()) + tuple(range(1, blocks + 1)) + ((0,) if last else ())
+    fwd = tuple((parts.first_f_s if first and i == 0 else parts.last_f_s) + end_s if u == 0 else f
+                for i, u in enumerate(runs))
+    bwd = tuple((parts.first_b_s if first and i == 0 else parts.last_b_s) + end_s if u == 0 else b
+                for i, u in enumerate(runs))
+    if pp == 1:
+        st = simulate_step(StepInputs(runs, fwd, bwd, tuple(ag.tolist()), tuple(rs.tolist()), tuple(ar.tolist()),
+                                      regather=True))
+        return micro_batches * sum(st.exposed_s), micro_batches * st.hidden_s, micro_batches * sum(st.comm_s)
+    zeros = (0.0,) * len(gathered)
+    st = simulate_step(StepInputs(runs, fwd, bwd, tuple(ag.tolist()), zeros, zeros, regather=False))
+    reduce_s = float(rs.sum() + ar.sum())
+    gather_s = float(ag.sum())
+    waited = sum(st.exposed_s)
+    return pp * waited + reduce_s, max(0.0, gather_s - waited), gather_s + reduce_s
+
+
 def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, precision: str, checkpointing: str,
           dp_flavour: str, comm: CommModel, quantile: float, gpu: str, parts: BlockParts,
-          tp_overlap: bool = True, dispatcher: MoeDispatcher = "alltoall", ep_overlap: bool = False) -> LayoutPlan:
+          tp_overlap: bool = True, dispatcher: MoeDispatcher = "alltoall", ep_overlap: bool = False,
+          reduce_dtype: str = "fp32") -> LayoutPlan:
     t, p, c, d, v, m = layout.tp, layout.pp, layout.cp, layout.dp, layout.vp, layout.grad_accum
     g = comm.topology.gpus_per_node
     interference = comm.params.overlap_interference
@@ -848,17 +977,21 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     # ---- data parallelism after the flush ----
     stage_params = parts.trainable(n_slow, slow == 0, slow == p - 1)  # what reduces its gradients and steps
     dp_group = c * d
-    dp_exposed = dp_hidden = 0.0
+    dp_exposed = dp_hidden = dp_total = 0.0
     # Routed experts reduce their gradients over the expert data-parallel group instead
     # (tp x cp x dp / ep ranks; ep innermost, so g / ep of them share a node).
     expert_params = n_slow * parts.trainable_expert_params
     edp = t * c * d // layout.ep
     groups = []
+    sharded = dp_flavour in SHARDED_FLAVOURS
     if dp_group > 1:
-        # A pipeline depth that does not divide the node spreads a group unevenly (3, 3, 2 of 8):
-        # the network carries the most when the fewest share a node, so count that many on each.
-        groups.append((comm.subgroup(dp_group, _even_ranks_per_node(_group_ranks_per_node(g, t, c, t * c * p, d), dp_group)),
-                       stage_params))
+        dcomm = comm.subgroup(dp_group, dp_ranks_per_node(g, t, c, p, d))
+        if sharded:
+            fsdp = fsdp_stage_comm(parts, n_slow, slow == 0, slow == p - 1, (blk_f, blk_b), tp_end, dcomm, dp_flavour,
+                                   reduce_dtype, p, m, quantile)
+            dp_exposed, dp_hidden, dp_total = fsdp
+        else:
+            groups.append((dcomm, stage_params))
     if expert_params > 0 and edp > 1:
         groups.append((comm.subgroup(edp, _even_ranks_per_node(_group_ranks_per_node(g, layout.ep, edp), edp)), expert_params))
     rs = ag = 0.0
@@ -871,7 +1004,8 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     if groups:
         dp_exposed = max(0.0, rs - sb) + max(0.0, ag - sf)
         dp_hidden = rs + ag - dp_exposed
-    shard = dp_group if dp_flavour == ZERO1 else 1
+        dp_total = rs + ag
+    shard = state_shard(dp_flavour, g, t, c, p, d)
     expert_shard = edp if dp_flavour == ZERO1 else 1
     rates = kernel_rates(gpu, precision)
     optimizer = ((stage_params / shard + expert_params / expert_shard) * (MASTER_BYTES * 3 + 2 * ADAM_STATE_BYTES)
@@ -897,14 +1031,15 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     iteration = sum(breakdown.values())
     # ---- memory: the most loaded stage (only the first, second and last can be: _peak_memory) ----
     candidates = sorted({0, min(1, p - 1), p - 1})
-    mems = dict(zip(candidates, _stage_memories(arch, layout, parts, checkpointing, dp_flavour, candidates)))
+    mems = dict(zip(candidates, _stage_memories(arch, layout, parts, checkpointing, dp_flavour, candidates, shard,
+                                                reduce_dtype)))
     stage = max(candidates, key=lambda i: sum(mems[i].values()))
     worst = (sum(mems[stage].values()), mems[stage], stage)
     gpu_mem = min(gr.gpu_memory_gib if gr.gpu_memory_gib is not None else gpu_spec(gr.gpu).memory_gib
                   for gr in cluster.node_groups)
     comm_s = {"tp": m * n_slow * (tp_f + tp_b_exposed + tp_b_hidden), "cp": m * n_slow * (c - 1) * (step_f + step_b),
               "ep": m * n_slow * (ep_f + ep_b + ep_hidden),
-              "pp": pipe_p2p + hidden_p2p, "dp": dp_exposed + dp_hidden}
+              "pp": pipe_p2p + hidden_p2p, "dp": dp_total}
     return LayoutPlan(layout, iteration, breakdown, comm_s, worst[0], worst[1], worst[2], fits(worst[0], gpu_mem),
                       layout.global_batch * seq_len / iteration, checkpointing, dp_flavour)
 
@@ -1009,7 +1144,8 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
                    request: LayoutRequest = LayoutRequest(), dp_flavour: str = "zero1",
                    checkpointing: tuple[str, ...] = ("none", "full"), comm: CommModel | None = None,
                    compute_factor: float | None = None, tp_overlap: bool = True,
-                   imbalance: float = BALANCED_ROUTING, lora: LoraSpec | None = None) -> LayoutSearch:
+                   imbalance: float = BALANCED_ROUTING, lora: LoraSpec | None = None,
+                   reduce_dtype: str = "fp32") -> LayoutSearch:
     """The fastest layout of ``arch`` on ``cluster`` that fits (``request`` fixes any degree).
 
     Every candidate gets a lower bound on its time (the slowest stage's compute, recomputation
@@ -1025,6 +1161,8 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     cap = min(gr.gpu_memory_gib if gr.gpu_memory_gib is not None else gpu_spec(gr.gpu).memory_gib
               for gr in cluster.node_groups) * 2**30 * USABLE_FRACTION
     degrees = _degrees(arch, cluster.gpus, g, seq_len, global_batch, request, SEARCH_MICRO_BATCHES)
+    if dp_flavour in SHARDED_FLAVOURS:  # FSDP is modelled without expert parallelism (check_sharded)
+        degrees = [r for r in degrees if r[7] == 1]
     # Whatever the layout, each parameter's 16 bytes (bf16 weight and gradient, fp32 master and
     # Adam moments) are spread over at most all the GPUs: below that nothing fits.
     # (LoRA: the frozen weights' 2 bytes.)
@@ -1032,7 +1170,8 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     hopeless = params_count(arch) * per_param / cluster.gpus > cap
     if hopeless or not degrees:
         return LayoutSearch(None, _most_sharded(arch, cluster, degrees, seq_len, precision, checkpointing[-1], dp_flavour,
-                                                comm, gpu, factor, tp_overlap, imbalance, lora), len(degrees), len(degrees), 0)
+                                                comm, gpu, factor, tp_overlap, imbalance, lora, reduce_dtype),
+                            len(degrees), len(degrees), 0)
     parts_of: dict[tuple[int, int, int, int], BlockParts] = {}
     slot_of: dict[tuple[int, int, int, int], tuple[float, float]] = {}
     e = PARAM_BYTES if precision in HALF_PRECISIONS else 4.0
@@ -1061,7 +1200,8 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
             break
         parts = parts_of[(t, c, mb, ep)]
         chosen = next((k for k in checkpointing
-                       if _peak_memory_of(arch, p, v, m, c * d, parts, k, dp_flavour, t * c * d // ep) <= cap), None)
+                       if _peak_memory_of(arch, p, v, m, state_shard(dp_flavour, g, t, c, p, d), parts, k, dp_flavour,
+                                          t * c * d // ep, reduce_dtype) <= cap), None)
         if chosen is None:
             rejected += 1
             continue
@@ -1069,19 +1209,21 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
         if chosen == FULL_CHECKPOINTING and best is not None and \
                 bound * (1.0 + parts.block_f_s / (parts.block_f_s + parts.block_b_s)) >= best.iteration_s:
             continue
-        plan = _plan(arch, cluster, lay, seq_len, precision, chosen, dp_flavour, comm, 0.5, gpu, parts, tp_overlap)
+        plan = _plan(arch, cluster, lay, seq_len, precision, chosen, dp_flavour, comm, 0.5, gpu, parts, tp_overlap,
+                     reduce_dtype=reduce_dtype)
         simulated += 1
         if best is None or plan.iteration_s < best.iteration_s:
             best = plan
     smallest = None if best is not None else _most_sharded(arch, cluster, degrees, seq_len, precision, checkpointing[-1],
-                                                            dp_flavour, comm, gpu, factor, tp_overlap, imbalance, lora)
+                                                            dp_flavour, comm, gpu, factor, tp_overlap, imbalance, lora,
+                                                            reduce_dtype)
     return LayoutSearch(best, smallest, len(degrees), rejected, simulated)
 
 
 def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: list[Degrees],
                   seq_len: int, precision: str, checkpointing: str, dp_flavour: str, comm: CommModel, gpu: str,
                   factor: float, tp_overlap: bool, imbalance: float = BALANCED_ROUTING,
-                  lora: LoraSpec | None = None) -> LayoutPlan | None:
+                  lora: LoraSpec | None = None, reduce_dtype: str = "fp32") -> LayoutPlan | None:
     """When nothing fits: the plan that needs the least memory among the most model-parallel
     layouts of the smallest micro-batch (what comes closest, for the error)."""
     if not degrees:
@@ -1094,30 +1236,32 @@ def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: list[Degrees],
         if t * p * c != top or mb != mb_min:
             continue
         parts = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, imbalance, lora=lora), factor)
-        mem = _peak_memory_of(arch, p, v, m, c * d, parts, checkpointing, dp_flavour, t * c * d // ep)
+        mem = _peak_memory_of(arch, p, v, m, state_shard(dp_flavour, comm.topology.gpus_per_node, t, c, p, d), parts,
+                              checkpointing, dp_flavour, t * c * d // ep, reduce_dtype)
         if best is None or mem < best[0]:
             best = (mem, r, parts)
     assert best is not None
     t, p, c, d, mb, m, v, ep = best[1]
     return _plan(arch, cluster, Layout(t, p, c, d, v, mb, m, "interleaved" if v > 1 else "1f1b", ep), seq_len, precision,
-                 checkpointing, dp_flavour, comm, 0.5, gpu, best[2], tp_overlap)
+                 checkpointing, dp_flavour, comm, 0.5, gpu, best[2], tp_overlap, reduce_dtype=reduce_dtype)
 
 
-def _peak_memory(arch: DecoderArch, layout: Layout, parts: BlockParts, checkpointing: str, dp_flavour: str) -> float:
+def _peak_memory(arch: DecoderArch, layout: Layout, parts: BlockParts, checkpointing: str, dp_flavour: str,
+                 gpus_per_node: int = 8, reduce_dtype: str = "fp32") -> float:
     """The most loaded stage's bytes per GPU (the same count as ``_plan``'s, without the times).
 
     Only stages 0, 1 and the last can be it: every middle stage holds at most stage 1's blocks
     (``stage_layers``) and fewer micro-batches in flight."""
     return _peak_memory_of(arch, layout.pp, layout.vp if layout.schedule == INTERLEAVED else 1, layout.grad_accum,
-                           layout.cp * layout.dp, parts, checkpointing, dp_flavour,
-                           layout.tp * layout.cp * layout.dp // layout.ep)
+                           state_shard(dp_flavour, gpus_per_node, layout.tp, layout.cp, layout.pp, layout.dp), parts,
+                           checkpointing, dp_flavour, layout.tp * layout.cp * layout.dp // layout.ep, reduce_dtype)
 
 
 def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts: BlockParts, checkpointing: str,
-                    dp_flavour: str, expert_shard: int = 1) -> float:
+                    dp_flavour: str, expert_shard: int = 1, reduce_dtype: str = "fp32") -> float:
     """``_peak_memory`` of ``p`` stages, ``v`` virtual stages (1: 1F1B), ``m`` micro-batches and
-    optimizer states over ``shard`` (CP x DP) ranks (routed experts': ``expert_shard``)."""
-    per_param = GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / (shard if dp_flavour == ZERO1 else 1)  # per trained one
+    optimizer states over ``shard`` ranks (``state_shard``; routed experts': ``expert_shard``)."""
+    per_param = GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / shard  # per trained one (ddp: shard 1)
     per_expert = PARAM_BYTES + (0.0 if parts.frozen_base else
                                 GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / (expert_shard if dp_flavour == ZERO1 else 1))
     layers = stage_layers(arch.n_layers, p)
@@ -1127,13 +1271,28 @@ def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts
         n = layers[i]
         per_mb = n * _kept_block_bytes(parts, checkpointing) + (parts.first_act_bytes if i == 0 else 0.0)
         flight = min(float(m), p - i + (p - 1 - i) / v) if v > 1 and p > 1 else float(min(m, p - i))
-        acts = per_mb * flight + (parts.block_act_bytes if full else 0.0) + (parts.last_act_bytes if i == p - 1 else 0.0)
+        acts = per_mb * flight + (parts.block_act_bytes if full else 0.0) + (
+            parts.last_act_bytes + eager_loss_bytes(parts, dp_flavour) if i == p - 1 else 0.0)
         params_i = (n * parts.local_block_params + (parts.local_embed_params if i == 0 else 0.0)
                     + (parts.local_head_params if i == p - 1 else 0.0))
-        allocated = (params_i * PARAM_BYTES + parts.trainable(n, i == 0, i == p - 1) * per_param
-                     + n * (parts.local_expert_params * per_expert + parts.fp8_weight_bytes) + acts)
+        if dp_flavour in SHARDED_FLAVOURS:
+            root, block = fsdp_unit_params(parts, i == 0, i == p - 1)
+            allocated = sum(sharded_state_bytes(params_i + n * parts.local_expert_params, root, block, PARAM_BYTES,
+                                                ADAM_STATE_BYTES, dp_flavour, float(shard), reduce_dtype, p == 1).values())
+            allocated += acts  # no FP8 weight workspace (stage_memory_bytes)
+        else:
+            allocated = (params_i * PARAM_BYTES + parts.trainable(n, i == 0, i == p - 1) * per_param
+                         + n * (parts.local_expert_params * per_expert + parts.fp8_weight_bytes) + acts)
         peak = max(peak, allocated + allocator_bytes(allocated))
     return peak
+
+
+def eager_loss_bytes(parts: BlockParts, dp_flavour: str) -> float:
+    """What PyTorch's cross-entropy keeps beyond Megatron's fused vocab-parallel one (whose fp32
+    softmax ``last_act_bytes`` counts): under ``fsdp``/``hsdp`` (torchtitan) the bf16 logits and
+    their fp32 upcast, as the data-parallel path counts the loss (srift/simulate/memory.py
+    ``loss_bytes``: 4 + 4 bytes a logit beside the logits)."""
+    return parts.logits * (PARAM_BYTES + LOSS_FP32_BYTES) if dp_flavour in SHARDED_FLAVOURS else 0.0
 
 
 def _kept_block_bytes(parts: BlockParts, checkpointing: str) -> float:
@@ -1145,10 +1304,13 @@ def _kept_block_bytes(parts: BlockParts, checkpointing: str) -> float:
 
 
 def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkpointing: str,
-                    dp_flavour: str, stages: list[int] | None = None) -> list[dict[str, float]]:
-    """Bytes per GPU by kind of every stage (or of ``stages``)."""
+                    dp_flavour: str, stages: list[int] | None = None, shard: int | None = None,
+                    reduce_dtype: str = "fp32") -> list[dict[str, float]]:
+    """Bytes per GPU by kind of every stage (or of ``stages``); optimizer states over ``shard``
+    ranks (``state_shard``; None: CP x DP under ``zero1`` and ``fsdp``, else 1)."""
     p, v, m = layout.pp, layout.vp, layout.grad_accum
-    shard = layout.cp * layout.dp if dp_flavour == ZERO1 else 1
+    if shard is None:
+        shard = layout.cp * layout.dp if dp_flavour in (ZERO1, FSDP) else 1
     out = []
     layers = stage_layers(arch.n_layers, p)
     for i in (range(p) if stages is None else stages):
@@ -1161,10 +1323,12 @@ def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkp
             flight = min(float(m), p - i + (p - 1 - i) / v)
         else:
             flight = float(min(m, p - i))
-        extra = once + (parts.last_act_bytes if i == p - 1 else 0.0)
+        extra = once + (parts.last_act_bytes + eager_loss_bytes(parts, dp_flavour) if i == p - 1 else 0.0)
         params_i = (n * parts.local_block_params + (parts.local_embed_params if i == 0 else 0.0)
                     + (parts.local_head_params if i == p - 1 else 0.0))
+        root, block = fsdp_unit_params(parts, i == 0, i == p - 1)
         out.append(stage_memory_bytes(params_i, shard, per_mb, flight, extra, dp_flavour, n * parts.local_expert_params,
                                       layout.tp * layout.cp * layout.dp // layout.ep, n * parts.fp8_weight_bytes,
-                                      parts.trainable(n, i == 0, i == p - 1) if parts.frozen_base else None))
+                                      parts.trainable(n, i == 0, i == p - 1) if parts.frozen_base else None,
+                                      root, block, reduce_dtype, p == 1))
     return out

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from srift.job import BF16, DDP, FP32, HALF_PRECISIONS, NO_CHECKPOINTING, ZERO2
+from srift.job import BF16, DDP, FP32, HALF_PRECISIONS, NO_CHECKPOINTING, REDUCE_BYTES_PER_ELEMENT, ZERO2
 from srift.perf.compute import layer_kind
 from srift.perf.quantiles import Z90
 from srift.profile import Profile
@@ -237,18 +237,10 @@ def sharded_memory_bytes(profile: Profile, precision: str, parallelism: str, che
         weights = p * MASTER_BYTES
         gathered = p * 2.0 if precision in HALF_PRECISIONS else 0.0
         grads = (2.0 if buckets else 1.0) * layout.grad_bytes
-        in_flight = 0.0
     else:
-        weights = p * MASTER_BYTES / n
-        root, block = float(layout.root_params), float(layout.max_block_params)
-        live = p if parallelism == ZERO2 else root + 2.0 * block
-        gathered = live * e
-        # The root's gradients (head, embeddings) live through backward in param dtype; two
-        # blocks' are in flight: one computing (param dtype), one reduce-scattering (plus its
-        # fp32 copy when reduced in fp32).
-        grad_e = e + (MASTER_BYTES if (reduce_dtype == FP32 and e < MASTER_BYTES) else 0.0)
-        in_flight = root * e + block * (e + grad_e)
-        grads = p * MASTER_BYTES / n + in_flight
+        states = sharded_state_bytes(p, float(layout.root_params), float(layout.max_block_params), e, state,
+                                     parallelism, n, reduce_dtype)
+        return with_allocator({**states, "activations": acts})
     return with_allocator({
         "weights": weights,
         "gathered_weights": gathered,
@@ -256,6 +248,34 @@ def sharded_memory_bytes(profile: Profile, precision: str, parallelism: str, che
         "optimizer_state": p * state / n,
         "activations": acts,
     })
+
+
+def sharded_state_bytes(params: float, root_params: float, block_params: float, param_bytes: float, state_bytes: float,
+                        parallelism: str, shard: float, reduce_dtype: str = "fp32",
+                        resharded: bool = True) -> dict[str, float]:
+    """Bytes per GPU of a sharded job's parameters, gradients and optimizer states (the module
+    docstring's ``weights``, ``gathered_weights``, ``gradients`` and ``optimizer_state``): ``params``
+    over ``shard`` GPUs, of which ``root_params`` in the root unit and ``block_params`` in the
+    largest block unit, ``param_bytes`` a parameter as computed, ``state_bytes`` of optimizer state
+    per parameter. ``resharded``: FSDP frees a block's gathered parameters after its forward and
+    frees its unsharded gradients once reduced (``reshard_after_forward``); otherwise (``zero2``,
+    and FSDP2 under a pipeline, which gathers once a step and reduce-scatters after the last
+    micro-batch: torchtitan) every parameter stays gathered and every unsharded gradient is
+    accumulated in the reduce dtype until the step's reduce-scatter."""
+    grad_e = param_bytes + (MASTER_BYTES if (reduce_dtype == FP32 and param_bytes < MASTER_BYTES) else 0.0)
+    if not resharded and parallelism != ZERO2:
+        # FSDP2 without gradient sync keeps the accumulated unsharded gradients in the reduce dtype.
+        gathered = params * param_bytes
+        in_flight = params * float(REDUCE_BYTES_PER_ELEMENT[reduce_dtype]) + block_params * param_bytes  # type: ignore[index]
+    else:
+        live = params if parallelism == ZERO2 else root_params + 2.0 * block_params
+        gathered = live * param_bytes
+        # The root's gradients (head, embeddings) live through backward in param dtype; two
+        # blocks' are in flight: one computing (param dtype), one reduce-scattering (plus its
+        # fp32 copy when reduced in fp32).
+        in_flight = root_params * param_bytes + block_params * (param_bytes + grad_e)
+    return {"weights": params * MASTER_BYTES / shard, "gathered_weights": gathered,
+            "gradients": params * MASTER_BYTES / shard + in_flight, "optimizer_state": params * state_bytes / shard}
 
 
 def fits(total_bytes: float, gpu_memory_gib: float) -> bool:

@@ -49,7 +49,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from srift.cache import CACHE_ENTRIES
-from srift.job import FULL_CHECKPOINTING, NO_CHECKPOINTING
+from srift.job import FULL_CHECKPOINTING, HSDP, NO_CHECKPOINTING
+from srift.perf.comm import CommModel
 from srift.perf.compute import KINDS, layer_arrays
 from srift.profile import Profile
 
@@ -197,6 +198,24 @@ def gated_product_bytes(profile: Profile) -> np.ndarray:
                 b.activation_bytes - a.activation_bytes) <= 1e-6 * a.activation_bytes:
             out[i] = a.activation_bytes
     return out
+
+
+# ---- the collectives of a unit ------------------------------------------------------------------
+def unit_collective_s(comm: CommModel, gathered_bytes: np.ndarray, reduced_bytes: np.ndarray, parallelism: str,
+                      quantile: float = 0.5) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per unit, the seconds of its parameter all-gather (``gathered_bytes``, the unsharded
+    parameters in the compute dtype), its gradient reduce-scatter (``reduced_bytes``, in the reduce
+    dtype) and, under ``hsdp``, the cross-node all-reduce of its shard, on ``comm``: the data-parallel
+    group (the whole cluster, or a layout's DP x CP group). ``hsdp`` shards within a node (``comm``'s
+    ranks on one node) and replicates across nodes (one rank per node, each on its share of the network)."""
+    shard = comm.within_node() if parallelism == HSDP else comm
+    ag = np.asarray(shard.all_gather_time_s(gathered_bytes, quantile), dtype=float)
+    rs = np.asarray(shard.reduce_scatter_time_s(reduced_bytes, quantile), dtype=float)
+    if parallelism == HSDP:
+        ar = np.asarray(comm.across_nodes().allreduce_time_s(reduced_bytes / shard.topology.workers, quantile), dtype=float)
+    else:
+        ar = np.zeros_like(ag)
+    return ag, rs, ar
 
 
 # ---- one schedule -------------------------------------------------------------------------------

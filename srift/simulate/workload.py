@@ -17,7 +17,7 @@ import numpy as np
 from srift.cache import BoundedCache, ObjectMemo
 from srift.errors import SriftError
 from srift.hardware import CPU, find_gpu
-from srift.job import DDP, HSDP, REDUCE_BYTES_PER_ELEMENT, ZERO2, Job
+from srift.job import DDP, REDUCE_BYTES_PER_ELEMENT, ZERO2, Job
 from srift.perf.comm import CommModel
 from srift.perf.compute import KINDS, LayerTimes, layer_arrays, layer_times, measured_gpu
 from srift.profile import Profile
@@ -27,7 +27,7 @@ from srift.simulate.kfac import kfac_memory_bytes
 from srift.simulate.memory import (
     activation_bytes, allocated_parts, compute_param_bytes, memory_breakdown_bytes, sharded_memory_bytes, with_allocator,
 )
-from srift.simulate.sharded import StepInputs, StepTimes, checkpoint_masks, simulate_step, unit_layout
+from srift.simulate.sharded import StepInputs, StepTimes, checkpoint_masks, simulate_step, unit_collective_s, unit_layout
 
 # Pure functions of a profile, memoized across predictors (a fit predicts the same rows' profiles
 # thousands of times; unit_layout memoizes itself): rescaled profiles and DDP bucket layouts.
@@ -254,17 +254,8 @@ class Workload:
         """Per unit: all-gather, reduce-scatter and (hsdp) cross-node all-reduce seconds, with
         the parameters gathered in the compute dtype and gradients reduced in ``reduce_dtype``."""
         def make() -> UnitTimes:
-            params = self.units.unit_params
-            gathered = self.gathered_unit_bytes()
-            reduced = params * float(REDUCE_BYTES_PER_ELEMENT[self.job.reduce_dtype])
-            shard = comm.within_node() if parallelism == HSDP else comm
-            ag = np.asarray(shard.all_gather_time_s(gathered, quantile), dtype=float)
-            rs = np.asarray(shard.reduce_scatter_time_s(reduced, quantile), dtype=float)
-            if parallelism == HSDP:
-                g = shard.topology.workers
-                ar = np.asarray(comm.across_nodes().allreduce_time_s(reduced / g, quantile), dtype=float)
-            else:
-                ar = np.zeros_like(ag)
+            reduced = self.units.unit_params * float(REDUCE_BYTES_PER_ELEMENT[self.job.reduce_dtype])
+            ag, rs, ar = unit_collective_s(comm, self.gathered_unit_bytes(), reduced, parallelism, quantile)
             return (ag.tolist(), rs.tolist(), ar.tolist())
         return self._unit_comm.get((comm, parallelism, quantile), make)
 
