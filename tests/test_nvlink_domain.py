@@ -105,3 +105,11 @@ def test_gb200_and_gb300_datasheet_figures():
     assert (gb200.bf16_tflops, gb200.fp8_tflops, gb200.memory_bandwidth_gb_per_s) == (2500.0, 5000.0, 8000.0)
     assert (gb300.bf16_tflops, gb300.fp8_tflops, gb300.memory_gib) == (2500.0, 5000.0, 268.0)
     assert gb200.memory_gib == pytest.approx(186e9 / 2**30, abs=0.5)  # 13.4 TB / 72 = 186 GB
+
+
+def test_tensor_parallelism_may_span_the_trays_of_a_rack_not_plain_nodes():
+    arch = llm_arch("llama3-8b")
+    lay = Layout(8, 1, 1, 1, 1, 1, 4, "1f1b")
+    assert plan_layout(arch, trays(2), lay, 4096).iteration_s > 0
+    with pytest.raises(SriftError, match="more than the 4 GPUs of a node"):
+        plan_layout(arch, trays(2, None), lay, 4096)
