@@ -563,7 +563,7 @@ def moe_group(data: Path, table: bool = False) -> dict | None:
     return {"rows": int(len(rows)), "fit": mape, "lomo": mape, "loso": mape,
             "bias_pct": round(float(np.mean(meas / pred - 1.0) * 100.0), 1) + 0.0,  # of the time per token, - = too fast
             "basis": f"Megatron-Core on {', '.join(sorted(set(map(str, rows['gpu']))))}, {rows['zoo'].nunique()} models, "
-                     "force-balanced routing, each with its recipe's recompute and dispatcher"}
+                     "force-balanced routing, each with its recipe's settings at the recipe's GPU count and layout, else srift's defaults"}
 
 
 def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str, basis: dict[str, str],

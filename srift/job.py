@@ -78,7 +78,7 @@ CHECKPOINTING: tuple[Checkpointing, ...] = get_args(Checkpointing)
 # Megatron-Core's selective recompute modules (``TransformerConfig.recompute_modules``) that a
 # layout's ``selective`` policy recomputes (srift/simulate/recompute.py); Megatron's default is
 # the attention core alone.
-RecomputeModule = Literal["core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act", "shared_experts"]
+RecomputeModule = Literal["core_attn", "layernorm", "mla_up_proj", "mlp", "moe", "moe_act", "shared_experts"]
 RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = get_args(RecomputeModule)
 # Megatron-Core's MoE token dispatchers (``moe_token_dispatcher_type``): ``alltoall`` sends each
 # routed row to its expert's rank; ``flex`` (DeepEP, HybridEP) sends a token once to each node
@@ -140,6 +140,7 @@ FULL_CHECKPOINTING: Final = "full"
 ZERO1: Final = "zero1"
 CORE_ATTN: Final = "core_attn"
 MOE_ACT: Final = "moe_act"
+MOE_LAYER: Final = "moe"  # Megatron-Core's recompute module of a whole MoE layer
 ALLTOALL: Final = "alltoall"
 FLEX: Final = "flex"
 ONE_F_ONE_B: Final = "1f1b"

@@ -292,9 +292,15 @@ def test_fp8_gemms_by_hand():
     t = layer_times(prof, "H100", "bf16")
     bw, launch = kernel_rates("H100", "bf16").memory_bytes_per_s, kernel_rates("H100", "bf16").launch_s
     for recipe, per in (("mxfp8", 4.0), ("tensorwise", 6.0)):
-        f, b = fp8_times(prof, t, "H100", recipe)
-        up = next(i for i, l in enumerate(prof.layers) if l.name.endswith("up_proj"))  # 128 rows, 64 -> 32
-        assert f[up] == pytest.approx((t.fwd_s[up] - launch) * 989.4 / 1979.0 + launch + 128 * 64 * per / bw)
+        f, b = fp8_times(prof, t, "H100", recipe, fused_fc1=True)
+        gate = next(i for i, l in enumerate(prof.layers) if l.name.endswith("gate_proj"))  # 128 rows, 64 -> 32
+        assert f[gate] == pytest.approx((t.fwd_s[gate] - launch) * 989.4 / 1979.0 + launch + 128 * 64 * per / bw)
+        assert b[gate] == pytest.approx((t.bwd_s[gate] - launch) * 989.4 / 1979.0 + launch + 128 * 32 * per / bw)
+        # the up projection is the gate's fused linear_fc1 partner: its input is already quantized
+        # (as two Linears, torchao's way, it quantizes it again)
+        up = next(i for i, l in enumerate(prof.layers) if l.name.endswith("up_proj"))
+        assert f[up] == pytest.approx((t.fwd_s[up] - launch) * 989.4 / 1979.0 + launch)
+        assert fp8_times(prof, t, "H100", recipe)[0][up] == pytest.approx(f[up] + 128 * 64 * per / bw)
         assert b[up] == pytest.approx((t.bwd_s[up] - launch) * 989.4 / 1979.0 + launch + 128 * 32 * per / bw)
         act = next(i for i, l in enumerate(prof.layers) if l.type != "Linear")
         assert (f[act], b[act]) == (t.fwd_s[act], t.bwd_s[act])
@@ -306,6 +312,14 @@ def test_fp8_gemms_by_hand():
     assert f[router] == tb.fwd_s[router] and f[head] == tb.fwd_s[head]
     with pytest.raises(ValueError, match="no FP8"):
         fp8_times(prof, layer_times(prof, "A100-80GB", "bf16"), "A100-80GB", "mxfp8")
+
+
+def test_fused_fc1_partner_is_only_a_gated_mlps_up_projection():
+    from srift.perf.fp8 import fused_with_gate
+    names = {"m.layers.0.mlp.gate_proj", "m.layers.0.mlp.up_proj", "h.0.mlp.c_fc"}
+    assert fused_with_gate("m.layers.0.mlp.up_proj", names)
+    assert not fused_with_gate("m.layers.0.mlp.gate_proj", names) and not fused_with_gate("h.0.mlp.c_fc", names)
+    assert not fused_with_gate("m.layers.1.mlp.up_proj", names)  # another block's gate is not its partner
 
 
 def test_mla_kv_sizes_by_hand():

@@ -10,7 +10,7 @@ import pytest
 from srift.cluster import Cluster, NodeGroup
 from srift.perf.comm import CommModel
 from srift.perf.fp8 import fp8_saved_bytes
-from srift.simulate.layouts import Layout, block_parts, plan_layout
+from srift.simulate.layouts import Layout, block_parts, ep_interference, plan_layout
 from srift.simulate.memory import ALLOCATOR_FACTOR
 from srift.simulate.moe import node_dedup_fraction
 from srift.simulate.recompute import check_modules
@@ -50,7 +50,23 @@ def test_selective_modules_drop_what_they_name_by_hand():
     assert parts.fp8_weight_bytes == 0.0
     assert mx.fp8_weight_bytes == pytest.approx((mx.local_block_params + 2 * 3 * 64 * 32) * 2 * (1 + 1 / 32))
     with pytest.raises(ValueError, match="recompute modules"):
-        check_modules(("moe",))
+        check_modules(("experts",))
+
+
+def test_moe_layer_recompute_drops_the_whole_layer_and_runs_its_all_to_alls_again_by_hand():
+    # 128 tokens x top-2 = 256 rows, each keeping the gate and up outputs (2 x 32 x 2 bytes), its
+    # dispatched input (64 x 2) and the product (32 x 2): 320 bytes; and the router's fp32
+    # probabilities, 128 tokens x 8 experts x 4 bytes
+    assert saved(("moe",)) == 256 * 320 + 128 * 8 * 4
+    assert saved(("moe", "moe_act")) == saved(("moe",))  # the experts' activation is part of the layer
+    parts = block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, None, ("moe",))
+    assert parts.moe_recomputed and parts.selective_f_s == pytest.approx(parts.experts_f_s)
+    lay = Layout(1, 1, 1, 8, micro_batch=1, grad_accum=4, ep=4)
+    none = plan_layout(TINY, dgx(8), lay, 128, compute_factor=1.0)
+    sel = plan_layout(TINY, dgx(8), lay, 128, checkpointing="selective", compute_factor=1.0, recompute_modules=("moe",))
+    # forward's dispatch and combine run again: 6 all-to-alls per block, not 4
+    assert sel.breakdown_s["exposed_ep"] == pytest.approx(1.5 * none.breakdown_s["exposed_ep"])
+    assert sel.breakdown_s["recompute"] == pytest.approx(4 * 2 * parts.selective_f_s)
 
 
 def test_selective_plan_keeps_less_and_runs_the_modules_again():
@@ -58,9 +74,10 @@ def test_selective_plan_keeps_less_and_runs_the_modules_again():
     modules = ("layernorm", "moe_act")
     none = plan_layout(TINY, dgx(8), lay, 128, compute_factor=1.0)
     sel = plan_layout(TINY, dgx(8), lay, 128, checkpointing="selective", compute_factor=1.0, recompute_modules=modules)
-    # one micro-batch in flight (no pipeline), 2 blocks, the allocator's slack on activations
+    # one micro-batch in flight (no pipeline): 2 blocks keep less, one block's modules are rebuilt
+    # at the peak, the allocator's slack on activations
     assert none.memory_per_gpu_bytes - sel.memory_per_gpu_bytes == pytest.approx(
-        2 * saved(modules) * ALLOCATOR_FACTOR)
+        (2 - 1) * saved(modules) * ALLOCATOR_FACTOR)
     parts = block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, None, modules)
     assert sel.breakdown_s["recompute"] == pytest.approx(4 * 2 * parts.selective_f_s)
     assert sel.recompute_modules == modules and none.recompute_modules == ()
@@ -77,8 +94,18 @@ def test_flex_dispatcher_sends_a_token_once_per_node_by_hand():
     full, half = ep.all_to_all_time_s(size), ep.all_to_all_time_s(size, network_fraction=0.5)
     assert half < full
     within = Layout(1, 1, 1, 32, micro_batch=1, grad_accum=2, ep=8)
-    assert plan_layout(TINY, dgx(32), within, 128, dispatcher="flex").iteration_s == pytest.approx(
-        plan_layout(TINY, dgx(32), within, 128).iteration_s)  # EP within a node: the same
+    flex, a2a = (plan_layout(TINY, dgx(32), within, 128, dispatcher=d) for d in ("flex", "alltoall"))
+    assert flex.breakdown_s["exposed_ep"] == pytest.approx(a2a.breakdown_s["exposed_ep"])  # EP within a node: the same
+    # HybridEP permutes inside its kernels: the permutation passes' seconds (forward and backward,
+    # 2 blocks, 2 micro-batches, the shipped compute factor) are what flex saves
+    from srift.perf.compute import kernel_rates
+    from srift.simulate.layouts import load_layout_params
+    from srift.simulate.moe import moe_block_shape
+    shape = moe_block_shape(TINY, 128, 8, 2.0)
+    assert moe_block_shape(TINY, 128, 8, 2.0, dispatcher="flex").permute_bytes == 0.0 < shape.permute_bytes
+    saved = 2 * 2 * 2 * shape.permute_bytes / kernel_rates("H100", "bf16").memory_bytes_per_s
+    assert a2a.breakdown_s["forward"] + a2a.breakdown_s["backward"] - flex.breakdown_s["forward"] \
+        - flex.breakdown_s["backward"] == pytest.approx(saved * load_layout_params().megatron_compute_factor)
     across = Layout(1, 1, 1, 32, micro_batch=1, grad_accum=2, ep=16)
     assert plan_layout(WIDE, dgx(32), across, 128, dispatcher="flex").breakdown_s["exposed_ep"] < \
         plan_layout(WIDE, dgx(32), across, 128).breakdown_s["exposed_ep"]
@@ -88,25 +115,42 @@ def test_ep_overlap_hides_the_all_to_alls_behind_compute():
     lay = Layout(1, 1, 1, 16, micro_batch=1, grad_accum=4, ep=16)
     plain = plan_layout(WIDE, dgx(16), lay, 128)
     over = plan_layout(WIDE, dgx(16), lay, 128, ep_overlap=True)
-    k = CommModel.for_cluster(dgx(16)).params.overlap_interference
     hidden = plain.breakdown_s["exposed_ep"] - over.breakdown_s["exposed_ep"]
     assert hidden > 0 and over.comm_s["ep"] == pytest.approx(plain.comm_s["ep"])
-    # what is hidden costs the interference every hidden collective costs
-    assert over.breakdown_s["comm_interference"] - plain.breakdown_s["comm_interference"] == pytest.approx(k * hidden)
+    # what is hidden costs the share of the SMs the all-to-all holds: NCCL's send and receive with
+    # each of the 15 other ranks, 2 channels (SMs) each: 30 of H100's 132 SMs
+    assert over.breakdown_s["comm_interference"] - plain.breakdown_s["comm_interference"] == pytest.approx(
+        30 / 132 * hidden)
+    # NCCL runs at most 32 channels (EP 32: 32, not 62); the flex dispatcher's HybridEP kernels hold
+    # the 32 SMs Megatron-Bridge gives them
+    assert ep_interference("H100", "alltoall", 32) == 32 / 132 and ep_interference("H100", "alltoall", 4) == 6 / 132
+    assert ep_interference("B200", "flex", 8) == 32 / 148
 
 
 def test_benchmark_recipes_and_the_runs_fit_at_their_setting():
     from srift.fitting import moe as mf
     recipes = mf.load_recipes(DATA)
-    assert recipes[("DeepSeek-V3", "B200", "fp8-mx")] == mf.Recipe(("selective", ("mla_up_proj",)), "flex", False)
-    assert recipes[("Qwen3-235B-A22B", "H100-SXM5-80GB", "fp8-cs")] == mf.Recipe(("none", ()), "alltoall", True)
+    assert recipes[("DeepSeek-V3", "B200", "fp8-mx")] == mf.Recipe(("selective", ("mla_up_proj",)), "flex", False,
+                                                                    (256, 1, 8, 8, 1))
+    assert recipes[("Qwen3-235B-A22B", "H100-SXM5-80GB", "fp8-cs")] == mf.Recipe(("none", ()), "alltoall", True,
+                                                                                 (256, 2, 8, 32, 1))
     assert recipes[("GPT-OSS-120B", "B200", "bf16")].recompute == ("selective", ("layernorm", "moe_act"))
+    assert recipes[("Qwen3-30B-A3B", "B200", "fp8-mx")].fp8_attention
     rows, _ = mf.load_rows(DATA)
-    labels = [mf.predict_row(r, recipes)[1] for r in rows.itertuples()]
-    # Every run people ran fits srift's memory model at its recipe's recompute but one: GPT-OSS-120B's
-    # 25.11 H100 run at micro-batch 4 (the newest recipe runs micro-batch 1).
-    assert sum("does not fit" in x for x in labels) == 1
-    assert not any("least that fits" in x for x in labels)  # every row has its recipe
+    qwen = {(int(r.micro_batch), str(r.source_section).split(" ")[0]): mf.recipe_of(r, recipes) for r in rows.itertuples()
+            if r.zoo == "qwen3-30b-a3b" and r.gpu == "B200"}
+    # the recipe runs micro-batch 4: the 26.04.01 run at 4 is its; the earlier runs at 1 are not
+    assert qwen[(4, "26.04.01")] is recipes[("Qwen3-30B-A3B", "B200", "fp8-mx")]
+    assert qwen[(1, "25.11")] is None and qwen[(1, "26.02")] is None
+    labels = {(r.zoo, r.gpu, r.micro_batch, str(r.source_section).split(" ")[0]): mf.predict_row(r, recipes)[1]
+              for r in rows.itertuples()}
+    # Every run people ran fits srift's memory model (a false "does not fit" is a bug)
+    assert not any("does not fit" in x for x in labels.values())
+    # A recipe's recompute holds at its own layout; GPT-OSS-120B's 25.11 H100 run at micro-batch 4
+    # (the recipe runs micro-batch 1) takes the least that fits: whole MoE layers recomputed.
+    assert labels[("gpt-oss-120b", "H100-SXM5-80GB", 1, "26.04.01")] == "selective (layernorm, moe_act)"
+    assert labels[("gpt-oss-120b", "H100-SXM5-80GB", 4, "25.11")].startswith("selective (layernorm, mla_up_proj, mlp, moe,")
+    assert labels[("gpt-oss-120b", "H100-SXM5-80GB", 4, "25.11")].endswith("least that fits")
 
 
 def test_auto_checkpointing_on_a_fixed_layout_takes_the_least_recompute_that_fits():
@@ -118,11 +162,27 @@ def test_auto_checkpointing_on_a_fixed_layout_takes_the_least_recompute_that_fit
                        experts=8, experts_per_token=8, expert_intermediate=8192)
     plans = [plan_layout(arch, cluster, lay, 4096, checkpointing=p, recompute_modules=m or ("core_attn",))
              for p, m in AUTO_LADDER]
-    # memory falls and recompute grows down the ladder
+    # memory falls and recompute grows down the selective rungs; full keeps less than none
     mems = [p.memory_per_gpu_bytes for p in plans]
-    assert mems == sorted(mems, reverse=True) and plans[0].breakdown_s["recompute"] == 0.0
+    assert mems[:-1] == sorted(mems[:-1], reverse=True) and mems[-1] < mems[0]
+    recomputed = [p.breakdown_s["recompute"] for p in plans]
+    assert recomputed == sorted(recomputed) and recomputed[0] == 0.0
     first_fit = next(p for p in plans if p.fits)
     assert not plans[0].fits and first_fit.checkpointing == "selective"  # the experts' activation is what it drops
     settings = LayoutSettings(LayoutRequest(tp=1, pp=1, cp=1, ep=8), micro_batch=4, global_batch=64)
     chosen, _ = plan_for(arch, cluster, settings, 4096, "bf16")
     assert (chosen.checkpointing, chosen.recompute_modules) == (first_fit.checkpointing, first_fit.recompute_modules)
+
+
+def test_fp8_attention_runs_the_attention_core_at_the_fp8_peak_by_hand():
+    from srift.perf.compute import kernel_rates
+    from srift.perf.fp8 import fp8_attention_s
+    launch = kernel_rates("H100", "bf16").launch_s
+    assert fp8_attention_s(1e-3, "H100") == pytest.approx((1e-3 - launch) * 989.4 / 1979.0 + launch)
+    bf = block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, "tensorwise")
+    f8 = block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, "tensorwise", fp8_attention=True)
+    assert f8.attention_f_s == pytest.approx(fp8_attention_s(bf.attention_f_s, "H100"))
+    assert f8.block_f_s - bf.block_f_s == pytest.approx(f8.attention_f_s - bf.attention_f_s)
+    # without an FP8 recipe the attention stays bf16
+    assert block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, None, fp8_attention=True) == \
+        block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, None)

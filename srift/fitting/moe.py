@@ -11,8 +11,10 @@ How a row becomes a prediction: the layout as printed with EP (``interleaved`` w
 VP > 1, else 1F1B), ``grad_accum = global / (micro x DP)``, the distributed optimizer, the
 activation recompute, token dispatcher and EP all-to-all overlap the benchmark recipe sets
 (``RECIPES``: Megatron-Bridge's performance recipes, recipe facts; the tables do not print them),
-else the least recompute that fits (``AUTO_LADDER`` of srift/simulate/recompute.py, as
-``--activation-checkpointing auto`` chooses) with the all-to-all dispatcher, not overlapped, force-balanced
+where the row runs the recipe's own GPU count, TP, PP, EP and micro-batch size (``recipe_of``: a
+row at another ran an earlier release's recipe, whose settings are not known), else the least recompute
+that fits (``AUTO_LADDER`` of srift/simulate/recompute.py, as ``--activation-checkpointing auto``
+chooses) with the all-to-all dispatcher, not overlapped, bf16 attention; force-balanced
 routing (``BALANCED_ROUTING``: the source's footnote), the compute factor as shipped
 (configs/perf/layouts.json, fitted on dense Llama/GPT/Nemotron runs of data/llm-parallel-layouts).
 No figure is fitted on these rows, so each prediction is already held out from its model and its
@@ -105,11 +107,17 @@ class Recipe:
         recompute: (checkpointing policy, selective recompute modules).
         dispatcher: The MoE token dispatcher.
         ep_overlap: Whether the EP all-to-alls overlap another micro-batch's compute.
+        layout: The (GPUs, TP, PP, EP, micro-batch) the recipe runs: a row at another one ran an
+            earlier release's recipe, whose settings are not known (``recipe_of``).
+        fp8_attention: Whether an FP8 recipe runs the attention core in FP8 too
+            (``fp8_dot_product_attention``).
     """
 
     recompute: Recompute
     dispatcher: MoeDispatcher = "alltoall"
     ep_overlap: bool = False
+    layout: tuple[int, int, int, int, int] = (1, 1, 1, 1, 1)
+    fp8_attention: bool = False
 
 
 def load_recipes(data: Path) -> dict[tuple[str, str, str], Recipe]:
@@ -130,8 +138,20 @@ def load_recipes(data: Path) -> dict[tuple[str, str, str], Recipe]:
                              f"use {', '.join(MOE_DISPATCHERS)}.")
         policy = "selective" if str(r.recompute_granularity) == SELECTIVE and modules else "none"
         out[(str(r.model), str(r.gpu), str(r.precision))] = Recipe(
-            (policy, tuple(m for m in RECOMPUTE_MODULES if m in modules)), r.dispatcher, str(r.ep_overlap).lower() == "true")
+            (policy, tuple(m for m in RECOMPUTE_MODULES if m in modules)), r.dispatcher, str(r.ep_overlap).lower() == "true",
+            (int(r.gpus), int(r.tp), int(r.pp), int(r.ep), int(r.micro_batch)), str(r.fp8_attention).lower() == "true")
     return out
+
+
+def recipe_of(r, recipes: dict[tuple[str, str, str], Recipe]) -> Recipe | None:
+    """The benchmark recipe of a row: its (model, GPU, precision class)'s where the row runs the
+    recipe's GPU count, TP, PP, EP and micro-batch size; else None: the row ran an earlier
+    release's recipe, which the wheel does not hold (srift's defaults: the least recompute that
+    fits, the all-to-all dispatcher, not overlapped, bf16 attention)."""
+    recipe = recipes.get((str(r.model).split(" ")[0], str(r.gpu), RECIPE_PRECISION[str(r.precision).lower()]))
+    if recipe is None or recipe.layout != (int(r.gpus_total), int(r.tp), int(r.pp), int(r.ep), int(r.micro_batch)):
+        return None
+    return recipe
 
 
 @functools.lru_cache(maxsize=1024)
@@ -142,7 +162,8 @@ def _predict(zoo: str, gpu: str, gpus: int, per_node: int, layout: Layout, seq_l
         plan = plan_layout(llm_arch(zoo), dgx_cluster(gpu, gpus, per_node), layout, seq_len, "bf16", policy,
                            imbalance=BALANCED_ROUTING, fp8=fp8, recompute_modules=modules,
                            dispatcher=recipe.dispatcher if recipe else "alltoall",
-                           ep_overlap=recipe.ep_overlap if recipe else False)
+                           ep_overlap=recipe.ep_overlap if recipe else False,
+                           fp8_attention=recipe.fp8_attention if recipe else False)
         label = policy + (f" ({', '.join(modules)})" if modules else "") + ("" if recipe else ", least that fits")
         if plan.fits:
             return plan.tokens_per_s / gpus, label
@@ -152,8 +173,8 @@ def _predict(zoo: str, gpu: str, gpus: int, per_node: int, layout: Layout, seq_l
 
 def predict_row(r, recipes: dict[tuple[str, str, str], Recipe]) -> tuple[float, str]:
     """(predicted tokens/s per GPU, the recompute it ran with and whether srift's memory model fits
-    it) of a row: the recipe's recompute (``recipes``, ``load_recipes``) where known, else the least
-    that fits."""
-    recipe = recipes.get((str(r.model).split(" ")[0], str(r.gpu), RECIPE_PRECISION[str(r.precision).lower()]))
+    it) of a row: its recipe's settings (``recipe_of``) where known, else the least recompute that
+    fits, the all-to-all dispatcher, not overlapped."""
+    recipe = recipe_of(r, recipes)
     return _predict(r.zoo, r.gpu, int(r.gpus_total), int(r.gpus_per_node), row_layout(r), int(r.seq_len),
                     FP8_RECIPE_OF[str(r.precision).lower()], recipe)

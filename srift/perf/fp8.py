@@ -23,7 +23,11 @@ and run the linear layers' GEMMs on FP8 operands. srift models a layer's FP8 tim
 - Which GEMMs: every ``Linear`` of a decoder block and the routed experts, except the MoE router
   (Megatron-Core keeps it in fp32) and the output head and embedding (outside the blocks);
   attention's batched GEMMs (``ScaledDotProductAttention``) stay bf16, Transformer Engine's
-  default.
+  default, unless the job sets ``fp8_dot_product_attention`` (``fp8_attention_s``: the attention
+  pass at the FP8 peak). A gated MLP's gate and up projections are one GEMM in Megatron-Core
+  (``linear_fc1``): its input is quantized once (``fp8_times(fused_fc1=True)``, ``fused_with_gate``),
+  the grouped experts' too; PyTorch and torchao (torchtitan) run them as two Linears, each
+  quantizing it.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ AMAX_BYTES_PER_ELEMENT = 2.0  # per-tensor scaling's amax pass reads the bf16 te
 FP8_ELEMENT_BYTES = 1.0
 MXFP8_BLOCK = 32
 ROUTER_SUFFIX = ".router"  # the MoE router's Linear (srift/zoo/llm.py), kept in fp32 by Megatron-Core
+UP_SUFFIX, GATE_SUFFIX = "up_proj", "gate_proj"  # a gated MLP's projections (srift/zoo/llm.py names)
 
 
 def fp8_gemm(layer_type: str, name: str, unit: str | None) -> bool:
@@ -66,6 +71,12 @@ def fp8_weight_cache_bytes(recipe: Fp8Recipe) -> float:
     return 2.0 * fp8_saved_bytes(recipe)
 
 
+def fp8_cast_bytes_per_element(recipe: Fp8Recipe) -> float:
+    """Bytes one quantizing pass moves per element of a GEMM's activation operand under ``recipe``
+    (module docstring): ``CAST_BYTES_PER_ELEMENT``, plus ``AMAX_BYTES_PER_ELEMENT`` per-tensor."""
+    return CAST_BYTES_PER_ELEMENT + (AMAX_BYTES_PER_ELEMENT if recipe == "tensorwise" else 0.0)
+
+
 def fp8_peak_ratio(gpu: str) -> float:
     """``bf16_peak / fp8_peak`` of ``gpu`` (configs/gpus.yaml).
 
@@ -78,9 +89,27 @@ def fp8_peak_ratio(gpu: str) -> float:
     return spec.peak_flops("bf16") / (spec.fp8_tflops * 1e12)
 
 
-def fp8_times(profile: Profile, times: LayerTimes, gpu: str, recipe: Fp8Recipe) -> tuple[np.ndarray, np.ndarray]:
+def fused_with_gate(name: str, names: set[str]) -> bool:
+    """True for a gated MLP's up projection (``...up_proj`` beside a ``...gate_proj`` in ``names``):
+    Megatron-Core runs the two as one GEMM (``linear_fc1``), whose input is quantized once."""
+    return name.endswith(UP_SUFFIX) and name[: -len(UP_SUFFIX)] + GATE_SUFFIX in names
+
+
+def fp8_attention_s(bf16_s: float, gpu: str) -> float:
+    """Seconds of a fused attention pass of ``bf16_s`` in bf16 when Transformer Engine runs it in FP8
+    (``fp8_dot_product_attention``: cuDNN's FP8 flash attention, its two batched GEMMs on FP8
+    operands): the FLOP-bound pass less its launch at ``bf16_peak / fp8_peak``, as ``fp8_times``
+    prices a GEMM. Its Q, K, V casts are fused into the preceding kernels and left out."""
+    launch = kernel_rates(gpu, "bf16").launch_s
+    return (bf16_s - launch) * fp8_peak_ratio(gpu) + launch
+
+
+def fp8_times(profile: Profile, times: LayerTimes, gpu: str, recipe: Fp8Recipe,
+              fused_fc1: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds per layer of ``profile`` (bf16 ``times`` on ``gpu``) with its
-    FP8 GEMMs (``fp8_gemm``) under ``recipe``; other layers keep their bf16 times.
+    FP8 GEMMs (``fp8_gemm``) under ``recipe``; other layers keep their bf16 times. ``fused_fc1``:
+    a gated MLP's gate and up projections are one GEMM (Megatron-Core's ``linear_fc1``), whose
+    input is quantized once.
 
     Raises:
         ValueError: for an unknown recipe or a GPU without FP8 tensor cores.
@@ -88,14 +117,17 @@ def fp8_times(profile: Profile, times: LayerTimes, gpu: str, recipe: Fp8Recipe) 
     if recipe not in FP8_RECIPES:
         raise ValueError(f"FP8 recipe must be one of {FP8_RECIPES}, got {recipe!r}")
     ratio = fp8_peak_ratio(gpu)
-    per_element = CAST_BYTES_PER_ELEMENT + (AMAX_BYTES_PER_ELEMENT if recipe == "tensorwise" else 0.0)
+    per_element = fp8_cast_bytes_per_element(recipe)
     rates = kernel_rates(gpu, "bf16")
     s_per_byte, launch = 1.0 / rates.memory_bytes_per_s, rates.launch_s
     fwd, bwd = times.fwd_s.astype(float).copy(), times.bwd_s.astype(float).copy()
+    names = {layer.name for layer in profile.layers}
     for i, layer in enumerate(profile.layers):
         if not fp8_gemm(layer.type, layer.name, layer.unit) or layer.kfac_a_dim is None or layer.kfac_g_dim is None:
             continue
         rows = profile.batch_size * (layer.kfac_spatial or 1)
-        fwd[i] = (fwd[i] - launch) * ratio + launch + rows * layer.kfac_a_dim * per_element * s_per_byte
+        cast_in = 0.0 if fused_fc1 and fused_with_gate(layer.name, names) else \
+            rows * layer.kfac_a_dim * per_element * s_per_byte
+        fwd[i] = (fwd[i] - launch) * ratio + launch + cast_in
         bwd[i] = (bwd[i] - launch) * ratio + launch + rows * layer.kfac_g_dim * per_element * s_per_byte
     return fwd, bwd

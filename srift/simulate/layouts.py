@@ -44,11 +44,13 @@ its share of the node's network). Hidden TP communication under Transformer Engi
 (``tp_overlap``, Megatron's ``--tp-comm-overlap``) costs the GEMM beside it the share of SMs its
 kernels hold (``tp_overlap_share``: copy-engine ring exchanges and 16-SM pipelined/bulk
 collectives); a hidden NCCL send/receive (CP ring steps, pipeline sends) the P2P_CHANNELS SMs it
-holds (``p2p_interference``); other hidden communication (NCCL's collectives: DP, EP, TP without
+holds (``p2p_interference``); a hidden EP all-to-all the SMs its dispatcher's kernels hold
+(``ep_interference``); other hidden communication (NCCL's collectives: DP, TP without
 userbuffers) costs ``overlap_interference`` of its time, as everywhere in srift. Memory (``stage_memory_bytes``) is per stage: bf16 weights, bf16 gradient
 buffers (``GRAD_BYTES``), fp32 master weights and Adam states (sharded over CP x DP under ``zero1``), activations
 of the micro-batches in flight (a block's input under ``full`` recompute; under ``selective``, less what
-Megatron-Core's recompute modules drop: srift/simulate/recompute.py), the loss's fp32 logits on the last
+Megatron-Core's recompute modules drop: srift/simulate/recompute.py; and once, what backward rebuilds of one
+block: all of it under ``full``, its recomputed modules under ``selective``), the loss's fp32 logits on the last
 stage, and the caching allocator's reserve of srift/simulate/memory.py (``with_allocator``), so a layout
 fits where the rest of srift says it does.
 """
@@ -70,11 +72,11 @@ from srift.files import configs_dir, read_json
 from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
 from srift.job import (
-    CORE_ATTN, DDP, DEFAULT_RECOMPUTE_MODULES, FSDP, FULL_CHECKPOINTING, HALF_PRECISIONS, HSDP, INTERLEAVED,
-    LAYOUT_PARALLELISMS, MOE_ACT, PIPELINE_SCHEDULES, REDUCE_BYTES_PER_ELEMENT, SELECTIVE, ZERO1, LayoutRequest,
-    MoeDispatcher, RecomputeModule,
+    CORE_ATTN, DDP, DEFAULT_RECOMPUTE_MODULES, FLEX, FSDP, FULL_CHECKPOINTING, HALF_PRECISIONS, HSDP, INTERLEAVED,
+    LAYOUT_PARALLELISMS, MOE_ACT, MOE_LAYER, PIPELINE_SCHEDULES, REDUCE_BYTES_PER_ELEMENT, SELECTIVE, ZERO1,
+    LayoutRequest, MoeDispatcher, RecomputeModule,
 )
-from srift.perf.fp8 import Fp8Recipe, fp8_saved_bytes, fp8_times, fp8_weight_cache_bytes
+from srift.perf.fp8 import Fp8Recipe, fp8_attention_s, fp8_saved_bytes, fp8_times, fp8_weight_cache_bytes
 from srift.perf.compute import (
     ATTENTION, NORM, kernel_rates, layer_kind, layer_times, load_params as load_compute_params, mma_rate_flops,
 )
@@ -118,6 +120,13 @@ UB_RING_EXCHANGE_COLLECTIVES, UB_PIPELINE_COLLECTIVES = 4, 6
 # CTA, so one SM, each: a hidden ring-attention step or pipeline send holds that share of the SMs
 # (assumed the same for peers on NVLink), not the all-reduce interference.
 P2P_CHANNELS = 2
+# A hidden EP all-to-all (``ep_overlap``) holds the SMs its kernels run on: the ``alltoall``
+# dispatcher's NCCL all-to-all is a send and a receive with each other rank of the EP group,
+# P2P_CHANNELS channels each, at most NCCL_MAX_P2P_CHANNELS (NCCL_MAX_P2P_NCHANNELS' default,
+# NCCL's 32 channels); the ``flex`` dispatcher's HybridEP kernels FLEX_DISPATCH_SMS
+# (Megatron-Bridge's ``moe_hybridep_num_sms``, which its benchmark recipes set to 32).
+NCCL_MAX_P2P_CHANNELS = 32
+FLEX_DISPATCH_SMS = 32
 # Breakdown keys of a layout's iteration (they add up to it).
 BREAKDOWN_KEYS = ("forward", "backward", "recompute", "exposed_tp", "exposed_cp", "exposed_ep", "exposed_pp", "bubble",
                   "exposed_dp", "comm_interference", "optimizer", "overhead")
@@ -241,6 +250,13 @@ def p2p_interference(gpu: str) -> float:
     return P2P_CHANNELS / gpu_spec(gpu).sm_count
 
 
+def ep_interference(gpu: str, dispatcher: MoeDispatcher, ep: int) -> float:
+    """Seconds per hidden EP all-to-all second: the share of the GPU's SMs its kernels hold
+    (FLEX_DISPATCH_SMS, or P2P_CHANNELS per other rank up to NCCL_MAX_P2P_CHANNELS)."""
+    sms = FLEX_DISPATCH_SMS if dispatcher == FLEX else min(P2P_CHANNELS * (ep - 1), NCCL_MAX_P2P_CHANNELS)
+    return sms / gpu_spec(gpu).sm_count
+
+
 def tp_interference(comm: CommModel, gpu: str, tp_overlap: bool) -> float:
     """Seconds per hidden TP second: ``tp_overlap_share`` under userbuffers, else NCCL's
     ``overlap_interference``."""
@@ -304,6 +320,8 @@ class BlockParts:
             ``local_adapter_params`` per block train (gradients, optimizer, data-parallel reduction).
         local_adapter_params: One block's LoRA adapter parameters on this rank (in
             ``local_block_params`` too).
+        moe_recomputed: The ``selective`` policy recomputes whole MoE layers (``moe``), whose
+            dispatch and combine all-to-alls run again in backward.
         logits: Logits of one micro-batch on this rank (tokens x this TP rank's vocabulary).
         op_sac_saved_bytes, op_sac_f_s: What torchtitan's per-op selective checkpointing
             (srift/simulate/sharded.py's ``selective`` policy: attention and every other matmul
@@ -337,6 +355,7 @@ class BlockParts:
     fp8_weight_bytes: float = 0.0
     frozen_base: bool = False
     local_adapter_params: float = 0.0
+    moe_recomputed: bool = False
     op_sac_saved_bytes: float = 0.0
     op_sac_f_s: float = 0.0
     logits: float = 0.0
@@ -373,7 +392,8 @@ def split_arch(arch: DecoderArch, tp: int) -> DecoderArch:
 def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str, gpu: str,
                 ep: int = 1, imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None,
                 recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
-                lora: LoraSpec | None = None, op_sac: bool = False) -> BlockParts:
+                lora: LoraSpec | None = None, op_sac: bool = False, fp8_attention: bool = False,
+                dispatcher: MoeDispatcher = "alltoall", fused_fc1: bool = True) -> BlockParts:
     """``BlockParts`` from the compute model on the split shapes (cached).
 
     A mixture of experts (``ep`` expert-parallel ranks, routing ``imbalance``: srift/simulate/moe.py)
@@ -384,34 +404,48 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
     keeps the inputs of the GEMMs after an activation in FP8; ``recompute_modules``: what the
     ``selective`` policy recomputes (srift/simulate/recompute.py); ``lora``: the base
     frozen, LoRA adapters on the fused projections (srift/simulate/finetune.py); ``op_sac``: also
-    torchtitan's per-op selective figures (``BlockParts.op_sac_saved_bytes``; 0 otherwise)."""
+    torchtitan's per-op selective figures (``BlockParts.op_sac_saved_bytes``; 0 otherwise);
+    ``fp8_attention``: the attention core in FP8 too; ``dispatcher``: the MoE token dispatcher
+    (``flex``: no permutation passes around the experts, srift/simulate/moe.py); ``fused_fc1``: a
+    dense gated MLP's FP8 input cast once (Megatron-Core's ``linear_fc1``; torchtitan runs two)."""
     modules = check_modules(recompute_modules)
     if arch.sliding_window and 0 < arch.sliding_blocks < arch.n_layers:
         share = arch.sliding_blocks / arch.n_layers
         local = block_parts(dataclasses.replace(arch, sliding_every=1), tp, cp, micro_batch, seq_len, precision, gpu,
-                            ep, imbalance, fp8, modules, lora, op_sac)
+                            ep, imbalance, fp8, modules, lora, op_sac, fp8_attention, dispatcher, fused_fc1)
         full = block_parts(dataclasses.replace(arch, sliding_window=0), tp, cp, micro_batch, seq_len, precision, gpu,
-                           ep, imbalance, fp8, modules, lora, op_sac)
+                           ep, imbalance, fp8, modules, lora, op_sac, fp8_attention, dispatcher, fused_fc1)
         return dataclasses.replace(full, **{k: share * getattr(local, k) + (1.0 - share) * getattr(full, k)
                                             for k in ("block_f_s", "block_b_s", "attention_f_s", "attention_b_s",
                                                       "selective_f_s", "op_sac_f_s")})
     if not arch.is_moe:
-        dense_parts = _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac)
+        dense_parts = _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac,
+                                   fp8_attention, fused_fc1)
         return dataclasses.replace(dense_parts, fp8_weight_bytes=(dense_parts.local_block_params * fp8_weight_cache_bytes(fp8)
                                                                   if fp8 else 0.0))
     frac = arch.moe_blocks / arch.n_layers
     moe_arch = dataclasses.replace(arch, dense_layers=0, moe_every=1)
-    moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac)
+    moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac, fp8_attention,
+                       fused_fc1)
     dense = moe if frac == 1.0 else _block_parts(
         dataclasses.replace(arch, experts=0, experts_per_token=0, expert_intermediate=0, shared_intermediate=0,
                             dense_layers=0, moe_every=1, router_bias=False, shared_gate=False),
-        tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac)
+        tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac, fp8_attention, fused_fc1)
     e = 2.0 if precision in HALF_PRECISIONS else 4.0
     kept_e = fp8_saved_bytes(fp8) if fp8 else e
-    shape = moe_block_shape(arch, micro_batch * seq_len // (cp * tp), ep, e, imbalance)
+    shape = moe_block_shape(arch, micro_batch * seq_len // (cp * tp), ep, e, imbalance, dispatcher)
     xt = moe_block_times(arch, shape, gpu, precision, None, fp8=fp8)
     # The MoE block's non-expert parameters on this rank: its profile's, less every routed expert.
     moe_local = moe.local_block_params - arch.experts * dense_mlp_params(split_arch(arch, tp), arch.expert_intermediate)
+
+    # Selective recompute of the MoE layer: all of it (``moe``: its kept bytes, its experts' forward;
+    # _plan adds its all-to-alls) or the experts' activation (``moe_act``).
+    if MOE_LAYER in modules:
+        moe_saved, moe_again_s = moe_activation_bytes(arch, shape, e, kept_e), xt.experts_f_s
+    elif MOE_ACT in modules:
+        moe_saved, moe_again_s = moe_act_bytes(arch, shape, kept_e), xt.act_f_s
+    else:
+        moe_saved = moe_again_s = 0.0
 
     def mix(a: float, b: float) -> float:
         return frac * a + (1.0 - frac) * b
@@ -421,14 +455,13 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
         block_f_s=mix(moe.block_f_s + xt.experts_f_s, dense.block_f_s),
         block_b_s=mix(moe.block_b_s + xt.experts_b_s, dense.block_b_s),
         block_act_bytes=mix(moe.block_act_bytes + moe_activation_bytes(arch, shape, e, kept_e), dense.block_act_bytes),
-        selective_saved_bytes=mix(moe.selective_saved_bytes + (moe_act_bytes(arch, shape, kept_e) if MOE_ACT in modules
-                                                               else 0.0), dense.selective_saved_bytes),
-        selective_f_s=mix(moe.selective_f_s + (xt.act_f_s if MOE_ACT in modules else 0.0), dense.selective_f_s),
+        selective_saved_bytes=mix(moe.selective_saved_bytes + moe_saved, dense.selective_saved_bytes),
+        selective_f_s=mix(moe.selective_f_s + moe_again_s, dense.selective_f_s),
         op_sac_saved_bytes=mix(moe.op_sac_saved_bytes, dense.op_sac_saved_bytes),
         op_sac_f_s=mix(moe.op_sac_f_s, dense.op_sac_f_s),
         local_block_params=mix(moe_local, dense.local_block_params),
         local_adapter_params=mix(moe.local_adapter_params, dense.local_adapter_params),
-        moe_fraction=frac, local_expert_params=frac * local_expert_params(arch, ep),
+        moe_fraction=frac, local_expert_params=frac * local_expert_params(arch, ep), moe_recomputed=MOE_LAYER in modules,
         dispatch_bytes=shape.dispatch_bytes, experts_f_s=frac * xt.experts_f_s, experts_b_s=frac * xt.experts_b_s,
         fp8_weight_bytes=((mix(moe_local, dense.local_block_params) + frac * local_expert_params(arch, ep))
                           * fp8_weight_cache_bytes(fp8) if fp8 else 0.0))
@@ -437,8 +470,10 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
 def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str,
                  gpu: str, fp8: Fp8Recipe | None = None,
                  modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
-                 lora: LoraSpec | None = None, op_sac: bool = False) -> BlockParts:
-    """``BlockParts`` of ``arch``'s first block (a MoE block's routed experts left out)."""
+                 lora: LoraSpec | None = None, op_sac: bool = False, fp8_attention: bool = False,
+                 fused_fc1: bool = True) -> BlockParts:
+    """``BlockParts`` of ``arch``'s first block (a MoE block's routed experts left out);
+    ``fp8_attention``: with ``fp8``, the attention core's GEMMs in FP8 too (``fp8_attention_s``)."""
     split = split_arch(arch, tp)
     tokens = seq_len // cp
     prof = decoder_profile(split, batch_size=micro_batch, seq_len=tokens, precision=precision)
@@ -459,7 +494,7 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
         prof, frozen = finetune_profile(prof, lora.job(), fused=True)
         adapters = float(frozen.trainable_params)
     times = layer_times(prof, gpu, precision)
-    fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8) if fp8 else (times.fwd_s, times.bwd_s)
+    fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8, fused_fc1) if fp8 else (times.fwd_s, times.bwd_s)
     # Transformer Engine's fused attention (cuDNN) issues the GPU's full-rate tensor-core
     # instructions (Hopper's wgmma), not Ampere's mma that the fitted FlashAttention-2 rate is
     # measured against: the same fitted efficiency, of the full dense peak.
@@ -480,6 +515,8 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
         f, b = float(fwd_s[i]), float(bwd_s[i])
         if kind == ATTENTION:
             f, b = f * attention_scale, b * attention_scale
+            if fp8 and fp8_attention:
+                f, b = fp8_attention_s(f, gpu), fp8_attention_s(b, gpu)
         if kind == NORM and layer.params in (arch.hidden, 2 * arch.hidden):
             # Sequence parallelism: the block's norms (and their residual) run on tokens / t.
             f, b = f / tp, b / tp
@@ -749,7 +786,8 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
                 imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None,
                 recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
                 dispatcher: MoeDispatcher = "alltoall", ep_overlap: bool = False,
-                lora: LoraSpec | None = None, reduce_dtype: str = "fp32", op_sac: bool = False) -> LayoutPlan:
+                lora: LoraSpec | None = None, reduce_dtype: str = "fp32", op_sac: bool = False,
+                fp8_attention: bool = False) -> LayoutPlan:
     """Predict one iteration of ``arch`` laid out as ``layout`` on ``cluster`` (module docstring).
 
     ``compute_factor`` scales the compute model's seconds (default: the fitted
@@ -763,7 +801,8 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
     ``lora`` fine-tunes LoRA adapters over the frozen base (``BlockParts.frozen_base``).
     ``reduce_dtype``: what ``fsdp``/``hsdp`` reduce-scatter gradients in (torchtitan's default fp32).
     ``op_sac``: ``selective`` is torchtitan's per-op policy (``BlockParts.op_sac_saved_bytes``)
-    instead of Megatron-Core's recompute modules.
+    instead of Megatron-Core's recompute modules. ``fp8_attention``: with ``fp8``, the attention
+    core runs in FP8 too (Transformer Engine's ``fp8_dot_product_attention``).
 
     Raises:
         SriftError: when the layout does not use the cluster's GPUs or cannot split the model.
@@ -783,7 +822,8 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
                          "choose another --layout, or --layout auto.")
     gpu = cluster.node_groups[0].gpu
     parts = scaled_parts(block_parts(arch, layout.tp, layout.cp, layout.micro_batch, seq_len, precision, gpu,
-                                     layout.ep, imbalance, fp8, recompute_modules, lora, op_sac),
+                                     layout.ep, imbalance, fp8, recompute_modules, lora, op_sac, fp8_attention,
+                                     dispatcher, dp_flavour not in (FSDP, HSDP)),
                          load_layout_params().megatron_compute_factor if compute_factor is None else compute_factor)
     if op_sac:
         parts = dataclasses.replace(parts, selective_saved_bytes=parts.op_sac_saved_bytes, selective_f_s=parts.op_sac_f_s)
@@ -947,8 +987,13 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
         if ep_overlap:  # beside another micro-batch's forward or backward (Megatron's EP A2A overlap)
             ep_hidden = min(ep_f + ep_b, parts.block_f_s + parts.block_b_s)
             ep_f = ep_b = (ep_f + ep_b - ep_hidden) / 2.0
+    # What backward's recompute runs again of the forward's exposed collectives: full, the TP and
+    # EP ones; selective of whole MoE layers, their all-to-alls.
+    full = checkpointing == FULL_CHECKPOINTING
+    rerun_tp = tp_f if full else 0.0
+    rerun_ep = ep_f if full or (checkpointing == SELECTIVE and parts.moe_recomputed) else 0.0
     blk_f = parts.block_f_s + tp_f + cp_f + ep_f
-    blk_b = parts.block_b_s + tp_b_exposed + cp_b + ep_b + (recompute + (tp_f + ep_f if checkpointing == FULL_CHECKPOINTING else 0.0))
+    blk_b = parts.block_b_s + tp_b_exposed + cp_b + ep_b + recompute + rerun_tp + rerun_ep
     stage_f, stage_b = [], []
     for i, n in enumerate(layers):
         f = n * blk_f + (parts.first_f_s + tp_end if i == 0 else 0.0) + (parts.last_f_s + tp_end if i == p - 1 else 0.0)
@@ -1011,16 +1056,16 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     optimizer = ((stage_params / shard + expert_params / expert_shard) * (MASTER_BYTES * 3 + 2 * ADAM_STATE_BYTES)
                  / rates.memory_bytes_per_s)
     overhead = load_compute_params().overhead_s
-    interf = (interference * (ep_hidden * n_slow * m + dp_hidden) + p2p_interference(gpu) * (cp_hidden * n_slow * m + hidden_p2p)
+    interf = (interference * dp_hidden + ep_interference(gpu, dispatcher, layout.ep) * ep_hidden * n_slow * m
+              + p2p_interference(gpu) * (cp_hidden * n_slow * m + hidden_p2p)
               + tp_interference(comm, gpu, tp_overlap) * tp_b_hidden * n_slow * m)
     breakdown = {
         "forward": m * (sf - n_slow * (tp_f + cp_f + ep_f)),
-        "backward": m * (sb - n_slow * (tp_b_exposed + cp_b + ep_b + recompute
-                                        + (tp_f + ep_f if checkpointing == FULL_CHECKPOINTING else 0.0))),
+        "backward": m * (sb - n_slow * (tp_b_exposed + cp_b + ep_b + recompute + rerun_tp + rerun_ep)),
         "recompute": m * n_slow * recompute,
-        "exposed_tp": m * n_slow * (tp_f + tp_b_exposed + (tp_f if checkpointing == FULL_CHECKPOINTING else 0.0)),
+        "exposed_tp": m * n_slow * (tp_f + tp_b_exposed + rerun_tp),
         "exposed_cp": m * n_slow * (cp_f + cp_b),
-        "exposed_ep": m * n_slow * (ep_f + ep_b + (ep_f if checkpointing == FULL_CHECKPOINTING else 0.0)),
+        "exposed_ep": m * n_slow * (ep_f + ep_b + rerun_ep),
         "exposed_pp": pipe_p2p,
         "bubble": bubble,
         "exposed_dp": dp_exposed,
@@ -1265,13 +1310,12 @@ def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts
     per_expert = PARAM_BYTES + (0.0 if parts.frozen_base else
                                 GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / (expert_shard if dp_flavour == ZERO1 else 1))
     layers = stage_layers(arch.n_layers, p)
-    full = checkpointing == FULL_CHECKPOINTING
     peak = 0.0
     for i in {0, min(1, p - 1), p - 1}:  # the arithmetic of _stage_memories, without the dicts
         n = layers[i]
         per_mb = n * _kept_block_bytes(parts, checkpointing) + (parts.first_act_bytes if i == 0 else 0.0)
         flight = min(float(m), p - i + (p - 1 - i) / v) if v > 1 and p > 1 else float(min(m, p - i))
-        acts = per_mb * flight + (parts.block_act_bytes if full else 0.0) + (
+        acts = per_mb * flight + _rebuilt_block_bytes(parts, checkpointing) + (
             parts.last_act_bytes + eager_loss_bytes(parts, dp_flavour) if i == p - 1 else 0.0)
         params_i = (n * parts.local_block_params + (parts.local_embed_params if i == 0 else 0.0)
                     + (parts.local_head_params if i == p - 1 else 0.0))
@@ -1303,6 +1347,14 @@ def _kept_block_bytes(parts: BlockParts, checkpointing: str) -> float:
     return parts.block_act_bytes - (parts.selective_saved_bytes if checkpointing == SELECTIVE else 0.0)
 
 
+def _rebuilt_block_bytes(parts: BlockParts, checkpointing: str) -> float:
+    """What backward's recompute holds once at the peak: one block's activations rebuilt (full) or
+    one block's recomputed modules' (selective)."""
+    if checkpointing == FULL_CHECKPOINTING:
+        return parts.block_act_bytes
+    return parts.selective_saved_bytes if checkpointing == SELECTIVE else 0.0
+
+
 def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkpointing: str,
                     dp_flavour: str, stages: list[int] | None = None, shard: int | None = None,
                     reduce_dtype: str = "fp32") -> list[dict[str, float]]:
@@ -1316,7 +1368,7 @@ def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkp
     for i in (range(p) if stages is None else stages):
         n = layers[i]
         per_mb = n * _kept_block_bytes(parts, checkpointing)
-        once = parts.block_act_bytes if checkpointing == FULL_CHECKPOINTING else 0.0
+        once = _rebuilt_block_bytes(parts, checkpointing)
         if i == 0:
             per_mb += parts.first_act_bytes
         if layout.schedule == INTERLEAVED and p > 1 and v > 1:

@@ -17,6 +17,9 @@ Per MoE block and micro-batch, each rank:
   all-to-alls per block (``CommModel.all_to_all_time_s``). The ``alltoall`` dispatcher sends each
   routed row to its expert's rank; ``flex`` (DeepEP, HybridEP) sends a token once to each other
   node that holds one of its experts and forwards it there over NVLink (``node_dedup_fraction``).
+  HybridEP (the ``flex`` backend of Megatron-Bridge's recipes) permutes the tokens inside its
+  dispatch and combine kernels (megatron-core 0.16.1 ``_HybridEPManager``): no separate
+  permutation passes (``permute_traffic_bytes``) around its experts.
   They are exposed, unless the job overlaps them with another micro-batch's compute (Megatron's
   ``overlap_moe_expert_parallel_comm``: ``plan_layout(ep_overlap=True)``), where what the block's
   compute covers is hidden and costs the interference every hidden collective does;
@@ -137,8 +140,10 @@ def check_ep(arch: DecoderArch, ep: int, tp_cp_dp: int) -> str | None:
 
 
 def moe_block_shape(arch: DecoderArch, tokens: int, ep: int, element_bytes: float,
-                    imbalance: float = BALANCED_ROUTING) -> MoeBlockShape:
-    """``MoeBlockShape`` of ``tokens`` routed on one rank of an EP group of ``ep``.
+                    imbalance: float = BALANCED_ROUTING, dispatcher: MoeDispatcher = "alltoall") -> MoeBlockShape:
+    """``MoeBlockShape`` of ``tokens`` routed on one rank of an EP group of ``ep`` under ``dispatcher``
+    (``flex`` with ``ep > 1``: HybridEP permutes inside its dispatch and combine kernels, so no
+    separate permutation passes: ``permute_bytes`` 0).
 
     Raises:
         ValueError: for a dense model, ``ep`` not dividing the experts, or an imbalance below 1.
@@ -156,6 +161,7 @@ def moe_block_shape(arch: DecoderArch, tokens: int, ep: int, element_bytes: floa
     clamp_f, glue_f, glue_b = expert_glue_bytes(arch, rows * local, element_bytes)
     return MoeBlockShape(tokens, routed, local, rows, size, size * (ep - 1) / ep,
                          ((rows, d, w), (rows, d, w), (rows, w, d)),
+                         0.0 if dispatcher == FLEX and ep > 1 else
                          permute_traffic_bytes(tokens, routed, rows * local, d, ep, element_bytes),
                          glue_f, glue_b, clamp_f)
 
@@ -215,11 +221,11 @@ def moe_block_times(arch: DecoderArch, shape: MoeBlockShape, gpu: str, precision
     ``fp8``: the experts' GEMMs in FP8 under that recipe (srift/perf/fp8.py)."""
     prof = expert_profile(arch, shape.rows_per_expert, precision)
     times = layer_times(prof, gpu, precision)
-    fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8) if fp8 else (times.fwd_s, times.bwd_s)
-    mem_rate = kernel_rates(gpu, precision).memory_bytes_per_s
-    permute_s = shape.permute_bytes / mem_rate
-    f = float(fwd_s.sum()) * shape.local_experts + permute_s + shape.glue_f_bytes / mem_rate
-    b = float(bwd_s.sum()) * shape.local_experts + permute_s + shape.glue_b_bytes / mem_rate
+    fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8, fused_fc1=True) if fp8 else (times.fwd_s, times.bwd_s)
+    rates = kernel_rates(gpu, precision)
+    mem_rate = rates.memory_bytes_per_s
+    f = float(fwd_s.sum()) * shape.local_experts + shape.permute_bytes / mem_rate + shape.glue_f_bytes / mem_rate
+    b = float(bwd_s.sum()) * shape.local_experts + shape.permute_bytes / mem_rate + shape.glue_b_bytes / mem_rate
     a2a = float(ep_comm.all_to_all_time_s(shape.dispatch_bytes, quantile)) if ep_comm is not None else 0.0
     act_s = sum(float(fwd_s[i]) for i, layer in enumerate(prof.layers) if layer_kind(layer.type) == "elementwise")
     return MoeBlockTimes(f, b, a2a, 2.0 * a2a, 2.0 * a2a, act_s * shape.local_experts + shape.clamp_f_bytes / mem_rate)

@@ -14,6 +14,9 @@ convention (a leaf's output is what it keeps for backward, srift/zoo/llm.py):
   the attention's queries, keys and values, are rebuilt from the latents);
 - ``mlp``: a dense block's MLP (not a MoE block's, as Megatron-Core applies it): its projections'
   and activation's outputs but the last (the block's output);
+- ``moe``: a MoE block's whole MoE layer (router, dispatch, experts, combine): it keeps its
+  input only and backward runs its forward again, the dispatch and combine all-to-alls included
+  (``moe_activation_bytes`` of srift/simulate/moe.py saved; ``moe_act`` is part of it);
 - ``moe_act``: the routed experts' activation (the product the down projection reads):
   ``moe_act_bytes`` of srift/simulate/moe.py;
 - ``shared_experts``: the shared experts' outputs but their down projection's.
@@ -31,9 +34,10 @@ Recompute = tuple[str, tuple[RecomputeModule, ...]]  # (checkpointing policy, se
 # ``--activation-checkpointing auto`` on a layout: the least recompute that fits, cheapest first:
 # none, Megatron-Core's selective modules in order of the forward work they run again (the norms
 # and the experts' activation, elementwise; then MLA's up-projections, shared experts and dense
-# MLPs), then every block again.
+# MLPs; then whole MoE layers, their all-to-alls included), then every block again.
 AUTO_LADDER: tuple[Recompute, ...] = (("none", ()), ("selective", ("layernorm", "moe_act")),
                                       ("selective", ("layernorm", "mla_up_proj", "mlp", "moe_act", "shared_experts")),
+                                      ("selective", ("layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")),
                                       ("full", ()))
 from srift.perf.compute import ATTENTION, NORM
 from srift.zoo.llm import BLOCK_NORM_NAMES, MLA_UP_PROJ_NAMES, MLP_PART_NAMES, SHARED_EXPERT_PREFIX
