@@ -733,9 +733,8 @@ def check_layout(arch: DecoderArch, layout: Layout, seq_len: int, gpus_per_node:
 
 
 def dp_ranks_per_node(gpus_per_node: int, tp: int, cp: int, pp: int, dp: int) -> int:
-    """Ranks of a CP x DP group on each node it spans. A pipeline depth that does not divide the
-    node spreads a group unevenly (3, 3, 2 of 8): the network carries the most when the fewest
-    share a node, so that many (a divisor of the group) are counted on each."""
+    """Ranks of a CP x DP group on each node it spans, evenly (``_even_ranks_per_node``: a pipeline
+    depth that does not divide the node spreads a group 3, 3, 2 of 8)."""
     return _even_ranks_per_node(_group_ranks_per_node(gpus_per_node, tp, cp, tp * cp * pp, dp), cp * dp)
 
 
