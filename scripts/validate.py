@@ -535,7 +535,9 @@ def moe_group(data: Path, table: bool = False) -> dict | None:
     pred = np.array([g[0] for g in got])
     policy = [g[1] for g in got]
     err = pred / meas - 1.0
-    span = ["EP across nodes" if int(r.ep) > int(r.gpus_per_node) else "EP within a node" for r in rows.itertuples()]
+    span = ["EP across NVLink domains" if int(r.ep) > mf.nvlink_domain_gpus(r) else "EP within an NVLink domain"
+            for r in rows.itertuples()]
+    rack = np.array([mf.nvlink_domain_gpus(r) > int(r.gpus_per_node) for r in rows.itertuples()])  # NVL72 rows
     frame = rows.assign(err=err, span=span, release=[str(s).split(" ")[0] for s in rows["source_section"]],
                         fp8=["bf16" if mf.FP8_RECIPE_OF[str(p).lower()] is None else f"fp8 ({mf.FP8_RECIPE_OF[str(p).lower()]})"
                              for p in rows["precision"]])
@@ -543,6 +545,9 @@ def moe_group(data: Path, table: bool = False) -> dict | None:
           "bf16 and FP8; force-balanced routing; data/moe-training). MAPE % (= LOMO = LOSO: nothing fitted on these rows):")
     print(f"{'':<40}{'rows':>6}{'MAPE':>8}{'signed':>8}")
     print(f"{'  all':<40}{len(rows):>6}{np.mean(np.abs(err)) * 100:>8.1f}{np.mean(err) * 100:>+8.1f}")
+    if rack.any() and not rack.all():
+        print(f"{'  without multi-node NVLink domains':<40}{int((~rack).sum()):>6}"
+              f"{np.mean(np.abs(err[~rack])) * 100:>8.1f}{np.mean(err[~rack]) * 100:>+8.1f}")
     for title, key in (("model (leave-one-model-out)", "zoo"), ("GPU", "gpu"), ("precision", "fp8"),
                        ("release (the source's section)", "release"), ("expert-parallel group", "span")):
         print(f"  by {title}:")

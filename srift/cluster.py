@@ -81,6 +81,10 @@ class NodeGroup:
         tcp_plugin: For ``ethernet``: an NCCL net plugin that moves TCP itself (``gpudirect-tcpx``,
             ``gpudirect-tcpxo`` on Google Cloud A3), so NCCL's socket threads and sockets do not
             limit it; None for NCCL's own socket transport.
+        nvlink_domain_gpus: GPUs that share one NVLink domain when it spans several nodes (an NVL72
+            rack: 72 GPUs on NVLink switch trays, 18 compute trays of 4), a multiple of
+            ``gpus_per_node``; None for a domain of the node's own GPUs. ``domain_gpus`` says how
+            many of them one job's groups reach over NVLink.
     """
 
     count: int
@@ -104,10 +108,26 @@ class NodeGroup:
     network_burst_gbps: float | None = None
     tcp_plugin: str | None = None
     pcie_p2p: bool | None = None
+    nvlink_domain_gpus: int | None = None
 
     @property
     def gpus(self) -> int:
         return self.count * self.gpus_per_node
+
+    @property
+    def nodes_per_domain(self) -> int:
+        """Nodes of this group in each NVLink domain of a job on all of them: 1 for a domain of one
+        node; for a larger domain, the most whole nodes up to its size that divide the group's
+        nodes evenly, as a scheduler places a job in equal blocks, one per domain (Slurm's
+        topology/block ``--segment``: the node count a multiple of the segment), so every domain
+        holds as many of the job's GPUs (e.g. 64 of an NVL72 rack's 72 for 256 GPUs, 72 for 144)."""
+        fit = (self.nvlink_domain_gpus or self.gpus_per_node) // self.gpus_per_node
+        return max(k for k in range(1, min(fit, self.count) + 1) if self.count % k == 0)
+
+    @property
+    def domain_gpus(self) -> int:
+        """The job's GPUs that reach one another over NVLink (``nodes_per_domain`` nodes' worth)."""
+        return self.nodes_per_domain * self.gpus_per_node
 
     @property
     def label(self) -> str:
@@ -201,9 +221,12 @@ _GROUP_KEYS = {
     "count", "gpus_per_node", "gpu", "intra_node", "network_gbps", "network", "usd_per_hour",
     "spot", "interruption_per_hour", "gpu_memory_gib", "instance_type",
     "vcpus_per_node", "cloud", "placement_group", "nccl_socket_threads", "nccl_nsocks_perthread",
-    "single_flow_gbps", "efa_generation", "tcp_plugin",
+    "single_flow_gbps", "efa_generation", "tcp_plugin", "nvlink_domain_gpus",
 }
 TCP_PLUGINS = ("gpudirect-tcpx", "gpudirect-tcpxo")
+# Intra-node links whose NVLink switches can join several nodes in one domain (NVLink 4's NVLink
+# Switch System, NVLink 5's NVL72 rack); configs/gpus.yaml names them.
+MULTI_NODE_NVLINK = ("nvswitch4", "nvswitch5")
 # NCCL accepts 1-16 socket threads and 1-64 sockets per thread, their product at most 64
 # (NCCL documentation, Environment Variables: NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD).
 MAX_SOCKET_THREADS, MAX_SOCKETS_PER_THREAD, MAX_SOCKETS = 16, 64, 64
@@ -288,8 +311,9 @@ def _group(g: Any, where: str, bad: Callable[[str], SriftError]) -> NodeGroup:
         v = g.get(key)
         if isinstance(v, (int, float)) and 0 < v < MIN_NETWORK_GBPS:
             raise bad(f"{where}.{key} must be 0 (unknown) or at least {MIN_NETWORK_GBPS:g} Gb/s, got {shown(v)}")
-    if g["network_gbps"] <= 0 and g["count"] > 1:
-        raise bad(f"{where}.network_gbps must be positive for several nodes")
+    domain = _nvlink_domain(g, where, bad)
+    if g["network_gbps"] <= 0 and g["count"] > (domain or g["gpus_per_node"]) // g["gpus_per_node"]:
+        raise bad(f"{where}.network_gbps must be positive for several nodes" + (" beyond one NVLink domain" if domain else ""))
     spot = g.get("spot", False)
     if not isinstance(spot, bool):
         raise bad(f"{where}.spot must be true or false, got {shown(spot)}")
@@ -309,8 +333,24 @@ def _group(g: Any, where: str, bad: Callable[[str], SriftError]) -> NodeGroup:
         interruption_per_hour=float(g.get("interruption_per_hour") or 0.0),
         instance_type=itype,
         gpu_memory_gib=None if g.get("gpu_memory_gib") is None else float(g["gpu_memory_gib"]),
+        nvlink_domain_gpus=domain,
         **transport,
     )
+
+
+def _nvlink_domain(g: dict[str, Any], where: str, bad: Callable[[str], SriftError]) -> int | None:
+    """A node group's ``nvlink_domain_gpus``, checked: whole nodes of GPUs on NVLink switches."""
+    v = g.get("nvlink_domain_gpus")
+    if v is None:
+        return None
+    per = g["gpus_per_node"]
+    if not isinstance(v, int) or isinstance(v, bool) or not per <= v <= MAX_GPUS or v % per:
+        raise bad(f"{where}.nvlink_domain_gpus must be a multiple of gpus_per_node ({per}) up to {MAX_GPUS:,}, "
+                  f"got {shown(v)}")
+    if v > per and g["intra_node"] not in MULTI_NODE_NVLINK:
+        raise bad(f"{where}.nvlink_domain_gpus beyond a node needs NVLink switches that leave the node (intra_node "
+                  f"{' or '.join(MULTI_NODE_NVLINK)}), got intra_node {shown(g['intra_node'])}")
+    return v
 
 
 def parse_calibration(calib: Any, bad: Callable[[str], SriftError] | None = None) -> Calibration:

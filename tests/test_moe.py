@@ -268,10 +268,13 @@ def test_layout_search_tries_expert_parallelism_for_a_mixture_only():
 def test_the_moe_validation_rows_and_what_is_left_out():
     from srift.fitting import moe as mf
     rows, out = mf.load_rows(Path(__file__).resolve().parents[1] / "data")
-    assert len(rows) == 26
+    assert len(rows) == 50
     assert set(rows["zoo"]) == {"gpt-oss-120b", "deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b"}
-    assert set(rows["gpu"]) == {"H100-SXM5-80GB", "B200", "B300"}
-    assert out == {"GB200 (NVL72 rack not modelled)": 11, "GB300 (NVL72 rack not modelled)": 14}
+    assert set(rows["gpu"]) == {"H100-SXM5-80GB", "B200", "B300", "GB200", "GB300"}
+    assert out == {"model Kimi-K2 (1T) not in the zoo": 1}
+    # a GB200 NVL72 job of 256 GPUs fills each rack with 16 of its 18 trays: 64 GPUs on NVLink
+    gb = next(r for r in rows.itertuples() if r.gpu == "GB200" and int(r.gpus_total) == 256)
+    assert mf.nvlink_domain_gpus(gb) == 64
     # every kept row's precision is bf16 or a Transformer Engine FP8 recipe srift models
     assert {mf.FP8_RECIPE_OF[p.lower()] for p in rows["precision"]} == {None, "tensorwise", "mxfp8"}
     lay = mf.row_layout(next(r for r in rows.itertuples() if r.zoo == "gpt-oss-120b"))

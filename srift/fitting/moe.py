@@ -1,12 +1,11 @@
 """Measured expert-parallel MoE runs (data/moe-training) as layouts srift predicts, and their
 errors (offline: pandas; used by scripts/validate.py).
 
-Rows kept: bf16 pre-training, metric ``tokens_per_s_per_gpu``, on a GPU srift's catalog has in
-the source's nodes (DGX H100, B200, B300: 8 GPUs on NVSwitch, 8 NICs of InfiniBand) and a model
-of srift's zoo. Left out and counted: fp8 rows (srift does not model FP8 GEMMs, as the layout
-group leaves them out), GB200/GB300 rows (an NVL72 rack's 72-GPU NVLink domain is not a node
-srift models; its GPUs are not in the catalog), models not in the zoo, layouts that do not
-multiply out.
+Rows kept: bf16 and FP8 pre-training, metric ``tokens_per_s_per_gpu``, on the source's systems
+(``GPUS``: DGX H100, B200, B300, 8 GPUs on NVSwitch and 8 NICs of InfiniBand; DGX GB200 and GB300
+NVL72 racks, trays of 4 GPUs in one 72-GPU NVLink domain, ``NodeGroup.nvlink_domain_gpus``) and a
+model of srift's zoo. Left out and counted: models not in the zoo, layouts that do not multiply
+out, precisions or GPUs not mapped.
 
 How a row becomes a prediction: the layout as printed with EP (``interleaved`` when it prints
 VP > 1, else 1F1B), ``grad_accum = global / (micro x DP)``, the distributed optimizer, the
@@ -42,17 +41,30 @@ from srift.simulate.moe import BALANCED_ROUTING
 from srift.zoo import llm_arch
 
 FOLDER = Path("moe-training")
-# The source's systems: DGX H100 (8 x 400 Gb/s ConnectX-7), DGX B200 (8 x 400 Gb/s ConnectX-7),
-# DGX B300 (8 x 800 Gb/s ConnectX-8).
-GPUS = {"H100-SXM5-80GB": ("H100", "nvswitch4", 3200.0), "B200": ("B200", "nvswitch5", 3200.0),
-        "B300": ("B300", "nvswitch5", 6400.0)}
+# The source's systems (GPU, link, network Gb/s per node, NVLink domain GPUs: None = the node's):
+# DGX H100 (8 x 400 Gb/s ConnectX-7), DGX B200 (8 x 400 Gb/s ConnectX-7), DGX B300 (8 x 800 Gb/s
+# ConnectX-8); DGX GB200 / GB300 NVL72 racks: 72 GPUs in one NVLink domain, compute trays of 4 GPUs
+# with 4 x 400 Gb/s ConnectX-7 (GB200) or 4 x 800 Gb/s ConnectX-8 (GB300) InfiniBand (the DGX
+# GB200 / GB300 datasheets: 72 single-port OSFP NICs a rack; the source does not state the rate).
+GPUS: dict[str, tuple[str, str, float, int | None]] = {
+    "H100-SXM5-80GB": ("H100", "nvswitch4", 3200.0, None), "B200": ("B200", "nvswitch5", 3200.0, None),
+    "B300": ("B300", "nvswitch5", 6400.0, None), "GB200": ("GB200", "nvswitch5", 1600.0, 72),
+    "GB300": ("GB300", "nvswitch5", 3200.0, 72)}
 
 
 def dgx_cluster(gpu_label: str, gpus: int, gpus_per_node: int) -> Cluster:
-    """The source's nodes: ``gpus_per_node`` GPUs on NVSwitch, InfiniBand between nodes."""
-    gpu, link, gbps = GPUS[gpu_label]
+    """The source's nodes: ``gpus_per_node`` GPUs on NVSwitch (one NVLink domain per node, or per
+    NVL72 rack), InfiniBand between nodes (between racks)."""
+    gpu, link, gbps, domain = GPUS[gpu_label]
     return Cluster(f"{gpus} x {gpu}", (NodeGroup(count=max(1, gpus // gpus_per_node), gpus_per_node=min(gpus, gpus_per_node),
-                                                 gpu=gpu, intra_node=link, network_gbps=gbps, network="infiniband"),))
+                                                 gpu=gpu, intra_node=link, network_gbps=gbps, network="infiniband",
+                                                 nvlink_domain_gpus=domain),))
+
+
+def nvlink_domain_gpus(r) -> int:
+    """GPUs of a row's job that reach one another over NVLink (``NodeGroup.domain_gpus``: a node's,
+    or the part of an NVL72 rack the job fills)."""
+    return dgx_cluster(r.gpu, int(r.gpus_total), int(r.gpus_per_node)).node_groups[0].domain_gpus
 
 
 # The source's precision labels: bf16, or a Transformer Engine FP8 recipe (srift/perf/fp8.py):
@@ -67,7 +79,7 @@ def _why_left_out(r) -> str | None:
     if str(r.precision).lower() not in FP8_RECIPE_OF:
         return f"precision {r.precision} not mapped"
     if r.gpu not in GPUS:
-        return f"{r.gpu} (NVL72 rack not modelled)" if str(r.gpu).startswith("GB") else f"GPU {r.gpu} not mapped"
+        return f"GPU {r.gpu} not mapped"
     return None
 
 

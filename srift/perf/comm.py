@@ -350,11 +350,12 @@ class Topology:
 
     Attributes:
         workers: Ranks.
-        nodes: Nodes.
-        gpus_per_node: Ranks per node (the largest group's).
+        nodes: NVLink domains: nodes, or multi-node domains (``topology``).
+        gpus_per_node: Ranks per NVLink domain (the largest group's): a node's GPUs, or the
+            ``NodeGroup.domain_gpus`` of a domain that spans nodes.
         link_gbytes_per_s: Nominal intra-node bandwidth of the slowest link (GB/s).
         link_class: Its parameter class.
-        net_gbytes_per_s: Nominal network bandwidth of the slowest group (GB/s).
+        net_gbytes_per_s: Nominal network bandwidth of the slowest group's domain (GB/s).
         net_class: The network class (the slowest transport of any group).
         net_rate_bytes_per_s: The large-message rate the network transport reaches per node
             (the slowest group's), 0 on one node.
@@ -394,13 +395,19 @@ _NET_ORDER = ("ethernet", "roce", "infiniband", "efa")
 
 
 def topology(cluster: Cluster, params: CommParams | None = None) -> Topology:
-    """Reduce a (possibly mixed) cluster to its bottleneck topology: slowest link and network."""
+    """Reduce a (possibly mixed) cluster to its bottleneck topology: slowest link and network.
+
+    Its "nodes" are NVLink domains: a node's GPUs, or the ``domain_gpus`` of a domain that spans
+    several nodes (an NVL72 rack), whose network is its nodes' NICs together. Every collective and
+    layout group then takes NVLink within a domain and the network between domains.
+    """
     groups = cluster.node_groups
     multi = [g for g in groups if g.gpus_per_node > 1]
     slow = min(multi, key=_link_gbytes_per_s) if multi else groups[0]
     link_bw, lclass = _link_gbytes_per_s(slow), link_class(slow.intra_node)
-    slow_net = min(groups, key=lambda g: g.network_gbps)
-    if cluster.nodes > 1 and slow_net.network_gbps <= 0:
+    slow_net = min(groups, key=lambda g: g.network_gbps * g.nodes_per_domain)
+    domains = sum(g.count // g.nodes_per_domain for g in groups)
+    if domains > 1 and slow_net.network_gbps <= 0:
         raise SriftError(
             f"cluster '{cluster.name}' has {cluster.nodes} nodes but a node group without network bandwidth.",
             "set network_gbps (Gbit/s) on every node group of a multi-node cluster.",
@@ -408,25 +415,36 @@ def topology(cluster: Cluster, params: CommParams | None = None) -> Topology:
     nets = {g.network for g in groups}
     net_class = next(n for n in _NET_ORDER if n in nets)
     rate = NetRate(0.0, "", "")
-    if cluster.nodes > 1:
+    if domains > 1:
         p = params or load_params()
         net = p.network(net_class)
-        # Every group's transport at the class the mix runs as; the slowest sets the pace.
-        rates = [_net_rate_cached(g if g.network == net_class else _as_network(g, net_class), net, p) for g in groups]
+        # Every group's transport at the class the mix runs as, times its nodes per domain; the
+        # slowest sets the pace.
+        rates = [_per_domain(g, _net_rate_cached(g if g.network == net_class else _as_network(g, net_class), net, p))
+                 for g in groups]
         rate = min(rates, key=lambda r: r.bytes_per_s)
     return Topology(
         workers=cluster.gpus,
-        nodes=cluster.nodes,
-        gpus_per_node=max(g.gpus_per_node for g in groups),
+        nodes=domains,
+        gpus_per_node=max(g.domain_gpus for g in groups),
         link_gbytes_per_s=link_bw,
         link_class=lclass,
-        net_gbytes_per_s=slow_net.network_gbps / 8.0,
+        net_gbytes_per_s=slow_net.network_gbps * slow_net.nodes_per_domain / 8.0,
         net_class=net_class,
         net_rate_bytes_per_s=rate.bytes_per_s,
         net_basis=rate.basis,
         net_limit=rate.limit,
         socket_threads=rate.socket_threads,
     )
+
+
+def _per_domain(group: NodeGroup, rate: NetRate) -> NetRate:
+    """A node's network rate as its NVLink domain's: the NICs of its ``nodes_per_domain`` nodes."""
+    k = group.nodes_per_domain
+    if k == 1:
+        return rate
+    return dataclasses.replace(rate, bytes_per_s=rate.bytes_per_s * k,
+                               basis=f"{rate.basis}; x {k} nodes per NVLink domain of {group.domain_gpus} GPUs")
 
 
 _NET_RATES: BoundedCache[tuple[Any, ...], NetRate] = BoundedCache()

@@ -117,7 +117,7 @@ def fixed_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, 
     v = settings.virtual_stages
     schedule = settings.schedule or ("interleaved" if v > 1 else "1f1b")
     layout = Layout(t, p, c, d, v, mb, gb // (mb * d), schedule, r.ep or 1)
-    why = check_layout(arch, layout, seq_len, cluster.node_groups[0].gpus_per_node)
+    why = check_layout(arch, layout, seq_len, cluster.node_groups[0].domain_gpus)  # TP within an NVLink domain
     if why:
         raise SriftError(f"--layout {layout.label} cannot run {arch.name}: {why}.", "choose another --layout, or --layout auto.")
     return layout

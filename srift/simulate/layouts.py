@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -779,7 +780,8 @@ def check_sharded(dp_flavour: str, ep: int, lora: LoraSpec | None) -> str | None
 def check_layout(arch: DecoderArch, layout: Layout, seq_len: int, gpus_per_node: int) -> str | None:
     """Why ``layout`` cannot run ``arch`` at ``seq_len`` on nodes of ``gpus_per_node``, or None."""
     if layout.tp > gpus_per_node:
-        return f"tp={layout.tp} is more than the {gpus_per_node} GPUs of a node (tensor parallelism stays in a node)"
+        return (f"tp={layout.tp} is more than the {gpus_per_node} GPUs of a node or its NVLink domain "
+                "(tensor parallelism stays on NVLink)")
     if arch.heads % layout.tp:
         return f"tp={layout.tp} does not divide the {arch.heads} attention heads"
     if arch.kv_heads % layout.tp and layout.tp % arch.kv_heads:
@@ -800,12 +802,9 @@ def check_layout(arch: DecoderArch, layout: Layout, seq_len: int, gpus_per_node:
 
 
 def dp_ranks_per_node(gpus_per_node: int, tp: int, cp: int, pp: int, dp: int) -> int:
-    """Ranks of a CP x DP group on each node it spans. A pipeline depth that does not divide the
-    node spreads a group unevenly (3, 3, 2 of 8): the network carries the most when the fewest
-    share a node, so that many (a divisor of the group) are counted on each."""
-    group = cp * dp
-    per_node = min(_group_ranks_per_node(gpus_per_node, tp, cp, tp * cp * pp, dp), group)
-    return max(k for k in range(1, per_node + 1) if group % k == 0)
+    """Ranks of a CP x DP group on each node it spans, evenly (``_even_ranks_per_node``: a pipeline
+    depth that does not divide the node spreads a group 3, 3, 2 of 8)."""
+    return _even_ranks_per_node(_group_ranks_per_node(gpus_per_node, tp, cp, tp * cp * pp, dp), cp * dp)
 
 
 def state_shard(dp_flavour: str, gpus_per_node: int, tp: int, cp: int, pp: int, dp: int) -> int:
@@ -831,6 +830,22 @@ def _group_ranks_per_node(gpus_per_node: int, stride: int, size: int, outer_stri
             if base + c * stride < gpus_per_node:
                 count += 1
     return max(1, count)
+
+
+def _even_ranks_per_node(members: int, size: int) -> int:
+    """Ranks per node of a group of ``size`` whose rank 0 shares its node with ``members`` of them
+    (``_group_ranks_per_node``), cut to the most that divides the group: a group spread unevenly
+    (3, 3, 2 of 8) is counted at an even share on each node, since the network carries the most
+    when the fewest share a node."""
+    per_node = min(members, size)
+    return max(k for k in range(1, per_node + 1) if size % k == 0)
+
+
+def ep_ranks_per_node(ep: int, gpus_per_node: int) -> int:
+    """Ranks of an expert-parallel group (``ep`` consecutive ranks) on one node (an NVLink domain,
+    srift/perf/comm.py ``topology``) for the worst-placed group: ``gcd(ep, g)``, ``min(ep, g)``
+    when one divides the other (a 16-rank group in 72-GPU domains straddles two, 8 and 8)."""
+    return math.gcd(ep, gpus_per_node)
 
 
 def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, precision: str = "bf16",
@@ -1086,7 +1101,8 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     # node's GPUs over NVLink), exposed, per (average) block: srift/simulate/moe.py.
     ep_f = ep_b = ep_hidden = 0.0
     if layout.ep > 1 and parts.moe_fraction > 0:
-        a2a = ep_exchange_s(arch, comm.subgroup(layout.ep, min(layout.ep, g)), layout.ep, g, parts.dispatch_bytes,
+        ep_node = ep_ranks_per_node(layout.ep, g)
+        a2a = ep_exchange_s(arch, comm.subgroup(layout.ep, ep_node), layout.ep, ep_node, parts.dispatch_bytes,
                             quantile, dispatcher)
         ep_f = ep_b = 2.0 * a2a * parts.moe_fraction
         if ep_overlap:  # beside another micro-batch's forward or backward (Megatron's EP A2A overlap)
@@ -1143,7 +1159,7 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
         else:
             groups.append((dcomm, stage_params))
     if expert_params > 0 and edp > 1:
-        groups.append((comm.subgroup(edp, min(edp, max(1, g // layout.ep))), expert_params))
+        groups.append((comm.subgroup(edp, _even_ranks_per_node(_group_ranks_per_node(g, layout.ep, edp), edp)), expert_params))
     rs = ag = 0.0
     for dcomm, n_params in groups:
         if dp_flavour == ZERO1:
@@ -1340,7 +1356,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
                                                              lora=lora, fused_fc1=not pytorch, pytorch_kernels=pytorch),
                                                  factor)
             bc = block_comm(arch, comm, t, c, mb, seq_len, e, parts, 0.5, tp_overlap, copy_rate)
-            a2a = (4.0 * parts.moe_fraction * float(comm.subgroup(ep, min(ep, g)).all_to_all_time_s(parts.dispatch_bytes))
+            a2a = (4.0 * parts.moe_fraction * float(comm.subgroup(ep, ep_ranks_per_node(ep, g)).all_to_all_time_s(parts.dispatch_bytes))
                    if ep > 1 else 0.0)
             slot_of[key] = (parts.block_f_s + parts.block_b_s + bc.tp_f_s + bc.tp_b_s + bc.cp_f_s + bc.cp_b_s + a2a,
                             k_tp * bc.tp_hidden_s + k_p2p * bc.cp_hidden_s)
