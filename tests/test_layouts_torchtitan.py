@@ -44,9 +44,9 @@ def test_vanilla_tp_waits_for_every_collective_and_its_copy():
     size = 1 * 4096 * 4096 * 2.0  # micro-batch x tokens x hidden x bf16
     copy = 2.0 * size / kernel_rates("H100", "bf16").memory_bytes_per_s  # read and write the gathered tensor
     per_block = 2 * (tp.all_gather_time_s(size) + copy + tp.reduce_scatter_time_s(size) + copy)  # forward = backward
-    assert plan.breakdown_s["exposed_tp"] == pytest.approx(32 * 2 * per_block)
-    assert plan.comm_s["tp"] == pytest.approx(plan.breakdown_s["exposed_tp"])  # nothing beside the GEMMs
-    assert sum(plan.breakdown_s.values()) == pytest.approx(plan.iteration_s)
+    assert plan.breakdown["exposed_tp"] == pytest.approx(32 * 2 * per_block)
+    assert plan.comm_s["tp"] == pytest.approx(plan.breakdown["exposed_tp"])  # nothing beside the GEMMs
+    assert sum(plan.breakdown.values()) == pytest.approx(plan.iteration_s)
 
 
 def test_async_tp_hides_forward_collectives_on_the_copy_engines():
@@ -54,9 +54,9 @@ def test_async_tp_hides_forward_collectives_on_the_copy_engines():
     cluster = node(8)
     vanilla = plan_layout(arch, cluster, Layout(8, 1, 1, 1, 1, 4), 4096, dp_flavour="fsdp", tp_overlap=False)
     fused = plan_layout(arch, cluster, Layout(8, 1, 1, 1, 1, 4), 4096, dp_flavour="fsdp", tp_overlap=True)
-    assert fused.breakdown_s["exposed_tp"] < vanilla.breakdown_s["exposed_tp"]
+    assert fused.breakdown["exposed_tp"] < vanilla.breakdown["exposed_tp"]
     # Symmetric-memory transfers hold no SMs: the hidden TP seconds cost nothing beside the GEMMs.
-    assert fused.breakdown_s["comm_interference"] == pytest.approx(vanilla.breakdown_s["comm_interference"])
+    assert fused.breakdown["comm_interference"] == pytest.approx(vanilla.breakdown["comm_interference"])
     # torchtitan's default is vanilla TP, Megatron-Core's recipes overlap it.
     assert plan_layout(arch, cluster, Layout(8, 1, 1, 1, 1, 4), 4096, dp_flavour="fsdp").iteration_s == \
         pytest.approx(vanilla.iteration_s)
@@ -76,7 +76,7 @@ def test_pytorch_kernels_attention_rate_and_compute_factor():
     assert compute_factor_of("fsdp", 0.5) == 0.5
     one = block_parts(arch, 1, 1, 1, 4096, "bf16", "H100", pytorch_kernels=True)
     plan = plan_layout(arch, node(8), Layout(1, 1, 1, 8), 4096, dp_flavour="fsdp")  # no TP: no TP collectives
-    assert plan.breakdown_s["forward"] == pytest.approx(32 * one.block_f_s + one.first_f_s + one.last_f_s)
+    assert plan.breakdown["forward"] == pytest.approx(32 * one.block_f_s + one.first_f_s + one.last_f_s)
     assert scaled_parts(pt, 1.0) is pt
 
 

@@ -69,10 +69,10 @@ def test_an_expert_parallel_group_across_trays_runs_as_in_one_node():
     lay = Layout(1, 1, 1, 8, 1, 1, 8, "1f1b", 8)
     rack = plan_layout(arch, trays(2), lay, 4096)
     node = plan_layout(arch, Cluster("one node", (NodeGroup(1, 8, "GB200", "nvswitch5", 1600.0, "infiniband"),)), lay, 4096)
-    assert rack.breakdown_s == node.breakdown_s
+    assert rack.breakdown == node.breakdown
     # the same trays without the rack's NVLink: the dispatch and combine cross the network
     apart = plan_layout(arch, trays(2, None), lay, 4096)
-    assert apart.breakdown_s["exposed_ep"] > 2 * rack.breakdown_s["exposed_ep"]
+    assert apart.breakdown["exposed_ep"] > 2 * rack.breakdown["exposed_ep"]
 
 
 def test_the_worst_placed_expert_group_sets_its_ranks_per_domain():

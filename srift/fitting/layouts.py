@@ -52,7 +52,7 @@ from scipy.optimize import minimize_scalar
 from srift.cluster import INFINIBAND, Cluster, Network, NodeGroup
 from srift.errors import SriftError
 from srift.fitting import megatron_rows
-from srift.job import BF16
+from srift.job import BF16, Checkpointing
 from srift.perf.fp8 import Fp8Recipe
 from srift.simulate.layouts import (LAYOUT_PARAMS_SCHEMA, Layout, load_layout_params, plan_layout, pytorch_stack,
                                     search_layouts)
@@ -75,6 +75,8 @@ FP8_RECIPE_OF_GPU: dict[str, Fp8Recipe] = {"H100-SXM5-80GB": "tensorwise"}
 # torchtitan's float8 recipes (torchao): tensorwise is per-tensor dynamic scaling (srift/perf/fp8.py's
 # ``tensorwise``); rowwise scaling is not modelled.
 TORCHTITAN_FP8: dict[str, Fp8Recipe | None] = {"bf16": None, "fp8_tensorwise+bf16": "tensorwise"}
+# the source's activation_checkpointing words as srift's; selective_op (per-op SAC) also sets op_sac
+TORCHTITAN_CHECKPOINTING: dict[str, Checkpointing] = {"full": "full", "selective_op": "selective", "none": "none"}
 # NeMo's long-sequence table (context parallelism up to 1M tokens), model TFLOP/s per GPU.
 LONG_CONTEXT_SOURCE = "nemo-long-context-cp"
 
@@ -187,7 +189,7 @@ def _why_not_torchtitan(r: dict[str, str]) -> str | None:
         return f"precision {r['precision']} (not modelled: rowwise FP8 scaling)"
     if r["gpu_type"] not in GPUS:
         return f"GPU {r['gpu_type']} not in the row map"
-    if r["activation_checkpointing"] not in ("full", "selective_op", "none"):
+    if r["activation_checkpointing"] not in TORCHTITAN_CHECKPOINTING:
         return f"checkpointing {r['activation_checkpointing']}"
     return None
 
@@ -217,8 +219,7 @@ def torchtitan_rows(data: Path) -> tuple[pd.DataFrame, dict[str, int]]:
             "gpus_per_node": int(r["gpus_per_node"]), "tp": t, "pp": p, "cp": c, "dp": d, "vp": v,
             "micro_batch": local // micro_batches, "global_batch": local * d, "seq_len": seq,
             "precision": r["precision"], "fp8": TORCHTITAN_FP8[r["precision"]], "dp_flavour": "fsdp",
-            "checkpointing": "full" if r["activation_checkpointing"] == "full" else
-            ("selective" if r["activation_checkpointing"] == "selective_op" else "none"),
+            "checkpointing": TORCHTITAN_CHECKPOINTING[r["activation_checkpointing"]],
             "op_sac": r["activation_checkpointing"] == "selective_op",
             "tp_overlap": "async" in (r["other_flags"] + " " + r["notes"]).lower(),
             "metric": "step_time_s",
