@@ -215,20 +215,9 @@ def test_the_searchs_memory_check_is_the_plans():
 
 
 # ---- the command line ---------------------------------------------------------------------------
-def _run(args: list[str]) -> tuple[int, str]:
-    import io
-    from contextlib import redirect_stderr, redirect_stdout
-
-    from srift.cli import main
-    out = io.StringIO()
-    with redirect_stdout(out), redirect_stderr(out):
-        code = main(args)
-    return code, out.getvalue()
-
-
-def test_predict_a_layout_as_json():
+def test_predict_a_layout_as_json(srift_cli):
     import json
-    code, out = _run(["predict", "--model", "llama3-70b", "--instance", "p5.48xlarge:4", "--layout", "tp=8,pp=4",
+    code, out = srift_cli(["predict", "--model", "llama3-70b", "--instance", "p5.48xlarge:4", "--layout", "tp=8,pp=4",
                       "--micro-batch-size", "1", "--global-batch-size", "128", "--seq-len", "4096", "--precision", "bf16",
                       "--format", "json"])
     assert code == 0, out
@@ -244,34 +233,34 @@ def test_predict_a_layout_as_json():
     assert d["throughput_tokens_per_s"] == pytest.approx(128 * 4096 / d["iteration_time_s"])
 
 
-def test_a_layout_that_does_not_fit_names_one_that_does():
-    code, out = _run(["predict", "--model", "llama3-70b", "--instance", "p5.48xlarge:4", "--layout", "tp=2,pp=1",
+def test_a_layout_that_does_not_fit_names_one_that_does(srift_cli):
+    code, out = srift_cli(["predict", "--model", "llama3-70b", "--instance", "p5.48xlarge:4", "--layout", "tp=2,pp=1",
                       "--global-batch-size", "128", "--seq-len", "4096", "--precision", "bf16"])
     assert code == 2
     assert "does not fit in GPU memory" in out and "To fix: --layout tp=" in out and "fits" in out
 
 
-def test_layout_flags_need_a_layout_and_a_decoder_llm():
-    code, out = _run(["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:1", "--pipeline-schedule", "1f1b"])
+def test_layout_flags_need_a_layout_and_a_decoder_llm(srift_cli):
+    code, out = srift_cli(["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:1", "--pipeline-schedule", "1f1b"])
     assert code == 2 and "--pipeline-schedule needs a --layout" in out
     # Without a layout, --micro-batch-size is data parallelism's micro-batch (fine-tuning, #32):
     # 16 / (2 x 8 GPUs) = 1 micro-batch per step.
-    code, out = _run(["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:1", "--micro-batch-size", "2",
+    code, out = srift_cli(["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:1", "--micro-batch-size", "2",
                       "--global-batch-size", "16", "--precision", "bf16"])
     assert code == 0, out
-    code, out = _run(["predict", "--model", "resnet50", "--instance", "p5.48xlarge:1", "--layout", "tp=2"])
+    code, out = srift_cli(["predict", "--model", "resnet50", "--instance", "p5.48xlarge:1", "--layout", "tp=2"])
     assert code == 2 and "decoder LLM" in out
-    code, out = _run(["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:1", "--layout", "tp=3"])
+    code, out = srift_cli(["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:1", "--layout", "tp=3"])
     assert code == 2 and "needs a multiple of 3 GPUs" in out
-    code, out = _run(["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:1", "--layout", "tp=2",
+    code, out = srift_cli(["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:1", "--layout", "tp=2",
                       "--batch-size", "4"])
     assert code == 2 and "takes --micro-batch-size" in out
 
 
 @pytest.mark.slow
-def test_recommend_searches_layouts_and_offers_only_plans_that_fit():
+def test_recommend_searches_layouts_and_offers_only_plans_that_fit(srift_cli):
     import json
-    code, out = _run(["recommend", "--model", "llama3-70b", "--layout", "auto", "--global-batch-size", "128", "--seq-len",
+    code, out = srift_cli(["recommend", "--model", "llama3-70b", "--layout", "auto", "--global-batch-size", "128", "--seq-len",
                       "4096", "--precision", "bf16", "--budget", "1000", "--infra", "aws/us-east-1", "--max-gpus", "32",
                       "--format", "json"])
     assert code == 0, out
@@ -296,9 +285,9 @@ def test_gpu_range_from_the_deadline_by_hand():
 
 
 @pytest.mark.slow
-def test_recommend_lays_out_a_decoder_llm_by_default_and_keeps_other_models_data_parallel():
+def test_recommend_lays_out_a_decoder_llm_by_default_and_keeps_other_models_data_parallel(srift_cli):
     import json
-    code, out = _run(["recommend", "--model", "llama3-8b", "--tokens", "1e10", "--deadline", "24", "--infra", "aws/us-east-1",
+    code, out = srift_cli(["recommend", "--model", "llama3-8b", "--tokens", "1e10", "--deadline", "24", "--infra", "aws/us-east-1",
                       "--format", "json"])
     assert code == 0, out
     doc = json.loads(out)
@@ -314,7 +303,7 @@ def test_recommend_lays_out_a_decoder_llm_by_default_and_keeps_other_models_data
         assert r["fits_in_memory"]
         # 4,194,304 tokens a step (Llama 2's) at the zoo's sequence length
         assert r["global_batch_size"] * doc["job"]["seq_len"] == 4_194_304
-    code, out = _run(["recommend", "--model", "resnet50", "--budget", "20", "--infra", "aws/us-east-1", "--format", "json"])
+    code, out = srift_cli(["recommend", "--model", "resnet50", "--budget", "20", "--infra", "aws/us-east-1", "--format", "json"])
     assert code == 0, out
     doc = json.loads(out)
     assert doc["gpu_range"] is None and all(r.get("layout") is None for r in doc["recommendations"])
@@ -331,9 +320,9 @@ def test_has_layout_by_hand():
 
 
 @pytest.mark.slow
-def test_the_issues_recommend_answers_with_layouts_that_fit():
+def test_the_issues_recommend_answers_with_layouts_that_fit(srift_cli):
     import json
-    code, out = _run(["recommend", "--model", "llama3.1-405b", "--tokens", "1e11", "--deadline", "240", "--precision", "bf16",
+    code, out = srift_cli(["recommend", "--model", "llama3.1-405b", "--tokens", "1e11", "--deadline", "240", "--precision", "bf16",
                       "--seq-len", "8192", "--format", "json"])
     assert code == 0, out
     doc = json.loads(out)

@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import io
 import json
-from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
 
@@ -106,23 +104,15 @@ def test_the_searchs_memory_check_is_the_plans_under_fsdp():
                 assert _peak_memory(arch, lay, parts, ckpt, flavour) == pytest.approx(every)
 
 
-def _run(args: list[str]) -> tuple[int, str]:
-    from srift.cli import main
-    out = io.StringIO()
-    with redirect_stdout(out), redirect_stderr(out):
-        code = main(args)
-    return code, out.getvalue()
-
-
-def test_predict_a_2d_fsdp_layout_and_refuse_what_is_not_modelled():
-    code, out = _run(["predict", "--model", "llama3-70b", "--instance", "p5.48xlarge:8", "--layout", "tp=8",
+def test_predict_a_2d_fsdp_layout_and_refuse_what_is_not_modelled(srift_cli):
+    code, out = srift_cli(["predict", "--model", "llama3-70b", "--instance", "p5.48xlarge:8", "--layout", "tp=8",
                       "--parallelism", "fsdp", "--micro-batch-size", "2", "--global-batch-size", "16", "--seq-len", "8192",
                       "--precision", "bf16", "--activation-checkpointing", "full", "--format", "json"])
     assert code == 0, out
     d = json.loads(out)
     assert d["parallelism"] == "fsdp" and d["layout"]["dp"] == 8
     assert d["memory_breakdown_bytes"]["gathered_weights"] > 0
-    code, out = _run(["predict", "--model", "llama3-70b", "--instance", "p5.48xlarge:8", "--layout", "tp=8",
+    code, out = srift_cli(["predict", "--model", "llama3-70b", "--instance", "p5.48xlarge:8", "--layout", "tp=8",
                       "--parallelism", "zero2", "--seq-len", "8192", "--precision", "bf16"])
     assert code == 2 and "Error: --parallelism zero2 is not modelled with --layout" in out
 
