@@ -308,6 +308,7 @@ print(json.dumps({"seen": sorted(set(seen + g_seen)), "count": len(seen), "g": l
 """
 
 
+@pytest.mark.slow  # two subprocesses (one per TF32 API), about 2 s each
 @pytest.mark.parametrize("api", ["legacy", "new"])
 def test_kfac_runs_its_matmuls_in_ieee_fp32_whatever_tf32_the_script_allows(api: str, tmp_path: Path) -> None:
     """P3: the script allows TF32 (either API); every matmul of K-FAC's factors (in the backward

@@ -53,6 +53,7 @@ def _spin() -> None:  # a child that keeps one core busy
         pass
 
 
+@pytest.mark.slow  # busy processes pinned to a core for about a second
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux CPU affinity")
 def test_the_cpu_clock_leaves_out_the_time_other_processes_hold_the_core() -> None:
     """Two busy processes share this thread's core: the wall time of a fixed amount of work is
