@@ -15,7 +15,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from srift.bounds import (
     MAX_BATCH_SIZE, MAX_GPUS, MAX_ITERS, MAX_KFAC_DIM, MAX_KFAC_SPATIAL, MAX_LAYER_BYTES, MAX_LAYER_FLOPS, MAX_LAYER_PARAMS,
@@ -161,15 +161,18 @@ TIMING_MODES = ("layers", "step")  # per leaf module, or whole steps (compiled m
 
 # How ``srift profile`` turns measured steps into times (docs/profiling.md), recorded per profile.
 # v1: profiles without a ``measurement`` field (means over the steps, wall clock); v2: below.
-MEASUREMENT_METHOD = "srift.measurement/v2"
-MEASUREMENT_METHODS = ("srift.measurement/v1", MEASUREMENT_METHOD)
+MeasurementMethod = Literal["srift.measurement/v1", "srift.measurement/v2"]
+MEASUREMENT_METHODS: tuple[MeasurementMethod, ...] = get_args(MeasurementMethod)
+MEASUREMENT_METHOD: MeasurementMethod = MEASUREMENT_METHODS[-1]
 # Clocks: plain wall time; wall time less the training thread's wait for a core (Linux schedstat;
 # CPU profiles); CUDA events on the model's device.
-WALL, WALL_LESS_RUN_QUEUE, CUDA_EVENTS = "wall", "wall-less-run-queue", "cuda-events"
-CLOCKS = (WALL, WALL_LESS_RUN_QUEUE, CUDA_EVENTS)
+Clock = Literal["wall", "wall-less-run-queue", "cuda-events"]
+CLOCKS: tuple[Clock, ...] = get_args(Clock)
+WALL, WALL_LESS_RUN_QUEUE, CUDA_EVENTS = CLOCKS
 # Aggregates over the measured steps: the mean (v1), the interquartile mean (v2).
-MEAN, INTERQUARTILE_MEAN = "mean", "interquartile-mean"
-AGGREGATES = (MEAN, INTERQUARTILE_MEAN)
+Aggregate = Literal["mean", "interquartile-mean"]
+AGGREGATES: tuple[Aggregate, ...] = get_args(Aggregate)
+MEAN, INTERQUARTILE_MEAN = AGGREGATES
 MAX_THREADS = 1 << 16  # torch intra-op threads of a profiled process
 
 
@@ -187,9 +190,9 @@ class MeasurementInfo:
             processes' load), left out of every time; None when not read (CUDA, not Linux).
     """
 
-    method: str = MEASUREMENT_METHOD
-    clock: str = WALL
-    aggregate: str = INTERQUARTILE_MEAN
+    method: MeasurementMethod = MEASUREMENT_METHOD
+    clock: Clock = WALL
+    aggregate: Aggregate = INTERQUARTILE_MEAN
     threads: int | None = None
     run_queue_s: float | None = None
 

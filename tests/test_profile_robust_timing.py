@@ -15,7 +15,7 @@ import pytest
 
 from srift.errors import SriftError
 from srift.profile import (
-    INTERQUARTILE_MEAN, MEASUREMENT_METHOD, WALL_LESS_RUN_QUEUE, DeviceInfo, LayerProfile, MeasurementInfo, PhaseTimes,
+    INTERQUARTILE_MEAN, MEASUREMENT_METHOD, WALL, WALL_LESS_RUN_QUEUE, DeviceInfo, LayerProfile, MeasurementInfo, PhaseTimes,
     Profile,
 )
 
@@ -135,5 +135,5 @@ def test_a_profiled_script_records_its_clock_threads_and_aggregate(tmp_path) -> 
     m = Profile.load(tmp_path / "p.yaml").measurement
     assert result.profile is not None and m is not None
     assert m.threads == 1 and m.aggregate == INTERQUARTILE_MEAN and m.method == MEASUREMENT_METHOD
-    assert m.clock == (WALL_LESS_RUN_QUEUE if RunQueue().available else "wall")
+    assert m.clock == (WALL_LESS_RUN_QUEUE if RunQueue().available else WALL)
     assert m.run_queue_s is None or m.run_queue_s >= 0.0

@@ -32,7 +32,7 @@ from srift.hardware import find_gpu
 from srift.job import FP32, HALF_PRECISIONS, NO_CHECKPOINTING, TF32
 from srift.perf.compute import precision_label
 from srift.profile import (
-    INTERQUARTILE_MEAN, WALL, AllReduceBucket, DeviceInfo, LayerProfile, MeasurementInfo, OptimizerInfo, PhaseTimes,
+    INTERQUARTILE_MEAN, WALL, AllReduceBucket, Clock, DeviceInfo, LayerProfile, MeasurementInfo, OptimizerInfo, PhaseTimes,
     Profile, RankMemory,
 )
 from srift.profiling import fsdp as fsdp_profile
@@ -62,7 +62,7 @@ class Measurement:
     unhooked_s: list[float] = field(default_factory=list)  # warm-up steps timed without leaf hooks
     peak_memory: list[RankMemory] = field(default_factory=list)
     other_optimizers: list[torch.optim.Optimizer] = field(default_factory=list)  # timed with the first (M10)
-    clock: str = WALL  # srift.profile.CLOCKS: how the marks were taken
+    clock: Clock = WALL  # how the marks were taken
     run_queue_s: list[float] = field(default_factory=list)  # per measured step, left out of the times (CPU)
 
 

@@ -55,7 +55,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from srift.profile import CUDA_EVENTS, WALL, WALL_LESS_RUN_QUEUE
+from srift.profile import CUDA_EVENTS, WALL, WALL_LESS_RUN_QUEUE, Clock
 from srift.profiling.tensors import first_tensor, tensor_bytes
 
 
@@ -125,8 +125,8 @@ class WallClock:
         self.run_queue = RunQueue() if correct else None
 
     @property
-    def name(self) -> str:
-        """The clock as the profile records it (srift.profile.CLOCKS)."""
+    def name(self) -> Clock:
+        """The clock as the profile records it (a srift.profile Clock)."""
         return WALL_LESS_RUN_QUEUE if self.run_queue is not None and self.run_queue.available else WALL
 
     def waited_s(self) -> float:
@@ -159,7 +159,7 @@ class CudaClock:
     read (``take_issued`` / ``release``)."""
 
     kind = "cuda"
-    name = CUDA_EVENTS
+    name: Clock = CUDA_EVENTS
 
     def __init__(self, device: torch.device | int | None = None) -> None:
         self.device = torch.device("cuda", torch.cuda.current_device() if device is None else
