@@ -22,22 +22,23 @@ from srift.profile import (
 torch = pytest.importorskip("torch")
 
 from srift.profiling.assemble import _phases  # noqa: E402
-from srift.profiling.hooks import IterationTimes, RunQueue, WallClock, robust_mean_std  # noqa: E402
-
-
-def test_the_interquartile_mean_leaves_out_a_quarter_at_each_end() -> None:
-    # Sorted 1..7, 100: the middle half is 3, 4, 5, 6 (mean 4.5); the mean of all would be 16.
-    mean, std = robust_mean_std([7.0, 1.0, 100.0, 3.0, 2.0, 5.0, 4.0, 6.0])
-    assert mean == pytest.approx(4.5)
-    # The spread of every step is still reported: sqrt(squared deviations from 16 summed / 7) = sqrt(8092 / 7) = 34.
-    assert std == pytest.approx(34.0)
-    assert robust_mean_std([2.0, 4.0, 9.0]) == (pytest.approx(5.0), pytest.approx(3.6056, abs=1e-4))  # < 4: the mean
-    assert robust_mean_std([]) == (0.0, 0.0)
+from srift.profiling.hooks import IterationTimes, RunQueue, WallClock, steady_steps  # noqa: E402
 
 
 def _step(total_s: float) -> IterationTimes:
     return IterationTimes({0: 0.5 * total_s}, {0: 0.4 * total_s}, data_s=0.0, forward_s=0.5 * total_s,
                           backward_s=0.4 * total_s, optimizer_s=0.1 * total_s, total_s=total_s, micro_batches=1)
+
+
+def test_the_steady_steps_leave_out_a_quarter_at_each_end_by_total_time() -> None:
+    # Totals 7, 1, 100, 3, 2, 5, 4, 6 ms: sorted 1..7, 100; the middle half is 3, 4, 5, 6 ms (indices 3, 6, 5, 7).
+    steps = [_step(t / 1000) for t in (7.0, 1.0, 100.0, 3.0, 2.0, 5.0, 4.0, 6.0)]
+    assert steady_steps(steps) == [3, 5, 6, 7]
+    phases = _phases(steps)
+    assert phases.total_s == pytest.approx(0.0045)  # (3 + 4 + 5 + 6) / 4 ms; the mean of all would be 16 ms
+    # The spread of every step is still reported: sqrt(squared deviations from 16 summed / 7) = sqrt(8092 / 7) = 34 ms.
+    assert phases.total_s_std == pytest.approx(0.034)
+    assert steady_steps(steps[:3]) == [0, 1, 2] and steady_steps([]) == []  # below 4 steps: all of them
 
 
 def test_one_interrupted_step_does_not_move_the_phases() -> None:

@@ -38,7 +38,7 @@ from srift.profile import (
 from srift.profiling import fsdp as fsdp_profile
 from srift.profiling.batch_timing import sub_batch, time_full_and_half
 from srift.profiling.flops import analyze_layers
-from srift.profiling.hooks import IterationTimes, LayerTimer, WallClock, robust_mean_std
+from srift.profiling.hooks import IterationTimes, LayerTimer, WallClock, steady_steps
 from srift.profiling.kfac_timing import measure_kfac
 from srift.profiling.saved import SAVED_SCHEMA, record_saved_bytes
 
@@ -97,7 +97,7 @@ def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batc
     if m.layers is None and m.fsdp is None and m.world_size == 1:  # one process: no collectives to match
         _time_half_batch(m, phases, notes)
     if m.world_size > 1 and m.fsdp is None:  # DDP: the exposed tail of its all-reduces
-        phases.comm_wait_s = robust_mean_std([r.after_backward_s for r in m.records])[0]
+        phases.comm_wait_s = _mean_std([r.after_backward_s for r in m.records], steady_steps(m.records))[0]
         notes.append("measured in a multi-process run: backward carries the all-reduces' contention for the GPU; "
                      "a one-process profile is the better compute source")
     device = _device(m.clock_kind, m.device)
@@ -182,13 +182,14 @@ def _merge_timings(layers: list[LayerProfile], m: Measurement, micro: int) -> No
     """Each layer's mean and spread of forward and backward seconds, matched by module name; with
     ``micro`` micro-batches per step, the one analysed micro-batch's FLOPs and bytes times ``micro``."""
     by_name = {n: i for i, (n, _) in enumerate(m.timer.leaves)}
+    steady = steady_steps(m.records)
     for layer in layers:
         i = by_name.get(layer.name)
         # A leaf whose hooks never ran in a measured step (compiled, used under no_grad only, skipped
         # by control flow) has no time: None, not a measured 0 s.
         if i is not None and any(i in r.layer_fwd_s for r in m.records):
-            layer.fwd_s, layer.fwd_s_std = robust_mean_std([r.layer_fwd_s.get(i, 0.0) for r in m.records])
-            layer.bwd_s, layer.bwd_s_std = robust_mean_std([r.layer_bwd_s.get(i, 0.0) for r in m.records])
+            layer.fwd_s, layer.fwd_s_std = _mean_std([r.layer_fwd_s.get(i, 0.0) for r in m.records], steady)
+            layer.bwd_s, layer.bwd_s_std = _mean_std([r.layer_bwd_s.get(i, 0.0) for r in m.records], steady)
         if i is None:
             continue
         if micro > 1:
@@ -294,13 +295,23 @@ def _weight_dtype(model: torch.nn.Module) -> torch.dtype | None:
     return top if top in (torch.bfloat16, torch.float16) else None
 
 
+def _mean_std(values: list[float], steady: list[int]) -> tuple[float, float]:
+    """The mean over the steady steps (``steady_steps``' indices into ``values``) and the sample
+    standard deviation over every step."""
+    if not values:
+        return 0.0, 0.0
+    return (statistics.fmean(values[k] for k in steady),
+            statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
 def _phases(records: list[IterationTimes]) -> PhaseTimes:
-    total, total_std = robust_mean_std([r.total_s for r in records])
+    steady = steady_steps(records)
+    total, total_std = _mean_std([r.total_s for r in records], steady)
     return PhaseTimes(
-        data_s=robust_mean_std([r.data_s for r in records])[0],
-        forward_s=robust_mean_std([r.forward_s for r in records])[0],
-        backward_s=robust_mean_std([r.backward_s for r in records])[0],
-        optimizer_s=robust_mean_std([r.optimizer_s for r in records])[0],
+        data_s=_mean_std([r.data_s for r in records], steady)[0],
+        forward_s=_mean_std([r.forward_s for r in records], steady)[0],
+        backward_s=_mean_std([r.backward_s for r in records], steady)[0],
+        optimizer_s=_mean_std([r.optimizer_s for r in records], steady)[0],
         total_s=total,
         total_s_std=total_std,
     )

@@ -594,17 +594,16 @@ def _in_autograd_engine() -> bool:
     return torch._C._current_graph_task_id() != -1
 
 
-def robust_mean_std(values: list[float]) -> tuple[float, float]:
-    """Interquartile mean (the mean of the middle half: the lowest and highest ``floor(n / 4)``
-    values left out) and the sample standard deviation of all values. Other work on the machine
-    only ever lengthens a step, in bursts: the trimmed mean leaves those steps out (and the odd
-    step that runs early because the previous one overran) while averaging the rest, steadier
-    than a median over a few dozen steps. Below 4 values it is the mean."""
-    if not values:
-        return 0.0, 0.0
-    cut = len(values) // 4
-    middle = sorted(values)[cut:len(values) - cut]
-    return statistics.fmean(middle), (statistics.stdev(values) if len(values) > 1 else 0.0)
+def steady_steps(records: list[IterationTimes]) -> list[int]:
+    """Indices of the middle half of the measured steps by their total time (the fastest and
+    slowest ``floor(n / 4)`` left out; below 4 steps, all of them). Other work on the machine only
+    ever lengthens a step, in bursts: the trimmed mean leaves those steps out (and the odd step that
+    runs early because the previous one overran) while averaging the rest, steadier than a median
+    over a few dozen steps. Every layer and phase is averaged over these same steps, so the layers'
+    times still add up within their phase's, which trimming each quantity on its own would not keep."""
+    cut = len(records) // 4
+    order = sorted(range(len(records)), key=lambda k: records[k].total_s)
+    return sorted(order[cut:len(records) - cut])
 
 
 def _detached_clone(obj: Any) -> Any:
