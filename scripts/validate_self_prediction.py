@@ -13,7 +13,8 @@ wait for a core, i.e. without other processes' load; docs/profiling.md) and, for
 the wall clock. Every single profile is checked against the first (1x, 2x targets; exit 1 when
 one repeat misses one). The last column compares
 ratios to batch B, predicted against plain: the error of the batch scaling alone, apart from the
-profile's absolute level (the load it ran under, srift's hooks). Also printed: the plain steps'
+profile's absolute level (the machine's speed while it ran). Also printed: each profile's step with
+srift's per-layer hooks and what they cost (measured by srift, taken out of the profile). Also printed: the plain steps'
 quartiles over all repeats, the profiles' ``batch_fixed_fraction`` and mean step, the load average.
 
     python scripts/validate_self_prediction.py                 # B = 128, 5 repeats
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -118,6 +120,8 @@ def main() -> int:
     scaling: dict[int, list[float]] = {b: [] for b in batches}  # [repeat]: error of pred(b)/pred(B), own clock
     fixed: list[float] = []
     profiled: list[float] = []
+    hooked: list[float] = []  # the measured step with srift's hooks (before their cost is taken out)
+    cost: list[float] = []  # what the hooks cost a step (srift's pairs of steps without and with them)
     waits: list[float] = []
     threads: set[int | None] = set()
     with tempfile.TemporaryDirectory(prefix="srift-self-") as tmp:
@@ -128,6 +132,9 @@ def main() -> int:
             source = profile(folder, args.batch, args.iters, str(r))
             fixed.append(source.batch_fixed_fraction)
             profiled.append(source.phases.total_s or 0.0)
+            m = source.measurement
+            hooked.append((m.hooked_step_s if m is not None and m.hooked_step_s is not None else math.nan))
+            cost.append((m.hook_overhead_s if m is not None and m.hook_overhead_s is not None else math.nan))
             waits.append((source.measurement.run_queue_s or 0.0) if source.measurement else float("nan"))
             threads.add(source.measurement.threads if source.measurement else None)
             after = plain(folder, batches, args.rounds)
@@ -147,7 +154,9 @@ def main() -> int:
           f"(1/5/15 min) {'/'.join(f'{x:.2f}' for x in load_before)} before, "
           f"{'/'.join(f'{x:.2f}' for x in load_after)} after")
     print(f"batch-{args.batch} profiles: batch_fixed_fraction {', '.join(f'{f:.2f}' for f in fixed)}; "
-          f"step (srift's hooks on) {', '.join(f'{t * 1e3:.1f}' for t in profiled)} ms; waits for a core left out "
+          f"step {', '.join(f'{t * 1e3:.1f}' for t in profiled)} ms (with srift's hooks "
+          f"{', '.join(f'{t * 1e3:.1f}' for t in hooked)} ms, their cost taken out "
+          f"{', '.join(f'{t * 1e3:.2f}' for t in cost)} ms); waits for a core left out "
           f"{', '.join(f'{w * 1e3:.1f}' for w in waits)} ms per step; torch threads {sorted(threads, key=str)}")
     print("Plain steps timed on srift's CPU clock (wall less the thread's wait for a core: `own`) and on the wall clock.")
     print(f"| batch | plain own ms: median per repeat | own quartiles, all steps (ms) | wall quartiles (ms) "

@@ -126,8 +126,9 @@ class PhaseTimes:
     # of an FSDP script on CPU workers, where gloo's collectives block it): part of ``total_s``
     # but not compute, so the compute model's measured overhead leaves it out.
     collectives_s: float | None = None
-    # Mean seconds of the warm-up steps srift times before it hooks the leaves (step boundaries
-    # only): the script's own step time, without srift's per-layer hooks; None when not measured.
+    # Seconds of srift's unhooked steps (timed whole after the measured ones, the leaf hooks taken
+    # out; their interquartile mean): the script's own step, without srift's per-layer hooks; None
+    # when not measured (FSDP, torchrun, compiled models, the script ended first).
     total_s_unhooked: float | None = None
     # DDP over several processes: seconds from the end of the backward pass to the optimizer step,
     # mostly DDP's wait for its last all-reduces (exposed communication, which the communication
@@ -160,8 +161,10 @@ CAUSAL_FRACTION = 0.5
 TIMING_MODES = ("layers", "step")  # per leaf module, or whole steps (compiled models: leaves untimed)
 
 # How ``srift profile`` turns measured steps into times (docs/profiling.md), recorded per profile.
-# v1: profiles without a ``measurement`` field (means over the steps, wall clock); v2: below.
-MeasurementMethod = Literal["srift.measurement/v1", "srift.measurement/v2"]
+# v1: profiles without a ``measurement`` field (means over the steps, wall clock); v2: the CPU
+# clock less run-queue waits and interquartile means; v3: v2 with srift's hooks' cost measured
+# (unhooked steps) and taken out of the layers (``hook_overhead_s``).
+MeasurementMethod = Literal["srift.measurement/v1", "srift.measurement/v2", "srift.measurement/v3"]
 MEASUREMENT_METHODS: tuple[MeasurementMethod, ...] = get_args(MeasurementMethod)
 MEASUREMENT_METHOD: MeasurementMethod = MEASUREMENT_METHODS[-1]
 # Clocks: plain wall time; wall time less the training thread's wait for a core (Linux schedstat;
@@ -188,6 +191,11 @@ class MeasurementInfo:
         threads: ``torch.get_num_threads()`` of the profiled process (compare plain runs with as many).
         run_queue_s: Mean seconds per measured step the training thread waited for a core (other
             processes' load), left out of every time; None when not read (CUDA, not Linux).
+        hooked_step_s: The measured step with srift's per-leaf hooks, before their cost was taken
+            out (``phases.total_s`` is after); None when srift ran no unhooked steps.
+        hook_overhead_s: Seconds per step taken out of the layers and the step for srift's hooks:
+            ``hooked_step_s - phases.total_s_unhooked``, 0 when that is not positive (noise).
+        unhooked_steps: How many unhooked steps ``phases.total_s_unhooked`` comes from.
     """
 
     method: MeasurementMethod = MEASUREMENT_METHOD
@@ -195,6 +203,9 @@ class MeasurementInfo:
     aggregate: Aggregate = INTERQUARTILE_MEAN
     threads: int | None = None
     run_queue_s: float | None = None
+    hooked_step_s: float | None = None
+    hook_overhead_s: float | None = None
+    unhooked_steps: int | None = None
 
 
 @dataclass
@@ -789,9 +800,13 @@ def _measurement(item: Any, source: str) -> MeasurementInfo | None:
         if raw.get(key) not in allowed:
             raise _bad(source, f"'measurement.{key}' must be one of {', '.join(allowed)}, got {shown(raw.get(key))}")
     threads, wait = raw.get("threads"), raw.get("run_queue_s")
+    hooked, cost, steps = raw.get("hooked_step_s"), raw.get("hook_overhead_s"), raw.get("unhooked_steps")
     return MeasurementInfo(raw["method"], raw["clock"], raw["aggregate"],
                            None if threads is None else _int(threads, "measurement.threads", source, MAX_THREADS, low=1),
-                           None if wait is None else _num(wait, "measurement.run_queue_s", source, MAX_LAYER_S))
+                           None if wait is None else _num(wait, "measurement.run_queue_s", source, MAX_LAYER_S),
+                           None if hooked is None else _num(hooked, "measurement.hooked_step_s", source, MAX_LAYER_S),
+                           None if cost is None else _num(cost, "measurement.hook_overhead_s", source, MAX_LAYER_S),
+                           None if steps is None else _int(steps, "measurement.unhooked_steps", source, MAX_ITERS))
 
 
 def _collective_from_dict(item: Any, index: int, source: str) -> UnitCollective:

@@ -275,7 +275,7 @@ def test_data_parallel_on_several_gpus_is_refused(tmp_path: Path) -> None:
 def test_reading_each_iteration_one_step_late_keeps_every_measured_step(tmp_path: Path, monkeypatch) -> None:
     """M2: on CUDA an iteration's events are read at the next step's end (no device sync). The
     same bookkeeping with the CPU clock: every measured step is kept, the last one read at the stop,
-    none of the warm-up's."""
+    none of the warm-up's, and every one of srift's pairs."""
     from srift.profiling import runner
 
     attach = runner._Session._attach
@@ -289,7 +289,9 @@ def test_reading_each_iteration_one_step_late_keeps_every_measured_step(tmp_path
                                    show_progress=False)
     prof = result.profile
     assert prof is not None and prof.iterations == 5 and prof.timing == "layers"
-    assert prof.phases.total_s_unhooked is not None  # steps 2-3, before the leaf hooks
+    # srift's pairs after the measured steps (without, with the leaf hooks), read one step late too.
+    assert prof.phases.total_s_unhooked is not None and prof.measurement is not None
+    assert prof.measurement.unhooked_steps == 3  # pairs(5)
     assert (prof.phases.analysed_s or 0) > 0 and (prof.phases.analysed_half_s or 0) > 0  # M6: batch 16 and 8
     assert all(l.fwd_s is not None and l.fwd_s > 0 for l in prof.layers)
 

@@ -38,7 +38,7 @@ from srift.profile import (
 from srift.profiling import fsdp as fsdp_profile
 from srift.profiling.batch_timing import sub_batch, time_full_and_half
 from srift.profiling.flops import analyze_layers
-from srift.profiling.hooks import IterationTimes, LayerTimer, WallClock, steady_steps
+from srift.profiling.hooks import IterationTimes, LayerTimer, WallClock, interquartile_mean, steady_steps
 from srift.profiling.kfac_timing import measure_kfac
 from srift.profiling.saved import SAVED_SCHEMA, record_saved_bytes
 
@@ -59,7 +59,10 @@ class Measurement:
     layers: list[LayerProfile] | None = None  # the structure, when analysed already (FSDP)
     fsdp: fsdp_profile.FsdpMeasurement | None = None
     device: torch.device = torch.device("cpu")  # the model's (the clock's) device
-    unhooked_s: list[float] = field(default_factory=list)  # warm-up steps timed without leaf hooks
+    # srift's pairs after the measured steps: the total of the step without leaf hooks, of the one with
+    unhooked_s: list[float] = field(default_factory=list)
+    paired_s: list[float] = field(default_factory=list)
+    pairs_planned: int = 0  # how many srift meant to run (fewer: the script ended first)
     peak_memory: list[RankMemory] = field(default_factory=list)
     other_optimizers: list[torch.optim.Optimizer] = field(default_factory=list)  # timed with the first (M10)
     clock: Clock = WALL  # how the marks were taken
@@ -92,8 +95,22 @@ def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batc
     saved = m.layers is None and m.fsdp is None and _saved_bytes(m, layers, precision, notes)
     sharding: dict[str, Any] = {}
     phases = _phases(m.records)
-    if m.unhooked_s:
-        phases.total_s_unhooked = min(m.unhooked_s)  # the least disturbed: early steps carry warm-up
+    hook_cost = None
+    done = min(len(m.unhooked_s), len(m.paired_s))
+    if timing == "layers" and done:
+        phases.total_s_unhooked = interquartile_mean(m.unhooked_s)
+        hooked_s = phases.total_s or 0.0
+        cost = subtract_hook_cost(layers, phases, m.records, hook_cost_s(m.unhooked_s, m.paired_s), m.timer.leaves)
+        hook_cost = hooked_s, cost
+        notes.append(f"srift's per-layer hooks cost {cost * 1e3:.3f} ms per step ({done} pairs of steps without "
+                     f"and with them); taken out of the layers and the step ({hooked_s * 1e3:.3f} ms with them)"
+                     if cost > 0 else f"srift's {done} pairs of steps without and with its per-layer hooks show no "
+                     "cost (noise): nothing taken out")
+        if done < m.pairs_planned:
+            notes.append(f"the script ended after {done} of srift's {m.pairs_planned} pairs of steps")
+    elif timing == "layers" and m.pairs_planned:
+        notes.append("the script ended before srift's pairs of steps without and with its hooks: the layer times "
+                     "include what the hooks cost")
     if m.layers is None and m.fsdp is None and m.world_size == 1:  # one process: no collectives to match
         _time_half_batch(m, phases, notes)
     if m.world_size > 1 and m.fsdp is None:  # DDP: the exposed tail of its all-reduces
@@ -127,7 +144,10 @@ def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batc
         timing=timing,
         peak_memory=list(m.peak_memory),
         measurement=MeasurementInfo(clock=m.clock, aggregate=INTERQUARTILE_MEAN, threads=torch.get_num_threads(),
-                                    run_queue_s=statistics.fmean(m.run_queue_s) if m.run_queue_s else None),
+                                    run_queue_s=statistics.fmean(m.run_queue_s) if m.run_queue_s else None,
+                                    hooked_step_s=None if hook_cost is None else hook_cost[0],
+                                    hook_overhead_s=None if hook_cost is None else hook_cost[1],
+                                    unhooked_steps=done if hook_cost is not None else None),
         **sharding,
     )
 
@@ -199,6 +219,60 @@ def _merge_timings(layers: list[LayerProfile], m: Measurement, micro: int) -> No
             layer.bwd_flops_seq2 *= micro
             layer.fwd_bytes *= micro
             layer.bwd_bytes *= micro
+
+
+def hook_cost_s(unhooked_s: list[float], paired_s: list[float]) -> float:
+    """What srift's per-leaf hooks cost a step: the interquartile mean of the differences within
+    srift's pairs (a step with the leaf hooks less the step without them just before it), never
+    below 0. Pairs of adjacent steps see the same machine: a slower or faster stretch of the run
+    (other work, the host's clock speed) moves both steps of a pair, not their difference."""
+    diffs = [h - u for u, h in zip(unhooked_s, paired_s)]
+    return max(interquartile_mean(diffs), 0.0)
+
+
+def subtract_hook_cost(layers: list[LayerProfile], phases: PhaseTimes, records: list[IterationTimes],
+                       cost_s: float, leaves: list[tuple[str, torch.nn.Module]]) -> float:
+    """Take ``cost_s`` per step (``hook_cost_s``) out of the measured times, so that the profile
+    describes the script's own step (docs/profiling.md).
+
+    The cost is paid per hook call, whatever the batch, so each timed interval (a leaf's forward
+    call, or its backward stretch, per step on the steady steps) carries an equal share, taken out
+    of that layer (never below 0 s: what a layer cannot give up stays out of the step's total
+    only). ``total_s`` loses the whole cost, ``forward_s`` and ``backward_s`` what their layers
+    lost, so the layers still add up within their phase.
+
+    Returns:
+        The seconds taken out of the step (``cost_s``; 0 when no layer was timed).
+    """
+    steady = steady_steps(records)
+    by_name = {n: i for i, (n, _) in enumerate(leaves)}
+
+    def calls(key: str, i: int) -> float:
+        return statistics.fmean(getattr(records[k], key).get(i, 0) for k in steady) if steady else 0.0
+
+    counts = {}
+    for layer in layers:
+        i = by_name.get(layer.name)
+        if i is not None and layer.fwd_s is not None:
+            counts[layer.name] = (calls("layer_fwd_calls", i), calls("layer_bwd_calls", i))
+    intervals = sum(f + b for f, b in counts.values())
+    if cost_s <= 0.0 or intervals <= 0:
+        return 0.0
+    share = cost_s / intervals
+    fwd_out = bwd_out = 0.0
+    for layer in layers:
+        if layer.name not in counts:
+            continue
+        f_calls, b_calls = counts[layer.name]
+        cut_f = min(share * f_calls, layer.fwd_s or 0.0)
+        cut_b = min(share * b_calls, layer.bwd_s or 0.0)
+        layer.fwd_s = (layer.fwd_s or 0.0) - cut_f
+        layer.bwd_s = None if layer.bwd_s is None else layer.bwd_s - cut_b
+        fwd_out, bwd_out = fwd_out + cut_f, bwd_out + cut_b
+    phases.forward_s = None if phases.forward_s is None else max(phases.forward_s - fwd_out, 0.0)
+    phases.backward_s = None if phases.backward_s is None else max(phases.backward_s - bwd_out, 0.0)
+    phases.total_s = max((phases.total_s or 0.0) - cost_s, 0.0)
+    return cost_s
 
 
 def _input_shape(timer: LayerTimer) -> tuple[int, int | None]:

@@ -59,9 +59,20 @@ from srift.profile import CUDA_EVENTS, WALL, WALL_LESS_RUN_QUEUE, Clock
 from srift.profiling.tensors import first_tensor, tensor_bytes
 
 
+# What a step is for (``_Pending.role``): a measured step; after the measured ones, srift's pairs of
+# one step without the leaf hooks and one with them (what the hooks cost, docs/profiling.md).
+MEASURED, UNHOOKED, PAIRED = "measured", "unhooked", "paired"
+
+
+def _takes_part(t: torch.Tensor) -> bool:
+    return t.requires_grad and t.grad_fn is not None
+
+
 def _grad_tensor(obj: Any) -> torch.Tensor | None:
     """The first floating tensor in ``obj`` that takes part in autograd."""
-    return first_tensor(obj, lambda t: t.requires_grad and t.grad_fn is not None)
+    if isinstance(obj, torch.Tensor):  # the common case, without walking (this runs per leaf call)
+        return obj if _takes_part(obj) else None
+    return first_tensor(obj, _takes_part)
 
 
 def hooks_off() -> bool:
@@ -134,7 +145,8 @@ class WallClock:
         return self.run_queue.waited_s() if self.run_queue is not None else 0.0
 
     def mark(self) -> Any:
-        return time.perf_counter() - self.waited_s()
+        queue = self.run_queue
+        return time.perf_counter() - (queue.waited_s() if queue is not None else 0.0)
 
     def sync(self) -> None:
         pass
@@ -206,8 +218,12 @@ class IterationTimes:
     total_s: float
     micro_batches: int
     recompute_s: float = 0.0
-    hooked: bool = True  # False: a whole-step time (no leaf timed: compiled, or srift's unhooked reference)
+    hooked: bool = True  # False: a whole-step time (no leaf timed: compiled, or srift's unhooked steps)
     after_backward_s: float = 0.0  # end of the last backward pass to the optimizer step (DDP: its wait for comm)
+    # Timed intervals per leaf: forward calls, and backward stretches (from its output's gradient
+    # mark): what srift's hooks cost the step is taken out of the layers per interval.
+    layer_fwd_calls: dict[int, int] = field(default_factory=dict)
+    layer_bwd_calls: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -227,7 +243,8 @@ class _Pending:
     start: Any = None  # the iteration's start and end marks (set by the runner)
     end: Any = None
     measured: bool = False
-    reference: bool = False  # a warm-up step timed without leaf hooks (srift's unhooked reference)
+    # MEASURED; after the measured steps, srift's pairs: UNHOOKED (leaf hooks out), then PAIRED (in).
+    role: str = MEASURED
     events: list[Any] = field(default_factory=list)  # CUDA events to give back to the pool
 
 
@@ -322,7 +339,7 @@ class LayerTimer:
         model: The module whose leaves are timed (``unwrap(root)``).
         clock: WallClock or CudaClock.
         leaf_hooks: Install the per-leaf hooks now (else ``install_leaf_hooks`` later: the steps
-            before it are timed as whole steps, srift's unhooked reference).
+            before it are timed as whole steps; ``remove_leaf_hooks`` takes them out again).
     """
 
     def __init__(self, root: nn.Module, model: nn.Module, clock: WallClock | CudaClock, leaf_hooks: bool = True) -> None:
@@ -344,6 +361,9 @@ class LayerTimer:
         self._pass_queued = False
         self._probe_autocast = True  # until the first iteration whose leaves were timed
         self._handles: list[Any] = []
+        self._leaf_handles: list[Any] = []
+        # One backward-mark hook per leaf, made once (not a closure per forward call).
+        self._bwd_hooks = [self._bwd_hook(i) for i in range(len(self.leaves))]
         self._unpatch: Any = None
         self.leaf_hooks = False
         # prepend: the model's forward starts before wrappers' own pre-hooks (FSDP2's root all-gather).
@@ -359,9 +379,22 @@ class LayerTimer:
             return
         self.leaf_hooks = True
         for _, m in self.leaves:
-            self._handles.append(m.register_forward_pre_hook(self._leaf_pre))
+            self._leaf_handles.append(m.register_forward_pre_hook(self._leaf_pre))
             # always_call: non-reentrant checkpointing stops a recomputation by raising inside a leaf.
-            self._handles.append(m.register_forward_hook(self._leaf_post, always_call=True))
+            self._leaf_handles.append(m.register_forward_hook(self._leaf_post, always_call=True))
+
+    def remove_leaf_hooks(self) -> None:
+        """Take the per-leaf hooks out (the root's stay): the next steps are timed whole, without
+        the hooks' own cost (srift's unhooked steps)."""
+        for h in self._leaf_handles:
+            h.remove()
+        self._leaf_handles = []
+        self.leaf_hooks = False
+
+    def _bwd_hook(self, i: int) -> Any:
+        def hook(grad: torch.Tensor) -> None:
+            self._bwd_mark(i)
+        return hook
 
     def _patch_compiled(self, root: nn.Module) -> None:
         """``model.compile()`` (in place) runs the module's hooks inside the compiled call, where they
@@ -451,7 +484,7 @@ class LayerTimer:
         self.pending.fwd.append((i, starts.pop(), self.clock.mark()))
         t = _grad_tensor(out)
         if t is not None:
-            t.register_hook(lambda g, i=i: self._bwd_mark(i))
+            t.register_hook(self._bwd_hooks[i])
 
     def _bwd_mark(self, i: int) -> None:
         if hooks_off():
@@ -521,9 +554,15 @@ class LayerTimer:
         el = self.clock.elapsed_s
         self.clock.wait(pend.end)
         fwd: dict[int, float] = defaultdict(float)
+        fwd_calls: dict[int, int] = defaultdict(int)
         for i, a, b in pend.fwd:
             fwd[i] += el(a, b)
+            fwd_calls[i] += 1
         bwd: dict[int, float] = defaultdict(float)
+        bwd_calls: dict[int, int] = defaultdict(int)
+        for i, _ in pend.bwd_events:
+            if i >= 0:
+                bwd_calls[i] += 1
         backward_s = 0.0
         bounds = pend.bwd_passes + [len(pend.bwd_events)]
         for k in range(len(pend.bwd_passes)):
@@ -558,9 +597,11 @@ class LayerTimer:
         total_s = el(pend.start, pend.end)
         recompute_s = sum(el(a, b) for a, b in pend.recompute)
         return IterationTimes(dict(fwd), dict(bwd), max(data_s, 0.0), forward_s, backward_s, opt_s, total_s,
-                              len(pend.root_fwd), recompute_s, hooked=bool(pend.fwd), after_backward_s=max(after_s, 0.0))
+                              len(pend.root_fwd), recompute_s, hooked=bool(pend.fwd), after_backward_s=max(after_s, 0.0),
+                              layer_fwd_calls=dict(fwd_calls), layer_bwd_calls=dict(bwd_calls))
 
     def remove(self) -> None:
+        self.remove_leaf_hooks()
         for h in self._handles:
             h.remove()
         self._handles = []
@@ -594,16 +635,28 @@ def _in_autograd_engine() -> bool:
     return torch._C._current_graph_task_id() != -1
 
 
+def middle_half(values: list[float]) -> list[int]:
+    """Indices (ascending) of the middle half of ``values`` by value: the lowest and highest
+    ``floor(n / 4)`` left out; below 4 values, all of them."""
+    cut = len(values) // 4
+    order = sorted(range(len(values)), key=lambda k: values[k])
+    return sorted(order[cut:len(values) - cut])
+
+
+def interquartile_mean(values: list[float]) -> float:
+    """The mean of ``middle_half(values)`` (0 for none)."""
+    keep = middle_half(values)
+    return statistics.fmean(values[k] for k in keep) if keep else 0.0
+
+
 def steady_steps(records: list[IterationTimes]) -> list[int]:
     """Indices of the middle half of the measured steps by their total time (the fastest and
-    slowest ``floor(n / 4)`` left out; below 4 steps, all of them). Other work on the machine only
+    slowest ``floor(n / 4)`` left out; below 4 steps, all of them: ``middle_half``). Other work on the machine only
     ever lengthens a step, in bursts: the trimmed mean leaves those steps out (and the odd step that
     runs early because the previous one overran) while averaging the rest, steadier than a median
     over a few dozen steps. Every layer and phase is averaged over these same steps, so the layers'
     times still add up within their phase's, which trimming each quantity on its own would not keep."""
-    cut = len(records) // 4
-    order = sorted(range(len(records)), key=lambda k: records[k].total_s)
-    return sorted(order[cut:len(records) - cut])
+    return middle_half([r.total_s for r in records])
 
 
 def _detached_clone(obj: Any) -> Any:

@@ -4,10 +4,14 @@ The script runs as ``python SCRIPT ARGS`` would run it: ``runpy.run_path`` with 
 ``__main__``, ``sys.argv = [SCRIPT, *ARGS]``, the script's folder first on ``sys.path`` (all
 restored afterwards). An iteration is one optimizer step, seen through torch's global optimizer
 step hooks (the first optimizer that steps is the one counted). Step 1 finds the model (see
-srift.profiling.hooks) and installs the root hooks; steps 2..warmup-1 are timed as whole steps
-(the unhooked reference, with ``warmup`` >= 3), then the leaf hooks go in; the next ``iters``
-steps are measured. On CUDA (one process) an iteration's events are read at the next step's end,
-without a device sync. After the last one the step hook raises a private BaseException
+srift.profiling.hooks) and installs the root hooks; steps 2..warmup-1 run without the leaf hooks
+(with ``warmup`` >= 3), then the leaf hooks go in; the next ``iters`` steps are measured. In one
+process (no FSDP, no torchrun), when the leaves were timed, srift then times ``pairs(iters)``
+pairs of steps whole, one without the leaf hooks and one with them: what the hooks cost a step is
+the difference within the pairs (which see the same machine), taken out of the layers
+(srift/profiling/assemble.py, docs/profiling.md). On CUDA (one
+process) an iteration's events are read at the next step's end, without a device sync. After the
+last step the step hook raises a private BaseException
 that unwinds the script (the ``except Exception`` blocks scripts commonly have do not catch it),
 so the script stops cleanly and its DataLoader workers shut down with their iterator. A script
 that catches it anyway (a bare ``except:``) meets it again at its next module call or step; the
@@ -74,7 +78,15 @@ from srift.profile import WALL_LESS_RUN_QUEUE, AllReduceBucket, LayerProfile, Pr
 from srift.profiling import fsdp
 from srift.profiling.assemble import Measurement, analyze_structure, assemble_profile, leaf_layers
 from srift.profiling.buckets import BucketTimer, is_ddp
-from srift.profiling.hooks import CudaClock, IterationTimes, LayerTimer, ModelFinder, WallClock, hooks_off, unwrap
+from srift.profiling.hooks import (
+    PAIRED, UNHOOKED, CudaClock, IterationTimes, LayerTimer, ModelFinder, WallClock, hooks_off, unwrap,
+)
+
+
+def pairs(iters: int) -> int:
+    """srift's pairs of steps (one without the leaf hooks, one with) after ``iters`` measured
+    steps: half as many, at least 2 (their differences' interquartile mean needs a few)."""
+    return max(2, (iters + 1) // 2)
 
 
 class _StopProfiling(BaseException):
@@ -138,7 +150,10 @@ class _Session:
         self.lazy = False  # CUDA: resolve an iteration's events at the next step, without a sync
         self.lagging: Any = None  # the iteration waiting to be resolved (lazy)
         self.records: list[IterationTimes] = []
-        self.unhooked_s: list[float] = []  # warm-up steps timed without leaf hooks (the reference)
+        self.unhooked_s: list[float] = []  # srift's pairs (after the measured steps): the unhooked step's total
+        self.paired_s: list[float] = []  # and the hooked step's
+        self.unhooked_ok = False  # one process, no FSDP: srift's pairs may follow the measured steps
+        self.leaves_timed = False  # a measured step ran the leaf hooks (not compiled away)
         self.progress = progress
         self.task = None
         self.world_size = 1
@@ -209,14 +224,29 @@ class _Session:
         self.root, self.model = root, model
         setup = fsdp.detect(root)
         multi_ddp = is_ddp(root) and self.world_size > 1
-        # The unhooked reference: steps 2..warmup-1 timed as whole steps, leaf hooks after.
+        # Steps 2..warmup-1 without leaf hooks, leaf hooks after (FSDP and torchrun: from the start).
         self.timer = LayerTimer(root, model, self.clock, leaf_hooks=setup is not None or multi_ddp or self.warmup < 3)
         self.timer.want_capture = True
         self.lazy = self.clock.kind == "cuda" and setup is None and not multi_ddp
+        # srift's unhooked steps, in one process only: every rank of a distributed job stops at the
+        # same step, and FSDP analyses its structure at the last measured one.
+        self.unhooked_ok = setup is None and self.world_size == 1
+        if self.progress is not None and self.task is not None:
+            self.progress.update(self.task, total=self.planned_steps())
         if multi_ddp:
             self.comm = BucketTimer(root)
         if setup is not None:
             self.fsdp = fsdp.CollectiveTimer(root, setup, self.timer, self.clock)
+
+    def pair_steps(self) -> int:
+        """Steps of srift's pairs after the measured ones (0 where none follow, see _attach)."""
+        return 2 * pairs(self.iters) if self.unhooked_ok and self.leaves_timed else 0
+
+    def planned_steps(self) -> int:
+        """Optimizer steps srift runs before it stops the script (its pairs included once the leaves
+        were timed; before that, where they may follow, counted as if they will)."""
+        may_pair = self.unhooked_ok and (self.leaves_timed or self.steps <= self.warmup)
+        return self.warmup + self.iters + (2 * pairs(self.iters) if may_pair else 0)
 
     def _finish_fsdp(self) -> None:
         """On every rank at the same step: the structural analysis and the collectives' gather
@@ -243,14 +273,17 @@ class _Session:
         self.steps += 1
         if self.watch is not None:
             self.watch.stepped()
-        measured = self.steps > self.warmup
+        last_measured = self.warmup + self.iters
+        measured = self.warmup < self.steps <= last_measured
+        paired = self.steps > last_measured  # srift's pairs: unhooked, then hooked
         if timer is not None:
             timer.optimizer_end()
             if measured and isinstance(self.clock, WallClock) and self.clock.name == WALL_LESS_RUN_QUEUE:
                 self.run_queue_s.append(self.clock.waited_s() - self.start_wait_s)
-            reference = not timer.leaf_hooks and self.steps >= 2
-            pend = timer.close_iteration(self.start_mark, timer.pending.opt_end, measured or reference)
-            pend.reference = reference
+            pend = timer.close_iteration(self.start_mark, timer.pending.opt_end, measured or paired)
+            if paired:
+                pend.role = PAIRED if timer.leaf_hooks else UNHOOKED
+            self.leaves_timed = self.leaves_timed or (measured and bool(pend.fwd))
             if self.lazy:
                 done, self.lagging = self.lagging, pend
             else:
@@ -263,10 +296,16 @@ class _Session:
         if self.fsdp is not None:
             self.fsdp.end_iteration(measured)
         if self.progress is not None and self.task is not None:
-            self.progress.update(self.task, completed=self.steps)
+            self.progress.update(self.task, completed=self.steps, total=self.planned_steps())
         if timer is not None and self.steps == self.warmup and self.clock.kind == "cuda":
             torch.cuda.reset_peak_memory_stats(self.clock.device)  # peaks of the measured steps
-        if timer is not None and self.steps >= self.warmup + self.iters:
+        if timer is not None and last_measured <= self.steps < last_measured + self.pair_steps():
+            # srift's pairs (the same work: memory peaks stay): the hooks out for the first step of each.
+            if (self.steps - last_measured) % 2 == 0:
+                timer.remove_leaf_hooks()
+            else:
+                timer.install_leaf_hooks()
+        elif timer is not None and self.steps >= last_measured + self.pair_steps():
             self.flush()
             self._read_memory()
             if self.comm is not None:  # a collective: every rank stops at this same step
@@ -274,7 +313,7 @@ class _Session:
             if self.fsdp is not None:
                 self._finish_fsdp()
             self.stop()
-        if timer is not None and not timer.leaf_hooks and self.steps >= self.warmup - 1:
+        if timer is not None and not timer.leaf_hooks and self.warmup - 1 <= self.steps < last_measured:
             timer.install_leaf_hooks()
         if isinstance(self.clock, WallClock):
             self.start_wait_s = self.clock.waited_s()
@@ -283,8 +322,10 @@ class _Session:
     def _record(self, pend: Any, rec: IterationTimes | None) -> None:
         if rec is None:
             return
-        if pend.reference:
+        if pend.role == UNHOOKED:
             self.unhooked_s.append(rec.total_s)
+        elif pend.role == PAIRED:
+            self.paired_s.append(rec.total_s)
         else:
             self.records.append(rec)
 
@@ -631,7 +672,8 @@ def _finish(session: _Session, stopped: bool, name: str, out_path: Path, batch_o
                            other_optimizers=session.other_optimizers, timer=session.timer,
                            clock_kind=session.clock.kind, records=session.records, warmup=session.warmup,
                            world_size=world, buckets=buckets, layers=layers, fsdp=fsdp_measured,
-                           device=session.clock.device, unhooked_s=session.unhooked_s, peak_memory=session.peak_memory,
+                           device=session.clock.device, unhooked_s=session.unhooked_s, paired_s=session.paired_s,
+                           pairs_planned=session.pair_steps() // 2, peak_memory=session.peak_memory,
                            clock=session.clock.name, run_queue_s=session.run_queue_s)
     profile = assemble_profile(measured, notes + [n for n in session.notes if n not in notes], warnings, batch_override, kfac)
     try:
