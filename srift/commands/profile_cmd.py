@@ -18,7 +18,7 @@ def profile(
     script: Optional[str] = typer.Argument(None, help="Training script to run (its arguments go after `--`)."),
     model: Optional[str] = typer.Option(None, "--model", help="Zoo model name: make a structural profile instead."),
     warmup: int = typer.Option(5, "--warmup", help="Optimizer steps run before measuring (at least 1)."),
-    iters: int = typer.Option(20, "--iters", help="Optimizer steps measured."),
+    iters: int = typer.Option(20, "--iters", help="Optimizer steps measured (in one process, then about as many of srift's own: its hooks' cost)."),
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Profile file (default profiles/<name>.yaml)."),
     name: Optional[str] = typer.Option(None, "--name", help="Profile name (default: script or model name)."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Samples per optimizer step (default: detected)."),

@@ -193,7 +193,10 @@ class KFACPreconditioner:
         self.G_inv: dict[str, torch.Tensor] = {}
         # Sum and count of this step's per-pass factors, by key "A:name" / "G:name".
         self._acc: dict[str, tuple[torch.Tensor, int]] = {}
-        self.timings: dict[str, float] = defaultdict(float)  # seconds per phase, summed over steps
+        # Host seconds per phase, summed over steps (scripts/bench_kfac.py, on CPU). On CUDA they are
+        # launch times around asynchronous kernels, not kernel times (review M15, left: no GPU to check
+        # events per phase against); srift's predictions do not read them.
+        self.timings: dict[str, float] = defaultdict(float)
 
         # The gradients' device: NCCL takes no CPU tensors (its collectives there fail).
         self.device = next((p.device for m in by_module for p in m.parameters(recurse=False) if p.requires_grad),

@@ -4,7 +4,8 @@ How the model is found: during the first iteration a global module forward pre/p
 every *top-level* module call (a module called while no other module is running). At the first
 optimizer step the candidate sharing the most parameters with that optimizer is the model; the
 global hooks are then removed, so they cost only the first iteration. From then on only the
-model's own leaves carry hooks.
+model's own leaves carry hooks (taken out and put back for srift's pairs of steps after the
+measured ones: what the hooks cost a step, srift/profiling/runner.py).
 
 What is timed, per leaf module, per iteration (= one optimizer step):
 - forward: from the module's forward pre-hook to its forward hook;
