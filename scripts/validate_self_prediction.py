@@ -4,7 +4,12 @@ One script (a three-layer MLP training step, one CPU thread) is profiled with ``
 batch B; the same script also runs plain (no srift) in one process that cycles through batch B/2,
 B, 2B and 4B, one step each per round, ``--rounds`` rounds. Interleaving gives every batch the
 same share of the machine's load (other work on a shared machine moves it within seconds), and
-the median of the many steps leaves out steps that other processes interrupted. Each of
+the median of the many steps leaves out steps that other processes interrupted. Every process runs
+with glibc malloc's mmap and trim thresholds fixed (``MALLOC_ENV``): by default they follow the
+largest block freed, so a process cycling through the batches keeps the big batches' heap for the
+small ones (0 minor page faults per batch-128 step) where the profiled script, at batch 128 alone,
+gives its activations back and faults them in again every step (2,000-2,500 faults per step, some
+6-14 % of it here): the same step would run differently in the two. Each of
 ``--repeats`` repeats runs the plain script, profiles, and runs the plain script again (the load
 the profile saw lies between); its batch-B profile predicts a one-CPU job at each batch
 (srift.simulate.predict) against the median of that repeat's plain steps. Plain steps are timed
@@ -69,6 +74,9 @@ for i in range(steps):
 if len(batches) > 1:
     print(json.dumps({"wall": {b: t[WARMUP:] for b, t in times.items()}, "own": {b: t[WARMUP:] for b, t in own.items()}}))
 """
+# glibc's thresholds, fixed for every process of the validation (see the docstring): blocks up to
+# 32 MiB from the heap, the heap's top never given back (MiB-sized here, a few per step).
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 WARMUP = 3  # plain steps left out at each batch (first calls of a shape allocate and pack)
 TARGETS = {1: 0.05, 2: 0.15}  # relative error allowed at 1x and 2x the profiled batch (issue 28)
 FACTORS = (0.5, 1, 2, 4)  # batches measured, as multiples of B; 0.5x and 4x are reported, not targets
@@ -107,6 +115,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=40, help="Plain steps at each batch per repeat (interleaved).")
     ap.add_argument("--iters", type=int, default=30, help="Steps each profile measures.")
     args = ap.parse_args()
+    os.environ.update(MALLOC_ENV)  # the plain runs' and the profiles' processes alike
     if min(args.batch, args.repeats, args.rounds, args.iters) < 1 or args.rounds < 2:
         raise SystemExit("--batch, --repeats and --iters must be at least 1, --rounds at least 2")
     cpu = cluster_from_dict({"name": "here", "node_groups": [{"count": 1, "gpus_per_node": 1, "gpu": "cpu",
@@ -133,8 +142,9 @@ def main() -> int:
             fixed.append(source.batch_fixed_fraction)
             profiled.append(source.phases.total_s or 0.0)
             m = source.measurement
-            hooked.append((m.hooked_step_s if m is not None and m.hooked_step_s is not None else math.nan))
-            cost.append((m.hook_overhead_s if m is not None and m.hook_overhead_s is not None else math.nan))
+            for out, key in ((hooked, "hooked_step_s"), (cost, "hook_overhead_s")):  # nan: not measured
+                value = getattr(m, key, None)  # (getattr: also runs against srift before measurement v3)
+                out.append(math.nan if value is None else value)
             waits.append((source.measurement.run_queue_s or 0.0) if source.measurement else float("nan"))
             threads.add(source.measurement.threads if source.measurement else None)
             after = plain(folder, batches, args.rounds)
@@ -150,7 +160,7 @@ def main() -> int:
                 scaling[b].append((predicted[b] / predicted[args.batch]) / (own[b][-1] / own[args.batch][-1]) - 1)
     load_after = os.getloadavg()
     print(f"{args.repeats} repeats: a profile at batch {args.batch} ({args.iters} steps) between two runs of the plain script "
-          f"({args.rounds} steps per batch, batches interleaved); {os.cpu_count()} cores here, load average "
+          f"({args.rounds} steps per batch, batches interleaved; malloc thresholds fixed); {os.cpu_count()} cores here, load average "
           f"(1/5/15 min) {'/'.join(f'{x:.2f}' for x in load_before)} before, "
           f"{'/'.join(f'{x:.2f}' for x in load_after)} after")
     print(f"batch-{args.batch} profiles: batch_fixed_fraction {', '.join(f'{f:.2f}' for f in fixed)}; "
