@@ -194,8 +194,9 @@ class MeasurementInfo:
         hooked_step_s: The measured step with srift's per-leaf hooks, before their cost was taken
             out (``phases.total_s`` is after); None when srift ran no unhooked steps.
         hook_overhead_s: Seconds per step taken out of the layers and the step for srift's hooks:
-            ``hooked_step_s - phases.total_s_unhooked``, 0 when that is not positive (noise).
-        unhooked_steps: How many unhooked steps ``phases.total_s_unhooked`` comes from.
+            the interquartile mean of the differences within srift's pairs of steps without and
+            with them, 0 when that is not positive (noise).
+        unhooked_steps: How many such pairs were timed.
     """
 
     method: MeasurementMethod = MEASUREMENT_METHOD

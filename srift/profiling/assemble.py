@@ -100,12 +100,13 @@ def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batc
     if timing == "layers" and done:
         phases.total_s_unhooked = interquartile_mean(m.unhooked_s)
         hooked_s = phases.total_s or 0.0
-        cost = subtract_hook_cost(layers, phases, m.records, hook_cost_s(m.unhooked_s, m.paired_s), m.timer.leaves)
+        raw = hook_cost_s(m.unhooked_s, m.paired_s)
+        cost = subtract_hook_cost(layers, phases, m.records, raw, m.timer.leaves)
         hook_cost = hooked_s, cost
         notes.append(f"srift's per-layer hooks cost {cost * 1e3:.3f} ms per step ({done} pairs of steps without "
                      f"and with them); taken out of the layers and the step ({hooked_s * 1e3:.3f} ms with them)"
                      if cost > 0 else f"srift's {done} pairs of steps without and with its per-layer hooks show no "
-                     "cost (noise): nothing taken out")
+                     f"cost (their difference {raw * 1e3:+.3f} ms per step: noise): nothing taken out")
         if done < m.pairs_planned:
             notes.append(f"the script ended after {done} of srift's {m.pairs_planned} pairs of steps")
     elif timing == "layers" and m.pairs_planned:
@@ -223,11 +224,11 @@ def _merge_timings(layers: list[LayerProfile], m: Measurement, micro: int) -> No
 
 def hook_cost_s(unhooked_s: list[float], paired_s: list[float]) -> float:
     """What srift's per-leaf hooks cost a step: the interquartile mean of the differences within
-    srift's pairs (a step with the leaf hooks less the step without them just before it), never
-    below 0. Pairs of adjacent steps see the same machine: a slower or faster stretch of the run
-    (other work, the host's clock speed) moves both steps of a pair, not their difference."""
-    diffs = [h - u for u, h in zip(unhooked_s, paired_s)]
-    return max(interquartile_mean(diffs), 0.0)
+    srift's pairs (a step with the leaf hooks less the step without them just before it); noise
+    can make it negative (``subtract_hook_cost`` then takes nothing out). Pairs of adjacent steps
+    see the same machine: a slower or faster stretch of the run (other work, the host's clock
+    speed) moves both steps of a pair, not their difference."""
+    return interquartile_mean([h - u for u, h in zip(unhooked_s, paired_s)])
 
 
 def subtract_hook_cost(layers: list[LayerProfile], phases: PhaseTimes, records: list[IterationTimes],
@@ -242,7 +243,7 @@ def subtract_hook_cost(layers: list[LayerProfile], phases: PhaseTimes, records: 
     lost, so the layers still add up within their phase.
 
     Returns:
-        The seconds taken out of the step (``cost_s``; 0 when no layer was timed).
+        The seconds taken out of the step (``cost_s``; 0 when it is not positive or no layer was timed).
     """
     steady = steady_steps(records)
     by_name = {n: i for i, (n, _) in enumerate(leaves)}
