@@ -85,16 +85,6 @@ RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = get_args(RecomputeModule)
 # holding one of its experts and forwards it there over NVLink (srift/simulate/moe.py).
 MoeDispatcher = Literal["alltoall", "flex"]
 MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = get_args(MoeDispatcher)
-# CUDA graphs of a Megatron-Core job (``cuda_graph_impl`` / ``cuda_graph_scope``): ``none`` (eager
-# PyTorch), ``partial`` (Transformer Engine graphs of each block's attention, MoE router and
-# dispatcher preprocessing: the scopes ``attn``, ``moe_router``, ``moe_preprocess`` that every
-# partial-graph MoE recipe of Megatron-Bridge sets) or ``full_iteration`` (the whole forward and
-# backward of the step as one graph). srift/simulate/graphs.py says what a graph removes.
-CudaGraphs = Literal["none", "partial", "full_iteration"]
-CUDA_GRAPHS: tuple[CudaGraphs, ...] = get_args(CudaGraphs)
-NO_GRAPHS: Final = "none"
-PARTIAL_GRAPHS: Final = "partial"
-FULL_ITERATION_GRAPHS: Final = "full_iteration"
 DEFAULT_RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = ("core_attn",)
 Auto = Literal["auto"]
 AUTO: Auto = "auto"

@@ -33,7 +33,7 @@ import pandas as pd
 from srift.cluster import Cluster, NodeGroup
 from srift.errors import SriftError
 from srift.fitting import megatron_rows
-from srift.job import CUDA_GRAPHS, MOE_DISPATCHERS, NO_GRAPHS, RECOMPUTE_MODULES, SELECTIVE, CudaGraphs, MoeDispatcher
+from srift.job import MOE_DISPATCHERS, RECOMPUTE_MODULES, SELECTIVE, MoeDispatcher
 from srift.simulate.recompute import AUTO_LADDER, Recompute
 from srift.perf.fp8 import Fp8Recipe
 from srift.simulate.layouts import Layout, plan_layout
@@ -112,8 +112,6 @@ class Recipe:
             earlier release's recipe, whose settings are not known (``recipe_of``).
         fp8_attention: Whether an FP8 recipe runs the attention core in FP8 too
             (``fp8_dot_product_attention``).
-        cuda_graphs: What the recipe captures in CUDA graphs (``cuda_graph_impl``; ``partial``:
-            the scopes ``attn``, ``moe_router``, ``moe_preprocess``: srift/simulate/graphs.py).
     """
 
     recompute: Recompute
@@ -121,7 +119,6 @@ class Recipe:
     ep_overlap: bool = False
     layout: tuple[int, int, int, int, int] = (1, 1, 1, 1, 1)
     fp8_attention: bool = False
-    cuda_graphs: CudaGraphs = NO_GRAPHS
 
 
 def load_recipes(data: Path) -> dict[tuple[str, str, str], Recipe]:
@@ -137,17 +134,13 @@ def load_recipes(data: Path) -> dict[tuple[str, str, str], Recipe]:
         if bad:
             raise SriftError(f"{data / FOLDER / RECIPES}: recompute module(s) {bad} not modelled.",
                              f"use {', '.join(RECOMPUTE_MODULES)}.")
-        if r.cuda_graphs not in CUDA_GRAPHS:
-            raise SriftError(f"{data / FOLDER / RECIPES}: cuda_graphs {r.cuda_graphs!r} not modelled.",
-                             f"use {', '.join(CUDA_GRAPHS)}.")
         if r.dispatcher not in MOE_DISPATCHERS:
             raise SriftError(f"{data / FOLDER / RECIPES}: dispatcher {r.dispatcher!r} not modelled.",
                              f"use {', '.join(MOE_DISPATCHERS)}.")
         policy = "selective" if str(r.recompute_granularity) == SELECTIVE and modules else "none"
         out[(str(r.model), str(r.gpu), str(r.precision))] = Recipe(
             (policy, tuple(m for m in RECOMPUTE_MODULES if m in modules)), r.dispatcher, str(r.ep_overlap).lower() == "true",
-            (int(r.gpus), int(r.tp), int(r.pp), int(r.ep), int(r.micro_batch)), str(r.fp8_attention).lower() == "true",
-            r.cuda_graphs)
+            (int(r.gpus), int(r.tp), int(r.pp), int(r.ep), int(r.micro_batch)), str(r.fp8_attention).lower() == "true")
     return out
 
 
@@ -197,8 +190,7 @@ def _predict(zoo: str, gpu: str, gpus: int, per_node: int, layout: Layout, seq_l
                            imbalance=BALANCED_ROUTING, fp8=fp8, recompute_modules=modules,
                            dispatcher=dispatcher,
                            ep_overlap=recipe.ep_overlap if recipe else False,
-                           fp8_attention=recipe.fp8_attention if recipe else False,
-                           cuda_graphs=recipe.cuda_graphs if recipe else NO_GRAPHS)
+                           fp8_attention=recipe.fp8_attention if recipe else False)
         label = policy + (f" ({', '.join(modules)})" if modules else "") + ("" if recipe else ", least that fits")
         if plan.fits:
             return plan.tokens_per_s / gpus, label

@@ -78,8 +78,8 @@ from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
 from srift.job import (
     CORE_ATTN, DDP, DEFAULT_RECOMPUTE_MODULES, FLEX, FSDP, FULL_CHECKPOINTING, HALF_PRECISIONS, HSDP, INTERLEAVED,
-    LAYOUT_PARALLELISMS, MOE_ACT, MOE_LAYER, NO_GRAPHS, PIPELINE_SCHEDULES, REDUCE_BYTES_PER_ELEMENT, SELECTIVE, ZERO1,
-    CudaGraphs, LayoutRequest, MoeDispatcher, RecomputeModule,
+    LAYOUT_PARALLELISMS, MOE_ACT, MOE_LAYER, PIPELINE_SCHEDULES, REDUCE_BYTES_PER_ELEMENT, SELECTIVE, ZERO1,
+    LayoutRequest, MoeDispatcher, RecomputeModule,
 )
 from srift.perf.fp8 import Fp8Recipe, fp8_attention_s, fp8_saved_bytes, fp8_times, fp8_weight_cache_bytes
 from srift.perf.compute import (
@@ -88,14 +88,13 @@ from srift.perf.compute import (
 from srift.simulate.breakdown import (BACKWARD, BUBBLE, COMM_INTERFERENCE, EXPOSED_CP, EXPOSED_DP, EXPOSED_EP, EXPOSED_PP,
                                      EXPOSED_TP, FORWARD, LAYOUT_PHASES, OPTIMIZER, OVERHEAD, RECOMPUTE, Breakdown, Phase)
 from srift.simulate.finetune import LoraSpec, finetune_profile
-from srift.simulate.graphs import block_leaf_captured, check_graphs, experts_captured, outside_blocks_captured
 from srift.simulate.memory import (LOSS_FP32_BYTES, MASTER_BYTES, USABLE_FRACTION, allocator_bytes, fits,
                                    sharded_state_bytes, with_allocator)
 from srift.simulate.moe import (BALANCED_ROUTING, check_ep, ep_exchange_s, expert_memory_bytes, local_expert_params,
                                 moe_act_bytes, moe_activation_bytes, moe_block_shape, moe_block_times)
 from srift.simulate.recompute import check_modules, leaf_module, module_figures
 from srift.simulate.sharded import StepInputs, checkpoint_masks, simulate_step, unit_collective_s
-from srift.zoo.llm import (BLOCK_NORM_NAMES, EXPERTS_PREFIX, LSE_BYTES, DecoderArch, block_params, decoder_profile, dense_mlp_params,
+from srift.zoo.llm import (EXPERTS_PREFIX, LSE_BYTES, DecoderArch, block_params, decoder_profile, dense_mlp_params,
                            params_count)
 
 SCHEDULES = PIPELINE_SCHEDULES
@@ -439,7 +438,7 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
                 recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
                 lora: LoraSpec | None = None, op_sac: bool = False, fp8_attention: bool = False,
                 dispatcher: MoeDispatcher = "alltoall", fused_fc1: bool = True,
-                pytorch_kernels: bool = False, cuda_graphs: CudaGraphs = NO_GRAPHS) -> BlockParts:
+                pytorch_kernels: bool = False) -> BlockParts:
     """``BlockParts`` from the compute model on the split shapes (cached).
 
     A mixture of experts (``ep`` expert-parallel ranks, routing ``imbalance``: srift/simulate/moe.py)
@@ -455,40 +454,37 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
     (``flex``: no permutation passes around the experts, srift/simulate/moe.py); ``fused_fc1``: a
     dense gated MLP's FP8 input cast once (Megatron-Core's ``linear_fc1``; torchtitan runs two);
     ``pytorch_kernels``: attention as PyTorch runs it (torchtitan: SDPA's FlashAttention-2 at the
-    fitted ``mma`` rate) rather than Transformer Engine's (cuDNN attention at the full dense rate);
-    ``cuda_graphs``: the passes a CUDA graph captures lose their per-pass launch cost
-    (srift/simulate/graphs.py)."""
+    fitted ``mma`` rate) rather than Transformer Engine's (cuDNN attention at the full dense rate)."""
     modules = check_modules(recompute_modules)
-    cuda_graphs = check_graphs(cuda_graphs)
     if arch.sliding_window and 0 < arch.sliding_blocks < arch.n_layers:
         share = arch.sliding_blocks / arch.n_layers
         local = block_parts(dataclasses.replace(arch, sliding_every=1), tp, cp, micro_batch, seq_len, precision, gpu,
                             ep, imbalance, fp8, modules, lora, op_sac, fp8_attention, dispatcher, fused_fc1,
-                            pytorch_kernels, cuda_graphs)
+                            pytorch_kernels)
         full = block_parts(dataclasses.replace(arch, sliding_window=0), tp, cp, micro_batch, seq_len, precision, gpu,
                            ep, imbalance, fp8, modules, lora, op_sac, fp8_attention, dispatcher, fused_fc1,
-                           pytorch_kernels, cuda_graphs)
+                           pytorch_kernels)
         return dataclasses.replace(full, **{k: share * getattr(local, k) + (1.0 - share) * getattr(full, k)
                                             for k in ("block_f_s", "block_b_s", "attention_f_s", "attention_b_s",
                                                       "selective_f_s", "op_sac_f_s")})
     if not arch.is_moe:
         dense_parts = _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac,
-                                   fp8_attention, fused_fc1, pytorch_kernels, cuda_graphs)
+                                   fp8_attention, fused_fc1, pytorch_kernels)
         return dataclasses.replace(dense_parts, fp8_weight_bytes=(dense_parts.local_block_params * fp8_weight_cache_bytes(fp8)
                                                                   if fp8 else 0.0))
     frac = arch.moe_blocks / arch.n_layers
     moe_arch = dataclasses.replace(arch, dense_layers=0, moe_every=1)
     moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac, fp8_attention,
-                       fused_fc1, pytorch_kernels, cuda_graphs)
+                       fused_fc1, pytorch_kernels)
     dense = moe if frac == 1.0 else _block_parts(
         dataclasses.replace(arch, experts=0, experts_per_token=0, expert_intermediate=0, shared_intermediate=0,
                             dense_layers=0, moe_every=1, router_bias=False, shared_gate=False),
         tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac, fp8_attention, fused_fc1,
-        pytorch_kernels, cuda_graphs)
+        pytorch_kernels)
     e = 2.0 if precision in HALF_PRECISIONS else 4.0
     kept_e = fp8_saved_bytes(fp8) if fp8 else e
     shape = moe_block_shape(arch, micro_batch * seq_len // (cp * tp), ep, e, imbalance, dispatcher)
-    xt = moe_block_times(arch, shape, gpu, precision, None, fp8=fp8, graphed=experts_captured(cuda_graphs))
+    xt = moe_block_times(arch, shape, gpu, precision, None, fp8=fp8)
     # The MoE block's non-expert parameters on this rank: its profile's, less every routed expert.
     moe_local = moe.local_block_params - arch.experts * dense_mlp_params(split_arch(arch, tp), arch.expert_intermediate)
 
@@ -525,7 +521,7 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
                  gpu: str, fp8: Fp8Recipe | None = None,
                  modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
                  lora: LoraSpec | None = None, op_sac: bool = False, fp8_attention: bool = False,
-                 fused_fc1: bool = True, pytorch_kernels: bool = False, cuda_graphs: CudaGraphs = NO_GRAPHS) -> BlockParts:
+                 fused_fc1: bool = True, pytorch_kernels: bool = False) -> BlockParts:
     """``BlockParts`` of ``arch``'s first block (a MoE block's routed experts left out);
     ``fp8_attention``: with ``fp8``, the attention core's GEMMs in FP8 too (``fp8_attention_s``)."""
     split = split_arch(arch, tp)
@@ -568,18 +564,11 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
     seen_block = False
     op_recompute = checkpoint_masks(prof, SELECTIVE).recompute if op_sac else None
     op_bytes = op_f = 0.0
-    launch_s, norms_seen = kernel_rates(gpu, precision).launch_s, 0
     for i, layer in enumerate(prof.layers):
         if EXPERTS_PREFIX in layer.name:  # timed per expert by block_parts
             continue
         kind = layer_kind(layer.type)
         f, b = float(fwd_s[i]), float(bwd_s[i])
-        part = layer.name[len(layer.unit) + 1:] if layer.unit is not None else ""
-        norms_seen += part in BLOCK_NORM_NAMES
-        if block_leaf_captured(cuda_graphs, part, norms_seen, arch.is_moe) if layer.unit is not None \
-                else outside_blocks_captured(cuda_graphs):
-            # Replayed from a CUDA graph: no per-pass launch (a pass without work had none).
-            f, b = max(f - launch_s, 0.0), max(b - launch_s, 0.0)
         if kind == ATTENTION:
             f, b = f * attention_scale, b * attention_scale
             if fp8 and fp8_attention:
@@ -605,7 +594,7 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
             # projection reads (the activation's own output is recomputed): the elementwise
             # layer's output stands for the product.
             act += out
-            module = leaf_module(part, kind)
+            module = leaf_module(layer.name[len(layer.unit) + 1:], kind)
             leaves.append((module, micro_batch * tokens * split.heads * LSE_BYTES if module == CORE_ATTN else out, f))
             if op_recompute is not None and op_recompute[i]:
                 op_bytes, op_f = op_bytes + out, op_f + f
@@ -866,7 +855,7 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
                 recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
                 dispatcher: MoeDispatcher = "alltoall", ep_overlap: bool = False,
                 lora: LoraSpec | None = None, reduce_dtype: str = "fp32", op_sac: bool = False,
-                fp8_attention: bool = False, cuda_graphs: CudaGraphs = NO_GRAPHS) -> LayoutPlan:
+                fp8_attention: bool = False) -> LayoutPlan:
     """Predict one iteration of ``arch`` laid out as ``layout`` on ``cluster`` (module docstring).
 
     ``compute_factor`` scales the compute model's seconds (default ``compute_factor_of``: the fitted
@@ -884,8 +873,7 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
     ``reduce_dtype``: what ``fsdp``/``hsdp`` reduce-scatter gradients in (torchtitan's default fp32).
     ``op_sac``: ``selective`` is torchtitan's per-op policy (``BlockParts.op_sac_saved_bytes``)
     instead of Megatron-Core's recompute modules. ``fp8_attention``: with ``fp8``, the attention
-    core runs in FP8 too (Transformer Engine's ``fp8_dot_product_attention``). ``cuda_graphs``: what
-    the job captures in CUDA graphs (srift/simulate/graphs.py; default eager PyTorch).
+    core runs in FP8 too (Transformer Engine's ``fp8_dot_product_attention``).
 
     Raises:
         SriftError: when the layout does not use the cluster's GPUs or cannot split the model.
@@ -906,7 +894,7 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
     gpu = cluster.node_groups[0].gpu
     parts = scaled_parts(block_parts(arch, layout.tp, layout.cp, layout.micro_batch, seq_len, precision, gpu,
                                      layout.ep, imbalance, fp8, recompute_modules, lora, op_sac, fp8_attention,
-                                     dispatcher, not pytorch_stack(dp_flavour), pytorch_stack(dp_flavour), cuda_graphs),
+                                     dispatcher, not pytorch_stack(dp_flavour), pytorch_stack(dp_flavour)),
                          compute_factor_of(dp_flavour, compute_factor))
     if op_sac:
         parts = dataclasses.replace(parts, selective_saved_bytes=parts.op_sac_saved_bytes, selective_f_s=parts.op_sac_f_s)

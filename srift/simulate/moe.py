@@ -69,8 +69,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from srift.job import BALANCED_MOE_IMBALANCE, DEFAULT_MOE_IMBALANCE, FLEX, MOE_DISPATCHERS, MoeDispatcher
 from srift.perf.comm import CommModel
 from srift.perf.compute import kernel_rates, layer_kind, layer_times
@@ -218,18 +216,13 @@ class MoeBlockTimes:
 
 
 def moe_block_times(arch: DecoderArch, shape: MoeBlockShape, gpu: str, precision: str,
-                    ep_comm: CommModel | None, quantile: float = 0.5, fp8: Fp8Recipe | None = None,
-                    graphed: bool = False) -> MoeBlockTimes:
+                    ep_comm: CommModel | None, quantile: float = 0.5, fp8: Fp8Recipe | None = None) -> MoeBlockTimes:
     """``MoeBlockTimes`` of ``shape`` on ``gpu``; ``ep_comm`` is the EP group's CommModel (None: ep 1);
-    ``fp8``: the experts' GEMMs in FP8 under that recipe (srift/perf/fp8.py); ``graphed``: the
-    experts run inside a CUDA graph, each expert's passes without their launch cost
-    (srift/simulate/graphs.py)."""
+    ``fp8``: the experts' GEMMs in FP8 under that recipe (srift/perf/fp8.py)."""
     prof = expert_profile(arch, shape.rows_per_expert, precision)
     times = layer_times(prof, gpu, precision)
     fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8, fused_fc1=True) if fp8 else (times.fwd_s, times.bwd_s)
     rates = kernel_rates(gpu, precision)
-    if graphed:  # a pass without work had no launch
-        fwd_s, bwd_s = np.maximum(fwd_s - rates.launch_s, 0.0), np.maximum(bwd_s - rates.launch_s, 0.0)
     mem_rate = rates.memory_bytes_per_s
     f = float(fwd_s.sum()) * shape.local_experts + shape.permute_bytes / mem_rate + shape.glue_f_bytes / mem_rate
     b = float(bwd_s.sum()) * shape.local_experts + shape.permute_bytes / mem_rate + shape.glue_b_bytes / mem_rate
