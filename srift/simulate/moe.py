@@ -27,11 +27,7 @@ Per MoE block and micro-batch, each rank:
   ``T x k x ep / experts`` rows on average (balanced routing), ``imbalance`` times that on the
   busiest rank, whom the others wait for. Each expert's gate, up and down GEMMs are timed by the
   compute model (srift/perf/compute.py) at that row count: efficiency falls as the rows per expert
-  shrink. The passes are Megatron-Core's ``TEGroupedMLP`` (megatron-core 0.16.1,
-  ``transformer/moe/experts.py``): per local expert one ``linear_fc1`` GEMM (a gated expert's gate
-  and up projections as one ``2 x width`` GEMM) and one ``linear_fc2`` GEMM, and one fused
-  (weighted) activation kernel over every local expert's rows: ``2 x local + 1`` passes forward
-  and backward, each with the compute model's per-pass launch cost, not four per expert;
+  shrink;
 - keeps for backward the permuted input rows (``T k x hidden``), the gate and up outputs and their
   product (``3 x T k x expert_width``) and the router's fp32 probabilities (``T x experts``): the
   dispatch buffers and the active experts' activations. Megatron-Core multiplies the routing
@@ -228,19 +224,11 @@ def moe_block_times(arch: DecoderArch, shape: MoeBlockShape, gpu: str, precision
     fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8, fused_fc1=True) if fp8 else (times.fwd_s, times.bwd_s)
     rates = kernel_rates(gpu, precision)
     mem_rate = rates.memory_bytes_per_s
-    local = shape.local_experts
-    kinds = [layer_kind(layer.type) for layer in prof.layers]
-    act_passes = kinds.count("elementwise")
-    # The profile prices each of its passes with the compute model's per-pass launch cost, per
-    # expert; TEGroupedMLP runs fewer (module docstring): fc1's GEMMs beyond one, and every local
-    # expert's activation but one, are not separate passes.
-    unrun_s = rates.launch_s * ((kinds.count("matmul") - 2) * local + act_passes * (local - 1))
-    f = float(fwd_s.sum()) * local - unrun_s + shape.permute_bytes / mem_rate + shape.glue_f_bytes / mem_rate
-    b = float(bwd_s.sum()) * local - unrun_s + shape.permute_bytes / mem_rate + shape.glue_b_bytes / mem_rate
+    f = float(fwd_s.sum()) * shape.local_experts + shape.permute_bytes / mem_rate + shape.glue_f_bytes / mem_rate
+    b = float(bwd_s.sum()) * shape.local_experts + shape.permute_bytes / mem_rate + shape.glue_b_bytes / mem_rate
     a2a = float(ep_comm.all_to_all_time_s(shape.dispatch_bytes, quantile)) if ep_comm is not None else 0.0
-    act_s = sum(float(fwd_s[i]) for i, kind in enumerate(kinds) if kind == "elementwise")
-    return MoeBlockTimes(f, b, a2a, 2.0 * a2a, 2.0 * a2a,
-                         act_s * local - rates.launch_s * act_passes * (local - 1) + shape.clamp_f_bytes / mem_rate)
+    act_s = sum(float(fwd_s[i]) for i, layer in enumerate(prof.layers) if layer_kind(layer.type) == "elementwise")
+    return MoeBlockTimes(f, b, a2a, 2.0 * a2a, 2.0 * a2a, act_s * shape.local_experts + shape.clamp_f_bytes / mem_rate)
 
 
 def node_dedup_fraction(arch: DecoderArch, ep: int, gpus_per_node: int) -> float:
