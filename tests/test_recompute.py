@@ -136,7 +136,16 @@ def test_benchmark_recipes_and_the_runs_fit_at_their_setting():
                                                                                  (256, 2, 8, 32, 1))
     assert recipes[("GPT-OSS-120B", "B200", "bf16")].recompute == ("selective", ("layernorm", "moe_act"))
     assert recipes[("Qwen3-30B-A3B", "B200", "fp8-mx")].fp8_attention
+    # the NVL72 recipes (megatron-bridge 0.6.2 perf_recipes/*/gb200, gb300): Qwen3-30B-A3B's MXFP8 one
+    # runs the full-iteration HybridEP helper (EP overlap, FP8 attention); GPT-OSS-120B's GB200 one
+    # sets selective recompute with no module, i.e. nothing recomputed
+    assert recipes[("Qwen3-30B-A3B", "GB200", "fp8-mx")] == mf.Recipe(("none", ()), "flex", True, (8, 1, 1, 8, 4), True)
+    assert recipes[("GPT-OSS-120B", "GB200", "fp8-mx")].recompute == ("none", ())
+    assert recipes[("Qwen3-235B-A22B", "GB300", "bf16")] == mf.Recipe(("none", ()), "flex", False, (256, 1, 4, 32, 2))
     rows, _ = mf.load_rows(DATA)
+    # both GB200 runs of Qwen3-30B-A3B (25.11 and 26.08) are at the recipe's layout: both take it
+    assert {str(r.source_section).split(" ")[0] for r in rows.itertuples() if r.zoo == "qwen3-30b-a3b" and r.gpu == "GB200"
+            and mf.recipe_of(r, recipes) is recipes[("Qwen3-30B-A3B", "GB200", "fp8-mx")]} == {"25.11", "26.08"}
     qwen = {(int(r.micro_batch), str(r.source_section).split(" ")[0]): mf.recipe_of(r, recipes) for r in rows.itertuples()
             if r.zoo == "qwen3-30b-a3b" and r.gpu == "B200"}
     # the recipe runs micro-batch 4: the 26.04.01 run at 4 is its; the earlier runs at 1 are not
@@ -156,7 +165,7 @@ def test_benchmark_recipes_and_the_runs_fit_at_their_setting():
 def test_a_run_without_its_recipe_takes_the_dispatcher_all_its_models_recipes_set():
     from srift.fitting import moe as mf
     recipes = mf.load_recipes(DATA)
-    # DeepSeek-V3's six recipes (B200 to GB300, bf16 and MXFP8) and Qwen3-30B-A3B's three all set
+    # DeepSeek-V3's six recipes (B200 to GB300, bf16 and MXFP8) and Qwen3-30B-A3B's five all set
     # HybridEP; Qwen3-235B-A22B's (H100 all-to-all, B200 HybridEP) and GPT-OSS-120B's differ
     assert mf.model_dispatchers(recipes) == {"DeepSeek-V3": "flex", "Qwen3-30B-A3B": "flex"}
     rows, _ = mf.load_rows(DATA)
