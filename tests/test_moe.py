@@ -330,3 +330,25 @@ def test_mla_kv_sizes_by_hand():
     prof = decoder_profile(llm_arch("deepseek-v3"), 1, 16, "bf16")
     kv_b = next(l for l in prof.layers if l.name.endswith("self_attn.kv_b_proj"))
     assert kv_b.activation_bytes == 16 * 128 * 256 * 2 and kv_b.fwd_flops == 2 * 16 * 512 * 128 * 256
+
+
+def test_a_multi_token_prediction_layer_is_one_more_block_and_head_on_the_last_stage():
+    from srift.simulate.breakdown import FORWARD
+    from srift.simulate.layouts import (block_parts, compute_factor_of, pipeline_blocks, scaled_parts, stage_layers,
+                                        _stage_memories)
+    assert pipeline_blocks(TINY) == 2 and pipeline_blocks(TINY, 1) == 3
+    layout = Layout(1, 1, 1, 8, 1, 1, 4, "1f1b", 1)  # one stage, 4 micro-batches
+    base = plan_layout(TINY, dgx(8), layout, 128)
+    mtp = plan_layout(TINY, dgx(8), layout, 128, mtp_layers=1)
+    parts = scaled_parts(block_parts(TINY, 1, 1, 1, 128, "bf16", "H100"), compute_factor_of("zero1"))
+    # forward, per micro-batch: one more block and the final norm, head and loss once more
+    assert mtp.breakdown[FORWARD] - base.breakdown[FORWARD] == pytest.approx(4 * (parts.block_f_s + parts.last_f_s))
+    # on two stages the MTP block joins the split (3 blocks + embedding + head: 2 and 1), and the
+    # last stage keeps two sets of logits
+    two = Layout(1, 2, 1, 4, 1, 1, 4, "1f1b", 1)
+    assert stage_layers(pipeline_blocks(TINY, 1), 2) == (1, 2)
+    last0, last1 = (_stage_memories(TINY, two, parts, "none", "zero1", [1], mtp_layers=k)[0] for k in (0, 1))
+    # one block more in flight (1 micro-batch on the last stage) and one more fp32 logits (+ final norm)
+    assert last1["activations"] - last0["activations"] == pytest.approx(parts.block_act_bytes + parts.last_act_bytes)
+    with pytest.raises(ValueError):
+        plan_layout(TINY, dgx(8), layout, 128, mtp_layers=-1)

@@ -181,16 +181,29 @@ def recipe_of(r, recipes: dict[tuple[str, str, str], Recipe]) -> Recipe | None:
     return recipe
 
 
+# Multi-token prediction layers a model's runs train, whatever the release's benchmark recipe: a
+# fact of the model's config. DeepSeek-V3's Hugging Face config sets ``num_nextn_predict_layers``
+# 1, which Megatron-Bridge's DeepSeek-V3 bridge maps to ``mtp_num_layers`` (megatron-bridge 0.6.2
+# ``models/deepseek/deepseek_v3_bridge.py``), and its base recipe keeps (data/moe-training/README.md).
+MTP_LAYERS: dict[str, int] = {"DeepSeek-V3": 1}
+
+
+def mtp_layers_of(r) -> int:
+    """The multi-token prediction layers a row's run trained (``MTP_LAYERS``; 0 for other models)."""
+    return MTP_LAYERS.get(_model_key(r), 0)
+
+
 @functools.lru_cache(maxsize=1024)
 def _predict(zoo: str, gpu: str, gpus: int, per_node: int, layout: Layout, seq_len: int,
-             fp8: Fp8Recipe | None, recipe: Recipe | None, dispatcher: MoeDispatcher) -> tuple[float, str]:
+             fp8: Fp8Recipe | None, recipe: Recipe | None, dispatcher: MoeDispatcher,
+             mtp_layers: int = 0) -> tuple[float, str]:
     plan = None
     for policy, modules in (recipe.recompute,) if recipe else AUTO_LADDER:
         plan = plan_layout(llm_arch(zoo), dgx_cluster(gpu, gpus, per_node), layout, seq_len, "bf16", policy,
                            imbalance=BALANCED_ROUTING, fp8=fp8, recompute_modules=modules,
                            dispatcher=dispatcher,
                            ep_overlap=recipe.ep_overlap if recipe else False,
-                           fp8_attention=recipe.fp8_attention if recipe else False)
+                           fp8_attention=recipe.fp8_attention if recipe else False, mtp_layers=mtp_layers)
         label = policy + (f" ({', '.join(modules)})" if modules else "") + ("" if recipe else ", least that fits")
         if plan.fits:
             return plan.tokens_per_s / gpus, label
@@ -201,6 +214,8 @@ def _predict(zoo: str, gpu: str, gpus: int, per_node: int, layout: Layout, seq_l
 def predict_row(r, recipes: dict[tuple[str, str, str], Recipe]) -> tuple[float, str]:
     """(predicted tokens/s per GPU, the recompute it ran with and whether srift's memory model fits
     it) of a row: its recipe's settings (``recipe_of``) where known, else the least recompute that
-    fits, not overlapped, with its model's dispatcher (``dispatcher_of``)."""
+    fits, not overlapped, with its model's dispatcher (``dispatcher_of``) and multi-token
+    prediction layers (``mtp_layers_of``)."""
     return _predict(r.zoo, r.gpu, int(r.gpus_total), int(r.gpus_per_node), row_layout(r), int(r.seq_len),
-                    FP8_RECIPE_OF[str(r.precision).lower()], recipe_of(r, recipes), dispatcher_of(r, recipes))
+                    FP8_RECIPE_OF[str(r.precision).lower()], recipe_of(r, recipes), dispatcher_of(r, recipes),
+                    mtp_layers_of(r))
