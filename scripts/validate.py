@@ -530,8 +530,8 @@ def moe_group(data: Path, table: bool = False) -> dict | None:
     if not len(rows):
         return None
     meas = rows["value"].to_numpy(float)
-    recipes = mf.load_recipes(data)
-    got = [mf.predict_row(r, recipes) for r in rows.itertuples()]
+    recipes, layouts = mf.load_recipes(data), mf.load_pipeline_layouts(data)
+    got = [mf.predict_row(r, recipes, layouts) for r in rows.itertuples()]
     pred = np.array([g[0] for g in got])
     policy = [g[1] for g in got]
     err = pred / meas - 1.0

@@ -111,6 +111,20 @@ def test_stage_layers_put_the_embedding_and_head_in_a_layers_place():
     assert stage_layers(32, 1) == (32,)
 
 
+def test_megatron_pipeline_layouts_place_blocks_by_hand():
+    from srift.simulate.layouts import megatron_stage_blocks
+    # DeepSeek-V3's recipes: 16 virtual stages, embedding + 4 blocks, 14 x 4 blocks, 1 block + MTP + loss
+    assert megatron_stage_blocks("Et*4|(t*4|)*14tmL", 16) == (4,) * 15 + (2,)
+    # interleaved: rank r runs virtual stages r, r + pp, ...: pp 4 x vp 4 -> 16 + 16 + 16 + (12 + 2)
+    assert megatron_stage_blocks("Et*4|(t*4|)*14tmL", 4, 4) == (16, 16, 16, 14)
+    assert megatron_stage_blocks("Et*4|(t*4|)*14tmL", 2, 8) == (32, 30)
+    assert megatron_stage_blocks("Et|(tt|)*30mL", 16, 2) == (3,) + (4,) * 14 + (3,)
+    with pytest.raises(ValueError):
+        megatron_stage_blocks("Et*4|(t*4|)*14tmL", 4, 2)  # 16 virtual stages, not 8
+    with pytest.raises(ValueError):
+        megatron_stage_blocks("Ex|t", 2)
+
+
 def test_stage_memory_by_hand():
     mem = stage_memory_bytes(1e9, 8, 2e9, 4, 1e9)
     assert mem["weights"] == 2e9  # bf16

@@ -352,3 +352,10 @@ def test_a_multi_token_prediction_layer_is_one_more_block_and_head_on_the_last_s
     assert last1["activations"] - last0["activations"] == pytest.approx(parts.block_act_bytes + parts.last_act_bytes)
     with pytest.raises(ValueError):
         plan_layout(TINY, dgx(8), layout, 128, mtp_layers=-1)
+    # a pipeline layout of the job's own (Megatron's pipeline_model_parallel_layout) places the blocks:
+    # all three on the first stage here, so it holds three blocks of activations, the last none
+    own = plan_layout(TINY, dgx(8), two, 128, mtp_layers=1, stage_blocks=(3, 0))
+    even = plan_layout(TINY, dgx(8), two, 128, mtp_layers=1)
+    assert own.memory_stage == 0 and own.iteration_s > even.iteration_s
+    with pytest.raises(ValueError):
+        plan_layout(TINY, dgx(8), two, 128, mtp_layers=1, stage_blocks=(1, 1))  # 2 of the 3 blocks

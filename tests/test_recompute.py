@@ -216,3 +216,16 @@ def test_fp8_attention_runs_the_attention_core_at_the_fp8_peak_by_hand():
     # without an FP8 recipe the attention stays bf16
     assert block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, None, fp8_attention=True) == \
         block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, None)
+
+
+def test_deepseek_runs_train_one_mtp_layer_and_take_their_recipes_pipeline_layout():
+    from srift.fitting import moe as mf
+    rows, _ = mf.load_rows(DATA)
+    layouts = mf.load_pipeline_layouts(DATA)
+    got = {(r.zoo, r.gpu, int(r.pp), int(r.vp) if r.vp == r.vp else 1): (mf.mtp_layers_of(r), mf.stage_blocks_of(r, layouts))
+           for r in rows.itertuples()}
+    # DeepSeek-V3's HF config: one MTP layer; its recipes' pp 16 layout: 4 blocks a stage, the last 1 + MTP
+    assert got[("deepseek-v3", "B200", 16, 1)] == (1, (4,) * 15 + (2,))
+    assert got[("deepseek-v3", "GB200", 4, 4)] == (1, (16, 16, 16, 14))
+    assert got[("deepseek-v3", "GB200", 8, 4)] == (1, None)  # no recipe lays out pp 8 x vp 4: the even split
+    assert got[("qwen3-235b-a22b", "B300", 8, 1)] == (0, None)

@@ -65,6 +65,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -314,6 +315,32 @@ def pipeline_blocks(arch: DecoderArch, mtp_layers: int = 0) -> int:
     DeepSeek-V3 MoE block's active FLOPs.
     """
     return arch.n_layers + mtp_layers
+
+
+# Megatron-Core's pipeline layout strings (``pipeline_model_parallel_layout``, megatron-core 0.16.1
+# ``transformer/pipeline_parallel_layer_layout.py``): a virtual stage per ``|``-separated part, of
+# ``E`` (embedding), ``t`` (a decoder block), ``m`` (a multi-token prediction layer), ``L`` (the
+# loss); ``x*N`` and ``(...)*N`` repeat.
+_LAYOUT_GROUP = re.compile(r"\(([^()]*)\)\*(\d+)")
+_LAYOUT_REPEAT = re.compile(r"([EtmL])\*(\d+)")
+
+
+def megatron_stage_blocks(layout: str, pp: int, vp: int = 1) -> tuple[int, ...]:
+    """Blocks (decoder and multi-token prediction layers) each of ``pp`` pipeline stages holds
+    under Megatron-Core's pipeline ``layout`` of ``pp x vp`` virtual stages (rank ``r`` runs the
+    virtual stages ``r``, ``r + pp``, ``r + 2 pp``, ...: the interleaved schedule's placement).
+
+    Raises:
+        ValueError: for a string that is not such a layout, or one of another number of stages.
+    """
+    text = layout.replace(" ", "")
+    while _LAYOUT_GROUP.search(text):
+        text = _LAYOUT_GROUP.sub(lambda g: g.group(1) * int(g.group(2)), text)
+    text = _LAYOUT_REPEAT.sub(lambda g: g.group(1) * int(g.group(2)), text)
+    parts = text.split("|")
+    if set(text) - set("EtmL|") or len(parts) != pp * vp:
+        raise ValueError(f"pipeline layout {layout!r} is not {pp * vp} virtual stages of E, t, m and L")
+    return tuple(sum(parts[c * pp + r].count("t") + parts[c * pp + r].count("m") for c in range(vp)) for r in range(pp))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -873,7 +900,8 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
                 recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
                 dispatcher: MoeDispatcher = "alltoall", ep_overlap: bool = False,
                 lora: LoraSpec | None = None, reduce_dtype: str = "fp32", op_sac: bool = False,
-                fp8_attention: bool = False, mtp_layers: int = 0) -> LayoutPlan:
+                fp8_attention: bool = False, mtp_layers: int = 0,
+                stage_blocks: tuple[int, ...] | None = None) -> LayoutPlan:
     """Predict one iteration of ``arch`` laid out as ``layout`` on ``cluster`` (module docstring).
 
     ``compute_factor`` scales the compute model's seconds (default ``compute_factor_of``: the fitted
@@ -893,6 +921,9 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
     instead of Megatron-Core's recompute modules. ``fp8_attention``: with ``fp8``, the attention
     core runs in FP8 too (Transformer Engine's ``fp8_dot_product_attention``). ``mtp_layers``:
     Megatron-Core's multi-token prediction layers (``mtp_num_layers``: ``pipeline_blocks``).
+    ``stage_blocks``: the blocks each pipeline stage holds (its virtual stages' together), as a
+    job's own pipeline layout places them (Megatron-Core's ``pipeline_model_parallel_layout``);
+    default ``stage_layers``' even split.
 
     Raises:
         SriftError: when the layout does not use the cluster's GPUs or cannot split the model.
@@ -904,6 +935,10 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
         raise ValueError(f"checkpointing must be one of {LAYOUT_CHECKPOINTING}")
     if not isinstance(mtp_layers, int) or mtp_layers < 0:
         raise ValueError(f"mtp_layers must be a whole number of layers, got {mtp_layers!r}")
+    if stage_blocks is not None and (len(stage_blocks) != layout.pp or min(stage_blocks) < 0
+                                     or sum(stage_blocks) != pipeline_blocks(arch, mtp_layers)):
+        raise ValueError(f"stage_blocks {stage_blocks} must place the {pipeline_blocks(arch, mtp_layers)} blocks "
+                         f"on the {layout.pp} stages")
     if dp_flavour not in DP_FLAVOURS:
         raise ValueError(f"dp_flavour must be one of {DP_FLAVOURS}")
     comm = comm or CommModel.for_cluster(cluster)
@@ -921,7 +956,7 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
         parts = dataclasses.replace(parts, selective_saved_bytes=parts.op_sac_saved_bytes, selective_f_s=parts.op_sac_f_s)
     plan = _plan(arch, cluster, layout, seq_len, precision, checkpointing, dp_flavour, comm, quantile, gpu, parts,
                  default_tp_overlap(dp_flavour) if tp_overlap is None else tp_overlap, dispatcher, ep_overlap,
-                 reduce_dtype, op_sac, mtp_layers)
+                 reduce_dtype, op_sac, mtp_layers, stage_blocks)
     return dataclasses.replace(plan, recompute_modules=check_modules(recompute_modules)) if checkpointing == SELECTIVE \
         else plan
 
@@ -1102,14 +1137,15 @@ def fsdp_stage_comm(parts: BlockParts, blocks: int, first: bool, last: bool, blo
 def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, precision: str, checkpointing: str,
           dp_flavour: str, comm: CommModel, quantile: float, gpu: str, parts: BlockParts,
           tp_overlap: bool = True, dispatcher: MoeDispatcher = "alltoall", ep_overlap: bool = False,
-          reduce_dtype: str = "fp32", op_sac: bool = False, mtp_layers: int = 0) -> LayoutPlan:
+          reduce_dtype: str = "fp32", op_sac: bool = False, mtp_layers: int = 0,
+          stage_blocks: tuple[int, ...] | None = None) -> LayoutPlan:
     t, p, c, d, v, m = layout.tp, layout.pp, layout.cp, layout.dp, layout.vp, layout.grad_accum
     dtensor = pytorch_stack(dp_flavour)
     g = comm.topology.gpus_per_node
     interference = comm.params.overlap_interference
     tokens = layout.micro_batch * seq_len // c
     e = PARAM_BYTES if precision in HALF_PRECISIONS else 4.0
-    layers = stage_layers(pipeline_blocks(arch, mtp_layers), p)
+    layers = stage_blocks or stage_layers(pipeline_blocks(arch, mtp_layers), p)
     heads = 1 + mtp_layers  # the last stage's final norm, head and loss, once more per MTP layer
     # ---- per micro-batch on each stage ----
     bc = block_comm(arch, comm, t, c, layout.micro_batch, seq_len, e, parts, quantile, tp_overlap,
@@ -1219,7 +1255,7 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     # ---- memory: the most loaded stage (only the first, second and last can be: _peak_memory) ----
     candidates = sorted({0, min(1, p - 1), p - 1})
     mems = dict(zip(candidates, _stage_memories(arch, layout, parts, checkpointing, dp_flavour, candidates, shard,
-                                                reduce_dtype, mtp_layers)))
+                                                reduce_dtype, mtp_layers, layers)))
     stage = max(candidates, key=lambda i: sum(mems[i].values()))
     worst = (sum(mems[stage].values()), mems[stage], stage)
     gpu_mem = min(gr.gpu_memory_gib if gr.gpu_memory_gib is not None else gpu_spec(gr.gpu).memory_gib
@@ -1518,15 +1554,17 @@ def _rebuilt_block_bytes(parts: BlockParts, checkpointing: str) -> float:
 
 def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkpointing: str,
                     dp_flavour: str, stages: list[int] | None = None, shard: int | None = None,
-                    reduce_dtype: str = "fp32", mtp_layers: int = 0) -> list[dict[str, float]]:
+                    reduce_dtype: str = "fp32", mtp_layers: int = 0,
+                    stage_blocks: tuple[int, ...] | None = None) -> list[dict[str, float]]:
     """Bytes per GPU by kind of every stage (or of ``stages``); optimizer states over ``shard``
     ranks (``state_shard``; None: CP x DP under ``zero1`` and ``fsdp``, else 1); ``mtp_layers``:
-    multi-token prediction layers (``pipeline_blocks``; the last stage keeps each one's logits)."""
+    multi-token prediction layers (``pipeline_blocks``; the last stage keeps each one's logits);
+    ``stage_blocks``: the blocks of each stage (default ``stage_layers``' split)."""
     p, v, m = layout.pp, layout.vp, layout.grad_accum
     if shard is None:
         shard = layout.cp * layout.dp if dp_flavour in (ZERO1, FSDP) else 1
     out = []
-    layers = stage_layers(pipeline_blocks(arch, mtp_layers), p)
+    layers = stage_blocks or stage_layers(pipeline_blocks(arch, mtp_layers), p)
     for i in (range(p) if stages is None else stages):
         n = layers[i]
         per_mb = n * _kept_block_bytes(parts, checkpointing)
