@@ -570,7 +570,8 @@ def moe_group(data: Path, table: bool = False) -> dict | None:
             "bias_pct": round(float(np.mean(meas / pred - 1.0) * 100.0), 1) + 0.0,  # of the time per token, - = too fast
             "basis": f"Megatron-Core on {', '.join(sorted(set(map(str, rows['gpu']))))}, {rows['zoo'].nunique()} models, "
                      "force-balanced routing, each with its recipe's settings at the recipe's GPU count and layout, "
-                     "else srift's defaults with the model's dispatcher where all its recipes agree"}
+                     "else srift's defaults with the model's dispatcher where all its recipes agree; DeepSeek-V3 with its "
+                     "multi-token prediction layer and its recipes' pipeline layouts"}
 
 
 def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str, basis: dict[str, str],
