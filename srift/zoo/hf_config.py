@@ -24,8 +24,8 @@ q_lora_rank, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim), ``ll
 blocks of intermediate_size_mlp) and ``gpt_oss`` (num_local_experts with biases, a router with
 bias, q/k/v/o biases, one attention-sink logit per head; ``sliding_window`` local attention on the
 blocks ``layer_types`` names ``sliding_attention``, which must alternate from the first, as GPT-OSS's do).
-``kimi_k2`` (Moonshot's Kimi-K2) is DeepSeek-V3's architecture under another name: its config.json
-names ``DeepseekV3ForCausalLM`` and carries the same keys, so it is read as ``deepseek_v3``. Anything else is refused with
+``kimi_k2`` (Moonshot's Kimi-K2) is DeepSeek-V3's architecture under another name, with the same
+keys (Megatron-Bridge's KimiK2Bridge builds it as DeepSeek-V3's MLA model), so it is read as ``deepseek_v3``. Anything else is refused with
 the key that says why. JSON only (``json.loads``: nothing in the file is executed).
 """
 
