@@ -70,8 +70,8 @@ def test_kimi_k2_is_deepseek_v3s_architecture_counted_by_hand(tmp_path):
     block, 384 routed experts and 1 shared. Its count by hand is 1.026T total, 32.86B active: the
     Kimi K2 report's 32.6B activated within 0.8 %, its 1.04T total 1.3 % above (the model card
     rounds to 1T and 32B). The gap is not in the formula (the same one gives DeepSeek-V3's 671B to
-    0.004 %) and srift does not close it: 14B is less than one MoE block (17.1B), and the config
-    has no multi-token-prediction block to count."""
+    0.004 %) and srift does not close it: 14B is less than one MoE block (17.1B), and srift counts
+    no multi-token-prediction block (the report's figures are recalled, not re-read)."""
     import json
     a = arch_from_hf_config(FIXTURES / "Kimi-K2-Instruct.json")
     assert a.is_mla and a.moe_blocks == 60 and not a.is_moe_block(0) and a.is_moe_block(1)
