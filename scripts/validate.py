@@ -564,7 +564,7 @@ def moe_group(data: Path, table: bool = False) -> dict | None:
     dispatchers = [mf.dispatcher_of(r, recipes) for r in rows.itertuples()]
     print("  token dispatcher (the recipe's; else the one every recipe of the model sets; else alltoall): "
           + ", ".join(f"{dispatchers.count(d)} {d}" for d in sorted(set(dispatchers))))
-    print("  left out: " + "; ".join(f"{n} {why}" for why, n in out.items()))
+    print("  left out: " + ("; ".join(f"{n} {why}" for why, n in out.items()) or "none"))
     mape = round(float(np.mean(np.abs(err)) * 100), 1)
     return {"rows": int(len(rows)), "fit": mape, "lomo": mape, "loso": mape,
             "bias_pct": round(float(np.mean(meas / pred - 1.0) * 100.0), 1) + 0.0,  # of the time per token, - = too fast

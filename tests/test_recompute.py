@@ -142,6 +142,9 @@ def test_benchmark_recipes_and_the_runs_fit_at_their_setting():
     assert recipes[("Qwen3-30B-A3B", "GB200", "fp8-mx")] == mf.Recipe(("none", ()), "flex", True, (8, 1, 1, 8, 4), True)
     assert recipes[("GPT-OSS-120B", "GB200", "fp8-mx")].recompute == ("none", ())
     assert recipes[("Qwen3-235B-A22B", "GB300", "bf16")] == mf.Recipe(("none", ()), "flex", False, (256, 1, 4, 32, 2))
+    # Kimi-K2's GB300 MXFP8 recipe is the 26.06 run's own layout: MLA up-projections recomputed, HybridEP
+    assert recipes[("Kimi-K2", "GB300", "fp8-mx")] == mf.Recipe(("selective", ("mla_up_proj",)), "flex", False,
+                                                                (256, 1, 4, 64, 2))
     rows, _ = mf.load_rows(DATA)
     # both GB200 runs of Qwen3-30B-A3B (25.11 and 26.08) are at the recipe's layout: both take it
     assert {str(r.source_section).split(" ")[0] for r in rows.itertuples() if r.zoo == "qwen3-30b-a3b" and r.gpu == "GB200"
@@ -160,14 +163,15 @@ def test_benchmark_recipes_and_the_runs_fit_at_their_setting():
     assert labels[("gpt-oss-120b", "H100-SXM5-80GB", 1, "26.04.01")] == "selective (layernorm, moe_act)"
     assert labels[("gpt-oss-120b", "H100-SXM5-80GB", 4, "25.11")].startswith("selective (layernorm, mla_up_proj, mlp, moe,")
     assert labels[("gpt-oss-120b", "H100-SXM5-80GB", 4, "25.11")].endswith("least that fits")
+    assert labels[("kimi-k2", "GB300", 2, "26.06")] == "selective (mla_up_proj)"
 
 
 def test_a_run_without_its_recipe_takes_the_dispatcher_all_its_models_recipes_set():
     from srift.fitting import moe as mf
     recipes = mf.load_recipes(DATA)
-    # DeepSeek-V3's six recipes (B200 to GB300, bf16 and MXFP8) and Qwen3-30B-A3B's five all set
-    # HybridEP; Qwen3-235B-A22B's (H100 all-to-all, B200 HybridEP) and GPT-OSS-120B's differ
-    assert mf.model_dispatchers(recipes) == {"DeepSeek-V3": "flex", "Qwen3-30B-A3B": "flex"}
+    # DeepSeek-V3's six recipes (B200 to GB300, bf16 and MXFP8), Qwen3-30B-A3B's five and Kimi-K2's
+    # one all set HybridEP; Qwen3-235B-A22B's (H100 all-to-all, B200 HybridEP) and GPT-OSS-120B's differ
+    assert mf.model_dispatchers(recipes) == {"DeepSeek-V3": "flex", "Qwen3-30B-A3B": "flex", "Kimi-K2": "flex"}
     rows, _ = mf.load_rows(DATA)
     got = {(r.zoo, r.gpu, int(r.ep), str(r.source_section).split(" ")[0]):
            (mf.recipe_of(r, recipes), mf.dispatcher_of(r, recipes)) for r in rows.itertuples()}
