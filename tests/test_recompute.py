@@ -125,6 +125,8 @@ def test_ep_overlap_hides_the_all_to_alls_behind_compute():
     # the 32 SMs Megatron-Bridge gives them
     assert ep_interference("H100", "alltoall", 32) == 32 / 132 and ep_interference("H100", "alltoall", 4) == 6 / 132
     assert ep_interference("B200", "flex", 8) == 32 / 148
+    # B300 is GB300's Blackwell Ultra GPU: 160 SMs (configs/gpus.yaml says where from)
+    assert ep_interference("B300", "flex", 8) == ep_interference("GB300", "flex", 8) == 32 / 160
 
 
 def test_benchmark_recipes_and_the_runs_fit_at_their_setting():
