@@ -235,3 +235,21 @@ def test_deepseek_runs_train_one_mtp_layer_and_take_their_recipes_pipeline_layou
     assert got[("deepseek-v3", "GB200", 4, 4)] == (1, (16, 16, 16, 14))
     assert got[("deepseek-v3", "GB200", 8, 4)] == (1, None)  # no recipe lays out pp 8 x vp 4: the even split
     assert got[("qwen3-235b-a22b", "B300", 8, 1)] == (0, None)
+
+
+def test_auto_ladder_recomputes_mla_up_projections_before_shared_experts_and_dense_mlps():
+    """An MLA model's ladder has a rung that adds only MLA's up-projections (what Megatron-Bridge's
+    DeepSeek-V3 recipes recompute): it keeps less than the rung above it and recomputes less than
+    the rung below it, so ``auto`` stops there when it is the first that fits."""
+    from srift.simulate.recompute import AUTO_LADDER
+    mla = DecoderArch("tiny-mla", n_layers=4, hidden=512, heads=8, kv_heads=8, head_dim=96, intermediate=1024,
+                      vocab=1000, experts=8, experts_per_token=2, expert_intermediate=256, shared_intermediate=256,
+                      dense_layers=1, q_lora_rank=128, kv_lora_rank=64, qk_rope_head_dim=32, v_head_dim=64)
+    rungs = [m for p, m in AUTO_LADDER if p == "selective"]
+    i = rungs.index(("layernorm", "mla_up_proj", "moe_act"))
+    assert rungs[i - 1] == ("layernorm", "moe_act") and set(rungs[i]) < set(rungs[i + 1])
+    plans = [plan_layout(mla, dgx(8), Layout(1, 1, 1, 8, micro_batch=2, grad_accum=1, ep=8), 2048,
+                         checkpointing="selective", recompute_modules=m) for m in rungs[i - 1:i + 2]]
+    mems = [p.memory_per_gpu_bytes for p in plans]
+    recomputed = [p.breakdown["recompute"] for p in plans]
+    assert mems[0] > mems[1] > mems[2] and recomputed[0] < recomputed[1] < recomputed[2]
