@@ -111,6 +111,23 @@ def test_stage_layers_put_the_embedding_and_head_in_a_layers_place():
     assert stage_layers(32, 1) == (32,)
 
 
+def test_megatron_splits_evenly_where_it_cannot_count_the_embedding_and_loss():
+    # Megatron-Core accepts account_for_embedding/loss_in_pipeline_split only when blocks + 2
+    # divide by PP: 126 + 2 = 128 over 8 stages does, so Llama 3.1 405B keeps 15, 16 x 6, 15.
+    assert stage_layers(126, 8, megatron=True) == (15, 16, 16, 16, 16, 16, 16, 15)
+    # GPT-OSS-120B (36 blocks, PP 4: 38 does not divide by 4): 9 on each stage, as
+    # Megatron-Bridge's recipe runs it (account_for_*_in_pipeline_split = False); Llama 3 70B's
+    # 80 over 4: 20 each; GPT-3 175B's 96 over 8: 12 each.
+    assert stage_layers(36, 4, megatron=True) == (9, 9, 9, 9)
+    assert stage_layers(80, 4, megatron=True) == (20, 20, 20, 20)
+    assert stage_layers(96, 8, megatron=True) == (12,) * 8
+    # Neither divides (35 over 4): Megatron needs explicit first/last-stage counts; srift keeps
+    # its balanced split.
+    assert stage_layers(35, 4, megatron=True) == stage_layers(35, 4)
+    # torchtitan weighs the embedding and the output as a layer each whatever the remainder.
+    assert stage_layers(36, 4) == (8, 10, 9, 9)
+
+
 def test_megatron_pipeline_layouts_place_blocks_by_hand():
     from srift.simulate.layouts import megatron_stage_blocks
     # DeepSeek-V3's recipes: 16 virtual stages, embedding + 4 blocks, 14 x 4 blocks, 1 block + MTP + loss
@@ -149,9 +166,22 @@ def test_first_stage_holds_p_micro_batches():
     arch = llm_arch("llama3-70b")
     plan = plan_layout(arch, dgx(32), Layout(8, 4, 1, 1, 1, 1, 16), 4096)
     parts = block_parts(arch, 8, 1, 1, 4096, "bf16", "H100")
-    first = 19 * parts.block_act_bytes + parts.first_act_bytes
+    # 80 blocks over 4 stages: 20 each (82 does not divide by 4, so Megatron-Core cannot count the
+    # embedding and the loss as blocks: stage_layers(megatron=True)).
+    first = 20 * parts.block_act_bytes + parts.first_act_bytes
     assert plan.memory_stage == 0
     assert plan.memory_breakdown_bytes["activations"] == pytest.approx(4 * first)
+
+
+def test_gpt_oss_first_stage_holds_a_quarter_of_the_blocks_for_each_micro_batch_in_flight():
+    # GPT-OSS-120B (36 blocks) on Megatron at PP 4, 8 micro-batches of 4 x 4096 tokens, EP 8: 9
+    # blocks a stage (not 8, 10, 9, 9); the first holds 4 micro-batches of its 9 blocks and the
+    # embedding's output, more than the second's 3 of 9.
+    arch = llm_arch("gpt-oss-120b")
+    plan = plan_layout(arch, dgx(64), Layout(1, 4, 1, 16, 1, 4, 8, "1f1b", 8), 4096)
+    parts = block_parts(arch, 1, 1, 4, 4096, "bf16", "H100", ep=8)
+    assert plan.memory_stage == 0
+    assert plan.memory_breakdown_bytes["activations"] == pytest.approx(4 * (9 * parts.block_act_bytes + parts.first_act_bytes))
 
 
 def test_plan_checks_the_layout():

@@ -344,12 +344,21 @@ def megatron_stage_blocks(layout: str, pp: int, vp: int = 1) -> tuple[int, ...]:
 
 
 @functools.lru_cache(maxsize=4096)
-def stage_layers(n_layers: int, pp: int) -> tuple[int, ...]:
+def stage_layers(n_layers: int, pp: int, megatron: bool = False) -> tuple[int, ...]:
     """Blocks per stage: as even as possible, with the embedding and the head counted as a block
     each, so the first and last stages get the fewer blocks (Megatron's ``account_for_embedding``
-    and ``account_for_loss``, NeMo's 405B recipe)."""
+    and ``account_for_loss``, NeMo's 405B recipe; torchtitan's default split, which weighs the
+    embedding and the output as a layer each).
+
+    ``megatron``: Megatron-Core's rule where it differs. It accepts those two flags only when
+    ``n_layers + 2`` divides by ``pp`` (megatron-core 0.16 ``TransformerConfig``: "must be
+    divisible by pipeline_model_parallel_size"); otherwise a recipe without a pipeline layout or
+    first/last-stage counts runs ``n_layers / pp`` blocks on every stage (Megatron-Bridge's
+    GPT-OSS-120B recipe: 36 blocks over PP 4, ``account_for_*_in_pipeline_split = False``)."""
     if pp == 1:
         return (n_layers,)
+    if megatron and (n_layers + 2) % pp and n_layers % pp == 0:
+        return (n_layers // pp,) * pp
     total = n_layers + 2
     base, extra = divmod(total, pp)
     slots = [base + (1 if i < extra else 0) for i in range(pp)]
@@ -1145,7 +1154,7 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     interference = comm.params.overlap_interference
     tokens = layout.micro_batch * seq_len // c
     e = PARAM_BYTES if precision in HALF_PRECISIONS else 4.0
-    layers = stage_blocks or stage_layers(pipeline_blocks(arch, mtp_layers), p)
+    layers = stage_blocks or stage_layers(pipeline_blocks(arch, mtp_layers), p, not pytorch_stack(dp_flavour))
     heads = 1 + mtp_layers  # the last stage's final norm, head and loss, once more per MTP layer
     # ---- per micro-batch on each stage ----
     bc = block_comm(arch, comm, t, c, layout.micro_batch, seq_len, e, parts, quantile, tp_overlap,
@@ -1419,7 +1428,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
             slot_of[key] = (parts.block_f_s + parts.block_b_s + bc.tp_f_s + bc.tp_b_s + bc.cp_f_s + bc.cp_b_s + a2a,
                             k_tp * bc.tp_hidden_s + k_p2p * bc.cp_hidden_s)
         blk, hidden = slot_of[key]
-        n = max(stage_layers(arch.n_layers, p))
+        n = max(stage_layers(arch.n_layers, p, not pytorch))
         ranked.append(((m + (p - 1) / v) * n * blk + m * n * hidden, t, p, c, d, mb, m, v, ep))
     ranked.sort()
     best: LayoutPlan | None = None
@@ -1495,7 +1504,7 @@ def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts
     per_param = GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / shard  # per trained one (ddp: shard 1)
     per_expert = PARAM_BYTES + (0.0 if parts.frozen_base else
                                 GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / (expert_shard if dp_flavour == ZERO1 else 1))
-    layers = stage_layers(arch.n_layers, p)
+    layers = stage_layers(arch.n_layers, p, not pytorch_stack(dp_flavour))
     peak = 0.0
     for i in {0, min(1, p - 1), p - 1}:  # the arithmetic of _stage_memories, without the dicts
         n = layers[i]
@@ -1564,7 +1573,7 @@ def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkp
     if shard is None:
         shard = layout.cp * layout.dp if dp_flavour in (ZERO1, FSDP) else 1
     out = []
-    layers = stage_blocks or stage_layers(pipeline_blocks(arch, mtp_layers), p)
+    layers = stage_blocks or stage_layers(pipeline_blocks(arch, mtp_layers), p, not pytorch_stack(dp_flavour))
     for i in (range(p) if stages is None else stages):
         n = layers[i]
         per_mb = n * _kept_block_bytes(parts, checkpointing)
