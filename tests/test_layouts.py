@@ -162,6 +162,49 @@ def test_a_tp_rank_holds_its_share_of_a_block():
     assert parts.local_block_params == 8192 * (2048 + 512) + 2048 * 8192 + 3 * 8192 * 7168 + 2 * 8192 == 213_925_888
 
 
+def _megatron_interleaved_makespan(p: int, v: int, m: int, f: float, b: float) -> float:
+    """Megatron-Core's interleaved 1F1B (``forward_backward_pipelining_with_interleaving``, groups
+    of ``p`` micro-batches per model chunk) run event by event: rank ``r`` warms up with
+    ``2 (p - r - 1) + (v - 1) p`` forwards, then alternates one forward and one backward; a chunk
+    waits for the previous virtual stage's forward (the next one's backward) of its micro-batch."""
+    n = m * v
+
+    def chunk(k: int, forward: bool) -> int:
+        c = k % (p * v) // p
+        return c if forward else v - 1 - c
+
+    order = []
+    for r in range(p):
+        w = min(n, 2 * (p - r - 1) + (v - 1) * p) if v > 1 else min(n, p - r - 1)
+        order.append([("F", k) for k in range(w)] + [x for j in range(n - w) for x in (("F", w + j), ("B", j))]
+                     + [("B", j) for j in range(n - w, n)])
+    done: dict[tuple[str, int, int, int], float] = {}
+    pos, clock = [0] * p, [0.0] * p
+    while any(pos[r] < len(order[r]) for r in range(p)):
+        for r in range(p):
+            while pos[r] < len(order[r]):
+                kind, k = order[r][pos[r]]
+                c, mb = chunk(k, kind == "F"), k // (p * v) * p + k % p
+                s = r + c * p  # virtual stage
+                if kind == "F":
+                    deps = [("F", (s - 1) % p, (s - 1) // p, mb)] if s > 0 else []
+                else:
+                    deps = [("F", r, c, mb)] + ([("B", (s + 1) % p, (s + 1) // p, mb)] if s < p * v - 1 else [])
+                if any(d not in done for d in deps):
+                    break
+                clock[r] = max([clock[r]] + [done[d] for d in deps]) + (f if kind == "F" else b)
+                done[(kind, r, c, mb)] = clock[r]
+                pos[r] += 1
+    return max(clock)
+
+
+@pytest.mark.parametrize("p,v,m", [(4, 1, 8), (4, 2, 8), (8, 2, 32), (2, 24, 32), (2, 12, 128)])
+def test_the_bubble_is_megatrons_interleaved_schedule(p, v, m):
+    # Chunks of 1 s forward and 2 s backward: the makespan over the busy time is 1 / (1 - bubble).
+    busy = m * v * 3.0
+    assert _megatron_interleaved_makespan(p, v, m, 1.0, 2.0) == pytest.approx(busy / (1.0 - bubble_fraction(p, m, v)))
+
+
 def test_first_stage_holds_p_micro_batches():
     arch = llm_arch("llama3-70b")
     plan = plan_layout(arch, dgx(32), Layout(8, 4, 1, 1, 1, 1, 16), 4096)
