@@ -388,3 +388,12 @@ def test_a_multi_token_prediction_layer_is_one_more_block_and_head_on_the_last_s
     assert own.memory_stage == 0 and own.iteration_s > even.iteration_s
     with pytest.raises(ValueError):
         plan_layout(TINY, dgx(8), two, 128, mtp_layers=1, stage_blocks=(1, 1))  # 2 of the 3 blocks
+    # any stage of a job's own layout can be the most loaded, a middle one too (an even split's
+    # can only be the first, second or last)
+    six = dataclasses.replace(TINY, name="tiny-moe-6", n_layers=6)
+    four = Layout(1, 4, 1, 2, 1, 1, 4, "1f1b", 1)
+    middle = plan_layout(six, dgx(8), four, 128, stage_blocks=(1, 1, 3, 1))
+    six_parts = scaled_parts(block_parts(six, 1, 1, 1, 128, "bf16", "H100"), compute_factor_of("zero1"))
+    assert middle.memory_stage == 2
+    assert middle.memory_per_gpu_bytes == pytest.approx(sum(
+        _stage_memories(six, four, six_parts, "none", "zero1", [2], stage_blocks=(1, 1, 3, 1))[0].values()))

@@ -1261,8 +1261,9 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
         OPTIMIZER: optimizer,
         OVERHEAD: overhead,
     }
-    # ---- memory: the most loaded stage (only the first, second and last can be: _peak_memory) ----
-    candidates = sorted({0, min(1, p - 1), p - 1})
+    # ---- memory: the most loaded stage (of an even split only the first, second and last can be:
+    # _peak_memory; a job's own layout may load any stage most) ----
+    candidates = sorted({0, min(1, p - 1), p - 1}) if stage_blocks is None else list(range(p))
     mems = dict(zip(candidates, _stage_memories(arch, layout, parts, checkpointing, dp_flavour, candidates, shard,
                                                 reduce_dtype, mtp_layers, layers)))
     stage = max(candidates, key=lambda i: sum(mems[i].values()))
