@@ -530,8 +530,8 @@ def moe_group(data: Path, table: bool = False) -> dict | None:
     if not len(rows):
         return None
     meas = rows["value"].to_numpy(float)
-    recipes = mf.load_recipes(data)
-    got = [mf.predict_row(r, recipes) for r in rows.itertuples()]
+    recipes, layouts = mf.load_recipes(data), mf.load_pipeline_layouts(data)
+    got = [mf.predict_row(r, recipes, layouts) for r in rows.itertuples()]
     pred = np.array([g[0] for g in got])
     policy = [g[1] for g in got]
     err = pred / meas - 1.0
@@ -564,13 +564,14 @@ def moe_group(data: Path, table: bool = False) -> dict | None:
     dispatchers = [mf.dispatcher_of(r, recipes) for r in rows.itertuples()]
     print("  token dispatcher (the recipe's; else the one every recipe of the model sets; else alltoall): "
           + ", ".join(f"{dispatchers.count(d)} {d}" for d in sorted(set(dispatchers))))
-    print("  left out: " + "; ".join(f"{n} {why}" for why, n in out.items()))
+    print("  left out: " + ("; ".join(f"{n} {why}" for why, n in out.items()) or "none"))
     mape = round(float(np.mean(np.abs(err)) * 100), 1)
     return {"rows": int(len(rows)), "fit": mape, "lomo": mape, "loso": mape,
             "bias_pct": round(float(np.mean(meas / pred - 1.0) * 100.0), 1) + 0.0,  # of the time per token, - = too fast
             "basis": f"Megatron-Core on {', '.join(sorted(set(map(str, rows['gpu']))))}, {rows['zoo'].nunique()} models, "
                      "force-balanced routing, each with its recipe's settings at the recipe's GPU count and layout, "
-                     "else srift's defaults with the model's dispatcher where all its recipes agree"}
+                     "else srift's defaults with the model's dispatcher where all its recipes agree; DeepSeek-V3 with its "
+                     "multi-token prediction layer and its recipes' pipeline layouts"}
 
 
 def write_accuracy(path: Path, groups: dict[str, pd.DataFrame], meas_col: str, basis: dict[str, str],

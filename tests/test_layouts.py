@@ -111,6 +111,37 @@ def test_stage_layers_put_the_embedding_and_head_in_a_layers_place():
     assert stage_layers(32, 1) == (32,)
 
 
+def test_megatron_splits_evenly_where_it_cannot_count_the_embedding_and_loss():
+    # Megatron-Core accepts account_for_embedding/loss_in_pipeline_split only when blocks + 2
+    # divide by PP: 126 + 2 = 128 over 8 stages does, so Llama 3.1 405B keeps 15, 16 x 6, 15.
+    assert stage_layers(126, 8, megatron=True) == (15, 16, 16, 16, 16, 16, 16, 15)
+    # GPT-OSS-120B (36 blocks, PP 4: 38 does not divide by 4): 9 on each stage, as
+    # Megatron-Bridge's recipe runs it (account_for_*_in_pipeline_split = False); Llama 3 70B's
+    # 80 over 4: 20 each; GPT-3 175B's 96 over 8: 12 each.
+    assert stage_layers(36, 4, megatron=True) == (9, 9, 9, 9)
+    assert stage_layers(80, 4, megatron=True) == (20, 20, 20, 20)
+    assert stage_layers(96, 8, megatron=True) == (12,) * 8
+    # Neither divides (35 over 4): Megatron needs explicit first/last-stage counts; srift keeps
+    # its balanced split.
+    assert stage_layers(35, 4, megatron=True) == stage_layers(35, 4)
+    # torchtitan weighs the embedding and the output as a layer each whatever the remainder.
+    assert stage_layers(36, 4) == (8, 10, 9, 9)
+
+
+def test_megatron_pipeline_layouts_place_blocks_by_hand():
+    from srift.simulate.layouts import megatron_stage_blocks
+    # DeepSeek-V3's recipes: 16 virtual stages, embedding + 4 blocks, 14 x 4 blocks, 1 block + MTP + loss
+    assert megatron_stage_blocks("Et*4|(t*4|)*14tmL", 16) == (4,) * 15 + (2,)
+    # interleaved: rank r runs virtual stages r, r + pp, ...: pp 4 x vp 4 -> 16 + 16 + 16 + (12 + 2)
+    assert megatron_stage_blocks("Et*4|(t*4|)*14tmL", 4, 4) == (16, 16, 16, 14)
+    assert megatron_stage_blocks("Et*4|(t*4|)*14tmL", 2, 8) == (32, 30)
+    assert megatron_stage_blocks("Et|(tt|)*30mL", 16, 2) == (3,) + (4,) * 14 + (3,)
+    with pytest.raises(ValueError):
+        megatron_stage_blocks("Et*4|(t*4|)*14tmL", 4, 2)  # 16 virtual stages, not 8
+    with pytest.raises(ValueError):
+        megatron_stage_blocks("Ex|t", 2)
+
+
 def test_stage_memory_by_hand():
     mem = stage_memory_bytes(1e9, 8, 2e9, 4, 1e9)
     assert mem["weights"] == 2e9  # bf16
@@ -131,13 +162,69 @@ def test_a_tp_rank_holds_its_share_of_a_block():
     assert parts.local_block_params == 8192 * (2048 + 512) + 2048 * 8192 + 3 * 8192 * 7168 + 2 * 8192 == 213_925_888
 
 
+def _megatron_interleaved_makespan(p: int, v: int, m: int, f: float, b: float) -> float:
+    """Megatron-Core's interleaved 1F1B (``forward_backward_pipelining_with_interleaving``, groups
+    of ``p`` micro-batches per model chunk) run event by event: rank ``r`` warms up with
+    ``2 (p - r - 1) + (v - 1) p`` forwards, then alternates one forward and one backward; a chunk
+    waits for the previous virtual stage's forward (the next one's backward) of its micro-batch."""
+    n = m * v
+
+    def chunk(k: int, forward: bool) -> int:
+        c = k % (p * v) // p
+        return c if forward else v - 1 - c
+
+    order = []
+    for r in range(p):
+        w = min(n, 2 * (p - r - 1) + (v - 1) * p) if v > 1 else min(n, p - r - 1)
+        order.append([("F", k) for k in range(w)] + [x for j in range(n - w) for x in (("F", w + j), ("B", j))]
+                     + [("B", j) for j in range(n - w, n)])
+    done: dict[tuple[str, int, int, int], float] = {}
+    pos, clock = [0] * p, [0.0] * p
+    while any(pos[r] < len(order[r]) for r in range(p)):
+        for r in range(p):
+            while pos[r] < len(order[r]):
+                kind, k = order[r][pos[r]]
+                c, mb = chunk(k, kind == "F"), k // (p * v) * p + k % p
+                s = r + c * p  # virtual stage
+                if kind == "F":
+                    deps = [("F", (s - 1) % p, (s - 1) // p, mb)] if s > 0 else []
+                else:
+                    deps = [("F", r, c, mb)] + ([("B", (s + 1) % p, (s + 1) // p, mb)] if s < p * v - 1 else [])
+                if any(d not in done for d in deps):
+                    break
+                clock[r] = max([clock[r]] + [done[d] for d in deps]) + (f if kind == "F" else b)
+                done[(kind, r, c, mb)] = clock[r]
+                pos[r] += 1
+    return max(clock)
+
+
+@pytest.mark.parametrize("p,v,m", [(4, 1, 8), (4, 2, 8), (8, 2, 32), (2, 24, 32), (2, 12, 128)])
+def test_the_bubble_is_megatrons_interleaved_schedule(p, v, m):
+    # Chunks of 1 s forward and 2 s backward: the makespan over the busy time is 1 / (1 - bubble).
+    busy = m * v * 3.0
+    assert _megatron_interleaved_makespan(p, v, m, 1.0, 2.0) == pytest.approx(busy / (1.0 - bubble_fraction(p, m, v)))
+
+
 def test_first_stage_holds_p_micro_batches():
     arch = llm_arch("llama3-70b")
     plan = plan_layout(arch, dgx(32), Layout(8, 4, 1, 1, 1, 1, 16), 4096)
     parts = block_parts(arch, 8, 1, 1, 4096, "bf16", "H100")
-    first = 19 * parts.block_act_bytes + parts.first_act_bytes
+    # 80 blocks over 4 stages: 20 each (82 does not divide by 4, so Megatron-Core cannot count the
+    # embedding and the loss as blocks: stage_layers(megatron=True)).
+    first = 20 * parts.block_act_bytes + parts.first_act_bytes
     assert plan.memory_stage == 0
     assert plan.memory_breakdown_bytes["activations"] == pytest.approx(4 * first)
+
+
+def test_gpt_oss_first_stage_holds_a_quarter_of_the_blocks_for_each_micro_batch_in_flight():
+    # GPT-OSS-120B (36 blocks) on Megatron at PP 4, 8 micro-batches of 4 x 4096 tokens, EP 8: 9
+    # blocks a stage (not 8, 10, 9, 9); the first holds 4 micro-batches of its 9 blocks and the
+    # embedding's output, more than the second's 3 of 9.
+    arch = llm_arch("gpt-oss-120b")
+    plan = plan_layout(arch, dgx(64), Layout(1, 4, 1, 16, 1, 4, 8, "1f1b", 8), 4096)
+    parts = block_parts(arch, 1, 1, 4, 4096, "bf16", "H100", ep=8)
+    assert plan.memory_stage == 0
+    assert plan.memory_breakdown_bytes["activations"] == pytest.approx(4 * (9 * parts.block_act_bytes + parts.first_act_bytes))
 
 
 def test_plan_checks_the_layout():

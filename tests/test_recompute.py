@@ -125,6 +125,8 @@ def test_ep_overlap_hides_the_all_to_alls_behind_compute():
     # the 32 SMs Megatron-Bridge gives them
     assert ep_interference("H100", "alltoall", 32) == 32 / 132 and ep_interference("H100", "alltoall", 4) == 6 / 132
     assert ep_interference("B200", "flex", 8) == 32 / 148
+    # B300 is GB300's Blackwell Ultra GPU: 160 SMs (configs/gpus.yaml says where from)
+    assert ep_interference("B300", "flex", 8) == ep_interference("GB300", "flex", 8) == 32 / 160
 
 
 def test_benchmark_recipes_and_the_runs_fit_at_their_setting():
@@ -136,7 +138,19 @@ def test_benchmark_recipes_and_the_runs_fit_at_their_setting():
                                                                                  (256, 2, 8, 32, 1))
     assert recipes[("GPT-OSS-120B", "B200", "bf16")].recompute == ("selective", ("layernorm", "moe_act"))
     assert recipes[("Qwen3-30B-A3B", "B200", "fp8-mx")].fp8_attention
+    # the NVL72 recipes (megatron-bridge 0.6.2 perf_recipes/*/gb200, gb300): Qwen3-30B-A3B's MXFP8 one
+    # runs the full-iteration HybridEP helper (EP overlap, FP8 attention); GPT-OSS-120B's GB200 one
+    # sets selective recompute with no module, i.e. nothing recomputed
+    assert recipes[("Qwen3-30B-A3B", "GB200", "fp8-mx")] == mf.Recipe(("none", ()), "flex", True, (8, 1, 1, 8, 4), True)
+    assert recipes[("GPT-OSS-120B", "GB200", "fp8-mx")].recompute == ("none", ())
+    assert recipes[("Qwen3-235B-A22B", "GB300", "bf16")] == mf.Recipe(("none", ()), "flex", False, (256, 1, 4, 32, 2))
+    # Kimi-K2's GB300 MXFP8 recipe is the 26.06 run's own layout: MLA up-projections recomputed, HybridEP
+    assert recipes[("Kimi-K2", "GB300", "fp8-mx")] == mf.Recipe(("selective", ("mla_up_proj",)), "flex", False,
+                                                                (256, 1, 4, 64, 2))
     rows, _ = mf.load_rows(DATA)
+    # both GB200 runs of Qwen3-30B-A3B (25.11 and 26.08) are at the recipe's layout: both take it
+    assert {str(r.source_section).split(" ")[0] for r in rows.itertuples() if r.zoo == "qwen3-30b-a3b" and r.gpu == "GB200"
+            and mf.recipe_of(r, recipes) is recipes[("Qwen3-30B-A3B", "GB200", "fp8-mx")]} == {"25.11", "26.08"}
     qwen = {(int(r.micro_batch), str(r.source_section).split(" ")[0]): mf.recipe_of(r, recipes) for r in rows.itertuples()
             if r.zoo == "qwen3-30b-a3b" and r.gpu == "B200"}
     # the recipe runs micro-batch 4: the 26.04.01 run at 4 is its; the earlier runs at 1 are not
@@ -151,14 +165,15 @@ def test_benchmark_recipes_and_the_runs_fit_at_their_setting():
     assert labels[("gpt-oss-120b", "H100-SXM5-80GB", 1, "26.04.01")] == "selective (layernorm, moe_act)"
     assert labels[("gpt-oss-120b", "H100-SXM5-80GB", 4, "25.11")].startswith("selective (layernorm, mla_up_proj, mlp, moe,")
     assert labels[("gpt-oss-120b", "H100-SXM5-80GB", 4, "25.11")].endswith("least that fits")
+    assert labels[("kimi-k2", "GB300", 2, "26.06")] == "selective (mla_up_proj)"
 
 
 def test_a_run_without_its_recipe_takes_the_dispatcher_all_its_models_recipes_set():
     from srift.fitting import moe as mf
     recipes = mf.load_recipes(DATA)
-    # DeepSeek-V3's six recipes (B200 to GB300, bf16 and MXFP8) and Qwen3-30B-A3B's three all set
-    # HybridEP; Qwen3-235B-A22B's (H100 all-to-all, B200 HybridEP) and GPT-OSS-120B's differ
-    assert mf.model_dispatchers(recipes) == {"DeepSeek-V3": "flex", "Qwen3-30B-A3B": "flex"}
+    # DeepSeek-V3's six recipes (B200 to GB300, bf16 and MXFP8), Qwen3-30B-A3B's five and Kimi-K2's
+    # one all set HybridEP; Qwen3-235B-A22B's (H100 all-to-all, B200 HybridEP) and GPT-OSS-120B's differ
+    assert mf.model_dispatchers(recipes) == {"DeepSeek-V3": "flex", "Qwen3-30B-A3B": "flex", "Kimi-K2": "flex"}
     rows, _ = mf.load_rows(DATA)
     got = {(r.zoo, r.gpu, int(r.ep), str(r.source_section).split(" ")[0]):
            (mf.recipe_of(r, recipes), mf.dispatcher_of(r, recipes)) for r in rows.itertuples()}
@@ -207,3 +222,34 @@ def test_fp8_attention_runs_the_attention_core_at_the_fp8_peak_by_hand():
     # without an FP8 recipe the attention stays bf16
     assert block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, None, fp8_attention=True) == \
         block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, None)
+
+
+def test_deepseek_runs_train_one_mtp_layer_and_take_their_recipes_pipeline_layout():
+    from srift.fitting import moe as mf
+    rows, _ = mf.load_rows(DATA)
+    layouts = mf.load_pipeline_layouts(DATA)
+    got = {(r.zoo, r.gpu, int(r.pp), int(r.vp) if r.vp == r.vp else 1): (mf.mtp_layers_of(r), mf.stage_blocks_of(r, layouts))
+           for r in rows.itertuples()}
+    # DeepSeek-V3's HF config: one MTP layer; its recipes' pp 16 layout: 4 blocks a stage, the last 1 + MTP
+    assert got[("deepseek-v3", "B200", 16, 1)] == (1, (4,) * 15 + (2,))
+    assert got[("deepseek-v3", "GB200", 4, 4)] == (1, (16, 16, 16, 14))
+    assert got[("deepseek-v3", "GB200", 8, 4)] == (1, None)  # no recipe lays out pp 8 x vp 4: the even split
+    assert got[("qwen3-235b-a22b", "B300", 8, 1)] == (0, None)
+
+
+def test_auto_ladder_recomputes_mla_up_projections_before_shared_experts_and_dense_mlps():
+    """An MLA model's ladder has a rung that adds only MLA's up-projections (what Megatron-Bridge's
+    DeepSeek-V3 recipes recompute): it keeps less than the rung above it and recomputes less than
+    the rung below it, so ``auto`` stops there when it is the first that fits."""
+    from srift.simulate.recompute import AUTO_LADDER
+    mla = DecoderArch("tiny-mla", n_layers=4, hidden=512, heads=8, kv_heads=8, head_dim=96, intermediate=1024,
+                      vocab=1000, experts=8, experts_per_token=2, expert_intermediate=256, shared_intermediate=256,
+                      dense_layers=1, q_lora_rank=128, kv_lora_rank=64, qk_rope_head_dim=32, v_head_dim=64)
+    rungs = [m for p, m in AUTO_LADDER if p == "selective"]
+    i = rungs.index(("layernorm", "mla_up_proj", "moe_act"))
+    assert rungs[i - 1] == ("layernorm", "moe_act") and set(rungs[i]) < set(rungs[i + 1])
+    plans = [plan_layout(mla, dgx(8), Layout(1, 1, 1, 8, micro_batch=2, grad_accum=1, ep=8), 2048,
+                         checkpointing="selective", recompute_modules=m) for m in rungs[i - 1:i + 2]]
+    mems = [p.memory_per_gpu_bytes for p in plans]
+    recomputed = [p.breakdown["recompute"] for p in plans]
+    assert mems[0] > mems[1] > mems[2] and recomputed[0] < recomputed[1] < recomputed[2]

@@ -36,7 +36,7 @@ from srift.fitting import megatron_rows
 from srift.job import MOE_DISPATCHERS, RECOMPUTE_MODULES, SELECTIVE, MoeDispatcher
 from srift.simulate.recompute import AUTO_LADDER, Recompute
 from srift.perf.fp8 import Fp8Recipe
-from srift.simulate.layouts import Layout, plan_layout
+from srift.simulate.layouts import Layout, megatron_stage_blocks, plan_layout
 from srift.simulate.moe import BALANCED_ROUTING
 from srift.zoo import llm_arch
 
@@ -181,16 +181,49 @@ def recipe_of(r, recipes: dict[tuple[str, str, str], Recipe]) -> Recipe | None:
     return recipe
 
 
+# Multi-token prediction layers a model's runs train, whatever the release's benchmark recipe: a
+# fact of the model's config. DeepSeek-V3's Hugging Face config sets ``num_nextn_predict_layers``
+# 1, which Megatron-Bridge's DeepSeek-V3 bridge maps to ``mtp_num_layers`` (megatron-bridge 0.6.2
+# ``models/deepseek/deepseek_v3_bridge.py``), and its base recipe keeps (data/moe-training/README.md).
+MTP_LAYERS: dict[str, int] = {"DeepSeek-V3": 1}
+
+
+def mtp_layers_of(r) -> int:
+    """The multi-token prediction layers a row's run trained (``MTP_LAYERS``; 0 for other models)."""
+    return MTP_LAYERS.get(_model_key(r), 0)
+
+
+PIPELINE_LAYOUTS = Path("recipes") / "megatron-bridge-pipeline-layouts.csv"
+
+
+def load_pipeline_layouts(data: Path) -> dict[tuple[str, int, int], str]:
+    """``{(model, PP, VP): Megatron-Core pipeline layout}`` the Megatron-Bridge recipes of a model
+    place its layers by (data/moe-training/recipes: DeepSeek-V3's, which puts its multi-token
+    prediction layer with the loss on the last stage and gives that stage fewer decoder blocks)."""
+    return {(str(r.model), int(r.pp), int(r.vp)): str(r.layout)
+            for r in pd.read_csv(data / FOLDER / PIPELINE_LAYOUTS, keep_default_na=False).itertuples()}
+
+
+def stage_blocks_of(r, layouts: dict[tuple[str, int, int], str]) -> tuple[int, ...] | None:
+    """Blocks per pipeline stage of a row whose model's recipes lay out its (PP, VP) (``layouts``),
+    else None (srift's even split, ``stage_layers``)."""
+    layout = row_layout(r)
+    text = layouts.get((_model_key(r), layout.pp, layout.vp))
+    return None if text is None else megatron_stage_blocks(text, layout.pp, layout.vp)
+
+
 @functools.lru_cache(maxsize=1024)
 def _predict(zoo: str, gpu: str, gpus: int, per_node: int, layout: Layout, seq_len: int,
-             fp8: Fp8Recipe | None, recipe: Recipe | None, dispatcher: MoeDispatcher) -> tuple[float, str]:
+             fp8: Fp8Recipe | None, recipe: Recipe | None, dispatcher: MoeDispatcher,
+             mtp_layers: int = 0, stage_blocks: tuple[int, ...] | None = None) -> tuple[float, str]:
     plan = None
     for policy, modules in (recipe.recompute,) if recipe else AUTO_LADDER:
         plan = plan_layout(llm_arch(zoo), dgx_cluster(gpu, gpus, per_node), layout, seq_len, "bf16", policy,
                            imbalance=BALANCED_ROUTING, fp8=fp8, recompute_modules=modules,
                            dispatcher=dispatcher,
                            ep_overlap=recipe.ep_overlap if recipe else False,
-                           fp8_attention=recipe.fp8_attention if recipe else False)
+                           fp8_attention=recipe.fp8_attention if recipe else False, mtp_layers=mtp_layers,
+                           stage_blocks=stage_blocks)
         label = policy + (f" ({', '.join(modules)})" if modules else "") + ("" if recipe else ", least that fits")
         if plan.fits:
             return plan.tokens_per_s / gpus, label
@@ -198,9 +231,13 @@ def _predict(zoo: str, gpu: str, gpus: int, per_node: int, layout: Layout, seq_l
     return plan.tokens_per_s / gpus, label + ": does not fit"
 
 
-def predict_row(r, recipes: dict[tuple[str, str, str], Recipe]) -> tuple[float, str]:
+def predict_row(r, recipes: dict[tuple[str, str, str], Recipe],
+                layouts: dict[tuple[str, int, int], str] | None = None) -> tuple[float, str]:
     """(predicted tokens/s per GPU, the recompute it ran with and whether srift's memory model fits
     it) of a row: its recipe's settings (``recipe_of``) where known, else the least recompute that
-    fits, not overlapped, with its model's dispatcher (``dispatcher_of``)."""
+    fits, not overlapped, with its model's dispatcher (``dispatcher_of``), multi-token
+    prediction layers (``mtp_layers_of``) and, where its model's recipes lay out its PP and VP,
+    that pipeline layout (``stage_blocks_of``; ``layouts``: ``load_pipeline_layouts``)."""
     return _predict(r.zoo, r.gpu, int(r.gpus_total), int(r.gpus_per_node), row_layout(r), int(r.seq_len),
-                    FP8_RECIPE_OF[str(r.precision).lower()], recipe_of(r, recipes), dispatcher_of(r, recipes))
+                    FP8_RECIPE_OF[str(r.precision).lower()], recipe_of(r, recipes), dispatcher_of(r, recipes),
+                    mtp_layers_of(r), stage_blocks_of(r, layouts or {}))

@@ -65,6 +65,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -298,13 +299,66 @@ def default_tp_overlap(dp_flavour: str) -> bool:
     return not pytorch_stack(dp_flavour)
 
 
+def pipeline_blocks(arch: DecoderArch, mtp_layers: int = 0) -> int:
+    """Blocks the pipeline holds: the model's and ``mtp_layers`` multi-token prediction layers
+    (Megatron-Core's ``mtp_num_layers``; DeepSeek-V3's ``num_nextn_predict_layers``, which
+    Megatron-Bridge's DeepSeek-V3 bridge maps to it).
+
+    An MTP layer (megatron-core 0.16.1 ``transformer/multi_token_prediction.py``) runs, on the
+    last stage beside the loss, one more block of the model's last kind (a MoE block for
+    DeepSeek-V3) on the hidden states and the embeddings of the tokens shifted by one, then the
+    final norm, the shared output head and its own cross-entropy: srift counts it as one more
+    block of the pipeline (stages as ``stage_layers`` splits them, which stands for the layouts
+    that give the last stage fewer decoder blocks) and runs the last stage's head and loss once more
+    per MTP layer, keeping its logits for backward. Its input norms and the ``2 x hidden ->
+    hidden`` projection of the concatenated inputs (``eh_proj``) are not timed: about a fifth of a
+    DeepSeek-V3 MoE block's active FLOPs.
+    """
+    return arch.n_layers + mtp_layers
+
+
+# Megatron-Core's pipeline layout strings (``pipeline_model_parallel_layout``, megatron-core 0.16.1
+# ``transformer/pipeline_parallel_layer_layout.py``): a virtual stage per ``|``-separated part, of
+# ``E`` (embedding), ``t`` (a decoder block), ``m`` (a multi-token prediction layer), ``L`` (the
+# loss); ``x*N`` and ``(...)*N`` repeat.
+_LAYOUT_GROUP = re.compile(r"\(([^()]*)\)\*(\d+)")
+_LAYOUT_REPEAT = re.compile(r"([EtmL])\*(\d+)")
+
+
+def megatron_stage_blocks(layout: str, pp: int, vp: int = 1) -> tuple[int, ...]:
+    """Blocks (decoder and multi-token prediction layers) each of ``pp`` pipeline stages holds
+    under Megatron-Core's pipeline ``layout`` of ``pp x vp`` virtual stages (rank ``r`` runs the
+    virtual stages ``r``, ``r + pp``, ``r + 2 pp``, ...: the interleaved schedule's placement).
+
+    Raises:
+        ValueError: for a string that is not such a layout, or one of another number of stages.
+    """
+    text = layout.replace(" ", "")
+    while _LAYOUT_GROUP.search(text):
+        text = _LAYOUT_GROUP.sub(lambda g: g.group(1) * int(g.group(2)), text)
+    text = _LAYOUT_REPEAT.sub(lambda g: g.group(1) * int(g.group(2)), text)
+    parts = text.split("|")
+    if set(text) - set("EtmL|") or len(parts) != pp * vp:
+        raise ValueError(f"pipeline layout {layout!r} is not {pp * vp} virtual stages of E, t, m and L")
+    return tuple(sum(parts[c * pp + r].count("t") + parts[c * pp + r].count("m") for c in range(vp)) for r in range(pp))
+
+
 @functools.lru_cache(maxsize=4096)
-def stage_layers(n_layers: int, pp: int) -> tuple[int, ...]:
+def stage_layers(n_layers: int, pp: int, megatron: bool = False) -> tuple[int, ...]:
     """Blocks per stage: as even as possible, with the embedding and the head counted as a block
     each, so the first and last stages get the fewer blocks (Megatron's ``account_for_embedding``
-    and ``account_for_loss``, NeMo's 405B recipe)."""
+    and ``account_for_loss``, NeMo's 405B recipe; torchtitan's default split, which weighs the
+    embedding and the output as a layer each).
+
+    ``megatron``: Megatron-Core's rule where it differs. It accepts those two flags only when
+    ``n_layers + 2`` divides by ``pp`` (megatron-core 0.16 ``TransformerConfig``: "must be
+    divisible by pipeline_model_parallel_size"); otherwise a recipe without a pipeline layout or
+    first/last-stage counts runs ``n_layers / pp`` blocks on every stage (Megatron-Bridge's
+    GPT-OSS-120B recipe: 36 blocks over PP 4, ``account_for_*_in_pipeline_split = False``)."""
     if pp == 1:
         return (n_layers,)
+    if megatron and (n_layers + 2) % pp and n_layers % pp == 0:
+        return (n_layers // pp,) * pp
     total = n_layers + 2
     base, extra = divmod(total, pp)
     slots = [base + (1 if i < extra else 0) for i in range(pp)]
@@ -855,7 +909,8 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
                 recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
                 dispatcher: MoeDispatcher = "alltoall", ep_overlap: bool = False,
                 lora: LoraSpec | None = None, reduce_dtype: str = "fp32", op_sac: bool = False,
-                fp8_attention: bool = False) -> LayoutPlan:
+                fp8_attention: bool = False, mtp_layers: int = 0,
+                stage_blocks: tuple[int, ...] | None = None) -> LayoutPlan:
     """Predict one iteration of ``arch`` laid out as ``layout`` on ``cluster`` (module docstring).
 
     ``compute_factor`` scales the compute model's seconds (default ``compute_factor_of``: the fitted
@@ -873,7 +928,11 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
     ``reduce_dtype``: what ``fsdp``/``hsdp`` reduce-scatter gradients in (torchtitan's default fp32).
     ``op_sac``: ``selective`` is torchtitan's per-op policy (``BlockParts.op_sac_saved_bytes``)
     instead of Megatron-Core's recompute modules. ``fp8_attention``: with ``fp8``, the attention
-    core runs in FP8 too (Transformer Engine's ``fp8_dot_product_attention``).
+    core runs in FP8 too (Transformer Engine's ``fp8_dot_product_attention``). ``mtp_layers``:
+    Megatron-Core's multi-token prediction layers (``mtp_num_layers``: ``pipeline_blocks``).
+    ``stage_blocks``: the blocks each pipeline stage holds (its virtual stages' together), as a
+    job's own pipeline layout places them (Megatron-Core's ``pipeline_model_parallel_layout``);
+    default ``stage_layers``' even split.
 
     Raises:
         SriftError: when the layout does not use the cluster's GPUs or cannot split the model.
@@ -883,6 +942,12 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
                          "make tp x pp x cp x dp the cluster's GPU count.")
     if checkpointing not in LAYOUT_CHECKPOINTING:
         raise ValueError(f"checkpointing must be one of {LAYOUT_CHECKPOINTING}")
+    if not isinstance(mtp_layers, int) or mtp_layers < 0:
+        raise ValueError(f"mtp_layers must be a whole number of layers, got {mtp_layers!r}")
+    if stage_blocks is not None and (len(stage_blocks) != layout.pp or min(stage_blocks) < 0
+                                     or sum(stage_blocks) != pipeline_blocks(arch, mtp_layers)):
+        raise ValueError(f"stage_blocks {stage_blocks} must place the {pipeline_blocks(arch, mtp_layers)} blocks "
+                         f"on the {layout.pp} stages")
     if dp_flavour not in DP_FLAVOURS:
         raise ValueError(f"dp_flavour must be one of {DP_FLAVOURS}")
     comm = comm or CommModel.for_cluster(cluster)
@@ -900,7 +965,7 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
         parts = dataclasses.replace(parts, selective_saved_bytes=parts.op_sac_saved_bytes, selective_f_s=parts.op_sac_f_s)
     plan = _plan(arch, cluster, layout, seq_len, precision, checkpointing, dp_flavour, comm, quantile, gpu, parts,
                  default_tp_overlap(dp_flavour) if tp_overlap is None else tp_overlap, dispatcher, ep_overlap,
-                 reduce_dtype, op_sac)
+                 reduce_dtype, op_sac, mtp_layers, stage_blocks)
     return dataclasses.replace(plan, recompute_modules=check_modules(recompute_modules)) if checkpointing == SELECTIVE \
         else plan
 
@@ -1081,14 +1146,16 @@ def fsdp_stage_comm(parts: BlockParts, blocks: int, first: bool, last: bool, blo
 def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, precision: str, checkpointing: str,
           dp_flavour: str, comm: CommModel, quantile: float, gpu: str, parts: BlockParts,
           tp_overlap: bool = True, dispatcher: MoeDispatcher = "alltoall", ep_overlap: bool = False,
-          reduce_dtype: str = "fp32", op_sac: bool = False) -> LayoutPlan:
+          reduce_dtype: str = "fp32", op_sac: bool = False, mtp_layers: int = 0,
+          stage_blocks: tuple[int, ...] | None = None) -> LayoutPlan:
     t, p, c, d, v, m = layout.tp, layout.pp, layout.cp, layout.dp, layout.vp, layout.grad_accum
     dtensor = pytorch_stack(dp_flavour)
     g = comm.topology.gpus_per_node
     interference = comm.params.overlap_interference
     tokens = layout.micro_batch * seq_len // c
     e = PARAM_BYTES if precision in HALF_PRECISIONS else 4.0
-    layers = stage_layers(arch.n_layers, p)
+    layers = stage_blocks or stage_layers(pipeline_blocks(arch, mtp_layers), p, not pytorch_stack(dp_flavour))
+    heads = 1 + mtp_layers  # the last stage's final norm, head and loss, once more per MTP layer
     # ---- per micro-batch on each stage ----
     bc = block_comm(arch, comm, t, c, layout.micro_batch, seq_len, e, parts, quantile, tp_overlap,
                     dtensor_rate(gpu, precision, dtensor))
@@ -1117,8 +1184,8 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     blk_b = parts.block_b_s + tp_b_exposed + cp_b + ep_b + recompute + rerun_tp + rerun_ep
     stage_f, stage_b = [], []
     for i, n in enumerate(layers):
-        f = n * blk_f + (parts.first_f_s + tp_end if i == 0 else 0.0) + (parts.last_f_s + tp_end if i == p - 1 else 0.0)
-        b = n * blk_b + (parts.first_b_s + tp_end if i == 0 else 0.0) + (parts.last_b_s + tp_end if i == p - 1 else 0.0)
+        f = n * blk_f + (parts.first_f_s + tp_end if i == 0 else 0.0) + (heads * (parts.last_f_s + tp_end) if i == p - 1 else 0.0)
+        b = n * blk_b + (parts.first_b_s + tp_end if i == 0 else 0.0) + (heads * (parts.last_b_s + tp_end) if i == p - 1 else 0.0)
         stage_f.append(f)
         stage_b.append(b)
     slow = max(range(p), key=lambda i: stage_f[i] + stage_b[i])
@@ -1194,10 +1261,11 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
         OPTIMIZER: optimizer,
         OVERHEAD: overhead,
     }
-    # ---- memory: the most loaded stage (only the first, second and last can be: _peak_memory) ----
-    candidates = sorted({0, min(1, p - 1), p - 1})
+    # ---- memory: the most loaded stage (of an even split only the first, second and last can be:
+    # _peak_memory; a job's own layout may load any stage most) ----
+    candidates = sorted({0, min(1, p - 1), p - 1}) if stage_blocks is None else list(range(p))
     mems = dict(zip(candidates, _stage_memories(arch, layout, parts, checkpointing, dp_flavour, candidates, shard,
-                                                reduce_dtype)))
+                                                reduce_dtype, mtp_layers, layers)))
     stage = max(candidates, key=lambda i: sum(mems[i].values()))
     worst = (sum(mems[stage].values()), mems[stage], stage)
     gpu_mem = min(gr.gpu_memory_gib if gr.gpu_memory_gib is not None else gpu_spec(gr.gpu).memory_gib
@@ -1361,7 +1429,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
             slot_of[key] = (parts.block_f_s + parts.block_b_s + bc.tp_f_s + bc.tp_b_s + bc.cp_f_s + bc.cp_b_s + a2a,
                             k_tp * bc.tp_hidden_s + k_p2p * bc.cp_hidden_s)
         blk, hidden = slot_of[key]
-        n = max(stage_layers(arch.n_layers, p))
+        n = max(stage_layers(arch.n_layers, p, not pytorch))
         ranked.append(((m + (p - 1) / v) * n * blk + m * n * hidden, t, p, c, d, mb, m, v, ep))
     ranked.sort()
     best: LayoutPlan | None = None
@@ -1437,7 +1505,7 @@ def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts
     per_param = GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / shard  # per trained one (ddp: shard 1)
     per_expert = PARAM_BYTES + (0.0 if parts.frozen_base else
                                 GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / (expert_shard if dp_flavour == ZERO1 else 1))
-    layers = stage_layers(arch.n_layers, p)
+    layers = stage_layers(arch.n_layers, p, not pytorch_stack(dp_flavour))
     peak = 0.0
     for i in {0, min(1, p - 1), p - 1}:  # the arithmetic of _stage_memories, without the dicts
         n = layers[i]
@@ -1496,14 +1564,17 @@ def _rebuilt_block_bytes(parts: BlockParts, checkpointing: str) -> float:
 
 def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkpointing: str,
                     dp_flavour: str, stages: list[int] | None = None, shard: int | None = None,
-                    reduce_dtype: str = "fp32") -> list[dict[str, float]]:
+                    reduce_dtype: str = "fp32", mtp_layers: int = 0,
+                    stage_blocks: tuple[int, ...] | None = None) -> list[dict[str, float]]:
     """Bytes per GPU by kind of every stage (or of ``stages``); optimizer states over ``shard``
-    ranks (``state_shard``; None: CP x DP under ``zero1`` and ``fsdp``, else 1)."""
+    ranks (``state_shard``; None: CP x DP under ``zero1`` and ``fsdp``, else 1); ``mtp_layers``:
+    multi-token prediction layers (``pipeline_blocks``; the last stage keeps each one's logits);
+    ``stage_blocks``: the blocks of each stage (default ``stage_layers``' split)."""
     p, v, m = layout.pp, layout.vp, layout.grad_accum
     if shard is None:
         shard = layout.cp * layout.dp if dp_flavour in (ZERO1, FSDP) else 1
     out = []
-    layers = stage_layers(arch.n_layers, p)
+    layers = stage_blocks or stage_layers(pipeline_blocks(arch, mtp_layers), p, not pytorch_stack(dp_flavour))
     for i in (range(p) if stages is None else stages):
         n = layers[i]
         per_mb = n * _kept_block_bytes(parts, checkpointing)
@@ -1514,7 +1585,7 @@ def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkp
             flight = min(float(m), p - i + (p - 1 - i) / v)
         else:
             flight = float(min(m, p - i))
-        extra = once + (parts.last_act_bytes + eager_loss_bytes(parts, dp_flavour) if i == p - 1 else 0.0)
+        extra = once + ((1 + mtp_layers) * parts.last_act_bytes + eager_loss_bytes(parts, dp_flavour) if i == p - 1 else 0.0)
         params_i = (n * parts.local_block_params + (parts.local_embed_params if i == 0 else 0.0)
                     + (parts.local_head_params if i == p - 1 else 0.0))
         root, block = fsdp_unit_params(parts, i == 0, i == p - 1)

@@ -31,11 +31,16 @@ from __future__ import annotations
 from srift.job import RECOMPUTE_MODULES, RecomputeModule
 
 Recompute = tuple[str, tuple[RecomputeModule, ...]]  # (checkpointing policy, selective modules)
-# ``--activation-checkpointing auto`` on a layout: the least recompute that fits, cheapest first:
-# none, Megatron-Core's selective modules in order of the forward work they run again (the norms
-# and the experts' activation, elementwise; then MLA's up-projections, shared experts and dense
-# MLPs; then whole MoE layers, their all-to-alls included), then every block again.
+# ``--activation-checkpointing auto`` on a layout: the least recompute that fits, cheapest first,
+# each step a superset of the last (so the memory falls step by step): none, Megatron-Core's
+# selective modules in order of the forward work they run again (the norms and the experts'
+# activation, elementwise; then MLA's up-projections, small GEMMs that rebuild the largest
+# tensors of an MLA block, the one module Megatron-Bridge's DeepSeek-V3 and Kimi-K2 recipes
+# recompute; then shared experts and dense MLPs; then whole MoE layers, their all-to-alls
+# included), then every block again. A step that adds nothing for a model (no MLA) costs one
+# more plan and selects the same.
 AUTO_LADDER: tuple[Recompute, ...] = (("none", ()), ("selective", ("layernorm", "moe_act")),
+                                      ("selective", ("layernorm", "mla_up_proj", "moe_act")),
                                       ("selective", ("layernorm", "mla_up_proj", "mlp", "moe_act", "shared_experts")),
                                       ("selective", ("layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")),
                                       ("full", ()))

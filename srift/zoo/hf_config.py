@@ -23,7 +23,9 @@ q_lora_rank, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim), ``ll
 (num_local_experts, one shared expert, both of intermediate_size; interleave_moe_layer_step; dense
 blocks of intermediate_size_mlp) and ``gpt_oss`` (num_local_experts with biases, a router with
 bias, q/k/v/o biases, one attention-sink logit per head; ``sliding_window`` local attention on the
-blocks ``layer_types`` names ``sliding_attention``, which must alternate from the first, as GPT-OSS's do). Anything else is refused with
+blocks ``layer_types`` names ``sliding_attention``, which must alternate from the first, as GPT-OSS's do).
+``kimi_k2`` (Moonshot's Kimi-K2) is DeepSeek-V3's architecture under another name, with the same
+keys (Megatron-Bridge's KimiK2Bridge builds it as DeepSeek-V3's MLA model), so it is read as ``deepseek_v3``. Anything else is refused with
 the key that says why. JSON only (``json.loads``: nothing in the file is executed).
 """
 
@@ -40,7 +42,9 @@ from srift.profile import Profile
 from srift.zoo.llm import DecoderArch, decoder_profile
 
 DENSE_MODEL_TYPES = ("llama", "mistral", "qwen2", "nemotron", "gpt2")
-MOE_MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "llama4_text", "gpt_oss")
+# DeepSeek-V3's architecture (MLA, shared expert, first dense blocks), under each name its configs use.
+DEEPSEEK_V3_MODEL_TYPES = ("deepseek_v3", "kimi_k2")
+MOE_MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", *DEEPSEEK_V3_MODEL_TYPES, "llama4_text", "gpt_oss")
 MODEL_TYPES = DENSE_MODEL_TYPES + MOE_MODEL_TYPES
 # Keys that mark a mixture-of-experts model (Mixtral, Qwen2-MoE, DeepSeek, ...).
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size", "num_experts_per_tok")
@@ -205,7 +209,7 @@ def _moe_arch(model_type: str, data: dict[str, Any], path: Path) -> DecoderArch:
         if not isinstance(limit, (int, float)) or isinstance(limit, bool) or not 0 <= limit < 1e6:
             raise _bad(path, f"'swiglu_limit' must be a non-negative number, got {shown(limit)}")
         fields["glu_clamp"] = float(limit)
-    elif model_type == "deepseek_v3":
+    elif model_type in DEEPSEEK_V3_MODEL_TYPES:
         fields["experts"] = _positive_int(data, "n_routed_experts", path)
         moe_width = _positive_int(data, "moe_intermediate_size", path)
         fields["expert_intermediate"] = moe_width
