@@ -222,6 +222,10 @@ def _merge_timings(layers: list[LayerProfile], m: Measurement, micro: int) -> No
             layer.bwd_bytes *= micro
 
 
+# The most of a layer's measured time that srift's hooks' cost may take (subtract_hook_cost).
+MAX_HOOK_SHARE = 0.5
+
+
 def hook_cost_s(unhooked_s: list[float], paired_s: list[float]) -> float:
     """What srift's per-leaf hooks cost a step: the interquartile mean of the differences within
     srift's pairs (a step with the leaf hooks less the step without them just before it); noise
@@ -238,9 +242,12 @@ def subtract_hook_cost(layers: list[LayerProfile], phases: PhaseTimes, records: 
 
     The cost is paid per hook call, whatever the batch, so each timed interval (a leaf's forward
     call, or its backward stretch, per step on the steady steps) carries an equal share, taken out
-    of that layer (never below 0 s: what a layer cannot give up stays out of the step's total
-    only). ``total_s`` loses the whole cost, ``forward_s`` and ``backward_s`` what their layers
-    lost, so the layers still add up within their phase.
+    of that layer, but never more than ``MAX_HOOK_SHARE`` of the layer's measured time: an interval
+    holds only part of its hooks' code (the pre-hook after its mark, the post-hook before its own;
+    the rest runs between leaves), and a measured layer must stay measured (0 s reads as never
+    timed). What a cheap layer cannot give up stays out of the step's total only. ``total_s``
+    loses the whole cost, ``forward_s`` and ``backward_s`` what their layers lost, so the layers
+    still add up within their phase.
 
     Returns:
         The seconds taken out of the step (``cost_s``; 0 when it is not positive or no layer was timed).
@@ -265,8 +272,8 @@ def subtract_hook_cost(layers: list[LayerProfile], phases: PhaseTimes, records: 
         if layer.name not in counts:
             continue
         f_calls, b_calls = counts[layer.name]
-        cut_f = min(share * f_calls, layer.fwd_s or 0.0)
-        cut_b = min(share * b_calls, layer.bwd_s or 0.0)
+        cut_f = min(share * f_calls, MAX_HOOK_SHARE * (layer.fwd_s or 0.0))
+        cut_b = min(share * b_calls, MAX_HOOK_SHARE * (layer.bwd_s or 0.0))
         layer.fwd_s = (layer.fwd_s or 0.0) - cut_f
         layer.bwd_s = None if layer.bwd_s is None else layer.bwd_s - cut_b
         fwd_out, bwd_out = fwd_out + cut_f, bwd_out + cut_b

@@ -400,7 +400,10 @@ class CollectiveTimer:
         for unit, kind, phase, size, start, end, block in current:
             if end is None:
                 continue
-            secs = self.clock.elapsed_s(start, end)
+            # Never below 0: Linux books a thread's run-queue wait when it next runs, so a mark read on
+            # gloo's thread can miss a wait the training thread is in that the other mark counts
+            # (WallClock subtracts the training thread's wait from both).
+            secs = max(self.clock.elapsed_s(start, end), 0.0)
             acc = self._sums[(unit, kind, phase, size)]
             acc[0] += 1
             acc[1] += secs
