@@ -76,3 +76,19 @@ def test_a_dispatcher_for_a_dense_model_is_refused(srift_cli) -> None:
     code, out = srift_cli(["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:1", "--layout", "auto",
                            "--moe-dispatcher", "flex", "--global-batch-size", "8", "--seq-len", "2048"])
     assert code == 2 and "dense model" in out and "To fix:" in out
+
+
+def test_recommend_searches_layouts_with_fp8_on_gpus_that_run_it(srift_cli) -> None:
+    common = ["--model", "llama3-8b", "--global-batch-size", "64", "--seq-len", "4096"]
+    found = _json(srift_cli, ["recommend", *common, "--layout", "auto", "--max-gpus", "16", "--gpu", "H100", "--gpu",
+                              "A100-80GB", "--fp8", "tensorwise"])
+    assert found["job"]["fp8"] == "tensorwise"
+    best = found["recommendations"][0]
+    assert all(r["instance"].startswith("p5.") for r in found["recommendations"])  # the A100s have no FP8 tensor cores
+    lay = best["layout"]
+    # The search's choice, predicted on its own with FP8: the same plan.
+    again = _json(srift_cli, ["predict", *common, "--instance", best["instance"], "--fp8", "tensorwise",
+                              "--layout", f"tp={lay['tp']},pp={lay['pp']},cp={lay['cp']}",
+                              "--micro-batch-size", str(lay["micro_batch"]),
+                              "--activation-checkpointing", best["activation_checkpointing"]])
+    assert again["iteration_time_s"] == pytest.approx(best["iteration_time_s"], rel=1e-9)
