@@ -468,8 +468,9 @@ def _layout_counts(arch: DecoderArch, job: Job, predictor: Predictor, c: Constra
         spec = gpus().get(inst.gpu_name)
         if spec is not None:
             if inst.gpu_name not in floors:
-                floors[inst.gpu_name] = gpus_floor(params_count(arch), spec.peak_flops(predictor.precision),
-                                                   usable_bytes(inst.gpu_memory_gib), need)
+                # FP8 GEMMs can run above the bf16 peak: the floor takes the FP8 one, a bound no layout beats.
+                peak = spec.fp8_tflops * 1e12 if job.fp8 and spec.fp8_tflops else spec.peak_flops(predictor.precision)
+                floors[inst.gpu_name] = gpus_floor(params_count(arch), peak, usable_bytes(inst.gpu_memory_gib), need)
             if nodes * inst.gpu_count < floors[inst.gpu_name]:
                 return False
         key = (nodes * inst.gpu_count, inst.gpu_count)
