@@ -29,7 +29,8 @@ from srift.examples import copy_examples as copy_example_files
 from srift.files import check_name, check_outputs, file_in, output_file, read_json  # noqa: F401 (check_outputs: for the commands)
 from srift.hardware import CPU, GpuSpec, gpus, matching_gpus
 from srift.hardware import gpu as gpu_spec
-from srift.job import AUTO, BF16, DDP, DEFAULT_INFRA, FINETUNE_MODES, ZERO1, Job, Precision, require_precision
+from srift.job import AUTO, BF16, DDP, DEFAULT_INFRA, FINETUNE_MODES, ZERO1, Fp8Recipe, Job, Precision, require_precision
+from srift.perf.fp8 import fp8_unsupported
 from srift.jobfile import JobFile
 from srift.profile import Profile
 from srift.report.format import usd, with_article
@@ -440,11 +441,14 @@ def takes_default_layout(job: Job, constraints: Constraints) -> bool:
             and not job.kfac and job.parallelism in (AUTO, ZERO1, DDP) and not constraints.mixed)
 
 
-def _search_rows(precision: str, infra: str) -> list[Instance]:
-    """The catalog rows a search prices (bf16 jobs: GPUs with bf16 tensor cores only)."""
+def _search_rows(precision: str, infra: str, fp8: Fp8Recipe | None = None) -> list[Instance]:
+    """The catalog rows a search prices (bf16 jobs: GPUs with bf16 tensor cores only; FP8 GEMMs:
+    GPUs that run the recipe)."""
     rows = load_catalog(infra)
     if precision == BF16:  # GPUs without bf16 tensor cores would run it at the fp32 rate
         rows = [r for r in rows if bf16_capable(r.gpu_name)]
+    if fp8 is not None:
+        rows = [r for r in rows if r.gpu_name in gpus() and fp8_unsupported(r.gpu_name, fp8) is None]
     return rows
 
 
@@ -464,8 +468,9 @@ def _layout_counts(arch: DecoderArch, job: Job, predictor: Predictor, c: Constra
         spec = gpus().get(inst.gpu_name)
         if spec is not None:
             if inst.gpu_name not in floors:
-                floors[inst.gpu_name] = gpus_floor(params_count(arch), spec.peak_flops(predictor.precision),
-                                                   usable_bytes(inst.gpu_memory_gib), need)
+                # FP8 GEMMs can run above the bf16 peak: the floor takes the FP8 one, a bound no layout beats.
+                peak = spec.fp8_tflops * 1e12 if job.fp8 and spec.fp8_tflops else spec.peak_flops(predictor.precision)
+                floors[inst.gpu_name] = gpus_floor(params_count(arch), peak, usable_bytes(inst.gpu_memory_gib), need)
             if nodes * inst.gpu_count < floors[inst.gpu_name]:
                 return False
         key = (nodes * inst.gpu_count, inst.gpu_count)
@@ -479,7 +484,7 @@ def _layout_counts(arch: DecoderArch, job: Job, predictor: Predictor, c: Constra
 def _layout_gpu_range(arch: DecoderArch, flops_per_token: float, seq_len: int, job: Job, c: Constraints,
                       infra: str) -> GpuRange:
     """The GPU counts a layout search covers (srift/search/gpu_range.py) over the GPUs it prices."""
-    specs = {r.gpu_name: (gpus()[r.gpu_name], r.gpu_memory_gib) for r in _search_rows(job.precision or "bf16", infra)
+    specs = {r.gpu_name: (gpus()[r.gpu_name], r.gpu_memory_gib) for r in _search_rows(job.precision or "bf16", infra, job.fp8)
              if r.gpu_name in gpus() and (not c.gpus or r.gpu_name in c.gpus)}
     if not specs:
         return GpuRange(1, c.max_gpus, "the default (no GPU with a datasheet to derive it from)")
@@ -507,7 +512,7 @@ def _search(predictor: Predictor, constraints: Constraints, infra: str, progress
     if job.layout is not None and arch is not None and job.global_batch_size is not None:
         count_ok = _layout_counts(arch, job, predictor, constraints)
 
-    return search(_search_rows(predictor.precision, infra), predictor.predict, constraints, job.length,
+    return search(_search_rows(predictor.precision, infra, job.fp8), predictor.predict, constraints, job.length,
                   per_gpu_memory_ok=memory_ok, global_batch_size=job.global_batch_size, progress=progress,
                   grad_accum=job.grad_accum, count_ok=count_ok)
 

@@ -85,6 +85,10 @@ RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = get_args(RecomputeModule)
 # holding one of its experts and forwards it there over NVLink (srift/simulate/moe.py).
 MoeDispatcher = Literal["alltoall", "flex"]
 MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = get_args(MoeDispatcher)
+# Transformer Engine's FP8 recipes of a layout's GEMMs (srift/perf/fp8.py): per-tensor scaling
+# (Hopper's FP8, current or delayed; torchao's float8 under torchtitan) and Blackwell's MXFP8.
+Fp8Recipe = Literal["tensorwise", "mxfp8"]
+FP8_RECIPES: tuple[Fp8Recipe, ...] = get_args(Fp8Recipe)
 DEFAULT_RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = ("core_attn",)
 Auto = Literal["auto"]
 AUTO: Auto = "auto"
@@ -143,6 +147,8 @@ MOE_ACT: Final = "moe_act"
 MOE_LAYER: Final = "moe"  # Megatron-Core's recompute module of a whole MoE layer
 ALLTOALL: Final = "alltoall"
 FLEX: Final = "flex"
+TENSORWISE: Final = "tensorwise"
+MXFP8: Final = "mxfp8"
 ONE_F_ONE_B: Final = "1f1b"
 INTERLEAVED: Final = "interleaved"
 
@@ -417,6 +423,11 @@ class Job:
         virtual_stages: Virtual pipeline stages per rank (interleaved schedule).
         moe_imbalance: A mixture of experts' routing imbalance under expert parallelism
             (``DEFAULT_MOE_IMBALANCE``; 1.0 = force-balanced).
+        fp8: One of FP8_RECIPES: a layout's GEMMs in FP8 (srift/perf/fp8.py; the job stays bf16),
+            or None (bf16 GEMMs).
+        moe_dispatcher: One of MOE_DISPATCHERS: a mixture of experts' token dispatcher under
+            expert parallelism (srift/simulate/moe.py).
+        moe_ep_overlap: The dispatcher's all-to-alls overlap another micro-batch's compute.
 
     Raises:
         SriftError: for a setting out of its vocabulary or range.
@@ -449,6 +460,9 @@ class Job:
     pipeline_schedule: PipelineSchedule | None = None
     virtual_stages: int = 1
     moe_imbalance: float = DEFAULT_MOE_IMBALANCE
+    fp8: Fp8Recipe | None = None
+    moe_dispatcher: MoeDispatcher = "alltoall"
+    moe_ep_overlap: bool = False
 
     def __post_init__(self) -> None:
         for name, high in (("batch_size", MAX_BATCH_SIZE), ("seq_len", MAX_SEQ_LEN), ("global_batch_size", MAX_GLOBAL_BATCH_SIZE),
@@ -505,13 +519,19 @@ class Job:
                 hint=f"pass --moe-imbalance from {BALANCED_MOE_IMBALANCE:g} (force-balanced) to {MAX_MOE_IMBALANCE:g}.")
         if self.pipeline_schedule is not None:
             require_choice(self.pipeline_schedule, PIPELINE_SCHEDULES, "pipeline schedule", "--pipeline-schedule")
+        require_choice(self.moe_dispatcher, MOE_DISPATCHERS, "MoE token dispatcher", "--moe-dispatcher")
+        if self.fp8 is not None:
+            require_choice(self.fp8, FP8_RECIPES, "FP8 recipe", "--fp8")
+        self._check_fp8()
         if self.layout is None:
             if self.parallelism == "zero1":
                 raise SriftError("--parallelism zero1 is modelled with a --layout.",
                                  "add --layout tp=T,pp=P,cp=C (or auto), or use --parallelism zero2 or fsdp.")
             # --micro-batch-size without a layout: the data-parallel micro-batch (srift.api.with_micro_batch).
             for flag, given in (("--pipeline-schedule", self.pipeline_schedule is not None),
-                                ("--virtual-stages", self.virtual_stages != 1)):
+                                ("--virtual-stages", self.virtual_stages != 1), ("--fp8", self.fp8 is not None),
+                                ("--moe-dispatcher", self.moe_dispatcher != ALLTOALL),
+                                ("--moe-ep-overlap", self.moe_ep_overlap)):
                 if given:
                     raise SriftError(f"{flag} needs a --layout.", f"add --layout tp=T,pp=P,cp=C (or auto), or drop {flag}.")
             return
@@ -527,6 +547,29 @@ class Job:
                              "use --pipeline-schedule interleaved, or drop --virtual-stages.")
         if self.kfac:
             raise SriftError("K-FAC is modelled with DDP only, not with --layout.", "drop --layout with --optimizer kfac.")
+        request = parse_layout(self.layout)
+        if not request.auto and (request.ep or 1) == 1:
+            for flag, given in (("--moe-dispatcher", self.moe_dispatcher != ALLTOALL),
+                                ("--moe-ep-overlap", self.moe_ep_overlap)):
+                if given:
+                    raise SriftError(f"{flag} is the token dispatch of expert parallelism; --layout {self.layout} has ep=1.",
+                                     f"add ep=E (E > 1) to --layout, or drop {flag}.")
+
+    def _check_fp8(self) -> None:
+        """FP8 GEMMs are modelled in a bf16 layout job: Megatron-Core's Transformer Engine recipes,
+        and torchao's tensorwise float8 under FSDP2 (torchtitan)."""
+        if self.fp8 is None:
+            return
+        if self.precision is not None and self.precision != BF16:
+            raise SriftError(f"--fp8 runs the GEMMs of a bf16 job in FP8; --precision {self.precision} is not modelled with it.",
+                             "use --precision bf16 (or leave it out) with --fp8, or drop --fp8.")
+        if self.finetune in (LORA, QLORA):
+            raise SriftError(f"--fp8 with --finetune {self.finetune} is not modelled (FP8 is validated on pre-training).",
+                             "drop --fp8, or use --finetune full.")
+        if self.fp8 == MXFP8 and self.parallelism in SHARDED_PARALLELISMS:
+            raise SriftError(f"--fp8 {self.fp8} with --parallelism {self.parallelism} is not modelled (torchtitan's "
+                             f"float8 is validated {TENSORWISE} only).",
+                             f"use --fp8 {TENSORWISE}, or --parallelism zero1 (Megatron-Core) with --fp8 {self.fp8}.")
 
     @property
     def kfac(self) -> bool:

@@ -34,8 +34,8 @@ from srift.bounds import (
 )
 from srift.errors import one_of
 from srift.job import (
-    AUTO, CHECKPOINTING, DATA_LOADING, DEFAULT_LORA_RANK, DEFAULT_MOE_IMBALANCE, FINETUNE_MODES, KFAC_INVERSE_METHODS, KFAC_STRATEGIES,
-    LAYOUT_PARALLELISMS, LORA_TARGETS, OPTIMIZERS, PARALLELISMS, PIPELINE_SCHEDULES, PRECISIONS, REDUCE_DTYPES, Job,
+    ALLTOALL, AUTO, CHECKPOINTING, DATA_LOADING, DEFAULT_LORA_RANK, DEFAULT_MOE_IMBALANCE, FINETUNE_MODES, FP8_RECIPES, KFAC_INVERSE_METHODS,
+    KFAC_STRATEGIES, LAYOUT_PARALLELISMS, LORA_TARGETS, MOE_DISPATCHERS, OPTIMIZERS, PARALLELISMS, PIPELINE_SCHEDULES, PRECISIONS, REDUCE_DTYPES, Job,
     JobLength,
 )
 
@@ -135,6 +135,15 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "busiest rank's tokens over the mean (1 = force-balanced, as benchmarks route; default "
               f"{DEFAULT_MOE_IMBALANCE:g}: estimated from GShard's and Switch's capacity factor, unvalidated).",
               high=MAX_MOE_IMBALANCE),
+    JobOption("fp8", "str", None, f"{one_of(FP8_RECIPES)}: the --layout's GEMMs in FP8 (Transformer Engine's per-tensor "
+              "scaling on Hopper, MXFP8 on Blackwell; torchao's tensorwise float8 under fsdp/hsdp); the job stays bf16 "
+              "(default: bf16 GEMMs).", choices=FP8_RECIPES),
+    JobOption("moe_dispatcher", "str", ALLTOALL, f"{one_of(MOE_DISPATCHERS)}: a mixture of experts' token "
+              "dispatcher under ep=E (Megatron-Core's moe_token_dispatcher_type; flex: DeepEP/HybridEP, a token sent "
+              "once per node).", choices=MOE_DISPATCHERS),
+    JobOption("moe_ep_overlap", "bool", False, "A mixture of experts' dispatch and combine all-to-alls overlap another "
+              "micro-batch's compute (Megatron-Core's overlap_moe_expert_parallel_comm; ep=E).",
+              negative_flag="--no-moe-ep-overlap"),
     JobOption("activation_checkpointing", "str", AUTO, f"{one_of((*CHECKPOINTING, AUTO))} (per transformer block; "
               "selective: torchtitan's per-op policy; with --layout, Megatron-Core's attention-core recompute, and auto tries "
               "its norm/expert-activation modules before full).", choices=(*CHECKPOINTING, AUTO)),

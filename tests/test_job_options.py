@@ -21,7 +21,8 @@ from srift.jobfile import load_jobfile
 # A length option needs its partner, the factor interval an inverse interval it divides.
 COMPANIONS = {"epochs": {"dataset_size": 1000}, "dataset_size": {"epochs": 2.5}, "kfac_factor_steps": {"kfac_inv_steps": 4},
               "micro_batch_size": {"layout": "auto"}, "pipeline_schedule": {"layout": "auto"},
-              "virtual_stages": {"layout": "auto"}}
+              "virtual_stages": {"layout": "auto"}, "fp8": {"layout": "auto"}, "moe_dispatcher": {"layout": "auto"},
+              "moe_ep_overlap": {"layout": "auto"}}
 # Words of a vocabulary that need a partner: Megatron's distributed optimizer is modelled with a layout.
 WORD_COMPANIONS = {("parallelism", "zero1"): {"layout": "auto"}}
 # What each command that takes a job takes: the settings, and the length where it has one.

@@ -32,16 +32,13 @@ and run the linear layers' GEMMs on FP8 operands. srift models a layer's FP8 tim
 
 from __future__ import annotations
 
-from typing import Literal, get_args
-
 import numpy as np
 
 from srift.hardware import gpu as gpu_spec
+from srift.job import FP8_RECIPES, MXFP8, TENSORWISE, Fp8Recipe
 from srift.perf.compute import LayerTimes, kernel_rates
 from srift.profile import Profile
 
-Fp8Recipe = Literal["tensorwise", "mxfp8"]
-FP8_RECIPES: tuple[Fp8Recipe, ...] = get_args(Fp8Recipe)
 CAST_BYTES_PER_ELEMENT = 4.0  # read bf16 (2), write rowwise and columnwise FP8 copies (1 + 1)
 AMAX_BYTES_PER_ELEMENT = 2.0  # per-tensor scaling's amax pass reads the bf16 tensor once more
 # Bytes per element of the FP8 copy a GEMM keeps of its input for the weight gradient: 1, and
@@ -57,11 +54,27 @@ def fp8_gemm(layer_type: str, name: str, unit: str | None) -> bool:
     return layer_type == "Linear" and unit is not None and not name.endswith(ROUTER_SUFFIX)
 
 
+# MXFP8's per-32-element scales are applied by block-scaled tensor cores, which Blackwell
+# (compute capability 10.0) introduced; Hopper runs per-tensor scaling only.
+MXFP8_MIN_COMPUTE_CAPABILITY = 10.0
+
+
+def fp8_unsupported(gpu: str, recipe: Fp8Recipe) -> str | None:
+    """Why ``gpu`` cannot run FP8 GEMMs under ``recipe`` (for messages), or None when it can."""
+    spec = gpu_spec(gpu)
+    if not spec.fp8_tflops:
+        return f"the {spec.name} has no FP8 tensor cores (no fp8_tflops in configs/gpus.yaml)"
+    cc = float(spec.compute_capability) if spec.compute_capability else 0.0
+    if recipe == MXFP8 and cc < MXFP8_MIN_COMPUTE_CAPABILITY:
+        return f"the {spec.name} (compute capability {spec.compute_capability}) has no MXFP8 tensor cores (Blackwell's)"
+    return None
+
+
 def fp8_saved_bytes(recipe: Fp8Recipe) -> float:
     """Bytes per element of a GEMM input kept for backward in FP8 under ``recipe``."""
     if recipe not in FP8_RECIPES:
         raise ValueError(f"FP8 recipe must be one of {FP8_RECIPES}, got {recipe!r}")
-    return FP8_ELEMENT_BYTES + (FP8_ELEMENT_BYTES / MXFP8_BLOCK if recipe == "mxfp8" else 0.0)
+    return FP8_ELEMENT_BYTES + (FP8_ELEMENT_BYTES / MXFP8_BLOCK if recipe == MXFP8 else 0.0)
 
 
 def fp8_weight_cache_bytes(recipe: Fp8Recipe) -> float:
@@ -74,7 +87,7 @@ def fp8_weight_cache_bytes(recipe: Fp8Recipe) -> float:
 def fp8_cast_bytes_per_element(recipe: Fp8Recipe) -> float:
     """Bytes one quantizing pass moves per element of a GEMM's activation operand under ``recipe``
     (module docstring): ``CAST_BYTES_PER_ELEMENT``, plus ``AMAX_BYTES_PER_ELEMENT`` per-tensor."""
-    return CAST_BYTES_PER_ELEMENT + (AMAX_BYTES_PER_ELEMENT if recipe == "tensorwise" else 0.0)
+    return CAST_BYTES_PER_ELEMENT + (AMAX_BYTES_PER_ELEMENT if recipe == TENSORWISE else 0.0)
 
 
 def fp8_peak_ratio(gpu: str) -> float:

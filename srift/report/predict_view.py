@@ -75,7 +75,10 @@ MEMORY_LABELS = {"weights": "parameters", "gathered_weights": "gathered (half-pr
 
 
 def title(result: PredictResult) -> str:
-    return (f"{result.model} on {result.prediction.cluster}{' [Spot]' if result.spot_pricing else ''}, {result.precision}"
+    pred = result.prediction
+    return (f"{result.model} on {pred.cluster}{' [Spot]' if result.spot_pricing else ''}, {result.precision}"
+            + (f" with FP8 GEMMs ({pred.fp8})" if pred.fp8 else "")
+            + (f", MoE dispatcher {pred.moe_dispatcher}" if pred.moe_dispatcher else "")
             + (f", K-FAC ({result.kfac_strategy})" if result.optimizer == KFAC else ""))
 
 

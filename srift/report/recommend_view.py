@@ -12,7 +12,7 @@ from srift.bounds import MAX_NOTE_CHARS
 from srift.catalog.provenance import ESTIMATE_MARK, marked_usd
 from srift.catalog.spot import capacity_warning
 from srift.errors import SriftError
-from srift.job import AUTO, DDP
+from srift.job import ALLTOALL, AUTO, DDP
 from srift.perf.accuracy import node_evidence
 from srift.report.format import (console, error_text, price_lines, print_json, save_json, seconds, signed_pct, usd,
                                  usd_per_million_tokens)
@@ -29,7 +29,10 @@ def header(result: RecommendResult) -> str:
     job = result.job
     batch = (f"global batch {job.global_batch_size:,}" if job.global_batch_size is not None
              else f"batch {result.batch_size}/GPU")
-    text = (f"{result.model}, {result.precision}, {batch}" + (f", seq {result.seq_len}" if result.seq_len else "")
+    text = (f"{result.model}, {result.precision}" + (f" with FP8 GEMMs ({job.fp8})" if job.fp8 else "")
+            + (f", MoE dispatcher {job.moe_dispatcher}" + (" (EP overlap)" if job.moe_ep_overlap else "")
+               if job.layout is not None and (job.moe_dispatcher != ALLTOALL or job.moe_ep_overlap) else "")
+            + f", {batch}" + (f", seq {result.seq_len}" if result.seq_len else "")
             + (f", K-FAC ({job.kfac_strategy})" if job.kfac else "")
             + (f", {job.finetune_label}" if job.finetune_label else ""))
     if job.length is not None:
@@ -270,7 +273,8 @@ def recommend_json(result: RecommendResult, failure: SriftError | None = None) -
         "objective": found.objective,
         "confidence": c.confidence,
         "job": {"model": result.model, "precision": result.precision, "batch_size": result.batch_size,
-                "global_batch_size": job.global_batch_size, "seq_len": result.seq_len,
+                "global_batch_size": job.global_batch_size, "seq_len": result.seq_len, "fp8": job.fp8,
+                "moe_dispatcher": job.moe_dispatcher, "moe_ep_overlap": job.moe_ep_overlap,
                 "length": None if job.length is None else {**{k: v for k, v in dataclasses.asdict(job.length).items() if v is not None},
                                                            "described": job.length.describe()}},
         "infra": result.infra,

@@ -12,10 +12,11 @@ from srift.cluster import Cluster
 from srift.errors import SriftError
 from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
+from srift.perf.fp8 import fp8_unsupported
 from srift.perf.accuracy import layout_finetune_typical_error, moe_typical_error
 from srift.job import (
-    AUTO, DEFAULT_RECOMPUTE_MODULES, INTERLEAVED, NO_CHECKPOINTING, ONE_F_ONE_B, ZERO1, Job, LayoutRequest, parse_layout,
-    usd_per_million_samples,
+    ALLTOALL, AUTO, FLEX, DEFAULT_RECOMPUTE_MODULES, INTERLEAVED, NO_CHECKPOINTING, ONE_F_ONE_B, ZERO1, Fp8Recipe, Job,
+    LayoutRequest, MoeDispatcher, parse_layout, usd_per_million_samples,
 )
 from srift.simulate.layouts import (
     DP_FLAVOURS, SHARDED_FLAVOURS, SCHEDULES, Layout, LayoutPlan, check_layout, check_sharded, load_layout_params, plan_layout,
@@ -50,6 +51,9 @@ class LayoutSettings:
         lora: LoRA over the frozen base (``--finetune lora``), or None (pre-training and full
             fine-tuning, which trains every weight as pre-training does).
         reduce_dtype: What ``fsdp``/``hsdp`` reduce gradients in (``--reduce-dtype``).
+        fp8: The blocks' GEMMs in FP8 under this recipe (``--fp8``; srift/perf/fp8.py), or None (bf16).
+        dispatcher: A mixture of experts' token dispatcher (``--moe-dispatcher``).
+        ep_overlap: Its all-to-alls overlap another micro-batch's compute (``--moe-ep-overlap``).
     """
 
     request: LayoutRequest
@@ -63,6 +67,9 @@ class LayoutSettings:
     routing_imbalance: float = REAL_ROUTING
     lora: LoraSpec | None = None
     reduce_dtype: str = "fp32"
+    fp8: Fp8Recipe | None = None
+    dispatcher: MoeDispatcher = ALLTOALL
+    ep_overlap: bool = False
 
     @classmethod
     def of(cls, job: Job) -> "LayoutSettings":
@@ -71,7 +78,7 @@ class LayoutSettings:
         return cls(parse_layout(job.layout), job.micro_batch_size, job.global_batch_size, job.grad_accum,
                    job.pipeline_schedule, job.virtual_stages, "zero1" if job.parallelism == AUTO else job.parallelism,
                    None if job.activation_checkpointing == AUTO else job.activation_checkpointing, job.moe_imbalance,
-                   layout_lora(job), job.reduce_dtype)
+                   layout_lora(job), job.reduce_dtype, job.fp8, job.moe_dispatcher, job.moe_ep_overlap)
 
     def __post_init__(self) -> None:
         if self.schedule is not None and self.schedule not in SCHEDULES:
@@ -134,7 +141,8 @@ def plan_for(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_
     if settings.request.auto:
         gb = settings.global_batch or cluster.gpus * (settings.micro_batch or 1) * settings.grad_accum
         found = search_layouts(arch, cluster, seq_len, gb, precision, settings.request, settings.dp_flavour, ckpts, comm,
-                               imbalance=settings.routing_imbalance, lora=settings.lora, reduce_dtype=settings.reduce_dtype)
+                               imbalance=settings.routing_imbalance, lora=settings.lora, reduce_dtype=settings.reduce_dtype,
+                               fp8=settings.fp8, dispatcher=settings.dispatcher, ep_overlap=settings.ep_overlap)
         if found.best is not None:
             return found.best, None
         assert found.smallest is not None
@@ -146,25 +154,34 @@ def plan_for(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_
     for policy, modules in ladder:
         plan = plan_layout(arch, cluster, layout, seq_len, precision, policy, settings.dp_flavour, comm, quantile,
                            imbalance=settings.routing_imbalance, recompute_modules=modules or DEFAULT_RECOMPUTE_MODULES,
-                           lora=settings.lora, reduce_dtype=settings.reduce_dtype)
+                           lora=settings.lora, reduce_dtype=settings.reduce_dtype, fp8=settings.fp8,
+                           dispatcher=settings.dispatcher, ep_overlap=settings.ep_overlap)
         if plan.fits:
             return plan, None
     assert plan is not None
     found = search_layouts(arch, cluster, seq_len, layout.global_batch, precision, LayoutRequest(), settings.dp_flavour,
                            ("none", "full"), comm, imbalance=settings.routing_imbalance, lora=settings.lora,
-                           reduce_dtype=settings.reduce_dtype)
+                           reduce_dtype=settings.reduce_dtype, fp8=settings.fp8, dispatcher=settings.dispatcher,
+                           ep_overlap=settings.ep_overlap)
     return plan, found.best
 
 
 def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_len: int, precision: str,
                    model_flops_per_token: float) -> Prediction:
-    """The Prediction of ``arch`` laid out on ``cluster`` (breakdown: srift.simulate.breakdown.LAYOUT_PHASES)."""
+    """The Prediction of ``arch`` laid out on ``cluster`` (breakdown: srift.simulate.breakdown.LAYOUT_PHASES).
+
+    Raises:
+        SriftError: for a MoE dispatcher asked of a dense model, FP8 on a GPU without FP8 tensor
+            cores, or a layout that cannot run (``plan_for``).
+    """
+    check_options(arch, cluster, settings)
     plan, alternative = plan_for(arch, cluster, settings, seq_len, precision)
     lay = plan.layout
     p90_plan = plan_layout(arch, cluster, lay, seq_len, precision, plan.checkpointing, plan.dp_flavour, quantile=0.9,
                            imbalance=settings.routing_imbalance,
                            recompute_modules=plan.recompute_modules or DEFAULT_RECOMPUTE_MODULES, lora=settings.lora,
-                           reduce_dtype=settings.reduce_dtype)
+                           reduce_dtype=settings.reduce_dtype, fp8=settings.fp8, dispatcher=settings.dispatcher,
+                           ep_overlap=settings.ep_overlap)
     breakdown = plan.breakdown
     comm_cost = breakdown.exposed_comm_s + breakdown[COMM_INTERFERENCE]
     throughput = lay.global_batch / plan.iteration_s
@@ -193,9 +210,18 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
     if arch.is_moe:
         notes.append(f"mixture of experts: {params_count(arch) / 1e9:,.2f}B parameters, {active_params_count(arch) / 1e9:,.2f}B "
                      f"active ({arch.experts_per_token} of {arch.experts} experts); ep={lay.ep}: dispatch and combine "
-                     f"all-to-alls exposed (exposed_ep); routing imbalance x{settings.routing_imbalance:g} "
+                     f"all-to-alls {'overlapped with another micro-batch (the rest: exposed_ep)' if settings.ep_overlap else 'exposed (exposed_ep)'}; routing imbalance x{settings.routing_imbalance:g} "
                      f"({'force-balanced' if settings.routing_imbalance == BALANCED_ROUTING else 'estimated for trained routers'}"
                      "); MFU = tokens/s x (6 x active parameters + attention) / peak")
+    if settings.fp8 is not None:
+        notes.append(f"FP8 GEMMs ({settings.fp8} scaling"
+                     + (", torchao float8 under FSDP2" if pytorch_stack(plan.dp_flavour) else ", Transformer Engine")
+                     + "): the blocks' Linears at the GPU's FP8 peak plus their quantizing casts (srift/perf/fp8.py); "
+                     "weights, activations and communication in bf16")
+    if arch.is_moe and lay.ep > 1:
+        notes.append(f"MoE token dispatcher {settings.dispatcher} (Megatron-Core's moe_token_dispatcher_type"
+                     + (": DeepEP/HybridEP, one copy of a token per node" if settings.dispatcher == FLEX else "")
+                     + ")")
     if not plan.fits and alternative is not None:
         notes.append(f"fits instead: --layout tp={alternative.layout.tp},pp={alternative.layout.pp},"
                      f"cp={alternative.layout.cp}{f',ep={alternative.layout.ep}' if alternative.layout.ep > 1 else ''}"
@@ -208,6 +234,8 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
     state_bytes = params_count(arch) * 16.0 / cluster.nodes
     typical, basis = _typical_error(arch.is_moe, settings.lora is not None, loso, lomo,
                                     errors if plan.dp_flavour in SHARDED_FLAVOURS and isinstance(errors, dict) else None)
+    if settings.fp8 is not None and not arch.is_moe:  # the MoE group holds FP8 runs; the dense figure is bf16's
+        basis += "; FP8 GEMMs estimated apart (srift/perf/fp8.py; their runs' MAPE: scripts/validate.py --only layouts)"
     return Prediction(
         cluster=cluster.name, gpus=cluster.gpus, global_batch_size=lay.global_batch,
         iteration_time_s=plan.iteration_s, p90_iteration_time_s=max(plan.iteration_s, p90_plan.iteration_s),
@@ -226,7 +254,28 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
         layout={k: v for k, v in lay.to_dict().items()}, memory_stage=plan.memory_stage,
         layout_alternative=None if alternative is None else alternative.layout.to_dict(),
         params_total=params_count(arch), params_active=active_params_count(arch),
-        moe_imbalance=settings.routing_imbalance if arch.is_moe else None)
+        moe_imbalance=settings.routing_imbalance if arch.is_moe else None, fp8=settings.fp8,
+        moe_dispatcher=settings.dispatcher if arch.is_moe else None)
+
+
+def check_options(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings) -> None:
+    """Refuse what the job's model or GPUs cannot run: a token dispatcher for a dense model, FP8
+    GEMMs on GPUs without FP8 tensor cores.
+
+    Raises:
+        SriftError: saying which, and how to fix it.
+    """
+    if not arch.is_moe:
+        for flag, given in (("--moe-dispatcher", settings.dispatcher != ALLTOALL), ("--moe-ep-overlap", settings.ep_overlap)):
+            if given:
+                raise SriftError(f"{flag} sets a mixture of experts' token dispatch; {arch.name} is a dense model.",
+                                 f"drop {flag}.")
+    if settings.fp8 is not None:
+        for g in cluster.node_groups:
+            why = fp8_unsupported(g.gpu, settings.fp8)
+            if why:
+                raise SriftError(f"--fp8 {settings.fp8}: {why}.",
+                                 "drop --fp8, or choose GPUs that run it (tensorwise: Hopper and newer; mxfp8: Blackwell).")
 
 
 def layout_memory_error(cluster: Cluster, pred: Prediction, model: str) -> SriftError:

@@ -1380,14 +1380,15 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
                    checkpointing: tuple[str, ...] = ("none", "full"), comm: CommModel | None = None,
                    compute_factor: float | None = None, tp_overlap: bool | None = None,
                    imbalance: float = BALANCED_ROUTING, lora: LoraSpec | None = None,
-                   reduce_dtype: str = "fp32") -> LayoutSearch:
+                   reduce_dtype: str = "fp32", fp8: Fp8Recipe | None = None, dispatcher: MoeDispatcher = "alltoall",
+                   ep_overlap: bool = False) -> LayoutSearch:
     """The fastest layout of ``arch`` on ``cluster`` that fits (``request`` fixes any degree).
 
     Every candidate gets a lower bound on its time (the slowest stage's compute, recomputation
     included, over ``M + (p - 1) / V`` slots); in order of it, each one's memory is checked (each
     checkpointing policy in turn: the least recompute that fits) and those that fit are
     simulated, until the bound passes the best time found. When none fits, the one with the least
-    memory comes back as ``smallest``.
+    memory comes back as ``smallest``. ``fp8``, ``dispatcher``, ``ep_overlap``: as ``plan_layout``'s.
     """
     comm = comm or CommModel.for_cluster(cluster)
     g = comm.topology.gpus_per_node
@@ -1407,7 +1408,8 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     hopeless = params_count(arch) * per_param / cluster.gpus > cap
     if hopeless or not degrees:
         return LayoutSearch(None, _most_sharded(arch, cluster, degrees, seq_len, precision, checkpointing[-1], dp_flavour,
-                                                comm, gpu, factor, tp_overlap, imbalance, lora, reduce_dtype),
+                                                comm, gpu, factor, tp_overlap, imbalance, lora, reduce_dtype, fp8,
+                                                dispatcher, ep_overlap),
                             len(degrees), len(degrees), 0)
     parts_of: dict[tuple[int, int, int, int], BlockParts] = {}
     slot_of: dict[tuple[int, int, int, int], tuple[float, float]] = {}
@@ -1420,12 +1422,15 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
         key = (t, c, mb, ep)
         parts = parts_of.get(key)
         if parts is None:
-            parts = parts_of[key] = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, imbalance,
-                                                             lora=lora, fused_fc1=not pytorch, pytorch_kernels=pytorch),
+            parts = parts_of[key] = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, imbalance, fp8,
+                                                             lora=lora, dispatcher=dispatcher, fused_fc1=not pytorch,
+                                                             pytorch_kernels=pytorch),
                                                  factor)
             bc = block_comm(arch, comm, t, c, mb, seq_len, e, parts, 0.5, tp_overlap, copy_rate)
+            # The flat all-to-all bounds the alltoall dispatcher's exposed time; flex's per-node
+            # dispatch and an overlapped one can take less, so they add nothing to the bound.
             a2a = (4.0 * parts.moe_fraction * float(comm.subgroup(ep, ep_ranks_per_node(ep, g)).all_to_all_time_s(parts.dispatch_bytes))
-                   if ep > 1 else 0.0)
+                   if ep > 1 and dispatcher != FLEX and not ep_overlap else 0.0)
             slot_of[key] = (parts.block_f_s + parts.block_b_s + bc.tp_f_s + bc.tp_b_s + bc.cp_f_s + bc.cp_b_s + a2a,
                             k_tp * bc.tp_hidden_s + k_p2p * bc.cp_hidden_s)
         blk, hidden = slot_of[key]
@@ -1449,20 +1454,21 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
                 bound * (1.0 + parts.block_f_s / (parts.block_f_s + parts.block_b_s)) >= best.iteration_s:
             continue
         plan = _plan(arch, cluster, lay, seq_len, precision, chosen, dp_flavour, comm, 0.5, gpu, parts, tp_overlap,
-                     reduce_dtype=reduce_dtype)
+                     dispatcher, ep_overlap, reduce_dtype=reduce_dtype)
         simulated += 1
         if best is None or plan.iteration_s < best.iteration_s:
             best = plan
     smallest = None if best is not None else _most_sharded(arch, cluster, degrees, seq_len, precision, checkpointing[-1],
                                                             dp_flavour, comm, gpu, factor, tp_overlap, imbalance, lora,
-                                                            reduce_dtype)
+                                                            reduce_dtype, fp8, dispatcher, ep_overlap)
     return LayoutSearch(best, smallest, len(degrees), rejected, simulated)
 
 
 def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: list[Degrees],
                   seq_len: int, precision: str, checkpointing: str, dp_flavour: str, comm: CommModel, gpu: str,
                   factor: float, tp_overlap: bool, imbalance: float = BALANCED_ROUTING,
-                  lora: LoraSpec | None = None, reduce_dtype: str = "fp32") -> LayoutPlan | None:
+                  lora: LoraSpec | None = None, reduce_dtype: str = "fp32", fp8: Fp8Recipe | None = None,
+                  dispatcher: MoeDispatcher = "alltoall", ep_overlap: bool = False) -> LayoutPlan | None:
     """When nothing fits: the plan that needs the least memory among the most model-parallel
     layouts of the smallest micro-batch (what comes closest, for the error)."""
     if not degrees:
@@ -1474,8 +1480,8 @@ def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: list[Degrees],
         t, p, c, d, mb, m, v, ep = r
         if t * p * c != top or mb != mb_min:
             continue
-        parts = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, imbalance, lora=lora,
-                                         fused_fc1=not pytorch_stack(dp_flavour),
+        parts = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, imbalance, fp8, lora=lora,
+                                         dispatcher=dispatcher, fused_fc1=not pytorch_stack(dp_flavour),
                                          pytorch_kernels=pytorch_stack(dp_flavour)), factor)
         mem = _peak_memory_of(arch, p, v, m, state_shard(dp_flavour, comm.topology.gpus_per_node, t, c, p, d), parts,
                               checkpointing, dp_flavour, t * c * d // ep, reduce_dtype)
@@ -1484,7 +1490,8 @@ def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: list[Degrees],
     assert best is not None
     t, p, c, d, mb, m, v, ep = best[1]
     return _plan(arch, cluster, Layout(t, p, c, d, v, mb, m, "interleaved" if v > 1 else "1f1b", ep), seq_len, precision,
-                 checkpointing, dp_flavour, comm, 0.5, gpu, best[2], tp_overlap, reduce_dtype=reduce_dtype)
+                 checkpointing, dp_flavour, comm, 0.5, gpu, best[2], tp_overlap, dispatcher, ep_overlap,
+                 reduce_dtype=reduce_dtype)
 
 
 def _peak_memory(arch: DecoderArch, layout: Layout, parts: BlockParts, checkpointing: str, dp_flavour: str,

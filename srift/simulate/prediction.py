@@ -115,6 +115,9 @@ class Prediction:
         params_active: Of which one token uses (its top-k routed experts); MFU counts these.
         moe_imbalance: The routing imbalance a mixture of experts was predicted at (the busiest
             expert-parallel rank's tokens over the mean; ``--moe-imbalance``); None for a dense model.
+        fp8: The FP8 recipe of a layout's GEMMs (``--fp8``), None for bf16 GEMMs.
+        moe_dispatcher: A mixture of experts' token dispatcher (``--moe-dispatcher``); None for a
+            dense model.
     """
 
     cluster: str
@@ -157,6 +160,8 @@ class Prediction:
     params_total: int | None = None
     params_active: int | None = None
     moe_imbalance: float | None = None
+    fp8: str | None = None
+    moe_dispatcher: str | None = None
 
     def __post_init__(self) -> None:
         total = self.breakdown.total_s

@@ -1,0 +1,94 @@
+"""``--fp8``, ``--moe-dispatcher`` and ``--moe-ep-overlap``: the command line predicts what
+``plan_layout`` computes with the same recipe and dispatcher, and refuses what srift does not model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from srift.api import resolve_cluster
+from srift.job import DEFAULT_MOE_IMBALANCE
+from srift.simulate.layouts import Layout, plan_layout
+from srift.zoo import llm_arch
+from srift.zoo.hf_config import arch_from_hf_config
+
+MIXTRAL = Path(__file__).parent / "fixtures" / "hf_configs" / "Mixtral-8x7B-v0.1.json"
+LLAMA_70B = ["predict", "--model", "llama3-70b", "--instance", "p5.48xlarge:4", "--layout", "tp=8,pp=4",
+             "--micro-batch-size", "1", "--global-batch-size", "128", "--seq-len", "4096", "--precision", "bf16"]
+MIXTRAL_EP8 = ["predict", "--model-config", str(MIXTRAL), "--instance", "p5.48xlarge:2", "--layout", "tp=1,pp=1,ep=8",
+               "--global-batch-size", "64", "--seq-len", "4096", "--activation-checkpointing", "full"]
+
+
+def _json(srift_cli, args: list[str]) -> dict:
+    code, out = srift_cli([*args, "--format", "json"])
+    assert code == 0, out
+    return json.loads(out)
+
+
+def test_fp8_prediction_is_plan_layouts_with_the_recipe(srift_cli) -> None:
+    bf16 = _json(srift_cli, LLAMA_70B)
+    fp8 = _json(srift_cli, [*LLAMA_70B, "--fp8", "tensorwise"])
+    assert fp8["fp8"] == "tensorwise" and bf16["fp8"] is None
+    assert fp8["iteration_time_s"] < bf16["iteration_time_s"]  # FP8 GEMMs at twice the bf16 peak
+    assert any("FP8 GEMMs (tensorwise" in n for n in fp8["notes"])
+    # The same plan as the simulator's, called directly with the recipe (tp=8, pp=4, dp=1, 128 micro-batches).
+    direct = plan_layout(llm_arch("llama3-70b"), resolve_cluster("p5.48xlarge:4", None), Layout(8, 4, 1, 1, 1, 1, 128), 4096,
+                         "bf16", fp8["activation_checkpointing"], fp8="tensorwise")
+    assert fp8["iteration_time_s"] == pytest.approx(direct.iteration_s, rel=1e-12)
+
+
+def test_moe_dispatcher_prediction_is_plan_layouts_with_the_dispatcher(srift_cli) -> None:
+    alltoall = _json(srift_cli, MIXTRAL_EP8)
+    flex = _json(srift_cli, [*MIXTRAL_EP8, "--moe-dispatcher", "flex"])
+    assert (alltoall["moe_dispatcher"], flex["moe_dispatcher"]) == ("alltoall", "flex")
+    cluster = resolve_cluster("p5.48xlarge:2", None)
+    for pred, dispatcher in ((alltoall, "alltoall"), (flex, "flex")):
+        direct = plan_layout(arch_from_hf_config(MIXTRAL), cluster, Layout(1, 1, 1, 16, 1, 1, 4, "1f1b", 8), 4096, "bf16",
+                             "full", imbalance=DEFAULT_MOE_IMBALANCE, dispatcher=dispatcher)
+        assert pred["iteration_time_s"] == pytest.approx(direct.iteration_s, rel=1e-12)
+    assert flex["iteration_time_s"] != alltoall["iteration_time_s"]
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--fp8", "tensorwise", "--precision", "amp"], "--precision amp is not modelled"),
+    (["--fp8", "mxfp8"], "no MXFP8 tensor cores"),  # an H100: per-tensor scaling only
+    (["--fp8", "mxfp8", "--parallelism", "fsdp"], "not modelled"),
+    (["--moe-dispatcher", "flex"], "has ep=1"),
+    (["--moe-ep-overlap"], "has ep=1"),
+])
+def test_combinations_srift_does_not_model_are_refused(srift_cli, extra: list[str], says: str) -> None:
+    code, out = srift_cli([*LLAMA_70B[:-2], *extra])
+    assert code == 2 and says in out and "To fix:" in out and "Traceback" not in out
+
+
+def test_fp8_needs_a_layout_and_fp8_tensor_cores(srift_cli) -> None:
+    code, out = srift_cli(["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:1", "--fp8", "tensorwise",
+                           "--global-batch-size", "8", "--seq-len", "2048"])
+    assert code == 2 and "--fp8 needs a --layout" in out and "To fix:" in out
+    code, out = srift_cli(["predict", "--model", "llama3-8b", "--instance", "p4d.24xlarge:1", "--layout", "tp=1,pp=1",
+                           "--fp8", "tensorwise", "--global-batch-size", "8", "--seq-len", "2048"])
+    assert code == 2 and "no FP8 tensor cores" in out and "To fix:" in out
+
+
+def test_a_dispatcher_for_a_dense_model_is_refused(srift_cli) -> None:
+    code, out = srift_cli(["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:1", "--layout", "auto",
+                           "--moe-dispatcher", "flex", "--global-batch-size", "8", "--seq-len", "2048"])
+    assert code == 2 and "dense model" in out and "To fix:" in out
+
+
+def test_recommend_searches_layouts_with_fp8_on_gpus_that_run_it(srift_cli) -> None:
+    common = ["--model", "llama3-8b", "--global-batch-size", "64", "--seq-len", "4096"]
+    found = _json(srift_cli, ["recommend", *common, "--layout", "auto", "--max-gpus", "16", "--gpu", "H100", "--gpu",
+                              "A100-80GB", "--fp8", "tensorwise"])
+    assert found["job"]["fp8"] == "tensorwise"
+    best = found["recommendations"][0]
+    assert all(r["instance"].startswith("p5.") for r in found["recommendations"])  # the A100s have no FP8 tensor cores
+    lay = best["layout"]
+    # The search's choice, predicted on its own with FP8: the same plan.
+    again = _json(srift_cli, ["predict", *common, "--instance", best["instance"], "--fp8", "tensorwise",
+                              "--layout", f"tp={lay['tp']},pp={lay['pp']},cp={lay['cp']}",
+                              "--micro-batch-size", str(lay["micro_batch"]),
+                              "--activation-checkpointing", best["activation_checkpointing"]])
+    assert again["iteration_time_s"] == pytest.approx(best["iteration_time_s"], rel=1e-9)
