@@ -391,6 +391,17 @@ def params_document(data: Path, today: str) -> dict:
         if len(titan) else np.zeros(0)
     if len(titan):
         per_source[TORCHTITAN_SOURCE] = round(float(np.mean(np.abs(titan_err)) * 100.0), 1)
+    # FP8 GEMMs, nothing fitted on them (srift/perf/fp8.py): what an --fp8 prediction quotes, Megatron's
+    # Transformer Engine runs and torchtitan's torchao float8 (under FSDP2) apart.
+    titan_all, _ = torchtitan_rows(data)
+    fp8_groups = {"fp8": fp8_rows(data), "fsdp_fp8": titan_all[titan_all["fp8"].notna()] if len(titan_all) else titan_all}
+    fp8_figures: dict[str, float | int] = {}
+    for name, group in fp8_groups.items():
+        if not len(group):
+            continue
+        err = np.array([predict_row(r, factor)[0] for r in group.itertuples()]) / group["value"].to_numpy(float) - 1.0
+        fp8_figures.update({f"{name}_mape_pct": round(float(np.mean(np.abs(err))) * 100.0, 1),
+                            f"{name}_rows": int(len(group)), f"{name}_bias_pct": round(float(np.mean(err)) * 100.0, 1) + 0.0})
     return {
         "schema": LAYOUT_PARAMS_SCHEMA,
         "megatron_compute_factor": factor,
@@ -405,7 +416,8 @@ def params_document(data: Path, today: str) -> dict:
         "validation": {"mape_pct": mape(fitted), "lomo_mape_pct": mape(held_out(rows, "zoo")),
                        "loso_mape_pct": mape(loso), "loso_mape_pct_by_source": per_source,
                        **({"fsdp_mape_pct": per_source[TORCHTITAN_SOURCE], "fsdp_rows": int(len(titan)),
-                           "fsdp_bias_pct": round(float(np.mean(titan_err)) * 100.0, 1) + 0.0} if len(titan) else {})},
+                           "fsdp_bias_pct": round(float(np.mean(titan_err)) * 100.0, 1) + 0.0} if len(titan) else {}),
+                       **fp8_figures},
         "model": "Megatron-Core / Transformer Engine compute seconds = megatron_compute_factor x the compute model's "
                  "(configs/perf/compute.json and sharded.json) on the TP/CP-split shapes",
         "method": "least squares on log(predicted / measured step time), bounded to (0.3, 2.0)",

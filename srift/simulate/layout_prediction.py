@@ -233,9 +233,9 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
                      + f" ({alternative.memory_per_gpu_bytes / 2**30:,.1f} GiB per GPU, {alternative.iteration_s:,.2f} s)")
     state_bytes = params_count(arch) * 16.0 / cluster.nodes
     typical, basis = _typical_error(arch.is_moe, settings.lora is not None, loso, lomo,
-                                    errors if plan.dp_flavour in SHARDED_FLAVOURS and isinstance(errors, dict) else None)
-    if settings.fp8 is not None and not arch.is_moe:  # the MoE group holds FP8 runs; the dense figure is bf16's
-        basis += "; FP8 GEMMs estimated apart (srift/perf/fp8.py; their runs' MAPE: scripts/validate.py --only layouts)"
+                                    errors if plan.dp_flavour in SHARDED_FLAVOURS and isinstance(errors, dict) else None,
+                                    fp8=errors if settings.fp8 is not None and isinstance(errors, dict) else None,
+                                    sharded=plan.dp_flavour in SHARDED_FLAVOURS)
     return Prediction(
         cluster=cluster.name, gpus=cluster.gpus, global_batch_size=lay.global_batch,
         iteration_time_s=plan.iteration_s, p90_iteration_time_s=max(plan.iteration_s, p90_plan.iteration_s),
@@ -300,17 +300,27 @@ def layout_memory_error(cluster: Cluster, pred: Prediction, model: str) -> Srift
 
 
 def _typical_error(moe: bool, lora: bool, loso: object, lomo: object,
-                   fsdp: dict | None = None) -> tuple[float | None, str]:
-    """The figure a layout prediction quotes: the MoE group's for a mixture of experts, the NeMo
-    fine-tuning runs' for LoRA in a layout, FSDP under a layout torchtitan's runs' (``fsdp``:
-    layouts.json's validation, its ``fsdp_mape_pct``), else the dense layout group's largest
-    held-out figure (model or source left out); never below the dense group's, which every layout
-    rests on."""
+                   fsdp: dict | None = None, fp8: dict | None = None, sharded: bool = False) -> tuple[float | None, str]:
+    """The figure a layout prediction quotes: the MoE group's for a mixture of experts (it holds
+    FP8 runs), the NeMo fine-tuning runs' for LoRA in a layout, FP8 GEMMs of a dense model their
+    runs' (``fp8``: layouts.json's validation; ``fp8_mape_pct``, Megatron's Transformer Engine
+    runs, or under FSDP2 (``sharded``) ``fsdp_fp8_mape_pct``, torchtitan's float8 runs), FSDP
+    under a layout torchtitan's bf16 runs' (``fsdp``: ``fsdp_mape_pct``), else the dense layout
+    group's largest held-out figure (model or source left out); never below the dense group's,
+    which every layout rests on."""
     held = [float(v) for v in (loso, lomo) if isinstance(v, (int, float))]
     dense = max(held) if held else None
     basis = ("largest of leave-one-source- and model-out MAPE over the bf16 Megatron runs of data/llm-parallel-layouts "
              "(3 sources: NVIDIA DGX Cloud H100 tables, the Megatron-LM README's H100 weak scaling, BLOOM-176B on A100)")
     own, own_basis = moe_typical_error() if moe else layout_finetune_typical_error() if lora else (None, "")
+    key = "fsdp_fp8" if sharded else "fp8"
+    if own is None and fp8 is not None and isinstance(fp8.get(f"{key}_mape_pct"), (int, float)):
+        own = float(fp8[f"{key}_mape_pct"])
+        own_basis = (f"MAPE of the step time over {fp8.get(f'{key}_rows', '?')} "
+                     + ("torchtitan FSDP2 runs with torchao's tensorwise float8 (data/llm-training-throughput)" if sharded
+                        else "Megatron-Core runs with Transformer Engine FP8 GEMMs (data/llm-parallel-layouts)")
+                     + f"; mean signed {fp8.get(f'{key}_bias_pct', '?')} % (+: predicted slow); nothing fitted on them, "
+                     "scripts/validate.py --only layouts")
     if own is None and fsdp is not None and isinstance(fsdp.get("fsdp_mape_pct"), (int, float)):
         own = float(fsdp["fsdp_mape_pct"])
         own_basis = (f"MAPE of the step time over {fsdp.get('fsdp_rows', '?')} torchtitan FSDP2 x TP runs "
