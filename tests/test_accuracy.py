@@ -204,16 +204,17 @@ def test_a_layout_quotes_its_own_group_never_below_the_dense_layouts(monkeypatch
         assert _typical_error(False, True, 5.3, 15.0)[0] == 15.0
         # FSDP under a layout quotes torchtitan's runs (layouts.json's validation)
         fsdp = {"fsdp_mape_pct": 23.9, "fsdp_rows": 5, "fsdp_bias_pct": -23.1}
-        assert _typical_error(False, False, 5.3, 5.9, fsdp)[0] == 23.9
-        assert "5 torchtitan FSDP2 x TP runs" in _typical_error(False, False, 5.3, 5.9, fsdp)[1]
-        assert _typical_error(False, False, 5.3, 5.9, {"fsdp_mape_pct": 2.0})[0] == 5.9
+        assert _typical_error(False, False, 5.3, 5.9, fsdp, sharded=True)[0] == 23.9
+        assert "5 torchtitan FSDP2 x TP runs" in _typical_error(False, False, 5.3, 5.9, fsdp, sharded=True)[1]
+        assert _typical_error(False, False, 5.3, 5.9, {"fsdp_mape_pct": 2.0}, sharded=True)[0] == 5.9
+        assert _typical_error(False, False, 5.3, 5.9, fsdp)[0] == 5.9  # not under FSDP: the dense figure
         # FP8 GEMMs of a dense model quote their own runs' figure: Megatron's, or torchtitan's under FSDP2
         fp8 = {"fp8_mape_pct": 8.3, "fp8_rows": 30, "fp8_bias_pct": 6.5, "fsdp_fp8_mape_pct": 14.0, "fsdp_fp8_rows": 17}
-        assert _typical_error(False, False, 5.3, 5.9, fp8=fp8)[0] == 8.3
-        assert "30 Megatron-Core runs with Transformer Engine FP8" in _typical_error(False, False, 5.3, 5.9, fp8=fp8)[1]
-        assert _typical_error(False, False, 5.3, 5.9, fp8=fp8, sharded=True)[0] == 14.0
-        assert _typical_error(False, False, 5.3, 9.0, fp8=fp8)[0] == 9.0  # never below the dense group's
-        assert _typical_error(True, False, 5.3, 5.9, fp8=fp8)[0] == 20.1  # a MoE quotes its group (FP8 runs in it)
+        assert _typical_error(False, False, 5.3, 5.9, fp8, fp8=True)[0] == 8.3
+        assert "30 Megatron-Core runs with Transformer Engine FP8" in _typical_error(False, False, 5.3, 5.9, fp8, fp8=True)[1]
+        assert _typical_error(False, False, 5.3, 5.9, fp8, sharded=True, fp8=True)[0] == 14.0
+        assert _typical_error(False, False, 5.3, 9.0, fp8, fp8=True)[0] == 9.0  # never below the dense group's
+        assert _typical_error(True, False, 5.3, 5.9, fp8, fp8=True)[0] == 20.1  # a MoE quotes its group (FP8 runs in it)
     finally:
         A.moe_typical_error.cache_clear()
         A.load_accuracy.cache_clear()

@@ -52,8 +52,7 @@ from scipy.optimize import minimize_scalar
 from srift.cluster import INFINIBAND, Cluster, Network, NodeGroup
 from srift.errors import SriftError
 from srift.fitting import megatron_rows
-from srift.job import BF16, Checkpointing
-from srift.perf.fp8 import Fp8Recipe
+from srift.job import BF16, Checkpointing, Fp8Recipe
 from srift.simulate.layouts import (LAYOUT_PARAMS_SCHEMA, Layout, load_layout_params, plan_layout, pytorch_stack,
                                     search_layouts)
 from srift.zoo import canonical_name, llm_arch

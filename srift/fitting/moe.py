@@ -33,9 +33,8 @@ import pandas as pd
 from srift.cluster import Cluster, NodeGroup
 from srift.errors import SriftError
 from srift.fitting import megatron_rows
-from srift.job import MOE_DISPATCHERS, RECOMPUTE_MODULES, SELECTIVE, MoeDispatcher
+from srift.job import MOE_DISPATCHERS, RECOMPUTE_MODULES, SELECTIVE, Fp8Recipe, MoeDispatcher
 from srift.simulate.recompute import AUTO_LADDER, Recompute
-from srift.perf.fp8 import Fp8Recipe
 from srift.simulate.layouts import Layout, megatron_stage_blocks, plan_layout
 from srift.simulate.moe import BALANCED_ROUTING
 from srift.zoo import llm_arch

@@ -233,9 +233,8 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
                      + f" ({alternative.memory_per_gpu_bytes / 2**30:,.1f} GiB per GPU, {alternative.iteration_s:,.2f} s)")
     state_bytes = params_count(arch) * 16.0 / cluster.nodes
     typical, basis = _typical_error(arch.is_moe, settings.lora is not None, loso, lomo,
-                                    errors if plan.dp_flavour in SHARDED_FLAVOURS and isinstance(errors, dict) else None,
-                                    fp8=errors if settings.fp8 is not None and isinstance(errors, dict) else None,
-                                    sharded=plan.dp_flavour in SHARDED_FLAVOURS)
+                                    errors if isinstance(errors, dict) else None,
+                                    sharded=plan.dp_flavour in SHARDED_FLAVOURS, fp8=settings.fp8 is not None)
     return Prediction(
         cluster=cluster.name, gpus=cluster.gpus, global_batch_size=lay.global_batch,
         iteration_time_s=plan.iteration_s, p90_iteration_time_s=max(plan.iteration_s, p90_plan.iteration_s),
@@ -299,32 +298,33 @@ def layout_memory_error(cluster: Cluster, pred: Prediction, model: str) -> Srift
         f"({USABLE_FRACTION:.0%} of it usable).", fix + ".")
 
 
-def _typical_error(moe: bool, lora: bool, loso: object, lomo: object,
-                   fsdp: dict | None = None, fp8: dict | None = None, sharded: bool = False) -> tuple[float | None, str]:
+def _typical_error(moe: bool, lora: bool, loso: object, lomo: object, validation: dict | None = None,
+                   sharded: bool = False, fp8: bool = False) -> tuple[float | None, str]:
     """The figure a layout prediction quotes: the MoE group's for a mixture of experts (it holds
-    FP8 runs), the NeMo fine-tuning runs' for LoRA in a layout, FP8 GEMMs of a dense model their
-    runs' (``fp8``: layouts.json's validation; ``fp8_mape_pct``, Megatron's Transformer Engine
-    runs, or under FSDP2 (``sharded``) ``fsdp_fp8_mape_pct``, torchtitan's float8 runs), FSDP
-    under a layout torchtitan's bf16 runs' (``fsdp``: ``fsdp_mape_pct``), else the dense layout
-    group's largest held-out figure (model or source left out); never below the dense group's,
-    which every layout rests on."""
+    FP8 runs), the NeMo fine-tuning runs' for LoRA in a layout; from layouts.json's ``validation``,
+    FP8 GEMMs (``fp8``) of a dense model their runs' (``fp8_mape_pct``: Megatron's Transformer
+    Engine runs; under FSDP2, ``sharded``, ``fsdp_fp8_mape_pct``: torchtitan's float8 runs), FSDP
+    under a layout torchtitan's bf16 runs' (``fsdp_mape_pct``); else the dense layout group's
+    largest held-out figure (model or source left out); never below the dense group's, which every
+    layout rests on."""
     held = [float(v) for v in (loso, lomo) if isinstance(v, (int, float))]
     dense = max(held) if held else None
     basis = ("largest of leave-one-source- and model-out MAPE over the bf16 Megatron runs of data/llm-parallel-layouts "
              "(3 sources: NVIDIA DGX Cloud H100 tables, the Megatron-LM README's H100 weak scaling, BLOOM-176B on A100)")
     own, own_basis = moe_typical_error() if moe else layout_finetune_typical_error() if lora else (None, "")
+    v = validation or {}
     key = "fsdp_fp8" if sharded else "fp8"
-    if own is None and fp8 is not None and isinstance(fp8.get(f"{key}_mape_pct"), (int, float)):
-        own = float(fp8[f"{key}_mape_pct"])
-        own_basis = (f"MAPE of the step time over {fp8.get(f'{key}_rows', '?')} "
+    if own is None and fp8 and isinstance(v.get(f"{key}_mape_pct"), (int, float)):
+        own = float(v[f"{key}_mape_pct"])
+        own_basis = (f"MAPE of the step time over {v.get(f'{key}_rows', '?')} "
                      + ("torchtitan FSDP2 runs with torchao's tensorwise float8 (data/llm-training-throughput)" if sharded
                         else "Megatron-Core runs with Transformer Engine FP8 GEMMs (data/llm-parallel-layouts)")
-                     + f"; mean signed {fp8.get(f'{key}_bias_pct', '?')} % (+: predicted slow); nothing fitted on them, "
+                     + f"; mean signed {v.get(f'{key}_bias_pct', '?')} % (+: predicted slow); nothing fitted on them, "
                      "scripts/validate.py --only layouts")
-    if own is None and fsdp is not None and isinstance(fsdp.get("fsdp_mape_pct"), (int, float)):
-        own = float(fsdp["fsdp_mape_pct"])
-        own_basis = (f"MAPE of the step time over {fsdp.get('fsdp_rows', '?')} torchtitan FSDP2 x TP runs "
-                     f"(data/llm-training-throughput; mean signed {fsdp.get('fsdp_bias_pct', '?')} %: predicted fast, "
+    if own is None and sharded and isinstance(v.get("fsdp_mape_pct"), (int, float)):
+        own = float(v["fsdp_mape_pct"])
+        own_basis = (f"MAPE of the step time over {v.get('fsdp_rows', '?')} torchtitan FSDP2 x TP runs "
+                     f"(data/llm-training-throughput; mean signed {v.get('fsdp_bias_pct', '?')} %: predicted fast, "
                      "on 500 W HBM2e H100s srift prices as H100 SXM), out of sample, scripts/validate.py --only layouts")
     if own is not None and (dense is None or own >= dense):
         return own, own_basis

@@ -80,9 +80,9 @@ from srift.perf.comm import CommModel
 from srift.job import (
     CORE_ATTN, DDP, DEFAULT_RECOMPUTE_MODULES, FLEX, FSDP, FULL_CHECKPOINTING, HALF_PRECISIONS, HSDP, INTERLEAVED,
     LAYOUT_PARALLELISMS, MOE_ACT, MOE_LAYER, PIPELINE_SCHEDULES, REDUCE_BYTES_PER_ELEMENT, SELECTIVE, ZERO1,
-    LayoutRequest, MoeDispatcher, RecomputeModule,
+    Fp8Recipe, LayoutRequest, MoeDispatcher, RecomputeModule,
 )
-from srift.perf.fp8 import Fp8Recipe, fp8_attention_s, fp8_saved_bytes, fp8_times, fp8_weight_cache_bytes
+from srift.perf.fp8 import fp8_attention_s, fp8_saved_bytes, fp8_times, fp8_weight_cache_bytes
 from srift.perf.compute import (
     ATTENTION, NORM, kernel_rates, layer_kind, layer_times, load_params as load_compute_params, mma_rate_flops,
 )

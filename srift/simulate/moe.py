@@ -69,10 +69,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from srift.job import BALANCED_MOE_IMBALANCE, DEFAULT_MOE_IMBALANCE, FLEX, MOE_DISPATCHERS, MoeDispatcher
+from srift.job import BALANCED_MOE_IMBALANCE, DEFAULT_MOE_IMBALANCE, FLEX, MOE_DISPATCHERS, Fp8Recipe, MoeDispatcher
 from srift.perf.comm import CommModel
 from srift.perf.compute import kernel_rates, layer_kind, layer_times
-from srift.perf.fp8 import Fp8Recipe, fp8_times
+from srift.perf.fp8 import fp8_times
 from srift.zoo.llm import MLP_BIAS, DecoderArch, dense_mlp_params, expert_profile
 
 BALANCED_ROUTING = BALANCED_MOE_IMBALANCE

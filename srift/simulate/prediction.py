@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from srift.job import JobLength, JobRun
+from srift.job import Fp8Recipe, JobLength, JobRun, MoeDispatcher
 from srift.simulate.breakdown import Breakdown
 from srift.simulate.spot import SpotExpectation
 
@@ -160,8 +160,8 @@ class Prediction:
     params_total: int | None = None
     params_active: int | None = None
     moe_imbalance: float | None = None
-    fp8: str | None = None
-    moe_dispatcher: str | None = None
+    fp8: Fp8Recipe | None = None
+    moe_dispatcher: MoeDispatcher | None = None
 
     def __post_init__(self) -> None:
         total = self.breakdown.total_s
