@@ -245,12 +245,14 @@ def subtract_hook_cost(layers: list[LayerProfile], phases: PhaseTimes, records: 
     of that layer, but never more than ``MAX_HOOK_SHARE`` of the layer's measured time: an interval
     holds only part of its hooks' code (the pre-hook after its mark, the post-hook before its own;
     the rest runs between leaves), and a measured layer must stay measured (0 s reads as never
-    timed). What a cheap layer cannot give up stays out of the step's total only. ``total_s``
-    loses the whole cost, ``forward_s`` and ``backward_s`` what their layers lost, so the layers
-    still add up within their phase.
+    timed). What the layers cannot give up comes out of the time between them in their passes
+    (forward or backward, split by their intervals), never below the layers' sum. ``forward_s`` and
+    ``backward_s`` lose what was taken in them and ``total_s`` the same, so the layers still add up
+    within their phase and the phases within the step.
 
     Returns:
-        The seconds taken out of the step (``cost_s``; 0 when it is not positive or no layer was timed).
+        The seconds taken out of the step: ``cost_s``, less what the passes could not give up; 0
+        when it is not positive or no layer was timed.
     """
     steady = steady_steps(records)
     by_name = {n: i for i, (n, _) in enumerate(leaves)}
@@ -277,10 +279,19 @@ def subtract_hook_cost(layers: list[LayerProfile], phases: PhaseTimes, records: 
         layer.fwd_s = (layer.fwd_s or 0.0) - cut_f
         layer.bwd_s = None if layer.bwd_s is None else layer.bwd_s - cut_b
         fwd_out, bwd_out = fwd_out + cut_f, bwd_out + cut_b
-    phases.forward_s = None if phases.forward_s is None else max(phases.forward_s - fwd_out, 0.0)
-    phases.backward_s = None if phases.backward_s is None else max(phases.backward_s - bwd_out, 0.0)
-    phases.total_s = max((phases.total_s or 0.0) - cost_s, 0.0)
-    return cost_s
+    rest = cost_s - fwd_out - bwd_out  # paid between the leaves, in their passes
+    f_all = sum(f for f, _ in counts.values())
+    taken = 0.0
+    for phase, out, part, kept in (("forward_s", fwd_out, f_all / intervals, sum(l.fwd_s or 0.0 for l in layers)),
+                                   ("backward_s", bwd_out, 1.0 - f_all / intervals, sum(l.bwd_s or 0.0 for l in layers))):
+        before = getattr(phases, phase)
+        if before is None:
+            continue
+        after = max(before - out - rest * part, min(kept, before - out), 0.0)
+        setattr(phases, phase, after)
+        taken += before - after
+    phases.total_s = max((phases.total_s or 0.0) - taken, 0.0)
+    return taken
 
 
 def _input_shape(timer: LayerTimer) -> tuple[int, int | None]:

@@ -51,7 +51,7 @@ import time
 import weakref
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
@@ -62,10 +62,7 @@ from srift.profiling.tensors import first_tensor, tensor_bytes
 
 # What a step is for (``_Pending.role``): a measured step; after the measured ones, srift's pairs of
 # one step without the leaf hooks and one with them (what the hooks cost, docs/profiling.md).
-StepRole = Literal["measured", "unhooked", "paired"]
-MEASURED: StepRole = "measured"
-UNHOOKED: StepRole = "unhooked"
-PAIRED: StepRole = "paired"
+MEASURED, UNHOOKED, PAIRED = "measured", "unhooked", "paired"
 
 
 def _takes_part(t: torch.Tensor) -> bool:
@@ -248,7 +245,7 @@ class _Pending:
     end: Any = None
     measured: bool = False
     # MEASURED; after the measured steps, srift's pairs: UNHOOKED (leaf hooks out), then PAIRED (in).
-    role: StepRole = MEASURED
+    role: str = MEASURED
     events: list[Any] = field(default_factory=list)  # CUDA events to give back to the pool
 
 
