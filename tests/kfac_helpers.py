@@ -2,8 +2,25 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import torch
 from torch import nn
+
+# Bounded, and generous against the seconds a loaded 2-core machine takes to start the workers
+# (spawn imports torch in each: about 8 s at load 6) and to run a few small steps.
+GLOO_TIMEOUT = timedelta(seconds=300)
+
+
+def init_gloo(rank: int, world: int, rendezvous_file: str) -> None:
+    """Join a ``world``-process gloo group through a file in the test's own directory.
+
+    Not through a TCP port picked free beforehand: between picking it and rank 0 binding it (the
+    workers' start-up, seconds under load) any process on the host may take it, and the test fails
+    with EADDRINUSE. Gloo's own sockets bind port 0, which the kernel hands out atomically.
+    """
+    torch.distributed.init_process_group("gloo", init_method=f"file://{rendezvous_file}", rank=rank,
+                                         world_size=world, timeout=GLOO_TIMEOUT)
 
 
 def small_cnn(seed: int = 0) -> nn.Module:

@@ -124,3 +124,18 @@ def test_intra_node_link_from_nvidia_smi_topology():
     assert intra_node_from_topo(PCIE_TOPO, "turing", 3) == "pcie3"
     assert intra_node_from_topo(PCIE_TOPO, "ada") == "pcie4"  # generation unknown
     assert intra_node_from_topo("No devices were found", None) is None
+
+
+def test_free_port_lies_below_the_ports_the_kernel_hands_out_itself():
+    """The port stays unbound until rank 0 listens; below the ephemeral range no outgoing connection
+    or ``bind(0)`` elsewhere on the host can be given it meanwhile."""
+    import socket
+
+    from srift.profiling import LOWEST_PORT, _ephemeral_low
+
+    low = _ephemeral_low()
+    for _ in range(5):
+        port = free_port()
+        assert LOWEST_PORT <= port < low
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))  # free: binds

@@ -5,7 +5,6 @@ never the CPU by default (B4: an NCCL group has no CPU side)."""
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 
@@ -16,7 +15,7 @@ from torch import nn  # noqa: E402
 
 from srift.kfac import KFACPreconditioner  # noqa: E402
 from srift.kfac.distributed import Comm  # noqa: E402
-from kfac_helpers import batches, small_cnn  # noqa: E402
+from kfac_helpers import batches, init_gloo, small_cnn  # noqa: E402
 
 
 def _scaled_step(model, pre, opt, scaler, x, y, blow_up: float = 1.0):
@@ -55,10 +54,9 @@ def test_a_single_process_comm_lives_on_the_cpu_or_the_given_device():
     assert pre.device == pre.comm.device == next(small_cnn().parameters()).device
 
 
-def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+def _worker(rank: int, world: int, rendezvous: str, out_dir: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    init_gloo(rank, world, rendezvous)
     seen: list[str] = []
     real = {name: getattr(dist, name) for name in ("all_reduce", "broadcast")}
 
@@ -89,18 +87,12 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_spd_collectives_run_on_the_gradients_device(tmp_path):
     """B4: calibration, decisions broadcast, fused factor all-reduces and inverse broadcasts all send
     tensors on the device of the gradients (on a GPU: NCCL's device; the CPU here, with gloo)."""
-    mp.spawn(_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, str(tmp_path / "rendezvous"), str(tmp_path)), nprocs=2, join=True)
     for rank in range(2):
         comm_dev, grad_dev, devices, calls = (tmp_path / f"rank{rank}.txt").read_text().split("\n")[:4]
         assert comm_dev == grad_dev == devices == "cpu"

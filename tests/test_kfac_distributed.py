@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 
 import pytest
 
@@ -15,7 +14,7 @@ import torch.multiprocessing as mp  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 from srift.kfac import KFACPreconditioner  # noqa: E402
-from kfac_helpers import batches, run_steps, small_cnn  # noqa: E402
+from kfac_helpers import batches, init_gloo, run_steps, small_cnn  # noqa: E402
 
 STEPS, BATCH = 4, 16
 # Costs that make the SPD planner fuse (large alpha) and place some inversions remotely while
@@ -55,10 +54,9 @@ def _train(model, pre, data, micro: int) -> list[dict[str, torch.Tensor]]:
     return out
 
 
-def _worker(rank: int, world: int, port: int, strategy: str, out_dir: str) -> None:
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+def _worker(rank: int, world: int, rendezvous: str, strategy: str, out_dir: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    init_gloo(rank, world, rendezvous)
     try:
         model = DDP(small_cnn())
         pre = KFACPreconditioner(model, **_kwargs(strategy))
@@ -70,12 +68,6 @@ def _worker(rank: int, world: int, port: int, strategy: str, out_dir: str) -> No
         dist.barrier()
     finally:
         dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -92,7 +84,7 @@ def test_two_processes_match_one_process(strategy, tmp_path):
     model = small_cnn()
     ref = run_steps(model, KFACPreconditioner(model, **_kwargs(strategy)), batches(STEPS, BATCH))
 
-    mp.spawn(_worker, args=(2, _free_port(), strategy, str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, str(tmp_path / "rendezvous"), strategy, str(tmp_path)), nprocs=2, join=True)
     results = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
     for res in results:
         for step, (got, want) in enumerate(zip(res["grads"], ref)):

@@ -20,7 +20,6 @@ from srift.errors import SriftError
 from srift.job import Job
 from srift.perf.comm import CommModel
 from srift.profile import DeviceInfo, PhaseTimes, Profile, UnitCollective
-from srift.profiling import free_port
 from srift.simulate.predictor import job_with_profile_defaults, predict
 from srift.testing import measured_unit_profile
 
@@ -43,8 +42,8 @@ def _profile(tmp_path: Path, *script_args: str, nproc: int = 1, iters: int = 3) 
     if nproc == 1:
         cmd = [*SRIFT, *args]
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
-               str(free_port()), "--no-python", *SRIFT, *args]
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--standalone",
+               "--no-python", *SRIFT, *args]
     res = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=240, env=ENV)
     assert res.returncode == 0, res.stderr[-3000:]
     return Profile.load(out)

@@ -140,7 +140,7 @@ def test_missing_script_is_a_usage_error(tmp_path: Path) -> None:
 def test_ddp_under_torchrun_records_allreduce_buckets(tmp_path: Path) -> None:
     out = tmp_path / "ddp.yaml"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
            "--no-python", *SRIFT, "profile", str(EXAMPLES / "train_ddp.py"), "--warmup", "2", "--iters", "3", "-o", str(out)]
     res = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=180, env=env)
     assert res.returncode == 0, res.stderr[-3000:]

@@ -20,6 +20,7 @@ import re
 import socket
 import statistics
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,6 @@ from srift.cluster import cluster_from_dict
 from srift.errors import SriftError
 from srift.files import write_yaml
 from srift.hardware import find_gpu, gpu as gpu_spec
-from srift.profiling import free_port
 
 DEFAULT_SIZES = [2**k for k in range(10, 27, 2)]  # 1 KiB .. 64 MiB
 
@@ -113,14 +113,12 @@ def calibration_from_times(backend: str, world: int, sizes: list[int], times: di
     return out
 
 
-def _worker(rank: int, world: int, backend: str, port: int, sizes: list[int], reps: int, warmup: int, out: Any) -> None:
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def _worker(rank: int, world: int, backend: str, rendezvous: str, sizes: list[int], reps: int, warmup: int, out: Any) -> None:
     device = torch.device("cpu")
     if backend == "nccl":
         torch.cuda.set_device(rank)
         device = torch.device("cuda", rank)
-    dist.init_process_group(backend, rank=rank, world_size=world)
+    dist.init_process_group(backend, init_method=f"file://{rendezvous}", rank=rank, world_size=world)
     try:
         times = time_collectives(sizes, reps, warmup, device)
         if rank == 0:
@@ -147,9 +145,11 @@ def measure_collectives(backend: str, nproc: int, sizes: list[int] | None = None
     sizes = sorted(sizes or DEFAULT_SIZES)
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    port = free_port()
-    mp.start_processes(_worker, args=(nproc, backend, port, sizes, reps, warmup, queue), nprocs=nproc, join=True,
-                       start_method="spawn")
+    # The workers meet through a file, not a port picked free beforehand: any process on a busy
+    # host may take such a port while the workers start (seconds), and rank 0 then fails (EADDRINUSE).
+    with tempfile.TemporaryDirectory(prefix="srift-calibrate-") as rdzv_dir:
+        mp.start_processes(_worker, args=(nproc, backend, os.path.join(rdzv_dir, "rendezvous"), sizes, reps, warmup, queue),
+                           nprocs=nproc, join=True, start_method="spawn")
     return calibration_from_times(backend, nproc, sizes, queue.get())
 
 
