@@ -523,17 +523,7 @@ class Job:
         if self.fp8 is not None:
             require_choice(self.fp8, FP8_RECIPES, "FP8 recipe", "--fp8")
         self._check_fp8()
-        if self.layout is None:
-            if self.parallelism == "zero1":
-                raise SriftError("--parallelism zero1 is modelled with a --layout.",
-                                 "add --layout tp=T,pp=P,cp=C (or auto), or use --parallelism zero2 or fsdp.")
-            # --micro-batch-size without a layout: the data-parallel micro-batch (srift.api.with_micro_batch).
-            for flag, given in (("--pipeline-schedule", self.pipeline_schedule is not None),
-                                ("--virtual-stages", self.virtual_stages != 1), ("--fp8", self.fp8 is not None),
-                                ("--moe-dispatcher", self.moe_dispatcher != ALLTOALL),
-                                ("--moe-ep-overlap", self.moe_ep_overlap)):
-                if given:
-                    raise SriftError(f"{flag} needs a --layout.", f"add --layout tp=T,pp=P,cp=C (or auto), or drop {flag}.")
+        if self.layout is None:  # layout-only settings are refused when priced without one: require_layout_settings
             return
         parse_layout(self.layout)
         if self.batch_size is not None:
@@ -570,6 +560,30 @@ class Job:
             raise SriftError(f"--fp8 {self.fp8} with --parallelism {self.parallelism} is not modelled (torchtitan's "
                              f"float8 is validated {TENSORWISE} only).",
                              f"use --fp8 {TENSORWISE}, or --parallelism zero1 (Megatron-Core) with --fp8 {self.fp8}.")
+
+    def require_layout_settings(self) -> None:
+        """Refuse settings that only a layout models when the job is priced without one.
+
+        Not a check of ``__post_init__``: ``recommend`` gives a decoder LLM's job that names no
+        layout ``--layout auto`` (srift.api.takes_default_layout) after the job is built, so the
+        rule is applied where a job is priced (srift.simulate.predictor.Predictor).
+        --micro-batch-size without a layout is data parallelism's micro-batch (srift.api.with_micro_batch).
+
+        Raises:
+            SriftError: for --parallelism zero1, --pipeline-schedule, --virtual-stages, --fp8,
+                --moe-dispatcher or --moe-ep-overlap without a layout.
+        """
+        if self.layout is not None:
+            return
+        if self.parallelism == ZERO1:
+            raise SriftError("--parallelism zero1 is modelled with a --layout.",
+                             "add --layout tp=T,pp=P,cp=C (or auto), or use --parallelism zero2 or fsdp.")
+        for flag, given in (("--pipeline-schedule", self.pipeline_schedule is not None),
+                            ("--virtual-stages", self.virtual_stages != 1), ("--fp8", self.fp8 is not None),
+                            ("--moe-dispatcher", self.moe_dispatcher != ALLTOALL),
+                            ("--moe-ep-overlap", self.moe_ep_overlap)):
+            if given:
+                raise SriftError(f"{flag} needs a --layout.", f"add --layout tp=T,pp=P,cp=C (or auto), or drop {flag}.")
 
     @property
     def kfac(self) -> bool:

@@ -78,9 +78,11 @@ def test_a_dispatcher_for_a_dense_model_is_refused(srift_cli) -> None:
     assert code == 2 and "dense model" in out and "To fix:" in out
 
 
-def test_recommend_searches_layouts_with_fp8_on_gpus_that_run_it(srift_cli) -> None:
+@pytest.mark.parametrize("layout", [[], ["--layout", "auto"]], ids=["default-layout-search", "layout-auto"])
+def test_recommend_searches_layouts_with_fp8_on_gpus_that_run_it(srift_cli, layout: list[str]) -> None:
+    # Without --layout, recommend searches a decoder LLM's layouts by default: --fp8 is not refused for it.
     common = ["--model", "llama3-8b", "--global-batch-size", "64", "--seq-len", "4096"]
-    found = _json(srift_cli, ["recommend", *common, "--layout", "auto", "--max-gpus", "16", "--gpu", "H100", "--gpu",
+    found = _json(srift_cli, ["recommend", *common, *layout, "--max-gpus", "16", "--gpu", "H100", "--gpu",
                               "A100-80GB", "--fp8", "tensorwise"])
     assert found["job"]["fp8"] == "tensorwise"
     best = found["recommendations"][0]
@@ -92,3 +94,43 @@ def test_recommend_searches_layouts_with_fp8_on_gpus_that_run_it(srift_cli) -> N
                               "--micro-batch-size", str(lay["micro_batch"]),
                               "--activation-checkpointing", best["activation_checkpointing"]])
     assert again["iteration_time_s"] == pytest.approx(best["iteration_time_s"], rel=1e-9)
+
+
+def test_recommend_takes_the_dispatcher_without_layout_auto(srift_cli) -> None:
+    """--moe-dispatcher/--moe-ep-overlap ride recommend's default layout search as they ride --layout auto."""
+    common = ["recommend", "--model-config", str(MIXTRAL), "--global-batch-size", "64", "--seq-len", "4096",
+              "--max-gpus", "16", "--gpu", "H100", "--moe-dispatcher", "flex", "--moe-ep-overlap"]
+    default, auto = _json(srift_cli, common), _json(srift_cli, [*common, "--layout", "auto"])
+    assert (default["job"]["moe_dispatcher"], default["job"]["moe_ep_overlap"]) == ("flex", True)
+    assert [(r["instance"], r["layout"], r["iteration_time_s"]) for r in default["recommendations"]] == \
+        [(r["instance"], r["layout"], r["iteration_time_s"]) for r in auto["recommendations"]]
+    assert default["recommendations"][0]["layout"]["ep"] > 1
+
+
+@pytest.mark.parametrize("extra, flag", [
+    (["--fp8", "tensorwise", "--batch-size", "4"], "--fp8"),  # --batch-size says data parallelism: no layout search
+    (["--moe-dispatcher", "flex", "--parallelism", "fsdp"], "--moe-dispatcher"),
+])
+def test_recommend_refuses_layout_settings_when_it_searches_no_layout(srift_cli, extra: list[str], flag: str) -> None:
+    code, out = srift_cli(["recommend", "--model", "llama3-8b", "--seq-len", "2048", "--max-gpus", "8", "--gpu", "H100",
+                           *extra])
+    assert code == 2 and f"{flag} needs a --layout" in out and "To fix: add --layout" in out and "Traceback" not in out
+
+
+def test_api_recommend_searches_layouts_with_fp8_and_predict_refuses_it_without_one() -> None:
+    from srift import api
+    from srift.errors import SriftError
+    from srift.job import Job
+    from srift.search.limits import Constraints
+
+    job = Job(fp8="tensorwise", global_batch_size=64, seq_len=4096)
+    found = api.recommend(job, Constraints(max_gpus=8, gpus=frozenset({"H100", "A100-80GB"})), model="llama3-8b")
+    assert found.job.layout == "auto" and found.job.fp8 == "tensorwise"
+    rows = found.search.recommendations
+    assert rows and all(r.instance.startswith("p5.") for r in rows)  # A100s run no FP8
+    with pytest.raises(SriftError, match="--fp8 needs a --layout"):
+        api.predict(job, model="llama3-8b", instance="p5.48xlarge:1")
+    # --parallelism zero1 (Megatron's distributed optimizer) is a layout's too: searched, not refused.
+    zero1 = api.recommend(Job(parallelism="zero1", global_batch_size=64, seq_len=4096),
+                          Constraints(max_gpus=8, gpus=frozenset({"H100"})), model="llama3-8b")
+    assert zero1.job.layout == "auto" and zero1.search.recommendations[0].prediction.parallelism == "zero1"
