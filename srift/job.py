@@ -15,7 +15,7 @@ from typing import Final, Literal, get_args
 
 from srift.bounds import (
     MAX_BATCH_SIZE, MAX_BUCKET_CAP_MB, MAX_DATASET_SIZE, MAX_EPOCHS, MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM,
-    MAX_KFAC_INTERVAL, MAX_LORA_RANK, MAX_MOE_IMBALANCE, MAX_PARALLEL_DEGREE, MAX_SAMPLES, MAX_SEQ_LEN, MAX_STEPS,
+    MAX_KFAC_INTERVAL, MAX_LORA_RANK, MAX_MOE_IMBALANCE, MAX_MTP_LAYERS, MAX_PARALLEL_DEGREE, MAX_SAMPLES, MAX_SEQ_LEN, MAX_STEPS,
     MAX_TOKENS, require,
 )
 from srift.errors import SriftError
@@ -428,6 +428,10 @@ class Job:
         moe_dispatcher: One of MOE_DISPATCHERS: a mixture of experts' token dispatcher under
             expert parallelism (srift/simulate/moe.py).
         moe_ep_overlap: The dispatcher's all-to-alls overlap another micro-batch's compute.
+        mtp_layers: Multi-token prediction layers the run trains (Megatron-Core's
+            ``mtp_num_layers``; a layout's), None: none. Not the model config's
+            ``num_nextn_predict_layers`` by default: that says the checkpoint has the module, not
+            that a run trains it (a recipe's choice).
 
     Raises:
         SriftError: for a setting out of its vocabulary or range.
@@ -463,6 +467,7 @@ class Job:
     fp8: Fp8Recipe | None = None
     moe_dispatcher: MoeDispatcher = "alltoall"
     moe_ep_overlap: bool = False
+    mtp_layers: int | None = None
 
     def __post_init__(self) -> None:
         for name, high in (("batch_size", MAX_BATCH_SIZE), ("seq_len", MAX_SEQ_LEN), ("global_batch_size", MAX_GLOBAL_BATCH_SIZE),
@@ -520,6 +525,9 @@ class Job:
         if self.pipeline_schedule is not None:
             require_choice(self.pipeline_schedule, PIPELINE_SCHEDULES, "pipeline schedule", "--pipeline-schedule")
         require_choice(self.moe_dispatcher, MOE_DISPATCHERS, "MoE token dispatcher", "--moe-dispatcher")
+        if self.mtp_layers is not None:
+            require(self.mtp_layers, "--mtp-layers", 1, MAX_MTP_LAYERS, integer=True,
+                    hint=f"pass --mtp-layers from 1 to {MAX_MTP_LAYERS:,} (leave it out for none).")
         if self.fp8 is not None:
             require_choice(self.fp8, FP8_RECIPES, "FP8 recipe", "--fp8")
         self._check_fp8()
@@ -571,7 +579,7 @@ class Job:
 
         Raises:
             SriftError: for --parallelism zero1, --pipeline-schedule, --virtual-stages, --fp8,
-                --moe-dispatcher or --moe-ep-overlap without a layout.
+                --moe-dispatcher, --moe-ep-overlap or --mtp-layers without a layout.
         """
         if self.layout is not None:
             return
@@ -581,7 +589,7 @@ class Job:
         for flag, given in (("--pipeline-schedule", self.pipeline_schedule is not None),
                             ("--virtual-stages", self.virtual_stages != 1), ("--fp8", self.fp8 is not None),
                             ("--moe-dispatcher", self.moe_dispatcher != ALLTOALL),
-                            ("--moe-ep-overlap", self.moe_ep_overlap)):
+                            ("--moe-ep-overlap", self.moe_ep_overlap), ("--mtp-layers", self.mtp_layers is not None)):
             if given:
                 raise SriftError(f"{flag} needs a --layout.", f"add --layout tp=T,pp=P,cp=C (or auto), or drop {flag}.")
 

@@ -1,5 +1,6 @@
-"""``--fp8``, ``--moe-dispatcher`` and ``--moe-ep-overlap``: the command line predicts what
-``plan_layout`` computes with the same recipe and dispatcher, and refuses what srift does not model."""
+"""``--fp8``, ``--moe-dispatcher``, ``--moe-ep-overlap`` and ``--mtp-layers``: the command line
+predicts what ``plan_layout`` computes with the same recipe, dispatcher and multi-token prediction
+layers, and refuses what srift does not model."""
 
 from __future__ import annotations
 
@@ -134,3 +135,60 @@ def test_api_recommend_searches_layouts_with_fp8_and_predict_refuses_it_without_
     zero1 = api.recommend(Job(parallelism="zero1", global_batch_size=64, seq_len=4096),
                           Constraints(max_gpus=8, gpus=frozenset({"H100"})), model="llama3-8b")
     assert zero1.job.layout == "auto" and zero1.search.recommendations[0].prediction.parallelism == "zero1"
+
+
+DEEPSEEK_V3 = Path(__file__).parent / "fixtures" / "hf_configs" / "DeepSeek-V3.json"
+
+
+def _tiny_deepseek(tmp_path: Path) -> Path:
+    """DeepSeek-V3's config at a toy size: 4 blocks (the first dense), 8 experts, one MTP layer."""
+    cfg = json.loads(DEEPSEEK_V3.read_text())
+    cfg.update(hidden_size=256, intermediate_size=512, kv_lora_rank=64, q_lora_rank=128, moe_intermediate_size=128,
+               n_routed_experts=8, num_experts_per_tok=2, n_group=1, topk_group=1, num_attention_heads=8,
+               num_key_value_heads=8, num_hidden_layers=4, first_k_dense_replace=1, qk_nope_head_dim=32,
+               qk_rope_head_dim=16, v_head_dim=32, vocab_size=1000, max_position_embeddings=4096)
+    path = tmp_path / "tiny-deepseek.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def test_mtp_layers_come_from_the_config_and_are_trained_only_when_asked(srift_cli, tmp_path: Path) -> None:
+    from srift.simulate.breakdown import FORWARD
+    from srift.simulate.layouts import block_parts, compute_factor_of, scaled_parts
+
+    assert arch_from_hf_config(DEEPSEEK_V3).mtp_layers == llm_arch("deepseek-v3").mtp_layers == 1
+    assert llm_arch("kimi-k2").mtp_layers == 0 and arch_from_hf_config(MIXTRAL).mtp_layers == 0
+    config = _tiny_deepseek(tmp_path)
+    arch = arch_from_hf_config(config)
+    assert arch.mtp_layers == 1
+    run = ["predict", "--model-config", str(config), "--instance", "p5.48xlarge:1", "--layout", "tp=1,pp=1,ep=8",
+           "--global-batch-size", "32", "--seq-len", "1024", "--activation-checkpointing", "none"]
+    base, mtp = _json(srift_cli, run), _json(srift_cli, [*run, "--mtp-layers", "1"])
+    # The config's MTP layer is named, not priced, unless --mtp-layers says the run trains it.
+    assert any("has 1 multi-token prediction layer(s)" in n for n in base["notes"])
+    assert any("1 multi-token prediction layer(s) (--mtp-layers)" in n for n in mtp["notes"])
+    cluster = resolve_cluster("p5.48xlarge:1", None)
+    lay = Layout(1, 1, 1, 8, 1, 1, 4, "1f1b", 8)  # 32 sequences / (DP 8 x micro-batch 1) = 4 micro-batches
+    for pred, k in ((base, 0), (mtp, 1)):
+        direct = plan_layout(arch, cluster, lay, 1024, "bf16", "none", imbalance=DEFAULT_MOE_IMBALANCE, mtp_layers=k)
+        assert pred["iteration_time_s"] == pytest.approx(direct.iteration_s, rel=1e-12)
+    # By hand: each of the 4 micro-batches runs one more (MoE) block and the final norm, head and loss once more.
+    parts = scaled_parts(block_parts(arch, 1, 1, 1, 1024, "bf16", "H100", 8, DEFAULT_MOE_IMBALANCE), compute_factor_of("zero1"))
+    assert mtp["breakdown"][FORWARD] - base["breakdown"][FORWARD] == pytest.approx(4 * (parts.block_f_s + parts.last_f_s))
+    # --layout auto carries the MTP layer into its search: its choice is plan_layout's with it.
+    auto = _json(srift_cli, [*run[:5], "--layout", "auto", *run[7:11], "--mtp-layers", "1"])
+    a = auto["layout"]
+    again = plan_layout(arch, cluster, Layout(a["tp"], a["pp"], a["cp"], a["dp"], a["vp"], a["micro_batch"], a["grad_accum"],
+                                              a["schedule"], a["ep"]), 1024, "bf16", auto["activation_checkpointing"],
+                        imbalance=DEFAULT_MOE_IMBALANCE, mtp_layers=1)
+    assert auto["iteration_time_s"] == pytest.approx(again.iteration_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--mtp-layers", "1"], "--mtp-layers needs a --layout"),
+    (["--layout", "tp=1,pp=1", "--mtp-layers", "0"], "pass --mtp-layers from 1"),
+])
+def test_mtp_layers_refused(srift_cli, extra: list[str], says: str) -> None:
+    code, out = srift_cli(["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:1", "--global-batch-size", "8",
+                           "--seq-len", "2048", *extra])
+    assert code == 2 and says in out and "To fix:" in out and "Traceback" not in out

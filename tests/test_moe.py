@@ -397,3 +397,10 @@ def test_a_multi_token_prediction_layer_is_one_more_block_and_head_on_the_last_s
     assert middle.memory_stage == 2
     assert middle.memory_per_gpu_bytes == pytest.approx(sum(
         _stage_memories(six, four, six_parts, "none", "zero1", [2], stage_blocks=(1, 1, 3, 1))[0].values()))
+    # the layout search's memory check counts the MTP layer as the plan does (its most loaded stage)
+    from srift.simulate.layouts import _peak_memory_of
+    for lay in (two, four):
+        for ckpt in ("none", "full"):
+            every = max(sum(m.values()) for m in _stage_memories(six, lay, six_parts, ckpt, "zero1", mtp_layers=1))
+            assert _peak_memory_of(six, lay.pp, 1, lay.grad_accum, lay.cp * lay.dp, six_parts, ckpt, "zero1",
+                                   lay.dp // lay.ep, mtp_layers=1) == pytest.approx(every)

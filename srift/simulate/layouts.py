@@ -1381,14 +1381,15 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
                    compute_factor: float | None = None, tp_overlap: bool | None = None,
                    imbalance: float = BALANCED_ROUTING, lora: LoraSpec | None = None,
                    reduce_dtype: str = "fp32", fp8: Fp8Recipe | None = None, dispatcher: MoeDispatcher = "alltoall",
-                   ep_overlap: bool = False) -> LayoutSearch:
+                   ep_overlap: bool = False, mtp_layers: int = 0) -> LayoutSearch:
     """The fastest layout of ``arch`` on ``cluster`` that fits (``request`` fixes any degree).
 
     Every candidate gets a lower bound on its time (the slowest stage's compute, recomputation
     included, over ``M + (p - 1) / V`` slots); in order of it, each one's memory is checked (each
     checkpointing policy in turn: the least recompute that fits) and those that fit are
     simulated, until the bound passes the best time found. When none fits, the one with the least
-    memory comes back as ``smallest``. ``fp8``, ``dispatcher``, ``ep_overlap``: as ``plan_layout``'s.
+    memory comes back as ``smallest``. ``fp8``, ``dispatcher``, ``ep_overlap``, ``mtp_layers``: as
+    ``plan_layout``'s.
     """
     comm = comm or CommModel.for_cluster(cluster)
     g = comm.topology.gpus_per_node
@@ -1409,7 +1410,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     if hopeless or not degrees:
         return LayoutSearch(None, _most_sharded(arch, cluster, degrees, seq_len, precision, checkpointing[-1], dp_flavour,
                                                 comm, gpu, factor, tp_overlap, imbalance, lora, reduce_dtype, fp8,
-                                                dispatcher, ep_overlap),
+                                                dispatcher, ep_overlap, mtp_layers),
                             len(degrees), len(degrees), 0)
     parts_of: dict[tuple[int, int, int, int], BlockParts] = {}
     slot_of: dict[tuple[int, int, int, int], tuple[float, float]] = {}
@@ -1434,7 +1435,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
             slot_of[key] = (parts.block_f_s + parts.block_b_s + bc.tp_f_s + bc.tp_b_s + bc.cp_f_s + bc.cp_b_s + a2a,
                             k_tp * bc.tp_hidden_s + k_p2p * bc.cp_hidden_s)
         blk, hidden = slot_of[key]
-        n = max(stage_layers(arch.n_layers, p, not pytorch))
+        n = max(stage_layers(pipeline_blocks(arch, mtp_layers), p, not pytorch))
         ranked.append(((m + (p - 1) / v) * n * blk + m * n * hidden, t, p, c, d, mb, m, v, ep))
     ranked.sort()
     best: LayoutPlan | None = None
@@ -1445,7 +1446,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
         parts = parts_of[(t, c, mb, ep)]
         chosen = next((k for k in checkpointing
                        if _peak_memory_of(arch, p, v, m, state_shard(dp_flavour, g, t, c, p, d), parts, k, dp_flavour,
-                                          t * c * d // ep, reduce_dtype) <= cap), None)
+                                          t * c * d // ep, reduce_dtype, mtp_layers) <= cap), None)
         if chosen is None:
             rejected += 1
             continue
@@ -1454,13 +1455,13 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
                 bound * (1.0 + parts.block_f_s / (parts.block_f_s + parts.block_b_s)) >= best.iteration_s:
             continue
         plan = _plan(arch, cluster, lay, seq_len, precision, chosen, dp_flavour, comm, 0.5, gpu, parts, tp_overlap,
-                     dispatcher, ep_overlap, reduce_dtype=reduce_dtype)
+                     dispatcher, ep_overlap, reduce_dtype=reduce_dtype, mtp_layers=mtp_layers)
         simulated += 1
         if best is None or plan.iteration_s < best.iteration_s:
             best = plan
     smallest = None if best is not None else _most_sharded(arch, cluster, degrees, seq_len, precision, checkpointing[-1],
                                                             dp_flavour, comm, gpu, factor, tp_overlap, imbalance, lora,
-                                                            reduce_dtype, fp8, dispatcher, ep_overlap)
+                                                            reduce_dtype, fp8, dispatcher, ep_overlap, mtp_layers)
     return LayoutSearch(best, smallest, len(degrees), rejected, simulated)
 
 
@@ -1468,7 +1469,8 @@ def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: list[Degrees],
                   seq_len: int, precision: str, checkpointing: str, dp_flavour: str, comm: CommModel, gpu: str,
                   factor: float, tp_overlap: bool, imbalance: float = BALANCED_ROUTING,
                   lora: LoraSpec | None = None, reduce_dtype: str = "fp32", fp8: Fp8Recipe | None = None,
-                  dispatcher: MoeDispatcher = "alltoall", ep_overlap: bool = False) -> LayoutPlan | None:
+                  dispatcher: MoeDispatcher = "alltoall", ep_overlap: bool = False,
+                  mtp_layers: int = 0) -> LayoutPlan | None:
     """When nothing fits: the plan that needs the least memory among the most model-parallel
     layouts of the smallest micro-batch (what comes closest, for the error)."""
     if not degrees:
@@ -1484,14 +1486,14 @@ def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: list[Degrees],
                                          dispatcher=dispatcher, fused_fc1=not pytorch_stack(dp_flavour),
                                          pytorch_kernels=pytorch_stack(dp_flavour)), factor)
         mem = _peak_memory_of(arch, p, v, m, state_shard(dp_flavour, comm.topology.gpus_per_node, t, c, p, d), parts,
-                              checkpointing, dp_flavour, t * c * d // ep, reduce_dtype)
+                              checkpointing, dp_flavour, t * c * d // ep, reduce_dtype, mtp_layers)
         if best is None or mem < best[0]:
             best = (mem, r, parts)
     assert best is not None
     t, p, c, d, mb, m, v, ep = best[1]
     return _plan(arch, cluster, Layout(t, p, c, d, v, mb, m, "interleaved" if v > 1 else "1f1b", ep), seq_len, precision,
                  checkpointing, dp_flavour, comm, 0.5, gpu, best[2], tp_overlap, dispatcher, ep_overlap,
-                 reduce_dtype=reduce_dtype)
+                 reduce_dtype=reduce_dtype, mtp_layers=mtp_layers)
 
 
 def _peak_memory(arch: DecoderArch, layout: Layout, parts: BlockParts, checkpointing: str, dp_flavour: str,
@@ -1506,20 +1508,21 @@ def _peak_memory(arch: DecoderArch, layout: Layout, parts: BlockParts, checkpoin
 
 
 def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts: BlockParts, checkpointing: str,
-                    dp_flavour: str, expert_shard: int = 1, reduce_dtype: str = "fp32") -> float:
+                    dp_flavour: str, expert_shard: int = 1, reduce_dtype: str = "fp32", mtp_layers: int = 0) -> float:
     """``_peak_memory`` of ``p`` stages, ``v`` virtual stages (1: 1F1B), ``m`` micro-batches and
-    optimizer states over ``shard`` ranks (``state_shard``; routed experts': ``expert_shard``)."""
+    optimizer states over ``shard`` ranks (``state_shard``; routed experts': ``expert_shard``) with
+    ``mtp_layers`` multi-token prediction layers (``_stage_memories``)."""
     per_param = GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / shard  # per trained one (ddp: shard 1)
     per_expert = PARAM_BYTES + (0.0 if parts.frozen_base else
                                 GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / (expert_shard if dp_flavour == ZERO1 else 1))
-    layers = stage_layers(arch.n_layers, p, not pytorch_stack(dp_flavour))
+    layers = stage_layers(pipeline_blocks(arch, mtp_layers), p, not pytorch_stack(dp_flavour))
     peak = 0.0
     for i in {0, min(1, p - 1), p - 1}:  # the arithmetic of _stage_memories, without the dicts
         n = layers[i]
         per_mb = n * _kept_block_bytes(parts, checkpointing) + (parts.first_act_bytes if i == 0 else 0.0)
         flight = min(float(m), p - i + (p - 1 - i) / v) if v > 1 and p > 1 else float(min(m, p - i))
         acts = per_mb * flight + _rebuilt_block_bytes(parts, checkpointing) + (
-            parts.last_act_bytes + eager_loss_bytes(parts, dp_flavour) if i == p - 1 else 0.0)
+            (1 + mtp_layers) * parts.last_act_bytes + eager_loss_bytes(parts, dp_flavour) if i == p - 1 else 0.0)
         params_i = (n * parts.local_block_params + (parts.local_embed_params if i == 0 else 0.0)
                     + (parts.local_head_params if i == p - 1 else 0.0))
         if dp_flavour in SHARDED_FLAVOURS:
