@@ -102,7 +102,7 @@ def test_recommend_takes_the_dispatcher_without_layout_auto(srift_cli) -> None:
     common = ["recommend", "--model-config", str(MIXTRAL), "--global-batch-size", "64", "--seq-len", "4096",
               "--max-gpus", "16", "--gpu", "H100", "--moe-dispatcher", "flex", "--moe-ep-overlap"]
     default, auto = _json(srift_cli, common), _json(srift_cli, [*common, "--layout", "auto"])
-    assert (default["job"]["moe_dispatcher"], default["job"]["moe_ep_overlap"]) == ("flex", True)
+    assert (default["job"]["moe_dispatcher"], default["job"]["moe_ep_overlap"], default["job"]["mtp_layers"]) == ("flex", True, 0)
     assert [(r["instance"], r["layout"], r["iteration_time_s"]) for r in default["recommendations"]] == \
         [(r["instance"], r["layout"], r["iteration_time_s"]) for r in auto["recommendations"]]
     assert default["recommendations"][0]["layout"]["ep"] > 1
