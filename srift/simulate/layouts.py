@@ -377,7 +377,44 @@ def stage_layers(n_layers: int, pp: int, megatron: bool = False) -> tuple[int, .
     return tuple(out)
 
 
+@functools.lru_cache(maxsize=4096)
+def stage_moe_blocks(arch: DecoderArch, layers: tuple[int, ...], vp: int = 1, mtp_layers: int = 0) -> tuple[int, ...]:
+    """MoE blocks among the ``layers[r]`` blocks of each pipeline rank ``r``.
+
+    The pipeline's blocks in order are the model's (``DecoderArch.is_moe_block``), then its
+    ``mtp_layers``, each of the last block's kind (``pipeline_blocks``). With ``vp`` virtual stages
+    a rank's blocks are split into ``vp`` chunks as evenly as possible (the first the larger), and
+    chunk ``c`` of rank ``r`` is virtual stage ``c x pp + r`` (the interleaved schedule's
+    placement): DeepSeek-V3's 3 dense blocks then lie on the first virtual stages.
+    """
+    kinds = [arch.is_moe_block(i) for i in range(arch.n_layers)] + [arch.is_moe_block(arch.n_layers - 1)] * mtp_layers
+    if sum(layers) != len(kinds):
+        raise ValueError(f"stages of {layers} blocks do not place the {len(kinds)} blocks of {arch.name}")
+    counts = [0] * len(layers)
+    start = 0
+    for c in range(vp):
+        for r, n in enumerate(layers):
+            size = n // vp + (1 if c < n % vp else 0)
+            counts[r] += sum(kinds[start:start + size])
+            start += size
+    return tuple(counts)
+
+
 # ---- compute on the split shapes ---------------------------------------------------------------
+@dataclass(frozen=True)
+class BlockMemory:
+    """One block's memory figures on one GPU (``BlockParts``' fields of the same names): of a MoE
+    block or a dense block of a mixture of experts whose blocks differ."""
+
+    block_act_bytes: float
+    selective_saved_bytes: float
+    op_sac_saved_bytes: float
+    local_block_params: float
+    local_adapter_params: float
+    local_expert_params: float
+    fp8_weight_bytes: float
+
+
 @dataclass(frozen=True)
 class BlockParts:
     """Seconds and bytes of one micro-batch on one GPU, per part of the model, at a TP and CP split.
@@ -420,6 +457,9 @@ class BlockParts:
             (torchao's float8 TP under PyTorch's stack casts before it gathers: the FP8 copy;
             0: the activations' own).
         tp: The TP degree these figures are split for.
+        kinds: A mixture of experts with dense blocks too (DeepSeek-V3's ``first_k_dense_replace``):
+            (a MoE block's, a dense block's) memory figures, which ``on_stage`` mixes for the
+            blocks a pipeline stage holds; None when every block is alike.
     """
 
     block_f_s: float
@@ -454,6 +494,18 @@ class BlockParts:
     logits: float = 0.0
     gather_element_bytes: float = 0.0
     tp: int = 1
+    kinds: tuple[BlockMemory, BlockMemory] | None = None
+
+    def on_stage(self, moe_blocks: int, blocks: int) -> "BlockParts":
+        """These figures with the memory ones (``BlockMemory``'s) of a stage of ``blocks`` blocks,
+        ``moe_blocks`` of them MoE blocks: its own mix, not the model's average (a stage holding
+        only dense blocks holds no experts). Seconds stay the model's average."""
+        if self.kinds is None or blocks == 0:
+            return self
+        frac = moe_blocks / blocks
+        moe, dense = self.kinds
+        return dataclasses.replace(self, **{
+            f.name: frac * getattr(moe, f.name) + (1.0 - frac) * getattr(dense, f.name) for f in dataclasses.fields(BlockMemory)})
 
     def trainable(self, blocks: int, first: bool, last: bool) -> float:
         """Parameters that train on a stage of ``blocks`` blocks (with the embedding when ``first``,
@@ -554,11 +606,18 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
     def mix(a: float, b: float) -> float:
         return frac * a + (1.0 - frac) * b
 
+    moe_act_total = moe.block_act_bytes + moe_activation_bytes(arch, shape, e, kept_e)
+    kinds = None if frac == 1.0 else (
+        BlockMemory(moe_act_total, moe.selective_saved_bytes + moe_saved, moe.op_sac_saved_bytes, moe_local,
+                    moe.local_adapter_params, local_expert_params(arch, ep),
+                    (moe_local + local_expert_params(arch, ep)) * fp8_weight_cache_bytes(fp8) if fp8 else 0.0),
+        BlockMemory(dense.block_act_bytes, dense.selective_saved_bytes, dense.op_sac_saved_bytes, dense.local_block_params,
+                    dense.local_adapter_params, 0.0, dense.local_block_params * fp8_weight_cache_bytes(fp8) if fp8 else 0.0))
     return dataclasses.replace(
-        moe,
+        moe, kinds=kinds,
         block_f_s=mix(moe.block_f_s + xt.experts_f_s, dense.block_f_s),
         block_b_s=mix(moe.block_b_s + xt.experts_b_s, dense.block_b_s),
-        block_act_bytes=mix(moe.block_act_bytes + moe_activation_bytes(arch, shape, e, kept_e), dense.block_act_bytes),
+        block_act_bytes=mix(moe_act_total, dense.block_act_bytes),
         selective_saved_bytes=mix(moe.selective_saved_bytes + moe_saved, dense.selective_saved_bytes),
         selective_f_s=mix(moe.selective_f_s + moe_again_s, dense.selective_f_s),
         op_sac_saved_bytes=mix(moe.op_sac_saved_bytes, dense.op_sac_saved_bytes),
@@ -1263,7 +1322,7 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     }
     # ---- memory: the most loaded stage (of an even split only the first, second and last can be:
     # _peak_memory; a job's own layout may load any stage most) ----
-    candidates = sorted({0, min(1, p - 1), p - 1}) if stage_blocks is None else list(range(p))
+    candidates = memory_stages(p, parts.kinds is not None) if stage_blocks is None else list(range(p))
     mems = dict(zip(candidates, _stage_memories(arch, layout, parts, checkpointing, dp_flavour, candidates, shard,
                                                 reduce_dtype, mtp_layers, layers)))
     stage = max(candidates, key=lambda i: sum(mems[i].values()))
@@ -1496,6 +1555,13 @@ def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: list[Degrees],
                  reduce_dtype=reduce_dtype, mtp_layers=mtp_layers)
 
 
+def memory_stages(pp: int, blocks_differ: bool = False) -> list[int]:
+    """The stages that can be the most loaded of ``stage_layers``' even split: the first, second
+    and last (every middle stage holds at most the second's blocks and fewer micro-batches in
+    flight), or every stage when the blocks differ (one holding dense blocks holds no experts)."""
+    return list(range(pp)) if blocks_differ else sorted({0, min(1, pp - 1), pp - 1})
+
+
 def _peak_memory(arch: DecoderArch, layout: Layout, parts: BlockParts, checkpointing: str, dp_flavour: str,
                  gpus_per_node: int = 8, reduce_dtype: str = "fp32") -> float:
     """The most loaded stage's bytes per GPU (the same count as ``_plan``'s, without the times).
@@ -1516,9 +1582,12 @@ def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts
     per_expert = PARAM_BYTES + (0.0 if parts.frozen_base else
                                 GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / (expert_shard if dp_flavour == ZERO1 else 1))
     layers = stage_layers(pipeline_blocks(arch, mtp_layers), p, not pytorch_stack(dp_flavour))
+    moe_blocks = stage_moe_blocks(arch, layers, v, mtp_layers) if parts.kinds is not None else None
+    every = parts
     peak = 0.0
-    for i in {0, min(1, p - 1), p - 1}:  # the arithmetic of _stage_memories, without the dicts
+    for i in memory_stages(p, moe_blocks is not None):  # the arithmetic of _stage_memories, without the dicts
         n = layers[i]
+        parts = every if moe_blocks is None else every.on_stage(moe_blocks[i], n)
         per_mb = n * _kept_block_bytes(parts, checkpointing) + (parts.first_act_bytes if i == 0 else 0.0)
         flight = min(float(m), p - i + (p - 1 - i) / v) if v > 1 and p > 1 else float(min(m, p - i))
         acts = per_mb * flight + _rebuilt_block_bytes(parts, checkpointing) + (
@@ -1579,14 +1648,20 @@ def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkp
     """Bytes per GPU by kind of every stage (or of ``stages``); optimizer states over ``shard``
     ranks (``state_shard``; None: CP x DP under ``zero1`` and ``fsdp``, else 1); ``mtp_layers``:
     multi-token prediction layers (``pipeline_blocks``; the last stage keeps each one's logits);
-    ``stage_blocks``: the blocks of each stage (default ``stage_layers``' split)."""
+    ``stage_blocks``: the blocks of each stage (default ``stage_layers``' split). A mixture of
+    experts whose blocks differ counts each stage's own dense and MoE blocks
+    (``stage_moe_blocks``, ``BlockParts.on_stage``)."""
     p, v, m = layout.pp, layout.vp, layout.grad_accum
     if shard is None:
         shard = layout.cp * layout.dp if dp_flavour in (ZERO1, FSDP) else 1
     out = []
     layers = stage_blocks or stage_layers(pipeline_blocks(arch, mtp_layers), p, not pytorch_stack(dp_flavour))
+    moe_blocks = stage_moe_blocks(arch, layers, v if layout.schedule == INTERLEAVED else 1, mtp_layers) \
+        if parts.kinds is not None else None
+    every = parts
     for i in (range(p) if stages is None else stages):
         n = layers[i]
+        parts = every if moe_blocks is None else every.on_stage(moe_blocks[i], n)  # the blocks this stage holds
         per_mb = n * _kept_block_bytes(parts, checkpointing)
         once = _rebuilt_block_bytes(parts, checkpointing)
         if i == 0:
