@@ -433,7 +433,8 @@ class BlockParts:
         kv_width: This rank's key/value width.
         moe_fraction: Share of the blocks that are MoE blocks (0: a dense model). A mixture of
             experts' blocks are averaged: each block stands for ``moe_fraction`` of a MoE block
-            and the rest of a dense one (DeepSeek-V3's 3 dense blocks of 61 spread over the stages).
+            and the rest of a dense one (DeepSeek-V3's 3 dense blocks of 61 spread over the stages)
+            in time; in memory each stage counts its own (``kinds``).
         local_expert_params: Routed-expert parameters of one (average) block on this rank.
         dispatch_bytes: One MoE block's all-to-all send buffer per rank (srift/simulate/moe.py).
         experts_f_s, experts_b_s: Of ``block_f_s``/``block_b_s``, the routed experts' grouped GEMMs.
