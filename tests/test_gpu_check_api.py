@@ -1,6 +1,7 @@
-"""The calls ../shared/tools/gpu-check/probes.py makes into srift keep working (issue 28: keep the
-GPU check working as the code changes). Its ``events`` probe times a deep MLP with ``LayerTimer``
-and closes each step with ``finish_iteration``; here the same calls on the CPU clock."""
+"""The calls the team's GPU check (gpu-check's probes.py, kept beside the repository) makes into
+srift keep working (issue 28: keep the GPU check working as the code changes). Its ``events`` probe
+times a deep MLP with ``LayerTimer`` and closes each step with ``finish_iteration``; here the same
+calls on the CPU clock."""
 
 from __future__ import annotations
 

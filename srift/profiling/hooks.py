@@ -546,7 +546,7 @@ class LayerTimer:
 
     def finish_iteration(self, prev_end_wall: float | None, end_wall: float, measured: bool) -> IterationTimes | None:
         """Close and resolve the iteration that just stepped, at once (the API before
-        ``close_iteration``/``resolve``; ../shared/tools/gpu-check's ``events`` probe calls it).
+        ``close_iteration``/``resolve``; the team's GPU check, gpu-check's ``events`` probe, calls it).
 
         Args:
             prev_end_wall: Unused (the iteration starts at its first root forward's mark).
