@@ -12,7 +12,9 @@ gives its activations back and faults them in again every step (2,000-2,500 faul
 6-14 % of it here): the same step would run differently in the two. Each of
 ``--repeats`` repeats runs the plain script, profiles, and runs the plain script again (the load
 the profile saw lies between); its batch-B profile predicts a one-CPU job at each batch
-(srift.simulate.predict) against the median of that repeat's plain steps. Plain steps are timed
+(srift.simulate.predict) against the median of that repeat's plain steps. The machine's floor: each repeat also runs the plain script
+alone at batch B, as many steps as the profile measures, and takes its median as the prediction (no
+srift): how near one process comes to the others here, which no single profile can beat. Plain steps are timed
 as srift's CPU clock times (``srift.profiling.hooks.WallClock``: wall time less the thread's
 wait for a core, i.e. without other processes' load; docs/profiling.md) and, for comparison, on
 the wall clock. Every single profile is checked against the first (1x, 2x targets; exit 1 when
@@ -45,8 +47,8 @@ from srift.simulate import predict
 
 # The script: argv[1] the batches (comma-separated), argv[2] the steps at each. With one batch it is
 # the plain training loop srift profiles (srift stops it after its warm-up and measured steps);
-# with several it runs them in turn, one step each per round, and prints each batch's step seconds
-# as JSON. The step is the same either way. Matmuls large enough for the CPU to run at full rate
+# with several (or a third argument) it runs them in turn, one step each per round, and prints each
+# batch's step seconds as JSON. The step is the same either way. Matmuls large enough for the CPU to run at full rate
 # (at a few dozen rows it does not, and time is not proportional to the work).
 MLP = """
 import json, sys, time, torch
@@ -71,7 +73,7 @@ for i in range(steps):
         opt.zero_grad()
         times[b].append(time.perf_counter() - t0)
         own[b].append(times[b][-1] - (queue.waited_s() - w0))
-if len(batches) > 1:
+if len(batches) > 1 or len(sys.argv) > 3:  # argv[3]: print the steps of a single batch too
     print(json.dumps({"wall": {b: t[WARMUP:] for b, t in times.items()}, "own": {b: t[WARMUP:] for b, t in own.items()}}))
 """
 # glibc's thresholds, fixed for every process of the validation (see the docstring): blocks up to
@@ -96,8 +98,8 @@ def profile(folder: Path, batch: int, iters: int, tag: str) -> Profile:
 def plain(folder: Path, batches: list[int], rounds: int) -> dict[str, dict[int, list[float]]]:
     """Step seconds of the plain script at each batch, the batches interleaved: ``wall`` (perf_counter)
     and ``own`` (less the thread's wait for a core, srift's CPU clock)."""
-    res = subprocess.run([sys.executable, str(folder / "mlp.py"), ",".join(map(str, batches)), str(rounds + WARMUP)],
-                         capture_output=True, text=True, timeout=600)
+    res = subprocess.run([sys.executable, str(folder / "mlp.py"), ",".join(map(str, batches)), str(rounds + WARMUP),
+                          "print"], capture_output=True, text=True, timeout=600)
     if res.returncode != 0:
         raise SystemExit(f"the plain script failed:\n{res.stderr}")
     return {clock: {int(b): t for b, t in steps.items()} for clock, steps in json.loads(res.stdout).items()}
@@ -132,6 +134,7 @@ def main() -> int:
     hooked: list[float] = []  # the measured step with srift's hooks (before their cost is taken out)
     cost: list[float] = []  # what the hooks cost a step (srift's pairs of steps without and with them)
     waits: list[float] = []
+    floor: list[float] = []  # [repeat]: error of a lone plain process at B taken as the prediction
     threads: set[int | None] = set()
     with tempfile.TemporaryDirectory(prefix="srift-self-") as tmp:
         folder = Path(tmp)
@@ -147,6 +150,7 @@ def main() -> int:
                 out.append(math.nan if value is None else value)
             waits.append((source.measurement.run_queue_s or 0.0) if source.measurement else float("nan"))
             threads.add(source.measurement.threads if source.measurement else None)
+            lone = plain(folder, [args.batch], args.iters)  # as long as the profile measures, alone
             after = plain(folder, batches, args.rounds)
             predicted = {b: predict(source, cpu, Job(batch_size=b)).iteration_time_s for b in batches}
             for c in clocks:
@@ -156,6 +160,7 @@ def main() -> int:
                     medians[c][b].append(statistics.median(times))
                     errors[c][b].append(predicted[b] / medians[c][b][-1] - 1)
             own = medians["own"]
+            floor.append(statistics.median(lone["own"][args.batch]) / own[args.batch][-1] - 1)
             for b in batches:  # how the prediction scales from B, against how the plain steps scale
                 scaling[b].append((predicted[b] / predicted[args.batch]) / (own[b][-1] / own[args.batch][-1]) - 1)
     load_after = os.getloadavg()
@@ -186,6 +191,10 @@ def main() -> int:
               f"| {'-' if target is None else f'{target:.0%}'} | {within} "
               f"| {', '.join(f'{e:+.0%}' for e in errors['wall'][b])} ({statistics.median(errors['wall'][b]):+.1%}) "
               f"| {', '.join(f'{e:+.1%}' for e in scaling[b])} ({statistics.median(scaling[b]):+.1%}) |")
+    within = sum(abs(e) <= TARGETS[1] for e in floor)
+    print(f"The machine's floor: a plain process at batch {args.batch} ({args.iters} steps, no srift) in place of the "
+          f"profile, against the same reference: {', '.join(f'{e:+.1%}' for e in floor)} "
+          f"(median {statistics.median(floor):+.1%}); within {TARGETS[1]:.0%}: {within}/{len(floor)}")
     return 0 if ok else 1
 
 

@@ -31,6 +31,7 @@ MAX_GRAD_ACCUM = 65_536  # micro-batches per optimizer step
 MAX_LORA_RANK = 65_536  # LoRA rank (above any model width srift has)
 MAX_PARALLEL_DEGREE = 65_536  # TP, PP or CP degree of a layout, and virtual pipeline stages
 MAX_MOE_IMBALANCE = 64.0  # busiest expert-parallel rank's routed tokens over the mean (at most EP)
+MAX_MTP_LAYERS = 10_000  # multi-token prediction layers (each a block: a model config's layers' bound; DeepSeek-V3: 1)
 MAX_KFAC_INTERVAL = 10**6  # K-FAC factor / inverse update interval, iterations
 MAX_BUCKET_CAP_MB = 1 << 20  # DDP gradient bucket cap, MiB (1 TiB: above any model's gradients)
 

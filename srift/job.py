@@ -15,7 +15,7 @@ from typing import Final, Literal, get_args
 
 from srift.bounds import (
     MAX_BATCH_SIZE, MAX_BUCKET_CAP_MB, MAX_DATASET_SIZE, MAX_EPOCHS, MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM,
-    MAX_KFAC_INTERVAL, MAX_LORA_RANK, MAX_MOE_IMBALANCE, MAX_PARALLEL_DEGREE, MAX_SAMPLES, MAX_SEQ_LEN, MAX_STEPS,
+    MAX_KFAC_INTERVAL, MAX_LORA_RANK, MAX_MOE_IMBALANCE, MAX_MTP_LAYERS, MAX_PARALLEL_DEGREE, MAX_SAMPLES, MAX_SEQ_LEN, MAX_STEPS,
     MAX_TOKENS, require,
 )
 from srift.errors import SriftError
@@ -428,6 +428,10 @@ class Job:
         moe_dispatcher: One of MOE_DISPATCHERS: a mixture of experts' token dispatcher under
             expert parallelism (srift/simulate/moe.py).
         moe_ep_overlap: The dispatcher's all-to-alls overlap another micro-batch's compute.
+        mtp_layers: Multi-token prediction layers the run trains (Megatron-Core's
+            ``mtp_num_layers``; a layout's), None: none. Not the model config's
+            ``num_nextn_predict_layers`` by default: that says the checkpoint has the module, not
+            that a run trains it (a recipe's choice).
 
     Raises:
         SriftError: for a setting out of its vocabulary or range.
@@ -463,6 +467,7 @@ class Job:
     fp8: Fp8Recipe | None = None
     moe_dispatcher: MoeDispatcher = "alltoall"
     moe_ep_overlap: bool = False
+    mtp_layers: int | None = None
 
     def __post_init__(self) -> None:
         for name, high in (("batch_size", MAX_BATCH_SIZE), ("seq_len", MAX_SEQ_LEN), ("global_batch_size", MAX_GLOBAL_BATCH_SIZE),
@@ -520,20 +525,13 @@ class Job:
         if self.pipeline_schedule is not None:
             require_choice(self.pipeline_schedule, PIPELINE_SCHEDULES, "pipeline schedule", "--pipeline-schedule")
         require_choice(self.moe_dispatcher, MOE_DISPATCHERS, "MoE token dispatcher", "--moe-dispatcher")
+        if self.mtp_layers is not None:
+            require(self.mtp_layers, "--mtp-layers", 1, MAX_MTP_LAYERS, integer=True,
+                    hint=f"pass --mtp-layers from 1 to {MAX_MTP_LAYERS:,} (leave it out for none).")
         if self.fp8 is not None:
             require_choice(self.fp8, FP8_RECIPES, "FP8 recipe", "--fp8")
         self._check_fp8()
-        if self.layout is None:
-            if self.parallelism == "zero1":
-                raise SriftError("--parallelism zero1 is modelled with a --layout.",
-                                 "add --layout tp=T,pp=P,cp=C (or auto), or use --parallelism zero2 or fsdp.")
-            # --micro-batch-size without a layout: the data-parallel micro-batch (srift.api.with_micro_batch).
-            for flag, given in (("--pipeline-schedule", self.pipeline_schedule is not None),
-                                ("--virtual-stages", self.virtual_stages != 1), ("--fp8", self.fp8 is not None),
-                                ("--moe-dispatcher", self.moe_dispatcher != ALLTOALL),
-                                ("--moe-ep-overlap", self.moe_ep_overlap)):
-                if given:
-                    raise SriftError(f"{flag} needs a --layout.", f"add --layout tp=T,pp=P,cp=C (or auto), or drop {flag}.")
+        if self.layout is None:  # layout-only settings are refused when priced without one: require_layout_settings
             return
         parse_layout(self.layout)
         if self.batch_size is not None:
@@ -570,6 +568,30 @@ class Job:
             raise SriftError(f"--fp8 {self.fp8} with --parallelism {self.parallelism} is not modelled (torchtitan's "
                              f"float8 is validated {TENSORWISE} only).",
                              f"use --fp8 {TENSORWISE}, or --parallelism zero1 (Megatron-Core) with --fp8 {self.fp8}.")
+
+    def require_layout_settings(self) -> None:
+        """Refuse settings that only a layout models when the job is priced without one.
+
+        Not a check of ``__post_init__``: ``recommend`` gives a decoder LLM's job that names no
+        layout ``--layout auto`` (srift.api.takes_default_layout) after the job is built, so the
+        rule is applied where a job is priced (srift.simulate.predictor.Predictor).
+        --micro-batch-size without a layout is data parallelism's micro-batch (srift.api.with_micro_batch).
+
+        Raises:
+            SriftError: for --parallelism zero1, --pipeline-schedule, --virtual-stages, --fp8,
+                --moe-dispatcher, --moe-ep-overlap or --mtp-layers without a layout.
+        """
+        if self.layout is not None:
+            return
+        if self.parallelism == ZERO1:
+            raise SriftError("--parallelism zero1 is modelled with a --layout.",
+                             "add --layout tp=T,pp=P,cp=C (or auto), or use --parallelism zero2 or fsdp.")
+        for flag, given in (("--pipeline-schedule", self.pipeline_schedule is not None),
+                            ("--virtual-stages", self.virtual_stages != 1), ("--fp8", self.fp8 is not None),
+                            ("--moe-dispatcher", self.moe_dispatcher != ALLTOALL),
+                            ("--moe-ep-overlap", self.moe_ep_overlap), ("--mtp-layers", self.mtp_layers is not None)):
+            if given:
+                raise SriftError(f"{flag} needs a --layout.", f"add --layout tp=T,pp=P,cp=C (or auto), or drop {flag}.")
 
     @property
     def kfac(self) -> bool:

@@ -29,7 +29,7 @@ from typing import Any, Final, Literal
 
 from srift.bounds import (
     MAX_BATCH_SIZE, MAX_BUCKET_CAP_MB, MAX_DATASET_SIZE, MAX_EPOCHS, MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM,
-    MAX_KFAC_INTERVAL, MAX_LORA_RANK, MAX_MOE_IMBALANCE, MAX_PARALLEL_DEGREE, MAX_SAMPLES, MAX_SEQ_LEN, MAX_STEPS,
+    MAX_KFAC_INTERVAL, MAX_LORA_RANK, MAX_MOE_IMBALANCE, MAX_MTP_LAYERS, MAX_PARALLEL_DEGREE, MAX_SAMPLES, MAX_SEQ_LEN, MAX_STEPS,
     MAX_TOKENS,
 )
 from srift.errors import one_of
@@ -144,6 +144,10 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("moe_ep_overlap", "bool", False, "A mixture of experts' dispatch and combine all-to-alls overlap another "
               "micro-batch's compute (Megatron-Core's overlap_moe_expert_parallel_comm; ep=E).",
               negative_flag="--no-moe-ep-overlap"),
+    JobOption("mtp_layers", "int", None, "Multi-token prediction layers the --layout's run trains (Megatron-Core's "
+              "mtp_num_layers: a block and the head's loss again, on the last stage; default none, even where the "
+              "model's config has them: num_nextn_predict_layers says the checkpoint has the module, not that a run "
+              "trains it; Megatron-Bridge's DeepSeek-V3 recipes set 1).", high=MAX_MTP_LAYERS),
     JobOption("activation_checkpointing", "str", AUTO, f"{one_of((*CHECKPOINTING, AUTO))} (per transformer block; "
               "selective: torchtitan's per-op policy; with --layout, Megatron-Core's attention-core recompute, and auto tries "
               "its norm/expert-activation modules before full).", choices=(*CHECKPOINTING, AUTO)),

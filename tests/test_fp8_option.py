@@ -1,5 +1,6 @@
-"""``--fp8``, ``--moe-dispatcher`` and ``--moe-ep-overlap``: the command line predicts what
-``plan_layout`` computes with the same recipe and dispatcher, and refuses what srift does not model."""
+"""``--fp8``, ``--moe-dispatcher``, ``--moe-ep-overlap`` and ``--mtp-layers``: the command line
+predicts what ``plan_layout`` computes with the same recipe, dispatcher and multi-token prediction
+layers, and refuses what srift does not model."""
 
 from __future__ import annotations
 
@@ -78,9 +79,11 @@ def test_a_dispatcher_for_a_dense_model_is_refused(srift_cli) -> None:
     assert code == 2 and "dense model" in out and "To fix:" in out
 
 
-def test_recommend_searches_layouts_with_fp8_on_gpus_that_run_it(srift_cli) -> None:
+@pytest.mark.parametrize("layout", [[], ["--layout", "auto"]], ids=["default-layout-search", "layout-auto"])
+def test_recommend_searches_layouts_with_fp8_on_gpus_that_run_it(srift_cli, layout: list[str]) -> None:
+    # Without --layout, recommend searches a decoder LLM's layouts by default: --fp8 is not refused for it.
     common = ["--model", "llama3-8b", "--global-batch-size", "64", "--seq-len", "4096"]
-    found = _json(srift_cli, ["recommend", *common, "--layout", "auto", "--max-gpus", "16", "--gpu", "H100", "--gpu",
+    found = _json(srift_cli, ["recommend", *common, *layout, "--max-gpus", "16", "--gpu", "H100", "--gpu",
                               "A100-80GB", "--fp8", "tensorwise"])
     assert found["job"]["fp8"] == "tensorwise"
     best = found["recommendations"][0]
@@ -92,3 +95,100 @@ def test_recommend_searches_layouts_with_fp8_on_gpus_that_run_it(srift_cli) -> N
                               "--micro-batch-size", str(lay["micro_batch"]),
                               "--activation-checkpointing", best["activation_checkpointing"]])
     assert again["iteration_time_s"] == pytest.approx(best["iteration_time_s"], rel=1e-9)
+
+
+def test_recommend_takes_the_dispatcher_without_layout_auto(srift_cli) -> None:
+    """--moe-dispatcher/--moe-ep-overlap ride recommend's default layout search as they ride --layout auto."""
+    common = ["recommend", "--model-config", str(MIXTRAL), "--global-batch-size", "64", "--seq-len", "4096",
+              "--max-gpus", "16", "--gpu", "H100", "--moe-dispatcher", "flex", "--moe-ep-overlap"]
+    default, auto = _json(srift_cli, common), _json(srift_cli, [*common, "--layout", "auto"])
+    assert (default["job"]["moe_dispatcher"], default["job"]["moe_ep_overlap"], default["job"]["mtp_layers"]) == ("flex", True, 0)
+    assert [(r["instance"], r["layout"], r["iteration_time_s"]) for r in default["recommendations"]] == \
+        [(r["instance"], r["layout"], r["iteration_time_s"]) for r in auto["recommendations"]]
+    assert default["recommendations"][0]["layout"]["ep"] > 1
+
+
+@pytest.mark.parametrize("extra, flag", [
+    (["--fp8", "tensorwise", "--batch-size", "4"], "--fp8"),  # --batch-size says data parallelism: no layout search
+    (["--moe-dispatcher", "flex", "--parallelism", "fsdp"], "--moe-dispatcher"),
+])
+def test_recommend_refuses_layout_settings_when_it_searches_no_layout(srift_cli, extra: list[str], flag: str) -> None:
+    code, out = srift_cli(["recommend", "--model", "llama3-8b", "--seq-len", "2048", "--max-gpus", "8", "--gpu", "H100",
+                           *extra])
+    assert code == 2 and f"{flag} needs a --layout" in out and "To fix: add --layout" in out and "Traceback" not in out
+
+
+def test_api_recommend_searches_layouts_with_fp8_and_predict_refuses_it_without_one() -> None:
+    from srift import api
+    from srift.errors import SriftError
+    from srift.job import Job
+    from srift.search.limits import Constraints
+
+    job = Job(fp8="tensorwise", global_batch_size=64, seq_len=4096)
+    found = api.recommend(job, Constraints(max_gpus=8, gpus=frozenset({"H100", "A100-80GB"})), model="llama3-8b")
+    assert found.job.layout == "auto" and found.job.fp8 == "tensorwise"
+    rows = found.search.recommendations
+    assert rows and all(r.instance.startswith("p5.") for r in rows)  # A100s run no FP8
+    with pytest.raises(SriftError, match="--fp8 needs a --layout"):
+        api.predict(job, model="llama3-8b", instance="p5.48xlarge:1")
+    # --parallelism zero1 (Megatron's distributed optimizer) is a layout's too: searched, not refused.
+    zero1 = api.recommend(Job(parallelism="zero1", global_batch_size=64, seq_len=4096),
+                          Constraints(max_gpus=8, gpus=frozenset({"H100"})), model="llama3-8b")
+    assert zero1.job.layout == "auto" and zero1.search.recommendations[0].prediction.parallelism == "zero1"
+
+
+DEEPSEEK_V3 = Path(__file__).parent / "fixtures" / "hf_configs" / "DeepSeek-V3.json"
+
+
+def _tiny_deepseek(tmp_path: Path) -> Path:
+    """DeepSeek-V3's config at a toy size: 4 blocks (the first dense), 8 experts, one MTP layer."""
+    cfg = json.loads(DEEPSEEK_V3.read_text())
+    cfg.update(hidden_size=256, intermediate_size=512, kv_lora_rank=64, q_lora_rank=128, moe_intermediate_size=128,
+               n_routed_experts=8, num_experts_per_tok=2, n_group=1, topk_group=1, num_attention_heads=8,
+               num_key_value_heads=8, num_hidden_layers=4, first_k_dense_replace=1, qk_nope_head_dim=32,
+               qk_rope_head_dim=16, v_head_dim=32, vocab_size=1000, max_position_embeddings=4096)
+    path = tmp_path / "tiny-deepseek.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def test_mtp_layers_come_from_the_config_and_are_trained_only_when_asked(srift_cli, tmp_path: Path) -> None:
+    from srift.simulate.breakdown import FORWARD
+    from srift.simulate.layouts import block_parts, compute_factor_of, scaled_parts
+
+    assert arch_from_hf_config(DEEPSEEK_V3).mtp_layers == llm_arch("deepseek-v3").mtp_layers == 1
+    assert llm_arch("kimi-k2").mtp_layers == 0 and arch_from_hf_config(MIXTRAL).mtp_layers == 0
+    config = _tiny_deepseek(tmp_path)
+    arch = arch_from_hf_config(config)
+    assert arch.mtp_layers == 1
+    run = ["predict", "--model-config", str(config), "--instance", "p5.48xlarge:1", "--layout", "tp=1,pp=1,ep=8",
+           "--global-batch-size", "32", "--seq-len", "1024", "--activation-checkpointing", "none"]
+    base, mtp = _json(srift_cli, run), _json(srift_cli, [*run, "--mtp-layers", "1"])
+    # The config's MTP layer is named, not priced, unless --mtp-layers says the run trains it.
+    assert any("has 1 multi-token prediction layer(s)" in n for n in base["notes"])
+    assert any("1 multi-token prediction layer(s) (--mtp-layers)" in n for n in mtp["notes"])
+    cluster = resolve_cluster("p5.48xlarge:1", None)
+    lay = Layout(1, 1, 1, 8, 1, 1, 4, "1f1b", 8)  # 32 sequences / (DP 8 x micro-batch 1) = 4 micro-batches
+    for pred, k in ((base, 0), (mtp, 1)):
+        direct = plan_layout(arch, cluster, lay, 1024, "bf16", "none", imbalance=DEFAULT_MOE_IMBALANCE, mtp_layers=k)
+        assert pred["iteration_time_s"] == pytest.approx(direct.iteration_s, rel=1e-12)
+    # By hand: each of the 4 micro-batches runs one more (MoE) block and the final norm, head and loss once more.
+    parts = scaled_parts(block_parts(arch, 1, 1, 1, 1024, "bf16", "H100", 8, DEFAULT_MOE_IMBALANCE), compute_factor_of("zero1"))
+    assert mtp["breakdown"][FORWARD] - base["breakdown"][FORWARD] == pytest.approx(4 * (parts.block_f_s + parts.last_f_s))
+    # --layout auto carries the MTP layer into its search: its choice is plan_layout's with it.
+    auto = _json(srift_cli, [*run[:5], "--layout", "auto", *run[7:11], "--mtp-layers", "1"])
+    a = auto["layout"]
+    again = plan_layout(arch, cluster, Layout(a["tp"], a["pp"], a["cp"], a["dp"], a["vp"], a["micro_batch"], a["grad_accum"],
+                                              a["schedule"], a["ep"]), 1024, "bf16", auto["activation_checkpointing"],
+                        imbalance=DEFAULT_MOE_IMBALANCE, mtp_layers=1)
+    assert auto["iteration_time_s"] == pytest.approx(again.iteration_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--mtp-layers", "1"], "--mtp-layers needs a --layout"),
+    (["--layout", "tp=1,pp=1", "--mtp-layers", "0"], "pass --mtp-layers from 1"),
+])
+def test_mtp_layers_refused(srift_cli, extra: list[str], says: str) -> None:
+    code, out = srift_cli(["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:1", "--global-batch-size", "8",
+                           "--seq-len", "2048", *extra])
+    assert code == 2 and says in out and "To fix:" in out and "Traceback" not in out

@@ -397,3 +397,55 @@ def test_a_multi_token_prediction_layer_is_one_more_block_and_head_on_the_last_s
     assert middle.memory_stage == 2
     assert middle.memory_per_gpu_bytes == pytest.approx(sum(
         _stage_memories(six, four, six_parts, "none", "zero1", [2], stage_blocks=(1, 1, 3, 1))[0].values()))
+    # the layout search's memory check counts the MTP layer as the plan does (its most loaded stage)
+    from srift.simulate.layouts import _peak_memory_of
+    for lay in (two, four):
+        for ckpt in ("none", "full"):
+            every = max(sum(m.values()) for m in _stage_memories(six, lay, six_parts, ckpt, "zero1", mtp_layers=1))
+            assert _peak_memory_of(six, lay.pp, 1, lay.grad_accum, lay.cp * lay.dp, six_parts, ckpt, "zero1",
+                                   lay.dp // lay.ep, mtp_layers=1) == pytest.approx(every)
+
+
+MIXED = DecoderArch("tiny-mixed", n_layers=2, hidden=64, heads=4, kv_heads=4, intermediate=256, vocab=100, experts=8,
+                    experts_per_token=2, expert_intermediate=32, dense_layers=1)  # block 0 dense, block 1 MoE
+
+
+def test_a_stage_holding_dense_blocks_holds_no_experts():
+    """Per-stage memory counts the blocks on the stage (``first_k_dense_replace``), not the model's average block."""
+    from srift.simulate.layouts import _stage_memories, block_parts, stage_layers
+    two = Layout(1, 2, 1, 4, 1, 1, 4, "1f1b", 1)  # 2 stages, DP 4, EP 1
+    assert stage_layers(2, 2) == (1, 1)  # block 0 (dense) with the embedding, block 1 (MoE) with the head
+    first, last = _stage_memories(MIXED, two, block_parts(MIXED, 1, 1, 1, 128, "bf16", "H100"), "none", "zero1")
+    # By hand (bf16 weights, 2 bytes):
+    #   dense block: q, k, v, o 4 x 64 x 64 = 16,384; SwiGLU 3 x 64 x 256 = 49,152; 2 norms 128 -> 65,664
+    #   MoE block without experts: 16,384 + 128 + router 64 x 8 = 17,024; experts 8 x 3 x 64 x 32 = 49,152
+    #   embedding 100 x 64 = 6,400; head 6,400 + final norm 64 = 6,464
+    assert first["weights"] == 2 * (6_400 + 65_664)  # 144,128: no expert on it (the average block put half of 8 there)
+    assert last["weights"] == 2 * (17_024 + 6_464) + 2 * 49_152  # 145,280
+    # Adam's fp32 master and two moments (12 bytes) over the 4 DP ranks; the experts' over tp x cp x dp / ep = 4
+    assert first["optimizer_state"] == (6_400 + 65_664) * 12 / 4
+    assert last["optimizer_state"] == (17_024 + 6_464) * 12 / 4 + 49_152 * 12 / 4
+
+
+def test_stage_moe_blocks_by_hand():
+    from srift.simulate.layouts import stage_moe_blocks
+    six = dataclasses.replace(MIXED, name="tiny-mixed-6", n_layers=6, dense_layers=2)  # blocks 0, 1 dense
+    assert stage_moe_blocks(six, (2, 2, 2)) == (0, 2, 2)
+    # two virtual stages a rank: virtual stages 0, 1, 2 hold blocks 0, 1, 2 (one each), then 3, 4, 5
+    assert stage_moe_blocks(six, (2, 2, 2), 2) == (1, 1, 2)
+    assert stage_moe_blocks(six, (2, 2, 3), 1, mtp_layers=1) == (0, 2, 3)  # the MTP layer: the last block's kind
+    with pytest.raises(ValueError):
+        stage_moe_blocks(six, (2, 2, 2), 1, mtp_layers=1)
+
+
+def test_the_searchs_memory_check_is_the_plans_when_blocks_differ():
+    from srift.simulate.layouts import _peak_memory_of, _stage_memories, block_parts, candidate_layouts, state_shard
+    six = dataclasses.replace(MIXED, name="tiny-mixed-6", n_layers=6, dense_layers=2)
+    layouts = candidate_layouts(six, 8, 8, 128, 64)
+    assert any(lay.vp > 1 for lay in layouts) and any(lay.pp > 2 for lay in layouts)
+    for lay in layouts:
+        parts = block_parts(six, lay.tp, lay.cp, lay.micro_batch, 128, "bf16", "H100", lay.ep)
+        for ckpt in ("none", "full"):
+            every = max(sum(m.values()) for m in _stage_memories(six, lay, parts, ckpt, "zero1", mtp_layers=1))
+            assert _peak_memory_of(six, lay.pp, lay.vp, lay.grad_accum, state_shard("zero1", 8, lay.tp, lay.cp, lay.pp, lay.dp),
+                                   parts, ckpt, "zero1", lay.tp * lay.cp * lay.dp // lay.ep, mtp_layers=1) == pytest.approx(every)

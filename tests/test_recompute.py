@@ -235,6 +235,8 @@ def test_deepseek_runs_train_one_mtp_layer_and_take_their_recipes_pipeline_layou
     assert got[("deepseek-v3", "GB200", 4, 4)] == (1, (16, 16, 16, 14))
     assert got[("deepseek-v3", "GB200", 8, 4)] == (1, None)  # no recipe lays out pp 8 x vp 4: the even split
     assert got[("qwen3-235b-a22b", "B300", 8, 1)] == (0, None)
+    # Kimi-K2's config has no MTP module (num_nextn_predict_layers 0): its run trains none
+    assert {v[0] for k, v in got.items() if k[0] == "kimi-k2"} == {0}
 
 
 def test_auto_ladder_recomputes_mla_up_projections_before_shared_experts_and_dense_mlps():

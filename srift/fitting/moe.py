@@ -180,16 +180,17 @@ def recipe_of(r, recipes: dict[tuple[str, str, str], Recipe]) -> Recipe | None:
     return recipe
 
 
-# Multi-token prediction layers a model's runs train, whatever the release's benchmark recipe: a
-# fact of the model's config. DeepSeek-V3's Hugging Face config sets ``num_nextn_predict_layers``
-# 1, which Megatron-Bridge's DeepSeek-V3 bridge maps to ``mtp_num_layers`` (megatron-bridge 0.6.2
-# ``models/deepseek/deepseek_v3_bridge.py``), and its base recipe keeps (data/moe-training/README.md).
-MTP_LAYERS: dict[str, int] = {"DeepSeek-V3": 1}
-
-
 def mtp_layers_of(r) -> int:
-    """The multi-token prediction layers a row's run trained (``MTP_LAYERS``; 0 for other models)."""
-    return MTP_LAYERS.get(_model_key(r), 0)
+    """The multi-token prediction layers a row's run trained: its model's config's
+    (``DecoderArch.mtp_layers``, Hugging Face's ``num_nextn_predict_layers``).
+
+    Whether a run trains the module is its recipe's choice, which the recipes table does not
+    record (data/moe-training/README.md); the model config stands in for it because the one model
+    here whose config has the module, DeepSeek-V3 (1), is trained with it by its base recipe
+    (megatron-bridge ``deepseek_v3_pretrain_config``: ``mtp_num_layers = 1``, the config's value,
+    which the 0.6.2 DeepSeek-V3 bridge maps to it), and Kimi-K2's config has none (0).
+    """
+    return llm_arch(str(r.zoo)).mtp_layers
 
 
 PIPELINE_LAYOUTS = Path("recipes") / "megatron-bridge-pipeline-layouts.csv"

@@ -544,6 +544,22 @@ class LayerTimer:
         pend.events = self.clock.take_issued()
         return pend
 
+    def finish_iteration(self, prev_end_wall: float | None, end_wall: float, measured: bool) -> IterationTimes | None:
+        """Close and resolve the iteration that just stepped, at once (the API before
+        ``close_iteration``/``resolve``; the team's GPU check, gpu-check's ``events`` probe, calls it).
+
+        Args:
+            prev_end_wall: Unused (the iteration starts at its first root forward's mark).
+            end_wall: Unused (the iteration ends at a mark taken now).
+            measured: Return the iteration's times; else None.
+
+        Returns:
+            The times of the iteration, or None when not measured or nothing ran.
+        """
+        del prev_end_wall, end_wall  # wall-clock floats: the clock's own marks time the iteration
+        start = self.pending.root_fwd[0][0] if self.pending.root_fwd else None
+        return self.resolve(self.close_iteration(start, self.clock.mark(), measured))
+
     def resolve(self, pend: _Pending) -> IterationTimes | None:
         """The times of a closed iteration (None when not measured); its events go back to the pool."""
         try:

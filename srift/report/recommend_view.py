@@ -275,6 +275,7 @@ def recommend_json(result: RecommendResult, failure: SriftError | None = None) -
         "job": {"model": result.model, "precision": result.precision, "batch_size": result.batch_size,
                 "global_batch_size": job.global_batch_size, "seq_len": result.seq_len, "fp8": job.fp8,
                 "moe_dispatcher": job.moe_dispatcher, "moe_ep_overlap": job.moe_ep_overlap,
+                "mtp_layers": job.mtp_layers or 0,
                 "length": None if job.length is None else {**{k: v for k, v in dataclasses.asdict(job.length).items() if v is not None},
                                                            "described": job.length.describe()}},
         "infra": result.infra,

@@ -54,6 +54,7 @@ class LayoutSettings:
         fp8: The blocks' GEMMs in FP8 under this recipe (``--fp8``; srift/perf/fp8.py), or None (bf16).
         dispatcher: A mixture of experts' token dispatcher (``--moe-dispatcher``).
         ep_overlap: Its all-to-alls overlap another micro-batch's compute (``--moe-ep-overlap``).
+        mtp_layers: Multi-token prediction layers trained (``--mtp-layers``; ``pipeline_blocks``).
     """
 
     request: LayoutRequest
@@ -70,6 +71,7 @@ class LayoutSettings:
     fp8: Fp8Recipe | None = None
     dispatcher: MoeDispatcher = ALLTOALL
     ep_overlap: bool = False
+    mtp_layers: int = 0
 
     @classmethod
     def of(cls, job: Job) -> "LayoutSettings":
@@ -78,7 +80,8 @@ class LayoutSettings:
         return cls(parse_layout(job.layout), job.micro_batch_size, job.global_batch_size, job.grad_accum,
                    job.pipeline_schedule, job.virtual_stages, "zero1" if job.parallelism == AUTO else job.parallelism,
                    None if job.activation_checkpointing == AUTO else job.activation_checkpointing, job.moe_imbalance,
-                   layout_lora(job), job.reduce_dtype, job.fp8, job.moe_dispatcher, job.moe_ep_overlap)
+                   layout_lora(job), job.reduce_dtype, job.fp8, job.moe_dispatcher, job.moe_ep_overlap,
+                   job.mtp_layers or 0)
 
     def __post_init__(self) -> None:
         if self.schedule is not None and self.schedule not in SCHEDULES:
@@ -142,7 +145,8 @@ def plan_for(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_
         gb = settings.global_batch or cluster.gpus * (settings.micro_batch or 1) * settings.grad_accum
         found = search_layouts(arch, cluster, seq_len, gb, precision, settings.request, settings.dp_flavour, ckpts, comm,
                                imbalance=settings.routing_imbalance, lora=settings.lora, reduce_dtype=settings.reduce_dtype,
-                               fp8=settings.fp8, dispatcher=settings.dispatcher, ep_overlap=settings.ep_overlap)
+                               fp8=settings.fp8, dispatcher=settings.dispatcher, ep_overlap=settings.ep_overlap,
+                               mtp_layers=settings.mtp_layers)
         if found.best is not None:
             return found.best, None
         assert found.smallest is not None
@@ -155,14 +159,14 @@ def plan_for(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_
         plan = plan_layout(arch, cluster, layout, seq_len, precision, policy, settings.dp_flavour, comm, quantile,
                            imbalance=settings.routing_imbalance, recompute_modules=modules or DEFAULT_RECOMPUTE_MODULES,
                            lora=settings.lora, reduce_dtype=settings.reduce_dtype, fp8=settings.fp8,
-                           dispatcher=settings.dispatcher, ep_overlap=settings.ep_overlap)
+                           dispatcher=settings.dispatcher, ep_overlap=settings.ep_overlap, mtp_layers=settings.mtp_layers)
         if plan.fits:
             return plan, None
     assert plan is not None
     found = search_layouts(arch, cluster, seq_len, layout.global_batch, precision, LayoutRequest(), settings.dp_flavour,
                            ("none", "full"), comm, imbalance=settings.routing_imbalance, lora=settings.lora,
                            reduce_dtype=settings.reduce_dtype, fp8=settings.fp8, dispatcher=settings.dispatcher,
-                           ep_overlap=settings.ep_overlap)
+                           ep_overlap=settings.ep_overlap, mtp_layers=settings.mtp_layers)
     return plan, found.best
 
 
@@ -181,7 +185,7 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
                            imbalance=settings.routing_imbalance,
                            recompute_modules=plan.recompute_modules or DEFAULT_RECOMPUTE_MODULES, lora=settings.lora,
                            reduce_dtype=settings.reduce_dtype, fp8=settings.fp8, dispatcher=settings.dispatcher,
-                           ep_overlap=settings.ep_overlap)
+                           ep_overlap=settings.ep_overlap, mtp_layers=settings.mtp_layers)
     breakdown = plan.breakdown
     comm_cost = breakdown.exposed_comm_s + breakdown[COMM_INTERFERENCE]
     throughput = lay.global_batch / plan.iteration_s
@@ -222,6 +226,13 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
         notes.append(f"MoE token dispatcher {settings.dispatcher} (Megatron-Core's moe_token_dispatcher_type"
                      + (": DeepEP/HybridEP, one copy of a token per node" if settings.dispatcher == FLEX else "")
                      + ")")
+    if settings.mtp_layers:
+        notes.append(f"{settings.mtp_layers} multi-token prediction layer(s) (--mtp-layers): a block each on the last "
+                     "pipeline stage, and the head and its loss once more per layer")
+    elif arch.mtp_layers:
+        notes.append(f"{arch.name}'s config has {arch.mtp_layers} multi-token prediction layer(s) "
+                     f"(num_nextn_predict_layers), not priced: --mtp-layers {arch.mtp_layers} trains them (as "
+                     "Megatron-Bridge's DeepSeek-V3 recipes do)")
     if not plan.fits and alternative is not None:
         notes.append(f"fits instead: --layout tp={alternative.layout.tp},pp={alternative.layout.pp},"
                      f"cp={alternative.layout.cp}{f',ep={alternative.layout.ep}' if alternative.layout.ep > 1 else ''}"

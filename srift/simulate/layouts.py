@@ -377,7 +377,44 @@ def stage_layers(n_layers: int, pp: int, megatron: bool = False) -> tuple[int, .
     return tuple(out)
 
 
+@functools.lru_cache(maxsize=4096)
+def stage_moe_blocks(arch: DecoderArch, layers: tuple[int, ...], vp: int = 1, mtp_layers: int = 0) -> tuple[int, ...]:
+    """MoE blocks among the ``layers[r]`` blocks of each pipeline rank ``r``.
+
+    The pipeline's blocks in order are the model's (``DecoderArch.is_moe_block``), then its
+    ``mtp_layers``, each of the last block's kind (``pipeline_blocks``). With ``vp`` virtual stages
+    a rank's blocks are split into ``vp`` chunks as evenly as possible (the first the larger), and
+    chunk ``c`` of rank ``r`` is virtual stage ``c x pp + r`` (the interleaved schedule's
+    placement): DeepSeek-V3's 3 dense blocks then lie on the first virtual stages.
+    """
+    kinds = [arch.is_moe_block(i) for i in range(arch.n_layers)] + [arch.is_moe_block(arch.n_layers - 1)] * mtp_layers
+    if sum(layers) != len(kinds):
+        raise ValueError(f"stages of {layers} blocks do not place the {len(kinds)} blocks of {arch.name}")
+    counts = [0] * len(layers)
+    start = 0
+    for c in range(vp):
+        for r, n in enumerate(layers):
+            size = n // vp + (1 if c < n % vp else 0)
+            counts[r] += sum(kinds[start:start + size])
+            start += size
+    return tuple(counts)
+
+
 # ---- compute on the split shapes ---------------------------------------------------------------
+@dataclass(frozen=True)
+class BlockMemory:
+    """One block's memory figures on one GPU (``BlockParts``' fields of the same names): of a MoE
+    block or a dense block of a mixture of experts whose blocks differ."""
+
+    block_act_bytes: float
+    selective_saved_bytes: float
+    op_sac_saved_bytes: float
+    local_block_params: float
+    local_adapter_params: float
+    local_expert_params: float
+    fp8_weight_bytes: float
+
+
 @dataclass(frozen=True)
 class BlockParts:
     """Seconds and bytes of one micro-batch on one GPU, per part of the model, at a TP and CP split.
@@ -396,7 +433,8 @@ class BlockParts:
         kv_width: This rank's key/value width.
         moe_fraction: Share of the blocks that are MoE blocks (0: a dense model). A mixture of
             experts' blocks are averaged: each block stands for ``moe_fraction`` of a MoE block
-            and the rest of a dense one (DeepSeek-V3's 3 dense blocks of 61 spread over the stages).
+            and the rest of a dense one (DeepSeek-V3's 3 dense blocks of 61 spread over the stages)
+            in time; in memory each stage counts its own (``kinds``).
         local_expert_params: Routed-expert parameters of one (average) block on this rank.
         dispatch_bytes: One MoE block's all-to-all send buffer per rank (srift/simulate/moe.py).
         experts_f_s, experts_b_s: Of ``block_f_s``/``block_b_s``, the routed experts' grouped GEMMs.
@@ -420,6 +458,9 @@ class BlockParts:
             (torchao's float8 TP under PyTorch's stack casts before it gathers: the FP8 copy;
             0: the activations' own).
         tp: The TP degree these figures are split for.
+        kinds: A mixture of experts with dense blocks too (DeepSeek-V3's ``first_k_dense_replace``):
+            (a MoE block's, a dense block's) memory figures, which ``on_stage`` mixes for the
+            blocks a pipeline stage holds; None when every block is alike.
     """
 
     block_f_s: float
@@ -454,6 +495,18 @@ class BlockParts:
     logits: float = 0.0
     gather_element_bytes: float = 0.0
     tp: int = 1
+    kinds: tuple[BlockMemory, BlockMemory] | None = None
+
+    def on_stage(self, moe_blocks: int, blocks: int) -> "BlockParts":
+        """These figures with the memory ones (``BlockMemory``'s) of a stage of ``blocks`` blocks,
+        ``moe_blocks`` of them MoE blocks: its own mix, not the model's average (a stage holding
+        only dense blocks holds no experts). Seconds stay the model's average."""
+        if self.kinds is None or blocks == 0:
+            return self
+        frac = moe_blocks / blocks
+        moe, dense = self.kinds
+        return dataclasses.replace(self, **{
+            f.name: frac * getattr(moe, f.name) + (1.0 - frac) * getattr(dense, f.name) for f in dataclasses.fields(BlockMemory)})
 
     def trainable(self, blocks: int, first: bool, last: bool) -> float:
         """Parameters that train on a stage of ``blocks`` blocks (with the embedding when ``first``,
@@ -554,11 +607,18 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
     def mix(a: float, b: float) -> float:
         return frac * a + (1.0 - frac) * b
 
+    moe_act_total = moe.block_act_bytes + moe_activation_bytes(arch, shape, e, kept_e)
+    kinds = None if frac == 1.0 else (
+        BlockMemory(moe_act_total, moe.selective_saved_bytes + moe_saved, moe.op_sac_saved_bytes, moe_local,
+                    moe.local_adapter_params, local_expert_params(arch, ep),
+                    (moe_local + local_expert_params(arch, ep)) * fp8_weight_cache_bytes(fp8) if fp8 else 0.0),
+        BlockMemory(dense.block_act_bytes, dense.selective_saved_bytes, dense.op_sac_saved_bytes, dense.local_block_params,
+                    dense.local_adapter_params, 0.0, dense.local_block_params * fp8_weight_cache_bytes(fp8) if fp8 else 0.0))
     return dataclasses.replace(
-        moe,
+        moe, kinds=kinds,
         block_f_s=mix(moe.block_f_s + xt.experts_f_s, dense.block_f_s),
         block_b_s=mix(moe.block_b_s + xt.experts_b_s, dense.block_b_s),
-        block_act_bytes=mix(moe.block_act_bytes + moe_activation_bytes(arch, shape, e, kept_e), dense.block_act_bytes),
+        block_act_bytes=mix(moe_act_total, dense.block_act_bytes),
         selective_saved_bytes=mix(moe.selective_saved_bytes + moe_saved, dense.selective_saved_bytes),
         selective_f_s=mix(moe.selective_f_s + moe_again_s, dense.selective_f_s),
         op_sac_saved_bytes=mix(moe.op_sac_saved_bytes, dense.op_sac_saved_bytes),
@@ -1263,7 +1323,7 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     }
     # ---- memory: the most loaded stage (of an even split only the first, second and last can be:
     # _peak_memory; a job's own layout may load any stage most) ----
-    candidates = sorted({0, min(1, p - 1), p - 1}) if stage_blocks is None else list(range(p))
+    candidates = memory_stages(p, parts.kinds is not None) if stage_blocks is None else list(range(p))
     mems = dict(zip(candidates, _stage_memories(arch, layout, parts, checkpointing, dp_flavour, candidates, shard,
                                                 reduce_dtype, mtp_layers, layers)))
     stage = max(candidates, key=lambda i: sum(mems[i].values()))
@@ -1381,14 +1441,15 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
                    compute_factor: float | None = None, tp_overlap: bool | None = None,
                    imbalance: float = BALANCED_ROUTING, lora: LoraSpec | None = None,
                    reduce_dtype: str = "fp32", fp8: Fp8Recipe | None = None, dispatcher: MoeDispatcher = "alltoall",
-                   ep_overlap: bool = False) -> LayoutSearch:
+                   ep_overlap: bool = False, mtp_layers: int = 0) -> LayoutSearch:
     """The fastest layout of ``arch`` on ``cluster`` that fits (``request`` fixes any degree).
 
     Every candidate gets a lower bound on its time (the slowest stage's compute, recomputation
     included, over ``M + (p - 1) / V`` slots); in order of it, each one's memory is checked (each
     checkpointing policy in turn: the least recompute that fits) and those that fit are
     simulated, until the bound passes the best time found. When none fits, the one with the least
-    memory comes back as ``smallest``. ``fp8``, ``dispatcher``, ``ep_overlap``: as ``plan_layout``'s.
+    memory comes back as ``smallest``. ``fp8``, ``dispatcher``, ``ep_overlap``, ``mtp_layers``: as
+    ``plan_layout``'s.
     """
     comm = comm or CommModel.for_cluster(cluster)
     g = comm.topology.gpus_per_node
@@ -1409,7 +1470,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     if hopeless or not degrees:
         return LayoutSearch(None, _most_sharded(arch, cluster, degrees, seq_len, precision, checkpointing[-1], dp_flavour,
                                                 comm, gpu, factor, tp_overlap, imbalance, lora, reduce_dtype, fp8,
-                                                dispatcher, ep_overlap),
+                                                dispatcher, ep_overlap, mtp_layers),
                             len(degrees), len(degrees), 0)
     parts_of: dict[tuple[int, int, int, int], BlockParts] = {}
     slot_of: dict[tuple[int, int, int, int], tuple[float, float]] = {}
@@ -1434,7 +1495,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
             slot_of[key] = (parts.block_f_s + parts.block_b_s + bc.tp_f_s + bc.tp_b_s + bc.cp_f_s + bc.cp_b_s + a2a,
                             k_tp * bc.tp_hidden_s + k_p2p * bc.cp_hidden_s)
         blk, hidden = slot_of[key]
-        n = max(stage_layers(arch.n_layers, p, not pytorch))
+        n = max(stage_layers(pipeline_blocks(arch, mtp_layers), p, not pytorch))
         ranked.append(((m + (p - 1) / v) * n * blk + m * n * hidden, t, p, c, d, mb, m, v, ep))
     ranked.sort()
     best: LayoutPlan | None = None
@@ -1445,7 +1506,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
         parts = parts_of[(t, c, mb, ep)]
         chosen = next((k for k in checkpointing
                        if _peak_memory_of(arch, p, v, m, state_shard(dp_flavour, g, t, c, p, d), parts, k, dp_flavour,
-                                          t * c * d // ep, reduce_dtype) <= cap), None)
+                                          t * c * d // ep, reduce_dtype, mtp_layers) <= cap), None)
         if chosen is None:
             rejected += 1
             continue
@@ -1454,13 +1515,13 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
                 bound * (1.0 + parts.block_f_s / (parts.block_f_s + parts.block_b_s)) >= best.iteration_s:
             continue
         plan = _plan(arch, cluster, lay, seq_len, precision, chosen, dp_flavour, comm, 0.5, gpu, parts, tp_overlap,
-                     dispatcher, ep_overlap, reduce_dtype=reduce_dtype)
+                     dispatcher, ep_overlap, reduce_dtype=reduce_dtype, mtp_layers=mtp_layers)
         simulated += 1
         if best is None or plan.iteration_s < best.iteration_s:
             best = plan
     smallest = None if best is not None else _most_sharded(arch, cluster, degrees, seq_len, precision, checkpointing[-1],
                                                             dp_flavour, comm, gpu, factor, tp_overlap, imbalance, lora,
-                                                            reduce_dtype, fp8, dispatcher, ep_overlap)
+                                                            reduce_dtype, fp8, dispatcher, ep_overlap, mtp_layers)
     return LayoutSearch(best, smallest, len(degrees), rejected, simulated)
 
 
@@ -1468,7 +1529,8 @@ def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: list[Degrees],
                   seq_len: int, precision: str, checkpointing: str, dp_flavour: str, comm: CommModel, gpu: str,
                   factor: float, tp_overlap: bool, imbalance: float = BALANCED_ROUTING,
                   lora: LoraSpec | None = None, reduce_dtype: str = "fp32", fp8: Fp8Recipe | None = None,
-                  dispatcher: MoeDispatcher = "alltoall", ep_overlap: bool = False) -> LayoutPlan | None:
+                  dispatcher: MoeDispatcher = "alltoall", ep_overlap: bool = False,
+                  mtp_layers: int = 0) -> LayoutPlan | None:
     """When nothing fits: the plan that needs the least memory among the most model-parallel
     layouts of the smallest micro-batch (what comes closest, for the error)."""
     if not degrees:
@@ -1484,14 +1546,21 @@ def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: list[Degrees],
                                          dispatcher=dispatcher, fused_fc1=not pytorch_stack(dp_flavour),
                                          pytorch_kernels=pytorch_stack(dp_flavour)), factor)
         mem = _peak_memory_of(arch, p, v, m, state_shard(dp_flavour, comm.topology.gpus_per_node, t, c, p, d), parts,
-                              checkpointing, dp_flavour, t * c * d // ep, reduce_dtype)
+                              checkpointing, dp_flavour, t * c * d // ep, reduce_dtype, mtp_layers)
         if best is None or mem < best[0]:
             best = (mem, r, parts)
     assert best is not None
     t, p, c, d, mb, m, v, ep = best[1]
     return _plan(arch, cluster, Layout(t, p, c, d, v, mb, m, "interleaved" if v > 1 else "1f1b", ep), seq_len, precision,
                  checkpointing, dp_flavour, comm, 0.5, gpu, best[2], tp_overlap, dispatcher, ep_overlap,
-                 reduce_dtype=reduce_dtype)
+                 reduce_dtype=reduce_dtype, mtp_layers=mtp_layers)
+
+
+def memory_stages(pp: int, blocks_differ: bool = False) -> list[int]:
+    """The stages that can be the most loaded of ``stage_layers``' even split: the first, second
+    and last (every middle stage holds at most the second's blocks and fewer micro-batches in
+    flight), or every stage when the blocks differ (one holding dense blocks holds no experts)."""
+    return list(range(pp)) if blocks_differ else sorted({0, min(1, pp - 1), pp - 1})
 
 
 def _peak_memory(arch: DecoderArch, layout: Layout, parts: BlockParts, checkpointing: str, dp_flavour: str,
@@ -1506,20 +1575,24 @@ def _peak_memory(arch: DecoderArch, layout: Layout, parts: BlockParts, checkpoin
 
 
 def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts: BlockParts, checkpointing: str,
-                    dp_flavour: str, expert_shard: int = 1, reduce_dtype: str = "fp32") -> float:
+                    dp_flavour: str, expert_shard: int = 1, reduce_dtype: str = "fp32", mtp_layers: int = 0) -> float:
     """``_peak_memory`` of ``p`` stages, ``v`` virtual stages (1: 1F1B), ``m`` micro-batches and
-    optimizer states over ``shard`` ranks (``state_shard``; routed experts': ``expert_shard``)."""
+    optimizer states over ``shard`` ranks (``state_shard``; routed experts': ``expert_shard``) with
+    ``mtp_layers`` multi-token prediction layers (``_stage_memories``)."""
     per_param = GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / shard  # per trained one (ddp: shard 1)
     per_expert = PARAM_BYTES + (0.0 if parts.frozen_base else
                                 GRAD_BYTES + (MASTER_BYTES + ADAM_STATE_BYTES) / (expert_shard if dp_flavour == ZERO1 else 1))
-    layers = stage_layers(arch.n_layers, p, not pytorch_stack(dp_flavour))
+    layers = stage_layers(pipeline_blocks(arch, mtp_layers), p, not pytorch_stack(dp_flavour))
+    moe_blocks = stage_moe_blocks(arch, layers, v, mtp_layers) if parts.kinds is not None else None
+    every = parts
     peak = 0.0
-    for i in {0, min(1, p - 1), p - 1}:  # the arithmetic of _stage_memories, without the dicts
+    for i in memory_stages(p, moe_blocks is not None):  # the arithmetic of _stage_memories, without the dicts
         n = layers[i]
+        parts = every if moe_blocks is None else every.on_stage(moe_blocks[i], n)
         per_mb = n * _kept_block_bytes(parts, checkpointing) + (parts.first_act_bytes if i == 0 else 0.0)
         flight = min(float(m), p - i + (p - 1 - i) / v) if v > 1 and p > 1 else float(min(m, p - i))
         acts = per_mb * flight + _rebuilt_block_bytes(parts, checkpointing) + (
-            parts.last_act_bytes + eager_loss_bytes(parts, dp_flavour) if i == p - 1 else 0.0)
+            (1 + mtp_layers) * parts.last_act_bytes + eager_loss_bytes(parts, dp_flavour) if i == p - 1 else 0.0)
         params_i = (n * parts.local_block_params + (parts.local_embed_params if i == 0 else 0.0)
                     + (parts.local_head_params if i == p - 1 else 0.0))
         if dp_flavour in SHARDED_FLAVOURS:
@@ -1576,14 +1649,20 @@ def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkp
     """Bytes per GPU by kind of every stage (or of ``stages``); optimizer states over ``shard``
     ranks (``state_shard``; None: CP x DP under ``zero1`` and ``fsdp``, else 1); ``mtp_layers``:
     multi-token prediction layers (``pipeline_blocks``; the last stage keeps each one's logits);
-    ``stage_blocks``: the blocks of each stage (default ``stage_layers``' split)."""
+    ``stage_blocks``: the blocks of each stage (default ``stage_layers``' split). A mixture of
+    experts whose blocks differ counts each stage's own dense and MoE blocks
+    (``stage_moe_blocks``, ``BlockParts.on_stage``)."""
     p, v, m = layout.pp, layout.vp, layout.grad_accum
     if shard is None:
         shard = layout.cp * layout.dp if dp_flavour in (ZERO1, FSDP) else 1
     out = []
     layers = stage_blocks or stage_layers(pipeline_blocks(arch, mtp_layers), p, not pytorch_stack(dp_flavour))
+    moe_blocks = stage_moe_blocks(arch, layers, v if layout.schedule == INTERLEAVED else 1, mtp_layers) \
+        if parts.kinds is not None else None
+    every = parts
     for i in (range(p) if stages is None else stages):
         n = layers[i]
+        parts = every if moe_blocks is None else every.on_stage(moe_blocks[i], n)  # the blocks this stage holds
         per_mb = n * _kept_block_bytes(parts, checkpointing)
         once = _rebuilt_block_bytes(parts, checkpointing)
         if i == 0:

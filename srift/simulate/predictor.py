@@ -69,11 +69,13 @@ class Predictor:
 
     Raises:
         SriftError: for a seq_len the profile cannot take, ``more_profiles`` that do not fit
-            (``measured_sources``), or activation checkpointing of a profile without FSDP units.
+            (``measured_sources``), activation checkpointing of a profile without FSDP units, or a
+            layout's setting without a layout (``Job.require_layout_settings``).
     """
 
     def __init__(self, profile: Profile, job: Job, more_profiles: Sequence[Profile] = (),
                  model_flops_per_token: Callable[[int], float] | None = None, arch: DecoderArch | None = None) -> None:
+        job.require_layout_settings()
         job = job_with_profile_defaults(job, profile)
         if job.layout is not None and (arch is None or more_profiles):
             raise SriftError("--layout is modelled for a decoder LLM of the zoo or a --model-config, not for a profile.",

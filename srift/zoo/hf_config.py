@@ -19,7 +19,8 @@ shared_expert_intermediate_size with its sigmoid gate, decoder_sparse_step, Qwen
 ``qwen3_moe`` (the same without the shared expert, with per-head q/k norms), ``deepseek_v3``
 (n_routed_experts, n_shared_experts x moe_intermediate_size shared, first_k_dense_replace dense
 blocks of intermediate_size, the router's score-correction bias; multi-head latent attention:
-q_lora_rank, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim), ``llama4_text``
+q_lora_rank, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim; num_nextn_predict_layers,
+the multi-token prediction layers its checkpoint has), ``llama4_text``
 (num_local_experts, one shared expert, both of intermediate_size; interleave_moe_layer_step; dense
 blocks of intermediate_size_mlp) and ``gpt_oss`` (num_local_experts with biases, a router with
 bias, q/k/v/o biases, one attention-sink logit per head; ``sliding_window`` local attention on the
@@ -34,7 +35,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from srift.bounds import MAX_NAME_CHARS, MAX_SEQ_LEN, shown
+from srift.bounds import MAX_MTP_LAYERS, MAX_NAME_CHARS, MAX_SEQ_LEN, shown
 from srift.errors import SriftError
 from srift.files import read_json
 from srift.text import inert
@@ -54,7 +55,7 @@ _HINT = "fix the key in the model's config.json (as published in its Hugging Fac
 # What srift models (srift/bounds.py): sizes beyond any published decoder by orders of magnitude.
 _MAX_DIM = 1 << 20  # hidden, intermediate and head sizes, head counts
 _MAX = {"num_hidden_layers": 10_000, "n_layer": 10_000, "vocab_size": 1 << 24, "max_position_embeddings": MAX_SEQ_LEN,
-        "n_positions": MAX_SEQ_LEN}
+        "n_positions": MAX_SEQ_LEN, "num_nextn_predict_layers": MAX_MTP_LAYERS}
 
 
 def arch_from_hf_config(path: str | Path) -> DecoderArch:
@@ -220,6 +221,9 @@ def _moe_arch(model_type: str, data: dict[str, Any], path: Path) -> DecoderArch:
         if data.get("moe_layer_freq", 1) != 1:
             raise _bad(path, f"'moe_layer_freq' is {data['moe_layer_freq']!r}; srift models 1 (every block after "
                              "the first_k_dense_replace)")
+        # 0 (Kimi-K2's config): no MTP module, which _positive_int would refuse as a value.
+        fields["mtp_layers"] = _positive_int(data, "num_nextn_predict_layers", path, default=0) \
+            if data.get("num_nextn_predict_layers") else 0
         fields["q_lora_rank"] = _positive_int(data, "q_lora_rank", path, default=0)
         fields["kv_lora_rank"] = _positive_int(data, "kv_lora_rank", path)
         fields["qk_rope_head_dim"] = _positive_int(data, "qk_rope_head_dim", path)

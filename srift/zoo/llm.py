@@ -126,6 +126,9 @@ class DecoderArch:
         sliding_every: See ``sliding_window``.
         glu_clamp: The experts' gated activation clamps its gate input above and its linear input
             to +-this (GPT-OSS's ``swiglu_limit``, 7.0); 0: no clamp.
+        mtp_layers: Multi-token prediction layers the model's checkpoint has (DeepSeek-V3's
+            ``num_nextn_predict_layers``); whether a run trains them is the job's choice
+            (``--mtp-layers``), so they are priced only when the job says so.
     """
 
     name: str
@@ -162,6 +165,7 @@ class DecoderArch:
     sliding_window: int = 0
     sliding_every: int = 1
     glu_clamp: float = 0.0
+    mtp_layers: int = 0
 
     def __post_init__(self) -> None:
         for key in ("n_layers", "hidden", "heads", "kv_heads", "intermediate", "vocab", "max_seq_len"):
@@ -185,7 +189,7 @@ class DecoderArch:
         if unknown:
             raise _arch_error(self.name, f"'biases' may name {', '.join(BIAS_PARTS)}, got {', '.join(unknown)}")
         for key in ("experts", "experts_per_token", "expert_intermediate", "shared_intermediate", "dense_layers",
-                    "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window"):
+                    "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window", "mtp_layers"):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise _arch_error(self.name, f"'{key}' must be a non-negative integer, got {value!r}")
