@@ -9,20 +9,24 @@ with glibc malloc's mmap and trim thresholds fixed (``MALLOC_ENV``): by default 
 largest block freed, so a process cycling through the batches keeps the big batches' heap for the
 small ones (0 minor page faults per batch-128 step) where the profiled script, at batch 128 alone,
 gives its activations back and faults them in again every step (2,000-2,500 faults per step, some
-6-14 % of it here): the same step would run differently in the two. Each of
-``--repeats`` repeats runs the plain script, profiles, and runs the plain script again (the load
-the profile saw lies between); its batch-B profile predicts a one-CPU job at each batch
-(srift.simulate.predict) against the median of that repeat's plain steps. The machine's floor: each repeat also runs the plain script
-alone at batch B, as many steps as the profile measures, and takes its median as the prediction (no
-srift): how near one process comes to the others here, which no single profile can beat. Plain steps are timed
-as srift's CPU clock times (``srift.profiling.hooks.WallClock``: wall time less the thread's
-wait for a core, i.e. without other processes' load; docs/profiling.md) and, for comparison, on
-the wall clock. Every single profile is checked against the first (1x, 2x targets; exit 1 when
-one repeat misses one). The last column compares
-ratios to batch B, predicted against plain: the error of the batch scaling alone, apart from the
-profile's absolute level (the machine's speed while it ran). Also printed: each profile's step with
-srift's per-layer hooks and what they cost (measured by srift, taken out of the profile). Also printed: the plain steps'
-quartiles over all repeats, the profiles' ``batch_fixed_fraction`` and mean step, the load average.
+6-14 % of it here): the same step would run differently in the two.
+
+Each of ``--repeats`` repeats runs the plain cycling script, the script alone at B and at 2B (one
+batch a process, as it runs under srift; ``--rounds`` steps each), the profile, the lone processes
+again and the cycling script again (the load the profile saw lies between). Its batch-B profile
+predicts a one-CPU job at each batch (srift.simulate.predict), against two references: the median
+of that repeat's cycling steps, and the median of its lone processes' steps at B and 2B. The
+machine's floor: the lone process before the profile taken as the prediction of the one after it
+(no srift): how near one process of the same script comes to the next here, which no single
+profile can beat. Every single profile is checked against both references (1x, 2x targets; exit 1
+when one misses one). Plain steps are timed as srift's CPU clock times
+(``srift.profiling.hooks.WallClock``: wall time less the thread's wait for a core, i.e. without
+other processes' load; docs/profiling.md) and, for comparison, on the wall clock. The cycling
+table's last column compares ratios to batch B, predicted against plain: the error of the batch
+scaling alone, apart from the profile's absolute level (the machine's speed while it ran). Also
+printed: each profile's step with srift's per-layer hooks and what they cost (measured by srift,
+taken out of the profile), the plain steps' quartiles over all repeats, the profiles'
+``batch_fixed_fraction`` and mean step, the load average.
 
     python scripts/validate_self_prediction.py                 # B = 128, 5 repeats
     python scripts/validate_self_prediction.py --batch 64 --repeats 3
@@ -134,13 +138,18 @@ def main() -> int:
     hooked: list[float] = []  # the measured step with srift's hooks (before their cost is taken out)
     cost: list[float] = []  # what the hooks cost a step (srift's pairs of steps without and with them)
     waits: list[float] = []
-    floor: list[float] = []  # [repeat]: error of a lone plain process at B taken as the prediction
+    targeted = [b for f, b in zip(FACTORS, batches) if f in TARGETS]  # B and 2B
+    alone = {b: [] for b in targeted}  # type: dict[int, list[float]]  # [repeat]: error vs the script alone
+    floor = {b: [] for b in targeted}  # type: dict[int, list[float]]  # [repeat]: one lone plain process vs the other
     threads: set[int | None] = set()
     with tempfile.TemporaryDirectory(prefix="srift-self-") as tmp:
         folder = Path(tmp)
         (folder / "mlp.py").write_text(MLP.replace("WARMUP", str(WARMUP)))
         for r in range(args.repeats):
             before = plain(folder, batches, args.rounds)
+            # The script alone at B and at 2B, as it runs under srift (one batch a process), before
+            # and after the profile.
+            lone_before = {b: plain(folder, [b], args.rounds)["own"][b] for b in targeted}
             source = profile(folder, args.batch, args.iters, str(r))
             fixed.append(source.batch_fixed_fraction)
             profiled.append(source.phases.total_s or 0.0)
@@ -150,7 +159,7 @@ def main() -> int:
                 out.append(math.nan if value is None else value)
             waits.append((source.measurement.run_queue_s or 0.0) if source.measurement else float("nan"))
             threads.add(source.measurement.threads if source.measurement else None)
-            lone = plain(folder, [args.batch], args.iters)  # as long as the profile measures, alone
+            lone_after = {b: plain(folder, [b], args.rounds)["own"][b] for b in targeted}
             after = plain(folder, batches, args.rounds)
             predicted = {b: predict(source, cpu, Job(batch_size=b)).iteration_time_s for b in batches}
             for c in clocks:
@@ -160,7 +169,10 @@ def main() -> int:
                     medians[c][b].append(statistics.median(times))
                     errors[c][b].append(predicted[b] / medians[c][b][-1] - 1)
             own = medians["own"]
-            floor.append(statistics.median(lone["own"][args.batch]) / own[args.batch][-1] - 1)
+            for b in targeted:
+                first, second = statistics.median(lone_before[b]), statistics.median(lone_after[b])
+                alone[b].append(predicted[b] / statistics.median(lone_before[b] + lone_after[b]) - 1)
+                floor[b].append(first / second - 1)
             for b in batches:  # how the prediction scales from B, against how the plain steps scale
                 scaling[b].append((predicted[b] / predicted[args.batch]) / (own[b][-1] / own[args.batch][-1]) - 1)
     load_after = os.getloadavg()
@@ -191,10 +203,19 @@ def main() -> int:
               f"| {'-' if target is None else f'{target:.0%}'} | {within} "
               f"| {', '.join(f'{e:+.0%}' for e in errors['wall'][b])} ({statistics.median(errors['wall'][b]):+.1%}) "
               f"| {', '.join(f'{e:+.1%}' for e in scaling[b])} ({statistics.median(scaling[b]):+.1%}) |")
-    within = sum(abs(e) <= TARGETS[1] for e in floor)
-    print(f"The machine's floor: a plain process at batch {args.batch} ({args.iters} steps, no srift) in place of the "
-          f"profile, against the same reference: {', '.join(f'{e:+.1%}' for e in floor)} "
-          f"(median {statistics.median(floor):+.1%}); within {TARGETS[1]:.0%}: {within}/{len(floor)}")
+    print(f"Against the script alone (one process at the batch, {args.rounds} steps, before and one after each profile; "
+          "the floor: the one before as the prediction of the one after, no srift):")
+    print("| batch | error vs the script alone: per repeat (median) | target | within | the floor: per repeat (median) | within |")
+    print("|---|---|---|---|---|---|")
+    for factor, b in zip(FACTORS, batches):
+        if b not in alone:
+            continue
+        target = TARGETS[factor]  # type: ignore[index]
+        errs, flo = alone[b], floor[b]
+        ok &= all(abs(e) <= target for e in errs)
+        print(f"| {b} | {', '.join(f'{e:+.1%}' for e in errs)} ({statistics.median(errs):+.1%}) | {target:.0%} "
+              f"| {sum(abs(e) <= target for e in errs)}/{len(errs)} | {', '.join(f'{e:+.1%}' for e in flo)} "
+              f"({statistics.median(flo):+.1%}) | {sum(abs(e) <= target for e in flo)}/{len(flo)} |")
     return 0 if ok else 1
 
 
