@@ -569,7 +569,7 @@ class Job:
                              f"float8 is validated {TENSORWISE} only).",
                              f"use --fp8 {TENSORWISE}, or --parallelism zero1 (Megatron-Core) with --fp8 {self.fp8}.")
 
-    def require_layout_settings(self) -> None:
+    def require_layout_settings(self, takes_layout: bool = True) -> None:
         """Refuse settings that only a layout models when the job is priced without one.
 
         Not a check of ``__post_init__``: ``recommend`` gives a decoder LLM's job that names no
@@ -577,21 +577,30 @@ class Job:
         rule is applied where a job is priced (srift.simulate.predictor.Predictor).
         --micro-batch-size without a layout is data parallelism's micro-batch (srift.api.with_micro_batch).
 
+        Args:
+            takes_layout: The model can be laid out (a decoder LLM of the zoo or a --model-config,
+                not a profile): the fix offered is a --layout; else to drop the setting.
+
         Raises:
             SriftError: for --parallelism zero1, --pipeline-schedule, --virtual-stages, --fp8,
                 --moe-dispatcher, --moe-ep-overlap or --mtp-layers without a layout.
         """
         if self.layout is not None:
             return
-        if self.parallelism == ZERO1:
-            raise SriftError("--parallelism zero1 is modelled with a --layout.",
-                             "add --layout tp=T,pp=P,cp=C (or auto), or use --parallelism zero2 or fsdp.")
-        for flag, given in (("--pipeline-schedule", self.pipeline_schedule is not None),
+        for flag, given in (("--parallelism zero1", self.parallelism == ZERO1),
+                            ("--pipeline-schedule", self.pipeline_schedule is not None),
                             ("--virtual-stages", self.virtual_stages != 1), ("--fp8", self.fp8 is not None),
                             ("--moe-dispatcher", self.moe_dispatcher != ALLTOALL),
                             ("--moe-ep-overlap", self.moe_ep_overlap), ("--mtp-layers", self.mtp_layers is not None)):
-            if given:
-                raise SriftError(f"{flag} needs a --layout.", f"add --layout tp=T,pp=P,cp=C (or auto), or drop {flag}.")
+            if not given:
+                continue
+            instead = "use --parallelism zero2 or fsdp" if self.parallelism == ZERO1 else f"drop {flag}"
+            if not takes_layout:  # a profile or a model without a decoder architecture: no layout to add
+                raise SriftError(f"{flag} is modelled in a --layout, which needs a decoder LLM of the zoo or a "
+                                 "--model-config, not this model or profile.",
+                                 f"{instead}, or pass --model NAME (a decoder LLM) or --model-config with --layout.")
+            raise SriftError(f"{flag} is modelled with a --layout." if flag.startswith("--parallelism")
+                             else f"{flag} needs a --layout.", f"add --layout tp=T,pp=P,cp=C (or auto), or {instead}.")
 
     @property
     def kfac(self) -> bool:

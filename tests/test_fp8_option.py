@@ -118,6 +118,20 @@ def test_recommend_refuses_layout_settings_when_it_searches_no_layout(srift_cli,
     assert code == 2 and f"{flag} needs a --layout" in out and "To fix: add --layout" in out and "Traceback" not in out
 
 
+@pytest.mark.parametrize("args, flag", [
+    (["recommend", "--model", "resnet50", "--budget", "50", "--fp8", "tensorwise"], "--fp8"),
+    (["recommend", "--profile", "profiles/bert-base.yaml", "--budget", "50", "--fp8", "tensorwise"], "--fp8"),
+    (["predict", "--model", "resnet50", "--instance", "p5.48xlarge:1", "--parallelism", "zero1"], "--parallelism zero1"),
+])
+def test_layout_settings_for_a_model_no_layout_takes_offer_no_layout(srift_cli, args: list[str], flag: str) -> None:
+    """A CNN or a profile cannot take a --layout (srift lays out decoder LLMs): the fix offered is
+    not one (--layout auto) that the next run refuses."""
+    code, out = srift_cli(args)
+    assert code == 2 and "Traceback" not in out
+    assert f"{flag} is modelled in a --layout, which needs a decoder LLM" in out
+    assert "To fix:" in out and "add --layout" not in out
+
+
 def test_api_recommend_searches_layouts_with_fp8_and_predict_refuses_it_without_one() -> None:
     from srift import api
     from srift.errors import SriftError

@@ -75,7 +75,7 @@ class Predictor:
 
     def __init__(self, profile: Profile, job: Job, more_profiles: Sequence[Profile] = (),
                  model_flops_per_token: Callable[[int], float] | None = None, arch: DecoderArch | None = None) -> None:
-        job.require_layout_settings()
+        job.require_layout_settings(takes_layout=arch is not None and not more_profiles)
         job = job_with_profile_defaults(job, profile)
         if job.layout is not None and (arch is None or more_profiles):
             raise SriftError("--layout is modelled for a decoder LLM of the zoo or a --model-config, not for a profile.",
