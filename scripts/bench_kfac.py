@@ -56,7 +56,6 @@ from srift.kfac import KFACPreconditioner  # noqa: E402
 from srift.profile import DeviceInfo, LayerProfile, Profile  # noqa: E402
 from srift.simulate.kfac import plan_kfac  # noqa: E402
 from srift.profiling.calibrate import calibration_from_times, time_collectives  # noqa: E402
-from srift.profiling import free_port  # noqa: E402
 from srift.profiling.kfac_timing import measure_kfac  # noqa: E402
 
 STRATEGIES = KFAC_STRATEGIES
@@ -147,8 +146,7 @@ def _gather(values: list[float]) -> list[list[float]]:
     return [o.tolist() for o in out]
 
 
-def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str) -> None:
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+def worker(rank: int, world: int, rendezvous: str, args: argparse.Namespace, out: str) -> None:
     # The timing hooks on the first conv (whose input needs no gradient) are expected to fire.
     warnings.filterwarnings("ignore", message="Full backward hook is firing")
     torch.set_num_threads(THREADS)
@@ -158,7 +156,8 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
         # onto its peer's core mid-phase.
         cores = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cores[rank % len(cores)]})
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # Through a file, not a port picked free beforehand (another process may take it while the workers start).
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world)
     g = torch.Generator().manual_seed(100 + rank)
     n = args.warmup + args.iters
     data = [(torch.randn(args.batch, 3, 32, 32, generator=g), torch.randint(0, 10, (args.batch,), generator=g)) for _ in range(n)]
@@ -330,7 +329,7 @@ def main() -> None:
     for world in args.nproc:
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "result.json")
-            mp.spawn(worker, args=(world, free_port(), args, out), nprocs=world, join=True)
+            mp.spawn(worker, args=(world, os.path.join(tmp, "rendezvous"), args, out), nprocs=world, join=True)
             result = json.loads(Path(out).read_text())
         if args.save_json:  # every measurement behind the tables, for a later look
             Path(args.save_json).write_text(json.dumps(result, indent=1))

@@ -28,7 +28,6 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from srift.kfac import schedule  # noqa: E402
-from srift.profiling import free_port  # noqa: E402
 from srift.profiling.calibrate import calibration_from_times, time_collectives  # noqa: E402
 
 
@@ -38,13 +37,12 @@ def factor_dims(width: int) -> list[int]:
     return [28, 32 * w, 288 * w + 1, 64 * w, 576 * w + 1, 128 * w, 512 * w + 1, 10]
 
 
-def worker(rank: int, port: int, args: argparse.Namespace, out: str) -> None:
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+def worker(rank: int, rendezvous: str, args: argparse.Namespace, out: str) -> None:
     torch.set_num_threads(1)
     if hasattr(os, "sched_setaffinity"):
         cores = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cores[rank % len(cores)]})
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2)  # not a port: see bench_kfac
     dims = factor_dims(args.width)
     sizes = [schedule.inverse_message_bytes(d) for d in dims]
     a = torch.randn(256, 256)
@@ -77,7 +75,7 @@ def main() -> None:
         ap.error("--width and --repeats must be at least 1")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.json")
-        mp.spawn(worker, args=(free_port(), args, out), nprocs=2, join=True)
+        mp.spawn(worker, args=(os.path.join(tmp, "rendezvous"), args, out), nprocs=2, join=True)
         r = json.loads(Path(out).read_text())
     seq = r["sequence_s"]
     print(f"{len(factor_dims(args.width))} broadcasts of bench_kfac's packed inverses (--width {args.width}), owners alternating:")

@@ -26,7 +26,6 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from srift.profiling import free_port  # noqa: E402  (a fixed port can still be in TIME_WAIT from the last run)
 from srift.simulate.breakdown import BACKWARD, DATA, EXPOSED_COMM, FORWARD, OPTIMIZER, OVERHEAD, Breakdown  # noqa: E402
 
 SCRIPT = r'''
@@ -100,7 +99,7 @@ def trial(args: argparse.Namespace, srift: list[str]) -> tuple[dict, list[float]
         measured = []
         for _ in range(args.repeats):
             out = run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.nproc),
-                       "--master_port", str(free_port()), str(script), "--ddp",
+                       "--standalone", str(script), "--ddp",
                        "--batch-size", str(args.batch_size)], retries=1)
             measured.append(json.loads(out.stdout.strip().splitlines()[-1])["median_iteration_s"])
     return pred, measured

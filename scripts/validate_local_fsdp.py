@@ -37,7 +37,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from srift.profiling import free_port  # noqa: E402  (a fixed port can still be in TIME_WAIT from the last run)
 from srift.simulate.breakdown import (BACKWARD, DATA, EXPOSED_ALL_GATHER, EXPOSED_REDUCE_SCATTER, FORWARD,  # noqa: E402
                                      OPTIMIZER, OVERHEAD, RECOMPUTE, Breakdown)
 
@@ -119,7 +118,7 @@ def trial(args: argparse.Namespace, srift: list[str], model_args: list[str]) -> 
         for _ in range(args.repeats):
             waited += wait_for_idle(args.wait_idle)
             measured.append(measure([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.nproc),
-                                     "--master_port", str(free_port()), str(SCRIPT), *model_args, "--report"]))
+                                     "--standalone", str(SCRIPT), *model_args, "--report"]))
     return pred, measured, f"{start} -> {load()}; waited {waited:.0f} s for idle cores"
 
 
