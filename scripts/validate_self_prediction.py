@@ -139,8 +139,8 @@ def main() -> int:
     cost: list[float] = []  # what the hooks cost a step (srift's pairs of steps without and with them)
     waits: list[float] = []
     targeted = [b for f, b in zip(FACTORS, batches) if f in TARGETS]  # B and 2B
-    alone = {b: [] for b in targeted}  # type: dict[int, list[float]]  # [repeat]: error vs the script alone
-    floor = {b: [] for b in targeted}  # type: dict[int, list[float]]  # [repeat]: one lone plain process vs the other
+    alone: dict[int, list[float]] = {b: [] for b in targeted}  # [repeat]: error vs the script alone
+    floor: dict[int, list[float]] = {b: [] for b in targeted}  # [repeat]: one lone plain process vs the other
     threads: set[int | None] = set()
     with tempfile.TemporaryDirectory(prefix="srift-self-") as tmp:
         folder = Path(tmp)

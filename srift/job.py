@@ -533,7 +533,7 @@ class Job:
         self._check_fp8()
         if self.layout is None:  # layout-only settings are refused when priced without one: require_layout_settings
             return
-        parse_layout(self.layout)
+        request = parse_layout(self.layout)
         if self.batch_size is not None:
             raise SriftError("--batch-size is the per-GPU batch of data parallelism; a --layout takes --micro-batch-size.",
                              "pass --micro-batch-size (sequences per micro-batch) and --global-batch-size instead.")
@@ -545,7 +545,6 @@ class Job:
                              "use --pipeline-schedule interleaved, or drop --virtual-stages.")
         if self.kfac:
             raise SriftError("K-FAC is modelled with DDP only, not with --layout.", "drop --layout with --optimizer kfac.")
-        request = parse_layout(self.layout)
         if not request.auto and (request.ep or 1) == 1:
             for flag, given in (("--moe-dispatcher", self.moe_dispatcher != ALLTOALL),
                                 ("--moe-ep-overlap", self.moe_ep_overlap)):
@@ -594,13 +593,14 @@ class Job:
                             ("--moe-ep-overlap", self.moe_ep_overlap), ("--mtp-layers", self.mtp_layers is not None)):
             if not given:
                 continue
-            instead = "use --parallelism zero2 or fsdp" if self.parallelism == ZERO1 else f"drop {flag}"
+            zero1 = flag == "--parallelism zero1"
+            instead = "use --parallelism zero2 or fsdp" if zero1 else f"drop {flag}"
             if not takes_layout:  # a profile or a model without a decoder architecture: no layout to add
                 raise SriftError(f"{flag} is modelled in a --layout, which needs a decoder LLM of the zoo or a "
                                  "--model-config, not this model or profile.",
                                  f"{instead}, or pass --model NAME (a decoder LLM) or --model-config with --layout.")
-            raise SriftError(f"{flag} is modelled with a --layout." if flag.startswith("--parallelism")
-                             else f"{flag} needs a --layout.", f"add --layout tp=T,pp=P,cp=C (or auto), or {instead}.")
+            raise SriftError(f"{flag} is modelled with a --layout." if zero1 else f"{flag} needs a --layout.",
+                             f"add --layout tp=T,pp=P,cp=C (or auto), or {instead}.")
 
     @property
     def kfac(self) -> bool:

@@ -5,7 +5,7 @@ import pytest
 from srift.cli import main
 from srift.cluster import load_cluster
 from srift.perf.comm import CommModel
-from srift.profiling import free_port
+from srift.testing import free_port
 
 
 @pytest.mark.slow
@@ -131,7 +131,7 @@ def test_free_port_lies_below_the_ports_the_kernel_hands_out_itself():
     or ``bind(0)`` elsewhere on the host can be given it meanwhile."""
     import socket
 
-    from srift.profiling import LOWEST_PORT, _ephemeral_low
+    from srift.testing import LOWEST_PORT, _ephemeral_low
 
     low = _ephemeral_low()
     for _ in range(5):

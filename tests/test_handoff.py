@@ -177,7 +177,7 @@ def test_the_printed_torchrun_lines_start_one_job_with_every_worker(tmp_path):
         open(os.path.join({str(out_dir)!r}, str(dist.get_rank())), "w").write(f"{{dist.get_world_size()}} {{x.item():g}}")
         dist.destroy_process_group()
     """))
-    from srift.profiling import free_port
+    from srift.testing import free_port
 
     port = free_port()
     lines = [ln for ln in torchrun_lines(_plan([(1, 1), (1, 2)]), script=str(script)) if not ln.startswith("#")]
