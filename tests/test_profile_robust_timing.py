@@ -138,3 +138,28 @@ def test_a_profiled_script_records_its_clock_threads_and_aggregate(tmp_path) -> 
     assert m.threads == 1 and m.aggregate == INTERQUARTILE_MEAN and m.method == MEASUREMENT_METHOD
     assert m.clock == (WALL_LESS_RUN_QUEUE if RunQueue().available else WALL)
     assert m.run_queue_s is None or m.run_queue_s >= 0.0
+
+
+def test_a_cpu_mark_retries_a_read_a_preemption_fell_in(monkeypatch) -> None:
+    """The thread preempted for 5 ms between reading the clock and reading its run-queue wait: the
+    wait would come off the interval that ends at this mark (fresh-clone-check saw a layer's mean
+    forward at -0.52 ms, a profile srift then refused to load); the mark reads both again."""
+    from srift.profiling import hooks
+
+    clock = WallClock()
+
+    class Queue:  # the wait so far: 5 ms booked while the first read was under way
+        reads = iter([0.010, 0.015, 0.015])
+
+        def waited_s(self) -> float:
+            return next(self.reads)
+
+    now = iter([1.000, 1.005 + 1e-6,  # first try: 5 ms passed between the two clock reads (preempted)
+                1.006, 1.006 + 1e-6,  # second try: a 1 us read
+                1.007, 1.007 + 1e-6])
+    monkeypatch.setattr(hooks.time, "perf_counter", lambda: next(now))
+    clock.run_queue = Queue()  # type: ignore[assignment]
+    start = clock.mark()
+    assert start == pytest.approx(1.006 - 0.015)  # the second try: clock and wait read together
+    end = clock.mark()
+    assert end - start == pytest.approx(0.001)  # the 1 ms between the marks (without the retry: 1 us)

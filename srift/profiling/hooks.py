@@ -122,6 +122,10 @@ class RunQueue:
         return self._last_s
 
 
+MARK_READ_S = 20e-6  # a mark's two reads take about 1 us; a slower read may hold a preemption
+MARK_TRIES = 4
+
+
 class WallClock:
     """CPU clock: marks are ``perf_counter`` seconds less the training thread's run-queue wait
     (``RunQueue``): the wall time the step would take without other processes competing for the
@@ -147,7 +151,17 @@ class WallClock:
 
     def mark(self) -> Any:
         queue = self.run_queue
-        return time.perf_counter() - (queue.waited_s() if queue is not None else 0.0)
+        if queue is None:
+            return time.perf_counter()
+        # A wait booked between reading the clock and reading the wait (the thread preempted in
+        # between) would come off an interval it did not fall in, which can then read below 0: a
+        # read slower than MARK_READ_S may hold one and is taken again (the error stays below it).
+        for _ in range(MARK_TRIES):
+            start = time.perf_counter()
+            waited = queue.waited_s()
+            if time.perf_counter() - start <= MARK_READ_S:
+                break
+        return start - waited
 
     def sync(self) -> None:
         pass
@@ -573,7 +587,7 @@ class LayerTimer:
         fwd: dict[int, float] = defaultdict(float)
         fwd_calls: dict[int, int] = defaultdict(int)
         for i, a, b in pend.fwd:
-            fwd[i] += el(a, b)
+            fwd[i] += max(el(a, b), 0.0)  # a CPU mark may be up to MARK_READ_S early (WallClock.mark)
             fwd_calls[i] += 1
         bwd: dict[int, float] = defaultdict(float)
         bwd_calls: dict[int, int] = defaultdict(int)
@@ -594,14 +608,14 @@ class LayerTimer:
             for i, mark in events:
                 if i >= 0 or i == _PAUSE:
                     if cur >= 0 and since is not None:
-                        bwd[cur] += el(since, mark)
+                        bwd[cur] += max(el(since, mark), 0.0)
                     since = None if i == _PAUSE else mark
                     if i >= 0:
                         cur = i
                 elif i == _RESUME:
                     since = mark
             if cur >= 0 and since is not None:
-                bwd[cur] += el(since, events[-1][1])
+                bwd[cur] += max(el(since, events[-1][1]), 0.0)
         if not pend.bwd_passes:  # no leaf timed (compiled, or the unhooked steps): the root's passes
             backward_s = sum(el(a, b) for a, b in pend.root_bwd if b is not None)
         ends = [b for _, b in pend.root_bwd if b is not None]
