@@ -1,0 +1,151 @@
+"""Write the figures and example outputs that README.md and docs/*.md quote from their one source.
+
+Two kinds of marker, invisible when the markdown is rendered:
+
+- ``<!-- fig:FILE#PATH -->13.6 %<!-- /fig -->``: the value at the dotted PATH of
+  configs/perf/FILE.json (``accuracy#groups.multi_node.loso``). A float is a percentage
+  (``13.6 %``), an integer a count (``4,066``), text as it is.
+- ``<!-- table:NAME -->`` ... ``<!-- /table -->``: a table of such values (``TABLES`` below).
+- ``<!-- out:NAME -->`` followed by a fenced block: the block becomes ``$ COMMAND`` and what that
+  command prints (``EXAMPLES`` below names each command and its terminal width).
+
+    python scripts/render_docs.py          # rewrite the files in place
+    python scripts/render_docs.py --check  # exit 1 and name each stale marker (tests/test_docs.py)
+
+Output that depends on the day it was run (a price list's age in days) is compared without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PERF = ROOT / "configs" / "perf"
+FIG = re.compile(r"<!-- fig:(?P<file>[a-z_]+)#(?P<path>[A-Za-z0-9_.]+) -->(?P<value>.*?)<!-- /fig -->")
+TABLE = re.compile(r"<!-- table:(?P<name>[a-z0-9-]+) -->\n(?P<body>.*?)<!-- /table -->", re.S)
+OUT = re.compile(r"<!-- out:(?P<name>[a-z0-9-]+) -->\n```\n(?P<body>.*?)```\n", re.S)
+DAY_DEPENDENT = re.compile(r"\d+ days old")
+
+
+@dataclass(frozen=True)
+class Example:
+    """A command whose output a document quotes: its arguments after ``srift`` and the width."""
+
+    args: tuple[str, ...]
+    columns: int = 100
+
+
+EXAMPLES: dict[str, Example] = {
+    "recommend-resnet50": Example(("recommend", "--model", "resnet50", "--budget", "20")),
+}
+
+
+# The README's accuracy table: (what, runs, the leave-one-source-out error), each value a FILE#PATH.
+TABLES: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "accuracy": (
+        ("one GPU", "accuracy#groups.single_gpu.rows", "accuracy#groups.single_gpu.loso"),
+        ("one node, 2-16 GPUs", "accuracy#groups.one_node.rows", "accuracy#groups.one_node.loso"),
+        ("a profile measured on the target's GPU, one node", "accuracy#groups.one_node_same_gpu.rows",
+         "accuracy#groups.one_node_same_gpu.loso"),
+        ("2-16 nodes (TCP, InfiniBand, EC2)", "accuracy#groups.multi_node.rows", "accuracy#groups.multi_node.loso"),
+        ("FSDP LLM training, 8-512 GPUs", "accuracy#groups.sharded.rows", "accuracy#groups.sharded.loso"),
+        ("TP x PP x CP x DP layouts (Megatron-Core)", "", "layouts#validation.loso_mape_pct"),
+        ("mixture of experts, expert parallelism", "accuracy#groups.moe.rows", "accuracy#groups.moe.loso"),
+        ("fine-tuning speed, steady state", "accuracy#groups.finetune.steady_rows", "accuracy#groups.finetune.steady_loso"),
+        ("fine-tuning peak memory", "accuracy#groups.finetune.memory_rows", "accuracy#groups.finetune.memory_mape"),
+    ),
+}
+
+
+def documents() -> list[Path]:
+    """The files that may hold markers: the README and every page of docs/."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def figure(file: str, path: str) -> str:
+    """The value at ``path`` of configs/perf/``file``.json, written as the docs write it."""
+    value: Any = json.loads((PERF / f"{file}.json").read_text(encoding="utf-8"))
+    for key in path.split("."):
+        value = value[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:.1f} %"
+
+
+def table(name: str) -> str:
+    """The markdown table ``name`` of ``TABLES``, its values read from their files."""
+    def cell(ref: str) -> str:
+        return figure(*ref.split("#")) if ref else ""
+    rows = [f"| {what} | {cell(runs)} | {cell(error)} |" for what, runs, error in TABLES[name]]
+    return "\n".join(["| group | runs | error |", "|---|---|---|", *rows]) + "\n"
+
+
+def run_example(name: str) -> str:
+    """``$ COLUMNS=N srift ARGS`` and what the command printed (standard output, then error)."""
+    example = EXAMPLES[name]
+    env = {**os.environ, "COLUMNS": str(example.columns), "NO_COLOR": "1", "TERM": "dumb"}
+    env.pop("SRIFT_HOME", None)
+    done = subprocess.run([sys.executable, "-c", "import sys; from srift.cli import main; sys.exit(main())", *example.args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    shown = " ".join(example.args)
+    return f"$ COLUMNS={example.columns} srift {shown}\n{done.stdout}{done.stderr}"
+
+
+def comparable(text: str) -> str:
+    """Text without what changes from day to day."""
+    return DAY_DEPENDENT.sub("N days old", text)
+
+
+def render(text: str, outputs: dict[str, str]) -> str:
+    """``text`` with every marker's value or block replaced by what it should be."""
+    text = TABLE.sub(lambda m: f"<!-- table:{m['name']} -->\n{table(m['name'])}<!-- /table -->", text)
+    text = FIG.sub(lambda m: f"<!-- fig:{m['file']}#{m['path']} -->{figure(m['file'], m['path'])}<!-- /fig -->", text)
+    return OUT.sub(lambda m: f"<!-- out:{m['name']} -->\n```\n{outputs[m['name']]}```\n", text)
+
+
+def stale(text: str, outputs: dict[str, str]) -> list[str]:
+    """What in ``text`` differs from its source: one line per marker."""
+    found = [f"fig:{m['file']}#{m['path']} reads {m['value']!r}, the source says {figure(m['file'], m['path'])!r}"
+             for m in FIG.finditer(text) if m["value"] != figure(m["file"], m["path"])]
+    found += [f"table:{m['name']} differs from its source" for m in TABLE.finditer(text) if m["body"] != table(m["name"])]
+    found += [f"out:{m['name']} differs from a fresh run" for m in OUT.finditer(text)
+              if comparable(m["body"]) != comparable(outputs[m["name"]])]
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="report stale markers and exit 1 instead of writing")
+    args = parser.parse_args(argv)
+    docs = {path: path.read_text(encoding="utf-8") for path in documents()}
+    names = sorted({m["name"] for text in docs.values() for m in OUT.finditer(text)})
+    unknown = [n for n in names if n not in EXAMPLES]
+    if unknown:
+        print(f"unknown example(s) {', '.join(unknown)}: add them to EXAMPLES in {Path(__file__).name}", file=sys.stderr)
+        return 2
+    outputs = {name: run_example(name) for name in names}
+    problems = 0
+    for path, text in docs.items():
+        rel = path.relative_to(ROOT)
+        if args.check:
+            for line in stale(text, outputs):
+                print(f"{rel}: {line}")
+                problems += 1
+        elif render(text, outputs) != text:
+            path.write_text(render(text, outputs), encoding="utf-8")
+            print(f"wrote {rel}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
