@@ -23,6 +23,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,8 +96,10 @@ def run_example(name: str) -> str:
     example = EXAMPLES[name]
     env = {**os.environ, "COLUMNS": str(example.columns), "NO_COLOR": "1", "TERM": "dumb"}
     env.pop("SRIFT_HOME", None)
-    done = subprocess.run([sys.executable, "-c", "import sys; from srift.cli import main; sys.exit(main())", *example.args],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    with tempfile.TemporaryDirectory() as cache:  # the bundled catalog, not a refreshed one in the user's cache
+        env["SRIFT_CACHE_DIR"] = cache
+        done = subprocess.run([sys.executable, "-c", "import sys; from srift.cli import main; sys.exit(main())", *example.args],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     shown = " ".join(example.args)
     return f"$ COLUMNS={example.columns} srift {shown}\n{done.stdout}{done.stderr}"
 
