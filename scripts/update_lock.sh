@@ -10,8 +10,8 @@ cd "$(dirname "$0")/.."
 {
   echo "# Lock of the test environment (pip constraints), written by scripts/update_lock.sh on $(date -u +%Y-%m-%d)"
   echo "# with $("$venv/bin/python" --version) on $(uname -m). Used by the README's test command and .ci/run."
-  # torch's local label (+cpu) is dropped: ==2.13.0 admits the CPU build the README installs first.
-  "$venv/bin/pip" freeze --exclude-editable | sed -E 's/^(torch==[^+]+)\+.*/\1/' | sort -f
+  # --all keeps setuptools (torch requires it); torch's local label (+cpu) is dropped: ==2.13.0 admits the CPU build the README installs first.
+  "$venv/bin/pip" freeze --all --exclude-editable | grep -v -E "^(pip|wheel)==" | sed -E 's/^(torch==[^+]+)\+.*/\1/' | sort -f
 } > test-constraints.txt.new
 mv test-constraints.txt.new test-constraints.txt
 echo "wrote test-constraints.txt ($(grep -vc '^#' test-constraints.txt) packages); run the suite before committing it"
