@@ -28,7 +28,7 @@ from srift.errors import SriftError
 
 BROKEN_INSTALL: SriftError | None = None
 try:
-    from srift.commands import calibrate_cmd, catalog_cmd, check_cmd, examples_cmd, metavars, predict_cmd, profile_cmd, recommend_cmd
+    from srift.commands import calibrate_cmd, catalog_cmd, check_cmd, examples_cmd, metavars, panels, predict_cmd, profile_cmd, recommend_cmd
 except SriftError as _exc:  # srift's own data cannot be read (a wrong SRIFT_HOME, a broken install): main() says so
     BROKEN_INSTALL = _exc
 
@@ -77,8 +77,9 @@ if BROKEN_INSTALL is None:
 
 @functools.lru_cache(maxsize=1)
 def command() -> Any:
-    """The click command tree of the app, with the metavars of srift/commands/metavars.py."""
-    return metavars.apply(typer.main.get_command(app))
+    """The click command tree of the app, with the metavars of srift/commands/metavars.py and the
+    help panels and examples of srift/commands/panels.py."""
+    return panels.apply(metavars.apply(typer.main.get_command(app)))
 
 
 # Below this terminal width rich's help table cuts long flag names (`--activation-chec…`):
