@@ -29,7 +29,7 @@ from srift.examples import copy_examples as copy_example_files
 from srift.files import check_name, check_outputs, file_in, output_file, read_json  # noqa: F401 (check_outputs: for the commands)
 from srift.hardware import CPU, GpuSpec, gpus, matching_gpus
 from srift.hardware import gpu as gpu_spec
-from srift.job import AUTO, BF16, DDP, DEFAULT_INFRA, FINETUNE_MODES, ZERO1, Fp8Recipe, Job, Precision, require_precision
+from srift.job import AMP, AUTO, BF16, DDP, DEFAULT_INFRA, FINETUNE_MODES, ZERO1, Fp8Recipe, Job, Precision, require_precision
 from srift.perf.fp8 import fp8_unsupported
 from srift.jobfile import JobFile
 from srift.profile import Profile
@@ -55,6 +55,7 @@ from srift.search.rank import SearchResult, objective_key
 from srift.search.sweep import Progress
 from srift.simulate import Predictor
 from srift.simulate.finetune import finetune_optimizer
+from srift.simulate.hints import precision_hint
 from srift.simulate.layout_prediction import layout_memory_error
 from srift.simulate.prediction import Prediction
 from srift.simulate.layouts import has_layout
@@ -272,6 +273,9 @@ def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None =
     if not pred.fits_in_memory:  # an iteration time for a job that cannot run would mislead
         raise (layout_memory_error(cluster, pred, prof.name) if pred.layout
                else memory_error(cluster, pred, prof.name, lighter_finetune(prof, job, more, flops, cluster)))
+    hint = None if pred.layout or not gpu_names else precision_hint(job.precision or prof.precision, pred, lambda: Predictor(
+        prof, dataclasses.replace(job, precision=AMP), more, flops, model_arch(model, model_config)).predict(cluster))
+    pred = dataclasses.replace(pred, notes=[*pred.notes, hint]) if hint else pred
     ages: dict[str, PriceAge] = {}
     host_arch = None
     price = None
