@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PERF = ROOT / "configs" / "perf"
 FIG = re.compile(r"<!-- fig:(?P<file>[a-z_]+)#(?P<path>[A-Za-z0-9_.]+) -->(?P<value>.*?)<!-- /fig -->")
 TABLE = re.compile(r"<!-- table:(?P<name>[a-z0-9-]+) -->\n(?P<body>.*?)<!-- /table -->", re.S)
-OUT = re.compile(r"<!-- out:(?P<name>[a-z0-9-]+) -->\n```\n(?P<body>.*?)```\n", re.S)
+OUT = re.compile(r"^(?P<indent>[ ]*)<!-- out:(?P<name>[a-z0-9-]+) -->\n(?P=indent)```\n(?P<body>.*?)(?P=indent)```\n", re.S | re.M)
 DAY_DEPENDENT = re.compile(r"\d+ days old")
 
 
@@ -42,10 +42,13 @@ class Example:
 
     args: tuple[str, ...]
     columns: int = 100
+    keep: str = ""  # a regular expression: quote only the lines that match it (all when empty)
 
 
 EXAMPLES: dict[str, Example] = {
     "recommend-resnet50": Example(("recommend", "--model", "resnet50", "--budget", "20")),
+    "torchrun-efa-fallbacks": Example(("predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:4", "--torchrun"),
+                                      keep=r"^# (Network|With one EFA|With no EFA)"),
 }
 
 
@@ -101,7 +104,15 @@ def run_example(name: str) -> str:
         done = subprocess.run([sys.executable, "-c", "import sys; from srift.cli import main; sys.exit(main())", *example.args],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     shown = " ".join(example.args)
-    return f"$ COLUMNS={example.columns} srift {shown}\n{done.stdout}{done.stderr}"
+    printed = done.stdout + done.stderr
+    if example.keep:
+        printed = "".join(line for line in printed.splitlines(keepends=True) if re.search(example.keep, line))
+        shown += " | grep ..."
+    return f"$ COLUMNS={example.columns} srift {shown}\n{printed}"
+
+
+def _unindented(body: str, indent: str) -> str:
+    return "".join(line[len(indent):] if line.startswith(indent) else line for line in body.splitlines(keepends=True))
 
 
 def comparable(text: str) -> str:
@@ -113,7 +124,13 @@ def render(text: str, outputs: dict[str, str]) -> str:
     """``text`` with every marker's value or block replaced by what it should be."""
     text = TABLE.sub(lambda m: f"<!-- table:{m['name']} -->\n{table(m['name'])}<!-- /table -->", text)
     text = FIG.sub(lambda m: f"<!-- fig:{m['file']}#{m['path']} -->{figure(m['file'], m['path'])}<!-- /fig -->", text)
-    return OUT.sub(lambda m: f"<!-- out:{m['name']} -->\n```\n{outputs[m['name']]}```\n", text)
+    return OUT.sub(lambda m: _block(m["indent"], m["name"], outputs[m["name"]]), text)
+
+
+def _block(indent: str, name: str, output: str) -> str:
+    """A quoted output as a fenced block, every line at the marker's indent (inside a list item)."""
+    lines = [f"<!-- out:{name} -->", "```", *output.splitlines(), "```"]
+    return "".join(f"{indent}{line}\n" if line else "\n" for line in lines)
 
 
 def stale(text: str, outputs: dict[str, str]) -> list[str]:
@@ -122,7 +139,7 @@ def stale(text: str, outputs: dict[str, str]) -> list[str]:
              for m in FIG.finditer(text) if m["value"] != figure(m["file"], m["path"])]
     found += [f"table:{m['name']} differs from its source" for m in TABLE.finditer(text) if m["body"] != table(m["name"])]
     found += [f"out:{m['name']} differs from a fresh run" for m in OUT.finditer(text)
-              if comparable(m["body"]) != comparable(outputs[m["name"]])]
+              if comparable(_unindented(m["body"], m["indent"])) != comparable(outputs[m["name"]])]
     return found
 
 
