@@ -47,6 +47,7 @@ class Example:
 
 EXAMPLES: dict[str, Example] = {
     "recommend-resnet50": Example(("recommend", "--model", "resnet50", "--budget", "20")),
+    "predict-gpt2-million-tokens": Example(("predict", "--model", "gpt2", "--instance", "p3.2xlarge", "--seq-len", "1000000")),
     "torchrun-efa-fallbacks": Example(("predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:4", "--torchrun"),
                                       keep=r"^# (Network|With one EFA|With no EFA)"),
 }
