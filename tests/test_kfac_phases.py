@@ -36,14 +36,6 @@ def test_the_shipped_constants_are_the_fit_of_the_data():
         assert getattr(params.gpu_assumptions, name) == pytest.approx(value, rel=2e-3), name
 
 
-def test_held_out_phases_stay_within_the_issue_bound():
-    params = load_params()
-    rows = KP.load_rows(DATA)
-    table = KP.validation_table(rows, params.gpu_assumptions, params.shape, params.gpu_assumptions)
-    for phase, figures in table.items():
-        assert figures["logo"] <= 15.0 and figures["lomo"] <= 15.0, (phase, figures)
-
-
 ROUND = DeviceKernels("test", "round numbers", SolverCurve(1e-5, 1e12, 0.0, 1.0, 1e-6), SolverCurve(1e-5, 1e11, 0.0, 1.0),
                       gemm_flops_per_s=1e13, memory_bytes_per_s=1e12, call_s=1e-5, sync_s=2e-6, precondition_flops_per_s=5e12)
 
