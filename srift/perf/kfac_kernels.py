@@ -30,7 +30,9 @@ and ``PRECONDITION_PASSES`` passes over the block at the memory rate.
 **Parameters** (configs/perf/kfac_kernels.json, written by scripts/fit_models.py): a device with a
 measured table (data/measurements/kfac-kernels-<device>.csv, the columns of
 scripts/measure_kfac_kernels.py) uses its fitted curves and rates; any other GPU derives them from
-the compute model (its FP32 matmul rate, memory rate and per-pass launch cost:
+its datasheet (FP32 peak at the sustained clock: the factors' and preconditioning's GEMMs at
+efficiencies fitted on PipeFisher's GPU block timings, srift/fitting/kfac_phases.py), the compute
+model (memory rate, per-pass launch cost and, for the solvers, its FP32 matmul rate:
 ``srift.perf.compute.kernel_rates``) and the documented assumptions of the file's
 ``gpu_assumptions`` (solver rate relative to the GEMM rate, FLOPs per ``n^3``, size at half
 throughput from the SM count, latencies), each with its source and range (docs/kfac.md).
@@ -279,10 +281,10 @@ class GpuAssumptions:
             the factors' Gram products reach (``a^T a``: ``d x d`` out, the token count deep).
         precondition_gemm_efficiency: The same for preconditioning's GEMMs (``d`` deep).
         solver_efficiency: Share of the FP32 peak the Cholesky inverse's ``inverse_flops_per_n3 n^3``
-            FLOPs run at.
+            FLOPs run at (``gpu_inverse_curve``: validated, not used by predictions yet).
         solver_cycles_per_column: GPU clock cycles per column of the factor the Cholesky inverse
             spends in steps that wait on each other (panels, triangular solves, launches): the
-            ``column_s`` of the ``inverse`` curve is this over the clock.
+            ``column_s`` of ``gpu_inverse_curve`` is this over the clock.
         call_s: Fixed seconds of one factor or preconditioning call (the hooks' launches and host
             work).
         The last five are fitted on PipeFisher's per-phase timings of one transformer block on
