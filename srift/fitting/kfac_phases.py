@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -40,8 +41,9 @@ from srift.perf.kfac_kernels import DeviceKernels, GpuAssumptions, derive_gpu, g
 
 DATA_DIR = "kfac-layer-phases"
 CSV = "pipefisher-kfac-layer-phases.csv"
-PHASES = ("factors", "inversion", "preconditioning")
-MEASURED = {"factors": "time_kron_factor_ms", "inversion": "time_inverse_ms", "preconditioning": "time_precondition_ms"}
+PhaseName = Literal["factors", "inversion", "preconditioning"]
+PHASES: tuple[PhaseName, ...] = ("factors", "inversion", "preconditioning")
+MEASURED: dict[PhaseName, str] = {"factors": "time_kron_factor_ms", "inversion": "time_inverse_ms", "preconditioning": "time_precondition_ms"}
 # d_model and d_ff of the profiled block (hidden_size / intermediate_size, d_model / d_ff,
 # hidden_size / ffn_dim of each model's Hugging Face config).
 BLOCK_DIMS: dict[str, tuple[int, int]] = {
@@ -49,7 +51,7 @@ BLOCK_DIMS: dict[str, tuple[int, int]] = {
     "opt-125m": (768, 3072), "opt-350m": (1024, 4096),
 }
 # The constants fitted per phase (GpuAssumptions fields), with where the fit starts.
-FITTED: dict[str, dict[str, float]] = {
+FITTED: dict[PhaseName, dict[str, float]] = {
     "factors": {"factor_gemm_efficiency": 0.8, "call_s": 1e-4},
     "inversion": {"solver_efficiency": 0.5, "solver_cycles_per_column": 3000.0},
     "preconditioning": {"precondition_gemm_efficiency": 0.7},
@@ -84,7 +86,7 @@ def load_rows(data: Path) -> pd.DataFrame:
     return rows
 
 
-def phase_s(k: DeviceKernels, model: str, tokens: float, phase: str) -> float:
+def phase_s(k: DeviceKernels, model: str, tokens: float, phase: PhaseName) -> float:
     """Seconds of one K-FAC phase of a block on the kernel model ``k``."""
     lin = block_linears(model)
     if phase == "factors":
@@ -94,20 +96,19 @@ def phase_s(k: DeviceKernels, model: str, tokens: float, phase: str) -> float:
     return sum(k.precondition_s(l.d_in, l.d_out) for l in lin)
 
 
-def predict(rows: pd.DataFrame, phase: str, assumptions: GpuAssumptions, shape: float) -> np.ndarray:
-    """Predicted seconds of ``phase`` for every row."""
-    kernels = {g: dataclasses.replace(derive_gpu(g, "fp32", shape, assumptions), inverse=gpu_inverse_curve(g, shape, assumptions))
-               if phase == "inversion" else derive_gpu(g, "fp32", shape, assumptions) for g in rows["gpu"].unique()}
+def predict(rows: pd.DataFrame, phase: PhaseName, assumptions: GpuAssumptions, shape: float,
+            fitted_inverse: bool = True) -> np.ndarray:
+    """Predicted seconds of ``phase`` for every row; the inversion with the GPU-fitted curve
+    (``gpu_inverse_curve``), or with the one predictions use (``fitted_inverse=False``)."""
+    def kernels_of(g: str) -> DeviceKernels:
+        k = derive_gpu(g, "fp32", shape, assumptions)
+        return dataclasses.replace(k, inverse=gpu_inverse_curve(g, shape, assumptions)) if fitted_inverse else k
+
+    kernels = {g: kernels_of(g) for g in rows["gpu"].unique()}
     return np.array([phase_s(kernels[r.gpu], r.model, r.tokens, phase) for r in rows.itertuples()])
 
 
-def predict_shipped_inversion(rows: pd.DataFrame, assumptions: GpuAssumptions, shape: float) -> np.ndarray:
-    """Predicted inversion seconds with the curve predictions use (``derive_gpu``'s)."""
-    kernels = {g: derive_gpu(g, "fp32", shape, assumptions) for g in rows["gpu"].unique()}
-    return np.array([phase_s(kernels[r.gpu], r.model, r.tokens, "inversion") for r in rows.itertuples()])
-
-
-def fit_phase(rows: pd.DataFrame, phase: str, base: GpuAssumptions, shape: float) -> GpuAssumptions:
+def fit_phase(rows: pd.DataFrame, phase: PhaseName, base: GpuAssumptions, shape: float) -> GpuAssumptions:
     """``base`` with ``phase``'s constants fitted on ``rows`` (least squares on log time)."""
     names = list(FITTED[phase])
     measured = rows[MEASURED[phase]].to_numpy(float) * 1e-3
@@ -130,9 +131,9 @@ def fit_all(rows: pd.DataFrame, base: GpuAssumptions, shape: float) -> GpuAssump
     return out
 
 
-def held_out(rows: pd.DataFrame, key: str, base: GpuAssumptions, shape: float) -> dict[str, np.ndarray]:
+def held_out(rows: pd.DataFrame, key: str, base: GpuAssumptions, shape: float) -> dict[PhaseName, np.ndarray]:
     """Per phase, each row's prediction from the constants fitted without the row's ``key`` value."""
-    out = {p: np.full(len(rows), np.nan) for p in PHASES}
+    out: dict[PhaseName, np.ndarray] = {p: np.full(len(rows), np.nan) for p in PHASES}
     for _, idx in rows.groupby(key).groups.items():
         pos = rows.index.get_indexer(idx)
         train = rows.drop(index=idx)
@@ -142,7 +143,7 @@ def held_out(rows: pd.DataFrame, key: str, base: GpuAssumptions, shape: float) -
     return out
 
 
-def mape(pred: np.ndarray, rows: pd.DataFrame, phase: str) -> float:
+def mape(pred: np.ndarray, rows: pd.DataFrame, phase: PhaseName) -> float:
     measured = rows[MEASURED[phase]].to_numpy(float) * 1e-3
     return float(np.mean(np.abs(pred / measured - 1.0)) * 100.0)
 
@@ -152,7 +153,7 @@ def fitted_constants(assumptions: GpuAssumptions) -> dict[str, float]:
     return {n: getattr(assumptions, n) for per in FITTED.values() for n in per}
 
 
-PhaseTable = dict[str, dict[str, float]]
+PhaseTable = dict[PhaseName, dict[str, float]]
 
 
 def validation_table(rows: pd.DataFrame, base: GpuAssumptions, shape: float,
@@ -168,7 +169,7 @@ def validation_table(rows: pd.DataFrame, base: GpuAssumptions, shape: float,
     return table
 
 
-def by_group(rows: pd.DataFrame, key: str, preds: dict[str, np.ndarray], phase: str) -> dict[str, float]:
+def by_group(rows: pd.DataFrame, key: str, preds: dict[PhaseName, np.ndarray], phase: PhaseName) -> dict[str, float]:
     """MAPE % of ``preds[phase]`` per value of ``key``."""
     out = {}
     for value, idx in rows.groupby(key).groups.items():
