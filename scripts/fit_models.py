@@ -199,13 +199,17 @@ def main() -> None:
     ap.add_argument("--data", default=str(ROOT / "data"), help="the measurements (default: the repository's data/)")
     ap.add_argument("--profiles-dir", default=None)
     ap.add_argument("--out", default=str(ROOT / "configs" / "perf"))
-    ap.add_argument("--only", choices=("layouts",), default=None,
-                    help="refit one file alone (layouts: configs/perf/layouts.json on the parameters as shipped)")
+    ap.add_argument("--only", choices=("layouts", "kfac"), default=None,
+                    help="refit one file alone (layouts: configs/perf/layouts.json on the parameters as shipped; "
+                         "kfac: configs/perf/kfac_kernels.json)")
     args = ap.parse_args()
     data, out = Path(args.data), Path(args.out)
     today = _dt.date.today().isoformat()
     if args.only == "layouts":
         _write_layouts(data, out, today)
+        return
+    if args.only == "kfac":
+        _write_kfac(data, out, today)
         return
 
     profiles = profile_source(args.profiles_dir)
@@ -250,10 +254,19 @@ def main() -> None:
 
     _write_layouts(data, out, today)
 
+    _write_kfac(data, out, today)
+
+
+def _write_kfac(data: Path, out: Path, today: str) -> None:
+    """configs/perf/kfac_kernels.json: the K-FAC kernel model's tables and GPU constants."""
     kdoc = fit_kfac(data, today)
     write_json(out / "kfac_kernels.json", kdoc)
     print(f"kfac kernels: shape {kdoc['shape']:.3f} from the CPU table; measured: "
           + ", ".join(f"{k} ({', '.join(v)})" for k, v in kdoc["measured"].items()) + f"  -> {out / 'kfac_kernels.json'}")
+    central = kdoc["gpu_assumptions"]["central"]
+    print("kfac GPU phase constants: " + ", ".join(f"{k} {central[k]:.4g}" for k in (
+        "factor_gemm_efficiency", "call_s", "solver_efficiency", "solver_cycles_per_column", "precondition_gemm_efficiency"))
+        + f"; in-sample MAPE % {kdoc['gpu_assumptions']['phase_fit']['in_sample_mape_pct']}")
 
 
 def _write_layouts(data: Path, out: Path, today: str) -> None:

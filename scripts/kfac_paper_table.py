@@ -7,7 +7,8 @@ Prints every phase (ms per iteration) of ``srift predict --optimizer kfac --kfac
 the speed-ups, then (``--sensitivity``) how the SPD/D-KFAC speed-up moves when each documented
 assumption of the GPU kernel model (configs/perf/kfac_kernels.json ``gpu_assumptions``) takes the
 ends of its range, and with two bounding scenarios: inversions at the GEMM rate (the previous
-model: ``d^3`` FLOPs, no latency) and no interference from the hidden collectives. Usage::
+model: ``d^3`` FLOPs, no latency), the Cholesky inverse fitted on PipeFisher's GPU timings
+(``gpu_inverse_curve``: validated, not shipped) and no interference from the hidden collectives. Usage::
 
     python scripts/kfac_paper_table.py [--cluster FILE] [--method inverse|eigen] [--sensitivity]
 """
@@ -26,7 +27,7 @@ from srift.cluster import load_cluster  # noqa: E402
 from srift.job import KFAC_STRATEGIES, Job  # noqa: E402
 from srift.perf.comm import CommModel  # noqa: E402
 from srift.perf.compute import layer_times  # noqa: E402
-from srift.perf.kfac_kernels import device_kernels, load_params  # noqa: E402
+from srift.perf.kfac_kernels import device_kernels, gpu_inverse_curve, load_params  # noqa: E402
 from srift.simulate import breakdown as BD  # noqa: E402
 from srift.simulate.ddp import bucket_layout  # noqa: E402
 from srift.simulate.kfac import plan_kfac  # noqa: E402
@@ -99,6 +100,9 @@ def sensitivity(cluster_file: str, base: dict[str, dict[str, object]], method: s
             scenarios.append((f"{name} = {v:.3g} ({label})", {"kernels": device_kernels(gpu, assumptions=a)}))
     gemm_rate = dataclasses.replace(central, inverse_flops_per_n3=1.0, solver_to_gemm=1.0, tile=1e-9, latency_passes=0.0, sync_s=0.0)
     scenarios.append(("inversion = d^3 at the GEMM rate (previous model)", {"kernels": device_kernels(gpu, assumptions=gemm_rate)}))
+    if method == "inverse":  # the Cholesky inverse fitted on PipeFisher's GPU timings (validated, not shipped)
+        fitted = dataclasses.replace(device_kernels(gpu), inverse=gpu_inverse_curve(gpu, params.shape, central))
+        scenarios.append(("GPU-fitted Cholesky inverse (PipeFisher, not shipped)", {"kernels": fitted}))
     scenarios.append(("interference of the factor all-reduces only", {"factor_interference_only": True}))
     scenarios.append(("no interference from hidden K-FAC collectives", {"interference": 0.0}))
     print(f"\nSPD/D-KFAC speed-up (and MPD/D-KFAC) under each assumption of the GPU kernel model ({method}); "

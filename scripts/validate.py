@@ -35,6 +35,10 @@ Layout group: step times of Megatron-Core TP x PP x CP x DP runs (data/llm-paral
 ``srift.fitting.layouts``), leave-one-model-out and leave-one-source-out, and the mean regret of
 srift's ranking of measured layouts (``layout_group``).
 
+K-FAC group (``kfac_group``; ``--only kfac``): per-phase MAPE (factors, inversion, preconditioning)
+of the GPU K-FAC kernel model against PipeFisher's block timings (data/kfac-layer-phases), with
+its constants refitted without the row's GPU (LOGO) and without its model (LOMO).
+
 MoE group: tokens/s per GPU of Megatron-Core expert-parallel runs (data/moe-training,
 ``srift.fitting.moe``), force-balanced routing, nothing fitted on them (``moe_group``;
 ``--moe-only`` runs it alone).
@@ -518,6 +522,36 @@ def long_context_subgroup(data: Path) -> None:
         print("    left out: " + "; ".join(f"{n} {why}" for why, n in out.items()))
 
 
+def kfac_group(data: Path) -> None:
+    """The K-FAC group: per-phase MAPE of the GPU kernel model (srift.perf.kfac_kernels.derive_gpu)
+    against PipeFisher's timings of one transformer block (data/kfac-layer-phases), with its five
+    constants as shipped, refitted without the row's GPU (LOGO) and without its model (LOMO)."""
+    from srift.fitting import kfac_phases as KP
+    from srift.perf.kfac_kernels import load_params
+
+    params = load_params()
+    rows = KP.load_rows(data)
+    shipped = params.gpu_assumptions
+    logo = KP.held_out(rows, "gpu", shipped, params.shape)
+    lomo = KP.held_out(rows, "model", shipped, params.shape)
+    fit = {p: KP.predict(rows, p, shipped, params.shape) for p in KP.PHASES}
+    print(f"\nK-FAC group: {len(rows)} PipeFisher block timings (BERT/T5/OPT on P100, V100, RTX 3090, batch 1-128), "
+          "per-phase MAPE %")
+    print(f"{'':<34}{'rows':>6}{'fit':>8}{'LOGO':>8}{'LOMO':>8}")
+    for p in KP.PHASES:
+        label = "inversion (GPU-fitted curve)" if p == "inversion" else p
+        print(f"{label:<34}{len(rows):>6}{KP.mape(fit[p], rows, p):>8.1f}{KP.mape(logo[p], rows, p):>8.1f}{KP.mape(lomo[p], rows, p):>8.1f}")
+        held_gpu, held_model = KP.by_group(rows, "gpu", logo, p), KP.by_group(rows, "model", lomo, p)
+        print("    GPU held out: " + ", ".join(f"{g} {e:.1f}" for g, e in held_gpu.items())
+              + "; model held out: " + ", ".join(f"{m} {e:.1f}" for m, e in held_model.items()))
+    shipped_inv = KP.predict(rows, "inversion", shipped, params.shape, fitted_inverse=False)
+    print(f"{'inversion, curve predictions use':<34}{len(rows):>6}{KP.mape(shipped_inv, rows, 'inversion'):>8.1f}"
+          "   (nothing fitted on these rows: the fitted curve above is not shipped, docs/kfac.md)")
+    print("constants (configs/perf/kfac_kernels.json): " + ", ".join(f"{k} {v:.4g}" for k, v in KP.fitted_constants(shipped).items()))
+    print("GPUs: configs/gpus.yaml's P100 (PCIe), V100-16GB (SXM2) and RTX-3090 entries (PipeFisher does not say which "
+          "P100 or V100 variant it ran)")
+
+
 def moe_group(data: Path, table: bool = False) -> dict | None:
     """The MoE group: tokens/s per GPU of Megatron-Core expert-parallel runs (data/moe-training;
     srift.fitting.moe says which rows and why), force-balanced routing as the source ran. Nothing
@@ -635,7 +669,7 @@ def main() -> None:
     ap.add_argument("--write-accuracy", nargs="?", const=str(ROOT / "configs" / "perf" / "accuracy.json"), default=None,
                     metavar="FILE", help="write the group figures predict/recommend quote (default configs/perf/accuracy.json)")
     ap.add_argument("--moe-only", action="store_true", help="run only the MoE group (data/moe-training)")
-    ap.add_argument("--only", choices=("dense", "sharded", "finetune", "layouts"), default=None,
+    ap.add_argument("--only", choices=("dense", "sharded", "finetune", "layouts", "kfac"), default=None,
                     help="print one group only (dense: the iteration-time groups, single GPU to multi-node); with "
                          "--write-accuracy, write its figures and keep the file's others")
     args = ap.parse_args()
@@ -646,6 +680,9 @@ def main() -> None:
         return
     if args.only == "layouts":
         layout_group(Path(args.data))
+        return
+    if args.only == "kfac":
+        kfac_group(Path(args.data))
         return
     if args.only in ("sharded", "finetune"):
         figures = (sharded_group if args.only == "sharded" else finetune_group)(Path(args.data))
@@ -808,6 +845,7 @@ def main() -> None:
         sharded_figures = sharded_group(Path(args.data))
         finetune_figures = finetune_group(Path(args.data))
         layout_group(Path(args.data))
+        kfac_group(Path(args.data))
         moe_figures = moe_group(Path(args.data), args.table)
     if args.write_accuracy:
         write_accuracy(Path(args.write_accuracy),

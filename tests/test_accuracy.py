@@ -122,11 +122,12 @@ def test_a_profile_measured_on_the_target_gpu_quotes_the_measured_groups(toy):
     assert predict(prof, cluster_from_spec("p3.16xlarge")).compute_error_pct == 5.2
 
 
-def test_a_kfac_prediction_says_its_phases_are_unchecked_on_gpus(toy, capsys):
+def test_a_kfac_prediction_says_what_of_its_phases_is_checked_on_gpus(toy, capsys):
     assert main(["predict", "--model", "resnet50", "--instance", "p3.16xlarge", "--optimizer", "kfac", "--format", "json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["typical_error_pct"] == 2.2
-    assert "K-FAC's phases have no GPU measurement" in d["typical_error_basis"]
+    assert "for the first-order part only" in d["typical_error_basis"]
+    assert "inversions are predicted faster than those timings" in d["typical_error_basis"]
     # The cached first-order basis is left as it was.
     assert "K-FAC" not in A.typical_error(1, 8)[1]
 

@@ -6,6 +6,7 @@ tables. None of this needs torch."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 import shutil
 from pathlib import Path
@@ -18,7 +19,8 @@ from srift.fitting import kfac_kernels as fit
 from srift.hardware import gpu
 from srift.perf.compute import kernel_rates
 from srift.perf.kfac_kernels import (
-    DeviceKernels, GpuAssumptions, KernelParams, MeasuredDevice, SolverCurve, derive_gpu, device_kernels, load_params,
+    DeviceKernels, GpuAssumptions, KernelParams, MeasuredDevice, SolverCurve, derive_gpu, device_kernels, gpu_inverse_curve,
+    load_params,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,30 +96,42 @@ def test_step_and_preconditioning():
 
 
 # ---- GPUs without a table --------------------------------------------------------------------
-def test_a_gpu_without_a_table_derives_its_figures_from_the_compute_model():
+def test_a_gpu_without_a_table_derives_its_figures_from_its_datasheet():
     a = GpuAssumptions(inverse_flops_per_n3=2.0, solver_to_gemm=0.5, eigen_bytes_per_n3=1.0, eigen_flops_per_n3=3.0,
-                       tile=100.0, latency_passes=2.0, sync_s=1e-5, eigen_column_launches=1.0, launch_gap_s=4e-6)
+                       tile=100.0, latency_passes=2.0, sync_s=1e-5, eigen_column_launches=1.0, launch_gap_s=4e-6,
+                       factor_gemm_efficiency=0.9, precondition_gemm_efficiency=0.8, solver_efficiency=0.5,
+                       solver_cycles_per_column=4000.0, call_s=2e-5)
     k = derive_gpu("V100-16GB", "fp32", 1.5, a)
     r = kernel_rates("V100-16GB", "fp32")
-    spec = gpu("V100-16GB")
-    assert k.gemm_flops_per_s == r.matmul_flops_per_s and k.memory_bytes_per_s == r.memory_bytes_per_s
-    # Cholesky inverse: 2 n^3 FLOPs at half the GEMM rate; half throughput at 100 x sqrt(80 SMs).
+    spec = gpu("V100-16GB")  # 15.7 TFLOP/s FP32, 1530 MHz boost, no power cap
+    assert k.gemm_flops_per_s == pytest.approx(0.9 * 15.7e12) and k.precondition_flops_per_s == pytest.approx(0.8 * 15.7e12)
+    assert k.memory_bytes_per_s == r.memory_bytes_per_s and k.call_s == 2e-5
+    # Cholesky inverse: 2 n^3 FLOPs at half the compute model's GEMM rate; half throughput at 100 x sqrt(80 SMs).
     assert k.inverse.rate_n3_per_s == pytest.approx(0.5 * r.matmul_flops_per_s / 2.0)
     assert k.inverse.n_half == pytest.approx(100 * math.sqrt(spec.sm_count)) and k.inverse.shape == 1.5
     assert k.inverse.latency_s == pytest.approx(2 * r.launch_s + 1e-5)
-    # eigh: 1 byte per n^3 at the memory rate plus 3 FLOPs per n^3 at the solver rate; a launch per column.
-    assert 1 / k.eigen.rate_n3_per_s == pytest.approx(1.0 / r.memory_bytes_per_s + 3.0 / (0.5 * r.matmul_flops_per_s))
-    assert k.eigen.column_s == pytest.approx(4e-6)
+    # The GPU-fitted curve (validated, not used by predictions): 2 n^3 FLOPs at half the FP32 peak,
+    # 4000 cycles per column at 1530 MHz, a sync.
+    c = gpu_inverse_curve("V100-16GB", 1.5, a)
+    n = 1024
+    assert c.time_s(n) == pytest.approx(1e-5 + 4000 * n / 1530e6 + 2.0 * n**3 / (0.5 * 15.7e12))
+    # eigh (no GPU measurement): from the compute model; half throughput at 100 x sqrt(80 SMs).
+    solver = 0.5 * r.matmul_flops_per_s
+    assert 1 / k.eigen.rate_n3_per_s == pytest.approx(1.0 / r.memory_bytes_per_s + 3.0 / solver)
+    assert k.eigen.n_half == pytest.approx(100 * math.sqrt(spec.sm_count)) and k.eigen.shape == 1.5
+    assert k.eigen.latency_s == pytest.approx(2 * r.launch_s + 1e-5) and k.eigen.column_s == pytest.approx(4e-6)
     # K-FAC's GEMMs stay FP32 under amp (autocast is off in the hooks) and under tf32 (srift's K-FAC
     # turns TF32 off around them: review item P3 of issue 28).
-    assert derive_gpu("A100-80GB", "amp", 1.5, a).gemm_flops_per_s == kernel_rates("A100-80GB", "fp32").matmul_flops_per_s
-    assert derive_gpu("A100-80GB", "tf32", 1.5, a).gemm_flops_per_s == kernel_rates("A100-80GB", "fp32").matmul_flops_per_s
-    assert kernel_rates("A100-80GB", "tf32").matmul_flops_per_s > kernel_rates("A100-80GB", "fp32").matmul_flops_per_s
+    fp32 = derive_gpu("A100-80GB", "fp32", 1.5, a).gemm_flops_per_s
+    assert fp32 == pytest.approx(0.9 * gpu("A100-80GB").fp32_tflops * 1e12 / gpu("A100-80GB").clock_derate)
+    assert derive_gpu("A100-80GB", "amp", 1.5, a).gemm_flops_per_s == fp32
+    assert derive_gpu("A100-80GB", "tf32", 1.5, a).gemm_flops_per_s == fp32
 
 
 def test_a_slower_solver_assumption_slows_every_inversion():
     central = device_kernels("RTX 2080 Ti")
-    slow = device_kernels("RTX 2080 Ti", assumptions=GpuAssumptions(solver_to_gemm=0.35))
+    shipped = load_params().gpu_assumptions
+    slow = device_kernels("RTX 2080 Ti", assumptions=dataclasses.replace(shipped, solver_to_gemm=0.35))
     for n in (256, 1024, 4608):
         assert slow.invert_s(n) > central.invert_s(n)
     # At large n the cubic term dominates: half the rate is almost twice the time.

@@ -21,6 +21,7 @@ Used by ``scripts/fit_models.py`` (configs/perf/kfac_kernels.json) and tests.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -93,6 +94,12 @@ ASSUMPTION_SOURCES: dict[str, dict[str, Any]] = {
         "source": "the tridiagonal reduction launches at least one kernel (the symv) per column",
     },
     "launch_gap_s": {"source": "SuperBench kernel-launch event_overhead (back-to-back kernels), median over NVIDIA GPUs"},
+    **{name: {"source": ("fitted on PipeFisher's per-phase timings of one BERT/T5/OPT block on P100, V100 and RTX 3090 "
+                         "(data/kfac-layer-phases; srift/fitting/kfac_phases.py): least squares on log time, each phase "
+                         "on its own 109 rows; validated leave-one-GPU-out and leave-one-model-out (scripts/validate.py "
+                         "--only kfac)")}
+       for name in ("factor_gemm_efficiency", "call_s", "solver_efficiency", "solver_cycles_per_column",
+                    "precondition_gemm_efficiency")},
 }
 
 
@@ -330,12 +337,23 @@ def fit_kernel_params(data: Path) -> KernelParams:
             fits[f"{dev}/{key}"] = info
     event_s, wall_s, launch_rows = superbench_launch_s(data)
     central = GpuAssumptions(sync_s=round(wall_s, 7), launch_gap_s=round(event_s, 7))
+    # The GPU phase constants: fitted on PipeFisher's per-phase block timings (srift/fitting/kfac_phases.py).
+    from srift.fitting import kfac_phases
+
+    phase_fit: dict[str, Any] = {}
+    if (Path(data) / kfac_phases.DATA_DIR / kfac_phases.CSV).exists():  # a data folder without them keeps the defaults
+        rows = kfac_phases.load_rows(data)
+        central = kfac_phases.fit_all(rows, central, shape)
+        central = dataclasses.replace(central, **{k: float(f"{v:.4g}") for k, v in kfac_phases.fitted_constants(central).items()})
+        phase_fit = {"rows": int(len(rows)), "data": f"data/{kfac_phases.DATA_DIR}/{kfac_phases.CSV}", "in_sample_mape_pct": {
+            p: round(kfac_phases.mape(kfac_phases.predict(rows, p, central, shape), rows, p), 1) for p in kfac_phases.PHASES}}
     meta = {
         "tables": {dev: f"data/measurements/{p.name}" for dev, p in paths.items()},
         "fit": {"shape": {"value": round(shape, 4), "rms_log_error": round(shape_rms, 4),
                           "curves": [f"{m} x {th} thread(s)" for th in cpu_threads for m in SOLVER_KERNELS]},
                 **fits},
-        "gpu_assumptions": {"sources": ASSUMPTION_SOURCES, "superbench_launch_rows": launch_rows},
+        "gpu_assumptions": {"sources": ASSUMPTION_SOURCES, "superbench_launch_rows": launch_rows,
+                            "phase_fit": phase_fit},
         "model": ("solver: latency + column_s n + n^3 / (rate e(n)), e(n) = 1/(1 + (n_half/n)^shape); factor: call + "
                   "copy bytes / memory rate + max(FLOPs / gemm rate, bytes / memory rate)"),
         "method": "least squares on log(model / measured); rows with p90 > 2 p10 left out; shape: grid + refine, jointly on the CPU curves",

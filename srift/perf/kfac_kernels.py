@@ -30,7 +30,9 @@ and ``PRECONDITION_PASSES`` passes over the block at the memory rate.
 **Parameters** (configs/perf/kfac_kernels.json, written by scripts/fit_models.py): a device with a
 measured table (data/measurements/kfac-kernels-<device>.csv, the columns of
 scripts/measure_kfac_kernels.py) uses its fitted curves and rates; any other GPU derives them from
-the compute model (its FP32 matmul rate, memory rate and per-pass launch cost:
+its datasheet (FP32 peak at the sustained clock: the factors' and preconditioning's GEMMs at
+efficiencies fitted on PipeFisher's GPU block timings, srift/fitting/kfac_phases.py), the compute
+model (memory rate, per-pass launch cost and, for the solvers, its FP32 matmul rate:
 ``srift.perf.compute.kernel_rates``) and the documented assumptions of the file's
 ``gpu_assumptions`` (solver rate relative to the GEMM rate, FLOPs per ``n^3``, size at half
 throughput from the SM count, latencies), each with its source and range (docs/kfac.md).
@@ -131,6 +133,8 @@ class DeviceKernels:
             packing, when measured (``factor_step`` rows); else ``memory_bytes_per_s``. On a CPU
             these contiguous and index passes run several times faster than the strided unfold.
         step_call_s: Fixed cost of that per-factor work (its several calls), when measured.
+        precondition_flops_per_s: Rate of preconditioning's GEMMs, when it differs from
+            ``gemm_flops_per_s`` (a derived GPU: ``d``-deep GEMMs run below the factors' rate).
     """
 
     device: str
@@ -143,9 +147,10 @@ class DeviceKernels:
     sync_s: float = 0.0
     step_bytes_per_s: float | None = None
     step_call_s: float = 0.0
+    precondition_flops_per_s: float | None = None
 
     def __post_init__(self) -> None:
-        if not (self.gemm_flops_per_s > 0 and self.memory_bytes_per_s > 0 and self.call_s >= 0 and self.sync_s >= 0
+        if not ((self.precondition_flops_per_s is None or self.precondition_flops_per_s > 0) and self.gemm_flops_per_s > 0 and self.memory_bytes_per_s > 0 and self.call_s >= 0 and self.sync_s >= 0
                 and (self.step_bytes_per_s is None or self.step_bytes_per_s > 0) and self.step_call_s >= 0):
             raise SriftError(f"the K-FAC kernel rates of '{self.device}' are out of range.", "re-run scripts/fit_models.py.")
 
@@ -163,9 +168,10 @@ class DeviceKernels:
         """Seconds of one inversion (``inverse``) or eigendecomposition (``eigen``) of an n x n factor."""
         return self.solver(method).time_s(n)
 
-    def gemm_s(self, flops: float, bytes_read: float) -> float:
-        """A GEMM's seconds on the roofline: compute- or memory-bound, whichever is slower."""
-        return max(flops / self.gemm_flops_per_s, bytes_read / self.memory_bytes_per_s)
+    def gemm_s(self, flops: float, bytes_read: float, flops_per_s: float | None = None) -> float:
+        """A GEMM's seconds on the roofline: compute- or memory-bound, whichever is slower (at
+        ``flops_per_s``, default the factors' GEMM rate)."""
+        return max(flops / (flops_per_s or self.gemm_flops_per_s), bytes_read / self.memory_bytes_per_s)
 
     def factor_a_s(self, rows: float, dim: int, unfold: bool, input_elements: float = 0.0, half_input: bool = False,
                    bias: bool = False) -> float:
@@ -221,7 +227,8 @@ class DeviceKernels:
         block = FP32_BYTES * a_dim * g_dim
         # The GEMMs read the block and the two square matrices.
         read = gemms * FP32_BYTES * (a_dim * a_dim + g_dim * g_dim) + 2.0 * gemms * block
-        return self.call_s + self.sync_s + self.gemm_s(flops, read) + passes * block / self.memory_bytes_per_s
+        return (self.call_s + self.sync_s + self.gemm_s(flops, read, self.precondition_flops_per_s)
+                + passes * block / self.memory_bytes_per_s)
 
 
 # ---- parameters -------------------------------------------------------------------------------
@@ -270,6 +277,18 @@ class GpuAssumptions:
         sync_s: Host round trip of a synchronising call.
         eigen_column_launches: Kernel launches per column of ``eigh`` (the reduction's ``symv``).
         launch_gap_s: Gap between two back-to-back kernels a library launches.
+        factor_gemm_efficiency: Share of the FP32 peak (configs/gpus.yaml, at the sustained clock)
+            the factors' Gram products reach (``a^T a``: ``d x d`` out, the token count deep).
+        precondition_gemm_efficiency: The same for preconditioning's GEMMs (``d`` deep).
+        solver_efficiency: Share of the FP32 peak the Cholesky inverse's ``inverse_flops_per_n3 n^3``
+            FLOPs run at (``gpu_inverse_curve``: validated, not used by predictions yet).
+        solver_cycles_per_column: GPU clock cycles per column of the factor the Cholesky inverse
+            spends in steps that wait on each other (panels, triangular solves, launches): the
+            ``column_s`` of ``gpu_inverse_curve`` is this over the clock.
+        call_s: Fixed seconds of one factor or preconditioning call (the hooks' launches and host
+            work).
+        The last five are fitted on PipeFisher's per-phase timings of one transformer block on
+        P100, V100 and RTX 3090 (data/kfac-layer-phases, srift/fitting/kfac_phases.py).
     """
 
     inverse_flops_per_n3: float = 7.0 / 3.0
@@ -281,6 +300,11 @@ class GpuAssumptions:
     sync_s: float = 10e-6
     eigen_column_launches: float = 1.0
     launch_gap_s: float = 5.5e-6
+    factor_gemm_efficiency: float = 0.9
+    precondition_gemm_efficiency: float = 0.8
+    solver_efficiency: float = 0.5
+    solver_cycles_per_column: float = 4000.0
+    call_s: float = 8.5e-5
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "GpuAssumptions":
@@ -289,7 +313,9 @@ class GpuAssumptions:
         if unknown:
             raise SriftError(f"unknown K-FAC GPU assumption(s): {', '.join(sorted(unknown))}.", "re-run scripts/fit_models.py.")
         a = cls(**{k: float(v) for k, v in d.items()})
-        if not all(getattr(a, n) >= 0 for n in names) or a.solver_to_gemm <= 0 or a.inverse_flops_per_n3 <= 0 or a.tile <= 0:
+        positive = (a.solver_to_gemm, a.inverse_flops_per_n3, a.tile, a.factor_gemm_efficiency, a.precondition_gemm_efficiency,
+                    a.solver_efficiency)
+        if not all(getattr(a, n) >= 0 for n in names) or min(positive) <= 0:
             raise SriftError("a K-FAC GPU assumption is out of range.", "re-run scripts/fit_models.py.")
         return a
 
@@ -353,12 +379,19 @@ def _matmul_precision(precision: str) -> str:
 
 
 def derive_gpu(gpu: str, precision: str, shape: float, assumptions: GpuAssumptions) -> DeviceKernels:
-    """A GPU's kernel model from the compute model's rates and ``assumptions`` (no measured table).
+    """A GPU's kernel model from its datasheet (configs/gpus.yaml), the compute model's memory rate
+    and launch cost, and ``assumptions`` (no measured table).
+
+    The factors' and preconditioning's GEMMs run at their efficiency times the FP32 peak at the
+    sustained clock (fitted on PipeFisher's GPU timings); the solvers (``inverse``, ``eigen``) from
+    the compute model's matmul and memory rates and the documented assumptions. The GPU-fitted
+    Cholesky inverse (``gpu_inverse_curve``) is validated but not used here: fitted on factors of
+    768-4096 it prices the many small factors of CNNs at 3-5x the current curve (docs/kfac.md).
 
     Args:
         gpu: A GPU name of configs/gpus.yaml.
         precision: The training precision (K-FAC's GEMMs are FP32 under every one: ``_matmul_precision``).
-        shape: The solvers' efficiency exponent.
+        shape: The ``eigen`` curve's efficiency exponent.
         assumptions: The derivation's assumptions.
     """
     from srift.perf.compute import kernel_rates
@@ -366,6 +399,8 @@ def derive_gpu(gpu: str, precision: str, shape: float, assumptions: GpuAssumptio
     spec = gpu_spec(gpu)
     rates = kernel_rates(spec.name, _matmul_precision(precision))
     a = assumptions
+    peak = spec.peak_flops(FP32) / spec.clock_derate
+    clock_hz = (spec.sustained_clock_mhz or spec.boost_clock_mhz) * 1e6
     solver_flops = a.solver_to_gemm * rates.matmul_flops_per_s
     n_half = a.tile * math.sqrt(spec.sm_count)
     latency = a.latency_passes * rates.launch_s + a.sync_s
@@ -373,12 +408,26 @@ def derive_gpu(gpu: str, precision: str, shape: float, assumptions: GpuAssumptio
     # eigh: the memory-bound half of the tridiagonal reduction and the rest at the solver rate.
     eigen_s_per_n3 = a.eigen_bytes_per_n3 / rates.memory_bytes_per_s + a.eigen_flops_per_n3 / solver_flops
     eigen = SolverCurve(latency, 1.0 / eigen_s_per_n3, n_half, shape, a.eigen_column_launches * a.launch_gap_s)
-    basis = (f"derived for {spec.name} (no measured table): GEMMs at the compute model's "
-             f"{_matmul_precision(precision).upper()} matmul rate {rates.matmul_flops_per_s / 1e12:.1f} TFLOP/s, copies at "
-             f"{rates.memory_bytes_per_s / 1e9:.0f} GB/s; solvers at {a.solver_to_gemm:.2f} of the GEMM rate (Cholesky "
-             f"inverse {a.inverse_flops_per_n3:.2f} n^3 FLOPs, eigh's reduction memory-bound), half throughput at n = {n_half:.0f}")
-    return DeviceKernels(spec.name, basis, inverse, eigen, rates.matmul_flops_per_s, rates.memory_bytes_per_s,
-                         rates.launch_s, a.sync_s)
+    gemm, pre = a.factor_gemm_efficiency * peak, a.precondition_gemm_efficiency * peak
+    basis = (f"derived for {spec.name} (no measured table): from its FP32 peak {peak / 1e12:.1f} TFLOP/s, factor GEMMs at "
+             f"{a.factor_gemm_efficiency:.2f} of it, preconditioning at {a.precondition_gemm_efficiency:.2f} (fitted on "
+             f"PipeFisher's P100/V100/RTX 3090 block timings); copies at {rates.memory_bytes_per_s / 1e9:.0f} GB/s; solvers at "
+             f"{a.solver_to_gemm:.2f} of the compute model's GEMM rate (Cholesky inverse {a.inverse_flops_per_n3:.2f} n^3 "
+             f"FLOPs), half throughput at n = {n_half:.0f}")
+    return DeviceKernels(spec.name, basis, inverse, eigen, gemm, rates.memory_bytes_per_s, a.call_s, a.sync_s,
+                         precondition_flops_per_s=pre)
+
+
+def gpu_inverse_curve(gpu: str, shape: float, assumptions: GpuAssumptions) -> SolverCurve:
+    """The Cholesky inverse fitted on PipeFisher's GPU timings (factors of 768-4096): its
+    ``inverse_flops_per_n3 n^3`` FLOPs at ``solver_efficiency`` of the FP32 peak, plus
+    ``solver_cycles_per_column`` clock cycles per column and a host synchronisation."""
+    spec = gpu_spec(gpu)
+    a = assumptions
+    peak = spec.peak_flops(FP32) / spec.clock_derate
+    clock_hz = (spec.sustained_clock_mhz or spec.boost_clock_mhz) * 1e6
+    return SolverCurve(a.sync_s, a.solver_efficiency * peak / a.inverse_flops_per_n3, 0.0, shape,
+                       a.solver_cycles_per_column / clock_hz)
 
 
 def device_kernels(device: str, precision: str = "fp32", threads: int | None = None,
