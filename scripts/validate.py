@@ -35,6 +35,10 @@ Layout group: step times of Megatron-Core TP x PP x CP x DP runs (data/llm-paral
 ``srift.fitting.layouts``), leave-one-model-out and leave-one-source-out, and the mean regret of
 srift's ranking of measured layouts (``layout_group``).
 
+Pairs (``--only pairs``; with ``--write-accuracy`` the ``pairs_*`` groups): the error of the ratio of
+two predictions of the layout and MoE groups, on one GPU (other counts or layouts) and across GPUs,
+from their residuals (``srift.fitting.pairs``): what `recommend` compares two plans by.
+
 MoE group: tokens/s per GPU of Megatron-Core expert-parallel runs (data/moe-training,
 ``srift.fitting.moe``), force-balanced routing, nothing fitted on them (``moe_group``;
 ``--moe-only`` runs it alone).
@@ -635,7 +639,7 @@ def main() -> None:
     ap.add_argument("--write-accuracy", nargs="?", const=str(ROOT / "configs" / "perf" / "accuracy.json"), default=None,
                     metavar="FILE", help="write the group figures predict/recommend quote (default configs/perf/accuracy.json)")
     ap.add_argument("--moe-only", action="store_true", help="run only the MoE group (data/moe-training)")
-    ap.add_argument("--only", choices=("dense", "sharded", "finetune", "layouts"), default=None,
+    ap.add_argument("--only", choices=("dense", "sharded", "finetune", "layouts", "pairs"), default=None,
                     help="print one group only (dense: the iteration-time groups, single GPU to multi-node); with "
                          "--write-accuracy, write its figures and keep the file's others")
     args = ap.parse_args()
@@ -646,6 +650,14 @@ def main() -> None:
         return
     if args.only == "layouts":
         layout_group(Path(args.data))
+        return
+    if args.only == "pairs":  # the error of the ratio of two predictions of a group (srift/fitting/pairs.py)
+        from srift.fitting.pairs import pair_groups
+
+        for name, figures in pair_groups(Path(args.data)).items():
+            print(f"{name:<32}{figures['rows']:>6} pairs  MAPE of the ratio {figures['fit']:5.1f} %")
+            if args.write_accuracy:
+                _write_group(Path(args.write_accuracy), name, figures)
         return
     if args.only in ("sharded", "finetune"):
         figures = (sharded_group if args.only == "sharded" else finetune_group)(Path(args.data))

@@ -34,6 +34,7 @@ from srift.perf.fp8 import fp8_unsupported
 from srift.jobfile import JobFile
 from srift.profile import Profile
 from srift.report.format import usd, with_article
+from srift.report.recommend_view import miss_clauses
 from srift.results import (
     CHECK_SCHEMA,
     CheckedConfiguration,
@@ -545,6 +546,9 @@ def no_fit_error(result: RecommendResult) -> SriftError | None:
             "deadline": f"relax that limit, or meet it at a lower --confidence than {c.confidence:g} (0.5: at the median).",
             "max-cost": f"relax that limit, or meet it at a lower --confidence than {c.confidence:g} (0.5: at the median)."
             }.get(found.cut_by or "", "relax that limit.")
+    clauses = miss_clauses(found, c)  # which limit binds, and the plan closest to it (srift/search/diagnose.py)
+    if len(clauses) > 1:  # two limits: which one binds (one limit binds by itself)
+        what = "both limits together: " + "; ".join(clauses)
     return SriftError(f"no configuration meets {what}.{near}", hint, exit_code=1)
 
 
@@ -587,7 +591,8 @@ def check(jobfile: JobFile, compare_to: str | None = None) -> CheckResult:
             raise SriftError("no configuration could be predicted for this job (it fits no GPU at this batch size).",
                              "lower batch_size, or give an instance.", exit_code=1)
         pred, instance, where = best.prediction, best.instance, best.infra
-        chosen_by = "srift recommend (cheapest under the limits)" if found.recommendations else "closest to the limits"
+        chosen_by = ("srift recommend (cheapest under the limits)" if found.recommendations else
+                     f"closest to the limits ({found.cut_by} binds)" if found.cut_by else "closest to the limits")
         ages = price_ages([(t.cloud, t.region) for t in parse_infra(infra)])
     cost_h = pred.cost_per_hour_usd
     if cost_h is None:
@@ -612,6 +617,9 @@ def compare(result: CheckResult, base: Mapping[str, Any]) -> dict[str, MetricCha
         SriftError: when the baseline lacks one of those figures.
     """
     out = {}
+    rule = base.get("configuration", {}).get("chosen_by") if isinstance(base.get("configuration"), dict) else None
+    # Like with like: a change between configurations chosen by different rules has no percentage.
+    same_rule = not isinstance(rule, str) or rule == result.configuration.chosen_by
     for key in _COMPARED:
         new, old = getattr(result, key), base.get(key)
         if not isinstance(old, (int, float)) or isinstance(old, bool):
@@ -619,7 +627,7 @@ def compare(result: CheckResult, base: Mapping[str, Any]) -> dict[str, MetricCha
         old = float(old)
         pct = (new - old) / old * 100.0 if old > 0 else None
         # A base of a few denormal dollars makes any change "infinite %": no percentage then.
-        out[key] = MetricChange(old, new, new - old, pct if pct is None or math.isfinite(pct) else None)
+        out[key] = MetricChange(old, new, new - old, pct if same_rule and (pct is None or math.isfinite(pct)) else None, same_rule)
     return out
 
 

@@ -20,7 +20,8 @@ from srift.report.table import Column, print_table
 from srift.results import RecommendResult, ages_json
 from srift.search.confidence import label as q_label
 from srift.search.limits import COST, THROUGHPUT, within
-from srift.search.rank import Candidate, SearchResult
+from srift.search.dominance import TIE_FRACTION, dominates
+from srift.search.rank import Candidate, SearchResult, edge
 from srift.text import markdown as md
 
 
@@ -154,6 +155,8 @@ def candidate_json(cand: Candidate, rank: int, result: SearchResult | None = Non
     rank_q = constraints.ranking_confidence if constraints is not None else None
     out["ranked_at_confidence"] = rank_q
     out["ranking_quantile_factor"] = cand.quantile_factor(rank_q)
+    if result is not None:
+        out["ranked_objective"] = ranked_value(cand, result.objective, result.confidence)
     if at is not None:
         out.update({"confidence": at.confidence, "job_hours_p50": cand.job_hours, f"job_hours_{at.label}": at.hours,
                     "job_cost_usd_p50": cand.job_cost_usd, f"job_cost_usd_{at.label}": at.cost_usd,
@@ -168,6 +171,27 @@ def candidate_json(cand: Candidate, rank: int, result: SearchResult | None = Non
                            "confidence": at.confidence, "met": within(at.cost_usd, constraints.max_cost_usd)})
         out["limits"] = limits
     return out
+
+
+def ranked_value(c: Candidate, goal: str, confidence: float | None) -> float:
+    """The objective at the ranking quantile: expected samples/s divided, or the job cost (else $ per
+    million samples) multiplied, by the candidate's quantile factor (JSON ``ranked_objective``)."""
+    q = c.quantile_factor(confidence)
+    if goal == THROUGHPUT:
+        return c.expected_throughput_samples_per_s / q
+    return ((c.job_cost_usd if c.job_cost_usd is not None else c.usd_per_million_samples) or 0.0) * q
+
+
+def versus_chosen(c: Candidate, top: Candidate) -> tuple[float, float]:
+    """(throughput, $/h) of ``c`` relative to the chosen ``top``, as fractions: what the sentence
+    quotes and the JSON carries (``vs_chosen``)."""
+    return (c.expected_throughput_samples_per_s / top.expected_throughput_samples_per_s - 1,
+            c.cost_per_hour_usd / top.cost_per_hour_usd - 1)
+
+
+def _vs_json(c: Candidate, top: Candidate) -> dict[str, float]:
+    dt, dc = versus_chosen(c, top)
+    return {"throughput_change": dt, "cost_per_hour_change": dc}
 
 
 def _metric_word(goal: str) -> str:
@@ -208,20 +232,24 @@ def why(result: SearchResult) -> str:
     m = result.best_at_median
     if m is not None:
         lead = pick.over if pick is not None else top  # first at the confidence (before the simplicity rule)
-        ft, fm = lead.quantile_factor(result.confidence), m.quantile_factor(result.confidence)
-        if result.objective == THROUGHPUT:
-            versus = (f"{lead.expected_throughput_samples_per_s / ft:,.0f} against {m.expected_throughput_samples_per_s / fm:,.0f} "
-                      "samples/s")
+        lv, mv = ranked_value(lead, result.objective, result.confidence), ranked_value(m, result.objective, result.confidence)
+        versus = (f"{lv:,.0f} against {mv:,.0f} samples/s" if result.objective == THROUGHPUT else f"{usd(lv)} against {usd(mv)}")
+        if dominates(lead, m, result.ranked_at):
+            hours = (f"; {lead.job_hours:,.1f} h against {m.job_hours:,.1f} h at the median"
+                     if lead.job_hours is not None and m.job_hours is not None else "")
+            text += (f" {m.label} ranks first at the median ({rate_text(m)}), but {lead.label} is no worse on time and cost "
+                     f"at the median and at {result.confidence:.0%} confidence and better on one ({versus} at "
+                     f"{result.confidence:.0%} confidence{hours}): a dominated plan is never chosen, and ties within "
+                     f"{TIE_FRACTION:.0%} go to the {'cheaper' if result.objective == THROUGHPUT else 'faster'}.")
         else:
-            def cost(c: Candidate) -> float:
-                return (c.job_cost_usd if c.job_cost_usd is not None else c.usd_per_million_samples) or 0.0
-            versus = f"{usd(cost(lead) * ft)} against {usd(cost(m) * fm)}"
-        text += (f" {m.label} has the better median ({rate_text(m)}, ±{m.prediction.typical_error_pct or 0:.1f} %) but with "
-                 f"limits set srift ranks at {result.confidence:.0%} confidence, where {lead.label} is ahead ({versus}).")
+            text += (f" {m.label} has the better median ({rate_text(m)}, ±{m.prediction.typical_error_pct or 0:.1f} %) but with "
+                     f"limits set srift ranks at {result.confidence:.0%} confidence, where {lead.label} is "
+                     + ("ahead" if edge(lead, m, result.objective, result.confidence) > TIE_FRACTION else
+                        f"within {TIE_FRACTION:.0%} and {'cheaper' if result.objective == THROUGHPUT else 'faster'}")
+                     + f" ({versus}).")
     if len(recs) > 1 and pick is None:
         ru = recs[1]
-        dt = ru.expected_throughput_samples_per_s / top.expected_throughput_samples_per_s - 1
-        dc = ru.cost_per_hour_usd / top.cost_per_hour_usd - 1
+        dt, dc = versus_chosen(ru, top)
         text += f" Runner-up {ru.label}: {signed_pct(dt)} throughput for {signed_pct(dc)} $/h."
         close = result.close_call
         if close is not None:
@@ -231,7 +259,7 @@ def why(result: SearchResult) -> str:
                      f"and pass both profiles (--profile A --profile B).")
     one = result.best_single_node
     if one is not None:
-        dt = one.expected_throughput_samples_per_s / top.expected_throughput_samples_per_s - 1
+        dt, _ = versus_chosen(one, top)
         text += (f" It spans {top.nodes} nodes, the least validated case (typical error below); "
                  f"the best one-node choice is {one.label}: {signed_pct(dt)} throughput at {marked_usd(usd(one.cost_per_hour_usd), one.price)}/h.")
     if top.prediction.bottleneck == "input" and top.vcpus_per_gpu is not None:
@@ -245,6 +273,31 @@ def why(result: SearchResult) -> str:
                  "typical error of what the GPU can hold: it may not fit"
                  + (f" (a batch of {safe} per GPU fits for sure)." if safe else "."))
     return text + _price_clause(top)
+
+
+def miss_clauses(found: SearchResult, c: Any) -> list[str]:
+    """For each job limit when nothing meets them all: the plan that meets the others and comes
+    closest to it, and by how much it misses (srift/search/diagnose.py)."""
+    words = {"deadline": (f"the deadline of {c.deadline_hours:g} h" if c.deadline_hours else "", "takes", "h"),
+             "max-cost": (f"the maximum cost of {usd(c.max_cost_usd)}" if c.max_cost_usd else "", "costs", "$")}
+    out = []
+    for m in found.misses:
+        name, verb, unit = words[m.limit]
+        others = " and ".join(words[o.limit][0] for o in found.misses if o is not m) or "the other limits"
+        if m.closest is None or m.predicted is None or m.miss_pct is None:
+            out.append(f"nothing fits in memory to meet {name}")
+            continue
+        value = f"{m.predicted:,.1f} h" if unit == "h" else usd(m.predicted)
+        best = "fastest" if m.limit == "deadline" else "cheapest"
+        at = f"{value} at {found.confidence:.0%} confidence"
+        if m.binds:
+            out.append(f"{name} binds: the {best} plan within {others}, {m.closest.label}, {verb} {at}, "
+                       f"{m.miss_pct:,.0f} % over it")
+        elif m.miss_pct <= 0:
+            out.append(f"{name} alone can be met (the {best} plan, {m.closest.label}, {verb} {at}), so it does not bind")
+        else:
+            out.append(f"{name} is missed by every plan: the {best}, {m.closest.label}, {verb} {at}, {m.miss_pct:,.0f} % over it")
+    return out
 
 
 def summary(found: SearchResult) -> str:
@@ -282,7 +335,8 @@ def recommend_json(result: RecommendResult, failure: SriftError | None = None) -
         "regions_searched": list(found.regions_searched),
         "catalog_as_of": ages_json(result.catalog_as_of),
         "warnings": price_lines(result.catalog_as_of)[1:],
-        "recommendations": [candidate_json(x, i + 1, found, c) for i, x in enumerate(found.recommendations)],
+        "recommendations": [{**candidate_json(x, i + 1, found, c), **({"vs_chosen": _vs_json(x, found.recommendations[0])} if i else {})}
+                            for i, x in enumerate(found.recommendations)],
         "considered": found.considered,
         "evaluated": found.evaluated,
         "simulated": found.simulated,
@@ -298,8 +352,14 @@ def recommend_json(result: RecommendResult, failure: SriftError | None = None) -
             "chosen": found.simpler_choice.chosen.instance, "over": found.simpler_choice.over.instance,
             "blocker": found.simpler_choice.blocker.instance, "edge": found.simpler_choice.edge,
             "combined_error_pct": found.simpler_choice.error_pct, "adds": found.simpler_choice.adds},
-        "best_single_node": candidate_json(found.best_single_node, 0) if found.best_single_node else None,
+        "best_single_node": {**candidate_json(found.best_single_node, 0), "vs_chosen": _vs_json(found.best_single_node, found.recommendations[0])}
+        if found.best_single_node and found.recommendations else None,
+        "best_at_median": candidate_json(found.best_at_median, 0, found, c) if found.best_at_median is not None else None,
+        "close_call": dataclasses.asdict(found.close_call) if found.close_call is not None else None,
+        "tie_fraction": TIE_FRACTION,
         "closest": candidate_json(found.closest, 0, found, c) if found.closest is not None and not found.recommendations else None,
+        "limits_missed": [m.to_dict() for m in found.misses],
+        "binding_limits": [m.limit for m in found.misses if m.binds],
         "model": result.model,
     }
 
@@ -314,7 +374,8 @@ def _rows(result: RecommendResult) -> tuple[list[str], list[list[str]]]:
     plans = any(c.prediction.plan_label != DDP for c in recs)
     # How far the validation reaches at each row's node count, where a row spans several nodes.
     nodes_col = any(c.nodes > 1 for c in recs)
-    head = ["", "configuration", "where", "GPUs"] + (["nodes"] if nodes_col else []) + (["batch/GPU"] if batch_col else []) + (["plan"] if plans else []) + [
+    batch_head = MICRO_BATCHES if recs and all(c.prediction.layout for c in recs) else "batch/GPU"
+    head = ["", "configuration", "where", "GPUs"] + (["nodes"] if nodes_col else []) + ([batch_head] if batch_col else []) + (["plan"] if plans else []) + [
         "tokens/s" if tokens else "samples/s", "iteration", "$/h", "$/M tokens" if tokens else "$/M samples"]
     if with_job:
         head += [f"job hours ({q})", f"job $ ({q})"]
@@ -325,7 +386,7 @@ def _rows(result: RecommendResult) -> tuple[list[str], list[list[str]]]:
         if nodes_col:
             row.append(node_evidence(c.nodes, short=True))
         if batch_col:
-            row.append("/".join(dict.fromkeys(str(b.per_gpu_batch) for b in c.prediction.batch_split)))
+            row.append(batch_cell(c))
         if plans:
             row.append(c.prediction.plan_label)
         rate = _tokens(c)
@@ -341,11 +402,22 @@ def _rows(result: RecommendResult) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+MICRO_BATCHES = "micro-batch x count"  # a layout row's batch column: sequences per micro-batch x micro-batches per step
+
+
+def batch_cell(c: Candidate) -> str:
+    """A layout's ``2 x 64`` (micro-batch x micro-batches per step, per pipeline), else the batch per GPU."""
+    lay = c.prediction.layout
+    if lay:
+        return f"{lay['micro_batch']} x {lay['grad_accum']}"
+    return "/".join(dict.fromkeys(str(b.per_gpu_batch) for b in c.prediction.batch_split))
+
+
 def _drop_order(result: RecommendResult) -> dict[str, int]:
     """Columns a narrow terminal loses first: detail before the figures the target is about
     ($ per million samples is the target when minimizing cost without a job length)."""
     per_million = "$/M tokens" if result.seq_len is not None else "$/M samples"
-    order = ["iteration", "batch/GPU", "bottleneck", per_million, "GPUs", "where", "nodes"]
+    order = ["iteration", "batch/GPU", MICRO_BATCHES, "bottleneck", per_million, "GPUs", "where", "nodes"]
     if result.search.objective == COST and result.job.length is None:
         order.remove(per_million)
     return {h: i + 1 for i, h in enumerate(order)}
