@@ -34,7 +34,7 @@ from srift.perf.fp8 import fp8_unsupported
 from srift.jobfile import JobFile
 from srift.profile import Profile
 from srift.report.format import usd, with_article
-from srift.report.recommend_view import miss_clauses
+from srift.report.why_figures import miss_clauses
 from srift.results import (
     CHECK_SCHEMA,
     CheckedConfiguration,

@@ -192,7 +192,7 @@ def test_every_figure_the_sentence_quotes_is_in_the_json(case):
         found = search([B_QUAD], SpeedModel({"GB": 120.0}, node_penalty=0.003, typical_error_pct={"node": 40.0, "nodes": 15.0}),
                        c, SAMPLES)
         assert found.best_at_median.instance == "b.quad:1" and found.recommendations[0].instance == "b.quad:3"
-        assert "a dominated plan is never chosen" in why(found)
+        assert "a plan another beats on time and cost is never chosen" in why(found)
     doc = _doc(found, c)
     assert doc["why"] and unquoted_figures(doc) == []
 

@@ -20,8 +20,9 @@ from srift.report.table import Column, print_table
 from srift.results import RecommendResult, ages_json
 from srift.search.confidence import label as q_label
 from srift.search.limits import COST, THROUGHPUT, within
-from srift.search.dominance import TIE_FRACTION, dominates
-from srift.search.rank import Candidate, SearchResult, edge
+from srift.report.why_figures import _tokens, median_clause, miss_clauses, rate_text, ranked_value, versus_chosen, vs_json
+from srift.search.dominance import TIE_FRACTION
+from srift.search.rank import Candidate, SearchResult
 from srift.text import markdown as md
 
 
@@ -63,17 +64,6 @@ def target_line(result: RecommendResult) -> str:
     elif c.ranking_confidence is not None:
         text += f", ranked at {c.confidence:.0%} confidence"
     return text
-
-
-def _tokens(cand: Candidate) -> float | None:
-    """Expected tokens/s of a sequence model's candidate, else None."""
-    return cand.prediction.expected_throughput_tokens_per_s
-
-
-def rate_text(cand: Candidate) -> str:
-    """``3,855 samples/s`` or, for a sequence model, ``102,669 tokens/s``."""
-    tokens = _tokens(cand)
-    return f"{tokens:,.0f} tokens/s" if tokens is not None else f"{cand.expected_throughput_samples_per_s:,.0f} samples/s"
 
 
 def marks(c: Candidate) -> str:
@@ -173,27 +163,6 @@ def candidate_json(cand: Candidate, rank: int, result: SearchResult | None = Non
     return out
 
 
-def ranked_value(c: Candidate, goal: str, confidence: float | None) -> float:
-    """The objective at the ranking quantile: expected samples/s divided, or the job cost (else $ per
-    million samples) multiplied, by the candidate's quantile factor (JSON ``ranked_objective``)."""
-    q = c.quantile_factor(confidence)
-    if goal == THROUGHPUT:
-        return c.expected_throughput_samples_per_s / q
-    return ((c.job_cost_usd if c.job_cost_usd is not None else c.usd_per_million_samples) or 0.0) * q
-
-
-def versus_chosen(c: Candidate, top: Candidate) -> tuple[float, float]:
-    """(throughput, $/h) of ``c`` relative to the chosen ``top``, as fractions: what the sentence
-    quotes and the JSON carries (``vs_chosen``)."""
-    return (c.expected_throughput_samples_per_s / top.expected_throughput_samples_per_s - 1,
-            c.cost_per_hour_usd / top.cost_per_hour_usd - 1)
-
-
-def _vs_json(c: Candidate, top: Candidate) -> dict[str, float]:
-    dt, dc = versus_chosen(c, top)
-    return {"throughput_change": dt, "cost_per_hour_change": dc}
-
-
 def _metric_word(goal: str) -> str:
     return "faster" if goal == THROUGHPUT else "cheaper"
 
@@ -231,22 +200,7 @@ def why(result: SearchResult) -> str:
                  f"(median {top.job_hours:,.1f} h).")
     m = result.best_at_median
     if m is not None:
-        lead = pick.over if pick is not None else top  # first at the confidence (before the simplicity rule)
-        lv, mv = ranked_value(lead, result.objective, result.confidence), ranked_value(m, result.objective, result.confidence)
-        versus = (f"{lv:,.0f} against {mv:,.0f} samples/s" if result.objective == THROUGHPUT else f"{usd(lv)} against {usd(mv)}")
-        if dominates(lead, m, result.ranked_at):
-            hours = (f"; {lead.job_hours:,.1f} h against {m.job_hours:,.1f} h at the median"
-                     if lead.job_hours is not None and m.job_hours is not None else "")
-            text += (f" {m.label} ranks first at the median ({rate_text(m)}), but {lead.label} is no worse on time and cost "
-                     f"at the median and at {result.confidence:.0%} confidence and better on one ({versus} at "
-                     f"{result.confidence:.0%} confidence{hours}): a dominated plan is never chosen, and ties within "
-                     f"{TIE_FRACTION:.0%} go to the {'cheaper' if result.objective == THROUGHPUT else 'faster'}.")
-        else:
-            text += (f" {m.label} has the better median ({rate_text(m)}, ±{m.prediction.typical_error_pct or 0:.1f} %) but with "
-                     f"limits set srift ranks at {result.confidence:.0%} confidence, where {lead.label} is "
-                     + ("ahead" if edge(lead, m, result.objective, result.confidence) > TIE_FRACTION else
-                        f"within {TIE_FRACTION:.0%} and {'cheaper' if result.objective == THROUGHPUT else 'faster'}")
-                     + f" ({versus}).")
+        text += median_clause(result, pick.over if pick is not None else top, m)  # first at the confidence
     if len(recs) > 1 and pick is None:
         ru = recs[1]
         dt, dc = versus_chosen(ru, top)
@@ -273,31 +227,6 @@ def why(result: SearchResult) -> str:
                  "typical error of what the GPU can hold: it may not fit"
                  + (f" (a batch of {safe} per GPU fits for sure)." if safe else "."))
     return text + _price_clause(top)
-
-
-def miss_clauses(found: SearchResult, c: Any) -> list[str]:
-    """For each job limit when nothing meets them all: the plan that meets the others and comes
-    closest to it, and by how much it misses (srift/search/diagnose.py)."""
-    words = {"deadline": (f"the deadline of {c.deadline_hours:g} h" if c.deadline_hours else "", "takes", "h"),
-             "max-cost": (f"the maximum cost of {usd(c.max_cost_usd)}" if c.max_cost_usd else "", "costs", "$")}
-    out = []
-    for m in found.misses:
-        name, verb, unit = words[m.limit]
-        others = " and ".join(words[o.limit][0] for o in found.misses if o is not m) or "the other limits"
-        if m.closest is None or m.predicted is None or m.miss_pct is None:
-            out.append(f"nothing fits in memory to meet {name}")
-            continue
-        value = f"{m.predicted:,.1f} h" if unit == "h" else usd(m.predicted)
-        best = "fastest" if m.limit == "deadline" else "cheapest"
-        at = f"{value} at {found.confidence:.0%} confidence"
-        if m.binds:
-            out.append(f"{name} binds: the {best} plan within {others}, {m.closest.label}, {verb} {at}, "
-                       f"{m.miss_pct:,.0f} % over it")
-        elif m.miss_pct <= 0:
-            out.append(f"{name} alone can be met (the {best} plan, {m.closest.label}, {verb} {at}), so it does not bind")
-        else:
-            out.append(f"{name} is missed by every plan: the {best}, {m.closest.label}, {verb} {at}, {m.miss_pct:,.0f} % over it")
-    return out
 
 
 def summary(found: SearchResult) -> str:
@@ -335,7 +264,7 @@ def recommend_json(result: RecommendResult, failure: SriftError | None = None) -
         "regions_searched": list(found.regions_searched),
         "catalog_as_of": ages_json(result.catalog_as_of),
         "warnings": price_lines(result.catalog_as_of)[1:],
-        "recommendations": [{**candidate_json(x, i + 1, found, c), **({"vs_chosen": _vs_json(x, found.recommendations[0])} if i else {})}
+        "recommendations": [{**candidate_json(x, i + 1, found, c), **({"vs_chosen": vs_json(x, found.recommendations[0])} if i else {})}
                             for i, x in enumerate(found.recommendations)],
         "considered": found.considered,
         "evaluated": found.evaluated,
@@ -352,7 +281,7 @@ def recommend_json(result: RecommendResult, failure: SriftError | None = None) -
             "chosen": found.simpler_choice.chosen.instance, "over": found.simpler_choice.over.instance,
             "blocker": found.simpler_choice.blocker.instance, "edge": found.simpler_choice.edge,
             "combined_error_pct": found.simpler_choice.error_pct, "adds": found.simpler_choice.adds},
-        "best_single_node": {**candidate_json(found.best_single_node, 0), "vs_chosen": _vs_json(found.best_single_node, found.recommendations[0])}
+        "best_single_node": {**candidate_json(found.best_single_node, 0), "vs_chosen": vs_json(found.best_single_node, found.recommendations[0])}
         if found.best_single_node and found.recommendations else None,
         "best_at_median": candidate_json(found.best_at_median, 0, found, c) if found.best_at_median is not None else None,
         "close_call": dataclasses.asdict(found.close_call) if found.close_call is not None else None,
