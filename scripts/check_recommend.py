@@ -30,7 +30,7 @@ from srift.job import Job, JobLength  # noqa: E402
 from srift.search.dominance import dominator  # noqa: E402
 from srift.search.limits import Constraints  # noqa: E402
 from srift.simulate.layout_rules import why_not_runnable  # noqa: E402
-from srift.simulate.layouts import Layout, check_layout, pytorch_stack  # noqa: E402
+from srift.simulate.layouts import Layout, check_layout, pytorch_stack, stage_layers  # noqa: E402
 
 TOP = 20
 # (model, tokens, seq, limits): LLMs searched with their layouts; the first three are issue 50's.
@@ -68,7 +68,7 @@ def check(model: str, job: Job, limits: dict[str, object]) -> tuple[str, int, in
         seq = res.seq_len or 0
         gpn = r.gpus // r.nodes
         if check_layout(arch, layout, seq, gpn) or why_not_runnable(arch, seq, layout.pp, layout.vp, layout.cp,
-                                                                    pytorch_stack(r.prediction.parallelism)):
+                                                                    pytorch_stack(r.prediction.parallelism), stage_layers):
             unrunnable += 1
     chosen = (recs[0].label + (f" {recs[0].prediction.plan_label}" if recs[0].prediction.layout else "")) if recs else "-"
     binds = "" if recs else f"{found.cut_by}: closest {found.closest.label if found.closest else '-'}"

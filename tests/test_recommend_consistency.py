@@ -12,6 +12,7 @@ from srift.search import search
 from srift.search.dominance import dominated, dominates
 from srift.search.limits import Constraints
 from srift.simulate.layout_rules import MIN_CP_TOKENS_PER_RANK, cp_efficient, megatron_runs, megatron_split
+from srift.simulate.layouts import stage_layers
 from srift.testing import SpeedModel, instance
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,14 +76,15 @@ def test_a_limit_every_plan_meets_alone_does_not_bind():
 def test_megatron_core_splits_blocks_over_pipeline_and_virtual_stages():
     # megatron-core 0.16.1 transformer_block.get_num_layers_to_build: the blocks per rank (with the
     # embedding and loss when n + 2 divides by PP) must divide by VP.
-    assert not megatron_runs(80, 2, 12)  # Llama 3 70B: 41 (or 40) a rank
-    assert not megatron_runs(32, 2, 12)  # Mixtral: 17 (or 16) a rank
-    assert not megatron_runs(126, 8, 12)  # Llama 3.1 405B: 16 a rank
-    assert megatron_runs(80, 4, 5) and megatron_runs(126, 8, 8) and megatron_runs(32, 4, 8)  # the recipes'
-    assert megatron_split(126, 8) == (16,) * 8 and megatron_split(80, 4) == (20,) * 4
+    assert not megatron_runs(80, 2, 12, stage_layers)  # Llama 3 70B: 41 (or 40) a rank
+    assert not megatron_runs(32, 2, 12, stage_layers)  # Mixtral: 17 (or 16) a rank
+    assert not megatron_runs(126, 8, 12, stage_layers)  # Llama 3.1 405B: 16 a rank
+    # the recipes':
+    assert megatron_runs(80, 4, 5, stage_layers) and megatron_runs(126, 8, 8, stage_layers) and megatron_runs(32, 4, 8, stage_layers)
+    assert megatron_split(126, 8, stage_layers) == (16,) * 8 and megatron_split(80, 4, stage_layers) == (20,) * 4
     # 80 over PP 6 (neither 82 nor 80 divides): srift's split 12, 14, 14, 14, 13, 13 has unequal
     # middle ranks, which num_layers_in_first/last_pipeline_stage cannot express.
-    assert megatron_split(80, 6) is None and not megatron_runs(80, 6, 1)
+    assert megatron_split(80, 6, stage_layers) is None and not megatron_runs(80, 6, 1, stage_layers)
 
 
 def test_the_fewest_tokens_per_cp_rank_come_from_the_published_runs():
@@ -257,7 +259,8 @@ def _runnable_rows(res):
     arch = model_arch(res.model)
     for r in res.search.recommendations:
         lay = r.prediction.layout
-        assert why_not_runnable(arch, res.seq_len, int(lay["pp"]), int(lay["vp"]), int(lay["cp"]), False) is None, r.label
+        why = why_not_runnable(arch, res.seq_len, int(lay["pp"]), int(lay["vp"]), int(lay["cp"]), False, stage_layers)
+        assert why is None, r.label
 
 
 @pytest.mark.slow

@@ -21,18 +21,32 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from srift.search.rank import Candidate
+
+class Measured(Protocol):
+    """What dominance reads of a candidate (srift/search/rank.py's Candidate)."""
+
+    @property
+    def job_hours(self) -> float | None: ...
+    @property
+    def job_cost_usd(self) -> float | None: ...
+    @property
+    def expected_throughput_samples_per_s(self) -> float: ...
+    @property
+    def usd_per_million_samples(self) -> float | None: ...
+    def quantile_factor(self, confidence: float | None) -> float: ...
+
+
+C = TypeVar("C", bound=Measured)
 
 #: Figures closer than this fraction are equal (the same as rank.TIE_FRACTION; far below any validated error).
 TIE_FRACTION = 0.01
 
 
-def figures(c: "Candidate", confidence: float | None) -> tuple[float, float, float, float]:
+def figures(c: Measured, confidence: float | None) -> tuple[float, float, float, float]:
     """(hours, cost, hours at the quantile, cost at the quantile), lower is better (module docstring)."""
     q = c.quantile_factor(confidence)
     if c.job_hours is not None and c.job_cost_usd is not None:
@@ -44,13 +58,13 @@ def figures(c: "Candidate", confidence: float | None) -> tuple[float, float, flo
     return hours, cost, hours * q, cost * q
 
 
-def dominates(a: "Candidate", b: "Candidate", confidence: float | None) -> bool:
+def dominates(a: Measured, b: Measured, confidence: float | None) -> bool:
     """True when ``a`` is no worse than ``b`` on every figure and better by more than TIE_FRACTION on one."""
     fa, fb = np.array(figures(a, confidence)), np.array(figures(b, confidence))
     return bool(np.all(fa <= fb * (1.0 + TIE_FRACTION)) and np.any(fa < fb * (1.0 - TIE_FRACTION)))
 
 
-def dominated(cands: Sequence["Candidate"], confidence: float | None) -> list[bool]:
+def dominated(cands: Sequence[Measured], confidence: float | None) -> list[bool]:
     """For each candidate, whether another of ``cands`` dominates it (one pass over all pairs)."""
     if not cands:
         return []
@@ -62,6 +76,6 @@ def dominated(cands: Sequence["Candidate"], confidence: float | None) -> list[bo
     return [bool(x) for x in beats.any(axis=0)]
 
 
-def dominator(c: "Candidate", cands: Sequence["Candidate"], confidence: float | None) -> "Candidate | None":
+def dominator(c: C, cands: Sequence[C], confidence: float | None) -> C | None:
     """The first of ``cands`` that dominates ``c``, or None."""
     return next((o for o in cands if o is not c and dominates(o, c, confidence)), None)

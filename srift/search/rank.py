@@ -40,7 +40,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 
 from srift.catalog.provenance import PriceProvenance
@@ -51,9 +51,6 @@ from srift.search.dominance import TIE_FRACTION, dominated
 from srift.search.limits import THROUGHPUT
 from srift.search.space import Market
 from srift.simulate.prediction import Prediction
-
-if TYPE_CHECKING:
-    from srift.search.diagnose import LimitMiss
 
 
 
@@ -424,7 +421,7 @@ class SearchResult:
     families: int = 0
     best_at_median: Candidate | None = None
     ranked_at: float | None = None
-    misses: list["LimitMiss"] = field(default_factory=list)
+    misses: list[Any] = field(default_factory=list)  # srift.search.diagnose.LimitMiss (it imports this module)
 
     @property
     def close_call(self) -> CloseCall | None:

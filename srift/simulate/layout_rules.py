@@ -32,9 +32,13 @@ beyond what srift's validation covers (tests/test_layout_rules.py recomputes the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from srift.zoo.llm import DecoderArch
+
+#: srift's split of blocks over pipeline stages (``layouts.stage_layers(n_layers, pp, megatron)``),
+#: passed in: layouts.py imports this module, not the other way round.
+StageSplit = Callable[[int, int, bool], tuple[int, ...]]
 
 #: The fewest tokens per context-parallel rank of any published run (module docstring; data/llm-parallel-layouts).
 MIN_CP_TOKENS_PER_RANK = 4096
@@ -47,12 +51,10 @@ def cp_efficient(seq_len: int, cp: int) -> bool:
     return cp == 1 or seq_len // cp >= MIN_CP_TOKENS_PER_RANK
 
 
-def megatron_split(n_layers: int, pp: int) -> tuple[int, ...] | None:
+def megatron_split(n_layers: int, pp: int, stage_layers: StageSplit) -> tuple[int, ...] | None:
     """Megatron-Core's blocks per pipeline rank ``(first, middle, ..., last)`` as it counts them for
     the VP check (the embedding and loss counted under the account-for split), or None when no
-    split of its arguments matches srift's (``stage_layers(megatron=True)``)."""
-    from srift.simulate.layouts import stage_layers  # layouts imports this module
-
+    split of its arguments matches srift's (``stage_layers(n_layers, pp, True)``)."""
     if pp == 1:
         return (n_layers,)
     if (n_layers + 2) % pp == 0:
@@ -66,24 +68,26 @@ def megatron_split(n_layers: int, pp: int) -> tuple[int, ...] | None:
     return counts
 
 
-def megatron_runs(n_layers: int, pp: int, vp: int) -> bool:
+def megatron_runs(n_layers: int, pp: int, vp: int, stage_layers: StageSplit) -> bool:
     """True when Megatron-Core runs ``n_layers`` blocks over ``pp`` ranks of ``vp`` virtual stages
     without a custom pipeline layout (module docstring)."""
-    split = megatron_split(n_layers, pp)
+    split = megatron_split(n_layers, pp, stage_layers)
     return split is not None and (vp == 1 or all(n % vp == 0 for n in split))
 
 
-def why_not_runnable(arch: DecoderArch, seq_len: int, pp: int, vp: int, cp: int, pytorch: bool) -> str | None:
+def why_not_runnable(arch: DecoderArch, seq_len: int, pp: int, vp: int, cp: int, pytorch: bool,
+                     stage_layers: StageSplit) -> str | None:
     """Why a searched layout is not one the stack runs efficiently, or None."""
     if not cp_efficient(seq_len, cp):
         return (f"cp={cp} leaves {seq_len // cp:,} tokens a rank, fewer than any published run "
                 f"({MIN_CP_TOKENS_PER_RANK:,}; data/llm-parallel-layouts)")
-    if not pytorch and not megatron_runs(arch.n_layers, pp, vp):
+    if not pytorch and not megatron_runs(arch.n_layers, pp, vp, stage_layers):
         return (f"Megatron-Core cannot split {arch.n_layers} blocks over pp={pp} x vp={vp} without a custom "
                 "pipeline layout (megatron-core 0.16.1 transformer_block.get_num_layers_to_build)")
     return None
 
 
-def runnable(arch: DecoderArch, degrees: Sequence[Degrees], seq_len: int, pytorch: bool) -> list[Degrees]:
+def runnable(arch: DecoderArch, degrees: Sequence[Degrees], seq_len: int, pytorch: bool,
+             stage_layers: StageSplit) -> list[Degrees]:
     """The searched ``degrees`` the stack runs (``why_not_runnable`` None)."""
-    return [d for d in degrees if why_not_runnable(arch, seq_len, d[1], d[6], d[2], pytorch) is None]
+    return [d for d in degrees if why_not_runnable(arch, seq_len, d[1], d[6], d[2], pytorch, stage_layers) is None]

@@ -1418,7 +1418,7 @@ def has_layout(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, g
             if gpus % (t * c) or (c > 1 and seq_len % (2 * c)) or not cp_efficient(seq_len, c):
                 continue
             for p in _divisors(gpus // (t * c)):
-                if p <= arch.n_layers and global_batch % (gpus // (t * c * p)) == 0 and megatron_split(arch.n_layers, p) and \
+                if p <= arch.n_layers and global_batch % (gpus // (t * c * p)) == 0 and megatron_split(arch.n_layers, p, stage_layers) and \
                         (not arch.is_moe or _expert_degrees(arch, LayoutRequest(), gpus // p)):
                     return True
     return False
@@ -1461,7 +1461,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     cap = min(gr.gpu_memory_gib if gr.gpu_memory_gib is not None else gpu_spec(gr.gpu).memory_gib
               for gr in cluster.node_groups) * 2**30 * USABLE_FRACTION
     degrees = _degrees(arch, cluster.gpus, g, seq_len, global_batch, request, SEARCH_MICRO_BATCHES)
-    degrees = runnable(arch, degrees, seq_len, pytorch_stack(dp_flavour))  # what the stack runs (layout_rules.py)
+    degrees = runnable(arch, degrees, seq_len, pytorch_stack(dp_flavour), stage_layers)  # what the stack runs (layout_rules.py)
     if dp_flavour in SHARDED_FLAVOURS:  # FSDP is modelled without expert parallelism (check_sharded)
         degrees = [r for r in degrees if r[7] == 1]
     # Whatever the layout, each parameter's 16 bytes (bf16 weight and gradient, fp32 master and
