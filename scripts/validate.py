@@ -39,6 +39,10 @@ K-FAC group (``kfac_group``; ``--only kfac``): per-phase MAPE (factors, inversio
 of the GPU K-FAC kernel model against PipeFisher's block timings (data/kfac-layer-phases), with
 its constants refitted without the row's GPU (LOGO) and without its model (LOMO).
 
+Pairs (``--only pairs``; with ``--write-accuracy`` the ``pairs_*`` groups): the error of the ratio of
+two predictions of the layout and MoE groups, on one GPU (other counts or layouts) and across GPUs,
+from their residuals (``srift.fitting.pairs``): what `recommend` compares two plans by.
+
 MoE group: tokens/s per GPU of Megatron-Core expert-parallel runs (data/moe-training,
 ``srift.fitting.moe``), force-balanced routing, nothing fitted on them (``moe_group``;
 ``--moe-only`` runs it alone).
@@ -669,7 +673,7 @@ def main() -> None:
     ap.add_argument("--write-accuracy", nargs="?", const=str(ROOT / "configs" / "perf" / "accuracy.json"), default=None,
                     metavar="FILE", help="write the group figures predict/recommend quote (default configs/perf/accuracy.json)")
     ap.add_argument("--moe-only", action="store_true", help="run only the MoE group (data/moe-training)")
-    ap.add_argument("--only", choices=("dense", "sharded", "finetune", "layouts", "kfac"), default=None,
+    ap.add_argument("--only", choices=("dense", "sharded", "finetune", "layouts", "kfac", "pairs"), default=None,
                     help="print one group only (dense: the iteration-time groups, single GPU to multi-node); with "
                          "--write-accuracy, write its figures and keep the file's others")
     args = ap.parse_args()
@@ -683,6 +687,14 @@ def main() -> None:
         return
     if args.only == "kfac":
         kfac_group(Path(args.data))
+        return
+    if args.only == "pairs":  # the error of the ratio of two predictions of a group (srift/fitting/pairs.py)
+        from srift.fitting.pairs import pair_groups
+
+        for name, figures in pair_groups(Path(args.data)).items():
+            print(f"{name:<32}{figures['rows']:>6} pairs  MAPE of the ratio {figures['fit']:5.1f} %")
+            if args.write_accuracy:
+                _write_group(Path(args.write_accuracy), name, figures)
         return
     if args.only in ("sharded", "finetune"):
         figures = (sharded_group if args.only == "sharded" else finetune_group)(Path(args.data))

@@ -34,6 +34,7 @@ from srift.perf.fp8 import fp8_unsupported
 from srift.jobfile import JobFile
 from srift.profile import Profile
 from srift.report.format import usd, with_article
+from srift.report.why_figures import miss_clauses
 from srift.results import (
     CHECK_SCHEMA,
     CheckedConfiguration,
@@ -549,6 +550,9 @@ def no_fit_error(result: RecommendResult) -> SriftError | None:
             "deadline": f"relax that limit, or meet it at a lower --confidence than {c.confidence:g} (0.5: at the median).",
             "max-cost": f"relax that limit, or meet it at a lower --confidence than {c.confidence:g} (0.5: at the median)."
             }.get(found.cut_by or "", "relax that limit.")
+    clauses = miss_clauses(found, c)  # which limit binds, and the plan closest to it (srift/search/diagnose.py)
+    if len(clauses) > 1:  # two limits: which one binds (one limit binds by itself)
+        what = "both limits together: " + "; ".join(clauses)
     return SriftError(f"no configuration meets {what}.{near}", hint, exit_code=1)
 
 
@@ -591,7 +595,7 @@ def check(jobfile: JobFile, compare_to: str | None = None) -> CheckResult:
             raise SriftError("no configuration could be predicted for this job (it fits no GPU at this batch size).",
                              "lower batch_size, or give an instance.", exit_code=1)
         pred, instance, where = best.prediction, best.instance, best.infra
-        chosen_by = "srift recommend (cheapest under the limits)" if found.recommendations else "closest to the limits"
+        chosen_by = _chosen_by(found.recommendations != [], found.cut_by)
         ages = price_ages([(t.cloud, t.region) for t in parse_infra(infra)])
     cost_h = pred.cost_per_hour_usd
     if cost_h is None:
@@ -609,6 +613,25 @@ def check(jobfile: JobFile, compare_to: str | None = None) -> CheckResult:
     return dataclasses.replace(result, change=compare(result, base)) if base is not None else result
 
 
+_CHEAPEST = "srift recommend (cheapest under the limits"
+
+
+def _chosen_by(found: bool, cut_by: str | None) -> str:
+    """How `check` without an instance chose: the cheapest within the limits; when the maximum cost
+    binds, the cheapest within the others (the same rule, the cost left out); else the plan closest
+    to the binding limit (srift/search/diagnose.py)."""
+    if found:
+        return _CHEAPEST + ")"
+    if cut_by == "max-cost":
+        return _CHEAPEST + " but the maximum cost, which none meets)"
+    return f"closest to the limits ({cut_by} binds)" if cut_by else "closest to the limits"
+
+
+def _rule(chosen_by: str) -> str:
+    """The selection rule of a ``chosen_by``: the cheapest (within all limits, or all but the maximum cost) is one."""
+    return "cheapest" if chosen_by.startswith(_CHEAPEST) else chosen_by
+
+
 def compare(result: CheckResult, base: Mapping[str, Any]) -> dict[str, MetricChange]:
     """Cost, hours and $/h against an earlier result (absolute and %).
 
@@ -616,6 +639,9 @@ def compare(result: CheckResult, base: Mapping[str, Any]) -> dict[str, MetricCha
         SriftError: when the baseline lacks one of those figures.
     """
     out = {}
+    rule = base.get("configuration", {}).get("chosen_by") if isinstance(base.get("configuration"), dict) else None
+    # Like with like: a change between configurations chosen by different rules has no percentage.
+    same_rule = not isinstance(rule, str) or _rule(rule) == _rule(result.configuration.chosen_by)
     for key in _COMPARED:
         new, old = getattr(result, key), base.get(key)
         if not isinstance(old, (int, float)) or isinstance(old, bool):
@@ -623,7 +649,7 @@ def compare(result: CheckResult, base: Mapping[str, Any]) -> dict[str, MetricCha
         old = float(old)
         pct = (new - old) / old * 100.0 if old > 0 else None
         # A base of a few denormal dollars makes any change "infinite %": no percentage then.
-        out[key] = MetricChange(old, new, new - old, pct if pct is None or math.isfinite(pct) else None)
+        out[key] = MetricChange(old, new, new - old, pct if same_rule and (pct is None or math.isfinite(pct)) else None, same_rule)
     return out
 
 

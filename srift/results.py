@@ -184,12 +184,15 @@ class CheckedConfiguration:
 
 @dataclass(frozen=True)
 class MetricChange:
-    """One figure against the baseline's."""
+    """One figure against the baseline's (``comparable`` False: the two configurations were chosen
+    by different rules, e.g. the cheapest within the limits against the closest to them, so the
+    change is not a like-with-like one and no percentage is given)."""
 
     base: float
     new: float
     change: float
     change_pct: float | None
+    comparable: bool = True
 
 
 @dataclass(frozen=True)

@@ -213,3 +213,28 @@ def test_model_flag_replaces_the_files_profile(tmp_path):
     job = load_job(path, {"model": "gpt2"}, env={})
     assert job.model == "gpt2" and job.profiles is None
     assert load_job(path, env={"SRIFT_MODEL": "bert-base"}).model == "bert-base"
+
+
+def test_a_change_between_two_selection_rules_has_no_percentage(tmp_path, capsys):
+    # issue 50: a base whose configuration was the cheapest within the limits against one that is the
+    # closest to them is not a cost change: the change keeps its figures but no %, and says why.
+    base = tmp_path / "base.json"
+    main(["check", write(tmp_path, JOB), "--out-file", str(base), "--format", "json"])
+    capsys.readouterr()
+    doc = json.loads(base.read_text())
+    doc["configuration"]["chosen_by"] = "closest to the limits (deadline binds)"
+    base.write_text(json.dumps(doc))
+    main(["check", write(tmp_path, dict(JOB, steps=30000), "n.yaml"), "--format", "json", "--compare-to", str(base)])
+    change = json.loads(capsys.readouterr().out)["change"]["predicted_cost_usd"]
+    assert change["change_pct"] is None and change["comparable"] is False
+    assert change["new"] == pytest.approx(1.5 * change["base"])
+    main(["check", write(tmp_path, dict(JOB, steps=30000), "n.yaml"), "--format", "markdown", "--compare-to", str(base)])
+    assert "Not like with like" in capsys.readouterr().out
+
+
+def test_the_cheapest_within_the_deadline_compares_with_the_cheapest_within_every_limit():
+    from srift.api import _chosen_by, _rule
+
+    # When the maximum cost binds, check's plan is the cheapest within the deadline: the base's rule.
+    assert _rule(_chosen_by(False, "max-cost")) == _rule(_chosen_by(True, None)) == "cheapest"
+    assert _rule(_chosen_by(False, "deadline")) != _rule(_chosen_by(True, None))

@@ -237,3 +237,12 @@ def layout_finetune_typical_error() -> tuple[float | None, str]:
         return None, "fine-tuning in a layout not validated: no figures shipped (scripts/validate.py --only finetune --write-accuracy)"
     return float(g["steady_loso"]), (f"tokens/s per GPU over {int(g.get('steady_rows', 0))} NeMo SFT/LoRA steady-state runs "
                                      "(layout factor refitted without their repository), scripts/validate.py")
+
+
+def pair_typical_error(group: str, same_gpu: bool) -> float | None:
+    """The typical error of the ratio of two predictions of a validation ``group`` (``layouts``,
+    ``moe``): on the same GPU (the scaling term) or on other GPUs (the cross-GPU term), from the
+    validation's residuals (srift/fitting/pairs.py; scripts/validate.py --only pairs); None where
+    the validation has no such pair."""
+    g = load_accuracy().get("groups", {}).get(f"pairs_{group}_{'same_gpu' if same_gpu else 'other_gpu'}")
+    return float(g["fit"]) if g and g.get("rows") else None

@@ -39,6 +39,14 @@ def _change_rows(change: dict[str, MetricChange]) -> list[list[str]]:
     return rows
 
 
+def _rule_note(result: CheckResult) -> str | None:
+    """Why the change has no percentages: the base and this change chose their configurations by different rules."""
+    if result.change and not all(c.comparable for c in result.change.values()):
+        return ("Not like with like: the base's configuration and this change's were chosen by different rules (this "
+                f"change's: {result.configuration.chosen_by}), so the change has no percentages.")
+    return None
+
+
 def _limit_cells(result: CheckResult) -> list[tuple[str, str, str, str, bool]]:
     """(label, allowed, predicted, margin, passed) per limit; hours and cost at the confidence, with the median."""
     out = []
@@ -75,6 +83,8 @@ def markdown(result: CheckResult) -> str:
     if result.change:
         lines += ["", "Change against the base branch:", "", "| | base | this change | change | % |", "|---|---|---|---|---|"]
         lines += ["| " + " | ".join(r) + " |" for r in _change_rows(result.change)]
+        note = _rule_note(result)
+        lines += ["", md(note, MAX_NOTE_CHARS)] if note else []
     lines += [""] + [f"> {md(n, MAX_NOTE_CHARS)}" for n in cfg.notes] + [f"<sub>{result.schema}. {' '.join(price_lines(result.catalog_as_of))}</sub>"]
     return "\n".join(lines)
 
@@ -95,6 +105,9 @@ def render(result: CheckResult) -> None:
     if result.change:
         print_table(con, [Column(""), Column("base"), Column("this change"), Column("change", drop=1), Column("%")],
                     _change_rows(result.change), title="Change against the baseline")
+        note = _rule_note(result)
+        if note:
+            con.print(f"[dim]{escape(note)}[/dim]")
     for note in cfg.notes:
         con.print(f"[dim]Note: {escape(note)}[/dim]")
     for line in price_lines(result.catalog_as_of):

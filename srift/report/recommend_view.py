@@ -20,6 +20,8 @@ from srift.report.table import Column, print_table
 from srift.results import RecommendResult, ages_json
 from srift.search.confidence import label as q_label
 from srift.search.limits import COST, THROUGHPUT, within
+from srift.report.why_figures import _tokens, median_clause, miss_clauses, rate_text, ranked_value, versus_chosen, vs_json
+from srift.search.dominance import TIE_FRACTION
 from srift.search.rank import Candidate, SearchResult
 from srift.text import markdown as md
 
@@ -62,17 +64,6 @@ def target_line(result: RecommendResult) -> str:
     elif c.ranking_confidence is not None:
         text += f", ranked at {c.confidence:.0%} confidence"
     return text
-
-
-def _tokens(cand: Candidate) -> float | None:
-    """Expected tokens/s of a sequence model's candidate, else None."""
-    return cand.prediction.expected_throughput_tokens_per_s
-
-
-def rate_text(cand: Candidate) -> str:
-    """``3,855 samples/s`` or, for a sequence model, ``102,669 tokens/s``."""
-    tokens = _tokens(cand)
-    return f"{tokens:,.0f} tokens/s" if tokens is not None else f"{cand.expected_throughput_samples_per_s:,.0f} samples/s"
 
 
 def marks(c: Candidate) -> str:
@@ -154,6 +145,8 @@ def candidate_json(cand: Candidate, rank: int, result: SearchResult | None = Non
     rank_q = constraints.ranking_confidence if constraints is not None else None
     out["ranked_at_confidence"] = rank_q
     out["ranking_quantile_factor"] = cand.quantile_factor(rank_q)
+    if result is not None:
+        out["ranked_objective"] = ranked_value(cand, result.objective, result.confidence)
     if at is not None:
         out.update({"confidence": at.confidence, "job_hours_p50": cand.job_hours, f"job_hours_{at.label}": at.hours,
                     "job_cost_usd_p50": cand.job_cost_usd, f"job_cost_usd_{at.label}": at.cost_usd,
@@ -207,21 +200,10 @@ def why(result: SearchResult) -> str:
                  f"(median {top.job_hours:,.1f} h).")
     m = result.best_at_median
     if m is not None:
-        lead = pick.over if pick is not None else top  # first at the confidence (before the simplicity rule)
-        ft, fm = lead.quantile_factor(result.confidence), m.quantile_factor(result.confidence)
-        if result.objective == THROUGHPUT:
-            versus = (f"{lead.expected_throughput_samples_per_s / ft:,.0f} against {m.expected_throughput_samples_per_s / fm:,.0f} "
-                      "samples/s")
-        else:
-            def cost(c: Candidate) -> float:
-                return (c.job_cost_usd if c.job_cost_usd is not None else c.usd_per_million_samples) or 0.0
-            versus = f"{usd(cost(lead) * ft)} against {usd(cost(m) * fm)}"
-        text += (f" {m.label} has the better median ({rate_text(m)}, ±{m.prediction.typical_error_pct or 0:.1f} %) but with "
-                 f"limits set srift ranks at {result.confidence:.0%} confidence, where {lead.label} is ahead ({versus}).")
+        text += median_clause(result, pick.over if pick is not None else top, m)  # first at the confidence
     if len(recs) > 1 and pick is None:
         ru = recs[1]
-        dt = ru.expected_throughput_samples_per_s / top.expected_throughput_samples_per_s - 1
-        dc = ru.cost_per_hour_usd / top.cost_per_hour_usd - 1
+        dt, dc = versus_chosen(ru, top)
         text += f" Runner-up {ru.label}: {signed_pct(dt)} throughput for {signed_pct(dc)} $/h."
         close = result.close_call
         if close is not None:
@@ -231,7 +213,7 @@ def why(result: SearchResult) -> str:
                      f"and pass both profiles (--profile A --profile B).")
     one = result.best_single_node
     if one is not None:
-        dt = one.expected_throughput_samples_per_s / top.expected_throughput_samples_per_s - 1
+        dt, _ = versus_chosen(one, top)
         text += (f" It spans {top.nodes} nodes, the least validated case (typical error below); "
                  f"the best one-node choice is {one.label}: {signed_pct(dt)} throughput at {marked_usd(usd(one.cost_per_hour_usd), one.price)}/h.")
     if top.prediction.bottleneck == "input" and top.vcpus_per_gpu is not None:
@@ -282,7 +264,8 @@ def recommend_json(result: RecommendResult, failure: SriftError | None = None) -
         "regions_searched": list(found.regions_searched),
         "catalog_as_of": ages_json(result.catalog_as_of),
         "warnings": price_lines(result.catalog_as_of)[1:],
-        "recommendations": [candidate_json(x, i + 1, found, c) for i, x in enumerate(found.recommendations)],
+        "recommendations": [{**candidate_json(x, i + 1, found, c), **({"vs_chosen": vs_json(x, found.recommendations[0])} if i else {})}
+                            for i, x in enumerate(found.recommendations)],
         "considered": found.considered,
         "evaluated": found.evaluated,
         "simulated": found.simulated,
@@ -298,8 +281,14 @@ def recommend_json(result: RecommendResult, failure: SriftError | None = None) -
             "chosen": found.simpler_choice.chosen.instance, "over": found.simpler_choice.over.instance,
             "blocker": found.simpler_choice.blocker.instance, "edge": found.simpler_choice.edge,
             "combined_error_pct": found.simpler_choice.error_pct, "adds": found.simpler_choice.adds},
-        "best_single_node": candidate_json(found.best_single_node, 0) if found.best_single_node else None,
+        "best_single_node": {**candidate_json(found.best_single_node, 0), "vs_chosen": vs_json(found.best_single_node, found.recommendations[0])}
+        if found.best_single_node and found.recommendations else None,
+        "best_at_median": candidate_json(found.best_at_median, 0, found, c) if found.best_at_median is not None else None,
+        "close_call": dataclasses.asdict(found.close_call) if found.close_call is not None else None,
+        "tie_fraction": TIE_FRACTION,
         "closest": candidate_json(found.closest, 0, found, c) if found.closest is not None and not found.recommendations else None,
+        "limits_missed": [m.to_dict() for m in found.misses],
+        "binding_limits": [m.limit for m in found.misses if m.binds],
         "model": result.model,
     }
 
@@ -314,7 +303,8 @@ def _rows(result: RecommendResult) -> tuple[list[str], list[list[str]]]:
     plans = any(c.prediction.plan_label != DDP for c in recs)
     # How far the validation reaches at each row's node count, where a row spans several nodes.
     nodes_col = any(c.nodes > 1 for c in recs)
-    head = ["", "configuration", "where", "GPUs"] + (["nodes"] if nodes_col else []) + (["batch/GPU"] if batch_col else []) + (["plan"] if plans else []) + [
+    batch_head = MICRO_BATCHES if recs and all(c.prediction.layout for c in recs) else "batch/GPU"
+    head = ["", "configuration", "where", "GPUs"] + (["nodes"] if nodes_col else []) + ([batch_head] if batch_col else []) + (["plan"] if plans else []) + [
         "tokens/s" if tokens else "samples/s", "iteration", "$/h", "$/M tokens" if tokens else "$/M samples"]
     if with_job:
         head += [f"job hours ({q})", f"job $ ({q})"]
@@ -325,7 +315,7 @@ def _rows(result: RecommendResult) -> tuple[list[str], list[list[str]]]:
         if nodes_col:
             row.append(node_evidence(c.nodes, short=True))
         if batch_col:
-            row.append("/".join(dict.fromkeys(str(b.per_gpu_batch) for b in c.prediction.batch_split)))
+            row.append(batch_cell(c))
         if plans:
             row.append(c.prediction.plan_label)
         rate = _tokens(c)
@@ -341,11 +331,22 @@ def _rows(result: RecommendResult) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+MICRO_BATCHES = "micro-batch x count"  # a layout row's batch column: sequences per micro-batch x micro-batches per step
+
+
+def batch_cell(c: Candidate) -> str:
+    """A layout's ``2 x 64`` (micro-batch x micro-batches per step, per pipeline), else the batch per GPU."""
+    lay = c.prediction.layout
+    if lay:
+        return f"{lay['micro_batch']} x {lay['grad_accum']}"
+    return "/".join(dict.fromkeys(str(b.per_gpu_batch) for b in c.prediction.batch_split))
+
+
 def _drop_order(result: RecommendResult) -> dict[str, int]:
     """Columns a narrow terminal loses first: detail before the figures the target is about
     ($ per million samples is the target when minimizing cost without a job length)."""
     per_million = "$/M tokens" if result.seq_len is not None else "$/M samples"
-    order = ["iteration", "batch/GPU", "bottleneck", per_million, "GPUs", "where", "nodes"]
+    order = ["iteration", "batch/GPU", MICRO_BATCHES, "bottleneck", per_million, "GPUs", "where", "nodes"]
     if result.search.objective == COST and result.job.length is None:
         order.remove(per_million)
     return {h: i + 1 for i, h in enumerate(order)}

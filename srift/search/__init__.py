@@ -24,6 +24,7 @@ from srift.catalog.provenance import price_provenance
 from srift.catalog.spec import cluster_of, label_of
 from srift.cluster import Cluster
 from srift.job import JobLength
+from srift.search.diagnose import binding, limit_misses
 from srift.search.limits import Constraints
 from srift.search.mixes import sweep_mixes
 from srift.search.offers import OfferTable
@@ -133,6 +134,10 @@ def _result(table: OfferTable, c: Constraints, simulated: int, predict: Callable
             result.cut_by = "layout"
         if result.cut_by == "budget":
             result.closest = _cheapest_that_fits(space, c, predict)
+        result.misses = limit_misses(table, c, lambda i: _candidate(table, i)) if result.cut_by in ("deadline", "max-cost") else []
+        binds = binding(result.misses)
+        if binds is not None:
+            result.cut_by, result.closest = binds.limit, binds.closest
     return result
 
 

@@ -5,9 +5,14 @@ feasible, and the ONE rule on how much a more complex configuration must win by.
 nodes a handful, and every node more is one more to fail); at equal node counts, fewer instance
 types; then the market (on demand < spot < a spot/on-demand mix). So 3 nodes are simpler than 38,
 and 38 nodes of one type simpler than 38 of two. Predictions err, and two predictions share part of
-their error (``combined_error_pct``): on the same GPUs the compute model's error is shared; on the
-same machines the smaller configuration's error is part of the larger's; across GPU types nothing
-is shared. The chosen configuration is the best-ranked one that beats **every** simpler feasible
+their error (``combined_error_pct``). Where the validation measured pairs of runs of the two
+predictions' group (a decoder LLM's layouts, dense or MoE), the error between them is the error of
+what differs, from those pairs' residuals (srift/fitting/pairs.py, configs/perf/accuracy.json's
+``pairs_*`` groups): the scaling term on one instance type and stack (1.3 % over 76 pairs of dense
+Megatron runs, 13.6 % over 10 MoE pairs), the cross-GPU term on other GPUs (17.8 % over 109 MoE
+pairs); other stacks share nothing. Elsewhere: on the same GPUs the compute model's error is
+shared; on the same machines the smaller configuration's error is part of the larger's; across
+GPU types nothing is shared. The chosen configuration is the best-ranked one that beats **every** simpler feasible
 configuration by more than their combined typical error (``choose``): a 38-node cluster 19 %
 faster than a 3-node one, with ±20 % of error between them, loses to the 3-node one, which is shown
 first with the 38-node cluster as runner-up and a sentence saying why. The same comparison between
@@ -18,7 +23,12 @@ is taken at the search's confidence quantile (throughput divided, cost multiplie
 exp(z sigma) of each prediction's own uncertainty): a configuration whose median is high but whose
 error is wide does not outrank a surer one. **Ties within noise** (objectives less than
 ``TIE_FRACTION`` apart, far below any validated error) go to the cheaper, then the simpler, then
-the more available (offered in more regions) configuration, so noise never decides.
+the more available (offered in more regions) configuration, so noise never decides. Under the
+cost objective the faster of two tied configurations goes first (a tie on cost is not a tie on time).
+
+**Dominance first.** A configuration another one beats on hours and cost at both the median and
+the ranking quantile (srift/search/dominance.py) is never chosen and never blocks a more complex
+one: the simplicity rule compares only the others (the rows keep the objective's order).
 
 **Alternatives, not neighbours.** The rows after the chosen one are the best configuration of each
 other instance family (``order``), not the chosen type with one node more or less.
@@ -35,13 +45,13 @@ from typing import Any
 
 from srift.catalog.provenance import PriceProvenance
 from srift.job import JobRun, usd_per_million_samples
+from srift.perf.accuracy import pair_typical_error
 from srift.search.confidence import AtConfidence, mape_from_sigma, uncertainty_of, z_of
+from srift.search.dominance import TIE_FRACTION, dominated
 from srift.search.limits import THROUGHPUT
 from srift.search.space import Market
 from srift.simulate.prediction import Prediction
 
-#: Objectives closer than this fraction are a tie (the smallest validated typical error is 5.6 %).
-TIE_FRACTION = 0.01
 
 
 class Exclusion(IntEnum):
@@ -180,8 +190,8 @@ def objective_key(goal: str, confidence: float | None = None) -> Callable[[Candi
 
 def settle_ties(ranked: Sequence[Candidate], goal: str, confidence: float | None = None) -> list[Candidate]:
     """``ranked`` with every run of candidates whose objectives are within ``TIE_FRACTION`` of the
-    run's first reordered: cheaper per hour (for throughput; under the cost objective they cost
-    the same), then simpler, then offered in more regions."""
+    run's first reordered: cheaper per hour (for throughput), faster (for cost: they cost the
+    same), then simpler, then offered in more regions."""
     key = objective_key(goal, confidence)
     out: list[Candidate] = []
     i = 0
@@ -190,8 +200,9 @@ def settle_ties(ranked: Sequence[Candidate], goal: str, confidence: float | None
         j = i + 1
         while j < len(ranked) and abs(abs(key(ranked[j])[0]) - lead) <= TIE_FRACTION * lead:
             j += 1
-        out += sorted(ranked[i:j], key=lambda c: (c.cost_per_hour_usd if goal == THROUGHPUT else 0.0, c.complexity,
-                                                  -len(c.regions)))
+        out += sorted(ranked[i:j], key=lambda c: (c.cost_per_hour_usd if goal == THROUGHPUT
+                                                  else -c.expected_throughput_samples_per_s / c.quantile_factor(confidence),
+                                                  c.complexity, -len(c.regions)))
         i = j
     return out
 
@@ -217,14 +228,27 @@ def _spot_pct(c: Candidate) -> float:
     return 100.0 * mape_from_sigma(c.at_confidence.uncertainty.spot) if c.at_confidence is not None else 0.0
 
 
+def pair_error_pct(a: Prediction, b: Prediction) -> float | None:
+    """The error of what differs between two predictions of one validation group and stack, from
+    the validation's pairs of runs (srift/fitting/pairs.py): the scaling term on the same GPUs, the
+    cross-GPU term on others; None where the two differ in group or stack, or no pair was measured."""
+    if a.pair_group is None or a.pair_group != b.pair_group or a.parallelism != b.parallelism:
+        return None
+    return pair_typical_error(a.pair_group, a.gpu_types == b.gpu_types)
+
+
 def combined_error_pct(a: Candidate, b: Candidate) -> float | None:
-    """The typical error of two predictions that they do not share, root-sum-squared (None when
-    either prediction has no validated figure). See the module docstring for what is shared;
-    spot interruptions over the job are never shared."""
+    """The typical error of two predictions that they do not share (None when either prediction
+    has no validated figure): the validation's own figure for the pair where it has one
+    (``pair_error_pct``), else their unshared parts root-sum-squared (module docstring); spot
+    interruptions over the job are never shared."""
     ta, tb = a.prediction.typical_error_pct, b.prediction.typical_error_pct
     if ta is None or tb is None:
         return None
-    if a.prediction.gpu_types != b.prediction.gpu_types:
+    pair = pair_error_pct(a.prediction, b.prediction)
+    if pair is not None:
+        base = pair
+    elif a.prediction.gpu_types != b.prediction.gpu_types:
         base = math.hypot(ta, tb)
     else:
         shared = min(a.prediction.compute_error_pct or 0.0, b.prediction.compute_error_pct or 0.0)
@@ -276,7 +300,8 @@ class SimplerChoice:
 
 def choose(ranked: Sequence[Candidate], goal: str, confidence: float | None = None) -> tuple[int, SimplerChoice | None]:
     """The ONE rule: the index of the best-ranked candidate that beats every simpler candidate by
-    more than their combined typical error, and why it is not the first (None when it is).
+    more than their combined typical error, and why it is not the first (None when it is). Only
+    candidates no other dominates are chosen or block (srift/search/dominance.py).
 
     Args:
         ranked: Feasible candidates, best first by the objective.
@@ -286,11 +311,16 @@ def choose(ranked: Sequence[Candidate], goal: str, confidence: float | None = No
     if len(ranked) < 2:
         return 0, None
     keys = [c.complexity for c in ranked]
-    first_block: tuple[int, float, float] | None = None
+    dom = dominated(ranked, confidence)
+    if all(dom):  # a cycle within the tie fraction: nothing stands out, so nothing is set aside
+        dom = [False] * len(ranked)
+    first_block: tuple[int, int, float, float] | None = None  # (the first considered, its blocker, edge, error)
     for i, x in enumerate(ranked):
+        if dom[i]:
+            continue
         k = x.complexity
         blocker = None
-        for j in (j for j, kj in enumerate(keys) if kj < k):
+        for j in (j for j, kj in enumerate(keys) if kj < k and not dom[j]):
             s = ranked[int(j)]
             gain = edge(x, s, goal, confidence)
             err = combined_error_pct(x, s)
@@ -298,14 +328,13 @@ def choose(ranked: Sequence[Candidate], goal: str, confidence: float | None = No
                 blocker = (int(j), gain, err or 0.0)
                 break
         if blocker is None:
-            if i == 0:
-                return 0, None
-            assert first_block is not None
-            b, gain, err = first_block
-            top = ranked[0]
+            if first_block is None:
+                return i, None
+            lead, b, gain, err = first_block
+            top = ranked[lead]
             return i, SimplerChoice(x, top, ranked[b], gain, err, what_it_adds(top, ranked[b]))
-        if i == 0:
-            first_block = blocker
+        if first_block is None:
+            first_block = (i, *blocker)
     # Unreachable: the simplest candidates have nothing simpler and pass.
     raise AssertionError("no candidate passed the simplicity rule")
 
@@ -354,8 +383,12 @@ class SearchResult:
             (at most a few thousand, for the plot); GPUs names its GPU types (``A10G``, ``A10G+V100``
             for a mix).
         objective: ``throughput`` or ``cost``.
-        cut_by: When nothing is feasible: the limit that removed the last candidates.
-        closest: When nothing is feasible: the candidate that comes closest.
+        cut_by: When nothing is feasible: the limit that binds (srift/search/diagnose.py), or what
+            removed the last candidates (memory, budget, layout).
+        closest: When nothing is feasible: the candidate that comes closest (to the binding limit,
+            meeting the others).
+        misses: When nothing is feasible: each job limit against the plan that meets the others
+            and comes closest to it.
         pruned: Configurations left out before simulation, by reason (``budget``, ``memory``,
             ``unsupported``, ``batch``, ``max_gpus``, ``bound``: counts that could not win).
         best_single_node: When the chosen configuration spans several nodes: the best feasible
@@ -388,6 +421,7 @@ class SearchResult:
     families: int = 0
     best_at_median: Candidate | None = None
     ranked_at: float | None = None
+    misses: list[Any] = field(default_factory=list)  # srift.search.diagnose.LimitMiss (it imports this module)
 
     @property
     def close_call(self) -> CloseCall | None:

@@ -149,7 +149,9 @@ def plan_for(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_
                                mtp_layers=settings.mtp_layers)
         if found.best is not None:
             return found.best, None
-        assert found.smallest is not None
+        if found.smallest is None:  # nothing divides, or nothing the stack runs (srift/simulate/layout_rules.py)
+            raise SriftError(f"no layout of {arch.name} that the stack runs divides {cluster.gpus:,} GPUs at a global batch "
+                             f"of {gb:,}.", "choose another GPU count or --global-batch-size, or name a --layout.")
         return found.smallest, None
     layout = fixed_layout(arch, cluster, settings, seq_len)
     plan = None
@@ -256,7 +258,7 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
         memory_allocated_bytes=sum(allocated_parts(plan.memory_breakdown_bytes).values()),
         batch_split=[BatchShare(g.label, g.gpu, lay.micro_batch * lay.grad_accum, g.gpus) for g in cluster.node_groups],
         spot=spot_expectation(cluster, state_bytes, throughput, cost), notes=notes,
-        typical_error_pct=typical, typical_error_basis=basis,
+        typical_error_pct=typical, typical_error_basis=basis, pair_group="moe" if arch.is_moe else "layouts",
         parallelism=plan.dp_flavour, activation_checkpointing=plan.checkpointing, grad_accum=lay.grad_accum,
         micro_batch_size=lay.micro_batch, seq_len=seq_len, throughput_tokens_per_s=tokens,
         tokens_per_s_per_gpu=tokens / cluster.gpus, mfu=tokens * model_flops_per_token / peak,

@@ -77,6 +77,7 @@ from srift.errors import SriftError
 from srift.files import configs_dir, read_json
 from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
+from srift.simulate.layout_rules import cp_efficient, megatron_split, runnable
 from srift.job import (
     CORE_ATTN, DDP, DEFAULT_RECOMPUTE_MODULES, FLEX, FSDP, FULL_CHECKPOINTING, HALF_PRECISIONS, HSDP, INTERLEAVED,
     LAYOUT_PARALLELISMS, MOE_ACT, MOE_LAYER, PIPELINE_SCHEDULES, REDUCE_BYTES_PER_ELEMENT, SELECTIVE, ZERO1,
@@ -1414,10 +1415,10 @@ def has_layout(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, g
         if t > gpus or arch.heads % t or (arch.kv_heads % t and t % arch.kv_heads):
             continue
         for c in SEARCH_CONTEXT:
-            if gpus % (t * c) or (c > 1 and seq_len % (2 * c)):
+            if gpus % (t * c) or (c > 1 and seq_len % (2 * c)) or not cp_efficient(seq_len, c):
                 continue
             for p in _divisors(gpus // (t * c)):
-                if p <= arch.n_layers and global_batch % (gpus // (t * c * p)) == 0 and \
+                if p <= arch.n_layers and global_batch % (gpus // (t * c * p)) == 0 and megatron_split(arch.n_layers, p, stage_layers) and \
                         (not arch.is_moe or _expert_degrees(arch, LayoutRequest(), gpus // p)):
                     return True
     return False
@@ -1460,6 +1461,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     cap = min(gr.gpu_memory_gib if gr.gpu_memory_gib is not None else gpu_spec(gr.gpu).memory_gib
               for gr in cluster.node_groups) * 2**30 * USABLE_FRACTION
     degrees = _degrees(arch, cluster.gpus, g, seq_len, global_batch, request, SEARCH_MICRO_BATCHES)
+    degrees = runnable(arch, degrees, seq_len, pytorch_stack(dp_flavour), stage_layers)  # what the stack runs (layout_rules.py)
     if dp_flavour in SHARDED_FLAVOURS:  # FSDP is modelled without expert parallelism (check_sharded)
         degrees = [r for r in degrees if r[7] == 1]
     # Whatever the layout, each parameter's 16 bytes (bf16 weight and gradient, fp32 master and

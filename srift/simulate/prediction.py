@@ -84,6 +84,8 @@ class Prediction:
         typical_error_basis: What that figure rests on.
         beyond_validated: What the prediction is beyond its validation group's measurements
             (``405B > 70B``; srift/perf/coverage.py), empty inside them.
+        pair_group: The validation group whose pairs of runs give the error of the ratio of two of
+            its predictions (``layouts``, ``moe``: srift.perf.accuracy.pair_typical_error), or None.
         compute_error_pct: How far the compute part alone has been from measurements: the
             single-GPU figure for where this prediction's compute times come from. It is what
             separates two GPU types' predictions (on the same GPUs the errors are shared).
@@ -140,6 +142,7 @@ class Prediction:
     typical_error_basis: str = ""
     beyond_validated: tuple[str, ...] = ()
     compute_error_pct: float | None = None
+    pair_group: str | None = None
     parallelism: str = "ddp"
     activation_checkpointing: str = "none"
     grad_accum: int = 1
