@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from srift.testing import price_list_csv, price_list_row  # noqa: E402
 PROFILE = ROOT / "profiles" / "vgg16.yaml"
 BILLION_LAUGHS = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
     f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(9))
@@ -224,16 +226,13 @@ def _mirror(index: object | bytes, advisor: object | bytes | None = None,
         (folder / "mirror" / "advisor.json").write_bytes(adv if isinstance(adv, bytes) else json.dumps(adv).encode())
         for region, body in (offers or {}).items():
             (base / region).mkdir(parents=True, exist_ok=True)
-            (base / region / "index.json").write_bytes(body)
+            (base / region / "index.csv").write_bytes(body)
 
     return make, {"SRIFT_AWS_PRICE_LIST_URL": "file://MIRROR", "SRIFT_AWS_SPOT_ADVISOR_URL": "file://MIRROR/advisor.json"}
 
 
 def _offer(price: str, itype: str = "g5.xlarge") -> bytes:
-    linux = {"operatingSystem": "Linux", "tenancy": "Shared", "preInstalledSw": "NA", "capacitystatus": "Used", "instanceType": itype}
-    doc = {"publicationDate": "2026-10-30T18:23:01Z", "products": {"S": {"sku": "S", "attributes": linux}},
-           "terms": {"OnDemand": {"S": {"S.T": {"priceDimensions": {"S.T.D": {"unit": "Hrs", "pricePerUnit": {"USD": price}}}}}}}}
-    return json.dumps(doc).encode()
+    return price_list_csv([price_list_row("S", itype, price)])
 
 
 def _refresh_probes() -> list[Probe]:
