@@ -29,12 +29,12 @@ def test_values_complete_from_srifts_own_tables():
 
 
 def test_completion_never_raises(monkeypatch):
-    import srift.catalog
+    import srift.api
 
-    def broken(_infra):
+    def broken(_kind):
         raise SriftError("the catalog cannot be read", "reinstall")
 
-    monkeypatch.setattr(srift.catalog, "load_catalog", broken)  # a broken install: nothing, no traceback
+    monkeypatch.setattr(srift.api, "completion_names", broken)  # a broken install: nothing, no traceback
     assert complete.instances("p4") == []
 
 

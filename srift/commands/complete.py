@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from srift import api
+from srift.hardware import gpus as gpus_table
+
 
 def _matching(names: Iterable[str], incomplete: str, prefix: str = "") -> list[str]:
     low = incomplete.lower()
@@ -32,37 +35,26 @@ def _last(incomplete: str, separators: str) -> tuple[str, str]:
 @_safe
 def models(incomplete: str) -> list[str]:
     """Built-in model names."""
-    from srift.zoo import MODEL_NAMES
-
-    return _matching(MODEL_NAMES, incomplete)
+    return _matching(api.completion_names("models"), incomplete)
 
 
 @_safe
 def gpus(incomplete: str) -> list[str]:
     """GPU names of srift's GPU table."""
-    from srift.hardware import gpus as table
-
-    return _matching(table(), incomplete)
+    return _matching(gpus_table(), incomplete)
 
 
 @_safe
 def instances(incomplete: str) -> list[str]:
     """Instance types of every cloud's catalog; in ``TYPE:COUNT+TYPE`` the type after the last ``+``."""
-    from srift.catalog import load_catalog
-    from srift.catalog.instances import CLOUDS
-
     before, part = _last(incomplete, "+")
     if ":" in part:
         return []
-    return _matching({r.instance_type for r in load_catalog(",".join(CLOUDS))}, part, before)
+    return _matching(api.completion_names("instances"), part, before)
 
 
 @_safe
 def infra(incomplete: str) -> list[str]:
     """Clouds and cloud/region targets; in a list (``aws,gcp``) the one after the last comma."""
-    from srift.catalog.instances import CLOUDS
-    from srift.catalog.load import regions
-
     before, part = _last(incomplete, ",")
-    targets = list(CLOUDS) + ([f"{c}/{r}" for c in CLOUDS for r in regions(c)] if "/" in part else [])
-    return _matching(targets, part, before)
+    return _matching([t for t in api.completion_names("targets") if "/" not in t or "/" in part], part, before)
