@@ -251,14 +251,14 @@ def _refresh_probes() -> list[Probe]:
          {"ranges": [{"label": "<5%"}], "spot_advisor": {"us-west-2": ["Linux"]}}, None),
         ("spot advisor saving of 250 %", {"regions": {"us-west-2": {}}},
          {"ranges": [{"label": "<5%"}], "spot_advisor": {"us-west-2": {"Linux": {"g5.xlarge": {"s": 250, "r": 0}}}}}, None),
-        ("offer file price $1,000,000/h", {"regions": {"us-west-2": {}}}, None, {"us-west-2": _offer("1000000")}),
-        ("offer file product is a list", {"regions": {"us-west-2": {}}}, None,
+        ("price list price $1,000,000/h", {"regions": {"us-west-2": {}}}, None, {"us-west-2": _offer("1000000")}),
+        ("price list is JSON, not CSV", {"regions": {"us-west-2": {}}}, None,
          {"us-west-2": b'{"products": {"S": [1]}, "terms": {"OnDemand": {"S": 5}}}'}),
-        ("offer file with a 20 MB value", {"regions": {"us-west-2": {}}}, None,
+        ("price list with a 20 MB line", {"regions": {"us-west-2": {}}}, None,
          {"us-west-2": b'{"products": {"S": {"attributes": {"instanceType": "' + b"a" * (20 << 20) + b'"}}}}'}),
-        ("offer file cut off", {"regions": {"us-west-2": {}}}, None, {"us-west-2": _offer("1.0")[:60]}),
-        ("second region unreachable (the first is not written)", {"regions": {"us-west-2": {}, "us-east-2": {}}}, None,
-         {"us-west-2": _offer("1.0")}),
+        ("price list cut off", {"regions": {"us-west-2": {}}}, None, {"us-west-2": _offer("1.0")[:60]}),
+        # (one region unreachable, the others written, exit 1: tests/test_catalog_refresh.py)
+        ("every region's price list unreachable", {"regions": {"us-west-2": {}, "us-east-2": {}}}, None, {}),
     ]
     for what, index, advisor, offers in cases:
         setup, env = _mirror(index, advisor, offers)

@@ -169,6 +169,21 @@ def test_a_download_that_fails_once_is_tried_again():
     assert calls.count(url) == 2 and [r.instance_type for r in rows] == ["g5.xlarge", "p4d.24xlarge"]
 
 
+def test_a_missing_file_is_not_tried_again():
+    url = REGION_OFFER_URL.format(region="us-west-2")
+    calls = []
+
+    def missing(u):
+        calls.append(u)
+        if u == url:
+            raise urllib.error.HTTPError(u, 404, "Not Found", {}, None)
+        return opener(FILES)(u)
+
+    with pytest.raises(SriftError, match="could not reach the AWS price list of us-west-2"):
+        refresh("aws/us-west-2", session=FakeSession(), opener=missing)
+    assert calls.count(url) == 1
+
+
 def test_the_partial_refresh_command_exits_1_with_one_clear_line(monkeypatch, capsys):
     monkeypatch.setattr(aws, "_urlopen", opener(FILES, fail={REGION_OFFER_URL.format(region="eu-west-1")}))
     monkeypatch.setattr(aws, "_session_has_credentials", lambda _s: False)

@@ -85,12 +85,14 @@ def _offline(what: str, exc: BaseException) -> SriftError:
 
 
 def _retrying(read: Callable[[], Any], what: str, say: Progress) -> Any:
-    """``read()``, tried again after RETRY_DELAYS_S when it fails with a network error (OSError)."""
+    """``read()``, tried again after RETRY_DELAYS_S when it fails with a network error (OSError);
+    an HTTP answer that another try would not change (4xx but 429) is not tried again."""
     for delay in (*RETRY_DELAYS_S, None):
         try:
             return read()
         except OSError as exc:
-            if delay is None:
+            status = getattr(exc, "code", None)  # urllib's HTTPError
+            if delay is None or (isinstance(status, int) and 400 <= status < 500 and status != 429):
                 raise
             say(f"{what}: {type(exc).__name__}, trying again in {delay:g} s")
             time.sleep(delay)
