@@ -17,6 +17,8 @@ tests/test_schemas.py validates other real documents against the committed schem
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import sys
 import tempfile
@@ -119,7 +121,8 @@ def run_samples(name: str) -> list[Any]:
         for i, args in enumerate(SAMPLES[name]):
             out = Path(tmp, f"{i}.json")
             args = [str(job) if a == "JOBFILE" else a for a in args]
-            code = main([*args, "--format", "json", "--out-file", str(out)])
+            with contextlib.redirect_stdout(io.StringIO()):  # --format json prints it too
+                code = main([*args, "--format", "json", "--out-file", str(out)])
             if code not in (0, 1):  # check exits 1 when a limit is broken: still a document
                 raise SystemExit(f"{' '.join(args)} exited {code}")
             docs.append(json.loads(out.read_text()))
