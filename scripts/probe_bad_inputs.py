@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from srift.testing import price_list_csv, price_list_row  # noqa: E402
 PROFILE = ROOT / "profiles" / "vgg16.yaml"
 BILLION_LAUGHS = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
     f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(9))
@@ -224,16 +226,13 @@ def _mirror(index: object | bytes, advisor: object | bytes | None = None,
         (folder / "mirror" / "advisor.json").write_bytes(adv if isinstance(adv, bytes) else json.dumps(adv).encode())
         for region, body in (offers or {}).items():
             (base / region).mkdir(parents=True, exist_ok=True)
-            (base / region / "index.json").write_bytes(body)
+            (base / region / "index.csv").write_bytes(body)
 
     return make, {"SRIFT_AWS_PRICE_LIST_URL": "file://MIRROR", "SRIFT_AWS_SPOT_ADVISOR_URL": "file://MIRROR/advisor.json"}
 
 
 def _offer(price: str, itype: str = "g5.xlarge") -> bytes:
-    linux = {"operatingSystem": "Linux", "tenancy": "Shared", "preInstalledSw": "NA", "capacitystatus": "Used", "instanceType": itype}
-    doc = {"publicationDate": "2026-10-30T18:23:01Z", "products": {"S": {"sku": "S", "attributes": linux}},
-           "terms": {"OnDemand": {"S": {"S.T": {"priceDimensions": {"S.T.D": {"unit": "Hrs", "pricePerUnit": {"USD": price}}}}}}}}
-    return json.dumps(doc).encode()
+    return price_list_csv([price_list_row("S", itype, price)])
 
 
 def _refresh_probes() -> list[Probe]:
@@ -252,14 +251,14 @@ def _refresh_probes() -> list[Probe]:
          {"ranges": [{"label": "<5%"}], "spot_advisor": {"us-west-2": ["Linux"]}}, None),
         ("spot advisor saving of 250 %", {"regions": {"us-west-2": {}}},
          {"ranges": [{"label": "<5%"}], "spot_advisor": {"us-west-2": {"Linux": {"g5.xlarge": {"s": 250, "r": 0}}}}}, None),
-        ("offer file price $1,000,000/h", {"regions": {"us-west-2": {}}}, None, {"us-west-2": _offer("1000000")}),
-        ("offer file product is a list", {"regions": {"us-west-2": {}}}, None,
+        ("price list price $1,000,000/h", {"regions": {"us-west-2": {}}}, None, {"us-west-2": _offer("1000000")}),
+        ("price list is JSON, not CSV", {"regions": {"us-west-2": {}}}, None,
          {"us-west-2": b'{"products": {"S": [1]}, "terms": {"OnDemand": {"S": 5}}}'}),
-        ("offer file with a 20 MB value", {"regions": {"us-west-2": {}}}, None,
+        ("price list with a 20 MB line", {"regions": {"us-west-2": {}}}, None,
          {"us-west-2": b'{"products": {"S": {"attributes": {"instanceType": "' + b"a" * (20 << 20) + b'"}}}}'}),
-        ("offer file cut off", {"regions": {"us-west-2": {}}}, None, {"us-west-2": _offer("1.0")[:60]}),
-        ("second region unreachable (the first is not written)", {"regions": {"us-west-2": {}, "us-east-2": {}}}, None,
-         {"us-west-2": _offer("1.0")}),
+        ("price list cut off", {"regions": {"us-west-2": {}}}, None, {"us-west-2": _offer("1.0")[:60]}),
+        # (one region unreachable, the others written, exit 1: tests/test_catalog_refresh.py)
+        ("every region's price list unreachable", {"regions": {"us-west-2": {}, "us-east-2": {}}}, None, {}),
     ]
     for what, index, advisor, offers in cases:
         setup, env = _mirror(index, advisor, offers)

@@ -808,3 +808,18 @@ def calibrate_comm(backend: str, nproc: int, output: str, sizes: list[int] | Non
     from srift.profiling.calibrate import calibrate  # torch
 
     return calibrate(backend, nproc, output, sizes, reps, network)
+
+
+# ---- shell completion ---------------------------------------------------------------------------
+def completion_names(kind: str) -> list[str]:
+    """What shell completion offers: ``models`` (built-in), ``instances`` (every cloud's instance
+    types) or ``targets`` (clouds, and cloud/region for every region with prices)."""
+    from srift.catalog.instances import CLOUDS
+    from srift.catalog.load import regions
+    from srift.zoo import MODEL_NAMES
+
+    if kind == "models":
+        return list(MODEL_NAMES)
+    if kind == "instances":
+        return sorted({r.instance_type for r in load_catalog(",".join(CLOUDS))})
+    return list(CLOUDS) + [f"{c}/{r}" for c in CLOUDS for r in regions(c)]

@@ -23,7 +23,7 @@ try:  # recent typer carries its own click
 except ImportError:  # pragma: no cover (older typer uses click's)
     from click.exceptions import ClickException, UsageError  # type: ignore[assignment]
 
-from srift import __version__
+from srift import __version__, log
 from srift.errors import SriftError
 
 BROKEN_INSTALL: SriftError | None = None
@@ -51,8 +51,11 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    verbose: int = typer.Option(0, "--verbose", "-v", count=True, show_default=False, help="More on stderr: -v progress lines, -vv debug lines."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only errors on stderr: no warnings (srift's and libraries')."),
 ) -> None:
     """srift: where to train your PyTorch job, and what it will cost."""
+    log.configure(-1 if quiet else verbose)
 
 
 if BROKEN_INSTALL is None:

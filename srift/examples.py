@@ -2,7 +2,8 @@
 scripts), and copying them out of an install (`srift examples [DIR]`).
 
 From a checkout they are the repository's own files; after ``pip install`` (not editable) they
-live under ``<prefix>/share/srift`` (pyproject ``data-files``). Both look the same from here:
+live under ``share/srift`` of the install's scheme (pyproject ``data-files``; ``files.data_root``
+finds it). Both look the same from here:
 paths relative to srift's data folder, the layout of the repository, so that the commands in the
 README (``--cluster configs/clusters/ib-64.yaml``) work in the folder they are copied to.
 """
@@ -17,17 +18,12 @@ from pathlib import Path
 
 from srift import DISTRIBUTION
 from srift.errors import SriftError
-from srift.files import PathLike, atomic_write_many, configs_dir, writable_target
+from srift.files import PathLike, atomic_write_many, data_root, writable_target
 
 #: What `srift examples` copies, as globs relative to the data folder.
 EXAMPLE_GLOBS = ("configs/clusters/*.yaml", "configs/ci/*.yml", "configs/ci/*.yaml", "examples/*.py")
 WORKFLOW = "configs/ci/srift-check.yml"
 REPO_PLACEHOLDER, REF_PLACEHOLDER = "https://github.com/OWNER/srift", "COMMIT_SHA"
-
-
-def data_root() -> Path:
-    """srift's data folder: the checkout, or ``<prefix>/share/srift`` of an install."""
-    return configs_dir().parent
 
 
 def example_files() -> list[str]:

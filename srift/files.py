@@ -654,9 +654,14 @@ def _no_constant(name: str) -> Any:
 
 
 # ---- where things are ---------------------------------------------------------------------------
-def _data_root() -> Path:
-    # A checkout or editable install keeps configs/ beside the package; a wheel install puts them
-    # under <prefix>/share/srift (pyproject data-files). SRIFT_HOME overrides both.
+def data_root() -> Path:
+    """srift's data folder (``configs/``, ``profiles/``, ``examples/``): ``$SRIFT_HOME``, else the
+    checkout (or editable install) beside the package, else wherever the installer's scheme put the
+    wheel's data files (``installed_data_root``).
+
+    Raises:
+        SriftError: when ``SRIFT_HOME`` is set but has no configs/ folder.
+    """
     env = os.environ.get("SRIFT_HOME")
     if env:
         try:
@@ -670,17 +675,63 @@ def _data_root() -> Path:
     repo = Path(__file__).resolve().parents[1]
     if (repo / "configs").is_dir():
         return repo
+    return installed_data_root()
+
+
+#: A file every install ships, relative to the data folder: it marks where the data folder is.
+_MARKER = "configs/gpus.yaml"
+
+
+def installed_data_root() -> Path:
+    """Where an install (not editable) put ``share/srift`` (pyproject ``data-files``).
+
+    The installer's scheme decides: ``<prefix>/share/srift`` for a venv or system install,
+    ``<userbase>/share/srift`` for ``pip install --user``, anything for a distribution package or
+    ``--prefix``/``--target``. The installed distribution's file list (its RECORD) names where the
+    files went, so it is read first; the standard schemes are the fallback (an install without a
+    RECORD). None found: ``<prefix>/share/srift``, which the caller's error names.
+    """
+    if not _INSTALLED_ROOT:
+        _INSTALLED_ROOT.append(_find_installed_root())
+    return _INSTALLED_ROOT[0]
+
+
+_INSTALLED_ROOT: list[Path] = []  # installed_data_root's answer, found once
+
+
+def _find_installed_root() -> Path:
+    import sysconfig  # only an installed srift gets here
+    from importlib import metadata
+
+    from srift import DISTRIBUTION
+
+    tail = "share/srift/" + _MARKER
+    try:
+        files = metadata.distribution(DISTRIBUTION).files or []
+    except metadata.PackageNotFoundError:
+        files = []
+    for entry in files:
+        if entry.as_posix().endswith(tail):
+            found = Path(os.path.normpath(entry.locate())).parents[1]
+            if (found / _MARKER).is_file():
+                return found
+    schemes = [sysconfig.get_paths()["data"]]
+    with contextlib.suppress(KeyError, AttributeError):
+        schemes.append(sysconfig.get_paths(scheme=sysconfig.get_preferred_scheme("user"))["data"])
+    for data in schemes:
+        if (Path(data, "share", "srift", _MARKER)).is_file():
+            return Path(data, "share", "srift")
     return Path(sys.prefix) / "share" / "srift"
 
 
 def configs_dir() -> Path:
     """The bundled configs/ folder (gpus.yaml, aws/, clusters/, fitted model parameters)."""
-    return _data_root() / "configs"
+    return data_root() / "configs"
 
 
 def profiles_dir() -> Path:
     """The bundled profiles/ folder (structural profiles of the zoo models)."""
-    return _data_root() / "profiles"
+    return data_root() / "profiles"
 
 
 def cache_dir() -> Path:

@@ -8,6 +8,8 @@ takes exactly ``s_per_byte`` seconds per byte, a toy catalog's throughput follow
 
 from __future__ import annotations
 
+import csv
+import io
 import random
 import socket
 from collections.abc import Mapping, Sequence
@@ -178,3 +180,44 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # no room below: any free port
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+# ---- AWS's EC2 price list CSV ---------------------------------------------------------------------
+#: Columns of AWS's EC2 price list CSV (``.../current/{region}/index.csv``), in AWS's order, up to
+#: those srift reads (srift/catalog/price_list.py) and a few after them.
+PRICE_LIST_HEADER = (
+    "SKU", "OfferTermCode", "RateCode", "TermType", "PriceDescription", "EffectiveDate", "StartingRange", "EndingRange", "Unit",
+    "PricePerUnit", "Currency", "RelatedTo", "LeaseContractLength", "PurchaseOption", "OfferingClass", "Product Family",
+    "serviceCode", "Location", "Location Type", "Instance Type", "Current Generation", "Instance Family", "vCPU", "Memory",
+    "Network Performance", "Tenancy", "Operating System", "License Model", "usageType", "operation", "CapacityStatus", "GPU",
+    "Pre Installed S/W", "Region Code")
+
+
+def price_list_row(sku: str, itype: str, usd: float | str, region: str = "us-west-2", **columns: str) -> dict[str, str]:
+    """One on-demand Linux (shared tenancy, no pre-installed software, capacity ``Used``) hourly row
+    of a price list; ``columns`` (by their CSV names) override any of it."""
+    code = f"{sku}.JRTCKXETXF"
+    price = usd if isinstance(usd, str) else f"{usd:.10f}"
+    return {"SKU": sku, "OfferTermCode": "JRTCKXETXF", "RateCode": f"{code}.6YS6EN2CT7", "TermType": "OnDemand",
+            "PriceDescription": f"${usd} per On Demand Linux {itype} Instance Hour", "EffectiveDate": "2026-10-01",
+            "StartingRange": "0", "EndingRange": "Inf", "Unit": "Hrs", "PricePerUnit": price, "Currency": "USD",
+            "Product Family": "Compute Instance", "serviceCode": "AmazonEC2", "Location": "US West (Oregon)",
+            "Location Type": "AWS Region", "Instance Type": itype, "Current Generation": "Yes", "Instance Family": "GPU instance",
+            "vCPU": "4", "Memory": "16 GiB", "Network Performance": "Up to 10 Gigabit", "Tenancy": "Shared",
+            "Operating System": "Linux", "License Model": "No License required", "usageType": f"BoxUsage:{itype}",
+            "operation": "RunInstances", "CapacityStatus": "Used", "GPU": "1", "Pre Installed S/W": "NA", "Region Code": region,
+            **columns}
+
+
+def price_list_csv(rows: Sequence[Mapping[str, str]], published: str = "2026-10-30T18:23:01Z") -> bytes:
+    """A region's EC2 price list CSV as AWS publishes it: five ``"name","value"`` lines, the header,
+    the rows (every field quoted)."""
+    out = io.StringIO()
+    writer = csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n")
+    writer.writerows([("FormatVersion", "v1.0"),
+                      ("Disclaimer", "This pricing list is for informational purposes only. All prices are subject to the "
+                                     "additional terms included in the pricing pages on http://aws.amazon.com."),
+                      ("Publication Date", published), ("Version", "20261030182301"), ("OfferCode", "AmazonEC2")])
+    writer.writerow(PRICE_LIST_HEADER)
+    writer.writerows([[r.get(c, "") for c in PRICE_LIST_HEADER] for r in rows])
+    return out.getvalue().encode()

@@ -149,7 +149,7 @@ def test_the_core_install_is_typer_rich_pyyaml_numpy():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert [re.split(r"[<>=]", d)[0] for d in project["dependencies"]] == ["typer", "rich", "pyyaml", "numpy"]
     extras = {k: [re.split(r"[<>=]", d)[0] for d in v] for k, v in project["optional-dependencies"].items()}
-    assert extras["fit"] == ["pandas", "scikit-learn"] and extras["aws"] == ["boto3"]
+    assert extras["fit"] == ["pandas", "scikit-learn", "scipy"] and extras["aws"] == ["boto3"]
     assert {"pandas", "scikit-learn", "boto3", "torch"} <= set(extras["test"])
 
 

@@ -13,60 +13,33 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-import srift.catalog.offer_file as offer_file
+import srift.catalog.aws as aws
 from srift.catalog import catalog_as_of, get_instance, load_catalog
 from srift.catalog.aws import REGION_INDEX_URL, REGION_OFFER_URL, SPOT_ADVISOR_URL, parse_spot_advisor, refresh
 from srift.catalog.load import bundled_path, cache_path, clear_cache
-from srift.catalog.offer_file import on_demand_prices
+from srift.catalog.price_list import on_demand_prices
 from srift.catalog.spot import band_rate
 from srift.cli import main
 from srift.errors import SriftError
+from srift.testing import price_list_csv, price_list_row
 
-LINUX = {"tenancy": "Shared", "operatingSystem": "Linux", "preInstalledSw": "NA", "capacitystatus": "Used"}
-
-
-def product(sku, itype, region="us-west-2", **overrides):
-    attrs = {"servicecode": "AmazonEC2", "location": "US West (Oregon)", "locationType": "AWS Region", "instanceType": itype,
-             "currentGeneration": "Yes", "instanceFamily": "GPU instance", "vcpu": "4", "memory": "16 GiB",
-             "networkPerformance": "Up to 10 Gigabit", "licenseModel": "No License required",
-             "usagetype": f"USW2-BoxUsage:{itype}", "operation": "RunInstances", "regionCode": region, **LINUX, **overrides}
-    return sku, {"sku": sku, "productFamily": "Compute Instance", "attributes": attrs}
+def row(sku, itype, usd, region="us-west-2", **columns):
+    """An on-demand row and, after it, the same SKU's 1-year reserved upfront fee, as AWS lists them."""
+    base = price_list_row(sku, itype, usd, region, **columns)
+    return [base, {**base, "OfferTermCode": "4NA7Y494T4", "RateCode": f"{sku}.4NA7Y494T4.2TG2D8R56U", "TermType": "Reserved",
+                   "Unit": "Quantity", "PricePerUnit": "9999", "LeaseContractLength": "1yr", "PurchaseOption": "All Upfront"}]
 
 
-def on_demand_term(sku, usd):
-    code = f"{sku}.JRTCKXETXF"
-    return {code: {"offerTermCode": "JRTCKXETXF", "sku": sku, "effectiveDate": "2026-10-01T00:00:00Z",
-                   "priceDimensions": {f"{code}.6YS6EN2CT7": {
-                       "rateCode": f"{code}.6YS6EN2CT7", "description": f"${usd} per On Demand Linux Instance Hour",
-                       "beginRange": "0", "endRange": "Inf", "unit": "Hrs", "pricePerUnit": {"USD": f"{usd:.10f}"},
-                       "appliesTo": []}},
-                   "termAttributes": {}}}
+def offer_csv(rows):
+    return price_list_csv([r for pair in rows for r in pair])
 
 
-def offer_json(products, prices, terms_first=False):
-    """An EC2 offer file as AWS publishes it (same keys, nesting and ` : ` spacing), products before terms."""
-    reserved = {sku: {f"{sku}.4NA7Y494T4": {"offerTermCode": "4NA7Y494T4", "sku": sku, "priceDimensions": {
-        f"{sku}.4NA7Y494T4.2TG2D8R56U": {"unit": "Quantity", "pricePerUnit": {"USD": "9999"}}},
-        "termAttributes": {"LeaseContractLength": "1yr", "PurchaseOption": "All Upfront"}}} for sku in prices}
-    doc = {"formatVersion": "v1.0", "disclaimer": "This pricing list is for informational purposes only.",
-           "offerCode": "AmazonEC2", "version": "20261030182301", "publicationDate": "2026-10-30T18:23:01Z"}
-    body = {"products": dict(products), "terms": {"OnDemand": {s: on_demand_term(s, p) for s, p in prices.items()},
-                                                  "Reserved": reserved}}
-    if terms_first:
-        doc["terms"], doc["products"] = body["terms"], body["products"]
-    else:
-        doc.update(body)
-    return json.dumps(doc, indent=2, separators=(",", " : ")).encode()
-
-
-US_WEST_2 = offer_json(
-    [product("G5LINUX", "g5.xlarge"), product("G5WIN", "g5.xlarge", operatingSystem="Windows"),
-     product("G5DEDICATED", "g5.xlarge", tenancy="Dedicated"), product("G5SQL", "g5.xlarge", preInstalledSw="SQL Std"),
-     product("G5RESERVED", "g5.xlarge", capacitystatus="UnusedCapacityReservation"),
-     product("P4D", "p4d.24xlarge"), product("M5", "m5.large")],
-    {"G5LINUX": 1.006, "G5WIN": 1.19, "G5DEDICATED": 1.11, "G5SQL": 2.5, "G5RESERVED": 1.006, "P4D": 21.957642, "M5": 0.096},
-)
-EU_WEST_1 = offer_json([product("M5", "m5.large", region="eu-west-1")], {"M5": 0.107})
+US_WEST_2 = offer_csv([
+    row("G5LINUX", "g5.xlarge", 1.006), row("G5WIN", "g5.xlarge", 1.19, **{"Operating System": "Windows"}),
+    row("G5DEDICATED", "g5.xlarge", 1.11, Tenancy="Dedicated"), row("G5SQL", "g5.xlarge", 2.5, **{"Pre Installed S/W": "SQL Std"}),
+    row("G5RESERVED", "g5.xlarge", 0.5, CapacityStatus="UnusedCapacityReservation"),
+    row("P4D", "p4d.24xlarge", 21.957642), row("M5", "m5.large", 0.096)])
+EU_WEST_1 = offer_csv([row("M5", "m5.large", 0.107, region="eu-west-1")])
 REGION_INDEX = json.dumps({
     "formatVersion": "v1.0", "disclaimer": "This pricing list is for informational purposes only.",
     "publicationDate": "2026-10-30T18:23:01Z",
@@ -103,7 +76,8 @@ class FakeSession:
     def get_credentials(self):
         return self.credentials
 
-    def client(self, name, region_name=None):
+    def client(self, name, region_name=None, config=None):
+        assert config is None or config.retries == {"mode": "adaptive", "max_attempts": 8}
         return self.clients[name]
 
 
@@ -111,6 +85,7 @@ class FakeSession:
 def isolated_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SRIFT_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("SRIFT_SPOT_INTERRUPTIONS_PER_HOUR", raising=False)
+    monkeypatch.setattr(aws, "RETRY_DELAYS_S", (0.0, 0.0))
     clear_cache()
     yield tmp_path
     clear_cache()
@@ -155,15 +130,70 @@ def test_offline_is_one_clear_error_and_the_bundled_catalog_stays():
     assert get_instance("g5.xlarge", "aws/us-west-2") == bundled
 
 
-def test_a_failure_in_a_later_region_replaces_nothing(isolated_cache):
-    # A refresh is checked whole before anything is written: a good cache is never half-replaced.
-    good = refresh("aws/us-west-2", session=FakeSession(), opener=opener(FILES))
-    before = cache_path("aws", "us-west-2").read_bytes()
-    files = dict(FILES)
-    files[REGION_INDEX_URL] = json.dumps({"regions": {"us-west-2": {}, "zz-fake-1": {}}}).encode()
-    with pytest.raises(SriftError, match="the catalog in use is unchanged"):
-        refresh("aws", session=FakeSession(), opener=opener(files), today="2030-01-01")
-    assert good and cache_path("aws", "us-west-2").read_bytes() == before
+def test_a_region_that_keeps_failing_keeps_its_prices_and_the_others_are_refreshed(isolated_cache):
+    # eu-west-1's price list cannot be reached (three tries): us-west-2 is still written, eu-west-1's
+    # earlier refresh stays as it was, and one error (exit 1) names the failed region.
+    refresh("aws/eu-west-1", session=FakeSession(), opener=opener({**FILES, REGION_OFFER_URL.format(region="eu-west-1"):
+                                                                   offer_csv([row("G5", "g5.xlarge", 1.2, region="eu-west-1")])}))
+    before = cache_path("aws", "eu-west-1").read_bytes()
+    tries = []
+
+    def flaky(url):
+        tries.append(url)
+        return opener(FILES, fail={REGION_OFFER_URL.format(region="eu-west-1")})(url)
+
+    steps = []
+    with pytest.raises(SriftError) as info:
+        refresh("aws", session=FakeSession(), opener=flaky, progress=steps.append)
+    assert info.value.exit_code == 1
+    assert info.value.message.startswith("1 of 2 AWS region(s) failed and keep the prices they had: eu-west-1 (first: could not "
+                                         "reach the AWS price list of eu-west-1")
+    assert info.value.message.endswith("1 refreshed (us-west-2).") and "aws/eu-west-1" in info.value.hint
+    assert tries.count(REGION_OFFER_URL.format(region="eu-west-1")) == 3  # tried again twice
+    assert sum("trying again" in s for s in steps) == 2
+    assert cache_path("aws", "eu-west-1").read_bytes() == before
+    assert get_instance("g5.xlarge", "aws/us-west-2").on_demand_usd_per_hour == 1.006
+
+
+def test_a_download_that_fails_once_is_tried_again():
+    url = REGION_OFFER_URL.format(region="us-west-2")
+    calls = []
+
+    def once(u):
+        calls.append(u)
+        if u == url and calls.count(u) == 1:
+            raise urllib.error.URLError("timed out")
+        return opener(FILES)(u)
+
+    rows = refresh("aws/us-west-2", session=FakeSession(), opener=once)
+    assert calls.count(url) == 2 and [r.instance_type for r in rows] == ["g5.xlarge", "p4d.24xlarge"]
+
+
+def test_a_missing_file_is_not_tried_again():
+    url = REGION_OFFER_URL.format(region="us-west-2")
+    calls = []
+
+    def missing(u):
+        calls.append(u)
+        if u == url:
+            raise urllib.error.HTTPError(u, 404, "Not Found", {}, None)
+        return opener(FILES)(u)
+
+    with pytest.raises(SriftError, match="could not reach the AWS price list of us-west-2"):
+        refresh("aws/us-west-2", session=FakeSession(), opener=missing)
+    assert calls.count(url) == 1
+
+
+def test_the_partial_refresh_command_exits_1_with_one_clear_line(monkeypatch, capsys):
+    monkeypatch.setattr(aws, "_urlopen", opener(FILES, fail={REGION_OFFER_URL.format(region="eu-west-1")}))
+    monkeypatch.setattr(aws, "_session_has_credentials", lambda _s: False)
+    assert main(["catalog", "refresh"]) == 1
+    captured = capsys.readouterr()
+    err = captured.err.splitlines()
+    assert err[-2].startswith("Error: 1 of 2 AWS region(s) failed and keep the prices they had: eu-west-1")
+    assert err[-1].startswith("To fix: run `srift catalog refresh --infra aws/eu-west-1` again later")
+    assert "Traceback" not in captured.err
+    assert get_instance("g5.xlarge", "aws/us-west-2").source.startswith("srift catalog refresh")
 
 
 def _listing(folder):
@@ -196,7 +226,7 @@ def test_a_malformed_spot_advisor_is_one_clear_error(bad):
 
 @pytest.mark.parametrize("price", ["Infinity", "1e400", "-3", "NaN", "abc"])
 def test_an_offer_file_with_unusable_prices_writes_nothing(price, isolated_cache):
-    body = offer_json([product("G5LINUX", "g5.xlarge")], {"G5LINUX": 1.0}).replace(b'"1.0000000000"', f'"{price}"'.encode())
+    body = offer_csv([row("G5LINUX", "g5.xlarge", 1.0)]).replace(b'"1.0000000000"', f'"{price}"'.encode())
     files = {**FILES, REGION_OFFER_URL.format(region="us-west-2"): body}
     try:
         rows = refresh("aws/us-west-2", session=FakeSession(), opener=opener(files))
@@ -206,18 +236,17 @@ def test_an_offer_file_with_unusable_prices_writes_nothing(price, isolated_cache
     assert rows == [] and _listing(isolated_cache) == []  # no usable price: the region is skipped, nothing written
 
 
-def test_one_huge_value_in_an_offer_file_is_refused_in_bounded_memory(monkeypatch):
-    monkeypatch.setattr(offer_file, "MAX_VALUE_CHARS", 1 << 20)
-    body = b'{"products": {"X": {"attributes": {"instanceType": "' + b"a" * (8 << 20) + b'"}}}}'
+def test_one_huge_field_in_a_price_list_is_refused_in_bounded_memory():
+    body = offer_csv([row("G5", "g5.xlarge", 1.0)]) + b'"X","' + b"a" * (8 << 20) + b'"\n'
     files = {**FILES, REGION_OFFER_URL.format(region="us-west-2"): body}
     tracemalloc.start()
     try:
-        with pytest.raises(SriftError, match="could not be read"):
+        with pytest.raises(SriftError, match="could not be read.*a line is longer than"):
             refresh("aws/us-west-2", session=FakeSession(), opener=opener(files))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < 24 << 20  # the 8 MB value is never held whole with its copies (was 866 MB for a 100 MB value)
+    assert peak - len(body) < 4 << 20  # lines are read with a bound: the 8 MB line is never held (beyond the fixture itself)
 
 
 def test_an_oversized_region_index_is_refused_while_reading(monkeypatch):
@@ -291,25 +320,26 @@ def test_only_aws_refreshes():
         refresh("gcp", session=FakeSession(), opener=opener(FILES))
 
 
-def test_offer_file_parse_is_independent_of_chunking_and_order(monkeypatch):
+def test_price_list_csv_reading():
     want = {"g5.xlarge", "p4d.24xlarge"}
     whole = on_demand_prices(io.BytesIO(US_WEST_2), want)
-    monkeypatch.setattr(offer_file, "_CHUNK_CHARS", 7)  # values split across many reads
-    assert on_demand_prices(io.BytesIO(US_WEST_2), want) == whole
-    assert on_demand_prices(io.BytesIO(offer_json([product("P4D", "p4d.24xlarge")], {"P4D": 21.957642}, terms_first=True)),
-                            want).on_demand_usd_per_hour == {"p4d.24xlarge": 21.957642}
     assert whole.on_demand_usd_per_hour == {"g5.xlarge": 1.006, "p4d.24xlarge": 21.957642}
     assert whole.publication_date == "2026-10-30"
-    with pytest.raises(ValueError):
+    # CRLF line ends and a quoted comma inside a field read the same
+    crlf = US_WEST_2.replace(b"\n", b"\r\n").replace(b"Up to 10 Gigabit", b"Up to 10, Gigabit")
+    assert on_demand_prices(io.BytesIO(crlf), want) == whole
+    with pytest.raises(ValueError, match="fields"):  # cut off mid-row
         on_demand_prices(io.BytesIO(US_WEST_2[: len(US_WEST_2) // 2]), want)
+    with pytest.raises(ValueError, match="no column 'TermType'"):  # the JSON offer file, or anything else
+        on_demand_prices(io.BytesIO(b'{"products": {}}\n' * 7), want)
+    with pytest.raises(ValueError, match="before its header"):
+        on_demand_prices(io.BytesIO(b""), want)
 
 
 @pytest.mark.slow
-def test_offer_file_memory_stays_bounded(monkeypatch):
-    # 4,000 products and their terms (about 8 MB of JSON); decoded one member at a time, memory is the buffer.
-    products = [product(f"SKU{i:05d}", "m5.large") for i in range(4000)] + [product("G5", "g5.xlarge")]
-    body = offer_json(products, {sku: 0.096 for sku, _ in products[:-1]} | {"G5": 1.006})
-    monkeypatch.setattr(offer_file, "_CHUNK_CHARS", 1 << 16)
+def test_price_list_memory_stays_bounded():
+    # 16,000 rows (about 7 MB of CSV); read row by row, memory is one row.
+    body = offer_csv([row(f"SKU{i:05d}", "m5.large", 0.096) for i in range(8000)] + [row("G5", "g5.xlarge", 1.006)])
     tracemalloc.start()
     try:
         result = on_demand_prices(io.BytesIO(body), {"g5.xlarge"})

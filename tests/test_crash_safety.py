@@ -30,6 +30,7 @@ import pytest
 
 from srift.catalog.instances import parse_rows
 from srift.profile import Profile
+from srift.testing import price_list_csv, price_list_row
 
 pytestmark = pytest.mark.slow
 
@@ -140,29 +141,16 @@ REGIONS = ("us-east-1", "us-west-2", "eu-west-1")
 
 
 def _offer_file(region: str, version: int, types: list[str]) -> bytes:
-    """An EC2 offer file (AWS's keys and nesting): every GPU type of the catalog at a price that
-    says which version served it, and filler SKUs so that streaming it takes a while."""
-    linux = {"tenancy": "Shared", "operatingSystem": "Linux", "preInstalledSw": "NA", "capacitystatus": "Used"}
-    products, terms = {}, {}
+    """A region's EC2 price list CSV (AWS's format): every GPU type of the catalog at a price that
+    says which version served it, and filler rows so that streaming it takes a while."""
     names = types + [f"m9.filler{i}" for i in range(3000)]
-    for i, itype in enumerate(names):
-        sku = f"SKU{i:05d}"
-        products[sku] = {"sku": sku, "productFamily": "Compute Instance",
-                         "attributes": {"servicecode": "AmazonEC2", "instanceType": itype, "regionCode": region, **linux}}
-        usd = (1.0 + i % 7) * (1.0 + version / 100.0)
-        code = f"{sku}.JRTCKXETXF"
-        terms[sku] = {code: {"offerTermCode": "JRTCKXETXF", "sku": sku, "effectiveDate": "2026-10-01T00:00:00Z",
-                             "priceDimensions": {f"{code}.6YS6EN2CT7": {"unit": "Hrs", "pricePerUnit": {"USD": f"{usd:.10f}"},
-                                                                        "beginRange": "0", "endRange": "Inf"}},
-                             "termAttributes": {}}}
-    doc = {"formatVersion": "v1.0", "offerCode": "AmazonEC2", "version": f"v{version}",
-           "publicationDate": "2026-10-30T18:23:01Z", "products": products, "terms": {"OnDemand": terms}}
-    return json.dumps(doc, indent=1).encode()
+    return price_list_csv([price_list_row(f"SKU{i:05d}", itype, (1.0 + i % 7) * (1.0 + version / 100.0), region)
+                           for i, itype in enumerate(names)])
 
 
 class _FakeAws(http.server.ThreadingHTTPServer):
-    """AWS's price list (region index, offer files) and the Spot Advisor file, sent in throttled
-    chunks; ``version`` sets the prices of the offer files it serves."""
+    """AWS's price list (region index, price list CSVs) and the Spot Advisor file, sent in throttled
+    chunks; ``version`` sets the prices of the price lists it serves."""
 
     BASE = "/offers/v1.0/aws/AmazonEC2/current"
 
@@ -178,7 +166,7 @@ class _FakeAws(http.server.ThreadingHTTPServer):
         if path == "/spot-advisor-data.json":
             return json.dumps({"ranges": [], "spot_advisor": {}}).encode()
         for region in REGIONS:
-            if path == f"{self.BASE}/{region}/index.json":
+            if path == f"{self.BASE}/{region}/index.csv":
                 key = (region, self.version)
                 if key not in self._offers:
                     self._offers[key] = _offer_file(region, self.version, self.types)

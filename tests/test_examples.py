@@ -86,12 +86,10 @@ def test_readme_cluster_paths_work_from_any_folder(tmp_path, monkeypatch, capsys
     assert "does not exist" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_a_non_editable_install_ships_and_finds_its_files(tmp_path):
-    """Build the wheel, install it (not editable) into a fresh virtualenv whose dependencies come
-    from this one, and run the README's commands from an empty folder."""
+def _wheel(tmp_path: Path) -> Path:
+    """srift's wheel, built (no network) from a copy of the checkout."""
     src = tmp_path / "src"  # a copy: building in the checkout would leave build/ and *.egg-info there
-    for part in ("srift", "configs", "profiles", "examples"):
+    for part in ("srift", "configs", "profiles", "examples", "schemas"):
         shutil.copytree(ROOT / part, src / part, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
@@ -99,9 +97,18 @@ def test_a_non_editable_install_ships_and_finds_its_files(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(src)],
                    check=True, capture_output=True, timeout=300)
     (wheel,) = wheels.glob("srift_planner-*.whl")
+    return wheel
+
+
+@pytest.mark.slow
+def test_a_non_editable_install_ships_and_finds_its_files(tmp_path):
+    """Build the wheel, install it (not editable) into a fresh virtualenv whose dependencies come
+    from this one, and run the README's commands from an empty folder."""
+    wheel = _wheel(tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())
     data = "srift_planner-0.1.0.data/data/share/srift/"
-    for rel in SHIPPED + ["configs/gpus.yaml", "configs/catalog/aws.csv", "configs/perf/accuracy.json", "profiles/resnet50.yaml"]:
+    for rel in SHIPPED + ["configs/gpus.yaml", "configs/catalog/aws.csv", "configs/perf/accuracy.json", "profiles/resnet50.yaml",
+                "schemas/predict.schema.json"]:
         assert data + rel in names, rel
 
     venv = tmp_path / "venv"
@@ -122,7 +129,7 @@ def test_a_non_editable_install_ships_and_finds_its_files(tmp_path):
         assert res.returncode == 0, (args, res.stdout[-2000:], res.stderr[-2000:])
         return res.stdout
 
-    where = subprocess.run([str(bin_dir / "python"), "-c", "import srift; print(srift.__file__)"], cwd=work,
+    where = subprocess.run([str(bin_dir / "python"), "-c", "import srift; print(srift.__file__)"], cwd=work, env=env,
                            capture_output=True, text=True, check=True).stdout
     assert where.startswith(site)  # the installed copy, not this checkout
     assert "CHOSEN" in srift("recommend", "--model", "resnet50", "--budget", "20")
@@ -130,3 +137,39 @@ def test_a_non_editable_install_ships_and_finds_its_files(tmp_path):
                             "kfac", "--format", "json"))["gpus"] == 64
     srift("examples", "out")
     assert sorted(p.relative_to(work / "out").as_posix() for p in (work / "out").rglob("*") if p.is_file()) == SHIPPED
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.name == "nt", reason="the user scheme's layout differs on Windows; the lookup is the same")
+def test_a_user_install_finds_its_files_under_the_user_base(tmp_path):
+    """`pip install --user` puts the data files under ``<userbase>/share/srift``, not under
+    ``sys.prefix``: srift reads where the install's file list says they went, and runs the README's
+    main command. The interpreter is a virtualenv that sees the system site-packages (pip installs
+    ``--user`` only there); PYTHONUSERBASE is a fresh folder; the dependencies come from this
+    environment through a .pth file in the user site-packages."""
+    wheel = _wheel(tmp_path)
+    venv, userbase = tmp_path / "venv", tmp_path / "userbase"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if k not in ("SRIFT_HOME", "PYTHONPATH", "PYTHONNOUSERSITE")}
+    env["PYTHONUSERBASE"] = str(userbase)
+    user_site = subprocess.run([str(python), "-c", "import site; print(site.getusersitepackages())"], env=env, check=True,
+                               capture_output=True, text=True).stdout.strip()
+    assert user_site.startswith(str(userbase))
+    Path(user_site).mkdir(parents=True)
+    Path(user_site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([str(python), "-m", "pip", "install", "--user", "--no-deps", "--no-index", "-q", str(wheel)],
+                   env=env, check=True, capture_output=True, timeout=300)
+    assert (userbase / "share/srift/configs/gpus.yaml").is_file()  # where the user scheme puts data files
+    prefix = subprocess.run([str(python), "-c", "import sys; print(sys.prefix)"], env=env, check=True, capture_output=True,
+                            text=True).stdout.strip()
+    assert not Path(prefix, "share/srift").exists()  # not where srift looked before
+    work = tmp_path / "work"
+    work.mkdir()
+    res = subprocess.run([str(userbase / "bin" / "srift"), "recommend", "--model", "resnet50", "--budget", "20"], cwd=work,
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, (res.stdout[-2000:], res.stderr[-2000:])
+    assert "CHOSEN" in res.stdout
+    where = subprocess.run([str(python), "-c", "import srift.files as f; print(f.__file__); print(f.data_root())"], cwd=work,
+                           env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert where == [str(Path(user_site, "srift", "files.py")), str(userbase / "share" / "srift")]

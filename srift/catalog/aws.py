@@ -1,8 +1,8 @@
 """Refresh AWS prices into the user cache, without credentials, from AWS's public files.
 
-* On-demand: the Price List bulk offer file of each region,
-  ``https://pricing.us-east-1.amazonaws.com/offers/v1.0/aws/AmazonEC2/current/{region}/index.json``
-  (regions from ``.../current/region_index.json``), stream-parsed (``srift.catalog.offer_file``).
+* On-demand: the Price List file of each region in CSV,
+  ``https://pricing.us-east-1.amazonaws.com/offers/v1.0/aws/AmazonEC2/current/{region}/index.csv``
+  (regions from ``.../current/region_index.json``), read row by row (``srift.catalog.price_list``).
 * Spot: the Spot Advisor file ``https://spot-bid-advisor.s3.amazonaws.com/spot-advisor-data.json``
   gives, per region and type, the average saving over on-demand (``s``, percent: spot is then
   on-demand x (1 - s/100), marked estimated) and the monthly interruption band (``r``, an index
@@ -14,9 +14,11 @@ The instance types and their hardware are the bundled catalog's (GPU, vCPUs, net
 a refresh re-prices the types srift can model; a new type needs a catalog rebuild. Each region is
 written atomically to <cache>/catalog/aws/<region>.csv, which srift then reads instead of the
 bundled rows of that region. Remote data is untrusted: region codes must look like AWS's
-(``us-east-1``) before they become file names, every file is read with a size bound, and the
-refresh is checked whole (every region priced and its rows read back as the catalog reader reads
-them) before any cache file is replaced. Any failure raises one SriftError: the catalog in use stays.
+(``us-east-1``) before they become file names, every file is read with a size bound, and each
+region's rows are read back as the catalog reader reads them before its cache file is replaced.
+Each download is tried again after a network error (``RETRY_DELAYS_S``). A region that still fails
+keeps the prices it had; the others are written together, and one SriftError (exit status 1)
+names the failed regions. Without the region index or the Spot Advisor nothing is refreshed.
 ``SRIFT_AWS_PRICE_LIST_URL`` and ``SRIFT_AWS_SPOT_ADVISOR_URL`` point the refresh at a mirror.
 """
 
@@ -27,6 +29,7 @@ import math
 import os
 import re
 import statistics
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
@@ -42,7 +45,7 @@ from srift.errors import SriftError
 
 PRICE_LIST_BASE = "https://pricing.us-east-1.amazonaws.com"
 REGION_INDEX_URL = f"{PRICE_LIST_BASE}/offers/v1.0/aws/AmazonEC2/current/region_index.json"
-REGION_OFFER_URL = PRICE_LIST_BASE + "/offers/v1.0/aws/AmazonEC2/current/{region}/index.json"
+REGION_OFFER_URL = PRICE_LIST_BASE + "/offers/v1.0/aws/AmazonEC2/current/{region}/index.csv"
 SPOT_ADVISOR_URL = "https://spot-bid-advisor.s3.amazonaws.com/spot-advisor-data.json"
 # A mirror (or a local test server) of the price list and the Spot Advisor file.
 PRICE_LIST_ENV = "SRIFT_AWS_PRICE_LIST_URL"
@@ -53,6 +56,8 @@ SPOT_ADVISOR_ENV = "SRIFT_AWS_SPOT_ADVISOR_URL"
 # region names a refresh accepts from the region index: they become cache file names.
 REGION_CODE = re.compile(r"^[a-z]{2}(?:-[a-z]+){1,2}-[0-9]{1,2}$")
 MAX_REGIONS = 200  # regions in one index (AWS lists about 40)
+RETRY_DELAYS_S = (2.0, 8.0)  # waits before the second and third try of one download after a network error
+EXIT_PARTIAL = 1  # some regions refreshed, some failed (bad input stays 2)
 
 
 def _sources() -> tuple[str, str, str]:
@@ -79,12 +84,30 @@ def _offline(what: str, exc: BaseException) -> SriftError:
                       "check your network connection, then run `srift catalog refresh` again.")
 
 
-def _fetch_json(opener: Opener, url: str, what: str) -> Any:
+def _retrying(read: Callable[[], Any], what: str, say: Progress) -> Any:
+    """``read()``, tried again after RETRY_DELAYS_S when it fails with a network error (OSError);
+    an HTTP answer that another try would not change (4xx but 429) is not tried again."""
+    for delay in (*RETRY_DELAYS_S, None):
+        try:
+            return read()
+        except OSError as exc:
+            status = getattr(exc, "code", None)  # urllib's HTTPError
+            if delay is None or (isinstance(status, int) and 400 <= status < 500 and status != 429):
+                raise
+            say(f"{what}: {type(exc).__name__}, trying again in {delay:g} s")
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def _fetch_json(opener: Opener, url: str, what: str, say: Progress) -> Any:
     """The JSON document at ``url``, read with a size bound (MAX_INPUT_BYTES): a hostile or broken
     mirror cannot make srift hold an endless body in memory."""
-    try:
+    def read() -> bytes:
         with opener(url) as fh:
-            body = fh.read(MAX_INPUT_BYTES + 1)
+            return bytes(fh.read(MAX_INPUT_BYTES + 1))
+
+    try:
+        body = _retrying(read, what, say)
         if len(body) > MAX_INPUT_BYTES:
             raise SriftError(f"{what} at {url} is larger than the {MAX_INPUT_BYTES / 2**20:,.0f} MiB srift reads; the catalog "
                              "in use is unchanged.", "check the mirror (SRIFT_AWS_PRICE_LIST_URL / SRIFT_AWS_SPOT_ADVISOR_URL).")
@@ -182,7 +205,11 @@ def _spot_history(session: Any, region: str, types: list[str], progress: Progres
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     try:
-        return fetch_spot(session.client("ec2", region_name=region), types, progress)
+        from botocore.config import Config
+
+        # Adaptive retries: botocore backs off and rate-limits itself on throttling before giving up.
+        client = session.client("ec2", region_name=region, config=Config(retries={"mode": "adaptive", "max_attempts": 8}))
+        return fetch_spot(client, types, progress)
     except NoCredentialsError:
         raise SriftError("the AWS credentials could not be used, so spot history was not read; the catalog in use is unchanged.",
                          "configure credentials (`aws configure`, AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY).") from None
@@ -251,8 +278,9 @@ def refresh(infra: str = "aws", session: Any = None, progress: Progress | None =
         The refreshed rows of every region written.
 
     Raises:
-        SriftError: offline or unreachable, a malformed file, a non-AWS infra, or AWS errors on the
-            credentialed spot step. Regions written before the failure stay refreshed.
+        SriftError: a non-AWS infra; the region index or the Spot Advisor unreachable or malformed
+            (nothing refreshed, exit 2); regions whose price list or spot history failed (the
+            others are written first; exit 1, or 2 when none was refreshed).
     """
     from srift.catalog.infra import parse_infra
 
@@ -265,7 +293,7 @@ def refresh(infra: str = "aws", session: Any = None, progress: Progress | None =
     index_url, offer_url, advisor_url = _sources()
     if any(t.region is None for t in targets):
         try:
-            region_list = parse_region_index(_fetch_json(open_url, index_url, "the AWS price list region index"))
+            region_list = parse_region_index(_fetch_json(open_url, index_url, "the AWS price list region index", say))
         except ValueError:
             raise SriftError("the AWS price list region index is not in the expected format.", "try again later.") from None
     else:
@@ -274,7 +302,7 @@ def refresh(infra: str = "aws", session: Any = None, progress: Progress | None =
         if bad:
             raise SriftError(f"{bad[0][:60]!r} is not an AWS region code.", "pass --infra aws/REGION with a code like us-west-2.")
     try:
-        advisor = parse_spot_advisor(_fetch_json(open_url, advisor_url, "the AWS Spot Advisor"))
+        advisor = parse_spot_advisor(_fetch_json(open_url, advisor_url, "the AWS Spot Advisor", say))
     except ValueError:
         raise SriftError("the Spot Advisor file is not in the expected format.", "try again later.") from None
     say(f"Spot Advisor: {sum(len(v) for v in advisor.values())} Linux entries")
@@ -292,37 +320,85 @@ def refresh(infra: str = "aws", session: Any = None, progress: Progress | None =
 
     hardware = _hardware_rows()
     stamp = today or datetime.now(timezone.utc).date().isoformat()
-    priced: dict[str, list[Instance]] = {}
-    for region in region_list:
-        url = offer_url.format(region=region)
-        say(f"{region}: reading {url}")
-        from srift.catalog.offer_file import on_demand_prices
-
-        try:
-            with open_url(url) as fh:
-                offer = on_demand_prices(fh, set(hardware))
-        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
-            raise SriftError(f"the AWS price list of {region} could not be read ({str(exc)[:200] or type(exc).__name__}); "
-                             "the catalog in use is unchanged.", "try again later.") from None
-        except OSError as exc:
-            raise _offline(f"the AWS price list of {region}", exc) from None
-        if not offer.on_demand_usd_per_hour:
-            say(f"{region}: no GPU instance type srift models is priced there")
-            continue
-        history = _spot_history(session, region, sorted(offer.on_demand_usd_per_hour), say) if credentialed else None
-        as_of = offer.publication_date or stamp
-        source = (f"{REFRESH_SOURCE_PREFIX} {stamp}: AWS price list (published {as_of}); "
-                  + ("EC2 spot price history" if history is not None else "Spot Advisor savings"))
-        priced[region] = price_region(region, hardware, offer.on_demand_usd_per_hour, advisor.get(region, {}), history,
-                                      as_of, source)
-    texts = {region: _checked_csv(region, rows) for region, rows in priced.items()}
-    _write_cache(texts)
+    texts: dict[str, str] = {}
     written: list[Instance] = []
-    for region, rows in priced.items():
-        written.extend(rows)
-        say(f"{region}: {len(rows)} GPU instance types -> {cache_path('aws', region)}")
+    failed: dict[str, str] = {}
+    for region in region_list:
+        try:
+            rows = _region_rows(_RegionJob(region, offer_url.format(region=region), open_url, hardware, advisor.get(region, {}),
+                                           session if credentialed else None, stamp), say)
+            if rows:
+                texts[region] = _checked_csv(region, rows)
+                written.extend(rows)
+        except SriftError as exc:
+            failed[region] = exc.message
+            say(f"{region}: FAILED, its prices are unchanged: {exc.message}")
+    _write_cache(texts)
+    for region in texts:
+        say(f"{region}: {sum(r.region == region for r in written)} GPU instance types -> {cache_path('aws', region)}")
     clear_cache()
+    if failed:
+        _partial_failure(failed, sorted(texts), len(region_list))
     return written
+
+
+def _partial_failure(failed: dict[str, str], refreshed: list[str], regions: int) -> None:
+    """Raise the error of a refresh in which ``failed`` regions failed (exit 1 when others were
+    refreshed, 2 when none was)."""
+    first = next(iter(failed.values()))
+    if len(failed) == 1 and not refreshed:
+        raise SriftError(first, "try again later.")
+    names = ", ".join(failed)
+    raise SriftError(f"{len(failed)} of {regions} AWS region(s) failed and keep the prices they had: {names} (first: {first}); "
+                     f"{len(refreshed)} refreshed" + (f" ({', '.join(refreshed[:6])}{', ...' if len(refreshed) > 6 else ''})."
+                                                      if refreshed else "."),
+                     f"run `srift catalog refresh --infra aws/{next(iter(failed))}` again later.",
+                     exit_code=EXIT_PARTIAL if refreshed else 2)
+
+
+@dataclass(frozen=True)
+class _RegionJob:
+    """What re-pricing one region needs."""
+
+    region: str
+    url: str
+    open_url: Opener
+    hardware: dict[str, Instance]
+    advisor: dict[str, AdvisorEntry]
+    session: Any  # a boto3 Session with credentials, or None (Spot Advisor savings)
+    stamp: str
+
+
+def _region_rows(job: _RegionJob, say: Progress) -> list[Instance]:
+    """The re-priced rows of one region ([] when it prices no type srift models).
+
+    Raises:
+        SriftError: its price list cannot be downloaded (after the retries) or read, or the
+            credentialed spot step fails.
+    """
+    from srift.catalog.price_list import on_demand_prices
+
+    say(f"{job.region}: reading {job.url}")
+
+    def read() -> Any:
+        with job.open_url(job.url) as fh:
+            return on_demand_prices(fh, set(job.hardware))
+
+    try:
+        offer = _retrying(read, f"the AWS price list of {job.region}", say)
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        raise SriftError(f"the AWS price list of {job.region} could not be read ({str(exc)[:200] or type(exc).__name__}); "
+                         "the catalog in use is unchanged.", "try again later.") from None
+    except OSError as exc:
+        raise _offline(f"the AWS price list of {job.region}", exc) from None
+    if not offer.on_demand_usd_per_hour:
+        say(f"{job.region}: no GPU instance type srift models is priced there")
+        return []
+    history = _spot_history(job.session, job.region, sorted(offer.on_demand_usd_per_hour), say) if job.session is not None else None
+    as_of = offer.publication_date or job.stamp
+    source = (f"{REFRESH_SOURCE_PREFIX} {job.stamp}: AWS price list (published {as_of}); "
+              + ("EC2 spot price history" if history is not None else "Spot Advisor savings"))
+    return price_region(job.region, job.hardware, offer.on_demand_usd_per_hour, job.advisor, history, as_of, source)
 
 
 def _checked_csv(region: str, rows: list[Instance]) -> str:

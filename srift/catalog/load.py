@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +35,7 @@ from srift.catalog.instances import CLOUDS, Instance, parse_rows
 from srift.errors import SriftError
 from srift.files import read_text
 from srift.job import DEFAULT_INFRA
+from srift.log import LOGGER
 
 _CLOUD_NAMES = {"aws": "AWS", "gcp": "GCP", "lambda": "Lambda", "azure": "Azure"}
 
@@ -109,7 +109,7 @@ def _cloud_rows(cloud: str) -> dict[str, list[Instance]]:
                 if any(r.cloud != cloud or r.region != region for r in rows):
                     raise ValueError("rows of another cloud or region")
             except (ValueError, KeyError, TypeError, OSError, SriftError):
-                print(f"Warning: ignoring the unreadable catalog cache {cached}; using the bundled catalog.", file=sys.stderr)
+                LOGGER.warning(f"Warning: ignoring the unreadable catalog cache {cached}; using the bundled catalog.")
                 continue
             by_region[region] = rows
     _BY_REGION[cloud] = by_region

@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from srift import api
+from srift.commands import complete
 from srift.commands.options import FORMAT, FORMATS, OUT_FILE, REGION, check_format
 from srift.job import DEFAULT_INFRA
 from srift.report import catalog_view
@@ -15,8 +16,8 @@ ALL_CLOUDS = "aws,gcp,lambda,azure"
 
 
 def list_(
-    gpu: list[str] = typer.Option([], "--gpu", help="Only this GPU (name or alias, e.g. A100, a10g); repeatable."),
-    infra: Optional[str] = typer.Option(None, "--infra", help=f"Clouds and regions (default {DEFAULT_INFRA}): aws, aws/us-west-2, gcp,lambda."),
+    gpu: list[str] = typer.Option([], "--gpu", autocompletion=complete.gpus, help="Only this GPU (name or alias, e.g. A100, a10g); repeatable."),
+    infra: Optional[str] = typer.Option(None, "--infra", autocompletion=complete.infra, help=f"Clouds and regions (default {DEFAULT_INFRA}): aws, aws/us-west-2, gcp,lambda."),
     region: Optional[str] = REGION,
     fmt: str = FORMAT,
     out_file: Optional[str] = OUT_FILE,
@@ -29,8 +30,8 @@ def list_(
 
 
 def gpus(
-    infra: str = typer.Option(ALL_CLOUDS, "--infra", help="Clouds and regions (default: every cloud and region)."),
-    gpu: list[str] = typer.Option([], "--gpu", help="Only this GPU (name or alias); repeatable."),
+    infra: str = typer.Option(ALL_CLOUDS, "--infra", autocompletion=complete.infra, help="Clouds and regions (default: every cloud and region)."),
+    gpu: list[str] = typer.Option([], "--gpu", autocompletion=complete.gpus, help="Only this GPU (name or alias); repeatable."),
     sort: str = typer.Option("name", "--sort", help=f"{' or '.join(api.GPU_SORTS)} (price: cheapest on-demand $/GPU-hour first)."),
     fmt: str = FORMAT,
     out_file: Optional[str] = OUT_FILE,
@@ -43,7 +44,7 @@ def gpus(
 
 def show(
     instance_type: str = typer.Argument(..., help="Instance type, e.g. p4d.24xlarge."),
-    infra: Optional[str] = typer.Option(None, "--infra", help=f"Where (default {DEFAULT_INFRA}); several regions: the cheapest."),
+    infra: Optional[str] = typer.Option(None, "--infra", autocompletion=complete.infra, help=f"Where (default {DEFAULT_INFRA}); several regions: the cheapest."),
     region: Optional[str] = REGION,
     fmt: str = FORMAT,
     out_file: Optional[str] = OUT_FILE,
@@ -56,7 +57,7 @@ def show(
 
 
 def refresh(
-    infra: Optional[str] = typer.Option(None, "--infra", help="AWS regions to re-price: aws (every region, the default) or aws/REGION."),
+    infra: Optional[str] = typer.Option(None, "--infra", autocompletion=complete.infra, help="AWS regions to re-price: aws (every region, the default) or aws/REGION."),
     region: Optional[str] = REGION,
 ) -> None:
     """Re-price AWS from its public price list and Spot Advisor (no credentials needed; spot price history with them)."""

@@ -9,6 +9,7 @@ from typing import Any, Optional
 import typer
 
 from srift import api
+from srift.commands import complete
 from srift.commands.options import FORMATS, JOB_VALUES, check_format, takes_job
 from srift.errors import SriftError
 from srift.jobfile import load_jobfile
@@ -25,7 +26,7 @@ def check(
     compare_to: Optional[str] = typer.Option(None, "--compare-to", help="Baseline JSON from an earlier --out-file."),
     model: Optional[str] = typer.Option(None, "--model", help="Override the job file's model."),
     profile: Optional[str] = typer.Option(None, "--profile", help="Override the job file's profile."),
-    instance: Optional[str] = typer.Option(None, "--instance", help="Override the instance spec."),
+    instance: Optional[str] = typer.Option(None, "--instance", autocompletion=complete.instances, help="Override the instance spec."),
     job_values: Mapping[str, Any] = JOB_VALUES,
     spot: Optional[bool] = typer.Option(None, "--spot/--no-spot", help="Override spot."),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", help="Override limits.max_cost_usd."),

@@ -11,6 +11,7 @@ from typing import Any, Optional, TypeVar
 
 import typer
 
+from srift.commands import complete
 from srift.errors import SriftError
 from srift.job_options import JOB_OPTIONS, SETTING, JobOption, build_job
 
@@ -25,12 +26,12 @@ def check_format(fmt: str, allowed: tuple[str, ...] = ("table", "json")) -> str:
 
 
 # Options several commands take, declared once (typer reads these as the parameters' defaults).
-MODEL = typer.Option(None, "--model", help="Built-in model (resnet50, bert-base, gpt2, llama3-8b, ...).")
+MODEL = typer.Option(None, "--model", autocompletion=complete.models, help="Built-in model (resnet50, bert-base, gpt2, llama3-8b, ...).")
 MODEL_CONFIG = typer.Option(None, "--model-config", help="A Hugging Face decoder config.json (Llama, Mistral, Qwen2, Nemotron, GPT-2; mixtures of experts: Mixtral, Qwen2/3-MoE, DeepSeek-V3, Llama 4, GPT-OSS): predict that model without its weights.")
 PROFILES = typer.Option(None, "--profile", help="Profile file from `srift profile`; repeat it with the same job measured "
                                                 "on other GPUs (each GPU type then uses its own).")
 REGION = typer.Option(None, "--region", help="AWS region (= --infra aws/REGION).")
-INFRA = typer.Option(None, "--infra", help="Clouds and regions, SkyPilot's spelling: aws (every region), aws/us-west-2, gcp,lambda.")
+INFRA = typer.Option(None, "--infra", autocompletion=complete.infra, help="Clouds and regions, SkyPilot's spelling: aws (every region), aws/us-west-2, gcp,lambda.")
 CONFIDENCE = typer.Option(0.9, "--confidence", help="Meet the deadline and the maximum cost at this quantile of the prediction (0.5-0.99).")
 
 

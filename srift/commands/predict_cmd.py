@@ -7,6 +7,7 @@ from typing import List, Optional
 import typer
 
 from srift import api
+from srift.commands import complete
 from srift.commands.options import (
     FORMAT, FORMATS, JOB, MODEL, MODEL_CONFIG, OUT_FILE, PROFILES, REGION, SKYPILOT, TORCHRUN, check_format, takes_job,
 )
@@ -20,7 +21,7 @@ def predict(
     model: Optional[str] = MODEL,
     profile: Optional[List[str]] = PROFILES,
     model_config: Optional[str] = MODEL_CONFIG,
-    instance: Optional[str] = typer.Option(None, "--instance", help="TYPE[:COUNT] joined by + (p3.16xlarge:2, g5.xlarge:4+p3.2xlarge:2): COUNT whole instances, all their GPUs (p5.48xlarge:1 is 8 H100s; fewer GPUs: a cluster file)."),
+    instance: Optional[str] = typer.Option(None, "--instance", autocompletion=complete.instances, help="TYPE[:COUNT] joined by + (p3.16xlarge:2, g5.xlarge:4+p3.2xlarge:2): COUNT whole instances, all their GPUs (p5.48xlarge:1 is 8 H100s; fewer GPUs: a cluster file)."),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Cluster YAML file."),
     job: Job = JOB,
     spot: bool = typer.Option(False, "--spot", help="Price the instances at spot and include interruptions."),

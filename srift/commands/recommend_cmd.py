@@ -7,6 +7,7 @@ from typing import List, Optional
 import typer
 
 from srift import api
+from srift.commands import complete
 from srift.commands.options import (
     CONFIDENCE, FORMATS, INFRA, JOB_WITH_LENGTH, MODEL, MODEL_CONFIG, OUT_FILE, PROFILES, REGION, SKYPILOT, TORCHRUN,
     check_format, takes_job,
@@ -35,7 +36,7 @@ def recommend(
     mixed: bool = typer.Option(False, "--mixed/--no-mixed", help="Also consider two-type and spot/on-demand mixes."),
     infra: Optional[str] = INFRA,
     region: Optional[str] = REGION,
-    gpu: List[str] = typer.Option([], "--gpu", help="Only this GPU (repeatable; A100 means both sizes)."),
+    gpu: List[str] = typer.Option([], "--gpu", autocompletion=complete.gpus, help="Only this GPU (repeatable; A100 means both sizes)."),
     include_unsupported: bool = typer.Option(False, "--include-unsupported", help="Also search GPUs the current PyTorch CUDA wheels do not run on (marked)."),
     max_gpus: Optional[int] = typer.Option(None, "--max-gpus", metavar="N",
                                            help=f"Largest cluster, in GPUs (at most {MAX_SEARCH_GPUS:,}; default {DEFAULT_MAX_GPUS}, "

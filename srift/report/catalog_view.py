@@ -4,6 +4,7 @@ the refresh line; each says where its prices come from and how old they are."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import sys
 from collections.abc import Mapping
@@ -14,6 +15,7 @@ from rich.markup import escape
 from srift.catalog import Instance
 from srift.catalog.instances import CLOUDS
 from srift.hardware import GpuSpec
+from srift.log import LOGGER
 from srift.report.format import console, price_lines, print_json, save_json
 from srift.report.table import Column, print_table
 from srift.results import CATALOG_SCHEMA, GpuOffers, PriceAge, ages_json
@@ -161,9 +163,11 @@ def show_instance(inst: Instance, spec: GpuSpec, ages: Mapping[str, PriceAge], f
 
 
 def progress(message: str) -> None:
-    """A refresh step, on stderr when it is a terminal."""
-    if sys.stderr.isatty():
+    """A refresh step: on stderr when it is a terminal, else a -v line (a CI log)."""
+    if sys.stderr.isatty() and LOGGER.isEnabledFor(logging.WARNING):
         print(f"  {message}", file=sys.stderr)
+    else:
+        LOGGER.info(f"  {message}")
 
 
 def show_refreshed(rows: list[Instance], ages: Mapping[str, PriceAge]) -> None:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from srift.log import LOGGER
 from srift.profile import Profile
 
 if TYPE_CHECKING:  # the runner imports torch; only its result type is needed here
@@ -21,7 +21,7 @@ def show_model_profile(prof: Profile, path: Path) -> None:
 def show_script_profile(result: "ProfileResult") -> None:
     """The profiler's warnings (stderr), and what it measured (rank 0 only)."""
     for w in result.warnings:
-        print(f"Warning: {w}", file=sys.stderr)
+        LOGGER.warning(f"Warning: {w}")
     prof = result.profile
     if prof is None:  # a DDP rank other than 0: rank 0 writes
         return
