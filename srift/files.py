@@ -41,12 +41,54 @@ def _kind(mode: int) -> str:
             else "a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
 
 
-def writable_target(path: PathLike, what: str = "output file") -> Path:
-    """The path srift writes for ``path``: ``path`` itself when nothing is there or a regular file is,
-    the file a symbolic link points to when that is a regular file.
+#: Output paths that name a stream, not a file: written as that stream (appended to what it is
+#: redirected to), never opened, truncated or replaced. /proc/PID/fd/N of another process is a link,
+#: and refused as one.
+_STREAM_PATHS = {"/dev/stdout": 1, "/dev/stderr": 2, "/dev/stdin": 0}
+_FD_PATH = re.compile(r"/(?:dev/fd|proc/self/fd|proc/(?P<pid>[0-9]{1,10})/fd)/(?P<fd>[0-9]{1,9})", re.ASCII)
 
-    Anything else is refused, never replaced: a device (``/dev/stdout``, ``/dev/full``), a named
-    pipe, a socket, a folder, a symbolic link to one of these or to nothing.
+
+def stream_of(path: PathLike) -> int | None:
+    """The file descriptor an output path names as a stream (``-``, ``/dev/stdout``: 1;
+    ``/dev/stderr``: 2; ``/dev/fd/N``, ``/proc/self/fd/N``, ``/proc/<srift's pid>/fd/N``: N), else None."""
+    text = os.fspath(path)
+    if text == STDOUT:
+        return 1
+    if not isinstance(text, str) or "\0" in text or len(text) > 4096:
+        return None
+    norm = re.sub("^/+", "/", os.path.normpath(os.path.join(os.getcwd(), text)))
+    if norm in _STREAM_PATHS:
+        return _STREAM_PATHS[norm]
+    m = _FD_PATH.fullmatch(norm)
+    if m is not None and (m["pid"] is None or int(m["pid"]) == os.getpid()):
+        return int(m["fd"])
+    return None
+
+
+def _check_stream(fd: int, path: PathLike, what: str) -> None:
+    """Refuse a stream path whose descriptor is not open for writing."""
+    import fcntl
+
+    if (fd == 1 and sys.stdout is not None) or (fd == 2 and sys.stderr is not None):
+        return
+    try:
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    except OSError:
+        raise SriftError(f"{what} '{_show(path)}' names file descriptor {fd}, which is not open.",
+                         "pass a file path, or - for standard output.") from None
+    if flags & os.O_ACCMODE == os.O_RDONLY:
+        raise SriftError(f"{what} '{_show(path)}' names file descriptor {fd}, which is open only for reading.",
+                         "pass a file path, or - for standard output.")
+
+
+def writable_target(path: PathLike, what: str = "output file") -> Path:
+    """``path`` when srift may replace what is there: nothing, or a regular file with one name
+    that the user owns (root: any owner; the replacement keeps the file's mode and owner).
+
+    Refused, never written through or replaced (docs/limits.md, "What srift writes over"): a
+    symbolic link (to anything: writing through it would write somewhere not named), a file with
+    other hard links (replacing it would break them), a file another user owns, a device, a named
+    pipe, a socket, a folder. Stream paths (``stream_of``) are checked by ``output_file``.
 
     Raises:
         SriftError: naming ``what``, the path and what is there.
@@ -65,18 +107,35 @@ def writable_target(path: PathLike, what: str = "output file") -> Path:
     except OSError as exc:  # a name too long, a symlink loop
         raise SriftError(f"{what} '{_show(p)}' cannot be written ({exc.strerror or type(exc).__name__}).", fix) from None
     if stat.S_ISLNK(st.st_mode):
-        real = Path(os.path.realpath(p))
-        try:
-            st = os.stat(real)
-        except OSError:
-            raise SriftError(f"{what} '{_show(p)}' is a symbolic link to '{_show(real)}', which does not exist.", fix) from None
-        if not stat.S_ISREG(st.st_mode):
-            raise SriftError(f"{what} '{_show(p)}' is a symbolic link to {_kind(st.st_mode)} ('{_show(real)}'); "
-                             "srift does not replace it.", fix)
-        return real
+        real = os.path.realpath(p)
+        raise SriftError(f"{what} '{_show(p)}' is a symbolic link (to '{_show(real)}'); srift does not write through links.",
+                         f"pass the file it points to ('{_show(real)}') if that is what you mean, or another path.")
     if not stat.S_ISREG(st.st_mode):
         raise SriftError(f"{what} '{_show(p)}' is {_kind(st.st_mode)}; srift does not replace it.", fix)
+    if st.st_nlink > 1:
+        raise SriftError(f"{what} '{_show(p)}' has {st.st_nlink - 1} other hard link(s); replacing it would break them.",
+                         "pass another path, or copy the file and remove the extra links first.")
+    if st.st_uid != os.geteuid() and os.geteuid() != 0:
+        raise SriftError(f"{what} '{_show(p)}' belongs to another user; replacing it would make it yours.", "pass another path.")
     return p
+
+
+def _keep_mode(tmp: str, target: Path) -> None:
+    """Give the temporary file ``target``'s mode and owner when ``target`` is a file (else the usual
+    0666 less the umask: mkstemp makes 0600 files)."""
+    try:
+        old = os.lstat(target)
+    except OSError:
+        old = None
+    if old is None or not stat.S_ISREG(old.st_mode):
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        return
+    if (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
+        with contextlib.suppress(OSError):  # a group the user is not in stays the user's own
+            os.chown(tmp, old.st_uid, old.st_gid)
+    os.chmod(tmp, stat.S_IMODE(old.st_mode))  # after chown, which clears set-id bits
 
 
 def _same_file(a: Path, b: PathLike) -> bool:
@@ -98,8 +157,10 @@ def output_file(path: PathLike, what: str, overwrite: bool = True, hint: str = "
         SriftError: naming ``what`` and the path (``hint`` says how to choose another path or
             overwrite).
     """
-    if str(path) == STDOUT:
-        return Path(STDOUT)
+    fd = stream_of(path)
+    if fd is not None:
+        _check_stream(fd, path, what)
+        return Path(path)
     p = Path(path)
     if os.path.lexists(p) and not os.path.isdir(p) and not overwrite:
         raise SriftError(f"{what} '{_show(p)}' already exists; srift does not replace it unasked.", hint)
@@ -135,7 +196,8 @@ def check_outputs(outputs: dict[str, PathLike | None], inputs: Iterable[PathLike
     seen: dict[str, str] = {}
     for flag, path in given.items():
         output_file(path, flag, inputs=sources)
-        key = STDOUT if str(path) == STDOUT else os.path.realpath(path)
+        fd = stream_of(path)
+        key = f"descriptor {fd}" if fd is not None else os.path.realpath(path)
         if key in seen:
             raise SriftError(f"{seen[key]} and {flag} both write '{_show(path)}'.", "pass a different path to each.")
         seen[key] = flag
@@ -145,22 +207,25 @@ def check_outputs(outputs: dict[str, PathLike | None], inputs: Iterable[PathLike
 def atomic_open(path: PathLike, mode: str = "w", overwrite: bool = True) -> Iterator[IO[Any]]:
     """Open a temporary file beside ``path`` (``mode`` ``"w"`` for text, ``"wb"`` for bytes);
     on a clean exit it is flushed to disk and renamed over ``path``, on an error removed.
-    ``-`` writes to standard output instead.
+    A stream path (``-``, ``/dev/stdout``, ``/dev/stderr``, ``/proc/self/fd/N``: ``stream_of``)
+    is written as that stream, appended to wherever it points, never truncated or replaced.
 
     Readers see the old file or the complete new one, never a part: a process killed at any
     point leaves at most a ``.NAME.*.tmp`` beside the target. With ``overwrite=False`` the new
     file is linked in only where no file is (atomically: a file created meanwhile is kept). A
-    target that is not a regular file (a device, a pipe, a folder, a link to one) is refused
-    (``writable_target``); a link to a regular file is followed (the link stays). The file gets
-    the usual mode (0666 less the umask: 0644 under umask 022).
+    target that is not a regular file with one name (a link, a hard-linked file, a device, a pipe,
+    a folder) is refused (``writable_target``). A file replaced keeps its mode and owner; a new
+    file gets the usual mode (0666 less the umask: 0644 under umask 022).
 
     Raises:
         FileExistsError: with ``overwrite=False``, when ``path`` exists (nothing is written).
         SriftError: when the target is refused, or its folder cannot be made or written (a full
             disk, a read-only file system, a name too long): nothing is left behind.
     """
-    if str(path) == STDOUT:
-        yield _stdout(binary="b" in mode)
+    fd = stream_of(path)
+    if fd is not None:
+        with _stream(fd, path, binary="b" in mode) as out:
+            yield out
         return
     target = writable_target(path)
     fix = "pass a path in a folder you can write, or free some space."
@@ -177,9 +242,7 @@ def atomic_open(path: PathLike, mode: str = "w", overwrite: bool = True) -> Iter
                 yield fh
                 fh.flush()
                 os.fsync(fh.fileno())
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600 files; give the usual permissions
+            _keep_mode(tmp, target)
             if overwrite:
                 os.replace(tmp, target)
             else:
@@ -196,11 +259,21 @@ def atomic_open(path: PathLike, mode: str = "w", overwrite: bool = True) -> Iter
         raise
 
 
-def _stdout(binary: bool) -> IO[Any]:
-    """Standard output for ``-`` (its bytes buffer for binary output), not closed afterwards."""
-    if sys.stdout is None:
-        raise SriftError("standard output is closed, so - cannot be written.", "pass a file path, or run with stdout open.")
-    return sys.stdout.buffer if binary else sys.stdout
+@contextlib.contextmanager
+def _stream(fd: int, path: PathLike, binary: bool) -> Iterator[IO[Any]]:
+    """The stream descriptor ``fd`` is (Python's own for 1 and 2, so the order of what is printed
+    holds), written where it points (a ``>>`` log is appended to), flushed and not closed."""
+    own = sys.stdout if fd == 1 else sys.stderr if fd == 2 else None
+    if own is not None:
+        own.flush()
+        out = getattr(own, "buffer", None) if binary else own
+        if out is not None:
+            yield out
+            out.flush()
+            return
+    _check_stream(fd, path, "output")
+    with os.fdopen(os.dup(fd), "wb" if binary else "w", encoding=None if binary else "utf-8") as fh:
+        yield fh
 
 
 def atomic_write_many(files: dict[Path, bytes]) -> None:
@@ -230,9 +303,7 @@ def atomic_write_many(files: dict[Path, bytes]) -> None:
                     fh.write(data)
                     fh.flush()
                     os.fsync(fh.fileno())
-                umask = os.umask(0)
-                os.umask(umask)
-                os.chmod(tmp, 0o666 & ~umask)
+                _keep_mode(tmp, target)
             except OSError as exc:
                 raise SriftError(f"cannot write '{_show(target)}' ({exc.strerror or type(exc).__name__}); nothing was written.",
                                  "free some space, or pass another folder.") from None
@@ -389,13 +460,14 @@ def read_text(path: PathLike, what: str, max_bytes: int = MAX_INPUT_BYTES) -> st
         raise SriftError(f"{what} '{_show(p)}' is not a text file (not UTF-8).", "pass the text file srift expects.") from None
 
 
-def read_yaml(path: PathLike, what: str = "file") -> Any:
-    """Read a YAML (or JSON) file with the bounded safe loader (``load_yaml``).
+def read_yaml(path: PathLike, what: str = "file", max_bytes: int = MAX_INPUT_BYTES) -> Any:
+    """Read a YAML (or JSON) file of at most ``max_bytes`` (refused by its size before it is read)
+    with the bounded safe loader (``load_yaml``).
 
     Raises:
         SriftError: for a path ``input_file`` refuses, bad YAML, or a document over the bounds.
     """
-    return load_yaml(read_text(path, what), f"{what} '{_show(path)}'")
+    return load_yaml(read_text(path, what, max_bytes), f"{what} '{_show(path)}'")
 
 
 def load_yaml(text: str, source: str) -> Any:

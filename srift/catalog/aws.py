@@ -315,6 +315,11 @@ def refresh(infra: str = "aws", session: Any = None, progress: Progress | None =
                   + ("EC2 spot price history" if history is not None else "Spot Advisor savings"))
         priced[region] = price_region(region, hardware, offer.on_demand_usd_per_hour, advisor.get(region, {}), history,
                                       as_of, source)
+    if not priced:  # nothing usable came back: a refresh that did nothing is not a success
+        where = region_list[0] if len(region_list) == 1 else f"any of the {len(region_list)} regions"
+        raise SriftError(f"the AWS price list gives no usable on-demand price of a GPU instance type srift models in {where} "
+                         "(none listed, or none finite and above 0); nothing was written, the catalog in use is unchanged.",
+                         "try again later, or refresh a region that has GPU instances (--infra aws/us-east-1).")
     texts = {region: _checked_csv(region, rows) for region, rows in priced.items()}
     _write_cache(texts)
     written: list[Instance] = []
