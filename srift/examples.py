@@ -20,7 +20,8 @@ from pathlib import Path
 from srift import DISTRIBUTION
 from srift.bounds import shown
 from srift.errors import SriftError
-from srift.files import PathLike, atomic_write_many, configs_dir, writable_target
+from srift.files import configs_dir
+from srift.outputs import PathLike, atomic_write_many, writable_target
 
 #: What `srift examples` copies, as globs relative to the data folder.
 EXAMPLE_GLOBS = ("configs/clusters/*.yaml", "configs/ci/*.yml", "configs/ci/*.yaml", "examples/*.py")

@@ -41,3 +41,9 @@ def plot_label(text: object, limit: int = MAX_SHOWN_CHARS) -> str:
     """``text`` as a literal matplotlib label: ``inert``, then every ``$`` escaped, so no part of
     it is read as mathtext (``$\\frac$`` in a model name would end the plot in a parse error)."""
     return inert(text, limit).replace("$", r"\$")
+
+
+def short_path(path: object) -> str:
+    """A path for a message, its middle cut when it is very long."""
+    text = str(path)
+    return text if len(text) <= 160 else f"{text[:60]}...{text[-80:]}"

@@ -348,6 +348,6 @@ def _checked_csv(region: str, rows: list[Instance]) -> str:
 
 def _write_cache(texts: dict[str, str]) -> None:
     """Replace the cache files of every refreshed region together (all or none)."""
-    from srift.files import atomic_write_many
+    from srift.outputs import atomic_write_many
 
     atomic_write_many({cache_path("aws", region): text.encode("utf-8") for region, text in texts.items()})

@@ -38,7 +38,7 @@ from srift.catalog.load import bundled_rows
 from srift.catalog.network import efa_interfaces, facts_for
 from srift.cluster import EFA
 from srift.errors import SriftError
-from srift.files import atomic_write_text
+from srift.outputs import atomic_write_text
 from srift.report.skypilot_catalog import require_known
 from srift.results import LaunchGroup, LaunchPlan
 from srift.simulate.prediction import Prediction

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from srift import DISTRIBUTION
 from srift.errors import SriftError
-from srift.files import atomic_open
+from srift.outputs import atomic_open
 from srift.text import plot_label
 from srift.report.recommend_view import header
 from srift.results import RecommendResult
