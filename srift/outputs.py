@@ -57,7 +57,11 @@ def stream_of(path: PathLike) -> int | None:
         return 1
     if not isinstance(text, str) or "\0" in text or len(text) > 4096:
         return None
-    norm = re.sub("^/+", "/", os.path.normpath(os.path.join(os.getcwd(), text)))
+    try:
+        absolute = text if text.startswith("/") else os.path.join(os.getcwd(), text)
+    except OSError:  # the working folder was removed: a relative path names no stream
+        return None
+    norm = re.sub("^/+", "/", os.path.normpath(absolute))
     if norm in _STREAM_PATHS:
         return _STREAM_PATHS[norm]
     m = _FD_PATH.fullmatch(norm)
