@@ -81,6 +81,8 @@ def test_job_file_and_environment_numbers_are_strict(tmp_path: Path, monkeypatch
 def test_an_instance_count_in_other_digits_is_refused() -> None:
     code, _, err = run(["predict", "--model", "resnet50", "--instance", "p3.2xlarge:٣"])
     assert refused(code, err, "must be a whole number")
+    code, _, err = run(["calibrate", "comm", "--sizes", "1024,１０２４０"])  # int() would read 10240
+    assert refused(code, err, "must be a whole number")
 
 
 # ---- sinks -----------------------------------------------------------------------------------------
