@@ -67,6 +67,7 @@ class Probe:
     not_shown: tuple[str, ...] = ()  # text that must not reach stdout (an escape sequence, "<!--")
     says: str = ""  # text the Error: line must hold
     cache_files: dict[str, str] = field(default_factory=dict)  # files already in the cache folder
+    keeps: str = ""  # the stdout file (opened to append) must still start with this afterwards: a log not truncated
 
 
 def _profile_with(**changes: object) -> str:
@@ -180,7 +181,7 @@ def _output_probes(root: bool) -> list[Probe]:
               {"p.yaml": PROFILE.read_text(encoding="utf-8")}, says="same file as the input"),
         Probe("predict --skypilot over its --cluster, through a link", ["predict", "--model", "resnet50", "--cluster", "c.yaml",
                                                                          "--skypilot", "sky.yaml"],
-              {"c.yaml": CLUSTER}, setup=_link("sky.yaml", "c.yaml"), says="same file as the input"),
+              {"c.yaml": CLUSTER}, setup=_link("sky.yaml", "c.yaml"), says="symbolic link"),
         Probe("profile SCRIPT -o SCRIPT", ["profile", "train.py", "-o", "train.py"], {"train.py": "print('hi')\n"},
               says="same file as the input"),
         Probe("predict --out-file and --skypilot on one file", ["predict", "--model", "resnet50", "--instance", "p3.2xlarge",
@@ -349,6 +350,71 @@ def _environment_probes() -> list[Probe]:
     ]
 
 
+def _issue45_probes() -> list[Probe]:
+    """Issue 45: streams and links as outputs, numbers as text, injection into what srift generates,
+    settings that cannot apply, oversized inputs, a refresh with nothing usable."""
+    predict = ["predict", "--model", "resnet50", "--instance", "p3.2xlarge"]
+    log = "an earlier line of the build log\n"
+    big_job = "model: resnet50\nsteps: 10\n" + "".join(f"unknown_key_{i}: {i}\n" for i in range(400_000))  # 10 MB
+    layout = ["predict", "--model", "llama3-8b", "--instance", "p4d.24xlarge", "--layout"]
+    ds = json.loads((ROOT / "tests" / "fixtures" / "hf_configs" / "DeepSeek-V3.json").read_text(encoding="utf-8"))
+    inf_setup, inf_env = _mirror({"regions": {"us-west-2": {}}}, None, {"us-west-2": _offer("Infinity")})
+    job_layout = JOB.replace("model: resnet50", "model: llama3-8b").replace("batch_size: 32\n", "").replace("p3.16xlarge", "p4d.24xlarge")
+    loop = _both(_link("l1", "l2"), _link("l2", "l1"))
+    return [
+        Probe("predict --out-file /dev/stdout >> build.log (appended, not replaced)", [*predict, "--out-file", "/dev/stdout"],
+              {"build.log": log}, stdout="build.log", keeps=log, expect=(0,)),
+        Probe("predict --out-file /proc/self/fd/1 >> build.log", [*predict, "--out-file", "/proc/self/fd/1"],
+              {"build.log": log}, stdout="build.log", keeps=log, expect=(0,)),
+        Probe("predict --skypilot /dev/stdout >> build.log", [*predict, "--skypilot", "/dev/stdout"],
+              {"build.log": log}, stdout="build.log", keeps=log, expect=(0,)),
+        Probe("predict --out-file /dev/fd/9 (not open)", [*predict, "--out-file", "/dev/fd/9"], says="not open"),
+        Probe("predict --out-file through a link to a file outside", [*predict, "--out-file", "pr.json"],
+              setup=_both(lambda d: (d.parent / "outside" / "bashrc").write_text("keep\n"), _link("pr.json", "../outside/bashrc")),
+              says="symbolic link"),
+        Probe("predict --out-file over a file with another hard link", [*predict, "--out-file", "a.json"], {"a.json": "{}\n"},
+              setup=lambda d: os.link(d / "a.json", d.parent / "outside" / "b.json"), says="hard link"),
+        Probe("predict --layout tp=² (a superscript digit)", [*layout, "tp=²"], says="whole number"),
+        Probe("predict --layout with a 5,000-digit degree", [*layout, "tp=" + "1" * 5000], says="5,000 characters"),
+        Probe("predict --instance p3.2xlarge:٣ (an Arabic-Indic digit)", ["predict", "--model", "resnet50", "--instance",
+                                                                       "p3.2xlarge:٣"], says="whole number"),
+        Probe("check: layout tp=² in the job file (exit 2, not 1)", ["check", "job.yaml"],
+              {"job.yaml": job_layout + 'layout: "tp=²"\n'}, says="whole number"),
+        Probe("check: SRIFT_LAYOUT of 1,000 digits", ["check", "job.yaml"], {"job.yaml": job_layout},
+              env={"SRIFT_LAYOUT": "tp=" + "9" * 1000}, says="characters long"),
+        Probe("check: SRIFT_BATCH_SIZE in full-width digits", ["check", "job.yaml"], {"job.yaml": JOB},
+              env={"SRIFT_BATCH_SIZE": "３２"}, says="must be a number"),
+        Probe("recommend --plot - with $\\frac{$ in the profile name", ["recommend", "--profile", "p.yaml", "--budget", "20",
+                                                                      "--max-gpus", "1", "--gpu", "T4", "--plot", "-"],
+              {"p.yaml": _profile_with(name="x$\\frac{$y")}, expect=(0,)),
+        Probe("predict --model with terminal escapes (Error: line inert)", ["predict", "--model", "\x1b[2J\x1b]0;pwned\x07x",
+                                                                          "--instance", "p3.2xlarge"], not_shown=("\x1b", "\x07")),
+        Probe("predict --infra with terminal escapes", [*predict, "--infra", "\x1b[31maws"], not_shown=("\x1b",)),
+        Probe("examples --ref with a shell command", ["examples", "ex", "--repo", "https://github.com/x/srift", "--ref",
+                                                      "v1*) touch pwned ;; *zz"], says="--ref"),
+        Probe("examples --repo with a newline (a YAML key)", ["examples", "ex", "--repo", "https://github.com/x/srift\nfoo: bar",
+                                                               "--ref", "v1"], says="--repo"),
+        Probe("examples into a loop of symbolic links", ["examples", "l1"], setup=loop, says="loop of symbolic links"),
+        Probe("catalog refresh: every price infinite (was exit 0, 0 rows)", ["catalog", "refresh", "--infra", "aws"],
+              setup=inf_setup, env=inf_env, says="no usable"),
+        Probe("predict --virtual-stages 2 with pp=1", [*layout, "tp=2,pp=1", "--virtual-stages", "2"], says="pp=1"),
+        Probe("predict --moe-imbalance 60 with ep=8", ["predict", "--model", "mixtral-8x7b", "--instance", "p4d.24xlarge:2",
+                                                       "--layout", "tp=1,ep=8", "--moe-imbalance", "60"], says="ep=8"),
+        Probe("predict: first_k_dense_replace above the layers", ["predict", "--model-config", "c.json", "--instance",
+                                                                  "p5.48xlarge:4"],
+              {"c.json": json.dumps({**ds, "first_k_dense_replace": 99})}, says="first_k_dense_replace"),
+        Probe("predict --lora-rank without --finetune", ["predict", "--model", "llama3-8b", "--instance", "p4d.24xlarge",
+                                                         "--lora-rank", "8"], says="--lora-rank"),
+        Probe("predict --precision bf16 on a T4", ["predict", "--model", "llama3.2-1b", "--instance", "g4dn.xlarge",
+                                                    "--precision", "bf16"], says="no bf16"),
+        Probe("predict --finetune lora on a T4 (bf16 by default)", ["predict", "--model", "llama3.2-1b", "--instance",
+                                                                      "g4dn.xlarge", "--finetune", "lora"], says="no bf16"),
+        Probe("check: a 10 MB job file of unknown keys (refused at once)", ["check", "job.yaml"], {"job.yaml": big_job}, says="MiB"),
+        Probe("predict: a 19 MB profile (refused at once)", ["predict", "--instance", "p3.2xlarge", "--profile", "p.yaml"],
+              {"p.yaml": "# " + "x" * (19 << 20) + "\n"}, says="MiB"),
+    ]
+
+
 def probes() -> list[Probe]:
     predict = ["predict", "--model", "resnet50", "--instance", "p3.2xlarge"]
     on_profile = ["predict", "--instance", "p3.16xlarge:1", "--profile"]
@@ -482,7 +548,7 @@ def probes() -> list[Probe]:
     if os.geteuid() != 0:  # root reads any file: there is no unreadable file to probe with
         out.append(Probe("profile file unreadable", [*on_profile, "secret.yaml"], {"secret.yaml": "x: 1\n"}, setup=_unreadable))
     out += _output_probes(os.geteuid() == 0)
-    out += _refresh_probes() + _yaml_probes() + _rendering_probes() + _environment_probes()
+    out += _refresh_probes() + _yaml_probes() + _rendering_probes() + _environment_probes() + _issue45_probes()
     return out
 
 
@@ -545,7 +611,8 @@ def run(probe: Probe, timeout_s: float = 180.0) -> Outcome:
         env.update({k: v.replace("file://MIRROR", f"file://{folder / 'mirror'}").replace("HOME_DIR", str(folder / "home"))
                     for k, v in probe.env.items()})
         t0 = time.perf_counter()
-        stdout_file = open(folder / probe.stdout, "w") if probe.stdout not in (None, "closed") else None  # noqa: SIM115
+        mode = "a" if probe.keeps else "w"
+        stdout_file = open(folder / probe.stdout, mode) if probe.stdout not in (None, "closed") else None  # noqa: SIM115
         try:
             res = subprocess.run([sys.executable, "-m", "srift.cli", *probe.argv], cwd=folder, env=env, text=True,
                                  stdout=stdout_file or subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout_s,
@@ -570,9 +637,11 @@ def run(probe: Probe, timeout_s: float = 180.0) -> Outcome:
         tb = "Traceback" in err
         if 2 in probe.expect:
             one_each = (len(lines) == 2 and lines[0].startswith("Error: ") and lines[1].startswith("To fix: "))
-            ok = code == 2 and one_each and probe.says in (lines[0] if lines else "")
+            ok = code == 2 and one_each and probe.says in (lines[0] if lines else "") and not any(t in err for t in probe.not_shown)
         else:
             ok = code in probe.expect and not any(t in out for t in probe.not_shown)
+        if probe.keeps:  # a stream path appends to the log standard output is redirected to
+            ok = ok and (folder / str(probe.stdout)).read_text(encoding="utf-8", errors="replace").startswith(probe.keeps)
         ok = ok and not tb and not written
         return Outcome(probe.kind, code, lines[0] if lines else "", tb, written, ok, secs)
 

@@ -267,6 +267,8 @@ def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None =
     gpu_names = [g.gpu for g in cluster.node_groups if g.gpu != CPU]
     if job.precision is None and is_decoder_llm(model, model_config):
         job = dataclasses.replace(job, precision=default_precision(model, model_config, gpu_names))
+    if job.precision == BF16:  # given, or --finetune's default: refused as recommend refuses it
+        require_bf16(gpu_names)
     prof, more = resolve_profiles(model, profiles, model_config, job.precision)
     flops = model_flops_fn(model, model_config)
     predictor = Predictor(prof, job, more, flops, model_arch(model, model_config))

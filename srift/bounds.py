@@ -14,6 +14,7 @@ expands to (aliases counted at every use: "billion laughs") and its nesting dept
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from srift.errors import SriftError
@@ -88,6 +89,9 @@ MAX_NOTES, MAX_NOTE_CHARS = 100, 1000  # a profile's notes kept, and the charact
 # ---- input files -------------------------------------------------------------------------------
 MAX_INPUT_BYTES = 64 * 2**20  # any YAML or JSON file srift reads
 MAX_CATALOG_BYTES = 256 * 2**20  # a catalog CSV (bundled or refreshed)
+MAX_JOB_FILE_BYTES = 2**20  # a job file (srift.yaml: a few dozen keys) or a cluster file (64 node groups, 1,000 calibration sizes)
+# A profile: twice a MAX_LAYERS profile as srift writes it (densenet201's 608 layers repeated to 25,000: 7.2 MB).
+MAX_PROFILE_BYTES = 16 * 2**20
 MAX_YAML_NODES = 2_000_000  # nodes of a YAML document with every alias expanded
 MAX_NESTING = 64  # nesting depth of a YAML document (JSON: as deep as Python parses, then refused)
 
@@ -126,6 +130,32 @@ def require(value: Any, name: str, low: float, high: float, *, hint: str, intege
     if value > high:
         raise SriftError(f"{name} is {_num(value)}{suffix}; srift models at most {_num(high)}{suffix}.", hint)
     return value
+
+
+#: The longest number srift reads from text (a --layout degree, a job file's SRIFT_ variable, an
+#: instance count): far beyond every bound above, and short enough that converting it costs nothing.
+MAX_NUMBER_CHARS = 40
+_integer_text = re.compile(r"[0-9]+", re.ASCII)
+_number_text = re.compile(r"[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?", re.ASCII)
+
+
+def parse_number(text: str, name: str, *, hint: str, integer: bool = False) -> int | float:
+    """The number a user typed as text: ASCII digits only (``²``, ``３`` and other Unicode digits,
+    which Python's ``int`` and ``float`` would read, are refused), at most MAX_NUMBER_CHARS
+    characters; an integer is digits alone, a number may have a sign, a point, ``_`` and an
+    exponent (``1e9``). The one parser of every number srift reads from text; its bound is
+    checked by ``require``.
+
+    Raises:
+        SriftError: naming ``name``, for anything else.
+    """
+    t = text.strip()
+    kind = "a whole number (digits 0-9)" if integer else "a number (digits 0-9, e.g. 1e9)"
+    if len(t) > MAX_NUMBER_CHARS:
+        raise SriftError(f"{name} is {len(t):,} characters long, not {kind} srift reads (at most {MAX_NUMBER_CHARS}).", hint)
+    if not (_integer_text if integer else _number_text).fullmatch(t):
+        raise SriftError(f"{name} must be {kind}, got {shown(t)}.", hint)
+    return int(t) if integer else float(t)
 
 
 def shown(value: Any, limit: int = 60) -> str:

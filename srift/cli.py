@@ -25,6 +25,7 @@ except ImportError:  # pragma: no cover (older typer uses click's)
 
 from srift import __version__, log
 from srift.errors import SriftError
+from srift.text import inert
 
 BROKEN_INSTALL: SriftError | None = None
 try:
@@ -193,8 +194,9 @@ def _error(message: str, hint: str, code: int) -> int:
 
 
 def _one_line(text: str, limit: int = 600) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
+    """One line for the terminal: escape sequences and other control characters from what the user
+    or a file gave become spaces (``inert``, the one escaping of the terminal sink)."""
+    return " ".join(inert(text, limit).split())
 
 
 def entry() -> None:

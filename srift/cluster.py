@@ -19,7 +19,7 @@ from typing import Any, Callable, Final, Literal, get_args
 
 from srift.bounds import (
     MAX_GPU_MEMORY_GIB, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_INTERRUPTIONS_PER_HOUR, MAX_NAME_CHARS, MAX_NETWORK_GBPS,
-    MAX_NODE_GROUPS, MAX_NODE_USD_PER_HOUR, MAX_NODES, MAX_VCPUS_PER_NODE, MIN_NETWORK_GBPS, key_text, shown,
+    MAX_JOB_FILE_BYTES, MAX_NODE_GROUPS, MAX_NODE_USD_PER_HOUR, MAX_NODES, MAX_VCPUS_PER_NODE, MIN_NETWORK_GBPS, key_text, shown,
 )
 from srift.errors import SriftError, closest
 from srift.files import read_yaml
@@ -438,4 +438,4 @@ def _transport_fields(g: dict[str, Any], where: str, bad: Any) -> dict[str, Any]
 
 def load_cluster(path: str | Path) -> Cluster:
     """Read and validate a cluster YAML file."""
-    return cluster_from_dict(read_yaml(path, "cluster file"), source=str(path))
+    return cluster_from_dict(read_yaml(path, "cluster file", MAX_JOB_FILE_BYTES), source=str(path))

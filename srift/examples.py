@@ -10,15 +10,19 @@ README (``--cluster configs/clusters/ib-64.yaml``) work in the folder they are c
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
 from srift import DISTRIBUTION
+from srift.bounds import shown
 from srift.errors import SriftError
-from srift.files import PathLike, atomic_write_many, data_root, writable_target
+from srift.files import data_root
+from srift.outputs import PathLike, atomic_write_many, writable_target
 
 #: What `srift examples` copies, as globs relative to the data folder.
 EXAMPLE_GLOBS = ("configs/clusters/*.yaml", "configs/ci/*.yml", "configs/ci/*.yaml", "examples/*.py")
@@ -70,6 +74,42 @@ def installed_from_git() -> tuple[str, str] | None:
     return str(info["url"]), str(vcs["commit_id"])
 
 
+# What a pin may be: pip's ``git+URL@REF`` takes them, the workflow interpolates them into YAML and a
+# shell line. A URL of a scheme git clones, without spaces, quotes, ``$`` or a second ``@``; a ref by
+# git's own rules for a branch, tag or commit name (git check-ref-format, less its rare corners).
+_REPO = re.compile(r"(?:https|ssh|git|file)://(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9._~%/:+-]+", re.ASCII)
+_REF = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._/+-]*", re.ASCII)
+_PIN_LINE = re.compile(r"^(  SRIFT_(?:REPO|REF): ).*$", re.MULTILINE)
+
+
+def check_pin(repo: str, ref: str) -> None:
+    """Refuse a repository URL or a ref that is not one (and would become YAML keys or shell
+    commands in the workflow: ``--ref 'v1*) touch pwned ;; *zz'``).
+
+    Raises:
+        SriftError: naming the flag and what it takes.
+    """
+    if len(repo) > 500 or not _REPO.fullmatch(repo):
+        raise SriftError(f"--repo {shown(repo, 120)} is not a repository URL.",
+                         "pass an https://, ssh://, git:// or file:// URL of letters, digits and ./:_~%+-, e.g. "
+                         "--repo https://github.com/you/srift.")
+    if len(ref) > 200 or not _REF.fullmatch(ref) or ".." in ref or "//" in ref or ref.endswith((".", "/", ".lock")):
+        raise SriftError(f"--ref {shown(ref, 120)} is not a git commit, tag or branch name.",
+                         "pass a commit hash or a tag or branch name of letters, digits and ._/+- (e.g. --ref v0.1.0).")
+
+
+def pinned_workflow(text: str, repo: str, ref: str) -> str:
+    """The workflow with ``SRIFT_REPO`` and ``SRIFT_REF`` set to ``repo`` and ``ref`` (checked by
+    ``check_pin``), each a quoted YAML string; nothing else in the file changes.
+
+    Raises:
+        SriftError: for a pin ``check_pin`` refuses.
+    """
+    check_pin(repo, ref)
+    values = {"SRIFT_REPO": repo, "SRIFT_REF": ref}
+    return _PIN_LINE.sub(lambda m: m.group(1) + json.dumps(values[m.group(1).strip().rstrip(":")]), text)
+
+
 @dataclass
 class CopiedExamples:
     """What `srift examples` did.
@@ -99,24 +139,42 @@ def copy_examples(dest: PathLike = ".", force: bool = False, pin: tuple[str, str
         SriftError: when ``dest`` is a file, a target is refused, or the files cannot be written.
     """
     target = Path(dest)
-    if target.exists() and not target.is_dir():
+    try:
+        inside = target.resolve(strict=False)
+        is_file = target.exists() and not target.is_dir()
+    except (OSError, RuntimeError) as exc:  # a symbolic link loop (RuntimeError before Python 3.13), a name too long
+        why = "a loop of symbolic links" if isinstance(exc, RuntimeError) or exc.errno == errno.ELOOP else (exc.strerror or "")
+        raise SriftError(f"folder {shown(str(dest), 120)} cannot be used: {why}.", "name another folder.") from None
+    if is_file:
         raise SriftError(f"'{target}' is a file, not a folder.", "name a folder (it is created when missing).")
-    pin = pin or installed_from_git()
+    if pin is not None:
+        check_pin(*pin)
+    else:  # pip's record of a git install: pinned only when it passes the same check
+        pin = installed_from_git()
+        if pin is not None:
+            try:
+                check_pin(*pin)
+            except SriftError:
+                pin = None
     out = CopiedExamples(target, pinned=None)
-    inside = target.resolve()
     files: dict[Path, bytes] = {}
     for rel in example_files():
         to = target / rel
         if os.path.lexists(to) and not force:
             out.skipped.append(rel)
             continue
-        real = writable_target(to, "example file")  # a device, a pipe or a folder in the way is refused, never replaced
-        if not real.resolve().is_relative_to(inside):  # a link (of the file or a folder above it) leading out of DIR
+        real = writable_target(to, "example file")  # a link, a device, a pipe or a folder in the way is refused, never replaced
+        try:
+            leaves = not real.resolve().is_relative_to(inside)
+        except (OSError, RuntimeError):  # a loop of links in a folder above
+            raise SriftError(f"'{to}' cannot be written: a loop of symbolic links is in its path; nothing was copied.",
+                             "remove the loop, or copy into another folder.") from None
+        if leaves:  # a link (of the file or a folder above it) leading out of DIR
             raise SriftError(f"'{to}' leads out of '{target}' (a symbolic link), so srift does not write it; nothing was copied.",
                              "remove the link, or copy into another folder.")
         data = (data_root() / rel).read_bytes()
         if rel == WORKFLOW and pin is not None:
-            data = data.replace(REPO_PLACEHOLDER.encode(), pin[0].encode()).replace(REF_PLACEHOLDER.encode(), pin[1].encode())
+            data = pinned_workflow(data.decode("utf-8"), *pin).encode("utf-8")
             out.pinned = pin
         files[real] = data
         out.written.append(rel)

@@ -1,8 +1,8 @@
-"""Files: atomic writes, safe and bounded YAML/JSON reads, names, srift's bundled data folders and
-the user's cache.
+"""Files: safe and bounded YAML/JSON reads, names, srift's bundled data folders and the user's cache.
 
-Every file srift writes goes through ``atomic_open`` (a temporary file beside the target, then a
-rename), so no half-written file is ever left behind. Every file it reads goes through
+Every file srift writes goes through srift/outputs.py (one policy for streams, links and modes;
+atomic writes), whose functions are imported here too for the callers that read and write. Every
+file it reads goes through
 ``input_file`` (a folder, a device, a pipe, an unreadable or oversized file is named as such), and
 every YAML document through ``load_yaml``, the safe loader behind a size check that refuses
 alias bombs and deep nesting before anything is built. Names that become file names pass
@@ -17,261 +17,19 @@ import os
 import re
 import stat
 import sys
-import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import yaml
 
 from srift.bounds import MAX_INPUT_BYTES, MAX_NAME_CHARS, MAX_NESTING, MAX_YAML_NODES, shown
 from srift.errors import SriftError
-
-PathLike = str | os.PathLike[str]
-
-
-# ---- writing ------------------------------------------------------------------------------------
-#: The output path that means standard output.
-STDOUT = "-"
-
-
-def _kind(mode: int) -> str:
-    """What a non-regular file is, in words."""
-    return ("a folder" if stat.S_ISDIR(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-            else "a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
-
-
-def writable_target(path: PathLike, what: str = "output file") -> Path:
-    """The path srift writes for ``path``: ``path`` itself when nothing is there or a regular file is,
-    the file a symbolic link points to when that is a regular file.
-
-    Anything else is refused, never replaced: a device (``/dev/stdout``, ``/dev/full``), a named
-    pipe, a socket, a folder, a symbolic link to one of these or to nothing.
-
-    Raises:
-        SriftError: naming ``what``, the path and what is there.
-    """
-    p = Path(path)
-    fix = f"pass the path of a regular file for {what}, or - for standard output."
-    try:
-        st = os.lstat(p)
-    except FileNotFoundError:
-        return p
-    except ValueError:  # a NUL byte
-        raise SriftError(f"{what} {shown(str(p))} is not a valid path.", fix) from None
-    except NotADirectoryError:
-        above = next((a for a in p.parents if os.path.lexists(a) and not a.is_dir()), p.parent)
-        raise SriftError(f"{what} '{_show(p)}' cannot be written: '{_show(above)}' is not a folder.", fix) from None
-    except OSError as exc:  # a name too long, a symlink loop
-        raise SriftError(f"{what} '{_show(p)}' cannot be written ({exc.strerror or type(exc).__name__}).", fix) from None
-    if stat.S_ISLNK(st.st_mode):
-        real = Path(os.path.realpath(p))
-        try:
-            st = os.stat(real)
-        except OSError:
-            raise SriftError(f"{what} '{_show(p)}' is a symbolic link to '{_show(real)}', which does not exist.", fix) from None
-        if not stat.S_ISREG(st.st_mode):
-            raise SriftError(f"{what} '{_show(p)}' is a symbolic link to {_kind(st.st_mode)} ('{_show(real)}'); "
-                             "srift does not replace it.", fix)
-        return real
-    if not stat.S_ISREG(st.st_mode):
-        raise SriftError(f"{what} '{_show(p)}' is {_kind(st.st_mode)}; srift does not replace it.", fix)
-    return p
-
-
-def _same_file(a: Path, b: PathLike) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except (OSError, ValueError):
-        return False
-
-
-def output_file(path: PathLike, what: str, overwrite: bool = True, hint: str = "",
-                inputs: Iterable[PathLike | None] = ()) -> Path:
-    """``path`` when srift may write it (``-``: standard output), checked before the work that
-    produces it, so a long run does not end in a refusal to write; the write itself stays atomic
-    (``atomic_open``). Refused: a target ``writable_target`` refuses, an existing file unless
-    ``overwrite``, the same file as any of ``inputs`` (``check srift.yaml --out-file srift.yaml``),
-    and a folder that cannot be made or written.
-
-    Raises:
-        SriftError: naming ``what`` and the path (``hint`` says how to choose another path or
-            overwrite).
-    """
-    if str(path) == STDOUT:
-        return Path(STDOUT)
-    p = Path(path)
-    if os.path.lexists(p) and not os.path.isdir(p) and not overwrite:
-        raise SriftError(f"{what} '{_show(p)}' already exists; srift does not replace it unasked.", hint)
-    real = writable_target(p, what)
-    for source in inputs:
-        if source is not None and str(source) != STDOUT and _same_file(real, source):
-            raise SriftError(f"{what} '{_show(p)}' is the same file as the input '{_show(source)}'; writing it would destroy "
-                             "the input.", "pass another path for the output.")
-    folder = real.parent
-    try:
-        while not folder.exists():
-            folder = folder.parent
-    except OSError as exc:
-        raise SriftError(f"{what} '{_show(p)}' cannot be written ({exc.strerror or type(exc).__name__}).", "pass another path.") from None
-    if not folder.is_dir():
-        raise SriftError(f"{what} '{_show(p)}' cannot be written: '{_show(folder)}' is {_kind(folder.stat().st_mode)}, not a folder.",
-                         "pass another path.")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise SriftError(f"{what} '{_show(p)}' cannot be written: permission denied on '{_show(folder)}'.",
-                         "pass a path in a folder you can write.")
-    return p
-
-
-def check_outputs(outputs: dict[str, PathLike | None], inputs: Iterable[PathLike | None] = ()) -> None:
-    """Check every output a command was asked for (flag -> path or None) with ``output_file``, up
-    front, and that no two of them are the same file or both standard output.
-
-    Raises:
-        SriftError: for the first output that cannot be written as asked.
-    """
-    given = {flag: path for flag, path in outputs.items() if path is not None and str(path) != ""}
-    sources = list(inputs)
-    seen: dict[str, str] = {}
-    for flag, path in given.items():
-        output_file(path, flag, inputs=sources)
-        key = STDOUT if str(path) == STDOUT else os.path.realpath(path)
-        if key in seen:
-            raise SriftError(f"{seen[key]} and {flag} both write '{_show(path)}'.", "pass a different path to each.")
-        seen[key] = flag
-
-
-@contextlib.contextmanager
-def atomic_open(path: PathLike, mode: str = "w", overwrite: bool = True) -> Iterator[IO[Any]]:
-    """Open a temporary file beside ``path`` (``mode`` ``"w"`` for text, ``"wb"`` for bytes);
-    on a clean exit it is flushed to disk and renamed over ``path``, on an error removed.
-    ``-`` writes to standard output instead.
-
-    Readers see the old file or the complete new one, never a part: a process killed at any
-    point leaves at most a ``.NAME.*.tmp`` beside the target. With ``overwrite=False`` the new
-    file is linked in only where no file is (atomically: a file created meanwhile is kept). A
-    target that is not a regular file (a device, a pipe, a folder, a link to one) is refused
-    (``writable_target``); a link to a regular file is followed (the link stays). The file gets
-    the usual mode (0666 less the umask: 0644 under umask 022).
-
-    Raises:
-        FileExistsError: with ``overwrite=False``, when ``path`` exists (nothing is written).
-        SriftError: when the target is refused, or its folder cannot be made or written (a full
-            disk, a read-only file system, a name too long): nothing is left behind.
-    """
-    if str(path) == STDOUT:
-        yield _stdout(binary="b" in mode)
-        return
-    target = writable_target(path)
-    fix = "pass a path in a folder you can write, or free some space."
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name[:100]}.", suffix=".tmp", dir=target.parent)
-    except OSError as exc:  # a parent that is a file or a device, a read-only or full disk
-        above = next((p for p in target.parents if os.path.lexists(p)), None)
-        why = f"'{above}' is not a folder" if above is not None and not above.is_dir() else (exc.strerror or type(exc).__name__)
-        raise SriftError(f"cannot write '{_show(target)}': {why}.", "pass a path in a folder you can write.") from None
-    try:
-        try:
-            with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as fh:
-                yield fh
-                fh.flush()
-                os.fsync(fh.fileno())
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600 files; give the usual permissions
-            if overwrite:
-                os.replace(tmp, target)
-            else:
-                _link_new(tmp, target)
-        except FileExistsError:
-            raise
-        except OSError as exc:  # ENOSPC, EFBIG, EIO, EROFS while writing or renaming
-            raise SriftError(f"cannot write '{_show(target)}' ({exc.strerror or type(exc).__name__}); nothing was written "
-                             "(a file that was there is unchanged).", fix) from None
-        _fsync_dir(target.parent)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def _stdout(binary: bool) -> IO[Any]:
-    """Standard output for ``-`` (its bytes buffer for binary output), not closed afterwards."""
-    if sys.stdout is None:
-        raise SriftError("standard output is closed, so - cannot be written.", "pass a file path, or run with stdout open.")
-    return sys.stdout.buffer if binary else sys.stdout
-
-
-def atomic_write_many(files: dict[Path, bytes]) -> None:
-    """Write several files all or none: each to a temporary file beside it, then every one renamed
-    into place. A failure while writing (a full disk) removes the temporary files and leaves every
-    target as it was. Targets are checked with ``writable_target``.
-
-    Raises:
-        SriftError: when a target is refused or a file cannot be written.
-    """
-    staged: list[tuple[str, Path]] = []
-    made: list[Path] = []  # folders made here, removed again when the write fails
-    try:
-        for path, data in files.items():
-            target = writable_target(path)
-            try:
-                missing = [a for a in [target.parent, *target.parent.parents] if not os.path.lexists(a)]
-                target.parent.mkdir(parents=True, exist_ok=True)
-                made += missing
-                fd, tmp = tempfile.mkstemp(prefix=f".{target.name[:100]}.", suffix=".tmp", dir=target.parent)
-            except OSError as exc:
-                raise SriftError(f"cannot write '{_show(target)}' ({exc.strerror or type(exc).__name__}); nothing was written.",
-                                 "pass a folder you can write, or free some space.") from None
-            staged.append((tmp, target))
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                umask = os.umask(0)
-                os.umask(umask)
-                os.chmod(tmp, 0o666 & ~umask)
-            except OSError as exc:
-                raise SriftError(f"cannot write '{_show(target)}' ({exc.strerror or type(exc).__name__}); nothing was written.",
-                                 "free some space, or pass another folder.") from None
-        for tmp, target in staged:
-            os.replace(tmp, target)
-    except BaseException:
-        for tmp, _ in staged:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        for folder in sorted(made, key=lambda f: len(f.parts), reverse=True):  # each made here, empty again
-            with contextlib.suppress(OSError):
-                os.rmdir(folder)
-        raise
-    for folder in {t.parent for _, t in staged}:
-        _fsync_dir(folder)
-
-
-def _link_new(tmp: str, target: Path) -> None:
-    """Put ``tmp`` at ``target`` only where nothing is (link, then drop the temporary name)."""
-    try:
-        os.link(tmp, target)  # fails when target exists: no window where another file is replaced
-    except FileExistsError:
-        raise
-    except OSError:  # a file system without hard links: check, then rename
-        if os.path.lexists(target):
-            raise FileExistsError(str(target)) from None
-        os.replace(tmp, target)
-        return
-    os.unlink(tmp)
-
-
-def _fsync_dir(folder: Path) -> None:
-    # The rename is durable only once the folder's entry is on disk.
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+from srift.outputs import (  # noqa: F401 (re-exported: the writers' one module is srift.outputs)
+    STDOUT, PathLike, atomic_open, atomic_write_many, atomic_write_text, check_outputs, output_file, stream_of,
+    writable_target, write_json, write_yaml,
+)
+from srift.text import short_path as _show
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
@@ -306,29 +64,6 @@ def file_in(folder: PathLike, name: str, suffix: str) -> Path:
     if path.resolve().parent != base.resolve():  # cannot happen for a plain name; kept as the guarantee
         raise SriftError(f"name {shown(name)} leaves the folder '{base}'.", "use a plain name.")
     return path
-
-
-def atomic_write_text(path: PathLike, text: str, overwrite: bool = True) -> Path:
-    """Write ``text`` to ``path`` atomically (see ``atomic_open``)."""
-    with atomic_open(path, overwrite=overwrite) as fh:
-        fh.write(text)
-    return Path(path)
-
-
-def write_yaml(path: PathLike, data: Any, overwrite: bool = True) -> Path:
-    """Write ``data`` as YAML atomically (block style, keys in insertion order); see ``atomic_open``."""
-    text = yaml.dump(data, Dumper=_SafeDumper, sort_keys=False, default_flow_style=False)
-    return atomic_write_text(path, text, overwrite)
-
-
-# safe_dump's emitter in C where PyYAML has libyaml: the same text, several times faster (a profile
-# has hundreds of layers).
-_SafeDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-
-
-def write_json(path: PathLike, data: Any) -> Path:
-    """Write ``data`` as indented JSON atomically."""
-    return atomic_write_text(path, json.dumps(data, indent=2) + "\n")
 
 
 # ---- reading ------------------------------------------------------------------------------------
@@ -389,13 +124,14 @@ def read_text(path: PathLike, what: str, max_bytes: int = MAX_INPUT_BYTES) -> st
         raise SriftError(f"{what} '{_show(p)}' is not a text file (not UTF-8).", "pass the text file srift expects.") from None
 
 
-def read_yaml(path: PathLike, what: str = "file") -> Any:
-    """Read a YAML (or JSON) file with the bounded safe loader (``load_yaml``).
+def read_yaml(path: PathLike, what: str = "file", max_bytes: int = MAX_INPUT_BYTES) -> Any:
+    """Read a YAML (or JSON) file of at most ``max_bytes`` (refused by its size before it is read)
+    with the bounded safe loader (``load_yaml``).
 
     Raises:
         SriftError: for a path ``input_file`` refuses, bad YAML, or a document over the bounds.
     """
-    return load_yaml(read_text(path, what), f"{what} '{_show(path)}'")
+    return load_yaml(read_text(path, what, max_bytes), f"{what} '{_show(path)}'")
 
 
 def load_yaml(text: str, source: str) -> Any:
@@ -626,12 +362,6 @@ def read_json(path: PathLike, what: str, hint: str) -> Any:
         raise SriftError(f"{what} '{_show(p)}' is not valid JSON.", hint) from None
     except RecursionError:
         raise SriftError(f"{what} '{_show(p)}' nests deeper than srift reads.", hint) from None
-
-
-def _show(path: PathLike) -> str:
-    """A path for a message, its middle cut when it is very long."""
-    text = str(path)
-    return text if len(text) <= 160 else f"{text[:60]}...{text[-80:]}"
 
 
 class _DuplicateKey(ValueError):

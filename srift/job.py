@@ -16,7 +16,7 @@ from typing import Final, Literal, get_args
 from srift.bounds import (
     MAX_BATCH_SIZE, MAX_BUCKET_CAP_MB, MAX_DATASET_SIZE, MAX_EPOCHS, MAX_GLOBAL_BATCH_SIZE, MAX_GRAD_ACCUM,
     MAX_KFAC_INTERVAL, MAX_LORA_RANK, MAX_MOE_IMBALANCE, MAX_MTP_LAYERS, MAX_PARALLEL_DEGREE, MAX_SAMPLES, MAX_SEQ_LEN, MAX_STEPS,
-    MAX_TOKENS, require,
+    MAX_TOKENS, parse_number, require, shown,
 )
 from srift.errors import SriftError
 
@@ -179,15 +179,15 @@ def parse_layout(text: str) -> LayoutRequest:
     if t == AUTO:
         return LayoutRequest()
     got: dict[str, int] = {}
+    hint = (f"pass --layout tp=T,pp=P,cp=C[,ep=E] (each 1 to {MAX_PARALLEL_DEGREE:,}; data parallelism "
+            "takes the rest; ep: expert parallelism of a mixture of experts) or --layout auto.")
     for part in t.split(","):
         key, sep, value = part.partition("=")
         key, value = key.strip(), value.strip()
-        if not sep or key not in ("tp", "pp", "cp", "ep") or key in got or not value.isdigit() \
-                or not 1 <= int(value) <= MAX_PARALLEL_DEGREE:
-            raise SriftError(f"--layout '{text}' is not a layout.",
-                             f"pass --layout tp=T,pp=P,cp=C[,ep=E] (each 1 to {MAX_PARALLEL_DEGREE:,}; data parallelism "
-                             "takes the rest; ep: expert parallelism of a mixture of experts) or --layout auto.")
-        got[key] = int(value)
+        if not sep or key not in ("tp", "pp", "cp", "ep") or key in got:
+            raise SriftError(f"--layout {shown(text)} is not a layout.", hint)
+        got[key] = require(parse_number(value, f"--layout's {key}", hint=hint, integer=True), f"--layout's {key}", 1,
+                           MAX_PARALLEL_DEGREE, integer=True, hint=hint)
     return LayoutRequest(got.get("tp", 1), got.get("pp", 1), got.get("cp", 1), got.get("ep", 1))
 
 
@@ -513,6 +513,7 @@ class Job:
         if self.kfac and self.parallelism in SHARDED_PARALLELISMS:
             raise SriftError(f"K-FAC is modelled with DDP only, not with --parallelism {self.parallelism}.",
                              "use --parallelism ddp with --optimizer kfac.")
+        self._check_applies()
 
     def _check_layout(self) -> None:
         if self.micro_batch_size is not None:
@@ -551,6 +552,33 @@ class Job:
                 if given:
                     raise SriftError(f"{flag} is the token dispatch of expert parallelism; --layout {self.layout} has ep=1.",
                                      f"add ep=E (E > 1) to --layout, or drop {flag}.")
+
+    def _check_applies(self) -> None:
+        """Refuse a setting given where it cannot apply: one rule per option, checked here once
+        (an option left at its default is never refused)."""
+        request = parse_layout(self.layout) if self.layout is not None else None
+        pp = request.pp if request is not None and not request.auto else None
+        ep = request.ep if request is not None and not request.auto else None
+        adapters = self.finetune in (LORA, QLORA)
+        rules: tuple[tuple[bool, str, str], ...] = (
+            (self.lora_rank != DEFAULT_LORA_RANK and not adapters,
+             "--lora-rank is the rank of LoRA adapters; this job trains none (no --finetune lora or qlora).",
+             "add --finetune lora (or qlora), or drop --lora-rank."),
+            (self.lora_targets != LORA_ALL_LINEAR and not adapters,
+             "--lora-targets chooses the Linears LoRA adapts; this job trains no adapters (no --finetune lora or qlora).",
+             "add --finetune lora (or qlora), or drop --lora-targets."),
+            (self.quantize_head and self.finetune != QLORA, "--quantize-head puts the head in NF4, which only QLoRA does.",
+             "add --finetune qlora, or drop --quantize-head."),
+            (pp == 1 and self.virtual_stages > 1,
+             f"--virtual-stages {self.virtual_stages} splits each pipeline stage; --layout {self.layout} has pp=1, no pipeline.",
+             "add pp=P (P > 1) to --layout, or drop --virtual-stages."),
+            (ep is not None and ep > 1 and self.moe_imbalance > ep,
+             f"--moe-imbalance {self.moe_imbalance:g} is more than ep={ep} allows: the busiest of {ep} ranks holds at most "
+             f"every token, {ep} times the mean.", f"pass --moe-imbalance from {BALANCED_MOE_IMBALANCE:g} to {ep}."),
+        )
+        for refused, message, fix in rules:
+            if refused:
+                raise SriftError(message, fix)
 
     def _check_fp8(self) -> None:
         """FP8 GEMMs are modelled in a bf16 layout job: Megatron-Core's Transformer Engine recipes,

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from srift.bounds import (
-    MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DEADLINE_HOURS, MAX_STEPS, MIN_HOURS, MIN_USD, key_text, require, shown,
+    MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DEADLINE_HOURS, MAX_JOB_FILE_BYTES, MAX_STEPS, MIN_HOURS, MIN_USD, key_text, parse_number, require, shown,
 )
 from srift.errors import SriftError
 from srift.files import read_yaml
@@ -139,10 +139,7 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             if text in ("0", "false", "no", "off"):
                 return False
             raise bad
-        try:
-            value = float(text)  # "1e9" tokens read as a number; whole-ness is checked below
-        except ValueError:
-            raise bad from None
+        value = parse_number(text, f"{source}: '{name}'", hint=bad.hint)  # "1e9" tokens: a number; whole-ness below
     if kind is bool:
         if not isinstance(value, bool):
             raise bad
@@ -166,7 +163,7 @@ def _coerce(name: str, value: Any, source: str) -> Any:
 
 def _read(path: str, source: str) -> dict[str, Any]:
     """The file's fields (unknown keys refused)."""
-    raw = read_yaml(path, "job file")
+    raw = read_yaml(path, "job file", MAX_JOB_FILE_BYTES)
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -174,8 +171,11 @@ def _read(path: str, source: str) -> dict[str, Any]:
     unknown = sorted(key_text(k) for k in set(raw) - set(FIELDS) - {"limits"})
     if unknown:
         keys = list(FIELDS) + ["limits"]
-        near = [f"{m[0]} for {k}" for k in unknown for m in [difflib.get_close_matches(k.replace("-", "_"), keys, n=1, cutoff=0.6)] if m]
-        raise SriftError(f"{source}: unknown key(s) {', '.join(unknown)}.",
+        shown_keys = unknown[:5]  # a file of 100,000 unknown keys: five named, and no 100,000 look-ups
+        near = [f"{m[0]} for {k}" for k in shown_keys for m in [difflib.get_close_matches(k.replace("-", "_"), keys, n=1, cutoff=0.6)]
+                if m]
+        more = f" and {len(unknown) - len(shown_keys):,} more" if len(unknown) > len(shown_keys) else ""
+        raise SriftError(f"{source}: unknown key(s) {', '.join(shown_keys)}{more}.",
                          (f"did you mean {', '.join(near)}? Use" if near else "use") + f" only {', '.join(keys)}.")
     return dict(raw)
 

@@ -19,7 +19,7 @@ from typing import Any, Literal, get_args
 
 from srift.bounds import (
     MAX_BATCH_SIZE, MAX_GPUS, MAX_ITERS, MAX_KFAC_DIM, MAX_KFAC_SPATIAL, MAX_LAYER_BYTES, MAX_LAYER_FLOPS, MAX_LAYER_PARAMS,
-    MAX_LAYER_S, MAX_LAYERS, MAX_NAME_CHARS, MAX_NOTE_CHARS, MAX_NOTES, MAX_SAMPLE_BYTES, MAX_SEQ_LEN, MAX_STATE_BYTES_PER_PARAM, shown,
+    MAX_LAYER_S, MAX_LAYERS, MAX_NAME_CHARS, MAX_NOTE_CHARS, MAX_NOTES, MAX_PROFILE_BYTES, MAX_SAMPLE_BYTES, MAX_SEQ_LEN, MAX_STATE_BYTES_PER_PARAM, shown,
 )
 from srift.errors import SriftError
 from srift.files import read_yaml, write_yaml
@@ -695,7 +695,7 @@ class Profile:
     @classmethod
     def load(cls, path: str | Path) -> "Profile":
         """Read and validate a profile file (YAML or JSON)."""
-        return cls.from_dict(read_yaml(path, "profile"), source=str(path))
+        return cls.from_dict(read_yaml(path, "profile", MAX_PROFILE_BYTES), source=str(path))
 
 
 # Upper bound of each numeric layer field (srift/bounds.py); integers are those of _INT_FIELDS.

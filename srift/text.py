@@ -1,7 +1,8 @@
 """Text from files made inert before it is shown: names and notes that come from a profile, a
 Hugging Face config or a job file are one bounded line without control characters for a
 terminal, and escaped as well for markdown (a pull-request comment), where ``<!--`` would hide
-the rest of the comment and ``@name`` would ping people.
+the rest of the comment and ``@name`` would ping people, and for a matplotlib plot, where ``$...$``
+is mathtext (a crash on anything it cannot parse).
 """
 
 from __future__ import annotations
@@ -34,3 +35,15 @@ def markdown(text: object, limit: int = MAX_SHOWN_CHARS) -> str:
     """``text`` as inert markdown: ``inert``, then every character markdown or HTML acts on is
     escaped (``<!--`` shows as written, ``@user`` pings nobody, ``|`` does not split a table cell)."""
     return _MARKDOWN_CHARS.sub(lambda m: _MARKDOWN[m.group()], inert(text, limit))
+
+
+def plot_label(text: object, limit: int = MAX_SHOWN_CHARS) -> str:
+    """``text`` as a literal matplotlib label: ``inert``, then every ``$`` escaped, so no part of
+    it is read as mathtext (``$\\frac$`` in a model name would end the plot in a parse error)."""
+    return inert(text, limit).replace("$", r"\$")
+
+
+def short_path(path: object) -> str:
+    """A path for a message, its middle cut when it is very long."""
+    text = str(path)
+    return text if len(text) <= 160 else f"{text[:60]}...{text[-80:]}"

@@ -228,12 +228,9 @@ def test_a_malformed_spot_advisor_is_one_clear_error(bad):
 def test_an_offer_file_with_unusable_prices_writes_nothing(price, isolated_cache):
     body = offer_csv([row("G5LINUX", "g5.xlarge", 1.0)]).replace(b'"1.0000000000"', f'"{price}"'.encode())
     files = {**FILES, REGION_OFFER_URL.format(region="us-west-2"): body}
-    try:
-        rows = refresh("aws/us-west-2", session=FakeSession(), opener=opener(files))
-    except SriftError as exc:  # refused whole: nothing written
-        assert "unchanged" in str(exc) and _listing(isolated_cache) == []
-        return
-    assert rows == [] and _listing(isolated_cache) == []  # no usable price: the region is skipped, nothing written
+    with pytest.raises(SriftError, match="unchanged") as exc:  # refused whole (exit 2): nothing written, no "0 rows" success
+        refresh("aws/us-west-2", session=FakeSession(), opener=opener(files))
+    assert exc.value.exit_code == 2 and _listing(isolated_cache) == []
 
 
 def test_one_huge_field_in_a_price_list_is_refused_in_bounded_memory():

@@ -88,7 +88,8 @@ def test_an_efa_task_asks_for_efa_and_says_what_all_interfaces_need(tmp_path, ca
     doc = json.loads(out.out)
     task, text = _task(f), f.read_text(encoding="utf-8")
     assert task["resources"]["network_tier"] == "best"
-    assert task["envs"] == {"TRAIN_SCRIPT": "train.py", "FI_PROVIDER": "efa", "NCCL_DEBUG": "INFO", "FI_EFA_USE_DEVICE_RDMA": "1"}
+    assert task["envs"] == {"TRAIN_SCRIPT": "train.py", "SRIFT_BATCH_SIZE": "1", "SRIFT_GLOBAL_BATCH": "32",  # 1 x 32 GPUs
+                            "FI_PROVIDER": "efa", "NCCL_DEBUG": "INFO", "FI_EFA_USE_DEVICE_RDMA": "1"}
     header = [ln for ln in text.splitlines() if ln.startswith("#")]
     full, (one, none) = doc["throughput_tokens_per_s"], [x["expected_throughput_samples_per_s"] * 8192
                                                                  for x in doc["network_fallbacks"]]
@@ -133,17 +134,25 @@ def test_a_cluster_file_gets_torchrun_lines_but_no_task(tmp_path, capsys):
     assert main(["predict", "--model", "resnet50", "--cluster", lab, "--torchrun", "--format", "json"]) == 0
     out = capsys.readouterr()
     json.loads(out.out)  # the lines go to stderr when stdout is JSON
-    lines = [ln for ln in out.err.splitlines() if ln.startswith("torchrun")]
+    lines = [_torchrun(ln) for ln in out.err.splitlines() if "torchrun --" in ln and not ln.startswith("#")]
     # 2 servers of 4 x V100, then 4 workstations of 2 x A6000: ranks 0..5, each its own worker count.
     assert [shlex.split(ln)[3] for ln in lines] == [f"--node_rank={r}" for r in range(6)]
     assert [shlex.split(ln)[2] for ln in lines] == ["--nproc_per_node=4"] * 2 + ["--nproc_per_node=2"] * 4
     assert all("--nnodes=6" in ln and "--master_addr=MASTER_ADDR" in ln for ln in lines)
 
 
+def _torchrun(line: str) -> str:
+    """The torchrun command of a line, after the SRIFT_* settings it sets."""
+    settings, _, command = line.partition("torchrun ")
+    assert all(word.startswith("SRIFT_") and "=" in word for word in settings.split())
+    return "torchrun " + command
+
+
 def test_torchrun_lines_of_one_node_and_of_several():
     one = _plan([(1, 8)])
-    assert torchrun_lines(one)[1:] == ["torchrun --standalone --nproc_per_node=8 train.py"]
-    three = [ln for ln in torchrun_lines(_plan([(3, 4)])) if not ln.startswith("#")]
+    assert [ln for ln in torchrun_lines(one) if not ln.startswith("#")] == [
+        "SRIFT_BATCH_SIZE=4 SRIFT_GLOBAL_BATCH=32 torchrun --standalone --nproc_per_node=8 train.py"]  # 4 per GPU x 8
+    three = [_torchrun(ln) for ln in torchrun_lines(_plan([(3, 4)])) if not ln.startswith("#")]
     assert three == [f"torchrun --nnodes=3 --nproc_per_node=4 --node_rank={r} --master_addr=MASTER_ADDR "
                      f"--master_port=29500 train.py" for r in range(3)]
 
@@ -183,7 +192,7 @@ def test_the_printed_torchrun_lines_start_one_job_with_every_worker(tmp_path):
     lines = [ln for ln in torchrun_lines(_plan([(1, 1), (1, 2)]), script=str(script)) if not ln.startswith("#")]
     procs = []
     for ln in lines:
-        argv = shlex.split(ln.replace("MASTER_ADDR", "127.0.0.1").replace("29500", str(port)))
+        argv = shlex.split(_torchrun(ln).replace("MASTER_ADDR", "127.0.0.1").replace("29500", str(port)))
         procs.append(subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *argv[1:]],
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     logs = [p.communicate(timeout=120)[0] for p in procs]

@@ -91,14 +91,66 @@ def test_an_output_that_is_not_a_regular_file_is_refused_and_left_alone(kind: st
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")) == []
 
 
-def test_a_link_to_a_regular_file_is_written_through_and_stays_a_link(tmp_path: Path) -> None:
-    real = tmp_path / "real.json"
+def test_a_link_to_a_regular_file_is_refused_and_its_target_kept(tmp_path: Path) -> None:
+    real = tmp_path / "bashrc"
     real.write_text("old")
-    link = tmp_path / "link.json"
+    real.chmod(0o600)
+    link = tmp_path / "pr.json"
     link.symlink_to(real)
-    with atomic_open(output_file(link, "--out-file")) as fh:
+    code, _, err = run(["predict", "--model", "resnet50", "--instance", "p3.2xlarge", "--out-file", "pr.json"], cwd=tmp_path)
+    assert refused(code, err) and "symbolic link" in err
+    assert link.is_symlink() and real.read_text() == "old" and stat.S_IMODE(real.stat().st_mode) == 0o600
+
+
+def test_a_file_with_other_hard_links_is_refused(tmp_path: Path) -> None:
+    real = tmp_path / "a.json"
+    real.write_text("old")
+    os.link(real, tmp_path / "b.json")
+    with pytest.raises(SriftError, match="1 other hard link"):
+        output_file(real, "--out-file")
+    with pytest.raises(SriftError, match="hard link"):
+        with atomic_open(real) as fh:
+            fh.write("new")
+    assert real.read_text() == "old" and real.stat().st_nlink == 2
+
+
+def test_a_file_replaced_keeps_its_mode(tmp_path: Path) -> None:
+    target = tmp_path / "secret.json"
+    target.write_text("old")
+    target.chmod(0o600)
+    with atomic_open(target) as fh:
         fh.write("new")
-    assert link.is_symlink() and real.read_text() == "new"
+    assert target.read_text() == "new" and stat.S_IMODE(target.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("name", ["/dev/stdout", "/proc/self/fd/1", "/dev/fd/1", "//dev/../dev/stdout"])
+def test_a_standard_output_path_appends_to_the_log_it_is_redirected_to(name: str, tmp_path: Path) -> None:
+    log = tmp_path / "build.log"
+    log.write_text("earlier line\n")
+    with log.open("a") as out:
+        proc = subprocess.run([sys.executable, "-m", "srift.cli", "predict", "--model", "resnet50", "--instance", "p3.2xlarge",
+                               "--out-file", name], stdout=out, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    text = log.read_text()
+    assert text.startswith("earlier line\n") and '"schema": "srift.predict/v1"' in text and "p3.2xlarge" in text
+    assert log.stat().st_nlink == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["build.log"]
+
+
+def test_standard_error_paths_and_descriptors_are_streams(tmp_path: Path) -> None:
+    log = tmp_path / "err.log"
+    log.write_text("earlier\n")
+    with log.open("a") as err:
+        proc = subprocess.run([sys.executable, "-m", "srift.cli", "predict", "--model", "resnet50", "--instance", "p3.2xlarge",
+                               "--skypilot", "/dev/stderr"], stdout=subprocess.DEVNULL, stderr=err, cwd=tmp_path,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert proc.returncode == 0
+    text = log.read_text()
+    assert text.startswith("earlier\n") and "resources:" in text
+    with pytest.raises(SriftError, match="descriptor 97, which is not open"):
+        output_file("/proc/self/fd/97", "--out-file")
+    with pytest.raises(SriftError, match="both write"):
+        check_outputs({"--out-file": "-", "--skypilot": "/dev/stdout"})
 
 
 def test_written_files_get_0644_under_umask_022(tmp_path: Path) -> None:

@@ -22,7 +22,8 @@ from srift.jobfile import load_jobfile
 COMPANIONS = {"epochs": {"dataset_size": 1000}, "dataset_size": {"epochs": 2.5}, "kfac_factor_steps": {"kfac_inv_steps": 4},
               "micro_batch_size": {"layout": "auto"}, "pipeline_schedule": {"layout": "auto"},
               "virtual_stages": {"layout": "auto"}, "fp8": {"layout": "auto"}, "moe_dispatcher": {"layout": "auto"},
-              "moe_ep_overlap": {"layout": "auto"}}
+              "moe_ep_overlap": {"layout": "auto"}, "lora_rank": {"finetune": "lora"}, "lora_targets": {"finetune": "lora"},
+              "quantize_head": {"finetune": "qlora"}}
 # Words of a vocabulary that need a partner: Megatron's distributed optimizer is modelled with a layout.
 WORD_COMPANIONS = {("parallelism", "zero1"): {"layout": "auto"}}
 # What each command that takes a job takes: the settings, and the length where it has one.

@@ -80,6 +80,10 @@ def test_a_bucket_queued_behind_another_counts_only_its_own_all_reduce() -> None
 
     assert own_times([0.0, 1.0, 2.0], [5.0, 8.0, 9.0]) == [5.0, 3.0, 1.0]
     assert own_times([0.0, 6.0], [5.0, 8.0]) == [5.0, 2.0]
+    # gloo's threads: the second (small) bucket finished at 2 ms, before the first (5 ms): nothing
+    # held it up, its own time is 2 - 0.1 = 1.9 ms (queueing behind the first gave it 0); the third
+    # queued behind both and starts at the later, 5 ms.
+    assert own_times([0.0, 0.1, 0.2], [5.0, 2.0, 6.0]) == pytest.approx([5.0, 1.9, 1.0])
 
 
 def test_bucket_times_survive_the_file() -> None:

@@ -211,10 +211,19 @@ def test_the_progress_bar_shows_only_on_a_terminal_after_a_second(monkeypatch):
         def stop(self): shown.append("stop")
 
     monkeypatch.setattr(prog, "Progress", FakeBar)
-    monkeypatch.setattr("sys.stderr", io.StringIO())  # not a terminal: nothing at all
-    with prog.SearchProgress(delay_s=0.0) as bar:
+    err = io.StringIO()
+    monkeypatch.setattr("sys.stderr", err)  # not a terminal: no bar, a plain line every LINE_EVERY_S
+    now = [0.0]
+    with prog.SearchProgress(delay_s=1.0, clock=lambda: now[0]) as bar:
+        for t, done in ((0.5, 1), (1.0, 2), (3.0, 3), (6.0, 4), (6.5, 5)):
+            now[0] = t
+            bar(done, 10)
+    assert shown == [] and err.getvalue().splitlines() == [
+        "Searching: 2 simulations of at most 10, 1 s (--quiet: no progress lines).",
+        "Searching: 4 simulations of at most 10, 6 s (--quiet: no progress lines)."]
+    with prog.SearchProgress(quiet=True, delay_s=0.0) as bar:  # --quiet: nothing
         bar(5, 10)
-    assert shown == []
+    assert len(err.getvalue().splitlines()) == 2
     monkeypatch.setattr(prog.sys.stderr, "isatty", lambda: True, raising=False)
     with prog.SearchProgress(delay_s=3600.0) as bar:  # a terminal, but a quick search: nothing either
         bar(5, 10)

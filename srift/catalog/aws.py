@@ -333,6 +333,11 @@ def refresh(infra: str = "aws", session: Any = None, progress: Progress | None =
         except SriftError as exc:
             failed[region] = exc.message
             say(f"{region}: FAILED, its prices are unchanged: {exc.message}")
+    if not texts and not failed:  # nothing usable came back: a refresh that did nothing is not a success
+        where = region_list[0] if len(region_list) == 1 else f"any of the {len(region_list)} regions"
+        raise SriftError(f"the AWS price list gives no usable on-demand price of a GPU instance type srift models in {where} "
+                         "(none listed, or none finite and above 0); nothing was written, the catalog in use is unchanged.",
+                         "try again later, or refresh a region that has GPU instances (--infra aws/us-east-1).")
     _write_cache(texts)
     for region in texts:
         say(f"{region}: {sum(r.region == region for r in written)} GPU instance types -> {cache_path('aws', region)}")
@@ -419,6 +424,6 @@ def _checked_csv(region: str, rows: list[Instance]) -> str:
 
 def _write_cache(texts: dict[str, str]) -> None:
     """Replace the cache files of every refreshed region together (all or none)."""
-    from srift.files import atomic_write_many
+    from srift.outputs import atomic_write_many
 
     atomic_write_many({cache_path("aws", region): text.encode("utf-8") for region, text in texts.items()})

@@ -89,6 +89,11 @@ def _bundled_rows(path: Path) -> list[Instance]:
     return _BUNDLED.get((str(path), st.st_mtime_ns, st.st_size), lambda: parse_rows(path.read_text(encoding="utf-8"), str(path)))
 
 
+def bundled_rows(cloud: str) -> list[Instance]:
+    """The rows of srift's bundled catalog of ``cloud`` (no refreshed region swapped in)."""
+    return _bundled_rows(bundled_path(cloud))
+
+
 def _cloud_rows(cloud: str) -> dict[str, list[Instance]]:
     if cloud in _BY_REGION:
         return _BY_REGION[cloud]

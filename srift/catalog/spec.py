@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from srift.cache import CACHE_ENTRIES
 from srift.catalog.instances import Instance
 from srift.catalog.load import get_instance
-from srift.bounds import MAX_GPUS, MAX_NODE_GROUPS, MAX_NODES, shown
+from srift.bounds import MAX_GPUS, MAX_NODE_GROUPS, MAX_NODES, parse_number, shown
 from srift.catalog.network import NetworkFacts, efa_interfaces, facts_for
 from srift.catalog.transports import network_config
 from srift.cluster import EFA, ETHERNET, TCP_PLUGINS, Cluster, NodeGroup
@@ -51,7 +51,8 @@ def parse_spec(spec: str) -> list[tuple[str, int]]:
                 "write each part as an instance type with an optional count, e.g. p3.16xlarge:2.",
             )
         digits = (m.group("count") or "1").lstrip("0") or "0"
-        count = int(digits) if len(digits) <= 18 else MAX_NODES + 1  # 18 digits: int() of any length is not free
+        count = int(parse_number(digits[:19], f"instance count in {shown(raw)}", integer=True,  # 19 digits: above any bound
+                                 hint="use a count of 1 or more, e.g. p3.16xlarge:2."))
         if count < 1:
             raise SriftError(f"instance count in '{raw}' must be at least 1.", "use a count of 1 or more, e.g. p3.16xlarge:2.")
         if count > MAX_NODES:

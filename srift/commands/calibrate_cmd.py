@@ -8,7 +8,7 @@ import typer
 
 from srift import api
 from srift.cluster import NETWORKS
-from srift.bounds import MAX_CALIBRATION_BYTES, MAX_CALIBRATION_NPROC, MAX_CALIBRATION_REPS, MAX_CALIBRATION_SIZES, require, shown
+from srift.bounds import MAX_CALIBRATION_BYTES, MAX_CALIBRATION_NPROC, MAX_CALIBRATION_REPS, MAX_CALIBRATION_SIZES, parse_number, require, shown
 from srift.errors import SriftError, one_of
 from srift.report import profiling_view
 
@@ -20,10 +20,8 @@ def _sizes(text: str | None) -> list[int] | None:
     hint = f"e.g. --sizes 1024,1048576: 2 to {MAX_CALIBRATION_SIZES:,} sizes from 4 to {MAX_CALIBRATION_BYTES:,} bytes."
     if len(text) > MAX_CALIBRATION_SIZES * 12:
         raise SriftError(f"--sizes lists more than {MAX_CALIBRATION_SIZES:,} sizes.", hint)
-    try:
-        sizes = sorted({int(s) for s in text.split(",") if s.strip()})
-    except ValueError:
-        raise SriftError(f"--sizes {shown(text)} is not a comma-separated list of byte counts.", hint) from None
+    sizes = sorted({int(parse_number(s, f"--sizes entry {shown(s.strip(), 24)}", hint=hint, integer=True))
+                    for s in text.split(",") if s.strip()})
     if not 2 <= len(sizes) <= MAX_CALIBRATION_SIZES or sizes[0] < 4 or sizes[-1] > MAX_CALIBRATION_BYTES:
         raise SriftError(f"--sizes needs 2 to {MAX_CALIBRATION_SIZES:,} distinct sizes from 4 to {MAX_CALIBRATION_BYTES:,} bytes.", hint)
     return sizes

@@ -52,6 +52,7 @@ def recommend(
     out_file: Optional[str] = OUT_FILE,
     skypilot: Optional[str] = SKYPILOT,
     torchrun: bool = TORCHRUN,
+    quiet: bool = typer.Option(False, "--quiet", help="No progress lines on standard error during a long search."),
 ) -> None:
     """Recommend the best cloud GPU configurations for a training job (every AWS region by default; --infra for more)."""
     check_format(fmt, FORMATS)
@@ -63,7 +64,7 @@ def recommend(
                               confidence=confidence, include_unsupported=include_unsupported, diverse=diverse,
                               max_global_batch=max_global_batch)
     where = api.resolve_infra(infra, region, "aws")
-    with SearchProgress() as progress:
+    with SearchProgress(quiet=quiet) as progress:
         result = api.recommend(job, constraints, model=model, profiles=profile, infra=where, model_config=model_config,
                                progress=progress)
     if plot:

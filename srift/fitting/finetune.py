@@ -63,7 +63,7 @@ import numpy as np
 import pandas as pd
 
 from srift.cluster import INFINIBAND, Cluster, Network, NodeGroup
-from srift.job import LORA, Job
+from srift.job import DEFAULT_LORA_RANK, LORA, LORA_ALL_LINEAR, QLORA, Job
 from srift.profile import Profile
 from srift.simulate import Predictor
 from srift.simulate.finetune import LoraSpec, allocated_bytes
@@ -244,9 +244,12 @@ def _profile(model: str, tied_head: bool | None, seq_len: int, micro_batch: int)
 
 def predict_row(r) -> Prediction:  # r: a namedtuple or Series of COLUMNS
     """srift's prediction of one kept row (a NeMo row through the layout model: ``layout`` set)."""
+    adapters = r.finetune in (LORA, QLORA)  # the adapter settings of a row that trains adapters (Job refuses them otherwise)
     common = dict(seq_len=int(r.seq_len), precision="bf16", parallelism=r.parallelism,
-                  activation_checkpointing=r.checkpointing, finetune=r.finetune, lora_rank=int(r.lora_rank),
-                  lora_targets=r.lora_targets, nf4_double_quant=bool(r.nf4_double_quant), quantize_head=bool(r.quantize_head))
+                  activation_checkpointing=r.checkpointing, finetune=r.finetune,
+                  lora_rank=int(r.lora_rank) if adapters else DEFAULT_LORA_RANK,
+                  lora_targets=r.lora_targets if adapters else LORA_ALL_LINEAR, nf4_double_quant=bool(r.nf4_double_quant),
+                  quantize_head=bool(r.quantize_head) and r.finetune == QLORA)
     if isinstance(r.layout, str):
         vp = int(r.vp)
         job = Job(layout=r.layout, micro_batch_size=int(r.micro_batch), global_batch_size=int(r.global_batch),

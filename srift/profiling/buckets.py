@@ -5,8 +5,8 @@ asynchronously) and marks each bucket at the call and at the completion of its f
 (gloo) with ``time.perf_counter`` in the future's callback, on CUDA with events recorded on the
 stream before the all-reduce and in the callback (which runs once the collective's work is
 ordered on the stream). A bucket's time is its own: from when it was ready, or when the one
-before it finished if it queued behind it (``own_times``); the raw ready-to-done time is kept as
-``ready_to_done_s``. Times are averaged per bucket index over the measured iterations.
+before it finished if it queued behind it (``own_times``: only a bucket that finished first can
+have held it up); the raw ready-to-done time is kept as ``ready_to_done_s``. Times are averaged per bucket index over the measured iterations.
 
 The hook is registered after the first iteration, when the profiler has found the model (DDP
 allows that: a comm hook may be registered once, at any time). A script that registers its own
@@ -95,12 +95,19 @@ class BucketTimer:
 
 def own_times(ready_s: list[float], done_s: list[float]) -> list[float]:
     """Each bucket's own all-reduce time, in launch order (review item M12): from when it was
-    ready, or when the bucket before it on the communication stream finished if that is later (it
-    queued behind it), to its completion: ``done_k - max(ready_k, done_{k-1})``, not below 0."""
-    out, prev = [], float("-inf")
-    for ready, done in zip(ready_s, done_s):
-        out.append(max(done - max(ready, prev), 0.0))
-        prev = max(prev, done)
+    ready, or when a bucket launched before it finished if that is later (it queued behind it),
+    to its completion: ``done_k - max(ready_k, done_j for j < k with done_j <= done_k)``.
+
+    Only a bucket that finished before this one can have held it up. On one CUDA stream they
+    finish in launch order; gloo runs collectives on several threads, so a small bucket overtakes
+    a large one launched before it, and a completion callback on a preempted thread marks late:
+    taking the latest earlier completion, as if every bucket queued, gave a bucket that finished
+    first an own time of 0 (tests/test_profiler_script.py's DDP run on a loaded machine).
+    """
+    out = []
+    for k, (ready, done) in enumerate(zip(ready_s, done_s)):
+        held = [d for d in done_s[:k] if d <= done]
+        out.append(max(done - max([ready, *held]), 0.0))
     return out
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from rich.markup import escape
 
 from srift.bounds import MAX_NOTE_CHARS
-from srift.files import write_json
+from srift.outputs import write_json
 from srift.job import DDP
 from srift.report.format import console, error_text, plural, price_lines, print_json, usd
 from srift.report.table import Column, print_table

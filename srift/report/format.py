@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from srift.results import STALE_AFTER_DAYS
-from srift.files import atomic_write_text
+from srift.outputs import atomic_write_text
 
 
 def console(width: int = 140) -> Console:

@@ -34,10 +34,12 @@ from typing import Any
 
 import yaml
 
+from srift.catalog.load import bundled_rows
 from srift.catalog.network import efa_interfaces, facts_for
 from srift.cluster import EFA
 from srift.errors import SriftError
-from srift.files import atomic_write_text
+from srift.outputs import atomic_write_text
+from srift.report.skypilot_catalog import require_known
 from srift.results import LaunchGroup, LaunchPlan
 from srift.simulate.prediction import Prediction
 
@@ -141,6 +143,32 @@ def _rate_text(pred: Prediction) -> str:
     return f"{_rate(pred):,.0f} {unit}"
 
 
+def layout_env(plan: LaunchPlan) -> dict[str, str]:
+    """The parallel settings srift priced, for the training script and its launcher: a layout's
+    ``SRIFT_TP``, ``SRIFT_PP``, ``SRIFT_CP``, ``SRIFT_EP``, ``SRIFT_VP``, ``SRIFT_MICRO_BATCH`` and
+    ``SRIFT_PIPELINE_SCHEDULE``; a data-parallel job's per-GPU ``SRIFT_BATCH_SIZE`` (one group);
+    and ``SRIFT_GLOBAL_BATCH``. Megatron-LM takes them as ``--tensor-model-parallel-size``,
+    ``--pipeline-model-parallel-size``, ``--context-parallel-size``, ``--expert-model-parallel-size``,
+    ``--micro-batch-size`` and ``--global-batch-size``."""
+    pred = plan.prediction
+    env: dict[str, str] = {}
+    lay = pred.layout
+    if lay:
+        for key, name in (("tp", "TP"), ("pp", "PP"), ("cp", "CP"), ("ep", "EP"), ("vp", "VP"), ("micro_batch", "MICRO_BATCH"),
+                          ("schedule", "PIPELINE_SCHEDULE")):
+            if key in lay:
+                env[f"SRIFT_{name}"] = str(lay[key])
+    elif len({g.per_gpu_batch for g in plan.groups}) == 1 and plan.groups[0].per_gpu_batch is not None:
+        env["SRIFT_BATCH_SIZE"] = str(plan.groups[0].per_gpu_batch)
+    env["SRIFT_GLOBAL_BATCH"] = str(pred.global_batch_size)
+    return env
+
+
+MEGATRON_FLAGS = ('--tensor-model-parallel-size "$SRIFT_TP" --pipeline-model-parallel-size "$SRIFT_PP" '
+                  '--context-parallel-size "$SRIFT_CP" --expert-model-parallel-size "$SRIFT_EP" '
+                  '--micro-batch-size "$SRIFT_MICRO_BATCH" --global-batch-size "$SRIFT_GLOBAL_BATCH"')
+
+
 def skypilot_task(plan: LaunchPlan) -> dict[str, Any]:
     """The SkyPilot task of a one-group catalog configuration, as the YAML document's mapping.
 
@@ -154,7 +182,7 @@ def skypilot_task(plan: LaunchPlan) -> dict[str, Any]:
     if inst.accelerators:  # SkyPilot's name and count; a row refreshed from AWS's API has none (the type says it)
         resources["accelerators"] = inst.accelerators
     resources["use_spot"] = group.spot
-    envs = {"TRAIN_SCRIPT": DEFAULT_SCRIPT}
+    envs = {"TRAIN_SCRIPT": DEFAULT_SCRIPT, **layout_env(plan)}
     if efa_group(plan) is not None:
         resources["network_tier"] = "best"  # SkyPilot attaches EFA only at this tier
         envs.update(efa_env(group))
@@ -192,9 +220,9 @@ def skypilot_yaml(plan: LaunchPlan) -> str:
         "  setup: |",
         "    pip install -r requirements.txt",
     ]
-    if "skypilot" not in group.instance.source.lower():
-        notes.append(f"Note: srift lists {group.instance.instance_type} from {group.instance.source}, not from SkyPilot's "
-                     "catalog; if `sky launch` does not know it yet, choose another row.")
+    if plan.prediction.layout:
+        notes.append("The layout srift priced is in envs (SRIFT_TP, SRIFT_PP, ...): pass it to your launcher, e.g. Megatron-LM's "
+                     + MEGATRON_FLAGS.replace('"', "") + " in TRAIN_SCRIPT.")
     notes += efa_notes(plan)
     header = "".join(f"# {line}\n" for line in notes)
     return header + yaml.dump(task, Dumper=_TaskDumper, sort_keys=False, default_flow_style=False, width=1000)
@@ -214,6 +242,10 @@ def torchrun_lines(plan: LaunchPlan, script: str = DEFAULT_SCRIPT) -> list[str]:
     node's own ``--nproc_per_node`` (mixed clusters differ per group).
     """
     lines = [f"# {plan.summary()}"]
+    settings = " ".join(f"{k}={v}" for k, v in layout_env(plan).items()) + " "
+    lines.append("# Each line sets what srift priced (SRIFT_*) for your script and its launcher.")
+    if plan.prediction.layout:
+        lines.append(f"# e.g. Megatron-LM: {MEGATRON_FLAGS}")
     group = efa_group(plan)
     if group is not None:
         env = " ".join(f"{k}={v}" for k, v in efa_env(group).items())
@@ -221,7 +253,7 @@ def torchrun_lines(plan: LaunchPlan, script: str = DEFAULT_SCRIPT) -> list[str]:
         lines += [f"# {line}" for line in efa_notes(plan, launcher="torchrun")]
     if plan.nodes == 1:
         g = plan.groups[0]
-        return lines + [f"torchrun --standalone --nproc_per_node={g.gpus_per_node} {script}"]
+        return lines + [f"{settings}torchrun --standalone --nproc_per_node={g.gpus_per_node} {script}"]
     lines.append(f"# Run line R on node R; replace {MASTER_PLACEHOLDER} with node 0's address (port {MASTER_PORT} open "
                  "between the nodes).")
     rank = 0
@@ -230,7 +262,7 @@ def torchrun_lines(plan: LaunchPlan, script: str = DEFAULT_SCRIPT) -> list[str]:
             batch = f", batch {g.per_gpu_batch} per GPU" if g.per_gpu_batch is not None else ""
             lines.append(f"# {g.label}{batch}")
         for _ in range(g.nodes):
-            lines.append(f"torchrun --nnodes={plan.nodes} --nproc_per_node={g.gpus_per_node} --node_rank={rank} "
+            lines.append(f"{settings}torchrun --nnodes={plan.nodes} --nproc_per_node={g.gpus_per_node} --node_rank={rank} "
                          f"--master_addr={MASTER_PLACEHOLDER} --master_port={MASTER_PORT} {script}")
             rank += 1
     return lines
@@ -241,10 +273,13 @@ def check(plan: LaunchPlan, skypilot: str | None) -> LaunchPlan:
     """The plan, once it is known to be expressible as asked: call it before printing anything.
 
     Raises:
-        SriftError: when a SkyPilot task is asked for a mixed cluster or a cluster file.
+        SriftError: when a SkyPilot task is asked for a mixed cluster, a cluster file, or an
+            instance type SkyPilot does not know (srift/report/skypilot_catalog.py).
     """
     if skypilot:
-        _single_group(plan)
+        inst = _single_group(plan).instance
+        assert inst is not None
+        require_known(inst, plan.nodes, bundled_rows(inst.cloud))
     return plan
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from srift import DISTRIBUTION
 from srift.errors import SriftError
-from srift.files import atomic_open
+from srift.outputs import atomic_open
+from srift.text import plot_label
 from srift.report.recommend_view import header
 from srift.results import RecommendResult
 from srift.search.rank import Candidate
@@ -93,22 +94,22 @@ def plot_recommend(result: RecommendResult, path: str) -> Path:
         ax.scatter(*_xy(data.violating), s=8, c="#d9d9d9", label="misses a limit", zorder=1)
     colours = plt.get_cmap("tab20" if len(data.by_gpu) > 10 else "tab10")
     for i, (gpus, points) in enumerate(data.by_gpu.items()):
-        ax.scatter(*_xy(points), s=12, color=colours(i % colours.N), alpha=0.75, label=gpus, zorder=2)
+        ax.scatter(*_xy(points), s=12, color=colours(i % colours.N), alpha=0.75, label=plot_label(gpus), zorder=2)
     if data.frontier:
         ax.plot(*_xy(data.frontier), "-", c="#555555", lw=1.2, label="Pareto frontier", zorder=3)
     if data.budget_usd_per_hour is not None:
-        ax.axvline(data.budget_usd_per_hour, ls="--", c="#c44e52", lw=1.2, label=f"budget ${data.budget_usd_per_hour:,.2f}/h")
+        ax.axvline(data.budget_usd_per_hour, ls="--", c="#c44e52", lw=1.2, label=plot_label(f"budget ${data.budget_usd_per_hour:,.2f}/h"))
     if data.chosen is not None:
         ax.scatter(*data.chosen[1], s=260, marker="*", c="#c44e52", edgecolors="black", zorder=5,
-                   label=f"chosen: {data.chosen[0]}")
+                   label=plot_label(f"chosen: {data.chosen[0]}"))
     if data.best_one_node is not None:
         ax.scatter(*data.best_one_node[1], s=120, marker="D", facecolors="none", edgecolors="black", lw=1.5, zorder=5,
-                   label=f"best one node: {data.best_one_node[0]}")
+                   label=plot_label(f"best one node: {data.best_one_node[0]}"))
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("cluster price ($/hour)")
+    ax.set_xlabel(plot_label("cluster price ($/hour)"))
     ax.set_ylabel("expected throughput (samples/s)")
-    ax.set_title(data.title)
+    ax.set_title(plot_label(data.title, 400))
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     fig.tight_layout()

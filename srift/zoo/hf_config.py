@@ -217,6 +217,10 @@ def _moe_arch(model_type: str, data: dict[str, Any], path: Path) -> DecoderArch:
         fields["shared_intermediate"] = _positive_int(data, "n_shared_experts", path, default=0) * moe_width
         fields["dense_layers"] = _positive_int(data, "first_k_dense_replace", path, default=0) \
             if data.get("first_k_dense_replace") else 0
+        blocks = _positive_int(data, "num_hidden_layers", path)
+        if fields["dense_layers"] > blocks:
+            raise _bad(path, f"'first_k_dense_replace' is {fields['dense_layers']:,}, more than its {blocks:,} blocks "
+                             "(num_hidden_layers)")
         fields["router_bias"] = True  # e_score_correction_bias, one per routed expert
         if data.get("moe_layer_freq", 1) != 1:
             raise _bad(path, f"'moe_layer_freq' is {data['moe_layer_freq']!r}; srift models 1 (every block after "
