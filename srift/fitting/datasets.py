@@ -44,7 +44,7 @@ import yaml
 
 from srift.catalog import get_instance
 from srift.hardware import find_gpu, gpu as gpu_spec
-from srift.job import AMP, TF32
+from srift.job import AMP, FP32, TF32
 from srift.profile import Profile
 
 # Dataset model names -> (zoo profile name, sequence length). Only what maps honestly: the Lambda
@@ -427,13 +427,14 @@ def dlperf_scaling_rows(data_dir: Path, one_server: bool = False) -> pd.DataFram
 # repository (data/csc-ddp/README.md): NVLink 3 between Mahti's 4 A100 SXM4, NVLink 2 between
 # Puhti's 4 V100 SXM2, NCCL's InfiniBand transport at 200 Gb/s between nodes.
 CSC_CLUSTERS = {"mahti": ("A100-40GB", "nvswitch"), "puhti": ("V100-32GB", "nvlink")}
-CSC_DDP_LABELS = {"DDP, synthetic": TF32, "DDP, synthetic, fp16": AMP}
+CSC_DDP_LABELS = {"DDP, synthetic": FP32, "DDP, synthetic, fp16": AMP}
 CSC_NETWORK_GBPS = 200.0
 
 
 def load_csc(data_dir: Path) -> pd.DataFrame:
     """csc-ddp rows: torchvision ResNet-50, 32 images per GPU, synthetic data, PyTorch DDP (fp32:
-    TF32 convolutions, PyTorch's default on Ampere; fp16: autocast + GradScaler, srift's ``amp``) on
+    PyTorch's default, srift's ``fp32``: TF32 convolutions and, from PyTorch 1.12 on, FP32 matmuls;
+    PyTorch 1.11 ran matmuls in TF32 too, srift's ``tf32``; fp16: autocast + GradScaler, ``amp``) on
     1 and 4 GPUs of one node and 8 GPUs of two nodes (Mahti A100, Puhti V100; ``CSC_CLUSTERS``),
     one row per PyTorch build, GPU count and precision (the median of repeated rows), with a
     ``job`` key per cluster, build and precision, as ``load_dlperf``'s columns."""
@@ -445,6 +446,8 @@ def load_csc(data_dir: Path) -> pd.DataFrame:
         gpu, link = CSC_CLUSTERS[str(cluster)]
         per_node, nodes = int(g["gpus_per_node"].iloc[0]), int(g["nodes"].iloc[0])
         total, b, precision = float(g["value"].median()), 32, CSC_DDP_LABELS[str(label)]
+        if precision == FP32 and str(build).startswith("PyTorch 1.11"):
+            precision = TF32
         multi = nodes > 1
         out.append({
             "source": "csc-ddp/ml-benchmarks", "dataset_model": "resnet50", "model": "resnet50", "seq_len": None,
