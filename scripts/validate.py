@@ -197,12 +197,14 @@ def family(model: str) -> str:
 def multi_node_rows(data: Path) -> pd.DataFrame:
     """Every multi-node row the data map onto the zoo: ddl-benchmarks (27: three networks, 2-8
     servers of 4 RTX 2080 Ti, synthetic data), fast.ai's DAWNBench runs (3: 4-16 p3.16xlarge over
-    25 Gb/s TCP, JPEGs decoded on the vCPUs) and DLPerf's NVIDIA DeepLearningExamples runs (12: 2-4
-    nodes of 8 V100 SXM2 over 100 Gb/s EDR InfiniBand), with ``net`` (the network as measured) and
+    25 Gb/s TCP, JPEGs decoded on the vCPUs), DLPerf's NVIDIA DeepLearningExamples runs (12: 2-4
+    nodes of 8 V100 SXM2 over 100 Gb/s EDR InfiniBand) and CSC's ResNet-50 DDP runs (16: two nodes
+    of 4 A100 or 4 V100, fp32 and AMP, PyTorch 1.11-2.9), with ``net`` (the network as measured) and
     the 1-GPU and one-node times of the jobs that have them (``t1``, ``ref_time_s``: ddl, DLPerf)."""
     scal = datasets.multi_node_scaling_rows(data)
     scal["net"] = scal["network_label"].map({"ethernet-10g-tcp": "10 GbE TCP", "infiniband": "100 Gb/s InfiniBand",
-                                             "infiniband-edr": "100 Gb/s EDR IB, 8x V100"}).fillna("100 Gb/s TCP (IPoIB)")
+                                             "infiniband-edr": "100 Gb/s EDR IB, 8x V100",
+                                             "infiniband-csc": "IB (200 Gb/s assumed), 4x A100/V100"}).fillna("100 Gb/s TCP (IPoIB)")
     dawn = datasets.load_dawnbench_multinode(data)
     if len(dawn):
         dawn = dawn.assign(net="EC2 25 Gb/s TCP", network="ethernet", network_label="ec2-tcp", gpus_per_node=8)
@@ -210,6 +212,29 @@ def multi_node_rows(data: Path) -> pd.DataFrame:
     rows["silicon"] = rows["gpu"].map(silicon)
     rows["family"] = rows["model"].map(family)
     return rows
+
+
+def signed_by_source(nodes: pd.DataFrame, meas_col: str) -> None:
+    """The multi-node rows' signed error (predicted over measured - 1, %) per source and precision:
+    shipped fit, the row's source held out, and from the job's measured 1-GPU run (the multi-GPU
+    part alone); then, within each source and model, how that last error moves with the measured
+    compute speed (samples/s per GPU, 1-GPU run): a model whose error grows with compute speed is
+    wrong about overlap."""
+    def pct(col: str, s_: pd.DataFrame) -> pd.Series:
+        return (s_[col] / s_[meas_col] - 1.0) * 100.0
+
+    print(f"\n{'signed error by source (%)':<40}{'rows':>6}{'fit':>8}{'LOSO':>8}{'1-GPU':>8}{'LOSO MAPE':>11}")
+    for (src, prec), s_ in nodes.groupby(["source", "precision"], sort=False):
+        one = pct("from_one", s_).mean() if s_["from_one"].notna().all() else float("nan")
+        print(f"{'  ' + src + ' ' + prec:<40}{len(s_):>6}{pct('pred', s_).mean():>+8.1f}{pct('loso', s_).mean():>+8.1f}"
+              f"{one:>+8.1f}{pct('loso', s_).abs().mean():>11.1f}")
+    anchored = nodes[nodes["from_one"].notna()]
+    for (src, model), s_ in anchored.groupby(["source", "model"], sort=False):
+        speed = s_["batch_per_gpu"] / s_["t1"]
+        if len(s_) >= 3 and np.log(speed).std() > 0.05:
+            slope = float(np.polyfit(np.log(speed), pct("from_one", s_), 1)[0])
+            print(f"{'  ' + src + ' ' + model:<40}from its 1-GPU run: {slope:+.1f} % per e-fold of compute speed "
+                  f"({speed.min():.0f}-{speed.max():.0f} samples/s per GPU)")
 
 
 def refit_networks(scal: pd.DataFrame, profiles: datasets.ProfileSource, compute: C.ComputeParams,
@@ -832,6 +857,7 @@ def main() -> None:
         print(line5("  " + model, s_))
     for prec, s_ in nodes.groupby("precision"):
         print(line5("  " + prec, s_))
+    signed_by_source(nodes, meas_col)
     ddl_rows = nodes[nodes["from_one"].notna()]
     print(f"{'  from its 1-GPU run':<28}{len(ddl_rows):>6}{validation.mape(ddl_rows.from_one, ddl_rows[meas_col]):>8.1f}"
           "   (compute anchored on the job's measured 1-GPU time: the multi-GPU part's error alone)")
@@ -866,7 +892,7 @@ def main() -> None:
                        meas_col,
                        {"multi_node": ("ddl-benchmarks: 2-8 servers of 4 RTX 2080 Ti over 10 GbE TCP, 100 Gb/s TCP, "
                                        "100 Gb/s InfiniBand; DAWNBench: 4-16 p3.16xlarge; DLPerf: 2-4 nodes of 8 V100 "
-                                       "over 100 Gb/s InfiniBand"),
+                                       "over 100 Gb/s InfiniBand; CSC: 2 nodes of 4 A100 or 4 V100 over InfiniBand"),
                         "single_gpu_same_gpu": "the same runs on other systems of the same GPU model",
                         "single_gpu_other_gpu": "single-GPU runs anchored on another GPU or precision of the same model",
                         "one_node_same_gpu": "the same system's measured 1-GPU run, scaled by the simulator"},

@@ -50,6 +50,7 @@ from srift.results import (
 from srift.search import search
 from srift.search.confidence import at_confidence, uncertainty_of
 from srift.search.gpu_range import GpuRange, gpus_floor, layout_gpu_range, needed_flops_per_s
+from srift.search.hooks import compression_tip
 from srift.search.limits import Constraints, check_limits
 from srift.search.large_batch import GlobalBatchLimit, accumulation_choices, default_max_global_batch
 from srift.search.rank import SearchResult, objective_key
@@ -431,13 +432,17 @@ def recommend(job: Job, constraints: Constraints, model: str | None = None, prof
     assert best is not None
     predictor, found = best
     fallbacks: tuple[tuple[str, Prediction], ...] = ()
+    tip = None
     if found.recommendations:
         top = found.recommendations[0]
-        fallbacks = network_fallbacks(predictor.predict, resolve_cluster(top.instance, None, region=top.infra, spot=top.spot))
+        chosen = resolve_cluster(top.instance, None, region=top.infra, spot=top.spot)
+        fallbacks = network_fallbacks(predictor.predict, chosen)
+        tip = compression_tip(lambda j: Predictor(prof, j, more, flops, arch), predictor.job, chosen, top.prediction)
     return RecommendResult(found, constraints, predictor.job, prof.name, predictor.precision, predictor.ref_batch, seq, infra,
                            price_ages([(t.cloud, t.region) for t in parse_infra(infra)]), fallbacks,
                            grad_accum_searched=choices if len(choices) > 1 else (), global_batch_limit=limit,
-                           gpu_range=gpu_range, global_batch_defaulted=batch_defaulted)
+                           gpu_range=gpu_range, global_batch_defaulted=batch_defaulted,
+                           compression_tip=tip)
 
 
 def takes_default_layout(job: Job, constraints: Constraints) -> bool:

@@ -98,6 +98,44 @@ AUTO: Auto = "auto"
 ReduceDtype = Literal["fp32", "bf16", "fp16"]
 REDUCE_DTYPES: tuple[ReduceDtype, ...] = get_args(ReduceDtype)
 REDUCE_BYTES_PER_ELEMENT: dict[ReduceDtype, int] = {"fp32": 4, "bf16": 2, "fp16": 2}  # bytes per gradient element reduced
+# A DDP communication hook that compresses each gradient bucket for its all-reduce (PyTorch's
+# torch.distributed.algorithms.ddp_comm_hooks: fp16_compress_hook, bf16_compress_hook, PowerSGDState
+# + powerSGD_hook; priced in srift/perf/compression.py). FSDP and --layout jobs reduce in --reduce-dtype.
+GradHook = Literal["none", "fp16", "bf16", "powersgd"]
+GRAD_HOOKS: tuple[GradHook, ...] = get_args(GradHook)
+DEFAULT_POWERSGD_RANK = 1  # PowerSGDState(matrix_approximation_rank=1): torch 2.13.0 powerSGD_hook.py
+
+
+@dataclass(frozen=True)
+class GradCompression:
+    """``--grad-compression``: the hook and, for PowerSGD, its rank (``powersgd:4``)."""
+
+    hook: GradHook = "none"
+    rank: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> "GradCompression":
+        """``none``, ``fp16``, ``bf16``, ``powersgd`` (rank 1) or ``powersgd:RANK``.
+
+        Raises:
+            SriftError: for another word or a rank that is not a whole number from 1 to 1024.
+        """
+        hook, _, rank = str(text).strip().lower().partition(":")
+        if hook not in GRAD_HOOKS or (rank and hook != "powersgd"):
+            raise SriftError(f"unknown gradient compression '{text}'.",
+                             "use --grad-compression none, fp16, bf16, powersgd or powersgd:RANK (e.g. powersgd:4).")
+        if hook != "powersgd":
+            return cls(hook)
+        if rank and not rank.isdigit():
+            raise SriftError(f"PowerSGD's rank in '{text}' is not a whole number.", "pass e.g. --grad-compression powersgd:4.")
+        r = int(rank) if rank else DEFAULT_POWERSGD_RANK
+        require(r, "--grad-compression powersgd:RANK", 1, 1024, integer=True, hint="pass a rank from 1 to 1024, e.g. powersgd:4.")
+        return cls("powersgd", r)
+
+    def __str__(self) -> str:
+        return f"powersgd:{self.rank}" if self.hook == "powersgd" else self.hook
+
+
 # Data parallelism of a job with a --layout (srift/simulate/layouts.py): zero1 is Megatron's
 # distributed optimizer (gradients reduce-scattered, optimizer states sharded), ddp all-reduces;
 # fsdp and hsdp shard the parameters too, per block (FSDP2 under TP/PP/CP, as torchtitan runs it).
@@ -393,9 +431,12 @@ class Job:
         activation_checkpointing: One of CHECKPOINTING, or ``auto`` (with ``parallelism``).
         grad_accum: Micro-batches of ``batch_size`` per optimizer step (gradient accumulation):
             one iteration is one optimizer step of ``batch_size x grad_accum`` samples per GPU.
-        reduce_dtype: Gradient reduction dtype (FSDP MixedPrecision ``reduce_dtype``; DDP's
-            all-reduce): ``fp32`` (torchtitan's and Composer's default, and DDP's under autocast),
-            ``bf16`` or ``fp16`` (a DDP compression hook, or apex AMP O2's half gradients).
+        reduce_dtype: Gradient reduction dtype of FSDP/HSDP (MixedPrecision ``reduce_dtype``) and
+            of a ``--layout``'s data parallelism: ``fp32`` (torchtitan's and Composer's default),
+            ``bf16`` or ``fp16``. Plain DDP's wire format is ``grad_compression``.
+        grad_compression: Plain DDP's communication hook (``GradCompression.parse``): ``none``
+            (DDP's all-reduce of the gradients in their dtype, fp32 under autocast), ``fp16``,
+            ``bf16`` or ``powersgd[:RANK]``.
         bucket_cap_mb: DDP's ``bucket_cap_mb``: gradients per all-reduce bucket, MiB (PyTorch's
             default 25). A cap above the model's gradients makes one all-reduce after backward,
             nothing of it hidden (apex DDP with a large ``message_size``; a flat all-reduce after
@@ -451,6 +492,7 @@ class Job:
     activation_checkpointing: Checkpointing | Auto = AUTO
     grad_accum: int = 1
     reduce_dtype: ReduceDtype = "fp32"
+    grad_compression: str = "none"
     bucket_cap_mb: float = 25.0
     fused_loss: bool = False
     data_loading: DataLoading | None = None
@@ -500,6 +542,7 @@ class Job:
         require_choice(self.activation_checkpointing, (*CHECKPOINTING, AUTO), "activation checkpointing",
                        "--activation-checkpointing")
         require_choice(self.reduce_dtype, REDUCE_DTYPES, "reduce dtype", "--reduce-dtype")
+        self._check_grad_compression()
         require(self.bucket_cap_mb, "--bucket-cap-mb", 0.0, MAX_BUCKET_CAP_MB, low_open=True,
                 hint=f"pass --bucket-cap-mb above 0, at most {MAX_BUCKET_CAP_MB:,}.")
         if self.finetune is not None:
@@ -514,6 +557,25 @@ class Job:
             raise SriftError(f"K-FAC is modelled with DDP only, not with --parallelism {self.parallelism}.",
                              "use --parallelism ddp with --optimizer kfac.")
         self._check_applies()
+
+    def _check_grad_compression(self) -> None:
+        """One concept per data-parallel flavour: plain DDP's wire format is its comm hook, FSDP's
+        and a layout's is their reduce dtype."""
+        hook = GradCompression.parse(self.grad_compression)
+        object.__setattr__(self, "grad_compression", str(hook))
+        if hook.hook != "none" and (self.layout is not None or self.parallelism not in (DDP, AUTO)):
+            raise SriftError(f"--grad-compression {hook} is a DDP communication hook; this job runs "
+                             f"{'a --layout' if self.layout is not None else self.parallelism}.",
+                             "drop it, and set --reduce-dtype for FSDP's or the layout's gradient reduction.")
+        if self.parallelism == DDP and self.layout is None and self.reduce_dtype != FP32:
+            raise SriftError(f"--reduce-dtype {self.reduce_dtype} is FSDP's MixedPrecision setting; plain DDP "
+                             "all-reduces through its communication hook.",
+                             f"use --grad-compression {self.reduce_dtype} (DDP's {self.reduce_dtype}_compress_hook).")
+
+    @property
+    def compression(self) -> GradCompression:
+        """Plain DDP's communication hook (``grad_compression`` parsed)."""
+        return GradCompression.parse(self.grad_compression)
 
     def _check_layout(self) -> None:
         if self.micro_batch_size is not None:

@@ -151,9 +151,10 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("activation_checkpointing", "str", AUTO, f"{one_of((*CHECKPOINTING, AUTO))} (per transformer block; "
               "selective: torchtitan's per-op policy; with --layout, Megatron-Core's attention-core recompute, and auto tries "
               "its norm/expert-activation modules before full).", choices=(*CHECKPOINTING, AUTO)),
-    JobOption("reduce_dtype", "str", "fp32", f"{one_of(REDUCE_DTYPES)}: dtype gradients are reduced in (FSDP "
-              "MixedPrecision reduce_dtype; DDP: fp32 under autocast, half with a compression hook or apex AMP O2).",
+    JobOption("reduce_dtype", "str", "fp32", f"{one_of(REDUCE_DTYPES)}: dtype FSDP/HSDP and a --layout reduce gradients "
+              "in (MixedPrecision reduce_dtype); plain DDP: --grad-compression.",
               choices=REDUCE_DTYPES),
+    JobOption("grad_compression", "text", "none", "Plain DDP's communication hook: none, fp16, bf16 (fp16/bf16_compress_hook) or powersgd[:RANK] (PowerSGD, rank 1 by default; costs accuracy, see docs/grad-compression.md).", example="bf16"),
     JobOption("bucket_cap_mb", "float", 25.0, "DDP's gradient bucket cap, MiB (above the model's gradients: one "
               "all-reduce after backward, none of it hidden).", high=MAX_BUCKET_CAP_MB),
     JobOption("fused_loss", "bool", False, "The loss is a fused cross-entropy kernel (flash-attn, llm-foundry, Liger) "

@@ -18,7 +18,8 @@
     parallelism: auto          # ddp | zero2 | fsdp | hsdp | auto
     activation_checkpointing: auto  # none | selective | full | auto
     grad_accum: 1              # micro-batches per optimizer step
-    reduce_dtype: fp32         # fp32 | bf16 | fp16: the dtype gradients are reduced in
+    reduce_dtype: fp32         # fp32 | bf16 | fp16: the dtype FSDP (or a layout) reduces gradients in
+    grad_compression: none     # DDP's communication hook: none | fp16 | bf16 | powersgd[:RANK]
     bucket_cap_mb: 25          # DDP's gradient bucket cap, MiB
     fused_loss: false          # a fused cross-entropy kernel (no fp32 copy of the logits)
     instance: p3.16xlarge:2    # optional; without it: what `srift recommend` would choose

@@ -13,6 +13,7 @@ from srift.catalog.provenance import PriceProvenance
 from srift.job import Job
 from srift.search.confidence import AtConfidence, Uncertainty
 from srift.search.gpu_range import GpuRange
+from srift.search.hooks import CompressionTip
 from srift.search.large_batch import GlobalBatchLimit
 from srift.search.limits import Constraints, LimitCheck
 from srift.search.rank import SearchResult
@@ -144,6 +145,8 @@ class RecommendResult:
         gpu_range: The GPU counts a layout search covered when ``--max-gpus`` was not given.
         global_batch_defaulted: A layout search's global batch is the family's published one
             (``global_batch_limit``), not ``--global-batch-size``.
+        compression_tip: A DDP communication hook that would make the chosen configuration
+            faster by more than its typical error (srift/search/hooks.py), or None.
     """
 
     search: SearchResult
@@ -160,6 +163,7 @@ class RecommendResult:
     global_batch_limit: GlobalBatchLimit | None = None
     gpu_range: GpuRange | None = None
     global_batch_defaulted: bool = False
+    compression_tip: CompressionTip | None = None
     schema: str = RECOMMEND_SCHEMA
 
 

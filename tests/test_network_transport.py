@@ -215,3 +215,31 @@ def test_nccl_socket_throughput_with_one_and_four_threads_at_the_shipped_rate():
     assert (params.sockets_on(None)[0].threads, params.sockets_on(None)[0].sockets_per_thread) == (1, 1)
     assert (params.sockets_on("aws")[0].threads, params.sockets_on("aws")[0].sockets_per_thread) == (2, 8)
     assert params.sockets_on("gcp")[0].threads == 4
+
+
+@pytest.mark.parametrize("placement_group, flow_gbps", [(False, 5.0), (True, 10.0)])
+def test_nccl_socket_throughput_of_one_and_eight_flows_on_a_25_gbps_vm(placement_group, flow_gbps):
+    # p3.16xlarge: 25 Gb/s over TCP (no EFA), jumbo frames (9001-byte MTU: 8949/9039 of the wire for
+    # TCP payload). EC2 caps one TCP flow at 5 Gb/s outside a cluster placement group, 10 inside.
+    import dataclasses
+
+    params = load_params()
+    sockets = params.networks["ethernet"]
+    r = sockets.per_thread_gbps
+    group = cluster_from_spec("p3.16xlarge:2", placement_group=placement_group).node_groups[0]
+    assert (group.network_gbps, group.single_flow_gbps, group.placement_group) == (25.0, flow_gbps, placement_group)
+    link = 25.0 * 8949 / 9039
+    # One flow (NCCL before 2.4.8, or NCCL_SOCKET_NTHREADS=1 NCCL_NSOCKS_PERTHREAD=1): the flow cap.
+    one = net_rate(dataclasses.replace(group, nccl_socket_threads=1, nccl_nsocks_perthread=1), sockets, params)
+    assert one.limit == "flows" and one.bytes_per_s == pytest.approx(flow_gbps * 1e9 / 8)
+    # Eight flows (2 threads x 4 sockets): 8 x 5 = 40 or 8 x 10 = 80 Gb/s of flows and 2 x r of
+    # threads, both above the link: the link's TCP share.
+    eight = net_rate(dataclasses.replace(group, nccl_socket_threads=2, nccl_nsocks_perthread=4), sockets, params)
+    assert min(8 * flow_gbps, 2 * r) > link
+    assert eight.limit == "link" and eight.bytes_per_s == pytest.approx(link * 1e9 / 8)
+    # A 100 MB ring all-reduce over 2 nodes x 8 GPUs: 2 x 15/16 of it crosses each node's network.
+    for rate, g in ((one, dataclasses.replace(group, nccl_socket_threads=1, nccl_nsocks_perthread=1)),
+                    (eight, dataclasses.replace(group, nccl_socket_threads=2, nccl_nsocks_perthread=4))):
+        model = CommModel(Cluster("p3", (g,)), params)
+        bw = rate.bytes_per_s * float(sockets.efficiency_at(np.array([1e8]), rate.bytes_per_s)[0])
+        assert model.allreduce_time_s(1e8) == pytest.approx(2 * 15 / 16 * 1e8 / bw, rel=0.02)  # + the ring's latency

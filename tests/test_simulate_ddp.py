@@ -1,5 +1,6 @@
 """The simulator pinned on hand-computed cases."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -8,6 +9,8 @@ import pytest
 from srift.catalog.spec import cluster_from_spec
 from srift.cluster import Cluster, NodeGroup
 from srift.job import Job
+from srift.perf.comm import load_params
+from srift.profile import DeviceInfo, PhaseTimes
 from srift.perf.quantiles import Z90
 from srift.simulate import Predictor, predict
 from srift.simulate.ddp import FIRST_BUCKET_BYTES, bucket_layout, comm_end_s
@@ -201,10 +204,65 @@ def test_a_bucket_cap_above_the_gradients_all_reduces_once_after_backward():
     assert predict(prof, calibrated_cluster()).breakdown["exposed_comm"] < c - 0.05  # part of it behind backward
 
 
-def test_half_precision_reduce_dtype_halves_ddp_gradient_bytes():
+def _resnet50_at(backward_s: float):
+    """The zoo's ResNet-50 (32 images) as if measured on a T4: forward half of backward, each
+    layer's share of both in proportion to its FLOPs."""
+    prof = load_builtin_profile("resnet50", 32)
+    fwd = sum(x.fwd_flops for x in prof.layers)
+    bwd = sum(x.bwd_flops for x in prof.layers)
+    layers = [dataclasses.replace(x, fwd_s=backward_s / 2 * x.fwd_flops / fwd, bwd_s=backward_s * x.bwd_flops / bwd)
+              for x in prof.layers]
+    return dataclasses.replace(prof, layers=layers, device=DeviceInfo("test T4", "cuda", "T4"),
+                               phases=PhaseTimes(data_s=0.0, forward_s=backward_s / 2, backward_s=backward_s, optimizer_s=0.0,
+                                                 total_s=1.5 * backward_s))
+
+
+@pytest.mark.parametrize("backward_s", [0.120, 0.030])  # fp32 and AMP speeds (4x: tensor cores)
+def test_exposed_all_reduce_of_a_resnet50_step_by_hand(backward_s):
+    # DDP's buckets of ResNet-50's fp32 gradients (AMP's too: autocast keeps fp32 parameters): the
+    # fc's 8,196,000 bytes close the 1 MiB first bucket alone; the next close at 25 MiB. Two
+    # workers whose all-reduce moves 2.5 GB/s (0.4 ns per byte): 102 MB take 40.9 ms.
+    prof = _resnet50_at(backward_s)
+    sizes = bucket_layout(prof).sizes_bytes
+    assert sizes[0] == 8_196_000 and float(sizes.sum()) == 4 * 25_557_032
+    s_per_byte = 0.4e-9
+    comm = sizes * s_per_byte
+    # When each bucket's last gradient is ready: backward runs the layers in reverse.
+    order = prof.gradient_order()
+    bounds = [*bucket_layout(prof).starts.tolist(), len(order)]
+    done, ready, t = {}, [], backward_s / 2
+    for x in reversed(prof.layers):
+        t += x.bwd_s
+        done[x.name] = t
+    ready = [max(done[x.name] for x in order[a:b]) for a, b in zip(bounds, bounds[1:])]
+    end = 0.0
+    for r, c in zip(ready, comm):  # one stream: a bucket starts when ready and the previous is done
+        end = max(r, end) + c
+    exposed = max(0.0, end - 1.5 * backward_s)
+    p = predict(prof, calibrated_cluster(2, s_per_byte))
+    assert p.breakdown["exposed_comm"] == pytest.approx(exposed, rel=1e-6)
+    k = load_params().overlap_interference
+    assert p.breakdown["comm_interference"] == pytest.approx(k * (float(comm.sum()) - exposed), rel=1e-6)
+    if backward_s == 0.120:
+        # fp32: backward outlasts the all-reduces, so only the last bucket (conv1 and layer1, ready
+        # when backward ends) is exposed.
+        assert exposed == pytest.approx(comm[-1])
+    else:
+        # AMP: backward (30 ms) is shorter than the all-reduce (40.9 ms): from some bucket on the
+        # stream never idles, and the exposed part is the latest of (a bucket's ready time + the
+        # all-reduces from it on) past the end of backward: 3.5 times fp32's, the same bytes.
+        tail = max(r + float(comm[i:].sum()) for i, r in enumerate(ready))
+        assert exposed == pytest.approx(tail - 1.5 * backward_s)
+        assert exposed > 3 * comm[-1]
+
+
+def test_a_16_bit_hook_halves_ddp_gradient_bytes():
     # ResNet-50's 25,557,032 fp32 gradients: 4 bytes each on the wire by default (autocast), 2 with
-    # --reduce-dtype fp16 (fp16_compress_hook, or apex AMP O2's fp16 gradients) or bf16.
+    # --grad-compression fp16 or bf16 (fp16/bf16_compress_hook); DDP cuts the buckets on the fp32
+    # gradients either way.
     prof = load_builtin_profile("resnet50", 64)
-    for dtype, per in (("fp32", 4), ("fp16", 2), ("bf16", 2)):
-        sizes = Predictor(prof, Job(batch_size=64, precision="amp", reduce_dtype=dtype)).bucket_sizes_bytes
-        assert float(np.sum(sizes)) == per * 25_557_032, dtype
+    for hook, per in (("none", 4), ("fp16", 2), ("bf16", 2)):
+        pred = Predictor(prof, Job(batch_size=64, precision="amp", grad_compression=hook))
+        assert float(np.sum(pred.bucket_sizes_bytes)) == per * 25_557_032, hook
+        assert len(pred.bucket_sizes_bytes) == len(bucket_layout(prof).sizes_bytes)
+

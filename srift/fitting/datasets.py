@@ -24,6 +24,8 @@ Data used (each folder's README names its source):
   networks' latency are fitted on its multi-node rows, as ratios to the same job on one server.
 - dlperf-v100-ib: NVIDIA DeepLearningExamples ResNet-50 and BERT-base pre-training on 1-4 nodes of
   8 V100 SXM2 over 100 Gb/s InfiniBand (``load_dlperf``): a multi-node source like ddl-benchmarks.
+- csc-ddp: ResNet-50 with PyTorch DDP on 1, 4 and 8 A100 / V100 (two nodes), fp32 and AMP, nine
+  PyTorch builds (``load_csc``): a third multi-node source of the same shape.
 
 ``ProfileSource`` gives the srift profile of a measured row's model.
 """
@@ -42,7 +44,7 @@ import yaml
 
 from srift.catalog import get_instance
 from srift.hardware import find_gpu, gpu as gpu_spec
-from srift.job import AMP, REDUCE_BYTES_PER_ELEMENT, TF32, ReduceDtype
+from srift.job import AMP, FP32, TF32
 from srift.profile import Profile
 
 # Dataset model names -> (zoo profile name, sequence length). Only what maps honestly: the Lambda
@@ -368,9 +370,9 @@ DLE_BERT_MESSAGE_ELEMENTS = 250_000_000
 
 def dle_bert_allreduce(precision: str) -> dict[str, Any]:
     """How DLE BERT pre-training all-reduces its gradients (``DLE_BERT_MESSAGE_ELEMENTS``), as a
-    row's ``bucket_cap_mb`` and ``reduce_dtype`` (the Job's)."""
-    dtype: ReduceDtype = "fp16" if precision == AMP else "fp32"
-    return {"bucket_cap_mb": DLE_BERT_MESSAGE_ELEMENTS * REDUCE_BYTES_PER_ELEMENT[dtype] / 2**20, "reduce_dtype": dtype}
+    row's ``bucket_cap_mb`` (one bucket: 250M elements of fp32) and ``grad_compression`` (the
+    Job's: fp16 on the wire under AMP, as ``--allreduce_post_accumulation_fp16`` reduces)."""
+    return {"bucket_cap_mb": DLE_BERT_MESSAGE_ELEMENTS * 4 / 2**20, "grad_compression": "fp16" if precision == AMP else "none"}
 
 
 def load_dlperf(data_dir: Path) -> pd.DataFrame:
@@ -420,11 +422,62 @@ def dlperf_scaling_rows(data_dir: Path, one_server: bool = False) -> pd.DataFram
     return multi.assign(t1=multi["job"].map(one_gpu).to_numpy(), ref_time_s=multi["job"].map(node).to_numpy())
 
 
+# csc-ddp: the clusters srift prices (LUMI's MI250X is not one) -> (GPU, intra-node link), and the
+# rows of the source's plain DDP script. Links and the network are not stated in the source
+# repository (data/csc-ddp/README.md): NVLink 3 between Mahti's 4 A100 SXM4, NVLink 2 between
+# Puhti's 4 V100 SXM2, NCCL's InfiniBand transport at 200 Gb/s between nodes.
+CSC_CLUSTERS = {"mahti": ("A100-40GB", "nvswitch"), "puhti": ("V100-32GB", "nvlink")}
+CSC_DDP_LABELS = {"DDP, synthetic": FP32, "DDP, synthetic, fp16": AMP}
+CSC_NETWORK_GBPS = 200.0
+
+
+def load_csc(data_dir: Path) -> pd.DataFrame:
+    """csc-ddp rows: torchvision ResNet-50, 32 images per GPU, synthetic data, PyTorch DDP (fp32:
+    PyTorch's default, srift's ``fp32``: TF32 convolutions and, from PyTorch 1.12 on, FP32 matmuls;
+    PyTorch 1.11 ran matmuls in TF32 too, srift's ``tf32``; fp16: autocast + GradScaler, ``amp``) on
+    1 and 4 GPUs of one node and 8 GPUs of two nodes (Mahti A100, Puhti V100; ``CSC_CLUSTERS``),
+    one row per PyTorch build, GPU count and precision (the median of repeated rows), with a
+    ``job`` key per cluster, build and precision, as ``load_dlperf``'s columns."""
+    df = pd.read_csv(Path(data_dir) / "csc-ddp" / "csc-ml-benchmarks-ddp.csv")
+    df = df[df["cluster"].isin(list(CSC_CLUSTERS)) & df["benchmark_label"].isin(list(CSC_DDP_LABELS))
+            & df["model"].str.startswith("resnet50") & df["total_gpus"].isin([1, 4, 8]) & df["value"].notna()]
+    out = []
+    for (cluster, build, label, n), g in df.groupby(["cluster", "framework", "benchmark_label", "total_gpus"]):
+        gpu, link = CSC_CLUSTERS[str(cluster)]
+        per_node, nodes = int(g["gpus_per_node"].iloc[0]), int(g["nodes"].iloc[0])
+        total, b, precision = float(g["value"].median()), 32, CSC_DDP_LABELS[str(label)]
+        if precision == FP32 and str(build).startswith("PyTorch 1.11"):
+            precision = TF32
+        multi = nodes > 1
+        out.append({
+            "source": "csc-ddp/ml-benchmarks", "dataset_model": "resnet50", "model": "resnet50", "seq_len": None,
+            "label": f"{cluster} {nodes}x {min(int(n), per_node)}x {gpu} {build}", "gpu": gpu, "n_gpus": int(n),
+            "precision": precision, "batch_per_gpu": b, "throughput_total": total, "iteration_time_s": b * int(n) / total,
+            "nodes": nodes, "gpus_per_node": min(int(n), per_node), "intra_node": link,
+            "network": "infiniband" if multi else "", "network_gbps": CSC_NETWORK_GBPS if multi else 0.0,
+            "network_label": "infiniband-csc" if multi else "", "data_loading": "synthetic",
+            "job": f"{cluster}/{build}/{precision}",
+        })
+    return pd.DataFrame(out)
+
+
+def csc_scaling_rows(data_dir: Path, one_server: bool = False) -> pd.DataFrame:
+    """csc-ddp's two-node rows (with ``one_server`` its 4-GPU rows too) with each job's measured
+    1-GPU time (``t1``) and one-node 4-GPU time (``ref_time_s``), as ``ddl_scaling_rows``."""
+    rows = load_csc(data_dir)
+    one_gpu = rows[rows["n_gpus"] == 1].set_index("job")["iteration_time_s"]
+    node = rows[(rows["nodes"] == 1) & (rows["n_gpus"] == 4)].set_index("job")["iteration_time_s"]
+    multi = rows[(rows["n_gpus"] > 1) if one_server else (rows["nodes"] > 1)]
+    multi = multi[multi["job"].isin(one_gpu.index) & multi["job"].isin(node.index)].reset_index(drop=True)
+    return multi.assign(t1=multi["job"].map(one_gpu).to_numpy(), ref_time_s=multi["job"].map(node).to_numpy())
+
+
 def multi_node_scaling_rows(data_dir: Path, one_server: bool = False) -> pd.DataFrame:
     """Every multi-node source whose jobs were also measured on one GPU and one node (ddl-benchmarks,
-    dlperf-v100-ib), with ``t1`` and ``ref_time_s``: what the network fit compares with
+    dlperf-v100-ib, csc-ddp), with ``t1`` and ``ref_time_s``: what the network fit compares with
     (``srift.fitting.comm_fit.fit_ddl_networks``). Sources without those (DAWNBench) are in no fit."""
-    return pd.concat([ddl_scaling_rows(data_dir, one_server), dlperf_scaling_rows(data_dir, one_server)], ignore_index=True)
+    return pd.concat([ddl_scaling_rows(data_dir, one_server), dlperf_scaling_rows(data_dir, one_server),
+                      csc_scaling_rows(data_dir, one_server)], ignore_index=True)
 
 
 NCCL_COLUMNS = ["source", "nodes", "gpus_per_node", "intra_node", "network_gbps", "network", "size_bytes", "time_s"]

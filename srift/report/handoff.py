@@ -48,6 +48,31 @@ DEFAULT_SCRIPT = "train.py"
 MASTER_PLACEHOLDER = "MASTER_ADDR"
 
 
+# ---- DDP communication hook (--grad-compression) --------------------------------------------------
+def hook_lines(pred: Prediction) -> list[str]:
+    """The two lines that register the prediction's DDP communication hook, after ``model =
+    DistributedDataParallel(...)`` in the user's script (torch 2.13.0 ddp_comm_hooks); none without one."""
+    hook = pred.grad_compression
+    if not hook:
+        return []
+    if hook.startswith("powersgd"):
+        rank = hook.partition(":")[2] or "1"
+        return ["from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powerSGD",
+                f"model.register_comm_hook(powerSGD.PowerSGDState(process_group=None, matrix_approximation_rank={rank}), "
+                "powerSGD.powerSGD_hook)"]
+    return ["from torch.distributed.algorithms.ddp_comm_hooks import default_hooks",
+            f"model.register_comm_hook(None, default_hooks.{hook}_compress_hook)"]
+
+
+def hook_notes(pred: Prediction) -> list[str]:
+    """Comment lines saying where the hook's two lines go (none without a hook)."""
+    lines = hook_lines(pred)
+    if not lines:
+        return []
+    return [f"srift predicted this with --grad-compression {pred.grad_compression}: add these two lines to your script "
+            "right after wrapping the model in DistributedDataParallel:", *(f"  {line}" for line in lines)]
+
+
 # ---- SkyPilot ----------------------------------------------------------------------------------
 def _single_group(plan: LaunchPlan) -> LaunchGroup:
     """The one group of identical catalog nodes a SkyPilot task can ask for.
@@ -223,7 +248,7 @@ def skypilot_yaml(plan: LaunchPlan) -> str:
     if plan.prediction.layout:
         notes.append("The layout srift priced is in envs (SRIFT_TP, SRIFT_PP, ...): pass it to your launcher, e.g. Megatron-LM's "
                      + MEGATRON_FLAGS.replace('"', "") + " in TRAIN_SCRIPT.")
-    notes += efa_notes(plan)
+    notes += efa_notes(plan) + hook_notes(plan.prediction)
     header = "".join(f"# {line}\n" for line in notes)
     return header + yaml.dump(task, Dumper=_TaskDumper, sort_keys=False, default_flow_style=False, width=1000)
 
@@ -251,6 +276,7 @@ def torchrun_lines(plan: LaunchPlan, script: str = DEFAULT_SCRIPT) -> list[str]:
         env = " ".join(f"{k}={v}" for k, v in efa_env(group).items())
         lines.append(f"# EFA: on every node, with the aws-ofi-nccl plugin installed: export {env}")
         lines += [f"# {line}" for line in efa_notes(plan, launcher="torchrun")]
+    lines += [f"# {line}" for line in hook_notes(plan.prediction)]
     if plan.nodes == 1:
         g = plan.groups[0]
         return lines + [f"{settings}torchrun --standalone --nproc_per_node={g.gpus_per_node} {script}"]
@@ -300,7 +326,7 @@ def hand_off(plan: LaunchPlan, skypilot: str | None, torchrun: bool, fmt: str) -
               + f", {'spot' if res['use_spot'] else 'on demand'}, {res['infra']}. "
               f"Launch: sky launch -c {task['name']} {shlex.quote(str(path))} --env TRAIN_SCRIPT='{DEFAULT_SCRIPT} ARGS'",
               file=sys.stderr)
-        for line in efa_notes(plan):
+        for line in efa_notes(plan) + hook_notes(plan.prediction):
             print(line, file=sys.stderr)
     if torchrun:
         lines = torchrun_lines(plan)

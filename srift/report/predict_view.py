@@ -95,6 +95,8 @@ def plan_text(pred: Prediction) -> str:
         text += f", {pred.activation_checkpointing} activation checkpointing"
     if pred.grad_accum > 1:
         text += f", {pred.grad_accum} micro-batches of {pred.micro_batch_size or '?'}"
+    if pred.grad_compression:
+        text += f", {pred.grad_compression} gradient compression (DDP communication hook)"
     return text
 
 

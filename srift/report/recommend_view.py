@@ -255,6 +255,7 @@ def recommend_json(result: RecommendResult, failure: SriftError | None = None) -
         "objective": found.objective,
         "confidence": c.confidence,
         "job": {"model": result.model, "precision": result.precision, "batch_size": result.batch_size,
+                "grad_compression": job.grad_compression,
                 "global_batch_size": job.global_batch_size, "seq_len": result.seq_len, "fp8": job.fp8,
                 "moe_dispatcher": job.moe_dispatcher, "moe_ep_overlap": job.moe_ep_overlap,
                 "mtp_layers": job.mtp_layers or 0,
@@ -274,6 +275,7 @@ def recommend_json(result: RecommendResult, failure: SriftError | None = None) -
                              "expected_throughput_samples_per_s": x.expected_throughput_samples_per_s} for x in found.frontier],
         "why": why(found),
         "grad_accum_searched": list(result.grad_accum_searched),
+        "grad_compression_tip": None if result.compression_tip is None else dataclasses.asdict(result.compression_tip),
         "max_global_batch": None if result.global_batch_limit is None else dataclasses.asdict(result.global_batch_limit),
         "gpu_range": None if result.gpu_range is None else dataclasses.asdict(result.gpu_range),
         "notes": _notes(result),
@@ -433,6 +435,8 @@ def _notes(result: RecommendResult) -> list[str]:
         top = found.recommendations[0]
         p = top.prediction
         out.append(f"Typical error of the chosen prediction: {error_text(p.typical_error_pct, p.typical_error_basis)}.")
+        if result.compression_tip is not None:
+            out.append(result.compression_tip.line())
         beyond = [f"{c.label} ({', '.join(c.prediction.beyond_validated)})" for c in found.recommendations
                   if c.prediction.beyond_validated]
         if beyond:

@@ -37,8 +37,7 @@ class BucketLayout:
     starts: np.ndarray
 
 
-def bucket_layout(profile: Profile, cap_bytes: int = BUCKET_CAP_BYTES, first_bytes: int = FIRST_BUCKET_BYTES,
-                  reduce_bytes_per_param: int | None = None) -> BucketLayout:
+def bucket_layout(profile: Profile, cap_bytes: int = BUCKET_CAP_BYTES, first_bytes: int = FIRST_BUCKET_BYTES) -> BucketLayout:
     """Assign the profile's gradients to DDP buckets in gradient-ready order.
 
     DDP's rule (compute_bucket_assignment_by_size): add each gradient to the open bucket; once the
@@ -50,9 +49,9 @@ def bucket_layout(profile: Profile, cap_bytes: int = BUCKET_CAP_BYTES, first_byt
         profile: The profile; each layer's ``grad_bytes`` is in its parameters' dtype.
         cap_bytes: Bucket cap.
         first_bytes: The first bucket's cap.
-        reduce_bytes_per_param: Bytes per gradient element the all-reduce moves, when at most the
-            parameters' (2: a half-precision comm hook, apex AMP O2's fp16 gradients; 4: fp32);
-            None: the parameters' dtype.
+
+    DDP cuts the buckets on the gradients as they are (a communication hook then compresses each:
+    srift/perf/compression.py).
     """
     n = len(profile.layers)
     index = {id(layer): i for i, layer in enumerate(profile.layers)}
@@ -64,10 +63,7 @@ def bucket_layout(profile: Profile, cap_bytes: int = BUCKET_CAP_BYTES, first_byt
     for layer in profile.gradient_order():
         if current == 0.0:
             starts.append(len(pos))
-        grad = float(layer.grad_bytes)
-        if reduce_bytes_per_param is not None and layer.params > 0:
-            grad = min(grad, float(layer.params * reduce_bytes_per_param))
-        current += grad
+        current += float(layer.grad_bytes)
         pos.append(n - 1 - index[id(layer)])  # backward visits layers in reverse execution order
         if current >= cap:
             sizes.append(current)

@@ -342,8 +342,10 @@ class Plans:
         ready = comps[0].ready_rel_s
         for c in comps[1:]:
             ready = np.maximum(ready, c.ready_rel_s)  # a bucket waits for its slowest worker
-        ar50 = self.w.allreduce_s(comm, 0.5)
-        ar90 = self.w.allreduce_s(comm, 0.9)
+        # A communication hook's kernels run in the bucket's turn, before and after its all-reduces.
+        hook = max((self.w.hook_s(g) for g in set(view.gpus_per_group)), key=lambda h: float(h.sum()))
+        ar50 = self.w.allreduce_s(comm, 0.5) + hook
+        ar90 = self.w.allreduce_s(comm, 0.9) + hook
         if view.cpu_workers:
             # CPU workers: gloo's all-reduce runs on the same cores as the compute, so it takes
             # its time from the iteration instead of hiding behind backward.

@@ -94,6 +94,8 @@ class Prediction:
         activation_checkpointing: ``none``, ``selective`` or ``full``.
         grad_accum: Micro-batches per iteration (optimizer step).
         micro_batch_size: Samples per GPU per micro-batch (None when node groups differ).
+        grad_compression: DDP's communication hook (``bf16``, ``powersgd:4``) when the plan is DDP
+            on more than one GPU and the job sets one; None otherwise.
         seq_len: Tokens per sample (sequence models), else None.
         throughput_tokens_per_s: Whole-cluster tokens per second (sequence models; p50, no
             interruptions), else None.
@@ -165,6 +167,7 @@ class Prediction:
     moe_imbalance: float | None = None
     fp8: Fp8Recipe | None = None
     moe_dispatcher: MoeDispatcher | None = None
+    grad_compression: str | None = None
 
     def __post_init__(self) -> None:
         total = self.breakdown.total_s

@@ -18,8 +18,9 @@ from srift.cache import BoundedCache, ObjectMemo
 from srift.errors import SriftError
 from srift.hardware import CPU, find_gpu
 from srift.job import DDP, REDUCE_BYTES_PER_ELEMENT, ZERO2, Job
+from srift.perf.compression import hook_cost
 from srift.perf.comm import CommModel
-from srift.perf.compute import KINDS, LayerTimes, layer_arrays, layer_times, measured_gpu
+from srift.perf.compute import KINDS, LayerTimes, layer_arrays, layer_times, load_params as load_compute_params, measured_gpu
 from srift.profile import Profile
 from srift.simulate.ddp import BucketLayout, bucket_layout, bucket_ready_s
 from srift.simulate.finetune import FrozenBase, finetune_memory_bytes, finetune_profile, frozen_in_profile
@@ -141,10 +142,12 @@ class Workload:
             self.base, self.frozen = finetune_profile(self.base, job)
         self.precision = job.precision or profile.precision
         self.ref_batch = job.batch_size or profile.batch_size
-        cap, per = int(job.bucket_cap_mb * 2**20), REDUCE_BYTES_PER_ELEMENT[job.reduce_dtype]
-        self.layout = _BUCKETS.get(self.base, (cap, per),
-                                   lambda: bucket_layout(self.base, cap_bytes=cap, reduce_bytes_per_param=per))
-        self.bucket_sizes_bytes = self.layout.sizes_bytes
+        # DDP cuts buckets on the gradients as they are; a communication hook then compresses
+        # each (srift/perf/compression.py): what goes on the wire, and the GPU work it adds.
+        cap = int(job.bucket_cap_mb * 2**20)
+        self.layout = _BUCKETS.get(self.base, (cap,), lambda: bucket_layout(self.base, cap_bytes=cap))
+        self.hook = hook_cost(self.base, self.layout.starts, job.compression)
+        self.bucket_sizes_bytes = self.hook.wire_bytes.sum(axis=0)
         self.units = unit_layout(self.base)
         self._profiles: BoundedCache[tuple[int, int], Profile] = BoundedCache()
         self._compute: BoundedCache[tuple[str, int], _Compute] = BoundedCache()
@@ -222,9 +225,17 @@ class Workload:
         return self._sharded_memory.get(key, make)
 
     def allreduce_s(self, comm: CommModel, quantile: float) -> np.ndarray:
-        """Each gradient bucket's all-reduce seconds at a quantile of ``comm``."""
-        return self._allreduce.get((comm, quantile), lambda: np.asarray(
-            comm.allreduce_time_s(self.bucket_sizes_bytes, quantile), dtype=float))
+        """Each gradient bucket's all-reduce seconds at a quantile of ``comm``: its hook's
+        all-reduces one after the other (PowerSGD runs three)."""
+        return self._allreduce.get((comm, quantile), lambda: np.sum(
+            [np.asarray(comm.allreduce_time_s(row, quantile), dtype=float) for row in self.hook.wire_bytes], axis=0))
+
+    def hook_s(self, gpu: str) -> np.ndarray:
+        """Each bucket's communication-hook GPU seconds on ``gpu`` (0 without a hook, and on CPU
+        workers, whose gloo all-reduce the compute model does not split from the hook's work)."""
+        if self.job.compression.hook == "none" or gpu == CPU:
+            return np.zeros(len(self.bucket_sizes_bytes))
+        return self.hook.seconds(gpu, load_compute_params().launch_s)
 
     def gpu_side(self, comm: CommModel) -> float:
         """Share of the buckets' all-reduce time the GPUs spend moving data."""
