@@ -89,8 +89,8 @@ from srift.perf.compute import (
 from srift.simulate.breakdown import (BACKWARD, BUBBLE, COMM_INTERFERENCE, EXPOSED_CP, EXPOSED_DP, EXPOSED_EP, EXPOSED_PP,
                                      EXPOSED_TP, FORWARD, LAYOUT_PHASES, OPTIMIZER, OVERHEAD, RECOMPUTE, Breakdown, Phase)
 from srift.simulate.finetune import LoraSpec, finetune_profile
-from srift.simulate.memory import (LOSS_FP32_BYTES, MASTER_BYTES, USABLE_FRACTION, allocator_bytes, fits,
-                                   sharded_state_bytes, with_allocator)
+from srift.simulate.memory import (LOSS_FP32_BYTES, MASTER_BYTES, USABLE_FRACTION, allocator_bytes, fit_state, fits,
+                                   sharded_state_bytes, sure_fit_bytes, with_allocator)
 from srift.simulate.moe import (BALANCED_ROUTING, check_ep, ep_exchange_s, expert_memory_bytes, local_expert_params,
                                 moe_act_bytes, moe_activation_bytes, moe_block_shape, moe_block_times)
 from srift.simulate.recompute import check_modules, leaf_module, module_figures
@@ -863,6 +863,8 @@ class LayoutPlan:
         checkpointing: Activation checkpointing policy.
         recompute_modules: What ``selective`` recomputes (srift/simulate/recompute.py; empty otherwise).
         dp_flavour: ``zero1`` or ``ddp``.
+        memory_state: ``fits``, ``may not fit`` or ``does not fit`` (srift.simulate.memory.fit_state,
+            the one fit rule; ``fits`` above holds for the first two).
     """
 
     layout: Layout
@@ -878,6 +880,7 @@ class LayoutPlan:
     dp_flavour: str = "zero1"
     notes: tuple[str, ...] = field(default=())
     recompute_modules: tuple[RecomputeModule, ...] = ()
+    memory_state: str = "fits"  # srift.simulate.memory.fit_state: the data-parallel path's rule
 
 
 def check_sharded(dp_flavour: str, ep: int, lora: LoraSpec | None) -> str | None:
@@ -1336,7 +1339,8 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, pre
     breakdown = Breakdown.of(LAYOUT_PHASES, seconds, sum(comm_s.values()))
     iteration = breakdown.total_s
     return LayoutPlan(layout, iteration, breakdown, comm_s, worst[0], worst[1], worst[2], fits(worst[0], gpu_mem),
-                      layout.global_batch * seq_len / iteration, checkpointing, dp_flavour)
+                      layout.global_batch * seq_len / iteration, checkpointing, dp_flavour,
+                      memory_state=fit_state(worst[0], gpu_mem))
 
 
 # ---- the search ---------------------------------------------------------------------------------
@@ -1500,25 +1504,31 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     ranked.sort()
     best: LayoutPlan | None = None
     simulated = rejected = 0
-    for bound, t, p, c, d, mb, m, v, ep in ranked:
-        if best is not None and bound >= best.iteration_s:
+    # The one fit rule (srift.simulate.memory.fit_state): layouts that fit for sure first; those
+    # that may not fit (within the memory's typical error) when none does.
+    for limit in (sure_fit_bytes(cap), cap):
+        rejected = 0
+        for bound, t, p, c, d, mb, m, v, ep in ranked:
+            if best is not None and bound >= best.iteration_s:
+                break
+            parts = parts_of[(t, c, mb, ep)]
+            chosen = next((k for k in checkpointing
+                           if _peak_memory_of(arch, p, v, m, state_shard(dp_flavour, g, t, c, p, d), parts, k, dp_flavour,
+                                              t * c * d // ep, reduce_dtype, mtp_layers) <= limit), None)
+            if chosen is None:
+                rejected += 1
+                continue
+            lay = Layout(t, p, c, d, v, mb, m, "interleaved" if v > 1 else "1f1b", ep)
+            if chosen == FULL_CHECKPOINTING and best is not None and \
+                    bound * (1.0 + parts.block_f_s / (parts.block_f_s + parts.block_b_s)) >= best.iteration_s:
+                continue
+            plan = _plan(arch, cluster, lay, seq_len, precision, chosen, dp_flavour, comm, 0.5, gpu, parts, tp_overlap,
+                         dispatcher, ep_overlap, reduce_dtype=reduce_dtype, mtp_layers=mtp_layers)
+            simulated += 1
+            if best is None or plan.iteration_s < best.iteration_s:
+                best = plan
+        if best is not None:
             break
-        parts = parts_of[(t, c, mb, ep)]
-        chosen = next((k for k in checkpointing
-                       if _peak_memory_of(arch, p, v, m, state_shard(dp_flavour, g, t, c, p, d), parts, k, dp_flavour,
-                                          t * c * d // ep, reduce_dtype, mtp_layers) <= cap), None)
-        if chosen is None:
-            rejected += 1
-            continue
-        lay = Layout(t, p, c, d, v, mb, m, "interleaved" if v > 1 else "1f1b", ep)
-        if chosen == FULL_CHECKPOINTING and best is not None and \
-                bound * (1.0 + parts.block_f_s / (parts.block_f_s + parts.block_b_s)) >= best.iteration_s:
-            continue
-        plan = _plan(arch, cluster, lay, seq_len, precision, chosen, dp_flavour, comm, 0.5, gpu, parts, tp_overlap,
-                     dispatcher, ep_overlap, reduce_dtype=reduce_dtype, mtp_layers=mtp_layers)
-        simulated += 1
-        if best is None or plan.iteration_s < best.iteration_s:
-            best = plan
     smallest = None if best is not None else _most_sharded(arch, cluster, degrees, seq_len, precision, checkpointing[-1],
                                                             dp_flavour, comm, gpu, factor, tp_overlap, imbalance, lora,
                                                             reduce_dtype, fp8, dispatcher, ep_overlap, mtp_layers)
