@@ -77,3 +77,14 @@ def test_a_layout_answers_may_not_fit_by_the_one_fit_rule() -> None:
     gib = pred.memory_per_gpu_bytes / 2**30
     assert 60 < gib < 76 and gib * (1 + 1.2816 * 0.137) > 80 * 0.95
     assert pred.memory_fit == "may not fit" and pred.fits_in_memory
+
+
+def test_a_layout_job_builds_no_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Route at the door: a --layout job is priced from the architecture's blocks alone (the
+    884-layer profile of Llama 3 70B and a data-parallel workload were built and never used)."""
+    def no_profile(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a layout job built a profile")
+    monkeypatch.setattr(api, "resolve_profiles", no_profile)
+    job = Job(seq_len=4096, layout="tp=8,pp=2,cp=1", activation_checkpointing="full")
+    result = api.predict(job, model="llama3-70b", instance="p5.48xlarge:2")
+    assert result.model == "llama3-70b" and result.precision == "bf16" and result.prediction.layout is not None

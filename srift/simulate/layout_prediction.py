@@ -19,7 +19,8 @@ from srift.job import (
     LayoutRequest, MoeDispatcher, parse_layout, usd_per_million_samples,
 )
 from srift.simulate.layouts import (
-    DP_FLAVOURS, SHARDED_FLAVOURS, SCHEDULES, Layout, LayoutPlan, check_layout, check_sharded, load_layout_params, plan_layout,
+    DP_FLAVOURS, SHARDED_FLAVOURS, SCHEDULES, Layout, LayoutPlan, check_layout, check_sharded, load_layout_params,
+    PlanSettings, plan_layout,
     pytorch_stack, search_layouts,
 )
 from srift.simulate.breakdown import COMM_INTERFERENCE
@@ -181,11 +182,15 @@ def plan_for(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_
     # what may not fit (srift.simulate.memory.fit_state).
     ladder = ((settings.checkpointing, DEFAULT_RECOMPUTE_MODULES),) if settings.checkpointing else AUTO_LADDER
     for policy, modules in ladder:
-        plans.append(plan_layout(arch, cluster, layout, seq_len, precision, policy, settings.dp_flavour, comm, quantile,
-                                 imbalance=settings.routing_imbalance, recompute_modules=modules or DEFAULT_RECOMPUTE_MODULES,
-                                 lora=settings.lora, reduce_dtype=settings.reduce_dtype, fp8=settings.fp8,
-                                 dispatcher=settings.dispatcher, ep_overlap=settings.ep_overlap,
-                                 mtp_layers=settings.mtp_layers))
+        plans.append(plan_layout(arch, cluster, layout, seq_len,
+                                 PlanSettings(precision=precision, checkpointing=policy,
+                                              dp_flavour=settings.dp_flavour, quantile=quantile,
+                                              imbalance=settings.routing_imbalance,
+                                              recompute_modules=modules or DEFAULT_RECOMPUTE_MODULES,
+                                              lora=settings.lora, reduce_dtype=settings.reduce_dtype, fp8=settings.fp8,
+                                              dispatcher=settings.dispatcher, ep_overlap=settings.ep_overlap,
+                                              mtp_layers=settings.mtp_layers),
+                                 comm=comm))
         if plans[-1].memory_state == FITS:
             return plans[-1], None
     plan = next((p for p in plans if p.fits), plans[-1])
@@ -208,11 +213,13 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
     check_options(arch, cluster, settings)
     plan, alternative = plan_for(arch, cluster, settings, seq_len, precision)
     lay = plan.layout
-    p90_plan = plan_layout(arch, cluster, lay, seq_len, precision, plan.checkpointing, plan.dp_flavour, quantile=0.9,
-                           imbalance=settings.routing_imbalance,
-                           recompute_modules=plan.recompute_modules or DEFAULT_RECOMPUTE_MODULES, lora=settings.lora,
-                           reduce_dtype=settings.reduce_dtype, fp8=settings.fp8, dispatcher=settings.dispatcher,
-                           ep_overlap=settings.ep_overlap, mtp_layers=settings.mtp_layers)
+    p90_plan = plan_layout(arch, cluster, lay, seq_len,
+                           PlanSettings(precision=precision, checkpointing=plan.checkpointing,
+                                        dp_flavour=plan.dp_flavour, quantile=0.9, imbalance=settings.routing_imbalance,
+                                        recompute_modules=plan.recompute_modules or DEFAULT_RECOMPUTE_MODULES,
+                                        lora=settings.lora, reduce_dtype=settings.reduce_dtype, fp8=settings.fp8,
+                                        dispatcher=settings.dispatcher, ep_overlap=settings.ep_overlap,
+                                        mtp_layers=settings.mtp_layers))
     breakdown = plan.breakdown
     comm_cost = breakdown.exposed_comm_s + breakdown[COMM_INTERFERENCE]
     throughput = lay.global_batch / plan.iteration_s

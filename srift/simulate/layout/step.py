@@ -6,6 +6,7 @@ Part of the layout simulator (srift/simulate/layouts.py: the model as a whole)."
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 from srift.cluster import Cluster
 from srift.errors import SriftError
@@ -33,15 +34,33 @@ from srift.simulate.layout.collectives import (block_comm, dtensor_rate, ep_inte
 from srift.simulate.layout.memory import memory_stages, _stage_memories
 
 
-def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, precision: str = "bf16",
-                checkpointing: str = "none", dp_flavour: str = "zero1", comm: CommModel | None = None,
-                quantile: float = 0.5, tp_overlap: bool | None = None, compute_factor: float | None = None,
-                imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None,
-                recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
-                dispatcher: MoeDispatcher = "alltoall", ep_overlap: bool = False,
-                lora: LoraSpec | None = None, reduce_dtype: str = "fp32", op_sac: bool = False,
-                fp8_attention: bool = False, mtp_layers: int = 0,
-                stage_blocks: tuple[int, ...] | None = None) -> LayoutPlan:
+@dataclass(frozen=True)
+class PlanSettings:
+    """How a layout runs besides its degrees: everything ``plan_layout`` prices it under (each
+    field as ``plan_layout``'s docstring says; the defaults: Megatron-Core's bf16 pre-training
+    with its distributed optimizer, no recompute, the median iteration)."""
+
+    precision: str = "bf16"
+    checkpointing: str = "none"
+    dp_flavour: str = "zero1"
+    quantile: float = 0.5
+    tp_overlap: bool | None = None
+    compute_factor: float | None = None
+    imbalance: float = BALANCED_ROUTING
+    fp8: Fp8Recipe | None = None
+    recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES
+    dispatcher: MoeDispatcher = "alltoall"
+    ep_overlap: bool = False
+    lora: LoraSpec | None = None
+    reduce_dtype: str = "fp32"
+    op_sac: bool = False
+    fp8_attention: bool = False
+    mtp_layers: int = 0
+    stage_blocks: tuple[int, ...] | None = None
+
+
+def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int,
+                settings: PlanSettings = PlanSettings(), comm: CommModel | None = None) -> LayoutPlan:
     """Predict one iteration of ``arch`` laid out as ``layout`` on ``cluster`` (module docstring).
 
     ``compute_factor`` scales the compute model's seconds (default ``compute_factor_of``: the fitted
@@ -68,6 +87,14 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
     Raises:
         SriftError: when the layout does not use the cluster's GPUs or cannot split the model.
     """
+    st = settings
+    precision, checkpointing, dp_flavour, quantile, tp_overlap = (st.precision, st.checkpointing, st.dp_flavour,
+                                                                   st.quantile, st.tp_overlap)
+    compute_factor, imbalance, fp8, recompute_modules, dispatcher = (st.compute_factor, st.imbalance, st.fp8,
+                                                                      st.recompute_modules, st.dispatcher)
+    ep_overlap, lora, reduce_dtype, op_sac, fp8_attention = (st.ep_overlap, st.lora, st.reduce_dtype, st.op_sac,
+                                                             st.fp8_attention)
+    mtp_layers, stage_blocks = st.mtp_layers, st.stage_blocks
     if layout.gpus != cluster.gpus:
         raise SriftError(f"layout {layout.label} uses {layout.gpus} GPUs, the cluster has {cluster.gpus}.",
                          "make tp x pp x cp x dp the cluster's GPU count.")
