@@ -24,7 +24,7 @@ from srift.simulate.layout.pipeline import pipeline_blocks, stage_layers
 from srift.simulate.layout.blocks import BlockParts, block_parts, scaled_parts
 from srift.simulate.layout.collectives import block_comm, dtensor_rate, p2p_interference, tp_interference
 from srift.simulate.layout.memory import _peak_memory_of
-from srift.simulate.layout.step import _plan
+from srift.simulate.layout.step import PlanSettings, _plan
 
 
 # ---- the search ---------------------------------------------------------------------------------
@@ -206,8 +206,10 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
             if chosen == FULL_CHECKPOINTING and best is not None and \
                     bound * (1.0 + parts.block_f_s / (parts.block_f_s + parts.block_b_s)) >= best.iteration_s:
                 continue
-            plan = _plan(arch, cluster, lay, seq_len, precision, chosen, dp_flavour, comm, 0.5, gpu, parts, tp_overlap,
-                         dispatcher, ep_overlap, reduce_dtype=reduce_dtype, mtp_layers=mtp_layers)
+            plan = _plan(arch, cluster, lay, seq_len,
+                         PlanSettings(precision=precision, checkpointing=chosen, dp_flavour=dp_flavour, dispatcher=dispatcher,
+                                      ep_overlap=ep_overlap, reduce_dtype=reduce_dtype, mtp_layers=mtp_layers),
+                         comm, gpu, parts, tp_overlap)
             simulated += 1
             if best is None or plan.iteration_s < best.iteration_s:
                 best = plan
@@ -245,6 +247,8 @@ def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: list[Degrees],
             best = (mem, r, parts)
     assert best is not None
     t, p, c, d, mb, m, v, ep = best[1]
-    return _plan(arch, cluster, Layout(t, p, c, d, v, mb, m, "interleaved" if v > 1 else "1f1b", ep), seq_len, precision,
-                 checkpointing, dp_flavour, comm, 0.5, gpu, best[2], tp_overlap, dispatcher, ep_overlap,
-                 reduce_dtype=reduce_dtype, mtp_layers=mtp_layers)
+    return _plan(arch, cluster, Layout(t, p, c, d, v, mb, m, "interleaved" if v > 1 else "1f1b", ep), seq_len,
+                 PlanSettings(precision=precision, checkpointing=checkpointing, dp_flavour=dp_flavour,
+                              dispatcher=dispatcher, ep_overlap=ep_overlap, reduce_dtype=reduce_dtype,
+                              mtp_layers=mtp_layers),
+                 comm, gpu, best[2], tp_overlap)

@@ -121,18 +121,21 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
                          compute_factor_of(dp_flavour, compute_factor))
     if op_sac:
         parts = dataclasses.replace(parts, selective_saved_bytes=parts.op_sac_saved_bytes, selective_f_s=parts.op_sac_f_s)
-    plan = _plan(arch, cluster, layout, seq_len, precision, checkpointing, dp_flavour, comm, quantile, gpu, parts,
-                 default_tp_overlap(dp_flavour) if tp_overlap is None else tp_overlap, dispatcher, ep_overlap,
-                 reduce_dtype, op_sac, mtp_layers, stage_blocks)
+    plan = _plan(arch, cluster, layout, seq_len, settings, comm, gpu, parts,
+                 default_tp_overlap(dp_flavour) if tp_overlap is None else tp_overlap)
     return dataclasses.replace(plan, recompute_modules=check_modules(recompute_modules)) if checkpointing == SELECTIVE \
         else plan
 
 
-def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, precision: str, checkpointing: str,
-          dp_flavour: str, comm: CommModel, quantile: float, gpu: str, parts: BlockParts,
-          tp_overlap: bool = True, dispatcher: MoeDispatcher = "alltoall", ep_overlap: bool = False,
-          reduce_dtype: str = "fp32", op_sac: bool = False, mtp_layers: int = 0,
-          stage_blocks: tuple[int, ...] | None = None) -> LayoutPlan:
+def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, settings: PlanSettings, comm: CommModel,
+          gpu: str, parts: BlockParts, tp_overlap: bool = True) -> LayoutPlan:
+    """``plan_layout``'s iteration of ``parts`` (the blocks' work on ``gpu``) under ``settings``,
+    ``tp_overlap`` resolved (``settings.tp_overlap`` is not read)."""
+    st = settings
+    precision, checkpointing, dp_flavour, quantile, dispatcher = (st.precision, st.checkpointing, st.dp_flavour,
+                                                                   st.quantile, st.dispatcher)
+    ep_overlap, reduce_dtype, op_sac, mtp_layers, stage_blocks = (st.ep_overlap, st.reduce_dtype, st.op_sac,
+                                                                   st.mtp_layers, st.stage_blocks)
     t, p, c, d, v, m = layout.tp, layout.pp, layout.cp, layout.dp, layout.vp, layout.grad_accum
     dtensor = pytorch_stack(dp_flavour)
     g = comm.topology.gpus_per_node
