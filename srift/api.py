@@ -54,7 +54,7 @@ from srift.search.large_batch import GlobalBatchLimit, accumulation_choices, def
 from srift.search.rank import SearchResult, objective_key
 from srift.search.sweep import Progress
 from srift.simulate import Predictor
-from srift.simulate.door import route, route_note
+from srift.simulate.door import data_parallel_options, route, route_note
 from srift.simulate.finetune import finetune_optimizer
 from srift.simulate.layout_prediction import LayoutPredictor, layout_memory_error
 from srift.simulate.prediction import Prediction
@@ -447,9 +447,11 @@ def recommend(job: Job, constraints: Constraints, model: str | None = None, prof
 def takes_default_layout(job: Job, constraints: Constraints) -> bool:
     """Whether recommend searches layouts (``--layout auto``) for a decoder LLM's job that names
     none: unless the job says data parallelism (``--batch-size``, ``--grad-accum``, a sharded
-    ``--parallelism``), fine-tunes, uses K-FAC, or the search mixes node types."""
+    ``--parallelism`` or an option only data parallelism models), fine-tunes, uses K-FAC, or the
+    search mixes node types."""
     return (job.layout is None and job.batch_size is None and job.grad_accum == 1 and job.finetune is None
-            and not job.kfac and job.parallelism in (AUTO, ZERO1, DDP) and not constraints.mixed)
+            and not job.kfac and job.parallelism in (AUTO, ZERO1, DDP) and not constraints.mixed
+            and not data_parallel_options(job))
 
 
 def _search_rows(precision: str, infra: str, fp8: Fp8Recipe | None = None) -> list[Instance]:

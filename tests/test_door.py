@@ -88,3 +88,13 @@ def test_a_layout_job_builds_no_profile(monkeypatch: pytest.MonkeyPatch) -> None
     job = Job(seq_len=4096, layout="tp=8,pp=2,cp=1", activation_checkpointing="full")
     result = api.predict(job, model="llama3-70b", instance="p5.48xlarge:2")
     assert result.model == "llama3-70b" and result.precision == "bf16" and result.prediction.layout is not None
+
+
+@pytest.mark.parametrize("option", [{"fused_loss": True}, {"bucket_cap_mb": 100.0}, {"data_loading": "synthetic"}])
+def test_a_layout_refuses_the_options_it_would_ignore(option: dict) -> None:
+    """The layout simulator prices its stack's loss and gradient reduction and no input pipeline:
+    these options changed nothing there, so they are refused, not silently dropped."""
+    job = Job(seq_len=4096, layout="tp=2,pp=1,cp=1", activation_checkpointing="full", **option)
+    with pytest.raises(SriftError) as err:
+        api.predict(job, model="llama3-8b", instance="p5.48xlarge:1")
+    assert "--layout" in str(err.value) and "drop" in err.value.hint

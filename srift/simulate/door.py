@@ -23,11 +23,12 @@ from __future__ import annotations
 import dataclasses
 
 from srift.errors import SriftError
-from srift.job import ADAMW8BIT, ALLTOALL, PAGED_ADAMW8BIT, ZERO1, Job, parse_layout
+from srift.job import ADAMW8BIT, ALLTOALL, PAGED_ADAMW8BIT, TOKENS, ZERO1, Job, parse_layout
 from srift.simulate.layouts import SHARDED_FLAVOURS
 from srift.zoo.llm import DecoderArch
 
 DATA_PARALLEL_LAYOUT = "tp=1,pp=1,cp=1"
+DEFAULT_BUCKET_CAP_MB = Job.bucket_cap_mb  # the job's default (PyTorch DDP's)
 
 
 def splits_nothing(layout: str) -> bool:
@@ -67,14 +68,28 @@ def route(job: Job, arch: DecoderArch | None, gpus: int) -> Job:
     return job
 
 
-def check_optimizer(job: Job, layout_path: bool) -> None:
-    """Refuse an optimizer a path would otherwise ignore: bitsandbytes' 8-bit AdamW is modelled
-    for data-parallel fine-tuning (srift/simulate/finetune.py); pre-training prices the optimizer
-    state the profile records, and a layout Megatron's fp32 Adam.
+def data_parallel_options(job: Job) -> list[str]:
+    """The options ``job`` gives that only the data-parallel simulator models (``--fused-loss``,
+    ``--bucket-cap-mb``, ``--data-loading`` other than tokens)."""
+    given = (("--fused-loss", job.fused_loss), ("--bucket-cap-mb", job.bucket_cap_mb != DEFAULT_BUCKET_CAP_MB),
+             (f"--data-loading {job.data_loading}", job.data_loading not in (None, TOKENS)))
+    return [flag for flag, g in given if g]
+
+
+def refuse_ignored(job: Job, layout_path: bool) -> None:
+    """Refuse an option the path that prices ``job`` would otherwise ignore: bitsandbytes' 8-bit
+    AdamW is modelled for data-parallel fine-tuning (srift/simulate/finetune.py; pre-training
+    prices the optimizer state the profile records, a layout Megatron's fp32 Adam); a layout
+    prices its stack's loss, its gradient reduction and no input pipeline (``--fused-loss``,
+    ``--bucket-cap-mb``, ``--data-loading`` other than tokens).
 
     Raises:
-        SriftError: for ``adamw8bit`` or ``paged-adamw8bit`` without ``--finetune`` or in a layout.
+        SriftError: saying which option, and how to fix it.
     """
+    for flag in data_parallel_options(job) if layout_path else ():
+        raise SriftError(f"{flag} is modelled with data parallelism, not in a --layout (which prices its stack's "
+                         "loss and gradient reduction, and pre-tokenized data).",
+                         f"drop {flag.split()[0]}, or drop --layout.")
     if job.optimizer not in (ADAMW8BIT, PAGED_ADAMW8BIT):
         return
     if job.finetune is None:

@@ -24,7 +24,7 @@ from srift.simulate.layouts import (
     pytorch_stack, search_layouts,
 )
 from srift.simulate.breakdown import COMM_INTERFERENCE
-from srift.simulate.door import check_optimizer
+from srift.simulate.door import refuse_ignored
 from srift.simulate.finetune import LoraSpec, layout_lora
 from srift.simulate.memory import FITS, USABLE_FRACTION, allocated_parts
 from srift.simulate.prediction import BatchShare, Prediction, bottleneck
@@ -113,7 +113,7 @@ class LayoutPredictor:
 
     def __init__(self, arch: DecoderArch, job: Job, seq_len: int) -> None:
         assert job.layout is not None and job.precision is not None
-        check_optimizer(job, layout_path=True)
+        refuse_ignored(job, layout_path=True)
         self.arch, self.job, self.seq_len, self.precision = arch, job, seq_len, job.precision
         self.settings = LayoutSettings.of(job)
         self.flops_per_token = model_flops_per_token(arch, seq_len)
