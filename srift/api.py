@@ -56,15 +56,16 @@ from srift.search.large_batch import GlobalBatchLimit, accumulation_choices, def
 from srift.search.rank import SearchResult, objective_key
 from srift.search.sweep import Progress
 from srift.simulate import Predictor
+from srift.simulate.door import data_parallel_options, route, route_note
 from srift.simulate.finetune import finetune_optimizer
 from srift.simulate.hints import precision_hint
-from srift.simulate.layout_prediction import layout_memory_error
+from srift.simulate.layout_prediction import LayoutPredictor, layout_memory_error
 from srift.simulate.prediction import Prediction
 from srift.simulate.layouts import has_layout
 from srift.simulate.memory import USABLE_FRACTION, fits, usable_bytes
 from srift.zoo import MODELS, canonical_name, llm_arch, load_builtin_profile
 from srift.zoo.hf_config import arch_from_hf_config, hf_config_profile
-from srift.zoo.llm import DecoderArch, model_flops_per_token, params_count
+from srift.zoo.llm import DecoderArch, default_seq_len, model_flops_per_token, params_count
 
 if TYPE_CHECKING:
     from srift.profiling.runner import ProfileResult
@@ -263,6 +264,9 @@ def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None =
     ``region`` selection, ``--infra`` spelling) or a cluster file (a data-parallel job's
     ``--micro-batch-size``: ``with_micro_batch``)."""
     cluster = resolve_cluster(instance, cluster_file, region=region, spot=spot, placement_group=placement_group)
+    arch = model_arch(model, model_config)
+    routed = route(job, arch, cluster.gpus)  # one simulator per job, whichever way it is spelled
+    door_notes, job = route_note(job, routed), routed
     if job.layout is None:
         job = with_micro_batch(dataclasses.replace(job, micro_batch_size=None), job.micro_batch_size, cluster.gpus)
     gpu_names = [g.gpu for g in cluster.node_groups if g.gpu != CPU]
@@ -270,16 +274,24 @@ def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None =
         job = dataclasses.replace(job, precision=default_precision(model, model_config, gpu_names))
     if job.precision == BF16:  # given, or --finetune's default: refused as recommend refuses it
         require_bf16(gpu_names)
-    prof, more = resolve_profiles(model, profiles, model_config, job.precision)
-    flops = model_flops_fn(model, model_config)
-    predictor = Predictor(prof, job, more, flops, model_arch(model, model_config))
+    if job.layout is not None and arch is not None and not profiles:  # the layout simulator alone: no profile
+        predictor: Predictor | LayoutPredictor = LayoutPredictor(arch, job, job.seq_len or default_seq_len(arch))
+        name, precision = arch.name, str(job.precision)
+    else:
+        prof, more = resolve_profiles(model, profiles, model_config, job.precision)
+        flops = model_flops_fn(model, model_config)
+        predictor = Predictor(prof, job, more, flops, arch)
+        name, precision = prof.name, job.precision or prof.precision
     pred = predictor.predict(cluster)
+    if door_notes:
+        pred = dataclasses.replace(pred, notes=[*pred.notes, *door_notes])
     if not pred.fits_in_memory:  # an iteration time for a job that cannot run would mislead
-        raise (layout_memory_error(cluster, pred, prof.name) if pred.layout
-               else memory_error(cluster, pred, prof.name, lighter_finetune(prof, job, more, flops, cluster)))
-    hint = None if pred.layout or not gpu_names else precision_hint(job.precision or prof.precision, pred, lambda: Predictor(
-        prof, dataclasses.replace(job, precision=AMP), more, flops, model_arch(model, model_config)).predict(cluster))
-    pred = dataclasses.replace(pred, notes=[*pred.notes, hint]) if hint else pred
+        raise (layout_memory_error(cluster, pred, name) if pred.layout
+               else memory_error(cluster, pred, name, lighter_finetune(prof, job, more, flops, cluster)))
+    if isinstance(predictor, Predictor) and not pred.layout and gpu_names:  # a likely choice the job left out
+        hint = precision_hint(precision, pred, lambda: Predictor(prof, dataclasses.replace(job, precision=AMP), more, flops,
+                                                                  arch).predict(cluster))
+        pred = dataclasses.replace(pred, notes=[*pred.notes, hint]) if hint else pred
     ages: dict[str, PriceAge] = {}
     host_arch = None
     price = None
@@ -291,7 +303,7 @@ def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None =
         ages = price_ages([(r.cloud, r.region) for r in rows])
         host_arch = rows[0].host_arch if len({r.host_arch for r in rows}) == 1 else "mixed"
     optimizer = finetune_optimizer(job) if job.finetune is not None else job.optimizer
-    return PredictResult(pred, prof.name, job.precision or prof.precision, optimizer, job.kfac_strategy, spot,
+    return PredictResult(pred, name, precision, optimizer, job.kfac_strategy, spot,
                          catalog_as_of=ages, host_arch=host_arch, uncertainty=uncertainty_of(pred, None),
                          network_fallbacks=network_fallbacks(predictor.predict, cluster), price=price)
 
@@ -448,9 +460,11 @@ def recommend(job: Job, constraints: Constraints, model: str | None = None, prof
 def takes_default_layout(job: Job, constraints: Constraints) -> bool:
     """Whether recommend searches layouts (``--layout auto``) for a decoder LLM's job that names
     none: unless the job says data parallelism (``--batch-size``, ``--grad-accum``, a sharded
-    ``--parallelism``), fine-tunes, uses K-FAC, or the search mixes node types."""
+    ``--parallelism`` or an option only data parallelism models), fine-tunes, uses K-FAC, or the
+    search mixes node types."""
     return (job.layout is None and job.batch_size is None and job.grad_accum == 1 and job.finetune is None
-            and not job.kfac and job.parallelism in (AUTO, ZERO1, DDP) and not constraints.mixed)
+            and not job.kfac and job.parallelism in (AUTO, ZERO1, DDP) and not constraints.mixed
+            and not data_parallel_options(job))
 
 
 def _search_rows(precision: str, infra: str, fp8: Fp8Recipe | None = None) -> list[Instance]:

@@ -298,14 +298,16 @@ def test_fused_projections_take_one_adapter_pair():
 def test_lora_in_a_megatron_layout_trains_only_the_adapters():
     from srift.cluster import Cluster, NodeGroup
     from srift.simulate.finetune import LoraSpec
-    from srift.simulate.layouts import Layout, plan_layout
+    from srift.simulate.layouts import Layout, PlanSettings, plan_layout
     from srift.zoo import llm_arch
 
     arch = llm_arch("llama3-8b")
     dgx = Cluster("8 H100", (NodeGroup(1, 8, "H100", "nvswitch4", 3200.0, "infiniband"),))
     layout = Layout(1, 1, 1, 8, 1, 1, 4)
-    full = plan_layout(arch, dgx, layout, 4096, "bf16", "none", "zero1")
-    lora = plan_layout(arch, dgx, layout, 4096, "bf16", "none", "ddp", lora=LoraSpec(8, "qkv"))
+    full = plan_layout(arch, dgx, layout, 4096,
+                       PlanSettings(precision="bf16", checkpointing="none", dp_flavour="zero1"))
+    lora = plan_layout(arch, dgx, layout, 4096,
+                       PlanSettings(precision="bf16", checkpointing="none", dp_flavour="ddp", lora=LoraSpec(8, "qkv")))
     # NeMo's recipe LoRA on Llama 3 8B: rank 8 on linear_qkv (4096 -> 4096 + 2 x 1024), per block
     # 8 x (4096 + 6144) = 81,920; 32 blocks: 2,621,440 adapter parameters.
     adapters = 32 * 81_920

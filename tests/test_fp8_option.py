@@ -11,7 +11,7 @@ import pytest
 
 from srift.api import resolve_cluster
 from srift.job import DEFAULT_MOE_IMBALANCE
-from srift.simulate.layouts import Layout, plan_layout
+from srift.simulate.layouts import Layout, PlanSettings, plan_layout
 from srift.zoo import llm_arch
 from srift.zoo.hf_config import arch_from_hf_config
 
@@ -35,8 +35,10 @@ def test_fp8_prediction_is_plan_layouts_with_the_recipe(srift_cli) -> None:
     assert fp8["iteration_time_s"] < bf16["iteration_time_s"]  # FP8 GEMMs at twice the bf16 peak
     assert any("FP8 GEMMs (tensorwise" in n for n in fp8["notes"])
     # The same plan as the simulator's, called directly with the recipe (tp=8, pp=4, dp=1, 128 micro-batches).
-    direct = plan_layout(llm_arch("llama3-70b"), resolve_cluster("p5.48xlarge:4", None), Layout(8, 4, 1, 1, 1, 1, 128), 4096,
-                         "bf16", fp8["activation_checkpointing"], fp8="tensorwise")
+    direct = plan_layout(llm_arch("llama3-70b"), resolve_cluster("p5.48xlarge:4", None), Layout(8, 4, 1, 1, 1, 1, 128),
+                         4096,
+                         PlanSettings(precision="bf16", checkpointing=fp8["activation_checkpointing"],
+                                      fp8="tensorwise"))
     assert fp8["iteration_time_s"] == pytest.approx(direct.iteration_s, rel=1e-12)
 
 
@@ -46,8 +48,9 @@ def test_moe_dispatcher_prediction_is_plan_layouts_with_the_dispatcher(srift_cli
     assert (alltoall["moe_dispatcher"], flex["moe_dispatcher"]) == ("alltoall", "flex")
     cluster = resolve_cluster("p5.48xlarge:2", None)
     for pred, dispatcher in ((alltoall, "alltoall"), (flex, "flex")):
-        direct = plan_layout(arch_from_hf_config(MIXTRAL), cluster, Layout(1, 1, 1, 16, 1, 1, 4, "1f1b", 8), 4096, "bf16",
-                             "full", imbalance=DEFAULT_MOE_IMBALANCE, dispatcher=dispatcher)
+        direct = plan_layout(arch_from_hf_config(MIXTRAL), cluster, Layout(1, 1, 1, 16, 1, 1, 4, "1f1b", 8), 4096,
+                             PlanSettings(precision="bf16", checkpointing="full", imbalance=DEFAULT_MOE_IMBALANCE,
+                                          dispatcher=dispatcher))
         assert pred["iteration_time_s"] == pytest.approx(direct.iteration_s, rel=1e-12)
     assert flex["iteration_time_s"] != alltoall["iteration_time_s"]
 
@@ -184,7 +187,9 @@ def test_mtp_layers_come_from_the_config_and_are_trained_only_when_asked(srift_c
     cluster = resolve_cluster("p5.48xlarge:1", None)
     lay = Layout(1, 1, 1, 8, 1, 1, 4, "1f1b", 8)  # 32 sequences / (DP 8 x micro-batch 1) = 4 micro-batches
     for pred, k in ((base, 0), (mtp, 1)):
-        direct = plan_layout(arch, cluster, lay, 1024, "bf16", "none", imbalance=DEFAULT_MOE_IMBALANCE, mtp_layers=k)
+        direct = plan_layout(arch, cluster, lay, 1024,
+                             PlanSettings(precision="bf16", checkpointing="none", imbalance=DEFAULT_MOE_IMBALANCE,
+                                          mtp_layers=k))
         assert pred["iteration_time_s"] == pytest.approx(direct.iteration_s, rel=1e-12)
     # By hand: each of the 4 micro-batches runs one more (MoE) block and the final norm, head and loss once more.
     parts = scaled_parts(block_parts(arch, 1, 1, 1, 1024, "bf16", "H100", 8, DEFAULT_MOE_IMBALANCE), compute_factor_of("zero1"))
@@ -192,9 +197,12 @@ def test_mtp_layers_come_from_the_config_and_are_trained_only_when_asked(srift_c
     # --layout auto carries the MTP layer into its search: its choice is plan_layout's with it.
     auto = _json(srift_cli, [*run[:5], "--layout", "auto", *run[7:11], "--mtp-layers", "1"])
     a = auto["layout"]
-    again = plan_layout(arch, cluster, Layout(a["tp"], a["pp"], a["cp"], a["dp"], a["vp"], a["micro_batch"], a["grad_accum"],
-                                              a["schedule"], a["ep"]), 1024, "bf16", auto["activation_checkpointing"],
-                        imbalance=DEFAULT_MOE_IMBALANCE, mtp_layers=1)
+    again = plan_layout(arch, cluster,
+                        Layout(a["tp"], a["pp"], a["cp"], a["dp"], a["vp"], a["micro_batch"], a["grad_accum"],
+                                              a["schedule"], a["ep"]),
+                        1024,
+                        PlanSettings(precision="bf16", checkpointing=auto["activation_checkpointing"],
+                                     imbalance=DEFAULT_MOE_IMBALANCE, mtp_layers=1))
     assert auto["iteration_time_s"] == pytest.approx(again.iteration_s, rel=1e-12)
 
 

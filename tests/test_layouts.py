@@ -10,7 +10,7 @@ from srift.job import LayoutRequest, parse_layout
 from srift.simulate.breakdown import LAYOUT_PHASES
 from srift.simulate.layouts import (
     GRAD_BYTES, Layout, block_parts, bubble_fraction, candidate_layouts,
-    cp_ring_exposed_s, cp_ring_step_bytes, plan_layout, search_layouts, stage_layers,
+    cp_ring_exposed_s, cp_ring_step_bytes, PlanSettings, plan_layout, search_layouts, stage_layers,
     stage_memory_bytes, tp_block_comm, tp_overlap_share, block_comm, p2p_interference,
 )
 from srift.perf.comm import CommModel
@@ -34,7 +34,7 @@ def test_1f1b_bubble_by_hand():
 
 def test_pipeline_bubble_in_a_plan_is_p_minus_1_slots():
     arch = llm_arch("llama3-70b")
-    plan = plan_layout(arch, dgx(32), Layout(8, 4, 1, 1, 1, 1, 8), 4096)
+    plan = plan_layout(arch, dgx(32), Layout(8, 4, 1, 1, 1, 1, 8), 4096, PlanSettings())
     b = plan.breakdown
     slot = (b["forward"] + b["backward"] + b["exposed_tp"] + b["exposed_cp"]) / 8  # one forward + backward
     assert b["bubble"] == pytest.approx(3 * slot)
@@ -61,12 +61,12 @@ def test_hidden_tp_communication_costs_the_sms_userbuffers_hold():
     # without userbuffers it costs NCCL's all-reduce interference instead.
     arch, cluster = llm_arch("llama3-8b"), dgx(8)
     lay = Layout(8, 1, 1, 1, 1, 1, 4)
-    plan = plan_layout(arch, cluster, lay, 4096)
+    plan = plan_layout(arch, cluster, lay, 4096, PlanSettings())
     b = plan.breakdown
     hidden = plan.comm_s["tp"] - b["exposed_tp"]
     assert hidden > 0
     assert b["comm_interference"] == pytest.approx(tp_overlap_share(132) * hidden)
-    nccl = plan_layout(arch, cluster, lay, 4096, tp_overlap=False)
+    nccl = plan_layout(arch, cluster, lay, 4096, PlanSettings(tp_overlap=False))
     k = CommModel.for_cluster(cluster).params.overlap_interference
     assert nccl.breakdown["comm_interference"] == pytest.approx(k * (nccl.comm_s["tp"] - nccl.breakdown["exposed_tp"]))
 
@@ -75,7 +75,7 @@ def test_a_hidden_pipeline_send_costs_nccls_two_channels():
     # NCCL sends to one peer on 2 channels (2 SMs of the H100's 132). Two stages of Llama 3 8B,
     # interleaved (sends overlapped): every hidden second is a pipeline send's.
     assert p2p_interference("H100") == pytest.approx(2 / 132)
-    plan = plan_layout(llm_arch("llama3-8b"), dgx(2), Layout(1, 2, 1, 1, 2, 1, 4, "interleaved"), 4096)
+    plan = plan_layout(llm_arch("llama3-8b"), dgx(2), Layout(1, 2, 1, 1, 2, 1, 4, "interleaved"), 4096, PlanSettings())
     hidden = plan.comm_s["pp"] - plan.breakdown["exposed_pp"]
     assert hidden > 0
     assert plan.breakdown["comm_interference"] == pytest.approx(2 / 132 * hidden)
@@ -207,7 +207,7 @@ def test_the_bubble_is_megatrons_interleaved_schedule(p, v, m):
 
 def test_first_stage_holds_p_micro_batches():
     arch = llm_arch("llama3-70b")
-    plan = plan_layout(arch, dgx(32), Layout(8, 4, 1, 1, 1, 1, 16), 4096)
+    plan = plan_layout(arch, dgx(32), Layout(8, 4, 1, 1, 1, 1, 16), 4096, PlanSettings())
     parts = block_parts(arch, 8, 1, 1, 4096, "bf16", "H100")
     # 80 blocks over 4 stages: 20 each (82 does not divide by 4, so Megatron-Core cannot count the
     # embedding and the loss as blocks: stage_layers(megatron=True)).
@@ -221,7 +221,7 @@ def test_gpt_oss_first_stage_holds_a_quarter_of_the_blocks_for_each_micro_batch_
     # blocks a stage (not 8, 10, 9, 9); the first holds 4 micro-batches of its 9 blocks and the
     # embedding's output, more than the second's 3 of 9.
     arch = llm_arch("gpt-oss-120b")
-    plan = plan_layout(arch, dgx(64), Layout(1, 4, 1, 16, 1, 4, 8, "1f1b", 8), 4096)
+    plan = plan_layout(arch, dgx(64), Layout(1, 4, 1, 16, 1, 4, 8, "1f1b", 8), 4096, PlanSettings())
     parts = block_parts(arch, 1, 1, 4, 4096, "bf16", "H100", ep=8)
     assert plan.memory_stage == 0
     assert plan.memory_breakdown_bytes["activations"] == pytest.approx(4 * (9 * parts.block_act_bytes + parts.first_act_bytes))
@@ -230,11 +230,11 @@ def test_gpt_oss_first_stage_holds_a_quarter_of_the_blocks_for_each_micro_batch_
 def test_plan_checks_the_layout():
     arch = llm_arch("llama3-70b")
     with pytest.raises(SriftError, match="uses 64 GPUs"):
-        plan_layout(arch, dgx(32), Layout(8, 8, 1, 1), 4096)
+        plan_layout(arch, dgx(32), Layout(8, 8, 1, 1), 4096, PlanSettings())
     with pytest.raises(SriftError, match="more than the 8 GPUs of a node"):
-        plan_layout(arch, dgx(32), Layout(16, 2, 1, 1), 4096)
+        plan_layout(arch, dgx(32), Layout(16, 2, 1, 1), 4096, PlanSettings())
     with pytest.raises(SriftError, match="does not divide the 64 attention heads"):
-        plan_layout(arch, dgx(24), Layout(3, 8, 1, 1), 4096)
+        plan_layout(arch, dgx(24), Layout(3, 8, 1, 1), 4096, PlanSettings())
 
 
 def test_parse_layout():
@@ -263,7 +263,7 @@ def test_search_finds_a_layout_that_fits_and_beats_the_others():
     assert found.simulated <= found.candidates - found.rejected_memory
     # No fitting candidate is faster than the one chosen.
     for lay in candidate_layouts(arch, 64, 8, 4096, 128)[:40]:
-        plan = plan_layout(arch, dgx(64), lay, 4096)
+        plan = plan_layout(arch, dgx(64), lay, 4096, PlanSettings())
         if plan.fits:
             assert plan.iteration_s >= found.best.iteration_s - 1e-9
 

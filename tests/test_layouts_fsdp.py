@@ -10,7 +10,8 @@ import pytest
 from srift.cluster import Cluster, NodeGroup
 from srift.perf.comm import CommModel
 from srift.simulate.layouts import (
-    Layout, block_parts, candidate_layouts, fsdp_unit_bytes, plan_layout, stage_layers, stage_memory_bytes, state_shard,
+    Layout, block_parts, candidate_layouts, fsdp_unit_bytes, PlanSettings, plan_layout, stage_layers,
+    stage_memory_bytes, state_shard,
 )
 from srift.simulate.memory import ALLOCATOR_FACTOR, ALLOCATOR_FIXED_BYTES
 from srift.zoo import llm_arch
@@ -40,7 +41,8 @@ def test_per_block_gather_and_reduce_scatter_bytes_by_hand():
 def test_fsdp_gathers_and_reduces_each_block_every_micro_batch_without_a_pipeline():
     arch = llm_arch("llama3-70b")
     cluster = dgx(64)
-    plan = plan_layout(arch, cluster, Layout(8, 1, 1, 8, 1, 1, 2), 8192, checkpointing="full", dp_flavour="fsdp")
+    plan = plan_layout(arch, cluster, Layout(8, 1, 1, 8, 1, 1, 2), 8192,
+                       PlanSettings(checkpointing="full", dp_flavour="fsdp"))
     # TP 8 fills a node: the DP group is 8 ranks, one per node.
     dp = CommModel.for_cluster(cluster).subgroup(8, 1)
     ag_b, rs_b = dp.all_gather_time_s(2.0 * BLOCK_TP8), dp.reduce_scatter_time_s(4.0 * BLOCK_TP8)
@@ -55,8 +57,10 @@ def test_fsdp_gathers_and_reduces_each_block_every_micro_batch_without_a_pipelin
 def test_fsdp_under_a_pipeline_gathers_once_and_reduces_after_the_last_micro_batch():
     arch = llm_arch("llama3-70b")
     cluster = dgx(64)
-    few = plan_layout(arch, cluster, Layout(8, 4, 1, 2, 1, 1, 8), 8192, checkpointing="full", dp_flavour="fsdp")
-    many = plan_layout(arch, cluster, Layout(8, 4, 1, 2, 1, 1, 32), 8192, checkpointing="full", dp_flavour="fsdp")
+    few = plan_layout(arch, cluster, Layout(8, 4, 1, 2, 1, 1, 8), 8192,
+                      PlanSettings(checkpointing="full", dp_flavour="fsdp"))
+    many = plan_layout(arch, cluster, Layout(8, 4, 1, 2, 1, 1, 32), 8192,
+                       PlanSettings(checkpointing="full", dp_flavour="fsdp"))
     # 8 x 4 stages: a DP group of 2 ranks on two nodes. The slowest stage holds 21 blocks (80 + 2 over 4).
     n = max(stage_layers(80, 4))
     dp = CommModel.for_cluster(cluster).subgroup(2, 1)
@@ -170,7 +174,7 @@ def test_hsdp_shards_within_a_node_and_all_reduces_the_shards_across_nodes():
     cluster = dgx(64)
     # TP 2: a DP group of 32 ranks, 4 on each of 8 nodes.
     lay = Layout(2, 1, 1, 32, 1, 1, 1)
-    plan = plan_layout(arch, cluster, lay, 4096, checkpointing="full", dp_flavour="hsdp")
+    plan = plan_layout(arch, cluster, lay, 4096, PlanSettings(checkpointing="full", dp_flavour="hsdp"))
     dp = CommModel.for_cluster(cluster).subgroup(32, 4)
     shard, across = dp.within_node(), dp.across_nodes()
     parts = block_parts(arch, 2, 1, 1, 4096, "bf16", "H100")
@@ -191,7 +195,7 @@ def test_fsdp_under_a_layout_refuses_expert_parallelism():
     assert check_sharded("fsdp", 8, None) is not None and check_sharded("zero1", 8, None) is None
     assert check_sharded("hsdp", 1, None) is None
     with pytest.raises(SriftError, match="without expert parallelism"):
-        plan_layout(llm_arch("mixtral-8x7b"), dgx(8), Layout(1, 1, 1, 8, ep=8), 4096, dp_flavour="fsdp")
+        plan_layout(llm_arch("mixtral-8x7b"), dgx(8), Layout(1, 1, 1, 8, ep=8), 4096, PlanSettings(dp_flavour="fsdp"))
 
 
 def test_torchtitans_per_op_checkpointing_recomputes_every_other_matmul_and_the_pointwise_ops():

@@ -11,7 +11,8 @@ from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
 from srift.perf.compute import kernel_rates, mma_rate_flops
 from srift.simulate.layouts import (
-    Layout, block_parts, compute_factor_of, default_tp_overlap, dtensor_tp_block_s, load_layout_params, plan_layout,
+    Layout, block_parts, compute_factor_of, default_tp_overlap, dtensor_tp_block_s, load_layout_params, PlanSettings,
+    plan_layout,
     scaled_parts,
 )
 from srift.zoo import llm_arch
@@ -39,7 +40,7 @@ def test_dtensor_tp_block_by_hand():
 def test_vanilla_tp_waits_for_every_collective_and_its_copy():
     arch = llm_arch("llama3-8b")
     cluster = node(8)
-    plan = plan_layout(arch, cluster, Layout(8, 1, 1, 1), 4096, dp_flavour="fsdp")
+    plan = plan_layout(arch, cluster, Layout(8, 1, 1, 1), 4096, PlanSettings(dp_flavour="fsdp"))
     tp = CommModel.for_cluster(cluster).subgroup(8, 8)
     size = 1 * 4096 * 4096 * 2.0  # micro-batch x tokens x hidden x bf16
     copy = 2.0 * size / kernel_rates("H100", "bf16").memory_bytes_per_s  # read and write the gathered tensor
@@ -52,13 +53,14 @@ def test_vanilla_tp_waits_for_every_collective_and_its_copy():
 def test_async_tp_hides_forward_collectives_on_the_copy_engines():
     arch = llm_arch("llama3-8b")
     cluster = node(8)
-    vanilla = plan_layout(arch, cluster, Layout(8, 1, 1, 1, 1, 4), 4096, dp_flavour="fsdp", tp_overlap=False)
-    fused = plan_layout(arch, cluster, Layout(8, 1, 1, 1, 1, 4), 4096, dp_flavour="fsdp", tp_overlap=True)
+    vanilla = plan_layout(arch, cluster, Layout(8, 1, 1, 1, 1, 4), 4096,
+                          PlanSettings(dp_flavour="fsdp", tp_overlap=False))
+    fused = plan_layout(arch, cluster, Layout(8, 1, 1, 1, 1, 4), 4096, PlanSettings(dp_flavour="fsdp", tp_overlap=True))
     assert fused.breakdown["exposed_tp"] < vanilla.breakdown["exposed_tp"]
     # Symmetric-memory transfers hold no SMs: the hidden TP seconds cost nothing beside the GEMMs.
     assert fused.breakdown["comm_interference"] == pytest.approx(vanilla.breakdown["comm_interference"])
     # torchtitan's default is vanilla TP, Megatron-Core's recipes overlap it.
-    assert plan_layout(arch, cluster, Layout(8, 1, 1, 1, 1, 4), 4096, dp_flavour="fsdp").iteration_s == \
+    assert plan_layout(arch, cluster, Layout(8, 1, 1, 1, 1, 4), 4096, PlanSettings(dp_flavour="fsdp")).iteration_s == \
         pytest.approx(vanilla.iteration_s)
     assert not default_tp_overlap("fsdp") and default_tp_overlap("zero1")
 
@@ -75,7 +77,7 @@ def test_pytorch_kernels_attention_rate_and_compute_factor():
     assert compute_factor_of("zero1") == load_layout_params().megatron_compute_factor
     assert compute_factor_of("fsdp", 0.5) == 0.5
     one = block_parts(arch, 1, 1, 1, 4096, "bf16", "H100", pytorch_kernels=True)
-    plan = plan_layout(arch, node(8), Layout(1, 1, 1, 8), 4096, dp_flavour="fsdp")  # no TP: no TP collectives
+    plan = plan_layout(arch, node(8), Layout(1, 1, 1, 8), 4096, PlanSettings(dp_flavour="fsdp"))  # no TP: no TP collectives
     assert plan.breakdown["forward"] == pytest.approx(32 * one.block_f_s + one.first_f_s + one.last_f_s)
     assert scaled_parts(pt, 1.0) is pt
 
@@ -102,7 +104,7 @@ def test_the_search_prices_pytorchs_stack_as_plan_layout_does():
     cluster = node(16)
     found = search_layouts(arch, cluster, 4096, 32, dp_flavour="fsdp", checkpointing=("full",))
     assert found.best is not None
-    again = plan_layout(arch, cluster, found.best.layout, 4096, checkpointing="full", dp_flavour="fsdp")
+    again = plan_layout(arch, cluster, found.best.layout, 4096, PlanSettings(checkpointing="full", dp_flavour="fsdp"))
     assert found.best.iteration_s == pytest.approx(again.iteration_s)
     assert found.best.memory_per_gpu_bytes == pytest.approx(again.memory_per_gpu_bytes)
 

@@ -133,8 +133,9 @@ def test_moe_config_errors(tmp_path):
 from srift.cli import main  # noqa: E402
 from srift.cluster import Cluster, NodeGroup  # noqa: E402
 from srift.perf.comm import CommModel  # noqa: E402
-from srift.simulate.layouts import Layout, check_layout, plan_layout  # noqa: E402
-from srift.simulate.moe import (expert_glue_bytes, expert_memory_bytes, local_expert_params, moe_act_bytes, moe_activation_bytes,  # noqa: E402
+from srift.simulate.layouts import Layout, check_layout, PlanSettings, plan_layout  # noqa: E402
+from srift.simulate.moe import (expert_glue_bytes, expert_memory_bytes, local_expert_params, moe_act_bytes,
+                                moe_activation_bytes,  # noqa: E402
                                 moe_block_shape)
 
 def dgx(gpus: int) -> Cluster:
@@ -203,14 +204,15 @@ def test_expert_parallel_layout_memory_and_all_to_all():
     arch = llm_arch("mixtral-8x7b")
     cluster = dgx(32)
     lay = Layout(1, 1, 1, 32, micro_batch=1, grad_accum=8, ep=8)
-    plan = plan_layout(arch, cluster, lay, 4096, "bf16", "full")
+    plan = plan_layout(arch, cluster, lay, 4096, PlanSettings(precision="bf16", checkpointing="full"))
     expert = 32 * 8 * 3 * 4096 * 14336
     dense = params_count(arch) - expert
     held = dense + expert / 8  # every non-expert parameter, one expert of each block
     assert plan.memory_breakdown_bytes["weights"] == pytest.approx(2 * held)
     assert plan.memory_breakdown_bytes["optimizer_state"] == pytest.approx(12 * (dense / 32 + expert / 8 / 4))
     assert plan.breakdown["exposed_ep"] > 0 and plan.comm_s["ep"] == pytest.approx(plan.breakdown["exposed_ep"] / 1.5)
-    no_ep = plan_layout(arch, cluster, Layout(1, 1, 1, 32, micro_batch=1, grad_accum=8), 4096, "bf16", "full")
+    no_ep = plan_layout(arch, cluster, Layout(1, 1, 1, 32, micro_batch=1, grad_accum=8), 4096,
+                        PlanSettings(precision="bf16", checkpointing="full"))
     assert no_ep.breakdown["exposed_ep"] == 0.0
     assert no_ep.memory_breakdown_bytes["weights"] == pytest.approx(2 * params_count(arch))
     assert "does not divide the 8 experts" in check_layout(arch, Layout(1, 1, 1, 32, ep=16), 4096, 8)
@@ -289,8 +291,10 @@ def test_layout_search_tries_expert_parallelism_for_a_mixture_only():
     assert found.best is not None and found.best.fits
     # the search's choice is no slower than the same layout planned without expert parallelism
     lay = found.best.layout
-    plain = plan_layout(llm_arch("qwen3-30b-a3b"), dgx(16), Layout(lay.tp, lay.pp, lay.cp, lay.dp, lay.vp, lay.micro_batch,
-                        lay.grad_accum, lay.schedule), 4096, "bf16", found.best.checkpointing)
+    plain = plan_layout(llm_arch("qwen3-30b-a3b"), dgx(16),
+                        Layout(lay.tp, lay.pp, lay.cp, lay.dp, lay.vp, lay.micro_batch,
+                        lay.grad_accum, lay.schedule),
+                        4096, PlanSettings(precision="bf16", checkpointing=found.best.checkpointing))
     assert found.best.iteration_s <= plain.iteration_s or not plain.fits
 
 
@@ -367,8 +371,8 @@ def test_a_multi_token_prediction_layer_is_one_more_block_and_head_on_the_last_s
                                         _stage_memories)
     assert pipeline_blocks(TINY) == 2 and pipeline_blocks(TINY, 1) == 3
     layout = Layout(1, 1, 1, 8, 1, 1, 4, "1f1b", 1)  # one stage, 4 micro-batches
-    base = plan_layout(TINY, dgx(8), layout, 128)
-    mtp = plan_layout(TINY, dgx(8), layout, 128, mtp_layers=1)
+    base = plan_layout(TINY, dgx(8), layout, 128, PlanSettings())
+    mtp = plan_layout(TINY, dgx(8), layout, 128, PlanSettings(mtp_layers=1))
     parts = scaled_parts(block_parts(TINY, 1, 1, 1, 128, "bf16", "H100"), compute_factor_of("zero1"))
     # forward, per micro-batch: one more block and the final norm, head and loss once more
     assert mtp.breakdown[FORWARD] - base.breakdown[FORWARD] == pytest.approx(4 * (parts.block_f_s + parts.last_f_s))
@@ -380,19 +384,19 @@ def test_a_multi_token_prediction_layer_is_one_more_block_and_head_on_the_last_s
     # one block more in flight (1 micro-batch on the last stage) and one more fp32 logits (+ final norm)
     assert last1["activations"] - last0["activations"] == pytest.approx(parts.block_act_bytes + parts.last_act_bytes)
     with pytest.raises(ValueError):
-        plan_layout(TINY, dgx(8), layout, 128, mtp_layers=-1)
+        plan_layout(TINY, dgx(8), layout, 128, PlanSettings(mtp_layers=-1))
     # a pipeline layout of the job's own (Megatron's pipeline_model_parallel_layout) places the blocks:
     # all three on the first stage here, so it holds three blocks of activations, the last none
-    own = plan_layout(TINY, dgx(8), two, 128, mtp_layers=1, stage_blocks=(3, 0))
-    even = plan_layout(TINY, dgx(8), two, 128, mtp_layers=1)
+    own = plan_layout(TINY, dgx(8), two, 128, PlanSettings(mtp_layers=1, stage_blocks=(3, 0)))
+    even = plan_layout(TINY, dgx(8), two, 128, PlanSettings(mtp_layers=1))
     assert own.memory_stage == 0 and own.iteration_s > even.iteration_s
     with pytest.raises(ValueError):
-        plan_layout(TINY, dgx(8), two, 128, mtp_layers=1, stage_blocks=(1, 1))  # 2 of the 3 blocks
+        plan_layout(TINY, dgx(8), two, 128, PlanSettings(mtp_layers=1, stage_blocks=(1, 1)))  # 2 of the 3 blocks
     # any stage of a job's own layout can be the most loaded, a middle one too (an even split's
     # can only be the first, second or last)
     six = dataclasses.replace(TINY, name="tiny-moe-6", n_layers=6)
     four = Layout(1, 4, 1, 2, 1, 1, 4, "1f1b", 1)
-    middle = plan_layout(six, dgx(8), four, 128, stage_blocks=(1, 1, 3, 1))
+    middle = plan_layout(six, dgx(8), four, 128, PlanSettings(stage_blocks=(1, 1, 3, 1)))
     six_parts = scaled_parts(block_parts(six, 1, 1, 1, 128, "bf16", "H100"), compute_factor_of("zero1"))
     assert middle.memory_stage == 2
     assert middle.memory_per_gpu_bytes == pytest.approx(sum(

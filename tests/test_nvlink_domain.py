@@ -11,7 +11,7 @@ from srift.catalog.spec import cluster_from_spec
 from srift.cluster import Cluster, NodeGroup, cluster_from_dict
 from srift.errors import SriftError
 from srift.perf.comm import CommModel, CommParams, LinkClass, NetworkClass, topology
-from srift.simulate.layouts import Layout, ep_ranks_per_node, plan_layout
+from srift.simulate.layouts import Layout, ep_ranks_per_node, PlanSettings, plan_layout
 from srift.zoo import llm_arch
 
 # Full nominal bandwidth at every size, 1 us per step on NVLink, 10 us across the network.
@@ -67,11 +67,12 @@ def test_eight_gpus_on_two_trays_use_nvlink_and_on_two_p5_nodes_the_network():
 def test_an_expert_parallel_group_across_trays_runs_as_in_one_node():
     arch = llm_arch("qwen3-30b-a3b")
     lay = Layout(1, 1, 1, 8, 1, 1, 8, "1f1b", 8)
-    rack = plan_layout(arch, trays(2), lay, 4096)
-    node = plan_layout(arch, Cluster("one node", (NodeGroup(1, 8, "GB200", "nvswitch5", 1600.0, "infiniband"),)), lay, 4096)
+    rack = plan_layout(arch, trays(2), lay, 4096, PlanSettings())
+    node = plan_layout(arch, Cluster("one node", (NodeGroup(1, 8, "GB200", "nvswitch5", 1600.0, "infiniband"),)), lay,
+                       4096, PlanSettings())
     assert rack.breakdown == node.breakdown
     # the same trays without the rack's NVLink: the dispatch and combine cross the network
-    apart = plan_layout(arch, trays(2, None), lay, 4096)
+    apart = plan_layout(arch, trays(2, None), lay, 4096, PlanSettings())
     assert apart.breakdown["exposed_ep"] > 2 * rack.breakdown["exposed_ep"]
 
 
@@ -80,7 +81,7 @@ def test_the_worst_placed_expert_group_sets_its_ranks_per_domain():
     assert ep_ranks_per_node(16, 72) == 8  # ranks 64-79 straddle two 72-GPU domains: 8 and 8
     # 144 GPUs (2 racks of 72): expert-parallel 16 and its expert data-parallel groups of 9 plan
     arch = llm_arch("qwen3-30b-a3b")
-    plan = plan_layout(arch, trays(36), Layout(1, 1, 1, 144, 1, 1, 2, "1f1b", 16), 4096)
+    plan = plan_layout(arch, trays(36), Layout(1, 1, 1, 144, 1, 1, 2, "1f1b", 16), 4096, PlanSettings())
     assert plan.iteration_s > 0
 
 
@@ -110,6 +111,6 @@ def test_gb200_and_gb300_datasheet_figures():
 def test_tensor_parallelism_may_span_the_trays_of_a_rack_not_plain_nodes():
     arch = llm_arch("llama3-8b")
     lay = Layout(8, 1, 1, 1, 1, 1, 4, "1f1b")
-    assert plan_layout(arch, trays(2), lay, 4096).iteration_s > 0
+    assert plan_layout(arch, trays(2), lay, 4096, PlanSettings()).iteration_s > 0
     with pytest.raises(SriftError, match="more than the 4 GPUs of a node"):
-        plan_layout(arch, trays(2, None), lay, 4096)
+        plan_layout(arch, trays(2, None), lay, 4096, PlanSettings())

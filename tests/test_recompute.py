@@ -10,7 +10,7 @@ import pytest
 from srift.cluster import Cluster, NodeGroup
 from srift.perf.comm import CommModel
 from srift.perf.fp8 import fp8_saved_bytes
-from srift.simulate.layouts import Layout, block_parts, ep_interference, plan_layout
+from srift.simulate.layouts import Layout, block_parts, ep_interference, PlanSettings, plan_layout
 from srift.simulate.memory import ALLOCATOR_FACTOR
 from srift.simulate.moe import node_dedup_fraction
 from srift.simulate.recompute import check_modules
@@ -62,8 +62,9 @@ def test_moe_layer_recompute_drops_the_whole_layer_and_runs_its_all_to_alls_agai
     parts = block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, None, ("moe",))
     assert parts.moe_recomputed and parts.selective_f_s == pytest.approx(parts.experts_f_s)
     lay = Layout(1, 1, 1, 8, micro_batch=1, grad_accum=4, ep=4)
-    none = plan_layout(TINY, dgx(8), lay, 128, compute_factor=1.0)
-    sel = plan_layout(TINY, dgx(8), lay, 128, checkpointing="selective", compute_factor=1.0, recompute_modules=("moe",))
+    none = plan_layout(TINY, dgx(8), lay, 128, PlanSettings(compute_factor=1.0))
+    sel = plan_layout(TINY, dgx(8), lay, 128,
+                      PlanSettings(checkpointing="selective", compute_factor=1.0, recompute_modules=("moe",)))
     # forward's dispatch and combine run again: 6 all-to-alls per block, not 4
     assert sel.breakdown["exposed_ep"] == pytest.approx(1.5 * none.breakdown["exposed_ep"])
     assert sel.breakdown["recompute"] == pytest.approx(4 * 2 * parts.selective_f_s)
@@ -72,8 +73,9 @@ def test_moe_layer_recompute_drops_the_whole_layer_and_runs_its_all_to_alls_agai
 def test_selective_plan_keeps_less_and_runs_the_modules_again():
     lay = Layout(1, 1, 1, 8, micro_batch=1, grad_accum=4, ep=4)
     modules = ("layernorm", "moe_act")
-    none = plan_layout(TINY, dgx(8), lay, 128, compute_factor=1.0)
-    sel = plan_layout(TINY, dgx(8), lay, 128, checkpointing="selective", compute_factor=1.0, recompute_modules=modules)
+    none = plan_layout(TINY, dgx(8), lay, 128, PlanSettings(compute_factor=1.0))
+    sel = plan_layout(TINY, dgx(8), lay, 128,
+                      PlanSettings(checkpointing="selective", compute_factor=1.0, recompute_modules=modules))
     # one micro-batch in flight (no pipeline): 2 blocks keep less, one block's modules are rebuilt
     # at the peak, the allocator's slack on activations
     assert none.memory_per_gpu_bytes - sel.memory_per_gpu_bytes == pytest.approx(
@@ -94,7 +96,7 @@ def test_flex_dispatcher_sends_a_token_once_per_node_by_hand():
     full, half = ep.all_to_all_time_s(size), ep.all_to_all_time_s(size, network_fraction=0.5)
     assert half < full
     within = Layout(1, 1, 1, 32, micro_batch=1, grad_accum=2, ep=8)
-    flex, a2a = (plan_layout(TINY, dgx(32), within, 128, dispatcher=d) for d in ("flex", "alltoall"))
+    flex, a2a = (plan_layout(TINY, dgx(32), within, 128, PlanSettings(dispatcher=d)) for d in ("flex", "alltoall"))
     assert flex.breakdown["exposed_ep"] == pytest.approx(a2a.breakdown["exposed_ep"])  # EP within a node: the same
     # HybridEP permutes inside its kernels: the permutation passes' seconds (forward and backward,
     # 2 blocks, 2 micro-batches, the shipped compute factor) are what flex saves
@@ -107,14 +109,14 @@ def test_flex_dispatcher_sends_a_token_once_per_node_by_hand():
     assert a2a.breakdown["forward"] + a2a.breakdown["backward"] - flex.breakdown["forward"] \
         - flex.breakdown["backward"] == pytest.approx(saved * load_layout_params().megatron_compute_factor)
     across = Layout(1, 1, 1, 32, micro_batch=1, grad_accum=2, ep=16)
-    assert plan_layout(WIDE, dgx(32), across, 128, dispatcher="flex").breakdown["exposed_ep"] < \
-        plan_layout(WIDE, dgx(32), across, 128).breakdown["exposed_ep"]
+    assert plan_layout(WIDE, dgx(32), across, 128, PlanSettings(dispatcher="flex")).breakdown["exposed_ep"] < \
+        plan_layout(WIDE, dgx(32), across, 128, PlanSettings()).breakdown["exposed_ep"]
 
 
 def test_ep_overlap_hides_the_all_to_alls_behind_compute():
     lay = Layout(1, 1, 1, 16, micro_batch=1, grad_accum=4, ep=16)
-    plain = plan_layout(WIDE, dgx(16), lay, 128)
-    over = plan_layout(WIDE, dgx(16), lay, 128, ep_overlap=True)
+    plain = plan_layout(WIDE, dgx(16), lay, 128, PlanSettings())
+    over = plan_layout(WIDE, dgx(16), lay, 128, PlanSettings(ep_overlap=True))
     hidden = plain.breakdown["exposed_ep"] - over.breakdown["exposed_ep"]
     assert hidden > 0 and over.comm_s["ep"] == pytest.approx(plain.comm_s["ep"])
     # what is hidden costs the share of the SMs the all-to-all holds: NCCL's send and receive with
@@ -196,7 +198,7 @@ def test_auto_checkpointing_on_a_fixed_layout_takes_the_least_recompute_that_fit
     cluster, lay = dgx(8), Layout(1, 1, 1, 8, micro_batch=4, grad_accum=2, ep=8)
     arch = DecoderArch("mem-moe", n_layers=11, hidden=2048, heads=16, kv_heads=16, intermediate=2048, vocab=1000,
                        experts=8, experts_per_token=8, expert_intermediate=8192)
-    plans = [plan_layout(arch, cluster, lay, 4096, checkpointing=p, recompute_modules=m or ("core_attn",))
+    plans = [plan_layout(arch, cluster, lay, 4096, PlanSettings(checkpointing=p, recompute_modules=m or ("core_attn",)))
              for p, m in AUTO_LADDER]
     # memory falls and recompute grows down the selective rungs; full keeps less than none
     mems = [p.memory_per_gpu_bytes for p in plans]
@@ -205,9 +207,13 @@ def test_auto_checkpointing_on_a_fixed_layout_takes_the_least_recompute_that_fit
     assert recomputed == sorted(recomputed) and recomputed[0] == 0.0
     first_fit = next(p for p in plans if p.fits)
     assert not plans[0].fits and first_fit.checkpointing == "selective"  # the experts' activation is what it drops
+    # The one fit rule (srift.simulate.memory.fit_state): the least recompute that fits for sure,
+    # as the data-parallel plans choose; a rung that may not fit only when none fits for sure.
+    sure = next(p for p in plans if p.memory_state == "fits")
+    assert first_fit.memory_state == "may not fit" and sure.breakdown["recompute"] > first_fit.breakdown["recompute"]
     settings = LayoutSettings(LayoutRequest(tp=1, pp=1, cp=1, ep=8), micro_batch=4, global_batch=64)
     chosen, _ = plan_for(arch, cluster, settings, 4096, "bf16")
-    assert (chosen.checkpointing, chosen.recompute_modules) == (first_fit.checkpointing, first_fit.recompute_modules)
+    assert (chosen.checkpointing, chosen.recompute_modules) == (sure.checkpointing, sure.recompute_modules)
 
 
 def test_fp8_attention_runs_the_attention_core_at_the_fp8_peak_by_hand():
@@ -251,7 +257,7 @@ def test_auto_ladder_recomputes_mla_up_projections_before_shared_experts_and_den
     i = rungs.index(("layernorm", "mla_up_proj", "moe_act"))
     assert rungs[i - 1] == ("layernorm", "moe_act") and set(rungs[i]) < set(rungs[i + 1])
     plans = [plan_layout(mla, dgx(8), Layout(1, 1, 1, 8, micro_batch=2, grad_accum=1, ep=8), 2048,
-                         checkpointing="selective", recompute_modules=m) for m in rungs[i - 1:i + 2]]
+                         PlanSettings(checkpointing="selective", recompute_modules=m)) for m in rungs[i - 1:i + 2]]
     mems = [p.memory_per_gpu_bytes for p in plans]
     recomputed = [p.breakdown["recompute"] for p in plans]
     assert mems[0] > mems[1] > mems[2] and recomputed[0] < recomputed[1] < recomputed[2]

@@ -17,6 +17,7 @@ from srift.bounds import parse_number
 from srift.cli import main
 from srift.errors import SriftError
 from srift.examples import check_pin, copy_examples, pinned_workflow
+from srift.testing import price_list_csv, price_list_row
 from srift.job import Job, parse_layout
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,11 +179,8 @@ def test_a_refresh_with_no_usable_price_exits_2(tmp_path: Path, monkeypatch: pyt
     (base / "us-west-2").mkdir(parents=True)
     (base / "region_index.json").write_text(json.dumps({"regions": {"us-west-2": {}}}))
     (tmp_path / "mirror" / "advisor.json").write_text(json.dumps({"ranges": [{"index": 0, "label": "<5%"}], "spot_advisor": {}}))
-    linux = {"operatingSystem": "Linux", "tenancy": "Shared", "preInstalledSw": "NA", "capacitystatus": "Used",
-             "instanceType": "g5.xlarge"}
-    offer = {"products": {"S": {"sku": "S", "attributes": linux}},
-             "terms": {"OnDemand": {"S": {"S.T": {"priceDimensions": {"S.T.D": {"unit": "Hrs", "pricePerUnit": {"USD": "Infinity"}}}}}}}}
-    (base / "us-west-2" / "index.json").write_text(json.dumps(offer))
+    # AWS's per-region CSV price list, its one GPU row priced at infinity (srift.testing builds the rows)
+    (base / "us-west-2" / "index.csv").write_bytes(price_list_csv([price_list_row("S", "g5.xlarge", "Infinity")]))
     monkeypatch.setenv("SRIFT_AWS_PRICE_LIST_URL", f"file://{tmp_path / 'mirror'}")
     monkeypatch.setenv("SRIFT_AWS_SPOT_ADVISOR_URL", f"file://{tmp_path / 'mirror' / 'advisor.json'}")
     monkeypatch.setenv("SRIFT_CACHE_DIR", str(tmp_path / "cache"))

@@ -53,7 +53,8 @@ from srift.cluster import INFINIBAND, Cluster, Network, NodeGroup
 from srift.errors import SriftError
 from srift.fitting import megatron_rows
 from srift.job import BF16, Checkpointing, Fp8Recipe
-from srift.simulate.layouts import (LAYOUT_PARAMS_SCHEMA, Layout, load_layout_params, plan_layout, pytorch_stack,
+from srift.simulate.layouts import (LAYOUT_PARAMS_SCHEMA, Layout, load_layout_params, PlanSettings, plan_layout,
+                                    pytorch_stack,
                                     search_layouts)
 from srift.zoo import canonical_name, llm_arch
 from srift.zoo.llm import DecoderArch
@@ -284,8 +285,9 @@ def row_tp_overlap(r) -> bool:
 def _predict(arch: DecoderArch, gpu: str, gpus: int, per_node: int, layout: Layout, seq_len: int, checkpointing: str,
              factor: float | None, fp8: Fp8Recipe | None = None, tp_overlap: bool = True, dp_flavour: str = "zero1",
              op_sac: bool = False) -> tuple[float, bool, float]:
-    plan = plan_layout(arch, dgx_cluster(gpu, gpus, per_node), layout, seq_len, "bf16", checkpointing, dp_flavour,
-                       compute_factor=factor, fp8=fp8, tp_overlap=tp_overlap, op_sac=op_sac)
+    plan = plan_layout(arch, dgx_cluster(gpu, gpus, per_node), layout, seq_len,
+                       PlanSettings(precision="bf16", checkpointing=checkpointing, dp_flavour=dp_flavour,
+                                    compute_factor=factor, fp8=fp8, tp_overlap=tp_overlap, op_sac=op_sac))
     return plan.iteration_s, plan.fits, plan.memory_per_gpu_bytes / 2**30
 
 
@@ -437,8 +439,9 @@ def search_claims(rows: pd.DataFrame) -> list[float]:
         r = next(grp.itertuples())
         cluster = dgx_cluster(r.gpu, int(r.gpus_total), int(r.gpus_per_node))
         arch = r.arch
-        measured = min(plan_layout(arch, cluster, row_layout(x), int(x.seq_len), "bf16", row_checkpointing(x),
-                                   tp_overlap=row_tp_overlap(x)).iteration_s for x in grp.itertuples())
+        measured = min(plan_layout(arch, cluster, row_layout(x), int(x.seq_len),
+                                   PlanSettings(precision="bf16", checkpointing=row_checkpointing(x),
+                                                tp_overlap=row_tp_overlap(x))).iteration_s for x in grp.itertuples())
         found = search_layouts(arch, cluster, int(r.seq_len), int(r.global_batch), tp_overlap=row_tp_overlap(r))
         if found.best is not None:
             out.append(found.best.iteration_s / measured - 1.0)

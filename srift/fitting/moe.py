@@ -35,7 +35,7 @@ from srift.errors import SriftError
 from srift.fitting import megatron_rows
 from srift.job import MOE_DISPATCHERS, RECOMPUTE_MODULES, SELECTIVE, Fp8Recipe, MoeDispatcher
 from srift.simulate.recompute import AUTO_LADDER, Recompute
-from srift.simulate.layouts import Layout, megatron_stage_blocks, plan_layout
+from srift.simulate.layouts import Layout, megatron_stage_blocks, PlanSettings, plan_layout
 from srift.simulate.moe import BALANCED_ROUTING
 from srift.zoo import llm_arch
 
@@ -218,12 +218,12 @@ def _predict(zoo: str, gpu: str, gpus: int, per_node: int, layout: Layout, seq_l
              mtp_layers: int = 0, stage_blocks: tuple[int, ...] | None = None) -> tuple[float, str]:
     plan = None
     for policy, modules in (recipe.recompute,) if recipe else AUTO_LADDER:
-        plan = plan_layout(llm_arch(zoo), dgx_cluster(gpu, gpus, per_node), layout, seq_len, "bf16", policy,
-                           imbalance=BALANCED_ROUTING, fp8=fp8, recompute_modules=modules,
-                           dispatcher=dispatcher,
-                           ep_overlap=recipe.ep_overlap if recipe else False,
-                           fp8_attention=recipe.fp8_attention if recipe else False, mtp_layers=mtp_layers,
-                           stage_blocks=stage_blocks)
+        plan = plan_layout(llm_arch(zoo), dgx_cluster(gpu, gpus, per_node), layout, seq_len,
+                           PlanSettings(precision="bf16", checkpointing=policy, imbalance=BALANCED_ROUTING, fp8=fp8,
+                                        recompute_modules=modules, dispatcher=dispatcher,
+                                        ep_overlap=recipe.ep_overlap if recipe else False,
+                                        fp8_attention=recipe.fp8_attention if recipe else False, mtp_layers=mtp_layers,
+                                        stage_blocks=stage_blocks))
         label = policy + (f" ({', '.join(modules)})" if modules else "") + ("" if recipe else ", least that fits")
         if plan.fits:
             return plan.tokens_per_s / gpus, label

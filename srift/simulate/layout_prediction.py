@@ -19,17 +19,19 @@ from srift.job import (
     LayoutRequest, MoeDispatcher, parse_layout, usd_per_million_samples,
 )
 from srift.simulate.layouts import (
-    DP_FLAVOURS, SHARDED_FLAVOURS, SCHEDULES, Layout, LayoutPlan, check_layout, check_sharded, load_layout_params, plan_layout,
+    DP_FLAVOURS, SHARDED_FLAVOURS, SCHEDULES, Layout, LayoutPlan, check_layout, check_sharded, load_layout_params,
+    PlanSettings, plan_layout,
     pytorch_stack, search_layouts,
 )
 from srift.simulate.breakdown import COMM_INTERFERENCE
+from srift.simulate.door import refuse_ignored
 from srift.simulate.finetune import LoraSpec, layout_lora
-from srift.simulate.memory import USABLE_FRACTION, allocated_parts
+from srift.simulate.memory import FITS, USABLE_FRACTION, allocated_parts
 from srift.simulate.prediction import BatchShare, Prediction, bottleneck
 from srift.simulate.spot import spot_expectation
 from srift.simulate.moe import BALANCED_ROUTING, REAL_ROUTING
 from srift.simulate.recompute import AUTO_LADDER
-from srift.zoo.llm import DecoderArch, active_params_count, params_count
+from srift.zoo.llm import DecoderArch, active_params_count, model_flops_per_token, params_count
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,28 @@ class LayoutSettings:
                              "add --pipeline-schedule interleaved, or drop --virtual-stages.")
 
 
+class LayoutPredictor:
+    """A ``--layout`` job's predictions on many clusters, from the architecture's blocks alone: no
+    profile and no data-parallel workload are built for it (srift/simulate/door.py).
+
+    Args:
+        arch: The decoder LLM's architecture.
+        job: The job, with its ``layout`` and ``precision``.
+        seq_len: Tokens per sequence (the job's, else the model's default).
+    """
+
+    def __init__(self, arch: DecoderArch, job: Job, seq_len: int) -> None:
+        assert job.layout is not None and job.precision is not None
+        refuse_ignored(job, layout_path=True)
+        self.arch, self.job, self.seq_len, self.precision = arch, job, seq_len, job.precision
+        self.settings = LayoutSettings.of(job)
+        self.flops_per_token = model_flops_per_token(arch, seq_len)
+
+    def predict(self, cluster: Cluster) -> Prediction:
+        """The job's prediction on ``cluster`` (``predict_layout``)."""
+        return predict_layout(self.arch, cluster, self.settings, self.seq_len, self.precision, self.flops_per_token)
+
+
 # How a prediction's notes name the data-parallel flavour of a layout.
 DP_WORDS = {ZERO1: "distributed optimizer (zero1)", "ddp": "DDP",
             "fsdp": "FSDP2 over CP x DP (per-block all-gather and reduce-scatter, as torchtitan)",
@@ -154,22 +178,30 @@ def plan_for(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_
                              f"of {gb:,}.", "choose another GPU count or --global-batch-size, or name a --layout.")
         return found.smallest, None
     layout = fixed_layout(arch, cluster, settings, seq_len)
-    plan = None
-    # auto: the least recompute that fits, Megatron-Core's selective modules before full recompute.
+    plans: list[LayoutPlan] = []
+    # auto: the least recompute that fits, Megatron-Core's selective modules before full recompute;
+    # as the data-parallel plans choose (srift/simulate/plans.py), what fits for sure first, then
+    # what may not fit (srift.simulate.memory.fit_state).
     ladder = ((settings.checkpointing, DEFAULT_RECOMPUTE_MODULES),) if settings.checkpointing else AUTO_LADDER
     for policy, modules in ladder:
-        plan = plan_layout(arch, cluster, layout, seq_len, precision, policy, settings.dp_flavour, comm, quantile,
-                           imbalance=settings.routing_imbalance, recompute_modules=modules or DEFAULT_RECOMPUTE_MODULES,
-                           lora=settings.lora, reduce_dtype=settings.reduce_dtype, fp8=settings.fp8,
-                           dispatcher=settings.dispatcher, ep_overlap=settings.ep_overlap, mtp_layers=settings.mtp_layers)
-        if plan.fits:
-            return plan, None
-    assert plan is not None
+        plans.append(plan_layout(arch, cluster, layout, seq_len,
+                                 PlanSettings(precision=precision, checkpointing=policy,
+                                              dp_flavour=settings.dp_flavour, quantile=quantile,
+                                              imbalance=settings.routing_imbalance,
+                                              recompute_modules=modules or DEFAULT_RECOMPUTE_MODULES,
+                                              lora=settings.lora, reduce_dtype=settings.reduce_dtype, fp8=settings.fp8,
+                                              dispatcher=settings.dispatcher, ep_overlap=settings.ep_overlap,
+                                              mtp_layers=settings.mtp_layers),
+                                 comm=comm))
+        if plans[-1].memory_state == FITS:
+            return plans[-1], None
+    plan = next((p for p in plans if p.fits), plans[-1])
     found = search_layouts(arch, cluster, seq_len, layout.global_batch, precision, LayoutRequest(), settings.dp_flavour,
                            ("none", "full"), comm, imbalance=settings.routing_imbalance, lora=settings.lora,
                            reduce_dtype=settings.reduce_dtype, fp8=settings.fp8, dispatcher=settings.dispatcher,
                            ep_overlap=settings.ep_overlap, mtp_layers=settings.mtp_layers)
-    return plan, found.best
+    # The layout offered instead fits for sure.
+    return plan, found.best if found.best is not None and found.best.memory_state == FITS else None
 
 
 def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_len: int, precision: str,
@@ -183,11 +215,13 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
     check_options(arch, cluster, settings)
     plan, alternative = plan_for(arch, cluster, settings, seq_len, precision)
     lay = plan.layout
-    p90_plan = plan_layout(arch, cluster, lay, seq_len, precision, plan.checkpointing, plan.dp_flavour, quantile=0.9,
-                           imbalance=settings.routing_imbalance,
-                           recompute_modules=plan.recompute_modules or DEFAULT_RECOMPUTE_MODULES, lora=settings.lora,
-                           reduce_dtype=settings.reduce_dtype, fp8=settings.fp8, dispatcher=settings.dispatcher,
-                           ep_overlap=settings.ep_overlap, mtp_layers=settings.mtp_layers)
+    p90_plan = plan_layout(arch, cluster, lay, seq_len,
+                           PlanSettings(precision=precision, checkpointing=plan.checkpointing,
+                                        dp_flavour=plan.dp_flavour, quantile=0.9, imbalance=settings.routing_imbalance,
+                                        recompute_modules=plan.recompute_modules or DEFAULT_RECOMPUTE_MODULES,
+                                        lora=settings.lora, reduce_dtype=settings.reduce_dtype, fp8=settings.fp8,
+                                        dispatcher=settings.dispatcher, ep_overlap=settings.ep_overlap,
+                                        mtp_layers=settings.mtp_layers))
     breakdown = plan.breakdown
     comm_cost = breakdown.exposed_comm_s + breakdown[COMM_INTERFERENCE]
     throughput = lay.global_batch / plan.iteration_s
@@ -235,7 +269,7 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
         notes.append(f"{arch.name}'s config has {arch.mtp_layers} multi-token prediction layer(s) "
                      f"(num_nextn_predict_layers), not priced: --mtp-layers {arch.mtp_layers} trains them (as "
                      "Megatron-Bridge's DeepSeek-V3 recipes do)")
-    if not plan.fits and alternative is not None:
+    if alternative is not None:
         notes.append(f"fits instead: --layout tp={alternative.layout.tp},pp={alternative.layout.pp},"
                      f"cp={alternative.layout.cp}{f',ep={alternative.layout.ep}' if alternative.layout.ep > 1 else ''}"
                      f" --micro-batch-size {alternative.layout.micro_batch}"
@@ -254,6 +288,7 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
         throughput_samples_per_s=throughput, cost_per_hour_usd=cost,
         usd_per_million_samples=usd_per_million_samples(cost, throughput),
         breakdown=breakdown, bottleneck=bottleneck(plan.fits, comm_cost, plan.iteration_s), fits_in_memory=plan.fits,
+        memory_fit=plan.memory_state,
         memory_per_gpu_bytes=plan.memory_per_gpu_bytes, memory_breakdown_bytes=dict(plan.memory_breakdown_bytes),
         memory_allocated_bytes=sum(allocated_parts(plan.memory_breakdown_bytes).values()),
         batch_split=[BatchShare(g.label, g.gpu, lay.micro_batch * lay.grad_accum, g.gpus) for g in cluster.node_groups],

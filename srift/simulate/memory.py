@@ -71,6 +71,7 @@ ALLOCATOR_FACTOR = 1.0
 ALLOCATOR_FIXED_BYTES = 0.5 * 2**30
 ALLOCATOR_ERROR = 0.137
 FIT_STATES = ("fits", "may not fit", "does not fit")
+FITS = FIT_STATES[0]
 MASTER_BYTES = 4.0  # fp32 master parameters and sharded gradients
 LOSS_FP32_BYTES = 4.0  # log-softmax's fp32 output per logit, and the fp32 upcast of half logits
 
@@ -94,6 +95,11 @@ def allocated_parts(breakdown: dict[str, float]) -> dict[str, float]:
 def reserved_p90_bytes(reserved_bytes: float) -> float:
     """The 90th percentile of a predicted reserved peak (its typical error, ALLOCATOR_ERROR)."""
     return reserved_bytes * (1.0 + Z90 * ALLOCATOR_ERROR)
+
+
+def sure_fit_bytes(usable: float) -> float:
+    """The largest reserved peak that fits ``usable`` bytes for sure (its p90 under them: ``fit_state``)."""
+    return usable / (1.0 + Z90 * ALLOCATOR_ERROR)
 
 
 def usable_bytes(gpu_memory_gib: float) -> float:

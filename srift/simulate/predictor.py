@@ -38,6 +38,7 @@ from srift.perf.compute import LayerTimes, measured_gpu
 from srift.profile import Profile
 from srift.simulate.breakdown import DATA
 from srift.simulate.kfac import KfacPlan
+from srift.simulate.door import refuse_ignored
 from srift.simulate.loader import InputLoader, image_side_px
 from srift.simulate.mixed import batches_for_fastest, split_batch
 from srift.simulate.memory import allocated_parts
@@ -76,6 +77,7 @@ class Predictor:
     def __init__(self, profile: Profile, job: Job, more_profiles: Sequence[Profile] = (),
                  model_flops_per_token: Callable[[int], float] | None = None, arch: DecoderArch | None = None) -> None:
         job.require_layout_settings(takes_layout=arch is not None and not more_profiles)
+        refuse_ignored(job, layout_path=job.layout is not None)
         job = job_with_profile_defaults(job, profile)
         if job.layout is not None and (arch is None or more_profiles):
             raise SriftError("--layout is modelled for a decoder LLM of the zoo or a --model-config, not for a profile.",

@@ -1,0 +1,256 @@
+"""The layout search: every layout of a cluster that divides, pruned by memory and a lower
+bound on its time (``search_layouts``).
+
+Part of the layout simulator (srift/simulate/layouts.py: the model as a whole)."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from srift.cluster import Cluster
+from srift.hardware import gpu as gpu_spec
+from srift.perf.comm import CommModel
+from srift.job import FLEX, FULL_CHECKPOINTING, HALF_PRECISIONS, Fp8Recipe, LayoutRequest, MoeDispatcher
+from srift.simulate.finetune import LoraSpec
+from srift.simulate.memory import MASTER_BYTES, USABLE_FRACTION, sure_fit_bytes
+from srift.simulate.moe import BALANCED_ROUTING, check_ep
+from srift.zoo.llm import DecoderArch, params_count
+from srift.simulate.layout.plan import (ADAM_STATE_BYTES, GRAD_BYTES, PARAM_BYTES, SEARCH_CONTEXT, SEARCH_EXPERT,
+                                        SEARCH_MICRO_BATCHES, SEARCH_VIRTUAL_STAGES, SHARDED_FLAVOURS, Layout,
+                                        LayoutPlan, compute_factor_of, default_tp_overlap, ep_ranks_per_node,
+                                        pytorch_stack, state_shard)
+from srift.simulate.layout.pipeline import pipeline_blocks, stage_layers
+from srift.simulate.layout_rules import cp_efficient, megatron_split, runnable
+from srift.simulate.layout.blocks import BlockParts, block_parts, scaled_parts
+from srift.simulate.layout.collectives import block_comm, dtensor_rate, p2p_interference, tp_interference
+from srift.simulate.layout.memory import _peak_memory_of
+from srift.simulate.layout.step import PlanSettings, _plan
+
+
+# ---- the search ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LayoutSearch:
+    """The outcome of searching layouts on one cluster.
+
+    Attributes:
+        best: The fastest plan that fits, or None when none does.
+        smallest: The plan with the least memory per GPU (what comes closest when none fits).
+        candidates: Layouts that divide the model and the cluster.
+        rejected_memory: Of those examined (in order of the lower bound), how many did not fit.
+        simulated: Plans simulated in full (the rest were shown unable to win by a lower bound).
+    """
+
+    best: LayoutPlan | None
+    smallest: LayoutPlan | None
+    candidates: int
+    rejected_memory: int
+    simulated: int
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+Degrees = tuple[int, int, int, int, int, int, int, int]
+
+
+def _expert_degrees(arch: DecoderArch, request: LayoutRequest, tcd: int) -> list[int]:
+    """Expert-parallel sizes to try over ``tcd`` = TP x CP x DP ranks: the requested one, or (a
+    mixture of experts under search) each of SEARCH_EXPERT that divides the experts and ``tcd``."""
+    if request.ep is not None:
+        return [request.ep] if check_ep(arch, request.ep, tcd) is None else []
+    if not arch.is_moe:
+        return [1]
+    return [e for e in SEARCH_EXPERT if e <= tcd and check_ep(arch, e, tcd) is None]
+
+
+def _degrees(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, global_batch: int,
+             request: LayoutRequest, micro_batches: tuple[int, ...]) -> list[Degrees]:
+    """Every ``(tp, pp, cp, dp, micro_batch, grad_accum, vp, ep)`` that divides ``arch`` and
+    ``gpus`` (``check_layout``'s rules, applied per degree; vp 1 is 1F1B, more is interleaved)."""
+    out = []
+    tps = [request.tp] if request.tp is not None else [t for t in _divisors(gpus_per_node) if t <= gpus]
+    cps = [request.cp] if request.cp is not None else list(SEARCH_CONTEXT)
+    for t in tps:
+        if t > gpus_per_node or arch.heads % t or (arch.kv_heads % t and t % arch.kv_heads):
+            continue
+        for c in cps:
+            if gpus % (t * c) or (c > 1 and seq_len % (2 * c)):
+                continue
+            pps = [request.pp] if request.pp is not None else _divisors(gpus // (t * c))
+            for p in pps:
+                if gpus % (t * c * p) or p > arch.n_layers:
+                    continue
+                d = gpus // (t * c * p)
+                for ep in _expert_degrees(arch, request, t * c * d):
+                    for mb in micro_batches:
+                        if global_batch % (mb * d):
+                            continue
+                        m = global_batch // (mb * d)
+                        out.append((t, p, c, d, mb, m, 1, ep))
+                        if p > 1 and m % p == 0:
+                            out.extend((t, p, c, d, mb, m, v, ep) for v in SEARCH_VIRTUAL_STAGES[1:]
+                                       if p * v <= arch.n_layers + 2)
+    return out
+
+
+@functools.lru_cache(maxsize=65536)
+def has_layout(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, global_batch: int) -> bool:
+    """Whether any layout of ``_degrees``'s rules divides ``arch`` and ``gpus`` at ``global_batch``
+    sequences a step (micro-batch 1; a search's cheap test of a GPU count, cached)."""
+    for t in _divisors(gpus_per_node):
+        if t > gpus or arch.heads % t or (arch.kv_heads % t and t % arch.kv_heads):
+            continue
+        for c in SEARCH_CONTEXT:
+            if gpus % (t * c) or (c > 1 and seq_len % (2 * c)) or not cp_efficient(seq_len, c):
+                continue
+            for p in _divisors(gpus // (t * c)):
+                if p <= arch.n_layers and global_batch % (gpus // (t * c * p)) == 0 and megatron_split(arch.n_layers, p, stage_layers) and \
+                        (not arch.is_moe or _expert_degrees(arch, LayoutRequest(), gpus // p)):
+                    return True
+    return False
+
+
+def candidate_layouts(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, global_batch: int,
+                      request: LayoutRequest = LayoutRequest(),
+                      micro_batches: tuple[int, ...] = SEARCH_MICRO_BATCHES) -> list[Layout]:
+    """Every layout that divides ``arch`` and ``gpus`` and trains ``global_batch`` sequences a step
+    (TP within a node and dividing the heads, CP splitting the sequence in 2 x CP chunks, PP at most
+    the layers, micro-batches dividing the batch; the interleaved schedule with each virtual-stage
+    count in SEARCH_VIRTUAL_STAGES that fits; a mixture of experts' EP sizes of SEARCH_EXPERT)."""
+    return [Layout(t, p, c, d, v, mb, m, "interleaved" if v > 1 else "1f1b", ep)
+            for t, p, c, d, mb, m, v, ep in _degrees(arch, gpus, gpus_per_node, seq_len, global_batch, request,
+                                                     micro_batches)]
+
+
+def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_batch: int, precision: str = "bf16",
+                   request: LayoutRequest = LayoutRequest(), dp_flavour: str = "zero1",
+                   checkpointing: tuple[str, ...] = ("none", "full"), comm: CommModel | None = None,
+                   compute_factor: float | None = None, tp_overlap: bool | None = None,
+                   imbalance: float = BALANCED_ROUTING, lora: LoraSpec | None = None,
+                   reduce_dtype: str = "fp32", fp8: Fp8Recipe | None = None, dispatcher: MoeDispatcher = "alltoall",
+                   ep_overlap: bool = False, mtp_layers: int = 0) -> LayoutSearch:
+    """The fastest layout of ``arch`` on ``cluster`` that fits (``request`` fixes any degree).
+
+    Every candidate gets a lower bound on its time (the slowest stage's compute, recomputation
+    included, over ``M + (p - 1) / V`` slots); in order of it, each one's memory is checked (each
+    checkpointing policy in turn: the least recompute that fits) and those that fit are
+    simulated, until the bound passes the best time found. When none fits, the one with the least
+    memory comes back as ``smallest``. ``fp8``, ``dispatcher``, ``ep_overlap``, ``mtp_layers``: as
+    ``plan_layout``'s.
+    """
+    comm = comm or CommModel.for_cluster(cluster)
+    g = comm.topology.gpus_per_node
+    gpu = cluster.node_groups[0].gpu
+    factor = compute_factor_of(dp_flavour, compute_factor)
+    tp_overlap = default_tp_overlap(dp_flavour) if tp_overlap is None else tp_overlap
+    pytorch = pytorch_stack(dp_flavour)
+    cap = min(gr.gpu_memory_gib if gr.gpu_memory_gib is not None else gpu_spec(gr.gpu).memory_gib
+              for gr in cluster.node_groups) * 2**30 * USABLE_FRACTION
+    degrees = _degrees(arch, cluster.gpus, g, seq_len, global_batch, request, SEARCH_MICRO_BATCHES)
+    degrees = runnable(arch, degrees, seq_len, pytorch_stack(dp_flavour), stage_layers)  # what the stack runs (layout_rules.py)
+    if dp_flavour in SHARDED_FLAVOURS:  # FSDP is modelled without expert parallelism (check_sharded)
+        degrees = [r for r in degrees if r[7] == 1]
+    # Whatever the layout, each parameter's 16 bytes (bf16 weight and gradient, fp32 master and
+    # Adam moments) are spread over at most all the GPUs: below that nothing fits.
+    # (LoRA: the frozen weights' 2 bytes.)
+    per_param = PARAM_BYTES if lora is not None else PARAM_BYTES + GRAD_BYTES + MASTER_BYTES + ADAM_STATE_BYTES
+    hopeless = params_count(arch) * per_param / cluster.gpus > cap
+    if hopeless or not degrees:
+        return LayoutSearch(None, _most_sharded(arch, cluster, degrees, seq_len, precision, checkpointing[-1], dp_flavour,
+                                                comm, gpu, factor, tp_overlap, imbalance, lora, reduce_dtype, fp8,
+                                                dispatcher, ep_overlap, mtp_layers),
+                            len(degrees), len(degrees), 0)
+    parts_of: dict[tuple[int, int, int, int], BlockParts] = {}
+    slot_of: dict[tuple[int, int, int, int], tuple[float, float]] = {}
+    e = PARAM_BYTES if precision in HALF_PRECISIONS else 4.0
+    k_tp = tp_interference(comm, gpu, tp_overlap, pytorch)
+    copy_rate = dtensor_rate(gpu, precision, pytorch)
+    k_p2p = p2p_interference(gpu)
+    ranked = []
+    for t, p, c, d, mb, m, v, ep in degrees:
+        key = (t, c, mb, ep)
+        parts = parts_of.get(key)
+        if parts is None:
+            parts = parts_of[key] = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, imbalance, fp8,
+                                                             lora=lora, dispatcher=dispatcher, fused_fc1=not pytorch,
+                                                             pytorch_kernels=pytorch),
+                                                 factor)
+            bc = block_comm(arch, comm, t, c, mb, seq_len, e, parts, 0.5, tp_overlap, copy_rate)
+            # The flat all-to-all bounds the alltoall dispatcher's exposed time; flex's per-node
+            # dispatch and an overlapped one can take less, so they add nothing to the bound.
+            a2a = (4.0 * parts.moe_fraction * float(comm.subgroup(ep, ep_ranks_per_node(ep, g)).all_to_all_time_s(parts.dispatch_bytes))
+                   if ep > 1 and dispatcher != FLEX and not ep_overlap else 0.0)
+            slot_of[key] = (parts.block_f_s + parts.block_b_s + bc.tp_f_s + bc.tp_b_s + bc.cp_f_s + bc.cp_b_s + a2a,
+                            k_tp * bc.tp_hidden_s + k_p2p * bc.cp_hidden_s)
+        blk, hidden = slot_of[key]
+        n = max(stage_layers(pipeline_blocks(arch, mtp_layers), p, not pytorch))
+        ranked.append(((m + (p - 1) / v) * n * blk + m * n * hidden, t, p, c, d, mb, m, v, ep))
+    ranked.sort()
+    best: LayoutPlan | None = None
+    simulated = rejected = 0
+    # The one fit rule (srift.simulate.memory.fit_state): layouts that fit for sure first; those
+    # that may not fit (within the memory's typical error) when none does.
+    for limit in (sure_fit_bytes(cap), cap):
+        rejected = 0
+        for bound, t, p, c, d, mb, m, v, ep in ranked:
+            if best is not None and bound >= best.iteration_s:
+                break
+            parts = parts_of[(t, c, mb, ep)]
+            chosen = next((k for k in checkpointing
+                           if _peak_memory_of(arch, p, v, m, state_shard(dp_flavour, g, t, c, p, d), parts, k, dp_flavour,
+                                              t * c * d // ep, reduce_dtype, mtp_layers) <= limit), None)
+            if chosen is None:
+                rejected += 1
+                continue
+            lay = Layout(t, p, c, d, v, mb, m, "interleaved" if v > 1 else "1f1b", ep)
+            if chosen == FULL_CHECKPOINTING and best is not None and \
+                    bound * (1.0 + parts.block_f_s / (parts.block_f_s + parts.block_b_s)) >= best.iteration_s:
+                continue
+            plan = _plan(arch, cluster, lay, seq_len,
+                         PlanSettings(precision=precision, checkpointing=chosen, dp_flavour=dp_flavour, dispatcher=dispatcher,
+                                      ep_overlap=ep_overlap, reduce_dtype=reduce_dtype, mtp_layers=mtp_layers),
+                         comm, gpu, parts, tp_overlap)
+            simulated += 1
+            if best is None or plan.iteration_s < best.iteration_s:
+                best = plan
+        if best is not None:
+            break
+    smallest = None if best is not None else _most_sharded(arch, cluster, degrees, seq_len, precision, checkpointing[-1],
+                                                            dp_flavour, comm, gpu, factor, tp_overlap, imbalance, lora,
+                                                            reduce_dtype, fp8, dispatcher, ep_overlap, mtp_layers)
+    return LayoutSearch(best, smallest, len(degrees), rejected, simulated)
+
+
+def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: list[Degrees],
+                  seq_len: int, precision: str, checkpointing: str, dp_flavour: str, comm: CommModel, gpu: str,
+                  factor: float, tp_overlap: bool, imbalance: float = BALANCED_ROUTING,
+                  lora: LoraSpec | None = None, reduce_dtype: str = "fp32", fp8: Fp8Recipe | None = None,
+                  dispatcher: MoeDispatcher = "alltoall", ep_overlap: bool = False,
+                  mtp_layers: int = 0) -> LayoutPlan | None:
+    """When nothing fits: the plan that needs the least memory among the most model-parallel
+    layouts of the smallest micro-batch (what comes closest, for the error)."""
+    if not degrees:
+        return None
+    top = max(t * p * c for t, p, c, *_ in degrees)
+    mb_min = min(r[4] for r in degrees if r[0] * r[1] * r[2] == top)
+    best: tuple[float, Degrees, BlockParts] | None = None
+    for r in degrees:
+        t, p, c, d, mb, m, v, ep = r
+        if t * p * c != top or mb != mb_min:
+            continue
+        parts = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, imbalance, fp8, lora=lora,
+                                         dispatcher=dispatcher, fused_fc1=not pytorch_stack(dp_flavour),
+                                         pytorch_kernels=pytorch_stack(dp_flavour)), factor)
+        mem = _peak_memory_of(arch, p, v, m, state_shard(dp_flavour, comm.topology.gpus_per_node, t, c, p, d), parts,
+                              checkpointing, dp_flavour, t * c * d // ep, reduce_dtype, mtp_layers)
+        if best is None or mem < best[0]:
+            best = (mem, r, parts)
+    assert best is not None
+    t, p, c, d, mb, m, v, ep = best[1]
+    return _plan(arch, cluster, Layout(t, p, c, d, v, mb, m, "interleaved" if v > 1 else "1f1b", ep), seq_len,
+                 PlanSettings(precision=precision, checkpointing=checkpointing, dp_flavour=dp_flavour,
+                              dispatcher=dispatcher, ep_overlap=ep_overlap, reduce_dtype=reduce_dtype,
+                              mtp_layers=mtp_layers),
+                 comm, gpu, best[2], tp_overlap)

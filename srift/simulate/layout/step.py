@@ -1,0 +1,268 @@
+"""One iteration of a layout: ``plan_layout`` prices the step schedule (pipeline slots,
+collectives, recompute, the data-parallel reduction and the optimizer step).
+
+Part of the layout simulator (srift/simulate/layouts.py: the model as a whole)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from srift.cluster import Cluster
+from srift.errors import SriftError
+from srift.hardware import gpu as gpu_spec
+from srift.perf.comm import CommModel
+from srift.job import (DEFAULT_RECOMPUTE_MODULES, FULL_CHECKPOINTING, HALF_PRECISIONS, INTERLEAVED, SELECTIVE, ZERO1,
+                       Fp8Recipe, MoeDispatcher, RecomputeModule)
+from srift.perf.compute import kernel_rates, load_params as load_compute_params
+from srift.simulate.breakdown import (BACKWARD, BUBBLE, COMM_INTERFERENCE, EXPOSED_CP, EXPOSED_DP, EXPOSED_EP,
+                                      EXPOSED_PP, EXPOSED_TP, FORWARD, LAYOUT_PHASES, OPTIMIZER, OVERHEAD, RECOMPUTE,
+                                      Breakdown, Phase)
+from srift.simulate.finetune import LoraSpec
+from srift.simulate.memory import MASTER_BYTES, fit_state, fits
+from srift.simulate.moe import BALANCED_ROUTING, ep_exchange_s
+from srift.simulate.recompute import check_modules
+from srift.zoo.llm import DecoderArch
+from srift.simulate.layout.plan import (ADAM_STATE_BYTES, DP_FLAVOURS, GRAD_BYTES, LAYOUT_CHECKPOINTING, PARAM_BYTES,
+                                        SHARDED_FLAVOURS, Layout, LayoutPlan, check_layout, check_sharded,
+                                        compute_factor_of, default_tp_overlap, dp_ranks_per_node, ep_ranks_per_node,
+                                        _even_ranks_per_node, _group_ranks_per_node, pytorch_stack, state_shard)
+from srift.simulate.layout.pipeline import pipeline_blocks, stage_layers
+from srift.simulate.layout.blocks import BlockParts, block_parts, scaled_parts
+from srift.simulate.layout.collectives import (block_comm, dtensor_rate, ep_interference, fsdp_stage_comm,
+                                               p2p_interference, tp_interference)
+from srift.simulate.layout.memory import memory_stages, _stage_memories
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    """How a layout runs besides its degrees: everything ``plan_layout`` prices it under (each
+    field as ``plan_layout``'s docstring says; the defaults: Megatron-Core's bf16 pre-training
+    with its distributed optimizer, no recompute, the median iteration)."""
+
+    precision: str = "bf16"
+    checkpointing: str = "none"
+    dp_flavour: str = "zero1"
+    quantile: float = 0.5
+    tp_overlap: bool | None = None
+    compute_factor: float | None = None
+    imbalance: float = BALANCED_ROUTING
+    fp8: Fp8Recipe | None = None
+    recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES
+    dispatcher: MoeDispatcher = "alltoall"
+    ep_overlap: bool = False
+    lora: LoraSpec | None = None
+    reduce_dtype: str = "fp32"
+    op_sac: bool = False
+    fp8_attention: bool = False
+    mtp_layers: int = 0
+    stage_blocks: tuple[int, ...] | None = None
+
+
+def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int,
+                settings: PlanSettings = PlanSettings(), comm: CommModel | None = None) -> LayoutPlan:
+    """Predict one iteration of ``arch`` laid out as ``layout`` on ``cluster`` (module docstring).
+
+    ``compute_factor`` scales the compute model's seconds (default ``compute_factor_of``: the fitted
+    ``megatron_compute_factor`` of configs/perf/layouts.json, 1 under ``fsdp``/``hsdp``, which run
+    PyTorch's kernels as torchtitan does: ``pytorch_stack``); ``tp_overlap`` overlaps the
+    tensor-parallel collectives with the GEMMs (NeMo's performance recipes: ``tp_comm_overlap``;
+    under ``fsdp``/``hsdp`` PyTorch's async TP, ``dtensor_tp_block_s``; None: the framework's
+    default, ``default_tp_overlap``);
+    ``imbalance`` is a mixture of experts' routing imbalance (srift/simulate/moe.py); ``fp8`` runs
+    the blocks' GEMMs in FP8 under that recipe (srift/perf/fp8.py; ``precision`` stays bf16);
+    ``recompute_modules``: what ``selective`` checkpointing recomputes (srift/simulate/recompute.py);
+    ``dispatcher`` and ``ep_overlap``: a mixture of experts' token dispatcher and whether its
+    all-to-alls overlap another micro-batch's compute (srift/simulate/moe.py).
+    ``lora`` fine-tunes LoRA adapters over the frozen base (``BlockParts.frozen_base``).
+    ``reduce_dtype``: what ``fsdp``/``hsdp`` reduce-scatter gradients in (torchtitan's default fp32).
+    ``op_sac``: ``selective`` is torchtitan's per-op policy (``BlockParts.op_sac_saved_bytes``)
+    instead of Megatron-Core's recompute modules. ``fp8_attention``: with ``fp8``, the attention
+    core runs in FP8 too (Transformer Engine's ``fp8_dot_product_attention``). ``mtp_layers``:
+    Megatron-Core's multi-token prediction layers (``mtp_num_layers``: ``pipeline_blocks``).
+    ``stage_blocks``: the blocks each pipeline stage holds (its virtual stages' together), as a
+    job's own pipeline layout places them (Megatron-Core's ``pipeline_model_parallel_layout``);
+    default ``stage_layers``' even split.
+
+    Raises:
+        SriftError: when the layout does not use the cluster's GPUs or cannot split the model.
+    """
+    st = settings
+    precision, checkpointing, dp_flavour, quantile, tp_overlap = (st.precision, st.checkpointing, st.dp_flavour,
+                                                                   st.quantile, st.tp_overlap)
+    compute_factor, imbalance, fp8, recompute_modules, dispatcher = (st.compute_factor, st.imbalance, st.fp8,
+                                                                      st.recompute_modules, st.dispatcher)
+    ep_overlap, lora, reduce_dtype, op_sac, fp8_attention = (st.ep_overlap, st.lora, st.reduce_dtype, st.op_sac,
+                                                             st.fp8_attention)
+    mtp_layers, stage_blocks = st.mtp_layers, st.stage_blocks
+    if layout.gpus != cluster.gpus:
+        raise SriftError(f"layout {layout.label} uses {layout.gpus} GPUs, the cluster has {cluster.gpus}.",
+                         "make tp x pp x cp x dp the cluster's GPU count.")
+    if checkpointing not in LAYOUT_CHECKPOINTING:
+        raise ValueError(f"checkpointing must be one of {LAYOUT_CHECKPOINTING}")
+    if not isinstance(mtp_layers, int) or mtp_layers < 0:
+        raise ValueError(f"mtp_layers must be a whole number of layers, got {mtp_layers!r}")
+    if stage_blocks is not None and (len(stage_blocks) != layout.pp or min(stage_blocks) < 0
+                                     or sum(stage_blocks) != pipeline_blocks(arch, mtp_layers)):
+        raise ValueError(f"stage_blocks {stage_blocks} must place the {pipeline_blocks(arch, mtp_layers)} blocks "
+                         f"on the {layout.pp} stages")
+    if dp_flavour not in DP_FLAVOURS:
+        raise ValueError(f"dp_flavour must be one of {DP_FLAVOURS}")
+    comm = comm or CommModel.for_cluster(cluster)
+    g = comm.topology.gpus_per_node
+    why = check_layout(arch, layout, seq_len, g) or check_sharded(dp_flavour, layout.ep, lora)
+    if why:
+        raise SriftError(f"layout {layout.label} cannot run {arch.name}: {why}.",
+                         "choose another --layout, or --layout auto.")
+    gpu = cluster.node_groups[0].gpu
+    parts = scaled_parts(block_parts(arch, layout.tp, layout.cp, layout.micro_batch, seq_len, precision, gpu,
+                                     layout.ep, imbalance, fp8, recompute_modules, lora, op_sac, fp8_attention,
+                                     dispatcher, not pytorch_stack(dp_flavour), pytorch_stack(dp_flavour)),
+                         compute_factor_of(dp_flavour, compute_factor))
+    if op_sac:
+        parts = dataclasses.replace(parts, selective_saved_bytes=parts.op_sac_saved_bytes, selective_f_s=parts.op_sac_f_s)
+    plan = _plan(arch, cluster, layout, seq_len, settings, comm, gpu, parts,
+                 default_tp_overlap(dp_flavour) if tp_overlap is None else tp_overlap)
+    return dataclasses.replace(plan, recompute_modules=check_modules(recompute_modules)) if checkpointing == SELECTIVE \
+        else plan
+
+
+def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, settings: PlanSettings, comm: CommModel,
+          gpu: str, parts: BlockParts, tp_overlap: bool = True) -> LayoutPlan:
+    """``plan_layout``'s iteration of ``parts`` (the blocks' work on ``gpu``) under ``settings``,
+    ``tp_overlap`` resolved (``settings.tp_overlap`` is not read)."""
+    st = settings
+    precision, checkpointing, dp_flavour, quantile, dispatcher = (st.precision, st.checkpointing, st.dp_flavour,
+                                                                   st.quantile, st.dispatcher)
+    ep_overlap, reduce_dtype, op_sac, mtp_layers, stage_blocks = (st.ep_overlap, st.reduce_dtype, st.op_sac,
+                                                                   st.mtp_layers, st.stage_blocks)
+    t, p, c, d, v, m = layout.tp, layout.pp, layout.cp, layout.dp, layout.vp, layout.grad_accum
+    dtensor = pytorch_stack(dp_flavour)
+    g = comm.topology.gpus_per_node
+    interference = comm.params.overlap_interference
+    tokens = layout.micro_batch * seq_len // c
+    e = PARAM_BYTES if precision in HALF_PRECISIONS else 4.0
+    layers = stage_blocks or stage_layers(pipeline_blocks(arch, mtp_layers), p, not pytorch_stack(dp_flavour))
+    heads = 1 + mtp_layers  # the last stage's final norm, head and loss, once more per MTP layer
+    # ---- per micro-batch on each stage ----
+    bc = block_comm(arch, comm, t, c, layout.micro_batch, seq_len, e, parts, quantile, tp_overlap,
+                    dtensor_rate(gpu, precision, dtensor))
+    tp_f, tp_b_exposed, tp_b_hidden, tp_end = bc.tp_f_s, bc.tp_b_s, bc.tp_hidden_s, bc.tp_end_s
+    if op_sac and checkpointing == SELECTIVE:  # the all-gathers torchtitan's per-op policy recomputes
+        tp_b_exposed += bc.tp_sac_s
+    cp_f, cp_b, cp_hidden, step_f, step_b = bc.cp_f_s, bc.cp_b_s, bc.cp_hidden_s, bc.cp_step_f_s, bc.cp_step_b_s
+    recompute = parts.block_f_s if checkpointing == FULL_CHECKPOINTING else (parts.selective_f_s if checkpointing == SELECTIVE else 0.0)
+    # Expert parallelism: dispatch and combine all-to-alls in the EP group (innermost: up to a
+    # node's GPUs over NVLink), exposed, per (average) block: srift/simulate/moe.py.
+    ep_f = ep_b = ep_hidden = 0.0
+    if layout.ep > 1 and parts.moe_fraction > 0:
+        ep_node = ep_ranks_per_node(layout.ep, g)
+        a2a = ep_exchange_s(arch, comm.subgroup(layout.ep, ep_node), layout.ep, ep_node, parts.dispatch_bytes,
+                            quantile, dispatcher)
+        ep_f = ep_b = 2.0 * a2a * parts.moe_fraction
+        if ep_overlap:  # beside another micro-batch's forward or backward (Megatron's EP A2A overlap)
+            ep_hidden = min(ep_f + ep_b, parts.block_f_s + parts.block_b_s)
+            ep_f = ep_b = (ep_f + ep_b - ep_hidden) / 2.0
+    # What backward's recompute runs again of the forward's exposed collectives: full, the TP and
+    # EP ones; selective of whole MoE layers, their all-to-alls.
+    full = checkpointing == FULL_CHECKPOINTING
+    rerun_tp = tp_f if full else 0.0
+    rerun_ep = ep_f if full or (checkpointing == SELECTIVE and parts.moe_recomputed) else 0.0
+    blk_f = parts.block_f_s + tp_f + cp_f + ep_f
+    blk_b = parts.block_b_s + tp_b_exposed + cp_b + ep_b + recompute + rerun_tp + rerun_ep
+    stage_f, stage_b = [], []
+    for i, n in enumerate(layers):
+        f = n * blk_f + (parts.first_f_s + tp_end if i == 0 else 0.0) + (heads * (parts.last_f_s + tp_end) if i == p - 1 else 0.0)
+        b = n * blk_b + (parts.first_b_s + tp_end if i == 0 else 0.0) + (heads * (parts.last_b_s + tp_end) if i == p - 1 else 0.0)
+        stage_f.append(f)
+        stage_b.append(b)
+    slow = max(range(p), key=lambda i: stage_f[i] + stage_b[i])
+    sf, sb = stage_f[slow], stage_b[slow]
+    n_slow = layers[slow]
+    # ---- pipeline point-to-point ----
+    p2p = 0.0
+    if p > 1:
+        act_bytes = tokens * arch.hidden * e / t
+        crossing = t * c * p > g  # the pipeline spans nodes: its slowest sends cross the network
+        pair = comm.subgroup(2, 1 if crossing else 2, net_share=(1.0 / g) if crossing else None)  # a rail, as CP's
+        p2p = float(pair.broadcast_time_s(act_bytes, quantile))
+    slot = sf + sb
+    if layout.schedule == INTERLEAVED and p > 1 and v > 1:
+        pipe_p2p = 2.0 * p2p * (p - 1)  # only the bubble's path waits for the sends
+        hidden_p2p = 2.0 * p2p * m * v
+    else:
+        pipe_p2p = 2.0 * p2p * (m + p - 1) if p > 1 else 0.0
+        hidden_p2p = 0.0
+    idle_slots = (p - 1) / v
+    bubble = idle_slots * slot
+    # ---- data parallelism after the flush ----
+    stage_params = parts.trainable(n_slow, slow == 0, slow == p - 1)  # what reduces its gradients and steps
+    dp_group = c * d
+    dp_exposed = dp_hidden = dp_total = 0.0
+    # Routed experts reduce their gradients over the expert data-parallel group instead
+    # (tp x cp x dp / ep ranks; ep innermost, so g / ep of them share a node).
+    expert_params = n_slow * parts.trainable_expert_params
+    edp = t * c * d // layout.ep
+    groups = []
+    sharded = dp_flavour in SHARDED_FLAVOURS
+    if dp_group > 1:
+        dcomm = comm.subgroup(dp_group, dp_ranks_per_node(g, t, c, p, d))
+        if sharded:
+            fsdp = fsdp_stage_comm(parts, n_slow, slow == 0, slow == p - 1, (blk_f, blk_b), tp_end, dcomm, dp_flavour,
+                                   reduce_dtype, p, m, quantile)
+            dp_exposed, dp_hidden, dp_total = fsdp
+        else:
+            groups.append((dcomm, stage_params))
+    if expert_params > 0 and edp > 1:
+        groups.append((comm.subgroup(edp, _even_ranks_per_node(_group_ranks_per_node(g, layout.ep, edp), edp)), expert_params))
+    rs = ag = 0.0
+    for dcomm, n_params in groups:
+        if dp_flavour == ZERO1:
+            rs += float(dcomm.reduce_scatter_time_s(n_params * GRAD_BYTES, quantile))
+            ag += float(dcomm.all_gather_time_s(n_params * PARAM_BYTES, quantile))
+        else:
+            rs += float(dcomm.allreduce_time_s(n_params * GRAD_BYTES, quantile))
+    if groups:
+        dp_exposed = max(0.0, rs - sb) + max(0.0, ag - sf)
+        dp_hidden = rs + ag - dp_exposed
+        dp_total = rs + ag
+    shard = state_shard(dp_flavour, g, t, c, p, d)
+    expert_shard = edp if dp_flavour == ZERO1 else 1
+    rates = kernel_rates(gpu, precision)
+    optimizer = ((stage_params / shard + expert_params / expert_shard) * (MASTER_BYTES * 3 + 2 * ADAM_STATE_BYTES)
+                 / rates.memory_bytes_per_s)
+    overhead = load_compute_params().overhead_s
+    interf = (interference * dp_hidden + ep_interference(gpu, dispatcher, layout.ep) * ep_hidden * n_slow * m
+              + p2p_interference(gpu) * (cp_hidden * n_slow * m + hidden_p2p)
+              + tp_interference(comm, gpu, tp_overlap, dtensor) * tp_b_hidden * n_slow * m)
+    seconds: dict[Phase, float] = {
+        FORWARD: m * (sf - n_slow * (tp_f + cp_f + ep_f)),
+        BACKWARD: m * (sb - n_slow * (tp_b_exposed + cp_b + ep_b + recompute + rerun_tp + rerun_ep)),
+        RECOMPUTE: m * n_slow * recompute,
+        EXPOSED_TP: m * n_slow * (tp_f + tp_b_exposed + rerun_tp),
+        EXPOSED_CP: m * n_slow * (cp_f + cp_b),
+        EXPOSED_EP: m * n_slow * (ep_f + ep_b + rerun_ep),
+        EXPOSED_PP: pipe_p2p,
+        BUBBLE: bubble,
+        EXPOSED_DP: dp_exposed,
+        COMM_INTERFERENCE: interf,
+        OPTIMIZER: optimizer,
+        OVERHEAD: overhead,
+    }
+    # ---- memory: the most loaded stage (of an even split only the first, second and last can be:
+    # _peak_memory; a job's own layout may load any stage most) ----
+    candidates = memory_stages(p, parts.kinds is not None) if stage_blocks is None else list(range(p))
+    mems = dict(zip(candidates, _stage_memories(arch, layout, parts, checkpointing, dp_flavour, candidates, shard,
+                                                reduce_dtype, mtp_layers, layers)))
+    stage = max(candidates, key=lambda i: sum(mems[i].values()))
+    worst = (sum(mems[stage].values()), mems[stage], stage)
+    gpu_mem = min(gr.gpu_memory_gib if gr.gpu_memory_gib is not None else gpu_spec(gr.gpu).memory_gib
+                  for gr in cluster.node_groups)
+    comm_s = {"tp": m * n_slow * (tp_f + tp_b_exposed + tp_b_hidden), "cp": m * n_slow * (c - 1) * (step_f + step_b),
+              "ep": m * n_slow * (ep_f + ep_b + ep_hidden),
+              "pp": pipe_p2p + hidden_p2p, "dp": dp_total}
+    breakdown = Breakdown.of(LAYOUT_PHASES, seconds, sum(comm_s.values()))
+    iteration = breakdown.total_s
+    return LayoutPlan(layout, iteration, breakdown, comm_s, worst[0], worst[1], worst[2], fits(worst[0], gpu_mem),
+                      layout.global_batch * seq_len / iteration, checkpointing, dp_flavour,
+                      memory_state=fit_state(worst[0], gpu_mem))
