@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _nanogpt() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("train_nanogpt", REPO / "examples" / "train_nanogpt.py")
+    spec = importlib.util.spec_from_file_location("train_nanogpt", REPO / "tests" / "fixtures" / "train_nanogpt.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
