@@ -140,3 +140,30 @@ def test_every_shipped_profile_has_a_plausible_backward() -> None:
     for path in sorted((REPO / "profiles").glob("*.yaml")):
         prof = Profile.load(path)
         assert 1.5 <= prof.bwd_flops / prof.fwd_flops <= 2.2, path.name
+
+
+class _Checkpointed(nn.Module):
+    def __init__(self, reentrant: bool | None) -> None:
+        super().__init__()
+        self.a, self.b = _FunctionalAttention(), _FunctionalAttention()
+        self.reentrant = reentrant
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        if self.reentrant is None:
+            return self.b(self.a(x))
+        return checkpoint(lambda y: self.b(self.a(y)), x, use_reentrant=self.reentrant)
+
+
+def test_activation_checkpointing_recomputation_is_neither_forward_nor_backward_work() -> None:
+    counts = {}
+    for mode in (None, False, True):
+        torch.manual_seed(0)
+        model = _Checkpointed(mode)
+        x = torch.randn(2, 16, 32, requires_grad=True)
+        counts[mode] = [(l.name, l.fwd_flops, l.bwd_flops) for l in analyze_layers(model, lambda: model(x).sum())
+                        if l.fwd_flops or l.bwd_flops]
+    # The recomputed functional attention (in no leaf) was charged to the node that unpacked it.
+    assert counts[False] == counts[None] and counts[True] == counts[None]
+    assert ("a.(ops)", 4 * 2 * 16 * 16 * 32, 2.5 * 4 * 2 * 16 * 16 * 32) in counts[None]

@@ -80,6 +80,9 @@ class _NodeOwners:
     def __init__(self, model: nn.Module, keys: dict[nn.Module, str]) -> None:
         self.keys = keys
         self.stack: list[str] = []
+        # Depth of module calls running inside the autograd engine: a recomputation (activation
+        # checkpointing), whose ops are neither forward nor backward work of the step.
+        self.recomputing = 0
         self.handles = []
         for m in model.modules():
             self.handles.append(m.register_forward_pre_hook(self._pre, with_kwargs=True))
@@ -95,12 +98,16 @@ class _NodeOwners:
         return self.stack[-1] if self.stack else _GLOBAL
 
     def _pre(self, mod: nn.Module, args: Any, kwargs: Any) -> None:
+        if torch._C._current_graph_task_id() != -1:
+            self.recomputing += 1
         self._claim((args, kwargs), self.stack[-1] if self.stack else _GLOBAL)
         self.stack.append(self.keys.get(mod, _GLOBAL))
 
     def _post(self, mod: nn.Module, args: Any, kwargs: Any, out: Any) -> None:
         if self.stack:
             self._claim(out, self.stack.pop())
+        if self.recomputing and torch._C._current_graph_task_id() != -1:
+            self.recomputing -= 1
 
     def _claim(self, obj: Any, key: str) -> None:
         todo = [t.grad_fn for t in _tensors(obj) if t.grad_fn is not None]
@@ -161,7 +168,9 @@ class _PhaseFlopCounter(FlopCounterMode):
     def _count_flops(self, func_packet: Any, out: Any, args: Any, kwargs: Any) -> Any:
         # Same as FlopCounterMode._count_flops, for the op's owner only, plus the backward split,
         # less recomputation.
-        if func_packet in self.flop_registry and not (self.recorder is not None and self.recorder.recomputing):
+        recomputing = (self.recorder is not None and self.recorder.recomputing) or (
+            self.owners is not None and self.owners.recomputing)
+        if func_packet in self.flop_registry and not recomputing:
             n = self.flop_registry[func_packet](*args, **kwargs, out_val=out) * causal_factor(func_packet, args, kwargs)
             in_backward = torch._C._current_graph_task_id() != -1
             key = self.owners.current() if self.owners is not None else _GLOBAL
