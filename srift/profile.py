@@ -23,6 +23,7 @@ from srift.bounds import (
 )
 from srift.errors import SriftError
 from srift.files import read_yaml, write_yaml
+from srift.profile_ratio import check_backward_ratio
 from srift.text import inert
 from srift.job import CHECKPOINTING, PARALLELISMS, PRECISIONS, Checkpointing, Parallelism
 
@@ -116,7 +117,12 @@ class LayerProfile:
 class PhaseTimes:
     """Measured mean seconds per iteration of each phase (None in a structural profile)."""
 
+    # The data iterator's next() calls (srift.measurement/v4; before: the time from the previous
+    # step to the first forward, host work included), zero_grad's calls and the other host time
+    # before the first forward (logging, the lr schedule): srift/profiling/host.py.
     data_s: float | None = None
+    zero_grad_s: float | None = None
+    host_s: float | None = None
     forward_s: float | None = None
     backward_s: float | None = None
     optimizer_s: float | None = None
@@ -163,8 +169,10 @@ TIMING_MODES = ("layers", "step")  # per leaf module, or whole steps (compiled m
 # How ``srift profile`` turns measured steps into times (docs/profiling.md), recorded per profile.
 # v1: profiles without a ``measurement`` field (means over the steps, wall clock); v2: the CPU
 # clock less run-queue waits and interquartile means; v3: v2 with srift's hooks' cost measured
-# (unhooked steps) and taken out of the layers (``hook_overhead_s``).
-MeasurementMethod = Literal["srift.measurement/v1", "srift.measurement/v2", "srift.measurement/v3"]
+# (unhooked steps) and taken out of the layers (``hook_overhead_s``); v4: v3 with ``data_s`` only the
+# data iterator's calls, ``zero_grad_s`` and ``host_s`` apart (srift/profiling/host.py).
+MeasurementMethod = Literal["srift.measurement/v1", "srift.measurement/v2", "srift.measurement/v3",
+                            "srift.measurement/v4"]
 MEASUREMENT_METHODS: tuple[MeasurementMethod, ...] = get_args(MeasurementMethod)
 MEASUREMENT_METHOD: MeasurementMethod = MEASUREMENT_METHODS[-1]
 # Clocks: plain wall time; wall time less the training thread's wait for a core (Linux schedstat;
@@ -484,7 +492,9 @@ class Profile:
             def layer_sum(ls: list[LayerProfile]) -> float:
                 return sum((l.fwd_s or 0.0) + (l.bwd_s or 0.0) for l in ls)
 
-            fixed = (ph.optimizer_s or 0.0) + (ph.collectives_s or 0.0) + (ph.comm_wait_s or 0.0)
+            # Nor do zero_grad (the parameters') and the host's own Python (srift.profiling.host).
+            fixed = ((ph.optimizer_s or 0.0) + (ph.collectives_s or 0.0) + (ph.comm_wait_s or 0.0)
+                     + (ph.zero_grad_s or 0.0) + (ph.host_s or 0.0))
             rest = max(ph.total_s - (ph.data_s or 0.0) - layer_sum(self.layers) - fixed, 0.0)
             total_s = (data_s or 0.0) + layer_sum(layers) + fixed + rest * timed(ratio_flops)
         phases = dataclasses.replace(
@@ -685,6 +695,7 @@ class Profile:
                                    "of any real iteration")
         elif not any(l.fwd_flops or l.bwd_flops or l.fwd_bytes or l.bwd_bytes for l in layers):
             raise _bad(source, "its layers do no work (every FLOP and byte count is zero)")
+        check_backward_ratio(layers, source)
         return profile
 
     def save(self, path: str | Path, overwrite: bool = True) -> Path:

@@ -38,6 +38,7 @@ from srift.profile import (
 from srift.profiling import fsdp as fsdp_profile
 from srift.profiling.batch_timing import sub_batch, time_full_and_half
 from srift.profiling.flops import analyze_layers
+from srift.profiling.load import under_load
 from srift.profiling.hooks import IterationTimes, LayerTimer, WallClock, interquartile_mean, steady_steps
 from srift.profiling.kfac_timing import measure_kfac
 from srift.profiling.saved import SAVED_SCHEMA, record_saved_bytes
@@ -125,6 +126,9 @@ def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batc
     if m.fsdp is not None:
         layers, precision, sharding = _fsdp_fields(m.fsdp, layers, precision, m.records, notes)
         phases.collectives_s = m.fsdp.blocking_s
+    loaded = under_load(m.run_queue_s, phases.total_s)
+    if loaded:
+        warnings.append(loaded)
     return Profile(
         name=m.name,
         batch_size=int(batch_override or micro_batch * micro),
@@ -402,6 +406,8 @@ def _phases(records: list[IterationTimes]) -> PhaseTimes:
     total, total_std = _mean_std([r.total_s for r in records], steady)
     return PhaseTimes(
         data_s=_mean_std([r.data_s for r in records], steady)[0],
+        zero_grad_s=_mean_std([r.zero_grad_s for r in records], steady)[0],
+        host_s=_mean_std([r.host_s for r in records], steady)[0],
         forward_s=_mean_std([r.forward_s for r in records], steady)[0],
         backward_s=_mean_std([r.backward_s for r in records], steady)[0],
         optimizer_s=_mean_std([r.optimizer_s for r in records], steady)[0],

@@ -43,11 +43,118 @@ def _total(counts: dict[Any, int]) -> float:
     return float(sum(counts.values()))
 
 
-class _PhaseFlopCounter(FlopCounterMode):
-    """FlopCounterMode that also keeps, per module, the FLOPs counted during backward."""
+class _NoTracker:
+    """Stands in for FlopCounterMode's ModuleTracker, which charges backward ops to every module
+    whose output gradient arrived and whose input gradient it never saw leave: a module returning
+    its input (``Identity``, ``Dropout(p=0)``) never leaves, and every later backward op was
+    charged to it (issue 41: a nanoGPT profile's backward at 14x its forward). ``_NodeOwners``
+    attributes ops instead."""
 
-    def __init__(self, recorder: "_LeafRecorder | None" = None, leaf_keys: frozenset[str] = frozenset()) -> None:
+    parents: set[str] = set()
+
+    def __enter__(self) -> "_NoTracker":
+        return self
+
+    def __exit__(self, *args: Any) -> None:
+        pass
+
+
+class _NodeOwners:
+    """Which module each autograd node belongs to: the module whose forward created it.
+
+    Pre/post hooks on every module of the model keep a stack of the modules running. At a module's
+    pre-hook, the nodes reachable from its inputs that no module claimed yet were made by the
+    module running it (its parent's own ops: residual adds, functional attention); at its post-hook,
+    the unclaimed nodes reachable from its outputs were made by the module itself. The claim is
+    written in the node's ``metadata``, which lives as long as the node. A module that returns its
+    input makes no node and claims nothing. In backward, an op runs inside one node (the engine's
+    current node): its FLOPs belong to that node's module, whatever modules sit between layers.
+
+    Args:
+        model: The model (every module gets the two hooks, removed by ``remove``).
+        keys: Each module's key (``Root.path``, as the FLOP counts are keyed).
+    """
+
+    KEY = "srift_module"
+
+    def __init__(self, model: nn.Module, keys: dict[nn.Module, str]) -> None:
+        self.keys = keys
+        self.stack: list[str] = []
+        # Depth of module calls running inside the autograd engine: a recomputation (activation
+        # checkpointing), whose ops are neither forward nor backward work of the step.
+        self.recomputing = 0
+        self.handles = []
+        for m in model.modules():
+            self.handles.append(m.register_forward_pre_hook(self._pre, with_kwargs=True))
+            # always_call: non-reentrant checkpointing stops a recomputation by raising inside a module.
+            self.handles.append(m.register_forward_hook(self._post, with_kwargs=True, always_call=True))
+
+    def current(self) -> str:
+        """The module whose work runs now: in backward, the owner of the engine's current node;
+        in forward, the innermost module running (``_GLOBAL`` outside the model)."""
+        if torch._C._current_graph_task_id() != -1:
+            node = torch._C._current_autograd_node()
+            return _meta(node).get(self.KEY, _GLOBAL) if node is not None else _GLOBAL
+        return self.stack[-1] if self.stack else _GLOBAL
+
+    def _pre(self, mod: nn.Module, args: Any, kwargs: Any) -> None:
+        if torch._C._current_graph_task_id() != -1:
+            self.recomputing += 1
+        self._claim((args, kwargs), self.stack[-1] if self.stack else _GLOBAL)
+        self.stack.append(self.keys.get(mod, _GLOBAL))
+
+    def _post(self, mod: nn.Module, args: Any, kwargs: Any, out: Any) -> None:
+        if self.stack:
+            self._claim(out, self.stack.pop())
+        if self.recomputing and torch._C._current_graph_task_id() != -1:
+            self.recomputing -= 1
+
+    def _claim(self, obj: Any, key: str) -> None:
+        todo = [t.grad_fn for t in _tensors(obj) if t.grad_fn is not None]
+        while todo:
+            node = todo.pop()
+            meta = _meta(node)
+            if self.KEY in meta:
+                continue
+            meta[self.KEY] = key
+            todo += [n for n, _ in node.next_functions if n is not None]
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+
+def _meta(node: Any) -> dict[str, Any]:
+    """An autograd node's metadata dict (kept on the C++ node, for as long as it lives)."""
+    meta: dict[str, Any] = node.metadata
+    return meta
+
+
+def _tensors(obj: Any) -> list[torch.Tensor]:
+    """Every tensor in ``obj`` (nested tuples, lists, dicts, dataclass-like outputs' values)."""
+    out: list[torch.Tensor] = []
+    todo = [obj]
+    while todo:
+        o = todo.pop()
+        if isinstance(o, torch.Tensor):
+            out.append(o)
+        elif isinstance(o, (tuple, list)):
+            todo += o
+        elif isinstance(o, dict):
+            todo += o.values()
+    return out
+
+
+class _PhaseFlopCounter(FlopCounterMode):
+    """FlopCounterMode that counts each op once, for the module that owns it (``_NodeOwners``),
+    and keeps the FLOPs counted during backward apart."""
+
+    def __init__(self, recorder: "_LeafRecorder | None" = None, leaf_keys: frozenset[str] = frozenset(),
+                 owners: _NodeOwners | None = None) -> None:
         super().__init__(display=False, custom_mapping=_cpu_attention_formulas())
+        self.mod_tracker = _NoTracker()  # type: ignore[assignment]
+        self.owners = owners
         self.bwd_flops: dict[str, float] = defaultdict(float)
         self.recorder = recorder
         # FLOPs of ops that run in no leaf (functional SDPA inside an HF attention module), per op, for
@@ -59,17 +166,19 @@ class _PhaseFlopCounter(FlopCounterMode):
         self.in_sdpa = 0  # inside F.scaled_dot_product_attention (its math fallback runs plain bmm)
 
     def _count_flops(self, func_packet: Any, out: Any, args: Any, kwargs: Any) -> Any:
-        # Same as FlopCounterMode._count_flops, plus the backward split, less recomputation.
-        if func_packet in self.flop_registry and not (self.recorder is not None and self.recorder.recomputing):
+        # Same as FlopCounterMode._count_flops, for the op's owner only, plus the backward split,
+        # less recomputation.
+        recomputing = (self.recorder is not None and self.recorder.recomputing) or (
+            self.owners is not None and self.owners.recomputing)
+        if func_packet in self.flop_registry and not recomputing:
             n = self.flop_registry[func_packet](*args, **kwargs, out_val=out) * causal_factor(func_packet, args, kwargs)
             in_backward = torch._C._current_graph_task_id() != -1
-            parents = set(self.mod_tracker.parents)
-            for par in parents:
-                self.flop_counts[par][func_packet] += n
-                if in_backward:
-                    self.bwd_flops[par] += n
-            if self.leaf_keys and not parents & self.leaf_keys:
-                self._count_own(parents, func_packet, n, in_backward)
+            key = self.owners.current() if self.owners is not None else _GLOBAL
+            self.flop_counts[key][func_packet] += n
+            if in_backward:
+                self.bwd_flops[key] += n
+            if self.leaf_keys and key not in self.leaf_keys:
+                self._count_own({key}, func_packet, n, in_backward)
         return out
 
     def _count_own(self, parents: set[str], func_packet: Any, n: float, in_backward: bool) -> None:
@@ -193,13 +302,18 @@ def _run_step(model: nn.Module, step_fn: Callable[[], Any], rec: _LeafRecorder,
     model.train()
     try:
         root = type(model).__name__
-        leaf_keys = frozenset(f"{root}.{n}" if n else root for n, m in model.named_modules() if not list(m.children()))
-        counter = _PhaseFlopCounter(rec, leaf_keys)
-        with counter, _AttentionCalls(counter):
-            out = step_fn()
-            if not ready and isinstance(out, torch.Tensor) and out.requires_grad:
-                out.backward()
-            all_counts = counter.get_flop_counts()
+        keys = {m: (f"{root}.{n}" if n else root) for n, m in model.named_modules()}
+        leaf_keys = frozenset(k for m, k in keys.items() if not list(m.children()))
+        owners = _NodeOwners(model, keys)
+        counter = _PhaseFlopCounter(rec, leaf_keys, owners)
+        try:
+            with counter, _AttentionCalls(counter):
+                out = step_fn()
+                if not ready and isinstance(out, torch.Tensor) and out.requires_grad:
+                    out.backward()
+                all_counts = counter.get_flop_counts()
+        finally:
+            owners.remove()
     finally:
         for h in handles:
             h.remove()

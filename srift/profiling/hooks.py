@@ -57,6 +57,7 @@ import torch
 from torch import nn
 
 from srift.profile import CUDA_EVENTS, WALL, WALL_LESS_RUN_QUEUE, Clock
+from srift.profiling.host import host_times
 from srift.profiling.tensors import first_tensor, tensor_bytes
 
 
@@ -239,6 +240,10 @@ class IterationTimes:
     # mark): what srift's hooks cost the step is taken out of the layers per interval.
     layer_fwd_calls: dict[int, int] = field(default_factory=dict)
     layer_bwd_calls: dict[int, int] = field(default_factory=dict)
+    # Host time (srift/profiling/host.py): ``data_s`` is the data iterator's next() calls;
+    # ``zero_grad_s`` the zero_grad calls; ``host_s`` the rest of the time before the first forward.
+    zero_grad_s: float = 0.0
+    host_s: float = 0.0
 
 
 @dataclass
@@ -255,6 +260,7 @@ class _Pending:
     opt_end: Any = None
     other_opt: list[tuple[Any, Any]] = field(default_factory=list)  # (start, end) of the script's other optimizers
     other_start: Any = None
+    host_calls: list[tuple[str, Any, Any]] = field(default_factory=list)  # (kind, start, end): srift.profiling.host
     start: Any = None  # the iteration's start and end marks (set by the runner)
     end: Any = None
     measured: bool = False
@@ -272,6 +278,9 @@ class ModelFinder:
         self.forward_calls = 0
         self.backward_passes = 0
         self._depth = 0
+        # A hand-written update (parameters changed between a backward pass and the next forward,
+        # without an optimizer step: pytorch/examples' word_language_model): ``HandUpdates``.
+        self.hand_updates = HandUpdates()
         self._handles = [
             torch.nn.modules.module.register_module_forward_pre_hook(self._pre),
             torch.nn.modules.module.register_module_forward_hook(self._post),
@@ -284,6 +293,7 @@ class ModelFinder:
             self.forward_calls += 1
             if not any(module is c for c in self.candidates):
                 self.candidates.append(module)
+            self.hand_updates.forward()
         self._depth += 1
 
     def _post(self, module: nn.Module, args: Any, out: Any) -> None:
@@ -297,6 +307,7 @@ class ModelFinder:
 
     def _backward(self, grad: torch.Tensor) -> None:
         self.backward_passes += 1
+        self.hand_updates.backward_started(self.candidates)
 
     def choose(self, optimizer: torch.optim.Optimizer) -> nn.Module | None:
         """The candidate owning the most of ``optimizer``'s parameters (None if none does)."""
@@ -320,6 +331,48 @@ class ModelFinder:
         for h in self._handles:
             h.remove()
         self._handles = []
+
+
+class HandUpdates:
+    """Counts updates of the parameters that no optimizer step made: at the end of a backward pass
+    a few values of a parameter with a gradient are kept; changed at the next top-level forward,
+    with no optimizer step in between (the finder is removed at the first one), the script updated
+    them itself (``p.data.add_(p.grad, alpha=-lr)`` under ``no_grad``). Gradient accumulation
+    leaves the parameters as they were between its backward passes. ``on_update(count)`` is called
+    at each one seen."""
+
+    PROBE = 16  # values of one parameter compared
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.on_update: Any = None
+        self._candidates: list[nn.Module] = []
+        self._queued = False
+        self._probe: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def backward_started(self, candidates: list[nn.Module]) -> None:
+        if not self._queued:
+            self._queued = True
+            self._candidates = candidates
+            torch.autograd.Variable._execution_engine.queue_callback(self._backward_ended)
+
+    def _backward_ended(self) -> None:
+        self._queued = False
+        for module in self._candidates:
+            for p in module.parameters():
+                if p.grad is not None:
+                    self._probe = (p, p.detach().reshape(-1)[:self.PROBE].clone())
+                    return
+
+    def forward(self) -> None:
+        if self._probe is None:
+            return
+        p, before = self._probe
+        self._probe = None
+        if not torch.equal(p.detach().reshape(-1)[:self.PROBE], before):
+            self.count += 1
+            if self.on_update is not None:
+                self.on_update(self.count)
 
 
 def _most_params(candidates: list[nn.Module], optimizer: torch.optim.Optimizer) -> nn.Module | None:
@@ -538,6 +591,13 @@ class LayerTimer:
         optimizer time of the iteration it falls in."""
         self.pending.other_start = self.clock.mark()
 
+    def host_call(self, kind: str) -> Any:
+        """A data iterator's next() or a zero_grad call starts (srift.profiling.host): its mark."""
+        return self.clock.mark()
+
+    def host_call_end(self, kind: str, start: Any) -> None:
+        self.pending.host_calls.append((kind, start, self.clock.mark()))
+
     def other_optimizer_end(self) -> None:
         if self.pending.other_start is not None:
             self.pending.other_opt.append((self.pending.other_start, self.clock.mark()))
@@ -624,12 +684,13 @@ class LayerTimer:
         forward_s = sum(el(a, b) for a, b in pend.root_fwd)
         opt_s = el(pend.opt_start, pend.opt_end) if pend.opt_start is not None and pend.opt_end is not None else 0.0
         opt_s += sum(el(a, b) for a, b in pend.other_opt)
-        data_s = el(pend.start, pend.root_fwd[0][0]) if pend.root_fwd else 0.0
+        data_s, zero_grad_s, host_s = host_times(pend.host_calls, pend.start, pend.root_fwd[0][0] if pend.root_fwd else None, el)
         total_s = el(pend.start, pend.end)
         recompute_s = sum(el(a, b) for a, b in pend.recompute)
-        return IterationTimes(dict(fwd), dict(bwd), max(data_s, 0.0), forward_s, backward_s, opt_s, total_s,
+        return IterationTimes(dict(fwd), dict(bwd), data_s, forward_s, backward_s, opt_s, total_s,
                               len(pend.root_fwd), recompute_s, hooked=bool(pend.fwd), after_backward_s=max(after_s, 0.0),
-                              layer_fwd_calls=dict(fwd_calls), layer_bwd_calls=dict(bwd_calls))
+                              layer_fwd_calls=dict(fwd_calls), layer_bwd_calls=dict(bwd_calls),
+                              zero_grad_s=zero_grad_s, host_s=host_s)
 
     def remove(self) -> None:
         self.remove_leaf_hooks()

@@ -78,9 +78,15 @@ from srift.profile import WALL_LESS_RUN_QUEUE, AllReduceBucket, LayerProfile, Pr
 from srift.profiling import fsdp
 from srift.profiling.assemble import Measurement, analyze_structure, assemble_profile, leaf_layers
 from srift.profiling.buckets import BucketTimer, is_ddp
+from srift.profiling.host import HostCalls
 from srift.profiling.hooks import (
     PAIRED, UNHOOKED, CudaClock, IterationTimes, LayerTimer, ModelFinder, WallClock, hooks_off, unwrap,
 )
+
+
+# Hand-written parameter updates (no torch.optim) seen before srift stops the script: two, so one
+# odd update (a weight initialised after a first backward) is not taken for a training loop.
+HAND_UPDATES = 2
 
 
 def pairs(iters: int) -> int:
@@ -171,6 +177,25 @@ class _Session:
         self.output: _Output | None = None
         self._stop_hook: Any = None
         self.hard_stopping: threading.Thread | None = None
+        self.finder.hand_updates.on_update = self._hand_update
+
+    def _hand_update(self, count: int) -> None:
+        """The script updated its parameters itself, with no optimizer step (``HandUpdates``): after
+        ``HAND_UPDATES`` of them srift stops it, nothing written (it times a step at ``step()``)."""
+        if count < HAND_UPDATES or not self._ours() or self.optimizer is not None:
+            return
+        self.refusal = SriftError(
+            f"the script updated its model's parameters itself {count} times after backward, without a "
+            "torch.optim optimizer: srift times an iteration from one optimizer.step() to the next; no profile "
+            "was written.",
+            "use a torch.optim optimizer for the update: `opt = torch.optim.SGD(model.parameters(), lr=lr)` "
+            "once, then `opt.step()` and `opt.zero_grad()` in place of the loop over the parameters "
+            "(the same update: p -= lr * p.grad).")
+        self.stop()
+
+    def host_sink(self) -> LayerTimer | None:
+        """The timer the data iterator's and zero_grad's calls report to (srift.profiling.host)."""
+        return self.timer if self._ours() and not hooks_off() else None
 
     def _ours(self) -> bool:
         # A forked child (multiprocessing, DataLoader workers) inherits the hooks: not srift's run.
@@ -511,6 +536,7 @@ def _run(path: Path, args: list[str], session: _Session, watch: "_StepWatch | No
         session.task = session.progress.add_task("steps", total=session.warmup + session.iters)
     exits = _ExitGuard(session.pid)
     signals = _TermSignals(watch)
+    host = HostCalls(session.host_sink)
     old_hook = threading.excepthook
 
     def thread_hook(args: Any) -> None:  # a script's training thread ends quietly on srift's stop
@@ -519,7 +545,7 @@ def _run(path: Path, args: list[str], session: _Session, watch: "_StepWatch | No
 
     threading.excepthook = thread_hook
     try:
-        with watch, exits, signals:
+        with watch, exits, signals, host:
             runpy.run_path(str(path), run_name="__main__")
         return session.stops > 0  # stopped in a thread of the script's, which then ended
     except _StopProfiling:

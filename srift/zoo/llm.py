@@ -49,6 +49,7 @@ from typing import Any, Final, Literal, get_args
 import srift
 from srift.errors import SriftError
 from srift.files import read_yaml
+from srift.profile_ratio import ATTENTION_BWD_OVER_FWD  # flash attention's backward over forward
 from srift.job import PRECISIONS
 from srift.profile import CAUSAL_FRACTION, DeviceInfo, LayerProfile, OptimizerInfo, Profile
 from srift.files import configs_dir
@@ -61,9 +62,6 @@ BiasPart = Literal["qkv", "o", "mlp", "norm"]
 BIAS_PARTS: tuple[BiasPart, ...] = get_args(BiasPart)
 MLP_BIAS: Final = "mlp"  # the bias part of the MLP (the experts' down projection in a mixture)
 NAMINGS = ("hf-llama", "mpt", "hf-gpt2")
-
-# Flash-attention backward: recomputed QK^T, then dV, dP, dQ, dK: five matmuls against two.
-ATTENTION_BWD_OVER_FWD = 2.5
 
 # Bytes per element at each precision: (matmul and attention outputs, residual stream).
 _ELEMENT_BYTES = {"fp32": (4, 4), "fp32-strict": (4, 4), "tf32": (4, 4), "amp": (2, 4), "bf16": (2, 2)}
