@@ -4,7 +4,8 @@ Two kinds of marker, invisible when the markdown is rendered:
 
 - ``<!-- fig:FILE#PATH -->13.6 %<!-- /fig -->``: the value at the dotted PATH of
   configs/perf/FILE.json (``accuracy#groups.multi_node.loso``). A float is a percentage
-  (``13.6 %``), an integer a count (``4,066``), text as it is.
+  (``13.6 %``; ``13.6`` with ``,bare`` after the path, for a table whose header says %), an integer a
+  count (``4,066``), text as it is.
 - ``<!-- table:NAME -->`` ... ``<!-- /table -->``: a table of such values (``TABLES`` below).
 - ``<!-- out:NAME -->`` followed by a fenced block: the block becomes ``$ COMMAND`` and what that
   command prints (``EXAMPLES`` below names each command and its terminal width).
@@ -30,7 +31,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PERF = ROOT / "configs" / "perf"
-FIG = re.compile(r"<!-- fig:(?P<file>[a-z_]+)#(?P<path>[A-Za-z0-9_.]+) -->(?P<value>.*?)<!-- /fig -->")
+FIG = re.compile(r"<!-- fig:(?P<file>[a-z_]+)#(?P<path>[A-Za-z0-9_.]+)(?P<bare>,bare)? -->(?P<value>.*?)<!-- /fig -->")
 TABLE = re.compile(r"<!-- table:(?P<name>[a-z0-9-]+) -->\n(?P<body>.*?)<!-- /table -->", re.S)
 OUT = re.compile(r"^(?P<indent>[ ]*)<!-- out:(?P<name>[a-z0-9-]+) -->\n(?P=indent)```\n(?P<body>.*?)(?P=indent)```\n", re.S | re.M)
 DAY_DEPENDENT = re.compile(r"\d+ days old")
@@ -75,8 +76,9 @@ def documents() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
-def figure(file: str, path: str) -> str:
-    """The value at ``path`` of configs/perf/``file``.json, written as the docs write it."""
+def figure(file: str, path: str, bare: bool = False) -> str:
+    """The value at ``path`` of configs/perf/``file``.json, written as the docs write it (``bare``:
+    a percentage without its sign)."""
     value: Any = json.loads((PERF / f"{file}.json").read_text(encoding="utf-8"))
     for key in path.split("."):
         value = value[key]
@@ -84,7 +86,11 @@ def figure(file: str, path: str) -> str:
         return str(value)
     if isinstance(value, int):
         return f"{value:,}"
-    return f"{value:.1f} %"
+    return f"{value:.1f}" if bare else f"{value:.1f} %"
+
+
+def _fig(m: re.Match[str]) -> str:
+    return figure(m["file"], m["path"], bool(m["bare"]))
 
 
 def table(name: str) -> str:
@@ -124,7 +130,7 @@ def comparable(text: str) -> str:
 def render(text: str, outputs: dict[str, str]) -> str:
     """``text`` with every marker's value or block replaced by what it should be."""
     text = TABLE.sub(lambda m: f"<!-- table:{m['name']} -->\n{table(m['name'])}<!-- /table -->", text)
-    text = FIG.sub(lambda m: f"<!-- fig:{m['file']}#{m['path']} -->{figure(m['file'], m['path'])}<!-- /fig -->", text)
+    text = FIG.sub(lambda m: f"<!-- fig:{m['file']}#{m['path']}{m['bare'] or ''} -->{_fig(m)}<!-- /fig -->", text)
     return OUT.sub(lambda m: _block(m["indent"], m["name"], outputs[m["name"]]), text)
 
 
@@ -136,8 +142,8 @@ def _block(indent: str, name: str, output: str) -> str:
 
 def stale(text: str, outputs: dict[str, str]) -> list[str]:
     """What in ``text`` differs from its source: one line per marker."""
-    found = [f"fig:{m['file']}#{m['path']} reads {m['value']!r}, the source says {figure(m['file'], m['path'])!r}"
-             for m in FIG.finditer(text) if m["value"] != figure(m["file"], m["path"])]
+    found = [f"fig:{m['file']}#{m['path']} reads {m['value']!r}, the source says {_fig(m)!r}"
+             for m in FIG.finditer(text) if m["value"] != _fig(m)]
     found += [f"table:{m['name']} differs from its source" for m in TABLE.finditer(text) if m["body"] != table(m["name"])]
     found += [f"out:{m['name']} differs from a fresh run" for m in OUT.finditer(text)
               if comparable(_unindented(m["body"], m["indent"])) != comparable(outputs[m["name"]])]
