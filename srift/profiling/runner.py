@@ -76,6 +76,7 @@ from srift.errors import SriftError
 from srift.files import check_name, file_in, input_file, name_from, output_file
 from srift.profile import WALL_LESS_RUN_QUEUE, AllReduceBucket, LayerProfile, Profile, RankMemory
 from srift.profiling import fsdp
+from srift.profiling.step_lines import StepLines
 from srift.profiling.assemble import Measurement, analyze_structure, assemble_profile, leaf_layers
 from srift.profiling.buckets import BucketTimer, is_ddp
 from srift.profiling.host import HostCalls
@@ -502,7 +503,7 @@ def profile_script(
                            "pass --force to replace it, or choose another --name or -o.")
     out_path = Path(os.path.abspath(out_path))
 
-    progress = _progress(show_progress)
+    progress = _progress(show_progress, warmup, iters)
     session = _Session(warmup, iters, progress)
     watch = _StepWatch(timeout_s, stop_grace_s, session, path)
     session.watch = watch
@@ -514,9 +515,13 @@ def profile_script(
         session.close()
 
 
-def _progress(show: bool | None) -> Any:
+def _progress(show: bool | None, warmup: int, iters: int) -> Any:
+    """A rich bar on a terminal, plain lines elsewhere (srift/profiling/step_lines.py), none when
+    ``show`` is False."""
     if show is None:
-        show = sys.stderr.isatty()
+        show = sys.stderr is not None and sys.stderr.isatty()
+        if not show:
+            return StepLines(warmup, iters)
     if not show:
         return None
     return Progress(TextColumn("profiling"), BarColumn(), MofNCompleteColumn(), TextColumn("optimizer steps"),
