@@ -584,7 +584,7 @@ _BASELINE_BOUNDS = {"predicted_cost_usd": MAX_COST_USD * 1e6, "predicted_hours":
                     "cost_per_hour_usd": MAX_BUDGET_USD_PER_HOUR}
 
 
-def check(jobfile: JobFile, compare_to: str | None = None) -> CheckResult:
+def check(jobfile: JobFile, compare_to: str | None = None, progress: Progress | None = None) -> CheckResult:
     """Predict the job of a job file (on its instance, or on what `srift recommend` would choose
     within its limits: the same search, its defaults included, such as a decoder LLM's layout
     search) and compare it with its limits at the job file's confidence, and with a baseline
@@ -609,7 +609,7 @@ def check(jobfile: JobFile, compare_to: str | None = None) -> CheckResult:
         ages = price_ages([(r.cloud, r.region) for r in rows])
     else:
         constraints = Constraints.of_check(jobfile.limits, jobfile.spot, jobfile.confidence)
-        searched = recommend(job, constraints, model=jobfile.model, profiles=jobfile.profiles, infra=infra)
+        searched = recommend(job, constraints, model=jobfile.model, profiles=jobfile.profiles, infra=infra, progress=progress)
         found, job, precision = searched.search, searched.job, searched.precision
         best = found.recommendations[0] if found.recommendations else found.closest
         if best is None:

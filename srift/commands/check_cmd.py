@@ -14,6 +14,7 @@ from srift.commands.options import FORMATS, JOB_VALUES, check_format, takes_job
 from srift.errors import SriftError
 from srift.jobfile import load_jobfile
 from srift.report import check_view
+from srift.report.progress import SearchProgress
 
 DEFAULT_JOB_FILE = "srift.yaml"
 
@@ -24,6 +25,7 @@ def check(
     fmt: str = typer.Option("table", "--format", help="table, json or markdown."),
     out_file: Optional[str] = typer.Option(None, "--out-file", help="Also write the JSON result here."),
     compare_to: Optional[str] = typer.Option(None, "--compare-to", help="Baseline JSON from an earlier --out-file."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress lines on standard error while a job file without an instance is searched."),
     model: Optional[str] = typer.Option(None, "--model", help="Override the job file's model."),
     profile: Optional[str] = typer.Option(None, "--profile", help="Override the job file's profile."),
     instance: Optional[str] = typer.Option(None, "--instance", autocompletion=complete.instances, help="Override the instance spec."),
@@ -48,7 +50,8 @@ def check(
         raise SriftError("no job file: srift.yaml is not in this folder.", "pass a job file: srift check JOB.yaml.")
     jobfile = load_jobfile(path, overrides)
     api.check_outputs({"--out-file": out_file}, inputs=[path, compare_to, *(jobfile.profiles or [])])
-    result = api.check(jobfile, compare_to=compare_to)
+    with SearchProgress(quiet=quiet) as progress:  # a job file without an instance: recommend's search
+        result = api.check(jobfile, compare_to=compare_to, progress=progress)
     check_view.show(result, fmt, out_file)
     if not result.passed:
         raise typer.Exit(1)
