@@ -71,6 +71,20 @@ if TYPE_CHECKING:
     from srift.profiling.runner import ProfileResult
 
 # ---- what the user names ------------------------------------------------------------------------
+def require_one_source(model: str | None, profiles: Sequence[str] | None, model_config: str | None) -> None:
+    """Refuse a job that names its model twice or not at all, before either source is read.
+
+    Raises:
+        SriftError: unless exactly one of a model, a model config and profiles is given.
+    """
+    if sum((model is not None, model_config is not None, bool(profiles))) != 1:
+        raise SriftError(
+            "give exactly one of --model and --profile, or --model-config alone.",
+            "use --model NAME for a built-in model (e.g. resnet50), --profile FILE for a profile from `srift profile`, "
+            "or --model-config config.json for a Hugging Face decoder LLM.",
+        )
+
+
 def resolve_profiles(model: str | None, profiles: Sequence[str] | None,
                      model_config: str | None = None, precision: str | None = None) -> tuple[Profile, list[Profile]]:
     """``--model NAME`` (a shipped profile, torch-free), ``--model-config config.json`` (a Hugging
@@ -83,12 +97,7 @@ def resolve_profiles(model: str | None, profiles: Sequence[str] | None,
         SriftError: unless exactly one of a model, a model config and profiles is given.
     """
     files = list(profiles or [])
-    if sum((model is not None, model_config is not None, bool(files))) != 1:
-        raise SriftError(
-            "give exactly one of --model and --profile, or --model-config alone.",
-            "use --model NAME for a built-in model (e.g. resnet50), --profile FILE for a profile from `srift profile`, "
-            "or --model-config config.json for a Hugging Face decoder LLM.",
-        )
+    require_one_source(model, files, model_config)
     at = precision or default_precision(model, model_config)
     if model_config is not None:
         return hf_config_profile(model_config, precision=at), []
@@ -263,6 +272,7 @@ def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None =
     """Predict ``job`` of a model, a Hugging Face config or profile(s) on an instance spec (in the
     ``region`` selection, ``--infra`` spelling) or a cluster file (a data-parallel job's
     ``--micro-batch-size``: ``with_micro_batch``)."""
+    require_one_source(model, profiles, model_config)
     cluster = resolve_cluster(instance, cluster_file, region=region, spot=spot, placement_group=placement_group)
     arch = model_arch(model, model_config)
     routed = route(job, arch, cluster.gpus)  # one simulator per job, whichever way it is spelled
