@@ -349,7 +349,7 @@ def test_recommend_searches_layouts_and_offers_only_plans_that_fit(srift_cli):
     import json
     code, out = srift_cli(["recommend", "--model", "llama3-70b", "--layout", "auto", "--global-batch-size", "128", "--seq-len",
                       "4096", "--precision", "bf16", "--budget", "1000", "--infra", "aws/us-east-1", "--max-gpus", "32",
-                      "--format", "json"])
+                      "--format", "json", "--quiet"])  # --quiet: no progress lines among the JSON (stderr is merged)
     assert code == 0, out
     recs = json.loads(out)["recommendations"]
     assert recs
@@ -375,7 +375,7 @@ def test_gpu_range_from_the_deadline_by_hand():
 def test_recommend_lays_out_a_decoder_llm_by_default_and_keeps_other_models_data_parallel(srift_cli):
     import json
     code, out = srift_cli(["recommend", "--model", "llama3-8b", "--tokens", "1e10", "--deadline", "24", "--infra", "aws/us-east-1",
-                      "--format", "json"])
+                      "--format", "json", "--quiet"])
     assert code == 0, out
     doc = json.loads(out)
     assert doc["gpu_range"]["max_gpus"] >= 64
@@ -390,7 +390,8 @@ def test_recommend_lays_out_a_decoder_llm_by_default_and_keeps_other_models_data
         assert r["fits_in_memory"]
         # 4,194,304 tokens a step (Llama 2's) at the zoo's sequence length
         assert r["global_batch_size"] * doc["job"]["seq_len"] == 4_194_304
-    code, out = srift_cli(["recommend", "--model", "resnet50", "--budget", "20", "--infra", "aws/us-east-1", "--format", "json"])
+    code, out = srift_cli(["recommend", "--model", "resnet50", "--budget", "20", "--infra", "aws/us-east-1", "--format", "json",
+                           "--quiet"])
     assert code == 0, out
     doc = json.loads(out)
     assert doc["gpu_range"] is None and all(r.get("layout") is None for r in doc["recommendations"])
@@ -410,7 +411,7 @@ def test_has_layout_by_hand():
 def test_the_issues_recommend_answers_with_layouts_that_fit(srift_cli):
     import json
     code, out = srift_cli(["recommend", "--model", "llama3.1-405b", "--tokens", "1e11", "--deadline", "240", "--precision", "bf16",
-                      "--seq-len", "8192", "--format", "json"])
+                      "--seq-len", "8192", "--format", "json", "--quiet"])
     assert code == 0, out
     doc = json.loads(out)
     assert doc["recommendations"]
