@@ -2,8 +2,8 @@
 experts' grouped GEMMs, and the experts' memory (no torch).
 
 Expert parallelism as Megatron-Core places it ("MoE parallel folding"): the routed experts of a
-block are split ``ep`` ways over the ranks of ``tp x cp x dp`` (expert tensor parallelism 1: an
-expert is never split), the EP group innermost, so an EP group of up to a node's GPUs talks over
+block are split ``ep`` ways over the ranks of ``tp x cp x dp`` (expert tensor parallelism 1 with
+``ep > 1``: an expert is not split; without EP, ``expert_tp`` below), the EP group innermost, so an EP group of up to a node's GPUs talks over
 NVLink and a larger one crosses the network. Everything else (attention, norms, the router, the
 shared experts, dense blocks) is laid out as a dense model's (srift/simulate/layouts.py).
 
