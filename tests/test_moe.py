@@ -134,7 +134,7 @@ from srift.cli import main  # noqa: E402
 from srift.cluster import Cluster, NodeGroup  # noqa: E402
 from srift.perf.comm import CommModel  # noqa: E402
 from srift.simulate.layouts import Layout, check_layout, PlanSettings, plan_layout  # noqa: E402
-from srift.simulate.moe import (expert_glue_bytes, expert_memory_bytes, local_expert_params, moe_act_bytes,
+from srift.simulate.moe import (expert_dp, expert_glue_bytes, expert_memory_bytes, local_expert_params, moe_act_bytes,
                                 moe_activation_bytes,  # noqa: E402
                                 moe_block_shape)
 
@@ -452,4 +452,4 @@ def test_the_searchs_memory_check_is_the_plans_when_blocks_differ():
         for ckpt in ("none", "full"):
             every = max(sum(m.values()) for m in _stage_memories(six, lay, parts, ckpt, "zero1", mtp_layers=1))
             assert _peak_memory_of(six, lay.pp, lay.vp, lay.grad_accum, state_shard("zero1", 8, lay.tp, lay.cp, lay.pp, lay.dp),
-                                   parts, ckpt, "zero1", lay.tp * lay.cp * lay.dp // lay.ep, mtp_layers=1) == pytest.approx(every)
+                                   parts, ckpt, "zero1", expert_dp(lay.tp, lay.cp, lay.dp, lay.ep), mtp_layers=1) == pytest.approx(every)

@@ -57,7 +57,7 @@ from srift.simulate.layouts import (LAYOUT_PARAMS_SCHEMA, Layout, load_layout_pa
                                     pytorch_stack,
                                     search_layouts)
 from srift.zoo import canonical_name, llm_arch
-from srift.zoo.llm import DecoderArch
+from srift.zoo.llm import GATED_MLPS, DecoderArch
 
 FOLDER = Path("llm-parallel-layouts")
 THROUGHPUT_CSV = Path("llm-training-throughput") / "llm-training-throughput.csv"
@@ -105,7 +105,7 @@ def megatron_step_flops(arch: DecoderArch, global_batch: int, seq_len: int) -> f
     recalled, not re-checked in a fetched file): also causal attention counted as full."""
     h, n_l = arch.hidden, arch.n_layers
     q_ratio = arch.heads * (arch.head_dim or h // arch.heads) / h
-    gated = 1.5 if arch.mlp == "swiglu" else 1.0
+    gated = 1.5 if arch.mlp in GATED_MLPS else 1.0
     return (12.0 * global_batch * seq_len * n_l * h * h
             * ((1.0 + arch.kv_heads / arch.heads + seq_len / h) * q_ratio + arch.intermediate / h * gated
                + arch.vocab / (2.0 * n_l * h)))

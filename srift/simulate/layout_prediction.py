@@ -29,7 +29,7 @@ from srift.simulate.finetune import LoraSpec, layout_lora
 from srift.simulate.memory import FITS, USABLE_FRACTION, allocated_parts
 from srift.simulate.prediction import BatchShare, Prediction, bottleneck
 from srift.simulate.spot import spot_expectation
-from srift.simulate.moe import BALANCED_ROUTING, REAL_ROUTING
+from srift.simulate.moe import BALANCED_ROUTING, REAL_ROUTING, expert_tp
 from srift.simulate.recompute import AUTO_LADDER
 from srift.zoo.llm import DecoderArch, active_params_count, model_flops_per_token, params_count
 
@@ -253,6 +253,11 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
                      f"all-to-alls {'overlapped with another micro-batch (the rest: exposed_ep)' if settings.ep_overlap else 'exposed (exposed_ep)'}; routing imbalance x{settings.routing_imbalance:g} "
                      f"({'force-balanced' if settings.routing_imbalance == BALANCED_ROUTING else 'estimated for trained routers'}"
                      "); MFU = tokens/s x (6 x active parameters + attention) / peak")
+    notes.extend(f"not modelled: {what}" for what in arch.unmodelled)
+    if arch.is_moe and expert_tp(lay.tp, lay.ep) > 1:
+        notes.append(f"expert tensor parallelism {lay.tp} (megatron-core's expert_tensor_parallel_size default, TP, "
+                     "without expert parallelism): each expert's weights and GEMMs split over the TP ranks, its routed "
+                     "rows all-gathered and reduce-scattered over the TP group")
     if settings.fp8 is not None:
         notes.append(f"FP8 GEMMs ({settings.fp8} scaling"
                      + (", torchao float8 under FSDP2" if pytorch_stack(plan.dp_flavour) else ", Transformer Engine")

@@ -2,8 +2,8 @@
 experts' grouped GEMMs, and the experts' memory (no torch).
 
 Expert parallelism as Megatron-Core places it ("MoE parallel folding"): the routed experts of a
-block are split ``ep`` ways over the ranks of ``tp x cp x dp`` (expert tensor parallelism 1: an
-expert is never split), the EP group innermost, so an EP group of up to a node's GPUs talks over
+block are split ``ep`` ways over the ranks of ``tp x cp x dp`` (expert tensor parallelism 1 with
+``ep > 1``: an expert is not split; without EP, ``expert_tp`` below), the EP group innermost, so an EP group of up to a node's GPUs talks over
 NVLink and a larger one crosses the network. Everything else (attention, norms, the router, the
 shared experts, dense blocks) is laid out as a dense model's (srift/simulate/layouts.py).
 
@@ -61,11 +61,23 @@ its own with ``--moe-imbalance``.
 
 Memory: each rank holds ``experts / ep`` experts of each of its stage's MoE blocks; their bf16
 weights and gradients whole, their fp32 master weights and Adam moments sharded over the expert
-data-parallel group (``tp x cp x dp / ep`` ranks) under the distributed optimizer.
+data-parallel group (``tp x cp x dp / (ep x etp)`` ranks) under the distributed optimizer.
+
+Expert tensor parallelism (``etp``, ``expert_tp``): megatron-core 0.16.1
+``model_parallel_config.py`` defaults ``expert_tensor_parallel_size`` to
+``tensor_model_parallel_size``. srift takes that default where there is no expert parallelism
+(``ep`` 1: each expert's gate/up columns and down rows split ``tp`` ways like a dense MLP's) and
+an expert tensor parallelism of 1 with ``ep > 1`` (whole experts, as above). With ``etp > 1`` the
+all-to-all dispatcher (``MoEAlltoAllTokenDispatcher``, ``transformer/moe/token_dispatcher.py``)
+all-gathers the routed rows over the TP group after the dispatch
+(``gather_from_sequence_parallel_region``) and reduce-scatters the experts' output before the
+combine: each rank multiplies the TP group's ``etp x T k`` rows at ``1 / etp`` of the width and
+keeps the gathered rows for backward, whose gradients cross the same collectives the other way.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -73,7 +85,7 @@ from srift.job import BALANCED_MOE_IMBALANCE, DEFAULT_MOE_IMBALANCE, FLEX, MOE_D
 from srift.perf.comm import CommModel
 from srift.perf.compute import kernel_rates, layer_kind, layer_times
 from srift.perf.fp8 import fp8_times
-from srift.zoo.llm import MLP_BIAS, DecoderArch, dense_mlp_params, expert_profile
+from srift.zoo.llm import GATED_MLPS, MLP_BIAS, DecoderArch, dense_mlp_params, expert_profile
 
 BALANCED_ROUTING = BALANCED_MOE_IMBALANCE
 REAL_ROUTING = DEFAULT_MOE_IMBALANCE  # --moe-imbalance's default (srift/job.py says where it comes from)
@@ -105,12 +117,17 @@ class MoeBlockShape:
         rows_per_expert: Rows each local expert multiplies on the busiest rank.
         dispatch_bytes: One all-to-all's send buffer per rank (``routed_rows x hidden x bytes``).
         dispatch_off_gpu_bytes: Of which leaves the GPU under balanced routing (``(ep - 1) / ep``).
-        expert_gemms: ``(rows, in, out)`` of each local expert's gate, up and down GEMMs.
+        expert_gemms: ``(rows, in, out)`` of each local expert's gate, up and down GEMMs (a plain,
+            ungated MLP expert: up and down).
         permute_bytes: Bytes the token permutations around the experts read and write, per pass
             (forward; backward moves the same gradients): ``permute_traffic_bytes``.
         glue_f_bytes, glue_b_bytes: Bytes the element-wise glue of a clamped activation and of
             expert biases moves forward and backward (``expert_glue_bytes``).
         clamp_f_bytes: Of ``glue_f_bytes``, the clamp's (inside the activation: recomputed with it).
+        etp: Expert tensor parallelism (``expert_tp``): each expert's width split ``etp`` ways.
+        etp_gather_bytes: With ``etp > 1``, the TP group's gathered routed rows
+            (``etp x routed_rows x hidden x bytes``) that the dispatcher all-gathers and the combine
+            reduce-scatters; 0 with ``etp`` 1.
     """
 
     tokens: int
@@ -124,6 +141,25 @@ class MoeBlockShape:
     glue_f_bytes: float = 0.0
     glue_b_bytes: float = 0.0
     clamp_f_bytes: float = 0.0
+    etp: int = 1
+    etp_gather_bytes: float = 0.0
+
+
+def expert_tp(tp: int, ep: int) -> int:
+    """Expert tensor parallelism of a layout (module docstring): ``tp`` without expert
+    parallelism (megatron-core 0.16.1's default, ``expert_tensor_parallel_size = None`` ->
+    ``tensor_model_parallel_size``), 1 with ``ep > 1``."""
+    return tp if ep == 1 else 1
+
+
+def expert_dp(tp: int, cp: int, dp: int, ep: int) -> int:
+    """Ranks of the expert data-parallel group: ``tp x cp x dp / (ep x etp)``."""
+    return tp * cp * dp // (ep * expert_tp(tp, ep))
+
+
+def expert_width(arch: DecoderArch, etp: int) -> int:
+    """One expert's width on one rank under expert tensor parallelism ``etp`` (rounded up)."""
+    return -(-arch.expert_intermediate // etp)
 
 
 def check_ep(arch: DecoderArch, ep: int, tp_cp_dp: int) -> str | None:
@@ -140,8 +176,10 @@ def check_ep(arch: DecoderArch, ep: int, tp_cp_dp: int) -> str | None:
 
 
 def moe_block_shape(arch: DecoderArch, tokens: int, ep: int, element_bytes: float,
-                    imbalance: float = BALANCED_ROUTING, dispatcher: MoeDispatcher = "alltoall") -> MoeBlockShape:
+                    imbalance: float = BALANCED_ROUTING, dispatcher: MoeDispatcher = "alltoall",
+                    etp: int = 1) -> MoeBlockShape:
     """``MoeBlockShape`` of ``tokens`` routed on one rank of an EP group of ``ep`` under ``dispatcher``
+    with expert tensor parallelism ``etp`` (``expert_tp``)
     (``flex`` with ``ep > 1``: HybridEP permutes inside its dispatch and combine kernels, so no
     separate permutation passes: ``permute_bytes`` 0).
 
@@ -155,15 +193,16 @@ def moe_block_shape(arch: DecoderArch, tokens: int, ep: int, element_bytes: floa
     routed = tokens * arch.experts_per_token
     local = arch.experts // ep
     # Imbalance is between ranks: with every expert on one rank (ep 1) its rows are all its tokens'.
-    rows = max(1, math.ceil(routed * (imbalance if ep > 1 else 1.0) / local))
+    rows = max(1, math.ceil(routed * etp * (imbalance if ep > 1 else 1.0) / local))
     size = float(routed * arch.hidden * element_bytes)
-    w, d = arch.expert_intermediate, arch.hidden
-    clamp_f, glue_f, glue_b = expert_glue_bytes(arch, rows * local, element_bytes)
-    return MoeBlockShape(tokens, routed, local, rows, size, size * (ep - 1) / ep,
-                         ((rows, d, w), (rows, d, w), (rows, w, d)),
+    w, d = expert_width(arch, etp), arch.hidden
+    clamp_f, glue_f, glue_b = expert_glue_bytes(dataclasses.replace(arch, expert_intermediate=w), rows * local,
+                                                element_bytes)
+    gemms = ((rows, d, w), (rows, d, w), (rows, w, d)) if arch.mlp in GATED_MLPS else ((rows, d, w), (rows, w, d))
+    return MoeBlockShape(tokens, routed, local, rows, size, size * (ep - 1) / ep, gemms,
                          0.0 if dispatcher == FLEX and ep > 1 else
                          permute_traffic_bytes(tokens, routed, rows * local, d, ep, element_bytes),
-                         glue_f, glue_b, clamp_f)
+                         glue_f, glue_b, clamp_f, etp, etp * size if etp > 1 else 0.0)
 
 
 def expert_glue_bytes(arch: DecoderArch, rows: int, element_bytes: float) -> tuple[float, float, float]:
@@ -219,7 +258,8 @@ def moe_block_times(arch: DecoderArch, shape: MoeBlockShape, gpu: str, precision
                     ep_comm: CommModel | None, quantile: float = 0.5, fp8: Fp8Recipe | None = None) -> MoeBlockTimes:
     """``MoeBlockTimes`` of ``shape`` on ``gpu``; ``ep_comm`` is the EP group's CommModel (None: ep 1);
     ``fp8``: the experts' GEMMs in FP8 under that recipe (srift/perf/fp8.py)."""
-    prof = expert_profile(arch, shape.rows_per_expert, precision)
+    prof = expert_profile(dataclasses.replace(arch, expert_intermediate=shape.expert_gemms[0][2]),
+                          shape.rows_per_expert, precision)
     times = layer_times(prof, gpu, precision)
     fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8, fused_fc1=True) if fp8 else (times.fwd_s, times.bwd_s)
     rates = kernel_rates(gpu, precision)
@@ -269,19 +309,24 @@ def moe_activation_bytes(arch: DecoderArch, shape: MoeBlockShape, element_bytes:
     srift/perf/fp8.py ``fp8_saved_bytes``; default ``element_bytes``)."""
     rows = shape.routed_rows
     kept = element_bytes if gemm_input_bytes is None else gemm_input_bytes
-    return (rows * (2 * arch.expert_intermediate * element_bytes + (arch.hidden + arch.expert_intermediate) * kept)
+    # Under expert TP each rank keeps the TP group's gathered rows at 1/etp of the width. A gated
+    # expert keeps its gate and up outputs and their product; a plain one its up output and activation.
+    w, outputs = shape.expert_gemms[0][2], len(shape.expert_gemms) - 1
+    return (rows * shape.etp * (outputs * w * element_bytes + w * kept)
+            + rows * shape.etp * arch.hidden * kept
             + shape.tokens * arch.experts * ROUTER_PROB_BYTES)
 
 
 def moe_act_bytes(arch: DecoderArch, shape: MoeBlockShape, gemm_input_bytes: float) -> float:
     """Of ``moe_activation_bytes``, the experts' activation product the down projection keeps
     (``routed rows x expert width``): what Megatron-Core's ``moe_act`` recompute drops."""
-    return float(shape.routed_rows * arch.expert_intermediate * gemm_input_bytes)
+    return float(shape.routed_rows * shape.etp * shape.expert_gemms[0][2] * gemm_input_bytes)
 
 
-def local_expert_params(arch: DecoderArch, ep: int) -> int:
-    """Routed-expert parameters of one MoE block on one rank: ``experts / ep`` whole experts."""
-    return arch.experts // ep * dense_mlp_params(arch, arch.expert_intermediate)
+def local_expert_params(arch: DecoderArch, ep: int, etp: int = 1) -> int:
+    """Routed-expert parameters of one MoE block on one rank: ``experts / ep`` experts, each at
+    ``1 / etp`` of its width (expert tensor parallelism; a down-projection bias stays whole)."""
+    return arch.experts // ep * dense_mlp_params(arch, expert_width(arch, etp))
 
 
 def expert_memory_bytes(expert_params: float, expert_dp: int, weight_bytes: float = 2.0, grad_bytes: float = 2.0,

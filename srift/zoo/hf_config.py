@@ -25,6 +25,8 @@ the multi-token prediction layers its checkpoint has), ``llama4_text``
 blocks of intermediate_size_mlp) and ``gpt_oss`` (num_local_experts with biases, a router with
 bias, q/k/v/o biases, one attention-sink logit per head; ``sliding_window`` local attention on the
 blocks ``layer_types`` names ``sliding_attention``, which must alternate from the first, as GPT-OSS's do).
+Their experts (routed and shared) are gated MLPs of ``hidden_act``: SwiGLU for silu, GeGLU for
+a GELU variant; another activation is timed as SwiGLU's and named in the prediction's notes.
 ``kimi_k2`` (Moonshot's Kimi-K2) is DeepSeek-V3's architecture under another name, with the same
 keys (Megatron-Bridge's KimiK2Bridge builds it as DeepSeek-V3's MLA model), so it is read as ``deepseek_v3``. Anything else is refused with
 the key that says why. JSON only (``json.loads``: nothing in the file is executed).
@@ -162,9 +164,7 @@ def _moe_arch(model_type: str, data: dict[str, Any], path: Path) -> DecoderArch:
     """A mixture-of-experts config (module docstring: the keys of each model type)."""
     heads = _positive_int(data, "num_attention_heads", path)
     hidden = _positive_int(data, "hidden_size", path)
-    act = data.get("hidden_act", "silu")
-    if act not in _GATED_ACTIVATIONS:
-        raise _bad(path, f"'hidden_act' is {act!r}; srift models SwiGLU experts ('silu')")
+    mlp, unmodelled = _expert_mlp(data.get("hidden_act", "silu"), path)
     eps = data.get("rms_norm_eps", 1e-6)
     if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not 0 < eps <= 1.0:
         raise _bad(path, f"'rms_norm_eps' must be a positive number of at most 1, got {shown(eps)}")
@@ -243,9 +243,23 @@ def _moe_arch(model_type: str, data: dict[str, Any], path: Path) -> DecoderArch:
     return DecoderArch(
         name=_name(data, path), n_layers=_positive_int(data, "num_hidden_layers", path), hidden=hidden, heads=heads,
         kv_heads=kv_heads, intermediate=intermediate, vocab=_positive_int(data, "vocab_size", path),
-        tied_embeddings=_bool(data, "tie_word_embeddings", path), mlp="swiglu", norm="rmsnorm", biases=biases,
+        tied_embeddings=_bool(data, "tie_word_embeddings", path), mlp=mlp, norm="rmsnorm", biases=biases,
         position="rope", max_seq_len=_positive_int(data, "max_position_embeddings", path), head_dim=head_dim,
-        norm_eps=float(eps), naming="hf-llama", source=f"Hugging Face config {path}", **fields)
+        norm_eps=float(eps), naming="hf-llama", source=f"Hugging Face config {path}", unmodelled=unmodelled, **fields)
+
+
+def _expert_mlp(act: Any, path: Path) -> tuple[str, tuple[str, ...]]:
+    """The MLP kind of a mixture of experts' ``hidden_act`` and what srift does not model of it.
+    Every MoE model class srift reads builds gated experts (gate, up, down: ``act(gate(x)) *
+    up(x)``) of ``ACT2FN[hidden_act]``, so SiLU is SwiGLU and a GELU variant GeGLU (Grok-1's
+    experts). Another activation is timed as SwiGLU's, the same three GEMMs, and named."""
+    if not isinstance(act, str) or not act:
+        raise _bad(path, f"'hidden_act' must be an activation name, got {shown(act)}")
+    if act in _GATED_ACTIVATIONS:
+        return "swiglu", ()
+    if act in _GELU_ACTIVATIONS:
+        return "geglu", () if act == "gelu" else (f"'hidden_act' {act!r}: timed as exact GELU",)
+    return "swiglu", (f"'hidden_act' {shown(act)}: the experts' gated activation timed as SiLU's (the same three GEMMs)",)
 
 
 def _biases(model_type: str, data: dict[str, Any], path: Path) -> frozenset[str]:

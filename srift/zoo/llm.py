@@ -55,7 +55,9 @@ from srift.profile import CAUSAL_FRACTION, DeviceInfo, LayerProfile, OptimizerIn
 from srift.files import configs_dir
 
 SCHEMA = "srift.zoo.llm/v1"
-MLP_KINDS = ("swiglu", "gelu", "relu2")
+MLP_KINDS = ("swiglu", "geglu", "gelu", "relu", "relu2")
+GATED_MLPS = ("swiglu", "geglu")  # gate, up, down: three matrices; the others up, down: two
+_ACT_LEAF = {"swiglu": "SiLU", "geglu": "GELU", "gelu": "GELU", "relu": "ReLU", "relu2": "SquaredReLU"}
 NORM_KINDS = ("rmsnorm", "layernorm")
 POSITION_KINDS = ("rope", "alibi", "learned")
 BiasPart = Literal["qkv", "o", "mlp", "norm"]
@@ -90,8 +92,10 @@ class DecoderArch:
         intermediate: MLP width.
         vocab: Vocabulary size.
         tied_embeddings: The output head shares the token-embedding matrix.
-        mlp: ``swiglu`` (gate, up, down; SiLU), ``gelu`` (up, down; GELU: GPT-2, GPT-3) or
-            ``relu2`` (up, down; squared ReLU: Nemotron).
+        mlp: ``swiglu`` (gate, up, down; SiLU), ``geglu`` (gate, up, down; GELU: Grok-1-style
+            gated GELU), ``gelu`` (up, down; GELU: GPT-2, GPT-3), ``relu`` (up, down; ReLU) or
+            ``relu2`` (up, down; squared ReLU: Nemotron). A mixture of experts' routed and shared
+            experts are MLPs of the same kind.
         norm: ``rmsnorm`` or ``layernorm``.
         biases: Parts with bias vectors: any of ``qkv``, ``o``, ``mlp``, ``norm``.
         position: ``rope``, ``alibi`` or ``learned`` (a table of ``max_seq_len`` positions).
@@ -127,6 +131,8 @@ class DecoderArch:
         mtp_layers: Multi-token prediction layers the model's checkpoint has (DeepSeek-V3's
             ``num_nextn_predict_layers``); whether a run trains them is the job's choice
             (``--mtp-layers``), so they are priced only when the job says so.
+        unmodelled: What the model's config says that srift does not model (each named in the
+            prediction's notes, e.g. an activation timed as another of the same GEMMs).
     """
 
     name: str
@@ -164,6 +170,7 @@ class DecoderArch:
     sliding_every: int = 1
     glu_clamp: float = 0.0
     mtp_layers: int = 0
+    unmodelled: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for key in ("n_layers", "hidden", "heads", "kv_heads", "intermediate", "vocab", "max_seq_len"):
@@ -200,8 +207,6 @@ class DecoderArch:
                                          f"token and an expert width, got {self.experts_per_token} and {self.expert_intermediate}")
         if not isinstance(self.glu_clamp, (int, float)) or isinstance(self.glu_clamp, bool) or not self.glu_clamp >= 0:
             raise _arch_error(self.name, f"'glu_clamp' must be a non-negative number, got {self.glu_clamp!r}")
-        if self.experts and self.mlp != "swiglu":
-            raise _arch_error(self.name, "srift models SwiGLU experts only")
         if self.kv_lora_rank and not 0 < self.qk_rope_head_dim < self.head_dim:
             raise _arch_error(self.name, f"MLA needs a rotary width between 0 and head_dim {self.head_dim}, "
                                          f"got {self.qk_rope_head_dim}")
@@ -274,7 +279,7 @@ def _norm_params(arch: DecoderArch) -> int:
 
 
 def _mlp_matrices(arch: DecoderArch) -> int:
-    return 3 if arch.mlp == "swiglu" else 2
+    return 3 if arch.mlp in GATED_MLPS else 2
 
 
 def attention_params(arch: DecoderArch) -> int:
@@ -553,13 +558,13 @@ def _mlp(arch: DecoderArch, at: Any, names: _Naming, f: int, sh: _Shape, unit: s
         sh = dataclasses.replace(sh, tokens=tokens)
     act_bytes = sh.tokens * f * sh.e_mm
     out: list[LayerProfile] = []
-    if arch.mlp == "swiglu":  # down(act(gate(x)) * up(x)), in the order Hugging Face runs them
+    if arch.mlp in GATED_MLPS:  # down(act(gate(x)) * up(x)), in the order Hugging Face runs them
         out += [_linear(at(names.gate), unit, d, f, "mlp" in bias, sh, sh.e_res),
-                _leaf(at(names.act), "SiLU", unit, 0, act_bytes, act_bytes),
+                _leaf(at(names.act), _ACT_LEAF[arch.mlp], unit, 0, act_bytes, act_bytes),
                 _linear(at(names.up), unit, d, f, "mlp" in bias, sh, sh.e_res)]
     else:
         out += [_linear(at(names.up), unit, d, f, "mlp" in bias, sh, sh.e_res),
-                _leaf(at(names.act), "GELU" if arch.mlp == "gelu" else "SquaredReLU", unit, 0, act_bytes, act_bytes)]
+                _leaf(at(names.act), _ACT_LEAF[arch.mlp], unit, 0, act_bytes, act_bytes)]
     out.append(_linear(at(names.down), unit, f, d, "mlp" in bias, sh, sh.e_mm))
     return out
 
@@ -653,7 +658,7 @@ def decoder_profile(arch: DecoderArch, batch_size: int = DEFAULT_BATCH_SIZE, seq
 
 
 def expert_profile(arch: DecoderArch, tokens: int, precision: str = "bf16") -> Profile:
-    """The structural profile of ONE routed expert's SwiGLU (gate, SiLU, up, down) on ``tokens``
+    """The structural profile of ONE routed expert's MLP (gated: gate, activation, up, down) on ``tokens``
     rows: what a grouped GEMM runs per expert (srift/simulate/moe.py times it at the per-expert
     token count, where the GEMMs are smallest).
 
@@ -683,7 +688,7 @@ def default_seq_len(arch: DecoderArch) -> int:
 
 
 # ---- the zoo's list (configs/zoo/llm.yaml) --------------------------------------------------------
-_ARCH_KEYS = {f.name for f in dataclasses.fields(DecoderArch)} - {"name"}
+_ARCH_KEYS = {f.name for f in dataclasses.fields(DecoderArch)} - {"name", "unmodelled"}
 _ENTRY_KEYS = {"hf_repo", "aliases", "published_params", "published_params_source", "published_active_params"}
 
 

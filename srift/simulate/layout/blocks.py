@@ -16,7 +16,7 @@ from srift.perf.fp8 import fp8_attention_s, fp8_saved_bytes, fp8_times, fp8_weig
 from srift.perf.compute import ATTENTION, NORM, layer_kind, layer_times, mma_rate_flops
 from srift.simulate.finetune import LoraSpec, finetune_profile
 from srift.simulate.memory import LOSS_FP32_BYTES
-from srift.simulate.moe import (BALANCED_ROUTING, local_expert_params, moe_act_bytes, moe_activation_bytes,
+from srift.simulate.moe import (BALANCED_ROUTING, expert_tp, local_expert_params, moe_act_bytes, moe_activation_bytes,
                                 moe_block_shape, moe_block_times)
 from srift.simulate.recompute import check_modules, leaf_module, module_figures
 from srift.simulate.sharded import checkpoint_masks
@@ -61,6 +61,8 @@ class BlockParts:
             in time; in memory each stage counts its own (``kinds``).
         local_expert_params: Routed-expert parameters of one (average) block on this rank.
         dispatch_bytes: One MoE block's all-to-all send buffer per rank (srift/simulate/moe.py).
+        etp_gather_bytes: Expert tensor parallelism: one MoE block's routed rows gathered over the
+            TP group (``MoeBlockShape.etp_gather_bytes``; 0 without).
         experts_f_s, experts_b_s: Of ``block_f_s``/``block_b_s``, the routed experts' grouped GEMMs.
         selective_saved_bytes: Of ``block_act_bytes``, what the ``selective`` policy's recompute
             modules drop (srift/simulate/recompute.py).
@@ -106,6 +108,7 @@ class BlockParts:
     moe_fraction: float = 0.0
     local_expert_params: float = 0.0
     dispatch_bytes: float = 0.0
+    etp_gather_bytes: float = 0.0
     experts_f_s: float = 0.0
     experts_b_s: float = 0.0
     selective_saved_bytes: float = 0.0
@@ -214,7 +217,9 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
         pytorch_kernels)
     e = 2.0 if precision in HALF_PRECISIONS else 4.0
     kept_e = fp8_saved_bytes(fp8) if fp8 else e
-    shape = moe_block_shape(arch, micro_batch * seq_len // (cp * tp), ep, e, imbalance, dispatcher)
+    etp = expert_tp(tp, ep)
+    shape = moe_block_shape(arch, micro_batch * seq_len // (cp * tp), ep, e, imbalance, dispatcher, etp)
+    experts_local = local_expert_params(arch, ep, etp)
     xt = moe_block_times(arch, shape, gpu, precision, None, fp8=fp8)
     # The MoE block's non-expert parameters on this rank: its profile's, less every routed expert.
     moe_local = moe.local_block_params - arch.experts * dense_mlp_params(split_arch(arch, tp), arch.expert_intermediate)
@@ -234,8 +239,8 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
     moe_act_total = moe.block_act_bytes + moe_activation_bytes(arch, shape, e, kept_e)
     kinds = None if frac == 1.0 else (
         BlockMemory(moe_act_total, moe.selective_saved_bytes + moe_saved, moe.op_sac_saved_bytes, moe_local,
-                    moe.local_adapter_params, local_expert_params(arch, ep),
-                    (moe_local + local_expert_params(arch, ep)) * fp8_weight_cache_bytes(fp8) if fp8 else 0.0),
+                    moe.local_adapter_params, experts_local,
+                    (moe_local + experts_local) * fp8_weight_cache_bytes(fp8) if fp8 else 0.0),
         BlockMemory(dense.block_act_bytes, dense.selective_saved_bytes, dense.op_sac_saved_bytes, dense.local_block_params,
                     dense.local_adapter_params, 0.0, dense.local_block_params * fp8_weight_cache_bytes(fp8) if fp8 else 0.0))
     return dataclasses.replace(
@@ -249,9 +254,9 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
         op_sac_f_s=mix(moe.op_sac_f_s, dense.op_sac_f_s),
         local_block_params=mix(moe_local, dense.local_block_params),
         local_adapter_params=mix(moe.local_adapter_params, dense.local_adapter_params),
-        moe_fraction=frac, local_expert_params=frac * local_expert_params(arch, ep), moe_recomputed=MOE_LAYER in modules,
-        dispatch_bytes=shape.dispatch_bytes, experts_f_s=frac * xt.experts_f_s, experts_b_s=frac * xt.experts_b_s,
-        fp8_weight_bytes=((mix(moe_local, dense.local_block_params) + frac * local_expert_params(arch, ep))
+        moe_fraction=frac, local_expert_params=frac * experts_local, moe_recomputed=MOE_LAYER in modules,
+        dispatch_bytes=shape.dispatch_bytes, etp_gather_bytes=shape.etp_gather_bytes, experts_f_s=frac * xt.experts_f_s, experts_b_s=frac * xt.experts_b_s,
+        fp8_weight_bytes=((mix(moe_local, dense.local_block_params) + frac * experts_local)
                           * fp8_weight_cache_bytes(fp8) if fp8 else 0.0))
 
 

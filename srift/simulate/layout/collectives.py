@@ -201,6 +201,14 @@ def _block_comm(arch: DecoderArch, tp_comm: CommModel | None, pair: CommModel | 
         else:
             tp_f, tp_b, tp_hidden = 2.0 * ag + 2.0 * rs, 2.0 * ag, 2.0 * ag + 2.0 * rs
         tp_end = ag + rs  # the embedding's reduce-scatter / the head's all-gather, and back
+        if parts.etp_gather_bytes > 0.0:
+            # Expert TP (srift/simulate/moe.py): the dispatcher's all-gather of the routed rows and
+            # the combine's reduce-scatter, in place of the MLP's own, outside the GEMMs' overlap;
+            # backward the same collectives the other way round.
+            x_ag = float(tp_comm.all_gather_time_s(parts.etp_gather_bytes, quantile))
+            x_rs = float(tp_comm.reduce_scatter_time_s(parts.etp_gather_bytes, quantile))
+            extra = parts.moe_fraction * max(0.0, x_ag + x_rs - ag - rs)
+            tp_f, tp_b = tp_f + extra, tp_b + extra
     if pair is None:
         return BlockComm(tp_f, tp_b, tp_hidden, tp_end, tp_sac_s=tp_sac)
     step_bytes = cp_ring_step_bytes(micro_batch, seq_len, c, parts.kv_width, element_bytes)

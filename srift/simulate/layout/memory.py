@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from srift.job import FSDP, FULL_CHECKPOINTING, INTERLEAVED, SELECTIVE, ZERO1
 from srift.simulate.memory import LOSS_FP32_BYTES, MASTER_BYTES, allocator_bytes, sharded_state_bytes, with_allocator
-from srift.simulate.moe import expert_memory_bytes
+from srift.simulate.moe import expert_dp, expert_memory_bytes
 from srift.zoo.llm import DecoderArch, block_params
 from srift.simulate.layout.plan import (ADAM_STATE_BYTES, GRAD_BYTES, PARAM_BYTES, SHARDED_FLAVOURS, Layout,
                                         pytorch_stack, state_shard)
@@ -86,7 +86,7 @@ def _peak_memory(arch: DecoderArch, layout: Layout, parts: BlockParts, checkpoin
     (``stage_layers``) and fewer micro-batches in flight."""
     return _peak_memory_of(arch, layout.pp, layout.vp if layout.schedule == INTERLEAVED else 1, layout.grad_accum,
                            state_shard(dp_flavour, gpus_per_node, layout.tp, layout.cp, layout.pp, layout.dp), parts,
-                           checkpointing, dp_flavour, layout.tp * layout.cp * layout.dp // layout.ep, reduce_dtype)
+                           checkpointing, dp_flavour, expert_dp(layout.tp, layout.cp, layout.dp, layout.ep), reduce_dtype)
 
 
 def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts: BlockParts, checkpointing: str,
@@ -191,7 +191,7 @@ def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkp
                     + (parts.local_head_params if i == p - 1 else 0.0))
         root, block = fsdp_unit_params(parts, i == 0, i == p - 1)
         out.append(stage_memory_bytes(params_i, shard, per_mb, flight, extra, dp_flavour, n * parts.local_expert_params,
-                                      layout.tp * layout.cp * layout.dp // layout.ep, n * parts.fp8_weight_bytes,
+                                      expert_dp(layout.tp, layout.cp, layout.dp, layout.ep), n * parts.fp8_weight_bytes,
                                       parts.trainable(n, i == 0, i == p - 1) if parts.frozen_base else None,
                                       root, block, reduce_dtype, p == 1))
     return out

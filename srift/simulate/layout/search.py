@@ -14,7 +14,7 @@ from srift.perf.comm import CommModel
 from srift.job import FLEX, FULL_CHECKPOINTING, HALF_PRECISIONS, Fp8Recipe, LayoutRequest, MoeDispatcher
 from srift.simulate.finetune import LoraSpec
 from srift.simulate.memory import MASTER_BYTES, USABLE_FRACTION, sure_fit_bytes
-from srift.simulate.moe import BALANCED_ROUTING, check_ep
+from srift.simulate.moe import BALANCED_ROUTING, check_ep, expert_dp
 from srift.zoo.llm import DecoderArch, params_count
 from srift.simulate.layout.plan import (ADAM_STATE_BYTES, GRAD_BYTES, PARAM_BYTES, SEARCH_CONTEXT, SEARCH_EXPERT,
                                         SEARCH_MICRO_BATCHES, SEARCH_VIRTUAL_STAGES, SHARDED_FLAVOURS, Layout,
@@ -200,7 +200,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
             parts = parts_of[(t, c, mb, ep)]
             chosen = next((k for k in checkpointing
                            if _peak_memory_of(arch, p, v, m, state_shard(dp_flavour, g, t, c, p, d), parts, k, dp_flavour,
-                                              t * c * d // ep, reduce_dtype, mtp_layers) <= limit), None)
+                                              expert_dp(t, c, d, ep), reduce_dtype, mtp_layers) <= limit), None)
             if chosen is None:
                 rejected += 1
                 continue
@@ -244,7 +244,7 @@ def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: list[Degrees],
                                          dispatcher=dispatcher, fused_fc1=not pytorch_stack(dp_flavour),
                                          pytorch_kernels=pytorch_stack(dp_flavour)), factor)
         mem = _peak_memory_of(arch, p, v, m, state_shard(dp_flavour, comm.topology.gpus_per_node, t, c, p, d), parts,
-                              checkpointing, dp_flavour, t * c * d // ep, reduce_dtype, mtp_layers)
+                              checkpointing, dp_flavour, expert_dp(t, c, d, ep), reduce_dtype, mtp_layers)
         if best is None or mem < best[0]:
             best = (mem, r, parts)
     assert best is not None

@@ -20,7 +20,7 @@ from srift.simulate.breakdown import (BACKWARD, BUBBLE, COMM_INTERFERENCE, EXPOS
                                       Breakdown, Phase)
 from srift.simulate.finetune import LoraSpec
 from srift.simulate.memory import MASTER_BYTES, fit_state, fits
-from srift.simulate.moe import BALANCED_ROUTING, ep_exchange_s
+from srift.simulate.moe import BALANCED_ROUTING, ep_exchange_s, expert_dp, expert_tp
 from srift.simulate.recompute import check_modules
 from srift.zoo.llm import DecoderArch
 from srift.simulate.layout.plan import (ADAM_STATE_BYTES, DP_FLAVOURS, GRAD_BYTES, LAYOUT_CHECKPOINTING, PARAM_BYTES,
@@ -202,7 +202,7 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, set
     # Routed experts reduce their gradients over the expert data-parallel group instead
     # (tp x cp x dp / ep ranks; ep innermost, so g / ep of them share a node).
     expert_params = n_slow * parts.trainable_expert_params
-    edp = t * c * d // layout.ep
+    edp = expert_dp(t, c, d, layout.ep)
     groups = []
     sharded = dp_flavour in SHARDED_FLAVOURS
     if dp_group > 1:
@@ -214,7 +214,8 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, set
         else:
             groups.append((dcomm, stage_params))
     if expert_params > 0 and edp > 1:
-        groups.append((comm.subgroup(edp, _even_ranks_per_node(_group_ranks_per_node(g, layout.ep, edp), edp)), expert_params))
+        groups.append((comm.subgroup(edp, _even_ranks_per_node(_group_ranks_per_node(g, layout.ep * expert_tp(t, layout.ep), edp), edp)),
+                       expert_params))
     rs = ag = 0.0
     for dcomm, n_params in groups:
         if dp_flavour == ZERO1:
