@@ -47,6 +47,8 @@ MIN_NETWORK_GBPS = 0.001  # a rate above 0 but below 1 Mbit/s: times past any fl
 MAX_NODE_USD_PER_HOUR = 100_000.0  # price of one node per hour (the dearest today: about $100)
 MAX_INTERRUPTIONS_PER_HOUR = 60.0  # spot interruptions per node-hour
 MAX_GPU_MEMORY_GIB = 16_384.0  # memory of one GPU
+MAX_INTRA_NODE_GB_PER_S = 100_000.0  # a node's GPU-to-GPU link, GB/s per GPU per direction (the largest today: 900)
+MIN_INTRA_NODE_GB_PER_S = 0.001  # above 0 but below 1 MB/s: times past any float
 
 # ---- the user's limits and the search ----------------------------------------------------------
 MIN_USD = 0.01  # the smallest budget or cost limit (a cent): below it margins in % lose meaning

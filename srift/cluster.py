@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Final, Literal, get_args
 
 from srift.bounds import (
-    MAX_GPU_MEMORY_GIB, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_INTERRUPTIONS_PER_HOUR, MAX_NAME_CHARS, MAX_NETWORK_GBPS,
+    MAX_GPU_MEMORY_GIB, MAX_GPUS, MAX_INTRA_NODE_GB_PER_S, MIN_INTRA_NODE_GB_PER_S, MAX_GPUS_PER_NODE, MAX_INTERRUPTIONS_PER_HOUR, MAX_NAME_CHARS, MAX_NETWORK_GBPS,
     MAX_JOB_FILE_BYTES, MAX_NODE_GROUPS, MAX_NODE_USD_PER_HOUR, MAX_NODES, MAX_VCPUS_PER_NODE, MIN_NETWORK_GBPS, key_text, shown,
 )
 from srift.errors import SriftError, closest
@@ -85,6 +85,9 @@ class NodeGroup:
             rack: 72 GPUs on NVLink switch trays, 18 compute trays of 4), a multiple of
             ``gpus_per_node``; None for a domain of the node's own GPUs. ``domain_gpus`` says how
             many of them one job's groups reach over NVLink.
+        intra_node_gb_per_s: The node's GPU-to-GPU bandwidth (GB/s per GPU per direction, as
+            configs/gpus.yaml's links) when it is not the ``intra_node`` link's datasheet figure
+            (a cut NVLink, a measured one); None for the link's own.
     """
 
     count: int
@@ -109,6 +112,7 @@ class NodeGroup:
     tcp_plugin: str | None = None
     pcie_p2p: bool | None = None
     nvlink_domain_gpus: int | None = None
+    intra_node_gb_per_s: float | None = None
 
     @property
     def gpus(self) -> int:
@@ -221,7 +225,7 @@ _GROUP_KEYS = {
     "count", "gpus_per_node", "gpu", "intra_node", "network_gbps", "network", "usd_per_hour",
     "spot", "interruption_per_hour", "gpu_memory_gib", "instance_type",
     "vcpus_per_node", "cloud", "placement_group", "nccl_socket_threads", "nccl_nsocks_perthread",
-    "single_flow_gbps", "efa_generation", "tcp_plugin", "nvlink_domain_gpus",
+    "single_flow_gbps", "efa_generation", "tcp_plugin", "nvlink_domain_gpus", "intra_node_gb_per_s",
 }
 TCP_PLUGINS = ("gpudirect-tcpx", "gpudirect-tcpxo")
 # Intra-node links whose NVLink switches can join several nodes in one domain (NVLink 4's NVLink
@@ -299,6 +303,12 @@ def _group(g: Any, where: str, bad: Callable[[str], SriftError]) -> NodeGroup:
         raise bad(f"{where}.gpu {shown(gpu_name)} is not a GPU in configs/gpus.yaml" + (f" (did you mean {', '.join(near)}?)" if near else ""))
     if not isinstance(g["intra_node"], str) or g["intra_node"] not in links():
         raise bad(f"{where}.intra_node must be one of {', '.join(links())}, got {shown(g['intra_node'])}")
+    intra_bw = g.get("intra_node_gb_per_s")
+    if intra_bw is not None and (not isinstance(intra_bw, (int, float)) or isinstance(intra_bw, bool)
+                                 or not MIN_INTRA_NODE_GB_PER_S <= intra_bw <= MAX_INTRA_NODE_GB_PER_S):
+        raise bad(f"{where}.intra_node_gb_per_s must be a number of GB/s per GPU per direction from "
+                  f"{MIN_INTRA_NODE_GB_PER_S:g} to {MAX_INTRA_NODE_GB_PER_S:,.0f} (e.g. 200 for NVLink cut to "
+                  f"400 GB/s both ways), got {shown(intra_bw)}")
     network = g.get("network", ETHERNET)
     if not isinstance(network, str) or network not in NETWORKS:
         raise bad(f"{where}.network must be one of {', '.join(NETWORKS)}, got {shown(network)}")
@@ -334,6 +344,7 @@ def _group(g: Any, where: str, bad: Callable[[str], SriftError]) -> NodeGroup:
         instance_type=itype,
         gpu_memory_gib=None if g.get("gpu_memory_gib") is None else float(g["gpu_memory_gib"]),
         nvlink_domain_gpus=domain,
+        intra_node_gb_per_s=None if intra_bw is None else float(intra_bw),
         **transport,
     )
 

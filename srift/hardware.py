@@ -185,8 +185,23 @@ def matching_gpus(query: str) -> set[str]:
         SriftError: when nothing matches, with the closest names.
     """
     q = _norm(query)
-    hits = {name for name in gpus() if _norm(name).startswith(q)}
+    hits = {name for name in gpus() if _prefix_of(q, name)}
     return hits or {gpu(query).name}
+
+
+def _prefix_of(q: str, name: str) -> bool:
+    """Whether normalized ``q`` starts ``name`` and ends where a number of it ends (``H20`` is not
+    the start of ``H200``; ``A100`` is of ``A100-40GB``)."""
+    if not _norm(name).startswith(q) or not q:
+        return False
+    seen = 0
+    for i, ch in enumerate(name):
+        if ch.isalnum():
+            seen += 1
+        if seen == len(q):
+            rest = name[i + 1:i + 2]
+            return not (ch.isdigit() and rest.isdigit())
+    return True
 
 
 @functools.lru_cache(maxsize=1)

@@ -262,7 +262,10 @@ def load_params(path: str | None = None) -> CommParams:
 
 def link_class(intra_node: str) -> str:
     """Parameter class of an intra-node link name (``pcie4`` -> ``pcie``). NVSwitch generations with
-    in-switch reduction (NVLink 4 and 5: ``nvswitch4``, ``nvswitch5``) form the ``nvswitch4`` class."""
+    in-switch reduction (NVLink 4 and 5: ``nvswitch4``, ``nvswitch5``) form the ``nvswitch4`` class; a
+    generation cut to fewer links (A800's ``nvswitch-400``, H800's ``nvswitch4-400``) is its own
+    generation's class at its lower bandwidth."""
+    intra_node = intra_node.removesuffix("-400")
     if intra_node in ("nvswitch4", "nvswitch5"):
         return "nvswitch4"
     if intra_node.startswith("pcie"):
@@ -381,8 +384,9 @@ def _link_gbytes_per_s(group: NodeGroup) -> float:
     """Nominal intra-node bandwidth of a node group. Over PCIe without peer-to-peer (GeForce
     cards, ``pcie_p2p: false`` in configs/gpus.yaml; a VM that does not expose it, the node
     group's ``pcie_p2p``) NCCL stages each transfer through host memory (its SHM transport), so
-    every byte crosses PCIe twice: half the bandwidth."""
-    bw = link_spec(group.intra_node).bandwidth_gb_per_s
+    every byte crosses PCIe twice: half the bandwidth. A node group's ``intra_node_gb_per_s``
+    replaces the link's datasheet figure."""
+    bw = group.intra_node_gb_per_s or link_spec(group.intra_node).bandwidth_gb_per_s
     if group.intra_node.startswith("pcie") and group.gpu != CPU:
         p2p = gpu_spec(group.gpu).pcie_p2p if group.pcie_p2p is None else group.pcie_p2p
         if not p2p:

@@ -238,6 +238,10 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
              + ("PyTorch's stack: DTensor TP (vanilla: every collective waited for), PyTorch's kernels (compute "
                 "model as fitted, FlashAttention-2)" if pytorch_stack(plan.dp_flavour) else
                 f"compute x {params.megatron_compute_factor:.3f} (Megatron-Core / Transformer Engine, fitted)")]
+    domain = cluster.node_groups[0].domain_gpus
+    if lay.tp > domain:
+        notes.append(f"tensor parallelism across nodes: each TP group of {lay.tp} spans {lay.tp // domain} nodes of "
+                     f"{domain} GPUs, its collectives priced over the network (far slower than NVLink)")
     if settings.request.auto:
         notes.append("layout chosen by srift's search (--layout auto)")
     if plan.recompute_modules:

@@ -19,7 +19,8 @@ from srift.simulate.sharded import StepInputs, simulate_step, unit_collective_s
 from srift.zoo.llm import DecoderArch
 from srift.simulate.layout.plan import (FLEX_DISPATCH_SMS, NCCL_MAX_P2P_CHANNELS, P2P_CHANNELS, PARAM_BYTES,
                                         UB_PIPELINE_COLLECTIVES, UB_PIPELINE_SMS, UB_RING_EXCHANGE_COLLECTIVES,
-                                        UB_RING_EXCHANGE_SMS, _group_ranks_per_node)
+                                        UB_RING_EXCHANGE_SMS, _group_ranks_per_node,
+                                        tp_ranks_per_node)
 from srift.simulate.layout.blocks import BlockParts
 
 
@@ -159,7 +160,7 @@ def block_comm(arch: DecoderArch, comm: CommModel, t: int, c: int, micro_batch: 
     ``dtensor_bytes_per_s``: the TP collectives are PyTorch DTensor's (torchtitan:
     ``dtensor_tp_block_s``), their copies at this memory rate; 0: Megatron-Core's."""
     g = comm.topology.gpus_per_node
-    tp_comm = comm.subgroup(t, t) if t > 1 else None
+    tp_comm = comm.subgroup(t, tp_ranks_per_node(g, t)) if t > 1 else None
     pair = None
     if c > 1:
         crossing = _group_ranks_per_node(g, t, c) < c

@@ -231,10 +231,11 @@ def check_sharded(dp_flavour: str, ep: int, lora: LoraSpec | None) -> str | None
 
 
 def check_layout(arch: DecoderArch, layout: Layout, seq_len: int, gpus_per_node: int) -> str | None:
-    """Why ``layout`` cannot run ``arch`` at ``seq_len`` on nodes of ``gpus_per_node``, or None."""
-    if layout.tp > gpus_per_node:
-        return (f"tp={layout.tp} is more than the {gpus_per_node} GPUs of a node or its NVLink domain "
-                "(tensor parallelism stays on NVLink)")
+    """Why ``layout`` cannot run ``arch`` at ``seq_len`` on nodes of ``gpus_per_node``, or None. Tensor
+    parallelism across nodes runs (its collectives priced over the network: ``tp_ranks_per_node``)."""
+    if layout.tp > gpus_per_node and layout.tp % gpus_per_node:
+        return (f"tp={layout.tp} spans nodes of {gpus_per_node} GPUs unevenly (tensor parallelism beyond a node "
+                f"or its NVLink domain takes whole ones: a multiple of {gpus_per_node})")
     if arch.heads % layout.tp:
         return f"tp={layout.tp} does not divide the {arch.heads} attention heads"
     if arch.kv_heads % layout.tp and layout.tp % arch.kv_heads:
@@ -252,6 +253,13 @@ def check_layout(arch: DecoderArch, layout: Layout, seq_len: int, gpus_per_node:
         return (f"the interleaved schedule needs the micro-batches per step ({layout.grad_accum}) "
                 f"divisible by pp={layout.pp}")
     return None
+
+
+def tp_ranks_per_node(gpus_per_node: int, tp: int) -> int:
+    """Ranks of a tensor-parallel group (``tp`` consecutive ranks) on each node it spans: all of
+    them within a node (or NVLink domain); beyond it, whole nodes (``check_layout``), whose
+    collectives cross the network."""
+    return min(tp, gpus_per_node)
 
 
 def dp_ranks_per_node(gpus_per_node: int, tp: int, cp: int, pp: int, dp: int) -> int:

@@ -73,7 +73,7 @@ def _degrees(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, glo
     tps = [request.tp] if request.tp is not None else [t for t in _divisors(gpus_per_node) if t <= gpus]
     cps = [request.cp] if request.cp is not None else list(SEARCH_CONTEXT)
     for t in tps:
-        if t > gpus_per_node or arch.heads % t or (arch.kv_heads % t and t % arch.kv_heads):
+        if (t > gpus_per_node and t % gpus_per_node) or arch.heads % t or (arch.kv_heads % t and t % arch.kv_heads):
             continue
         for c in cps:
             if gpus % (t * c) or (c > 1 and seq_len % (2 * c)):
