@@ -886,9 +886,14 @@ def main() -> None:
         kfac_group(Path(args.data))
         moe_figures = moe_group(Path(args.data), args.table)
     if args.write_accuracy:
-        write_accuracy(Path(args.write_accuracy),
-                       {"single_gpu": single, "one_node": multi, **({"multi_node": nodes} if len(nodes) else {}),
-                        "single_gpu_same_gpu": repeats, "single_gpu_other_gpu": other, "one_node_same_gpu": from_one},
+        dense = {"single_gpu": single, "one_node": multi, **({"multi_node": nodes} if len(nodes) else {}),
+                 "single_gpu_same_gpu": repeats, "single_gpu_other_gpu": other, "one_node_same_gpu": from_one}
+        made = {name: figures for name, figures in (("sharded", sharded_figures), ("finetune", finetune_figures),
+                                                    ("moe", moe_figures)) if figures is not None}
+        target = Path(args.write_accuracy)
+        # Groups this run does not compute (the pairs, --only parts run apart) stay as the file has them.
+        others = {k: v for k, v in (_groups(target) if target.exists() else {}).items() if k not in dense and k not in made}
+        write_accuracy(target, dense,
                        meas_col,
                        {"multi_node": ("ddl-benchmarks: 2-8 servers of 4 RTX 2080 Ti over 10 GbE TCP, 100 Gb/s TCP, "
                                        "100 Gb/s InfiniBand; DAWNBench: 4-16 p3.16xlarge; DLPerf: 2-4 nodes of 8 V100 "
@@ -896,8 +901,7 @@ def main() -> None:
                         "single_gpu_same_gpu": "the same runs on other systems of the same GPU model",
                         "single_gpu_other_gpu": "single-GPU runs anchored on another GPU or precision of the same model",
                         "one_node_same_gpu": "the same system's measured 1-GPU run, scaled by the simulator"},
-                       {name: figures for name, figures in (("sharded", sharded_figures), ("finetune", finetune_figures),
-                                                            ("moe", moe_figures)) if figures is not None})
+                       {**others, **made})
     shipped = C.load_params()
     print(f"\nProfile measured on another GPU or precision ({len(compute_fit.anchor_pairs(single, 'lomo'))} pairs of one model and "
           f"source; its model held out of the fit), MAPE %:")

@@ -132,6 +132,16 @@ class GradCompression:
         require(r, "--grad-compression powersgd:RANK", 1, 1024, integer=True, hint="pass a rank from 1 to 1024, e.g. powersgd:4.")
         return cls("powersgd", r)
 
+    @property
+    def active(self) -> bool:
+        """A hook is registered (not ``none``)."""
+        return self.hook != "none"
+
+    @property
+    def half(self) -> bool:
+        """The 16-bit hooks (``fp16_compress_hook``, ``bf16_compress_hook``)."""
+        return self.hook in ("fp16", "bf16")
+
     def __str__(self) -> str:
         return f"powersgd:{self.rank}" if self.hook == "powersgd" else self.hook
 

@@ -147,7 +147,7 @@ def test_infra_names_where_the_job_is_priced(tmp_path, capsys):
 @pytest.mark.parametrize("patch, message", [
     ({"colour": "red"}, "unknown key(s) colour"),
     ({"batch_size": 0}, "'batch_size' must be a positive integer"),
-    ({"batch_size": "big"}, "'batch_size' must be a positive integer"),
+    ({"batch_size": "big"}, "'batch_size' must be a number (digits 0-9"),  # the one strict number parser
     ({"seq_len": -3}, "'seq_len' must be a positive integer"),
     ({"precision": 8}, "'precision' must be fp32, fp32-strict, tf32, amp or bf16"),
     ({"precision": "fp8"}, "unknown precision 'fp8'"),

@@ -39,6 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = int(os.environ.get("SRIFT_FUZZ_EXAMPLES", "1000"))
 RANDOM = os.environ.get("SRIFT_FUZZ_RANDOM", "") not in ("", "0")
 SIGNED = ("margin", "margin_pct", "change", "change_pct")  # a check's margins and changes may be negative
+# recommend's runners-up against the chosen row (vs_chosen): slower or cheaper reads negative
+RECOMMEND_SIGNED = ("throughput_change", "cost_per_hour_change")
 
 
 def _settings(n: int = EXAMPLES) -> settings:
@@ -201,7 +203,8 @@ def cache_case(tally: Tally, seed_rows: list[dict[str, str]], monkeypatch: pytes
             "recommend": ["recommend", "--model", "resnet50", "--budget", "60", "--max-gpus", "8", "--spot", "--region",
                           "us-east-1"],
         }[command]
-        run_cli([*argv, "--format", "json"], tally, allowed=(0, 1, 2) if command == "recommend" else (0, 2))
+        run_cli([*argv, "--format", "json"], tally, allowed=(0, 1, 2) if command == "recommend" else (0, 2),
+                signed=RECOMMEND_SIGNED if command == "recommend" else ())
     return case
 
 

@@ -93,7 +93,7 @@ def _layer_cost(layer: LayerProfile, hook: GradCompression) -> tuple[float, ...]
     gradients under ``hook`` (elements of the gradients' own size: ``grad_bytes / params``)."""
     elems = float(layer.params) if layer.params > 0 else float(layer.grad_bytes) / GRAD_BYTES
     size = float(layer.grad_bytes) / elems if elems else float(GRAD_BYTES)
-    if hook.hook in ("fp16", "bf16"):
+    if hook.half:
         scale = min(size, 4.0) / GRAD_BYTES  # the copies move elements of the gradients' size
         return min(size, 2.0) * elems, 0.0, 0.0, HALF_EXTRA_BYTES_PER_ELEMENT * scale * elems, 0.0, 0.0
     shape = matrix_shape(layer)
@@ -115,13 +115,13 @@ def hook_cost(profile: Profile, starts: np.ndarray, hook: GradCompression) -> Ho
     before any hook)."""
     order = profile.gradient_order()
     bounds = [*map(int, starts), len(order)]
-    if hook.hook == "none":
+    if not hook.active:
         grads = np.array([sum(float(x.grad_bytes) for x in order[bounds[k]:bounds[k + 1]]) for k in range(len(starts))])
         zero = np.zeros(len(starts))
         return HookCost(grads[None, :], zero, zero, zero)
     c = np.array([np.sum([_layer_cost(x, hook) for x in order[bounds[k]:bounds[k + 1]]], axis=0)
                   for k in range(len(starts))]).reshape(-1, 6)
-    if hook.hook in ("fp16", "bf16"):
+    if hook.half:
         return HookCost(c[:, 0:1].T, c[:, 3], c[:, 4], np.full(len(starts), float(HALF_EXTRA_KERNELS)))
     # + per bucket: error add, clone, torch.cat, the divide, the new error.
     return HookCost(c[:, 0:3].T, c[:, 3], c[:, 4], c[:, 5] + 5.0)

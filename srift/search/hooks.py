@@ -68,7 +68,7 @@ def compression_tip(make: Callable[[Job], Predictor], job: Job, cluster: Cluster
     """The hook to suggest for ``pred`` (the chosen configuration's prediction of ``job`` on
     ``cluster``), or None: the job sets a hook already, the plan is not DDP on several GPUs, the
     prediction has no typical error, or no hook wins by more than it."""
-    if (job.compression.hook != "none" or pred.parallelism != DDP or pred.gpus < 2 or pred.layout
+    if (job.compression.active or pred.parallelism != DDP or pred.gpus < 2 or pred.layout
             or pred.typical_error_pct is None):
         return None
     band = pred.typical_error_pct / 100.0

@@ -208,8 +208,8 @@ class Predictor:
             model_flops_per_token=self.flops_per_token if self.seq_len else None,
             data_loading=loader.kind if loader is not None else self.data_loading,
             input_time_s=loader.time_s if loader is not None and loader.kind != "measured" else None,
-            grad_compression=(self.job.grad_compression if plan.parallelism == "ddp" and cluster.gpus > 1
-                              and self.job.compression.hook != "none" else None),
+            grad_compression=(self.job.grad_compression if plan.parallelism == DDP and cluster.gpus > 1
+                              and self.job.compression.active else None),
         )
 
     def _mfu(self, cluster: Cluster, tokens_per_s: float | None) -> float | None:

@@ -233,7 +233,7 @@ class Workload:
     def hook_s(self, gpu: str) -> np.ndarray:
         """Each bucket's communication-hook GPU seconds on ``gpu`` (0 without a hook, and on CPU
         workers, whose gloo all-reduce the compute model does not split from the hook's work)."""
-        if self.job.compression.hook == "none" or gpu == CPU:
+        if not self.job.compression.active or gpu == CPU:
             return np.zeros(len(self.bucket_sizes_bytes))
         return self.hook.seconds(gpu, load_compute_params().launch_s)
 
