@@ -768,7 +768,7 @@ def _layer_from_dict(item: Any, index: int, source: str) -> LayerProfile:
     for part, total in _SEQ2_OF.items():
         if getattr(layer, part) > (getattr(layer, total) or 0.0):
             raise _bad(source, f"layers[{index}].{part} ({getattr(layer, part):g}) is more than its total {total} "
-                               f"({getattr(layer, total):g})")
+                               f"({getattr(layer, total) or 0.0:g})")
     return layer
 
 

@@ -21,7 +21,7 @@ from srift.jobfile import load_jobfile
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ["configs/ci/srift-check.yml", "configs/ci/srift.yaml", "configs/clusters/dgx-a100.yaml",
-           "configs/clusters/gb200-nvl72.yaml", "configs/clusters/ib-64.yaml", "configs/clusters/mixed-lab.yaml", "examples/train_bert.py",
+           "configs/clusters/gb200-nvl72.yaml", "configs/clusters/hgx-h800.yaml", "configs/clusters/ib-64.yaml", "configs/clusters/mixed-lab.yaml", "examples/train_bert.py",
            "examples/train_cnn.py", "examples/train_ddp.py", "examples/train_fsdp.py"]
 
 
@@ -32,11 +32,11 @@ def test_examples_copies_every_file_as_in_the_repository(tmp_path, capsys):
     assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == SHIPPED
     assert all((dest / rel).read_bytes() == (ROOT / rel).read_bytes() for rel in SHIPPED)
     out = capsys.readouterr().out
-    assert "Copied 10 file(s)" in out and "set SRIFT_REPO and SRIFT_REF" in out
+    assert f"Copied {len(SHIPPED)} file(s)" in out and "set SRIFT_REPO and SRIFT_REF" in out
     # Again: nothing is overwritten unless asked.
     (dest / "configs/clusters/ib-64.yaml").write_text("mine\n")
     assert main(["examples", str(dest)]) == 0
-    assert "Kept 10 existing file(s)" in capsys.readouterr().out
+    assert f"Kept {len(SHIPPED)} existing file(s)" in capsys.readouterr().out
     assert (dest / "configs/clusters/ib-64.yaml").read_text() == "mine\n"
     assert main(["examples", str(dest), "--force"]) == 0
     assert (dest / "configs/clusters/ib-64.yaml").read_bytes() == (ROOT / "configs/clusters/ib-64.yaml").read_bytes()
