@@ -31,7 +31,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PERF = ROOT / "configs" / "perf"
-FIG = re.compile(r"<!-- fig:(?P<file>[a-z_]+)#(?P<path>[A-Za-z0-9_.]+)(?P<bare>,bare)? -->(?P<value>.*?)<!-- /fig -->")
+FIG = re.compile(r"<!-- fig:(?P<file>[a-z_]+)#(?P<path>[A-Za-z0-9_.-]+)(?P<bare>,bare)? -->(?P<value>.*?)<!-- /fig -->")
 TABLE = re.compile(r"<!-- table:(?P<name>[a-z0-9-]+) -->\n(?P<body>.*?)<!-- /table -->", re.S)
 OUT = re.compile(r"^(?P<indent>[ ]*)<!-- out:(?P<name>[a-z0-9-]+) -->\n(?P=indent)```\n(?P<body>.*?)(?P=indent)```\n", re.S | re.M)
 DAY_DEPENDENT = re.compile(r"\d+ days old")
