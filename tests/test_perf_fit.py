@@ -207,12 +207,12 @@ def test_validate_script_prints_every_dense_group_and_the_shipped_figures_are_cu
         rows, fit, logo, lomo, loso = lines[group]
         assert int(rows) > 0 and all(0.0 < float(v) < 100.0 for v in (fit, logo, lomo, loso)), group
     assert "in Lambda's two snapshots" in stdout
-    # The multi-node group: ddl-benchmarks' 27 rows, DAWNBench's 3 and DLPerf's 12, with the source
-    # and the network left out.
+    # The multi-node group: ddl-benchmarks' 27 rows, DAWNBench's 3, DLPerf's 12 and CSC's 16, with the
+    # source and the network left out.
     rows, fit, logo, lomo, loso, lono = lines["multi-node"]
-    assert int(rows) == 42 and all(0.0 < float(v) < 100.0 for v in (fit, logo, lomo, loso, lono))
+    assert int(rows) == 27 + 3 + 12 + 16 and all(0.0 < float(v) < 100.0 for v in (fit, logo, lomo, loso, lono))
     for net in ("10 GbE TCP", "100 Gb/s InfiniBand", "100 Gb/s TCP (IPoIB)", "EC2 25 Gb/s TCP", "100 Gb/s EDR IB, 8x V100",
-                "ddl-benchmarks/mgwfbp", "dawnbench/fastai", "dlperf-v100-ib/dle"):
+                "ddl-benchmarks/mgwfbp", "dawnbench/fastai", "dlperf-v100-ib/dle", "csc-ddp/ml-benchmarks"):
         assert len(lines[net]) == 6, net
     assert "Sharded (FSDP) group" not in stdout  # the other groups run in their own tests
     assert fresh == shipped, STALE
