@@ -27,21 +27,10 @@ from srift.errors import SriftError
 from srift.files import atomic_open, atomic_write_many, check_outputs, load_yaml, output_file, read_json
 from srift.text import inert, markdown
 
+from cli_helpers import run  # noqa: E402  (tests/cli_helpers.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 JOB = "model: resnet50\nbatch_size: 32\nsteps: 1000\ninstance: p3.16xlarge:1\nlimits: {max_cost_usd: 100}\n"
-
-
-def run(argv: list[str], cwd: Path | None = None) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    old = os.getcwd()
-    try:
-        if cwd is not None:
-            os.chdir(cwd)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main(argv)
-    finally:
-        os.chdir(old)
-    return code, out.getvalue(), err.getvalue()
 
 
 def refused(code: int, err: str) -> bool:

@@ -20,21 +20,10 @@ from srift.examples import check_pin, copy_examples, pinned_workflow
 from srift.testing import price_list_csv, price_list_row
 from srift.job import Job, parse_layout
 
+from cli_helpers import run  # noqa: E402  (tests/cli_helpers.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 JOB = "model: llama3-8b\nsteps: 100\ninstance: p4d.24xlarge:1\nlimits: {max_cost_usd: 100000}\n"
-
-
-def run(argv: list[str], cwd: Path | None = None) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    old = os.getcwd()
-    try:
-        if cwd is not None:
-            os.chdir(cwd)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main(argv)
-    finally:
-        os.chdir(old)
-    return code, out.getvalue(), err.getvalue()
 
 
 def refused(code: int, err: str, words: str) -> bool:
