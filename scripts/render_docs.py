@@ -7,6 +7,8 @@ Two kinds of marker, invisible when the markdown is rendered:
   (``13.6 %``; ``13.6`` with ``,bare`` after the path, for a table whose header says %), an integer a
   count (``4,066``), text as it is.
 - ``<!-- table:NAME -->`` ... ``<!-- /table -->``: a table of such values (``TABLES`` below).
+- ``<!-- api:SECTION -->`` ... ``<!-- /api -->``: the Python API reference's SECTION, written from
+  the code's signatures and docstrings (scripts/api_reference.py).
 - ``<!-- out:NAME -->`` followed by a fenced block: the block becomes ``$ COMMAND`` and what that
   command prints (``EXAMPLES`` below names each command and its terminal width).
 
@@ -30,9 +32,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]  # this checkout's srift and the sibling script
+from api_reference import reference  # noqa: E402 (a sibling script)
 PERF = ROOT / "configs" / "perf"
 FIG = re.compile(r"<!-- fig:(?P<file>[a-z_]+)#(?P<path>[A-Za-z0-9_.-]+)(?P<bare>,bare)? -->(?P<value>.*?)<!-- /fig -->")
 TABLE = re.compile(r"<!-- table:(?P<name>[a-z0-9-]+) -->\n(?P<body>.*?)<!-- /table -->", re.S)
+API = re.compile(r"<!-- api:(?P<name>[a-z]+) -->\n(?P<body>.*?)<!-- /api -->", re.S)
 OUT = re.compile(r"^(?P<indent>[ ]*)<!-- out:(?P<name>[a-z0-9-]+) -->\n(?P=indent)```\n(?P<body>.*?)(?P=indent)```\n", re.S | re.M)
 DAY_DEPENDENT = re.compile(r"\d+ days old")
 
@@ -130,6 +135,7 @@ def comparable(text: str) -> str:
 def render(text: str, outputs: dict[str, str]) -> str:
     """``text`` with every marker's value or block replaced by what it should be."""
     text = TABLE.sub(lambda m: f"<!-- table:{m['name']} -->\n{table(m['name'])}<!-- /table -->", text)
+    text = API.sub(lambda m: f"<!-- api:{m['name']} -->\n{reference(m['name'])}<!-- /api -->", text)
     text = FIG.sub(lambda m: f"<!-- fig:{m['file']}#{m['path']}{m['bare'] or ''} -->{_fig(m)}<!-- /fig -->", text)
     return OUT.sub(lambda m: _block(m["indent"], m["name"], outputs[m["name"]]), text)
 
@@ -145,6 +151,8 @@ def stale(text: str, outputs: dict[str, str]) -> list[str]:
     found = [f"fig:{m['file']}#{m['path']} reads {m['value']!r}, the source says {_fig(m)!r}"
              for m in FIG.finditer(text) if m["value"] != _fig(m)]
     found += [f"table:{m['name']} differs from its source" for m in TABLE.finditer(text) if m["body"] != table(m["name"])]
+    found += [f"api:{m['name']} differs from the code's signatures and docstrings" for m in API.finditer(text)
+              if m["body"] != reference(m["name"])]
     found += [f"out:{m['name']} differs from a fresh run" for m in OUT.finditer(text)
               if comparable(_unindented(m["body"], m["indent"])) != comparable(outputs[m["name"]])]
     return found

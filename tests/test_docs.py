@@ -48,3 +48,22 @@ def test_the_readme_links_only_to_files_that_exist():
     for target in re.findall(r"\]\(([^)#]+)\)", text):
         if "://" not in target:
             assert (ROOT / target).exists(), target
+
+
+def test_the_api_pages_example_runs_as_written(capsys):
+    """docs/api.md's snippet is what a notebook user copies: it must run and print a prediction."""
+    text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    snippet = re.search(r"```python\n(.*?)```", text, re.S)
+    assert snippet is not None
+    exec(compile(snippet[1], "docs/api.md", "exec"), {})
+    first, second = capsys.readouterr().out.splitlines()
+    assert 0 < float(first.split()[0]) < 10  # resnet50 on p3.8xlarge: an iteration in seconds
+    assert float(second.split()[1]) > 0
+
+
+def test_the_api_reference_is_written_from_the_code():
+    docs = _render_docs()
+    page = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    assert "predict(job: Job, model: str | None = None" in page  # the signature, as the source writes it
+    stale = "<!-- api:functions -->\nsomething else\n<!-- /api -->"
+    assert docs.stale(stale, {}) and "### `srift.api.recommend`" in docs.render(stale, {})
