@@ -40,6 +40,9 @@ TABLE = re.compile(r"<!-- table:(?P<name>[a-z0-9-]+) -->\n(?P<body>.*?)<!-- /tab
 API = re.compile(r"<!-- api:(?P<name>[a-z]+) -->\n(?P<body>.*?)<!-- /api -->", re.S)
 OUT = re.compile(r"^(?P<indent>[ ]*)<!-- out:(?P<name>[a-z0-9-]+) -->\n(?P=indent)```\n(?P<body>.*?)(?P=indent)```\n", re.S | re.M)
 DAY_DEPENDENT = re.compile(r"\d+ days old")
+# A search's progress lines (srift/report/progress.py) on a standard error that is not a terminal: how
+# many depends on the machine's load; on a terminal they are a bar that clears. Quoted outputs drop them.
+PROGRESS = re.compile(r"^Searching: .*\(--quiet: no progress lines\)\.\n", re.M)
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,7 @@ def run_example(name: str) -> str:
         done = subprocess.run([sys.executable, "-c", "import sys; from srift.cli import main; sys.exit(main())", *example.args],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     shown = " ".join(example.args)
-    printed = done.stdout + done.stderr
+    printed = done.stdout + PROGRESS.sub("", done.stderr)
     if example.keep:
         printed = "".join(line for line in printed.splitlines(keepends=True) if re.search(example.keep, line))
         shown += " | grep ..."

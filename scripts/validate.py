@@ -77,6 +77,7 @@ from srift.fitting import comm_fit  # noqa: E402
 from srift.fitting import compute_fit  # noqa: E402
 from srift.fitting import datasets  # noqa: E402
 from srift.fitting import validation  # noqa: E402
+from srift.fitting.report import Report, slug  # noqa: E402
 
 
 def silicon(gpu: str) -> str:
@@ -802,7 +803,11 @@ def main() -> None:
                          "logo_err%", "lomo_err%"]].to_string(index=False))
 
     print("\nMAPE (%) of predicted vs measured iteration time")
-    def line(label: str, s: pd.DataFrame) -> str:
+    report = Report(meas_col)
+    section = ["single_gpu"]  # where line() files its row in validation.json
+
+    def line(label: str, s: pd.DataFrame, key: str | None = None) -> str:
+        report.add(section[0], key or label, s)
         loso = f"{validation.mape(s.loso, s[meas_col]):>8.1f}" if "loso" in s and s["loso"].notna().all() else f"{'':>8}"
         return (f"{label:<28}{len(s):>6}{validation.mape(s.pred, s[meas_col]):>8.1f}"
                 f"{validation.mape(s.logo, s[meas_col]):>8.1f}{validation.mape(s.lomo, s[meas_col]):>8.1f}{loso}")
@@ -816,7 +821,8 @@ def main() -> None:
     for src in sorted(single.source.unique()):
         print(line("  " + src, single[single.source == src]))
 
-    print(line("one node, multi-GPU", multi))
+    section[0] = "one_node"
+    print(line("one node, multi-GPU", multi, "all"))
     multi["src"] = multi["source"].str.split("/").str[0]
     for src, s in multi.groupby("src"):
         print(line("  " + src, s))
@@ -829,39 +835,45 @@ def main() -> None:
     # shown beside the headline figures, not dropped from them.
     fast, flat = validation.scaling_anomalies(pd.concat([single, multi], ignore_index=True))
     fast, flat = fast[len(single):], flat[len(single):]
-    print(line(f"  without {int(fast.sum())} super-linear", multi[~fast]))
-    print(line(f"  ... and {int((flat & ~fast).sum())} flat-throughput", multi[~fast & ~flat]))
+    print(line(f"  without {int(fast.sum())} super-linear", multi[~fast], "without-super-linear"))
+    print(line(f"  ... and {int((flat & ~fast).sum())} flat-throughput", multi[~fast & ~flat], "without-super-linear-or-flat"))
     both = pd.concat([single, multi], ignore_index=True)
-    print(line("all single-node rows", both))
+    print(line("all single-node rows", both, "all-single-node"))
     print("profile measured on a GPU of the target's type (`srift profile` on your GPU):")
+    section[0] = "same_gpu"
     print(line("  1 GPU, on another system", repeats))
     # The same floor on several GPUs (Lambda rows only: SuperBench's have no twin).
     print(line("  one node, another system", model_free(validation.same_gpu_repeats(rows[rows["n_gpus"] > 1]))))
     print(line("  one node, from its 1 GPU", from_one))
     for link, s in from_one.groupby("link"):
-        print(line(f"    {link}", s))
+        print(line(f"    {link}", s, f"one node from its 1 GPU {link}"))
     other = anchored_frame(single, C.load_params())
     print(line("  1 GPU, from another GPU", other))
-    def line5(label: str, df: pd.DataFrame) -> str:
-        return line(label, df) + f"{validation.mape(df.lono, df[meas_col]):>8.1f}"
+    def line5(label: str, df: pd.DataFrame, key: str | None = None) -> str:
+        return line(label, df, key) + f"{validation.mape(df.lono, df[meas_col]):>8.1f}"
 
     print(f"\n{'multi-node':<28}{'rows':>6}{'fit':>8}{'LOGO':>8}{'LOMO':>8}{'LOSO':>8}{'LONO':>8}")
-    print(line5("multi-node", nodes))
+    section[0] = "multi_node"
+    print(line5("multi-node", nodes, "all"))
     for src, s_ in nodes.groupby("source", sort=False):
         print(line5("  " + src, s_))
     for net, s_ in nodes.groupby("net", sort=False):
         print(line5("  " + net, s_))
     for cls, s_ in nodes.groupby("network"):
         print(line5(f"  class {cls}", s_))
+    for nodes_n, s_ in nodes.groupby("nodes"):
+        report.add("multi_node", f"{nodes_n} nodes", s_)
     for model, s_ in nodes.groupby("model"):
         print(line5("  " + model, s_))
     for prec, s_ in nodes.groupby("precision"):
         print(line5("  " + prec, s_))
     signed_by_source(nodes, meas_col)
     ddl_rows = nodes[nodes["from_one"].notna()]
+    report.add("multi_node", "from its 1-GPU run", ddl_rows)
     print(f"{'  from its 1-GPU run':<28}{len(ddl_rows):>6}{validation.mape(ddl_rows.from_one, ddl_rows[meas_col]):>8.1f}"
           "   (compute anchored on the job's measured 1-GPU time: the multi-GPU part's error alone)")
     for r in nodes[nodes["source"].str.startswith("dawnbench")].itertuples():
+        report.add("multi_node", r.label, nodes.loc[[r.Index]])
         print(f"{'  ' + r.label.replace('fast.ai ', ''):<28}{1:>6}{err(nodes.loc[[r.Index]], 'pred').iloc[0]:>+8.1f}"
               f"{err(nodes.loc[[r.Index]], 'logo').iloc[0]:>+8.1f}{err(nodes.loc[[r.Index]], 'lomo').iloc[0]:>+8.1f}"
               f"   measured {r.iteration_time_s:.3f} s, predicted {r.pred:.3f} s ({r.batch_per_gpu}/GPU)")
@@ -875,6 +887,8 @@ def main() -> None:
     for inst, n_rows, fit_mape, held_mape in multi_node_allreduce(Path(args.data)):
         short = inst.replace(".24xlarge", "").replace(".48xlarge", "")
         print(f"{'  all-reduce ' + short:<28}{n_rows:>6}{fit_mape:>8.1f}{held_mape:>8.1f}")
+        report.sections.setdefault("all_reduce", {})[slug(inst)] = {"rows": n_rows, "fit": round(fit_mape, 1),
+                                                                     "logo": round(held_mape, 1)}
     print(f"{'':<28}(all-reduce >= 1 MiB over EFA; LOGO column: EFA refitted without the instance type)")
     if args.only == "dense":  # the other groups' figures as the file has them
         kept = _groups(Path(args.write_accuracy)) if args.write_accuracy else {}
@@ -891,6 +905,7 @@ def main() -> None:
         made = {name: figures for name, figures in (("sharded", sharded_figures), ("finetune", finetune_figures),
                                                     ("moe", moe_figures)) if figures is not None}
         target = Path(args.write_accuracy)
+        print(f"wrote {report.write(target)}")
         # Groups this run does not compute (the pairs, --only parts run apart) stay as the file has them.
         others = {k: v for k, v in (_groups(target) if target.exists() else {}).items() if k not in dense and k not in made}
         write_accuracy(target, dense,
