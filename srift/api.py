@@ -761,11 +761,22 @@ def catalog_ages(infra: str) -> dict[str, PriceAge]:
 
 
 def catalog_refresh(infra: str = "aws", progress: Callable[[str], None] | None = None) -> list[Instance]:
-    """Re-price AWS regions from AWS's public price list and Spot Advisor (spot history with
-    credentials) into the user cache; the catalog in use is unchanged when AWS cannot be reached."""
-    from srift.catalog.aws import refresh  # boto3: only for this command
+    """Re-price the clouds of ``infra`` into the user cache: AWS from its public price list and Spot
+    Advisor (spot history with credentials), GCP, Lambda and Azure from SkyPilot's published
+    catalogs. A cloud that cannot be reached keeps the catalog in use."""
+    from srift.catalog.aws import refresh as refresh_aws  # boto3: only for this command
+    from srift.catalog.skypilot_prices import refresh as refresh_skypilot
 
-    return refresh(infra, progress=progress)
+    targets = parse_infra(infra)
+    rows: list[Instance] = []
+    for cloud in dict.fromkeys(t.cloud for t in targets):
+        mine = [t for t in targets if t.cloud == cloud]
+        regions = None if any(t.region is None for t in mine) else [str(t.region) for t in mine]
+        if cloud == "aws":
+            rows += refresh_aws(",".join(f"aws/{r}" for r in regions) if regions else "aws", progress=progress)
+        else:
+            rows += refresh_skypilot(cloud, regions, progress=progress)
+    return rows
 
 
 # ---- examples -----------------------------------------------------------------------------------

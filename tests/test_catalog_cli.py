@@ -56,7 +56,7 @@ def test_refresh_without_credentials_from_stubbed_public_files_updates_the_cache
     monkeypatch.setattr("boto3.Session", lambda *a, **k: FakeSession())
     assert main(["catalog", "refresh", "--infra", "aws/us-west-2"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("Catalog refreshed: 2 GPU instance rows in 1 AWS region(s) (us-west-2).")
+    assert out.startswith("Catalog refreshed: 2 GPU instance rows in 1 AWS region(s) (aws/us-west-2).")
     assert "Prices: aws/us-west-2 as of 2026-10-30" in out and "(refreshed)" in out
     assert cache_path("aws", "us-west-2").is_file()
     assert get_instance("g5.xlarge", "aws/us-west-2").on_demand_usd_per_hour == 1.006

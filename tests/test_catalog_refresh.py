@@ -14,6 +14,7 @@ import pytest
 from botocore.stub import ANY, Stubber
 
 import srift.catalog.aws as aws
+import srift.catalog.fetch as fetch
 from srift.catalog import catalog_as_of, get_instance, load_catalog
 from srift.catalog.aws import REGION_INDEX_URL, REGION_OFFER_URL, SPOT_ADVISOR_URL, parse_spot_advisor, refresh
 from srift.catalog.load import bundled_path, cache_path, clear_cache
@@ -85,7 +86,7 @@ class FakeSession:
 def isolated_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SRIFT_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("SRIFT_SPOT_INTERRUPTIONS_PER_HOUR", raising=False)
-    monkeypatch.setattr(aws, "RETRY_DELAYS_S", (0.0, 0.0))
+    monkeypatch.setattr(fetch, "RETRY_DELAYS_S", (0.0, 0.0))
     clear_cache()
     yield tmp_path
     clear_cache()

@@ -29,14 +29,13 @@ import math
 import os
 import re
 import statistics
-import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
-from typing import IO, Any
+from typing import Any
 
 from srift.bounds import MAX_INPUT_BYTES, MAX_NODE_USD_PER_HOUR
+from srift.catalog.fetch import Opener, Progress, offline_error, retrying
+from srift.catalog.fetch import urlopen as _urlopen  # a module name tests replace
 from srift.catalog.instances import Instance, instance_to_row, parse_rows, rows_to_csv
 from srift.catalog.load import REFRESH_SOURCE_PREFIX, cache_path, clear_cache, load_catalog
 from srift.catalog.network import FLAG_NETWORK_ASSUMED
@@ -56,7 +55,6 @@ SPOT_ADVISOR_ENV = "SRIFT_AWS_SPOT_ADVISOR_URL"
 # region names a refresh accepts from the region index: they become cache file names.
 REGION_CODE = re.compile(r"^[a-z]{2}(?:-[a-z]+){1,2}-[0-9]{1,2}$")
 MAX_REGIONS = 200  # regions in one index (AWS lists about 40)
-RETRY_DELAYS_S = (2.0, 8.0)  # waits before the second and third try of one download after a network error
 EXIT_PARTIAL = 1  # some regions refreshed, some failed (bad input stays 2)
 
 
@@ -69,36 +67,6 @@ def _sources() -> tuple[str, str, str]:
         return REGION_INDEX_URL, REGION_OFFER_URL, advisor
     return (REGION_INDEX_URL.replace(PRICE_LIST_BASE, base, 1), REGION_OFFER_URL.replace(PRICE_LIST_BASE, base, 1), advisor)
 
-Progress = Callable[[str], None]
-Opener = Callable[[str], AbstractContextManager[IO[bytes]]]
-
-
-def _urlopen(url: str) -> AbstractContextManager[IO[bytes]]:
-    import urllib.request
-
-    return urllib.request.urlopen(url, timeout=60)  # noqa: S310 (AWS's URLs, or the mirror the user set)
-
-
-def _offline(what: str, exc: BaseException) -> SriftError:
-    return SriftError(f"could not reach {what} ({type(exc).__name__}: {str(exc)[:200]}); the catalog in use is unchanged.",
-                      "check your network connection, then run `srift catalog refresh` again.")
-
-
-def _retrying(read: Callable[[], Any], what: str, say: Progress) -> Any:
-    """``read()``, tried again after RETRY_DELAYS_S when it fails with a network error (OSError);
-    an HTTP answer that another try would not change (4xx but 429) is not tried again."""
-    for delay in (*RETRY_DELAYS_S, None):
-        try:
-            return read()
-        except OSError as exc:
-            status = getattr(exc, "code", None)  # urllib's HTTPError
-            if delay is None or (isinstance(status, int) and 400 <= status < 500 and status != 429):
-                raise
-            say(f"{what}: {type(exc).__name__}, trying again in {delay:g} s")
-            time.sleep(delay)
-    raise AssertionError("unreachable")
-
-
 def _fetch_json(opener: Opener, url: str, what: str, say: Progress) -> Any:
     """The JSON document at ``url``, read with a size bound (MAX_INPUT_BYTES): a hostile or broken
     mirror cannot make srift hold an endless body in memory."""
@@ -107,7 +75,7 @@ def _fetch_json(opener: Opener, url: str, what: str, say: Progress) -> Any:
             return bytes(fh.read(MAX_INPUT_BYTES + 1))
 
     try:
-        body = _retrying(read, what, say)
+        body = retrying(read, what, say)
         if len(body) > MAX_INPUT_BYTES:
             raise SriftError(f"{what} at {url} is larger than the {MAX_INPUT_BYTES / 2**20:,.0f} MiB srift reads; the catalog "
                              "in use is unchanged.", "check the mirror (SRIFT_AWS_PRICE_LIST_URL / SRIFT_AWS_SPOT_ADVISOR_URL).")
@@ -116,7 +84,7 @@ def _fetch_json(opener: Opener, url: str, what: str, say: Progress) -> Any:
         if not isinstance(exc, OSError):
             raise SriftError(f"{what} at {url} is not the JSON srift expects; the catalog in use is unchanged.",
                              "try again later; if it persists, report it.") from None
-        raise _offline(what, exc) from None
+        raise offline_error(what, exc) from None
 
 
 def _not_json(name: str) -> Any:
@@ -390,12 +358,12 @@ def _region_rows(job: _RegionJob, say: Progress) -> list[Instance]:
             return on_demand_prices(fh, set(job.hardware))
 
     try:
-        offer = _retrying(read, f"the AWS price list of {job.region}", say)
+        offer = retrying(read, f"the AWS price list of {job.region}", say)
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise SriftError(f"the AWS price list of {job.region} could not be read ({str(exc)[:200] or type(exc).__name__}); "
                          "the catalog in use is unchanged.", "try again later.") from None
     except OSError as exc:
-        raise _offline(f"the AWS price list of {job.region}", exc) from None
+        raise offline_error(f"the AWS price list of {job.region}", exc) from None
     if not offer.on_demand_usd_per_hour:
         say(f"{job.region}: no GPU instance type srift models is priced there")
         return []

@@ -37,7 +37,7 @@ from srift.files import read_text
 from srift.job import DEFAULT_INFRA
 from srift.log import LOGGER
 
-_CLOUD_NAMES = {"aws": "AWS", "gcp": "GCP", "lambda": "Lambda", "azure": "Azure"}
+CLOUD_NAMES = {"aws": "AWS", "gcp": "GCP", "lambda": "Lambda", "azure": "Azure"}
 
 
 def bundled_path(cloud: str) -> Path:
@@ -131,10 +131,10 @@ def _unknown_region(cloud: str, region: str) -> SriftError:
 
     known = regions(cloud)
     near = closest(region, known)
-    hint = (f"did you mean {', '.join(near)}? " if near else "") + f"{_CLOUD_NAMES[cloud]} regions srift knows: {', '.join(known)}"
+    hint = (f"did you mean {', '.join(near)}? " if near else "") + f"{CLOUD_NAMES[cloud]} regions srift knows: {', '.join(known)}"
     if cloud == "aws":
         hint += f"; or run `srift catalog refresh --infra aws/{region}`"
-    return SriftError(f"srift has no catalog for region '{region}' of {_CLOUD_NAMES[cloud]}.", hint + ".")
+    return SriftError(f"srift has no catalog for region '{region}' of {CLOUD_NAMES[cloud]}.", hint + ".")
 
 
 def load_catalog(infra: str | Sequence[str] = "aws") -> list[Instance]:

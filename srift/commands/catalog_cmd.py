@@ -57,10 +57,10 @@ def show(
 
 
 def refresh(
-    infra: Optional[str] = typer.Option(None, "--infra", autocompletion=complete.infra, help="AWS regions to re-price: aws (every region, the default) or aws/REGION."),
+    infra: Optional[str] = typer.Option(None, "--infra", autocompletion=complete.infra, help="Clouds and regions to re-price: aws (every region, the default), aws/REGION, gcp, lambda, azure, or a comma list."),
     region: Optional[str] = REGION,
 ) -> None:
-    """Re-price AWS from its public price list and Spot Advisor (no credentials needed; spot price history with them)."""
+    """Re-price AWS from its public price list and Spot Advisor (no credentials needed; spot price history with them), and GCP, Lambda and Azure from SkyPilot's published catalogs."""
     where = api.resolve_infra(infra, region, "aws")
     rows = api.catalog_refresh(where, progress=catalog_view.progress)
     catalog_view.show_refreshed(rows, api.catalog_ages(where))

@@ -14,6 +14,7 @@ from rich.markup import escape
 
 from srift.catalog import Instance
 from srift.catalog.instances import CLOUDS
+from srift.catalog.load import CLOUD_NAMES
 from srift.hardware import GpuSpec
 from srift.log import LOGGER
 from srift.report.format import console, price_lines, print_json, save_json
@@ -171,8 +172,9 @@ def progress(message: str) -> None:
 
 
 def show_refreshed(rows: list[Instance], ages: Mapping[str, PriceAge]) -> None:
-    regions = sorted({r.region for r in rows})
-    print(f"Catalog refreshed: {len(rows)} GPU instance rows in {len(regions)} AWS region(s)"
+    regions = sorted({f"{r.cloud}/{r.region}" for r in rows})
+    clouds = ", ".join(CLOUD_NAMES.get(c, c) for c in dict.fromkeys(r.cloud for r in rows))
+    print(f"Catalog refreshed: {len(rows)} GPU instance rows in {len(regions)} {clouds} region(s)"
           + (f" ({', '.join(regions[:6])}{', ...' if len(regions) > 6 else ''})" if regions else "") + ".")
     for line in price_lines(ages)[:1]:
         print(line)

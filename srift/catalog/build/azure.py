@@ -27,12 +27,19 @@ def family_of(instance_type: str, patterns: list[dict[str, str]]) -> str | None:
 
 def build(data: Path) -> tuple[list[Row], dict[str, object]]:
     """Every Azure row from data/skypilot-catalog-multicloud/azure-gpu-vms.csv; plus what was left out."""
+    return build_rows(read_csv(data / "skypilot-catalog-multicloud" / "azure-gpu-vms.csv"))
+
+
+def build_rows(source_rows: list[dict[str, str]], strict: bool = True) -> tuple[list[Row], dict[str, object]]:
+    """Azure rows from SkyPilot's Azure rows; plus what was left out. ``strict`` (the bundled
+    build): a size that matches no family or GPU rule stops the build; else (a refresh of a newer
+    catalog) it is left out and named."""
     all_rules = rules()
     rule, src = all_rules["azure"], all_rules["sources"]["skypilot"]["azure"]
     known = gpus()
     rows: list[Row] = []
     left_out: dict[str, str] = {}
-    for r in read_csv(data / "skypilot-catalog-multicloud" / "azure-gpu-vms.csv"):
+    for r in source_rows:
         itype = r["InstanceType"]
         if itype.endswith(rule["drop_suffix"]):
             left_out[itype] = "legacy promotional price"
@@ -43,7 +50,10 @@ def build(data: Path) -> tuple[list[Row], dict[str, object]]:
         family = family_of(itype, rule["families"])
         gpu = rule["gpus"].get(r["AcceleratorName"])
         if family is None or gpu not in known:
-            raise SystemExit(f"azure-gpu-vms.csv: {itype} ({r['AcceleratorName']}) matches no family/GPU rule")
+            if strict:
+                raise SystemExit(f"azure-gpu-vms.csv: {itype} ({r['AcceleratorName']}) matches no family/GPU rule")
+            left_out[itype] = f"{r['AcceleratorName'] or 'no accelerator'}: no family or GPU rule in configs/catalog/rules.yaml"
+            continue
         count, flags = int(float(r["AcceleratorCount"])), [FLAG_OLD_SNAPSHOT]
         fix = rule["corrections"].get(itype)
         if fix:

@@ -17,16 +17,27 @@ from srift.hardware import gpus
 
 def build(data: Path) -> list[Row]:
     """Every Lambda row from data/skypilot-catalog-multicloud/lambda-gpu-vms.csv."""
+    return build_rows(read_csv(data / "skypilot-catalog-multicloud" / "lambda-gpu-vms.csv"))[0]
+
+
+def build_rows(source_rows: list[dict[str, str]], strict: bool = True) -> tuple[list[Row], dict[str, object]]:
+    """Lambda rows from SkyPilot's Lambda rows; plus the types left out. ``strict`` (the bundled
+    build): a type without a family or GPU rule stops the build; else (a refresh of a newer
+    catalog) it is left out and named."""
     rule, src = rules()["lambda"], rules()["sources"]["skypilot"]["lambda"]
     known = gpus()
     rows: list[Row] = []
-    for r in read_csv(data / "skypilot-catalog-multicloud" / "lambda-gpu-vms.csv"):
+    left_out: dict[str, str] = {}
+    for r in source_rows:
         itype = r["InstanceType"]
-        if itype not in rule["families"]:
-            raise SystemExit(f"lambda-gpu-vms.csv: no family for {itype} in configs/catalog/rules.yaml")
         gpu = rule["type_gpus"].get(itype) or rule["gpus"].get(r["AcceleratorName"])
-        if gpu not in known:
-            raise SystemExit(f"lambda-gpu-vms.csv: {itype} has GPU {r['AcceleratorName']!r} without a spec")
+        why = (f"no family for {itype} in configs/catalog/rules.yaml" if itype not in rule["families"]
+               else f"{itype} has GPU {r['AcceleratorName']!r} without a spec" if gpu not in known else "")
+        if why:
+            if strict:
+                raise SystemExit(f"lambda-gpu-vms.csv: {why}")
+            left_out[itype] = why
+            continue
         # Lambda's TotalGpuMemoryInMiB is per GPU (README); the per-GPU size is in Gpus[0].
         info = ast.literal_eval(r["GpuInfo"])
         family = rule["families"][itype]
@@ -34,10 +45,10 @@ def build(data: Path) -> list[Row]:
         net, net_flags = network_columns("lambda", family, itype)
         rows.append(make_row(
             cloud="lambda", region=r["Region"], instance_type=itype, family=family, vm_type=itype,
-            accelerators=f"{r['AcceleratorName']}:{count}", gpu_name=gpu, gpu_count=count,
+            accelerators=f"{r['AcceleratorName']}:{count}", gpu_name=str(gpu), gpu_count=count,
             gpu_memory_gib=float(info["Gpus"][0]["MemoryInfo"]["SizeInMiB"]) / 1024, vcpus=int(float(r["vCPUs"])),
             memory_gib=float(r["MemoryGiB"]), host_arch="arm64" if gpu in rule["arm64_gpus"] else "x86_64",
             network=net, on_demand=opt_float(r["Price"]), spot=opt_float(r["SpotPrice"]), spot_estimated=False,
             zones=None, flags=[FLAG_AVAILABILITY_UNVERIFIED] + net_flags, as_of="", source=src,
         ))
-    return rows
+    return rows, {"left_out": left_out}
