@@ -443,6 +443,8 @@ def recommend(job: Job, constraints: Constraints, model: str | None = None, prof
     best: tuple[Predictor, SearchResult] | None = None
     # A layout searches its own micro-batches: one search, not one per accumulation.
     choices = (job.grad_accum,) if job.layout is not None else accumulation_choices(job.global_batch_size, job.grad_accum)
+    if job.optimizer_in_backward:  # stepped in backward: no gradient accumulation (srift/simulate/offload.py)
+        choices = (1,)
     for ga in choices:
         predictor = Predictor(prof, dataclasses.replace(job, grad_accum=ga), more, flops, arch)
         c = constraints

@@ -42,6 +42,7 @@ from srift.simulate.door import refuse_ignored
 from srift.simulate.loader import InputLoader, image_side_px
 from srift.simulate.mixed import batches_for_fastest, split_batch
 from srift.simulate.memory import allocated_parts
+from srift.simulate.offload import trick_notes
 from srift.simulate.plans import Candidate, ClusterView, Plans, plan_choices
 from srift.simulate.prediction import BatchShare, Prediction, bottleneck
 from srift.simulate.spot import spot_expectation
@@ -255,7 +256,7 @@ class Predictor:
                f"{'double quantization' if self.job.nf4_double_quant else 'fp32 block constants'})" if f.mode == QLORA else "")
             + (f", LoRA rank {self.job.lora_rank} on {self.job.lora_targets}"))
         return [f"{f.mode} fine-tuning: {f.trainable_params / 1e6:,.1f}M trainable parameters{base}; {f.optimizer} states "
-                f"for them only; every tensor in {self.precision} (no fp32 master copy)"]
+                f"for them only; every tensor in {self.precision} (no fp32 master copy)", *trick_notes(self.workload.tricks)]
 
     @staticmethod
     def _notes(times: LayerTimes, kfac: KfacPlan | None) -> list[str]:

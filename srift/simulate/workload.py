@@ -25,6 +25,7 @@ from srift.profile import Profile
 from srift.simulate.ddp import BucketLayout, bucket_layout, bucket_ready_s
 from srift.simulate.finetune import FrozenBase, finetune_memory_bytes, finetune_profile, frozen_in_profile
 from srift.simulate.kfac import kfac_memory_bytes
+from srift.simulate.offload import OffloadTimes, MemoryTricks, cpu_step_s, exposed_copy_s, offloaded_activation_bytes
 from srift.simulate.memory import (
     activation_bytes, allocated_parts, compute_param_bytes, memory_breakdown_bytes, sharded_memory_bytes, with_allocator,
 )
@@ -141,6 +142,7 @@ class Workload:
                                  "drop --finetune: srift predicts the profiled fine-tuning as it ran.")
             self.base, self.frozen = finetune_profile(self.base, job)
         self.precision = job.precision or profile.precision
+        self.tricks = MemoryTricks.of(job)
         self.ref_batch = job.batch_size or profile.batch_size
         # DDP cuts buckets on the gradients as they are; a communication hook then compresses
         # each (srift/perf/compression.py): what goes on the wire, and the GPU work it adds.
@@ -219,10 +221,34 @@ class Workload:
                 self.profile_at(batch), self.precision, checkpointing, self.job.fused_loss))
             if self.frozen is not None:
                 return finetune_memory_bytes(self.profile_at(batch), self.frozen, self.precision, parallelism,
-                                             checkpointing, key[3], 2 if buckets else 1, self.job.fused_loss, acts)
+                                             checkpointing, key[3], 2 if buckets else 1, self.job.fused_loss, acts,
+                                             self.tricks)
             return sharded_memory_bytes(self.profile_at(batch), self.precision, parallelism, checkpointing, key[3],
                                         self.job.reduce_dtype, self.job.fused_loss, acts, buckets)
         return self._sharded_memory.get(key, make)
+
+    def offload_times(self, gpu: str, batch: int, plan: tuple[str, str, int], forward_s: float,
+                      backward_s: float) -> OffloadTimes:
+        """What the memory tricks (srift/simulate/offload.py) add to one micro-batch's forward and
+        backward on ``gpu`` (copies beyond the compute they overlap) and the optimizer step in
+        place of the GPU's (CPU Adam), under ``plan`` (parallelism, checkpointing, shard GPUs)."""
+        t = self.tricks
+        if self.frozen is None or not (t.activation_offloading or t.offloads_optimizer):
+            return OffloadTimes()
+        parallelism, checkpointing, shard = plan
+        n = float(max(1, shard)) if parallelism != DDP else 1.0
+        e = compute_param_bytes(self.precision)
+        down = 0.0
+        if t.activation_offloading:
+            prof = self.profile_at(batch)
+            all_acts = activation_bytes(prof, self.precision, checkpointing, self.job.fused_loss)
+            down = max(0.0, all_acts - offloaded_activation_bytes(prof, self.precision, checkpointing,
+                                                                  self.job.fused_loss))
+        # Parameter shards come up before each unit's all-gather, in forward and again in backward.
+        up = (self.frozen.stored_bytes(self.precision) + self.base.params * e) / n if t.offloads_params else 0.0
+        optimizer = cpu_step_s(self.base.params / n, e, gpu) if t.offloads_optimizer else None
+        return OffloadTimes(exposed_copy_s(down + up, gpu, forward_s), exposed_copy_s(down + up, gpu, backward_s),
+                            optimizer)
 
     def allreduce_s(self, comm: CommModel, quantile: float) -> np.ndarray:
         """Each gradient bucket's all-reduce seconds at a quantile of ``comm``: its hook's
