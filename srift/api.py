@@ -55,6 +55,7 @@ from srift.search.limits import Constraints, check_limits
 from srift.search.large_batch import GlobalBatchLimit, accumulation_choices, default_max_global_batch
 from srift.search.rank import SearchResult, objective_key
 from srift.search.sweep import Progress
+from srift.simulate.sequences import sequences_of
 from srift.simulate import Predictor
 from srift.simulate.door import data_parallel_options, route, route_note
 from srift.simulate.finetune import finetune_optimizer
@@ -391,6 +392,9 @@ def with_resolved_length(job: Job, prof: Profile) -> Job:
     if job.length is None:
         return job
     seq = (job.seq_len or prof.seq_len) if prof.seq_len else None
+    # A --tokens length counts real tokens: a sample holds its mean length (srift/simulate/sequences.py).
+    samples = sequences_of(seq, job.mean_seq_len, job.lengths_file, job.packed) if seq else None
+    seq = max(1, round(samples.tokens_per_sample)) if samples is not None else seq
     return dataclasses.replace(job, length=job.length.with_seq_len(seq))
 
 

@@ -477,6 +477,9 @@ class Job:
         activation_offloading: Saved activations go to host memory in forward and come back in
             backward (torchtune's ``enable_activation_offloading``).
         cpu_offload: One of CPU_OFFLOADS: optimizer states (and parameter shards) in host memory.
+        mean_seq_len: The dataset's mean sample length in tokens (srift/simulate/sequences.py).
+        lengths_file: A text file of the dataset's sample lengths (srift/simulate/sequences.py).
+        packed: Samples packed to ``seq_len`` (else each batch padded to its longest sample).
         layout: Tensor/pipeline/context parallelism of a decoder LLM, ``tp=T,pp=P,cp=C`` or
             ``auto`` (``parse_layout``; srift/simulate/layouts.py), None: data parallelism only.
             ``parallelism`` is then ``zero1`` (the default under ``auto``) or ``ddp``.
@@ -525,6 +528,9 @@ class Job:
     optimizer_in_backward: bool = False
     activation_offloading: bool = False
     cpu_offload: CpuOffload = "none"
+    mean_seq_len: int | None = None
+    lengths_file: str | None = None
+    packed: bool = False
     layout: str | None = None
     micro_batch_size: int | None = None
     pipeline_schedule: PipelineSchedule | None = None
@@ -536,7 +542,8 @@ class Job:
     mtp_layers: int | None = None
 
     def __post_init__(self) -> None:
-        for name, high in (("batch_size", MAX_BATCH_SIZE), ("seq_len", MAX_SEQ_LEN), ("global_batch_size", MAX_GLOBAL_BATCH_SIZE),
+        for name, high in (("batch_size", MAX_BATCH_SIZE), ("seq_len", MAX_SEQ_LEN), ("mean_seq_len", MAX_SEQ_LEN),
+                           ("global_batch_size", MAX_GLOBAL_BATCH_SIZE),
                            ("grad_accum", MAX_GRAD_ACCUM)):
             v = getattr(self, name)
             if v is not None:
@@ -675,6 +682,14 @@ class Job:
                                         (f"--cpu-offload {self.cpu_offload}", self.cpu_offload != "none")) if on]
         named = " and ".join(tricks)
         return (
+            (self.mean_seq_len is not None and self.lengths_file is not None,
+             "--mean-seq-len and --lengths-file both describe the samples' lengths.", "give one of them."),
+            (self.mean_seq_len is not None and self.seq_len is not None and self.mean_seq_len > self.seq_len,
+             f"--mean-seq-len {self.mean_seq_len or 0:,} is above --seq-len {self.seq_len or 0:,}, the longest a sample is "
+             "truncated to.", "pass the mean of the samples as truncated, at most --seq-len."),
+            ((self.mean_seq_len is not None or self.lengths_file is not None) and self.layout is not None,
+             "--mean-seq-len and --lengths-file are modelled with data parallelism, not with --layout.",
+             "drop --layout, or drop the sample lengths (a --layout job computes --seq-len tokens per sample)."),
             (bool(tricks) and self.finetune is None,
              f"{named} is modelled on fine-tuning's memory model; this job does not fine-tune.",
              "add --finetune full, lora or qlora, or drop " + named + "."),

@@ -114,6 +114,12 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("grad_accum", "int", 1, "Micro-batches of --batch-size per optimizer step (gradient accumulation).",
               high=MAX_GRAD_ACCUM),
     JobOption("seq_len", "int", None, "Sequence length (sequence models).", high=MAX_SEQ_LEN),
+    JobOption("mean_seq_len", "int", None, "The dataset's mean sample length, tokens (as truncated at --seq-len): "
+              "a batch is padded to its longest sample unless --packed; tokens/s counts real tokens.", high=MAX_SEQ_LEN),
+    JobOption("lengths_file", "text", None, "A text file of the dataset's sample lengths (one integer per line): "
+              "padded batches priced at their expected longest sample, memory at the longest.", example="lengths.txt"),
+    JobOption("packed", "bool", False, "Samples are packed into --seq-len sequences (torchtune packed, TRL packing); "
+              "--padded: each batch padded to its longest sample.", negative_flag="--padded"),
     JobOption("precision", "str", None, f"{one_of(PRECISIONS)} (default: the profile's). fp32 is PyTorch's default: TF32 "
               "convolutions and FP32 matmuls on Ampere and newer; fp32-strict: no TF32 at all.", choices=PRECISIONS),
     JobOption("data_loading", "str", None, f"{one_of(DATA_LOADING)}: where batches come from (default: images for vision "

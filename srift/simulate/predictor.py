@@ -169,7 +169,7 @@ class Predictor:
         state_bytes = self.units.params * (4.0 + float(self.base.optimizer.state_bytes_per_param))
         if plan.parallelism != DDP:
             state_bytes /= cluster.nodes  # every node writes its own shards of the checkpoint
-        tokens = throughput * self.seq_len if self.seq_len else None
+        tokens = throughput * self.workload.tokens_per_sample if self.workload.tokens_per_sample else None
         return Prediction(
             cluster=cluster.name,
             gpus=cluster.gpus,
@@ -192,6 +192,7 @@ class Predictor:
             batch_split=[BatchShare(g.label, g.gpu, b * accum, g.gpus) for g, b in zip(groups, batches)],
             spot=spot_expectation(cluster, state_bytes, throughput, cost),
             notes=(self._notes(crit.times, plan.kfac) + unknown_gpu_notes(self.workload.base) + self._finetune_notes()
+                   + self.workload.sequence_notes(batches[0])
                    + comm.assumptions()
                    + self.loader.input_notes(loader, inputs, gpu_s)),
             typical_error_pct=error_pct,
