@@ -130,3 +130,27 @@ def test_predict_prices_the_tricks_on_one_plan():
     assert oib.iteration_time_s == pytest.approx(plain.iteration_time_s)
     assert off.memory_breakdown_bytes["optimizer_state"] == 0.0
     assert off.breakdown["optimizer"] == pytest.approx(cpu_step_s(float(profile.params), 2.0, "L40S"))
+
+
+def test_predict_prints_what_each_trick_saves(capsys):
+    """predict --finetune: a what-if row per trick the job does not use, each predicted alone on the
+    plan the job got; JSON carries the same rows."""
+    import json
+
+    from srift.cli import main
+
+    args = ["predict", "--model", "llama3-8b", "--instance", "g5.xlarge", "--seq-len", "512", "--batch-size", "1",
+            "--finetune", "lora", "--activation-checkpointing", "none"]
+    assert main([*args, "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    rows = {row["change"]: row for row in data["memory_what_if"]}
+    assert {"--activation-checkpointing full", "--activation-offloading", "--optimizer-in-backward",
+            "--optimizer paged-adamw8bit", "--cpu-offload optimizer", "--seq-len 256", "--lora-rank 8",
+            "--finetune qlora"} == set(rows)  # batch 1 cannot halve
+    for row in rows.values():
+        assert row["saved_gib"] == pytest.approx(data["memory_per_gpu_bytes"] / 2**30 - row["memory_gib"])
+    # Checkpointing every block and offloading activations save memory; QLoRA saves the weights.
+    assert rows["--activation-checkpointing full"]["saved_gib"] > 0 and rows["--activation-offloading"]["saved_gib"] > 0
+    assert rows["--finetune qlora"]["saved_gib"] > 5.0
+    assert main(args) == 0
+    assert "Memory what-if" in capsys.readouterr().out
