@@ -154,3 +154,35 @@ def test_predict_prints_what_each_trick_saves(capsys):
     assert rows["--finetune qlora"]["saved_gib"] > 5.0
     assert main(args) == 0
     assert "Memory what-if" in capsys.readouterr().out
+
+
+def test_optimizer_in_backward_holds_one_layers_gradients_in_real_pytorch():
+    """torchtune's optimizer in backward, as its recipe wires it (one AdamW per parameter, stepped
+    and its gradient freed by a post-accumulate-grad hook), on a real PyTorch model of TINY's layer
+    shapes: the gradients alive at once never exceed the largest layer's, which srift counts."""
+    torch = pytest.importorskip("torch")
+
+    prof, _ = full()
+    shapes = [(int(layer.kfac_g_dim), int(layer.kfac_a_dim)) if layer.kfac_a_dim else (layer.params,)
+              for layer in prof.layers if layer.params]
+    params = [torch.nn.Parameter(torch.randn(*shape, dtype=torch.bfloat16)) for shape in shapes]
+    assert sum(p.numel() for p in params) == prof.params
+    optimizers = {p: torch.optim.AdamW([p], foreach=False) for p in params}
+    alive: list[int] = []
+
+    def step(p: torch.nn.Parameter) -> None:  # torchtune's optim_step hook
+        alive.append(sum(q.grad.numel() * q.grad.element_size() for q in params if q.grad is not None))
+        optimizers[p].step()
+        optimizers[p].zero_grad(set_to_none=True)
+
+    for p in params:
+        p.register_post_accumulate_grad_hook(step)
+    x = torch.ones(1, dtype=torch.bfloat16)
+    for _ in range(2):
+        h = x
+        for p in params:  # a chain through every parameter, so backward reaches each in turn
+            h = h + (p.float() * 1e-3).sum().to(torch.bfloat16)
+        h.float().sum().backward()
+    assert max(alive) == 8_192 * 2
+    m = finetune_memory_bytes(prof, full()[1], "bf16", "ddp", "none", 1, tricks=MemoryTricks(optimizer_in_backward=True))
+    assert m["gradients"] == max(alive)
