@@ -410,6 +410,8 @@ def finetune_group(data: Path) -> dict:
               f"predicted {r.predicted_q / r.predicted_l:.2f}")
     speed = rows[tokens & rows["steady"]]
     memory = rows[rows["metric"] == "peak_memory_gb"]
+    _finetune_by_class(rows)
+    _long_context(data)
     # The figure a --finetune prediction quotes is the data-parallel PyTorch path's (a --layout one
     # quotes the layout group's): its only throughput rows are the whole-run means aside, so those,
     # said as such; the NeMo steady-state figure (the Megatron path) beside it. Nothing is fitted on
@@ -426,6 +428,55 @@ def finetune_group(data: Path) -> dict:
                      "with warm-up (lower confidence: srift predicts above every one, as a steady state must be); "
                      f"Megatron-Core (--layout) fine-tuning within {speed['loso_err'].abs().mean():.1f} % over "
                      f"{len(speed)} NeMo steady-state runs; memory: LitGPT full/LoRA/QLoRA on one A10G"}
+
+
+def _gpu_class(gpu: str) -> str:
+    """``consumer`` for GeForce cards (configs/gpus.yaml's pcie_p2p false), else ``data-centre``."""
+    from srift.hardware import gpu as gpu_spec
+    return "data-centre" if gpu_spec(gpu).pcie_p2p else "consumer"
+
+
+def _finetune_by_class(rows: pd.DataFrame) -> None:
+    """Peak memory and steady-state speed of the fine-tuning rows, leave-one-source-out and by GPU class."""
+    rows = rows.assign(gpu_class=[_gpu_class(g) for g in rows["gpu"]])
+    print("By GPU class and source (memory: nothing of the memory model is fitted, so its LOSO is its MAPE; speed: "
+          "LOSO as above)")
+    print(f"  {'':<34}{'memory rows':>12}{'MAPE %':>8}{'LOSO %':>8}{'speed rows':>12}{'MAPE %':>8}{'LOSO %':>8}")
+    groups = [(f"class {c}", rows[rows["gpu_class"] == c]) for c in ("data-centre", "consumer")]
+    groups += [(f"source {s}", g) for s, g in rows.groupby("source")]
+    for label, g in groups:
+        mem = g[g["metric"] == "peak_memory_gb"]
+        spd = g[(g["metric"] == "tokens_per_s_per_gpu") & g["steady"]]
+
+        def pct(s: pd.DataFrame, col: str) -> str:
+            return f"{s[col].abs().mean():>8.1f}" if len(s) else f"{'-':>8}"
+        print(f"  {label:<34}{len(mem):>12}{pct(mem, 'err')}{pct(mem, 'err')}{len(spd):>12}{pct(spd, 'err')}"
+              f"{pct(spd, 'loso_err')}")
+    if not (rows["gpu_class"] == "consumer").any():
+        print("  consumer: no public fine-tuning table on a consumer GPU in data/ yet")
+
+
+def _long_context(data: Path) -> None:
+    """XTuner / LLaMA-Factory long-context full fine-tuning: every run fits, every OOM does not."""
+    from srift.fitting import finetune_long
+
+    rows, out = finetune_long.load_rows(data)
+    rows = rows.join(finetune_long.predict_rows(rows))
+    rows["err"] = (rows["predicted"] / rows["measured"] - 1.0) * 100.0
+    ran, oom = rows[~rows["oom"]], rows[rows["oom"]]
+    print(f"\nLong-context full fine-tuning (data/finetuning/xtuner-long-context-speed-a100.csv, {len(rows)} rows; "
+          f"left out: {len(out)} Yi-34B-200K): on the most memory-saving plan (fsdp, sequence parallel as cp, "
+          "checkpointing auto)")
+    print(f"  runs that ran predicted to fit: {int(ran['fits'].sum())} of {len(ran)}; published OOM predicted not to fit: "
+          f"{int((~oom['fits']).sum())} of {len(oom)}")
+    for framework, g in ran.groupby("framework"):
+        why = ("packed Alpaca with variable-length attention, whose attention cost srift prices over the whole pack"
+               if framework == "XTuner" else "the framework's settings are not stated")
+        print(f"  tokens/s per GPU, {framework}: MAPE {g['err'].abs().mean():.1f} %, bias {g['err'].mean():+.1f} % over "
+              f"{len(g)} runs (aside: {why})")
+    with pd.option_context("display.width", 200, "display.max_rows", None):
+        print(rows[["label", "sp", "oom", "fit", "memory_gib", "checkpointing", "measured", "predicted", "err"]]
+              .round(1).to_string(index=False))
 
 
 def layout_group(data: Path) -> None:

@@ -55,6 +55,8 @@ from srift.search.limits import Constraints, check_limits
 from srift.search.large_batch import GlobalBatchLimit, accumulation_choices, default_max_global_batch
 from srift.search.rank import SearchResult, objective_key
 from srift.search.sweep import Progress
+from srift.simulate.sequences import sequences_of
+from srift.simulate.whatif import memory_what_if, trick_changes, variant
 from srift.simulate import Predictor
 from srift.simulate.door import data_parallel_options, route, route_note
 from srift.simulate.finetune import finetune_optimizer
@@ -313,9 +315,12 @@ def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None =
         ages = price_ages([(r.cloud, r.region) for r in rows])
         host_arch = rows[0].host_arch if len({r.host_arch for r in rows}) == 1 else "mixed"
     optimizer = finetune_optimizer(job) if job.finetune is not None else job.optimizer
+    what_if = (memory_what_if(job, pred, lambda j: Predictor(prof, j, more, flops, arch).predict(cluster))
+               if job.finetune is not None and isinstance(predictor, Predictor) and not pred.layout else ())
     return PredictResult(pred, name, precision, optimizer, job.kfac_strategy, spot,
                          catalog_as_of=ages, host_arch=host_arch, uncertainty=uncertainty_of(pred, None),
-                         network_fallbacks=network_fallbacks(predictor.predict, cluster), price=price)
+                         network_fallbacks=network_fallbacks(predictor.predict, cluster), price=price,
+                         memory_what_if=what_if)
 
 
 # ---- hand-off -----------------------------------------------------------------------------------
@@ -349,16 +354,22 @@ def recommended_plan(result: RecommendResult) -> LaunchPlan:
 
 def lighter_finetune(prof: Profile, job: Job, more: Sequence[Profile], flops: Callable[[int], float] | None,
                      cluster: Cluster) -> str | None:
-    """For a fine-tuning job that does not fit on ``cluster``: the first lighter mode (full, then
-    LoRA, then QLoRA) that fits there, as a hint with its memory; None when none does."""
+    """For a fine-tuning job that does not fit on ``cluster``: the first memory trick it does not
+    use (``trick_changes``), else the first lighter mode (full, then LoRA, then QLoRA), that fits
+    there, as a hint with its memory; None when none does."""
     if job.finetune is None:
         return None
-    for mode in FINETUNE_MODES[FINETUNE_MODES.index(job.finetune) + 1:]:
-        pred = Predictor(prof, dataclasses.replace(job, finetune=mode), more, flops).predict(cluster)
+    lighter: list[tuple[str, dict[str, object]]] = [
+        (f"--finetune {m}", {"finetune": m}) for m in FINETUNE_MODES[FINETUNE_MODES.index(job.finetune) + 1:]]
+    for flags, fields in trick_changes(job) + lighter:  # the memory tricks first (srift/simulate/whatif.py)
+        changed = variant(job, fields)
+        if changed is None:
+            continue
+        pred = Predictor(prof, changed, more, flops).predict(cluster)
         if pred.fits_in_memory:
             rate = (f"{pred.throughput_tokens_per_s:,.0f} tokens/s" if pred.throughput_tokens_per_s
                     else f"{pred.throughput_samples_per_s:,.3g} samples/s")
-            return f"--finetune {mode} fits ({pred.memory_per_gpu_bytes / 2**30:,.1f} GiB per GPU, {rate})"
+            return f"{flags} fits ({pred.memory_per_gpu_bytes / 2**30:,.1f} GiB per GPU, {rate})"
     return None
 
 
@@ -391,6 +402,9 @@ def with_resolved_length(job: Job, prof: Profile) -> Job:
     if job.length is None:
         return job
     seq = (job.seq_len or prof.seq_len) if prof.seq_len else None
+    # A --tokens length counts real tokens: a sample holds its mean length (srift/simulate/sequences.py).
+    samples = sequences_of(seq, job.mean_seq_len, job.lengths_file, job.packed) if seq else None
+    seq = max(1, round(samples.tokens_per_sample)) if samples is not None else seq
     return dataclasses.replace(job, length=job.length.with_seq_len(seq))
 
 
@@ -443,6 +457,8 @@ def recommend(job: Job, constraints: Constraints, model: str | None = None, prof
     best: tuple[Predictor, SearchResult] | None = None
     # A layout searches its own micro-batches: one search, not one per accumulation.
     choices = (job.grad_accum,) if job.layout is not None else accumulation_choices(job.global_batch_size, job.grad_accum)
+    if job.optimizer_in_backward:  # stepped in backward: no gradient accumulation (srift/simulate/offload.py)
+        choices = (1,)
     for ga in choices:
         predictor = Predictor(prof, dataclasses.replace(job, grad_accum=ga), more, flops, arch)
         c = constraints

@@ -58,6 +58,12 @@ FINETUNE_MODES: tuple[FinetuneMode, ...] = get_args(FinetuneMode)
 LoraTargets = Literal["qv", "qkv", "attention", "all-linear"]
 LORA_TARGETS: tuple[LoraTargets, ...] = get_args(LoraTargets)
 DEFAULT_LORA_RANK = 16
+# Where a fine-tuning job keeps its optimizer states (srift/simulate/offload.py): on the GPU, in
+# host memory (DeepSpeed ZeRO-Offload's offload_optimizer, FSDP's CPU Adam), or the parameter
+# shards there too (DeepSpeed's offload_param, FSDP's CPUOffload(offload_params=True)).
+CpuOffload = Literal["none", "optimizer", "params"]
+CPU_OFFLOADS: tuple[CpuOffload, ...] = get_args(CpuOffload)
+NO_CPU_OFFLOAD, CPU_OFFLOAD_OPTIMIZER, CPU_OFFLOAD_PARAMS = CPU_OFFLOADS
 KfacStrategy = Literal["naive", "mpd", "spd"]
 KFAC_STRATEGIES: tuple[KfacStrategy, ...] = get_args(KfacStrategy)
 # How K-FAC inverts a factor: damped Cholesky inverse, or eigendecomposition (kfac-pytorch's default).
@@ -466,6 +472,14 @@ class Job:
         quantize_head: QLoRA quantizes the output head too (Lightning's BitsandbytesPrecision
             replaces every ``nn.Linear``); False: the head stays in the compute dtype (Hugging
             Face's default skips ``lm_head``).
+        optimizer_in_backward: Each parameter is stepped as its gradient is ready and the
+            gradient freed (torchtune's ``optimizer_in_bwd``; srift/simulate/offload.py).
+        activation_offloading: Saved activations go to host memory in forward and come back in
+            backward (torchtune's ``enable_activation_offloading``).
+        cpu_offload: One of CPU_OFFLOADS: optimizer states (and parameter shards) in host memory.
+        mean_seq_len: The dataset's mean sample length in tokens (srift/simulate/sequences.py).
+        lengths_file: A text file of the dataset's sample lengths (srift/simulate/sequences.py).
+        packed: Samples packed to ``seq_len`` (else each batch padded to its longest sample).
         layout: Tensor/pipeline/context parallelism of a decoder LLM, ``tp=T,pp=P,cp=C`` or
             ``auto`` (``parse_layout``; srift/simulate/layouts.py), None: data parallelism only.
             ``parallelism`` is then ``zero1`` (the default under ``auto``) or ``ddp``.
@@ -511,6 +525,12 @@ class Job:
     lora_targets: LoraTargets = "all-linear"
     nf4_double_quant: bool = True
     quantize_head: bool = False
+    optimizer_in_backward: bool = False
+    activation_offloading: bool = False
+    cpu_offload: CpuOffload = "none"
+    mean_seq_len: int | None = None
+    lengths_file: str | None = None
+    packed: bool = False
     layout: str | None = None
     micro_batch_size: int | None = None
     pipeline_schedule: PipelineSchedule | None = None
@@ -522,7 +542,8 @@ class Job:
     mtp_layers: int | None = None
 
     def __post_init__(self) -> None:
-        for name, high in (("batch_size", MAX_BATCH_SIZE), ("seq_len", MAX_SEQ_LEN), ("global_batch_size", MAX_GLOBAL_BATCH_SIZE),
+        for name, high in (("batch_size", MAX_BATCH_SIZE), ("seq_len", MAX_SEQ_LEN), ("mean_seq_len", MAX_SEQ_LEN),
+                           ("global_batch_size", MAX_GLOBAL_BATCH_SIZE),
                            ("grad_accum", MAX_GRAD_ACCUM)):
             v = getattr(self, name)
             if v is not None:
@@ -563,6 +584,7 @@ class Job:
                 raise SriftError("K-FAC fine-tuning is not modelled.", "drop --optimizer kfac, or --finetune.")
         require(self.lora_rank, "--lora-rank", 1, MAX_LORA_RANK, integer=True, hint=f"pass --lora-rank from 1 to {MAX_LORA_RANK:,}.")
         require_choice(self.lora_targets, LORA_TARGETS, "LoRA target set", "--lora-targets")
+        require_choice(self.cpu_offload, CPU_OFFLOADS, "CPU offload", "--cpu-offload")
         if self.kfac and self.parallelism in SHARDED_PARALLELISMS:
             raise SriftError(f"K-FAC is modelled with DDP only, not with --parallelism {self.parallelism}.",
                              "use --parallelism ddp with --optimizer kfac.")
@@ -641,6 +663,7 @@ class Job:
              "add --finetune lora (or qlora), or drop --lora-targets."),
             (self.quantize_head and self.finetune != QLORA, "--quantize-head puts the head in NF4, which only QLoRA does.",
              "add --finetune qlora, or drop --quantize-head."),
+            *self._trick_rules(),
             (pp == 1 and self.virtual_stages > 1,
              f"--virtual-stages {self.virtual_stages} splits each pipeline stage; --layout {self.layout} has pp=1, no pipeline.",
              "add pp=P (P > 1) to --layout, or drop --virtual-stages."),
@@ -651,6 +674,39 @@ class Job:
         for refused, message, fix in rules:
             if refused:
                 raise SriftError(message, fix)
+
+    def _trick_rules(self) -> tuple[tuple[bool, str, str], ...]:
+        """Where the fine-tuning memory tricks (srift/simulate/offload.py) cannot apply."""
+        tricks = [flag for flag, on in (("--optimizer-in-backward", self.optimizer_in_backward),
+                                        ("--activation-offloading", self.activation_offloading),
+                                        (f"--cpu-offload {self.cpu_offload}", self.cpu_offload != "none")) if on]
+        named = " and ".join(tricks)
+        return (
+            (self.mean_seq_len is not None and self.lengths_file is not None,
+             "--mean-seq-len and --lengths-file both describe the samples' lengths.", "give one of them."),
+            (self.mean_seq_len is not None and self.seq_len is not None and self.mean_seq_len > self.seq_len,
+             f"--mean-seq-len {self.mean_seq_len or 0:,} is above --seq-len {self.seq_len or 0:,}, the longest a sample is "
+             "truncated to.", "pass the mean of the samples as truncated, at most --seq-len."),
+            ((self.mean_seq_len is not None or self.lengths_file is not None) and self.layout is not None,
+             "--mean-seq-len and --lengths-file are modelled with data parallelism, not with --layout.",
+             "drop --layout, or drop the sample lengths (a --layout job computes --seq-len tokens per sample)."),
+            (bool(tricks) and self.finetune is None,
+             f"{named} is modelled on fine-tuning's memory model; this job does not fine-tune.",
+             "add --finetune full, lora or qlora, or drop " + named + "."),
+            (bool(tricks) and self.layout is not None,
+             f"{named} is modelled with data parallelism, not with --layout (Megatron-Core).",
+             "drop --layout (use --parallelism ddp or fsdp), or drop " + named + "."),
+            (self.optimizer_in_backward and self.grad_accum > 1,
+             "--optimizer-in-backward steps each parameter during backward, which gradient accumulation cannot "
+             "(torchtune refuses gradient_accumulation_steps > 1 with optimizer_in_bwd).",
+             "pass --grad-accum 1, or drop --optimizer-in-backward."),
+            (self.optimizer_in_backward and self.cpu_offload != "none",
+             "--optimizer-in-backward steps on the GPU during backward; --cpu-offload steps on the CPU after it.",
+             "drop one of --optimizer-in-backward and --cpu-offload."),
+            (self.cpu_offload == "params" and self.parallelism != FSDP,
+             f"--cpu-offload params shards the parameters (DeepSpeed ZeRO-3, FSDP); --parallelism {self.parallelism} "
+             "does not.", "pass --parallelism fsdp, or use --cpu-offload optimizer."),
+        )
 
     def _check_fp8(self) -> None:
         """FP8 GEMMs are modelled in a bf16 layout job: Megatron-Core's Transformer Engine recipes,

@@ -34,7 +34,7 @@ from srift.bounds import (
 )
 from srift.errors import one_of
 from srift.job import (
-    ALLTOALL, AUTO, CHECKPOINTING, DATA_LOADING, DEFAULT_LORA_RANK, DEFAULT_MOE_IMBALANCE, FINETUNE_MODES, FP8_RECIPES, KFAC_INVERSE_METHODS,
+    ALLTOALL, AUTO, CHECKPOINTING, CPU_OFFLOADS, DATA_LOADING, DEFAULT_LORA_RANK, DEFAULT_MOE_IMBALANCE, FINETUNE_MODES, FP8_RECIPES, KFAC_INVERSE_METHODS,
     KFAC_STRATEGIES, LAYOUT_PARALLELISMS, LORA_TARGETS, MOE_DISPATCHERS, OPTIMIZERS, PARALLELISMS, PIPELINE_SCHEDULES, PRECISIONS, REDUCE_DTYPES, Job,
     JobLength,
 )
@@ -114,6 +114,12 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("grad_accum", "int", 1, "Micro-batches of --batch-size per optimizer step (gradient accumulation).",
               high=MAX_GRAD_ACCUM),
     JobOption("seq_len", "int", None, "Sequence length (sequence models).", high=MAX_SEQ_LEN),
+    JobOption("mean_seq_len", "int", None, "The dataset's mean sample length, tokens (as truncated at --seq-len): "
+              "a batch is padded to its longest sample unless --packed; tokens/s counts real tokens.", high=MAX_SEQ_LEN),
+    JobOption("lengths_file", "text", None, "A text file of the dataset's sample lengths (one integer per line): "
+              "padded batches priced at their expected longest sample, memory at the longest.", example="lengths.txt"),
+    JobOption("packed", "bool", False, "Samples are packed into --seq-len sequences (torchtune packed, TRL packing); "
+              "--padded: each batch padded to its longest sample.", negative_flag="--padded"),
     JobOption("precision", "str", None, f"{one_of(PRECISIONS)} (default: the profile's). fp32 is PyTorch's default: TF32 "
               "convolutions and FP32 matmuls on Ampere and newer; fp32-strict: no TF32 at all.", choices=PRECISIONS),
     JobOption("data_loading", "str", None, f"{one_of(DATA_LOADING)}: where batches come from (default: images for vision "
@@ -173,6 +179,14 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               negative_flag="--no-double-quant"),
     JobOption("quantize_head", "bool", False, "QLoRA: the output head in NF4 too (Lightning/LitGPT quantize every "
               "Linear); default: kept in bf16 as Hugging Face does.", negative_flag="--bf16-head"),
+    JobOption("optimizer_in_backward", "bool", False, "Fine-tuning: step each parameter as its gradient is ready and free "
+              "the gradient (torchtune's optimizer_in_bwd; no --grad-accum).", negative_flag="--optimizer-after-backward"),
+    JobOption("activation_offloading", "bool", False, "Fine-tuning: saved activations to host memory in forward, back in "
+              "backward (torchtune's enable_activation_offloading); copy time beyond compute is priced.",
+              negative_flag="--no-activation-offloading"),
+    JobOption("cpu_offload", "str", "none", f"{one_of(CPU_OFFLOADS)}: fine-tuning's optimizer states (params: and parameter "
+              "shards, --parallelism fsdp) in host memory, stepped by CPU Adam (DeepSpeed ZeRO-Offload, FSDP CPUOffload).",
+              choices=CPU_OFFLOADS),
     JobOption("kfac_strategy", "str", "spd", f"{_KFAC} strategy: {one_of(KFAC_STRATEGIES)}.", choices=KFAC_STRATEGIES),
     JobOption("kfac_inverse_method", "str", "inverse", f"{_KFAC} inverse method: {one_of(KFAC_INVERSE_METHODS)} (damped "
               "Cholesky inverse, or eigh).", choices=KFAC_INVERSE_METHODS),

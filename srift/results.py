@@ -18,6 +18,7 @@ from srift.search.large_batch import GlobalBatchLimit
 from srift.search.limits import Constraints, LimitCheck
 from srift.search.rank import SearchResult
 from srift.simulate.prediction import Prediction
+from srift.simulate.whatif import WhatIf
 
 CHECK_SCHEMA = "srift.check/v1"
 RECOMMEND_SCHEMA = "srift.recommend/v1"
@@ -107,6 +108,8 @@ class PredictResult:
         network_fallbacks: For a multi-node EFA cluster: the prediction with one EFA interface and
             without EFA (what a launcher that does not set up every interface gets).
         price: Source, date and trust of the price (None for a cluster file).
+        memory_what_if: A fine-tuning job's what-if: each memory trick or smaller setting alone,
+            its memory and speed (srift/simulate/whatif.py); empty otherwise.
     """
 
     prediction: Prediction
@@ -120,6 +123,7 @@ class PredictResult:
     uncertainty: Uncertainty | None = None
     network_fallbacks: tuple[tuple[str, Prediction], ...] = ()
     price: PriceProvenance | None = None
+    memory_what_if: tuple[WhatIf, ...] = ()
     schema: str = PREDICT_SCHEMA
 
 

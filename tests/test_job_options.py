@@ -23,9 +23,11 @@ COMPANIONS = {"epochs": {"dataset_size": 1000}, "dataset_size": {"epochs": 2.5},
               "micro_batch_size": {"layout": "auto"}, "pipeline_schedule": {"layout": "auto"},
               "virtual_stages": {"layout": "auto"}, "fp8": {"layout": "auto"}, "moe_dispatcher": {"layout": "auto"},
               "moe_ep_overlap": {"layout": "auto"}, "lora_rank": {"finetune": "lora"}, "lora_targets": {"finetune": "lora"},
-              "quantize_head": {"finetune": "qlora"}}
+              "quantize_head": {"finetune": "qlora"}, "optimizer_in_backward": {"finetune": "full"},
+              "activation_offloading": {"finetune": "full"}, "cpu_offload": {"finetune": "full"}}
 # Words of a vocabulary that need a partner: Megatron's distributed optimizer is modelled with a layout.
-WORD_COMPANIONS = {("parallelism", "zero1"): {"layout": "auto"}}
+WORD_COMPANIONS = {("parallelism", "zero1"): {"layout": "auto"},
+                   ("cpu_offload", "params"): {"finetune": "full", "parallelism": "fsdp"}}
 # What each command that takes a job takes: the settings, and the length where it has one.
 COMMANDS = {"predict": SETTINGS, "recommend": SETTINGS + LENGTH, "check": SETTINGS + LENGTH}
 

@@ -63,7 +63,19 @@ def prediction_json(result: PredictResult) -> dict[str, Any]:
                    {"price_source": None, "price_estimated": False, "price_suspect": False, "price_notes": []}),
                 "network_fallbacks": [{"network": what, "expected_throughput_samples_per_s": p.expected_throughput_samples_per_s}
                                       for what, p in result.network_fallbacks]})
+    if result.memory_what_if:
+        out["memory_what_if"] = [w.to_dict() for w in result.memory_what_if]
     return out
+
+
+WHAT_IF_TITLE = "Memory what-if (each change alone, same cluster; saves: against the job as given)"
+
+
+def what_if_rows(result: PredictResult) -> list[list[str]]:
+    """The fine-tuning what-if's rows: change, memory per GPU, saved, fit, tokens/s per GPU."""
+    return [[w.change, f"{w.memory_gib:,.1f} GiB", f"{w.saved_gib:+,.1f} GiB", w.fit,
+             f"{w.tokens_per_s_per_gpu:,.0f}" if w.tokens_per_s_per_gpu is not None else "-"]
+            for w in result.memory_what_if]
 
 
 PLAN_LABELS = {"zero1": "ZeRO-1 (Megatron distributed optimizer)", "ddp": "DDP", "zero2": "ZeRO-2 (FSDP SHARD_GRAD_OP)", "fsdp": "FSDP (FULL_SHARD)",
@@ -182,6 +194,9 @@ def render(result: PredictResult) -> None:
                 row_styles=[None] * (len(cells) - 1) + ["bold"])
     if comm_line(result):
         con.print(comm_line(result))
+    if result.memory_what_if:
+        print_table(con, [Column("change"), Column("memory/GPU", "right"), Column("saves", "right"), Column("fit"),
+                          Column("tokens/s/GPU", "right")], what_if_rows(result), title=WHAT_IF_TITLE)
     for note in result.prediction.notes:
         con.print(f"[dim]Note: {escape(note)}[/dim]")
     for line in price_lines(result.catalog_as_of):
@@ -196,6 +211,9 @@ def markdown(result: PredictResult) -> str:
     lines += ["| " + " | ".join(row) + " |" for row in breakdown_rows(result)]
     if comm_line(result):
         lines += ["", comm_line(result)]
+    if result.memory_what_if:
+        lines += ["", f"_{WHAT_IF_TITLE}_", "", "| change | memory/GPU | saves | fit | tokens/s/GPU |", "|---|---:|---:|---|---:|"]
+        lines += ["| " + " | ".join(md(cell, MAX_NOTE_CHARS) for cell in row) + " |" for row in what_if_rows(result)]
     lines += [f"\n_Note: {md(note, MAX_NOTE_CHARS)}_" for note in result.prediction.notes]
     lines += [f"\n<sub>{' '.join(price_lines(result.catalog_as_of))}</sub>"] if result.catalog_as_of else []
     return "\n".join(lines)

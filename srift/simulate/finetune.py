@@ -63,6 +63,7 @@ from srift.job import (
 from srift.perf.compute import ATTENTION, layer_kind
 from srift.profile import LayerProfile, OptimizerInfo, Profile
 from srift.simulate.memory import activation_bytes, allocated_parts, compute_param_bytes, with_allocator
+from srift.simulate.offload import NO_TRICKS, MemoryTricks, largest_layer_params, offloaded_activation_bytes, paged_params
 from srift.simulate.sharded import unit_layout
 
 # NF4 with double quantization (QLoRA paper, section 3): 4 bits per weight, one 8-bit absmax per
@@ -418,7 +419,7 @@ def trainable_params(profile: Profile, job: Job) -> int:
 
 def finetune_memory_bytes(profile: Profile, frozen: FrozenBase, precision: str, parallelism: str, checkpointing: str,
                           shard_gpus: int, gpus: int = 1, fused_loss: bool = False,
-                          activations: float | None = None) -> dict[str, float]:
+                          activations: float | None = None, tricks: MemoryTricks = NO_TRICKS) -> dict[str, float]:
     """Bytes per GPU by kind of a fine-tuning job (see the module docstring).
 
     Args:
@@ -431,6 +432,11 @@ def finetune_memory_bytes(profile: Profile, frozen: FrozenBase, precision: str, 
         gpus: GPUs of the job (DDP keeps a bucket copy of the trainable gradients when above 1).
         fused_loss: A fused cross-entropy kernel keeps no fp32 copy of the logits.
         activations: ``activation_bytes`` of this profile when the caller has it.
+        tricks: The recipe's memory tricks (srift/simulate/offload.py): optimizer in backward
+            (the gradients alive are the largest layer's, not all), activation offloading, CPU
+            offload of the optimizer states and gradient shards (and of the parameter shards),
+            paged optimizer states (off the GPU at the activation peak, on it in the step: the
+            peak is the larger).
     """
     layout = unit_layout(profile)
     n = float(max(1, shard_gpus)) if parallelism != DDP else 1.0
@@ -451,15 +457,33 @@ def finetune_memory_bytes(profile: Profile, frozen: FrozenBase, precision: str, 
                           for u, p in zip(layout.units, layout.unit_params)]
             gathered = unit_bytes[0] + 2.0 * max(unit_bytes[1:], default=0.0)
         grads = trainable * e / n + (float(layout.root_params) + 2.0 * layout.max_block_params) * e
-    dequantized = frozen.largest_quantized * e
-    return with_allocator({
-        "weights": weights,
-        "gathered_weights": gathered,
-        "dequantized_weight": dequantized,
-        "gradients": grads,
-        "optimizer_state": trainable * state / n,
-        "activations": acts,
-    })
+    if tricks.activation_offloading:
+        acts = offloaded_activation_bytes(profile, precision, checkpointing, fused_loss)
+    states = trainable * state / n
+    if tricks.optimizer_in_backward or tricks.offloads_optimizer:
+        # The whole set of gradients is never alive: each is stepped (on the GPU, or on the CPU
+        # after its copy down) and freed; DDP's buckets, allocated once, stay.
+        unsharded = trainable * e * (1.0 if parallelism == DDP and gpus > 1 else 0.0)
+        grads = (unsharded + largest_layer_params(profile) * e if parallelism == DDP
+                 else grads - trainable * e / n)
+    if tricks.offloads_optimizer:
+        states = 0.0
+    if tricks.offloads_params:
+        weights = 0.0
+    parts = {"weights": weights, "gathered_weights": gathered, "dequantized_weight": frozen.largest_quantized * e,
+             "gradients": grads, "optimizer_state": states, "activations": acts}
+    if tricks.paged and not tricks.offloads_optimizer:
+        # Paged states (managed memory) may sit on the host at the activation peak. Stepped in
+        # backward, one parameter's are brought in at a time; else the step holds them all with
+        # every gradient and no activation: the peak is the larger of the two.
+        resident = states - paged_params(profile) * state / n
+        if tricks.optimizer_in_backward:
+            parts["optimizer_state"] = resident + largest_layer_params(profile) * state / n
+        else:
+            step = {**parts, "gathered_weights": 0.0, "dequantized_weight": 0.0, "activations": 0.0,
+                    "gradients": grads if parallelism == DDP else trainable * e / n}
+            parts = max({**parts, "optimizer_state": resident}, step, key=lambda p: sum(p.values()))
+    return with_allocator(parts)
 
 
 def allocated_bytes(breakdown: dict[str, float]) -> float:

@@ -304,7 +304,9 @@ class Plans:
         crit = comps[slowest]
         compute_end = crit.compute_end_s
         ar = self.communication(view, comps, compute_end)
-        optimizer = max(c.times.optimizer_s for c in comps)
+        off = w.offload_times(view.gpus_per_group[slowest], batches[slowest], (DDP, checkpointing, 1),
+                              crit.forward_s, compute_end - crit.forward_s)
+        optimizer = max(c.times.optimizer_s for c in comps) if off.optimizer_s is None else off.optimizer_s
         overhead = max(c.times.overhead_s for c in comps)
         # Gradient accumulation: the first grad_accum - 1 micro-batches run without the
         # all-reduce (no_sync), the last one as a plain iteration.
@@ -315,8 +317,8 @@ class Plans:
             recompute = accum * sum(rec)
         seconds: dict[Phase, float] = {
             DATA: 0.0,  # the loader: added in predict()
-            FORWARD: crit.forward_s * accum,
-            BACKWARD: (compute_end - crit.forward_s) * accum,
+            FORWARD: (crit.forward_s + off.forward_s) * accum,
+            BACKWARD: (compute_end - crit.forward_s + off.backward_s) * accum,
             EXPOSED_COMM: ar.exposed_s,
             COMM_INTERFERENCE: ar.interference_s,
             OPTIMIZER: optimizer,
@@ -330,7 +332,7 @@ class Plans:
             kfac = plan_kfac(prof, view.cluster, w.job, crit.times, comm, w.layout, inverse_method=w.job.kfac_inverse_method)
             seconds.update(kfac.phases.as_dict())
         breakdown = Breakdown.of(ddp_phases(bool(recompute), kfac is not None), seconds, ar.total_s)
-        p90 = (compute_end * (1.0 + Z90 * w.compute_cv) * accum + ar.exposed_p90_s
+        p90 = ((compute_end * (1.0 + Z90 * w.compute_cv) + off.forward_s + off.backward_s) * accum + ar.exposed_p90_s
                + ar.interference_p90_s + optimizer + overhead * accum
                + (kfac.phases_p90.total_s if kfac is not None else 0.0) + recompute)
         return Plan("ddp", checkpointing, breakdown, p90, ar.exposed_s + ar.interference_s,
@@ -371,15 +373,19 @@ class Plans:
 
         s50 = step(0.5)
         accum = w.job.grad_accum
-        optimizer = max(c.times.optimizer_s for c in comps) / view.shard_gpus(parallelism)
-        overhead = max(c.times.overhead_s for c in comps)
         recompute = sum(rec)
+        slowest = max(range(len(comps)), key=lambda i: comps[i].compute_end_s)
+        off = w.offload_times(view.gpus_per_group[slowest], batches[slowest],
+                              (parallelism, checkpointing, view.shard_gpus(parallelism)), sum(fwd), sum(bwd))
+        optimizer = (max(c.times.optimizer_s for c in comps) / view.shard_gpus(parallelism) if off.optimizer_s is None
+                     else off.optimizer_s)
+        overhead = max(c.times.overhead_s for c in comps)
         k = 0.0 if cpu else comm.params.overlap_interference * w.sharded_gpu_side(comm)
         declared = HSDP_PHASES if parallelism == HSDP else SHARDED_PHASES
         seconds: dict[Phase, float] = {
             DATA: 0.0,  # the loader: added in predict()
-            FORWARD: sum(fwd) * accum,
-            BACKWARD: (sum(bwd) - recompute) * accum,
+            FORWARD: (sum(fwd) + off.forward_s) * accum,
+            BACKWARD: (sum(bwd) - recompute + off.backward_s) * accum,
             RECOMPUTE: recompute * accum,
             **{key: value * accum for key, value in zip(SHARDED_EXPOSED, s50.exposed_s) if key in declared},
             COMM_INTERFERENCE: k * s50.hidden_s * accum,
@@ -391,7 +397,8 @@ class Plans:
         p90_s = 0.0
         if p90:
             s90 = step(0.9)
-            p90_s = (accum * (overhead + s90.end_s + s90.compute_s * Z90 * w.compute_cv + k * s90.hidden_s)
+            p90_s = (accum * (overhead + s90.end_s + s90.compute_s * Z90 * w.compute_cv + k * s90.hidden_s
+                              + off.forward_s + off.backward_s)
                      + optimizer)
         return Plan(parallelism, checkpointing, breakdown, p90_s, exposed + breakdown[COMM_INTERFERENCE],
                     self.memory_fit(view, batches, Candidate(parallelism, checkpointing)), None)

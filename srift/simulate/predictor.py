@@ -42,6 +42,7 @@ from srift.simulate.door import refuse_ignored
 from srift.simulate.loader import InputLoader, image_side_px
 from srift.simulate.mixed import batches_for_fastest, split_batch
 from srift.simulate.memory import allocated_parts
+from srift.simulate.offload import trick_notes
 from srift.simulate.plans import Candidate, ClusterView, Plans, plan_choices
 from srift.simulate.prediction import BatchShare, Prediction, bottleneck
 from srift.simulate.spot import spot_expectation
@@ -168,7 +169,7 @@ class Predictor:
         state_bytes = self.units.params * (4.0 + float(self.base.optimizer.state_bytes_per_param))
         if plan.parallelism != DDP:
             state_bytes /= cluster.nodes  # every node writes its own shards of the checkpoint
-        tokens = throughput * self.seq_len if self.seq_len else None
+        tokens = throughput * self.workload.tokens_per_sample if self.workload.tokens_per_sample else None
         return Prediction(
             cluster=cluster.name,
             gpus=cluster.gpus,
@@ -191,6 +192,7 @@ class Predictor:
             batch_split=[BatchShare(g.label, g.gpu, b * accum, g.gpus) for g, b in zip(groups, batches)],
             spot=spot_expectation(cluster, state_bytes, throughput, cost),
             notes=(self._notes(crit.times, plan.kfac) + unknown_gpu_notes(self.workload.base) + self._finetune_notes()
+                   + self.workload.sequence_notes(batches[0])
                    + comm.assumptions()
                    + self.loader.input_notes(loader, inputs, gpu_s)),
             typical_error_pct=error_pct,
@@ -255,7 +257,7 @@ class Predictor:
                f"{'double quantization' if self.job.nf4_double_quant else 'fp32 block constants'})" if f.mode == QLORA else "")
             + (f", LoRA rank {self.job.lora_rank} on {self.job.lora_targets}"))
         return [f"{f.mode} fine-tuning: {f.trainable_params / 1e6:,.1f}M trainable parameters{base}; {f.optimizer} states "
-                f"for them only; every tensor in {self.precision} (no fp32 master copy)"]
+                f"for them only; every tensor in {self.precision} (no fp32 master copy)", *trick_notes(self.workload.tricks)]
 
     @staticmethod
     def _notes(times: LayerTimes, kfac: KfacPlan | None) -> list[str]:

@@ -25,6 +25,8 @@ from srift.profile import Profile
 from srift.simulate.ddp import BucketLayout, bucket_layout, bucket_ready_s
 from srift.simulate.finetune import FrozenBase, finetune_memory_bytes, finetune_profile, frozen_in_profile
 from srift.simulate.kfac import kfac_memory_bytes
+from srift.simulate.sequences import sequences_of
+from srift.simulate.offload import OffloadTimes, MemoryTricks, cpu_step_s, exposed_copy_s, offloaded_activation_bytes
 from srift.simulate.memory import (
     activation_bytes, allocated_parts, compute_param_bytes, memory_breakdown_bytes, sharded_memory_bytes, with_allocator,
 )
@@ -127,7 +129,15 @@ class Workload:
     def __init__(self, profile: Profile, job: Job, more_profiles: Sequence[Profile] = (),
                  model_flops_per_token: Callable[[int], float] | None = None) -> None:
         self.job = job
-        self.base = rescaled(profile, seq_len=job.seq_len) if job.seq_len is not None else profile
+        # Samples shorter than the sequence length (srift/simulate/sequences.py): memory at the
+        # longest micro-batch the data makes, each step's compute at its own length (``compute``).
+        self.sequences = sequences_of(job.seq_len or profile.seq_len, job.mean_seq_len, job.lengths_file, job.packed)
+        if self.sequences is not None and more_profiles:
+            raise SriftError("--mean-seq-len and --lengths-file are modelled for one profile, not with more profiles.",
+                             "pass one profile, or drop the sample lengths.")
+        self._profile = profile
+        peak = self.sequences.peak_len if self.sequences is not None else job.seq_len
+        self.base = rescaled(profile, seq_len=peak) if peak is not None else profile
         self._sources = {k: (rescaled(p, seq_len=job.seq_len) if job.seq_len is not None else p)
                          for k, p in measured_sources(profile, more_profiles).items()}
         # Fine-tuning (srift/simulate/finetune.py) transforms each profile after it is rescaled:
@@ -141,6 +151,7 @@ class Workload:
                                  "drop --finetune: srift predicts the profiled fine-tuning as it ran.")
             self.base, self.frozen = finetune_profile(self.base, job)
         self.precision = job.precision or profile.precision
+        self.tricks = MemoryTricks.of(job)
         self.ref_batch = job.batch_size or profile.batch_size
         # DDP cuts buckets on the gradients as they are; a communication hook then compresses
         # each (srift/perf/compression.py): what goes on the wire, and the GPU work it adds.
@@ -166,7 +177,9 @@ class Workload:
         if ph.total_s and ph.total_s_std is not None:
             measured_cv = ph.total_s_std / ph.total_s
         self.compute_cv = measured_cv if measured_cv is not None else STRUCTURAL_COMPUTE_CV
-        self.seq_len = self.base.seq_len
+        self.seq_len = self.sequences.cap if self.sequences is not None else self.base.seq_len
+        # Real tokens per sample, as tokens/s counts them (padding is not counted).
+        self.tokens_per_sample = self.sequences.tokens_per_sample if self.sequences is not None else self.seq_len
         self.flops_per_token = (model_flops_per_token(self.seq_len) if model_flops_per_token is not None and self.seq_len
                                 else profile_flops_per_token(self.base))
 
@@ -188,10 +201,26 @@ class Workload:
             hit = next((p for (g, _), p in self._sources.items() if g == key), None)
         return self._raw_base if hit is None else hit
 
+    def step_profile(self, batch: int, source: Profile | None = None) -> Profile:
+        """The profile a micro-batch of ``batch`` computes: ``profile_at``, or at the step's own
+        length when the samples are shorter (``Sequences.step_len``)."""
+        seq = self.sequences
+        if seq is None or (source is not None and source is not self._raw_base) or seq.step_len(batch) == self.base.seq_len:
+            return self.profile_at(batch, source)
+
+        def make() -> Profile:
+            p = rescaled(self._profile, batch_size=batch, seq_len=seq.step_len(batch))
+            return finetune_profile(p, self.job)[0] if self._transform else p
+        return self._profiles.get((-1, batch), make)
+
+    def sequence_notes(self, batch: int) -> list[str]:
+        """How the samples fill the sequences, for a prediction's notes."""
+        return [self.sequences.describe(batch)] if self.sequences is not None else []
+
     def compute(self, gpu: str, batch: int) -> _Compute:
         """Compute times of ``batch`` samples per GPU on ``gpu``."""
         def make() -> _Compute:
-            prof = self.profile_at(batch, self.source_for(gpu))
+            prof = self.step_profile(batch, self.source_for(gpu))
             return _Compute(layer_times(prof, gpu, self.precision), batch, self.layout)
         return self._compute.get((gpu, batch), make)
 
@@ -219,10 +248,34 @@ class Workload:
                 self.profile_at(batch), self.precision, checkpointing, self.job.fused_loss))
             if self.frozen is not None:
                 return finetune_memory_bytes(self.profile_at(batch), self.frozen, self.precision, parallelism,
-                                             checkpointing, key[3], 2 if buckets else 1, self.job.fused_loss, acts)
+                                             checkpointing, key[3], 2 if buckets else 1, self.job.fused_loss, acts,
+                                             self.tricks)
             return sharded_memory_bytes(self.profile_at(batch), self.precision, parallelism, checkpointing, key[3],
                                         self.job.reduce_dtype, self.job.fused_loss, acts, buckets)
         return self._sharded_memory.get(key, make)
+
+    def offload_times(self, gpu: str, batch: int, plan: tuple[str, str, int], forward_s: float,
+                      backward_s: float) -> OffloadTimes:
+        """What the memory tricks (srift/simulate/offload.py) add to one micro-batch's forward and
+        backward on ``gpu`` (copies beyond the compute they overlap) and the optimizer step in
+        place of the GPU's (CPU Adam), under ``plan`` (parallelism, checkpointing, shard GPUs)."""
+        t = self.tricks
+        if self.frozen is None or not (t.activation_offloading or t.offloads_optimizer):
+            return OffloadTimes()
+        parallelism, checkpointing, shard = plan
+        n = float(max(1, shard)) if parallelism != DDP else 1.0
+        e = compute_param_bytes(self.precision)
+        down = 0.0
+        if t.activation_offloading:
+            prof = self.step_profile(batch)
+            all_acts = activation_bytes(prof, self.precision, checkpointing, self.job.fused_loss)
+            down = max(0.0, all_acts - offloaded_activation_bytes(prof, self.precision, checkpointing,
+                                                                  self.job.fused_loss))
+        # Parameter shards come up before each unit's all-gather, in forward and again in backward.
+        up = (self.frozen.stored_bytes(self.precision) + self.base.params * e) / n if t.offloads_params else 0.0
+        optimizer = cpu_step_s(self.base.params / n, e, gpu) if t.offloads_optimizer else None
+        return OffloadTimes(exposed_copy_s(down + up, gpu, forward_s), exposed_copy_s(down + up, gpu, backward_s),
+                            optimizer)
 
     def allreduce_s(self, comm: CommModel, quantile: float) -> np.ndarray:
         """Each gradient bucket's all-reduce seconds at a quantile of ``comm``: its hook's
