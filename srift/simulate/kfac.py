@@ -400,7 +400,7 @@ def runtime_costs(kernels: DeviceKernels, method: str, link: _Link) -> tuple[Cal
 
 def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes, comm: CommLike | None,
               layout: BucketLayout | None = None, *, kernels: DeviceKernels | None = None,
-              inverse_method: str = "inverse", interference: float | None = None) -> KfacPlan:
+              inverse_method: str = "inverse", interference: float | None = None, local_below: int = 0) -> KfacPlan:
     """Plan one K-FAC iteration of ``job.kfac_strategy`` and predict its phases.
 
     Args:
@@ -415,6 +415,9 @@ def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes,
         inverse_method: ``inverse`` (damped Cholesky inverse) or ``eigen`` (``eigh``).
         interference: Seconds per hidden second of K-FAC collective (default: from ``comm``,
             as the first-order prediction charges DDP's; 1 on CPU workers).
+        local_below: ``spd``: invert factors smaller than this on every worker and place the others
+            (the SPD-KFAC code's fixed threshold, ``schedule.place_inversions``); 0: the runtime's
+            cost criterion.
 
     Raises:
         SriftError: for a profile without K-FAC factor dimensions, or an unknown inverse method.
@@ -459,7 +462,8 @@ def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes,
         owners = schedule.place_round_robin(len(dims), workers)
     else:
         owners = schedule.place_inversions(
-            dims, workers, invert_guess, lambda d: alpha + beta * schedule.inverse_message_bytes(d, inverse_method))
+            dims, workers, invert_guess, lambda d: alpha + beta * schedule.inverse_message_bytes(d, inverse_method),
+            local_below)
     sizes = [factor_bytes(d) for d in dims]
     overlap = median.distributed
     if not overlap:
