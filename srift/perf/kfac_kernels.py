@@ -76,8 +76,8 @@ BIAS_BYTES_PER_ELEMENT = 8.0
 PACK_BYTES_PER_ELEMENT = 20.0
 UNPACK_BYTES_PER_ELEMENT = 36.0
 STEP_BYTES_PER_ELEMENT = PACK_BYTES_PER_ELEMENT + 8.0 + UNPACK_BYTES_PER_ELEMENT + 20.0
-# Passes over a d_G x d_A block besides the GEMMs when preconditioning (srift.kfac.preconditioner
-# ``_precondition`` and ``KFACLayer.grad_matrix/set_grad``): the gradient gathered with its bias
+# Passes over a d_G x d_A block besides the GEMMs when preconditioning (srift.kfac.second_order
+# ``precondition`` and ``KFACLayer.grad_matrix/set_grad``): the gradient gathered with its bias
 # column (read + write), the KL-clip term ``(p * grad).sum()`` (read both), ``p.mul_(nu)`` (read +
 # write) and the copy back into the weight gradient (read + write).
 PRECONDITION_PASSES = 8.0

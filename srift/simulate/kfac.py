@@ -15,7 +15,7 @@ What is priced is what srift's runtime (``srift.kfac``) does:
   runtime calls, with the inputs the runtime gives them: the SPD fusion planner and the inversion
   placement take ``alpha + beta * bytes`` through the all-reduce at 4 bytes and 1 MiB
   (``Comm.calibrate_allreduce``), and the placement prices an inversion at ``d^3`` over the rate the
-  runtime measures at ``d = 256`` (``_measure_inv_flops``); the phases are then timed with the
+  runtime measures at ``d = 256`` (``srift.kfac.timing.measure_inv_flops``); the phases are then timed with the
   full kernel and communication models;
 * SPD's factor all-reduces share one link with DDP's gradient buckets (``bucket_layout``, the one
   DDP bucket rule); collectives hidden behind computation (SPD's factor all-reduces, its inverse
