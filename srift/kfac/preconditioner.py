@@ -73,6 +73,9 @@ class KFACPreconditioner:
         comm_alpha_s: ``spd``: all-reduce/broadcast latency for the planner (None: measured).
         comm_beta_s_per_byte: ``spd``: seconds per byte for the planner (None: measured).
         inv_flops_per_s: ``spd``: inversion speed for the placement, d^3 per second (None: measured).
+        local_below: ``spd``: invert every factor smaller than this on every worker and place the
+            others, whatever they cost (the SPD-KFAC code's fixed ``D_TH``, e.g. 1400); 0 (default):
+            keep a factor local only when inverting it is cheaper than broadcasting its inverse.
 
     ``damping``, ``factor_decay``, ``kl_clip``, ``lr``, ``factor_update_steps`` and
     ``inv_update_steps`` may be callables of the step number (``pre.steps``).
@@ -101,6 +104,7 @@ class KFACPreconditioner:
         comm_alpha_s: float | None = None,
         comm_beta_s_per_byte: float | None = None,
         inv_flops_per_s: float | None = None,
+        local_below: int = 0,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -124,6 +128,8 @@ class KFACPreconditioner:
                 raise ValueError(f"{name} must be a non-negative number or None, got {v!r}")
         if inv_flops_per_s is not None and (isinstance(inv_flops_per_s, bool) or not isinstance(inv_flops_per_s, (int, float)) or not inv_flops_per_s > 0):
             raise ValueError(f"inv_flops_per_s must be a positive number or None, got {inv_flops_per_s!r}")
+        if isinstance(local_below, bool) or not isinstance(local_below, int) or local_below < 0:
+            raise ValueError(f"local_below must be an integer >= 0, got {local_below!r}")
         if inverse_method not in schedule.INVERSE_METHODS:
             raise ValueError(f"inverse_method must be one of {', '.join(schedule.INVERSE_METHODS)}, got {inverse_method!r}")
         if grad_scaler is not None and not callable(getattr(grad_scaler, "get_scale", None)):
@@ -197,6 +203,7 @@ class KFACPreconditioner:
         # every rank takes the same decisions.
         self.comm_alpha_s, self.comm_beta_s_per_byte = comm_alpha_s, comm_beta_s_per_byte
         self.inv_flops_per_s = inv_flops_per_s
+        self.local_below = local_below
         if strategy == SPD and self.comm.distributed:
             if comm_alpha_s is None or comm_beta_s_per_byte is None:
                 a, b = self.comm.calibrate_allreduce()
@@ -241,6 +248,7 @@ class KFACPreconditioner:
             self._factor_dims(), p,
             invert_time_s=lambda d: d**3 / rate,  # type: ignore[operator]
             broadcast_time_s=lambda d: alpha + beta * schedule.inverse_message_bytes(d, self.inverse_method),
+            local_below=self.local_below,
         )
 
     # ---- hooks -----------------------------------------------------------------------------
