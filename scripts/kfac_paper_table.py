@@ -4,11 +4,13 @@ inverses updated every iteration, for ResNet-50 (batch 32), ResNet-152 (8), Dens
 Inception-v4 (16); the paper measured SPD-KFAC 10-35 % faster than D-KFAC there.
 
 Prints every phase (ms per iteration) of ``srift predict --optimizer kfac --kfac-strategy S`` and
-the speed-ups, then (``--sensitivity``) how the SPD/D-KFAC speed-up moves when each documented
-assumption of the GPU kernel model (configs/perf/kfac_kernels.json ``gpu_assumptions``) takes the
-ends of its range, and with two bounding scenarios: inversions at the GEMM rate (the previous
-model: ``d^3`` FLOPs, no latency), the Cholesky inverse fitted on PipeFisher's GPU timings
-(``gpu_inverse_curve``: validated, not shipped) and no interference from the hidden collectives. Usage::
+the speed-ups, and SPD as the paper's code placed its inversions (``--paper-threshold``, default
+1400: factors below it inverted by every worker, the others distributed; srift's runtime decides
+by its cost criterion instead, ``schedule.place_inversions``). ``--sensitivity`` shows how the
+SPD/D-KFAC speed-up moves with the placement, with the GPU Cholesky curve replaced by the
+compute-model curve srift used before (``previous_inverse_curve``), with each documented ``eigh``
+assumption at the ends of its range (``--method eigen``) and without interference from the
+hidden collectives. Usage::
 
     python scripts/kfac_paper_table.py [--cluster FILE] [--method inverse|eigen] [--sensitivity]
 """
@@ -18,19 +20,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import math
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from srift import api  # noqa: E402
 from srift.cluster import load_cluster  # noqa: E402
-from srift.job import KFAC_STRATEGIES, Job  # noqa: E402
+from srift.hardware import gpu as hw_gpu  # noqa: E402
+from srift.job import KFAC_STRATEGIES, SPD, Job  # noqa: E402
 from srift.perf.comm import CommModel  # noqa: E402
-from srift.perf.compute import layer_times  # noqa: E402
-from srift.perf.kfac_kernels import device_kernels, gpu_inverse_curve, load_params  # noqa: E402
+from srift.perf.compute import kernel_rates, layer_times  # noqa: E402
+from srift.perf.kfac_kernels import GpuAssumptions, SolverCurve, device_kernels, load_params  # noqa: E402
 from srift.simulate import breakdown as BD  # noqa: E402
 from srift.simulate.ddp import bucket_layout  # noqa: E402
-from srift.simulate.kfac import plan_kfac  # noqa: E402
+from srift.simulate.kfac import KfacPlan, plan_kfac  # noqa: E402
 from srift.zoo import load_builtin_profile  # noqa: E402
 
 CASES = (("resnet50", 32), ("resnet152", 8), ("densenet201", 16), ("inception-v4", 16))
@@ -41,14 +45,25 @@ SHORT = {BD.FORWARD: "fwd", BD.BACKWARD: "bwd", BD.EXPOSED_COMM: "grad AR", BD.C
          BD.INVERSE_BROADCAST: "inv bcast", BD.KFAC_COMM_INTERFERENCE: "K-FAC intf", BD.PRECONDITIONING: "precond"}
 
 
+PAPER_THRESHOLD = 1400  # D_TH of the SPD-KFAC code at the paper's submission (schedule.place_inversions)
+
+
 def predictions(cluster: str, model: str, batch: int) -> dict[str, object]:
     return {s: api.predict(Job(batch_size=batch, optimizer="kfac", kfac_strategy=s), model=model, cluster_file=cluster).prediction
             for s in KFAC_STRATEGIES}
 
 
-def table(cluster: str) -> dict[str, dict[str, object]]:
+def iteration_s(cluster_file: str, model: str, batch: int, preds: dict[str, object], strategy: str, **plan_kw: object) -> float:
+    """The prediction's iteration with K-FAC's phases re-planned with ``plan_kw``."""
+    p = preds[strategy]
+    default = kfac_total(cluster_file, model, batch, strategy)  # what the prediction holds
+    return p.iteration_time_s - default + kfac_total(cluster_file, model, batch, strategy, **plan_kw)  # type: ignore[attr-defined]
+
+
+def table(cluster: str, paper_threshold: int) -> dict[str, dict[str, object]]:
     print(f"srift predict --model M --cluster {cluster} --batch-size B --optimizer kfac --kfac-strategy naive|mpd|spd")
-    print("ms per iteration; speed-up = D-KFAC (naive) iteration / the strategy's\n")
+    print("ms per iteration; speed-up = D-KFAC (naive) iteration / the strategy's; 'spd D_TH' = spd with the paper's code's "
+          f"placement (factors below {paper_threshold} inverted by every worker)\n")
     head = f"{'model':13} {'strategy':8}" + "".join(f"{SHORT[k]:>11}" for k in FIRST_ORDER + KFAC) + f"{'iteration':>11}{'speed-up':>9}"
     print(head)
     out = {}
@@ -60,6 +75,11 @@ def table(cluster: str) -> dict[str, dict[str, object]]:
             cells = "".join(f"{1e3 * b.get(k, 0.0):11.1f}" for k in FIRST_ORDER + KFAC)
             it = p.iteration_time_s  # type: ignore[attr-defined]
             print(f"{model:13} {s:8}{cells}{1e3 * it:11.1f}{naive / it:9.2f}")
+        plan = kfac_plan(cluster, model, batch, SPD, local_below=paper_threshold)
+        cells = "".join(f"{1e3 * preds[SPD].breakdown.get(k, 0.0):11.1f}" for k in FIRST_ORDER)  # type: ignore[attr-defined]
+        cells += "".join(f"{1e3 * plan.phases.as_dict()[k]:11.1f}" for k in KFAC)
+        it = iteration_s(cluster, model, batch, preds, SPD, local_below=paper_threshold)
+        print(f"{model:13} {'spd D_TH':8}{cells}{1e3 * it:11.1f}{naive / it:9.2f}")
         print()
     return out
 
@@ -72,52 +92,64 @@ def _inputs(cluster_file: str, model: str, batch: int) -> tuple:
     return cluster, prof, times, CommModel.for_cluster(cluster), bucket_layout(prof)
 
 
-def kfac_total(cluster_file: str, model: str, batch: int, strategy: str, factor_interference_only: bool = False,
-               **plan_kw: object) -> float:
-    """K-FAC's predicted seconds per iteration with the predictor's inputs (homogeneous cluster);
-    ``factor_interference_only``: without the interference of the inverse broadcasts."""
+def kfac_plan(cluster_file: str, model: str, batch: int, strategy: str, **plan_kw: object) -> KfacPlan:
+    """K-FAC's plan with the predictor's inputs (homogeneous cluster)."""
     cluster, prof, times, comm, layout = _inputs(cluster_file, model, batch)
     job = Job(batch_size=batch, optimizer="kfac", kfac_strategy=strategy)
-    plan = plan_kfac(prof, cluster, job, times, comm, layout, **plan_kw)  # type: ignore[arg-type]
+    return plan_kfac(prof, cluster, job, times, comm, layout, **plan_kw)  # type: ignore[arg-type]
+
+
+def kfac_total(cluster_file: str, model: str, batch: int, strategy: str, factor_interference_only: bool = False,
+               **plan_kw: object) -> float:
+    """K-FAC's predicted seconds per iteration; ``factor_interference_only``: without the
+    interference of the inverse broadcasts."""
+    plan = kfac_plan(cluster_file, model, batch, strategy, **plan_kw)
     return plan.phases.total_s - (plan.interference_split[1] if factor_interference_only else 0.0)
 
 
-def sensitivity(cluster_file: str, base: dict[str, dict[str, object]], method: str) -> None:
+def previous_inverse_curve(gpu: str, shape: float, a: GpuAssumptions) -> SolverCurve:
+    """The Cholesky inverse srift derived before the GPU curve shipped: ``inverse_flops_per_n3 n^3``
+    FLOPs at ``solver_to_gemm`` of the compute model's GEMM rate, half throughput at
+    ``tile sqrt(SMs)``, ``latency_passes`` launches and a sync per call."""
+    rates = kernel_rates(gpu, "fp32")
+    return SolverCurve(a.latency_passes * rates.launch_s + a.sync_s, a.solver_to_gemm * rates.matmul_flops_per_s / a.inverse_flops_per_n3,
+                       a.tile * math.sqrt(hw_gpu(gpu).sm_count), shape)
+
+
+def scenarios(cluster_file: str, method: str, paper_threshold: int) -> list[tuple[str, dict[str, object]]]:
+    """(label, plan keywords) of each scenario of the sensitivity study."""
     gpu = load_cluster(cluster_file).node_groups[0].gpu
     params = load_params()
     central = params.gpu_assumptions
-    ranges = params.meta["gpu_assumptions"]["sources"]
-    relevant = {"inverse": ("inverse_flops_per_n3", "solver_to_gemm", "tile", "latency_passes"),
-                "eigen": ("solver_to_gemm", "eigen_bytes_per_n3", "eigen_flops_per_n3", "tile", "latency_passes",
-                          "eigen_column_launches")}[method]
-    scenarios: list[tuple[str, dict[str, object]]] = [("central", {})]
-    for name, info in ranges.items():
-        if "range" not in info or name not in relevant:
-            continue
-        lo, hi = info["range"]
-        for label, v in (("low", lo), ("high", hi)):
-            a = dataclasses.replace(central, **{name: float(v)})
-            scenarios.append((f"{name} = {v:.3g} ({label})", {"kernels": device_kernels(gpu, assumptions=a)}))
-    gemm_rate = dataclasses.replace(central, inverse_flops_per_n3=1.0, solver_to_gemm=1.0, tile=1e-9, latency_passes=0.0, sync_s=0.0)
-    scenarios.append(("inversion = d^3 at the GEMM rate (previous model)", {"kernels": device_kernels(gpu, assumptions=gemm_rate)}))
-    if method == "inverse":  # the Cholesky inverse fitted on PipeFisher's GPU timings (validated, not shipped)
-        fitted = dataclasses.replace(device_kernels(gpu), inverse=gpu_inverse_curve(gpu, params.shape, central))
-        scenarios.append(("GPU-fitted Cholesky inverse (PipeFisher, not shipped)", {"kernels": fitted}))
-    scenarios.append(("interference of the factor all-reduces only", {"factor_interference_only": True}))
-    scenarios.append(("no interference from hidden K-FAC collectives", {"interference": 0.0}))
-    print(f"\nSPD/D-KFAC speed-up (and MPD/D-KFAC) under each assumption of the GPU kernel model ({method}); "
-          "one assumption moved at a time")
+    out: list[tuple[str, dict[str, object]]] = [("central", {})]
+    if method == "eigen":
+        relevant = ("solver_to_gemm", "eigen_bytes_per_n3", "eigen_flops_per_n3", "tile", "latency_passes", "eigen_column_launches")
+        for name, info in params.meta["gpu_assumptions"]["sources"].items():
+            if "range" not in info or name not in relevant:
+                continue
+            lo, hi = info["range"]
+            for label, v in (("low", lo), ("high", hi)):
+                a = dataclasses.replace(central, **{name: float(v)})
+                out.append((f"{name} = {v:.3g} ({label})", {"kernels": device_kernels(gpu, assumptions=a)}))
+    previous = dataclasses.replace(device_kernels(gpu), inverse=previous_inverse_curve(gpu, params.shape, central))
+    for threshold in (paper_threshold, 1024):
+        out.append((f"spd placed as the paper's code, D_TH = {threshold}", {"local_below": threshold}))
+    if method == "inverse":
+        out.append(("previous Cholesky curve (compute-model rates)", {"kernels": previous}))
+        out.append((f"previous curve, D_TH = {paper_threshold}", {"kernels": previous, "local_below": paper_threshold}))
+    out.append(("interference of the factor all-reduces only", {"factor_interference_only": True}))
+    out.append(("no interference from hidden K-FAC collectives", {"interference": 0.0}))
+    return out
+
+
+def sensitivity(cluster_file: str, base: dict[str, dict[str, object]], method: str, paper_threshold: int) -> None:
+    print(f"\nSPD/D-KFAC speed-up (and MPD/D-KFAC) under each scenario ({method}); one change at a time")
     print(f"{'scenario':58}" + "".join(f"{m:>22}" for m, _ in CASES))
-    for label, kw in scenarios:
+    for label, kw in scenarios(cluster_file, method, paper_threshold):
         cells = []
         for model, batch in CASES:
-            preds = base[model]
-            it = {}
-            for s in KFAC_STRATEGIES:
-                p = preds[s]
-                default = kfac_total(cluster_file, model, batch, s)  # what the prediction holds (inverse)
-                changed = kfac_total(cluster_file, model, batch, s, inverse_method=method, **kw)
-                it[s] = p.iteration_time_s - default + changed  # type: ignore[attr-defined]
+            it = {s: iteration_s(cluster_file, model, batch, base[model], s, inverse_method=method, **kw)
+                  for s in KFAC_STRATEGIES}
             cells.append(f"{it['naive'] / it['spd']:9.2f} ({it['naive'] / it['mpd']:5.2f})")
         print(f"{label[:58]:58}" + "".join(f"{c:>22}" for c in cells))
 
@@ -127,10 +159,12 @@ def main() -> None:
     ap.add_argument("--cluster", default="configs/clusters/ib-64.yaml")
     ap.add_argument("--method", default="inverse", choices=("inverse", "eigen"),
                     help="inverse method of the sensitivity study (the table is the CLI's: inverse)")
+    ap.add_argument("--paper-threshold", type=int, default=PAPER_THRESHOLD,
+                    help="D_TH of the paper's placement (1400 at its submission commit, 1024 in its Dec-2020 code)")
     ap.add_argument("--sensitivity", action="store_true")
     args = ap.parse_args()
-    base = table(args.cluster)
-    # The sensitivity study recomputes K-FAC's phases with the predictor's inputs: check they agree.
+    base = table(args.cluster, args.paper_threshold)
+    # The study recomputes K-FAC's phases with the predictor's inputs: check they agree.
     for model, batch in CASES:
         for s in KFAC_STRATEGIES:
             p = base[model][s]
@@ -138,7 +172,7 @@ def main() -> None:
             theirs = sum(p.breakdown.get(k, 0.0) for k in KFAC)  # type: ignore[attr-defined]
             assert abs(mine - theirs) <= 1e-9 * max(theirs, 1.0), (model, s, mine, theirs)
     if args.sensitivity:
-        sensitivity(args.cluster, base, args.method)
+        sensitivity(args.cluster, base, args.method, args.paper_threshold)
 
 
 if __name__ == "__main__":

@@ -25,11 +25,14 @@ SPD_COSTS = dict(comm_alpha_s=1.0, comm_beta_s_per_byte=1e-7, inv_flops_per_s=1e
 
 
 def _kwargs(strategy: str) -> dict:
-    """``spd``, ``spd-eigen`` (eigen method), ``spd-accum`` (2 micro-batches per step), ..."""
+    """``spd``, ``spd-eigen`` (eigen method), ``spd-accum`` (2 micro-batches per step), ``spd-dth``
+    (the SPD-KFAC code's fixed threshold: factors below 10 local), ..."""
     base, _, variant = strategy.partition("-")
     kw = dict(strategy=base, lr=0.1, damping=0.003, kl_clip=0.001, inverse_method="eigen" if variant == "eigen" else "inverse")
     if variant == "accum":
         kw["accumulation_steps"] = 2
+    if variant == "dth":
+        kw["local_below"] = 10
     if base == "spd":
         kw.update(SPD_COSTS)
     return kw
@@ -76,7 +79,7 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 @pytest.mark.slow
 @pytest.mark.distributed
-@pytest.mark.parametrize("strategy", ["naive", "mpd", "spd", "spd-eigen", "spd-accum"])
+@pytest.mark.parametrize("strategy", ["naive", "mpd", "spd", "spd-eigen", "spd-accum", "spd-dth"])
 def test_two_processes_match_one_process(strategy, tmp_path):
     """Each rank takes half of every batch (``-accum``: in two micro-batches); one process takes
     the whole batch at once."""
@@ -99,6 +102,10 @@ def test_two_processes_match_one_process(strategy, tmp_path):
         assert owners == [-1] * 6
     elif strategy == "mpd":
         assert owners == [0, 1, 0, 1, 0, 1]
+    elif strategy == "spd-dth":
+        # Below 10 (the 4s) local; the rest placed largest first whatever a broadcast costs: 36 -> 0
+        # (46.7 s at 1e3 d^3/s), 17 -> 1 (4.9 s), then both 10s (1 s each) -> 1, still the lighter.
+        assert owners == [1, -1, 0, -1, 1, 1]
     elif strategy.startswith("spd") and not strategy.endswith("eigen"):
         # Inverting d=10 takes 1 s at 1e3 d^3/s, less than broadcasting it (1 s + 22 us):
         # local, like d=4. d=36 (46.7 s) and d=17 (4.9 s) go largest first to the least-loaded rank.

@@ -129,6 +129,8 @@ def test_load_state_dict_rejects_another_model():
     (dict(inv_update_steps=1.5), "inv_update_steps"),
     (dict(comm_alpha_s=-1.0), "comm_alpha_s"),
     (dict(inv_flops_per_s=0), "inv_flops_per_s"),
+    (dict(local_below=-1), "local_below"),
+    (dict(local_below=1400.0), "local_below"),
     (dict(inverse_method="svd"), "inverse_method"),
     (dict(inverse_method="cholesky"), "inverse_method"),
     (dict(accumulation_steps=0), "accumulation_steps"),

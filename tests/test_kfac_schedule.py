@@ -114,3 +114,16 @@ def test_round_robin_and_local_placements():
     tl = schedule.inversion_timeline(DIMS, schedule.place_local(5), 2, INV, BCAST)
     assert (tl.compute_s, tl.broadcast_exposed_s) == (13.0, 0.0)
     assert schedule.place_inversions(DIMS, 1, INV, BCAST) == [-1] * 5
+
+
+def test_the_paper_codes_threshold_replaces_the_cost_criterion():
+    # Inverting is cheap next to a slow broadcast: the criterion keeps every factor local.
+    dims = [64, 2048, 1500, 1399, 4608]
+    cheap = lambda d: d**3 * 1e-12  # noqa: E731
+    slow_bcast = lambda d: 1.0  # noqa: E731
+    assert schedule.place_inversions(dims, 4, cheap, slow_bcast) == [schedule.LOCAL] * 5
+    # SPD-KFAC's D_TH = 1400: below it every worker inverts, the rest go largest first to the
+    # least-loaded worker (4608 -> 0, 2048 -> 1, 1500 -> 2) whatever the broadcast costs.
+    assert schedule.place_inversions(dims, 4, cheap, slow_bcast, local_below=1400) == [schedule.LOCAL, 1, 2, schedule.LOCAL, 0]
+    # One worker: nothing to place.
+    assert schedule.place_inversions(dims, 1, cheap, slow_bcast, local_below=1400) == [schedule.LOCAL] * 5

@@ -123,6 +123,18 @@ def test_phases_spd_two_workers_pipeline_and_fusion():
     assert p.phases.exposed_factor_comm == pytest.approx(end_g - 6e-3 - 73.04e-6)
 
 
+def test_spd_placed_by_the_paper_codes_threshold():
+    # dims [10, 4, 17, 10]: with D_TH = 10 the 4 stays local and the others are placed largest first
+    # on the least-loaded worker whatever the broadcast costs (17 -> 0, 10 -> 1, the second 10 -> 1,
+    # whose load 1000 is still below worker 0's 4913).
+    p = plan(comm=LinearComm(1e-4, 1e-9), local_below=10)
+    assert p.owners == [1, -1, 0, 1]
+    # The slowest worker inverts the local 4 and the 17: (64 + 4913) ns (the test curve: d^3 ns).
+    assert p.phases.inversion == pytest.approx((64 + 4913) * 1e-9)
+    # Three broadcasts of packed inverses (55, 153, 55 elements), the first issued when the 17 is done.
+    assert p.off_rank == 3
+
+
 def test_hidden_factor_all_reduces_are_charged_the_interference():
     comm = LinearComm(1e-4, 1e-9)
     p = plan(comm=comm, interference=0.5)

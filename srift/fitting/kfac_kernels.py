@@ -59,8 +59,9 @@ ASSUMPTION_SOURCES: dict[str, dict[str, Any]] = {
     },
     "solver_to_gemm": {
         "range": [0.5, 0.9],
-        "source": ("blocked Cholesky and triangular solves do their O(n^3) work in level-3 (GEMM-like) updates; GPU "
-                   "libraries (MAGMA, cuSOLVER) report large-n factorisation rates of roughly 60-85 % of their GEMM rate. "
+        "source": ("eigh only (the Cholesky inverse is fitted: solver_efficiency): its O(n^3) level-3 work runs as "
+                   "GEMM-like updates; GPU libraries (MAGMA, cuSOLVER) report large-n factorisation rates of roughly "
+                   "60-85 % of their GEMM rate. "
                    "An assumption with that range; the CPU table's fitted asymptote over its fitted GEMM rate is "
                    "the measured counterpart (cpu_solver_to_gemm)."),
     },
@@ -78,15 +79,15 @@ ASSUMPTION_SOURCES: dict[str, dict[str, Any]] = {
     },
     "tile": {
         "range": [64.0, 256.0],
-        "source": ("n_half = tile x sqrt(SMs): an n x n update launches (n / tile)^2 thread blocks, one wave over the SMs at "
+        "source": ("eigh's n_half = tile x sqrt(SMs): an n x n update launches (n / tile)^2 thread blocks, one wave over the SMs at "
                    "n = tile sqrt(SMs); cuBLAS's FP32 GEMM kernels use 128 x 128 tiles (their names, e.g. "
                    "sgemm_128x128, in any profile). The range halves and doubles n_half."),
     },
     "latency_passes": {
         "range": [0.5, 4.0],
-        "source": ("one damped inverse (clone, diagonal add, cholesky, cholesky_inverse) or eigendecomposition (eigh, "
-                   "cat, clamp) is a handful of eager ops with a host synchronisation: taken as two layer passes of the "
-                   "compute model's fitted per-pass cost (launch_s) plus sync_s."),
+        "source": ("one eigendecomposition (eigh, cat, clamp) is a handful of eager ops with a host synchronisation: "
+                   "taken as two layer passes of the compute model's fitted per-pass cost (launch_s) plus sync_s (the "
+                   "Cholesky inverse's per-call cost is sync_s, its per-column cost fitted)."),
     },
     "sync_s": {"source": "SuperBench kernel-launch wall_overhead (launch + synchronise), median over NVIDIA GPUs"},
     "eigen_column_launches": {

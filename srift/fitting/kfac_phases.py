@@ -22,7 +22,11 @@ The phases are priced with srift's own kernel model (``srift.perf.kfac_kernels.d
 GPU's datasheet FP32 peak and clock from configs/gpus.yaml); its five K-FAC constants
 (``FITTED``) are fitted here by least squares on the log of the times, each phase on its own rows,
 and validated leave-one-GPU-out and leave-one-model-out (``held_out``). The inversion is priced
-with ``gpu_inverse_curve``, which predictions do not use yet (see its docstring).
+with ``gpu_inverse_curve``, the curve every GPU prediction without a measured table uses.
+
+ASDL's ``update_inv`` reads ``pi`` and ``torch.all(F == 0)`` on the host and ``torch.linalg.cholesky``
+checks its result there: about 2.5 host round trips per factor where the curve charges one
+(``sync_s``, 10 us): under 1 % of a measured factor's 2-20 ms, so the same curve stands for both.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from srift.hardware import find_gpu
-from srift.perf.kfac_kernels import DeviceKernels, GpuAssumptions, derive_gpu, gpu_inverse_curve
+from srift.perf.kfac_kernels import DeviceKernels, GpuAssumptions, derive_gpu
 
 DATA_DIR = "kfac-layer-phases"
 CSV = "pipefisher-kfac-layer-phases.csv"
@@ -83,6 +87,9 @@ def load_rows(data: Path) -> pd.DataFrame:
     rows["gpu"] = rows["gpu_label_in_filename"].map(find_gpu)
     rows["model"] = rows["model_config"]
     rows["tokens"] = rows["batch_size"] * rows["seq_len"]
+    # The block's width: the base models (768 / 3072) and the large ones (1024 / 4096) share their
+    # factor shapes, so holding one model out leaves its shapes in the fit; holding a width out does not.
+    rows["width"] = rows["model"].map(lambda m: BLOCK_DIMS[m][0])
     return rows
 
 
@@ -96,15 +103,9 @@ def phase_s(k: DeviceKernels, model: str, tokens: float, phase: PhaseName) -> fl
     return sum(k.precondition_s(l.d_in, l.d_out) for l in lin)
 
 
-def predict(rows: pd.DataFrame, phase: PhaseName, assumptions: GpuAssumptions, shape: float,
-            fitted_inverse: bool = True) -> np.ndarray:
-    """Predicted seconds of ``phase`` for every row; the inversion with the GPU-fitted curve
-    (``gpu_inverse_curve``), or with the one predictions use (``fitted_inverse=False``)."""
-    def kernels_of(g: str) -> DeviceKernels:
-        k = derive_gpu(g, "fp32", shape, assumptions)
-        return dataclasses.replace(k, inverse=gpu_inverse_curve(g, shape, assumptions)) if fitted_inverse else k
-
-    kernels = {g: kernels_of(g) for g in rows["gpu"].unique()}
+def predict(rows: pd.DataFrame, phase: PhaseName, assumptions: GpuAssumptions, shape: float) -> np.ndarray:
+    """Predicted seconds of ``phase`` for every row, with the kernel model predictions use."""
+    kernels = {g: derive_gpu(g, "fp32", shape, assumptions) for g in rows["gpu"].unique()}
     return np.array([phase_s(kernels[r.gpu], r.model, r.tokens, phase) for r in rows.itertuples()])
 
 

@@ -22,46 +22,24 @@ Usage (with or without DDP)::
 
 from __future__ import annotations
 
-import math
-import statistics
 import time
 from collections import defaultdict
-from typing import Any, Callable, Iterable, Union
+from typing import Any, Callable, Iterable
 
 import torch
 from torch import nn
 
-from srift.job import EIGEN, MPD, NAIVE, SPD, KFAC_STRATEGIES as STRATEGIES
+from srift.job import MPD, NAIVE, SPD, KFAC_STRATEGIES as STRATEGIES
 from srift.kfac import schedule
+from srift.kfac.arguments import BOUNDS, Hyper, Interval, check_hyper, check_interval, skip_entries, skip_match
+from srift.kfac.checkpoint import STATE_VERSION, load_state, state_of
 from srift.kfac.distributed import Comm, FusedAllReducer, pack_upper, unpack_upper
-from srift.kfac.layers import (
-    KFACLayer, damped_inverse, damped_inverse_ex, eigen_decomposition, ieee_fp32, make_layers, supported,
-)
+from srift.kfac.layers import KFACLayer, ieee_fp32, make_layers, supported
+from srift.kfac.second_order import precondition, update_inverses
+from srift.kfac.timing import measure_inv_flops, ready_gaps_s, ready_mark
 
-Hyper = Union[float, Callable[[int], float]]
-Interval = Union[int, Callable[[int], int]]
+__all__ = ["KFACPreconditioner", "PHASES", "STATE_VERSION", "STRATEGIES", "ready_gaps_s", "ready_mark"]
 PHASES = ("factor_compute", "factor_comm", "inversion", "inverse_broadcast", "preconditioning")
-STATE_VERSION = 2
-
-
-def _check_hyper(name: str, value: Any, low: float, low_inclusive: bool, high: float | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number or a callable of the step, got {value!r}")
-    if value < low or (value == low and not low_inclusive) or (high is not None and value >= high):
-        bound = f"{'>=' if low_inclusive else '>'} {low}" + (f" and < {high}" if high is not None else "")
-        raise ValueError(f"{name} must be {bound}, got {value!r}")
-
-
-def _check_interval(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1 or a callable of the step, got {value!r}")
-
-
-# name -> (lower bound, lower bound allowed, upper bound): checked up front for constants and at
-# every use for callables (a schedule can go wrong mid-training).
-_BOUNDS: dict[str, tuple[float, bool, float | None]] = {
-    "damping": (0.0, False, None), "factor_decay": (0.0, True, 1.0), "lr": (0.0, False, None), "kl_clip": (0.0, False, None),
-}
 
 
 class KFACPreconditioner:
@@ -95,6 +73,9 @@ class KFACPreconditioner:
         comm_alpha_s: ``spd``: all-reduce/broadcast latency for the planner (None: measured).
         comm_beta_s_per_byte: ``spd``: seconds per byte for the planner (None: measured).
         inv_flops_per_s: ``spd``: inversion speed for the placement, d^3 per second (None: measured).
+        local_below: ``spd``: invert every factor smaller than this on every worker and place the
+            others, whatever they cost (the SPD-KFAC code's fixed ``D_TH``, e.g. 1400); 0 (default):
+            keep a factor local only when inverting it is cheaper than broadcasting its inverse.
 
     ``damping``, ``factor_decay``, ``kl_clip``, ``lr``, ``factor_update_steps`` and
     ``inv_update_steps`` may be callables of the step number (``pre.steps``).
@@ -123,6 +104,7 @@ class KFACPreconditioner:
         comm_alpha_s: float | None = None,
         comm_beta_s_per_byte: float | None = None,
         inv_flops_per_s: float | None = None,
+        local_below: int = 0,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -130,10 +112,10 @@ class KFACPreconditioner:
             raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
         for name, value in (("damping", damping), ("factor_decay", factor_decay), ("lr", lr), ("kl_clip", kl_clip)):
             if not callable(value) and not (name == "kl_clip" and value is None):
-                _check_hyper(name, value, *_BOUNDS[name])
+                check_hyper(name, value, *BOUNDS[name])
         for name, value in (("factor_update_steps", factor_update_steps), ("inv_update_steps", inv_update_steps)):
             if not callable(value):
-                _check_interval(name, value)
+                check_interval(name, value)
         if isinstance(factor_update_steps, int) and isinstance(inv_update_steps, int) and inv_update_steps % factor_update_steps:
             raise ValueError(f"inv_update_steps ({inv_update_steps}) must be a multiple of factor_update_steps ({factor_update_steps})")
         for name, n in (("accumulation_steps", accumulation_steps), ("fusion_profile_steps", fusion_profile_steps)):
@@ -146,11 +128,13 @@ class KFACPreconditioner:
                 raise ValueError(f"{name} must be a non-negative number or None, got {v!r}")
         if inv_flops_per_s is not None and (isinstance(inv_flops_per_s, bool) or not isinstance(inv_flops_per_s, (int, float)) or not inv_flops_per_s > 0):
             raise ValueError(f"inv_flops_per_s must be a positive number or None, got {inv_flops_per_s!r}")
+        if isinstance(local_below, bool) or not isinstance(local_below, int) or local_below < 0:
+            raise ValueError(f"local_below must be an integer >= 0, got {local_below!r}")
         if inverse_method not in schedule.INVERSE_METHODS:
             raise ValueError(f"inverse_method must be one of {', '.join(schedule.INVERSE_METHODS)}, got {inverse_method!r}")
         if grad_scaler is not None and not callable(getattr(grad_scaler, "get_scale", None)):
             raise ValueError("grad_scaler must be a torch.amp.GradScaler (with get_scale())")
-        skip = _skip_entries(skip_layers)
+        skip = skip_entries(skip_layers)
 
         self.strategy = strategy
         self.inverse_method = inverse_method
@@ -166,7 +150,7 @@ class KFACPreconditioner:
         matched: set[int] = set()
         for name, module in model.named_modules():
             clean = name[len("module."):] if name.startswith("module.") else name
-            hit = _skip_match(clean, module, skip)
+            hit = skip_match(clean, module, skip)
             if hit is not None:
                 matched.add(hit)
                 continue
@@ -219,13 +203,14 @@ class KFACPreconditioner:
         # every rank takes the same decisions.
         self.comm_alpha_s, self.comm_beta_s_per_byte = comm_alpha_s, comm_beta_s_per_byte
         self.inv_flops_per_s = inv_flops_per_s
+        self.local_below = local_below
         if strategy == SPD and self.comm.distributed:
             if comm_alpha_s is None or comm_beta_s_per_byte is None:
                 a, b = self.comm.calibrate_allreduce()
                 self.comm_alpha_s = a if comm_alpha_s is None else comm_alpha_s
                 self.comm_beta_s_per_byte = b if comm_beta_s_per_byte is None else comm_beta_s_per_byte
             if inv_flops_per_s is None:
-                self.inv_flops_per_s = self.comm.broadcast_floats([_measure_inv_flops(inverse_method, self.device)])[0]
+                self.inv_flops_per_s = self.comm.broadcast_floats([measure_inv_flops(inverse_method, self.device)])[0]
         self.owners = self._placement()
 
         self._handles = [m.register_forward_hook(self._forward_hook(blocks)) for m, blocks in by_module.items()]
@@ -236,7 +221,7 @@ class KFACPreconditioner:
         if not callable(h):
             return float(h)
         v = h(self.steps)
-        _check_hyper(f"{name}({self.steps})", v, *_BOUNDS[name])
+        check_hyper(f"{name}({self.steps})", v, *BOUNDS[name])
         return float(v)
 
     def _interval(self, name: str) -> int:
@@ -244,7 +229,7 @@ class KFACPreconditioner:
         if not callable(h):
             return int(h)
         v = h(self.steps)
-        _check_interval(f"{name}({self.steps})", v)
+        check_interval(f"{name}({self.steps})", v)
         return int(v)
 
     # ---- placement -------------------------------------------------------------------------
@@ -263,6 +248,7 @@ class KFACPreconditioner:
             self._factor_dims(), p,
             invert_time_s=lambda d: d**3 / rate,  # type: ignore[operator]
             broadcast_time_s=lambda d: alpha + beta * schedule.inverse_message_bytes(d, self.inverse_method),
+            local_below=self.local_below,
         )
 
     # ---- hooks -----------------------------------------------------------------------------
@@ -427,101 +413,11 @@ class KFACPreconditioner:
         ``naive``/``mpd``'s fixed-buffer groups (under "G", A and G factors together)."""
         return {"A": self._reducer_a.groups, "G": self._reducer_g.groups}
 
-    def _second_order(self, f: torch.Tensor, damp: torch.Tensor, infos: list[tuple[str, torch.Tensor]],
-                      name: str) -> torch.Tensor:
-        """``inverse``: ``(F + damp I)^-1`` (d x d), its Cholesky ``info`` appended to ``infos``
-        (checked once per step). ``eigen``: eigenvectors with the eigenvalues as an extra last row
-        ((d+1) x d); damping is applied when preconditioning."""
-        if self.inverse_method == EIGEN:
-            return eigen_decomposition(f)
-        inv, info = damped_inverse_ex(f, damp)
-        infos.append((name, info))
-        return inv
-
-    def _pi_damping(self, layer: KFACLayer, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """Tikhonov damping split between A and G by pi = sqrt(mean eigenvalue of A / of G), as
-        device tensors (P1: no host sync per layer)."""
-        a, g = self.A[layer.name], self.G[layer.name]
-        ta = torch.trace(a) / layer.a_dim
-        tg = torch.trace(g) / layer.g_dim
-        pi = torch.where((ta > 0) & (tg > 0), torch.sqrt(ta.clamp_min(1e-30) / tg.clamp_min(1e-30)), torch.ones_like(ta))
-        return math.sqrt(lam) * pi, math.sqrt(lam) / pi
-
     def _update_inverses(self) -> None:
-        rank = self.comm.rank
-        eigen = self.inverse_method == EIGEN
-        lam = self._value("damping")
-        pending = []  # spd: async broadcasts issued while the next inversions run
-        deferred = []  # mpd: broadcasts after the whole inversion phase
-        t_loop = time.perf_counter()  # the phase: pi-damping, inversions, packing, issuing the broadcasts
-        infos: list[tuple[str, torch.Tensor]] = []
-        for i, layer in enumerate(self.layers):
-            damp_a, damp_g = self._pi_damping(layer, lam)
-            for j, (factors, results, damp, dim) in enumerate((
-                (self.A, self.A_inv, damp_a, layer.a_dim),
-                (self.G, self.G_inv, damp_g, layer.g_dim),
-            )):
-                owner = self.owners[2 * i + j]
-                if owner in (schedule.LOCAL, rank):
-                    results[layer.name] = self._second_order(factors[layer.name], damp, infos, layer.name)
-                if owner == schedule.LOCAL:
-                    continue
-                # What is sent (schedule.inverse_message_bytes): the packed upper triangle of a
-                # (symmetric) inverse, or the whole eigenbasis with its eigenvalues.
-                if owner == rank:
-                    buf = results[layer.name] if eigen else pack_upper(results[layer.name])
-                else:
-                    shape = (dim + 1, dim) if eigen else (schedule.packed_elements(dim),)
-                    buf = factors[layer.name].new_empty(shape)
-                item = (results, layer.name, dim, owner, buf)
-                if self.strategy == SPD:
-                    pending.append((item, self.comm.broadcast(buf, owner, async_op=True)))
-                else:
-                    deferred.append(item)
-        failed = torch.stack([info for _, info in infos]).ne(0).tolist() if infos else []  # one host sync
-        if any(failed):
-            bad = [name for (name, _), f in zip(infos, failed) if f]
-            raise torch.linalg.LinAlgError(f"a damped K-FAC factor is not positive definite (layers {', '.join(bad[:5])}"
-                                           f"{', ...' if len(bad) > 5 else ''}); raise the damping")
-        t0 = time.perf_counter()
-        self.timings["inversion"] += t0 - t_loop
-        for item, handle in pending:
-            if handle is not None:
-                handle.wait()
-        for item in deferred:
-            self.comm.broadcast(item[4], item[3])
-        for results, name, dim, owner, buf in [it for it, _ in pending] + deferred:
-            if owner != rank:
-                results[name] = buf if eigen else unpack_upper(buf, dim)
-        # spd broadcasts run during the inversions: only the wait after them is exposed.
-        self.timings["inverse_broadcast"] += time.perf_counter() - t0
+        update_inverses(self)
 
     def _precondition(self) -> None:
-        lr = self._value("lr")
-        damping = self._value("damping") if self.inverse_method == EIGEN else 0.0
-        updates = []
-        vg_terms = []  # device scalars (P1: no host sync per layer)
-        for layer in self.layers:
-            grad = layer.grad_matrix()
-            if grad is None:
-                continue
-            a_inv, g_inv = self.A_inv[layer.name], self.G_inv[layer.name]
-            grad = grad.to(a_inv.dtype)  # low-precision parameters: precondition in fp32
-            if self.inverse_method == EIGEN:
-                qa, da, qg, dg = a_inv[:-1], a_inv[-1], g_inv[:-1], g_inv[-1]
-                v = qg.t() @ grad @ qa
-                p = qg @ (v / (torch.outer(dg, da) + damping)) @ qa.t()
-            else:
-                p = g_inv @ grad @ a_inv
-            vg_terms.append((p * grad).sum())
-            updates.append((layer, p))
-        nu: float | torch.Tensor = 1.0
-        if self.kl_clip is not None and vg_terms:
-            vg_sum = (torch.stack(vg_terms).sum() * (lr * lr)).abs()
-            nu = torch.where(vg_sum > 0, torch.sqrt(self._value("kl_clip") / vg_sum.clamp_min(1e-30)).clamp(max=1.0),
-                             torch.ones_like(vg_sum))
-        for layer, p in updates:
-            layer.set_grad(p.mul_(nu))
+        precondition(self)
 
     # ---- checkpoints -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -529,18 +425,7 @@ class KFACPreconditioner:
         the current inverses (or eigendecompositions). Tensors are cloned; the result saves with
         ``torch.save`` and loads with ``torch.load(..., weights_only=True)``. Factors of a step in
         progress (passes before ``step()``) are not included: checkpoint after ``step()``."""
-        def clone(d: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-            return {k: v.detach().clone() for k, v in d.items()}
-
-        return {
-            "version": STATE_VERSION,
-            "inverse_method": self.inverse_method,
-            "steps": self.steps,
-            "factor_updates": self._factor_updates,
-            "skipped_factor_updates": self.skipped_factor_updates,
-            "A": clone(self.A), "G": clone(self.G),
-            "A_inv": clone(self.A_inv), "G_inv": clone(self.G_inv),
-        }
+        return state_of(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict()``'s output (onto this preconditioner's device).
@@ -550,40 +435,7 @@ class KFACPreconditioner:
                 inverse method, holds a negative or non-integer count, or a NaN or infinite factor
                 or inverse (checked before anything changes).
         """
-        if not isinstance(state, dict) or "steps" not in state or "A" not in state:
-            raise ValueError("not a KFACPreconditioner state_dict (no 'steps' or 'A')")
-        method = state.get("inverse_method")
-        if method != self.inverse_method:
-            raise ValueError(f"state_dict was saved with inverse_method={method!r}, this preconditioner uses {self.inverse_method!r}")
-        dims = {l.name: (l.a_dim, l.g_dim) for l in self.layers}
-        for key in ("A", "G", "A_inv", "G_inv"):
-            part = state.get(key, {})
-            if not isinstance(part, dict):
-                raise ValueError(f"state_dict['{key}'] must be a dict of tensors")
-            if part and set(part) != set(dims):
-                extra, missing = sorted(set(part) - set(dims)), sorted(set(dims) - set(part))
-                raise ValueError(f"state_dict['{key}'] does not match this model's K-FAC layers "
-                                 f"(unknown: {', '.join(extra) or '-'}; missing: {', '.join(missing) or '-'})")
-            for name, t in part.items():
-                d = dims[name][0 if key.startswith("A") else 1]
-                want = (d + 1, d) if key.endswith("_inv") and self.inverse_method == EIGEN else (d, d)
-                if not isinstance(t, torch.Tensor) or tuple(t.shape) != want:
-                    raise ValueError(f"state_dict {key}['{name}'] has shape {tuple(getattr(t, 'shape', ()))}, expected {want}")
-                if not t.is_floating_point() or not bool(torch.isfinite(t).all()):
-                    # a NaN factor or an infinite inverse would turn every preconditioned gradient NaN
-                    raise ValueError(f"state_dict {key}['{name}'] holds NaN or infinite values (or is not a float tensor)")
-        counts = {"steps": state["steps"], "factor_updates": state.get("factor_updates", 1 if state["A"] else 0),
-                  "skipped_factor_updates": state.get("skipped_factor_updates", 0)}
-        for key, value in counts.items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"state_dict['{key}'] must be a whole number of at least 0, got {value!r}")
-        device = self.layers[0].module.weight.device
-        self.steps = counts["steps"]
-        self._factor_updates = counts["factor_updates"]
-        self.skipped_factor_updates = counts["skipped_factor_updates"]
-        for key in ("A", "G", "A_inv", "G_inv"):
-            setattr(self, key, {k: v.detach().to(device, torch.float32, copy=True) for k, v in state.get(key, {}).items()})
-        self._acc.clear()
+        load_state(self, state)
 
     def remove_hooks(self) -> None:
         """Detach from the model."""
@@ -592,69 +444,3 @@ class KFACPreconditioner:
         self._handles = []
 
 
-def _skip_entries(skip_layers: Iterable[Any]) -> tuple[Any, ...]:
-    if isinstance(skip_layers, (str, type)):
-        skip_layers = (skip_layers,)
-    try:
-        skip = tuple(skip_layers)
-    except TypeError:
-        raise ValueError(f"skip_layers must be module names, class names or module types, got {skip_layers!r}") from None
-    for s in skip:
-        if not isinstance(s, (str, type)):
-            raise ValueError(f"skip_layers entries must be module names, class names or module types, got {s!r}")
-    return skip
-
-
-def _skip_match(name: str, module: nn.Module, skip: tuple[Any, ...]) -> int | None:
-    """Index of the first ``skip_layers`` entry that matches this module, or None."""
-    for i, s in enumerate(skip):
-        if isinstance(s, type) and isinstance(module, s):
-            return i
-        if isinstance(s, str) and (s == type(module).__name__ or name == s or name.startswith(s + ".")):
-            return i
-    return None
-
-
-def ready_mark(device: torch.device) -> Any:
-    """When a factor is ready (review item M15): on CUDA an event on the current stream (the GPU's
-    time line: the host runs ahead of the kernels, so its clock would plan SPD's fusion on launch
-    gaps), else ``perf_counter`` seconds."""
-    if device.type == "cuda":
-        event = torch.cuda.Event(enable_timing=True)
-        event.record(torch.cuda.current_stream(device))
-        return event
-    return time.perf_counter()
-
-
-def ready_gaps_s(marks: list[Any]) -> list[float]:
-    """Seconds from each ``ready_mark`` to the next, 0 first. CUDA events are read once the last has
-    run (SPD reads them after the step's all-reduces, which follow every factor)."""
-    if not marks:
-        return []
-    if isinstance(marks[0], float):
-        return [0.0] + [b - a for a, b in zip(marks, marks[1:])]
-    marks[-1].synchronize()
-    return [0.0] + [a.elapsed_time(b) / 1000.0 for a, b in zip(marks, marks[1:])]
-
-
-def _measure_inv_flops(method: str, device: torch.device | None = None, dim: int = 256, repeats: int = 5) -> float:
-    """d^3 per second of the inverse method's kernel on ``device`` (the factors'; the median call:
-    a typical cost, as the prediction prices inversions)."""
-    device = device or torch.device("cpu")
-    m = torch.randn(dim, dim, device=device)
-    m = m @ m.t() / dim + torch.eye(dim, device=device)
-    fn = eigen_decomposition if method == EIGEN else (lambda f: damped_inverse(f, 1e-3))
-
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    fn(m)  # warm-up
-    samples = []
-    for _ in range(repeats):
-        sync()
-        t0 = time.perf_counter()
-        fn(m)
-        sync()
-        samples.append(time.perf_counter() - t0)
-    return dim**3 / max(statistics.median(samples), 1e-9)

@@ -227,19 +227,25 @@ def place_inversions(
     num_workers: int,
     invert_time_s: Callable[[int], float],
     broadcast_time_s: Callable[[int], float],
+    local_below: int = 0,
 ) -> list[int]:
     """SPD-KFAC load-balanced placement of factor inversions.
 
     Factors are taken largest first (ties: lower index first). A factor whose inversion is
     cheaper than broadcasting its inverse (``invert_time_s(d) <= broadcast_time_s(d)``) is
     inverted by every worker (``LOCAL``); otherwise it goes to the worker with the least
-    assigned inversion time so far (lowest rank on ties), and its inverse is broadcast.
+    assigned inversion time so far (lowest rank on ties), and its inverse is broadcast. With
+    ``local_below`` the SPD-KFAC code's fixed threshold replaces that criterion: factors smaller
+    than it are ``LOCAL``, every other is placed (``D_TH`` of shyhuai/kfac_pytorch's
+    ``_generate_eigen_ranks_uniform``: 1400 at the paper's submission commit 1233119, 1024 in its
+    December 2020 code; it sizes the load by ``d``, this by the predicted inversion time).
 
     Args:
         dims: Dimension of each factor (model order).
         num_workers: Number of workers.
         invert_time_s: Predicted seconds to invert a ``d x d`` factor.
         broadcast_time_s: Predicted seconds to broadcast the (packed) inverse of a ``d x d`` factor.
+        local_below: The fixed threshold (0: the cost criterion).
 
     Returns:
         Owner per factor: a rank, or ``LOCAL`` (-1).
@@ -252,7 +258,7 @@ def place_inversions(
     loads = [0.0] * num_workers
     for i in sorted(range(len(dims)), key=lambda k: (-dims[k], k)):
         cost = invert_time_s(dims[i])
-        if cost <= broadcast_time_s(dims[i]):
+        if (dims[i] < local_below) if local_below else cost <= broadcast_time_s(dims[i]):
             continue
         r = min(range(num_workers), key=lambda w: (loads[w], w))
         owners[i] = r

@@ -8,10 +8,13 @@ priced as srift's runtime (``srift.kfac``) runs them, in fp32.
 
 a fixed cost per call (dispatch, launches, and on a GPU the host synchronisation
 ``torch.linalg.cholesky`` and ``eigh`` make to check their result), a cost per column for
-algorithms that launch a kernel per column (the tridiagonal reduction of ``eigh`` on a GPU), and
+steps that wait on each other column by column (the tridiagonal reduction of ``eigh`` on a GPU,
+a GPU Cholesky inverse's panels and triangular solves), and
 a throughput that rises with ``n`` to an asymptote (``rate_n3_per_s``, in ``n^3`` per second),
 reaching half of it at ``n_half``. The form is fitted on measured tables (the CPU's; a GPU's when
-one is measured); ``shape`` is the CPU's (srift/fitting/kfac_kernels.py).
+one is measured); ``shape`` is the CPU's (srift/fitting/kfac_kernels.py). A GPU without a table
+prices the Cholesky inverse on ``gpu_inverse_curve`` (fitted on PipeFisher's timings of the same
+operations: ``n_half`` 0, a cost per column, the FLOPs at a share of the FP32 peak).
 
 **Factors.** Factor A of a convolution unfolds its input (``F.unfold`` writes the patches, and the
 transpose to rows copies them: three passes over the unfolded bytes, plus reading the input),
@@ -30,12 +33,13 @@ and ``PRECONDITION_PASSES`` passes over the block at the memory rate.
 **Parameters** (configs/perf/kfac_kernels.json, written by scripts/fit_models.py): a device with a
 measured table (data/measurements/kfac-kernels-<device>.csv, the columns of
 scripts/measure_kfac_kernels.py) uses its fitted curves and rates; any other GPU derives them from
-its datasheet (FP32 peak at the sustained clock: the factors' and preconditioning's GEMMs at
-efficiencies fitted on PipeFisher's GPU block timings, srift/fitting/kfac_phases.py), the compute
-model (memory rate, per-pass launch cost and, for the solvers, its FP32 matmul rate:
-``srift.perf.compute.kernel_rates``) and the documented assumptions of the file's
-``gpu_assumptions`` (solver rate relative to the GEMM rate, FLOPs per ``n^3``, size at half
-throughput from the SM count, latencies), each with its source and range (docs/kfac.md).
+its datasheet (FP32 peak and clock at the sustained clock: the factors' and preconditioning's
+GEMMs and the Cholesky inverse (``gpu_inverse_curve``) with constants fitted on PipeFisher's GPU
+block timings, srift/fitting/kfac_phases.py), the compute model (memory rate, per-pass launch cost
+and, for ``eigh``, its FP32 matmul rate: ``srift.perf.compute.kernel_rates``) and the documented
+assumptions of the file's ``gpu_assumptions`` (``eigh``'s rate relative to the GEMM rate, FLOPs
+per ``n^3``, size at half throughput from the SM count, latencies), each with its source and
+range (docs/kfac.md).
 """
 
 from __future__ import annotations
@@ -72,8 +76,8 @@ BIAS_BYTES_PER_ELEMENT = 8.0
 PACK_BYTES_PER_ELEMENT = 20.0
 UNPACK_BYTES_PER_ELEMENT = 36.0
 STEP_BYTES_PER_ELEMENT = PACK_BYTES_PER_ELEMENT + 8.0 + UNPACK_BYTES_PER_ELEMENT + 20.0
-# Passes over a d_G x d_A block besides the GEMMs when preconditioning (srift.kfac.preconditioner
-# ``_precondition`` and ``KFACLayer.grad_matrix/set_grad``): the gradient gathered with its bias
+# Passes over a d_G x d_A block besides the GEMMs when preconditioning (srift.kfac.second_order
+# ``precondition`` and ``KFACLayer.grad_matrix/set_grad``): the gradient gathered with its bias
 # column (read + write), the KL-clip term ``(p * grad).sum()`` (read both), ``p.mul_(nu)`` (read +
 # write) and the copy back into the weight gradient (read + write).
 PRECONDITION_PASSES = 8.0
@@ -269,11 +273,11 @@ class GpuAssumptions:
 
     Attributes:
         inverse_flops_per_n3: FLOPs of the Cholesky inverse per ``n^3``.
-        solver_to_gemm: Asymptotic rate of the solvers' level-3 kernels over the GEMM rate.
+        solver_to_gemm: Asymptotic rate of ``eigh``'s level-3 kernels over the GEMM rate.
         eigen_bytes_per_n3: Bytes ``eigh``'s tridiagonal reduction reads per ``n^3`` (memory-bound).
         eigen_flops_per_n3: ``eigh``'s other FLOPs per ``n^3`` (at the solver rate).
-        tile: GEMM tile edge: ``n_half = tile * sqrt(SMs)`` (an ``n x n`` update fills the SMs once).
-        latency_passes: A solver call's fixed cost in the compute model's per-pass launch costs.
+        tile: GEMM tile edge: ``eigh``'s ``n_half = tile * sqrt(SMs)`` (an ``n x n`` update fills the SMs once).
+        latency_passes: An ``eigh`` call's fixed cost in the compute model's per-pass launch costs.
         sync_s: Host round trip of a synchronising call.
         eigen_column_launches: Kernel launches per column of ``eigh`` (the reduction's ``symv``).
         launch_gap_s: Gap between two back-to-back kernels a library launches.
@@ -281,7 +285,7 @@ class GpuAssumptions:
             the factors' Gram products reach (``a^T a``: ``d x d`` out, the token count deep).
         precondition_gemm_efficiency: The same for preconditioning's GEMMs (``d`` deep).
         solver_efficiency: Share of the FP32 peak the Cholesky inverse's ``inverse_flops_per_n3 n^3``
-            FLOPs run at (``gpu_inverse_curve``: validated, not used by predictions yet).
+            FLOPs run at (``gpu_inverse_curve``).
         solver_cycles_per_column: GPU clock cycles per column of the factor the Cholesky inverse
             spends in steps that wait on each other (panels, triangular solves, launches): the
             ``column_s`` of ``gpu_inverse_curve`` is this over the clock.
@@ -383,10 +387,9 @@ def derive_gpu(gpu: str, precision: str, shape: float, assumptions: GpuAssumptio
     and launch cost, and ``assumptions`` (no measured table).
 
     The factors' and preconditioning's GEMMs run at their efficiency times the FP32 peak at the
-    sustained clock (fitted on PipeFisher's GPU timings); the solvers (``inverse``, ``eigen``) from
-    the compute model's matmul and memory rates and the documented assumptions. The GPU-fitted
-    Cholesky inverse (``gpu_inverse_curve``) is validated but not used here: fitted on factors of
-    768-4096 it prices the many small factors of CNNs at 3-5x the current curve (docs/kfac.md).
+    sustained clock, the ``inverse`` method's damped Cholesky inverse on ``gpu_inverse_curve``
+    (all three fitted on PipeFisher's GPU timings); ``eigh`` (``eigen``, no GPU measurement) from
+    the compute model's matmul and memory rates and the documented assumptions.
 
     Args:
         gpu: A GPU name of configs/gpus.yaml.
@@ -400,28 +403,32 @@ def derive_gpu(gpu: str, precision: str, shape: float, assumptions: GpuAssumptio
     rates = kernel_rates(spec.name, _matmul_precision(precision))
     a = assumptions
     peak = spec.peak_flops(FP32) / spec.clock_derate
-    clock_hz = (spec.sustained_clock_mhz or spec.boost_clock_mhz) * 1e6
     solver_flops = a.solver_to_gemm * rates.matmul_flops_per_s
     n_half = a.tile * math.sqrt(spec.sm_count)
     latency = a.latency_passes * rates.launch_s + a.sync_s
-    inverse = SolverCurve(latency, solver_flops / a.inverse_flops_per_n3, n_half, shape)
+    inverse = gpu_inverse_curve(spec.name, shape, a)
     # eigh: the memory-bound half of the tridiagonal reduction and the rest at the solver rate.
     eigen_s_per_n3 = a.eigen_bytes_per_n3 / rates.memory_bytes_per_s + a.eigen_flops_per_n3 / solver_flops
     eigen = SolverCurve(latency, 1.0 / eigen_s_per_n3, n_half, shape, a.eigen_column_launches * a.launch_gap_s)
     gemm, pre = a.factor_gemm_efficiency * peak, a.precondition_gemm_efficiency * peak
     basis = (f"derived for {spec.name} (no measured table): from its FP32 peak {peak / 1e12:.1f} TFLOP/s, factor GEMMs at "
-             f"{a.factor_gemm_efficiency:.2f} of it, preconditioning at {a.precondition_gemm_efficiency:.2f} (fitted on "
-             f"PipeFisher's P100/V100/RTX 3090 block timings); copies at {rates.memory_bytes_per_s / 1e9:.0f} GB/s; solvers at "
-             f"{a.solver_to_gemm:.2f} of the compute model's GEMM rate (Cholesky inverse {a.inverse_flops_per_n3:.2f} n^3 "
-             f"FLOPs), half throughput at n = {n_half:.0f}")
+             f"{a.factor_gemm_efficiency:.2f} of it, preconditioning at {a.precondition_gemm_efficiency:.2f}, the Cholesky "
+             f"inverse's {a.inverse_flops_per_n3:.2f} n^3 FLOPs at {a.solver_efficiency:.2f} of it plus "
+             f"{a.solver_cycles_per_column:.0f} clock cycles per column (fitted on PipeFisher's P100/V100/RTX 3090 block "
+             f"timings, factors of 768-4096: smaller ones extrapolated); copies at {rates.memory_bytes_per_s / 1e9:.0f} GB/s; "
+             f"eigh at {a.solver_to_gemm:.2f} of the compute model's GEMM rate, half throughput at n = {n_half:.0f}")
     return DeviceKernels(spec.name, basis, inverse, eigen, gemm, rates.memory_bytes_per_s, a.call_s, a.sync_s,
                          precondition_flops_per_s=pre)
 
 
 def gpu_inverse_curve(gpu: str, shape: float, assumptions: GpuAssumptions) -> SolverCurve:
-    """The Cholesky inverse fitted on PipeFisher's GPU timings (factors of 768-4096): its
-    ``inverse_flops_per_n3 n^3`` FLOPs at ``solver_efficiency`` of the FP32 peak, plus
-    ``solver_cycles_per_column`` clock cycles per column and a host synchronisation."""
+    """The ``inverse`` method's damped Cholesky inverse of one ``n x n`` factor on a GPU, as the
+    runtime runs it (``torch.linalg.cholesky_ex`` then ``torch.cholesky_inverse``, one factor at a
+    time, fp32): its ``inverse_flops_per_n3 n^3`` FLOPs at ``solver_efficiency`` of the FP32 peak,
+    ``solver_cycles_per_column`` clock cycles per column (the factorisation's and the triangular
+    solves' steps that wait on each other) and a host synchronisation. Both constants are fitted on
+    PipeFisher's timings of the same operations (ASDL's ``cholesky_inv``) on P100, V100 and RTX 3090
+    (srift/fitting/kfac_phases.py)."""
     spec = gpu_spec(gpu)
     a = assumptions
     peak = spec.peak_flops(FP32) / spec.clock_derate

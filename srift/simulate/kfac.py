@@ -6,7 +6,7 @@ factor and inverse update intervals.
 What is priced is what srift's runtime (``srift.kfac``) does:
 
 * the K-FAC blocks are the runtime's: one per Linear/Conv2d, ``groups`` per grouped convolution
-  (``kfac_blocks``), factors in the order ``A_0, G_0, A_1, G_1, ...``;
+  (``srift.simulate.kfac_blocks``), factors in the order ``A_0, G_0, A_1, G_1, ...``;
 * the kernels' seconds come from the K-FAC kernel model (``srift.perf.kfac_kernels``: measured
   tables, or a GPU's figures derived from the compute model and documented assumptions), for the
   job's inverse method; a profile made with ``srift profile --kfac`` carries the kernels' measured
@@ -15,7 +15,7 @@ What is priced is what srift's runtime (``srift.kfac``) does:
   runtime calls, with the inputs the runtime gives them: the SPD fusion planner and the inversion
   placement take ``alpha + beta * bytes`` through the all-reduce at 4 bytes and 1 MiB
   (``Comm.calibrate_allreduce``), and the placement prices an inversion at ``d^3`` over the rate the
-  runtime measures at ``d = 256`` (``_measure_inv_flops``); the phases are then timed with the
+  runtime measures at ``d = 256`` (``srift.kfac.timing.measure_inv_flops``); the phases are then timed with the
   full kernel and communication models;
 * SPD's factor all-reduces share one link with DDP's gradient buckets (``bucket_layout``, the one
   DDP bucket rule); collectives hidden behind computation (SPD's factor all-reduces, its inverse
@@ -46,12 +46,17 @@ from srift.job import INVERSE, MPD, NAIVE, SPD, Job
 from srift.kfac import schedule
 from srift.perf.compute import LayerTimes
 from srift.perf.kfac_kernels import DeviceKernels, device_kernels, half_precision
-from srift.profile import KFAC_TIME_FIELDS, LayerProfile, Profile
+from srift.profile import Profile
 from srift.simulate.breakdown import (EXPOSED_FACTOR_COMM, FACTOR_COMPUTE, INVERSE_BROADCAST, INVERSION,
                                      KFAC_COMM_INTERFERENCE, PRECONDITIONING, Phase)
 from srift.simulate.ddp import BucketLayout, bucket_layout, bucket_ready_s
+from srift.simulate.kfac_blocks import (KfacBlock, factor_dims, kfac_blocks, kfac_layers, kfac_memory_bytes, layer_blocks,
+                                       measured_scale)
 
-FP32_BYTES = 4  # factors are kept and communicated in fp32 (fp16 factor all-reduce diverges)
+# The blocks (srift.simulate.kfac_blocks) are imported from here too.
+__all__ = ["KfacBlock", "KfacPhases", "KfacPlan", "factor_dims", "kfac_blocks", "kfac_layers", "kfac_memory_bytes", "layer_blocks",
+           "measured_scale", "plan_kfac", "runtime_costs"]
+
 QUANTILES = (0.5, 0.9)
 # What the runtime measures its placement and fusion costs with (srift.kfac.preconditioner and
 # srift.kfac.distributed): the inversion rate at one size, the all-reduce at two sizes.
@@ -114,34 +119,6 @@ class _PerUpdate:
 
 
 @dataclass(frozen=True)
-class KfacBlock:
-    """One K-FAC block as the runtime builds it (a Linear, a Conv2d, or one group of a grouped one).
-
-    Attributes:
-        layer: Index of the layer in the profile.
-        name: The layer name (``[j]`` appended for group ``j``).
-        a_dim, g_dim: Factor dimensions (A with the bias column).
-        rows: Factor rows per step: per-GPU batch x positions per sample.
-        width: Columns of the input rows (``a_dim`` without the bias column).
-        conv: A convolution (its input is unfolded, its output gradient copied to rows).
-        input_elements: Elements of the block's input (what the unfold reads).
-    """
-
-    layer: int
-    name: str
-    a_dim: int
-    g_dim: int
-    rows: float
-    width: int
-    conv: bool
-    input_elements: float
-
-    @property
-    def bias(self) -> bool:
-        return self.a_dim > self.width
-
-
-@dataclass(frozen=True)
 class KfacPlan:
     """Everything behind one K-FAC prediction (for the predictor, the scripts and tests).
 
@@ -185,64 +162,6 @@ class KfacPlan:
     def off_rank(self) -> int:
         """Factors inverted by one worker and broadcast."""
         return sum(o != schedule.LOCAL for o in self.owners)
-
-
-def kfac_layers(profile: Profile) -> list[LayerProfile]:
-    """The profile's layers that carry K-FAC factor dimensions, in execution order."""
-    return [l for l in profile.layers if l.kfac_a_dim and l.kfac_g_dim]
-
-
-def factor_dims(layer: LayerProfile) -> tuple[int, int]:
-    """(A, G) factor dimensions of one K-FAC block of a layer (0 for a layer without them)."""
-    return layer.kfac_a_dim or 0, layer.kfac_g_dim or 0
-
-
-def layer_blocks(layer: LayerProfile) -> int:
-    """K-FAC blocks of a layer: ``groups`` for a grouped convolution (its ``params`` are
-    ``groups x kfac_g_dim x kfac_a_dim``), 1 otherwise (and for a layer without parameters)."""
-    a, g = factor_dims(layer)
-    if not (a and g):
-        return 0
-    return max(1, round(layer.params / (a * g)))
-
-
-def kfac_blocks(profile: Profile) -> list[KfacBlock]:
-    """The runtime's K-FAC blocks of a profile, in execution order, at the profile's batch."""
-    out = []
-    for i, layer in enumerate(profile.layers):
-        n = layer_blocks(layer)
-        if not n:
-            continue
-        a, g = factor_dims(layer)
-        rows = float(profile.batch_size * (layer.kfac_spatial or 1))
-        # The bias column: what the layer's FLOPs (2 x rows x C_out x width) leave of a_dim.
-        width = round(layer.fwd_flops / (2.0 * rows * g * n)) if layer.fwd_flops > 0 else a
-        width = width if a - 1 <= width <= a else a
-        elem = 2.0 if half_precision(profile.precision) else 4.0
-        inputs = max(layer.fwd_bytes - layer.activation_bytes - layer.grad_bytes, 0.0) / elem / n
-        conv = layer.type.lower().startswith("conv")
-        for j in range(n):
-            out.append(KfacBlock(i, f"{layer.name}[{j}]" if n > 1 else layer.name, a, g, rows, width, conv, inputs))
-    return out
-
-
-def kfac_memory_bytes(profile: Profile) -> float:
-    """Bytes per GPU of the running factors and their inverses (fp32, full matrices)."""
-    return 2.0 * FP32_BYTES * sum(b.a_dim**2 + b.g_dim**2 for b in kfac_blocks(profile))
-
-
-def measured_scale(profile: Profile, compute: LayerTimes) -> float | None:
-    """Factor from the measured K-FAC kernel times (``srift profile --kfac``) to the target: the
-    target's forward + backward seconds of the K-FAC layers over the measured ones (1 on the
-    profiling device itself). None when the compute times are not anchored on measurements (a
-    CPU profile says nothing about a GPU's kernels) or some K-FAC layer lacks a kernel time."""
-    layers = kfac_layers(profile)
-    if not compute.anchored or not all(getattr(l, f) is not None for l in layers for f in KFAC_TIME_FIELDS):
-        return None
-    is_kfac = np.array([bool(l.kfac_a_dim and l.kfac_g_dim) for l in profile.layers])
-    target = float((compute.fwd_s + compute.bwd_s)[is_kfac].sum())
-    measured = sum((l.fwd_s or 0.0) + (l.bwd_s or 0.0) for l in layers)
-    return target / measured if target > 0 and measured > 0 else 1.0
 
 
 @dataclass(frozen=True)
@@ -400,7 +319,7 @@ def runtime_costs(kernels: DeviceKernels, method: str, link: _Link) -> tuple[Cal
 
 def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes, comm: CommLike | None,
               layout: BucketLayout | None = None, *, kernels: DeviceKernels | None = None,
-              inverse_method: str = "inverse", interference: float | None = None) -> KfacPlan:
+              inverse_method: str = "inverse", interference: float | None = None, local_below: int = 0) -> KfacPlan:
     """Plan one K-FAC iteration of ``job.kfac_strategy`` and predict its phases.
 
     Args:
@@ -415,6 +334,9 @@ def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes,
         inverse_method: ``inverse`` (damped Cholesky inverse) or ``eigen`` (``eigh``).
         interference: Seconds per hidden second of K-FAC collective (default: from ``comm``,
             as the first-order prediction charges DDP's; 1 on CPU workers).
+        local_below: ``spd``: invert factors smaller than this on every worker and place the others
+            (the SPD-KFAC code's fixed threshold, ``schedule.place_inversions``); 0: the runtime's
+            cost criterion.
 
     Raises:
         SriftError: for a profile without K-FAC factor dimensions, or an unknown inverse method.
@@ -459,7 +381,8 @@ def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes,
         owners = schedule.place_round_robin(len(dims), workers)
     else:
         owners = schedule.place_inversions(
-            dims, workers, invert_guess, lambda d: alpha + beta * schedule.inverse_message_bytes(d, inverse_method))
+            dims, workers, invert_guess, lambda d: alpha + beta * schedule.inverse_message_bytes(d, inverse_method),
+            local_below)
     sizes = [factor_bytes(d) for d in dims]
     overlap = median.distributed
     if not overlap:

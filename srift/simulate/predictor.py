@@ -238,9 +238,9 @@ class Predictor:
         if self.job.kfac and pct is not None:
             # The figures come from first-order DDP runs; K-FAC's phases are checked per transformer
             # block only (scripts/validate.py --only kfac), no whole GPU K-FAC run.
-            basis += ("; for the first-order part only: K-FAC's factor and preconditioning kernels are within 15 % of "
-                      "PipeFisher's per-block GPU timings with the GPU held out; its inversions are predicted faster than those "
-                      "timings (docs/kfac.md; scripts/validate.py --only kfac)")
+            basis += ("; for the first-order part only: K-FAC's factor, Cholesky-inverse and preconditioning kernels are within "
+                      "15 % of PipeFisher's per-block GPU timings with the GPU held out (factors of 768-4096; smaller and larger "
+                      "ones extrapolated: docs/kfac.md; scripts/validate.py --only kfac)")
         return pct, basis, typical_error(1, 1, cpu, measured)[0]
 
     def _finetune_notes(self) -> list[str]:
