@@ -83,6 +83,15 @@ def test_the_docs_type_no_validation_figure_by_hand():
         assert not found, f"docs/{page.name} types a percentage by hand, generate it (scripts/render_docs.py): {found}"
 
 
+def test_the_docs_hold_no_dated_runs_or_commits():
+    """Docs describe what is; when something was measured, on which commit, is CHANGELOG.md's."""
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        if page.name in NOT_YET_CONVERTED:
+            continue
+        text = page.read_text(encoding="utf-8")
+        assert not re.findall(r"\b20\d\d-[01]\d-[0-3]\d\b|\bmain [0-9a-f]{7}\b", text), page.name
+
+
 def test_the_hand_typed_check_catches_a_typed_figure():
     assert _hand_typed_percentages("LOSO is 15.8 % on 58 rows.", ())
     assert not _hand_typed_percentages("LOSO is <!-- fig:accuracy#groups.multi_node.loso -->15.8 %<!-- /fig -->.", ())
