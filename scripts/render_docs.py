@@ -5,7 +5,8 @@ Two kinds of marker, invisible when the markdown is rendered:
 - ``<!-- fig:FILE#PATH -->13.6 %<!-- /fig -->``: the value at the dotted PATH of
   configs/perf/FILE.json (``accuracy#groups.multi_node.loso``). A float is a percentage
   (``13.6 %``; ``13.6`` with ``,bare`` after the path, for a table whose header says %), an integer a
-  count (``4,066``), text as it is.
+  count (``4,066``), text as it is. A constant that is not a percentage takes ``,x=FACTOR`` (a
+  unit: ``,bare,x=1e6,d=0`` writes seconds as a whole number of microseconds) and ``,d=DIGITS``.
 - ``<!-- table:NAME -->`` ... ``<!-- /table -->``: a table of such values (``TABLES`` below).
 - ``<!-- api:SECTION -->`` ... ``<!-- /api -->``: the Python API reference's SECTION, written from
   the code's signatures and docstrings (scripts/api_reference.py).
@@ -35,7 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]  # this checkout's srift and the sibling script
 from api_reference import reference  # noqa: E402 (a sibling script)
 PERF = ROOT / "configs" / "perf"
-FIG = re.compile(r"<!-- fig:(?P<file>[a-z_]+)#(?P<path>[A-Za-z0-9_.-]+)(?P<bare>,bare)? -->(?P<value>.*?)<!-- /fig -->")
+FIG = re.compile(r"<!-- fig:(?P<file>[a-z_]+)#(?P<path>[A-Za-z0-9_./-]+)(?P<opts>(?:,[a-z]+(?:=[0-9.e+-]+)?)*) -->"
+                 r"(?P<value>.*?)<!-- /fig -->")
 TABLE = re.compile(r"<!-- table:(?P<name>[a-z0-9-]+) -->\n(?P<body>.*?)<!-- /table -->", re.S)
 API = re.compile(r"<!-- api:(?P<name>[a-z]+) -->\n(?P<body>.*?)<!-- /api -->", re.S)
 OUT = re.compile(r"^(?P<indent>[ ]*)<!-- out:(?P<name>[a-z0-9-]+) -->\n(?P=indent)```\n(?P<body>.*?)(?P=indent)```\n", re.S | re.M)
@@ -84,21 +86,23 @@ def documents() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
-def figure(file: str, path: str, bare: bool = False) -> str:
+def figure(file: str, path: str, bare: bool = False, scale: float = 1.0, digits: int = 1) -> str:
     """The value at ``path`` of configs/perf/``file``.json, written as the docs write it (``bare``:
-    a percentage without its sign)."""
+    a percentage without its sign; a float times ``scale`` to ``digits`` decimals)."""
     value: Any = json.loads((PERF / f"{file}.json").read_text(encoding="utf-8"))
     for key in path.split("."):
         value = value[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return str(value)
-    if isinstance(value, int):
+    if isinstance(value, int) and scale == 1.0:
         return f"{value:,}"
-    return f"{value:.1f}" if bare else f"{value:.1f} %"
+    text = f"{value * scale:,.{digits}f}"
+    return text if bare else f"{text} %"
 
 
 def _fig(m: re.Match[str]) -> str:
-    return figure(m["file"], m["path"], bool(m["bare"]))
+    opts = dict(o.partition("=")[::2] for o in m["opts"].split(",") if o)
+    return figure(m["file"], m["path"], "bare" in opts, float(opts.get("x", 1.0)), int(opts.get("d", 1)))
 
 
 def table(name: str) -> str:
@@ -139,7 +143,7 @@ def render(text: str, outputs: dict[str, str]) -> str:
     """``text`` with every marker's value or block replaced by what it should be."""
     text = TABLE.sub(lambda m: f"<!-- table:{m['name']} -->\n{table(m['name'])}<!-- /table -->", text)
     text = API.sub(lambda m: f"<!-- api:{m['name']} -->\n{reference(m['name'])}<!-- /api -->", text)
-    text = FIG.sub(lambda m: f"<!-- fig:{m['file']}#{m['path']}{m['bare'] or ''} -->{_fig(m)}<!-- /fig -->", text)
+    text = FIG.sub(lambda m: f"<!-- fig:{m['file']}#{m['path']}{m['opts']} -->{_fig(m)}<!-- /fig -->", text)
     return OUT.sub(lambda m: _block(m["indent"], m["name"], outputs[m["name"]]), text)
 
 

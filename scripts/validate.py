@@ -294,11 +294,12 @@ def multi_node_predictions(nodes: pd.DataFrame, profiles: datasets.ProfileSource
 MIN_LINK_ROWS = 20
 
 
-def sharded_group(data: Path) -> dict:
+def sharded_group(data: Path, report: Report | None = None) -> dict:
     """The sharded group: tokens/s per GPU of the PyTorch FSDP runs of data/llm-training-throughput
     (srift.fitting.sharded: which rows and why), predicted with the shipped fit, refitted without
     the row's GPU (LOGO; also without its silicon) and without the row's model size (LOSO), and
-    peak memory against the runs that state it. Prints the table; returns accuracy.json's group."""
+    peak memory against the runs that state it. Prints the table (each row into ``report``'s
+    ``sharded`` section); returns accuracy.json's group."""
     from srift.fitting import sharded
 
     rows, out = sharded.load_rows(data)
@@ -315,6 +316,9 @@ def sharded_group(data: Path) -> dict:
 
     def line(label: str, mask: np.ndarray) -> None:
         print(f"{label:<28}{int(mask.sum()):>6}" + "".join(f"{np.abs(e[mask]).mean():>15.1f}" for e in err.values()))
+        if report is not None:
+            report.put("sharded", label.strip(), {"rows": int(mask.sum()),
+                                                  **{slug(k): float(np.abs(e[mask]).mean()) for k, e in err.items()}})
 
     line("all", np.ones(len(rows), bool))
     for key in ("source", "gpu", "model", "parallelism", "checkpointing"):
@@ -323,6 +327,8 @@ def sharded_group(data: Path) -> dict:
     for n in sorted(rows["nodes"].unique()):
         line(f"  {n} node{'s' if n > 1 else ''}", (rows["nodes"] == n).to_numpy())
     print(f"{'bias (+ = predicted faster)':<28}{'':>6}" + "".join(f"{e.mean():>+15.1f}" for e in err.values()))
+    if report is not None:
+        report.put("sharded", "signed", {slug(k): float(e.mean()) for k, e in err.items()})
     print("LOGO: fused-attention efficiency and LLM matmul factor refitted without the row's GPU (leave-silicon: "
           "without A100 40/80 GB together, or H100); LOMO: without the row's model size; LOSO: without the row's source.")
     mfu = np.array([sharded.predict_row(r).mfu or np.nan for r in rows.itertuples()]) * 100.0
@@ -330,11 +336,19 @@ def sharded_group(data: Path) -> dict:
     print(f"  MFU: predicted {np.nanmean(mfu[ok]):.1f} % vs llm-foundry's stated {rows['meas_mfu_pct'][ok].mean():.1f} % on average "
           "(its formula counts all parameters, srift's 6N + 12LHs the non-embedding ones)")
     fits = np.array([sharded.predict_row(r).fits_in_memory for r in rows.itertuples()])
+    if report is not None:
+        report.put("sharded", "mfu", {"predicted": float(np.nanmean(mfu[ok])), "stated": float(rows["meas_mfu_pct"][ok].mean())})
+        report.put("sharded", "memory", {"fits": int(fits.sum()), "rows": len(rows)})
     print(f"  memory: {int(fits.sum())} of {len(rows)} measured runs predicted to fit (95 % of the GPU usable)")
     mem = sharded.load_memory_rows(data)
     if len(mem):
         mp = np.array([sharded.predicted_peak_gib(r) for r in mem.itertuples()])
         merr = (mp / mem["meas_peak_gib"].to_numpy() - 1.0) * 100.0
+        if report is not None:
+            compiled = mem["compiled"].to_numpy()
+            report.put("sharded", "peak memory", {"rows": len(mem), "mape": float(np.abs(merr).mean()),
+                                                  "eager": float(np.abs(merr[~compiled]).mean()),
+                                                  "compiled": float(np.abs(merr[compiled]).mean())})
         print(f"  peak memory per GPU vs {len(mem)} torchtitan/torchao runs that state it: MAPE {np.abs(merr).mean():.1f} % "
               f"(eager {np.abs(merr[~mem['compiled'].to_numpy()]).mean():.1f} %, torch.compile {np.abs(merr[mem['compiled'].to_numpy()]).mean():.1f} %)")
         for r, e, m in zip(mem.itertuples(), merr, mp):
@@ -634,12 +648,13 @@ def kfac_group(data: Path) -> None:
           "P100 or V100 variant it ran)")
 
 
-def moe_group(data: Path, table: bool = False) -> dict | None:
+def moe_group(data: Path, table: bool = False, report: Report | None = None) -> dict | None:
     """The MoE group: tokens/s per GPU of Megatron-Core expert-parallel runs (data/moe-training;
     srift.fitting.moe says which rows and why), force-balanced routing as the source ran. Nothing
     is fitted on these rows (the one layout figure comes from dense runs of another source), so
     leave-one-model-out and leave-one-source-out are the plain error; the table splits it by model,
-    GPU, precision, release of the source and where the EP group runs. Returns accuracy.json's group."""
+    GPU, precision, release of the source and where the EP group runs (each row into ``report``'s
+    ``moe`` section: ``signed_pct`` of tokens/s, + = predicted too fast). Returns accuracy.json's group."""
     from srift.fitting import moe as mf
 
     rows, out = mf.load_rows(data)
@@ -660,16 +675,19 @@ def moe_group(data: Path, table: bool = False) -> dict | None:
     print(f"\nMoE group: tokens/s per GPU of {len(rows)} Megatron-Core expert-parallel runs ({rows['zoo'].nunique()} models; "
           "bf16 and FP8; force-balanced routing; data/moe-training). MAPE % (= LOMO = LOSO: nothing fitted on these rows):")
     print(f"{'':<40}{'rows':>6}{'MAPE':>8}{'signed':>8}")
-    print(f"{'  all':<40}{len(rows):>6}{np.mean(np.abs(err)) * 100:>8.1f}{np.mean(err) * 100:>+8.1f}")
+
+    def line(label: str, e: np.ndarray, key: str) -> None:
+        print(f"{label:<40}{len(e):>6}{np.mean(np.abs(e)) * 100:>8.1f}{np.mean(e) * 100:>+8.1f}")
+        if report is not None:
+            report.put("moe", key, {"rows": len(e), "mape": np.mean(np.abs(e)) * 100, "signed_pct": np.mean(e) * 100})
+    line("  all", err, "all")
     if rack.any() and not rack.all():
-        print(f"{'  without multi-node NVLink domains':<40}{int((~rack).sum()):>6}"
-              f"{np.mean(np.abs(err[~rack])) * 100:>8.1f}{np.mean(err[~rack]) * 100:>+8.1f}")
+        line("  without multi-node NVLink domains", err[~rack], "without multi-node NVLink domains")
     for title, key in (("model (leave-one-model-out)", "zoo"), ("GPU", "gpu"), ("precision", "fp8"),
                        ("release (the source's section)", "release"), ("expert-parallel group", "span")):
         print(f"  by {title}:")
         for value, grp in frame.groupby(key):
-            e = grp["err"].to_numpy()
-            print(f"{'    ' + str(value):<40}{len(grp):>6}{np.mean(np.abs(e)) * 100:>8.1f}{np.mean(e) * 100:>+8.1f}")
+            line("    " + str(value), grp["err"].to_numpy(), f"{key} {value}")
     if table:
         for r, p, k, e in zip(rows.itertuples(), pred, policy, err):
             print(f"    {r.zoo} {r.gpu} {r.precision} {r.gpus_total} GPUs {mf.row_layout(r).label}: measured {r.value:,.0f}, "
@@ -756,9 +774,11 @@ def main() -> None:
                          "--write-accuracy, write its figures and keep the file's others")
     args = ap.parse_args()
     if args.moe_only:
-        moe_figures = moe_group(Path(args.data), args.table)
+        moe_report = Report("value")
+        moe_figures = moe_group(Path(args.data), args.table, moe_report)
         if args.write_accuracy and moe_figures is not None:  # this group alone, the others as they are
             _write_group(Path(args.write_accuracy), "moe", moe_figures)
+            print(f"wrote {moe_report.write(Path(args.write_accuracy))}")
         return
     if args.only == "layouts":
         layout_group(Path(args.data))
@@ -775,9 +795,12 @@ def main() -> None:
                 _write_group(Path(args.write_accuracy), name, figures)
         return
     if args.only in ("sharded", "finetune"):
-        figures = (sharded_group if args.only == "sharded" else finetune_group)(Path(args.data))
+        group_report = Report("value")
+        figures = sharded_group(Path(args.data), group_report) if args.only == "sharded" else finetune_group(Path(args.data))
         if args.write_accuracy:  # this group alone, the others as they are
             _write_group(Path(args.write_accuracy), args.only, figures)
+            if group_report.sections:
+                print(f"wrote {group_report.write(Path(args.write_accuracy))}")
         return
     profiles = profile_source(args.profiles_dir)
     rows = datasets.load_rows(Path(args.data))
@@ -946,18 +969,17 @@ def main() -> None:
         kept = _groups(Path(args.write_accuracy)) if args.write_accuracy else {}
         sharded_figures, finetune_figures, moe_figures = kept.get("sharded"), kept.get("finetune"), kept.get("moe")
     else:
-        sharded_figures = sharded_group(Path(args.data))
+        sharded_figures = sharded_group(Path(args.data), report)
         finetune_figures = finetune_group(Path(args.data))
         layout_group(Path(args.data))
         kfac_group(Path(args.data))
-        moe_figures = moe_group(Path(args.data), args.table)
+        moe_figures = moe_group(Path(args.data), args.table, report)
     if args.write_accuracy:
         dense = {"single_gpu": single, "one_node": multi, **({"multi_node": nodes} if len(nodes) else {}),
                  "single_gpu_same_gpu": repeats, "single_gpu_other_gpu": other, "one_node_same_gpu": from_one}
         made = {name: figures for name, figures in (("sharded", sharded_figures), ("finetune", finetune_figures),
                                                     ("moe", moe_figures)) if figures is not None}
         target = Path(args.write_accuracy)
-        print(f"wrote {report.write(target)}")
         # Groups this run does not compute (the pairs, --only parts run apart) stay as the file has them.
         others = {k: v for k, v in (_groups(target) if target.exists() else {}).items() if k not in dense and k not in made}
         write_accuracy(target, dense,
@@ -975,13 +997,21 @@ def main() -> None:
     for label, w, clip in (("model only (anchor ignored)", 0.0, np.inf), ("whole departure carried over", 1.0, np.inf),
                            (f"shipped: {shipped.anchor_weight:.0%} of it within +-{shipped.anchor_clip:.2f} (log)",
                             shipped.anchor_weight, shipped.anchor_clip)):
+        report.put("anchor", label.split(":")[0].split(" (")[0], {
+            "pairs": len(compute_fit.anchor_pairs(single, "lomo")),
+            "lomo": compute_fit.anchored_mape(compute_fit.anchor_pairs(single, "lomo"), w, clip),
+            "fit": compute_fit.anchored_mape(compute_fit.anchor_pairs(single, "pred"), w, clip)})
         print(f"  {label:<44}{compute_fit.anchored_mape(compute_fit.anchor_pairs(single, 'lomo'), w, clip):>6.1f}"
               f"   in-fit model: {compute_fit.anchored_mape(compute_fit.anchor_pairs(single, 'pred'), w, clip):.1f}")
     print(f"\nDDP scaling t_n/t_1 ({len(pairs)} pairs of a multi-GPU row and its system's 1-GPU row, and {len(ddl_k)} "
           f"multi-GPU rows of ddl-benchmarks and DLPerf): MAPE {ideal_scal:.1f}% with ideal overlap, {scal_mape:.1f}% with all-reduce "
           f"interference k = {k_all:.2f}")
+    report.put("scaling", "t_n/t_1", {"pairs": len(pairs), "multi_node_rows": len(ddl_k), "ideal": ideal_scal,
+                                      "interference": scal_mape})
     both_snapshots = snapshot_scaling(pairs)
     if len(both_snapshots):
+        report.put("scaling", "lambda snapshots", {"cases": len(both_snapshots),
+                                                   "diff_pct": both_snapshots["diff_pct"].abs().mean()})
         worst = both_snapshots.loc[both_snapshots["diff_pct"].abs().idxmax()]
         print(f"Measured t_n/t_1 of the same system, model, precision and GPU count in Lambda's two snapshots "
               f"({len(both_snapshots)} cases): they differ by {both_snapshots['diff_pct'].abs().mean():.1f} % on average "
@@ -989,6 +1019,8 @@ def main() -> None:
               f"no hardware model can match both.")
     print("LOGO: refit without the row's GPU silicon; LOMO: without the row's model; LOSO: without the row's source")
     print("(compute model and, for multi-GPU rows, the all-reduce interference; across nodes the network terms too).")
+    if args.write_accuracy:
+        print(f"wrote {report.write(Path(args.write_accuracy))}")
 
 
 if __name__ == "__main__":

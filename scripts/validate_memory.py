@@ -8,7 +8,9 @@ runs that published their peak reserved memory, the caching allocator's fit
 (``reserved = factor x allocated + fixed``, srift/simulate/memory.py's ALLOCATOR_* constants), its
 MAPE per source, in the fit and leave-one-source-out; then the runs srift does not model, with why.
 
-Run: python scripts/validate_memory.py [--data DIR]
+Run: python scripts/validate_memory.py [--data DIR] [--write configs/perf/validation.json]
+(``--write``: every printed row into that validation.json's ``memory`` and ``memory_peak``
+sections, its other sections kept; docs/accuracy.md reads them.)
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from srift.fitting import memory_runs  # noqa: E402
+from srift.fitting.report import Report, merge  # noqa: E402
 from srift.simulate import memory  # noqa: E402
 
 
@@ -34,7 +37,10 @@ def _mape(pred: np.ndarray, meas: np.ndarray) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=ROOT / "data")
+    ap.add_argument("--write", type=Path, default=None, metavar="FILE",
+                    help="merge the printed rows into this validation.json (configs/perf/validation.json)")
     args = ap.parse_args()
+    report = Report("meas_peak_gib")
     ddp = memory_runs.ddp_runs(args.data)
     llm, skipped = memory_runs.llm_runs(args.data)
     runs = memory_runs.predict_runs(pd.concat([ddp, llm], ignore_index=True))
@@ -44,10 +50,14 @@ def main() -> int:
     print(f"{'source':26s} {'runs':>5s} {'fits':>5s} {'may not':>8s} {'refused':>8s}")
     for source, g in runs.groupby("source", sort=True):
         counts = g["state"].value_counts()
+        report.put("memory", source, {"runs": len(g), "fits": counts.get("fits", 0),
+                                      "may_not_fit": counts.get("may not fit", 0), "refused": counts.get("does not fit", 0)})
         print(f"{source:26s} {len(g):5d} {counts.get('fits', 0):5d} {counts.get('may not fit', 0):8d} "
               f"{counts.get('does not fit', 0):8d}")
     counts = runs["state"].value_counts()
     refused = runs[runs["state"] == "does not fit"]
+    report.put("memory", "all", {"runs": len(runs), "fits": counts.get("fits", 0),
+                                 "may_not_fit": counts.get("may not fit", 0), "refused": len(refused)})
     print(f"{'all':26s} {len(runs):5d} {counts.get('fits', 0):5d} {counts.get('may not fit', 0):8d} {len(refused):8d}")
     print(f"False refusals: {len(refused)} (goal 0)")
     for r in refused.itertuples():
@@ -76,10 +86,14 @@ def main() -> int:
     print(f"{'source':26s} {'runs':>5s} {'MAPE srift':>11s} {'MAPE fit':>9s} {'LOSO':>7s}")
     for source in sorted(measured["source"].unique()):
         m = (measured["source"] == source).to_numpy()
+        report.put("memory_peak", source, {"runs": int(m.sum()), "srift": _mape(used[m], meas[m]),
+                                           "fit": _mape(fit[m], meas[m]), "loso": _mape(loso[m], meas[m])})
         print(f"{source:26s} {int(m.sum()):5d} {_mape(used[m], meas[m]):10.1f}% {_mape(fit[m], meas[m]):8.1f}% "
               f"{_mape(loso[m], meas[m]):6.1f}%")
     print(f"{'all':26s} {len(measured):5d} {_mape(used, meas):10.1f}% {_mape(fit, meas):8.1f}% {_mape(loso, meas):6.1f}%")
     spread = float(np.std(loso / meas - 1.0) * 100.0)
+    report.put("memory_peak", "all", {"runs": len(measured), "srift": _mape(used, meas), "fit": _mape(fit, meas),
+                                      "loso": _mape(loso, meas), "loso_std": spread})
     print(f"Leave-one-source-out relative error: std {spread:.1f} % (srift's typical error, ALLOCATOR_ERROR: "
           f"{memory.ALLOCATOR_ERROR * 100:.1f} %)")
     for r, u in zip(measured.itertuples(), used):
@@ -92,6 +106,8 @@ def main() -> int:
     print(f"Not modelled ({len(skipped)} runs):")
     for (source, reason), g in skipped.groupby(["source", "reason"], sort=True):
         print(f"  {source}: {len(g)} {reason}")
+    if args.write:
+        print(f"wrote {merge(args.write, report.sections)}")
     return 0
 
 

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,11 +47,26 @@ class Report:
             figures["signed_pct"] = round(float((rows["pred"] / measured - 1.0).mean() * 100.0), 1) + 0.0
         self.sections.setdefault(section, {})[slug(label)] = figures
 
-    def write(self, accuracy_path: Path) -> Path:
-        """``validation.json`` beside ``accuracy_path``, atomically; its path."""
-        from srift.files import write_json
+    def put(self, section: str, label: str, figures: dict[str, float | int]) -> None:
+        """A printed row whose figures are not a MAPE over prediction columns (a count, a fitted
+        constant, a signed error): as the script computed them, floats to one decimal."""
+        self.sections.setdefault(section, {})[slug(label)] = {
+            k: (round(float(v), 1) + 0.0 if isinstance(v, float) else int(v)) for k, v in figures.items()}
 
-        target = accuracy_path.with_name("validation.json")
-        write_json(target, {"schema": SCHEMA, "source": "scripts/validate.py (every printed breakdown row)",
-                            "sections": self.sections})
-        return target
+    def write(self, accuracy_path: Path) -> Path:
+        """``validation.json`` beside ``accuracy_path``, atomically; its path. Sections this run
+        computed replace the file's; the others (another script's, a group run apart) stay."""
+        return merge(accuracy_path.with_name("validation.json"), self.sections)
+
+
+def merge(target: Path, sections: dict[str, dict[str, dict[str, float | int]]]) -> Path:
+    """Write ``sections`` into the validation.json at ``target``, keeping its other sections."""
+    from srift.files import write_json
+
+    kept: dict[str, dict[str, dict[str, float | int]]] = {}
+    if target.exists():
+        kept = json.loads(target.read_text(encoding="utf-8")).get("sections", {})
+    write_json(target, {"schema": SCHEMA, "source": "scripts/validate.py and scripts/validate_memory.py "
+                                                    "(every printed breakdown row)",
+                        "sections": dict(sorted({**kept, **sections}.items()))})
+    return target
