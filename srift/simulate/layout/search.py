@@ -6,6 +6,7 @@ Part of the layout simulator (srift/simulate/layouts.py: the model as a whole)."
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 from srift.cluster import Cluster
@@ -24,7 +25,7 @@ from srift.simulate.layout.pipeline import pipeline_blocks, stage_layers
 from srift.simulate.layout_rules import cp_efficient, megatron_split, runnable
 from srift.simulate.layout.blocks import BlockParts, block_parts, scaled_parts
 from srift.simulate.layout.collectives import block_comm, dtensor_rate, p2p_interference, tp_interference
-from srift.simulate.layout.memory import _peak_memory_of
+from srift.simulate.layout.memory import _peak_memory_of, memory_signature, peak_memory
 from srift.simulate.layout.step import PlanSettings, _plan
 
 
@@ -48,8 +49,12 @@ class LayoutSearch:
     simulated: int
 
 
-def _divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0]
+@functools.lru_cache(maxsize=65536)
+def _divisors(n: int) -> tuple[int, ...]:
+    """The divisors of ``n``, ascending (pairs up to its square root: a 16,384-GPU search asks of
+    every count)."""
+    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    return tuple(small + [n // k for k in reversed(small) if k * k != n])
 
 
 Degrees = tuple[int, int, int, int, int, int, int, int]
@@ -124,6 +129,19 @@ def candidate_layouts(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len:
                                                      micro_batches)]
 
 
+@functools.lru_cache(maxsize=4096)
+def searched_degrees(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, global_batch: int,
+                     request: LayoutRequest, dp_flavour: str) -> tuple[Degrees, ...]:
+    """The degrees ``search_layouts`` examines on ``gpus`` GPUs: those of ``_degrees`` that the
+    stack runs (srift/simulate/layout_rules.py); under FSDP/HSDP without expert parallelism
+    (``check_sharded``). Cached: a catalog search asks it of every GPU type with the same count."""
+    degrees = _degrees(arch, gpus, gpus_per_node, seq_len, global_batch, request, SEARCH_MICRO_BATCHES)
+    degrees = runnable(arch, degrees, seq_len, pytorch_stack(dp_flavour), stage_layers)
+    if dp_flavour in SHARDED_FLAVOURS:  # FSDP is modelled without expert parallelism
+        degrees = [r for r in degrees if r[7] == 1]
+    return tuple(degrees)
+
+
 def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_batch: int, precision: str = "bf16",
                    request: LayoutRequest = LayoutRequest(), dp_flavour: str = "zero1",
                    checkpointing: tuple[str, ...] = ("none", "full"), comm: CommModel | None = None,
@@ -148,10 +166,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     pytorch = pytorch_stack(dp_flavour)
     cap = min(gr.gpu_memory_gib if gr.gpu_memory_gib is not None else gpu_spec(gr.gpu).memory_gib
               for gr in cluster.node_groups) * 2**30 * USABLE_FRACTION
-    degrees = _degrees(arch, cluster.gpus, g, seq_len, global_batch, request, SEARCH_MICRO_BATCHES)
-    degrees = runnable(arch, degrees, seq_len, pytorch_stack(dp_flavour), stage_layers)  # what the stack runs (layout_rules.py)
-    if dp_flavour in SHARDED_FLAVOURS:  # FSDP is modelled without expert parallelism (check_sharded)
-        degrees = [r for r in degrees if r[7] == 1]
+    degrees = searched_degrees(arch, cluster.gpus, g, seq_len, global_batch, request, dp_flavour)
     # Whatever the layout, each parameter's 16 bytes (bf16 weight and gradient, fp32 master and
     # Adam moments) are spread over at most all the GPUs: below that nothing fits.
     # (LoRA: the frozen weights' 2 bytes.)
@@ -192,15 +207,20 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     simulated = rejected = 0
     # The one fit rule (srift.simulate.memory.fit_state): layouts that fit for sure first; those
     # that may not fit (within the memory's typical error) when none does.
+    signature = {key: memory_signature(arch, parts) for key, parts in parts_of.items()}
+
+    def peak(i: int, k: str) -> float:
+        _, t, p, c, d, mb, m, v, ep = ranked[i]
+        return peak_memory(signature[(t, c, mb, ep)], arch, p, v, m, state_shard(dp_flavour, g, t, c, p, d),
+                           parts_of[(t, c, mb, ep)], k, dp_flavour, expert_dp(t, c, d, ep), reduce_dtype, mtp_layers)
+
     for limit in (sure_fit_bytes(cap), cap):
         rejected = 0
-        for bound, t, p, c, d, mb, m, v, ep in ranked:
+        for i, (bound, t, p, c, d, mb, m, v, ep) in enumerate(ranked):
             if best is not None and bound >= best.iteration_s:
                 break
             parts = parts_of[(t, c, mb, ep)]
-            chosen = next((k for k in checkpointing
-                           if _peak_memory_of(arch, p, v, m, state_shard(dp_flavour, g, t, c, p, d), parts, k, dp_flavour,
-                                              expert_dp(t, c, d, ep), reduce_dtype, mtp_layers) <= limit), None)
+            chosen = next((k for k in checkpointing if peak(i, k) <= limit), None)
             if chosen is None:
                 rejected += 1
                 continue
@@ -223,7 +243,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     return LayoutSearch(best, smallest, len(degrees), rejected, simulated)
 
 
-def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: list[Degrees],
+def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: tuple[Degrees, ...],
                   seq_len: int, precision: str, checkpointing: str, dp_flavour: str, comm: CommModel, gpu: str,
                   factor: float, tp_overlap: bool, imbalance: float = BALANCED_ROUTING,
                   lora: LoraSpec | None = None, reduce_dtype: str = "fp32", fp8: Fp8Recipe | None = None,
