@@ -26,7 +26,7 @@ from srift.simulate.layout_rules import cp_efficient, megatron_split, runnable
 from srift.simulate.layout.blocks import BlockParts, block_parts, scaled_parts
 from srift.simulate.layout.collectives import block_comm, dtensor_rate, p2p_interference, tp_interference
 from srift.simulate.layout.memory import _peak_memory_of, memory_signature, peak_memory
-from srift.simulate.layout.step import PlanSettings, _plan
+from srift.simulate.layout.step import PlanSettings, _plan, _step
 
 
 # ---- the search ---------------------------------------------------------------------------------
@@ -184,6 +184,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     copy_rate = dtensor_rate(gpu, precision, pytorch)
     k_p2p = p2p_interference(gpu)
     ranked = []
+    ep_group: dict[int, CommModel] = {}  # the expert-parallel groups' collectives, per size
     for t, p, c, d, mb, m, v, ep in degrees:
         key = (t, c, mb, ep)
         parts = parts_of.get(key)
@@ -195,8 +196,12 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
             bc = block_comm(arch, comm, t, c, mb, seq_len, e, parts, 0.5, tp_overlap, copy_rate)
             # The flat all-to-all bounds the alltoall dispatcher's exposed time; flex's per-node
             # dispatch and an overlapped one can take less, so they add nothing to the bound.
-            a2a = (4.0 * parts.moe_fraction * float(comm.subgroup(ep, ep_ranks_per_node(ep, g)).all_to_all_time_s(parts.dispatch_bytes))
-                   if ep > 1 and dispatcher != FLEX and not ep_overlap else 0.0)
+            if ep > 1 and dispatcher != FLEX and not ep_overlap:
+                if ep not in ep_group:
+                    ep_group[ep] = comm.subgroup(ep, ep_ranks_per_node(ep, g))
+                a2a = 4.0 * parts.moe_fraction * float(ep_group[ep].all_to_all_time_s(parts.dispatch_bytes))
+            else:
+                a2a = 0.0
             slot_of[key] = (parts.block_f_s + parts.block_b_s + bc.tp_f_s + bc.tp_b_s + bc.cp_f_s + bc.cp_b_s + a2a,
                             k_tp * bc.tp_hidden_s + k_p2p * bc.cp_hidden_s)
         blk, hidden = slot_of[key]
@@ -207,17 +212,22 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     simulated = rejected = 0
     # The one fit rule (srift.simulate.memory.fit_state): layouts that fit for sure first; those
     # that may not fit (within the memory's typical error) when none does.
-    signature = {key: memory_signature(arch, parts) for key, parts in parts_of.items()}
+    signature: dict[tuple[int, int, int, int], int] = {}
 
     def peak(i: int, k: str) -> float:
         _, t, p, c, d, mb, m, v, ep = ranked[i]
-        return peak_memory(signature[(t, c, mb, ep)], arch, p, v, m, state_shard(dp_flavour, g, t, c, p, d),
-                           parts_of[(t, c, mb, ep)], k, dp_flavour, expert_dp(t, c, d, ep), reduce_dtype, mtp_layers)
+        key = (t, c, mb, ep)
+        if key not in signature:
+            signature[key] = memory_signature(arch, parts_of[key])
+        return peak_memory(signature[key], arch, p, v, m, state_shard(dp_flavour, g, t, c, p, d), parts_of[key], k,
+                           dp_flavour, expert_dp(t, c, d, ep), reduce_dtype, mtp_layers)
 
+    # The candidates' steps are priced (``_step``); the winner's plan, memory included, once.
+    fastest: tuple[float, Layout, PlanSettings, BlockParts] | None = None
     for limit in (sure_fit_bytes(cap), cap):
         rejected = 0
         for i, (bound, t, p, c, d, mb, m, v, ep) in enumerate(ranked):
-            if best is not None and bound >= best.iteration_s:
+            if fastest is not None and bound >= fastest[0]:
                 break
             parts = parts_of[(t, c, mb, ep)]
             chosen = next((k for k in checkpointing if peak(i, k) <= limit), None)
@@ -225,17 +235,17 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
                 rejected += 1
                 continue
             lay = Layout(t, p, c, d, v, mb, m, "interleaved" if v > 1 else "1f1b", ep)
-            if chosen == FULL_CHECKPOINTING and best is not None and \
-                    bound * (1.0 + parts.block_f_s / (parts.block_f_s + parts.block_b_s)) >= best.iteration_s:
+            if chosen == FULL_CHECKPOINTING and fastest is not None and \
+                    bound * (1.0 + parts.block_f_s / (parts.block_f_s + parts.block_b_s)) >= fastest[0]:
                 continue
-            plan = _plan(arch, cluster, lay, seq_len,
-                         PlanSettings(precision=precision, checkpointing=chosen, dp_flavour=dp_flavour, dispatcher=dispatcher,
-                                      ep_overlap=ep_overlap, reduce_dtype=reduce_dtype, mtp_layers=mtp_layers),
-                         comm, gpu, parts, tp_overlap)
+            settings = PlanSettings(precision=precision, checkpointing=chosen, dp_flavour=dp_flavour, dispatcher=dispatcher,
+                                    ep_overlap=ep_overlap, reduce_dtype=reduce_dtype, mtp_layers=mtp_layers)
+            iteration_s = _step(arch, lay, seq_len, settings, comm, gpu, parts, tp_overlap)[0].total_s
             simulated += 1
-            if best is None or plan.iteration_s < best.iteration_s:
-                best = plan
-        if best is not None:
+            if fastest is None or iteration_s < fastest[0]:
+                fastest = (iteration_s, lay, settings, parts)
+        if fastest is not None:
+            best = _plan(arch, cluster, fastest[1], seq_len, fastest[2], comm, gpu, fastest[3], tp_overlap)
             break
     smallest = None if best is not None else _most_sharded(arch, cluster, degrees, seq_len, precision, checkpointing[-1],
                                                             dp_flavour, comm, gpu, factor, tp_overlap, imbalance, lora,
