@@ -6,6 +6,7 @@ The Predictor calls ``predict_layout`` from one place when the job names a layou
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from srift.cluster import Cluster
@@ -238,6 +239,7 @@ def layout_prediction(arch: DecoderArch, cluster: Cluster, settings: LayoutSetti
                       model_flops_per_token: float, plan: LayoutPlan, alternative: LayoutPlan | None) -> Prediction:
     """The Prediction of ``plan`` (``plan_for``'s on ``cluster``, with its ``alternative``)."""
     lay = plan.layout
+    total, active = param_counts(arch)
     # The 90th percentile: the same plan's step at the collectives' 90th percentile.
     p90_plan = reprice(arch, cluster, plan, seq_len, _plan_settings(plan, settings, precision, 0.9))
     breakdown = plan.breakdown
@@ -270,7 +272,7 @@ def layout_prediction(arch: DecoderArch, cluster: Cluster, settings: LayoutSetti
                      "as NeMo's LoRALinear): base weights frozen, no weight-gradient GEMM for them; gradients, optimizer "
                      "and data-parallel reduction for the adapters only")
     if arch.is_moe:
-        notes.append(f"mixture of experts: {params_count(arch) / 1e9:,.2f}B parameters, {active_params_count(arch) / 1e9:,.2f}B "
+        notes.append(f"mixture of experts: {total / 1e9:,.2f}B parameters, {active / 1e9:,.2f}B "
                      f"active ({arch.experts_per_token} of {arch.experts} experts); ep={lay.ep}: dispatch and combine "
                      f"all-to-alls {'overlapped with another micro-batch (the rest: exposed_ep)' if settings.ep_overlap else 'exposed (exposed_ep)'}; routing imbalance x{settings.routing_imbalance:g} "
                      f"({'force-balanced' if settings.routing_imbalance == BALANCED_ROUTING else 'estimated for trained routers'}"
@@ -305,7 +307,7 @@ def layout_prediction(arch: DecoderArch, cluster: Cluster, settings: LayoutSetti
                      + (f" --activation-checkpointing {alternative.checkpointing}" if alternative.checkpointing != NO_CHECKPOINTING
                         else "")
                      + f" ({alternative.memory_per_gpu_bytes / 2**30:,.1f} GiB per GPU, {alternative.iteration_s:,.2f} s)")
-    state_bytes = params_count(arch) * 16.0 / cluster.nodes
+    state_bytes = total * 16.0 / cluster.nodes
     typical, basis = _typical_error(arch.is_moe, settings.lora is not None, loso, lomo,
                                     errors if isinstance(errors, dict) else None,
                                     sharded=plan.dp_flavour in SHARDED_FLAVOURS, fp8=settings.fp8 is not None)
@@ -327,9 +329,15 @@ def layout_prediction(arch: DecoderArch, cluster: Cluster, settings: LayoutSetti
         model_flops_per_token=model_flops_per_token, data_loading="tokens",
         layout={k: v for k, v in lay.to_dict().items()}, memory_stage=plan.memory_stage,
         layout_alternative=None if alternative is None else alternative.layout.to_dict(),
-        params_total=params_count(arch), params_active=active_params_count(arch),
+        params_total=total, params_active=active,
         moe_imbalance=settings.routing_imbalance if arch.is_moe else None, fp8=settings.fp8,
         moe_dispatcher=settings.dispatcher if arch.is_moe else None)
+
+
+@functools.lru_cache(maxsize=256)
+def param_counts(arch: DecoderArch) -> tuple[int, int]:
+    """``arch``'s parameters and those one token uses (cached: a search predicts a model many times)."""
+    return params_count(arch), active_params_count(arch)
 
 
 def _plan_settings(plan: LayoutPlan, settings: LayoutSettings, precision: str, quantile: float) -> PlanSettings:

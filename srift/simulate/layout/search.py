@@ -29,6 +29,9 @@ from srift.simulate.layout.memory import _peak_memory_of, memory_signature, peak
 from srift.simulate.layout.step import PlanSettings, _plan, _step
 
 
+_params_count = functools.lru_cache(maxsize=256)(params_count)  # asked of every cluster a catalog search simulates
+
+
 # ---- the search ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class LayoutSearch:
@@ -171,7 +174,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     # Adam moments) are spread over at most all the GPUs: below that nothing fits.
     # (LoRA: the frozen weights' 2 bytes.)
     per_param = PARAM_BYTES if lora is not None else PARAM_BYTES + GRAD_BYTES + MASTER_BYTES + ADAM_STATE_BYTES
-    hopeless = params_count(arch) * per_param / cluster.gpus > cap
+    hopeless = _params_count(arch) * per_param / cluster.gpus > cap
     if hopeless or not degrees:
         return LayoutSearch(None, _most_sharded(arch, cluster, degrees, seq_len, precision, checkpointing[-1], dp_flavour,
                                                 comm, gpu, factor, tp_overlap, imbalance, lora, reduce_dtype, fp8,
