@@ -315,8 +315,7 @@ def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None =
     optimizer = finetune_optimizer(job) if job.finetune is not None else job.optimizer
     return PredictResult(pred, name, precision, optimizer, job.kfac_strategy, spot,
                          catalog_as_of=ages, host_arch=host_arch, uncertainty=uncertainty_of(pred, None),
-                         network_fallbacks=network_fallbacks(predictor.on_network if isinstance(predictor, LayoutPredictor)
-                                                             else predictor.predict, cluster), price=price)
+                         network_fallbacks=network_fallbacks(predictor.on_network, cluster), price=price)
 
 
 # ---- hand-off -----------------------------------------------------------------------------------
