@@ -20,12 +20,20 @@ with spot and mixed.
 5. (``--layouts``, alone) layouts: llama3.1-405b with ``--layout auto`` (layout x instance x count),
    every AWS region and every cloud, up to 256 and 1,024 GPUs; target <= 5 s.
 
-Run: python scripts/bench_recommend.py [--model resnet50] [--repeats 5] [--no-command] [--layouts]
+6. (``--speed``, alone) the LLM searches issue #45 times, each the whole command as a fresh
+   process (median of --repeats; wall clock and the process's CPU, which a loaded machine inflates
+   less), with the progress lines it writes to a standard error that is not a terminal and the
+   simulations they report: ``recommend --model deepseek-v3 --tokens 1e11 --deadline 240`` and
+   ``--budget 1e7 --max-gpus 16384 --layout auto --top 1000`` (targets <= 10 s, goal 3 s), and
+   the README's ``--model resnet50 --budget 20`` and two layout searches beside them.
+
+Run: python scripts/bench_recommend.py [--model resnet50] [--repeats 5] [--no-command] [--layouts] [--speed]
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import subprocess
 import sys
@@ -74,12 +82,15 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-command", action="store_true", help="skip the fresh-process command timings")
     ap.add_argument("--layouts", action="store_true", help="only the layout search table (llama3.1-405b, --layout auto)")
+    ap.add_argument("--speed", action="store_true", help="only the LLM search commands of issue #45, as fresh processes")
     args = ap.parse_args()
     if args.repeats < 1:
         ap.error("--repeats must be 1 or more")
     m = args.model
     if args.layouts:
         return layouts_table(args.repeats)
+    if args.speed:
+        return speed_table(args.repeats)
 
     print(f"1. Growth: srift recommend --model {m} --budget 1e7 --spot --mixed --max-gpus N (every AWS region)")
     print(f"{'max GPUs':>8} {'considered':>12} {'simulated':>10} {'priced':>8} {'search s':>9} {'CPU s':>7} {'s/1k GPUs':>10}  chosen")
@@ -127,6 +138,51 @@ def layouts_table(repeats: int) -> int:
                                                                        max_gpus=n)
             print(f"{infra:>22} {n:>8,} {considered:>11,} {sims:>10,} {priced:>8,} {wall:>9.3f} {cpu:>7.3f}  {chosen}")
     print("\nTarget: <= 5 s with layouts over every cloud up to 1,024 GPUs.")
+    return 0
+
+
+SPEED_COMMANDS = (  # (target s or None, the arguments of `srift recommend`)
+    (10.0, ["--model", "deepseek-v3", "--tokens", "1e11", "--deadline", "240"]),
+    (10.0, ["--model", "deepseek-v3", "--budget", "1e7", "--max-gpus", "16384", "--layout", "auto", "--top", "1000"]),
+    (None, ["--model", "resnet50", "--budget", "20"]),
+    (None, ["--model", "llama3-70b", "--tokens", "1e11", "--deadline", "240"]),
+    (None, ["--model", "mixtral-8x7b", "--tokens", "1e10", "--deadline", "100"]),
+)
+
+
+def timed_command(args: list[str]) -> tuple[float, float, list[str], str]:
+    """(wall s, CPU s, progress lines, first line of the output) of `srift recommend ARGS` as a
+    fresh process, standard error a pipe (not a terminal)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "srift.cli", "recommend", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate()
+    wall = time.perf_counter() - t0
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"srift recommend {' '.join(args)} failed ({proc.returncode}): {err.strip()[-500:]}")
+    progress = [line for line in err.splitlines() if line.startswith("Searching:")]
+    return wall, cpu.ru_utime + cpu.ru_stime, progress, out.splitlines()[0] if out else ""
+
+
+def speed_table(repeats: int) -> int:
+    """The whole `srift recommend` of issue #45's LLM searches and a few beside them."""
+    print("6. Whole command, fresh process, standard error a pipe (median of", repeats, "runs)")
+    print(f"{'wall s':>8} {'CPU s':>7} {'target':>12} {'progress lines':>15}  command (and its last progress line)")
+    cpu_before = 0.0
+    for target, args in SPEED_COMMANDS:
+        walls, cpus, lines = [], [], []
+        for _ in range(repeats):
+            wall, cpu_total, lines, _ = timed_command(args)
+            walls.append(wall)
+            cpus.append(cpu_total - cpu_before)
+            cpu_before = cpu_total
+        verdict = "-" if target is None else (f"{target:g} s " + ("met" if statistics.median(walls) <= target else "MISSED"))
+        print(f"{statistics.median(walls):>8.2f} {statistics.median(cpus):>7.2f} {verdict:>12} {len(lines):>15}  "
+              f"srift recommend {' '.join(args)}")
+        if lines:
+            print(f"{'':>47}{lines[-1]}")
+    print("\nTargets (issue #45): <= 10 s on this machine, goal 3 s; progress lines on a non-terminal standard error.")
     return 0
 
 

@@ -319,7 +319,7 @@ def predict(job: Job, model: str | None = None, profiles: Sequence[str] | None =
                if job.finetune is not None and isinstance(predictor, Predictor) and not pred.layout else ())
     return PredictResult(pred, name, precision, optimizer, job.kfac_strategy, spot,
                          catalog_as_of=ages, host_arch=host_arch, uncertainty=uncertainty_of(pred, None),
-                         network_fallbacks=network_fallbacks(predictor.predict, cluster), price=price,
+                         network_fallbacks=network_fallbacks(predictor.on_network, cluster), price=price,
                          memory_what_if=what_if)
 
 

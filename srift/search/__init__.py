@@ -30,10 +30,9 @@ from srift.search.mixes import sweep_mixes
 from srift.search.offers import OfferTable
 from srift.search.rank import Candidate, Exclusion, SearchResult, explain_failure, families_of, objective_key, order, pareto
 from srift.search.space import Market, Space, build_space, instance_types, wheel_runs
-from srift.search.sweep import CountSweep, Progress
+from srift.search.sweep import MAX_COMPARED, CountSweep, Progress
 from srift.simulate.prediction import Prediction
 
-MAX_COMPARED = 300  # feasible configurations the simplicity rule compares (the best by the objective)
 MAX_POINTS = 5000  # priced configurations kept for the plot
 MAX_TIE_REGIONS = 20  # the best-ranked configurations whose regions are counted before ranking (ties)
 

@@ -44,6 +44,10 @@ from srift.simulate.spot import useful_fraction
 
 TOLERANCE = 0.01  # relative slack on the monotonicity (the bound multiplies by 1 + TOLERANCE)
 MAX_REACH = 1.0  # the simplicity rule compares configurations within at most 100 % of the best
+# Feasible configurations the simplicity rule compares (the best by the objective; srift.search
+# ranks no more): the recommendations are drawn from them, so the bound keeps the counts that can
+# enter them (``--top`` beyond it changes nothing the search simulates).
+MAX_COMPARED = 300
 
 Progress = Callable[[int, int], None]
 
@@ -111,7 +115,7 @@ class CountSweep:
         for g in self.groups:
             self.simulate(g, g.counts[g.counts <= g.max_count] if g.index in self.dense else seed_counts(g, self.space, self.c))
         while True:
-            threshold = self.table.threshold(max(self.c.top, 2), self.reach())
+            threshold = self.table.threshold(min(max(self.c.top, 2), MAX_COMPARED), self.reach())
             todo: list[tuple[HardwareGroup, np.ndarray]] = []
             for g in self.groups:
                 if g.index in self.dense:

@@ -6,6 +6,7 @@ The Predictor calls ``predict_layout`` from one place when the job names a layou
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from srift.cluster import Cluster
@@ -21,7 +22,7 @@ from srift.job import (
 from srift.simulate.layouts import (
     DP_FLAVOURS, SHARDED_FLAVOURS, SCHEDULES, Layout, LayoutPlan, check_layout, check_sharded, load_layout_params,
     PlanSettings, plan_layout,
-    pytorch_stack, search_layouts,
+    pytorch_stack, reprice, search_layouts,
 )
 from srift.simulate.breakdown import COMM_INTERFERENCE
 from srift.simulate.door import refuse_ignored
@@ -117,10 +118,27 @@ class LayoutPredictor:
         self.arch, self.job, self.seq_len, self.precision = arch, job, seq_len, job.precision
         self.settings = LayoutSettings.of(job)
         self.flops_per_token = model_flops_per_token(arch, seq_len)
+        self._last: tuple[Cluster, tuple[LayoutPlan, LayoutPlan | None]] | None = None
 
     def predict(self, cluster: Cluster) -> Prediction:
         """The job's prediction on ``cluster`` (``predict_layout``)."""
-        return predict_layout(self.arch, cluster, self.settings, self.seq_len, self.precision, self.flops_per_token)
+        check_options(self.arch, cluster, self.settings)
+        planned = plan_for(self.arch, cluster, self.settings, self.seq_len, self.precision)
+        self._last = (cluster, planned)
+        return layout_prediction(self.arch, cluster, self.settings, self.seq_len, self.precision, self.flops_per_token,
+                                 *planned)
+
+    def on_network(self, cluster: Cluster) -> Prediction:
+        """The plan of the last ``predict`` on the same GPUs, priced on ``cluster``'s network (what a
+        launcher that sets up less of the network gets of the plan it launches:
+        srift.api.network_fallbacks); ``predict`` when there is none."""
+        if self._last is None or [(g.gpu, g.gpus) for g in self._last[0].node_groups] != \
+                [(g.gpu, g.gpus) for g in cluster.node_groups]:
+            return self.predict(cluster)
+        plan, alternative = self._last[1]
+        plan = reprice(self.arch, cluster, plan, self.seq_len, _plan_settings(plan, self.settings, self.precision, 0.5))
+        return layout_prediction(self.arch, cluster, self.settings, self.seq_len, self.precision, self.flops_per_token,
+                                 plan, alternative)
 
 
 # How a prediction's notes name the data-parallel flavour of a layout.
@@ -214,14 +232,16 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
     """
     check_options(arch, cluster, settings)
     plan, alternative = plan_for(arch, cluster, settings, seq_len, precision)
+    return layout_prediction(arch, cluster, settings, seq_len, precision, model_flops_per_token, plan, alternative)
+
+
+def layout_prediction(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_len: int, precision: str,
+                      model_flops_per_token: float, plan: LayoutPlan, alternative: LayoutPlan | None) -> Prediction:
+    """The Prediction of ``plan`` (``plan_for``'s on ``cluster``, with its ``alternative``)."""
     lay = plan.layout
-    p90_plan = plan_layout(arch, cluster, lay, seq_len,
-                           PlanSettings(precision=precision, checkpointing=plan.checkpointing,
-                                        dp_flavour=plan.dp_flavour, quantile=0.9, imbalance=settings.routing_imbalance,
-                                        recompute_modules=plan.recompute_modules or DEFAULT_RECOMPUTE_MODULES,
-                                        lora=settings.lora, reduce_dtype=settings.reduce_dtype, fp8=settings.fp8,
-                                        dispatcher=settings.dispatcher, ep_overlap=settings.ep_overlap,
-                                        mtp_layers=settings.mtp_layers))
+    total, active = param_counts(arch)
+    # The 90th percentile: the same plan's step at the collectives' 90th percentile.
+    p90_plan = reprice(arch, cluster, plan, seq_len, _plan_settings(plan, settings, precision, 0.9))
     breakdown = plan.breakdown
     comm_cost = breakdown.exposed_comm_s + breakdown[COMM_INTERFERENCE]
     throughput = lay.global_batch / plan.iteration_s
@@ -252,7 +272,7 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
                      "as NeMo's LoRALinear): base weights frozen, no weight-gradient GEMM for them; gradients, optimizer "
                      "and data-parallel reduction for the adapters only")
     if arch.is_moe:
-        notes.append(f"mixture of experts: {params_count(arch) / 1e9:,.2f}B parameters, {active_params_count(arch) / 1e9:,.2f}B "
+        notes.append(f"mixture of experts: {total / 1e9:,.2f}B parameters, {active / 1e9:,.2f}B "
                      f"active ({arch.experts_per_token} of {arch.experts} experts); ep={lay.ep}: dispatch and combine "
                      f"all-to-alls {'overlapped with another micro-batch (the rest: exposed_ep)' if settings.ep_overlap else 'exposed (exposed_ep)'}; routing imbalance x{settings.routing_imbalance:g} "
                      f"({'force-balanced' if settings.routing_imbalance == BALANCED_ROUTING else 'estimated for trained routers'}"
@@ -287,7 +307,7 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
                      + (f" --activation-checkpointing {alternative.checkpointing}" if alternative.checkpointing != NO_CHECKPOINTING
                         else "")
                      + f" ({alternative.memory_per_gpu_bytes / 2**30:,.1f} GiB per GPU, {alternative.iteration_s:,.2f} s)")
-    state_bytes = params_count(arch) * 16.0 / cluster.nodes
+    state_bytes = total * 16.0 / cluster.nodes
     typical, basis = _typical_error(arch.is_moe, settings.lora is not None, loso, lomo,
                                     errors if isinstance(errors, dict) else None,
                                     sharded=plan.dp_flavour in SHARDED_FLAVOURS, fp8=settings.fp8 is not None)
@@ -309,9 +329,24 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
         model_flops_per_token=model_flops_per_token, data_loading="tokens",
         layout={k: v for k, v in lay.to_dict().items()}, memory_stage=plan.memory_stage,
         layout_alternative=None if alternative is None else alternative.layout.to_dict(),
-        params_total=params_count(arch), params_active=active_params_count(arch),
+        params_total=total, params_active=active,
         moe_imbalance=settings.routing_imbalance if arch.is_moe else None, fp8=settings.fp8,
         moe_dispatcher=settings.dispatcher if arch.is_moe else None)
+
+
+@functools.lru_cache(maxsize=256)
+def param_counts(arch: DecoderArch) -> tuple[int, int]:
+    """``arch``'s parameters and those one token uses (cached: a search predicts a model many times)."""
+    return params_count(arch), active_params_count(arch)
+
+
+def _plan_settings(plan: LayoutPlan, settings: LayoutSettings, precision: str, quantile: float) -> PlanSettings:
+    """The settings ``plan`` was priced under (``plan_for``'s), at ``quantile`` of the collectives."""
+    return PlanSettings(precision=precision, checkpointing=plan.checkpointing, dp_flavour=plan.dp_flavour,
+                        quantile=quantile, imbalance=settings.routing_imbalance,
+                        recompute_modules=plan.recompute_modules or DEFAULT_RECOMPUTE_MODULES, lora=settings.lora,
+                        reduce_dtype=settings.reduce_dtype, fp8=settings.fp8, dispatcher=settings.dispatcher,
+                        ep_overlap=settings.ep_overlap, mtp_layers=settings.mtp_layers)
 
 
 def check_options(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings) -> None:

@@ -80,7 +80,7 @@ from srift.simulate.layout.collectives import (BlockComm, TpBlockComm, block_com
                                                tp_block_comm, tp_interference, tp_overlap_share)
 from srift.simulate.layout.memory import (eager_loss_bytes, _kept_block_bytes, memory_stages, _peak_memory,
                                           _peak_memory_of, _rebuilt_block_bytes, _stage_memories, stage_memory_bytes)
-from srift.simulate.layout.step import PlanSettings, _plan, plan_layout
+from srift.simulate.layout.step import PlanSettings, _plan, plan_layout, reprice
 from srift.simulate.layout.search import (Degrees, LayoutSearch, candidate_layouts, _degrees, _divisors,
                                           _expert_degrees, has_layout, _most_sharded, search_layouts)
 
@@ -156,6 +156,7 @@ __all__ = [
     "_plan",
     "plan_layout",
     "pytorch_stack",
+    "reprice",
     "_rebuilt_block_bytes",
     "scaled_parts",
     "search_layouts",

@@ -128,6 +128,11 @@ class Predictor:
         return split_batch(speeds, gpus, gb)
 
     # ---- the prediction --------------------------------------------------------------------
+    def on_network(self, cluster: Cluster) -> Prediction:
+        """The job on ``cluster``, a network variant of the one predicted (srift.api.network_fallbacks;
+        ``LayoutPredictor.on_network`` keeps its plan): a data-parallel plan is chosen again."""
+        return self.predict(cluster)
+
     def predict(self, cluster: Cluster) -> Prediction:
         """Predict one iteration (one optimizer step) of the job on ``cluster``."""
         if self.job.layout is not None and self.arch is not None:  # tensor/pipeline/context parallelism

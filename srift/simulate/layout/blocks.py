@@ -39,6 +39,9 @@ class BlockMemory:
     fp8_weight_bytes: float
 
 
+_MEMORY_FIELDS = tuple(f.name for f in dataclasses.fields(BlockMemory))
+
+
 @dataclass(frozen=True)
 class BlockParts:
     """Seconds and bytes of one micro-batch on one GPU, per part of the model, at a TP and CP split.
@@ -132,8 +135,13 @@ class BlockParts:
             return self
         frac = moe_blocks / blocks
         moe, dense = self.kinds
-        return dataclasses.replace(self, **{
-            f.name: frac * getattr(moe, f.name) + (1.0 - frac) * getattr(dense, f.name) for f in dataclasses.fields(BlockMemory)})
+        # A copy with the memory fields replaced (as ``dataclasses.replace``, which re-runs the
+        # constructor: a layout search calls this for every stage of every candidate).
+        mixed = object.__new__(BlockParts)
+        mixed.__dict__.update(self.__dict__)
+        mixed.__dict__.update({name: frac * getattr(moe, name) + (1.0 - frac) * getattr(dense, name)
+                               for name in _MEMORY_FIELDS})
+        return mixed
 
     def trainable(self, blocks: int, first: bool, last: bool) -> float:
         """Parameters that train on a stage of ``blocks`` blocks (with the embedding when ``first``,
@@ -260,6 +268,9 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
                           * fp8_weight_cache_bytes(fp8) if fp8 else 0.0))
 
 
+# Cached apart from ``block_parts``: a mixture of experts' dense and MoE blocks are the same for
+# every expert-parallel size a search tries.
+@functools.lru_cache(maxsize=32768)
 def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str,
                  gpu: str, fp8: Fp8Recipe | None = None,
                  modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,

@@ -5,12 +5,13 @@ Part of the layout simulator (srift/simulate/layouts.py: the model as a whole)."
 
 from __future__ import annotations
 
+import dataclasses
 
 from srift.job import FSDP, FULL_CHECKPOINTING, INTERLEAVED, SELECTIVE, ZERO1
 from srift.simulate.memory import LOSS_FP32_BYTES, MASTER_BYTES, allocator_bytes, sharded_state_bytes, with_allocator
 from srift.simulate.moe import expert_dp, expert_memory_bytes
 from srift.zoo.llm import DecoderArch, block_params
-from srift.simulate.layout.plan import (ADAM_STATE_BYTES, GRAD_BYTES, PARAM_BYTES, SHARDED_FLAVOURS, Layout,
+from srift.simulate.layout.plan import (ADAM_STATE_BYTES, GRAD_BYTES, PARAM_BYTES, SHARDED_FLAVOURS, _SECONDS, Layout,
                                         pytorch_stack, state_shard)
 from srift.simulate.layout.pipeline import pipeline_blocks, stage_layers, stage_moe_blocks
 from srift.simulate.layout.blocks import BlockParts
@@ -78,6 +79,22 @@ def memory_stages(pp: int, blocks_differ: bool = False) -> list[int]:
     return list(range(pp)) if blocks_differ else sorted({0, min(1, pp - 1), pp - 1})
 
 
+def peak_stages(layers: tuple[int, ...], moe_blocks: tuple[int, ...] | None) -> list[int]:
+    """The stages of ``layers[i]`` blocks (``moe_blocks[i]`` of them MoE blocks) that can be the
+    most loaded: the first, the last and the first middle stage of each mix of blocks (a later
+    middle stage of the same mix holds the same states and no more micro-batches in flight)."""
+    p = len(layers)
+    out, seen = [], set()
+    for i in range(p):
+        key = (layers[i], moe_blocks[i] if moe_blocks is not None else 0)
+        if 0 < i < p - 1:
+            if key in seen:
+                continue
+            seen.add(key)
+        out.append(i)
+    return out
+
+
 def _peak_memory(arch: DecoderArch, layout: Layout, parts: BlockParts, checkpointing: str, dp_flavour: str,
                  gpus_per_node: int = 8, reduce_dtype: str = "fp32") -> float:
     """The most loaded stage's bytes per GPU (the same count as ``_plan``'s, without the times).
@@ -101,7 +118,8 @@ def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts
     moe_blocks = stage_moe_blocks(arch, layers, v, mtp_layers) if parts.kinds is not None else None
     every = parts
     peak = 0.0
-    for i in memory_stages(p, moe_blocks is not None):  # the arithmetic of _stage_memories, without the dicts
+    # the arithmetic of _stage_memories, without the dicts
+    for i in memory_stages(p) if moe_blocks is None else peak_stages(layers, moe_blocks):
         n = layers[i]
         parts = every if moe_blocks is None else every.on_stage(moe_blocks[i], n)
         per_mb = n * _kept_block_bytes(parts, checkpointing) + (parts.first_act_bytes if i == 0 else 0.0)
@@ -120,6 +138,42 @@ def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts
                          + n * (parts.local_expert_params * per_expert + parts.fp8_weight_bytes) + acts)
         peak = max(peak, allocated + allocator_bytes(allocated))
     return peak
+
+
+# ---- the same peak on many clusters ------------------------------------------------------------
+# A catalog search asks the peak of the same layouts on every GPU type and count: the bytes depend
+# on the blocks' figures other than their seconds (what a GPU's speed changes), which a signature
+# names, so that equal signatures share one computation.
+_MEMORY_FIELDS = tuple(f.name for f in dataclasses.fields(BlockParts) if f.name not in _SECONDS)
+_SIGNATURES: dict[tuple[object, ...], int] = {}
+_PEAKS: dict[tuple[object, ...], float] = {}
+MAX_MEMO = 1 << 18  # entries kept (a few tens of MB); the memo starts again beyond
+
+
+def memory_signature(arch: DecoderArch, parts: BlockParts) -> int:
+    """A number for ``arch``'s blocks as ``parts`` hold them in memory: equal for parts whose
+    every figure but the seconds is equal (``peak_memory``)."""
+    sig = (arch, *(getattr(parts, name) for name in _MEMORY_FIELDS))
+    if sig not in _SIGNATURES:
+        if len(_SIGNATURES) >= MAX_MEMO:
+            _SIGNATURES.clear()
+            _PEAKS.clear()
+        _SIGNATURES[sig] = len(_SIGNATURES)
+    return _SIGNATURES[sig]
+
+
+def peak_memory(signature: int, arch: DecoderArch, p: int, v: int, m: int, shard: int, parts: BlockParts,
+                checkpointing: str, dp_flavour: str, expert_shard: int = 1, reduce_dtype: str = "fp32",
+                mtp_layers: int = 0) -> float:
+    """``_peak_memory_of``, remembered by ``signature`` (``memory_signature(arch, parts)``)."""
+    key = (signature, p, v, m, shard, checkpointing, dp_flavour, expert_shard, reduce_dtype, mtp_layers)
+    found = _PEAKS.get(key)
+    if found is None:
+        if len(_PEAKS) >= MAX_MEMO:
+            _PEAKS.clear()
+        found = _PEAKS[key] = _peak_memory_of(arch, p, v, m, shard, parts, checkpointing, dp_flavour, expert_shard,
+                                              reduce_dtype, mtp_layers)
+    return found
 
 
 def eager_loss_bytes(parts: BlockParts, dp_flavour: str) -> float:

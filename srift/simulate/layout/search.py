@@ -6,6 +6,7 @@ Part of the layout simulator (srift/simulate/layouts.py: the model as a whole)."
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 from srift.cluster import Cluster
@@ -24,8 +25,11 @@ from srift.simulate.layout.pipeline import pipeline_blocks, stage_layers
 from srift.simulate.layout_rules import cp_efficient, megatron_split, runnable
 from srift.simulate.layout.blocks import BlockParts, block_parts, scaled_parts
 from srift.simulate.layout.collectives import block_comm, dtensor_rate, p2p_interference, tp_interference
-from srift.simulate.layout.memory import _peak_memory_of
-from srift.simulate.layout.step import PlanSettings, _plan
+from srift.simulate.layout.memory import _peak_memory_of, memory_signature, peak_memory
+from srift.simulate.layout.step import PlanSettings, _plan, _step
+
+
+_params_count = functools.lru_cache(maxsize=256)(params_count)  # asked of every cluster a catalog search simulates
 
 
 # ---- the search ---------------------------------------------------------------------------------
@@ -48,8 +52,12 @@ class LayoutSearch:
     simulated: int
 
 
-def _divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0]
+@functools.lru_cache(maxsize=65536)
+def _divisors(n: int) -> tuple[int, ...]:
+    """The divisors of ``n``, ascending (pairs up to its square root: a 16,384-GPU search asks of
+    every count)."""
+    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    return tuple(small + [n // k for k in reversed(small) if k * k != n])
 
 
 Degrees = tuple[int, int, int, int, int, int, int, int]
@@ -124,6 +132,19 @@ def candidate_layouts(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len:
                                                      micro_batches)]
 
 
+@functools.lru_cache(maxsize=4096)
+def searched_degrees(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, global_batch: int,
+                     request: LayoutRequest, dp_flavour: str) -> tuple[Degrees, ...]:
+    """The degrees ``search_layouts`` examines on ``gpus`` GPUs: those of ``_degrees`` that the
+    stack runs (srift/simulate/layout_rules.py); under FSDP/HSDP without expert parallelism
+    (``check_sharded``). Cached: a catalog search asks it of every GPU type with the same count."""
+    degrees = _degrees(arch, gpus, gpus_per_node, seq_len, global_batch, request, SEARCH_MICRO_BATCHES)
+    degrees = runnable(arch, degrees, seq_len, pytorch_stack(dp_flavour), stage_layers)
+    if dp_flavour in SHARDED_FLAVOURS:  # FSDP is modelled without expert parallelism
+        degrees = [r for r in degrees if r[7] == 1]
+    return tuple(degrees)
+
+
 def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_batch: int, precision: str = "bf16",
                    request: LayoutRequest = LayoutRequest(), dp_flavour: str = "zero1",
                    checkpointing: tuple[str, ...] = ("none", "full"), comm: CommModel | None = None,
@@ -148,15 +169,12 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     pytorch = pytorch_stack(dp_flavour)
     cap = min(gr.gpu_memory_gib if gr.gpu_memory_gib is not None else gpu_spec(gr.gpu).memory_gib
               for gr in cluster.node_groups) * 2**30 * USABLE_FRACTION
-    degrees = _degrees(arch, cluster.gpus, g, seq_len, global_batch, request, SEARCH_MICRO_BATCHES)
-    degrees = runnable(arch, degrees, seq_len, pytorch_stack(dp_flavour), stage_layers)  # what the stack runs (layout_rules.py)
-    if dp_flavour in SHARDED_FLAVOURS:  # FSDP is modelled without expert parallelism (check_sharded)
-        degrees = [r for r in degrees if r[7] == 1]
+    degrees = searched_degrees(arch, cluster.gpus, g, seq_len, global_batch, request, dp_flavour)
     # Whatever the layout, each parameter's 16 bytes (bf16 weight and gradient, fp32 master and
     # Adam moments) are spread over at most all the GPUs: below that nothing fits.
     # (LoRA: the frozen weights' 2 bytes.)
     per_param = PARAM_BYTES if lora is not None else PARAM_BYTES + GRAD_BYTES + MASTER_BYTES + ADAM_STATE_BYTES
-    hopeless = params_count(arch) * per_param / cluster.gpus > cap
+    hopeless = _params_count(arch) * per_param / cluster.gpus > cap
     if hopeless or not degrees:
         return LayoutSearch(None, _most_sharded(arch, cluster, degrees, seq_len, precision, checkpointing[-1], dp_flavour,
                                                 comm, gpu, factor, tp_overlap, imbalance, lora, reduce_dtype, fp8,
@@ -169,6 +187,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     copy_rate = dtensor_rate(gpu, precision, pytorch)
     k_p2p = p2p_interference(gpu)
     ranked = []
+    ep_group: dict[int, CommModel] = {}  # the expert-parallel groups' collectives, per size
     for t, p, c, d, mb, m, v, ep in degrees:
         key = (t, c, mb, ep)
         parts = parts_of.get(key)
@@ -180,8 +199,12 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
             bc = block_comm(arch, comm, t, c, mb, seq_len, e, parts, 0.5, tp_overlap, copy_rate)
             # The flat all-to-all bounds the alltoall dispatcher's exposed time; flex's per-node
             # dispatch and an overlapped one can take less, so they add nothing to the bound.
-            a2a = (4.0 * parts.moe_fraction * float(comm.subgroup(ep, ep_ranks_per_node(ep, g)).all_to_all_time_s(parts.dispatch_bytes))
-                   if ep > 1 and dispatcher != FLEX and not ep_overlap else 0.0)
+            if ep > 1 and dispatcher != FLEX and not ep_overlap:
+                if ep not in ep_group:
+                    ep_group[ep] = comm.subgroup(ep, ep_ranks_per_node(ep, g))
+                a2a = 4.0 * parts.moe_fraction * float(ep_group[ep].all_to_all_time_s(parts.dispatch_bytes))
+            else:
+                a2a = 0.0
             slot_of[key] = (parts.block_f_s + parts.block_b_s + bc.tp_f_s + bc.tp_b_s + bc.cp_f_s + bc.cp_b_s + a2a,
                             k_tp * bc.tp_hidden_s + k_p2p * bc.cp_hidden_s)
         blk, hidden = slot_of[key]
@@ -192,30 +215,40 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     simulated = rejected = 0
     # The one fit rule (srift.simulate.memory.fit_state): layouts that fit for sure first; those
     # that may not fit (within the memory's typical error) when none does.
+    signature: dict[tuple[int, int, int, int], int] = {}
+
+    def peak(i: int, k: str) -> float:
+        _, t, p, c, d, mb, m, v, ep = ranked[i]
+        key = (t, c, mb, ep)
+        if key not in signature:
+            signature[key] = memory_signature(arch, parts_of[key])
+        return peak_memory(signature[key], arch, p, v, m, state_shard(dp_flavour, g, t, c, p, d), parts_of[key], k,
+                           dp_flavour, expert_dp(t, c, d, ep), reduce_dtype, mtp_layers)
+
+    # The candidates' steps are priced (``_step``); the winner's plan, memory included, once.
+    fastest: tuple[float, Layout, PlanSettings, BlockParts] | None = None
     for limit in (sure_fit_bytes(cap), cap):
         rejected = 0
-        for bound, t, p, c, d, mb, m, v, ep in ranked:
-            if best is not None and bound >= best.iteration_s:
+        for i, (bound, t, p, c, d, mb, m, v, ep) in enumerate(ranked):
+            if fastest is not None and bound >= fastest[0]:
                 break
             parts = parts_of[(t, c, mb, ep)]
-            chosen = next((k for k in checkpointing
-                           if _peak_memory_of(arch, p, v, m, state_shard(dp_flavour, g, t, c, p, d), parts, k, dp_flavour,
-                                              expert_dp(t, c, d, ep), reduce_dtype, mtp_layers) <= limit), None)
+            chosen = next((k for k in checkpointing if peak(i, k) <= limit), None)
             if chosen is None:
                 rejected += 1
                 continue
             lay = Layout(t, p, c, d, v, mb, m, "interleaved" if v > 1 else "1f1b", ep)
-            if chosen == FULL_CHECKPOINTING and best is not None and \
-                    bound * (1.0 + parts.block_f_s / (parts.block_f_s + parts.block_b_s)) >= best.iteration_s:
+            if chosen == FULL_CHECKPOINTING and fastest is not None and \
+                    bound * (1.0 + parts.block_f_s / (parts.block_f_s + parts.block_b_s)) >= fastest[0]:
                 continue
-            plan = _plan(arch, cluster, lay, seq_len,
-                         PlanSettings(precision=precision, checkpointing=chosen, dp_flavour=dp_flavour, dispatcher=dispatcher,
-                                      ep_overlap=ep_overlap, reduce_dtype=reduce_dtype, mtp_layers=mtp_layers),
-                         comm, gpu, parts, tp_overlap)
+            settings = PlanSettings(precision=precision, checkpointing=chosen, dp_flavour=dp_flavour, dispatcher=dispatcher,
+                                    ep_overlap=ep_overlap, reduce_dtype=reduce_dtype, mtp_layers=mtp_layers)
+            iteration_s = _step(arch, lay, seq_len, settings, comm, gpu, parts, tp_overlap)[0].total_s
             simulated += 1
-            if best is None or plan.iteration_s < best.iteration_s:
-                best = plan
-        if best is not None:
+            if fastest is None or iteration_s < fastest[0]:
+                fastest = (iteration_s, lay, settings, parts)
+        if fastest is not None:
+            best = _plan(arch, cluster, fastest[1], seq_len, fastest[2], comm, gpu, fastest[3], tp_overlap)
             break
     smallest = None if best is not None else _most_sharded(arch, cluster, degrees, seq_len, precision, checkpointing[-1],
                                                             dp_flavour, comm, gpu, factor, tp_overlap, imbalance, lora,
@@ -223,7 +256,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     return LayoutSearch(best, smallest, len(degrees), rejected, simulated)
 
 
-def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: list[Degrees],
+def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: tuple[Degrees, ...],
                   seq_len: int, precision: str, checkpointing: str, dp_flavour: str, comm: CommModel, gpu: str,
                   factor: float, tp_overlap: bool, imbalance: float = BALANCED_ROUTING,
                   lora: LoraSpec | None = None, reduce_dtype: str = "fp32", fp8: Fp8Recipe | None = None,

@@ -27,11 +27,11 @@ from srift.simulate.layout.plan import (ADAM_STATE_BYTES, DP_FLAVOURS, GRAD_BYTE
                                         SHARDED_FLAVOURS, Layout, LayoutPlan, check_layout, check_sharded,
                                         compute_factor_of, default_tp_overlap, dp_ranks_per_node, ep_ranks_per_node,
                                         _even_ranks_per_node, _group_ranks_per_node, pytorch_stack, state_shard)
-from srift.simulate.layout.pipeline import pipeline_blocks, stage_layers
+from srift.simulate.layout.pipeline import pipeline_blocks, stage_layers, stage_moe_blocks
 from srift.simulate.layout.blocks import BlockParts, block_parts, scaled_parts
 from srift.simulate.layout.collectives import (block_comm, dtensor_rate, ep_interference, fsdp_stage_comm,
                                                p2p_interference, tp_interference)
-from srift.simulate.layout.memory import memory_stages, _stage_memories
+from srift.simulate.layout.memory import memory_stages, peak_stages, _stage_memories
 
 
 @dataclass(frozen=True)
@@ -88,13 +88,8 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
         SriftError: when the layout does not use the cluster's GPUs or cannot split the model.
     """
     st = settings
-    precision, checkpointing, dp_flavour, quantile, tp_overlap = (st.precision, st.checkpointing, st.dp_flavour,
-                                                                   st.quantile, st.tp_overlap)
-    compute_factor, imbalance, fp8, recompute_modules, dispatcher = (st.compute_factor, st.imbalance, st.fp8,
-                                                                      st.recompute_modules, st.dispatcher)
-    ep_overlap, lora, reduce_dtype, op_sac, fp8_attention = (st.ep_overlap, st.lora, st.reduce_dtype, st.op_sac,
-                                                             st.fp8_attention)
-    mtp_layers, stage_blocks = st.mtp_layers, st.stage_blocks
+    checkpointing, dp_flavour, tp_overlap, mtp_layers, stage_blocks = (st.checkpointing, st.dp_flavour, st.tp_overlap,
+                                                                        st.mtp_layers, st.stage_blocks)
     if layout.gpus != cluster.gpus:
         raise SriftError(f"layout {layout.label} uses {layout.gpus} GPUs, the cluster has {cluster.gpus}.",
                          "make tp x pp x cp x dp the cluster's GPU count.")
@@ -110,27 +105,80 @@ def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: in
         raise ValueError(f"dp_flavour must be one of {DP_FLAVOURS}")
     comm = comm or CommModel.for_cluster(cluster)
     g = comm.topology.gpus_per_node
-    why = check_layout(arch, layout, seq_len, g) or check_sharded(dp_flavour, layout.ep, lora)
+    why = check_layout(arch, layout, seq_len, g) or check_sharded(dp_flavour, layout.ep, st.lora)
     if why:
         raise SriftError(f"layout {layout.label} cannot run {arch.name}: {why}.",
                          "choose another --layout, or --layout auto.")
     gpu = cluster.node_groups[0].gpu
-    parts = scaled_parts(block_parts(arch, layout.tp, layout.cp, layout.micro_batch, seq_len, precision, gpu,
-                                     layout.ep, imbalance, fp8, recompute_modules, lora, op_sac, fp8_attention,
-                                     dispatcher, not pytorch_stack(dp_flavour), pytorch_stack(dp_flavour)),
-                         compute_factor_of(dp_flavour, compute_factor))
-    if op_sac:
-        parts = dataclasses.replace(parts, selective_saved_bytes=parts.op_sac_saved_bytes, selective_f_s=parts.op_sac_f_s)
-    plan = _plan(arch, cluster, layout, seq_len, settings, comm, gpu, parts,
+    plan = _plan(arch, cluster, layout, seq_len, settings, comm, gpu, _parts(arch, layout, seq_len, settings, gpu),
                  default_tp_overlap(dp_flavour) if tp_overlap is None else tp_overlap)
-    return dataclasses.replace(plan, recompute_modules=check_modules(recompute_modules)) if checkpointing == SELECTIVE \
+    return dataclasses.replace(plan, recompute_modules=check_modules(st.recompute_modules)) if checkpointing == SELECTIVE \
         else plan
+
+
+def _parts(arch: DecoderArch, layout: Layout, seq_len: int, settings: PlanSettings, gpu: str) -> BlockParts:
+    """The blocks' work on one ``gpu`` of ``layout`` under ``settings`` (``block_parts``, scaled by
+    the stack's compute factor; torchtitan's per-op selective figures under ``op_sac``)."""
+    st = settings
+    pytorch = pytorch_stack(st.dp_flavour)
+    parts = scaled_parts(block_parts(arch, layout.tp, layout.cp, layout.micro_batch, seq_len, st.precision, gpu,
+                                     layout.ep, st.imbalance, st.fp8, st.recompute_modules, st.lora, st.op_sac,
+                                     st.fp8_attention, st.dispatcher, not pytorch, pytorch),
+                         compute_factor_of(st.dp_flavour, st.compute_factor))
+    if st.op_sac:
+        parts = dataclasses.replace(parts, selective_saved_bytes=parts.op_sac_saved_bytes, selective_f_s=parts.op_sac_f_s)
+    return parts
+
+
+def reprice(arch: DecoderArch, cluster: Cluster, plan: LayoutPlan, seq_len: int, settings: PlanSettings,
+            comm: CommModel | None = None) -> LayoutPlan:
+    """``plan`` (``plan_layout``'s under ``settings``, on a cluster of the same GPUs) with its step
+    priced again on ``cluster`` at ``settings.quantile`` of the collectives: the same layout,
+    recompute and memory (which no network or quantile changes), the times of this network. A
+    prediction's 90th percentile and its network fall-backs (srift.api.network_fallbacks)."""
+    comm = comm or CommModel.for_cluster(cluster)
+    gpu = cluster.node_groups[0].gpu
+    tp_overlap = default_tp_overlap(settings.dp_flavour) if settings.tp_overlap is None else settings.tp_overlap
+    breakdown, comm_s = _step(arch, plan.layout, seq_len, settings, comm, gpu,
+                              _parts(arch, plan.layout, seq_len, settings, gpu), tp_overlap)
+    return dataclasses.replace(plan, iteration_s=breakdown.total_s, breakdown=breakdown, comm_s=comm_s,
+                               tokens_per_s=plan.layout.global_batch * seq_len / breakdown.total_s)
 
 
 def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, settings: PlanSettings, comm: CommModel,
           gpu: str, parts: BlockParts, tp_overlap: bool = True) -> LayoutPlan:
     """``plan_layout``'s iteration of ``parts`` (the blocks' work on ``gpu``) under ``settings``,
-    ``tp_overlap`` resolved (``settings.tp_overlap`` is not read)."""
+    ``tp_overlap`` resolved (``settings.tp_overlap`` is not read): the step (``_step``) and the
+    most loaded stage's memory."""
+    st = settings
+    checkpointing, dp_flavour, reduce_dtype, mtp_layers, stage_blocks = (st.checkpointing, st.dp_flavour, st.reduce_dtype,
+                                                                          st.mtp_layers, st.stage_blocks)
+    t, p, c, d, v = layout.tp, layout.pp, layout.cp, layout.dp, layout.vp
+    g = comm.topology.gpus_per_node
+    layers = stage_blocks or stage_layers(pipeline_blocks(arch, mtp_layers), p, not pytorch_stack(dp_flavour))
+    breakdown, comm_s = _step(arch, layout, seq_len, settings, comm, gpu, parts, tp_overlap)
+    shard = state_shard(dp_flavour, g, t, c, p, d)
+    # ---- memory: the most loaded stage (of an even split only the first, second and last can be:
+    # _peak_memory; a job's own layout may load any stage most) ----
+    moe_blocks = stage_moe_blocks(arch, layers, v if layout.schedule == INTERLEAVED else 1, mtp_layers) \
+        if parts.kinds is not None else None
+    candidates = memory_stages(p) if stage_blocks is None and moe_blocks is None else peak_stages(layers, moe_blocks)
+    mems = dict(zip(candidates, _stage_memories(arch, layout, parts, checkpointing, dp_flavour, candidates, shard,
+                                                reduce_dtype, mtp_layers, layers)))
+    stage = max(candidates, key=lambda i: sum(mems[i].values()))
+    worst = (sum(mems[stage].values()), mems[stage], stage)
+    gpu_mem = min(gr.gpu_memory_gib if gr.gpu_memory_gib is not None else gpu_spec(gr.gpu).memory_gib
+                  for gr in cluster.node_groups)
+    iteration = breakdown.total_s
+    return LayoutPlan(layout, iteration, breakdown, comm_s, worst[0], worst[1], worst[2], fits(worst[0], gpu_mem),
+                      layout.global_batch * seq_len / iteration, checkpointing, dp_flavour,
+                      memory_state=fit_state(worst[0], gpu_mem))
+
+
+def _step(arch: DecoderArch, layout: Layout, seq_len: int, settings: PlanSettings, comm: CommModel,
+          gpu: str, parts: BlockParts, tp_overlap: bool) -> tuple[Breakdown, dict[str, float]]:
+    """One step's seconds by phase and communication seconds by group (``_plan``'s), at
+    ``settings.quantile`` of the collectives."""
     st = settings
     precision, checkpointing, dp_flavour, quantile, dispatcher = (st.precision, st.checkpointing, st.dp_flavour,
                                                                    st.quantile, st.dispatcher)
@@ -250,20 +298,7 @@ def _plan(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int, set
         OPTIMIZER: optimizer,
         OVERHEAD: overhead,
     }
-    # ---- memory: the most loaded stage (of an even split only the first, second and last can be:
-    # _peak_memory; a job's own layout may load any stage most) ----
-    candidates = memory_stages(p, parts.kinds is not None) if stage_blocks is None else list(range(p))
-    mems = dict(zip(candidates, _stage_memories(arch, layout, parts, checkpointing, dp_flavour, candidates, shard,
-                                                reduce_dtype, mtp_layers, layers)))
-    stage = max(candidates, key=lambda i: sum(mems[i].values()))
-    worst = (sum(mems[stage].values()), mems[stage], stage)
-    gpu_mem = min(gr.gpu_memory_gib if gr.gpu_memory_gib is not None else gpu_spec(gr.gpu).memory_gib
-                  for gr in cluster.node_groups)
     comm_s = {"tp": m * n_slow * (tp_f + tp_b_exposed + tp_b_hidden), "cp": m * n_slow * (c - 1) * (step_f + step_b),
               "ep": m * n_slow * (ep_f + ep_b + ep_hidden),
               "pp": pipe_p2p + hidden_p2p, "dp": dp_total}
-    breakdown = Breakdown.of(LAYOUT_PHASES, seconds, sum(comm_s.values()))
-    iteration = breakdown.total_s
-    return LayoutPlan(layout, iteration, breakdown, comm_s, worst[0], worst[1], worst[2], fits(worst[0], gpu_mem),
-                      layout.global_batch * seq_len / iteration, checkpointing, dp_flavour,
-                      memory_state=fit_state(worst[0], gpu_mem))
+    return Breakdown.of(LAYOUT_PHASES, seconds, sum(comm_s.values())), comm_s
