@@ -16,8 +16,8 @@ hidden collectives. Usage::
 
 ``--write FILE`` merges what it printed into the validation.json at FILE as its ``kfac_paper``
 section (srift.fitting.report.merge; docs/kfac.md reads its figures from there): per model and
-strategy each phase and the iteration in ms and the speed-up; with ``--sensitivity`` each
-scenario's speed-ups.
+strategy each phase and the iteration in ms and the speed-up; one factor's inversion and
+broadcast by size; with ``--sensitivity`` each scenario's speed-ups.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from srift.cluster import load_cluster  # noqa: E402
 from srift.fitting.report import merge, slug  # noqa: E402
 from srift.hardware import gpu as hw_gpu  # noqa: E402
 from srift.job import KFAC_STRATEGIES, SPD, Job  # noqa: E402
+from srift.kfac.schedule import inverse_message_bytes  # noqa: E402
 from srift.perf.comm import CommModel  # noqa: E402
 from srift.perf.compute import kernel_rates, layer_times  # noqa: E402
 from srift.perf.kfac_kernels import GpuAssumptions, SolverCurve, device_kernels, load_params  # noqa: E402
@@ -70,8 +71,21 @@ def iteration_s(cluster_file: str, model: str, batch: int, preds: dict[str, obje
 RECORD: dict[str, dict[str, float | int]] = {}
 
 
-def _record(row: str, figures: dict[str, float]) -> None:
-    RECORD[slug(row)] = {k: round(v, 2 if k.startswith("speedup") else 1) + 0.0 for k, v in figures.items()}
+def _record(row: str, figures: dict[str, float], digits: int = 1) -> None:
+    RECORD[slug(row)] = {k: round(v, 2 if k.startswith("speedup") else digits) + 0.0 for k, v in figures.items()}
+
+
+def kernel_table(cluster_file: str) -> None:
+    """The GPU's predicted inversion of one factor of each size (Cholesky inverse, ``eigh``) and the
+    communication model's broadcast of its packed inverse over the cluster, ms."""
+    cluster = load_cluster(cluster_file)
+    kernels, comm = device_kernels(cluster.node_groups[0].gpu), CommModel.for_cluster(cluster)
+    print(f"\n{'n':>6}{'inverse':>10}{'eigh':>10}{'broadcast':>11}  (ms; one factor, {cluster_file})")
+    for n in (64, 256, 512, 1024, 2048, 4608):
+        row = {"inverse": 1e3 * kernels.invert_s(n, "inverse"), "eigen": 1e3 * kernels.invert_s(n, "eigen"),
+               "broadcast": 1e3 * float(comm.broadcast_time_s(inverse_message_bytes(n, "inverse")))}
+        _record(f"kernels n{n}", row, digits=3)
+        print(f"{n:>6}" + "".join(f"{v:>10.2f}" for v in row.values()))
 
 
 def table(cluster: str, paper_threshold: int) -> dict[str, dict[str, object]]:
@@ -186,6 +200,7 @@ def main() -> None:
                     help="merge the printed figures into this validation.json as its kfac_paper section")
     args = ap.parse_args()
     base = table(args.cluster, args.paper_threshold)
+    kernel_table(args.cluster)
     # The study recomputes K-FAC's phases with the predictor's inputs: check they agree.
     for model, batch in CASES:
         for s in KFAC_STRATEGIES:
