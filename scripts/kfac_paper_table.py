@@ -12,7 +12,12 @@ compute-model curve srift used before (``previous_inverse_curve``), with each do
 assumption at the ends of its range (``--method eigen``) and without interference from the
 hidden collectives. Usage::
 
-    python scripts/kfac_paper_table.py [--cluster FILE] [--method inverse|eigen] [--sensitivity]
+    python scripts/kfac_paper_table.py [--cluster FILE] [--method inverse|eigen] [--sensitivity] [--write FILE]
+
+``--write FILE`` merges what it printed into the validation.json at FILE as its ``kfac_paper``
+section (srift.fitting.report.merge; docs/kfac.md reads its figures from there): per model and
+strategy each phase and the iteration in ms and the speed-up; one factor's inversion and
+broadcast by size; with ``--sensitivity`` each scenario's speed-ups.
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from srift import api  # noqa: E402
 from srift.cluster import load_cluster  # noqa: E402
+from srift.fitting.report import merge, slug  # noqa: E402
 from srift.hardware import gpu as hw_gpu  # noqa: E402
 from srift.job import KFAC_STRATEGIES, SPD, Job  # noqa: E402
+from srift.kfac.schedule import inverse_message_bytes  # noqa: E402
 from srift.perf.comm import CommModel  # noqa: E402
 from srift.perf.compute import kernel_rates, layer_times  # noqa: E402
 from srift.perf.kfac_kernels import GpuAssumptions, SolverCurve, device_kernels, load_params  # noqa: E402
@@ -60,6 +67,27 @@ def iteration_s(cluster_file: str, model: str, batch: int, preds: dict[str, obje
     return p.iteration_time_s - default + kfac_total(cluster_file, model, batch, strategy, **plan_kw)  # type: ignore[attr-defined]
 
 
+#: What --write records: ``kfac_paper`` row -> figure (ms to 0.1, speed-ups to 0.01).
+RECORD: dict[str, dict[str, float | int]] = {}
+
+
+def _record(row: str, figures: dict[str, float], digits: int = 1) -> None:
+    RECORD[slug(row)] = {k: round(v, 2 if k.startswith("speedup") else digits) + 0.0 for k, v in figures.items()}
+
+
+def kernel_table(cluster_file: str) -> None:
+    """The GPU's predicted inversion of one factor of each size (Cholesky inverse, ``eigh``) and the
+    communication model's broadcast of its packed inverse over the cluster, ms."""
+    cluster = load_cluster(cluster_file)
+    kernels, comm = device_kernels(cluster.node_groups[0].gpu), CommModel.for_cluster(cluster)
+    print(f"\n{'n':>6}{'inverse':>10}{'eigh':>10}{'broadcast':>11}  (ms; one factor, {cluster_file})")
+    for n in (64, 256, 512, 1024, 2048, 4608):
+        row = {"inverse": 1e3 * kernels.invert_s(n, "inverse"), "eigen": 1e3 * kernels.invert_s(n, "eigen"),
+               "broadcast": 1e3 * float(comm.broadcast_time_s(inverse_message_bytes(n, "inverse")))}
+        _record(f"kernels n{n}", row, digits=3)
+        print(f"{n:>6}" + "".join(f"{v:>10.2f}" for v in row.values()))
+
+
 def table(cluster: str, paper_threshold: int) -> dict[str, dict[str, object]]:
     print(f"srift predict --model M --cluster {cluster} --batch-size B --optimizer kfac --kfac-strategy naive|mpd|spd")
     print("ms per iteration; speed-up = D-KFAC (naive) iteration / the strategy's; 'spd D_TH' = spd with the paper's code's "
@@ -74,11 +102,16 @@ def table(cluster: str, paper_threshold: int) -> dict[str, dict[str, object]]:
             b = p.breakdown  # type: ignore[attr-defined]
             cells = "".join(f"{1e3 * b.get(k, 0.0):11.1f}" for k in FIRST_ORDER + KFAC)
             it = p.iteration_time_s  # type: ignore[attr-defined]
+            _record(f"{model} {s}", {**{slug(SHORT[k]): 1e3 * b.get(k, 0.0) for k in FIRST_ORDER + KFAC},
+                                     "iteration": 1e3 * it, "speedup": naive / it})
             print(f"{model:13} {s:8}{cells}{1e3 * it:11.1f}{naive / it:9.2f}")
         plan = kfac_plan(cluster, model, batch, SPD, local_below=paper_threshold)
         cells = "".join(f"{1e3 * preds[SPD].breakdown.get(k, 0.0):11.1f}" for k in FIRST_ORDER)  # type: ignore[attr-defined]
         cells += "".join(f"{1e3 * plan.phases.as_dict()[k]:11.1f}" for k in KFAC)
         it = iteration_s(cluster, model, batch, preds, SPD, local_below=paper_threshold)
+        _record(f"{model} spd D_TH", {**{slug(SHORT[k]): 1e3 * preds[SPD].breakdown.get(k, 0.0) for k in FIRST_ORDER},  # type: ignore[attr-defined]
+                                      **{slug(SHORT[k]): 1e3 * plan.phases.as_dict()[k] for k in KFAC},
+                                      "iteration": 1e3 * it, "speedup": naive / it})
         print(f"{model:13} {'spd D_TH':8}{cells}{1e3 * it:11.1f}{naive / it:9.2f}")
         print()
     return out
@@ -150,6 +183,7 @@ def sensitivity(cluster_file: str, base: dict[str, dict[str, object]], method: s
         for model, batch in CASES:
             it = {s: iteration_s(cluster_file, model, batch, base[model], s, inverse_method=method, **kw)
                   for s in KFAC_STRATEGIES}
+            _record(f"{method} {label} {model}", {"speedup_spd": it["naive"] / it["spd"], "speedup_mpd": it["naive"] / it["mpd"]})
             cells.append(f"{it['naive'] / it['spd']:9.2f} ({it['naive'] / it['mpd']:5.2f})")
         print(f"{label[:58]:58}" + "".join(f"{c:>22}" for c in cells))
 
@@ -162,8 +196,11 @@ def main() -> None:
     ap.add_argument("--paper-threshold", type=int, default=PAPER_THRESHOLD,
                     help="D_TH of the paper's placement (1400 at its submission commit, 1024 in its Dec-2020 code)")
     ap.add_argument("--sensitivity", action="store_true")
+    ap.add_argument("--write", metavar="FILE", default=None,
+                    help="merge the printed figures into this validation.json as its kfac_paper section")
     args = ap.parse_args()
     base = table(args.cluster, args.paper_threshold)
+    kernel_table(args.cluster)
     # The study recomputes K-FAC's phases with the predictor's inputs: check they agree.
     for model, batch in CASES:
         for s in KFAC_STRATEGIES:
@@ -173,6 +210,8 @@ def main() -> None:
             assert abs(mine - theirs) <= 1e-9 * max(theirs, 1.0), (model, s, mine, theirs)
     if args.sensitivity:
         sensitivity(args.cluster, base, args.method, args.paper_threshold)
+    if args.write:
+        print(f"wrote {merge(Path(args.write), {'kfac_paper': dict(sorted(RECORD.items()))})}")
 
 
 if __name__ == "__main__":

@@ -37,7 +37,10 @@ srift's ranking of measured layouts (``layout_group``).
 
 K-FAC group (``kfac_group``; ``--only kfac``): per-phase MAPE (factors, inversion, preconditioning)
 of the GPU K-FAC kernel model against PipeFisher's block timings (data/kfac-layer-phases), with
-its constants refitted without the row's GPU (LOGO) and without its model (LOMO).
+its constants refitted without the row's GPU (LOGO) and without its model (LOMO). It has no
+accuracy.json group: with ``--write-accuracy FILE`` its rows go into validation.json beside FILE
+(``kfac`` section; ``--only finetune`` likewise writes ``finetune``, ``finetune_by_class`` and
+``finetune_long``), the file's other sections kept.
 
 Pairs (``--only pairs``; with ``--write-accuracy`` the ``pairs_*`` groups): the error of the ratio of
 two predictions of the layout and MoE groups, on one GPU (other counts or layouts) and across GPUs,
@@ -363,10 +366,11 @@ def sharded_group(data: Path, report: Report | None = None) -> dict:
             "basis": "llm-foundry MPT 125M-70B on A100-40GB/80GB and H100, 8-512 GPUs, FSDP1 FULL_SHARD/SHARD_GRAD_OP, bf16"}
 
 
-def finetune_group(data: Path) -> dict:
+def finetune_group(data: Path, report: Report | None = None) -> dict:
     """The fine-tuning group: peak memory MAPE and fits-or-not against the runs that state memory,
     fits-or-not on every run, tokens/s per GPU MAPE, by source and mode (see the module docstring).
-    Prints the table; returns accuracy.json's group (tokens/s is the figure predictions quote)."""
+    Prints the table (each row into ``report``'s ``finetune`` section); returns accuracy.json's group
+    (tokens/s is the figure predictions quote)."""
     from srift.fitting import finetune
 
     rows, out = finetune.load_rows(data)
@@ -383,6 +387,11 @@ def finetune_group(data: Path) -> dict:
 
     def line(label: str, s: pd.DataFrame) -> None:
         loso = f"{s['loso_err'].abs().mean():>9.1f}" if s["metric"].iloc[0] != "peak_memory_gb" else f"{'':>9}"
+        if report is not None:
+            tag = "memory" if s["metric"].iloc[0] == "peak_memory_gb" else "steady" if s["steady"].all() else "mean"
+            report.put("finetune", f"{tag} {label}",
+                       {"rows": len(s), "mape": float(s["err"].abs().mean()), "signed_pct": float(s["err"].mean()),
+                        "loso": float(s["loso_err"].abs().mean()), "fits": int(s["fits"].sum())})
         print(f"{label:<44}{len(s):>6}{s['err'].abs().mean():>9.1f}{s['err'].mean():>+9.1f}{loso}"
               f"{int(s['fits'].sum()):>5}/{len(s)}")
 
@@ -397,10 +406,16 @@ def finetune_group(data: Path) -> dict:
             line(f"  {framework[:34]} {mode}", g)
     aside = rows[tokens & ~rows["steady"]]
     if len(aside):
+        if report is not None:
+            report.put("finetune", "aside", {"spread": float(aside.groupby("model")["measured"].agg(lambda m: m.max() / m.min()).max()),
+                                             "above": int((aside["err"] > 0).sum()), "rows": len(aside),
+                                             "err_min": float(aside["err"].min()), "err_max": float(aside["err"].max())})
         print(f"  aside: Hugging Face Trainer's train_samples_per_second is samples / train_runtime over 30-100 steps, "
               f"warm-up included (lower confidence, not srift's steady-state figure: per-GPU throughput of the same per-GPU "
               f"work varies {aside.groupby('model')['measured'].agg(lambda m: m.max() / m.min()).max():.1f}x across scales); "
               f"a lower bound on the steady state: predicted above it in {int((aside['err'] > 0).sum())} of {len(aside)}")
+    if report is not None:
+        report.put("finetune", "fits", {"right": int(rows["fits"].sum()), "runs": len(rows)})
     print(f"fits-or-not: {int(rows['fits'].sum())} of {len(rows)} runs that ran predicted to fit "
           "(95 % of the GPU usable; bias: + = predicted more memory / faster)")
     with pd.option_context("display.width", 200, "display.max_rows", None):
@@ -409,6 +424,11 @@ def finetune_group(data: Path) -> dict:
               .round(1).to_string(index=False))
     runtime = finetune.load_runtime_rows(data)
     ratio = runtime["measured"].to_numpy(float) / np.array([finetune.predicted_runtime_min(r) for r in runtime.itertuples()])
+    for mode in ("full", "lora", "qlora"):
+        r_ = ratio[(runtime["finetune"] == mode).to_numpy()]
+        if report is not None:  # ratios to two decimals, as printed
+            report.sections.setdefault("finetune", {})[f"litgpt-runtime-{mode}"] = {
+                "min": round(float(r_.min()), 2), "max": round(float(r_.max()), 2)}
     print(f"LitGPT runtimes (not in the MAPE: shorter samples, validation included), measured / predicted at 512 tokens "
           f"per sample: " + "; ".join(f"{mode} {ratio[(runtime['finetune'] == mode).to_numpy()].min():.2f}-"
                                       f"{ratio[(runtime['finetune'] == mode).to_numpy()].max():.2f}"
@@ -420,12 +440,15 @@ def finetune_group(data: Path) -> dict:
     runtime["label_model"] = runtime["label"].str.split(" ").str[0]
     pairs = runtime[runtime["finetune"] == "lora"].merge(runtime[runtime["finetune"] == "qlora"], on=keys, suffixes=("_l", "_q"))
     for r in pairs.itertuples():
+        if report is not None:
+            report.sections.setdefault("finetune", {})[slug(f"qlora over lora {r.label_model}")] = {
+                "measured": round(float(r.measured_q / r.measured_l), 2), "predicted": round(float(r.predicted_q / r.predicted_l), 2)}
         print(f"  QLoRA / LoRA runtime, {r.label_model} (same batches and epochs): measured {r.measured_q / r.measured_l:.2f}, "
               f"predicted {r.predicted_q / r.predicted_l:.2f}")
     speed = rows[tokens & rows["steady"]]
     memory = rows[rows["metric"] == "peak_memory_gb"]
-    _finetune_by_class(rows)
-    _long_context(data)
+    _finetune_by_class(rows, report)
+    _long_context(data, report)
     # The figure a --finetune prediction quotes is the data-parallel PyTorch path's (a --layout one
     # quotes the layout group's): its only throughput rows are the whole-run means aside, so those,
     # said as such; the NeMo steady-state figure (the Megatron path) beside it. Nothing is fitted on
@@ -450,7 +473,7 @@ def _gpu_class(gpu: str) -> str:
     return "data-centre" if gpu_spec(gpu).pcie_p2p else "consumer"
 
 
-def _finetune_by_class(rows: pd.DataFrame) -> None:
+def _finetune_by_class(rows: pd.DataFrame, report: Report | None = None) -> None:
     """Peak memory and steady-state speed of the fine-tuning rows, leave-one-source-out and by GPU class."""
     rows = rows.assign(gpu_class=[_gpu_class(g) for g in rows["gpu"]])
     print("By GPU class and source (memory: nothing of the memory model is fitted, so its LOSO is its MAPE; speed: "
@@ -464,13 +487,18 @@ def _finetune_by_class(rows: pd.DataFrame) -> None:
 
         def pct(s: pd.DataFrame, col: str) -> str:
             return f"{s[col].abs().mean():>8.1f}" if len(s) else f"{'-':>8}"
+        if report is not None:
+            report.put("finetune_by_class", label, {
+                "memory_rows": len(mem), **({"memory_mape": float(mem["err"].abs().mean())} if len(mem) else {}),
+                "speed_rows": len(spd), **({"speed_mape": float(spd["err"].abs().mean()),
+                                            "speed_loso": float(spd["loso_err"].abs().mean())} if len(spd) else {})})
         print(f"  {label:<34}{len(mem):>12}{pct(mem, 'err')}{pct(mem, 'err')}{len(spd):>12}{pct(spd, 'err')}"
               f"{pct(spd, 'loso_err')}")
     if not (rows["gpu_class"] == "consumer").any():
         print("  consumer: no public fine-tuning table on a consumer GPU in data/ yet")
 
 
-def _long_context(data: Path) -> None:
+def _long_context(data: Path, report: Report | None = None) -> None:
     """XTuner / LLaMA-Factory long-context full fine-tuning: every run fits, every OOM does not."""
     from srift.fitting import finetune_long
 
@@ -483,7 +511,13 @@ def _long_context(data: Path) -> None:
           "checkpointing auto)")
     print(f"  runs that ran predicted to fit: {int(ran['fits'].sum())} of {len(ran)}; published OOM predicted not to fit: "
           f"{int((~oom['fits']).sum())} of {len(oom)}")
+    if report is not None:
+        report.put("finetune_long", "verdicts", {"ran_fit": int(ran["fits"].sum()), "ran": len(ran),
+                                                 "oom_refused": int((~oom["fits"]).sum()), "oom": len(oom)})
     for framework, g in ran.groupby("framework"):
+        if report is not None:
+            report.put("finetune_long", f"speed {framework}", {"rows": len(g), "mape": float(g["err"].abs().mean()),
+                                                               "signed_pct": float(g["err"].mean())})
         why = ("packed Alpaca with variable-length attention, whose attention cost srift prices over the whole pack"
                if framework == "XTuner" else "the framework's settings are not stated")
         print(f"  tokens/s per GPU, {framework}: MAPE {g['err'].abs().mean():.1f} %, bias {g['err'].mean():+.1f} % over "
@@ -617,11 +651,12 @@ def long_context_subgroup(data: Path) -> None:
         print("    left out: " + "; ".join(f"{n} {why}" for why, n in out.items()))
 
 
-def kfac_group(data: Path) -> None:
+def kfac_group(data: Path, report: Report | None = None) -> None:
     """The K-FAC group: per-phase MAPE of the GPU kernel model (srift.perf.kfac_kernels.derive_gpu)
     against PipeFisher's timings of one transformer block (data/kfac-layer-phases), with its five
     constants as shipped, refitted without the row's GPU (LOGO), without its model (LOMO) and
-    without its block width (the models sharing its factor shapes)."""
+    without its block width (the models sharing its factor shapes). Each printed row goes into
+    ``report``'s ``kfac`` section."""
     from srift.fitting import kfac_phases as KP
     from srift.perf.kfac_kernels import load_params
 
@@ -640,6 +675,11 @@ def kfac_group(data: Path) -> None:
         print(f"{label:<34}{len(rows):>6}{KP.mape(fit[p], rows, p):>8.1f}{KP.mape(logo[p], rows, p):>8.1f}{KP.mape(lomo[p], rows, p):>8.1f}"
               f"{KP.mape(lowo[p], rows, p):>10.1f}")
         held_gpu, held_model = KP.by_group(rows, "gpu", logo, p), KP.by_group(rows, "model", lomo, p)
+        if report is not None:
+            report.put("kfac", p, {"rows": len(rows), "fit": KP.mape(fit[p], rows, p), "logo": KP.mape(logo[p], rows, p),
+                                   "lomo": KP.mape(lomo[p], rows, p), "width_out": KP.mape(lowo[p], rows, p),
+                                   **{f"gpu_{slug(g)}": e for g, e in held_gpu.items()},
+                                   **{f"model_{slug(m)}": e for m, e in held_model.items()}})
         print("    GPU held out: " + ", ".join(f"{g} {e:.1f}" for g, e in held_gpu.items())
               + "; model held out: " + ", ".join(f"{m} {e:.1f}" for m, e in held_model.items()))
     print("width out: the 768/3072 blocks (bert-base, t5-base, opt-125m) predicted from a fit on the 1024/4096 ones, and back")
@@ -784,7 +824,10 @@ def main() -> None:
         layout_group(Path(args.data))
         return
     if args.only == "kfac":
-        kfac_group(Path(args.data))
+        kfac_report = Report("value")
+        kfac_group(Path(args.data), kfac_report)
+        if args.write_accuracy:  # no accuracy.json group: its rows into validation.json, the others as they are
+            print(f"wrote {kfac_report.write(Path(args.write_accuracy))}")
         return
     if args.only == "pairs":  # the error of the ratio of two predictions of a group (srift/fitting/pairs.py)
         from srift.fitting.pairs import pair_groups
@@ -796,7 +839,7 @@ def main() -> None:
         return
     if args.only in ("sharded", "finetune"):
         group_report = Report("value")
-        figures = sharded_group(Path(args.data), group_report) if args.only == "sharded" else finetune_group(Path(args.data))
+        figures = (sharded_group if args.only == "sharded" else finetune_group)(Path(args.data), group_report)
         if args.write_accuracy:  # this group alone, the others as they are
             _write_group(Path(args.write_accuracy), args.only, figures)
             if group_report.sections:
@@ -970,9 +1013,9 @@ def main() -> None:
         sharded_figures, finetune_figures, moe_figures = kept.get("sharded"), kept.get("finetune"), kept.get("moe")
     else:
         sharded_figures = sharded_group(Path(args.data), report)
-        finetune_figures = finetune_group(Path(args.data))
+        finetune_figures = finetune_group(Path(args.data), report)
         layout_group(Path(args.data))
-        kfac_group(Path(args.data))
+        kfac_group(Path(args.data), report)
         moe_figures = moe_group(Path(args.data), args.table, report)
     if args.write_accuracy:
         dense = {"single_gpu": single, "one_node": multi, **({"multi_node": nodes} if len(nodes) else {}),

@@ -31,3 +31,26 @@ def test_writing_replaces_this_runs_sections_and_keeps_the_others(tmp_path):
     assert report.write(tmp_path / "accuracy.json") == target  # beside accuracy.json
     sections = json.loads(target.read_text(encoding="utf-8"))["sections"]
     assert sections == {"memory": {"all": {"runs": 746}}, "moe": {"all": {"rows": 51}}}
+
+
+def test_the_kfac_group_run_apart_writes_its_rows_beside_the_file_and_keeps_the_rest(tmp_path):
+    """`validate.py --only kfac --write-accuracy FILE` (docs/kfac.md's table): its per-phase rows go
+    into validation.json beside FILE, equal to what configs/perf/validation.json holds (the docs
+    quote a fresh run), the file's other sections stay and accuracy.json is not touched."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    merge(tmp_path / "validation.json", {"memory": {"all": {"runs": 746}}})
+    accuracy = tmp_path / "accuracy.json"
+    accuracy.write_text("{}", encoding="utf-8")
+    done = subprocess.run([sys.executable, str(root / "scripts" / "validate.py"), "--only", "kfac", "--write-accuracy",
+                           str(accuracy)], cwd=root, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    sections = json.loads((tmp_path / "validation.json").read_text(encoding="utf-8"))["sections"]
+    shipped = json.loads((root / "configs" / "perf" / "validation.json").read_text(encoding="utf-8"))["sections"]
+    assert sections["memory"] == {"all": {"runs": 746}}
+    assert set(sections["kfac"]) == {"factors", "inversion", "preconditioning"}
+    assert sections["kfac"] == shipped["kfac"]
+    assert accuracy.read_text(encoding="utf-8") == "{}"
