@@ -35,7 +35,7 @@ from srift.bounds import (
 from srift.errors import one_of
 from srift.job import (
     ALLTOALL, AUTO, CHECKPOINTING, DATA_LOADING, DEFAULT_LORA_RANK, DEFAULT_MOE_IMBALANCE, FINETUNE_MODES, FP8_RECIPES, KFAC_INVERSE_METHODS,
-    KFAC_STRATEGIES, LAYOUT_PARALLELISMS, LORA_TARGETS, MOE_DISPATCHERS, OPTIMIZERS, PARALLELISMS, PIPELINE_SCHEDULES, PRECISIONS, REDUCE_DTYPES, Job,
+    KFAC_STRATEGIES, LAYOUT_PARALLELISMS, LORA_TARGETS, MOE_DISPATCHERS, OPTIMIZERS, PARALLELISMS, PIPELINE_SCHEDULES, PRECISIONS, REDUCE_DTYPES, STACKS, Job,
     JobLength,
 )
 
@@ -173,6 +173,10 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               negative_flag="--no-double-quant"),
     JobOption("quantize_head", "bool", False, "QLoRA: the output head in NF4 too (Lightning/LitGPT quantize every "
               "Linear); default: kept in bf16 as Hugging Face does.", negative_flag="--bf16-head"),
+    JobOption("stack", "str", None, f"{one_of(STACKS)}: the training stack, whose behaviours (gradient-reduce and "
+              "TP overlap, bucketing, the layout's data parallelism) price the job (configs/stacks.yaml; default: a "
+              "profile's detected stack, else megatron-core for a --layout, pytorch for data parallelism).",
+              choices=STACKS),
     JobOption("kfac_strategy", "str", "spd", f"{_KFAC} strategy: {one_of(KFAC_STRATEGIES)}.", choices=KFAC_STRATEGIES),
     JobOption("kfac_inverse_method", "str", "inverse", f"{_KFAC} inverse method: {one_of(KFAC_INVERSE_METHODS)} (damped "
               "Cholesky inverse, or eigh).", choices=KFAC_INVERSE_METHODS),
