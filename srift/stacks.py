@@ -31,7 +31,7 @@ from typing import Any, Final, Generic, TypeVar
 
 from srift.bounds import MAX_BUCKET_CAP_MB
 from srift.errors import SriftError
-from srift.files import configs_dir, read_yaml
+from srift.files import configs_dir, read_json, read_yaml
 from srift.job import (DDP, FSDP, HSDP, MEGATRON_CORE, PYTORCH_STACK, STACKS, TORCHTITAN, ZERO1, ZERO2, Job, Stack as StackName)
 
 T = TypeVar("T")
@@ -322,3 +322,50 @@ class DetectedStack:
             if v is not None and (not isinstance(v, str) or len(v) > 200):
                 raise SriftError(f"{source}: 'stack.{key}' must be a string of at most 200 characters.", fix)
         return cls(name, version, evidence)
+
+
+STACK_ACCURACY_FILE = "stack_accuracy.json"
+
+
+@functools.lru_cache(maxsize=2)
+def stack_accuracy() -> dict[str, dict[str, Any]]:
+    """configs/perf/stack_accuracy.json's stacks (scripts/validate.py --only stacks --write-stacks):
+    name -> rows, loso_mape_pct, lostack_mape_pct, groups; empty when the file is missing."""
+    path = configs_dir() / "perf" / STACK_ACCURACY_FILE
+    if not path.is_file():
+        return {}
+    data = read_json(path, "per-stack accuracy", "regenerate it: python scripts/validate.py --only stacks --write-stacks")
+    stacks = data.get("stacks") if isinstance(data, dict) else None
+    return stacks if isinstance(stacks, dict) else {}
+
+
+def _quoted(fig: dict[str, Any]) -> float:
+    held = fig.get("lostack_mape_pct")
+    return float(held if isinstance(held, (int, float)) else fig["loso_mape_pct"])
+
+
+def stack_typical_error(stack: str, pct: float | None, basis: str, group: str | None = None) -> tuple[float | None, str]:
+    """The figure a prediction of ``stack`` quotes: its group's (``pct``, ``basis``) or its stack's
+    held-out figure (over the stack's rows of validation ``group`` where it has some, else all its
+    rows), whichever is wider; a stack without step-time measurements quotes the widest stack
+    figure and says so."""
+    figures = stack_accuracy()
+    if not figures:
+        return pct, basis
+    own = figures.get(stack)
+    if own is not None and group is not None and isinstance(own.get("by_group"), dict) and group in own["by_group"]:
+        own = own["by_group"][group]
+    if own is not None:
+        held = _quoted(own)
+        how = "leave-one-stack-out" if isinstance(own.get("lostack_mape_pct"), (int, float)) else "leave-one-source-out"
+        note = f"stack {stack}: {held:g} % {how} over {own['rows']} runs ({', '.join(own.get('groups', []))})"
+    else:
+        widest = max(figures, key=lambda k: _quoted(figures[k]))
+        held = _quoted(figures[widest])
+        note = (f"stack {stack}: no step-time measurements, so the widest stack figure ({widest}, {held:g} %) "
+                "is quoted")
+    if own is not None and not isinstance(own.get("lostack_mape_pct"), (int, float)):
+        return pct, f"{basis}; {note}, the groups themselves (no leave-one-stack-out: they are all this stack)"
+    if pct is None or held > pct:
+        return held, f"{note}; the group's own: {basis}" if pct is not None else note
+    return pct, f"{basis}; {note}"

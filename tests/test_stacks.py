@@ -163,3 +163,42 @@ def test_data_parallel_stacks_change_ddp_pricing_and_are_named() -> None:
         return x["breakdown"]["exposed_comm"] / x["breakdown"]["comm_total"]
     assert share(ds) > 0.5 > share(p)
     assert any(n.startswith("stack deepspeed: priced: grad reduce overlap off, grad bucket mb") for n in ds["notes"])
+
+
+def test_a_prediction_quotes_its_stacks_held_out_figure_or_the_widest_when_it_has_none(monkeypatch) -> None:
+    from srift import stacks
+
+    figures = {"nemo": {"rows": 40, "loso_mape_pct": 7.8, "lostack_mape_pct": 7.9, "groups": ["layouts"],
+                        "by_group": {"layouts": {"rows": 30, "loso_mape_pct": 4.2, "lostack_mape_pct": 4.3}}},
+               "hf-trainer": {"rows": 13, "loso_mape_pct": 34.1, "lostack_mape_pct": 34.1, "groups": ["finetune"]},
+               "pytorch": {"rows": 1218, "loso_mape_pct": 12.3, "lostack_mape_pct": None, "groups": ["one_node"]}}
+    monkeypatch.setattr(stacks, "stack_accuracy", lambda: figures)
+    # Wider than the group's 5.5 %: the stack's own leave-one-stack-out figure is quoted.
+    assert stacks.stack_typical_error("nemo", 5.5, "g")[0] == 7.9
+    # Its rows of the prediction's group (4.3 %) are narrower than the group's: the group's stays.
+    pct, basis = stacks.stack_typical_error("nemo", 5.5, "g", "layouts")
+    assert pct == 5.5 and "stack nemo: 4.3 % leave-one-stack-out over 30 runs" in basis
+    # No measurements of DeepSpeed: the widest stack figure, said so.
+    pct, basis = stacks.stack_typical_error("deepspeed", 5.5, "g")
+    assert pct == 34.1 and "no step-time measurements" in basis and "hf-trainer" in basis
+    # A stack that is every row of its groups has no leave-one-stack-out: the group's figure stays.
+    assert stacks.stack_typical_error("pytorch", 11.3, "g")[0] == 11.3
+
+
+def test_every_validation_source_is_tagged_with_a_stack() -> None:
+    from srift.fitting import finetune, layouts as lf, moe as mf, sharded
+    from srift.fitting.stack_tags import stack_of, tag
+
+    data = configs_dir().parent / "data"
+    megatron, _ = lf.load_rows(data)
+    assert set(tag(megatron, "source_slug")) == {"megatron-core", "nemo", "megatron-deepspeed"}
+    ft, _ = finetune.load_rows(data)
+    assert set(tag(ft, "source")) == {"nemo", "hf-trainer", "lightning"}
+    assert set(tag(mf.load_rows(data)[0], "source_slug")) == {"megatron-core"}
+    rows = sharded.load_rows(data)
+    rows = rows[0] if isinstance(rows, tuple) else rows
+    assert set(tag(rows, "source", None)) == {"pytorch"}
+    for source in ("lambda/2022-07", "dle/bert-squad", "csc-ddp/ml-benchmarks", "dawnbench/fastai", "torchtitan"):
+        assert stack_of(source) in STACKS
+    with pytest.raises(KeyError):
+        stack_of("no-such-source")

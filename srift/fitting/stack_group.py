@@ -102,13 +102,19 @@ def stack_group(data: Path, write: Path | None = None) -> dict[str, st.StackFigu
         f = figures[name]
         lost = f"{f.lostack:>10.1f}" if f.lostack is not None else f"{'n/a':>10}"
         print(f"{name:<22}{f.rows:>6}{f.loso:>8.1f}{lost}  {', '.join(f.groups)}")
+        for group, g in f.by_group if len(f.by_group) > 1 else ():
+            glost = f"{g.lostack:>10.1f}" if g.lostack is not None else f"{'n/a':>10}"
+            print(f"{'  ' + group:<22}{g.rows:>6}{g.loso:>8.1f}{glost}")
     print("  factor refitted without each stack: " + ", ".join(f"{k} {v:.4f}" for k, v in sorted(factors.items())))
     print(f"  {PYTORCH_STACK}: every row of the data-parallel groups' fits; holding it out leaves nothing to fit, so it "
           "quotes those groups' LOSO (configs/perf/accuracy.json, weighted by rows)")
     if write is not None:
+        def entry(v: st.StackFigure) -> dict:
+            return {"rows": v.rows, "loso_mape_pct": v.loso, "lostack_mape_pct": v.lostack, "groups": list(v.groups)}
+
         doc = {"schema": STACK_ACCURACY_SCHEMA, "source": "scripts/validate.py --only stacks --write-stacks",
-               "stacks": {k: {"rows": v.rows, "loso_mape_pct": v.loso, "lostack_mape_pct": v.lostack,
-                              "groups": list(v.groups)} for k, v in sorted(figures.items())}}
+               "stacks": {k: {**entry(v), "by_group": {g: entry(f) for g, f in v.by_group}}
+                          for k, v in sorted(figures.items())}}
         write.write_text(json.dumps(doc, indent=2) + "\n")
         print(f"  wrote {write}")
     return figures

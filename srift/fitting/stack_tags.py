@@ -85,6 +85,7 @@ class StackFigure:
     loso: float
     lostack: float | None
     groups: tuple[str, ...]
+    by_group: tuple[tuple[str, "StackFigure"], ...] = ()
 
     @property
     def quoted(self) -> float:
@@ -96,12 +97,17 @@ def stack_figures(parts: list[pd.DataFrame]) -> dict[str, StackFigure]:
     """Per stack, from row frames with ``stack``, ``group``, ``loso_err`` and ``lostack_err``
     (signed % errors; ``lostack_err`` NaN where it cannot be computed)."""
     rows = pd.concat(parts, ignore_index=True)
+
+    def figure(g: pd.DataFrame) -> StackFigure:
+        lost = g["lostack_err"]
+        return StackFigure(len(g), round(float(g["loso_err"].abs().mean()), 1),
+                           round(float(lost.abs().mean()), 1) if lost.notna().all() else None, tuple(sorted(set(g["group"]))))
+
     out = {}
     for stack, g in rows.groupby("stack"):
-        lost = g["lostack_err"]
-        out[str(stack)] = StackFigure(len(g), round(float(g["loso_err"].abs().mean()), 1),
-                                      round(float(lost.abs().mean()), 1) if lost.notna().all() else None,
-                                      tuple(sorted(set(g["group"]))))
+        whole = figure(g)
+        out[str(stack)] = StackFigure(whole.rows, whole.loso, whole.lostack, whole.groups,
+                                      tuple((str(k), figure(sub)) for k, sub in g.groupby("group")))
     return out
 
 

@@ -31,7 +31,7 @@ from srift.simulate.prediction import BatchShare, Prediction, bottleneck
 from srift.simulate.spot import spot_expectation
 from srift.simulate.moe import BALANCED_ROUTING, REAL_ROUTING, expert_tp
 from srift.simulate.recompute import AUTO_LADDER
-from srift.stacks import ResolvedStack, job_stack, layout_parallelism, stack_note
+from srift.stacks import ResolvedStack, job_stack, layout_parallelism, stack_note, stack_typical_error
 from srift.zoo.llm import DecoderArch, active_params_count, model_flops_per_token, params_count
 
 
@@ -311,6 +311,9 @@ def predict_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings
     typical, basis = _typical_error(arch.is_moe, settings.lora is not None, loso, lomo,
                                     errors if isinstance(errors, dict) else None,
                                     sharded=plan.dp_flavour in SHARDED_FLAVOURS, fp8=settings.fp8 is not None)
+    if settings.stack is not None:  # the stack's held-out figure where wider (srift/stacks.py)
+        typical, basis = stack_typical_error(settings.stack.name, typical, basis,
+                                             "moe" if arch.is_moe else "finetune" if settings.lora is not None else "layouts")
     return Prediction(
         cluster=cluster.name, gpus=cluster.gpus, global_batch_size=lay.global_batch,
         iteration_time_s=plan.iteration_s, p90_iteration_time_s=max(plan.iteration_s, p90_plan.iteration_s),

@@ -46,7 +46,7 @@ from srift.simulate.plans import Candidate, ClusterView, Plans, plan_choices
 from srift.simulate.prediction import BatchShare, Prediction, bottleneck
 from srift.simulate.spot import spot_expectation
 from srift.simulate.workload import Workload, measured_sources, profile_flops_per_token
-from srift.stacks import job_stack, stack_note
+from srift.stacks import job_stack, stack_note, stack_typical_error
 from srift.zoo.llm import DecoderArch
 
 __all__ = ["Predictor", "predict", "job_with_profile_defaults", "bottleneck", "measured_sources",
@@ -166,6 +166,8 @@ class Predictor:
                     if plan.parallelism != DDP else Coverage())
         if error_pct is not None and plan.parallelism != DDP:
             error_pct, error_basis = error_pct * coverage.factor, error_basis + coverage.basis()
+        if not cluster.cpu_workers:  # the stack's held-out figure where wider (srift/stacks.py)
+            error_pct, error_basis = stack_typical_error(job_stack(self.job).name, error_pct, error_basis)
         state_bytes = self.units.params * (4.0 + float(self.base.optimizer.state_bytes_per_param))
         if plan.parallelism != DDP:
             state_bytes /= cluster.nodes  # every node writes its own shards of the checkpoint
