@@ -231,6 +231,7 @@ def default_stack(layout: bool, parallelism: str) -> StackName:
     return PYTORCH_STACK
 
 
+@functools.lru_cache(maxsize=64)
 def resolve(name: str | None, layout: bool, parallelism: str) -> ResolvedStack:
     """The ``ResolvedStack`` of ``--stack name`` (None: ``default_stack``)."""
     if name is None:
@@ -273,6 +274,7 @@ def _shown(value: Any) -> str:
     return "default" if value is None else f"{value:g} MiB"
 
 
+@functools.lru_cache(maxsize=64)
 def stack_note(stack: ResolvedStack, layout: bool, parallelism: str = DDP) -> str:
     """The prediction's note on its stack: its name (and that it is the default), the behaviours
     priced, and those not modelled, with their values."""
@@ -344,6 +346,7 @@ def _quoted(fig: dict[str, Any]) -> float:
     return float(held if isinstance(held, (int, float)) else fig["loso_mape_pct"])
 
 
+@functools.lru_cache(maxsize=256)
 def stack_typical_error(stack: str, pct: float | None, basis: str, group: str | None = None) -> tuple[float | None, str]:
     """The figure a prediction of ``stack`` quotes: its group's (``pct``, ``basis``) or its stack's
     held-out figure (over the stack's rows of validation ``group`` where it has some, else all its

@@ -73,11 +73,13 @@ def test_a_bad_stack_file_is_an_error_with_exit_2_not_a_traceback(tmp_path: Path
     (home / "configs" / "stacks.yaml").write_text("stacks:\n  pytorch: {}\n")
     monkeypatch.setenv("SRIFT_HOME", str(home))
     load_stacks.cache_clear()
+    resolve.cache_clear()
     try:
         code, out, err = run(["predict", "--model", "llama3-8b", "--instance", "p5.48xlarge", "--layout",
                               "tp=2,pp=1,cp=1", "--global-batch-size", "32"])
     finally:
         load_stacks.cache_clear()
+        resolve.cache_clear()
     assert code == 2, (out, err)
     assert "Error:" in err and "To fix:" in err and "Traceback" not in err
     assert "stacks" in err
@@ -173,6 +175,8 @@ def test_a_prediction_quotes_its_stacks_held_out_figure_or_the_widest_when_it_ha
                "hf-trainer": {"rows": 13, "loso_mape_pct": 34.1, "lostack_mape_pct": 34.1, "groups": ["finetune"]},
                "pytorch": {"rows": 1218, "loso_mape_pct": 12.3, "lostack_mape_pct": None, "groups": ["one_node"]}}
     monkeypatch.setattr(stacks, "stack_accuracy", lambda: figures)
+    stacks.stack_typical_error.cache_clear()
+    monkeypatch.setattr(stacks, "stack_typical_error", stacks.stack_typical_error.__wrapped__)
     # Wider than the group's 5.5 %: the stack's own leave-one-stack-out figure is quoted.
     assert stacks.stack_typical_error("nemo", 5.5, "g")[0] == 7.9
     # Its rows of the prediction's group (4.3 %) are narrower than the group's: the group's stays.
