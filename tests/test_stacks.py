@@ -206,3 +206,29 @@ def test_every_validation_source_is_tagged_with_a_stack() -> None:
         assert stack_of(source) in STACKS
     with pytest.raises(KeyError):
         stack_of("no-such-source")
+
+
+def test_check_takes_the_stack_from_the_job_file_and_names_it(tmp_path: Path) -> None:
+    job = tmp_path / "srift.yaml"
+    job.write_text("model: resnet50\nbatch_size: 64\nprecision: amp\nsteps: 1000\ninstance: p4d.24xlarge\n"
+                   "stack: deepspeed\nlimits:\n  max_cost_usd: 100000\n")
+    code, out, err = run(["check", str(job)])
+    assert code == 0, err
+    assert "stack deepspeed" in out
+    code, out, err = run(["check", str(job), "--format", "json"])
+    assert code == 0, err
+    assert json.loads(out)["configuration"]["stack"] == "deepspeed"
+    job.write_text(job.read_text().replace("deepspeed", "jax"))
+    code, out, err = run(["check", str(job)])
+    assert code == 2 and "Error:" in err and "stack" in err and "Traceback" not in err
+
+
+def test_csc_runs_of_deepspeed_and_lightning_are_priced_under_their_stack() -> None:
+    from srift.fitting import datasets, validation
+
+    rows = datasets.load_csc(configs_dir().parent / "data", stacks=True)
+    assert rows.groupby("stack").size().to_dict() == {"deepspeed": 18, "lightning": 21}
+    ds = next(r for r in rows.itertuples() if r.stack == "deepspeed")
+    job = validation.row_job(ds)
+    assert job.stack == "deepspeed" and ddp_bucket_cap_mb(job) == MAX_BUCKET_CAP_MB
+    assert "stack" not in datasets.load_csc(configs_dir().parent / "data")  # the DDP rows: plain PyTorch, as before

@@ -78,6 +78,32 @@ def _finetune_part(data: Path) -> pd.DataFrame:
     return st.frame("finetune", st.tag(rows, "source"), meas, 1.0 / held, 1.0 / held)
 
 
+def _csc_part(data: Path) -> pd.DataFrame:
+    """csc-ddp's ResNet-50 rows under Lightning and DeepSpeed (the source's DDP rows of the same
+    builds are in the data-parallel groups), priced under their stack, and as plain PyTorch beside
+    (printed), each anchored on the same build's measured one-GPU DDP time as the multi-node group
+    anchors (t1 x simulated t_n / t_1: the stack's communication, not the compute model, is
+    checked). Nothing is fitted on them: both leave-outs are the prediction."""
+    from srift.fitting import datasets, validation
+    from srift.zoo import load_builtin_profile
+
+    rows = datasets.load_csc(data, stacks=True)
+    ddp = datasets.load_csc(data)
+    t1 = ddp[ddp["n_gpus"] == 1].set_index("job")["iteration_time_s"]
+    rows = rows[rows["job"].isin(t1.index)].reset_index(drop=True)
+    profiles = datasets.ProfileSource(lambda m, b, s: load_builtin_profile(m, b, s))
+    meas = rows["iteration_time_s"].to_numpy(float)
+    anchor = rows["job"].map(t1).to_numpy(float) / validation.simulate_rows(rows, profiles, n_gpus=1)["pred"].to_numpy(float)
+    pred = anchor * validation.simulate_rows(rows, profiles)["pred"].to_numpy(float)
+    plain = anchor * validation.simulate_rows(rows.assign(stack=PYTORCH_STACK), profiles)["pred"].to_numpy(float)
+    for stack in sorted(rows["stack"].unique()):
+        m = (rows["stack"] == stack).to_numpy()
+        print(f"  csc-ddp ResNet-50 under {stack}: {int(m.sum())} runs, MAPE {np.mean(np.abs(pred[m] / meas[m] - 1)) * 100:.1f} % "
+              f"priced as {stack} (signed {np.mean(pred[m] / meas[m] - 1) * 100:+.1f} %), "
+              f"{np.mean(np.abs(plain[m] / meas[m] - 1)) * 100:.1f} % as plain PyTorch")
+    return st.frame("data_parallel", rows["stack"], meas, pred, pred)
+
+
 def _pytorch_figure(accuracy: Path) -> st.StackFigure | None:
     groups = json.loads(accuracy.read_text()).get("groups", {})
     got = [(int(groups[g]["rows"]), float(groups[g]["loso"])) for g in PYTORCH_GROUPS if g in groups]
@@ -90,12 +116,13 @@ def _pytorch_figure(accuracy: Path) -> st.StackFigure | None:
 def stack_group(data: Path, write: Path | None = None) -> dict[str, st.StackFigure]:
     """Print the per-stack table; with ``write``, write the figures predictions quote."""
     layouts, factors = _layout_part(data)
-    parts = [layouts, _finetune_part(data), _moe_part(data, factors["megatron-core"])]
+    print("\nStack group: csc-ddp's runs of other stacks (nothing fitted on them):")
+    parts = [layouts, _finetune_part(data), _moe_part(data, factors["megatron-core"]), _csc_part(data)]
     figures = st.stack_figures(parts)
     py = _pytorch_figure(configs_dir() / "perf" / "accuracy.json")
     if py is not None:
         figures[PYTORCH_STACK] = py
-    print("\nStack group: step-time MAPE % per training stack (configs/source_stacks.yaml tags each source); "
+    print("Stack group: step-time MAPE % per training stack (configs/source_stacks.yaml tags each source); "
           "leave-one-stack-out refits the layout factor without every row of the stack")
     print(f"{'stack':<22}{'rows':>6}{'LOSO':>8}{'LOStackO':>10}  groups")
     for name in sorted(figures):
