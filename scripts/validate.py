@@ -809,7 +809,10 @@ def main() -> None:
     ap.add_argument("--write-accuracy", nargs="?", const=str(ROOT / "configs" / "perf" / "accuracy.json"), default=None,
                     metavar="FILE", help="write the group figures predict/recommend quote (default configs/perf/accuracy.json)")
     ap.add_argument("--moe-only", action="store_true", help="run only the MoE group (data/moe-training)")
-    ap.add_argument("--only", choices=("dense", "sharded", "finetune", "layouts", "kfac", "pairs"), default=None,
+    ap.add_argument("--write-stacks", nargs="?", const=str(ROOT / "configs" / "perf" / "stack_accuracy.json"), default=None,
+                    metavar="FILE", help="with --only stacks: write the per-stack figures predictions quote "
+                                         "(default configs/perf/stack_accuracy.json)")
+    ap.add_argument("--only", choices=("dense", "sharded", "finetune", "layouts", "kfac", "pairs", "stacks"), default=None,
                     help="print one group only (dense: the iteration-time groups, single GPU to multi-node); with "
                          "--write-accuracy, write its figures and keep the file's others")
     args = ap.parse_args()
@@ -822,6 +825,11 @@ def main() -> None:
         return
     if args.only == "layouts":
         layout_group(Path(args.data))
+        return
+    if args.only == "stacks":  # leave-one-stack-out beside leave-one-source-out (srift/fitting/stack_group.py)
+        from srift.fitting.stack_group import stack_group
+
+        stack_group(Path(args.data), Path(args.write_stacks) if args.write_stacks else None)
         return
     if args.only == "kfac":
         kfac_report = Report("value")
@@ -1017,6 +1025,9 @@ def main() -> None:
         layout_group(Path(args.data))
         kfac_group(Path(args.data), report)
         moe_figures = moe_group(Path(args.data), args.table, report)
+        from srift.fitting.stack_group import stack_group
+
+        stack_group(Path(args.data))  # leave-one-stack-out beside leave-one-source-out
     if args.write_accuracy:
         dense = {"single_gpu": single, "one_node": multi, **({"multi_node": nodes} if len(nodes) else {}),
                  "single_gpu_same_gpu": repeats, "single_gpu_other_gpu": other, "one_node_same_gpu": from_one}

@@ -654,7 +654,8 @@ def check(jobfile: JobFile, compare_to: str | None = None, progress: Progress | 
     limits = check_limits(jobfile.limits, run, at, cost_h, pred.fits_in_memory)
     config = CheckedConfiguration(instance, jobfile.spot, pred.gpus, chosen_by, pred.global_batch_size, pred.iteration_time_s,
                                   pred.expected_throughput_samples_per_s, pred.bottleneck, where,
-                                  pred.typical_error_pct, pred.typical_error_basis, tuple(pred.notes), plan=pred.plan_label)
+                                  pred.typical_error_pct, pred.typical_error_basis, tuple(pred.notes), plan=pred.plan_label,
+                                  stack=pred.stack)
     result = CheckResult(all(c.passed for c in limits), run.cost_usd, run.hours, cost_h, config, profile.name,
                          precision, run.steps, job.optimizer, limits, ages, at)
     return dataclasses.replace(result, change=compare(result, base)) if base is not None else result

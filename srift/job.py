@@ -162,6 +162,13 @@ PipelineSchedule = Literal["1f1b", "interleaved"]
 PIPELINE_SCHEDULES: tuple[PipelineSchedule, ...] = get_args(PipelineSchedule)
 
 
+# Training stacks (srift/stacks.py, configs/stacks.yaml): what runs the job, each a row of named
+# behaviours (gradient-reduce and TP overlap, kernels, optimizer step, ...).
+Stack = Literal["megatron-core", "nemo", "nemo-automodel", "megatron-deepspeed", "torchtitan", "torchtune", "deepspeed",
+                "hf-trainer", "lightning", "pytorch"]
+STACKS: tuple[Stack, ...] = get_args(Stack)
+
+
 # The words, named.
 FP32: Final = "fp32"
 FP32_STRICT: Final = "fp32-strict"
@@ -204,6 +211,16 @@ FLEX: Final = "flex"
 TENSORWISE: Final = "tensorwise"
 MXFP8: Final = "mxfp8"
 ONE_F_ONE_B: Final = "1f1b"
+MEGATRON_CORE: Final = "megatron-core"
+NEMO: Final = "nemo"
+NEMO_AUTOMODEL: Final = "nemo-automodel"
+MEGATRON_DEEPSPEED: Final = "megatron-deepspeed"
+TORCHTITAN: Final = "torchtitan"
+TORCHTUNE: Final = "torchtune"
+DEEPSPEED: Final = "deepspeed"
+HF_TRAINER: Final = "hf-trainer"
+LIGHTNING: Final = "lightning"
+PYTORCH_STACK: Final = "pytorch"
 INTERLEAVED: Final = "interleaved"
 
 
@@ -497,6 +514,9 @@ class Job:
             ``mtp_num_layers``; a layout's), None: none. Not the model config's
             ``num_nextn_predict_layers`` by default: that says the checkpoint has the module, not
             that a run trains it (a recipe's choice).
+        stack: One of STACKS: the training stack whose behaviours price the job (srift/stacks.py),
+            None: a profile's detected stack, else the default (a layout: ``megatron-core``, data
+            parallelism: ``pytorch``).
 
     Raises:
         SriftError: for a setting out of its vocabulary or range.
@@ -540,6 +560,7 @@ class Job:
     moe_dispatcher: MoeDispatcher = "alltoall"
     moe_ep_overlap: bool = False
     mtp_layers: int | None = None
+    stack: Stack | None = None
 
     def __post_init__(self) -> None:
         for name, high in (("batch_size", MAX_BATCH_SIZE), ("seq_len", MAX_SEQ_LEN), ("mean_seq_len", MAX_SEQ_LEN),
@@ -573,6 +594,8 @@ class Job:
         require_choice(self.activation_checkpointing, (*CHECKPOINTING, AUTO), "activation checkpointing",
                        "--activation-checkpointing")
         require_choice(self.reduce_dtype, REDUCE_DTYPES, "reduce dtype", "--reduce-dtype")
+        if self.stack is not None:
+            require_choice(self.stack, STACKS, "training stack", "--stack")
         self._check_grad_compression()
         require(self.bucket_cap_mb, "--bucket-cap-mb", 0.0, MAX_BUCKET_CAP_MB, low_open=True,
                 hint=f"pass --bucket-cap-mb above 0, at most {MAX_BUCKET_CAP_MB:,}.")

@@ -34,8 +34,9 @@ from srift.bounds import (
 )
 from srift.errors import one_of
 from srift.job import (
-    ALLTOALL, AUTO, CHECKPOINTING, CPU_OFFLOADS, DATA_LOADING, DEFAULT_LORA_RANK, DEFAULT_MOE_IMBALANCE, FINETUNE_MODES, FP8_RECIPES, KFAC_INVERSE_METHODS,
-    KFAC_STRATEGIES, LAYOUT_PARALLELISMS, LORA_TARGETS, MOE_DISPATCHERS, OPTIMIZERS, PARALLELISMS, PIPELINE_SCHEDULES, PRECISIONS, REDUCE_DTYPES, Job,
+    ALLTOALL, AUTO, CHECKPOINTING, CPU_OFFLOADS, DATA_LOADING, DEFAULT_LORA_RANK, DEFAULT_MOE_IMBALANCE, FINETUNE_MODES, FP8_RECIPES,
+    KFAC_INVERSE_METHODS, KFAC_STRATEGIES, LAYOUT_PARALLELISMS, LORA_TARGETS, MOE_DISPATCHERS, OPTIMIZERS, PARALLELISMS, PIPELINE_SCHEDULES,
+    PRECISIONS, REDUCE_DTYPES, STACKS, Job,
     JobLength,
 )
 
@@ -187,6 +188,10 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("cpu_offload", "str", "none", f"{one_of(CPU_OFFLOADS)}: fine-tuning's optimizer states (params: and parameter "
               "shards, --parallelism fsdp) in host memory, stepped by CPU Adam (DeepSpeed ZeRO-Offload, FSDP CPUOffload).",
               choices=CPU_OFFLOADS),
+    JobOption("stack", "str", None, f"{one_of(STACKS)}: the training stack, whose behaviours (gradient-reduce and "
+              "TP overlap, bucketing, the layout's data parallelism) price the job (configs/stacks.yaml; default: a "
+              "profile's detected stack, else megatron-core for a --layout, pytorch for data parallelism).",
+              choices=STACKS),
     JobOption("kfac_strategy", "str", "spd", f"{_KFAC} strategy: {one_of(KFAC_STRATEGIES)}.", choices=KFAC_STRATEGIES),
     JobOption("kfac_inverse_method", "str", "inverse", f"{_KFAC} inverse method: {one_of(KFAC_INVERSE_METHODS)} (damped "
               "Cholesky inverse, or eigh).", choices=KFAC_INVERSE_METHODS),

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from srift.stacks import DetectedStack
 from srift.bounds import (
     MAX_BATCH_SIZE, MAX_GPUS, MAX_ITERS, MAX_KFAC_DIM, MAX_KFAC_SPATIAL, MAX_LAYER_BYTES, MAX_LAYER_FLOPS, MAX_LAYER_PARAMS,
     MAX_LAYER_S, MAX_LAYERS, MAX_NAME_CHARS, MAX_NOTE_CHARS, MAX_NOTES, MAX_PROFILE_BYTES, MAX_SAMPLE_BYTES, MAX_SEQ_LEN, MAX_STATE_BYTES_PER_PARAM, shown,
@@ -329,6 +330,9 @@ class Profile:
         peak_memory: Measured peak CUDA memory per rank (see RankMemory); empty off CUDA.
         measurement: How the times were taken and aggregated (MeasurementInfo); None when not
             measured or measured before srift recorded it (``srift.measurement/v1``).
+        stack: The training stack ``srift profile`` saw in the script (srift/stacks.py
+            ``DetectedStack``: name, version, evidence); None when not profiled or none seen.
+            Predictions from the profile are priced under it unless ``--stack`` says otherwise.
     """
 
     name: str
@@ -353,6 +357,7 @@ class Profile:
     timing: str | None = None
     peak_memory: list[RankMemory] = field(default_factory=list)
     measurement: MeasurementInfo | None = None
+    stack: DetectedStack | None = None
 
     # ---- derived totals -------------------------------------------------------------------
     @property
@@ -585,6 +590,8 @@ class Profile:
             out["peak_memory"] = [dataclasses.asdict(m) for m in self.peak_memory]
         if self.measurement is not None:
             out["measurement"] = dataclasses.asdict(self.measurement)
+        if self.stack is not None:
+            out["stack"] = self.stack.to_dict()
         return out
 
     @classmethod
@@ -686,6 +693,7 @@ class Profile:
             timing=timing,
             peak_memory=peak_memory,
             measurement=measurement,
+            stack=None if data.get("stack") is None else DetectedStack.from_dict(data["stack"], source),
         )
         # An iteration of no work takes no time: every throughput would divide by zero.
         if profile.measured:

@@ -188,6 +188,7 @@ class CheckedConfiguration:
     typical_error_basis: str
     notes: tuple[str, ...] = ()
     plan: str = "ddp"  # parallelism and checkpointing (Prediction.plan_label): ddp, fsdp+sel, ...
+    stack: str | None = None  # the training stack it is priced under (Prediction.stack)
 
 
 @dataclass(frozen=True)

@@ -429,23 +429,29 @@ def dlperf_scaling_rows(data_dir: Path, one_server: bool = False) -> pd.DataFram
 CSC_CLUSTERS = {"mahti": ("A100-40GB", "nvswitch"), "puhti": ("V100-32GB", "nvlink")}
 CSC_DDP_LABELS = {"DDP, synthetic": FP32, "DDP, synthetic, fp16": AMP}
 CSC_NETWORK_GBPS = 200.0
+# csc-ddp's rows of the same ResNet-50 job under other stacks (data/csc-ddp/README.md: left out of
+# the DDP groups): label -> (precision, stack); srift/fitting/stack_group.py predicts them under
+# their stack (configs/stacks.yaml).
+CSC_STACK_LABELS = {"DDP Lightning, synthetic": (FP32, "lightning"), "DeepSpeed, synthetic data": (FP32, "deepspeed")}
 
 
-def load_csc(data_dir: Path) -> pd.DataFrame:
+def load_csc(data_dir: Path, stacks: bool = False) -> pd.DataFrame:
     """csc-ddp rows: torchvision ResNet-50, 32 images per GPU, synthetic data, PyTorch DDP (fp32:
     PyTorch's default, srift's ``fp32``: TF32 convolutions and, from PyTorch 1.12 on, FP32 matmuls;
     PyTorch 1.11 ran matmuls in TF32 too, srift's ``tf32``; fp16: autocast + GradScaler, ``amp``) on
     1 and 4 GPUs of one node and 8 GPUs of two nodes (Mahti A100, Puhti V100; ``CSC_CLUSTERS``),
     one row per PyTorch build, GPU count and precision (the median of repeated rows), with a
-    ``job`` key per cluster, build and precision, as ``load_dlperf``'s columns."""
+    ``job`` key per cluster, build and precision, as ``load_dlperf``'s columns. ``stacks``: the
+    rows of the other stacks instead (``CSC_STACK_LABELS``), each with its ``stack``."""
+    labels = {k: v[0] for k, v in CSC_STACK_LABELS.items()} if stacks else CSC_DDP_LABELS
     df = pd.read_csv(Path(data_dir) / "csc-ddp" / "csc-ml-benchmarks-ddp.csv")
-    df = df[df["cluster"].isin(list(CSC_CLUSTERS)) & df["benchmark_label"].isin(list(CSC_DDP_LABELS))
+    df = df[df["cluster"].isin(list(CSC_CLUSTERS)) & df["benchmark_label"].isin(list(labels))
             & df["model"].str.startswith("resnet50") & df["total_gpus"].isin([1, 4, 8]) & df["value"].notna()]
     out = []
     for (cluster, build, label, n), g in df.groupby(["cluster", "framework", "benchmark_label", "total_gpus"]):
         gpu, link = CSC_CLUSTERS[str(cluster)]
         per_node, nodes = int(g["gpus_per_node"].iloc[0]), int(g["nodes"].iloc[0])
-        total, b, precision = float(g["value"].median()), 32, CSC_DDP_LABELS[str(label)]
+        total, b, precision = float(g["value"].median()), 32, labels[str(label)]
         if precision == FP32 and str(build).startswith("PyTorch 1.11"):
             precision = TF32
         multi = nodes > 1
@@ -457,6 +463,7 @@ def load_csc(data_dir: Path) -> pd.DataFrame:
             "network": "infiniband" if multi else "", "network_gbps": CSC_NETWORK_GBPS if multi else 0.0,
             "network_label": "infiniband-csc" if multi else "", "data_loading": "synthetic",
             "job": f"{cluster}/{build}/{precision}",
+            **({"stack": CSC_STACK_LABELS[str(label)][1]} if stacks else {}),
         })
     return pd.DataFrame(out)
 

@@ -49,6 +49,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import minimize_scalar
 
+from srift.fitting.stack_tags import stack_of
+from srift.stacks import StackSpec, load_stacks
 from srift.cluster import INFINIBAND, Cluster, Network, NodeGroup
 from srift.errors import SriftError
 from srift.fitting import megatron_rows
@@ -270,24 +272,29 @@ def row_checkpointing(r) -> str:
     return "full" if "checkpoint-activations" in str(r.activation_checkpointing) else "none"
 
 
+def row_stack(r) -> StackSpec:
+    """The stack the row's source ran (configs/source_stacks.yaml, by its framework column)."""
+    return load_stacks()[stack_of(str(r.source_slug), str(getattr(r, "framework", "")))]
+
+
 def row_tp_overlap(r) -> bool:
-    """Whether the row's framework overlaps TP communication with Transformer Engine's userbuffers:
-    Megatron-Core and NeMo (whose performance recipes set ``tp_comm_overlap``) do; Megatron-DeepSpeed
-    has no userbuffers (its TP all-reduces are NCCL's); a row's own ``tp_overlap`` where it has one
-    (torchtitan's async TP; False: vanilla DTensor TP)."""
+    """Whether the row's stack overlaps TP communication (configs/stacks.yaml): Megatron-Core and
+    NeMo with Transformer Engine's userbuffers (their performance recipes set ``tp_comm_overlap``);
+    Megatron-DeepSpeed has no userbuffers (its TP all-reduces are NCCL's); a row's own
+    ``tp_overlap`` where it has one (torchtitan's async TP; False: vanilla DTensor TP)."""
     if _given(r, "tp_overlap") is not None:
         return bool(r.tp_overlap)
-    framework = str(getattr(r, "framework", ""))
-    return "Megatron-Core" in framework or "NeMo" in framework or "--tp-comm-overlap" in framework
+    return row_stack(r).tp_overlap
 
 
 @functools.lru_cache(maxsize=4096)
 def _predict(arch: DecoderArch, gpu: str, gpus: int, per_node: int, layout: Layout, seq_len: int, checkpointing: str,
              factor: float | None, fp8: Fp8Recipe | None = None, tp_overlap: bool = True, dp_flavour: str = "zero1",
-             op_sac: bool = False) -> tuple[float, bool, float]:
+             op_sac: bool = False, grad_overlap: bool = True) -> tuple[float, bool, float]:
     plan = plan_layout(arch, dgx_cluster(gpu, gpus, per_node), layout, seq_len,
                        PlanSettings(precision="bf16", checkpointing=checkpointing, dp_flavour=dp_flavour,
-                                    compute_factor=factor, fp8=fp8, tp_overlap=tp_overlap, op_sac=op_sac))
+                                    compute_factor=factor, fp8=fp8, tp_overlap=tp_overlap, op_sac=op_sac,
+                                    grad_overlap=grad_overlap))
     return plan.iteration_s, plan.fits, plan.memory_per_gpu_bytes / 2**30
 
 
@@ -311,7 +318,7 @@ def _predict_full(r, factor: float | None) -> tuple[float, bool, float]:
                                                    else factor)
     return _predict(r.arch, r.gpu, int(r.gpus_total), int(r.gpus_per_node), row_layout(r), int(r.seq_len),
                     row_checkpointing(r), f, _given(r, "fp8"), row_tp_overlap(r), flavour,
-                    bool(_given(r, "op_sac") or False))
+                    bool(_given(r, "op_sac") or False), row_stack(r).grad_reduce_overlap.value)
 
 
 def fit_factor(rows: pd.DataFrame) -> float:
@@ -441,8 +448,11 @@ def search_claims(rows: pd.DataFrame) -> list[float]:
         arch = r.arch
         measured = min(plan_layout(arch, cluster, row_layout(x), int(x.seq_len),
                                    PlanSettings(precision="bf16", checkpointing=row_checkpointing(x),
-                                                tp_overlap=row_tp_overlap(x))).iteration_s for x in grp.itertuples())
-        found = search_layouts(arch, cluster, int(r.seq_len), int(r.global_batch), tp_overlap=row_tp_overlap(r))
+                                                tp_overlap=row_tp_overlap(x),
+                                                grad_overlap=row_stack(x).grad_reduce_overlap.value)).iteration_s
+                       for x in grp.itertuples())
+        found = search_layouts(arch, cluster, int(r.seq_len), int(r.global_batch), tp_overlap=row_tp_overlap(r),
+                               grad_overlap=row_stack(r).grad_reduce_overlap.value)
         if found.best is not None:
             out.append(found.best.iteration_s / measured - 1.0)
     return out

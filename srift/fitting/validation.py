@@ -87,8 +87,9 @@ def row_job(r) -> Job:
     """The job of a measured row: its per-GPU batch and precision; its ``data_loading`` when the
     source says (ddl-benchmarks: synthetic; DAWNBench: JPEGs), else synthetic: the other sources
     are throughput benchmarks, predicted without an input pipeline as before; its recipe's
-    gradient all-reduce (``bucket_cap_mb``, ``grad_compression``) when the source's code states one."""
-    extra: dict[str, Any] = {k: v for k in ("bucket_cap_mb", "grad_compression") if (v := _given(r, k)) is not None}
+    gradient all-reduce (``bucket_cap_mb``, ``grad_compression``) when the source's code states one; its
+    training ``stack`` where the row names one (srift/stacks.py)."""
+    extra: dict[str, Any] = {k: v for k in ("bucket_cap_mb", "grad_compression", "stack") if (v := _given(r, k)) is not None}
     return Job(batch_size=int(r.batch_per_gpu), precision=r.precision, data_loading=_given(r, "data_loading") or "synthetic",
                **extra)
 

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 import srift
+from srift.stacks import DetectedStack
 from srift.hardware import find_gpu
 from srift.job import FP32, HALF_PRECISIONS, NO_CHECKPOINTING, TF32
 from srift.perf.compute import precision_label
@@ -68,6 +69,7 @@ class Measurement:
     other_optimizers: list[torch.optim.Optimizer] = field(default_factory=list)  # timed with the first (M10)
     clock: Clock = WALL  # how the marks were taken
     run_queue_s: list[float] = field(default_factory=list)  # per measured step, left out of the times (CPU)
+    stack: DetectedStack | None = None  # the training stack that drove the step (stack_detect.py)
 
 
 def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batch_override: int | None,
@@ -148,6 +150,7 @@ def assemble_profile(m: Measurement, notes: list[str], warnings: list[str], batc
         saved_tensors=SAVED_SCHEMA if saved else None,
         timing=timing,
         peak_memory=list(m.peak_memory),
+        stack=m.stack,
         measurement=MeasurementInfo(clock=m.clock, aggregate=INTERQUARTILE_MEAN, threads=torch.get_num_threads(),
                                     run_queue_s=statistics.fmean(m.run_queue_s) if m.run_queue_s else None,
                                     hooked_step_s=None if hook_cost is None else hook_cost[0],

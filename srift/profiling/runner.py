@@ -50,6 +50,7 @@ run FSDP's all-gathers and reduce-scatters) and the collectives are gathered to 
 from __future__ import annotations
 
 import gc
+import inspect
 import linecache
 import math
 import os
@@ -69,6 +70,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+from srift.profiling.stack_detect import detect_stack
+from srift.stacks import DetectedStack
 from srift.bounds import (
     DEFAULT_PROFILE_TIMEOUT_S, MAX_BATCH_SIZE, MAX_ITERS, MAX_PROFILE_TIMEOUT_S, MAX_WARMUP, PROFILE_STOP_GRACE_S, require,
 )
@@ -174,6 +177,7 @@ class _Session:
         self.stops = 0  # times srift's stop was raised (more than once: the script swallowed it)
         self.refusal: SriftError | None = None
         self.graph_capture = False  # a step hook fired while a CUDA graph was captured
+        self.stack: DetectedStack | None = None  # the training stack driving the step (stack_detect.py)
         self.peak_memory: list[RankMemory] = []
         self.output: _Output | None = None
         self._stop_hook: Any = None
@@ -212,6 +216,7 @@ class _Session:
             return
         if self.optimizer is None:
             self.optimizer = opt
+            self.stack = detect_stack(inspect.currentframe())
             self._attach(opt)
         if self.timer is not None:
             if opt is self.optimizer:
@@ -705,7 +710,7 @@ def _finish(session: _Session, stopped: bool, name: str, out_path: Path, batch_o
                            world_size=world, buckets=buckets, layers=layers, fsdp=fsdp_measured,
                            device=session.clock.device, unhooked_s=session.unhooked_s, paired_s=session.paired_s,
                            pairs_planned=session.pair_steps() // 2, peak_memory=session.peak_memory,
-                           clock=session.clock.name, run_queue_s=session.run_queue_s)
+                           clock=session.clock.name, run_queue_s=session.run_queue_s, stack=session.stack)
     profile = assemble_profile(measured, notes + [n for n in session.notes if n not in notes], warnings, batch_override, kfac)
     try:
         written = profile.save(out_path, overwrite=overwrite)

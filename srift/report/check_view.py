@@ -74,7 +74,7 @@ def markdown(result: CheckResult) -> str:
              "",
              f"Predicted **{usd(result.predicted_cost_usd)}** over **{result.predicted_hours:,.2f} h** (median), "
              f"{_confidence_text(result)}, at {usd(result.cost_per_hour_usd)}/h in {cfg.region} ({plural(cfg.gpus, 'GPU')}"
-             f"{f', {cfg.plan}' if cfg.plan != DDP else ''}, "
+             f"{f', {cfg.plan}' if cfg.plan != DDP else ''}{f', stack {cfg.stack}' if cfg.stack else ''}, "
              f"{cfg.throughput_samples_per_s:,.0f} samples/s, {cfg.bottleneck}-bound; configuration from {cfg.chosen_by}). "
              f"Typical error: {error_text(cfg.typical_error_pct, cfg.typical_error_basis)}.", "",
              "| limit | allowed | predicted | margin | |", "|---|---|---|---|---|"]
@@ -93,7 +93,7 @@ def render(result: CheckResult) -> None:
     con = console()
     cfg = result.configuration
     status = "[bold green]PASSED[/bold green]" if result.passed else "[bold red]FAILED[/bold red]"
-    plan = f", {cfg.plan}" if cfg.plan != DDP else ""
+    plan = (f", {cfg.plan}" if cfg.plan != DDP else "") + (f", stack {cfg.stack}" if cfg.stack else "")
     con.print(f"srift check {status}: {escape(result.model)} on {escape(cfg.instance)}" + (" [Spot]" if cfg.spot else "")
               + f" ({plural(cfg.gpus, 'GPU')}{plan}, from {cfg.chosen_by})")
     con.print(f"Predicted {usd(result.predicted_cost_usd)} over {result.predicted_hours:,.2f} h (median), {_confidence_text(result)}, "

@@ -118,6 +118,7 @@ def summary_rows(result: PredictResult) -> list[tuple[str, str]]:
     rows = [
         ("GPUs", f"{pred.gpus}  (global batch {pred.global_batch_size})"),
         ("Parallelism", plan_text(pred)),
+        *([("Stack", pred.stack)] if pred.stack else []),
         ("Iteration", f"{seconds(pred.iteration_time_s)}  (p90 {seconds(pred.p90_iteration_time_s)})"),
         ("Throughput", f"{pred.throughput_samples_per_s:,.1f} samples/s"),
     ]

@@ -39,6 +39,10 @@ def header(result: RecommendResult) -> str:
             + (f", {job.finetune_label}" if job.finetune_label else ""))
     if job.length is not None:
         text += f", {job.length.describe()}"
+    stacks = sorted({c.prediction.stack for c in result.search.recommendations if c.prediction.stack})
+    named = job.stack or ", ".join(stacks)
+    if named:
+        text += f", stack {named}"
     return text + f"; {where_searched(result)}"
 
 
@@ -129,6 +133,7 @@ def candidate_json(cand: Candidate, rank: int, result: SearchResult | None = Non
         **(cand.price.to_dict() if cand.price is not None else
            {"price_source": None, "price_estimated": False, "price_suspect": False, "price_notes": []}),
         "parallelism": p.parallelism,
+        "stack": p.stack,
         "layout": p.layout,
         "activation_checkpointing": p.activation_checkpointing,
         "grad_accum": p.grad_accum,
@@ -258,7 +263,7 @@ def recommend_json(result: RecommendResult, failure: SriftError | None = None) -
                 "grad_compression": job.grad_compression,
                 "global_batch_size": job.global_batch_size, "seq_len": result.seq_len, "fp8": job.fp8,
                 "moe_dispatcher": job.moe_dispatcher, "moe_ep_overlap": job.moe_ep_overlap,
-                "mtp_layers": job.mtp_layers or 0,
+                "mtp_layers": job.mtp_layers or 0, "stack": job.stack,
                 "length": None if job.length is None else {**{k: v for k, v in dataclasses.asdict(job.length).items() if v is not None},
                                                            "described": job.length.describe()}},
         "infra": result.infra,

@@ -32,6 +32,7 @@ from srift.simulate.prediction import BatchShare, Prediction, bottleneck
 from srift.simulate.spot import spot_expectation
 from srift.simulate.moe import BALANCED_ROUTING, REAL_ROUTING, expert_tp
 from srift.simulate.recompute import AUTO_LADDER
+from srift.stacks import ResolvedStack, job_stack, layout_parallelism, stack_note, stack_typical_error
 from srift.zoo.llm import DecoderArch, active_params_count, model_flops_per_token, params_count
 
 
@@ -58,6 +59,8 @@ class LayoutSettings:
         dispatcher: A mixture of experts' token dispatcher (``--moe-dispatcher``).
         ep_overlap: Its all-to-alls overlap another micro-batch's compute (``--moe-ep-overlap``).
         mtp_layers: Multi-token prediction layers trained (``--mtp-layers``; ``pipeline_blocks``).
+        stack: The training stack (``--stack``; srift/stacks.py): its TP-communication and
+            gradient-reduce overlap price the plan; None: Megatron-Core's (both overlapped).
     """
 
     request: LayoutRequest
@@ -75,16 +78,27 @@ class LayoutSettings:
     dispatcher: MoeDispatcher = ALLTOALL
     ep_overlap: bool = False
     mtp_layers: int = 0
+    stack: ResolvedStack | None = None
+
+    @property
+    def tp_overlap(self) -> bool | None:
+        """The stack's TP-communication overlap (None: the data parallelism's default)."""
+        return None if self.stack is None else self.stack.spec.tp_overlap
+
+    @property
+    def grad_overlap(self) -> bool:
+        """The stack overlaps the data-parallel gradient reduction with backward."""
+        return True if self.stack is None else self.stack.spec.grad_reduce_overlap.value
 
     @classmethod
     def of(cls, job: Job) -> "LayoutSettings":
         """The settings of a job with a ``layout`` (see srift.job.Job)."""
         assert job.layout is not None
         return cls(parse_layout(job.layout), job.micro_batch_size, job.global_batch_size, job.grad_accum,
-                   job.pipeline_schedule, job.virtual_stages, "zero1" if job.parallelism == AUTO else job.parallelism,
+                   job.pipeline_schedule, job.virtual_stages, layout_parallelism(job),
                    None if job.activation_checkpointing == AUTO else job.activation_checkpointing, job.moe_imbalance,
                    layout_lora(job), job.reduce_dtype, job.fp8, job.moe_dispatcher, job.moe_ep_overlap,
-                   job.mtp_layers or 0)
+                   job.mtp_layers or 0, job_stack(job))
 
     def __post_init__(self) -> None:
         if self.schedule is not None and self.schedule not in SCHEDULES:
@@ -188,7 +202,8 @@ def plan_for(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_
         found = search_layouts(arch, cluster, seq_len, gb, precision, settings.request, settings.dp_flavour, ckpts, comm,
                                imbalance=settings.routing_imbalance, lora=settings.lora, reduce_dtype=settings.reduce_dtype,
                                fp8=settings.fp8, dispatcher=settings.dispatcher, ep_overlap=settings.ep_overlap,
-                               mtp_layers=settings.mtp_layers)
+                               mtp_layers=settings.mtp_layers, tp_overlap=settings.tp_overlap,
+                               grad_overlap=settings.grad_overlap)
         if found.best is not None:
             return found.best, None
         if found.smallest is None:  # nothing divides, or nothing the stack runs (srift/simulate/layout_rules.py)
@@ -209,7 +224,8 @@ def plan_for(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_
                                               recompute_modules=modules or DEFAULT_RECOMPUTE_MODULES,
                                               lora=settings.lora, reduce_dtype=settings.reduce_dtype, fp8=settings.fp8,
                                               dispatcher=settings.dispatcher, ep_overlap=settings.ep_overlap,
-                                              mtp_layers=settings.mtp_layers),
+                                              mtp_layers=settings.mtp_layers, tp_overlap=settings.tp_overlap,
+                                              grad_overlap=settings.grad_overlap),
                                  comm=comm))
         if plans[-1].memory_state == FITS:
             return plans[-1], None
@@ -217,7 +233,8 @@ def plan_for(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_
     found = search_layouts(arch, cluster, seq_len, layout.global_batch, precision, LayoutRequest(), settings.dp_flavour,
                            ("none", "full"), comm, imbalance=settings.routing_imbalance, lora=settings.lora,
                            reduce_dtype=settings.reduce_dtype, fp8=settings.fp8, dispatcher=settings.dispatcher,
-                           ep_overlap=settings.ep_overlap, mtp_layers=settings.mtp_layers)
+                           ep_overlap=settings.ep_overlap, mtp_layers=settings.mtp_layers,
+                           tp_overlap=settings.tp_overlap, grad_overlap=settings.grad_overlap)
     # The layout offered instead fits for sure.
     return plan, found.best if found.best is not None and found.best.memory_state == FITS else None
 
@@ -258,6 +275,8 @@ def layout_prediction(arch: DecoderArch, cluster: Cluster, settings: LayoutSetti
              + ("PyTorch's stack: DTensor TP (vanilla: every collective waited for), PyTorch's kernels (compute "
                 "model as fitted, FlashAttention-2)" if pytorch_stack(plan.dp_flavour) else
                 f"compute x {params.megatron_compute_factor:.3f} (Megatron-Core / Transformer Engine, fitted)")]
+    if settings.stack is not None:
+        notes.append(stack_note(settings.stack, layout=True))
     domain = cluster.node_groups[0].domain_gpus
     if lay.tp > domain:
         notes.append(f"tensor parallelism across nodes: each TP group of {lay.tp} spans {lay.tp // domain} nodes of "
@@ -311,6 +330,9 @@ def layout_prediction(arch: DecoderArch, cluster: Cluster, settings: LayoutSetti
     typical, basis = _typical_error(arch.is_moe, settings.lora is not None, loso, lomo,
                                     errors if isinstance(errors, dict) else None,
                                     sharded=plan.dp_flavour in SHARDED_FLAVOURS, fp8=settings.fp8 is not None)
+    if settings.stack is not None:  # the stack's held-out figure where wider (srift/stacks.py)
+        typical, basis = stack_typical_error(settings.stack.name, typical, basis,
+                                             "moe" if arch.is_moe else "finetune" if settings.lora is not None else "layouts")
     return Prediction(
         cluster=cluster.name, gpus=cluster.gpus, global_batch_size=lay.global_batch,
         iteration_time_s=plan.iteration_s, p90_iteration_time_s=max(plan.iteration_s, p90_plan.iteration_s),
@@ -331,7 +353,8 @@ def layout_prediction(arch: DecoderArch, cluster: Cluster, settings: LayoutSetti
         layout_alternative=None if alternative is None else alternative.layout.to_dict(),
         params_total=total, params_active=active,
         moe_imbalance=settings.routing_imbalance if arch.is_moe else None, fp8=settings.fp8,
-        moe_dispatcher=settings.dispatcher if arch.is_moe else None)
+        moe_dispatcher=settings.dispatcher if arch.is_moe else None,
+        stack=settings.stack.name if settings.stack is not None else None)
 
 
 @functools.lru_cache(maxsize=256)
@@ -346,7 +369,8 @@ def _plan_settings(plan: LayoutPlan, settings: LayoutSettings, precision: str, q
                         quantile=quantile, imbalance=settings.routing_imbalance,
                         recompute_modules=plan.recompute_modules or DEFAULT_RECOMPUTE_MODULES, lora=settings.lora,
                         reduce_dtype=settings.reduce_dtype, fp8=settings.fp8, dispatcher=settings.dispatcher,
-                        ep_overlap=settings.ep_overlap, mtp_layers=settings.mtp_layers)
+                        ep_overlap=settings.ep_overlap, mtp_layers=settings.mtp_layers, tp_overlap=settings.tp_overlap,
+                        grad_overlap=settings.grad_overlap)
 
 
 def check_options(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings) -> None:

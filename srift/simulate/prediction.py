@@ -122,6 +122,8 @@ class Prediction:
         fp8: The FP8 recipe of a layout's GEMMs (``--fp8``), None for bf16 GEMMs.
         moe_dispatcher: A mixture of experts' token dispatcher (``--moe-dispatcher``); None for a
             dense model.
+        stack: The training stack the prediction is priced under (``--stack``, a profile's
+            detected stack, or the default: srift/stacks.py); its note says what of it is priced.
     """
 
     cluster: str
@@ -168,6 +170,7 @@ class Prediction:
     fp8: Fp8Recipe | None = None
     moe_dispatcher: MoeDispatcher | None = None
     grad_compression: str | None = None
+    stack: str | None = None
 
     def __post_init__(self) -> None:
         total = self.breakdown.total_s

@@ -47,6 +47,7 @@ from srift.simulate.plans import Candidate, ClusterView, Plans, plan_choices
 from srift.simulate.prediction import BatchShare, Prediction, bottleneck
 from srift.simulate.spot import spot_expectation
 from srift.simulate.workload import Workload, measured_sources, profile_flops_per_token
+from srift.stacks import job_stack, stack_note, stack_typical_error
 from srift.zoo.llm import DecoderArch
 
 __all__ = ["Predictor", "predict", "job_with_profile_defaults", "bottleneck", "measured_sources",
@@ -171,6 +172,8 @@ class Predictor:
                     if plan.parallelism != DDP else Coverage())
         if error_pct is not None and plan.parallelism != DDP:
             error_pct, error_basis = error_pct * coverage.factor, error_basis + coverage.basis()
+        if not cluster.cpu_workers:  # the stack's held-out figure where wider (srift/stacks.py)
+            error_pct, error_basis = stack_typical_error(job_stack(self.job).name, error_pct, error_basis)
         state_bytes = self.units.params * (4.0 + float(self.base.optimizer.state_bytes_per_param))
         if plan.parallelism != DDP:
             state_bytes /= cluster.nodes  # every node writes its own shards of the checkpoint
@@ -198,7 +201,7 @@ class Predictor:
             spot=spot_expectation(cluster, state_bytes, throughput, cost),
             notes=(self._notes(crit.times, plan.kfac) + unknown_gpu_notes(self.workload.base) + self._finetune_notes()
                    + self.workload.sequence_notes(batches[0])
-                   + comm.assumptions()
+                   + comm.assumptions() + [stack_note(job_stack(self.job), False, plan.parallelism)]
                    + self.loader.input_notes(loader, inputs, gpu_s)),
             typical_error_pct=error_pct,
             typical_error_basis=error_basis,
@@ -217,6 +220,7 @@ class Predictor:
             input_time_s=loader.time_s if loader is not None and loader.kind != "measured" else None,
             grad_compression=(self.job.grad_compression if plan.parallelism == DDP and cluster.gpus > 1
                               and self.job.compression.active else None),
+            stack=job_stack(self.job).name,
         )
 
     def _mfu(self, cluster: Cluster, tokens_per_s: float | None) -> float | None:
@@ -290,7 +294,10 @@ def unknown_gpu_notes(profile: Profile) -> list[str]:
 
 def job_with_profile_defaults(job: Job, profile: Profile) -> Job:
     """``job`` with the parallelism and checkpointing the profiled script ran (an FSDP script's
-    profile records them) where the job leaves them to ``auto``; K-FAC jobs keep DDP."""
+    profile records them) where the job leaves them to ``auto``, and the stack ``srift profile``
+    detected where the job names none; K-FAC jobs keep DDP."""
+    if job.stack is None and profile.stack is not None:
+        job = dataclasses.replace(job, stack=profile.stack.name)
     parallelism, checkpointing = job.parallelism, job.activation_checkpointing
     if parallelism == AUTO and profile.parallelism is not None and not job.kfac:
         parallelism = profile.parallelism

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from srift.stacks import ddp_bucket_cap_mb
 from srift.cache import BoundedCache, ObjectMemo
 from srift.errors import SriftError
 from srift.hardware import CPU, find_gpu
@@ -155,7 +156,7 @@ class Workload:
         self.ref_batch = job.batch_size or profile.batch_size
         # DDP cuts buckets on the gradients as they are; a communication hook then compresses
         # each (srift/perf/compression.py): what goes on the wire, and the GPU work it adds.
-        cap = int(job.bucket_cap_mb * 2**20)
+        cap = int(ddp_bucket_cap_mb(job) * 2**20)  # --bucket-cap-mb, else the stack's (srift/stacks.py)
         self.layout = _BUCKETS.get(self.base, (cap,), lambda: bucket_layout(self.base, cap_bytes=cap))
         self.hook = hook_cost(self.base, self.layout.starts, job.compression)
         self.bucket_sizes_bytes = self.hook.wire_bytes.sum(axis=0)

@@ -57,6 +57,7 @@ class PlanSettings:
     fp8_attention: bool = False
     mtp_layers: int = 0
     stage_blocks: tuple[int, ...] | None = None
+    grad_overlap: bool = True  # the stack overlaps the DP reduction with backward (srift/stacks.py)
 
 
 def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int,
@@ -272,7 +273,9 @@ def _step(arch: DecoderArch, layout: Layout, seq_len: int, settings: PlanSetting
         else:
             rs += float(dcomm.allreduce_time_s(n_params * GRAD_BYTES, quantile))
     if groups:
-        dp_exposed = max(0.0, rs - sb) + max(0.0, ag - sf)
+        # Overlapped: the reduction runs under the last micro-batch's backward, the gather under
+        # the next forward; a stack without the overlap (Megatron-DeepSpeed) waits for both.
+        dp_exposed = max(0.0, rs - sb) + max(0.0, ag - sf) if st.grad_overlap else rs + ag
         dp_hidden = rs + ag - dp_exposed
         dp_total = rs + ag
     shard = state_shard(dp_flavour, g, t, c, p, d)
