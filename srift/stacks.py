@@ -368,7 +368,7 @@ def stack_typical_error(stack: str, pct: float | None, basis: str, group: str | 
         note = (f"stack {stack}: no step-time measurements, so the widest stack figure ({widest}, {held:g} %) "
                 "is quoted")
     if own is not None and not isinstance(own.get("lostack_mape_pct"), (int, float)):
-        return pct, f"{basis}; {note}, the groups themselves (no leave-one-stack-out: they are all this stack)"
+        return pct, basis  # every row of the group is this stack: its figure is the group's own
     if pct is None or held > pct:
         return held, f"{note}; the group's own: {basis}" if pct is not None else note
     return pct, f"{basis}; {note}"
