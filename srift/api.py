@@ -30,7 +30,7 @@ from srift.files import check_name, check_outputs, file_in, output_file, read_js
 from srift.hardware import CPU, GpuSpec, gpus, matching_gpus
 from srift.hardware import gpu as gpu_spec
 from srift.job import AMP, AUTO, BF16, DDP, DEFAULT_INFRA, FINETUNE_MODES, ZERO1, Fp8Recipe, Job, Precision, require_precision
-from srift.perf.fp8 import fp8_unsupported
+from srift.perf.fp8 import fp8_unsupported, gemm_peak_flops
 from srift.jobfile import JobFile
 from srift.profile import Profile
 from srift.report.format import usd, with_article
@@ -521,7 +521,7 @@ def _layout_counts(arch: DecoderArch, job: Job, predictor: Predictor, c: Constra
         if spec is not None:
             if inst.gpu_name not in floors:
                 # FP8 GEMMs can run above the bf16 peak: the floor takes the FP8 one, a bound no layout beats.
-                peak = spec.fp8_tflops * 1e12 if job.fp8 and spec.fp8_tflops else spec.peak_flops(predictor.precision)
+                peak = gemm_peak_flops(spec, job.fp8) if job.fp8 else spec.peak_flops(predictor.precision)
                 floors[inst.gpu_name] = gpus_floor(params_count(arch), peak, usable_bytes(inst.gpu_memory_gib), need)
             if nodes * inst.gpu_count < floors[inst.gpu_name]:
                 return False

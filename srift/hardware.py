@@ -35,6 +35,7 @@ class GpuSpec:
     board_power_w: float | None = None  # the board's power limit, where the datasheet gives it
     sustained_clock_mhz: float = 0.0  # the clock under a dense training load (``sustained_clock_mhz``)
     fp8_tflops: float | None = None  # dense FP8 tensor-core peak (Hopper and newer); None without FP8 units
+    fp4_tflops: float | None = None  # dense NVFP4 tensor-core peak (Blackwell); None without FP4 units
 
     @property
     def clock_derate(self) -> float:
@@ -142,6 +143,7 @@ def gpus() -> dict[str, GpuSpec]:
             compute_capability=None if d.get("compute_capability") is None else str(d["compute_capability"]),
             board_power_w=power,
             fp8_tflops=None if d.get("fp8_tflops") is None else float(d["fp8_tflops"]),
+            fp4_tflops=None if d.get("fp4_tflops") is None else float(d["fp4_tflops"]),
             sustained_clock_mhz=sustained_clock_mhz(float(d["boost_clock_mhz"]), int(d["sm_count"]), power,
                                                     references.get(d["architecture"])),
         )

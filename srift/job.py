@@ -91,9 +91,10 @@ RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = get_args(RecomputeModule)
 # holding one of its experts and forwards it there over NVLink (srift/simulate/moe.py).
 MoeDispatcher = Literal["alltoall", "flex"]
 MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = get_args(MoeDispatcher)
-# Transformer Engine's FP8 recipes of a layout's GEMMs (srift/perf/fp8.py): per-tensor scaling
-# (Hopper's FP8, current or delayed; torchao's float8 under torchtitan) and Blackwell's MXFP8.
-Fp8Recipe = Literal["tensorwise", "mxfp8"]
+# Transformer Engine's low-precision recipes of a layout's GEMMs (srift/perf/fp8.py): FP8 with
+# per-tensor scaling (Hopper's FP8, current or delayed; torchao's float8 under torchtitan),
+# Blackwell's MXFP8, and Blackwell's NVFP4 (4-bit E2M1 values, an E4M3 scale per 16, NVFP4BlockScaling).
+Fp8Recipe = Literal["tensorwise", "mxfp8", "nvfp4"]
 FP8_RECIPES: tuple[Fp8Recipe, ...] = get_args(Fp8Recipe)
 DEFAULT_RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = ("core_attn",)
 Auto = Literal["auto"]
@@ -210,6 +211,12 @@ ALLTOALL: Final = "alltoall"
 FLEX: Final = "flex"
 TENSORWISE: Final = "tensorwise"
 MXFP8: Final = "mxfp8"
+NVFP4: Final = "nvfp4"
+
+
+def gemm_recipe_label(recipe: str) -> str:
+    """How outputs name a layout's low-precision GEMM recipe: ``NVFP4 GEMMs``, ``FP8 GEMMs (mxfp8)``."""
+    return "NVFP4 GEMMs" if recipe == NVFP4 else f"FP8 GEMMs ({recipe})"
 ONE_F_ONE_B: Final = "1f1b"
 MEGATRON_CORE: Final = "megatron-core"
 NEMO: Final = "nemo"
@@ -742,7 +749,7 @@ class Job:
         if self.finetune in (LORA, QLORA):
             raise SriftError(f"--fp8 with --finetune {self.finetune} is not modelled (FP8 is validated on pre-training).",
                              "drop --fp8, or use --finetune full.")
-        if self.fp8 == MXFP8 and self.parallelism in SHARDED_PARALLELISMS:
+        if self.fp8 in (MXFP8, NVFP4) and self.parallelism in SHARDED_PARALLELISMS:
             raise SriftError(f"--fp8 {self.fp8} with --parallelism {self.parallelism} is not modelled (torchtitan's "
                              f"float8 is validated {TENSORWISE} only).",
                              f"use --fp8 {TENSORWISE}, or --parallelism zero1 (Megatron-Core) with --fp8 {self.fp8}.")

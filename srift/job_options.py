@@ -143,8 +143,8 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               f"{DEFAULT_MOE_IMBALANCE:g}: estimated from GShard's and Switch's capacity factor, unvalidated).",
               high=MAX_MOE_IMBALANCE),
     JobOption("fp8", "str", None, f"{one_of(FP8_RECIPES)}: the --layout's GEMMs in FP8 (Transformer Engine's per-tensor "
-              "scaling on Hopper, MXFP8 on Blackwell; torchao's tensorwise float8 under fsdp/hsdp); the job stays bf16 "
-              "(default: bf16 GEMMs).", choices=FP8_RECIPES),
+              "scaling on Hopper, MXFP8 on Blackwell; torchao's tensorwise float8 under fsdp/hsdp) or in NVFP4 "
+              "(Transformer Engine's NVFP4BlockScaling, Blackwell); the job stays bf16 (default: bf16 GEMMs).", choices=FP8_RECIPES),
     JobOption("moe_dispatcher", "str", ALLTOALL, f"{one_of(MOE_DISPATCHERS)}: a mixture of experts' token "
               "dispatcher under ep=E (Megatron-Core's moe_token_dispatcher_type; flex: DeepEP/HybridEP, a token sent "
               "once per node).", choices=MOE_DISPATCHERS),

@@ -20,6 +20,15 @@ and run the linear layers' GEMMs on FP8 operands. srift models a layer's FP8 tim
   micro-batch (Megatron-Core's first-micro-batch weight cache), and left out. Fusions of the
   quantization into a preceding norm or activation, which Transformer Engine does for some
   layers, are not modelled: the casts are an upper estimate.
+- NVFP4 (``nvfp4``: Transformer Engine's ``NVFP4BlockScaling``, transformer_engine 2.20.2,
+  ``transformer_engine/common/recipe/__init__.py``): the GEMMs at the GPU's dense FP4 peak
+  (``fp4_tflops``); values in 4-bit E2M1 with an E4M3 scale per 16 consecutive values and one FP32
+  scale per tensor (an amax pass, as per-tensor FP8); weights scaled per 16 x 16 block; inputs and
+  gradients take a 16 x 16 random Hadamard transform (columnwise, for the weight gradient) and
+  gradients stochastic rounding, both taken to run inside the quantizing pass (16 multiply-adds an
+  element: memory-bound like the pass itself; an estimate). The recipe leaves attention
+  unquantized (``fp8_dpa = False``) and keeps weights, activations and communication in the job's
+  precision, as the FP8 recipes do. No NVFP4 run was measured: its predictions say so.
 - Which GEMMs: every ``Linear`` of a decoder block and the routed experts, except the MoE router
   (Megatron-Core keeps it in fp32) and the output head and embedding (outside the blocks);
   attention's batched GEMMs (``ScaledDotProductAttention``) stay bf16, Transformer Engine's
@@ -35,7 +44,8 @@ from __future__ import annotations
 import numpy as np
 
 from srift.hardware import gpu as gpu_spec
-from srift.job import FP8_RECIPES, MXFP8, TENSORWISE, Fp8Recipe
+from srift.hardware import GpuSpec
+from srift.job import FP8_RECIPES, MXFP8, NVFP4, TENSORWISE, Fp8Recipe
 from srift.perf.compute import LayerTimes, kernel_rates
 from srift.profile import Profile
 
@@ -45,6 +55,9 @@ AMAX_BYTES_PER_ELEMENT = 2.0  # per-tensor scaling's amax pass reads the bf16 te
 # MXFP8's one 8-bit scale per 32 elements (Transformer Engine keeps the quantized tensor, not bf16).
 FP8_ELEMENT_BYTES = 1.0
 MXFP8_BLOCK = 32
+FP4_ELEMENT_BYTES = 0.5  # E2M1
+NVFP4_BLOCK = 16  # one E4M3 (1-byte) scale per 16 values (rowwise or columnwise)
+NVFP4_WEIGHT_BLOCK = 16 * 16  # weights: one scale per 16 x 16 block
 ROUTER_SUFFIX = ".router"  # the MoE router's Linear (srift/zoo/llm.py), kept in fp32 by Megatron-Core
 UP_SUFFIX, GATE_SUFFIX = "up_proj", "gate_proj"  # a gated MLP's projections (srift/zoo/llm.py names)
 
@@ -59,9 +72,18 @@ def fp8_gemm(layer_type: str, name: str, unit: str | None) -> bool:
 MXFP8_MIN_COMPUTE_CAPABILITY = 10.0
 
 
+def gemm_peak_flops(spec: GpuSpec, recipe: Fp8Recipe) -> float:
+    """The dense tensor-core peak (FLOP/s) ``recipe``'s GEMMs run at on ``spec``: FP4's for NVFP4,
+    FP8's otherwise; the bf16 peak where the GPU has neither (a bound, for the search)."""
+    tflops = spec.fp4_tflops if recipe == NVFP4 else spec.fp8_tflops
+    return tflops * 1e12 if tflops else spec.peak_flops("bf16")
+
+
 def fp8_unsupported(gpu: str, recipe: Fp8Recipe) -> str | None:
     """Why ``gpu`` cannot run FP8 GEMMs under ``recipe`` (for messages), or None when it can."""
     spec = gpu_spec(gpu)
+    if recipe == NVFP4 and not spec.fp4_tflops:
+        return f"the {spec.name} has no NVFP4 tensor cores (no fp4_tflops in configs/gpus.yaml; Blackwell's)"
     if not spec.fp8_tflops:
         return f"the {spec.name} has no FP8 tensor cores (no fp8_tflops in configs/gpus.yaml)"
     cc = float(spec.compute_capability) if spec.compute_capability else 0.0
@@ -74,32 +96,43 @@ def fp8_saved_bytes(recipe: Fp8Recipe) -> float:
     """Bytes per element of a GEMM input kept for backward in FP8 under ``recipe``."""
     if recipe not in FP8_RECIPES:
         raise ValueError(f"FP8 recipe must be one of {FP8_RECIPES}, got {recipe!r}")
+    if recipe == NVFP4:
+        return FP4_ELEMENT_BYTES + FP8_ELEMENT_BYTES / NVFP4_BLOCK
     return FP8_ELEMENT_BYTES + (FP8_ELEMENT_BYTES / MXFP8_BLOCK if recipe == MXFP8 else 0.0)
 
 
 def fp8_weight_cache_bytes(recipe: Fp8Recipe) -> float:
     """Bytes per parameter of the FP8 copies of a GEMM's weight that Transformer Engine casts at a
     step's first micro-batch and keeps for the rest (its weight workspace): a rowwise and a
-    columnwise (transposed) copy, ``fp8_saved_bytes`` each."""
+    columnwise (transposed) copy, ``fp8_saved_bytes`` each (NVFP4: 4-bit values, one scale per
+    16 x 16 block)."""
+    if recipe == NVFP4:
+        return 2.0 * (FP4_ELEMENT_BYTES + FP8_ELEMENT_BYTES / NVFP4_WEIGHT_BLOCK)
     return 2.0 * fp8_saved_bytes(recipe)
 
 
 def fp8_cast_bytes_per_element(recipe: Fp8Recipe) -> float:
     """Bytes one quantizing pass moves per element of a GEMM's activation operand under ``recipe``
-    (module docstring): ``CAST_BYTES_PER_ELEMENT``, plus ``AMAX_BYTES_PER_ELEMENT`` per-tensor."""
+    (module docstring): ``CAST_BYTES_PER_ELEMENT``, plus ``AMAX_BYTES_PER_ELEMENT`` per-tensor;
+    NVFP4 reads the bf16 tensor (2), writes two copies of ``fp8_saved_bytes`` and reads it once
+    more for its per-tensor amax."""
+    if recipe == NVFP4:
+        return 2.0 + 2.0 * fp8_saved_bytes(recipe) + AMAX_BYTES_PER_ELEMENT
     return CAST_BYTES_PER_ELEMENT + (AMAX_BYTES_PER_ELEMENT if recipe == TENSORWISE else 0.0)
 
 
-def fp8_peak_ratio(gpu: str) -> float:
-    """``bf16_peak / fp8_peak`` of ``gpu`` (configs/gpus.yaml).
+def fp8_peak_ratio(gpu: str, recipe: Fp8Recipe = TENSORWISE) -> float:
+    """``bf16_peak / low_precision_peak`` of ``gpu`` under ``recipe`` (configs/gpus.yaml: ``fp8_tflops``,
+    NVFP4's ``fp4_tflops``).
 
     Raises:
-        ValueError: for a GPU without FP8 tensor cores (no ``fp8_tflops``).
+        ValueError: for a GPU without the recipe's tensor cores.
     """
     spec = gpu_spec(gpu)
-    if not spec.fp8_tflops:
-        raise ValueError(f"{spec.name} has no FP8 tensor cores (no fp8_tflops in configs/gpus.yaml)")
-    return spec.peak_flops("bf16") / (spec.fp8_tflops * 1e12)
+    why = fp8_unsupported(gpu, recipe)
+    if why:
+        raise ValueError(why)
+    return spec.peak_flops("bf16") / gemm_peak_flops(spec, recipe)
 
 
 def fused_with_gate(name: str, names: set[str]) -> bool:
@@ -132,7 +165,7 @@ def fp8_times(profile: Profile, times: LayerTimes, gpu: str, recipe: Fp8Recipe,
     """
     if recipe not in FP8_RECIPES:
         raise ValueError(f"FP8 recipe must be one of {FP8_RECIPES}, got {recipe!r}")
-    ratio = fp8_peak_ratio(gpu)
+    ratio = fp8_peak_ratio(gpu, recipe)
     per_element = fp8_cast_bytes_per_element(recipe)
     rates = kernel_rates(gpu, "bf16")
     s_per_byte, launch = 1.0 / rates.memory_bytes_per_s, rates.launch_s

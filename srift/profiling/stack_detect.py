@@ -70,6 +70,10 @@ def _version(dist: str) -> str | None:
         return None
 
 
+# Import names (not stack names) whose presence together marks Megatron-DeepSpeed.
+_MEGATRON_MODULE, _DEEPSPEED_MODULE = "megatron", "deepspeed"
+
+
 def detect_stack(frame: FrameType | None) -> DetectedStack:
     """The stack whose modules call the optimizer step from ``frame`` (the step's caller) up; a
     Megatron-DeepSpeed script is one that imported both ``megatron`` and ``deepspeed``; none of
@@ -79,8 +83,8 @@ def detect_stack(frame: FrameType | None) -> DetectedStack:
         hit = next((n for n in names if _matches(n, sign.prefix)), None)
         if hit is None:
             continue
-        if sign.stack in (DEEPSPEED, MEGATRON_CORE) and "megatron" in sys.modules and "deepspeed" in sys.modules:
+        if sign.stack in (DEEPSPEED, MEGATRON_CORE) and _MEGATRON_MODULE in sys.modules and _DEEPSPEED_MODULE in sys.modules:
             # Megatron's model under DeepSpeed's engine
-            return DetectedStack(MEGATRON_DEEPSPEED, _version("deepspeed"), f"{hit} (megatron and deepspeed imported)")
+            return DetectedStack(MEGATRON_DEEPSPEED, _version(_DEEPSPEED_MODULE), f"{hit} (megatron and deepspeed imported)")
         return DetectedStack(sign.stack, _version(sign.dist), f"optimizer step called from {hit}")
     return DetectedStack(PYTORCH_STACK, _version("torch"), "no training library around optimizer.step()")

@@ -8,7 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from srift.bounds import MAX_NOTE_CHARS
-from srift.job import DDP, HSDP, INTERLEAVED, KFAC, NO_CHECKPOINTING
+from srift.job import DDP, HSDP, INTERLEAVED, KFAC, NO_CHECKPOINTING, gemm_recipe_label
 from srift.report.format import console, error_text, gib, price_lines, print_json, save_json, seconds, usd, usd_per_million_tokens
 from srift.catalog.provenance import marked_usd
 from srift.errors import SriftError
@@ -89,7 +89,7 @@ MEMORY_LABELS = {"weights": "parameters", "gathered_weights": "gathered (half-pr
 def title(result: PredictResult) -> str:
     pred = result.prediction
     return (f"{result.model} on {pred.cluster}{' [Spot]' if result.spot_pricing else ''}, {result.precision}"
-            + (f" with FP8 GEMMs ({pred.fp8})" if pred.fp8 else "")
+            + (f" with {gemm_recipe_label(pred.fp8)}" if pred.fp8 else "")
             + (f", MoE dispatcher {pred.moe_dispatcher}" if pred.moe_dispatcher else "")
             + (f", K-FAC ({result.kfac_strategy})" if result.optimizer == KFAC else ""))
 

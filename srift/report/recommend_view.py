@@ -12,7 +12,7 @@ from srift.bounds import MAX_NOTE_CHARS
 from srift.catalog.provenance import ESTIMATE_MARK, marked_usd
 from srift.catalog.spot import capacity_warning
 from srift.errors import SriftError
-from srift.job import ALLTOALL, AUTO, DDP
+from srift.job import ALLTOALL, AUTO, DDP, gemm_recipe_label
 from srift.perf.accuracy import node_evidence
 from srift.report.format import (console, error_text, price_lines, print_json, save_json, seconds, signed_pct, usd,
                                  usd_per_million_tokens)
@@ -31,7 +31,7 @@ def header(result: RecommendResult) -> str:
     job = result.job
     batch = (f"global batch {job.global_batch_size:,}" if job.global_batch_size is not None
              else f"batch {result.batch_size}/GPU")
-    text = (f"{result.model}, {result.precision}" + (f" with FP8 GEMMs ({job.fp8})" if job.fp8 else "")
+    text = (f"{result.model}, {result.precision}" + (f" with {gemm_recipe_label(job.fp8)}" if job.fp8 else "")
             + (f", MoE dispatcher {job.moe_dispatcher}" + (" (EP overlap)" if job.moe_ep_overlap else "")
                if job.layout is not None and (job.moe_dispatcher != ALLTOALL or job.moe_ep_overlap) else "")
             + f", {batch}" + (f", seq {result.seq_len}" if result.seq_len else "")

@@ -16,7 +16,7 @@ from srift.perf.comm import CommModel
 from srift.perf.fp8 import fp8_unsupported
 from srift.perf.accuracy import layout_finetune_typical_error, moe_typical_error
 from srift.job import (
-    ALLTOALL, AUTO, FLEX, DEFAULT_RECOMPUTE_MODULES, INTERLEAVED, NO_CHECKPOINTING, ONE_F_ONE_B, ZERO1, Fp8Recipe, Job,
+    ALLTOALL, AUTO, FLEX, DEFAULT_RECOMPUTE_MODULES, INTERLEAVED, NO_CHECKPOINTING, NVFP4, ONE_F_ONE_B, ZERO1, Fp8Recipe, Job,
     LayoutRequest, MoeDispatcher, parse_layout, usd_per_million_samples,
 )
 from srift.simulate.layouts import (
@@ -301,7 +301,12 @@ def layout_prediction(arch: DecoderArch, cluster: Cluster, settings: LayoutSetti
         notes.append(f"expert tensor parallelism {lay.tp} (megatron-core's expert_tensor_parallel_size default, TP, "
                      "without expert parallelism): each expert's weights and GEMMs split over the TP ranks, its routed "
                      "rows all-gathered and reduce-scattered over the TP group")
-    if settings.fp8 is not None:
+    if settings.fp8 == NVFP4:
+        notes.append("NVFP4 GEMMs (Transformer Engine's NVFP4BlockScaling): the blocks' Linears at the GPU's dense FP4 "
+                     "peak plus their quantizing passes (an E4M3 scale per 16 values, a per-tensor amax, the Hadamard "
+                     "transform and stochastic rounding taken inside the passes: an estimate); attention, weights, "
+                     "activations and communication in bf16; no NVFP4 run was measured, the FP8 runs' error is quoted")
+    elif settings.fp8 is not None:
         notes.append(f"FP8 GEMMs ({settings.fp8} scaling"
                      + (", torchao float8 under FSDP2" if pytorch_stack(plan.dp_flavour) else ", Transformer Engine")
                      + "): the blocks' Linears at the GPU's FP8 peak plus their quantizing casts (srift/perf/fp8.py); "
@@ -354,7 +359,8 @@ def layout_prediction(arch: DecoderArch, cluster: Cluster, settings: LayoutSetti
         params_total=total, params_active=active,
         moe_imbalance=settings.routing_imbalance if arch.is_moe else None, fp8=settings.fp8,
         moe_dispatcher=settings.dispatcher if arch.is_moe else None,
-        stack=settings.stack.name if settings.stack is not None else None)
+        stack=settings.stack.name if settings.stack is not None else None,
+        beyond_validated=("NVFP4 GEMMs (no measured run)",) if settings.fp8 == NVFP4 else ())
 
 
 @functools.lru_cache(maxsize=256)
@@ -390,7 +396,7 @@ def check_options(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings)
             why = fp8_unsupported(g.gpu, settings.fp8)
             if why:
                 raise SriftError(f"--fp8 {settings.fp8}: {why}.",
-                                 "drop --fp8, or choose GPUs that run it (tensorwise: Hopper and newer; mxfp8: Blackwell).")
+                                 "drop --fp8, or choose GPUs that run it (tensorwise: Hopper and newer; mxfp8 and nvfp4: Blackwell).")
 
 
 def layout_memory_error(cluster: Cluster, pred: Prediction, model: str) -> SriftError:
