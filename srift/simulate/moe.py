@@ -157,6 +157,17 @@ def expert_dp(tp: int, cp: int, dp: int, ep: int) -> int:
     return tp * cp * dp // (ep * expert_tp(tp, ep))
 
 
+def expert_shard_of(shard: int, tp: int, ep: int) -> int:
+    """Ranks the routed experts' sharded states are spread over when the dense parts' are spread
+    over ``shard`` ranks of the CP x DP group (``state_shard``): ``shard x tp / (ep x etp)``, at
+    least 1. Under ``zero1`` and ``fsdp`` (``shard`` = CP x DP) that is the expert data-parallel
+    group, ``expert_dp``: torchtitan 0.3.0 (``distributed/parallel_dims.py``) shards the routed
+    experts over its ``efsdp`` mesh of ``dp_shard x cp x tp / ep`` ranks and the rest over
+    ``fsdp`` = ``dp_shard x cp`` (``distributed/fsdp.py`` ``apply_fsdp_to_decoder``: the experts'
+    ``shard_placement_fn`` puts them on the ``edp_mesh``); under ``hsdp`` the node's ranks of it."""
+    return max(1, shard * tp // (ep * expert_tp(tp, ep)))
+
+
 def expert_width(arch: DecoderArch, etp: int) -> int:
     """One expert's width on one rank under expert tensor parallelism ``etp`` (rounded up)."""
     return -(-arch.expert_intermediate // etp)

@@ -14,10 +14,10 @@ from srift.perf.comm import CommModel
 from srift.job import FLEX, FULL_CHECKPOINTING, HALF_PRECISIONS, Fp8Recipe, LayoutRequest, MoeDispatcher
 from srift.simulate.finetune import LoraSpec
 from srift.simulate.memory import MASTER_BYTES, USABLE_FRACTION, sure_fit_bytes
-from srift.simulate.moe import BALANCED_ROUTING, check_ep, expert_dp
+from srift.simulate.moe import BALANCED_ROUTING, check_ep, expert_shard_of
 from srift.zoo.llm import DecoderArch, params_count
 from srift.simulate.layout.plan import (ADAM_STATE_BYTES, GRAD_BYTES, PARAM_BYTES, SEARCH_CONTEXT, SEARCH_EXPERT,
-                                        SEARCH_MICRO_BATCHES, SEARCH_VIRTUAL_STAGES, SHARDED_FLAVOURS, Layout,
+                                        SEARCH_MICRO_BATCHES, SEARCH_VIRTUAL_STAGES, Layout,
                                         LayoutPlan, compute_factor_of, default_tp_overlap, ep_ranks_per_node,
                                         pytorch_stack, state_shard)
 from srift.simulate.layout.pipeline import pipeline_blocks, stage_layers
@@ -150,8 +150,6 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
               for gr in cluster.node_groups) * 2**30 * USABLE_FRACTION
     degrees = _degrees(arch, cluster.gpus, g, seq_len, global_batch, request, SEARCH_MICRO_BATCHES)
     degrees = runnable(arch, degrees, seq_len, pytorch_stack(dp_flavour), stage_layers)  # what the stack runs (layout_rules.py)
-    if dp_flavour in SHARDED_FLAVOURS:  # FSDP is modelled without expert parallelism (check_sharded)
-        degrees = [r for r in degrees if r[7] == 1]
     # Whatever the layout, each parameter's 16 bytes (bf16 weight and gradient, fp32 master and
     # Adam moments) are spread over at most all the GPUs: below that nothing fits.
     # (LoRA: the frozen weights' 2 bytes.)
@@ -200,7 +198,8 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
             parts = parts_of[(t, c, mb, ep)]
             chosen = next((k for k in checkpointing
                            if _peak_memory_of(arch, p, v, m, state_shard(dp_flavour, g, t, c, p, d), parts, k, dp_flavour,
-                                              expert_dp(t, c, d, ep), reduce_dtype, mtp_layers) <= limit), None)
+                                              expert_shard_of(state_shard(dp_flavour, g, t, c, p, d), t, ep), reduce_dtype,
+                                              mtp_layers) <= limit), None)
             if chosen is None:
                 rejected += 1
                 continue
@@ -243,8 +242,9 @@ def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: list[Degrees],
         parts = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, imbalance, fp8, lora=lora,
                                          dispatcher=dispatcher, fused_fc1=not pytorch_stack(dp_flavour),
                                          pytorch_kernels=pytorch_stack(dp_flavour)), factor)
-        mem = _peak_memory_of(arch, p, v, m, state_shard(dp_flavour, comm.topology.gpus_per_node, t, c, p, d), parts,
-                              checkpointing, dp_flavour, expert_dp(t, c, d, ep), reduce_dtype, mtp_layers)
+        shard = state_shard(dp_flavour, comm.topology.gpus_per_node, t, c, p, d)
+        mem = _peak_memory_of(arch, p, v, m, shard, parts, checkpointing, dp_flavour, expert_shard_of(shard, t, ep),
+                              reduce_dtype, mtp_layers)
         if best is None or mem < best[0]:
             best = (mem, r, parts)
     assert best is not None
