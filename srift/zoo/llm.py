@@ -113,6 +113,8 @@ class DecoderArch:
         dense_layers: The first blocks keep the dense MLP (DeepSeek's ``first_k_dense_replace``).
         moe_every: Of the rest, block ``i`` is a MoE block when ``(i + 1) % moe_every == 0``
             (Llama 4's ``interleave_moe_layer_step``, Qwen-MoE's ``decoder_sparse_step``).
+        dense_blocks: Blocks (0-based) that keep the dense MLP whatever the rules above
+            (Qwen2/3-MoE's ``mlp_only_layers``).
         router_bias: The router has a bias vector (GPT-OSS; DeepSeek-V3's score-correction bias).
         shared_gate: A sigmoid gate of width 1 on the shared expert (Qwen2-MoE).
         q_lora_rank: Multi-head latent attention (MLA): rank of the query compression (0: none).
@@ -158,6 +160,7 @@ class DecoderArch:
     shared_intermediate: int = 0
     dense_layers: int = 0
     moe_every: int = 1
+    dense_blocks: frozenset[int] = frozenset()
     router_bias: bool = False
     shared_gate: bool = False
     q_lora_rank: int = 0
@@ -198,6 +201,9 @@ class DecoderArch:
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise _arch_error(self.name, f"'{key}' must be a non-negative integer, got {value!r}")
+        if not isinstance(self.dense_blocks, frozenset) or any(
+                not isinstance(i, int) or isinstance(i, bool) or i < 0 for i in self.dense_blocks):
+            raise _arch_error(self.name, f"'dense_blocks' must be a set of block numbers, got {self.dense_blocks!r}")
         for key in ("moe_every", "sliding_every"):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -234,7 +240,7 @@ class DecoderArch:
 
     def is_moe_block(self, i: int) -> bool:
         """Whether block ``i`` (0-based) routes its tokens to experts."""
-        return self.experts > 0 and i >= self.dense_layers and (i + 1) % self.moe_every == 0
+        return self.experts > 0 and i >= self.dense_layers and (i + 1) % self.moe_every == 0 and i not in self.dense_blocks
 
     @property
     def moe_blocks(self) -> int:
