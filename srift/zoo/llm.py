@@ -731,6 +731,10 @@ def _entry(name: str, raw: Any, path: Path) -> ZooLlm:
     if not isinstance(biases, list):
         raise _catalog_error(path, f"models.{name}.biases must be a list")
     fields["biases"] = frozenset(str(b) for b in biases)
+    dense_blocks = fields.get("dense_blocks", [])
+    if not isinstance(dense_blocks, list):
+        raise _catalog_error(path, f"models.{name}.dense_blocks must be a list of block numbers")
+    fields["dense_blocks"] = frozenset(dense_blocks)
     if "norm_eps" in fields:
         fields["norm_eps"] = float(fields["norm_eps"])
     published = raw["published_params"]
