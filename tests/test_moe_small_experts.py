@@ -55,3 +55,17 @@ def test_the_experts_time_is_the_padded_rows_by_hand():
     plain = expert_profile(arch, 1409)
     assert times.experts_f_s == pytest.approx(experts_f_s(mma_padded(plain, 1409, "H100", "bf16")))
     assert times.experts_f_s > 1.02 * experts_f_s(plain)  # 1472 / 1409 on the GEMMs (the activation is not padded)
+
+
+def test_pytorchs_grouped_mm_launches_once_per_op_by_hand():
+    """torchtitan's experts run one torch._grouped_mm per projection over every local expert: the
+    compute model's fixed cost per pass counts once per op (PyTorch's stack), where Megatron-Core's
+    is priced per expert (the MoE group's validation)."""
+    shape = moe_block_shape(TINY, 2560, 1, 2.0)
+    rates = kernel_rates("H100", "bf16")
+    megatron = moe_block_times(TINY, shape, "H100", "bf16", None)
+    pytorch = moe_block_times(TINY, shape, "H100", "bf16", None, one_kernel=True)
+    ops = 4  # gate, up, activation, down: each has forward and backward work
+    assert megatron.experts_f_s - pytorch.experts_f_s == pytest.approx((128 - 1) * ops * rates.launch_s)
+    assert megatron.experts_b_s - pytorch.experts_b_s == pytest.approx((128 - 1) * ops * rates.launch_s)
+    assert megatron.act_f_s - pytorch.act_f_s == pytest.approx((128 - 1) * rates.launch_s)

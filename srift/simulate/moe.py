@@ -271,20 +271,39 @@ class MoeBlockTimes:
 
 
 def moe_block_times(arch: DecoderArch, shape: MoeBlockShape, gpu: str, precision: str,
-                    ep_comm: CommModel | None, quantile: float = 0.5, fp8: Fp8Recipe | None = None) -> MoeBlockTimes:
+                    ep_comm: CommModel | None, quantile: float = 0.5, fp8: Fp8Recipe | None = None,
+                    one_kernel: bool = False) -> MoeBlockTimes:
     """``MoeBlockTimes`` of ``shape`` on ``gpu``; ``ep_comm`` is the EP group's CommModel (None: ep 1);
-    ``fp8``: the experts' GEMMs in FP8 under that recipe (srift/perf/fp8.py)."""
+    ``fp8``: the experts' GEMMs in FP8 under that recipe (srift/perf/fp8.py); ``one_kernel``: each
+    op of the local experts is one kernel and one framework call (PyTorch's stack: ``grouped_s``),
+    else each expert's op costs the compute model's fixed cost per pass (Megatron-Core, as the MoE
+    group validates it)."""
     prof = mma_padded(expert_profile(dataclasses.replace(arch, expert_intermediate=shape.expert_gemms[0][2]),
                                      shape.rows_per_expert, precision), shape.rows_per_expert, gpu, precision)
     times = layer_times(prof, gpu, precision)
     fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8, fused_fc1=True) if fp8 else (times.fwd_s, times.bwd_s)
     rates = kernel_rates(gpu, precision)
     mem_rate = rates.memory_bytes_per_s
-    f = float(fwd_s.sum()) * shape.local_experts + shape.permute_bytes / mem_rate + shape.glue_f_bytes / mem_rate
-    b = float(bwd_s.sum()) * shape.local_experts + shape.permute_bytes / mem_rate + shape.glue_b_bytes / mem_rate
+    n, launch = shape.local_experts, rates.launch_s if one_kernel else 0.0
+    f_ops = sum(1 for layer in prof.layers if layer.fwd_flops > 0 or layer.fwd_bytes > 0)
+    b_ops = sum(1 for layer in prof.layers if layer.bwd_flops > 0 or layer.bwd_bytes > 0)
+    f = grouped_s(float(fwd_s.sum()), f_ops, n, launch) + shape.permute_bytes / mem_rate + shape.glue_f_bytes / mem_rate
+    b = grouped_s(float(bwd_s.sum()), b_ops, n, launch) + shape.permute_bytes / mem_rate + shape.glue_b_bytes / mem_rate
     a2a = float(ep_comm.all_to_all_time_s(shape.dispatch_bytes, quantile)) if ep_comm is not None else 0.0
-    act_s = sum(float(fwd_s[i]) for i, layer in enumerate(prof.layers) if layer_kind(layer.type) == "elementwise")
-    return MoeBlockTimes(f, b, a2a, 2.0 * a2a, 2.0 * a2a, act_s * shape.local_experts + shape.clamp_f_bytes / mem_rate)
+    acts = [float(fwd_s[i]) for i, layer in enumerate(prof.layers) if layer_kind(layer.type) == "elementwise"]
+    return MoeBlockTimes(f, b, a2a, 2.0 * a2a, 2.0 * a2a, grouped_s(sum(acts), len(acts), n, launch)
+                         + shape.clamp_f_bytes / mem_rate)
+
+
+def grouped_s(one_expert_s: float, ops: int, experts: int, launch_s: float) -> float:
+    """Seconds of ``ops`` ops run over ``experts`` local experts, given one expert's seconds of them
+    (``one_expert_s``, the compute model's fixed cost per pass in each): the work ``experts``
+    times and the fixed ``launch_s`` once per op, where an op is one kernel over every local
+    expert's rows (torchtitan 0.3.0 ``GroupedExperts``: one ``torch._grouped_mm`` per projection,
+    ``models/common/moe.py``); ``launch_s`` 0: the fixed cost per expert, all of it ``experts``
+    times (Megatron-Core's ``TEGroupedMLP``, as the MoE group of scripts/validate.py prices it:
+    removing it there moved that group from 14.7 % to 31.5 %, predicted fast)."""
+    return max(0.0, one_expert_s - ops * launch_s) * experts + ops * launch_s
 
 
 def mma_rows(gpu: str) -> int:

@@ -220,7 +220,7 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
     etp = expert_tp(tp, ep)
     shape = moe_block_shape(arch, micro_batch * seq_len // (cp * tp), ep, e, imbalance, dispatcher, etp)
     experts_local = local_expert_params(arch, ep, etp)
-    xt = moe_block_times(arch, shape, gpu, precision, None, fp8=fp8)
+    xt = moe_block_times(arch, shape, gpu, precision, None, fp8=fp8, one_kernel=pytorch_kernels)
     # The MoE block's non-expert parameters on this rank: its profile's, less every routed expert.
     moe_local = moe.local_block_params - arch.experts * dense_mlp_params(split_arch(arch, tp), arch.expert_intermediate)
 
