@@ -113,7 +113,8 @@ def test_moe_config_errors(tmp_path):
     import json
     data = json.loads((FIXTURES / "Qwen3-30B-A3B.json").read_text())
     for changes, message in (({"num_experts_per_tok": 200}, "'num_experts_per_tok' 200 is more than the 128"),
-                             ({"mlp_only_layers": [0]}, "'mlp_only_layers'"),
+                             ({"mlp_only_layers": [48]}, "'mlp_only_layers' must be a list of block numbers from 0 to 47"),
+                             ({"mlp_only_layers": "0"}, "'mlp_only_layers' must be a list"),
                              ({"moe_intermediate_size": None}, "'moe_intermediate_size' is missing"),
                              ({"model_type": "dbrx"}, "model_type 'dbrx'")):
         path = tmp_path / "c.json"

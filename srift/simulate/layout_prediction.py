@@ -22,7 +22,7 @@ from srift.job import (
 from srift.simulate.layouts import (
     DP_FLAVOURS, SHARDED_FLAVOURS, SCHEDULES, Layout, LayoutPlan, check_layout, check_sharded, load_layout_params,
     PlanSettings, plan_layout,
-    pytorch_stack, reprice, search_layouts,
+    pytorch_stack, reprice, search_layouts, state_shard,
 )
 from srift.simulate.breakdown import COMM_INTERFERENCE
 from srift.simulate.door import refuse_ignored
@@ -30,7 +30,7 @@ from srift.simulate.finetune import LoraSpec, layout_lora
 from srift.simulate.memory import FITS, USABLE_FRACTION, allocated_parts
 from srift.simulate.prediction import BatchShare, Prediction, bottleneck
 from srift.simulate.spot import spot_expectation
-from srift.simulate.moe import BALANCED_ROUTING, REAL_ROUTING, expert_tp
+from srift.simulate.moe import BALANCED_ROUTING, REAL_ROUTING, expert_shard_of, expert_tp
 from srift.simulate.recompute import AUTO_LADDER
 from srift.stacks import ResolvedStack, job_stack, layout_parallelism, stack_note, stack_typical_error
 from srift.zoo.llm import DecoderArch, active_params_count, model_flops_per_token, params_count
@@ -311,6 +311,13 @@ def layout_prediction(arch: DecoderArch, cluster: Cluster, settings: LayoutSetti
                      + (", torchao float8 under FSDP2" if pytorch_stack(plan.dp_flavour) else ", Transformer Engine")
                      + "): the blocks' Linears at the GPU's FP8 peak plus their quantizing casts (srift/perf/fp8.py); "
                      "weights, activations and communication in bf16")
+    if arch.is_moe and lay.ep > 1 and pytorch_stack(plan.dp_flavour):
+        edp = expert_shard_of(state_shard(plan.dp_flavour, cluster.node_groups[0].gpus_per_node, lay.tp, lay.cp, lay.pp,
+                                          lay.dp), lay.tp, lay.ep)
+        notes.append(f"{plan.dp_flavour.upper()} with expert parallelism (torchtitan 0.3.0's meshes): each GPU's "
+                     f"{arch.experts // lay.ep} routed experts of a block sharded over the expert data-parallel group of "
+                     f"{edp} rank(s) (efsdp = dp_shard x cp x tp / ep), gathered and reduce-scattered there, the rest "
+                     "over CP x DP; no FSDP2 + EP run is measured: the typical error is the Megatron-Core MoE group's")
     if arch.is_moe and lay.ep > 1:
         notes.append(f"MoE token dispatcher {settings.dispatcher} (Megatron-Core's moe_token_dispatcher_type"
                      + (": DeepEP/HybridEP, one copy of a token per node" if settings.dispatcher == FLEX else "")

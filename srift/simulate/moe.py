@@ -27,7 +27,9 @@ Per MoE block and micro-batch, each rank:
   ``T x k x ep / experts`` rows on average (balanced routing), ``imbalance`` times that on the
   busiest rank, whom the others wait for. Each expert's gate, up and down GEMMs are timed by the
   compute model (srift/perf/compute.py) at that row count: efficiency falls as the rows per expert
-  shrink;
+  shrink (below the GPU's FLOP-to-byte ratio a GEMM reads its expert's weights for few rows and is
+  memory-bound), and the tensor cores run each expert's rows in whole instructions of
+  ``mma_rows`` (64 on Hopper and Blackwell), the last one padded (``mma_padded``);
 - keeps for backward the permuted input rows (``T k x hidden``), the gate and up outputs and their
   product (``3 x T k x expert_width``) and the router's fp32 probabilities (``T x experts``): the
   dispatch buffers and the active experts' activations. Megatron-Core multiplies the routing
@@ -81,10 +83,13 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from srift.job import BALANCED_MOE_IMBALANCE, DEFAULT_MOE_IMBALANCE, FLEX, MOE_DISPATCHERS, Fp8Recipe, MoeDispatcher
+from srift.hardware import gpu as gpu_spec
+from srift.job import (BALANCED_MOE_IMBALANCE, DEFAULT_MOE_IMBALANCE, FLEX, HALF_PRECISIONS, MOE_DISPATCHERS, Fp8Recipe,
+                       MoeDispatcher)
 from srift.perf.comm import CommModel
 from srift.perf.compute import kernel_rates, layer_kind, layer_times
 from srift.perf.fp8 import fp8_times
+from srift.profile import Profile
 from srift.zoo.llm import GATED_MLPS, MLP_BIAS, DecoderArch, dense_mlp_params, expert_profile
 
 BALANCED_ROUTING = BALANCED_MOE_IMBALANCE
@@ -155,6 +160,17 @@ def expert_tp(tp: int, ep: int) -> int:
 def expert_dp(tp: int, cp: int, dp: int, ep: int) -> int:
     """Ranks of the expert data-parallel group: ``tp x cp x dp / (ep x etp)``."""
     return tp * cp * dp // (ep * expert_tp(tp, ep))
+
+
+def expert_shard_of(shard: int, tp: int, ep: int) -> int:
+    """Ranks the routed experts' sharded states are spread over when the dense parts' are spread
+    over ``shard`` ranks of the CP x DP group (``state_shard``): ``shard x tp / (ep x etp)``, at
+    least 1. Under ``zero1`` and ``fsdp`` (``shard`` = CP x DP) that is the expert data-parallel
+    group, ``expert_dp``: torchtitan 0.3.0 (``distributed/parallel_dims.py``) shards the routed
+    experts over its ``efsdp`` mesh of ``dp_shard x cp x tp / ep`` ranks and the rest over
+    ``fsdp`` = ``dp_shard x cp`` (``distributed/fsdp.py`` ``apply_fsdp_to_decoder``: the experts'
+    ``shard_placement_fn`` puts them on the ``edp_mesh``); under ``hsdp`` the node's ranks of it."""
+    return max(1, shard * tp // (ep * expert_tp(tp, ep)))
 
 
 def expert_width(arch: DecoderArch, etp: int) -> int:
@@ -255,20 +271,75 @@ class MoeBlockTimes:
 
 
 def moe_block_times(arch: DecoderArch, shape: MoeBlockShape, gpu: str, precision: str,
-                    ep_comm: CommModel | None, quantile: float = 0.5, fp8: Fp8Recipe | None = None) -> MoeBlockTimes:
+                    ep_comm: CommModel | None, quantile: float = 0.5, fp8: Fp8Recipe | None = None,
+                    one_kernel: bool = False) -> MoeBlockTimes:
     """``MoeBlockTimes`` of ``shape`` on ``gpu``; ``ep_comm`` is the EP group's CommModel (None: ep 1);
-    ``fp8``: the experts' GEMMs in FP8 under that recipe (srift/perf/fp8.py)."""
-    prof = expert_profile(dataclasses.replace(arch, expert_intermediate=shape.expert_gemms[0][2]),
-                          shape.rows_per_expert, precision)
+    ``fp8``: the experts' GEMMs in FP8 under that recipe (srift/perf/fp8.py); ``one_kernel``: each
+    op of the local experts is one kernel and one framework call (PyTorch's stack: ``grouped_s``),
+    else each expert's op costs the compute model's fixed cost per pass (Megatron-Core, as the MoE
+    group validates it)."""
+    prof = mma_padded(expert_profile(dataclasses.replace(arch, expert_intermediate=shape.expert_gemms[0][2]),
+                                     shape.rows_per_expert, precision), shape.rows_per_expert, gpu, precision)
     times = layer_times(prof, gpu, precision)
     fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8, fused_fc1=True) if fp8 else (times.fwd_s, times.bwd_s)
     rates = kernel_rates(gpu, precision)
     mem_rate = rates.memory_bytes_per_s
-    f = float(fwd_s.sum()) * shape.local_experts + shape.permute_bytes / mem_rate + shape.glue_f_bytes / mem_rate
-    b = float(bwd_s.sum()) * shape.local_experts + shape.permute_bytes / mem_rate + shape.glue_b_bytes / mem_rate
+    n, launch = shape.local_experts, rates.launch_s if one_kernel else 0.0
+    f_ops = sum(1 for layer in prof.layers if layer.fwd_flops > 0 or layer.fwd_bytes > 0)
+    b_ops = sum(1 for layer in prof.layers if layer.bwd_flops > 0 or layer.bwd_bytes > 0)
+    f = grouped_s(float(fwd_s.sum()), f_ops, n, launch) + shape.permute_bytes / mem_rate + shape.glue_f_bytes / mem_rate
+    b = grouped_s(float(bwd_s.sum()), b_ops, n, launch) + shape.permute_bytes / mem_rate + shape.glue_b_bytes / mem_rate
     a2a = float(ep_comm.all_to_all_time_s(shape.dispatch_bytes, quantile)) if ep_comm is not None else 0.0
-    act_s = sum(float(fwd_s[i]) for i, layer in enumerate(prof.layers) if layer_kind(layer.type) == "elementwise")
-    return MoeBlockTimes(f, b, a2a, 2.0 * a2a, 2.0 * a2a, act_s * shape.local_experts + shape.clamp_f_bytes / mem_rate)
+    acts = [float(fwd_s[i]) for i, layer in enumerate(prof.layers) if layer_kind(layer.type) == "elementwise"]
+    return MoeBlockTimes(f, b, a2a, 2.0 * a2a, 2.0 * a2a, grouped_s(sum(acts), len(acts), n, launch)
+                         + shape.clamp_f_bytes / mem_rate)
+
+
+def grouped_s(one_expert_s: float, ops: int, experts: int, launch_s: float) -> float:
+    """Seconds of ``ops`` ops run over ``experts`` local experts, given one expert's seconds of them
+    (``one_expert_s``, the compute model's fixed cost per pass in each): the work ``experts``
+    times and the fixed ``launch_s`` once per op, where an op is one kernel over every local
+    expert's rows (torchtitan 0.3.0 ``GroupedExperts``: one ``torch._grouped_mm`` per projection,
+    ``models/common/moe.py``); ``launch_s`` 0: the fixed cost per expert, all of it ``experts``
+    times (Megatron-Core's ``TEGroupedMLP``, as the MoE group of scripts/validate.py prices it:
+    removing it there moved that group from 14.7 % to 31.5 %, predicted fast)."""
+    return max(0.0, one_expert_s - ops * launch_s) * experts + ops * launch_s
+
+
+def mma_rows(gpu: str) -> int:
+    """Rows one tensor-core matrix instruction multiplies on ``gpu`` (its M), by CUDA compute
+    capability (NVIDIA's PTX ISA, the instructions' shapes): 64 on Hopper and datacenter Blackwell
+    (sm_90 ``wgmma.mma_async`` m64nNk16; sm_100/sm_103 ``tcgen05.mma``, M 64 or 128), 16 on
+    Turing, Ampere, Ada and consumer Blackwell (``mma.sync`` m16n8k16), 8 on Volta (``mma.sync``
+    m8n8k4); 1 without tensor cores."""
+    cc = gpu_spec(gpu).compute_capability
+    if not cc:
+        return 1
+    major, minor = (int(x) for x in cc.split(".")[:2])
+    if major in (9, 10):
+        return 64
+    if major > 7 or (major == 7 and minor >= 5):
+        return 16
+    return 8 if major == 7 else 1
+
+
+def mma_padded(prof: Profile, rows: int, gpu: str, precision: str) -> Profile:
+    """``prof`` (one expert's GEMMs on ``rows`` rows: ``expert_profile``) with its matmuls' FLOPs at
+    the rows the tensor cores run (half precision): each expert's group of rows is cut into
+    instructions of ``mma_rows`` rows, the last one padded, so a grouped GEMM of few rows per
+    expert does ``ceil(rows / m) x m`` rows of work (tile quantisation on M). Forward and the
+    input-gradient GEMM run on the padded rows; the weight-gradient GEMM reduces over the rows
+    (its M and N are the weight's), so backward pads half its FLOPs. Bytes are the real rows'. Where
+    the rows are few the GEMM reads its expert's weights for them and is memory-bound anyway
+    (srift/perf/compute.py's roofline); the padding shows where the FLOPs bind."""
+    m = mma_rows(gpu) if precision in HALF_PRECISIONS else 1
+    padded = -(-rows // m) * m
+    if padded == rows:
+        return prof
+    q = padded / rows
+    layers = [dataclasses.replace(layer, fwd_flops=layer.fwd_flops * q, bwd_flops=layer.bwd_flops * (1.0 + q) / 2.0)
+              if layer_kind(layer.type) == "matmul" else layer for layer in prof.layers]
+    return dataclasses.replace(prof, layers=layers)
 
 
 def node_dedup_fraction(arch: DecoderArch, ep: int, gpus_per_node: int) -> float:

@@ -15,10 +15,12 @@ everywhere, LayerNorm, a tied head unless tie_word_embeddings is false).
 Mixtures of experts (``_moe_arch``; keys as each transformers model class reads them):
 ``mixtral`` (num_local_experts, num_experts_per_tok; every block MoE, experts of
 intermediate_size), ``qwen2_moe`` (num_experts, moe_intermediate_size, a shared expert of
-shared_expert_intermediate_size with its sigmoid gate, decoder_sparse_step, Qwen2's q/k/v biases),
+shared_expert_intermediate_size with its sigmoid gate, decoder_sparse_step, mlp_only_layers (dense
+blocks), Qwen2's q/k/v biases),
 ``qwen3_moe`` (the same without the shared expert, with per-head q/k norms), ``deepseek_v3``
 (n_routed_experts, n_shared_experts x moe_intermediate_size shared, first_k_dense_replace dense
-blocks of intermediate_size, the router's score-correction bias; multi-head latent attention:
+blocks of intermediate_size (``moe_layer_freq``, which transformers' DeepseekV3 does not read, is named
+in the notes), the router's score-correction bias; multi-head latent attention:
 q_lora_rank, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim; num_nextn_predict_layers,
 the multi-token prediction layers its checkpoint has), ``llama4_text``
 (num_local_experts, one shared expert, both of intermediate_size; interleave_moe_layer_step; dense
@@ -180,9 +182,7 @@ def _moe_arch(model_type: str, data: dict[str, Any], path: Path) -> DecoderArch:
         fields["experts"] = _positive_int(data, "num_experts", path)
         fields["expert_intermediate"] = _positive_int(data, "moe_intermediate_size", path)
         fields["moe_every"] = _positive_int(data, "decoder_sparse_step", path, default=1)
-        if data.get("mlp_only_layers"):
-            raise _bad(path, f"'mlp_only_layers' is {data['mlp_only_layers']!r}; srift models MoE blocks every "
-                             "'decoder_sparse_step' blocks only (leave it empty)")
+        fields["dense_blocks"] = _block_numbers(data, "mlp_only_layers", path)
     if model_type == "qwen2_moe":
         fields["shared_intermediate"] = _positive_int(data, "shared_expert_intermediate_size", path)
         fields["shared_gate"] = True
@@ -223,8 +223,10 @@ def _moe_arch(model_type: str, data: dict[str, Any], path: Path) -> DecoderArch:
                              "(num_hidden_layers)")
         fields["router_bias"] = True  # e_score_correction_bias, one per routed expert
         if data.get("moe_layer_freq", 1) != 1:
-            raise _bad(path, f"'moe_layer_freq' is {data['moe_layer_freq']!r}; srift models 1 (every block after "
-                             "the first_k_dense_replace)")
+            # transformers (5.24.0 DeepseekV3DecoderLayer) builds a MoE block at every layer from
+            # first_k_dense_replace on and does not read moe_layer_freq: neither does srift.
+            unmodelled += (f"'moe_layer_freq' {shown(data['moe_layer_freq'])}: every block after the first_k_dense_replace "
+                           "is a MoE block, as transformers' DeepseekV3 builds it (it does not read the key)",)
         # 0 (Kimi-K2's config): no MTP module, which _positive_int would refuse as a value.
         fields["mtp_layers"] = _positive_int(data, "num_nextn_predict_layers", path, default=0) \
             if data.get("num_nextn_predict_layers") else 0
@@ -246,6 +248,21 @@ def _moe_arch(model_type: str, data: dict[str, Any], path: Path) -> DecoderArch:
         tied_embeddings=_bool(data, "tie_word_embeddings", path), mlp=mlp, norm="rmsnorm", biases=biases,
         position="rope", max_seq_len=_positive_int(data, "max_position_embeddings", path), head_dim=head_dim,
         norm_eps=float(eps), naming="hf-llama", source=f"Hugging Face config {path}", unmodelled=unmodelled, **fields)
+
+
+def _block_numbers(data: dict[str, Any], key: str, path: Path) -> frozenset[int]:
+    """A list of 0-based block numbers under ``key`` (Qwen-MoE's ``mlp_only_layers``: the blocks
+    transformers builds with a dense MLP, ``layer_idx not in config.mlp_only_layers``); empty when absent.
+
+    Raises:
+        SriftError: for anything but a list of block numbers of the model.
+    """
+    value = data.get(key) or []
+    blocks = _positive_int(data, "num_hidden_layers", path)
+    if not isinstance(value, list) or any(not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < blocks
+                                          for i in value):
+        raise _bad(path, f"'{key}' must be a list of block numbers from 0 to {blocks - 1}, got {shown(value)}")
+    return frozenset(value)
 
 
 def _expert_mlp(act: Any, path: Path) -> tuple[str, tuple[str, ...]]:

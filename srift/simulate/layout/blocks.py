@@ -215,12 +215,12 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
         return dataclasses.replace(dense_parts, fp8_weight_bytes=(dense_parts.local_block_params * fp8_weight_cache_bytes(fp8)
                                                                   if fp8 else 0.0))
     frac = arch.moe_blocks / arch.n_layers
-    moe_arch = dataclasses.replace(arch, dense_layers=0, moe_every=1)
+    moe_arch = dataclasses.replace(arch, dense_layers=0, moe_every=1, dense_blocks=frozenset())
     moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac, fp8_attention,
                        fused_fc1, pytorch_kernels)
     dense = moe if frac == 1.0 else _block_parts(
         dataclasses.replace(arch, experts=0, experts_per_token=0, expert_intermediate=0, shared_intermediate=0,
-                            dense_layers=0, moe_every=1, router_bias=False, shared_gate=False),
+                            dense_layers=0, moe_every=1, dense_blocks=frozenset(), router_bias=False, shared_gate=False),
         tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac, fp8_attention, fused_fc1,
         pytorch_kernels)
     e = 2.0 if precision in HALF_PRECISIONS else 4.0
@@ -228,7 +228,7 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
     etp = expert_tp(tp, ep)
     shape = moe_block_shape(arch, micro_batch * seq_len // (cp * tp), ep, e, imbalance, dispatcher, etp)
     experts_local = local_expert_params(arch, ep, etp)
-    xt = moe_block_times(arch, shape, gpu, precision, None, fp8=fp8)
+    xt = moe_block_times(arch, shape, gpu, precision, None, fp8=fp8, one_kernel=pytorch_kernels)
     # The MoE block's non-expert parameters on this rank: its profile's, less every routed expert.
     moe_local = moe.local_block_params - arch.experts * dense_mlp_params(split_arch(arch, tp), arch.expert_intermediate)
 

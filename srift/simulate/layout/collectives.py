@@ -221,27 +221,53 @@ def _block_comm(arch: DecoderArch, tp_comm: CommModel | None, pair: CommModel | 
                      tp_sac)
 
 
-def fsdp_unit_params(parts: BlockParts, first: bool, last: bool) -> tuple[float, float]:
+def fsdp_unit_params(parts: BlockParts, first: bool, last: bool, experts: bool = True) -> tuple[float, float]:
     """(root, block) parameters of a stage's FSDP units on this TP rank: the root holds the
-    embedding on the first stage and the final norm and head on the last; each block is a unit
-    (its routed experts with it: ``ep`` is 1 under FSDP)."""
+    embedding on the first stage and the final norm and head on the last; each block is a unit,
+    its routed experts (its ``experts / ep``) with it unless ``experts`` is False (what is gathered
+    over the CP x DP group when they are gathered over the expert group: ``fsdp_stage_comm``)."""
     root = (parts.local_embed_params if first else 0.0) + (parts.local_head_params if last else 0.0)
-    return root, parts.local_block_params + parts.local_expert_params
+    return root, parts.local_block_params + (parts.local_expert_params if experts else 0.0)
 
 
 def fsdp_unit_bytes(parts: BlockParts, blocks: int, first: bool, last: bool,
-                    reduce_dtype: str = "fp32") -> tuple[np.ndarray, np.ndarray]:
+                    reduce_dtype: str = "fp32", experts: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Per FSDP unit of a stage of ``blocks`` blocks (the root first, then each block): the bytes
     its all-gather assembles (this TP rank's parameters in bf16) and its reduce-scatter reduces
-    (their gradients in ``reduce_dtype``), each over the CP x DP group."""
-    root, block = fsdp_unit_params(parts, first, last)
+    (their gradients in ``reduce_dtype``), each over the CP x DP group (``experts``: as
+    ``fsdp_unit_params``)."""
+    root, block = fsdp_unit_params(parts, first, last, experts)
     params = np.array([root] + [block] * blocks)
     return params * PARAM_BYTES, params * float(REDUCE_BYTES_PER_ELEMENT[reduce_dtype])  # type: ignore[index]
 
 
+def fsdp_unit_collective_s(parts: BlockParts, blocks: int, first: bool, last: bool, dcomm: CommModel | None,
+                           ecomm: CommModel | None, dp_flavour: str, reduce_dtype: str,
+                           quantile: float = 0.5) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per FSDP unit (``fsdp_unit_bytes``' order), the seconds of its all-gathers, reduce-scatters
+    and (``hsdp``) cross-node all-reduces: over the CP x DP group ``dcomm`` (None: one rank, no
+    collective) and, with expert parallelism, the block's routed experts over the expert
+    data-parallel group ``ecomm`` (torchtitan 0.3.0 ``apply_fsdp_to_decoder``: one ``fully_shard`` per
+    block whose ``shard_placement_fn`` puts the experts on the ``efsdp`` mesh, so FSDP2 runs one
+    collective per mesh, one after the other on its all-gather and reduce-scatter streams; None:
+    the experts are gathered with the rest over ``dcomm``)."""
+    gathered, reduced = fsdp_unit_bytes(parts, blocks, first, last, reduce_dtype, experts=ecomm is None)
+    if dcomm is not None:
+        ag, rs, ar = unit_collective_s(dcomm, gathered, reduced, dp_flavour, quantile)
+    else:
+        ag, rs, ar = np.zeros_like(gathered), np.zeros_like(gathered), np.zeros_like(gathered)
+    if ecomm is not None and parts.local_expert_params > 0.0:
+        e = np.array([parts.local_expert_params])
+        e_ag, e_rs, e_ar = unit_collective_s(ecomm, e * PARAM_BYTES,
+                                             e * float(REDUCE_BYTES_PER_ELEMENT[reduce_dtype]),  # type: ignore[index]
+                                             dp_flavour, quantile)
+        ag[1:], rs[1:], ar[1:] = ag[1:] + e_ag[0], rs[1:] + e_rs[0], ar[1:] + e_ar[0]
+    return ag, rs, ar
+
+
 def fsdp_stage_comm(parts: BlockParts, blocks: int, first: bool, last: bool, block_s: tuple[float, float], end_s: float,
-                    dcomm: CommModel, dp_flavour: str, reduce_dtype: str, pp: int, micro_batches: int,
-                    quantile: float = 0.5) -> tuple[float, float, float]:
+                    dcomm: CommModel | None, dp_flavour: str, reduce_dtype: str, pp: int, micro_batches: int,
+                    quantile: float = 0.5, ecomm: CommModel | None = None) -> tuple[float, float, float]:
     """(exposed, hidden, total) seconds a step of a stage's FSDP2 collectives over its CP x DP
     group ``dcomm``, scheduled beside the stage's compute by srift/simulate/sharded.py's
     ``simulate_step`` (the data-parallel path's schedule: a unit's all-gather waited for, the
@@ -250,7 +276,8 @@ def fsdp_stage_comm(parts: BlockParts, blocks: int, first: bool, last: bool, blo
 
     ``block_s``: one block's forward and backward seconds on a micro-batch (TP, CP waits and
     recompute in them); ``end_s``: the embedding's or head's TP collectives. Parameters are
-    gathered in bf16, gradients reduced in ``reduce_dtype``.
+    gathered in bf16, gradients reduced in ``reduce_dtype``; ``ecomm``: the expert data-parallel
+    group under expert parallelism (``fsdp_unit_collective_s``).
 
     Without a pipeline every micro-batch gathers each block in forward, re-gathers it in backward
     (``reshard_after_forward``) and reduce-scatters its gradients (no ``no_sync``, as the
@@ -260,8 +287,7 @@ def fsdp_stage_comm(parts: BlockParts, blocks: int, first: bool, last: bool, blo
     last backward: the gathers' waits lie on the warm-up's path through every stage (``pp`` of
     them), the reduce-scatters wait at the end of the flush on the first stage, which ends last.
     """
-    gathered, reduced = fsdp_unit_bytes(parts, blocks, first, last, reduce_dtype)
-    ag, rs, ar = unit_collective_s(dcomm, gathered, reduced, dp_flavour, quantile)
+    ag, rs, ar = fsdp_unit_collective_s(parts, blocks, first, last, dcomm, ecomm, dp_flavour, reduce_dtype, quantile)
     f, b = block_s
     runs = ((0,) if first else ()) + tuple(range(1, blocks + 1)) + ((0,) if last else ())
     fwd = tuple((parts.first_f_s if first and i == 0 else parts.last_f_s) + end_s if u == 0 else f
@@ -272,7 +298,7 @@ def fsdp_stage_comm(parts: BlockParts, blocks: int, first: bool, last: bool, blo
         st = simulate_step(StepInputs(runs, fwd, bwd, tuple(ag.tolist()), tuple(rs.tolist()), tuple(ar.tolist()),
                                       regather=True))
         return micro_batches * sum(st.exposed_s), micro_batches * st.hidden_s, micro_batches * sum(st.comm_s)
-    zeros = (0.0,) * len(gathered)
+    zeros = (0.0,) * len(ag)
     st = simulate_step(StepInputs(runs, fwd, bwd, tuple(ag.tolist()), zeros, zeros, regather=False))
     reduce_s = float(rs.sum() + ar.sum())
     gather_s = float(ag.sum())

@@ -9,7 +9,7 @@ import dataclasses
 
 from srift.job import FSDP, FULL_CHECKPOINTING, INTERLEAVED, SELECTIVE, ZERO1
 from srift.simulate.memory import LOSS_FP32_BYTES, MASTER_BYTES, allocator_bytes, sharded_state_bytes, with_allocator
-from srift.simulate.moe import expert_dp, expert_memory_bytes
+from srift.simulate.moe import expert_memory_bytes, expert_shard_of
 from srift.zoo.llm import DecoderArch, block_params
 from srift.simulate.layout.plan import (ADAM_STATE_BYTES, GRAD_BYTES, PARAM_BYTES, SHARDED_FLAVOURS, _SECONDS, Layout,
                                         pytorch_stack, state_shard)
@@ -39,7 +39,8 @@ def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes
             head), the largest unit ``block_params``, ``reduce_dtype`` and ``resharded``).
         expert_params: Routed-expert parameters this GPU holds (its ``experts / ep`` of its
             stage's MoE blocks), counted in the weights, gradients and optimizer states.
-        expert_shard: Ranks their optimizer states are sharded over (``tp x cp x dp / ep``).
+        expert_shard: Ranks their optimizer states (under ``fsdp``/``hsdp`` also their weights and
+            gradients) are sharded over (srift/simulate/moe.py ``expert_shard_of``).
         weight_copy_bytes: FP8 copies of the stage's weights (srift/perf/fp8.py), in ``weights`` (not under
             ``fsdp``/``hsdp``: cast per use from the gathered unit).
         trainable_params: Of ``stage_params``, those that train (LoRA: the adapters; the routed
@@ -55,8 +56,8 @@ def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes
     if dp_flavour in SHARDED_FLAVOURS:
         # FP8 weights are cast per use from the gathered unit (torchao's float8 under FSDP2), not
         # kept for the step as Transformer Engine keeps its weight workspace: no ``weight_copy_bytes``.
-        states = sharded_state_bytes(stage_params + expert_params, root_params, block_params, PARAM_BYTES,
-                                     ADAM_STATE_BYTES, dp_flavour, float(shard), reduce_dtype, resharded)
+        states = fsdp_state_bytes(stage_params, expert_params, root_params, block_params, dp_flavour, shard,
+                                  expert_shard, reduce_dtype, resharded)
         return with_allocator({**states, "activations": acts})
     n = float(shard) if dp_flavour == ZERO1 else 1.0
     experts = expert_memory_bytes(expert_params, expert_shard, PARAM_BYTES, GRAD_BYTES, MASTER_BYTES + ADAM_STATE_BYTES,
@@ -70,6 +71,23 @@ def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes
         "optimizer_state": trains * (MASTER_BYTES + ADAM_STATE_BYTES) / n + experts["optimizer_state"],
         "activations": acts,
     })
+
+
+def fsdp_state_bytes(params: float, expert_params: float, root_params: float, block_params: float, dp_flavour: str,
+                     shard: int, expert_shard: int, reduce_dtype: str = "fp32", resharded: bool = True) -> dict[str, float]:
+    """Bytes per GPU of FSDP2's states of a stage (srift/simulate/memory.py ``sharded_state_bytes``):
+    ``params`` (the dense parts on this TP rank) sharded over ``shard`` ranks, ``expert_params`` (its
+    routed experts) over ``expert_shard`` (torchtitan's two meshes: srift/simulate/moe.py
+    ``expert_shard_of``). The gathered units (``root_params``, the largest block ``block_params``, the
+    experts of each in it) are counted once, with the dense parts; under a pipeline every
+    parameter stays gathered and every unsharded gradient accumulated, the experts' too."""
+    dense = sharded_state_bytes(params, root_params, block_params, PARAM_BYTES, ADAM_STATE_BYTES, dp_flavour,
+                                float(shard), reduce_dtype, resharded)
+    if expert_params <= 0.0:
+        return dense
+    experts = sharded_state_bytes(expert_params, 0.0, 0.0, PARAM_BYTES, ADAM_STATE_BYTES, dp_flavour,
+                                  float(expert_shard), reduce_dtype, resharded)
+    return {k: dense[k] + experts[k] for k in dense}
 
 
 def memory_stages(pp: int, blocks_differ: bool = False) -> list[int]:
@@ -103,7 +121,9 @@ def _peak_memory(arch: DecoderArch, layout: Layout, parts: BlockParts, checkpoin
     (``stage_layers``) and fewer micro-batches in flight."""
     return _peak_memory_of(arch, layout.pp, layout.vp if layout.schedule == INTERLEAVED else 1, layout.grad_accum,
                            state_shard(dp_flavour, gpus_per_node, layout.tp, layout.cp, layout.pp, layout.dp), parts,
-                           checkpointing, dp_flavour, expert_dp(layout.tp, layout.cp, layout.dp, layout.ep), reduce_dtype)
+                           checkpointing, dp_flavour,
+                           expert_shard_of(state_shard(dp_flavour, gpus_per_node, layout.tp, layout.cp, layout.pp, layout.dp),
+                                        layout.tp, layout.ep), reduce_dtype)
 
 
 def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts: BlockParts, checkpointing: str,
@@ -130,8 +150,8 @@ def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts
                     + (parts.local_head_params if i == p - 1 else 0.0))
         if dp_flavour in SHARDED_FLAVOURS:
             root, block = fsdp_unit_params(parts, i == 0, i == p - 1)
-            allocated = sum(sharded_state_bytes(params_i + n * parts.local_expert_params, root, block, PARAM_BYTES,
-                                                ADAM_STATE_BYTES, dp_flavour, float(shard), reduce_dtype, p == 1).values())
+            allocated = sum(fsdp_state_bytes(params_i, n * parts.local_expert_params, root, block, dp_flavour, shard,
+                                             expert_shard, reduce_dtype, p == 1).values())
             allocated += acts  # no FP8 weight workspace (stage_memory_bytes)
         else:
             allocated = (params_i * PARAM_BYTES + parts.trainable(n, i == 0, i == p - 1) * per_param
@@ -245,7 +265,7 @@ def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkp
                     + (parts.local_head_params if i == p - 1 else 0.0))
         root, block = fsdp_unit_params(parts, i == 0, i == p - 1)
         out.append(stage_memory_bytes(params_i, shard, per_mb, flight, extra, dp_flavour, n * parts.local_expert_params,
-                                      expert_dp(layout.tp, layout.cp, layout.dp, layout.ep), n * parts.fp8_weight_bytes,
+                                      expert_shard_of(shard, layout.tp, layout.ep), n * parts.fp8_weight_bytes,
                                       parts.trainable(n, i == 0, i == p - 1) if parts.frozen_base else None,
                                       root, block, reduce_dtype, p == 1))
     return out

@@ -220,11 +220,11 @@ class LayoutPlan:
 
 
 def check_sharded(dp_flavour: str, ep: int, lora: LoraSpec | None) -> str | None:
-    """Why ``fsdp``/``hsdp`` under a layout is not modelled with expert parallelism or LoRA, or None."""
+    """Why ``fsdp``/``hsdp`` under a layout is not modelled with LoRA, or None (with expert
+    parallelism it is: the routed experts over the expert data-parallel group, srift/simulate/moe.py
+    ``expert_shard_of``; ``ep`` is kept for the callers)."""
     if dp_flavour not in SHARDED_FLAVOURS:
         return None
-    if ep > 1:
-        return f"--parallelism {dp_flavour} is modelled without expert parallelism (ep=1); use zero1 with ep={ep}"
     if lora is not None:
         return f"--parallelism {dp_flavour} is modelled for pre-training and full fine-tuning; use zero1 with LoRA"
     return None

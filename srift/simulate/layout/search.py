@@ -15,10 +15,10 @@ from srift.perf.comm import CommModel
 from srift.job import FLEX, FULL_CHECKPOINTING, HALF_PRECISIONS, Fp8Recipe, LayoutRequest, MoeDispatcher
 from srift.simulate.finetune import LoraSpec
 from srift.simulate.memory import MASTER_BYTES, USABLE_FRACTION, sure_fit_bytes
-from srift.simulate.moe import BALANCED_ROUTING, check_ep, expert_dp
+from srift.simulate.moe import BALANCED_ROUTING, check_ep, expert_shard_of
 from srift.zoo.llm import DecoderArch, params_count
 from srift.simulate.layout.plan import (ADAM_STATE_BYTES, GRAD_BYTES, PARAM_BYTES, SEARCH_CONTEXT, SEARCH_EXPERT,
-                                        SEARCH_MICRO_BATCHES, SEARCH_VIRTUAL_STAGES, SHARDED_FLAVOURS, Layout,
+                                        SEARCH_MICRO_BATCHES, SEARCH_VIRTUAL_STAGES, Layout,
                                         LayoutPlan, compute_factor_of, default_tp_overlap, ep_ranks_per_node,
                                         pytorch_stack, state_shard)
 from srift.simulate.layout.pipeline import pipeline_blocks, stage_layers
@@ -136,13 +136,9 @@ def candidate_layouts(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len:
 def searched_degrees(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, global_batch: int,
                      request: LayoutRequest, dp_flavour: str) -> tuple[Degrees, ...]:
     """The degrees ``search_layouts`` examines on ``gpus`` GPUs: those of ``_degrees`` that the
-    stack runs (srift/simulate/layout_rules.py); under FSDP/HSDP without expert parallelism
-    (``check_sharded``). Cached: a catalog search asks it of every GPU type with the same count."""
+    stack runs (srift/simulate/layout_rules.py). Cached: a catalog search asks it of every GPU type with the same count."""
     degrees = _degrees(arch, gpus, gpus_per_node, seq_len, global_batch, request, SEARCH_MICRO_BATCHES)
-    degrees = runnable(arch, degrees, seq_len, pytorch_stack(dp_flavour), stage_layers)
-    if dp_flavour in SHARDED_FLAVOURS:  # FSDP is modelled without expert parallelism
-        degrees = [r for r in degrees if r[7] == 1]
-    return tuple(degrees)
+    return tuple(runnable(arch, degrees, seq_len, pytorch_stack(dp_flavour), stage_layers))
 
 
 def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_batch: int, precision: str = "bf16",
@@ -223,7 +219,8 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
         if key not in signature:
             signature[key] = memory_signature(arch, parts_of[key])
         return peak_memory(signature[key], arch, p, v, m, state_shard(dp_flavour, g, t, c, p, d), parts_of[key], k,
-                           dp_flavour, expert_dp(t, c, d, ep), reduce_dtype, mtp_layers)
+                           dp_flavour, expert_shard_of(state_shard(dp_flavour, g, t, c, p, d), t, ep), reduce_dtype,
+                           mtp_layers)
 
     # The candidates' steps are priced (``_step``); the winner's plan, memory included, once.
     fastest: tuple[float, Layout, PlanSettings, BlockParts] | None = None
@@ -277,8 +274,9 @@ def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: tuple[Degrees, .
         parts = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, imbalance, fp8, lora=lora,
                                          dispatcher=dispatcher, fused_fc1=not pytorch_stack(dp_flavour),
                                          pytorch_kernels=pytorch_stack(dp_flavour)), factor)
-        mem = _peak_memory_of(arch, p, v, m, state_shard(dp_flavour, comm.topology.gpus_per_node, t, c, p, d), parts,
-                              checkpointing, dp_flavour, expert_dp(t, c, d, ep), reduce_dtype, mtp_layers)
+        shard = state_shard(dp_flavour, comm.topology.gpus_per_node, t, c, p, d)
+        mem = _peak_memory_of(arch, p, v, m, shard, parts, checkpointing, dp_flavour, expert_shard_of(shard, t, ep),
+                              reduce_dtype, mtp_layers)
         if best is None or mem < best[0]:
             best = (mem, r, parts)
     assert best is not None

@@ -20,7 +20,7 @@ from srift.simulate.breakdown import (BACKWARD, BUBBLE, COMM_INTERFERENCE, EXPOS
                                       Breakdown, Phase)
 from srift.simulate.finetune import LoraSpec
 from srift.simulate.memory import MASTER_BYTES, fit_state, fits
-from srift.simulate.moe import BALANCED_ROUTING, ep_exchange_s, expert_dp, expert_tp
+from srift.simulate.moe import BALANCED_ROUTING, ep_exchange_s, expert_dp, expert_shard_of, expert_tp
 from srift.simulate.recompute import check_modules
 from srift.zoo.llm import DecoderArch
 from srift.simulate.layout.plan import (ADAM_STATE_BYTES, DP_FLAVOURS, GRAD_BYTES, LAYOUT_CHECKPOINTING, PARAM_BYTES,
@@ -252,26 +252,28 @@ def _step(arch: DecoderArch, layout: Layout, seq_len: int, settings: PlanSetting
     # (tp x cp x dp / ep ranks; ep innermost, so g / ep of them share a node).
     expert_params = n_slow * parts.trainable_expert_params
     edp = expert_dp(t, c, d, layout.ep)
-    groups = []
+    groups: list[tuple[CommModel, float]] = []
     sharded = dp_flavour in SHARDED_FLAVOURS
-    if dp_group > 1:
-        dcomm = comm.subgroup(dp_group, dp_ranks_per_node(g, t, c, p, d))
-        if sharded:
-            fsdp = fsdp_stage_comm(parts, n_slow, slow == 0, slow == p - 1, (blk_f, blk_b), tp_end, dcomm, dp_flavour,
-                                   reduce_dtype, p, m, quantile)
-            dp_exposed, dp_hidden, dp_total = fsdp
-        else:
-            groups.append((dcomm, stage_params))
-    if expert_params > 0 and edp > 1:
-        groups.append((comm.subgroup(edp, _even_ranks_per_node(_group_ranks_per_node(g, layout.ep * expert_tp(t, layout.ep), edp), edp)),
-                       expert_params))
+    dcomm = comm.subgroup(dp_group, dp_ranks_per_node(g, t, c, p, d)) if dp_group > 1 else None
+    ecomm = comm.subgroup(edp, _even_ranks_per_node(_group_ranks_per_node(g, layout.ep * expert_tp(t, layout.ep), edp), edp)) \
+        if expert_params > 0 and edp > 1 else None
+    if sharded and (dcomm is not None or ecomm is not None):
+        # FSDP2: the routed experts gathered and reduced over the expert group when EP splits them
+        # (torchtitan's efsdp mesh), else with their block over CP x DP.
+        dp_exposed, dp_hidden, dp_total = fsdp_stage_comm(parts, n_slow, slow == 0, slow == p - 1, (blk_f, blk_b), tp_end,
+                                                          dcomm, dp_flavour, reduce_dtype, p, m, quantile,
+                                                          ecomm if layout.ep > 1 else None)
+    elif not sharded:
+        for gc, n_params in ((dcomm, stage_params), (ecomm, expert_params)):
+            if gc is not None:
+                groups.append((gc, n_params))
     rs = ag = 0.0
-    for dcomm, n_params in groups:
+    for gcomm, n_params in groups:
         if dp_flavour == ZERO1:
-            rs += float(dcomm.reduce_scatter_time_s(n_params * GRAD_BYTES, quantile))
-            ag += float(dcomm.all_gather_time_s(n_params * PARAM_BYTES, quantile))
+            rs += float(gcomm.reduce_scatter_time_s(n_params * GRAD_BYTES, quantile))
+            ag += float(gcomm.all_gather_time_s(n_params * PARAM_BYTES, quantile))
         else:
-            rs += float(dcomm.allreduce_time_s(n_params * GRAD_BYTES, quantile))
+            rs += float(gcomm.allreduce_time_s(n_params * GRAD_BYTES, quantile))
     if groups:
         # Overlapped: the reduction runs under the last micro-batch's backward, the gather under
         # the next forward; a stack without the overlap (Megatron-DeepSpeed) waits for both.
@@ -279,7 +281,7 @@ def _step(arch: DecoderArch, layout: Layout, seq_len: int, settings: PlanSetting
         dp_hidden = rs + ag - dp_exposed
         dp_total = rs + ag
     shard = state_shard(dp_flavour, g, t, c, p, d)
-    expert_shard = edp if dp_flavour == ZERO1 else 1
+    expert_shard = expert_shard_of(shard, t, layout.ep) if dp_flavour == ZERO1 or sharded else 1
     rates = kernel_rates(gpu, precision)
     optimizer = ((stage_params / shard + expert_params / expert_shard) * (MASTER_BYTES * 3 + 2 * ADAM_STATE_BYTES)
                  / rates.memory_bytes_per_s)
