@@ -129,9 +129,9 @@ def fp8_peak_ratio(gpu: str, recipe: Fp8Recipe = TENSORWISE) -> float:
         ValueError: for a GPU without the recipe's tensor cores.
     """
     spec = gpu_spec(gpu)
-    why = fp8_unsupported(gpu, recipe)
-    if why:
-        raise ValueError(why)
+    if not (spec.fp4_tflops if recipe == NVFP4 else spec.fp8_tflops):
+        key = "fp4_tflops" if recipe == NVFP4 else "fp8_tflops"
+        raise ValueError(f"{spec.name} has no {'NVFP4' if recipe == NVFP4 else 'FP8'} tensor cores (no {key} in configs/gpus.yaml)")
     return spec.peak_flops("bf16") / gemm_peak_flops(spec, recipe)
 
 
