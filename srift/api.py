@@ -10,26 +10,21 @@ called (``require_torch`` says clearly when it is missing).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from srift import DISTRIBUTION
-from srift.bounds import MAX_BATCH_SIZE, DEFAULT_PROFILE_TIMEOUT_S, MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DEADLINE_HOURS, require
-from srift.catalog import Instance, catalog_as_of, get_instance, load_catalog, parse_infra, supported
-from srift.catalog.provenance import PriceProvenance, combined, price_provenance
-from srift.catalog.spec import cluster_from_spec, efa_fallbacks, parse_spec
-from srift.catalog.spot import capacity_warning
-from srift.cluster import Cluster, load_cluster
+from srift.bounds import MAX_BATCH_SIZE, MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DEADLINE_HOURS, require
+from srift.catalog import Instance, get_instance, load_catalog, parse_infra
+from srift.catalog.provenance import combined, price_provenance
+from srift.catalog.spec import efa_fallbacks
+from srift.cluster import Cluster
 from srift.errors import SriftError
-from srift.examples import CopiedExamples, bundled
-from srift.examples import copy_examples as copy_example_files
 from srift.files import check_name, check_outputs, file_in, output_file, read_json  # noqa: F401 (check_outputs: for the commands)
-from srift.hardware import CPU, GpuSpec, gpus, matching_gpus
+from srift.hardware import CPU, gpus
 from srift.hardware import gpu as gpu_spec
-from srift.job import AMP, AUTO, BF16, DDP, DEFAULT_INFRA, FINETUNE_MODES, ZERO1, Fp8Recipe, Job, Precision, require_precision
+from srift.job import AMP, AUTO, BF16, DDP, DEFAULT_INFRA, FINETUNE_MODES, ZERO1, Fp8Recipe, Job
 from srift.perf.fp8 import fp8_unsupported, gemm_peak_flops
 from srift.jobfile import JobFile
 from srift.profile import Profile
@@ -40,7 +35,6 @@ from srift.results import (
     CheckedConfiguration,
     CheckResult,
     MetricChange,
-    GpuOffers,
     LaunchGroup,
     LaunchPlan,
     PredictResult,
@@ -64,184 +58,17 @@ from srift.simulate.hints import precision_hint
 from srift.simulate.layout_prediction import LayoutPredictor, layout_memory_error
 from srift.simulate.prediction import Prediction
 from srift.simulate.layouts import has_layout
-from srift.simulate.memory import USABLE_FRACTION, fits, usable_bytes
-from srift.zoo import MODELS, canonical_name, llm_arch, load_builtin_profile
-from srift.zoo.hf_config import arch_from_hf_config, hf_config_profile
-from srift.zoo.llm import DecoderArch, default_seq_len, model_flops_per_token, params_count
+from srift.simulate.memory import USABLE_FRACTION, usable_bytes
+from srift.zoo.llm import DecoderArch, default_seq_len, params_count
 
-if TYPE_CHECKING:
-    from srift.profiling.runner import ProfileResult
-
-# ---- what the user names ------------------------------------------------------------------------
-def require_one_source(model: str | None, profiles: Sequence[str] | None, model_config: str | None) -> None:
-    """Refuse a job that names its model twice or not at all, before either source is read.
-
-    Raises:
-        SriftError: unless exactly one of a model, a model config and profiles is given.
-    """
-    if sum((model is not None, model_config is not None, bool(profiles))) != 1:
-        raise SriftError(
-            "give exactly one of --model and --profile, or --model-config alone.",
-            "use --model NAME for a built-in model (e.g. resnet50), --profile FILE for a profile from `srift profile`, "
-            "or --model-config config.json for a Hugging Face decoder LLM.",
-        )
-
-
-def resolve_profiles(model: str | None, profiles: Sequence[str] | None,
-                     model_config: str | None = None, precision: str | None = None) -> tuple[Profile, list[Profile]]:
-    """``--model NAME`` (a shipped profile, torch-free), ``--model-config config.json`` (a Hugging
-    Face decoder LLM, an analytic profile), or ``--profile FILE`` given once or more (the same job
-    measured on different GPUs; the Predictor checks that they fit together): the first profile
-    and the rest. Profiles come at their own batch and sequence length; a decoder LLM's analytic
-    profile is made at ``precision`` (its element sizes follow it; None: fp32).
-
-    Raises:
-        SriftError: unless exactly one of a model, a model config and profiles is given.
-    """
-    files = list(profiles or [])
-    require_one_source(model, files, model_config)
-    at = precision or default_precision(model, model_config)
-    if model_config is not None:
-        return hf_config_profile(model_config, precision=at), []
-    if model is not None:
-        return load_builtin_profile(model, precision=at), []
-    return Profile.load(files[0]), [Profile.load(f) for f in files[1:]]
-
-
-def is_decoder_llm(model: str | None, model_config: str | None) -> bool:
-    """True for a zoo decoder LLM or a Hugging Face decoder config."""
-    return model_config is not None or (model is not None and canonical_name(model) in MODELS and MODELS[canonical_name(model)].llm)
-
-
-def default_precision(model: str | None, model_config: str | None, gpu_names: Sequence[str] = ()) -> Precision:
-    """What a job trains at when ``--precision`` is not given: decoder LLMs in bf16 (how they are
-    trained) where every GPU named has bf16 tensor cores, else fp16 AMP (``amp``); other models at
-    PyTorch's default, fp32."""
-    if not is_decoder_llm(model, model_config):
-        return "fp32"
-    return "bf16" if all(bf16_capable(g) for g in gpu_names) else "amp"
-
-
-def bf16_capable(gpu_name: str) -> bool:
-    """True when the GPU has bf16 tensor cores (a GPU srift has no spec for is not ruled out)."""
-    spec = gpus().get(gpu_name)
-    return spec is None or spec.has_bf16
-
-
-def require_bf16(gpu_names: Sequence[str]) -> None:
-    """Refuse bf16 on GPUs without bf16 tensor cores (PyTorch would run it at the fp32 rate).
-
-    Raises:
-        SriftError: naming the GPUs and the fix, fp16 AMP.
-    """
-    lacking = sorted({g for g in gpu_names if not bf16_capable(g)})
-    if lacking:
-        raise SriftError(f"{', '.join(lacking)} {'has' if len(lacking) == 1 else 'have'} no bf16 tensor cores: PyTorch "
-                         "runs bf16 there without them, at the fp32 rate.",
-                         "use --precision amp (fp16 autocast, which uses their tensor cores), or GPUs with bf16 "
-                         "(Ampere and newer: A10G, L4, A100, H100).")
-
-
-def resolve_infra(infra: str | None, region: str | None, default: str) -> str:
-    """The ``--infra`` selection: ``--infra`` as given, ``--region R`` as ``aws/R``, else ``default``.
-
-    Raises:
-        SriftError: when both are given.
-    """
-    if infra is not None and region is not None:
-        raise SriftError("give --infra or --region, not both.", f"--region {region} means --infra aws/{region}.")
-    if infra is not None:
-        parse_infra(infra)  # syntax errors name the flag
-        return infra
-    if region is not None and "/" in region:  # --region gcp/us-central1: already CLOUD/REGION
-        parse_infra(region)
-        return region
-    return f"aws/{region}" if region is not None else default
-
-
-def resolve_cluster(instance: str | None, cluster_file: str | None, region: str = DEFAULT_INFRA, spot: bool = False,
-                    placement_group: bool | None = None) -> Cluster:
-    """The cluster of ``--instance SPEC`` (catalog, in the ``region`` selection: ``--infra``
-    spelling; several regions: where each type is cheapest) or ``--cluster FILE``; exactly one
-    (``placement_group``: the catalog instances share an EC2 cluster placement group).
-
-    Raises:
-        SriftError: unless exactly one is given.
-    """
-    if (instance is None) == (cluster_file is None):
-        raise SriftError(
-            "give exactly one of --instance and --cluster.",
-            "use --instance TYPE[:COUNT][+TYPE[:COUNT]] (e.g. p3.16xlarge:2) or --cluster FILE (a cluster YAML).",
-        )
-    if instance is not None:
-        return cluster_from_spec(instance, region=region, spot=spot, placement_group=placement_group)
-    # The README's `--cluster configs/clusters/ib-64.yaml` also works outside a checkout: a relative
-    # path that is not here but names a shipped example reads the shipped file.
-    cluster = load_cluster(bundled(cluster_file) or cluster_file)  # type: ignore[arg-type]
-    return cluster.on_spot() if spot else cluster
-
-
-def spec_instances(spec: str, infra: str) -> list[Instance]:
-    """The catalog rows an instance spec names (as ``cluster_from_spec`` picks them)."""
-    out = []
-    for raw in spec.split("+"):
-        ((itype, _),) = parse_spec(raw.strip().partition("@")[0])
-        out.append(get_instance(itype, infra))
-    return out
-
-
-def price_ages(targets: Sequence[tuple[str, str | None]]) -> dict[str, PriceAge]:
-    """How old the prices in use are, per ``--infra`` target (a cloud, or cloud/region)."""
-    out: dict[str, PriceAge] = {}
-    for cloud, region in targets:
-        key = cloud if region is None else f"{cloud}/{region}"
-        if key not in out:
-            a = catalog_as_of(cloud, region)
-            out[key] = PriceAge(key, a.as_of, a.age_days(), a.source, a.undated_rows, a.rows, a.refreshed_regions)
-    return out
-
-
-def hardware_notes(instances: Sequence[Instance]) -> list[str]:
-    """What a user must know about the instances' hardware: GPUs the current PyTorch wheels do not
-    run on, and arm64 hosts."""
-    notes = []
-    for inst in {i.instance_type: i for i in instances}.values():
-        ok, why = supported(inst)
-        if not ok:
-            notes.append(f"{inst.instance_type}: {why} srift predicts it anyway; recommend leaves it out unless --include-unsupported")
-        if inst.host_arch == "arm64":
-            notes.append(f"{inst.instance_type} has an arm64 host (Graviton or Grace): it needs an aarch64 build of PyTorch "
-                         "and of every native package the job uses")
-    return notes
-
-
-def price_notes(price: PriceProvenance, cluster: Cluster) -> list[str]:
-    """Why a price is estimated or suspect, and the spot capacity warning of large spot groups."""
-    notes = [f"~ marks an estimated or suspect price: {'; '.join(price.reasons)}"] if price.marked else []
-    notes += [w for g in cluster.node_groups if g.spot and g.instance_type
-              for w in [capacity_warning(g.instance_type, g.count)] if w]
-    return notes
-
-
-def model_flops_fn(model: str | None, model_config: str | None = None) -> Callable[[int], float] | None:
-    """Training FLOPs per token at a sequence length for MFU, for a decoder LLM of the zoo or a
-    Hugging Face config (srift.zoo.llm.model_flops_per_token); None for other models."""
-    if model_config is not None:
-        return functools.partial(model_flops_per_token, arch_from_hf_config(model_config))
-    if model is not None and MODELS[canonical_name(model)].llm:
-        return functools.partial(model_flops_per_token, llm_arch(model))
-    return None
-
-
-def model_arch(model: str | None, model_config: str | None = None) -> DecoderArch | None:
-    """The architecture of a decoder LLM of the zoo or a Hugging Face config (a ``--layout`` job
-    is predicted from it); None for other models."""
-    if model_config is not None:
-        return arch_from_hf_config(model_config)
-    if model is not None and MODELS[canonical_name(model)].llm:
-        return llm_arch(model)
-    return None
-
+from srift.resolve import (  # noqa: F401 (what the user names: re-exported for the commands and scripts)
+    require_one_source, resolve_profiles, is_decoder_llm, default_precision, bf16_capable, require_bf16, resolve_infra,
+    resolve_cluster, spec_instances, price_ages, hardware_notes, price_notes, model_flops_fn, model_arch,
+)
+from srift.api_tools import (  # noqa: F401 (the catalog, example, profile and completion commands' functions)
+    GPU_SORTS, catalog_list, catalog_gpus, catalog_show, catalog_ages, catalog_refresh, copy_examples, require_torch,
+    profile_model, profile_script, calibrate_comm, completion_names,
+)
 
 # ---- predict ------------------------------------------------------------------------------------
 def with_micro_batch(job: Job, micro_batch_size: int | None, gpus: int) -> Job:
@@ -718,167 +545,3 @@ def load_baseline(path: str) -> dict[str, Any]:
             raise SriftError(f"baseline '{p}' has no '{key}'.", hint)
         require(data[key], f"baseline '{p}': '{key}'", 0, high, hint=hint)
     return data
-
-
-# ---- catalog ------------------------------------------------------------------------------------
-def catalog_list(gpus: Sequence[str] = (), infra: str = DEFAULT_INFRA) -> list[Instance]:
-    """The GPU instance types of the selection, only those of the named GPUs (names or aliases) if any."""
-    wanted = set().union(*(matching_gpus(g) for g in gpus)) if gpus else set()
-    return [i for i in load_catalog(infra) if not wanted or i.gpu_name in wanted]
-
-
-GPU_SORTS = ("name", "price", "memory")
-
-
-def catalog_gpus(infra: str = "aws,gcp,lambda,azure", gpus: Sequence[str] = (), sort: str = "name") -> list[GpuOffers]:
-    """One entry per GPU type of the selection, as SkyPilot's ``sky gpus list``: memory, the
-    instance types that have it, and per cloud the cheapest on-demand and spot $ per GPU-hour
-    (and where).
-
-    Raises:
-        SriftError: for an unknown sort key.
-    """
-    if sort not in GPU_SORTS:
-        raise SriftError(f"unknown sort '{sort}'.", f"use --sort {' or --sort '.join(GPU_SORTS)}.")
-    by_gpu: dict[str, list[Instance]] = {}
-    for inst in catalog_list(gpus, infra):
-        by_gpu.setdefault(inst.gpu_name, []).append(inst)
-    out = []
-    for name, rows in by_gpu.items():
-        clouds: dict[str, dict[str, tuple[float, str] | None]] = {}
-        for cloud in dict.fromkeys(r.cloud for r in rows):
-            mine = [r for r in rows if r.cloud == cloud]
-            clouds[cloud] = {market: _cheapest_per_gpu(mine, market == "spot") for market in ("on_demand", "spot")}
-        out.append(GpuOffers(name, max(r.gpu_memory_gib for r in rows), tuple(sorted({r.instance_type for r in rows})),
-                             tuple(sorted({r.gpu_count for r in rows})), clouds, all(supported(r)[0] for r in rows)))
-    if sort == "price":
-        out.sort(key=lambda g: (g.cheapest_usd_per_gpu_hour is None, g.cheapest_usd_per_gpu_hour or 0.0, g.gpu))
-    elif sort == "memory":
-        out.sort(key=lambda g: (-g.memory_gib, g.gpu))
-    else:
-        out.sort(key=lambda g: g.gpu.lower())
-    return out
-
-
-def _cheapest_per_gpu(rows: Sequence[Instance], spot: bool) -> tuple[float, str] | None:
-    """(cheapest $ per GPU-hour, where: ``instance_type in region``) on a market, or None."""
-    priced = [(p / r.gpu_count, f"{r.instance_type} in {r.region}") for r in rows if (p := r.usd_per_hour(spot)) is not None]
-    return min(priced) if priced else None
-
-
-def catalog_show(instance_type: str, region: str = DEFAULT_INFRA) -> tuple[Instance, GpuSpec]:
-    """One instance type and its GPU's datasheet."""
-    inst = get_instance(instance_type, region)
-    return inst, gpu_spec(inst.gpu_name)
-
-
-def catalog_ages(infra: str) -> dict[str, PriceAge]:
-    """How old the prices of an ``--infra`` selection are, per target."""
-    return price_ages([(t.cloud, t.region) for t in parse_infra(infra)])
-
-
-def catalog_refresh(infra: str = "aws", progress: Callable[[str], None] | None = None) -> list[Instance]:
-    """Re-price the clouds of ``infra`` into the user cache: AWS from its public price list and Spot
-    Advisor (spot history with credentials), GCP, Lambda and Azure from SkyPilot's published
-    catalogs. A cloud that cannot be reached keeps the catalog in use."""
-    from srift.catalog.aws import refresh as refresh_aws  # boto3: only for this command
-    from srift.catalog.skypilot_prices import refresh as refresh_skypilot
-
-    targets = parse_infra(infra)
-    rows: list[Instance] = []
-    for cloud in dict.fromkeys(t.cloud for t in targets):
-        mine = [t for t in targets if t.cloud == cloud]
-        regions = None if any(t.region is None for t in mine) else [str(t.region) for t in mine]
-        if cloud == "aws":
-            rows += refresh_aws(",".join(f"aws/{r}" for r in regions) if regions else "aws", progress=progress)
-        else:
-            rows += refresh_skypilot(cloud, regions, progress=progress)
-    return rows
-
-
-# ---- examples -----------------------------------------------------------------------------------
-def copy_examples(dest: str = ".", force: bool = False, repo: str | None = None, ref: str | None = None) -> CopiedExamples:
-    """Copy the shipped example files (cluster files, CI workflow and job file, training scripts)
-    into ``dest``; the workflow is pinned to ``repo`` at ``ref`` when both are given, else to the
-    commit srift was installed from when it came from git (srift/examples.py).
-
-    Raises:
-        SriftError: for only one of ``repo`` and ``ref``, or ``dest`` a file.
-    """
-    if (repo is None) != (ref is None):
-        raise SriftError("--repo and --ref go together.", "pass both (e.g. --repo https://github.com/you/srift --ref v0.1.0), or neither.")
-    return copy_example_files(dest, force, (repo, ref) if repo is not None and ref is not None else None)
-
-
-# ---- profile and calibrate (torch) --------------------------------------------------------------
-def require_torch(command: str) -> None:
-    """Raise a clear error when torch, which ``command`` needs, is not installed."""
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        raise SriftError(f"`{command}` needs PyTorch, which is not installed.",
-                         f"install PyTorch in this environment: pip install torch (the torch extra of {DISTRIBUTION}; "
-                         "in a srift checkout: pip install -e '.[torch]').") from None
-
-
-def profile_model(model: str, batch_size: int | None = None, seq_len: int | None = None, precision: str = "fp32",
-                  name: str | None = None, output: str | None = None, overwrite: bool = False) -> tuple[Profile, Path]:
-    """Write the structural profile of a zoo model (default ``profiles/<name>.yaml``, never over an
-    existing file unless ``overwrite``); a decoder LLM's is made by arithmetic, without torch."""
-    key = canonical_name(model)
-    if name is not None:
-        check_name(name)
-    Job(batch_size=batch_size, seq_len=seq_len, precision=require_precision(precision))  # the bounds, before any work
-    out = output_file(output or file_in("profiles", name or key, ".yaml"), "profile", overwrite,
-                      "pass --force to replace it, or choose another --name or -o.")
-    if MODELS[key].llm:
-        prof = load_builtin_profile(key, batch_size=batch_size, seq_len=seq_len, precision=precision)
-    else:
-        require_torch("srift profile")
-        from srift.zoo.models import structural_profile  # torch
-
-        prof = structural_profile(key, batch_size=batch_size, seq_len=seq_len, precision=precision)
-    if name:
-        prof.name = name
-    try:
-        return prof, prof.save(out, overwrite=overwrite)
-    except FileExistsError:
-        raise SriftError(f"profile '{out}' already exists; srift does not replace it unasked.",
-                         "pass --force to replace it, or choose another --name or -o.") from None
-
-
-def profile_script(script: str, args: Sequence[str], warmup: int = 5, iters: int = 20, output: str | None = None,
-                   name: str | None = None, batch_size: int | None = None, kfac: bool = False,
-                   timeout_s: float = DEFAULT_PROFILE_TIMEOUT_S, overwrite: bool = False) -> "ProfileResult":
-    """Run a training script under the profiler and write its profile (srift/profiling/runner.py):
-    bounded by ``timeout_s`` per optimizer step, never over an existing file unless ``overwrite``."""
-    require_torch("srift profile")
-    from srift.profiling.runner import profile_script as run  # torch
-
-    return run(script, list(args), warmup=warmup, iters=iters, output=output, name=name, batch_size=batch_size, kfac=kfac,
-               timeout_s=timeout_s, overwrite=overwrite)
-
-
-def calibrate_comm(backend: str, nproc: int, output: str, sizes: list[int] | None = None, reps: int = 10,
-                   network: str = "ethernet") -> dict[str, Any] | None:
-    """Measure all-reduce, broadcast, all-gather and reduce-scatter times and write a cluster file (None on torchrun ranks
-    other than 0, which write nothing)."""
-    require_torch("srift calibrate comm")
-    from srift.profiling.calibrate import calibrate  # torch
-
-    return calibrate(backend, nproc, output, sizes, reps, network)
-
-
-# ---- shell completion ---------------------------------------------------------------------------
-def completion_names(kind: str) -> list[str]:
-    """What shell completion offers: ``models`` (built-in), ``instances`` (every cloud's instance
-    types) or ``targets`` (clouds, and cloud/region for every region with prices)."""
-    from srift.catalog.instances import CLOUDS
-    from srift.catalog.load import regions
-    from srift.zoo import MODEL_NAMES
-
-    if kind == "models":
-        return list(MODEL_NAMES)
-    if kind == "instances":
-        return sorted({r.instance_type for r in load_catalog(",".join(CLOUDS))})
-    return list(CLOUDS) + [f"{c}/{r}" for c in CLOUDS for r in regions(c)]

@@ -22,7 +22,7 @@ PACKAGE = ROOT / "srift"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("cli", ("srift.cli",)),
     ("commands", ("srift.commands",)),
-    ("api", ("srift.api",)),
+    ("api", ("srift.api", "srift.api_tools", "srift.resolve")),
     ("search and report", ("srift.search", "srift.report", "srift.results")),
     ("simulate", ("srift.simulate",)),
     ("models and data", ("srift.perf", "srift.catalog", "srift.zoo", "srift.profiling", "srift.kfac")),
