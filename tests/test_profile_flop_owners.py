@@ -95,6 +95,23 @@ def test_modules_returning_their_input_take_no_other_layer_backward() -> None:
         assert name not in layers or layers[name].bwd_flops == 0
 
 
+def test_modules_returning_their_input_move_no_bytes() -> None:
+    # nn.Identity and Dropout(p=0) hand their input back (ATen's dropout at p = 0 returns it, on CUDA
+    # too): no kernel runs, so no bytes and no launch are priced on a GPU; Dropout(0.1) does run.
+    model = _Between()
+    x = torch.randn(4, 16)
+    layers = _by_name(analyze_layers(model, lambda: model(x).square().sum()))
+    for name in ("id", "drop"):
+        assert (layers[name].fwd_bytes, layers[name].bwd_bytes, layers[name].activation_bytes) == (0.0, 0.0, 0.0)
+    model.drop.p = 0.1
+    layers = _by_name(analyze_layers(model, lambda: model(x).square().sum()))
+    assert layers["drop"].fwd_bytes == 2 * 4 * 32 * 4  # reads and writes 4 x 32 fp32
+    assert layers["b"].fwd_bytes == (4 * 32 + 4 * 32 + 32 * 32 + 32) * 4  # in, out, weight, bias
+    relu = nn.Sequential(nn.Linear(16, 8), nn.ReLU(inplace=True))  # returns its input, changed in place: work
+    layers = _by_name(analyze_layers(relu, lambda: relu(x).square().sum()))
+    assert layers["1"].fwd_bytes == 2 * 4 * 8 * 4
+
+
 class _FunctionalAttention(nn.Module):
     def __init__(self, c: int = 32, heads: int = 2) -> None:
         super().__init__()

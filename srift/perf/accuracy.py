@@ -246,3 +246,48 @@ def pair_typical_error(group: str, same_gpu: bool) -> float | None:
     the validation has no such pair."""
     g = load_accuracy().get("groups", {}).get(f"pairs_{group}_{'same_gpu' if same_gpu else 'other_gpu'}")
     return float(g["fit"]) if g and g.get("rows") else None
+
+
+# ---- CPU profiles: scripts/validate_profiles.py's figures -------------------------------------------
+PROFILE_ACCURACY_SCHEMA = "srift.perf.profile_accuracy/v1"
+
+
+def profile_accuracy_path() -> Path:
+    return configs_dir() / "perf" / "profile_accuracy.json"
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_profile_typical_error() -> tuple[float | None, str]:
+    """The figure of a GPU prediction from a profile measured on a CPU (``srift profile`` on a
+    laptop): the largest held-out MAPE of scripts/validate_profiles.py, which profiles real training
+    scripts on a CPU and predicts them against published GPU runs (configs/perf/profile_accuracy.json),
+    and what it rests on; None where the file is missing."""
+    path = profile_accuracy_path()
+    if not path.is_file():
+        return None, "CPU profiles not validated: no figures shipped (scripts/validate_profiles.py --write)"
+    data = read_json(path, "CPU-profile validation figures", "reinstall srift-planner, or re-run scripts/validate_profiles.py --write.")
+    g = data.get("groups", {}).get("cpu_profile") if isinstance(data, dict) and data.get("schema") == PROFILE_ACCURACY_SCHEMA else None
+    if not isinstance(g, dict):
+        raise SriftError(f"{path}: no 'cpu_profile' group of schema {PROFILE_ACCURACY_SCHEMA}.",
+                         "reinstall srift-planner, or re-run scripts/validate_profiles.py --write.")
+    _check_group(g, f"{path}: groups.cpu_profile")
+    if not g["rows"]:
+        return None, "CPU profiles not validated: no published run matched (scripts/validate_profiles.py)"
+    held = f" over {int(g['held_out_rows'])} single-GPU runs" if "held_out_rows" in g else ""
+    return _figure(g), (f"CPU-profile validation: {_held_words(g)}{held} (in-fit {float(g['fit']):.1f} % over all "
+                        f"{g['rows']}) of published GPU runs predicted from CPU profiles of their training scripts "
+                        f"({g.get('basis', '')}; scripts/validate_profiles.py)")
+
+
+def with_cpu_profile_error(pct: float | None, basis: str, compute_pct: float | None) -> tuple[float | None, str, float | None]:
+    """A prediction's figure, its basis and its compute part's, for a profile measured on a CPU:
+    the CPU-profile validation's figure where it is the larger (its structure, not its times,
+    carries to the GPU: how well that carries is what scripts/validate_profiles.py measured), with
+    the cluster's own group beside it; unchanged, with a note, where none is shipped."""
+    cpu_pct, cpu_basis = cpu_profile_typical_error()
+    if cpu_pct is None:
+        return pct, f"{basis}; {cpu_basis}", compute_pct
+    if pct is None or cpu_pct >= pct:
+        beside = f"; the cluster's own group: ±{pct:.1f} % ({basis})" if pct is not None else ""
+        return cpu_pct, cpu_basis + beside, max(cpu_pct, compute_pct or 0.0)
+    return pct, f"{basis}; {cpu_basis}: ±{cpu_pct:.1f} %", max(cpu_pct, compute_pct or 0.0)

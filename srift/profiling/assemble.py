@@ -302,12 +302,10 @@ def subtract_hook_cost(layers: list[LayerProfile], phases: PhaseTimes, records: 
 
 
 def _input_shape(timer: LayerTimer) -> tuple[int, int | None]:
-    """(micro-batch, sequence length) of the model's first input: its first dimension, and its
-    second when it holds integers (token ids)."""
-    x = timer.first_input
-    micro_batch = int(x.shape[0]) if x is not None and x.dim() > 0 else 1
-    seq_len = int(x.shape[1]) if x is not None and x.dim() >= 2 and not x.is_floating_point() else None
-    return micro_batch, seq_len
+    """(micro-batch, sequence length) of the model's first input, read against the model's own
+    ``batch_first`` flags (srift/profiling/layout.py)."""
+    shape = timer.layout.input_shape(timer.first_input)
+    return shape.micro_batch, shape.seq_len
 
 
 # torch 2.9's ``fp32_precision`` words (its vocabulary, not srift's precisions).
@@ -513,12 +511,13 @@ def _first_rows(model: torch.nn.Module, timer: LayerTimer,
                 rows: Callable[[int], int]) -> tuple[Callable[[], Any], int] | None:
     """The analysed step on the first ``rows(batch)`` samples of the captured batch, and the
     micro-batch it came from (None when the batch has one sample or no batch dimension)."""
-    x = timer.first_input
-    if timer.capture is None or x is None or x.dim() == 0 or x.shape[0] < 2:
+    shape = timer.layout.input_shape(timer.first_input)
+    if timer.capture is None or timer.first_input is None or shape.micro_batch < 2:
         return None
-    batch = int(x.shape[0])
+    batch, dim = shape.micro_batch, shape.batch_dim
     args, kwargs = timer.capture
-    step = _analysis_step(model, timer, (sub_batch(args, batch, rows(batch)), sub_batch(kwargs, batch, rows(batch))))
+    cut = (sub_batch(args, batch, rows(batch), dim), sub_batch(kwargs, batch, rows(batch), dim))
+    step = _analysis_step(model, timer, cut)
     return (step, batch) if step is not None else None
 
 

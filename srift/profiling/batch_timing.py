@@ -25,15 +25,18 @@ import torch
 REPEATS = 5  # timed calls per batch size, alternating; the fastest is kept
 
 
-def sub_batch(obj: Any, batch: int, n: int) -> Any:
-    """``obj`` (a captured call's args/kwargs) with every tensor whose first dimension is ``batch``
-    cut to its first ``n`` rows."""
+def sub_batch(obj: Any, batch: int, n: int, dim: int = 0) -> Any:
+    """``obj`` (a captured call's args/kwargs) with every tensor whose dimension ``dim`` (the
+    batch's: 1 for sequence-first inputs, srift/profiling/layout.py) is ``batch`` cut to its first
+    ``n`` rows. With ``dim`` 1, a tensor of batch ``batch`` in its dimension 1 is cut there (an
+    LSTM's hidden state ``(layers, batch, hidden)`` too); one with ``batch`` only in dimension 0 (the
+    flattened targets) is left as it is."""
     if isinstance(obj, torch.Tensor):
-        return obj[:n] if obj.dim() > 0 and obj.shape[0] == batch else obj
+        return obj.narrow(dim, 0, n) if obj.dim() > dim and obj.shape[dim] == batch else obj
     if isinstance(obj, (list, tuple)):
-        return type(obj)(sub_batch(o, batch, n) for o in obj)
+        return type(obj)(sub_batch(o, batch, n, dim) for o in obj)
     if isinstance(obj, dict):
-        return {k: sub_batch(v, batch, n) for k, v in obj.items()}
+        return {k: sub_batch(v, batch, n, dim) for k, v in obj.items()}
     return obj
 
 

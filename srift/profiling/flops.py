@@ -239,6 +239,7 @@ class _LeafRecorder:
         self.stats: dict[nn.Module, dict[str, float]] = {}
         self.kfac: dict[nn.Module, tuple[int, int, int]] = {}
         self.recomputing = 0  # depth of leaf forwards running inside backward (recomputation)
+        self.versions: dict[nn.Module, int | None] = {}  # the input's version at each leaf's forward pre-hook
 
     def pre_hook(self, mod: nn.Module, args: Any) -> None:
         if torch._C._current_graph_task_id() != -1:
@@ -248,15 +249,24 @@ class _LeafRecorder:
             self.order.append(mod)
             self.stats[mod] = {"in": 0.0, "out": 0.0, "extra": 0.0}
         self.stats[mod]["in"] += tensor_bytes(args)
+        x = first_tensor(args)
+        self.versions[mod] = x._version if x is not None else None
 
     def post_hook(self, mod: nn.Module, args: Any, out: Any) -> None:
         if self.recomputing:
             self.recomputing -= 1
             return
         s = self.stats[mod]
+        x = first_tensor(args)
+        if isinstance(out, torch.Tensor) and out is x and x._version == self.versions.get(mod):
+            # Its input handed back untouched (``nn.Identity``, ``Dropout(p=0)``: ATen's dropout
+            # returns its input at p = 0, on CUDA as on the CPU; an in-place op such as
+            # ``ReLU(inplace=True)`` returns it too, but bumps its version): no kernel reads or
+            # writes anything, nor does an autograd node run in backward, so the call moves no bytes.
+            s["in"] -= tensor_bytes(args)
+            return
         s["out"] += tensor_bytes(out)
         s["extra"] += float(getattr(mod, "extra_activation_bytes", 0.0) or 0.0)
-        x = first_tensor(args)
         y = first_tensor(out)
         if isinstance(mod, nn.Linear) and x is not None:
             tokens = int(x.numel() // max(x.shape[0] * x.shape[-1], 1)) if x.dim() > 2 else 1

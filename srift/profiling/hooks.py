@@ -58,6 +58,7 @@ from torch import nn
 
 from srift.profile import CUDA_EVENTS, WALL, WALL_LESS_RUN_QUEUE, Clock
 from srift.profiling.host import host_times
+from srift.profiling.layout import SequenceLayout
 from srift.profiling.tensors import first_tensor, tensor_bytes
 
 
@@ -421,6 +422,7 @@ class LayerTimer:
         self.want_capture = False
         self.autocast: tuple[str, torch.dtype] | None = None
         self.first_input: torch.Tensor | None = None
+        self.layout = SequenceLayout(model)  # which input dimension is the batch (srift/profiling/layout.py)
         self.input_bytes = 0.0
         self._starts: dict[int, list[Any]] = defaultdict(list)
         self._rec_starts: dict[int, list[Any]] = defaultdict(list)
@@ -694,6 +696,7 @@ class LayerTimer:
 
     def remove(self) -> None:
         self.remove_leaf_hooks()
+        self.layout.remove()
         for h in self._handles:
             h.remove()
         self._handles = []

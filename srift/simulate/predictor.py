@@ -27,10 +27,10 @@ from collections.abc import Callable, Sequence
 
 from srift.cluster import Cluster
 from srift.errors import SriftError
-from srift.hardware import gpu as gpu_spec
+from srift.hardware import CPU, gpu as gpu_spec
 from srift.job import AUTO, DDP, FULL_FINETUNE, QLORA, Job, usd_per_million_samples
 from srift.perf.accuracy import (
-    MEASURED_ELSEWHERE, MEASURED_HERE, finetune_typical_error, sharded_typical_error, typical_error,
+    MEASURED_ELSEWHERE, MEASURED_HERE, finetune_typical_error, sharded_typical_error, typical_error, with_cpu_profile_error,
 )
 from srift.perf.coverage import Coverage, sharded_coverage
 from srift.perf.comm import CommModel
@@ -244,13 +244,16 @@ class Predictor:
         else:
             pct, basis = typical_error(cluster.nodes, cluster.gpus, cpu, measured, links.pop() if len(links) == 1 else None,
                                        comm.topology.net_class if cluster.nodes > 1 else None)
+        compute_pct = typical_error(1, 1, cpu, measured)[0]
+        if not cpu and measured is None and self.base.measured and self.base.device.kind == CPU:
+            pct, basis, compute_pct = with_cpu_profile_error(pct, basis, compute_pct)
         if self.job.kfac and pct is not None:
             # The figures come from first-order DDP runs; K-FAC's phases are checked per transformer
             # block only (scripts/validate.py --only kfac), no whole GPU K-FAC run.
             basis += ("; for the first-order part only: K-FAC's factor, Cholesky-inverse and preconditioning kernels are within "
                       "15 % of PipeFisher's per-block GPU timings with the GPU held out (factors of 768-4096; smaller and larger "
                       "ones extrapolated: docs/kfac.md; scripts/validate.py --only kfac)")
-        return pct, basis, typical_error(1, 1, cpu, measured)[0]
+        return pct, basis, compute_pct
 
     def _finetune_notes(self) -> list[str]:
         """What a fine-tuning job trains and stores (srift/simulate/finetune.py)."""
