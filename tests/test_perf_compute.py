@@ -77,13 +77,34 @@ def test_amp_halves_activation_bytes_of_an_fp32_profile():
 
 
 def test_optimizer_step_by_hand():
-    p = _profile()  # 1e6 params, SGD momentum: 4 bytes of state per parameter
+    p = _profile(framework={"torch": "1.13.0"})  # 1e6 params, SGD momentum: 4 bytes of state per parameter
     per_tensor = 3e-6
     params = dataclasses.replace(FLAT, optimizer_s_per_tensor=per_tensor)
-    # weight read+write 8, grad read 4, state read+write 8 = 20 bytes per parameter; 2 tensors
+    # weight read+write 8, grad read 4, state read+write 8 = 20 bytes per parameter; PyTorch 1.x
+    # loops over the 2 tensors: 2 dispatches
     expected = 1e6 * 20 * 1.25 / 900e9 + 2 * per_tensor
     assert C.optimizer_time_s(p, "V100-16GB", "fp32", params) == pytest.approx(expected)
     assert C.layer_times(p, "V100-16GB", "fp32", params=params).optimizer_s == pytest.approx(expected)
+    # PyTorch 2.x (and a profile that states no version): one foreach dispatch for both tensors
+    for framework in ({"torch": "2.3.1"}, {}):
+        p2 = _profile(framework=framework)
+        assert C.optimizer_time_s(p2, "V100-16GB", "fp32", params) == pytest.approx(1e6 * 20 * 1.25 / 900e9 + per_tensor)
+
+
+def test_resnet50_optimizer_step_per_tensor_and_foreach():
+    """ResNet-50's 214 parameter tensors (as srift counts them): 214 dispatches under PyTorch 1.x's
+    loop, ceil(214 / 48) = 5 under foreach; the shipped fit's cost per dispatch times the
+    difference (209) is what 2.x saves."""
+    from srift.zoo.models import structural_profile
+
+    base = structural_profile("resnet50", batch_size=32)
+    n = C.layer_arrays(base).n_param_tensors
+    assert n == 2 * 107  # 53 convolutions, 53 batch norms and the fc, two tensors each (C.layer_arrays)
+    old = dataclasses.replace(base, framework={**base.framework, "torch": "1.11.0+cu115"})
+    new = dataclasses.replace(base, framework={**base.framework, "torch": "2.0.0+cu117"})
+    params = C.load_params()
+    saved = C.optimizer_time_s(old, "A100-40GB", "fp32", params) - C.optimizer_time_s(new, "A100-40GB", "fp32", params)
+    assert saved == pytest.approx(209 * params.optimizer_s_per_tensor)
 
 
 def _measured_on(gpu: str) -> Profile:

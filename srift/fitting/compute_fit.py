@@ -18,6 +18,7 @@ from srift.fitting.datasets import ProfileSource
 from srift.fitting.validation import mape
 from srift.hardware import gpu as gpu_spec
 from srift.perf import compute as C
+from srift.perf.optimizer_step import step_dispatches, step_kind
 from srift.profile import Profile
 
 # Kinds that share one efficiency: matmul-like work (Linear, attention) and everything that is not
@@ -45,7 +46,7 @@ class _RowDesign:
     flops: np.ndarray  # (2, n) fwd, bwd
     bytes_: np.ndarray  # (2, n), already at the row's precision
     opt_bytes: float
-    n_kernels: float  # layer passes with work + optimizer tensors
+    n_kernels: float  # layer passes with work + optimizer-step dispatches (srift/perf/optimizer_step.py)
     weight: float = 1.0  # sample weight (repeated measurements of one configuration share 1)
 
 
@@ -67,10 +68,11 @@ def _design(profile: Profile, gpu: str, precision: str, features: tuple[str, ...
     bytes_ = np.vstack([arr.fwd_bytes, arr.bwd_bytes]) * bf
     state = float(profile.optimizer.state_bytes_per_param)
     work = ((flops > 0) | (bytes_ > 0)).sum()
+    dispatches = step_dispatches(step_kind(profile.framework.get("torch")), arr.n_param_tensors)
     return _RowDesign(
         time_s=time_s, z=C.gpu_features(spec, precision, features), peak=spec.peak_flops(precision) / spec.clock_derate,
         bw=spec.memory_bandwidth_bytes_per_s, group_of_layer=groups, flops=flops, bytes_=bytes_,
-        opt_bytes=arr.params * (12.0 + 2.0 * state), n_kernels=float(work + arr.n_param_tensors),
+        opt_bytes=arr.params * (12.0 + 2.0 * state), n_kernels=float(work + dispatches),
     )
 
 
@@ -121,8 +123,9 @@ def fit_compute(designs: list[_RowDesign], features: tuple[str, ...] = DEFAULT_F
     longer pull every GPU's efficiencies toward them as squared errors did. ``None`` fits squared
     relative errors.
 
-    Fixed costs: by default a cost per layer pass (and per optimizer tensor), ``launch_s``, is
-    fitted and there is no per-iteration constant. A layer pass is a few kernels plus the eager
+    Fixed costs: by default a cost per layer pass and per optimizer-step dispatch (one per tensor
+    before PyTorch 2.0: srift/perf/optimizer_step.py, from the row's ``torch_version``),
+    ``launch_s``, is fitted and there is no per-iteration constant. A layer pass is a few kernels plus the eager
     framework's dispatch and the unhooked functional ops between modules, so its cost grows with
     the number of layers; a per-iteration constant instead fitted one benchmark suite's loop
     overhead (Lambda's 29 ms) and missed every other model (SuperBench's VGG-16 by +43%,

@@ -82,7 +82,11 @@ def canonical_gpu(label: str) -> str | None:
 
 
 ROW_COLUMNS = ["source", "dataset_model", "model", "seq_len", "label", "gpu", "n_gpus", "precision",
-               "batch_per_gpu", "throughput_total", "iteration_time_s", "watt_per_gpu"]
+               "batch_per_gpu", "throughput_total", "iteration_time_s", "watt_per_gpu", "torch_version"]
+# The PyTorch a source ran, as its data README states it (srift/perf/optimizer_step.py reads the
+# optimizer step's kind from it): NGC PyTorch containers 20.xx-22.xx ship PyTorch 1.x, 23.xx on 2.x
+# (NVIDIA's framework support matrix); Lambda v1 ran 22.09, NVIDIA's BERT fine-tuning tables 21.11.
+NGC_22_TORCH = "1"
 
 
 def label_key(name: str) -> str:
@@ -117,7 +121,7 @@ def load_lambda(data_dir: Path) -> pd.DataFrame:
                         "source": f"lambda/{snapshot}", "dataset_model": col, "model": model, "seq_len": seq,
                         "label": r["name_gpu"], "gpu": gpu, "n_gpus": n, "precision": precision,
                         "batch_per_gpu": b, "throughput_total": total,
-                        "iteration_time_s": b * n / total, "watt_per_gpu": float(r["watt"]) / n,
+                        "iteration_time_s": b * n / total, "watt_per_gpu": float(r["watt"]) / n, "torch_version": NGC_22_TORCH,
                     })
     return pd.DataFrame(out, columns=ROW_COLUMNS)
 
@@ -143,7 +147,7 @@ def load_dle(data_dir: Path) -> pd.DataFrame:
         out.append({
             "source": "dle/bert-squad", "dataset_model": "bert_large_squad", "model": "bert-large-squad", "seq_len": 384,
             "label": r["heading"], "gpu": gpu, "n_gpus": n, "precision": precision, "batch_per_gpu": b,
-            "throughput_total": total, "iteration_time_s": b * n / total,
+            "throughput_total": total, "iteration_time_s": b * n / total, "torch_version": NGC_22_TORCH,
         })
     return pd.DataFrame(out, columns=ROW_COLUMNS)
 
@@ -232,7 +236,7 @@ def load_superbench_models(data_dir: Path) -> pd.DataFrame:
         out.append({
             "source": f"superbench/{key[0]}/{plat}", "dataset_model": sb_model, "model": zoo,
             "seq_len": int(seq) if seq else None, "label": f"{plat} ({link})", "gpu": gpu, "n_gpus": procs,
-            "precision": "tf32", "batch_per_gpu": batch,
+            "precision": "tf32", "batch_per_gpu": batch, "torch_version": "1",  # PyTorch <= 1.11 (docstring)
             "throughput_total": batch * procs / step_s, "iteration_time_s": step_s, "intra_node": link,
         })
     df = pd.DataFrame(out)
@@ -291,7 +295,7 @@ def load_dawnbench_multinode(data_dir: Path) -> pd.DataFrame:
             "source": "dawnbench/fastai", "dataset_model": "resnet50", "model": "resnet50", "seq_len": None,
             "label": f"fast.ai {nodes}x p3.16xlarge", "gpu": "V100-16GB", "n_gpus": n_gpus, "precision": "amp",
             "batch_per_gpu": gbs // n_gpus, "throughput_total": gbs / iteration_s, "iteration_time_s": iteration_s,
-            "instance": "p3.16xlarge", "nodes": nodes, "epochs_used": len(epochs), "data_loading": "images",
+            "instance": "p3.16xlarge", "nodes": nodes, "torch_version": "1.0", "epochs_used": len(epochs), "data_loading": "images",
             # NCCL of 2018 (2.2-2.3, with PyTorch 0.4/1.0) had one socket per connection: its
             # NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD exist "since 2.4.8" (NCCL docs).
             "nccl_socket_threads": 1, "nccl_nsocks_perthread": 1,
@@ -336,7 +340,7 @@ def load_ddl(data_dir: Path) -> pd.DataFrame:
             "n_gpus": n, "precision": "fp32", "batch_per_gpu": b, "throughput_total": total,
             "iteration_time_s": b * n / total, "nodes": nodes, "gpus_per_node": per_node, "intra_node": "pcie3",
             "network": DDL_NETWORKS[label] if label else "", "network_gbps": float(r["network_gbps"]) if label else 0.0,
-            "network_label": label, "data_loading": "synthetic",
+            "network_label": label, "data_loading": "synthetic", "torch_version": "1.4",  # README: PyTorch 1.4
         })
     return pd.DataFrame(out)
 
@@ -402,6 +406,7 @@ def load_dlperf(data_dir: Path) -> pd.DataFrame:
             "label": f"{nodes}x {per_node}x V100 SXM2 {'EDR InfiniBand' if multi else 'one node'}",
             "gpu": find_gpu(str(r["gpu"])), "n_gpus": n, "precision": precision, "batch_per_gpu": b,
             "throughput_total": total, "iteration_time_s": b * n / total, "nodes": nodes, "gpus_per_node": per_node,
+            "torch_version": "1.5.0",  # README: NGC 20.03, PyTorch 1.5.0a0
             "intra_node": "nvlink", "network": "infiniband" if multi else "", "network_gbps": 100.0 if multi else 0.0,
             "network_label": "infiniband-edr" if multi else "", "data_loading": "images" if model == "resnet50" else "synthetic",
             "head_positions": DLPERF_MLM_POSITIONS if model in MLM_HEAD_LAYERS else None,
@@ -462,7 +467,7 @@ def load_csc(data_dir: Path, stacks: bool = False) -> pd.DataFrame:
             "nodes": nodes, "gpus_per_node": min(int(n), per_node), "intra_node": link,
             "network": "infiniband" if multi else "", "network_gbps": CSC_NETWORK_GBPS if multi else 0.0,
             "network_label": "infiniband-csc" if multi else "", "data_loading": "synthetic",
-            "job": f"{cluster}/{build}/{precision}",
+            "job": f"{cluster}/{build}/{precision}", "torch_version": str(build).removeprefix("PyTorch "),
             **({"stack": CSC_STACK_LABELS[str(label)][1]} if stacks else {}),
         })
     return pd.DataFrame(out)
@@ -617,7 +622,8 @@ class ProfileSource:
     def __init__(self, loader: Callable[[str, int, int | None], Profile]) -> None:
         self._loader = loader
         self._cache: dict[tuple[str, int, int | None, bool], Profile] = {}
-        self._masked: dict[tuple[str, int, int, float], Profile] = {}
+        self._masked: dict[tuple[str, int, int, float, str | None], Profile] = {}
+        self._torch: dict[tuple[int, str], Profile] = {}
 
     def get(self, model: str, batch: int, seq_len: int | None, keep_head: bool = False) -> Profile:
         key = (model, batch, seq_len, keep_head)
@@ -626,6 +632,15 @@ class ProfileSource:
             self._cache[key] = p if keep_head else without_pretraining_head(p, model)
         return self._cache[key]
 
+    def _with_torch(self, profile: Profile, version: object) -> Profile:
+        """The profile as run on the row's stated PyTorch (``torch_version``; unstated: as it is)."""
+        if not isinstance(version, str) or not version:
+            return profile
+        key = (id(profile), version)
+        if key not in self._torch:
+            self._torch[key] = dataclasses.replace(profile, framework={**profile.framework, "torch": version})
+        return self._torch[key]
+
     def for_row(self, r) -> Profile:
         """The profile of a measured row (its model, micro-batch, sequence length, head; a row's
         ``head_positions`` runs the masked-LM head on that many positions per sequence only)."""
@@ -633,10 +648,11 @@ class ProfileSource:
         head = getattr(r, "head", None)
         seq_len = None if seq is None or pd.isna(seq) else int(seq)
         profile = self.get(r.model, int(r.batch_per_gpu), seq_len, keep_head=isinstance(head, str) and head == "pretraining")
+        profile = self._with_torch(profile, getattr(r, "torch_version", None))
         positions = getattr(r, "head_positions", None)
         if positions is None or pd.isna(positions) or not seq_len:
             return profile
-        key = (r.model, int(r.batch_per_gpu), seq_len, float(positions))  # one object per case: callers cache by identity
+        key = (r.model, int(r.batch_per_gpu), seq_len, float(positions), profile.framework.get("torch"))  # one object per case
         if key not in self._masked:
             self._masked[key] = masked_head(profile, r.model, float(positions) / seq_len)
         return self._masked[key]

@@ -12,8 +12,12 @@ the GPU and precision through a few features (see ``FEATURES``); the coefficient
 ``scripts/fit_models.py`` from the measured data in data/ and shipped in
 ``configs/perf/compute.json``. ``launch_s`` is the framework's fixed cost per layer pass (a few
 kernel launches, eager dispatch and the unhooked functional ops between modules), fitted with the
-rest. The optimizer step reads and writes parameters, gradients and optimizer state at memory
-bandwidth, plus ``optimizer_s_per_tensor`` per parameter tensor. ``overhead_s`` is a per-iteration
+rest. It is added, not maxed with the kernels' time: eager PyTorch launches asynchronously, but a
+max() fitted on the measured runs put 152 us per pass, which the small-batch runs kept out of the
+fit refute (docs/accuracy.md, "Dispatch"). The optimizer step reads and writes parameters,
+gradients and optimizer state at memory bandwidth, plus its dispatches (``optimizer_s_per_tensor``
+each; one per tensor before PyTorch 2.0, one per list of 48 tensors since:
+srift/perf/optimizer_step.py). ``overhead_s`` is a per-iteration
 constant: the fit puts the framework's fixed costs per layer instead (it generalises to unseen
 models; see srift/fitting/compute_fit.py), and a measured profile brings its own unattributed time.
 
@@ -61,6 +65,7 @@ from srift.errors import SriftError
 from srift.files import configs_dir, read_json
 from srift.job import FP32, FP32_STRICT, HALF_PRECISIONS, require_precision
 from srift.hardware import CPU, GpuSpec, find_gpu, gpu as gpu_spec
+from srift.perf.optimizer_step import step_dispatches, step_kind
 from srift.profile import Profile
 
 PARAMS_SCHEMA = "srift.perf.compute/v1"
@@ -481,7 +486,8 @@ def _model_times(arr: LayerArrays, gpu_name: str, precision: str, byte_factor: f
 
 def optimizer_time_s(profile: Profile, gpu: str, precision: str, params: ComputeParams | None = None) -> float:
     """Predicted optimizer-step seconds on ``gpu``: parameters, gradients and optimizer state read
-    and written once at memory bandwidth (fp32 master weights under amp too), plus a per-tensor cost.
+    and written once at memory bandwidth (fp32 master weights under amp too), plus its dispatches
+    (``optimizer_s_per_tensor`` each; how many: srift/perf/optimizer_step.py).
     """
     params = params or load_params()
     arr = layer_arrays(profile)
@@ -489,7 +495,8 @@ def optimizer_time_s(profile: Profile, gpu: str, precision: str, params: Compute
     state = float(profile.optimizer.state_bytes_per_param)
     # weight read + write (4 + 4), gradient read (4), state read + write (2 x state).
     bytes_moved = arr.params * (12.0 + 2.0 * state)
-    return bytes_moved * s_per_byte + arr.n_param_tensors * params.optimizer_s_per_tensor
+    dispatches = step_dispatches(step_kind(profile.framework.get("torch")), arr.n_param_tensors)
+    return bytes_moved * s_per_byte + dispatches * params.optimizer_s_per_tensor
 
 
 @dataclass(frozen=True)
