@@ -33,7 +33,9 @@ NeMo and Hugging Face PEFT runs on H100. Nothing of the fine-tuning model is fit
 or others, so each figure is already out of sample for every source left out.
 Layout group: step times of Megatron-Core TP x PP x CP x DP runs (data/llm-parallel-layouts,
 ``srift.fitting.layouts``), leave-one-model-out and leave-one-source-out, and the mean regret of
-srift's ranking of measured layouts (``layout_group``).
+srift's ranking of measured layouts (``layout_group``; ``--only layouts``). Its figures are
+configs/perf/layouts.json's (scripts/fit_models.py); with ``--write-accuracy FILE`` every row it
+prints goes into validation.json beside FILE (``layouts`` section), the file's other sections kept.
 
 K-FAC group (``kfac_group``; ``--only kfac``): per-phase MAPE (factors, inversion, preconditioning)
 of the GPU K-FAC kernel model against PipeFisher's block timings (data/kfac-layer-phases), with
