@@ -33,7 +33,9 @@ NeMo and Hugging Face PEFT runs on H100. Nothing of the fine-tuning model is fit
 or others, so each figure is already out of sample for every source left out.
 Layout group: step times of Megatron-Core TP x PP x CP x DP runs (data/llm-parallel-layouts,
 ``srift.fitting.layouts``), leave-one-model-out and leave-one-source-out, and the mean regret of
-srift's ranking of measured layouts (``layout_group``).
+srift's ranking of measured layouts (``layout_group``; ``--only layouts``). Its figures are
+configs/perf/layouts.json's (scripts/fit_models.py); with ``--write-accuracy FILE`` every row it
+prints goes into validation.json beside FILE (``layouts`` section), the file's other sections kept.
 
 K-FAC group (``kfac_group``; ``--only kfac``): per-phase MAPE (factors, inversion, preconditioning)
 of the GPU K-FAC kernel model against PipeFisher's block timings (data/kfac-layer-phases), with
@@ -527,12 +529,13 @@ def _long_context(data: Path, report: Report | None = None) -> None:
               .round(1).to_string(index=False))
 
 
-def layout_group(data: Path) -> None:
+def layout_group(data: Path, report: Report | None = None) -> None:
     """The layout group: bf16 step times of Megatron TP x PP x CP x DP runs
     (data/llm-parallel-layouts; srift.fitting.layouts says which rows and why), with the one
     layout figure (``megatron_compute_factor``) as shipped, refitted without the row's model
     (LOMO) and without its source (LOSO), per model and per source, and the mean regret of
-    srift's ranking of the measured layouts of one model and GPU count."""
+    srift's ranking of the measured layouts of one model and GPU count. Each printed row goes into
+    ``report``'s ``layouts`` section (``signed_pct`` of step time, + = predicted too slow)."""
     from srift.fitting import layouts as lf
     from srift.simulate.layouts import load_layout_params
 
@@ -553,27 +556,33 @@ def layout_group(data: Path) -> None:
     def pct(p: np.ndarray, mask: np.ndarray) -> float:
         return float(np.mean(np.abs(p[mask] / meas[mask] - 1.0)) * 100.0)
 
+    def line(label: str, mask: np.ndarray) -> None:
+        print(f"{'  ' + label:<40}{int(mask.sum()):>6}" + "".join(f"{pct(v, mask):>8.1f}" for v in cols.values()))
+        if report is not None:
+            report.put("layouts", label, {"rows": int(mask.sum()), **{k.lower(): pct(v, mask) for k, v in cols.items()},
+                                          "signed_pct": float(np.mean(pred[mask] / meas[mask] - 1.0) * 100.0)})
+
     factor = load_layout_params().megatron_compute_factor
     print(f"\nLayout group: step time of {len(rows)} runs (TP x PP x CP x DP, bf16, H100 and A100, "
           f"{rows['source_slug'].nunique()} sources: Megatron runs of data/llm-parallel-layouts, torchtitan's FSDP2 2D runs "
           f"of data/llm-training-throughput, nothing fitted on those), megatron_compute_factor {factor:.4f}. MAPE %:")
     print(f"{'':<40}{'rows':>6}" + "".join(f"{k:>8}" for k in cols))
-    everything = np.ones(len(rows), dtype=bool)
-    print(f"{'  all':<40}{len(rows):>6}" + "".join(f"{pct(v, everything):>8.1f}" for v in cols.values()))
-    print(f"{'  Megatron sources (fitted on)':<40}{int(fitted.sum()):>6}" + "".join(f"{pct(v, fitted):>8.1f}" for v in cols.values()))
+    line("all", np.ones(len(rows), dtype=bool))
+    line("Megatron sources (fitted on)", fitted)
     for m in sorted(rows["zoo"].unique()):
-        mask = (rows["zoo"] == m).to_numpy()
-        print(f"{'  ' + m:<40}{int(mask.sum()):>6}" + "".join(f"{pct(v, mask):>8.1f}" for v in cols.values()))
+        line(m, (rows["zoo"] == m).to_numpy())
     for src in sorted(rows["source_slug"].unique()):
-        mask = (rows["source_slug"] == src).to_numpy()
-        print(f"{'  source ' + src:<40}{int(mask.sum()):>6}" + "".join(f"{pct(v, mask):>8.1f}" for v in cols.values()))
+        line("source " + src, (rows["source_slug"] == src).to_numpy())
     fp8 = lf.fp8_rows(data)
     fp8_pred = np.array([lf.predict_row(r)[0] for r in fp8.itertuples()])
     fp8_err = fp8_pred / fp8["value"].to_numpy(float) - 1.0
     print(f"  fp8 (Transformer Engine FP8 GEMMs, srift/perf/fp8.py, nothing fitted on them): {len(fp8)} runs, MAPE "
           f"{np.mean(np.abs(fp8_err)) * 100:.1f} %, signed {np.mean(fp8_err) * 100:+.1f} %")
-    long_context_subgroup(data)
-    titan_fp8_pred = torchtitan_subgroup(titan_bf16, pred[~fitted], titan_fp8, titan_out)
+    if report is not None:
+        report.put("layouts", "fp8", {"rows": len(fp8), "mape": float(np.mean(np.abs(fp8_err)) * 100),
+                                      "signed_pct": float(np.mean(fp8_err) * 100)})
+    long_context_subgroup(data, report)
+    titan_fp8_pred = torchtitan_subgroup(titan_bf16, pred[~fitted], titan_fp8, titan_out, report)
     long_rows, _ = lf.long_context_rows(data)
     long_pred = np.array([lf.predict_row(r)[0] for r in long_rows.itertuples()])
     both = pd.concat([rows, fp8, titan_fp8, long_rows], ignore_index=True)
@@ -586,14 +595,24 @@ def layout_group(data: Path) -> None:
     for g in groups.itertuples():
         print(f"    {g.zoo} {g.gpu} x {g.gpus_total} {g.precision_key} seq {g.seq_len} ({g.sources}): {g.layouts} layouts, "
               f"measured best {g.best}, srift's first {g.chosen}: regret {g.regret * 100:.1f} %")
+        if report is not None:
+            report.put("layouts", f"regret {g.zoo} {g.gpu} {g.gpus_total} {g.precision_key} {g.seq_len}",
+                       {"layouts": int(g.layouts), "regret_pct": float(g.regret * 100)})
     claims = lf.search_claims(megatron)
+    if report is not None:
+        report.put("layouts", "regret", {"groups": len(groups), "mean_pct": float(groups["regret"].mean() * 100)})
+        report.put("layouts", "signed Megatron sources", {"signed_pct": float(np.mean(pred[fitted] / meas[fitted] - 1.0) * 100)})
+        report.put("layouts", "memory", {"fits": int(fits.sum()), "rows": len(rows)})
+        report.put("layouts", "search claims", {"cases": len(claims), "mean_pct": float(np.mean(claims) * -100),
+                                                "most_pct": float(min(claims) * -100), "least_pct": float(max(claims) * -100)})
     print(f"  srift's own search picks a layout it predicts {np.mean(claims) * -100:.1f} % faster than the measured one on "
           f"average ({min(claims) * -100:.0f} to {max(claims) * -100:.0f} %, {len(claims)} model x GPU counts): unmeasured, a "
           "claim to check")
     print("  left out: " + "; ".join(f"{n} {why}" for why, n in out.items()))
 
 
-def torchtitan_subgroup(bf16: pd.DataFrame, bf16_pred: np.ndarray, fp8: pd.DataFrame, out: dict[str, int]) -> np.ndarray:
+def torchtitan_subgroup(bf16: pd.DataFrame, bf16_pred: np.ndarray, fp8: pd.DataFrame, out: dict[str, int],
+                        report: Report | None = None) -> np.ndarray:
     """The layout group's torchtitan rows (FSDP2 under TP, PP, CP; data/llm-training-throughput),
     row by row: the bf16 ones (in the table above) and the fp8 ones (torchao tensorwise FP8 GEMMs,
     srift/perf/fp8.py), nothing fitted on either. Returns the fp8 rows' predictions."""
@@ -609,7 +628,13 @@ def torchtitan_subgroup(bf16: pd.DataFrame, bf16_pred: np.ndarray, fp8: pd.DataF
             continue
         err = p / frame["value"].to_numpy(float) - 1.0
         print(f"    {title}: {len(frame)} runs, MAPE {np.mean(np.abs(err)) * 100:.1f} %, signed {np.mean(err) * 100:+.1f} %")
+        if report is not None:
+            report.put("layouts", f"torchtitan {title}", {"rows": len(frame), "mape": float(np.mean(np.abs(err)) * 100),
+                                                           "signed_pct": float(np.mean(err) * 100)})
         for r, q, e in zip(frame.itertuples(), p, err):
+            if report is not None:
+                report.put("layouts", f"torchtitan row {r.row_id}", {"measured": float(r.value), "predicted": float(q),
+                                                                     "error_pct": float(e * 100)})
             print(f"      row {r.row_id} {r.zoo} {r.gpus_total} GPUs {lf.row_layout(r).label:<28} {r.checkpointing:<9} "
                   f"{'async TP' if r.tp_overlap else 'vanilla TP':<10} measured {r.value:6.2f} s  predicted {q:6.2f} s  "
                   f"{e * 100:+5.1f} %")
@@ -620,12 +645,17 @@ def torchtitan_subgroup(bf16: pd.DataFrame, bf16_pred: np.ndarray, fp8: pd.DataF
         print(f"    peak memory (torchtitan's reserved peak; {len(peaks)} runs publish it): MAPE "
               f"{np.mean(np.abs(mem_err)) * 100:.1f} %, signed {np.mean(mem_err) * 100:+.1f} %; "
               + ", ".join(f"row {r.row_id} {r.peak_gib:.1f} GiB {e * 100:+.0f} %" for r, e in zip(peaks.itertuples(), mem_err)))
+        if report is not None:
+            report.put("layouts", "torchtitan peak memory", {"rows": len(peaks), "mape": float(np.mean(np.abs(mem_err)) * 100),
+                                                             "signed_pct": float(np.mean(mem_err) * 100)})
+            for r, e in zip(peaks.itertuples(), mem_err):
+                report.put("layouts", f"torchtitan peak row {r.row_id}", {"peak_gib": float(r.peak_gib), "error_pct": float(e * 100)})
     if out:
         print("    left out: " + "; ".join(f"{n} {why}" for why, n in out.items()))
     return fp8_pred
 
 
-def long_context_subgroup(data: Path) -> None:
+def long_context_subgroup(data: Path, report: Report | None = None) -> None:
     """The layout group's long-context rows (NeMo, context parallelism up to 1M tokens, fp8): model
     TFLOP/s per GPU as step seconds by the source's FLOP count (causal attention counted full),
     predicted with srift/perf/fp8.py, nothing fitted on them; MAPE per sequence length and per CP
@@ -641,12 +671,21 @@ def long_context_subgroup(data: Path) -> None:
           f"{', '.join(sorted(rows['gpu'].unique()))}; model TFLOP/s -> step by Megatron/NeMo model FLOPs, causal "
           f"attention counted full; srift/perf/fp8.py, nothing fitted on them): {len(rows)} runs, MAPE "
           f"{np.mean(np.abs(err)) * 100:.1f} %, signed {np.mean(err) * 100:+.1f} %")
+    if report is not None:
+        report.put("layouts", "long context", {"rows": len(rows), "mape": float(np.mean(np.abs(err)) * 100),
+                                               "signed_pct": float(np.mean(err) * 100)})
     for r, e in zip(rows.itertuples(), err):
         print(f"    seq {int(r.seq_len) // 1024:>5}K {lf.row_layout(r).label:<28} measured {r.value:6.2f} s  "
               f"error {e * 100:+5.1f} %")
+        if report is not None:
+            report.put("layouts", f"long context {int(r.seq_len) // 1024}K", {"measured": float(r.value), "error_pct": float(e * 100)})
     by_cp = "; ".join(f"cp{c} {np.mean(np.abs(err[(rows['cp'] == c).to_numpy()])) * 100:.1f} % "
                       f"({int((rows['cp'] == c).sum())})" for c in sorted(rows["cp"].unique()))
     print(f"    MAPE by CP size (runs): {by_cp}")
+    if report is not None:
+        for c in sorted(rows["cp"].unique()):
+            mask = (rows["cp"] == c).to_numpy()
+            report.put("layouts", f"long context cp{c}", {"rows": int(mask.sum()), "mape": float(np.mean(np.abs(err[mask])) * 100)})
     if out:
         print("    left out: " + "; ".join(f"{n} {why}" for why, n in out.items()))
 
@@ -824,7 +863,10 @@ def main() -> None:
             print(f"wrote {moe_report.write(Path(args.write_accuracy))}")
         return
     if args.only == "layouts":
-        layout_group(Path(args.data))
+        layout_report = Report("value")
+        layout_group(Path(args.data), layout_report)
+        if args.write_accuracy:  # its figures are layouts.json's (fit_models.py); its rows into validation.json
+            print(f"wrote {layout_report.write(Path(args.write_accuracy))}")
         return
     if args.only == "stacks":  # leave-one-stack-out beside leave-one-source-out (srift/fitting/stack_group.py)
         from srift.fitting.stack_group import stack_group
@@ -1022,7 +1064,7 @@ def main() -> None:
     else:
         sharded_figures = sharded_group(Path(args.data), report)
         finetune_figures = finetune_group(Path(args.data), report)
-        layout_group(Path(args.data))
+        layout_group(Path(args.data), report)
         kfac_group(Path(args.data), report)
         moe_figures = moe_group(Path(args.data), args.table, report)
         from srift.fitting.stack_group import stack_group
