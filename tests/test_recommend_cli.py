@@ -165,7 +165,10 @@ def test_a_multi_node_choice_must_beat_the_best_one_node_choice_by_its_error(cap
     if top["nodes"] > 1:
         best_one = data["best_single_node"]
         gain = top["expected_throughput_samples_per_s"] / best_one["expected_throughput_samples_per_s"] - 1
-        assert gain * 100 > top["typical_error_pct"]
+        # A one-node plan the chosen one beats on time and on cost per sample is dominated
+        # (srift/search/dominance.py): it blocks nothing, whatever the error.
+        dominated = gain > 0 and top["usd_per_million_samples"] < best_one["usd_per_million_samples"]
+        assert gain * 100 > top["typical_error_pct"] or dominated
     else:
         assert one and data["simpler_choice"] is not None  # today: a 3-node cluster 18 % faster, within ±37 %
         over = next(r for r in data["recommendations"] if r["instance"] == data["simpler_choice"]["over"])

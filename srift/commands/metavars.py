@@ -18,6 +18,7 @@ from srift.job_options import JOB_OPTIONS
 from srift.search.limits import OBJECTIVES
 
 FORMATS = "table|json|markdown"
+MAX_CHOICES_WIDTH = 48  # widest choice list shown as a metavar (an 80-column help keeps room for the option)
 
 #: Option (its long name) or argument (its parameter name) -> metavar.
 METAVARS: dict[str, str] = {
@@ -36,7 +37,9 @@ METAVARS: dict[str, str] = {
     "--format": FORMATS, "--objective": "|".join(OBJECTIVES), "--backend": "gloo|nccl",
     "--network": "|".join(NETWORKS), "--sort": "|".join(GPU_SORTS),
     # the job's options: a vocabulary's words, a count written as a number (1e9) as N
-    **{o.flag: "|".join(o.choices) if o.choices else "N" for o in JOB_OPTIONS if o.choices or o.scientific},
+    # (a vocabulary too long for one help line, such as --stack's ten names, shows NAME: its help lists them)
+    **{o.flag: ("|".join(o.choices) if len("|".join(o.choices)) <= MAX_CHOICES_WIDTH else "NAME") if o.choices else "N"
+       for o in JOB_OPTIONS if o.choices or o.scientific},
     # a text option: the shape of its value
     "--layout": "tp=T,pp=P,cp=C|auto",
 }
