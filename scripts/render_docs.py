@@ -54,11 +54,16 @@ class Example:
     args: tuple[str, ...]
     columns: int = 100
     keep: str = ""  # a regular expression: quote only the lines that match it (all when empty)
+    start: str = ""  # a regular expression: quote standard output from the first line that matches it on
 
 
 EXAMPLES: dict[str, Example] = {
     "recommend-resnet50": Example(("recommend", "--model", "resnet50", "--budget", "20")),
     "predict-gpt2-million-tokens": Example(("predict", "--model", "gpt2", "--instance", "p3.2xlarge", "--seq-len", "1000000")),
+    "profile-timeout-no-step": Example(("profile", "docs/examples/forever.py", "--timeout", "30")),
+    "profile-timeout-stuck-loader": Example(("profile", "docs/examples/stuck.py", "--timeout", "30")),
+    "skypilot-task-resnet50": Example(("predict", "--model", "resnet50", "--instance", "g5.12xlarge:3", "--skypilot", "-"),
+                                      start=r"^name: "),
     "torchrun-efa-fallbacks": Example(("predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:4", "--torchrun"),
                                       keep=r"^# (Network|With one EFA|With no EFA)"),
 }
@@ -123,10 +128,14 @@ def run_example(name: str) -> str:
         done = subprocess.run([sys.executable, "-c", "import sys; from srift.cli import main; sys.exit(main())", *example.args],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     shown = " ".join(example.args)
-    printed = done.stdout + PROGRESS.sub("", done.stderr)
+    printed = done.stdout + ("" if example.start else PROGRESS.sub("", done.stderr))
     if example.keep:
         printed = "".join(line for line in printed.splitlines(keepends=True) if re.search(example.keep, line))
         shown += " | grep ..."
+    if example.start:
+        found = re.search(example.start, printed, re.M)
+        printed = printed[found.start():] if found else printed
+        shown += " 2>/dev/null | sed -n '/" + example.start.lstrip("^") + "/,$p'"
     return f"$ COLUMNS={example.columns} srift {shown}\n{printed}"
 
 
