@@ -136,6 +136,8 @@ def test_standard_error_paths_and_descriptors_are_streams(tmp_path: Path) -> Non
     assert proc.returncode == 0
     text = log.read_text()
     assert text.startswith("earlier\n") and "resources:" in text
+    # A task written to a stream is saved before it is launched: the launch line names a file.
+    assert "Launch: sky launch -c srift-resnet50 TASK.yaml --env" in text and "/dev/stderr --env" not in text
     with pytest.raises(SriftError, match="descriptor 97, which is not open"):
         output_file("/proc/self/fd/97", "--out-file")
     with pytest.raises(SriftError, match="both write"):

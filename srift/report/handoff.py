@@ -38,7 +38,7 @@ from srift.catalog.load import bundled_rows
 from srift.catalog.network import efa_interfaces, facts_for
 from srift.cluster import EFA
 from srift.errors import SriftError
-from srift.outputs import atomic_write_text
+from srift.outputs import atomic_write_text, stream_of
 from srift.report.skypilot_catalog import require_known
 from srift.results import LaunchGroup, LaunchPlan
 from srift.simulate.prediction import Prediction
@@ -321,10 +321,12 @@ def hand_off(plan: LaunchPlan, skypilot: str | None, torchrun: bool, fmt: str) -
         path = write_skypilot(plan, skypilot)
         task = skypilot_task(plan)
         res = task["resources"]
+        # A task written to a stream (-, /dev/stdout) is saved by the user first: launch names a file.
+        target = "TASK.yaml" if stream_of(skypilot) is not None else shlex.quote(str(path))
         print(f"Wrote SkyPilot task {path}: {task['num_nodes']} x {res['instance_type']}"
               + (f" ({res['accelerators']})" if "accelerators" in res else "")
               + f", {'spot' if res['use_spot'] else 'on demand'}, {res['infra']}. "
-              f"Launch: sky launch -c {task['name']} {shlex.quote(str(path))} --env TRAIN_SCRIPT='{DEFAULT_SCRIPT} ARGS'",
+              f"Launch: sky launch -c {task['name']} {target} --env TRAIN_SCRIPT='{DEFAULT_SCRIPT} ARGS'",
               file=sys.stderr)
         for line in efa_notes(plan) + hook_notes(plan.prediction):
             print(line, file=sys.stderr)
