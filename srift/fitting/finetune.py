@@ -69,6 +69,7 @@ from srift.simulate import Predictor
 from srift.simulate.finetune import LoraSpec, allocated_bytes
 from srift.simulate.layouts import Layout, PlanSettings, plan_layout
 from srift.simulate.prediction import Prediction
+from srift.simulate.varlen import arch_with_sample_attention
 from srift.zoo import llm_arch
 from srift.zoo.llm import DecoderArch, decoder_profile, model_flops_per_token
 
@@ -93,9 +94,19 @@ GPUS_PER_NODE = 8
 # (8B SFT TP1, where the default recipe sets TP2; 70B SFT TP4 PP4 VP5; 70B LoRA TP2 PP4) and so are
 # their packed 4,096-token sequences (the default recipe: 2,048 unpacked). An inference, stated.
 NEMO_LORA = {"Llama-3-8B": (8, "qkv"), "Llama-3-70B": (16, "qkv")}
+# NeMo's packed sequences attend within each sample (nemo_toolkit 2.1.0,
+# nemo/collections/llm/gpt/model/base.py ``get_packed_seq_params``: the samples' ``cu_seqlens``
+# to Transformer Engine, ``qkv_format='thd'``; srift/simulate/varlen.py). The rows' SQuAD samples
+# ("Context: ... Question: ... Answer:" and the answer, nemo/collections/llm/gpt/data/squad.py) are
+# not measured here; NeMo's own SQuAD recipes bound them: its T5 recipes
+# (nemo/collections/llm/recipes/t5_220m.py, t5_3b.py, t5_11b.py) read SQuAD at ``seq_length=512``
+# for the context and question and ``seq_length_dec=128`` for the answer. srift prices every sample
+# at that bound, 640 tokens: the most attention per-sample masking leaves (E[l^2]/E[l] <= the longest
+# sample), so the prediction is the slow end of what the recipe can run.
+NEMO_SQUAD_SAMPLE_BOUND = 512 + 128
 COLUMNS = ["source", "framework", "label", "model", "tied_head", "gpu", "gpus", "finetune", "lora_rank", "lora_targets",
            "nf4_double_quant", "quantize_head", "seq_len", "micro_batch", "grad_accum", "parallelism", "checkpointing",
-           "layout", "vp", "global_batch", "metric", "measured", "steady"]
+           "layout", "vp", "global_batch", "sample_len", "metric", "measured", "steady"]
 # Throughput metrics that time the steady state (NeMo's step time: the mean of the last 20 steps, the
 # rows' notes say) as against a whole run's mean (Hugging Face Trainer's ``train_samples_per_second``
 # divides the samples by ``train_runtime``, warm-up included, over 30 or 100 steps): only the
@@ -167,7 +178,8 @@ def _job_columns(r: dict[str, str]) -> dict:
             # quantization, every nn.Linear replaced (the head too); srift's defaults otherwise.
             "nf4_double_quant": not (litgpt and "quantize=bnb.nf4;" in r["notes"]), "quantize_head": litgpt, "seq_len": seq,
             "micro_batch": micro, "grad_accum": accum, "parallelism": parallelism, "checkpointing": checkpointing,
-            "layout": layout, "vp": vp, "global_batch": int(r["global_batch"])}
+            "layout": layout, "vp": vp, "global_batch": int(r["global_batch"]),
+            "sample_len": NEMO_SQUAD_SAMPLE_BOUND if nemo else 0}
 
 
 def load_rows(data: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -252,8 +264,10 @@ def predict_row(r) -> Prediction:  # r: a namedtuple or Series of COLUMNS
                   quantize_head=bool(r.quantize_head) and r.finetune == QLORA)
     if isinstance(r.layout, str):
         vp = int(r.vp)
+        samples = int(r.sample_len)  # packed, each sample attending within itself (NEMO_SQUAD_SAMPLE_BOUND)
         job = Job(layout=r.layout, micro_batch_size=int(r.micro_batch), global_batch_size=int(r.global_batch),
-                  virtual_stages=vp, pipeline_schedule="interleaved" if vp > 1 else None, **common)
+                  virtual_stages=vp, pipeline_schedule="interleaved" if vp > 1 else None,
+                  packed=samples > 0, varlen_attention=samples > 0, mean_seq_len=samples or None, **common)
     else:
         job = Job(batch_size=int(r.micro_batch), grad_accum=int(r.grad_accum), **common)
     tied = None if r.tied_head is None or pd.isna(r.tied_head) else bool(r.tied_head)
@@ -285,7 +299,10 @@ def held_out_tokens_per_s(r, data: Path) -> float:
     layout = Layout(int(lay["tp"]), int(lay["pp"]), int(lay["cp"]), int(lay["dp"]), int(lay["vp"]), int(lay["micro_batch"]),
                     int(lay["grad_accum"]), str(lay["schedule"]), int(lay.get("ep", 1)))
     lora = LoraSpec(int(r.lora_rank), str(r.lora_targets)) if r.finetune == LORA else None
-    plan = plan_layout(_arch(r.model, None), row_cluster(r.gpu, int(r.gpus)), layout, int(r.seq_len),
+    arch = _arch(r.model, None)
+    if int(r.sample_len):  # as predict_row prices it: equal samples of sample_len (srift/simulate/varlen.py)
+        arch = arch_with_sample_attention(arch, float(r.sample_len))
+    plan = plan_layout(arch, row_cluster(r.gpu, int(r.gpus)), layout, int(r.seq_len),
                        PlanSettings(precision="bf16", checkpointing=pred.activation_checkpointing or "none",
                                     dp_flavour=pred.parallelism or "zero1",
                                     compute_factor=held_out_factor(Path(data), str(r.source)), lora=lora))
