@@ -97,3 +97,22 @@ def test_varlen_attention_needs_packed_samples_and_their_lengths():
         Job(seq_len=512, packed=True, varlen_attention=True)
     with pytest.raises(SriftError, match="modelled with data parallelism"):
         Job(seq_len=512, mean_seq_len=100, packed=True, layout="tp=1,pp=1,cp=1")
+
+
+def test_the_layout_simulator_alone_prices_the_samples_attention():
+    """``srift predict --model ... --layout`` runs the layout simulator without a profile
+    (srift/api.py's LayoutPredictor): the same per-sample attention and a note saying so."""
+    from srift.simulate.layout_prediction import LayoutPredictor
+
+    arch = llm_arch("llama3-8b")
+    cluster = Cluster("8 x H100", (NodeGroup(1, 8, "H100", "nvswitch4", 3200.0),))
+    base = dict(layout="tp=1,pp=1,cp=1", micro_batch_size=1, global_batch_size=32, seq_len=4096, precision="bf16",
+                finetune="lora")
+    whole = LayoutPredictor(arch, Job(**base), 4096).predict(cluster)
+    job = Job(**base, packed=True, mean_seq_len=640, varlen_attention=True)
+    within = LayoutPredictor(arch, job, 4096).predict(cluster)
+    via_profile = Predictor(decoder_profile(arch, batch_size=1, seq_len=4096, precision="bf16"), job,
+                            arch=arch).predict(cluster)
+    assert within.iteration_time_s < whole.iteration_time_s
+    assert within.iteration_time_s == pytest.approx(via_profile.iteration_time_s)
+    assert any("E[l^2]/E[l] = 640 tokens of the 4,096-token pack" in n for n in within.notes)

@@ -32,8 +32,9 @@ import dataclasses
 
 import numpy as np
 
+from srift.job import Job
 from srift.profile import Profile
-from srift.simulate.sequences import Sequences
+from srift.simulate.sequences import Sequences, sequences_of
 from srift.zoo.decoder_arch import DecoderArch
 
 
@@ -51,6 +52,13 @@ def arch_with_sample_attention(arch: DecoderArch, lam: float) -> DecoderArch:
     """``arch`` whose blocks attend within samples of attention-equivalent length ``lam``
     (srift/zoo/decoder_layers.py prices the pairs)."""
     return dataclasses.replace(arch, sample_attention_len=float(lam))
+
+
+def arch_for_job(arch: DecoderArch, job: Job, seq_len: int) -> DecoderArch:
+    """``arch`` as ``job`` runs it: its samples' attention under ``--varlen-attention`` (``seq_len``
+    the pack), else unchanged."""
+    samples = sequences_of(seq_len, job.mean_seq_len, job.lengths_file, job.packed) if job.varlen_attention else None
+    return arch if samples is None else arch_with_sample_attention(arch, sample_attention_len(samples))
 
 
 def profile_with_sample_attention(profile: Profile, lam: float) -> Profile:
