@@ -520,10 +520,12 @@ def _long_context(data: Path, report: Report | None = None) -> None:
         if report is not None:
             report.put("finetune_long", f"speed {framework}", {"rows": len(g), "mape": float(g["err"].abs().mean()),
                                                                "signed_pct": float(g["err"].mean())})
-        why = ("packed Alpaca with variable-length attention, whose attention cost srift prices over the whole pack"
-               if framework == "XTuner" else "the framework's settings are not stated")
+        why = ("packed Alpaca, attention within each sample (--varlen-attention, samples at XTuner's 2,048-token "
+               "Alpaca bound)" if framework == finetune_long.XTUNER else "the framework's settings are not stated")
         print(f"  tokens/s per GPU, {framework}: MAPE {g['err'].abs().mean():.1f} %, bias {g['err'].mean():+.1f} % over "
               f"{len(g)} runs (aside: {why})")
+        for model, m in g.groupby("model"):
+            print(f"    {model}: MAPE {m['err'].abs().mean():.1f} %, bias {m['err'].mean():+.1f} % over {len(m)} runs")
     with pd.option_context("display.width", 200, "display.max_rows", None):
         print(rows[["label", "sp", "oom", "fit", "memory_gib", "checkpointing", "measured", "predicted", "err"]]
               .round(1).to_string(index=False))

@@ -504,6 +504,7 @@ class Job:
         mean_seq_len: The dataset's mean sample length in tokens (srift/simulate/sequences.py).
         lengths_file: A text file of the dataset's sample lengths (srift/simulate/sequences.py).
         packed: Samples packed to ``seq_len`` (else each batch padded to its longest sample).
+        varlen_attention: Packed samples attend only within themselves (srift/simulate/varlen.py).
         layout: Tensor/pipeline/context parallelism of a decoder LLM, ``tp=T,pp=P,cp=C`` or
             ``auto`` (``parse_layout``; srift/simulate/layouts.py), None: data parallelism only.
             ``parallelism`` is then ``zero1`` (the default under ``auto``) or ``ddp``.
@@ -558,6 +559,7 @@ class Job:
     mean_seq_len: int | None = None
     lengths_file: str | None = None
     packed: bool = False
+    varlen_attention: bool = False
     layout: str | None = None
     micro_batch_size: int | None = None
     pipeline_schedule: PipelineSchedule | None = None
@@ -717,9 +719,14 @@ class Job:
             (self.mean_seq_len is not None and self.seq_len is not None and self.mean_seq_len > self.seq_len,
              f"--mean-seq-len {self.mean_seq_len or 0:,} is above --seq-len {self.seq_len or 0:,}, the longest a sample is "
              "truncated to.", "pass the mean of the samples as truncated, at most --seq-len."),
-            ((self.mean_seq_len is not None or self.lengths_file is not None) and self.layout is not None,
+            ((self.mean_seq_len is not None or self.lengths_file is not None) and self.layout is not None
+             and not self.varlen_attention,
              "--mean-seq-len and --lengths-file are modelled with data parallelism, not with --layout.",
-             "drop --layout, or drop the sample lengths (a --layout job computes --seq-len tokens per sample)."),
+             "drop --layout, or drop the sample lengths (a --layout job computes --seq-len tokens per sample; "
+             "with --packed --varlen-attention they price its attention)."),
+            (self.varlen_attention and not (self.packed and (self.mean_seq_len or self.lengths_file)),
+             "--varlen-attention prices attention within each packed sample: it needs --packed and the samples' "
+             "lengths.", "add --packed and --mean-seq-len (or --lengths-file), or drop --varlen-attention."),
             (bool(tricks) and self.finetune is None,
              f"{named} is modelled on fine-tuning's memory model; this job does not fine-tune.",
              "add --finetune full, lora or qlora, or drop " + named + "."),

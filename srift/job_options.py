@@ -121,6 +121,9 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "padded batches priced at their expected longest sample, memory at the longest.", example="lengths.txt"),
     JobOption("packed", "bool", False, "Samples are packed into --seq-len sequences (torchtune packed, TRL packing); "
               "--padded: each batch padded to its longest sample.", negative_flag="--padded"),
+    JobOption("varlen_attention", "bool", False, "Packed samples attend only within themselves (XTuner use_varlen_attn, "
+              "NeMo packed sequences), from --mean-seq-len/--lengths-file; --pack-attention: over the whole pack.",
+              negative_flag="--pack-attention"),
     JobOption("precision", "str", None, f"{one_of(PRECISIONS)} (default: the profile's). fp32 is PyTorch's default: TF32 "
               "convolutions and FP32 matmuls on Ampere and newer; fp32-strict: no TF32 at all.", choices=PRECISIONS),
     JobOption("data_loading", "str", None, f"{one_of(DATA_LOADING)}: where batches come from (default: images for vision "

@@ -24,7 +24,8 @@ COMPANIONS = {"epochs": {"dataset_size": 1000}, "dataset_size": {"epochs": 2.5},
               "virtual_stages": {"layout": "auto"}, "fp8": {"layout": "auto"}, "moe_dispatcher": {"layout": "auto"},
               "moe_ep_overlap": {"layout": "auto"}, "lora_rank": {"finetune": "lora"}, "lora_targets": {"finetune": "lora"},
               "quantize_head": {"finetune": "qlora"}, "optimizer_in_backward": {"finetune": "full"},
-              "activation_offloading": {"finetune": "full"}, "cpu_offload": {"finetune": "full"}}
+              "activation_offloading": {"finetune": "full"}, "cpu_offload": {"finetune": "full"},
+              "varlen_attention": {"packed": True, "seq_len": 4096, "mean_seq_len": 512}}
 # Words of a vocabulary that need a partner: Megatron's distributed optimizer is modelled with a layout.
 WORD_COMPANIONS = {("parallelism", "zero1"): {"layout": "auto"},
                    ("cpu_offload", "params"): {"finetune": "full", "parallelism": "fsdp"}}

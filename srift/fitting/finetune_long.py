@@ -17,6 +17,13 @@ Nothing is fitted on these rows. How a row becomes a job (the data's README says
   states sharded over every GPU) and checkpointing ``auto`` (the least recompute that fits). A run
   that ran must fit that plan; a printed OOM must not fit even it: a verdict that holds whatever the
   framework chose;
+- XTuner's packs attend within each sample (``use_varlen_attn = True`` in the 128k sp8 config at
+  the page's commit, the data's README says; srift/simulate/varlen.py): ``--varlen-attention`` with
+  every sample at ``XTUNER_ALPACA_SAMPLE_BOUND``. XTuner 0.2.0 on PyPI ships the same speed
+  configs with ``use_varlen_attn = False``, but whole-pack attention cannot have run at the
+  printed speeds: at 128k tokens srift counts 246 GFLOP per token for the 7B model with it (its
+  weights' 6N: 40), and 3,109 tokens/s per GPU of that is 764 TFLOP/s, above the A100's 312.
+  LLaMA-Factory's settings are not stated: whole-pack attention (its default ``packing``);
 - bf16 (XTuner runs fp16 AMP: fp32 master weights and Adam moments, as srift's layout model counts
   a bf16 job's states);
 - 8 A100-SXM4-80GB per node with NVSwitch, InfiniBand between nodes (not stated: the common
@@ -44,6 +51,12 @@ GPU = "A100-80GB"
 GPUS_PER_NODE = 8
 NODE_LINK, NODE_GBPS = "nvswitch", 1600.0  # an 8 x 200 Gb/s HDR InfiniBand A100 server (assumed)
 COLUMNS = ["source", "framework", "label", "model", "gpus", "seq_len", "sp", "oom", "measured"]
+# The Alpaca samples XTuner packs are not measured here; XTuner's own Alpaca recipes truncate them at
+# 2,048 tokens (xtuner 0.2.0, xtuner/configs/llama/llama2_7b/llama2_7b_qlora_alpaca_e3.py,
+# ``max_length = 2048``): every sample priced at that bound, the most attention per-sample masking
+# leaves (srift/simulate/varlen.py), so the prediction is the slow end of what the run could reach.
+XTUNER_ALPACA_SAMPLE_BOUND = 2048
+XTUNER = "XTuner"
 
 
 def load_rows(data: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -73,8 +86,10 @@ def predict_row(r) -> Prediction:  # r: a namedtuple of COLUMNS
     """srift's prediction of one row on its most memory-saving plan (module docstring)."""
     arch = llm_arch(r.model)
     seq, gpus, sp = int(r.seq_len), int(r.gpus), int(r.sp)
+    varlen = r.framework == XTUNER and seq > XTUNER_ALPACA_SAMPLE_BOUND
     job = Job(layout=f"tp=1,pp=1,cp={sp}", micro_batch_size=1, global_batch_size=gpus // sp, seq_len=seq,
-              precision="bf16", parallelism="fsdp", activation_checkpointing="auto", finetune="full")
+              precision="bf16", parallelism="fsdp", activation_checkpointing="auto", finetune="full",
+              packed=varlen, varlen_attention=varlen, mean_seq_len=XTUNER_ALPACA_SAMPLE_BOUND if varlen else None)
     profile = decoder_profile(arch, batch_size=1, seq_len=seq, precision="bf16")
     return Predictor(profile, job, model_flops_per_token=functools.partial(model_flops_per_token, arch),
                      arch=arch).predict(row_cluster(gpus))

@@ -30,6 +30,7 @@ from srift.simulate.finetune import LoraSpec, layout_lora
 from srift.simulate.memory import FITS, USABLE_FRACTION, allocated_parts
 from srift.simulate.prediction import BatchShare, Prediction, bottleneck
 from srift.simulate.spot import spot_expectation
+from srift.simulate.varlen import arch_for_job
 from srift.simulate.moe import BALANCED_ROUTING, REAL_ROUTING, expert_shard_of, expert_tp
 from srift.simulate.recompute import AUTO_LADDER
 from srift.stacks import ResolvedStack, job_stack, layout_parallelism, stack_note, stack_typical_error
@@ -129,7 +130,8 @@ class LayoutPredictor:
     def __init__(self, arch: DecoderArch, job: Job, seq_len: int) -> None:
         assert job.layout is not None and job.precision is not None
         refuse_ignored(job, layout_path=True)
-        self.arch, self.job, self.seq_len, self.precision = arch, job, seq_len, job.precision
+        # Packed samples attending within themselves (srift/simulate/varlen.py): the blocks' attention.
+        self.arch, self.job, self.seq_len, self.precision = arch_for_job(arch, job, seq_len), job, seq_len, job.precision
         self.settings = LayoutSettings.of(job)
         self.flops_per_token = model_flops_per_token(arch, seq_len)
         self._last: tuple[Cluster, tuple[LayoutPlan, LayoutPlan | None]] | None = None
@@ -297,6 +299,9 @@ def layout_prediction(arch: DecoderArch, cluster: Cluster, settings: LayoutSetti
                      f"({'force-balanced' if settings.routing_imbalance == BALANCED_ROUTING else 'estimated for trained routers'}"
                      "); MFU = tokens/s x (6 x active parameters + attention) / peak")
     notes.extend(f"not modelled: {what}" for what in arch.unmodelled)
+    if arch.sample_attention_len:  # srift/simulate/varlen.py
+        notes.append(f"attention within each packed sample (--varlen-attention): E[l^2]/E[l] = "
+                     f"{arch.sample_attention_len:,.0f} tokens of the {seq_len:,}-token pack")
     if arch.is_moe and expert_tp(lay.tp, lay.ep) > 1:
         notes.append(f"expert tensor parallelism {lay.tp} (megatron-core's expert_tensor_parallel_size default, TP, "
                      "without expert parallelism): each expert's weights and GEMMs split over the TP ranks, its routed "

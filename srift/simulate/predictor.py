@@ -46,6 +46,7 @@ from srift.simulate.offload import trick_notes
 from srift.simulate.plans import Candidate, ClusterView, Plans, plan_choices
 from srift.simulate.prediction import BatchShare, Prediction, bottleneck
 from srift.simulate.spot import spot_expectation
+from srift.simulate.varlen import arch_for_job
 from srift.simulate.workload import Workload, measured_sources, profile_flops_per_token
 from srift.stacks import job_stack, stack_note, stack_typical_error
 from srift.zoo.llm import DecoderArch
@@ -84,8 +85,8 @@ class Predictor:
         if job.layout is not None and (arch is None or more_profiles):
             raise SriftError("--layout is modelled for a decoder LLM of the zoo or a --model-config, not for a profile.",
                              "pass --model NAME (a decoder LLM) or --model-config config.json with --layout.")
-        self.arch = arch
         w = self.workload = Workload(profile, job, more_profiles, model_flops_per_token)
+        self.arch = arch_for_job(arch, job, w.seq_len) if arch is not None and w.seq_len else arch  # simulate/varlen.py
         self.job, self.base, self.precision, self.ref_batch = job, w.base, w.precision, w.ref_batch
         self.layout, self.bucket_sizes_bytes, self.units = w.layout, w.bucket_sizes_bytes, w.units
         self.seq_len, self.flops_per_token, self.compute_cv = w.seq_len, w.flops_per_token, w.compute_cv

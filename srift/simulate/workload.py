@@ -27,6 +27,7 @@ from srift.simulate.ddp import BucketLayout, bucket_layout, bucket_ready_s
 from srift.simulate.finetune import FrozenBase, finetune_memory_bytes, finetune_profile, frozen_in_profile
 from srift.simulate.kfac import kfac_memory_bytes
 from srift.simulate.sequences import sequences_of
+from srift.simulate.varlen import profile_with_sample_attention, sample_attention_len
 from srift.simulate.offload import OffloadTimes, MemoryTricks, cpu_step_s, exposed_copy_s, offloaded_activation_bytes
 from srift.simulate.memory import (
     activation_bytes, allocated_parts, compute_param_bytes, memory_breakdown_bytes, sharded_memory_bytes, with_allocator,
@@ -139,6 +140,8 @@ class Workload:
         self._profile = profile
         peak = self.sequences.peak_len if self.sequences is not None else job.seq_len
         self.base = rescaled(profile, seq_len=peak) if peak is not None else profile
+        if job.varlen_attention and self.sequences is not None:  # per-sample attention (srift/simulate/varlen.py)
+            self.base = profile_with_sample_attention(self.base, sample_attention_len(self.sequences))
         self._sources = {k: (rescaled(p, seq_len=job.seq_len) if job.seq_len is not None else p)
                          for k, p in measured_sources(profile, more_profiles).items()}
         # Fine-tuning (srift/simulate/finetune.py) transforms each profile after it is rescaled:
@@ -216,7 +219,14 @@ class Workload:
 
     def sequence_notes(self, batch: int) -> list[str]:
         """How the samples fill the sequences, for a prediction's notes."""
-        return [self.sequences.describe(batch)] if self.sequences is not None else []
+        if self.sequences is None:
+            return []
+        notes = [self.sequences.describe(batch)]
+        if self.job.varlen_attention:
+            lam, cap = sample_attention_len(self.sequences), self.sequences.cap
+            notes.append(f"attention within each packed sample (--varlen-attention): E[l^2]/E[l] = {lam:,.0f} of the "
+                         f"{cap:,}-token pack, {lam / cap:.0%} of the whole pack's attention")
+        return notes
 
     def compute(self, gpu: str, batch: int) -> _Compute:
         """Compute times of ``batch`` samples per GPU on ``gpu``."""

@@ -88,6 +88,9 @@ class DecoderArch:
             (0: none); they are the blocks ``i`` with ``i % sliding_every == 0`` (GPT-OSS: 128,
             every other block from the first).
         sliding_every: See ``sliding_window``.
+        sample_attention_len: Packed sequences whose samples attend only within themselves
+            (``--varlen-attention``, srift/simulate/varlen.py): the samples' ``E[l^2] / E[l]``
+            (0: attention over the whole sequence). A job setting, not the model's.
         glu_clamp: The experts' gated activation clamps its gate input above and its linear input
             to +-this (GPT-OSS's ``swiglu_limit``, 7.0); 0: no clamp.
         mtp_layers: Multi-token prediction layers the model's checkpoint has (DeepSeek-V3's
@@ -131,6 +134,7 @@ class DecoderArch:
     attention_sinks: bool = False
     sliding_window: int = 0
     sliding_every: int = 1
+    sample_attention_len: float = 0.0
     glu_clamp: float = 0.0
     mtp_layers: int = 0
     unmodelled: tuple[str, ...] = ()

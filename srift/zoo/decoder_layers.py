@@ -192,6 +192,9 @@ def _block(arch: DecoderArch, i: int, names: _Naming, sh: _Shape) -> list[LayerP
     # A causal window of w keys: s w - w^2 / 2 pairs (linear in s; the rescale keeps it linear,
     # off by the w^2 / 2 corner, w / 2s of it, when the length changes).
     attn_fwd = per_pair * (sh.seq * w - w * w / 2.0) if local else CAUSAL_FRACTION * per_pair * sh.seq * sh.seq
+    lam = arch.sample_attention_len  # samples packed, each attending within itself (srift/simulate/varlen.py):
+    if 0 < lam < sh.seq and not local:  # still the fused kernel's work (seq2), priced at this length only
+        attn_fwd = CAUSAL_FRACTION * per_pair * sh.seq * lam
     out.append(_leaf(at(names.core), "ScaledDotProductAttention", unit, arch.heads if arch.attention_sinks else 0,
                      in_bytes=core_in, out_bytes=t * vw * sh.e_mm,
                      fwd_flops=attn_fwd, bwd_flops=ATTENTION_BWD_OVER_FWD * attn_fwd, seq2=not local,

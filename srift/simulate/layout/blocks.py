@@ -281,9 +281,10 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
     split = split_arch(arch, tp)
     tokens = seq_len // cp
     prof = decoder_profile(split, batch_size=micro_batch, seq_len=tokens, precision=precision)
-    if cp > 1:
+    if cp > 1 and not arch.sample_attention_len:
         # Load-balanced ring attention: this rank does 1/c of the causal work over the whole
-        # sequence, c times what a sequence of seq/c tokens would.
+        # sequence, c times what a sequence of seq/c tokens would. Samples attending within
+        # themselves (srift/simulate/varlen.py): seq/c tokens' work is this rank's 1/c already.
         layers = [dataclasses.replace(l, fwd_flops=l.fwd_flops * cp, bwd_flops=l.bwd_flops * cp,
                                       fwd_flops_seq2=l.fwd_flops_seq2 * cp, bwd_flops_seq2=l.bwd_flops_seq2 * cp)
                   if layer_kind(l.type) == ATTENTION else l for l in prof.layers]
