@@ -74,11 +74,11 @@ from srift.zoo import llm_arch
 from srift.zoo.llm import DecoderArch, decoder_profile, model_flops_per_token
 
 FOLDER = Path("finetuning")
-FILES = ("litgpt-finetune-a10g.csv", "dgxc-benchmarking-h100-finetune.csv", "torchtune-readme-consumer.csv")
+FILES = ("litgpt-finetune-a10g.csv", "dgxc-benchmarking-h100-finetune.csv")
 MODELS = {"Llama-2-7B": "llama2-7b", "Llama-2-70B": "llama2-70b", "Llama-3-8B": "llama3-8b", "Llama-3.1-8B": "llama3-8b",
           "Llama-3-70B": "llama3-70b", "Llama-3.2-1B": "llama3.2-1b", "Llama-3.2-3B": "llama3.2-3b",
           "Mistral-7B-v0.1": "mistral-7b", "Mistral-7B-v0.2": "mistral-7b"}
-GPUS = {"A10G": "A10G", "H100-SXM5-80GB": "H100", "RTX 4090": "RTX-4090", "RTX A6000": "RTX-A6000"}
+GPUS = {"A10G": "A10G", "H100-SXM5-80GB": "H100"}
 MODES = {"sft_full_finetune": "full", "lora_finetune": "lora", "qlora_finetune": "qlora"}
 # LitGPT (srift/fitting/finetune.py's docstring): the output head is never tied, and a full
 # fine-tune of the config hub ran FSDP over a 4xA10G Studio (inferred from the rows' peaks and cost).
@@ -106,25 +106,12 @@ NEMO_LORA = {"Llama-3-8B": (8, "qkv"), "Llama-3-70B": (16, "qkv")}
 NEMO_SQUAD_SAMPLE_BOUND = 512 + 128
 COLUMNS = ["source", "framework", "label", "model", "tied_head", "gpu", "gpus", "finetune", "lora_rank", "lora_targets",
            "nf4_double_quant", "quantize_head", "seq_len", "micro_batch", "grad_accum", "parallelism", "checkpointing",
-           "layout", "vp", "global_batch", "sample_len", "optimizer", "optimizer_in_backward", "fused_loss", "packed",
-           "metric", "measured", "steady"]
+           "layout", "vp", "global_batch", "sample_len", "metric", "measured", "steady"]
 # Throughput metrics that time the steady state (NeMo's step time: the mean of the last 20 steps, the
 # rows' notes say) as against a whole run's mean (Hugging Face Trainer's ``train_samples_per_second``
 # divides the samples by ``train_runtime``, warm-up included, over 30 or 100 steps): only the
 # former are srift's figure (its iteration time is a steady-state one).
-# torchtune's README tokens/s is "measured over one full training epoch" of its packed Alpaca: thousands
-# of steps, the warm-up and compilation a small share of them, so a steady state too.
-STEADY_METRICS = ("step_time_s", "tokens_per_s_per_gpu")
-# torchtune 0.6.1's single-device Llama 3.1 8B recipes as the README's table ran them (its note:
-# batch 2, no accumulation, packed to 2,048 tokens, torch.compile on; the rest from
-# recipes/configs/llama3_1/8B_{full,lora,qlora}_single_device.yaml): full with bitsandbytes'
-# PagedAdamW8bit stepped in backward (``optimizer_in_bwd: True``), LoRA/QLoRA with AdamW; every one
-# checkpoints each block and runs ``CEWithChunkedOutputLoss`` (no fp32 copy of the whole logits:
-# ``fused_loss``). LoRA adapts q, v, o and the MLP (not k: srift's ``all-linear`` adds k's rank-8
-# adapter, 4096 x 8 + 8 x 1024 weights a block); torchao's NF4 quantizes its scales again (double
-# quantization) and leaves the head in bf16. torch.compile's speed is not modelled.
-TORCHTUNE_OPTIMIZER = {"sft_full_finetune": ("paged-adamw8bit", True), "lora_finetune": ("adamw", False),
-                       "qlora_finetune": ("adamw", False)}
+STEADY_METRICS = ("step_time_s",)
 
 
 def _gpu(name: str) -> str | None:
@@ -154,8 +141,7 @@ def _reason(r: dict[str, str]) -> str:
 
 
 def _label(r: dict[str, str], gpus: int) -> str:
-    gpu = r["gpu"].split(" (")[0].replace(" ", "-")  # "A10G (24 GB)" -> A10G, "RTX 4090" -> RTX-4090
-    return f"{r['model']} {r['training_type'].split('_')[0]} {gpus}x{gpu}"
+    return f"{r['model']} {r['training_type'].split('_')[0]} {gpus}x{r['gpu'].split(' ')[0]}"
 
 
 def _job_columns(r: dict[str, str]) -> dict:
@@ -163,7 +149,6 @@ def _job_columns(r: dict[str, str]) -> dict:
     framework = r["framework"].split(" (")[0].split(",")[0].split(" +")[0]  # LitGPT, NeMo 24.12 container, HF transformers Trainer
     litgpt = framework.startswith("LitGPT")
     nemo = framework.startswith("NeMo")
-    torchtune = framework.startswith("torchtune")
     gpus, micro, seq = int(r["gpus_total"]), int(r["micro_batch"]), int(r["seq_len"])
     if litgpt and r["training_type"] == "sft_full_finetune":
         gpus = LITGPT_FULL_DEVICES
@@ -194,10 +179,7 @@ def _job_columns(r: dict[str, str]) -> dict:
             "nf4_double_quant": not (litgpt and "quantize=bnb.nf4;" in r["notes"]), "quantize_head": litgpt, "seq_len": seq,
             "micro_batch": micro, "grad_accum": accum, "parallelism": parallelism, "checkpointing": checkpointing,
             "layout": layout, "vp": vp, "global_batch": int(r["global_batch"]),
-            "sample_len": NEMO_SQUAD_SAMPLE_BOUND if nemo else 0,
-            "optimizer": TORCHTUNE_OPTIMIZER[r["training_type"]][0] if torchtune else None,
-            "optimizer_in_backward": torchtune and TORCHTUNE_OPTIMIZER[r["training_type"]][1],
-            "fused_loss": torchtune, "packed": torchtune}
+            "sample_len": NEMO_SQUAD_SAMPLE_BOUND if nemo else 0}
 
 
 def load_rows(data: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -218,9 +200,7 @@ def load_rows(data: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                 continue
             row = _job_columns(r)
             value, seq, gpus = float(r["value"]), row["seq_len"], row["gpus"]
-            if r["metric"] == "peak_memory_gib":
-                value = value * 2**30 / 1e9  # compared in GB (srift's allocated bytes / 1e9)
-            elif r["metric"] == "step_time_s":
+            if r["metric"] == "step_time_s":
                 value = int(r["global_batch"]) * seq / value / gpus
             elif r["metric"] == "samples_per_s_total":
                 value = value * seq / gpus
@@ -277,21 +257,17 @@ def _profile(model: str, tied_head: bool | None, seq_len: int, micro_batch: int)
 def predict_row(r) -> Prediction:  # r: a namedtuple or Series of COLUMNS
     """srift's prediction of one kept row (a NeMo row through the layout model: ``layout`` set)."""
     adapters = r.finetune in (LORA, QLORA)  # the adapter settings of a row that trains adapters (Job refuses them otherwise)
-    common: dict = dict(seq_len=int(r.seq_len), precision="bf16", parallelism=r.parallelism,
+    common = dict(seq_len=int(r.seq_len), precision="bf16", parallelism=r.parallelism,
                   activation_checkpointing=r.checkpointing, finetune=r.finetune,
                   lora_rank=int(r.lora_rank) if adapters else DEFAULT_LORA_RANK,
                   lora_targets=r.lora_targets if adapters else LORA_ALL_LINEAR, nf4_double_quant=bool(r.nf4_double_quant),
-                  quantize_head=bool(r.quantize_head) and r.finetune == QLORA,
-                  optimizer_in_backward=bool(r.optimizer_in_backward), fused_loss=bool(r.fused_loss),
-                  packed=bool(r.packed) or int(r.sample_len) > 0)
-    if isinstance(r.optimizer, str):
-        common["optimizer"] = r.optimizer
+                  quantize_head=bool(r.quantize_head) and r.finetune == QLORA)
     if isinstance(r.layout, str):
         vp = int(r.vp)
         samples = int(r.sample_len)  # packed, each sample attending within itself (NEMO_SQUAD_SAMPLE_BOUND)
         job = Job(layout=r.layout, micro_batch_size=int(r.micro_batch), global_batch_size=int(r.global_batch),
                   virtual_stages=vp, pipeline_schedule="interleaved" if vp > 1 else None,
-                  varlen_attention=samples > 0, mean_seq_len=samples or None, **common)
+                  packed=samples > 0, varlen_attention=samples > 0, mean_seq_len=samples or None, **common)
     else:
         job = Job(batch_size=int(r.micro_batch), grad_accum=int(r.grad_accum), **common)
     tied = None if r.tied_head is None or pd.isna(r.tied_head) else bool(r.tied_head)
