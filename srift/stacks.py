@@ -19,7 +19,8 @@ What the simulators do with a stack (docs/stacks.md):
   GPU's memory rate);
 - the data-parallel simulator (srift/simulate/workload.py) prices ``grad_reduce_overlap`` and
   ``grad_bucket_mb`` of plain DDP (the bucket cap, and one reduction after backward when the stack
-  does not overlap it);
+  does not overlap it), and ``fused_kernels`` ``transformers-eager`` (Transformers' element-wise
+  chains added to an analytic decoder profile, srift/simulate/eager.py);
 - every other behaviour is named in the prediction's notes as not modelled.
 """
 
@@ -58,6 +59,7 @@ class FusedKernels(enum.Enum):
     TRANSFORMER_ENGINE = "transformer-engine"
     APEX = "apex"
     PYTORCH = "pytorch"
+    TRANSFORMERS_EAGER = "transformers-eager"  # Transformers' modelling code: norms, RoPE, sums as separate kernels
 
 
 class Recompute(enum.Enum):
@@ -167,7 +169,7 @@ _KINDS: Final[dict[str, Any]] = {
 }
 # The behaviours each simulator prices (module docstring); the rest are named as not modelled.
 LAYOUT_PRICED: Final = ("grad_reduce_overlap", "tp_comm_overlap", "layout_data_parallel", "grad_accumulation")
-DATA_PARALLEL_PRICED: Final = ("grad_reduce_overlap", "grad_bucket_mb")
+DATA_PARALLEL_PRICED: Final = ("grad_reduce_overlap", "grad_bucket_mb", "fused_kernels")
 STACKS_FILE = "stacks.yaml"
 
 
@@ -272,6 +274,13 @@ def job_stack(job: Job) -> ResolvedStack:
     return resolve(job.stack, job.layout is not None, job.parallelism)
 
 
+def eager_kernels(job: Job) -> bool:
+    """Whether ``job``'s stack runs Transformers' eager modelling code (``fused_kernels:
+    transformers-eager``): the data-parallel simulator adds its element-wise chains to an analytic
+    decoder profile (srift/simulate/eager.py)."""
+    return job_stack(job).spec.fused_kernels.value == FusedKernels.TRANSFORMERS_EAGER
+
+
 def layout_parallelism(job: Job) -> str:
     """A layout job's data parallelism: the job's, or under ``auto`` the stack's
     ``layout_data_parallel`` (zero1 for the default, Megatron-Core)."""
@@ -309,7 +318,7 @@ def stack_note(stack: ResolvedStack, layout: bool, parallelism: str = DDP) -> st
     spec = stack.spec
     priced: tuple[str, ...] = LAYOUT_PRICED if layout else (DATA_PARALLEL_PRICED if parallelism in (DDP,) else ())
     if not layout and parallelism in (ZERO2, FSDP, HSDP):
-        priced = ()
+        priced = ("fused_kernels",)  # sharded: no DDP buckets; the eager-kernel transform still applies
     b = spec.behaviours()
     head = f"stack {spec.name}" + (" (the default: --stack NAME names yours; srift profile detects it)" if stack.defaulted
                                    else "")
