@@ -260,3 +260,16 @@ def test_deepspeeds_fp32_copy_of_each_micro_batchs_gradients_is_a_memory_pass_pe
     expected = 8 * (8_030_261_248 / 2) * 18.0 / kernel_rates("H100", "bf16").memory_bytes_per_s
     assert copied.breakdown[BACKWARD] - fused.breakdown[BACKWARD] == pytest.approx(expected, rel=2e-3)
     assert copied.iteration_s - fused.iteration_s == pytest.approx(expected, rel=2e-3)
+
+
+def test_the_fp32_copy_is_deepspeeds_bf16_optimizer_so_an_fp16_job_has_none() -> None:
+    # fp16 (amp) runs DeepSpeed's FP16_Optimizer, which accumulates in the fp16 .grad
+    # (deepspeed 0.6.5 deepspeed/runtime/fp16/fused_optimizer.py): no pass of its own.
+    arch = llm_arch("llama3-8b")
+    cluster = Cluster("1 x p5", (NodeGroup(count=1, gpus_per_node=8, gpu="H100", intra_node="nvswitch4",
+                                           network_gbps=3200.0, network="infiniband"),))
+    lay = Layout(2, 1, 1, 4, micro_batch=1, grad_accum=8)
+    plain = plan_layout(arch, cluster, lay, 4096, PlanSettings(precision="amp", tp_overlap=False, grad_overlap=False))
+    fp16 = plan_layout(arch, cluster, lay, 4096, PlanSettings(precision="amp", tp_overlap=False, grad_overlap=False,
+                                                              grad_accum_bytes=18.0))
+    assert fp16.iteration_s == plain.iteration_s
