@@ -4,8 +4,8 @@ which of them srift prices.
 A stack is a row of behaviours (gradient-reduce overlap and bucketing, tensor-parallel
 communication overlap, sequence parallelism, attention kernel, fused kernels, default recompute,
 optimizer step, master weights, reduce dtype, activation offloading, CUDA graphs, torch.compile,
-the data parallelism a layout runs under), each with the package file and version (or document)
-it was read from. ``load_stacks`` checks the whole file up front: a bad file is a ``SriftError``
+the data parallelism a layout runs under, gradient accumulation), each with the package file and
+version (or document) it was read from. ``load_stacks`` checks the whole file up front: a bad file is a ``SriftError``
 naming the stack and behaviour (exit 2), never a traceback halfway through a prediction.
 
 What the simulators do with a stack (docs/stacks.md):
@@ -13,11 +13,14 @@ What the simulators do with a stack (docs/stacks.md):
 - the layout simulator (srift/simulate/layout_prediction.py) prices ``grad_reduce_overlap`` (the
   data-parallel reduction hidden under the last micro-batch's backward, or waited for after it),
   ``tp_comm_overlap`` (userbuffers or async TP: the collectives beside the GEMMs; none: NCCL's,
-  waited for) and ``layout_data_parallel`` (Megatron's distributed optimizer with Megatron-Core's
-  kernels, or FSDP2 with PyTorch's);
+  waited for), ``layout_data_parallel`` (Megatron's distributed optimizer with Megatron-Core's
+  kernels, or FSDP2 with PyTorch's) and ``grad_accumulation`` (``fp32-copy``: DeepSpeed's
+  per-micro-batch cast-and-add of the gradients into fp32, ``FP32_COPY_BYTES_PER_PARAM`` at the
+  GPU's memory rate);
 - the data-parallel simulator (srift/simulate/workload.py) prices ``grad_reduce_overlap`` and
   ``grad_bucket_mb`` of plain DDP (the bucket cap, and one reduction after backward when the stack
-  does not overlap it);
+  does not overlap it), and ``fused_kernels`` ``transformers-eager`` (Transformers' element-wise
+  chains added to an analytic decoder profile, srift/simulate/eager.py);
 - every other behaviour is named in the prediction's notes as not modelled.
 """
 
@@ -56,6 +59,7 @@ class FusedKernels(enum.Enum):
     TRANSFORMER_ENGINE = "transformer-engine"
     APEX = "apex"
     PYTORCH = "pytorch"
+    TRANSFORMERS_EAGER = "transformers-eager"  # Transformers' modelling code: norms, RoPE, sums as separate kernels
 
 
 class Recompute(enum.Enum):
@@ -81,6 +85,24 @@ class ReduceDtype(enum.Enum):
     FP32 = "fp32"
     BF16 = "bf16"
     FP16 = "fp16"
+
+
+class GradAccumulation(enum.Enum):
+    """How a stack sums the weight gradients of a step's micro-batches."""
+
+    FUSED = "fused"  # the weight-gradient GEMM adds into fp32 main grads (Megatron's gradient_accumulation_fusion)
+    AUTOGRAD = "autograd"  # torch's AccumulateGrad adds into ``.grad``
+    FP32_COPY = "fp32-copy"  # DeepSpeed's BF16_Optimizer: each micro-batch's bf16 grads cast and added to fp32 copies
+
+
+# DeepSpeed's BF16_Optimizer after every micro-batch's backward (deepspeed 0.6.5, the release of
+# the BLOOM-176B run's bf16 branch, deepspeed/runtime/bf16_optimizer.py ``update_hp_grads``:
+# ``hp_grad.data.add_(lp.grad.data.to(hp_grad.dtype))``; the pipeline engine calls it after each
+# micro-batch, deepspeed/runtime/pipe/engine.py ``_exec_backward_pass``): the cast reads the bf16
+# gradient (2 bytes) and writes an fp32 copy (4); the add reads the fp32 gradient and the copy (8)
+# and writes the gradient (4). Bytes per trainable parameter per micro-batch, two kernels outside
+# the GEMMs (``clear_lp_grads`` sets the bf16 gradients to None: nothing more).
+FP32_COPY_BYTES_PER_PARAM: Final = 2.0 + 4.0 + 8.0 + 4.0
 
 
 class LayoutDataParallel(enum.Enum):
@@ -118,6 +140,14 @@ class StackSpec:
     cuda_graphs: Behaviour[bool]
     torch_compile: Behaviour[bool]
     layout_data_parallel: Behaviour[LayoutDataParallel]
+    grad_accumulation: Behaviour[GradAccumulation]
+
+    @property
+    def grad_accum_bytes(self) -> float:
+        """The layout simulator's ``grad_accum_bytes``: bytes per trainable parameter each
+        micro-batch's backward moves outside the GEMMs to sum the gradients (0: in the GEMM, or as
+        the compute model prices a backward)."""
+        return FP32_COPY_BYTES_PER_PARAM if self.grad_accumulation.value == GradAccumulation.FP32_COPY else 0.0
 
     @property
     def tp_overlap(self) -> bool:
@@ -135,11 +165,11 @@ _KINDS: Final[dict[str, Any]] = {
     "sequence_parallel": bool, "attention_kernel": AttentionKernel, "fused_kernels": FusedKernels,
     "default_recompute": Recompute, "optimizer_step": OptimizerStep, "master_weights": MasterWeights,
     "reduce_dtype": ReduceDtype, "activation_offloading": bool, "cuda_graphs": bool, "torch_compile": bool,
-    "layout_data_parallel": LayoutDataParallel,
+    "layout_data_parallel": LayoutDataParallel, "grad_accumulation": GradAccumulation,
 }
 # The behaviours each simulator prices (module docstring); the rest are named as not modelled.
-LAYOUT_PRICED: Final = ("grad_reduce_overlap", "tp_comm_overlap", "layout_data_parallel")
-DATA_PARALLEL_PRICED: Final = ("grad_reduce_overlap", "grad_bucket_mb")
+LAYOUT_PRICED: Final = ("grad_reduce_overlap", "tp_comm_overlap", "layout_data_parallel", "grad_accumulation")
+DATA_PARALLEL_PRICED: Final = ("grad_reduce_overlap", "grad_bucket_mb", "fused_kernels")
 STACKS_FILE = "stacks.yaml"
 
 
@@ -244,6 +274,13 @@ def job_stack(job: Job) -> ResolvedStack:
     return resolve(job.stack, job.layout is not None, job.parallelism)
 
 
+def eager_kernels(job: Job) -> bool:
+    """Whether ``job``'s stack runs Transformers' eager modelling code (``fused_kernels:
+    transformers-eager``): the data-parallel simulator adds its element-wise chains to an analytic
+    decoder profile (srift/simulate/eager.py)."""
+    return job_stack(job).spec.fused_kernels.value == FusedKernels.TRANSFORMERS_EAGER
+
+
 def layout_parallelism(job: Job) -> str:
     """A layout job's data parallelism: the job's, or under ``auto`` the stack's
     ``layout_data_parallel`` (zero1 for the default, Megatron-Core)."""
@@ -281,7 +318,7 @@ def stack_note(stack: ResolvedStack, layout: bool, parallelism: str = DDP) -> st
     spec = stack.spec
     priced: tuple[str, ...] = LAYOUT_PRICED if layout else (DATA_PARALLEL_PRICED if parallelism in (DDP,) else ())
     if not layout and parallelism in (ZERO2, FSDP, HSDP):
-        priced = ()
+        priced = ("fused_kernels",)  # sharded: no DDP buckets; the eager-kernel transform still applies
     b = spec.behaviours()
     head = f"stack {spec.name}" + (" (the default: --stack NAME names yours; srift profile detects it)" if stack.defaulted
                                    else "")

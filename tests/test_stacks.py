@@ -232,3 +232,44 @@ def test_csc_runs_of_deepspeed_and_lightning_are_priced_under_their_stack() -> N
     job = validation.row_job(ds)
     assert job.stack == "deepspeed" and ddp_bucket_cap_mb(job) == MAX_BUCKET_CAP_MB
     assert "stack" not in datasets.load_csc(configs_dir().parent / "data")  # the DDP rows: plain PyTorch, as before
+
+
+def test_deepspeeds_fp32_copy_of_each_micro_batchs_gradients_is_a_memory_pass_per_micro_batch() -> None:
+    # DeepSpeed's BF16_Optimizer (Megatron-DeepSpeed, the BLOOM-176B run) casts each micro-batch's
+    # bf16 gradients to fp32 and adds them to its fp32 copies: 2 + 4 bytes for the cast, 8 + 4 for
+    # the add, per trainable parameter (deepspeed 0.6.5 bf16_optimizer.py update_hp_grads). Hand
+    # check: Llama 3 8B (8,030,261,248 weights) at TP 2 holds half of them per GPU; 8
+    # micro-batches; at the compute model's memory rate of the H100.
+    from srift.perf.compute import kernel_rates
+    from srift.simulate.breakdown import BACKWARD
+    from srift.simulate.layout_prediction import LayoutSettings
+    from srift.stacks import FP32_COPY_BYTES_PER_PARAM, GradAccumulation
+
+    stacks = load_stacks()
+    assert stacks["megatron-deepspeed"].grad_accumulation.value == GradAccumulation.FP32_COPY
+    assert FP32_COPY_BYTES_PER_PARAM == 18.0 and stacks["megatron-deepspeed"].grad_accum_bytes == 18.0
+    assert all(s.grad_accum_bytes == 0.0 for n, s in stacks.items() if n != "megatron-deepspeed")
+    job = Job(layout="tp=2,pp=1,cp=1", micro_batch_size=1, global_batch_size=64, stack="megatron-deepspeed")
+    assert LayoutSettings.of(job).grad_accum_bytes == 18.0
+    arch = llm_arch("llama3-8b")
+    cluster = Cluster("2 x p5", (NodeGroup(count=2, gpus_per_node=8, gpu="H100", intra_node="nvswitch4",
+                                           network_gbps=3200.0, network="infiniband"),))
+    lay = Layout(2, 1, 1, 8, micro_batch=1, grad_accum=8)
+    fused = plan_layout(arch, cluster, lay, 4096, PlanSettings(tp_overlap=False, grad_overlap=False))
+    copied = plan_layout(arch, cluster, lay, 4096, PlanSettings(tp_overlap=False, grad_overlap=False, grad_accum_bytes=18.0))
+    expected = 8 * (8_030_261_248 / 2) * 18.0 / kernel_rates("H100", "bf16").memory_bytes_per_s
+    assert copied.breakdown[BACKWARD] - fused.breakdown[BACKWARD] == pytest.approx(expected, rel=2e-3)
+    assert copied.iteration_s - fused.iteration_s == pytest.approx(expected, rel=2e-3)
+
+
+def test_the_fp32_copy_is_deepspeeds_bf16_optimizer_so_an_fp16_job_has_none() -> None:
+    # fp16 (amp) runs DeepSpeed's FP16_Optimizer, which accumulates in the fp16 .grad
+    # (deepspeed 0.6.5 deepspeed/runtime/fp16/fused_optimizer.py): no pass of its own.
+    arch = llm_arch("llama3-8b")
+    cluster = Cluster("1 x p5", (NodeGroup(count=1, gpus_per_node=8, gpu="H100", intra_node="nvswitch4",
+                                           network_gbps=3200.0, network="infiniband"),))
+    lay = Layout(2, 1, 1, 4, micro_batch=1, grad_accum=8)
+    plain = plan_layout(arch, cluster, lay, 4096, PlanSettings(precision="amp", tp_overlap=False, grad_overlap=False))
+    fp16 = plan_layout(arch, cluster, lay, 4096, PlanSettings(precision="amp", tp_overlap=False, grad_overlap=False,
+                                                              grad_accum_bytes=18.0))
+    assert fp16.iteration_s == plain.iteration_s

@@ -39,6 +39,9 @@ How a row becomes a job (the source's setting where it states one, srift's defau
   stated" -> ``auto`` (the least recompute that fits);
 - GPUs: A10G in one PCIe node (1 or 4); H100 SXM in DGX H100 nodes (8 GPUs, NVSwitch, 8 x 400 Gb/s
   InfiniBand);
+- stack: a data-parallel row's (configs/source_stacks.yaml): ``hf-trainer`` for Hugging Face
+  PEFT (Transformers' eager element-wise chains, srift/simulate/eager.py), ``lightning`` for
+  LitGPT; NeMo rows through the layout model as its pre-training rows are;
 - QLoRA: LitGPT's ``quantize=bnb.nf4`` is Lightning's ``BitsandbytesPrecision("nf4")``: no double
   quantization, every ``nn.Linear`` quantized, the head too (``nf4_double_quant`` False,
   ``quantize_head`` True); other rows srift's defaults.
@@ -58,12 +61,14 @@ import dataclasses
 import functools
 import re
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
 
 from srift.cluster import INFINIBAND, Cluster, Network, NodeGroup
-from srift.job import DEFAULT_LORA_RANK, LORA, LORA_ALL_LINEAR, QLORA, Job
+from srift.fitting.stack_tags import stack_of
+from srift.job import DEFAULT_LORA_RANK, LORA, LORA_ALL_LINEAR, QLORA, Job, Stack
 from srift.profile import Profile
 from srift.simulate import Predictor
 from srift.simulate.finetune import LoraSpec, allocated_bytes
@@ -269,7 +274,10 @@ def predict_row(r) -> Prediction:  # r: a namedtuple or Series of COLUMNS
                   virtual_stages=vp, pipeline_schedule="interleaved" if vp > 1 else None,
                   packed=samples > 0, varlen_attention=samples > 0, mean_seq_len=samples or None, **common)
     else:
-        job = Job(batch_size=int(r.micro_batch), grad_accum=int(r.grad_accum), **common)
+        # The row's stack (configs/source_stacks.yaml: Hugging Face's Trainer, LitGPT's Lightning);
+        # a NeMo row's layout is priced as the layout group prices its source's pre-training rows.
+        job = Job(batch_size=int(r.micro_batch), grad_accum=int(r.grad_accum),
+                  stack=cast(Stack, stack_of(str(r.source), str(r.framework))), **common)
     tied = None if r.tied_head is None or pd.isna(r.tied_head) else bool(r.tied_head)
     arch = _arch(r.model, tied)
     flops = functools.partial(model_flops_per_token, arch)

@@ -290,11 +290,12 @@ def row_tp_overlap(r) -> bool:
 @functools.lru_cache(maxsize=4096)
 def _predict(arch: DecoderArch, gpu: str, gpus: int, per_node: int, layout: Layout, seq_len: int, checkpointing: str,
              factor: float | None, fp8: Fp8Recipe | None = None, tp_overlap: bool = True, dp_flavour: str = "zero1",
-             op_sac: bool = False, grad_overlap: bool = True) -> tuple[float, bool, float]:
+             op_sac: bool = False, grad_overlap: bool = True,
+             grad_accum_bytes: float = 0.0) -> tuple[float, bool, float]:
     plan = plan_layout(arch, dgx_cluster(gpu, gpus, per_node), layout, seq_len,
                        PlanSettings(precision="bf16", checkpointing=checkpointing, dp_flavour=dp_flavour,
                                     compute_factor=factor, fp8=fp8, tp_overlap=tp_overlap, op_sac=op_sac,
-                                    grad_overlap=grad_overlap))
+                                    grad_overlap=grad_overlap, grad_accum_bytes=grad_accum_bytes))
     return plan.iteration_s, plan.fits, plan.memory_per_gpu_bytes / 2**30
 
 
@@ -318,7 +319,8 @@ def _predict_full(r, factor: float | None) -> tuple[float, bool, float]:
                                                    else factor)
     return _predict(r.arch, r.gpu, int(r.gpus_total), int(r.gpus_per_node), row_layout(r), int(r.seq_len),
                     row_checkpointing(r), f, _given(r, "fp8"), row_tp_overlap(r), flavour,
-                    bool(_given(r, "op_sac") or False), row_stack(r).grad_reduce_overlap.value)
+                    bool(_given(r, "op_sac") or False), row_stack(r).grad_reduce_overlap.value,
+                    row_stack(r).grad_accum_bytes)
 
 
 def fit_factor(rows: pd.DataFrame) -> float:
@@ -449,10 +451,12 @@ def search_claims(rows: pd.DataFrame) -> list[float]:
         measured = min(plan_layout(arch, cluster, row_layout(x), int(x.seq_len),
                                    PlanSettings(precision="bf16", checkpointing=row_checkpointing(x),
                                                 tp_overlap=row_tp_overlap(x),
-                                                grad_overlap=row_stack(x).grad_reduce_overlap.value)).iteration_s
+                                                grad_overlap=row_stack(x).grad_reduce_overlap.value,
+                                                grad_accum_bytes=row_stack(x).grad_accum_bytes)).iteration_s
                        for x in grp.itertuples())
         found = search_layouts(arch, cluster, int(r.seq_len), int(r.global_batch), tp_overlap=row_tp_overlap(r),
-                               grad_overlap=row_stack(r).grad_reduce_overlap.value)
+                               grad_overlap=row_stack(r).grad_reduce_overlap.value,
+                               grad_accum_bytes=row_stack(r).grad_accum_bytes)
         if found.best is not None:
             out.append(found.best.iteration_s / measured - 1.0)
     return out

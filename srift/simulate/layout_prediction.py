@@ -91,6 +91,11 @@ class LayoutSettings:
         """The stack overlaps the data-parallel gradient reduction with backward."""
         return True if self.stack is None else self.stack.spec.grad_reduce_overlap.value
 
+    @property
+    def grad_accum_bytes(self) -> float:
+        """The stack's per-micro-batch gradient-summing pass, bytes per trainable parameter."""
+        return 0.0 if self.stack is None else self.stack.spec.grad_accum_bytes
+
     @classmethod
     def of(cls, job: Job) -> "LayoutSettings":
         """The settings of a job with a ``layout`` (see srift.job.Job)."""
@@ -205,7 +210,7 @@ def plan_for(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_
                                imbalance=settings.routing_imbalance, lora=settings.lora, reduce_dtype=settings.reduce_dtype,
                                fp8=settings.fp8, dispatcher=settings.dispatcher, ep_overlap=settings.ep_overlap,
                                mtp_layers=settings.mtp_layers, tp_overlap=settings.tp_overlap,
-                               grad_overlap=settings.grad_overlap)
+                               grad_overlap=settings.grad_overlap, grad_accum_bytes=settings.grad_accum_bytes)
         if found.best is not None:
             return found.best, None
         if found.smallest is None:  # nothing divides, or nothing the stack runs (srift/simulate/layout_rules.py)
@@ -227,7 +232,8 @@ def plan_for(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_
                                               lora=settings.lora, reduce_dtype=settings.reduce_dtype, fp8=settings.fp8,
                                               dispatcher=settings.dispatcher, ep_overlap=settings.ep_overlap,
                                               mtp_layers=settings.mtp_layers, tp_overlap=settings.tp_overlap,
-                                              grad_overlap=settings.grad_overlap),
+                                              grad_overlap=settings.grad_overlap,
+                                              grad_accum_bytes=settings.grad_accum_bytes),
                                  comm=comm))
         if plans[-1].memory_state == FITS:
             return plans[-1], None
@@ -236,7 +242,8 @@ def plan_for(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_
                            ("none", "full"), comm, imbalance=settings.routing_imbalance, lora=settings.lora,
                            reduce_dtype=settings.reduce_dtype, fp8=settings.fp8, dispatcher=settings.dispatcher,
                            ep_overlap=settings.ep_overlap, mtp_layers=settings.mtp_layers,
-                           tp_overlap=settings.tp_overlap, grad_overlap=settings.grad_overlap)
+                           tp_overlap=settings.tp_overlap, grad_overlap=settings.grad_overlap,
+                           grad_accum_bytes=settings.grad_accum_bytes)
     # The layout offered instead fits for sure.
     return plan, found.best if found.best is not None and found.best.memory_state == FITS else None
 
@@ -388,7 +395,7 @@ def _plan_settings(plan: LayoutPlan, settings: LayoutSettings, precision: str, q
                         recompute_modules=plan.recompute_modules or DEFAULT_RECOMPUTE_MODULES, lora=settings.lora,
                         reduce_dtype=settings.reduce_dtype, fp8=settings.fp8, dispatcher=settings.dispatcher,
                         ep_overlap=settings.ep_overlap, mtp_layers=settings.mtp_layers, tp_overlap=settings.tp_overlap,
-                        grad_overlap=settings.grad_overlap)
+                        grad_overlap=settings.grad_overlap, grad_accum_bytes=settings.grad_accum_bytes)
 
 
 def check_options(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from srift.stacks import ddp_bucket_cap_mb
+from srift.stacks import ddp_bucket_cap_mb, eager_kernels
 from srift.cache import BoundedCache, ObjectMemo
 from srift.errors import SriftError
 from srift.hardware import CPU, find_gpu
@@ -24,6 +24,7 @@ from srift.perf.comm import CommModel
 from srift.perf.compute import KINDS, LayerTimes, layer_arrays, layer_times, load_params as load_compute_params, measured_gpu
 from srift.profile import Profile
 from srift.simulate.ddp import BucketLayout, bucket_layout, bucket_ready_s
+from srift.simulate.eager import eager_profile
 from srift.simulate.finetune import FrozenBase, finetune_memory_bytes, finetune_profile, frozen_in_profile
 from srift.simulate.kfac import kfac_memory_bytes
 from srift.simulate.sequences import sequences_of
@@ -131,6 +132,8 @@ class Workload:
     def __init__(self, profile: Profile, job: Job, more_profiles: Sequence[Profile] = (),
                  model_flops_per_token: Callable[[int], float] | None = None) -> None:
         self.job = job
+        if eager_kernels(job):  # the stack runs Transformers' own element-wise code (srift/simulate/eager.py)
+            profile = eager_profile(profile)
         # Samples shorter than the sequence length (srift/simulate/sequences.py): memory at the
         # longest micro-batch the data makes, each step's compute at its own length (``compute``).
         self.sequences = sequences_of(job.seq_len or profile.seq_len, job.mean_seq_len, job.lengths_file, job.packed)

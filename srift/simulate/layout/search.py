@@ -147,7 +147,8 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
                    compute_factor: float | None = None, tp_overlap: bool | None = None,
                    imbalance: float = BALANCED_ROUTING, lora: LoraSpec | None = None,
                    reduce_dtype: str = "fp32", fp8: Fp8Recipe | None = None, dispatcher: MoeDispatcher = "alltoall",
-                   ep_overlap: bool = False, mtp_layers: int = 0, grad_overlap: bool = True) -> LayoutSearch:
+                   ep_overlap: bool = False, mtp_layers: int = 0, grad_overlap: bool = True,
+                   grad_accum_bytes: float = 0.0) -> LayoutSearch:
     """The fastest layout of ``arch`` on ``cluster`` that fits (``request`` fixes any degree).
 
     Every candidate gets a lower bound on its time (the slowest stage's compute, recomputation
@@ -155,7 +156,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     checkpointing policy in turn: the least recompute that fits) and those that fit are
     simulated, until the bound passes the best time found. When none fits, the one with the least
     memory comes back as ``smallest``. ``fp8``, ``dispatcher``, ``ep_overlap``, ``mtp_layers``: as
-    ``plan_layout``'s; ``grad_overlap``: ``PlanSettings``'s.
+    ``plan_layout``'s; ``grad_overlap``, ``grad_accum_bytes``: ``PlanSettings``'s.
     """
     comm = comm or CommModel.for_cluster(cluster)
     g = comm.topology.gpus_per_node
@@ -240,7 +241,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
                 continue
             settings = PlanSettings(precision=precision, checkpointing=chosen, dp_flavour=dp_flavour, dispatcher=dispatcher,
                                     ep_overlap=ep_overlap, reduce_dtype=reduce_dtype, mtp_layers=mtp_layers,
-                                    grad_overlap=grad_overlap)
+                                    grad_overlap=grad_overlap, grad_accum_bytes=grad_accum_bytes)
             iteration_s = _step(arch, lay, seq_len, settings, comm, gpu, parts, tp_overlap)[0].total_s
             simulated += 1
             if fastest is None or iteration_s < fastest[0]:

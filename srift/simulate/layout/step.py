@@ -12,7 +12,7 @@ from srift.cluster import Cluster
 from srift.errors import SriftError
 from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
-from srift.job import (DEFAULT_RECOMPUTE_MODULES, FULL_CHECKPOINTING, HALF_PRECISIONS, INTERLEAVED, SELECTIVE, ZERO1,
+from srift.job import (BF16, DEFAULT_RECOMPUTE_MODULES, FULL_CHECKPOINTING, HALF_PRECISIONS, INTERLEAVED, SELECTIVE, ZERO1,
                        Fp8Recipe, MoeDispatcher, RecomputeModule)
 from srift.perf.compute import kernel_rates, load_params as load_compute_params
 from srift.simulate.breakdown import (BACKWARD, BUBBLE, COMM_INTERFERENCE, EXPOSED_CP, EXPOSED_DP, EXPOSED_EP,
@@ -58,6 +58,7 @@ class PlanSettings:
     mtp_layers: int = 0
     stage_blocks: tuple[int, ...] | None = None
     grad_overlap: bool = True  # the stack overlaps the DP reduction with backward (srift/stacks.py)
+    grad_accum_bytes: float = 0.0  # per trainable parameter and micro-batch, summing gradients outside the GEMMs (srift/stacks.py)
 
 
 def plan_layout(arch: DecoderArch, cluster: Cluster, layout: Layout, seq_len: int,
@@ -220,9 +221,14 @@ def _step(arch: DecoderArch, layout: Layout, seq_len: int, settings: PlanSetting
     blk_f = parts.block_f_s + tp_f + cp_f + ep_f
     blk_b = parts.block_b_s + tp_b_exposed + cp_b + ep_b + recompute + rerun_tp + rerun_ep
     stage_f, stage_b = [], []
+    accum_rate = kernel_rates(gpu, precision).memory_bytes_per_s
     for i, n in enumerate(layers):
         f = n * blk_f + (parts.first_f_s + tp_end if i == 0 else 0.0) + (heads * (parts.last_f_s + tp_end) if i == p - 1 else 0.0)
         b = n * blk_b + (parts.first_b_s + tp_end if i == 0 else 0.0) + (heads * (parts.last_b_s + tp_end) if i == p - 1 else 0.0)
+        # A stack that sums each micro-batch's gradients in a pass of its own: DeepSpeed's
+        # BF16_Optimizer under bf16 (fp16 runs its FP16_Optimizer, which accumulates in .grad).
+        if precision == BF16:
+            b += st.grad_accum_bytes * (parts.trainable(n, i == 0, i == p - 1) + n * parts.trainable_expert_params) / accum_rate
         stage_f.append(f)
         stage_b.append(b)
     slow = max(range(p), key=lambda i: stage_f[i] + stage_b[i])
