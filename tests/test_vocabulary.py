@@ -42,6 +42,15 @@ def vocabularies(files: list[tuple[str, ast.Module]]) -> dict[str, set[str]]:
                 for w in words:
                     if isinstance(w, ast.Constant) and isinstance(w.value, str):
                         out[w.value].add(rel)
+    # A module that re-exports a vocabulary module whole (srift/job.py: ``from srift.job_vocabulary
+    # import *``) is that vocabulary's home too.
+    for rel, tree in files:
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.module and [a.name for a in node.names] == ["*"]:
+                source = node.module.replace(".", "/") + ".py"
+                for homes in out.values():
+                    if source in homes:
+                        homes.add(rel)
     return out
 
 

@@ -53,199 +53,25 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
 from typing import Any, Callable
 
 import numpy as np
 
-from srift.bounds import MAX_NETWORK_GBPS, MIN_NETWORK_GBPS, key_text, require
 from srift.cache import CACHE_ENTRIES, BoundedCache
-from srift.cluster import Calibration, Cluster, CommCurve, Network, NodeGroup
+from srift.cluster import Cluster, Network, NodeGroup
 from srift.errors import SriftError
 from srift.files import configs_dir, read_json
 from srift.hardware import CPU, gpu as gpu_spec, link as link_spec
 from srift.perf.quantiles import Z90
 
-PARAMS_SCHEMA = "srift.perf.comm/v1"
-# What each fitted link parameter may be (beyond these the efficiency curve underflows or the
-# latency dwarfs any real collective).
-_CLASS_BOUNDS = {"alpha_s": (0.0, 1.0), "eff_max": (1e-3, 10.0), "s_half_bytes": (0.0, 1e12), "shape": (0.01, 4.0),
-                 "p90_ratio": (1.0, 100.0)}
-_NETWORK_BOUNDS = {"alpha_s": (0.0, 1.0), "efficiency": (1e-3, 1.0), "t_half_s": (0.0, 10.0), "shape": (0.01, 4.0),
-                   "p90_ratio": (1.0, 100.0)}
-ALGORITHMS = ("ring", "hierarchical")
-SOCKETS = "ethernet"  # the cluster-file network class NCCL runs over TCP sockets
-
-
-@dataclass(frozen=True)
-class LinkClass:
-    """Fitted behaviour of one kind of intra-node link.
-
-    Attributes:
-        alpha_s: Latency per algorithm step (seconds).
-        eff_max: Large-message fraction of the nominal bandwidth reached (bus bandwidth).
-        s_half_bytes: Message size where the efficiency is half of ``eff_max`` (shape 1).
-        shape: Steepness of the efficiency-vs-size curve.
-        p90_ratio: p90 / p50 of the communication time (run-to-run variation).
-    """
-
-    alpha_s: float
-    eff_max: float
-    s_half_bytes: float
-    shape: float
-    p90_ratio: float
-
-    def efficiency(self, size_bytes: np.ndarray) -> np.ndarray:
-        s = np.maximum(size_bytes, 1.0)
-        return self.eff_max / (1.0 + (self.s_half_bytes / s) ** self.shape)
-
-
-@dataclass(frozen=True)
-class NetworkClass:
-    """How NCCL moves data between nodes over one transport (see the module docstring).
-
-    Attributes:
-        alpha_s: Latency of one inter-node step of a collective (seconds).
-        efficiency: Share of the link's nominal rate large messages reach (framing and protocol);
-            for sockets the TCP share at the generic 1500-byte MTU (the platform's MTU is used).
-        t_half_s: Start-up time: a message of ``rate x t_half_s`` bytes gets half the rate.
-        shape: Steepness of the efficiency-vs-size curve.
-        p90_ratio: p90 / p50 of the communication time (run-to-run and tenant variation).
-        algorithm: ``ring`` or ``hierarchical``.
-        per_thread_gbps: Sockets only: what one NCCL socket helper thread moves, Gbit/s (None: no
-            CPU limit, RDMA).
-    """
-
-    alpha_s: float
-    efficiency: float
-    t_half_s: float
-    shape: float
-    p90_ratio: float
-    algorithm: str = "ring"
-    per_thread_gbps: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.algorithm not in ALGORITHMS:
-            raise SriftError(f"unknown collective algorithm '{self.algorithm}' in the communication parameters.",
-                             f"use one of {', '.join(ALGORITHMS)}; re-run scripts/fit_models.py.")
-        if not (0.0 < self.efficiency <= 1.0 and self.t_half_s >= 0.0 and self.shape > 0 and self.alpha_s >= 0
-                and self.p90_ratio >= 1.0 and (self.per_thread_gbps is None or self.per_thread_gbps > 0)):
-            raise SriftError("a network class of the communication parameters is out of range.", "re-run scripts/fit_models.py.")
-
-    def efficiency_at(self, size_bytes: np.ndarray, rate_bytes_per_s: float) -> np.ndarray:
-        """Share of ``rate_bytes_per_s`` messages of ``size_bytes`` reach (the start-up curve)."""
-        s = np.maximum(size_bytes, 1.0)
-        return 1.0 / (1.0 + (rate_bytes_per_s * self.t_half_s / s) ** self.shape)
-
-
-# TCP/IPv4 with timestamps carries MTU - 52 bytes of payload per frame; Ethernet adds 38 bytes on
-# the wire around each IP packet (preamble + start delimiter 8, header 14, FCS 4, inter-frame gap 12).
-TCP_IP_HEADER_BYTES = 52
-ETHERNET_FRAMING_BYTES = 38
-
-
-def tcp_goodput_share(mtu_bytes: int) -> float:
-    """Share of an Ethernet link's line rate TCP payload gets at this MTU (1500 -> 0.941, 9001 -> 0.990)."""
-    return (mtu_bytes - TCP_IP_HEADER_BYTES) / (mtu_bytes + ETHERNET_FRAMING_BYTES)
-
-
-@dataclass(frozen=True)
-class SocketDefaults:
-    """NCCL's socket-transport defaults on one platform (NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD)
-    and the MTU TCP runs at there."""
-
-    threads: int
-    sockets_per_thread: int
-    mtu_bytes: int = 1500
-
-
-@dataclass(frozen=True)
-class CommParams:
-    """Per-class link and network parameters (configs/perf/comm.json).
-
-    Attributes:
-        classes: Fitted behaviour per intra-node link class.
-        meta: Provenance, carried but unused by the model.
-        overlap_interference: Seconds added to a GPU iteration per second of all-reduce that runs
-            behind backward: NCCL kernels share the SMs and memory bandwidth with the backward
-            kernels, so hiding communication is not free. Fitted to measured DDP scaling
-            (scripts/fit_models.py); 0 is the ideal-overlap model.
-        networks: Behaviour per network transport class (``ethernet``, ``efa``, ``infiniband``, ``roce``).
-        socket_defaults: NCCL's socket defaults by platform (``generic``, ``aws``, ``gcp``).
-    """
-
-    classes: dict[str, LinkClass]
-    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
-    overlap_interference: float = 0.0
-    networks: dict[str, NetworkClass] = field(default_factory=dict)
-    socket_defaults: dict[str, SocketDefaults] = field(default_factory=lambda: {"generic": SocketDefaults(1, 1)})
-
-    def get(self, name: str) -> LinkClass:
-        if name not in self.classes:
-            raise SriftError(f"the communication model has no parameters for '{name}'.", "re-run scripts/fit_models.py.")
-        return self.classes[name]
-
-    def network(self, name: str) -> NetworkClass:
-        if name not in self.networks:
-            raise SriftError(f"the communication model has no parameters for the '{name}' network.", "re-run scripts/fit_models.py.")
-        return self.networks[name]
-
-    def sockets_on(self, cloud: str | None) -> tuple[SocketDefaults, str]:
-        """NCCL's socket defaults where the nodes run, and which platform's they are."""
-        key = cloud if cloud in self.socket_defaults else "generic"
-        return self.socket_defaults[key], key
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"schema": PARAMS_SCHEMA, "classes": {k: vars(v) for k, v in self.classes.items()},
-                "networks": {k: vars(v) for k, v in self.networks.items()},
-                "nccl_socket_defaults": {k: vars(v) for k, v in self.socket_defaults.items()},
-                "overlap_interference": self.overlap_interference, **self.meta}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], source: str = "comm params") -> "CommParams":
-        """Read a ``srift.perf.comm/v1`` document, every parameter within _CLASS_BOUNDS, _NETWORK_BOUNDS.
-
-        Raises:
-            SriftError: for another document, a missing class field, or a value out of its range.
-        """
-        hint = "re-run scripts/fit_models.py, or reinstall srift-planner."
-        if not isinstance(d, dict) or d.get("schema") != PARAMS_SCHEMA:
-            raise SriftError(f"{source} is not a '{PARAMS_SCHEMA}' file.", hint)
-
-        def mapping(value: Any, where: str) -> dict[str, Any]:
-            if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, dict) for k, v in value.items()):
-                raise SriftError(f"{source}: '{where}' must map names to mappings of parameters.", hint)
-            return value
-
-        def numbers(v: dict[str, Any], where: str, bounds: dict[str, tuple[float, float]]) -> dict[str, float]:
-            return {f: float(require(v.get(f), f"{source}: {where}.{f}", lo, hi, hint=hint)) for f, (lo, hi) in bounds.items()}
-
-        raw = d.get("classes")
-        if not raw:
-            raise SriftError(f"{source} has no 'classes' of link parameters.", hint)
-        classes = {k: LinkClass(**numbers(v, f"classes.{k}", _CLASS_BOUNDS)) for k, v in mapping(raw, "classes").items()}
-        networks = {}
-        for k, v in mapping(d.get("networks", {}), "networks").items():
-            per_thread = v.get("per_thread_gbps")
-            if per_thread is not None:
-                require(per_thread, f"{source}: networks.{k}.per_thread_gbps", MIN_NETWORK_GBPS, MAX_NETWORK_GBPS, hint=hint)
-            networks[k] = NetworkClass(**numbers(v, f"networks.{k}", _NETWORK_BOUNDS), algorithm=str(v.get("algorithm", "ring")),
-                                       per_thread_gbps=None if per_thread is None else float(per_thread))
-        sockets = {}
-        for k, v in mapping(d.get("nccl_socket_defaults", {"generic": {"threads": 1, "sockets_per_thread": 1}}),
-                            "nccl_socket_defaults").items():
-            where = f"{source}: nccl_socket_defaults.{k}"
-            sockets[k] = SocketDefaults(require(v.get("threads"), f"{where}.threads", 1, 16, integer=True, hint=hint),
-                                        require(v.get("sockets_per_thread"), f"{where}.sockets_per_thread", 1, 64, integer=True,
-                                                hint=hint),
-                                        require(v.get("mtu_bytes", 1500), f"{where}.mtu_bytes", 576, 65536, integer=True, hint=hint))
-        if "generic" not in sockets:
-            raise SriftError(f"{source}: nccl_socket_defaults has no 'generic' entry.", hint)
-        interference = float(require(d.get("overlap_interference", 0.0), f"{source}: overlap_interference", 0.0, 10.0, hint=hint))
-        known = ("schema", "classes", "networks", "nccl_socket_defaults", "overlap_interference")
-        return cls(classes, {k2: v for k2, v in d.items() if k2 not in known}, interference, networks, sockets)
+# The fitted parameters (srift/perf/comm_params.py), the links' and network's rates and the
+# Topology (srift/perf/comm_network.py) and a measured curve (srift/perf/comm_calibration.py) live
+# in their own modules; every public name of theirs is re-exported here.
+from srift.perf.comm_calibration import _Calibration
+from srift.perf.comm_network import *
+from srift.perf.comm_params import *
 
 
 def params_path() -> Path:
@@ -260,20 +86,6 @@ def load_params(path: str | None = None) -> CommParams:
     return CommParams.from_dict(data, str(p))
 
 
-def link_class(intra_node: str) -> str:
-    """Parameter class of an intra-node link name (``pcie4`` -> ``pcie``). NVSwitch generations with
-    in-switch reduction (NVLink 4 and 5: ``nvswitch4``, ``nvswitch5``) form the ``nvswitch4`` class; a
-    generation cut to fewer links (A800's ``nvswitch-400``, H800's ``nvswitch4-400``) is its own
-    generation's class at its lower bandwidth."""
-    intra_node = intra_node.removesuffix("-400")
-    if intra_node in ("nvswitch4", "nvswitch5"):
-        return "nvswitch4"
-    if intra_node.startswith("pcie"):
-        return "pcie"
-    if intra_node == "nvlink-bridge":
-        return "nvlink"
-    return intra_node
-
 
 def _quantile_factor(p90_ratio: float, quantile: float) -> float:
     """Multiplier of the p50 time for a quantile (log-normal spread with the class's p90/p50)."""
@@ -283,101 +95,6 @@ def _quantile_factor(p90_ratio: float, quantile: float) -> float:
         raise SriftError(f"quantile must be between 0 and 1, got {quantile}.", "use e.g. 0.5 or 0.9.")
     return float(math.exp(math.log(p90_ratio) * NormalDist().inv_cdf(quantile) / Z90))
 
-
-@dataclass(frozen=True)
-class NetRate:
-    """The large-message rate one node's network transport reaches, and what set it.
-
-    Attributes:
-        bytes_per_s: The rate (bytes/s).
-        limit: What set it: ``link``, ``threads`` or ``flows``.
-        basis: One sentence on how it was obtained (assumptions included).
-        socket_threads: NCCL socket helper threads per connection (0 for RDMA).
-    """
-
-    bytes_per_s: float
-    limit: str
-    basis: str
-    socket_threads: int = 0
-
-
-def net_rate(group: NodeGroup, net: NetworkClass, params: CommParams) -> NetRate:
-    """The rate a node group's transport reaches for large messages (see the module docstring).
-
-    Sockets: ``min(link x TCP share at the platform's MTU, threads x per_thread_gbps, threads x
-    sockets x single-flow limit)``, with the group's NCCL settings or NCCL's defaults on its
-    platform. RDMA: ``link x efficiency``.
-    """
-    link_gbps = group.network_gbps
-    burst = (f" (the baseline: it bursts to {group.network_burst_gbps:g} Gb/s for minutes only)"
-             if group.network_burst_gbps and group.network_burst_gbps > link_gbps else "")
-    if group.network != SOCKETS:
-        wire = link_gbps * net.efficiency
-        gen = f" (generation {group.efa_generation})" if group.efa_generation else ""
-        return NetRate(wire * 1e9 / 8.0, "link", f"{group.network}{gen} {link_gbps:g} Gb/s{burst} at {net.efficiency:.0%}: "
-                                                    f"{wire:.3g} Gb/s per node")
-    defaults, platform = params.sockets_on(group.cloud)
-    share = tcp_goodput_share(defaults.mtu_bytes)
-    wire = link_gbps * share
-    if group.tcp_plugin:
-        # GPUDirect-TCPX/O drive their own flows from the GPU NICs: no socket-thread or per-flow
-        # limit of NCCL's transport applies (and no measurement says what does): the link's TCP share.
-        return NetRate(wire * 1e9 / 8.0, "link", f"NCCL over {group.tcp_plugin} (its own TCP flows, no socket-thread limit; "
-                                                    f"not measured): {link_gbps:g} Gb/s{burst} x {share:.3f} (TCP at a "
-                                                    f"{defaults.mtu_bytes}-byte MTU) = {wire:.3g} Gb/s per node")
-    threads = group.nccl_socket_threads or defaults.threads
-    socks = group.nccl_nsocks_perthread or defaults.sockets_per_thread
-    said = "set" if group.nccl_socket_threads or group.nccl_nsocks_perthread else (
-        f"NCCL's {'AWS' if platform == 'aws' else 'Google Cloud gVNIC' if platform == 'gcp' else 'default'} setting")
-    candidates = {"link": wire}
-    if net.per_thread_gbps is not None:
-        candidates["threads"] = threads * net.per_thread_gbps
-    flow_text = ""
-    if group.single_flow_gbps is not None:
-        candidates["flows"] = threads * socks * group.single_flow_gbps
-        where = {True: "inside a cluster placement group", False: "outside a cluster placement group",
-                 None: "no cluster placement group assumed"}[group.placement_group]
-        flow_text = f", {threads * socks} flows x {group.single_flow_gbps:g} Gb/s ({where})"
-    limit = min(candidates, key=lambda k: candidates[k])
-    gbps = candidates[limit]
-    thread_text = f", {threads} x {net.per_thread_gbps:.3g} Gb/s per thread" if net.per_thread_gbps is not None else ""
-    basis = (f"NCCL over TCP sockets, {threads} thread(s) x {socks} socket(s) ({said}): min({link_gbps:g} Gb/s{burst} "
-             f"x {share:.3f} (TCP at a {defaults.mtu_bytes}-byte MTU){thread_text}{flow_text}) = {gbps:.3g} Gb/s per node, "
-             f"set by the {limit}")
-    return NetRate(gbps * 1e9 / 8.0, limit, basis, threads)
-
-
-@dataclass(frozen=True)
-class Topology:
-    """What the collective time depends on (the cache key of a CommModel).
-
-    Attributes:
-        workers: Ranks.
-        nodes: NVLink domains: nodes, or multi-node domains (``topology``).
-        gpus_per_node: Ranks per NVLink domain (the largest group's): a node's GPUs, or the
-            ``NodeGroup.domain_gpus`` of a domain that spans nodes.
-        link_gbytes_per_s: Nominal intra-node bandwidth of the slowest link (GB/s).
-        link_class: Its parameter class.
-        net_gbytes_per_s: Nominal network bandwidth of the slowest group's domain (GB/s).
-        net_class: The network class (the slowest transport of any group).
-        net_rate_bytes_per_s: The large-message rate the network transport reaches per node
-            (the slowest group's), 0 on one node.
-        net_basis: How that rate was obtained.
-        net_limit: What set it (``link``, ``threads``, ``flows``).
-        socket_threads: NCCL socket helper threads per connection (0 for RDMA or one node).
-    """
-
-    workers: int
-    nodes: int
-    gpus_per_node: int
-    link_gbytes_per_s: float
-    link_class: str
-    net_gbytes_per_s: float
-    net_class: str
-    net_rate_bytes_per_s: float = 0.0
-    net_basis: str = ""
-    net_limit: str = ""
-    socket_threads: int = 0
 
 
 def _link_gbytes_per_s(group: NodeGroup) -> float:
@@ -729,60 +446,3 @@ _MODEL_CACHE: BoundedCache[Topology, CommModel] = BoundedCache()
 # Sub-topologies of a cluster (HSDP's shard and replica groups), by topology (the parameters
 # are checked by identity: they are loaded once).
 _DERIVED_CACHE: dict[Topology, CommModel] = {}
-
-
-@dataclass(frozen=True)
-class _Calibration:
-    """A measured all-reduce curve, interpolated log-log."""
-
-    log_sizes: np.ndarray
-    log_p50: np.ndarray
-    log_p90: np.ndarray
-    scale: float
-
-    @classmethod
-    def of(cls, calib: Calibration | None, name: str, workers: int) -> "_Calibration | None":
-        """The measured curve of collective ``name`` (``broadcast``, ``all_gather``,
-        ``reduce_scatter``), or None when the calibration has none."""
-        curve = getattr(calib, name) if calib is not None else None
-        if calib is None or curve is None:
-            return None
-        # A ring all-gather or reduce-scatter moves (n-1)/n of the bytes over each link, so a curve
-        # measured on other worker counts scales like the all-reduce's; a pipelined broadcast moves
-        # each byte once whatever the count.
-        return cls.of_curve(curve, None if name == "broadcast" else calib.world_size, workers)
-
-    @classmethod
-    def of_curve(cls, curve: CommCurve, world_size: int | None, workers: int) -> "_Calibration":
-        """A curve measured on ``world_size`` workers (None: ``workers``), for ``workers``."""
-        sizes = np.asarray(curve.sizes_bytes, dtype=float)
-        p50 = np.asarray(curve.times_s, dtype=float)
-        p90 = np.asarray(curve.p90_times_s or curve.times_s, dtype=float)
-        if sizes.shape != p50.shape or p90.shape != p50.shape or sizes.size < 2 or np.any(sizes <= 0) or np.any(p50 <= 0):
-            raise SriftError("comm_calibration sizes and times must be positive lists of equal length (2 or more).",
-                             "re-run `srift calibrate comm` to write a valid cluster file.")
-        order = np.argsort(sizes)
-        # Measured on ``world_size`` workers; the bandwidth term scales with 2(n-1)/n for another n.
-        w = int(world_size or workers)
-        scale = 1.0
-        if w > 1 and workers > 1 and w != workers:
-            scale = ((workers - 1) / workers) / ((w - 1) / w)
-        return cls(np.log(sizes[order]), np.log(p50[order]), np.log(np.maximum(p90[order], p50[order])), scale)
-
-    def time_s(self, s: np.ndarray, quantile: float) -> np.ndarray:
-        x = np.log(np.maximum(s, 1.0))
-        hi = self.log_sizes[-1]
-        p50 = np.interp(x, self.log_sizes, self.log_p50)
-        p90 = np.interp(x, self.log_sizes, self.log_p90)
-        # Above the largest measured size, time grows linearly with size (bandwidth-bound);
-        # below the smallest, the latency floor holds.
-        over = np.maximum(x - hi, 0.0)
-        p50 = p50 + over
-        p90 = p90 + over
-        if quantile == 0.5:
-            log_t = p50
-        else:
-            if not 0.0 < quantile < 1.0:
-                raise SriftError(f"quantile must be between 0 and 1, got {quantile}.", "use e.g. 0.5 or 0.9.")
-            log_t = p50 + (p90 - p50) * NormalDist().inv_cdf(quantile) / Z90
-        return np.exp(log_t) * self.scale

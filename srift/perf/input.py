@@ -37,7 +37,7 @@ from srift.errors import SriftError
 from srift.files import configs_dir, read_json
 from srift.job import DATA_LOADING, IMAGES, SYNTHETIC
 
-DATA_LOADING_KINDS = DATA_LOADING  # the vocabulary lives in srift/job.py
+DATA_LOADING_KINDS = DATA_LOADING  # the vocabulary lives in srift/job_vocabulary.py
 SCHEMA = "srift.perf.input/v1"
 
 
