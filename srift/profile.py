@@ -40,6 +40,9 @@ class LayerProfile:
         name: Qualified module name (``layer1.0.conv1``).
         type: Module class name (``Conv2d``, ``Linear``, ``LayerNorm``...).
         params: Trainable parameter count.
+        param_tensors: Trainable parameter tensors the layer holds (a Conv2d without bias: 1; a
+            Linear with one: 2), what ``torch.optim`` loops or batches over; None in profiles
+            written before srift recorded it (srift/perf/compute.py ``layer_arrays`` then assumes 2).
         grad_bytes: Bytes of the gradients this layer produces (what DDP all-reduces).
         fwd_flops: Forward FLOPs per iteration (FlopCounterMode's count: 2 per multiply-add).
         bwd_flops: Backward FLOPs per iteration.
@@ -84,6 +87,7 @@ class LayerProfile:
     name: str
     type: str
     params: int = 0
+    param_tensors: int | None = None
     grad_bytes: int = 0
     fwd_flops: float = 0.0
     bwd_flops: float = 0.0
@@ -719,7 +723,7 @@ class Profile:
 
 # Upper bound of each numeric layer field (srift/bounds.py); integers are those of _INT_FIELDS.
 _LAYER_BOUNDS: dict[str, float] = {
-    "params": MAX_LAYER_PARAMS, "grad_bytes": MAX_LAYER_BYTES, "grad_ready_order": MAX_LAYERS,
+    "params": MAX_LAYER_PARAMS, "param_tensors": MAX_LAYER_PARAMS, "grad_bytes": MAX_LAYER_BYTES, "grad_ready_order": MAX_LAYERS,
     "kfac_a_dim": MAX_KFAC_DIM, "kfac_g_dim": MAX_KFAC_DIM, "kfac_spatial": MAX_KFAC_SPATIAL,
     "fwd_flops": MAX_LAYER_FLOPS, "bwd_flops": MAX_LAYER_FLOPS, "fwd_flops_seq2": MAX_LAYER_FLOPS,
     "bwd_flops_seq2": MAX_LAYER_FLOPS, "fwd_bytes": MAX_LAYER_BYTES, "bwd_bytes": MAX_LAYER_BYTES,
@@ -727,9 +731,9 @@ _LAYER_BOUNDS: dict[str, float] = {
     "saved_bytes": MAX_LAYER_BYTES, "saved_bytes_seq2": MAX_LAYER_BYTES,
     "saved_half_bytes": MAX_LAYER_BYTES, "saved_half_bytes_seq2": MAX_LAYER_BYTES,
 }
-_INT_FIELDS = {"params", "grad_bytes", "grad_ready_order", "kfac_a_dim", "kfac_g_dim", "kfac_spatial"}
+_INT_FIELDS = {"params", "param_tensors", "grad_bytes", "grad_ready_order", "kfac_a_dim", "kfac_g_dim", "kfac_spatial"}
 KFAC_TIME_FIELDS = ("kfac_factor_a_s", "kfac_factor_g_s", "kfac_inverse_a_s", "kfac_inverse_g_s", "kfac_precondition_s")
-_OPTIONAL = {"fwd_s", "fwd_s_std", "bwd_s", "bwd_s_std", "grad_ready_order", "kfac_a_dim", "kfac_g_dim", "kfac_spatial",
+_OPTIONAL = {"param_tensors", "fwd_s", "fwd_s_std", "bwd_s", "bwd_s_std", "grad_ready_order", "kfac_a_dim", "kfac_g_dim", "kfac_spatial",
              "unit", "saved_bytes", "saved_half_bytes", *KFAC_TIME_FIELDS}
 # A part that grows with seq_len squared is part of its total: rescaling relies on total >= part.
 _SEQ2_OF = {"fwd_flops_seq2": "fwd_flops", "bwd_flops_seq2": "bwd_flops", "activation_bytes_seq2": "activation_bytes",

@@ -127,3 +127,31 @@ def test_load_missing_and_broken_files(tmp_path):
     bad.write_text("schema: [unclosed\n")
     with pytest.raises(SriftError, match="not valid YAML"):
         Profile.load(bad)
+
+
+def test_parameter_tensors_are_recorded_kept_and_counted(tmp_path):
+    """A layer's ``param_tensors`` (what torch.optim updates) round-trips; a profile written before
+    srift recorded it counts a weight and a bias per trainable layer; a measured profile's leaves
+    count their own tensors (a bias-free Linear 1, a LayerNorm 2, a ReLU 0)."""
+    import types
+
+    from torch import nn
+
+    from srift.perf.optimizer_step import param_tensor_count
+    from srift.profiling.assemble import leaf_layers
+
+    p = _profile()
+    p.layers[0].param_tensors, p.layers[2].param_tensors = 1, 2
+    q = Profile.load(p.save(tmp_path / "p.yaml"))
+    assert [x.param_tensors for x in q.layers] == [1, None, 2]
+    assert param_tensor_count(q.layers) == 3
+    assert param_tensor_count(_profile().layers) == 4  # old profile: conv and fc, 2 each
+    doc = p.to_dict()
+    doc["layers"][0]["param_tensors"] = 1.5
+    with pytest.raises(SriftError, match="param_tensors"):
+        Profile.from_dict(doc, "p.yaml")
+    model = nn.Sequential(nn.Linear(8, 4, bias=False), nn.LayerNorm(4), nn.ReLU())
+    timer = types.SimpleNamespace(leaves=list((n, m) for n, m in model.named_modules() if not list(m.children())))
+    layers = leaf_layers(timer)  # type: ignore[arg-type]
+    assert [x.param_tensors for x in layers] == [1, 2, 0]
+    assert param_tensor_count(layers) == 3 == len(list(model.parameters()))

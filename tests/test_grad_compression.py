@@ -186,3 +186,24 @@ def test_recommend_suggests_a_hook_that_wins_beyond_the_band():
     # A job that sets a hook already gets no tip.
     assert compression_tip(lambda j: Predictor(prof, j), Job(batch_size=16, precision="amp", grad_compression="fp16"),
                            _thin(), pred) is None
+
+
+def test_bf16_compression_end_to_end_in_the_table_json_and_hand_offs(tmp_path, capsys):
+    """`srift predict ... --grad-compression bf16` on a GPU with bf16 units (g5: A10G): the table
+    names the hook, the JSON carries it, and both hand-offs (SkyPilot task, torchrun lines) give
+    the two lines of torch 2.13.0's ``default_hooks.bf16_compress_hook`` to register it."""
+    base = ["predict", "--model", "resnet50", "--instance", "g5.12xlarge:3", "--precision", "amp"]
+    assert main([*base, "--grad-compression", "bf16"]) == 0
+    assert "DDP, bf16 gradient compression (DDP communication hook)" in capsys.readouterr().out
+    assert main([*base, "--format", "json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main([*base, "--grad-compression", "bf16", "--format", "json"]) == 0
+    half = json.loads(capsys.readouterr().out)
+    assert plain["grad_compression"] is None and half["grad_compression"] == "bf16"
+    register = "model.register_comm_hook(None, default_hooks.bf16_compress_hook)"
+    assert main([*base, "--grad-compression", "bf16", "--torchrun"]) == 0
+    assert register in capsys.readouterr().out
+    task = tmp_path / "task.yaml"
+    assert main([*base, "--grad-compression", "bf16", "--skypilot", str(task)]) == 0
+    capsys.readouterr()
+    assert register in task.read_text() and "import default_hooks" in task.read_text()

@@ -92,19 +92,24 @@ def test_optimizer_step_by_hand():
 
 
 def test_resnet50_optimizer_step_per_tensor_and_foreach():
-    """ResNet-50's 214 parameter tensors (as srift counts them): 214 dispatches under PyTorch 1.x's
-    loop, ceil(214 / 48) = 5 under foreach; the shipped fit's cost per dispatch times the
-    difference (209) is what 2.x saves."""
+    """ResNet-50's 161 parameter tensors: 161 dispatches under PyTorch 1.x's loop, ceil(161 / 48) = 4
+    under foreach; the shipped fit's cost per dispatch times the difference (157) is what 2.x saves.
+    The shipped profile (what predict and recommend load without torch) counts the same."""
+    from srift.zoo import load_builtin_profile
     from srift.zoo.models import structural_profile
+    from srift.zoo.vision import resnet50
 
     base = structural_profile("resnet50", batch_size=32)
     n = C.layer_arrays(base).n_param_tensors
-    assert n == 2 * 107  # 53 convolutions, 53 batch norms and the fc, two tensors each (C.layer_arrays)
+    # torchvision's resnet50 has len(list(model.parameters())) == 161: 53 bias-free convolutions (a
+    # weight), 53 batch norms (weight, bias) and the fc (weight, bias); the zoo's module is the same.
+    assert n == 53 + 2 * 53 + 2 == 161 == len(list(resnet50().parameters()))
+    assert C.layer_arrays(load_builtin_profile("resnet50", 32)).n_param_tensors == 161
     old = dataclasses.replace(base, framework={**base.framework, "torch": "1.11.0+cu115"})
     new = dataclasses.replace(base, framework={**base.framework, "torch": "2.0.0+cu117"})
     params = C.load_params()
     saved = C.optimizer_time_s(old, "A100-40GB", "fp32", params) - C.optimizer_time_s(new, "A100-40GB", "fp32", params)
-    assert saved == pytest.approx(209 * params.optimizer_s_per_tensor)
+    assert saved == pytest.approx((161 - 4) * params.optimizer_s_per_tensor)  # 161 dispatches, then ceil(161 / 48)
 
 
 def _measured_on(gpu: str) -> Profile:

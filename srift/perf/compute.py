@@ -65,7 +65,7 @@ from srift.errors import SriftError
 from srift.files import configs_dir, read_json
 from srift.job import FP32, FP32_STRICT, HALF_PRECISIONS, require_precision
 from srift.hardware import CPU, GpuSpec, find_gpu, gpu as gpu_spec
-from srift.perf.optimizer_step import step_dispatches, step_kind
+from srift.perf.optimizer_step import param_tensor_count, step_dispatches, step_kind
 from srift.profile import Profile
 
 PARAMS_SCHEMA = "srift.perf.compute/v1"
@@ -373,8 +373,7 @@ def layer_arrays(profile: Profile) -> LayerArrays:
         bwd_bytes=np.array([l.bwd_bytes for l in layers], dtype=float) + ATTENTION_SCORE_PASSES_BWD * scores,
         fwd_meas=np.array([np.nan if l.fwd_s is None else l.fwd_s for l in layers], dtype=float) if measured else None,
         bwd_meas=np.array([np.nan if l.bwd_s is None else l.bwd_s for l in layers], dtype=float) if measured else None,
-        # A layer with parameters holds a weight and usually a bias: two tensors for the optimizer.
-        n_param_tensors=2 * sum(1 for l in layers if l.params > 0),
+        n_param_tensors=param_tensor_count(layers),
         params=profile.params,
         fused_attention=(kind_idx == _KIND_INDEX["attention"]) & (scores == 0)
         & (np.array([l.fwd_flops_seq2 for l in layers], dtype=float) > 0),

@@ -24,6 +24,9 @@ from __future__ import annotations
 import enum
 import math
 import re
+from collections.abc import Iterable
+
+from srift.profile import LayerProfile
 
 
 class OptimizerStep(str, enum.Enum):
@@ -58,3 +61,10 @@ def step_dispatches(kind: OptimizerStep, n_tensors: int) -> int:
     if kind is OptimizerStep.PER_TENSOR:
         return n_tensors
     return math.ceil(n_tensors / FOREACH_TENSORS_PER_LAUNCH)
+
+
+def param_tensor_count(layers: Iterable[LayerProfile]) -> int:
+    """Parameter tensors the optimizer updates: each trainable layer's ``param_tensors`` (ResNet-50:
+    53 bias-free convolutions, 53 batch norms and the fc, 161 as ``len(list(model.parameters()))``);
+    a layer of a profile that did not record it counts a weight and a bias (2)."""
+    return sum((2 if l.param_tensors is None else l.param_tensors) for l in layers if l.params > 0)

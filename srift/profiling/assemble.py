@@ -547,7 +547,7 @@ def leaf_layers(timer: LayerTimer) -> list[LayerProfile]:
         ps = [p for p in mod.parameters(recurse=False) if p.requires_grad]
         frozen = [p for p in mod.parameters(recurse=False) if not p.requires_grad]
         layers.append(LayerProfile(name=name, type=type(mod).__name__, params=sum(p.numel() for p in ps),
-                                   grad_bytes=sum(p.numel() * p.element_size() for p in ps),
+                                   param_tensors=len(ps), grad_bytes=sum(p.numel() * p.element_size() for p in ps),
                                    frozen_bytes=float(sum(p.numel() * p.element_size() for p in frozen))))
     return layers
 

@@ -374,7 +374,7 @@ def analyze_layers(model: nn.Module, step_fn: Callable[[], Any]) -> list[LayerPr
         seq2 = bool(getattr(m, "srift_seq2", False))
         a, g, sp = rec.kfac.get(m, (None, None, None))
         return LayerProfile(
-            name=names[m] or root, type=type(m).__name__, params=n_params, grad_bytes=_param_bytes(ps),
+            name=names[m] or root, type=type(m).__name__, params=n_params, param_tensors=len(ps), grad_bytes=_param_bytes(ps),
             fwd_flops=f_fwd, bwd_flops=max(f_bwd, 0.0), fwd_bytes=fwd_bytes, bwd_bytes=2.0 * fwd_bytes,
             activation_bytes=s["out"] + s["extra"],
             fwd_flops_seq2=f_fwd if seq2 else 0.0, bwd_flops_seq2=max(f_bwd, 0.0) if seq2 else 0.0,
@@ -395,7 +395,7 @@ def analyze_layers(model: nn.Module, step_fn: Callable[[], Any]) -> list[LayerPr
         ps = own_params(m)
         if ps:
             layers.insert(0, LayerProfile(
-                name=f"{names[m] or root}.(params)", type="Parameters", params=sum(p.numel() for p in ps),
+                name=f"{names[m] or root}.(params)", type="Parameters", params=sum(p.numel() for p in ps), param_tensors=len(ps),
                 grad_bytes=_param_bytes(ps), fwd_bytes=float(_param_bytes(ps)), grad_ready_order=ready_rank.get(m),
             ))
     return layers

@@ -253,7 +253,7 @@ def _adapters(layer: LayerProfile, rank: int, d_out_total: int | None = None) ->
         grad = grad_per_param * params
         fwd = 2.0 * t * a * b
         out.append(LayerProfile(
-            name=f"{layer.name}.{part}", type="Linear", params=params, grad_bytes=int(round(grad)),
+            name=f"{layer.name}.{part}", type="Linear", params=params, param_tensors=1, grad_bytes=int(round(grad)),
             fwd_flops=fwd, bwd_flops=2.0 * fwd, fwd_bytes=fwd_io + grad, bwd_bytes=bwd_io + 2.0 * grad,
             activation_bytes=kept, kfac_a_dim=a, kfac_g_dim=b, kfac_spatial=layer.kfac_spatial, unit=layer.unit))
     return out
@@ -272,7 +272,7 @@ def _frozen(layer: LayerProfile, backward: bool) -> LayerProfile:
         bwd_flops, bwd_bytes = layer.bwd_flops, layer.bwd_bytes
     ratio = bwd_flops / layer.bwd_flops if layer.bwd_flops else 0.0
     return dataclasses.replace(
-        layer, params=0, grad_bytes=0, bwd_flops=bwd_flops, bwd_bytes=bwd_bytes,
+        layer, params=0, param_tensors=0, grad_bytes=0, bwd_flops=bwd_flops, bwd_bytes=bwd_bytes,
         bwd_flops_seq2=layer.bwd_flops_seq2 * ratio,
         bwd_s=None if layer.bwd_s is None else layer.bwd_s * ratio,
         bwd_s_std=None if layer.bwd_s_std is None else layer.bwd_s_std * ratio,
