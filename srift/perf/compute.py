@@ -53,52 +53,24 @@ from __future__ import annotations
 
 import functools
 import math
-import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
 
 import numpy as np
 
-from srift.bounds import key_text, require, shown
 from srift.errors import SriftError
 from srift.files import configs_dir, read_json
-from srift.job import FP32, FP32_STRICT, HALF_PRECISIONS, require_precision
+from srift.job import HALF_PRECISIONS, require_precision
 from srift.hardware import CPU, GpuSpec, find_gpu, gpu as gpu_spec
-from srift.perf.optimizer_step import param_tensor_count, step_dispatches, step_kind
+from srift.perf.optimizer_step import step_dispatches, step_kind
 from srift.profile import Profile
 
-PARAMS_SCHEMA = "srift.perf.compute/v1"
-# What the fitted parameters may be: coefficients of 1/efficiency, and seconds per layer pass,
-# per parameter tensor and per iteration.
-_MAX_COEFFICIENT = 1e6
-_TIME_BOUNDS = {"launch_s": 1.0, "optimizer_s_per_tensor": 1.0, "overhead_s": 100.0}
-
-KINDS = ("conv", "matmul", "attention", "norm", "elementwise", "pool", "embedding", "other")
-ATTENTION, NORM = "attention", "norm"  # the kinds of attention and normalization layers, which code singles out
-_KIND_INDEX = {k: i for i, k in enumerate(KINDS)}
-
-# Module class names -> kind. Matched on the lower-cased class name; first rule that matches wins.
-_KIND_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("attention", ("attention", "sdpa", "scaleddotproduct")),
-    ("conv", ("conv1d", "conv2d", "conv3d", "convtranspose")),
-    ("matmul", ("linear", "conv1d_hf", "gpt2conv1d", "bilinear", "matmul", "bmm", "lstm", "gru", "rnn")),
-    ("norm", ("batchnorm", "layernorm", "groupnorm", "instancenorm", "rmsnorm", "norm")),
-    ("pool", ("pool",)),
-    ("embedding", ("embedding",)),
-    ("elementwise", ("relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "dropout", "identity", "add",
-                     "mul", "activation", "hardswish", "mish", "elu", "flatten", "cat",
-                     "dequantize")),
-)
-
-# An unfused attention layer moves its S x S score matrix (``activation_bytes_seq2``: the
-# probabilities it keeps) through memory several times that its input/output bytes do not show.
-# Counted from the eager code (srift/zoo/text.py AttentionCore): forward writes the scores, scales
-# them (read + write), softmax (read + write), reads the probabilities for the value product = 6;
-# backward writes the probability gradient, reads the probabilities, softmax backward (2 reads +
-# 1 write), scale backward (read + write), reads the score gradient for the q and k products = 9.
-ATTENTION_SCORE_PASSES_FWD = 6.0
-ATTENTION_SCORE_PASSES_BWD = 9.0
+# The layers' kinds and arrays (srift/perf/layer_kinds.py) and the fitted parameters
+# (srift/perf/compute_params.py) live in their own modules; every public name of theirs is
+# re-exported here.
+from srift.perf.compute_params import *
+from srift.perf.layer_kinds import _KIND_INDEX
+from srift.perf.layer_kinds import *
 
 # Ceilings on the fraction of peak a training kernel sustains (a physical prior, not fitted):
 # dense GEMM/convolution kernels stay below ~80 % of the datasheet peak, streaming kernels below
@@ -110,169 +82,6 @@ MIN_INV_EFF_MEMORY = 1.0 / 0.9
 # FlashAttention-2 / Triton attention kernels issue Ampere's mma instructions: at most this many
 # dense half-precision FLOP per SM and clock (A100: 312 TFLOP/s = 108 SMs x 1.41 GHz x 2048).
 MMA_FLOPS_PER_SM_CLOCK = 2048.0
-LLM_PARAMS_SCHEMA = "srift.perf.sharded/v1"
-
-# Bytes per element of activations at each training precision (amp keeps activations in fp16,
-# bf16 in bf16).
-ELEMENT_BYTES = {"fp32": 4.0, "fp32-strict": 4.0, "tf32": 4.0, "amp": 2.0, "bf16": 2.0}
-
-# Layer kinds whose math cuDNN runs (convolutions): TF32 under PyTorch's default ``fp32``.
-CUDNN_KINDS = ("conv",)
-
-
-def math_mode(precision: str, kind: str) -> str:
-    """The math a layer of ``kind`` runs in under a training ``precision``: ``fp32``, ``tf32`` or
-    ``amp`` (the peak-rate vocabulary of ``GpuSpec.peak_flops``). PyTorch's default ``fp32`` runs
-    convolutions in TF32 (cuDNN's flag) and matmuls in FP32 (cuBLAS's flag); see the module docstring.
-    """
-    if precision == FP32:
-        return "tf32" if kind in CUDNN_KINDS else "fp32"
-    if precision == FP32_STRICT:
-        return "fp32"
-    return precision
-
-
-def precision_label(cudnn_tf32: bool, matmul_tf32: bool) -> str:
-    """srift's precision for a run without autocast, from PyTorch's two TF32 flags: both on ->
-    ``tf32``, convolutions only (PyTorch's default) -> ``fp32``, neither -> ``fp32-strict``; matmuls
-    only (no srift name) -> ``tf32``."""
-    if matmul_tf32:
-        return "tf32"
-    return "fp32" if cudnn_tf32 else "fp32-strict"
-
-
-def layer_kind(type_name: str) -> str:
-    """Kind of a layer from its module class name (``Conv2d`` -> ``conv``)."""
-    low = type_name.lower()
-    # HF GPT-2 uses a module named ``Conv1D`` that is a Linear (x @ W + b), not a convolution.
-    if low == "conv1d" and type_name == "Conv1D":
-        return "matmul"
-    for kind, keys in _KIND_RULES:
-        if any(k in low for k in keys):
-            return kind
-    return "other"
-
-
-# ---- GPU / precision features ---------------------------------------------------------------
-def _tensor_path(spec: GpuSpec, precision: str) -> float:
-    return 1.0 if spec.peak_flops(precision) > spec.fp32_tflops * 1e12 * 1.01 else 0.0
-
-
-FEATURES: dict[str, Callable[[GpuSpec, str], float]] = {
-    "one": lambda s, p: 1.0,
-    # Faster GPUs reach a smaller fraction of their peak (fixed costs, occupancy): log peak TFLOP/s.
-    "log_peak": lambda s, p: math.log(s.peak_flops(p) / 1e13),
-    # Ridge point (FLOP per byte): above it more layers are memory-bound on this GPU.
-    "log_ridge": lambda s, p: math.log(s.peak_flops(p) / s.memory_bandwidth_bytes_per_s / 100.0),
-    # Tensor-core path (tf32/amp on a GPU that has them) reaches a lower fraction of peak.
-    "tensor": _tensor_path,
-    "log_sm": lambda s, p: math.log(s.sm_count / 80.0),
-    # Mixed precision: half-precision operands (autocast keeps norms, softmax and losses in fp32;
-    # bf16 runs the same tensor-core kernels at the same rate).
-    "half": lambda s, p: 1.0 if p in HALF_PRECISIONS else 0.0,
-}
-
-
-def gpu_features(spec: GpuSpec, precision: str, names: tuple[str, ...]) -> np.ndarray:
-    """Feature vector of a (GPU, precision) in the order ``names``."""
-    return np.array([FEATURES[n](spec, precision) for n in names], dtype=float)
-
-
-# ---- parameters -----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ComputeParams:
-    """Learned compute-model parameters (see module docstring and configs/perf/compute.json).
-
-    Attributes:
-        features: Names of the GPU features the coefficients multiply (keys of ``FEATURES``).
-        inv_eff: Per kind, coefficients of 1/efficiency (clipped to >= 1) as a linear function of
-            the features. Kinds missing here use ``inv_eff["other"]``.
-        inv_eff_mem: Coefficients of 1/memory-efficiency, same features.
-        launch_s: Fixed cost per layer pass (kernel launches, framework dispatch), seconds.
-        optimizer_s_per_tensor: Optimizer-step cost per parameter tensor, seconds.
-        overhead_s: Per-iteration framework overhead (zero_grad, Python, sync), seconds.
-        anchor_weight: Share of a measured profile's departure from the model (log of measured /
-            predicted on the profiling GPU) carried to another GPU or precision (1 = all of it).
-        anchor_clip: Departures beyond this (in log) are carried over whole: larger than the
-            model's per-GPU errors, they are the job's own (unhooked ops, custom kernels).
-        meta: Provenance (sources, fit statistics), carried but unused by the model.
-    """
-
-    features: tuple[str, ...]
-    inv_eff: dict[str, tuple[float, ...]]
-    inv_eff_mem: tuple[float, ...]
-    launch_s: float
-    optimizer_s_per_tensor: float
-    overhead_s: float
-    anchor_weight: float = 1.0
-    anchor_clip: float = math.inf
-    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
-    # Per-instance (init=False: dataclasses.replace must not share it with the original).
-    _cache: dict[tuple[str, str], Any] = field(default_factory=dict, init=False, compare=False, hash=False, repr=False)
-
-    def kind_matrix(self) -> np.ndarray:
-        """(len(KINDS), len(features)) coefficient matrix."""
-        other = self.inv_eff.get("other") or next(iter(self.inv_eff.values()))
-        return np.array([self.inv_eff.get(k, other) for k in KINDS], dtype=float)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema": PARAMS_SCHEMA,
-            "features": list(self.features),
-            "inv_eff": {k: list(v) for k, v in self.inv_eff.items()},
-            "inv_eff_mem": list(self.inv_eff_mem),
-            "launch_s": self.launch_s,
-            "optimizer_s_per_tensor": self.optimizer_s_per_tensor,
-            "overhead_s": self.overhead_s,
-            "anchor_weight": self.anchor_weight,
-            "anchor_clip": None if math.isinf(self.anchor_clip) else self.anchor_clip,
-            **self.meta,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], source: str = "compute params") -> "ComputeParams":
-        hint = "re-run scripts/fit_models.py, or reinstall srift-planner."
-        if not isinstance(d, dict) or d.get("schema") != PARAMS_SCHEMA:
-            raise SriftError(f"{source} is not a '{PARAMS_SCHEMA}' file.", hint)
-        feats_raw = d.get("features")
-        if not isinstance(feats_raw, list) or not feats_raw or not all(isinstance(f, str) for f in feats_raw):
-            raise SriftError(f"{source}: 'features' must be a list of feature names.", hint)
-        feats = tuple(feats_raw)
-        unknown = [f for f in feats if f not in FEATURES]
-        if unknown:
-            raise SriftError(f"{source} uses unknown features {shown(unknown)}.", hint)
-        n = len(feats)
-
-        def coefficients(v: Any, where: str) -> tuple[float, ...]:
-            if not isinstance(v, list) or len(v) != n:
-                raise SriftError(f"{source}: {where} must list {n} coefficients, one per feature.", hint)
-            return tuple(float(require(x, f"{source}: {where}", -_MAX_COEFFICIENT, _MAX_COEFFICIENT, hint=hint)) for x in v)
-
-        raw_inv = d.get("inv_eff")
-        if not isinstance(raw_inv, dict) or not raw_inv:
-            raise SriftError(f"{source}: 'inv_eff' must map layer kinds to coefficients.", hint)
-        inv = {str(k): coefficients(v, f"inv_eff.{key_text(k)}") for k, v in raw_inv.items()}
-        inv_mem = coefficients(d.get("inv_eff_mem"), "inv_eff_mem")
-        times = {key: float(require(d.get(key), f"{source}: {key}", 0.0, high, hint=hint)) for key, high in _TIME_BOUNDS.items()}
-        known = {"schema", "features", "inv_eff", "inv_eff_mem", *_TIME_BOUNDS, "anchor_weight", "anchor_clip"}
-        weight, clip = d.get("anchor_weight", 1.0), d.get("anchor_clip")
-
-        def number_in(v: Any, high: float) -> bool:  # NaN fails the comparison
-            return isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v <= high
-
-        if not number_in(weight, 1.0) or (clip is not None and not number_in(clip, 100.0)):
-            raise SriftError(f"{source}: anchor_weight must be in [0, 1] and anchor_clip in [0, 100] or null.", hint)
-        return cls(
-            features=feats,
-            inv_eff=inv,
-            inv_eff_mem=inv_mem,
-            launch_s=times["launch_s"],
-            optimizer_s_per_tensor=times["optimizer_s_per_tensor"],
-            overhead_s=times["overhead_s"],
-            anchor_weight=float(weight),
-            anchor_clip=math.inf if clip is None else float(clip),
-            meta={k: v for k, v in d.items() if k not in known},
-        )
 
 
 def params_path() -> Path:
@@ -323,69 +132,6 @@ class LayerTimes:
         return self.forward_s + self.backward_s + self.optimizer_s + self.overhead_s
 
 
-# ---- per-profile arrays (cached) ------------------------------------------------------------
-@dataclass(frozen=True)
-class LayerArrays:
-    """A profile's per-layer figures as arrays (layer order), the compute model's input.
-
-    Attributes:
-        kind_idx: Index into ``KINDS`` of each layer.
-        fwd_flops, bwd_flops: FLOPs per pass.
-        fwd_bytes, bwd_bytes: Bytes moved per pass (attention scores included).
-        fwd_meas, bwd_meas: Measured seconds (NaN where a layer has none), or None when structural.
-        n_param_tensors: Parameter tensors the optimizer updates.
-        params: Trainable parameters.
-        fused_attention: Attention layers that keep no s x s scores (SDPA/flash kernels).
-        in_unit: Layers of an FSDP unit (a decoder block).
-    """
-
-    kind_idx: np.ndarray
-    fwd_flops: np.ndarray
-    bwd_flops: np.ndarray
-    fwd_bytes: np.ndarray
-    bwd_bytes: np.ndarray
-    fwd_meas: np.ndarray | None
-    bwd_meas: np.ndarray | None
-    n_param_tensors: int
-    params: int
-    fused_attention: np.ndarray
-    in_unit: np.ndarray
-
-
-_ARRAY_CACHE: dict[int, tuple[weakref.ref, LayerArrays]] = {}
-
-
-def layer_arrays(profile: Profile) -> LayerArrays:
-    """The profile's ``LayerArrays`` (cached per profile object)."""
-    key = id(profile)
-    hit = _ARRAY_CACHE.get(key)
-    if hit is not None and hit[0]() is profile:
-        return hit[1]
-    layers = profile.layers
-    measured = profile.measured
-    kind_idx = np.array([_KIND_INDEX[layer_kind(l.type)] for l in layers], dtype=np.intp)
-    scores = np.array([l.activation_bytes_seq2 for l in layers], dtype=float) * (kind_idx == _KIND_INDEX["attention"])
-    arr = LayerArrays(
-        kind_idx=kind_idx,
-        fwd_flops=np.array([l.fwd_flops for l in layers], dtype=float),
-        bwd_flops=np.array([l.bwd_flops for l in layers], dtype=float),
-        fwd_bytes=np.array([l.fwd_bytes for l in layers], dtype=float) + ATTENTION_SCORE_PASSES_FWD * scores,
-        bwd_bytes=np.array([l.bwd_bytes for l in layers], dtype=float) + ATTENTION_SCORE_PASSES_BWD * scores,
-        fwd_meas=np.array([np.nan if l.fwd_s is None else l.fwd_s for l in layers], dtype=float) if measured else None,
-        bwd_meas=np.array([np.nan if l.bwd_s is None else l.bwd_s for l in layers], dtype=float) if measured else None,
-        n_param_tensors=param_tensor_count(layers),
-        params=profile.params,
-        fused_attention=(kind_idx == _KIND_INDEX["attention"]) & (scores == 0)
-        & (np.array([l.fwd_flops_seq2 for l in layers], dtype=float) > 0),
-        in_unit=np.array([l.unit is not None for l in layers], dtype=bool),
-    )
-    if len(_ARRAY_CACHE) > 256:
-        for k in [k for k, (ref, _) in _ARRAY_CACHE.items() if ref() is None]:
-            del _ARRAY_CACHE[k]
-    _ARRAY_CACHE[key] = (weakref.ref(profile), arr)
-    return arr
-
-
 # ---- the model ------------------------------------------------------------------------------
 def _efficiency_terms(gpu_name: str, precision: str, params: ComputeParams) -> tuple[np.ndarray, float, float, float]:
     """(seconds per FLOP per kind, seconds per byte, peak FLOP/s, bandwidth) for a GPU and precision;
@@ -415,37 +161,6 @@ def _efficiency_terms_uncached(gpu_name: str, precision: str, params: ComputePar
     inv_mem = max(MIN_INV_EFF_MEMORY, float(np.dot(params.inv_eff_mem, z)))
     bw = spec.memory_bandwidth_bytes_per_s
     return s_per_flop, inv_mem / bw, spec.peak_flops(math_mode(precision, "matmul")), bw
-
-
-@dataclass(frozen=True)
-class LlmKernelParams:
-    """Fitted rates of decoder-LLM kernels in half precision (configs/perf/sharded.json; see the
-    module docstring).
-
-    Attributes:
-        fused_attention_efficiency: Fraction of ``mma_rate`` fused attention sustains, forward and
-            backward together.
-        llm_matmul_factor: Time of a matmul of an FSDP unit over the compute model's.
-        meta: Provenance, carried but unused.
-    """
-
-    fused_attention_efficiency: float
-    llm_matmul_factor: float = 1.0
-    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], source: str = "LLM kernel params") -> "LlmKernelParams":
-        if not isinstance(d, dict) or d.get("schema") != LLM_PARAMS_SCHEMA:
-            raise SriftError(f"{source} is not a '{LLM_PARAMS_SCHEMA}' file.", "re-run scripts/fit_models.py.")
-        hint = "re-run scripts/fit_models.py."
-        eff = float(require(d.get("fused_attention_efficiency"), f"{source}: fused_attention_efficiency", 0.01, 1.0, hint=hint))
-        factor = float(require(d.get("llm_matmul_factor", 1.0), f"{source}: llm_matmul_factor", 0.5, 3.0, hint=hint))
-        return cls(eff, factor, {k: v for k, v in d.items()
-                                 if k not in ("schema", "fused_attention_efficiency", "llm_matmul_factor")})
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"schema": LLM_PARAMS_SCHEMA, "fused_attention_efficiency": self.fused_attention_efficiency,
-                "llm_matmul_factor": self.llm_matmul_factor, **self.meta}
 
 
 def llm_params_path() -> Path:
