@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from srift.errors import SriftError
 from srift.profiling.children import descendants, stop_children
-from srift.profiling.hooks import ModelFinder
+from srift.profiling.model_finder import ModelFinder
 
 
 class StopProfiling(BaseException):
