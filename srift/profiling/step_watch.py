@@ -1,7 +1,7 @@
 """What bounds and guards a profiled script's run in srift's process: the step watch (no wait
 longer than ``timeout_s`` for the next optimizer step; a watchdog ends a script that does not
 unwind), ``os._exit`` turned into an unwinding exception, SIGTERM/SIGHUP stopping the script's
-children, and the private exceptions that unwind the script (srift/profiling/runner.py's module
+children, and the exceptions that unwind the script (srift/profiling/runner.py's module
 docstring says when each is raised)."""
 
 from __future__ import annotations
