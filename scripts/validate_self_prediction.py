@@ -20,7 +20,7 @@ machine's floor: the lone process before the profile taken as the prediction of 
 (no srift): how near one process of the same script comes to the next here, which no single
 profile can beat. Every single profile is checked against both references (1x, 2x targets; exit 1
 when one misses one). Plain steps are timed as srift's CPU clock times
-(``srift.profiling.hooks.WallClock``: wall time less the thread's wait for a core, i.e. without
+(``srift.profiling.clocks.WallClock``: wall time less the thread's wait for a core, i.e. without
 other processes' load; docs/profiling.md) and, for comparison, on the wall clock. The cycling
 table's last column compares ratios to batch B, predicted against plain: the error of the batch
 scaling alone, apart from the profile's absolute level (the machine's speed while it ran). Also
@@ -57,7 +57,7 @@ from srift.simulate import predict
 MLP = """
 import json, sys, time, torch
 from torch import nn
-from srift.profiling.hooks import RunQueue  # only the clock: this thread's wait for a core
+from srift.profiling.clocks import RunQueue  # only the clock: this thread's wait for a core
 torch.manual_seed(0)
 torch.set_num_threads(1)  # as many threads under srift as plain (the profile records it)
 queue = RunQueue()

@@ -26,7 +26,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("search and report", ("srift.search", "srift.report", "srift.results")),
     ("simulate", ("srift.simulate",)),
     ("models and data", ("srift.perf", "srift.catalog", "srift.zoo", "srift.profiling", "srift.kfac")),
-    ("nouns", ("srift.profile", "srift.hardware", "srift.cluster", "srift.job", "srift.job_vocabulary", "srift.job_length",
+    ("nouns", ("srift.profile", "srift.profile_records", "srift.profile_format", "srift.profile_rescale",
+               "srift.hardware", "srift.cluster", "srift.job", "srift.job_vocabulary", "srift.job_length",
                "srift.job_options", "srift.jobfile", "srift.stacks")),
     ("files and errors", ("srift.files", "srift.errors", "srift")),
 ]

@@ -144,7 +144,7 @@ def test_a_cpu_mark_retries_a_read_a_preemption_fell_in(monkeypatch) -> None:
     """The thread preempted for 5 ms between reading the clock and reading its run-queue wait: the
     wait would come off the interval that ends at this mark (fresh-clone-check saw a layer's mean
     forward at -0.52 ms, a profile srift then refused to load); the mark reads both again."""
-    from srift.profiling import hooks
+    from srift.profiling import clocks
 
     clock = WallClock()
 
@@ -157,7 +157,7 @@ def test_a_cpu_mark_retries_a_read_a_preemption_fell_in(monkeypatch) -> None:
     now = iter([1.000, 1.005 + 1e-6,  # first try: 5 ms passed between the two clock reads (preempted)
                 1.006, 1.006 + 1e-6,  # second try: a 1 us read
                 1.007, 1.007 + 1e-6])
-    monkeypatch.setattr(hooks.time, "perf_counter", lambda: next(now))
+    monkeypatch.setattr(clocks.time, "perf_counter", lambda: next(now))
     clock.run_queue = Queue()  # type: ignore[assignment]
     start = clock.mark()
     assert start == pytest.approx(1.006 - 0.015)  # the second try: clock and wait read together

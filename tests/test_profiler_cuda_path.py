@@ -246,10 +246,10 @@ def test_a_step_captured_in_a_cuda_graph_is_refused_clearly(tmp_path: Path, monk
     import itertools
 
     from srift.errors import SriftError
-    from srift.profiling import runner
+    from srift.profiling import runner, session
 
     calls = itertools.count()
-    monkeypatch.setattr(runner, "hooks_off", lambda: next(calls) >= 4)  # pre and post hook of steps 1-2
+    monkeypatch.setattr(session, "hooks_off", lambda: next(calls) >= 4)  # pre and post hook of steps 1-2
     script = _script(tmp_path, steps=10)
     with pytest.raises(SriftError) as err:
         runner.profile_script(script, [], warmup=2, iters=3, output=tmp_path / "p.yaml", show_progress=False)

@@ -1,7 +1,7 @@
 """Was the machine busy while srift profiled? (issue 41: profiles taken on a busy machine came out
 2.6-6.5x slow, and nothing said so.)
 
-Pure Python (the waits come from srift.profiling.hooks.RunQueue).
+Pure Python (the waits come from srift.profiling.clocks.RunQueue).
 """
 
 from __future__ import annotations

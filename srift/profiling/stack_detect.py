@@ -4,7 +4,7 @@ Transformers Trainer, accelerate's wrapped optimizer, DeepSpeed's engine, a torc
 and, for the stacks that wrap the model rather than the loop, from the modules the script
 imported.
 
-``detect_stack(frame)`` is called once, at the first optimizer step (srift/profiling/runner.py);
+``detect_stack(frame)`` is called once, at the first optimizer step (srift/profiling/session.py);
 the profile records its answer (``Profile.stack``) and predictions from the profile are priced
 under it (srift/stacks.py). A script none of these drive is plain PyTorch.
 """
