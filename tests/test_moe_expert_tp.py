@@ -157,3 +157,33 @@ def test_plain_gelu_experts_have_two_matrices():
     relu = expert_profile(dataclasses.replace(TINY, mlp="relu"), 10)
     assert [layer.type for layer in relu.layers] == ["Linear", "ReLU", "Linear"]
     assert sum(layer.fwd_flops for layer in relu.layers if layer.type == "Linear") == 2 * 2 * 10 * 64 * 32
+
+
+def test_predict_mixtral_tp8_pp2_says_no_all_to_all_without_ep(capsys):
+    assert main(["predict", "--model", "mixtral-8x7b", "--instance", "p5.48xlarge:4", "--layout", "tp=8,pp=2",
+                 "--seq-len", "4096", "--global-batch-size", "128", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    moe = next(n for n in out["notes"] if n.startswith("mixture of experts"))
+    assert "ep=1: every rank computes every expert" in moe and "all-to-alls exposed" not in moe
+    assert out["breakdown"]["exposed_ep"] == 0.0
+
+
+def test_predict_grok1_shaped_geglu_experts_by_hand(tmp_path, capsys):
+    """Grok-1's shapes (data/moe-training README: 64 blocks, hidden 6144, 48 heads of 128, 8 key/value
+    heads, 8 experts of 32,768, top-2, vocabulary 131,072) as a Mixtral config with GELU experts:
+    predicted with EP 8 on 512 H100, its parameters counted by hand (gate, up and down per expert)."""
+    cfg = {"model_type": "mixtral", "hidden_size": 6144, "intermediate_size": 32768, "num_hidden_layers": 64,
+           "num_attention_heads": 48, "num_key_value_heads": 8, "vocab_size": 131072, "max_position_embeddings": 8192,
+           "num_local_experts": 8, "num_experts_per_tok": 2, "hidden_act": "gelu", "rms_norm_eps": 1e-5,
+           "tie_word_embeddings": False}
+    path = tmp_path / "grok1.json"
+    path.write_text(json.dumps(cfg))
+    assert main(["predict", "--model-config", str(path), "--instance", "p5.48xlarge:64", "--layout", "tp=4,pp=8,ep=8",
+                 "--seq-len", "4096", "--global-batch-size", "1024", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    attention = 2 * 6144 * 6144 + 2 * 6144 * 1024
+    block = attention + 2 * 6144 + 6144 * 8 + 8 * 3 * 6144 * 32768
+    assert out["params_total"] == 64 * block + 2 * 131072 * 6144 + 6144 == 316_489_340_928
+    assert out["params_active"] == 64 * (block - 6 * 3 * 6144 * 32768) + 2 * 131072 * 6144 + 6144
+    assert out["layout"]["ep"] == 8 and out["ok"]
+    assert not any(n.startswith("not modelled") for n in out["notes"])
