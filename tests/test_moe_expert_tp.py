@@ -157,3 +157,65 @@ def test_plain_gelu_experts_have_two_matrices():
     relu = expert_profile(dataclasses.replace(TINY, mlp="relu"), 10)
     assert [layer.type for layer in relu.layers] == ["Linear", "ReLU", "Linear"]
     assert sum(layer.fwd_flops for layer in relu.layers if layer.type == "Linear") == 2 * 2 * 10 * 64 * 32
+
+
+def test_predict_mixtral_tp8_pp2_says_no_all_to_all_without_ep(capsys):
+    assert main(["predict", "--model", "mixtral-8x7b", "--instance", "p5.48xlarge:4", "--layout", "tp=8,pp=2",
+                 "--seq-len", "4096", "--global-batch-size", "128", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    moe = next(n for n in out["notes"] if n.startswith("mixture of experts"))
+    assert "ep=1: every rank computes every expert" in moe and "all-to-alls exposed" not in moe
+    assert out["breakdown"]["exposed_ep"] == 0.0
+
+
+def test_predict_grok1_shaped_geglu_experts_by_hand(tmp_path, capsys):
+    """Grok-1's shapes (data/moe-training README: 64 blocks, hidden 6144, 48 heads of 128, 8 key/value
+    heads, 8 experts of 32,768, top-2, vocabulary 131,072) as a Mixtral config with GELU experts:
+    predicted with EP 8 on 512 H100, its parameters counted by hand (gate, up and down per expert)."""
+    cfg = {"model_type": "mixtral", "hidden_size": 6144, "intermediate_size": 32768, "num_hidden_layers": 64,
+           "num_attention_heads": 48, "num_key_value_heads": 8, "vocab_size": 131072, "max_position_embeddings": 8192,
+           "num_local_experts": 8, "num_experts_per_tok": 2, "hidden_act": "gelu", "rms_norm_eps": 1e-5,
+           "tie_word_embeddings": False}
+    path = tmp_path / "grok1.json"
+    path.write_text(json.dumps(cfg))
+    assert main(["predict", "--model-config", str(path), "--instance", "p5.48xlarge:64", "--layout", "tp=4,pp=8,ep=8",
+                 "--seq-len", "4096", "--global-batch-size", "1024", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    attention = 2 * 6144 * 6144 + 2 * 6144 * 1024
+    block = attention + 2 * 6144 + 6144 * 8 + 8 * 3 * 6144 * 32768
+    assert out["params_total"] == 64 * block + 2 * 131072 * 6144 + 6144 == 316_489_340_928
+    assert out["params_active"] == 64 * (block - 6 * 3 * 6144 * 32768) + 2 * 131072 * 6144 + 6144
+    assert out["layout"]["ep"] == 8 and out["ok"]
+    assert not any(n.startswith("not modelled") for n in out["notes"])
+
+
+def test_a_mixtral_configs_sliding_window_slides_every_block(tmp_path):
+    """transformers 5.24.0: MixtralAttention passes config.sliding_window to every block (Mixtral
+    8x7B's own config has null); Qwen3-MoE only under use_sliding_window; Qwen2-MoE's partial
+    pattern is named, not modelled."""
+    from srift.zoo.hf_config import arch_from_hf_config
+    from srift.zoo.llm import decoder_profile
+    path = _mixtral_config(tmp_path, "silu")
+    cfg = json.loads(path.read_text())
+    path.write_text(json.dumps(dict(cfg, sliding_window=64)))
+    arch = arch_from_hf_config(path)
+    assert arch.sliding_window == 64 and arch.sliding_blocks == 2 and arch.unmodelled == ()
+    # one block's attention core at 256 tokens: 64-key windows, s w - w^2 / 2 = 14,336 (query, key)
+    # pairs, against 256^2 / 2 = 32,768 causal ones: 2 x 4 heads x (16 + 16) FLOPs a pair
+    core = next(layer for layer in decoder_profile(arch, batch_size=1, seq_len=256).layers
+                if layer.type == "ScaledDotProductAttention")
+    assert core.fwd_flops == 2 * 4 * 32 * (256 * 64 - 64 * 64 / 2)
+    path.write_text(json.dumps(dict(cfg, sliding_window=None)))
+    assert arch_from_hf_config(path).sliding_window == 0
+    qwen3 = {"model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 96, "moe_intermediate_size": 32,
+             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+             "vocab_size": 100, "max_position_embeddings": 256, "num_experts": 8, "num_experts_per_tok": 2,
+             "sliding_window": 64, "use_sliding_window": False}
+    path.write_text(json.dumps(qwen3))
+    assert arch_from_hf_config(path).sliding_window == 0  # Qwen3MoeConfig drops it without use_sliding_window
+    path.write_text(json.dumps(dict(qwen3, use_sliding_window=True)))
+    assert arch_from_hf_config(path).sliding_window == 64
+    qwen2 = dict(qwen3, model_type="qwen2_moe", shared_expert_intermediate_size=64, use_sliding_window=True)
+    path.write_text(json.dumps(qwen2))
+    arch2 = arch_from_hf_config(path)
+    assert arch2.sliding_window == 0 and arch2.unmodelled[0].startswith("'use_sliding_window'")

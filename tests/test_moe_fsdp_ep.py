@@ -119,3 +119,31 @@ def test_predict_fsdp_with_expert_parallelism(srift_cli, model: str):
     assert d["parallelism"] == "fsdp" and d["layout"]["ep"] == ep
     assert d["memory_breakdown_bytes"]["gathered_weights"] > 0
     assert any("expert data-parallel" in n for n in d["notes"])
+
+
+@pytest.mark.parametrize("stack", ["torchtitan", "nemo-automodel"])
+def test_predict_fsdp_with_expert_parallelism_under_pytorch_native_stacks(srift_cli, stack: str):
+    """The issue's third case through the CLI: Qwen3-30B-A3B on 8 H100 (NeMo AutoModel's README row's
+    GPU count), FSDP2 with EP 8 under each PyTorch-native stack. Each GPU holds its 16 experts of
+    each block whole (expert data-parallel group 8 / 8 = 1) and an eighth of the dense part, in fp32."""
+    code, out = srift_cli(["predict", "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge:1", "--layout",
+                           "tp=1,pp=1,cp=1,ep=8", "--parallelism", "fsdp", "--stack", stack, "--global-batch-size", "64",
+                           "--seq-len", "4096", "--format", "json"])
+    assert code == 0, out
+    d = json.loads(out)
+    assert d["stack"] == stack and d["parallelism"] == "fsdp" and d["layout"]["ep"] == 8
+    dense, experts = BLOCKS * DENSE_BLOCK + ROOT, BLOCKS * 16 * EXPERT
+    assert d["memory_breakdown_bytes"]["weights"] == 4 * dense / 8 + 4 * experts == 15_266_061_312
+    assert d["memory_breakdown_bytes"]["optimizer_state"] == 8 * dense / 8 + 8 * experts
+    assert d["params_total"] == dense + 48 * 128 * EXPERT
+    # Qwen3 has neither MLA nor shared experts nor dense blocks: a recompute note names none of them
+    assert not any("mla_up_proj" in n or "shared_experts" in n for n in d["notes"])
+
+
+def test_recompute_notes_name_only_the_modules_a_model_has():
+    from srift.simulate.recompute import AUTO_LADDER, modules_present
+    widest = AUTO_LADDER[-2][1]
+    assert widest == ("layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
+    assert modules_present(llm_arch("qwen3-30b-a3b"), widest) == ("layernorm", "moe")
+    assert modules_present(llm_arch("deepseek-v3"), widest) == widest  # MLA, 3 dense blocks, a shared expert
+    assert modules_present(llm_arch("llama3-8b"), ("layernorm", "mlp", "moe_act")) == ("layernorm", "mlp")

@@ -34,7 +34,7 @@ from srift.cluster import Cluster, NodeGroup
 from srift.errors import SriftError
 from srift.fitting import megatron_rows
 from srift.job import MOE_DISPATCHERS, RECOMPUTE_MODULES, SELECTIVE, Fp8Recipe, MoeDispatcher
-from srift.simulate.recompute import AUTO_LADDER, Recompute
+from srift.simulate.recompute import AUTO_LADDER, Recompute, modules_present
 from srift.simulate.layouts import Layout, megatron_stage_blocks, PlanSettings, plan_layout
 from srift.simulate.moe import BALANCED_ROUTING
 from srift.zoo import llm_arch
@@ -224,7 +224,8 @@ def _predict(zoo: str, gpu: str, gpus: int, per_node: int, layout: Layout, seq_l
                                         ep_overlap=recipe.ep_overlap if recipe else False,
                                         fp8_attention=recipe.fp8_attention if recipe else False, mtp_layers=mtp_layers,
                                         stage_blocks=stage_blocks))
-        label = policy + (f" ({', '.join(modules)})" if modules else "") + ("" if recipe else ", least that fits")
+        shown = modules if recipe else modules_present(llm_arch(zoo), modules)  # a recipe's list as it reads
+        label = policy + (f" ({', '.join(shown)})" if shown else "") + ("" if recipe else ", least that fits")
         if plan.fits:
             return plan.tokens_per_s / gpus, label
     assert plan is not None

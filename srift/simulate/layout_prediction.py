@@ -32,7 +32,7 @@ from srift.simulate.prediction import BatchShare, Prediction, bottleneck
 from srift.simulate.spot import spot_expectation
 from srift.simulate.varlen import arch_for_job
 from srift.simulate.moe import BALANCED_ROUTING, REAL_ROUTING, expert_shard_of, expert_tp
-from srift.simulate.recompute import AUTO_LADDER
+from srift.simulate.recompute import AUTO_LADDER, modules_present
 from srift.stacks import ResolvedStack, job_stack, layout_parallelism, stack_note, stack_typical_error
 from srift.zoo.llm import DecoderArch, active_params_count, model_flops_per_token, params_count
 
@@ -168,6 +168,18 @@ DP_WORDS = {ZERO1: "distributed optimizer (zero1)", "ddp": "DDP",
             "hsdp": "HSDP (FSDP2 within a node, replicated across nodes)"}
 
 
+def _routing_note(ep: int, settings: LayoutSettings) -> str:
+    """What the note says of the dispatch and the routing: without expert parallelism every rank
+    holds (a slice of) every expert and sends nothing, so no rank waits on a busier one."""
+    if ep == 1:
+        return ("ep=1: every rank computes every expert (a TP slice of each under expert TP): no all-to-all, and "
+                "routing imbalance slows no rank")
+    overlap = "overlapped with another micro-batch (the rest: exposed_ep)" if settings.ep_overlap else "exposed (exposed_ep)"
+    how = "force-balanced" if settings.routing_imbalance == BALANCED_ROUTING else "estimated for trained routers"
+    return (f"ep={ep}: dispatch and combine all-to-alls {overlap}; routing imbalance x{settings.routing_imbalance:g} "
+            f"({how})")
+
+
 def fixed_layout(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_len: int) -> Layout:
     """The layout a fixed ``--layout`` names on ``cluster`` (data parallelism takes the rest).
 
@@ -293,7 +305,7 @@ def layout_prediction(arch: DecoderArch, cluster: Cluster, settings: LayoutSetti
     if settings.request.auto:
         notes.append("layout chosen by srift's search (--layout auto)")
     if plan.recompute_modules:
-        notes.append(f"selective recompute of Megatron-Core's modules {', '.join(plan.recompute_modules)} "
+        notes.append(f"selective recompute of Megatron-Core's modules {', '.join(modules_present(arch, plan.recompute_modules))} "
                      "(their outputs dropped, their forward run again in backward)")
     if settings.lora is not None:
         notes.append(f"LoRA rank {settings.lora.rank} on {settings.lora.targets} (one adapter pair per fused projection, "
@@ -301,10 +313,8 @@ def layout_prediction(arch: DecoderArch, cluster: Cluster, settings: LayoutSetti
                      "and data-parallel reduction for the adapters only")
     if arch.is_moe:
         notes.append(f"mixture of experts: {total / 1e9:,.2f}B parameters, {active / 1e9:,.2f}B "
-                     f"active ({arch.experts_per_token} of {arch.experts} experts); ep={lay.ep}: dispatch and combine "
-                     f"all-to-alls {'overlapped with another micro-batch (the rest: exposed_ep)' if settings.ep_overlap else 'exposed (exposed_ep)'}; routing imbalance x{settings.routing_imbalance:g} "
-                     f"({'force-balanced' if settings.routing_imbalance == BALANCED_ROUTING else 'estimated for trained routers'}"
-                     "); MFU = tokens/s x (6 x active parameters + attention) / peak")
+                     f"active ({arch.experts_per_token} of {arch.experts} experts); {_routing_note(lay.ep, settings)}; "
+                     "MFU = tokens/s x (6 x active parameters + attention) / peak")
     notes.extend(f"not modelled: {what}" for what in arch.unmodelled)
     if arch.sample_attention_len:  # srift/simulate/varlen.py
         notes.append(f"attention within each packed sample (--varlen-attention): E[l^2]/E[l] = "

@@ -69,7 +69,11 @@ Expert tensor parallelism (``etp``, ``expert_tp``): megatron-core 0.16.1
 ``model_parallel_config.py`` defaults ``expert_tensor_parallel_size`` to
 ``tensor_model_parallel_size``. srift takes that default where there is no expert parallelism
 (``ep`` 1: each expert's gate/up columns and down rows split ``tp`` ways like a dense MLP's) and
-an expert tensor parallelism of 1 with ``ep > 1`` (whole experts, as above). With ``etp > 1`` the
+an expert tensor parallelism of 1 with ``ep > 1`` (whole experts, as above), which every MoE recipe
+of Megatron-Bridge sets (megatron-bridge 0.3.1 ``recipes/``: ``qwen/qwen3_moe.py``,
+``deepseek/deepseek_v3.py``, ``gpt_oss/gpt_oss.py``, ``kimi/kimi_k2.py``, ``glm/glm45.py``, ...:
+``expert_tensor_parallel_size = 1``); a run with EP that leaves Megatron-Core's default (experts
+split over TP as well) is not modelled. With ``etp > 1`` the
 all-to-all dispatcher (``MoEAlltoAllTokenDispatcher``, ``transformer/moe/token_dispatcher.py``)
 all-gathers the routed rows over the TP group after the dispatch
 (``gather_from_sequence_parallel_region``) and reduce-scatters the experts' output before the
@@ -153,7 +157,7 @@ class MoeBlockShape:
 def expert_tp(tp: int, ep: int) -> int:
     """Expert tensor parallelism of a layout (module docstring): ``tp`` without expert
     parallelism (megatron-core 0.16.1's default, ``expert_tensor_parallel_size = None`` ->
-    ``tensor_model_parallel_size``), 1 with ``ep > 1``."""
+    ``tensor_model_parallel_size``), 1 with ``ep > 1`` (Megatron-Bridge's MoE recipes' setting)."""
     return tp if ep == 1 else 1
 
 

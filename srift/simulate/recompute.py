@@ -45,6 +45,7 @@ AUTO_LADDER: tuple[Recompute, ...] = (("none", ()), ("selective", ("layernorm", 
                                       ("selective", ("layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")),
                                       ("full", ()))
 from srift.perf.compute import ATTENTION, NORM
+from srift.zoo.decoder_arch import DecoderArch
 from srift.zoo.llm import BLOCK_NORM_NAMES, MLA_UP_PROJ_NAMES, MLP_PART_NAMES, SHARED_EXPERT_PREFIX
 
 
@@ -62,6 +63,16 @@ def check_modules(modules: tuple[str, ...]) -> tuple[RecomputeModule, ...]:
 
 # Modules whose checkpoint spans several leaves and keeps the last one's output (the block's).
 _KEEPS_LAST_OUTPUT: tuple[RecomputeModule, ...] = ("mlp", "shared_experts")
+
+
+def modules_present(arch: DecoderArch, modules: tuple[RecomputeModule, ...]) -> tuple[RecomputeModule, ...]:
+    """Those of ``modules`` the model has: MLA's up-projections only with MLA, ``mlp`` only with a
+    dense block, the MoE modules only in a mixture of experts, ``shared_experts`` only with shared
+    experts (the auto ladder names a superset; a module a model lacks drops and reruns nothing)."""
+    has = {"core_attn": True, "layernorm": True, "mla_up_proj": arch.is_mla,
+           "mlp": arch.moe_blocks < arch.n_layers, "moe": arch.is_moe, "moe_act": arch.is_moe,
+           "shared_experts": arch.is_moe and arch.shared_intermediate > 0}
+    return tuple(m for m in modules if has[m])
 
 
 def leaf_module(part: str, kind: str) -> RecomputeModule | None:

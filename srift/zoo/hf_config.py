@@ -14,10 +14,11 @@ everywhere, LayerNorm, a tied head unless tie_word_embeddings is false).
 
 Mixtures of experts (``_moe_arch``; keys as each transformers model class reads them):
 ``mixtral`` (num_local_experts, num_experts_per_tok; every block MoE, experts of
-intermediate_size), ``qwen2_moe`` (num_experts, moe_intermediate_size, a shared expert of
+intermediate_size; a non-null sliding_window local attention on every block), ``qwen2_moe`` (num_experts, moe_intermediate_size, a shared expert of
 shared_expert_intermediate_size with its sigmoid gate, decoder_sparse_step, mlp_only_layers (dense
 blocks), Qwen2's q/k/v biases),
-``qwen3_moe`` (the same without the shared expert, with per-head q/k norms), ``deepseek_v3``
+``qwen3_moe`` (the same without the shared expert, with per-head q/k norms; sliding_window on
+every block under use_sliding_window, which Qwen2-MoE's partial pattern is named under), ``deepseek_v3``
 (n_routed_experts, n_shared_experts x moe_intermediate_size shared, first_k_dense_replace dense
 blocks of intermediate_size (``moe_layer_freq``, which transformers' DeepseekV3 does not read, is named
 in the notes), the router's score-correction bias; multi-head latent attention:
@@ -236,6 +237,9 @@ def _moe_arch(model_type: str, data: dict[str, Any], path: Path) -> DecoderArch:
         fields["v_head_dim"] = _positive_int(data, "v_head_dim", path)
         head_dim = _positive_int(data, "qk_nope_head_dim", path) + fields["qk_rope_head_dim"]
         kv_heads = heads  # MLA: every head its own keys and values, from the shared latent
+    window, unmodelled = _every_block_window(model_type, data, path, unmodelled)
+    if window:
+        fields["sliding_window"] = window  # every block (sliding_every 1)
     if head_dim == 0 and hidden % heads:
         raise _bad(path, f"'hidden_size' {hidden} is not a multiple of 'num_attention_heads' {heads} and there is no 'head_dim'")
     if heads % kv_heads:
@@ -248,6 +252,23 @@ def _moe_arch(model_type: str, data: dict[str, Any], path: Path) -> DecoderArch:
         tied_embeddings=_bool(data, "tie_word_embeddings", path), mlp=mlp, norm="rmsnorm", biases=biases,
         position="rope", max_seq_len=_positive_int(data, "max_position_embeddings", path), head_dim=head_dim,
         norm_eps=float(eps), naming="hf-llama", source=f"Hugging Face config {path}", unmodelled=unmodelled, **fields)
+
+
+def _every_block_window(model_type: str, data: dict[str, Any], path: Path,
+                        unmodelled: tuple[str, ...]) -> tuple[int, tuple[str, ...]]:
+    """The local-attention window every block of a Mixtral or Qwen3-MoE config attends through (0:
+    none), and ``unmodelled`` with Qwen2-MoE's sliding blocks named. transformers 5.24.0:
+    ``MixtralAttention`` passes ``config.sliding_window`` (default None) to every block's attention;
+    ``Qwen3MoeConfig`` keeps ``sliding_window`` only under ``use_sliding_window`` and every block then
+    uses it; ``Qwen2MoeConfig`` slides only the ``layer_types`` blocks below ``max_window_layers``."""
+    if model_type == "mixtral" and data.get("sliding_window") is not None:
+        return _positive_int(data, "sliding_window", path), unmodelled
+    if model_type == "qwen3_moe" and _bool(data, "use_sliding_window", path):
+        return _positive_int(data, "sliding_window", path, default=4096), unmodelled  # Qwen3MoeConfig's default
+    if model_type == "qwen2_moe" and _bool(data, "use_sliding_window", path):
+        return 0, unmodelled + ("'use_sliding_window': Qwen2-MoE's local attention on some blocks, timed as full "
+                                "attention",)
+    return 0, unmodelled
 
 
 def _block_numbers(data: dict[str, Any], key: str, path: Path) -> frozenset[int]:
