@@ -41,7 +41,7 @@ from srift.results import (
     PriceAge,
     RecommendResult,
 )
-from srift.search import search
+from srift.search import SweepOptions, search
 from srift.search.confidence import at_confidence, uncertainty_of
 from srift.search.gpu_range import GpuRange, gpus_floor, layout_gpu_range, needed_flops_per_s
 from srift.search.hooks import compression_tip
@@ -393,7 +393,8 @@ def _search(predictor: Predictor, constraints: Constraints, infra: str, progress
 
     return search(_search_rows(predictor.precision, infra, job.fp8), predictor.predict, constraints, job.length,
                   per_gpu_memory_ok=memory_ok, global_batch_size=job.global_batch_size, progress=progress,
-                  grad_accum=job.grad_accum, count_ok=count_ok)
+                  grad_accum=job.grad_accum, count_ok=count_ok,
+                  sweep_options=SweepOptions(bound=predictor.throughput_bound if count_ok is not None else None))
 
 
 def no_fit_error(result: RecommendResult) -> SriftError | None:
