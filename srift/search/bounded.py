@@ -12,6 +12,8 @@ configurations the ranking compares, so the ranking sees exactly the MAX_COMPARE
 simulating every count, and the rows, the simpler choice and the families are theirs. (``--top``
 does not narrow it, as it narrows the count sweep's bound: the rows after the first are the best
 of each other family among those MAX_COMPARED, which a narrower bound would leave incomplete.)
+A count whose bound cannot meet the limits (deadline, maximum cost) cannot be feasible: it is
+simulated only while no configuration meets them (what came closest is then reported).
 
 Two bounds: a loose one, the blocks' compute alone (shared by every instance type of a GPU, so
 every count gets it at once), and a tight one, with the communication the layout search bounds a
@@ -122,6 +124,10 @@ def _next_batch(sweep: CountSweep, bound: Bound, pairs: Pairs, threshold: float)
     """Up to BATCH pairs not simulated that can still matter, best bound first (each one's tight
     bound computed when it is reached)."""
     must = pairs.count == 1
+    # A count whose bound cannot meet the limits cannot be feasible: simulated only while nothing
+    # is (what comes closest to them is then said, srift.search.explain_failure).
+    if np.isinf(threshold) and sweep.table.cols["feasible"].any():
+        threshold = np.finfo(float).max
     picked: list[int] = []
     left = np.nonzero(~pairs.done)[0]
     for i in left[np.argsort(pairs.best[left], kind="stable")]:

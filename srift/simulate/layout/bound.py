@@ -93,6 +93,30 @@ def _compute_bound(arch: DecoderArch, gpu: str, memory: float, gpus: int, gpus_p
     return _least_step(arch, _Shape(gpu, memory, gpus, gpus_per_node, seq_len, global_batch, precision), settings, None)
 
 
+# The blocks of one GPU type and split, asked by every count of every instance type with that GPU:
+# remembered under a small key (the architecture by identity, kept alive here) instead of hashing
+# block_parts' arguments and scaled_parts' BlockParts on every call.
+_PARTS: dict[tuple[object, ...], tuple[DecoderArch, BlockParts]] = {}
+MAX_MEMO = 1 << 16
+
+
+def _scaled_parts(arch: DecoderArch, sh: _Shape, st: BoundSettings, split: tuple[int, int, int, int],
+                  factor: float) -> BlockParts:
+    t, c, mb, ep = split
+    pytorch = pytorch_stack(st.dp_flavour)
+    key = (id(arch), sh.gpu, sh.seq_len, sh.precision, split, st.imbalance, st.fp8, st.lora, st.dispatcher, pytorch, factor)
+    hit = _PARTS.get(key)
+    if hit is not None and hit[0] is arch:
+        return hit[1]
+    if len(_PARTS) >= MAX_MEMO:
+        _PARTS.clear()
+    parts = scaled_parts(block_parts(arch, t, c, mb, sh.seq_len, sh.precision, sh.gpu, ep, st.imbalance, st.fp8,
+                                     lora=st.lora, dispatcher=st.dispatcher, fused_fc1=not pytorch,
+                                     pytorch_kernels=pytorch), factor)
+    _PARTS[key] = (arch, parts)
+    return parts
+
+
 def _least_step(arch: DecoderArch, sh: _Shape, st: BoundSettings,
                 slot: Callable[[int, int, int, int, BlockParts], tuple[float, float]] | None) -> float | None:
     """``step_lower_bound``'s loop; ``slot`` None: a slot is its block's compute alone."""
@@ -107,9 +131,7 @@ def _least_step(arch: DecoderArch, sh: _Shape, st: BoundSettings,
     for t, p, c, d, mb, m, v, ep in degrees:
         key = (t, c, mb, ep)
         if key not in parts_of:
-            parts = scaled_parts(block_parts(arch, t, c, mb, sh.seq_len, sh.precision, sh.gpu, ep, st.imbalance, st.fp8,
-                                             lora=st.lora, dispatcher=st.dispatcher, fused_fc1=not pytorch,
-                                             pytorch_kernels=pytorch), factor)
+            parts = _scaled_parts(arch, sh, st, (t, c, mb, ep), factor)
             parts_of[key] = (parts, *(slot(t, c, mb, ep, parts) if slot is not None
                                       else (parts.block_f_s + parts.block_b_s, 0.0)))
         parts, blk, hidden = parts_of[key]
