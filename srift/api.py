@@ -41,7 +41,7 @@ from srift.results import (
     PriceAge,
     RecommendResult,
 )
-from srift.search import search
+from srift.search import SweepOptions, search
 from srift.search.confidence import at_confidence, uncertainty_of
 from srift.search.gpu_range import GpuRange, gpus_floor, layout_gpu_range, needed_flops_per_s
 from srift.search.hooks import compression_tip
@@ -387,13 +387,17 @@ def _search(predictor: Predictor, constraints: Constraints, infra: str, progress
         return job.global_batch_size is not None or predictor.could_fit(inst.gpu_memory_gib, constraints.max_gpus)
 
     count_ok = None
+    # A deadline or a maximum cost leaves few counts feasible: the count sweep's bisection finds them
+    # with fewer simulations than bounding every count (srift/search/bounded.py) would.
+    bounded = constraints.deadline_hours is None and constraints.max_cost_usd is None
     arch = predictor.arch
     if job.layout is not None and arch is not None and job.global_batch_size is not None:
         count_ok = _layout_counts(arch, job, predictor, constraints)
 
     return search(_search_rows(predictor.precision, infra, job.fp8), predictor.predict, constraints, job.length,
                   per_gpu_memory_ok=memory_ok, global_batch_size=job.global_batch_size, progress=progress,
-                  grad_accum=job.grad_accum, count_ok=count_ok)
+                  grad_accum=job.grad_accum, count_ok=count_ok,
+                  sweep_options=SweepOptions(bound=predictor.throughput_bound if count_ok is not None and bounded else None))
 
 
 def no_fit_error(result: RecommendResult) -> SriftError | None:

@@ -60,6 +60,10 @@ MAX_COST_USD = 1e12
 # with it (scripts/bench_recommend.py), and beyond the largest clusters run today a prediction
 # would rest on nothing measured.
 MAX_SEARCH_GPUS = 16_384
+# Simulations one `srift recommend` search runs at most (srift/search/sweep.py): far above what
+# the bounded searches need (the 16,384-GPU layout search of DeepSeek-V3 simulates under 2,000,
+# scripts/bench_recommend.py --speed); it ends a search the bounds cannot cut short, and says so.
+MAX_SEARCH_SIMULATIONS = 20_000
 MAX_TOP = 1000  # configurations shown
 
 # ---- the profiler ------------------------------------------------------------------------------

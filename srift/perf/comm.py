@@ -205,6 +205,7 @@ class CommModel:
         self._link = self.params.get(t.link_class)
         self._net = self.params.network(t.net_class) if t.nodes > 1 else None
         self._assumptions: list[str] | None = None
+        self._subgroups: dict[tuple[int, int, float | None], CommModel] = {}  # subgroup(), asked per layout and block
 
     @classmethod
     def for_cluster(cls, cluster: Cluster) -> "CommModel":
@@ -334,6 +335,13 @@ class CommModel:
         Raises:
             ValueError: for fewer than one worker, or ranks per node not dividing the workers.
         """
+        key = (workers, ranks_per_node, net_share)
+        found = self._subgroups.get(key)
+        if found is None:
+            found = self._subgroups[key] = self._subgroup(workers, ranks_per_node, net_share)
+        return found
+
+    def _subgroup(self, workers: int, ranks_per_node: int, net_share: float | None) -> "CommModel":
         t = self.topology
         r = max(1, min(ranks_per_node, workers))
         if workers < 1 or workers % r:

@@ -240,7 +240,9 @@ def summary(found: SearchResult) -> str:
               "batch": "not dividing the global batch",
               "layout": "that no layout divides, or too few to hold the training states or meet the deadline at "
                         "the GPU's peak", "max_gpus": "larger than --max-gpus or --max-nodes",
-              "bound": "shown by the search bound unable to win"}
+              "bound": "shown by the search bound unable to win",
+              "cap": f"not simulated: the search stopped at its cap of {found.simulated:,} simulations (MAX_SEARCH_SIMULATIONS, "
+                     "docs/limits.md; a smaller --max-gpus or --infra searches fewer)"}
     # Memory's count is said even when 0: a planner that drops runs silently loses trust.
     left = ", ".join(f"{v:,} {labels.get(k, k)}" for k, v in found.pruned.items() if v or k == "memory")
     return (f"{found.considered:,} configurations considered; {found.simulated:,} simulations (one per hardware and node count, "

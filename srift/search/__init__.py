@@ -16,14 +16,17 @@ given, else throughput.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
+from srift.bounds import MAX_SEARCH_SIMULATIONS
 from srift.catalog.instances import Instance
 from srift.catalog.provenance import price_provenance
 from srift.catalog.spec import cluster_of, label_of
 from srift.cluster import Cluster
 from srift.job import JobLength
+from srift.search.bounded import Bound, run_bounded
 from srift.search.diagnose import binding, limit_misses
 from srift.search.limits import Constraints
 from srift.search.mixes import sweep_mixes
@@ -37,6 +40,23 @@ MAX_POINTS = 5000  # priced configurations kept for the plot
 MAX_TIE_REGIONS = 20  # the best-ranked configurations whose regions are counted before ranking (ties)
 
 
+@dataclass(frozen=True)
+class SweepOptions:
+    """How the counts are swept.
+
+    Attributes:
+        bound: ``cluster -> samples/s`` no prediction on it exceeds (None: unknown), known without
+            simulating: the counts are then swept best bound first (srift/search/bounded.py).
+        max_simulations: The cap on simulations (MAX_SEARCH_SIMULATIONS, docs/limits.md).
+        compared: The best configurations a bounded sweep keeps exact (MAX_COMPARED, what the
+            ranking compares; fewer only where a test wants pruning on a small catalog).
+    """
+
+    bound: Bound | None = None
+    max_simulations: int = MAX_SEARCH_SIMULATIONS
+    compared: int = MAX_COMPARED
+
+
 def search(
     catalog: Sequence[Instance],
     predict: Callable[[Cluster], Prediction],
@@ -48,6 +68,7 @@ def search(
     exhaustive: bool = False,
     grad_accum: int = 1,
     count_ok: Callable[[Instance, int], bool] | None = None,
+    sweep_options: SweepOptions = SweepOptions(),
 ) -> SearchResult:
     """Find the best configurations (see module docstring).
 
@@ -68,6 +89,7 @@ def search(
         count_ok: ``(instance, nodes) -> bool``: the counts that can train the job and meet its
             limits, instead of the global batch dividing over the GPUs (a layout's data parallelism
             takes only part of them); the counts are then bounded as without a fixed global batch.
+        sweep_options: A throughput bound to sweep by, and the cap on simulations.
 
     Raises:
         SriftError: for a deadline or maximum cost without a length, a step count without a
@@ -79,12 +101,16 @@ def search(
     space = build_space(instance_types(catalog, c), c, per_gpu_memory_ok, None if count_ok else per_micro_batch, count_ok)
     table = OfferTable(space, c, length)
     sweep = CountSweep(space, table, predict, c, length,
-                       dense=exhaustive or (global_batch_size is not None and count_ok is None), progress=progress)
-    sweep.run()
+                       dense=exhaustive or (global_batch_size is not None and count_ok is None), progress=progress,
+                       max_simulations=sweep_options.max_simulations)
+    if sweep_options.bound is not None and not exhaustive:
+        run_bounded(sweep, sweep_options.bound, sweep_options.compared)
+    else:
+        sweep.run()
     simulated = sweep.simulations
-    if c.mixed:
+    if c.mixed and not sweep.capped:
         simulated += sweep_mixes(sweep, predict, c, global_batch_size)
-    return _result(table, c, simulated, predict)
+    return _result(table, c, simulated, predict, sweep.max_simulations if sweep.capped else None)
 
 
 def _candidate(table: OfferTable, i: int) -> Candidate:
@@ -93,7 +119,8 @@ def _candidate(table: OfferTable, i: int) -> Candidate:
     return cand
 
 
-def _result(table: OfferTable, c: Constraints, simulated: int, predict: Callable[[Cluster], Prediction]) -> SearchResult:
+def _result(table: OfferTable, c: Constraints, simulated: int, predict: Callable[[Cluster], Prediction],
+            cap: int | None = None) -> SearchResult:
     space = table.space
     t = table.cols
     ranked = table.ranked()
@@ -113,7 +140,7 @@ def _result(table: OfferTable, c: Constraints, simulated: int, predict: Callable
     pruned = dict(space.pruned)
     bound = space.considered - len(table) - sum(pruned.values())
     if bound > 0:
-        pruned["bound"] = bound
+        pruned["bound" if cap is None else "cap"] = bound  # what the cap left unsimulated, when it bound
     result = SearchResult(
         recommendations=recs, considered=space.considered, evaluated=len(table), simulated=simulated,
         frontier=_frontier(table), evaluated_points=_points(table), objective=c.goal, pruned=pruned,

@@ -33,6 +33,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from srift.bounds import MAX_SEARCH_SIMULATIONS
 from srift.catalog.spec import cluster_of
 from srift.cluster import Cluster
 from srift.job import JobLength
@@ -63,12 +64,16 @@ class CountSweep:
         length: The job's length, or None.
         dense: Simulate every count (a fixed global batch: the per-GPU batch changes with the count).
         progress: Called with (simulations done, most there could be).
+        max_simulations: The cap (``capped`` once it is reached; the counts beyond it are not simulated).
     """
 
     def __init__(self, space: Space, table: OfferTable, predict: Callable[[Cluster], Prediction], c: Constraints,
-                 length: JobLength | None, dense: bool = False, progress: Progress | None = None) -> None:
+                 length: JobLength | None, dense: bool = False, progress: Progress | None = None,
+                 max_simulations: int = MAX_SEARCH_SIMULATIONS) -> None:
         self.space, self.table, self.predict, self.c, self.length = space, table, predict, c, length
         self.progress = progress
+        self.max_simulations = max_simulations
+        self.capped = False
         self.groups = [g for g in space.groups if g.memory_ok and g.max_count > 0]
         self.core_of: dict[tuple[int, int], int] = {}  # (group, count) -> core index
         self._counts: dict[int, list[int]] = {g.index: [] for g in self.groups}
@@ -82,6 +87,9 @@ class CountSweep:
         """Simulate the counts not yet simulated (on spot when spot is searched, which gives the
         checkpoint time spot offers need) and price them in every region and market."""
         new = [int(n) for n in counts if (group.index, int(n)) not in self.core_of]
+        room = self.max_simulations - self.simulations
+        if len(new) > room:
+            new, self.capped = new[:max(room, 0)], True
         if not new:
             return
         spot = self.c.spot
@@ -125,7 +133,7 @@ class CountSweep:
                 if len(mids):
                     todo.append((g, mids))
             todo = [(g, n) for g, n in todo if any((g.index, int(x)) not in self.core_of for x in n)]
-            if not todo:
+            if not todo or self.capped:
                 return
             for g, counts in todo:
                 before = self.simulated(g)

@@ -130,6 +130,17 @@ class Predictor:
         return split_batch(speeds, gpus, gb)
 
     # ---- the prediction --------------------------------------------------------------------
+    def throughput_bound(self, cluster: Cluster, tight: bool = True) -> float | None:
+        """Samples per second ``predict(cluster)`` cannot exceed, known without simulating
+        (srift/simulate/layout/bound.py; a layout search only), else None. ``tight=False``: a
+        looser bound, cheaper (the compute alone)."""
+        if self.job.layout is None or self.arch is None:
+            return None
+        from srift.simulate.layout.bound import layout_throughput_bound
+        from srift.simulate.layout_prediction import LayoutSettings
+        return layout_throughput_bound(self.arch, cluster, LayoutSettings.of(self.job), self.seq_len or 1, self.precision,
+                                       tight)
+
     def on_network(self, cluster: Cluster) -> Prediction:
         """The job on ``cluster``, a network variant of the one predicted (srift.api.network_fallbacks;
         ``LayoutPredictor.on_network`` keeps its plan): a data-parallel plan is chosen again."""

@@ -7,6 +7,7 @@ list (configs/zoo/llm.yaml) and the public names of both are srift/zoo/llm.py.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
@@ -138,6 +139,18 @@ class DecoderArch:
     glu_clamp: float = 0.0
     mtp_layers: int = 0
     unmodelled: tuple[str, ...] = ()
+
+    def __hash__(self) -> int:
+        """The fields' hash (what the dataclass would compute), computed once: the layout search's
+        caches key on the architecture, thousands of times a catalog search."""
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self)))
+            object.__setattr__(self, "_hash", cached)
+        return int(cached)
+
+    def __getstate__(self) -> dict[str, object]:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}  # str hashes differ between processes
 
     def __post_init__(self) -> None:
         for key in ("n_layers", "hidden", "heads", "kv_heads", "intermediate", "vocab", "max_seq_len"):

@@ -12,19 +12,19 @@ from dataclasses import dataclass
 from srift.cluster import Cluster
 from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
-from srift.job import FLEX, FULL_CHECKPOINTING, HALF_PRECISIONS, Fp8Recipe, LayoutRequest, MoeDispatcher
+from srift.job import FULL_CHECKPOINTING, HALF_PRECISIONS, Fp8Recipe, LayoutRequest, MoeDispatcher
 from srift.simulate.finetune import LoraSpec
 from srift.simulate.memory import MASTER_BYTES, USABLE_FRACTION, sure_fit_bytes
 from srift.simulate.moe import BALANCED_ROUTING, check_ep, expert_shard_of
 from srift.zoo.llm import DecoderArch, params_count
 from srift.simulate.layout.plan import (ADAM_STATE_BYTES, GRAD_BYTES, PARAM_BYTES, SEARCH_CONTEXT, SEARCH_EXPERT,
                                         SEARCH_MICRO_BATCHES, SEARCH_VIRTUAL_STAGES, Layout,
-                                        LayoutPlan, compute_factor_of, default_tp_overlap, ep_ranks_per_node,
+                                        LayoutPlan, compute_factor_of, default_tp_overlap,
                                         pytorch_stack, state_shard)
 from srift.simulate.layout.pipeline import pipeline_blocks, stage_layers
 from srift.simulate.layout_rules import cp_efficient, megatron_split, runnable
 from srift.simulate.layout.blocks import BlockParts, block_parts, scaled_parts
-from srift.simulate.layout.collectives import block_comm, dtensor_rate, p2p_interference, tp_interference
+from srift.simulate.layout.slots import SlotBounds, SlotContext
 from srift.simulate.layout.memory import _peak_memory_of, memory_signature, peak_memory
 from srift.simulate.layout.step import PlanSettings, _plan, _step
 
@@ -179,12 +179,9 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
                             len(degrees), len(degrees), 0)
     parts_of: dict[tuple[int, int, int, int], BlockParts] = {}
     slot_of: dict[tuple[int, int, int, int], tuple[float, float]] = {}
-    e = PARAM_BYTES if precision in HALF_PRECISIONS else 4.0
-    k_tp = tp_interference(comm, gpu, tp_overlap, pytorch)
-    copy_rate = dtensor_rate(gpu, precision, pytorch)
-    k_p2p = p2p_interference(gpu)
+    slots = SlotBounds(arch, SlotContext(comm, gpu, seq_len, PARAM_BYTES if precision in HALF_PRECISIONS else 4.0, tp_overlap,
+                                         pytorch, precision, dispatcher, ep_overlap))
     ranked = []
-    ep_group: dict[int, CommModel] = {}  # the expert-parallel groups' collectives, per size
     for t, p, c, d, mb, m, v, ep in degrees:
         key = (t, c, mb, ep)
         parts = parts_of.get(key)
@@ -193,17 +190,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
                                                              lora=lora, dispatcher=dispatcher, fused_fc1=not pytorch,
                                                              pytorch_kernels=pytorch),
                                                  factor)
-            bc = block_comm(arch, comm, t, c, mb, seq_len, e, parts, 0.5, tp_overlap, copy_rate)
-            # The flat all-to-all bounds the alltoall dispatcher's exposed time; flex's per-node
-            # dispatch and an overlapped one can take less, so they add nothing to the bound.
-            if ep > 1 and dispatcher != FLEX and not ep_overlap:
-                if ep not in ep_group:
-                    ep_group[ep] = comm.subgroup(ep, ep_ranks_per_node(ep, g))
-                a2a = 4.0 * parts.moe_fraction * float(ep_group[ep].all_to_all_time_s(parts.dispatch_bytes))
-            else:
-                a2a = 0.0
-            slot_of[key] = (parts.block_f_s + parts.block_b_s + bc.tp_f_s + bc.tp_b_s + bc.cp_f_s + bc.cp_b_s + a2a,
-                            k_tp * bc.tp_hidden_s + k_p2p * bc.cp_hidden_s)
+            slot_of[key] = slots.slot(t, c, mb, ep, parts)
         blk, hidden = slot_of[key]
         n = max(stage_layers(pipeline_blocks(arch, mtp_layers), p, not pytorch))
         ranked.append(((m + (p - 1) / v) * n * blk + m * n * hidden, t, p, c, d, mb, m, v, ep))
