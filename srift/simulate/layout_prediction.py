@@ -199,11 +199,8 @@ def plan_for(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_
     ckpts = (settings.checkpointing,) if settings.checkpointing else ("none", "full")
     if settings.request.auto:
         gb = settings.global_batch or cluster.gpus * (settings.micro_batch or 1) * settings.grad_accum
-        found = search_layouts(arch, cluster, seq_len, gb, precision, settings.request, settings.dp_flavour, ckpts, comm,
-                               imbalance=settings.routing_imbalance, lora=settings.lora, reduce_dtype=settings.reduce_dtype,
-                               fp8=settings.fp8, dispatcher=settings.dispatcher, ep_overlap=settings.ep_overlap,
-                               mtp_layers=settings.mtp_layers, tp_overlap=settings.tp_overlap,
-                               grad_overlap=settings.grad_overlap)
+        found = search_layouts(arch, cluster, seq_len, gb, _search_settings(settings, precision), settings.request, ckpts,
+                               comm)
         if found.best is not None:
             return found.best, None
         if found.smallest is None:  # nothing divides, or nothing the stack runs (srift/simulate/layout_rules.py)
@@ -230,11 +227,8 @@ def plan_for(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_
         if plans[-1].memory_state == FITS:
             return plans[-1], None
     plan = next((p for p in plans if p.fits), plans[-1])
-    found = search_layouts(arch, cluster, seq_len, layout.global_batch, precision, LayoutRequest(), settings.dp_flavour,
-                           ("none", "full"), comm, imbalance=settings.routing_imbalance, lora=settings.lora,
-                           reduce_dtype=settings.reduce_dtype, fp8=settings.fp8, dispatcher=settings.dispatcher,
-                           ep_overlap=settings.ep_overlap, mtp_layers=settings.mtp_layers,
-                           tp_overlap=settings.tp_overlap, grad_overlap=settings.grad_overlap)
+    found = search_layouts(arch, cluster, seq_len, layout.global_batch, _search_settings(settings, precision),
+                           LayoutRequest(), ("none", "full"), comm)
     # The layout offered instead fits for sure.
     return plan, found.best if found.best is not None and found.best.memory_state == FITS else None
 
@@ -374,6 +368,14 @@ def layout_prediction(arch: DecoderArch, cluster: Cluster, settings: LayoutSetti
 def param_counts(arch: DecoderArch) -> tuple[int, int]:
     """``arch``'s parameters and those one token uses (cached: a search predicts a model many times)."""
     return params_count(arch), active_params_count(arch)
+
+
+def _search_settings(settings: LayoutSettings, precision: str) -> PlanSettings:
+    """What ``search_layouts`` prices the job's candidate layouts under (the median step)."""
+    return PlanSettings(precision=precision, dp_flavour=settings.dp_flavour, imbalance=settings.routing_imbalance,
+                        lora=settings.lora, reduce_dtype=settings.reduce_dtype, fp8=settings.fp8,
+                        dispatcher=settings.dispatcher, ep_overlap=settings.ep_overlap, mtp_layers=settings.mtp_layers,
+                        tp_overlap=settings.tp_overlap, grad_overlap=settings.grad_overlap)
 
 
 def _plan_settings(plan: LayoutPlan, settings: LayoutSettings, precision: str, quantile: float) -> PlanSettings:
