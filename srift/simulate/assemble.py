@@ -111,7 +111,8 @@ def typical_error_of(plan: PlanGroup, beyond: tuple[str, ...] = ()) -> TypicalEr
     cluster, group = plan.cluster, error_group(plan)
     cpu = cluster.cpu_workers
     if group in LAYOUT_GROUPS:
-        pct, basis = _layout_figure(group, sharded=plan.sharded, fp8=plan.fp8)
+        meta = load_layout_params().meta.get("validation", {})
+        pct, basis = layout_figure(group, meta if isinstance(meta, dict) else {}, sharded=plan.sharded, fp8=plan.fp8)
         if plan.stack is not None:  # the stack's held-out figure where wider (srift/stacks.py)
             pct, basis = stack_typical_error(plan.stack, pct, basis, _STACK_GROUP[group])
         return TypicalError(pct, basis, None, beyond)
@@ -141,16 +142,16 @@ def typical_error_of(plan: PlanGroup, beyond: tuple[str, ...] = ()) -> TypicalEr
     return TypicalError(pct, basis, compute_pct, coverage.beyond + beyond)
 
 
-def _layout_figure(group: ErrorGroup, sharded: bool, fp8: bool) -> tuple[float | None, str]:
+def layout_figure(group: ErrorGroup, validation: dict, sharded: bool = False, fp8: bool = False) -> tuple[float | None, str]:
     """The figure a layout prediction quotes: the MoE group's for a mixture of experts (it holds
-    FP8 runs), the NeMo fine-tuning runs' for LoRA in a layout; from layouts.json's ``validation``,
+    FP8 runs), the NeMo fine-tuning runs' for LoRA in a layout; from layouts.json's ``validation``
+    (``loso_mape_pct``, ``lomo_mape_pct`` and the subsets' figures below),
     FP8 GEMMs (``fp8``) of a dense model their runs' (``fp8_mape_pct``: Megatron's Transformer
     Engine runs; under FSDP2, ``sharded``, ``fsdp_fp8_mape_pct``: torchtitan's float8 runs), FSDP
     under a layout torchtitan's bf16 runs' (``fsdp_mape_pct``); else the dense layout group's
     largest held-out figure (model or source left out); never below the dense group's, which every
     layout rests on."""
-    meta = load_layout_params().meta.get("validation", {})
-    v = meta if isinstance(meta, dict) else {}
+    v = validation
     held = [float(x) for x in (v.get("loso_mape_pct"), v.get("lomo_mape_pct")) if isinstance(x, (int, float))]
     dense = max(held) if held else None
     own, own_basis = (moe_typical_error() if group == "moe" else layout_finetune_typical_error()
