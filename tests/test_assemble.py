@@ -14,6 +14,7 @@ from srift.catalog.spec import cluster_from_spec
 from srift.job import Job
 from srift.perf.accuracy import moe_typical_error, sharded_typical_error
 from srift.simulate.assemble import PlanGroup, PricedPlan, TypicalError, assemble, error_group, typical_error_of
+from srift.simulate.layout.plan import Layout
 from srift.simulate.breakdown import BACKWARD, DDP_PHASES, EXPOSED_COMM, FORWARD, Breakdown
 from srift.simulate.plans import MemoryFit
 from srift.simulate.prediction import BatchShare
@@ -77,3 +78,7 @@ def test_both_simulators_report_through_the_one_assembly():
         pred = api.predict(job, model="llama3-8b", instance="p5.48xlarge:1").prediction
         assert pred.tokens_per_s_per_gpu == pytest.approx(pred.throughput_samples_per_s * 4096 / 8)
         assert (pred.layout is not None) == (job.layout is not None)
+        if pred.layout is not None:  # typed, and its JSON keeps the keys it always had
+            assert isinstance(pred.layout, Layout) and pred.layout.tp == 2 and pred.layout.dp == 4
+            assert list(pred.to_dict()["layout"]) == ["tp", "pp", "cp", "dp", "vp", "micro_batch", "grad_accum",
+                                                      "schedule", "ep"]

@@ -22,7 +22,7 @@ from srift.perf.accuracy import (
 )
 from srift.perf.coverage import Coverage, sharded_coverage
 from srift.simulate.breakdown import Breakdown
-from srift.simulate.layout.plan import load_layout_params
+from srift.simulate.layout.plan import Layout, load_layout_params
 from srift.simulate.memory import allocated_parts
 from srift.simulate.plans import MemoryFit
 from srift.simulate.prediction import BatchShare, Prediction, bottleneck
@@ -178,9 +178,9 @@ def layout_figure(group: ErrorGroup, validation: dict, sharded: bool = False, fp
 class LayoutFacts:
     """What a layout plan adds to its prediction (Prediction's fields of these names)."""
 
-    layout: dict[str, int | str]
+    layout: Layout
     memory_stage: int
-    layout_alternative: dict[str, int | str] | None
+    layout_alternative: Layout | None
     params_total: int
     params_active: int
     moe_imbalance: float | None

@@ -338,8 +338,8 @@ def layout_prediction(arch: DecoderArch, cluster: Cluster, settings: LayoutSetti
         error=error, precision=precision, notes=notes, seq_len=seq_len, tokens_per_sample=seq_len,
         flops_per_token=model_flops_per_token, model_flops_per_token=model_flops_per_token, data_loading="tokens",
         stack=settings.stack.name if settings.stack is not None else None, pair_group="moe" if arch.is_moe else "layouts",
-        layout=LayoutFacts(layout=lay.to_dict(), memory_stage=plan.memory_stage,
-                           layout_alternative=None if alternative is None else alternative.layout.to_dict(),
+        layout=LayoutFacts(layout=lay, memory_stage=plan.memory_stage,
+                           layout_alternative=None if alternative is None else alternative.layout,
                            params_total=total, params_active=active,
                            moe_imbalance=settings.routing_imbalance if arch.is_moe else None, fp8=settings.fp8,
                            moe_dispatcher=settings.dispatcher if arch.is_moe else None)))
@@ -391,20 +391,21 @@ def check_options(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings)
 
 def layout_memory_error(cluster: Cluster, pred: Prediction, model: str) -> SriftError:
     """The error for a layout that does not fit: its most loaded stage, and a layout that fits."""
-    lay = pred.layout or {}
+    lay = pred.layout
+    assert lay is not None  # a layout prediction's
     cap = min(g.gpu_memory_gib if g.gpu_memory_gib is not None else gpu_spec(g.gpu).memory_gib for g in cluster.node_groups)
     parts = pred.memory_breakdown_bytes
     largest = max(parts, key=lambda k: parts[k]) if parts else ""
     alt = pred.layout_alternative
-    alt_ep = f",ep={alt['ep']}" if alt is not None and int(alt.get("ep", 1)) > 1 else ""
+    alt_ep = f",ep={alt.ep}" if alt is not None and alt.ep > 1 else ""
     fix = ("lower --micro-batch-size, add --activation-checkpointing full, or choose GPUs with more memory"
            if alt is None else
-           f"--layout tp={alt['tp']},pp={alt['pp']},cp={alt['cp']}{alt_ep} --micro-batch-size {alt['micro_batch']}"
-           + (f" --pipeline-schedule interleaved --virtual-stages {alt['vp']}" if int(alt['vp']) > 1 else "")
+           f"--layout tp={alt.tp},pp={alt.pp},cp={alt.cp}{alt_ep} --micro-batch-size {alt.micro_batch}"
+           + (f" --pipeline-schedule interleaved --virtual-stages {alt.vp}" if alt.vp > 1 else "")
            + " fits (srift's search)")
     return SriftError(
-        f"{model} does not fit in GPU memory on {cluster.name} with layout tp={lay.get('tp')},pp={lay.get('pp')},"
-        f"cp={lay.get('cp')},dp={lay.get('dp')}: pipeline stage {pred.memory_stage} needs "
+        f"{model} does not fit in GPU memory on {cluster.name} with layout tp={lay.tp},pp={lay.pp},"
+        f"cp={lay.cp},dp={lay.dp}: pipeline stage {pred.memory_stage} needs "
         f"{pred.memory_per_gpu_bytes / 2**30:,.1f} GiB per GPU ({largest.replace('_', ' ')}: "
         f"{parts.get(largest, 0.0) / 2**30:,.1f} GiB), and a {cluster.node_groups[0].gpu} has {cap:g} GiB "
         f"({USABLE_FRACTION:.0%} of it usable).", fix + ".")
