@@ -30,7 +30,7 @@ from srift.job import Job, JobLength  # noqa: E402
 from srift.search.dominance import dominator  # noqa: E402
 from srift.search.limits import Constraints  # noqa: E402
 from srift.simulate.layout_rules import why_not_runnable  # noqa: E402
-from srift.simulate.layouts import Layout, check_layout, pytorch_stack, stage_layers  # noqa: E402
+from srift.simulate.layouts import check_layout, pytorch_stack, stage_layers  # noqa: E402
 
 TOP = 20
 # (model, tokens, seq, limits): LLMs searched with their layouts; the first three are issue 50's.
@@ -60,11 +60,9 @@ def check(model: str, job: Job, limits: dict[str, object]) -> tuple[str, int, in
         dominated = int(beaten_by is not None)
     unrunnable = 0
     for r in recs:
-        lay = r.prediction.layout
-        if not lay or arch is None:
+        layout = r.prediction.layout
+        if layout is None or arch is None:
             continue
-        layout = Layout(int(lay["tp"]), int(lay["pp"]), int(lay["cp"]), int(lay["dp"]), int(lay["vp"]), int(lay["micro_batch"]),
-                        int(lay["grad_accum"]), str(lay["schedule"]), int(lay.get("ep", 1)))
         seq = res.seq_len or 0
         gpn = r.gpus // r.nodes
         if check_layout(arch, layout, seq, gpn) or why_not_runnable(arch, seq, layout.pp, layout.vp, layout.cp,

@@ -187,7 +187,11 @@ def test_a_row_says_how_far_the_measured_node_counts_reach(monkeypatch, tmp_path
 
 
 def test_a_layout_quotes_its_own_group_never_below_the_dense_layouts(monkeypatch, tmp_path):
-    from srift.simulate.layout_prediction import _typical_error
+    from srift.simulate.assemble import layout_figure
+
+    def _typical_error(moe, lora, loso, lomo, validation=None, sharded=False, fp8=False):
+        group = "moe" if moe else "layout_finetune" if lora else "layouts"
+        return layout_figure(group, {"loso_mape_pct": loso, "lomo_mape_pct": lomo, **(validation or {})}, sharded, fp8)
 
     doc = {**TOY, "groups": {**TOY["groups"],
                              "moe": {"rows": 26, "fit": 20.1, "lomo": 20.1, "loso": 20.1, "basis": "toy MoE runs"},

@@ -212,3 +212,38 @@ sys.exit(f"imported {{heavy}}" if heavy else 0)
 """
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert res.returncode == 0, res.stderr + res.stdout
+
+
+# Settings travel as one dataclass: no function of the package takes more than this many
+# parameters (self and cls aside; *args and **kwargs count one each). The CLI's command functions,
+# which take the parsed flags, are left out.
+MAX_PARAMETERS = 12
+PARAMETERS_EXEMPT = ("srift.commands",)
+
+
+def parameter_counts(tree: ast.Module) -> list[tuple[str, int, int]]:
+    """(name, parameters, line) of every function and method of ``tree`` (nested ones included)."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            names = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+            if names and names[0] in ("self", "cls"):
+                names = names[1:]
+            out.append((node.name, len(names) + (a.vararg is not None) + (a.kwarg is not None), node.lineno))
+    return out
+
+
+def test_no_function_takes_more_than_twelve_parameters():
+    over = [f"{path.relative_to(ROOT)}:{line} {name} ({n})"
+            for module, path in _modules().items() if not _prefix_of(module, PARAMETERS_EXEMPT)
+            for name, n, line in parameter_counts(ast.parse(path.read_text(encoding="utf-8")))
+            if n > MAX_PARAMETERS]
+    assert over == [], f"functions over {MAX_PARAMETERS} parameters (pass a dataclass): {over}"
+
+
+def test_the_parameter_count_counts_what_a_caller_passes():
+    """By hand: ``self`` is not passed; positional, keyword-only, *args and **kwargs are; 13 is over."""
+    code = ("class A:\n    def m(self, a, b=1, *rest, c, **kw): pass\n"
+            "def f(a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13): pass\n")
+    assert sorted(parameter_counts(ast.parse(code))) == [("f", 13, 3), ("m", 5, 2)]

@@ -171,7 +171,7 @@ def _tiny_deepseek(tmp_path: Path) -> Path:
 
 def test_mtp_layers_come_from_the_config_and_are_trained_only_when_asked(srift_cli, tmp_path: Path) -> None:
     from srift.simulate.breakdown import FORWARD
-    from srift.simulate.layouts import block_parts, compute_factor_of, scaled_parts
+    from srift.simulate.layouts import BlockOptions, block_parts, compute_factor_of, scaled_parts
 
     assert arch_from_hf_config(DEEPSEEK_V3).mtp_layers == llm_arch("deepseek-v3").mtp_layers == 1
     assert llm_arch("kimi-k2").mtp_layers == 0 and arch_from_hf_config(MIXTRAL).mtp_layers == 0
@@ -192,7 +192,7 @@ def test_mtp_layers_come_from_the_config_and_are_trained_only_when_asked(srift_c
                                           mtp_layers=k))
         assert pred["iteration_time_s"] == pytest.approx(direct.iteration_s, rel=1e-12)
     # By hand: each of the 4 micro-batches runs one more (MoE) block and the final norm, head and loss once more.
-    parts = scaled_parts(block_parts(arch, 1, 1, 1, 1024, "bf16", "H100", 8, DEFAULT_MOE_IMBALANCE), compute_factor_of("zero1"))
+    parts = scaled_parts(block_parts(arch, 1, 1, 1, 1024, "bf16", "H100", 8, BlockOptions(imbalance=DEFAULT_MOE_IMBALANCE)), compute_factor_of("zero1"))
     assert mtp["breakdown"][FORWARD] - base["breakdown"][FORWARD] == pytest.approx(4 * (parts.block_f_s + parts.last_f_s))
     # --layout auto carries the MTP layer into its search: its choice is plan_layout's with it.
     auto = _json(srift_cli, [*run[:5], "--layout", "auto", *run[7:11], "--mtp-layers", "1"])

@@ -13,7 +13,7 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 from torch import nn  # noqa: E402
 
-from srift.kfac import KFACPreconditioner  # noqa: E402
+from srift.kfac import KFACPreconditioner, KFACStrategy  # noqa: E402
 from srift.kfac.distributed import Comm  # noqa: E402
 from kfac_helpers import batches, init_gloo, small_cnn  # noqa: E402
 
@@ -71,7 +71,7 @@ def _worker(rank: int, world: int, rendezvous: str, out_dir: str) -> None:
             setattr(dist, name, spy(name))
         model = small_cnn()
         # No costs given: SPD calibrates the all-reduce and the inversion rate (the default path).
-        pre = KFACPreconditioner(model, strategy="spd", fusion_profile_steps=1)
+        pre = KFACPreconditioner(model, strategy=KFACStrategy("spd", fusion_profile_steps=1))
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         for x, y in batches(3, 8, seed=rank + 1):
             opt.zero_grad()

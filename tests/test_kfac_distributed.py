@@ -13,7 +13,7 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
-from srift.kfac import KFACPreconditioner  # noqa: E402
+from srift.kfac import KFACPreconditioner, KFACStrategy  # noqa: E402
 from kfac_helpers import batches, init_gloo, run_steps, small_cnn  # noqa: E402
 
 STEPS, BATCH = 4, 16
@@ -28,13 +28,13 @@ def _kwargs(strategy: str) -> dict:
     """``spd``, ``spd-eigen`` (eigen method), ``spd-accum`` (2 micro-batches per step), ``spd-dth``
     (the SPD-KFAC code's fixed threshold: factors below 10 local), ..."""
     base, _, variant = strategy.partition("-")
-    kw = dict(strategy=base, lr=0.1, damping=0.003, kl_clip=0.001, inverse_method="eigen" if variant == "eigen" else "inverse")
+    planner = dict(SPD_COSTS) if base == "spd" else {}
+    if variant == "dth":
+        planner["local_below"] = 10
+    kw = dict(strategy=KFACStrategy(base, **planner), lr=0.1, damping=0.003, kl_clip=0.001,
+              inverse_method="eigen" if variant == "eigen" else "inverse")
     if variant == "accum":
         kw["accumulation_steps"] = 2
-    if variant == "dth":
-        kw["local_below"] = 10
-    if base == "spd":
-        kw.update(SPD_COSTS)
     return kw
 
 

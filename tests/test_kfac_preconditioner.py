@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
-from srift.kfac import KFACPreconditioner  # noqa: E402
+from srift.kfac import KFACPreconditioner, KFACStrategy  # noqa: E402
 from kfac_helpers import batches, run_steps, small_cnn  # noqa: E402
 
 
@@ -127,14 +127,9 @@ def test_load_state_dict_rejects_another_model():
     (dict(factor_update_steps=0), "factor_update_steps"),
     (dict(inv_update_steps=3, factor_update_steps=2), "multiple"),
     (dict(inv_update_steps=1.5), "inv_update_steps"),
-    (dict(comm_alpha_s=-1.0), "comm_alpha_s"),
-    (dict(inv_flops_per_s=0), "inv_flops_per_s"),
-    (dict(local_below=-1), "local_below"),
-    (dict(local_below=1400.0), "local_below"),
     (dict(inverse_method="svd"), "inverse_method"),
     (dict(inverse_method="cholesky"), "inverse_method"),
     (dict(accumulation_steps=0), "accumulation_steps"),
-    (dict(fusion_buffer_bytes=0), "fusion_buffer_bytes"),
     (dict(factor_update_steps="2"), "factor_update_steps"),
     (dict(skip_layers=5), "skip_layers"),
     (dict(grad_scaler=object()), "grad_scaler"),
@@ -142,6 +137,30 @@ def test_load_state_dict_rejects_another_model():
 def test_invalid_arguments_fail_up_front(kwargs, match):
     with pytest.raises(ValueError, match=match):
         KFACPreconditioner(small_cnn(), **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(name="fast"), "strategy"),
+    (dict(comm_alpha_s=-1.0), "comm_alpha_s"),
+    (dict(comm_beta_s_per_byte=float("nan")), "comm_beta_s_per_byte"),
+    (dict(inv_flops_per_s=0), "inv_flops_per_s"),
+    (dict(local_below=-1), "local_below"),
+    (dict(local_below=1400.0), "local_below"),
+    (dict(fusion_buffer_bytes=0), "fusion_buffer_bytes"),
+    (dict(fusion_profile_steps=0), "fusion_profile_steps"),
+])
+def test_invalid_strategy_settings_fail_up_front(kwargs, match):
+    """A strategy's planner settings are checked when the KFACStrategy is built, before any model."""
+    with pytest.raises(ValueError, match=match):
+        KFACStrategy(**kwargs)
+
+
+def test_a_strategy_with_settings_runs_as_named():
+    """``strategy=KFACStrategy(...)`` is the named strategy with its planner's settings; a plain
+    name is that strategy with the defaults."""
+    pre = KFACPreconditioner(small_cnn(), strategy=KFACStrategy("mpd", fusion_buffer_bytes=1024))
+    assert pre.strategy == "mpd" and KFACPreconditioner(small_cnn(), strategy="naive").strategy == "naive"
+    assert KFACStrategy.of("spd") == KFACStrategy() and KFACStrategy.of(KFACStrategy("mpd")).name == "mpd"
 
 
 def test_model_without_supported_layers_and_skip_layers():

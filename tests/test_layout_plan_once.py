@@ -9,7 +9,7 @@ import pytest
 from srift.api import resolve_cluster
 from srift.catalog.spec import efa_fallbacks
 from srift.job import Job
-from srift.simulate.layout.blocks import block_parts
+from srift.simulate.layout.blocks import BlockOptions, block_parts
 from srift.simulate.layout.memory import (_peak_memory_of, _stage_memories, memory_signature, peak_memory,
                                           peak_stages)
 from srift.simulate.layout.pipeline import stage_layers, stage_moe_blocks
@@ -51,7 +51,7 @@ def test_a_plans_memory_is_its_most_loaded_stage_of_all():
     cluster = resolve_cluster("p5.48xlarge:32", None)
     lay = Layout(1, 16, 1, 16, 1, 1, 64, "1f1b", 8)
     plan = plan_layout(arch, cluster, lay, 4096, PlanSettings(checkpointing="full"))
-    parts = block_parts(arch, 1, 1, 1, 4096, "bf16", "H100", 8, fused_fc1=True)
+    parts = block_parts(arch, 1, 1, 1, 4096, "bf16", "H100", 8, BlockOptions(fused_fc1=True))
     every = [sum(m.values()) for m in _stage_memories(arch, lay, parts, "full", "zero1", shard=16)]
     assert plan.memory_stage == every.index(max(every))
 

@@ -11,7 +11,7 @@ from srift.simulate.breakdown import LAYOUT_PHASES
 from srift.simulate.layouts import (
     GRAD_BYTES, Layout, block_parts, bubble_fraction, candidate_layouts,
     cp_ring_exposed_s, cp_ring_step_bytes, PlanSettings, plan_layout, search_layouts, stage_layers,
-    stage_memory_bytes, tp_block_comm, tp_overlap_share, block_comm, p2p_interference,
+    StageStates, stage_memory_bytes, tp_block_comm, tp_overlap_share, block_comm, p2p_interference,
 )
 from srift.perf.comm import CommModel
 from srift.simulate.memory import ALLOCATOR_FACTOR, ALLOCATOR_FIXED_BYTES
@@ -143,7 +143,7 @@ def test_megatron_pipeline_layouts_place_blocks_by_hand():
 
 
 def test_stage_memory_by_hand():
-    mem = stage_memory_bytes(1e9, 8, 2e9, 4, 1e9)
+    mem = stage_memory_bytes(StageStates(1e9, 8), 2e9, 4, 1e9)
     assert mem["weights"] == 2e9  # bf16
     assert mem["gradients"] == GRAD_BYTES * 1e9
     assert mem["optimizer_state"] == 12e9 / 8  # fp32 master + 2 Adam moments over CP x DP
@@ -152,7 +152,7 @@ def test_stage_memory_by_hand():
     allocated = 2e9 + GRAD_BYTES * 1e9 + 12e9 / 8 + 9e9
     assert mem["allocator"] == pytest.approx((ALLOCATOR_FACTOR - 1.0) * allocated + ALLOCATOR_FIXED_BYTES)
     assert sum(mem.values()) == pytest.approx(ALLOCATOR_FACTOR * allocated + ALLOCATOR_FIXED_BYTES)
-    assert stage_memory_bytes(1e9, 8, 0.0, 1, dp_flavour="ddp")["optimizer_state"] == 12e9
+    assert stage_memory_bytes(StageStates(1e9, 8), 0.0, 1, dp_flavour="ddp")["optimizer_state"] == 12e9
 
 
 def test_a_tp_rank_holds_its_share_of_a_block():

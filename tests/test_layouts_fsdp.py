@@ -10,8 +10,8 @@ import pytest
 from srift.cluster import Cluster, NodeGroup
 from srift.perf.comm import CommModel
 from srift.simulate.layouts import (
-    Layout, block_parts, candidate_layouts, fsdp_unit_bytes, PlanSettings, plan_layout, stage_layers,
-    stage_memory_bytes, state_shard,
+    BlockOptions, Layout, block_parts, candidate_layouts, fsdp_unit_bytes, PlanSettings, plan_layout, stage_layers,
+    StageStates, stage_memory_bytes, state_shard,
 )
 from srift.simulate.memory import ALLOCATOR_FACTOR, ALLOCATOR_FIXED_BYTES
 from srift.zoo import llm_arch
@@ -76,7 +76,7 @@ def test_fsdp_stage_memory_by_hand():
     # Resharded after forward (no pipeline): fp32 shards over 8 ranks; gathered: the root and two blocks
     # in bf16; gradients: fp32 shards + the root's (bf16) + one block computing (bf16) and one
     # reduce-scattering (bf16 + its fp32 copy).
-    mem = stage_memory_bytes(p, 8, 2e9, 1, dp_flavour="fsdp", root_params=root, block_params=block)
+    mem = stage_memory_bytes(StageStates(p, 8, root_params=root, block_params=block), 2e9, 1, dp_flavour="fsdp")
     assert mem["weights"] == 4 * p / 8
     assert mem["gathered_weights"] == 2 * (root + 2 * block)
     assert mem["gradients"] == 4 * p / 8 + 2 * root + block * (2 + 2 + 4)
@@ -84,7 +84,7 @@ def test_fsdp_stage_memory_by_hand():
     allocated = 4 * p / 8 + 2 * (root + 2 * block) + 4 * p / 8 + 2 * root + 8 * block + 8 * p / 8 + 2e9
     assert sum(mem.values()) == pytest.approx(ALLOCATOR_FACTOR * allocated + ALLOCATOR_FIXED_BYTES)
     # Under a pipeline the stage stays gathered and accumulates its unsharded gradients in fp32.
-    piped = stage_memory_bytes(p, 8, 2e9, 1, dp_flavour="fsdp", root_params=root, block_params=block, resharded=False)
+    piped = stage_memory_bytes(StageStates(p, 8, root_params=root, block_params=block), 2e9, 1, dp_flavour="fsdp", resharded=False)
     assert piped["gathered_weights"] == 2 * p
     assert piped["gradients"] == 4 * p / 8 + 4 * p + 2 * block
 
@@ -204,7 +204,7 @@ def test_torchtitans_per_op_checkpointing_recomputes_every_other_matmul_and_the_
     from srift.zoo.llm import decoder_profile
 
     arch = llm_arch("llama3-8b")
-    parts = block_parts(arch, 1, 1, 1, 4096, "bf16", "H100", op_sac=True)
+    parts = block_parts(arch, 1, 1, 1, 4096, "bf16", "H100", options=BlockOptions(op_sac=True))
     prof = decoder_profile(split_arch(arch, 1), batch_size=1, seq_len=4096, precision="bf16")
     times = layer_times(prof, "H100", "bf16")
     block = {l.name.split(".")[-1]: (float(times.fwd_s[i]), l.activation_bytes) for i, l in enumerate(prof.layers)

@@ -11,7 +11,7 @@ from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
 from srift.perf.compute import kernel_rates, mma_rate_flops
 from srift.simulate.layouts import (
-    Layout, block_parts, compute_factor_of, default_tp_overlap, dtensor_tp_block_s, load_layout_params, PlanSettings,
+    BlockOptions, Layout, block_parts, compute_factor_of, default_tp_overlap, dtensor_tp_block_s, load_layout_params, PlanSettings,
     plan_layout,
     scaled_parts,
 )
@@ -68,7 +68,7 @@ def test_async_tp_hides_forward_collectives_on_the_copy_engines():
 def test_pytorch_kernels_attention_rate_and_compute_factor():
     arch = llm_arch("llama3-8b")
     te = block_parts(arch, 2, 1, 1, 4096, "bf16", "H100")
-    pt = block_parts(arch, 2, 1, 1, 4096, "bf16", "H100", pytorch_kernels=True)
+    pt = block_parts(arch, 2, 1, 1, 4096, "bf16", "H100", options=BlockOptions(pytorch_kernels=True))
     spec = gpu_spec("H100")
     # Transformer Engine's cuDNN attention at the full dense rate, SDPA's FlashAttention-2 at mma's.
     assert te.attention_f_s == pytest.approx(pt.attention_f_s * mma_rate_flops(spec, "bf16") / spec.peak_flops("bf16"))
@@ -76,7 +76,7 @@ def test_pytorch_kernels_attention_rate_and_compute_factor():
     assert compute_factor_of("fsdp") == compute_factor_of("hsdp") == 1.0
     assert compute_factor_of("zero1") == load_layout_params().megatron_compute_factor
     assert compute_factor_of("fsdp", 0.5) == 0.5
-    one = block_parts(arch, 1, 1, 1, 4096, "bf16", "H100", pytorch_kernels=True)
+    one = block_parts(arch, 1, 1, 1, 4096, "bf16", "H100", options=BlockOptions(pytorch_kernels=True))
     plan = plan_layout(arch, node(8), Layout(1, 1, 1, 8), 4096, PlanSettings(dp_flavour="fsdp"))  # no TP: no TP collectives
     assert plan.breakdown["forward"] == pytest.approx(32 * one.block_f_s + one.first_f_s + one.last_f_s)
     assert scaled_parts(pt, 1.0) is pt
@@ -85,24 +85,24 @@ def test_pytorch_kernels_attention_rate_and_compute_factor():
 def test_dtensor_keeps_the_gathered_norm_outputs():
     arch = llm_arch("llama3-8b")
     te = block_parts(arch, 4, 1, 2, 4096, "bf16", "H100")
-    pt = block_parts(arch, 4, 1, 2, 4096, "bf16", "H100", pytorch_kernels=True)
+    pt = block_parts(arch, 4, 1, 2, 4096, "bf16", "H100", options=BlockOptions(pytorch_kernels=True))
     # Two norms' outputs (micro-batch 2 x 4096 tokens x 4096 wide, bf16) kept whole: 3/4 more of each.
     assert pt.block_act_bytes - te.block_act_bytes == pytest.approx(2 * 2 * 4096 * 4096 * 2.0 * 3 / 4)
-    sac = block_parts(arch, 4, 1, 2, 4096, "bf16", "H100", op_sac=True, pytorch_kernels=True)
-    te_sac = block_parts(arch, 4, 1, 2, 4096, "bf16", "H100", op_sac=True)
+    sac = block_parts(arch, 4, 1, 2, 4096, "bf16", "H100", options=BlockOptions(op_sac=True, pytorch_kernels=True))
+    te_sac = block_parts(arch, 4, 1, 2, 4096, "bf16", "H100", options=BlockOptions(op_sac=True))
     # per-op SAC gathers them again instead of keeping them
     assert sac.op_sac_saved_bytes - te_sac.op_sac_saved_bytes == pytest.approx(2 * 2 * 4096 * 4096 * 2.0 * 3 / 4)
     # torchao's float8 TP gathers FP8 (1 byte an element); bf16 and Megatron gather the activations.
-    assert block_parts(arch, 4, 1, 2, 4096, "bf16", "H100", fp8="tensorwise", pytorch_kernels=True).gather_element_bytes == 1.0
+    assert block_parts(arch, 4, 1, 2, 4096, "bf16", "H100", options=BlockOptions(fp8="tensorwise", pytorch_kernels=True)).gather_element_bytes == 1.0
     assert pt.gather_element_bytes == 0.0
-    assert block_parts(arch, 4, 1, 2, 4096, "bf16", "H100", fp8="tensorwise").gather_element_bytes == 0.0
+    assert block_parts(arch, 4, 1, 2, 4096, "bf16", "H100", options=BlockOptions(fp8="tensorwise")).gather_element_bytes == 0.0
 
 
 def test_the_search_prices_pytorchs_stack_as_plan_layout_does():
     from srift.simulate.layouts import search_layouts
     arch = llm_arch("llama3-8b")
     cluster = node(16)
-    found = search_layouts(arch, cluster, 4096, 32, dp_flavour="fsdp", checkpointing=("full",))
+    found = search_layouts(arch, cluster, 4096, 32, PlanSettings(dp_flavour="fsdp"), checkpointing=("full",))
     assert found.best is not None
     again = plan_layout(arch, cluster, found.best.layout, 4096, PlanSettings(checkpointing="full", dp_flavour="fsdp"))
     assert found.best.iteration_s == pytest.approx(again.iteration_s)

@@ -102,7 +102,7 @@ def test_the_searchs_memory_check_is_the_plans_with_expert_parallelism():
 
 def test_the_search_under_fsdp_tries_expert_parallelism():
     arch = llm_arch("qwen3-30b-a3b")
-    found = search_layouts(arch, dgx(16), 4096, 64, dp_flavour="fsdp")
+    found = search_layouts(arch, dgx(16), 4096, 64, PlanSettings(dp_flavour="fsdp"))
     assert found.best is not None and found.best.dp_flavour == "fsdp"
     assert found.best.layout.ep > 1  # 128 experts of 768 each: EP beats gathering every expert
 

@@ -137,11 +137,11 @@ def _host_reads_per_step(width: int, layers: int, method: str) -> int:
     from torch import nn
     from torch.overrides import TorchFunctionMode
 
-    from srift.kfac import KFACPreconditioner
+    from srift.kfac import KFACPreconditioner, KFACStrategy
 
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Linear(width, width) for _ in range(layers)])
-    pre = KFACPreconditioner(model, inverse_method=method, fusion_profile_steps=1)
+    pre = KFACPreconditioner(model, inverse_method=method, strategy=KFACStrategy(fusion_profile_steps=1))
     reads = {"n": 0}
     host = {torch.Tensor.item, torch.Tensor.__float__, torch.Tensor.__bool__, torch.Tensor.tolist, torch.Tensor.__int__}
 

@@ -105,9 +105,9 @@ def test_a_layout_row_shows_micro_batch_times_micro_batches():
                     model="llama3-8b", infra="aws/us-east-1")
     top = res.search.recommendations[0]
     lay = top.prediction.layout
-    assert batch_cell(top) == f"{lay['micro_batch']} x {lay['grad_accum']}"
-    assert lay["micro_batch"] * lay["grad_accum"] * lay["dp"] == res.job.global_batch_size
-    assert lay["cp"] == 1  # 4,096 tokens: no CP (fewer than MIN_CP_TOKENS_PER_RANK a rank)
+    assert batch_cell(top) == f"{lay.micro_batch} x {lay.grad_accum}"
+    assert lay.micro_batch * lay.grad_accum * lay.dp == res.job.global_batch_size
+    assert lay.cp == 1  # 4,096 tokens: no CP (fewer than MIN_CP_TOKENS_PER_RANK a rank)
     assert why(res.search)
 
 
@@ -259,7 +259,7 @@ def _runnable_rows(res):
     arch = model_arch(res.model)
     for r in res.search.recommendations:
         lay = r.prediction.layout
-        why = why_not_runnable(arch, res.seq_len, int(lay["pp"]), int(lay["vp"]), int(lay["cp"]), False, stage_layers)
+        why = why_not_runnable(arch, res.seq_len, lay.pp, lay.vp, lay.cp, False, stage_layers)
         assert why is None, r.label
 
 
@@ -308,4 +308,4 @@ def test_no_recommended_layout_breaks_megatron_cores_split():
                     Constraints(deadline_hours=48.0, diverse=False, top=20, auto_max_gpus=True), model="llama3-70b")
     assert res.search.recommendations
     _runnable_rows(res)
-    assert all(int(r.prediction.layout["cp"]) == 1 for r in res.search.recommendations)  # 4,096 tokens: no CP
+    assert all(r.prediction.layout.cp == 1 for r in res.search.recommendations)  # 4,096 tokens: no CP

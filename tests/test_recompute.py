@@ -10,7 +10,7 @@ import pytest
 from srift.cluster import Cluster, NodeGroup
 from srift.perf.comm import CommModel
 from srift.perf.fp8 import fp8_saved_bytes
-from srift.simulate.layouts import Layout, block_parts, ep_interference, PlanSettings, plan_layout
+from srift.simulate.layouts import BlockOptions, Layout, block_parts, ep_interference, PlanSettings, plan_layout
 from srift.simulate.memory import ALLOCATOR_FACTOR
 from srift.simulate.moe import node_dedup_fraction
 from srift.simulate.recompute import check_modules
@@ -29,7 +29,7 @@ def dgx(gpus: int) -> Cluster:
 
 
 def saved(modules, fp8=None) -> float:
-    return block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, fp8, modules).selective_saved_bytes
+    return block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, BlockOptions(1.0, fp8, modules)).selective_saved_bytes
 
 
 def test_selective_modules_drop_what_they_name_by_hand():
@@ -43,10 +43,10 @@ def test_selective_modules_drop_what_they_name_by_hand():
     # FP8 GEMMs keep their FP8 copy of the product: 1 byte and MXFP8's scale per 32
     assert saved(("moe_act",), "mxfp8") == 128 * 2 * 32 * (1 + 1 / 32)
     assert fp8_saved_bytes("tensorwise") == 1.0
-    parts = block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, None, ("layernorm", "moe_act"))
+    parts = block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, BlockOptions(1.0, None, ("layernorm", "moe_act")))
     assert 0 < parts.selective_f_s < parts.block_f_s
     # FP8 keeps a rowwise and a columnwise FP8 copy of every block weight, the local experts' included
-    mx = block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, "mxfp8")
+    mx = block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, BlockOptions(1.0, "mxfp8"))
     assert parts.fp8_weight_bytes == 0.0
     assert mx.fp8_weight_bytes == pytest.approx((mx.local_block_params + 2 * 3 * 64 * 32) * 2 * (1 + 1 / 32))
     with pytest.raises(ValueError, match="recompute modules"):
@@ -59,7 +59,7 @@ def test_moe_layer_recompute_drops_the_whole_layer_and_runs_its_all_to_alls_agai
     # probabilities, 128 tokens x 8 experts x 4 bytes
     assert saved(("moe",)) == 256 * 320 + 128 * 8 * 4
     assert saved(("moe", "moe_act")) == saved(("moe",))  # the experts' activation is part of the layer
-    parts = block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, None, ("moe",))
+    parts = block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, BlockOptions(1.0, None, ("moe",)))
     assert parts.moe_recomputed and parts.selective_f_s == pytest.approx(parts.experts_f_s)
     lay = Layout(1, 1, 1, 8, micro_batch=1, grad_accum=4, ep=4)
     none = plan_layout(TINY, dgx(8), lay, 128, PlanSettings(compute_factor=1.0))
@@ -80,7 +80,7 @@ def test_selective_plan_keeps_less_and_runs_the_modules_again():
     # at the peak, the allocator's slack on activations
     assert none.memory_per_gpu_bytes - sel.memory_per_gpu_bytes == pytest.approx(
         (2 - 1) * saved(modules) * ALLOCATOR_FACTOR)
-    parts = block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, None, modules)
+    parts = block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, BlockOptions(1.0, None, modules))
     assert sel.breakdown["recompute"] == pytest.approx(4 * 2 * parts.selective_f_s)
     assert sel.recompute_modules == modules and none.recompute_modules == ()
 
@@ -221,13 +221,13 @@ def test_fp8_attention_runs_the_attention_core_at_the_fp8_peak_by_hand():
     from srift.perf.fp8 import fp8_attention_s
     launch = kernel_rates("H100", "bf16").launch_s
     assert fp8_attention_s(1e-3, "H100") == pytest.approx((1e-3 - launch) * 989.4 / 1979.0 + launch)
-    bf = block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, "tensorwise")
-    f8 = block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, "tensorwise", fp8_attention=True)
+    bf = block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, BlockOptions(1.0, "tensorwise"))
+    f8 = block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, BlockOptions(1.0, "tensorwise", fp8_attention=True))
     assert f8.attention_f_s == pytest.approx(fp8_attention_s(bf.attention_f_s, "H100"))
     assert f8.block_f_s - bf.block_f_s == pytest.approx(f8.attention_f_s - bf.attention_f_s)
     # without an FP8 recipe the attention stays bf16
-    assert block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, None, fp8_attention=True) == \
-        block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, 1.0, None)
+    assert block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, BlockOptions(1.0, None, fp8_attention=True)) == \
+        block_parts(TINY, 1, 1, 1, 128, "bf16", "H100", 4, BlockOptions(1.0, None))
 
 
 def test_deepseek_runs_train_one_mtp_layer_and_take_their_recipes_pipeline_layout():

@@ -72,7 +72,7 @@ from srift.job import DEFAULT_LORA_RANK, LORA, LORA_ALL_LINEAR, QLORA, Job, Stac
 from srift.profile import Profile
 from srift.simulate import Predictor
 from srift.simulate.finetune import LoraSpec, allocated_bytes
-from srift.simulate.layouts import Layout, PlanSettings, plan_layout
+from srift.simulate.layouts import PlanSettings, plan_layout
 from srift.simulate.prediction import Prediction
 from srift.simulate.varlen import arch_with_sample_attention
 from srift.zoo import llm_arch
@@ -303,9 +303,9 @@ def held_out_tokens_per_s(r, data: Path) -> float:
     if not isinstance(r.layout, str):
         return float("nan")
     pred = predict_row(r)
-    lay = pred.layout or {}
-    layout = Layout(int(lay["tp"]), int(lay["pp"]), int(lay["cp"]), int(lay["dp"]), int(lay["vp"]), int(lay["micro_batch"]),
-                    int(lay["grad_accum"]), str(lay["schedule"]), int(lay.get("ep", 1)))
+    layout = pred.layout
+    if layout is None:
+        return float("nan")
     lora = LoraSpec(int(r.lora_rank), str(r.lora_targets)) if r.finetune == LORA else None
     arch = _arch(r.model, None)
     if int(r.sample_len):  # as predict_row prices it: equal samples of sample_len (srift/simulate/varlen.py)

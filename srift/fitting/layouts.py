@@ -288,14 +288,10 @@ def row_tp_overlap(r) -> bool:
 
 
 @functools.lru_cache(maxsize=4096)
-def _predict(arch: DecoderArch, gpu: str, gpus: int, per_node: int, layout: Layout, seq_len: int, checkpointing: str,
-             factor: float | None, fp8: Fp8Recipe | None = None, tp_overlap: bool = True, dp_flavour: str = "zero1",
-             op_sac: bool = False, grad_overlap: bool = True,
-             grad_accum_bytes: float = 0.0) -> tuple[float, bool, float]:
-    plan = plan_layout(arch, dgx_cluster(gpu, gpus, per_node), layout, seq_len,
-                       PlanSettings(precision="bf16", checkpointing=checkpointing, dp_flavour=dp_flavour,
-                                    compute_factor=factor, fp8=fp8, tp_overlap=tp_overlap, op_sac=op_sac,
-                                    grad_overlap=grad_overlap, grad_accum_bytes=grad_accum_bytes))
+def _predict(arch: DecoderArch, gpu: str, gpus: int, per_node: int, layout: Layout, seq_len: int,
+             settings: PlanSettings) -> tuple[float, bool, float]:
+    """(step seconds, fits, GiB per GPU) of ``layout`` on a DGX-like cluster (cached: a fit asks often)."""
+    plan = plan_layout(arch, dgx_cluster(gpu, gpus, per_node), layout, seq_len, settings)
     return plan.iteration_s, plan.fits, plan.memory_per_gpu_bytes / 2**30
 
 
@@ -318,9 +314,11 @@ def _predict_full(r, factor: float | None) -> tuple[float, bool, float]:
     f = None if pytorch_stack(flavour) else float(load_layout_params().megatron_compute_factor if factor is None
                                                    else factor)
     return _predict(r.arch, r.gpu, int(r.gpus_total), int(r.gpus_per_node), row_layout(r), int(r.seq_len),
-                    row_checkpointing(r), f, _given(r, "fp8"), row_tp_overlap(r), flavour,
-                    bool(_given(r, "op_sac") or False), row_stack(r).grad_reduce_overlap.value,
-                    row_stack(r).grad_accum_bytes)
+                    PlanSettings(precision="bf16", checkpointing=row_checkpointing(r), dp_flavour=flavour,
+                                 compute_factor=f, fp8=_given(r, "fp8"), tp_overlap=row_tp_overlap(r),
+                                 op_sac=bool(_given(r, "op_sac") or False),
+                                 grad_overlap=row_stack(r).grad_reduce_overlap.value,
+                                 grad_accum_bytes=row_stack(r).grad_accum_bytes))
 
 
 def fit_factor(rows: pd.DataFrame) -> float:
@@ -454,9 +452,10 @@ def search_claims(rows: pd.DataFrame) -> list[float]:
                                                 grad_overlap=row_stack(x).grad_reduce_overlap.value,
                                                 grad_accum_bytes=row_stack(x).grad_accum_bytes)).iteration_s
                        for x in grp.itertuples())
-        found = search_layouts(arch, cluster, int(r.seq_len), int(r.global_batch), tp_overlap=row_tp_overlap(r),
-                               grad_overlap=row_stack(r).grad_reduce_overlap.value,
-                               grad_accum_bytes=row_stack(r).grad_accum_bytes)
+        found = search_layouts(arch, cluster, int(r.seq_len), int(r.global_batch),
+                               PlanSettings(tp_overlap=row_tp_overlap(r),
+                                            grad_overlap=row_stack(r).grad_reduce_overlap.value,
+                                            grad_accum_bytes=row_stack(r).grad_accum_bytes))
         if found.best is not None:
             out.append(found.best.iteration_s / measured - 1.0)
     return out

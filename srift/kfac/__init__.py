@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["KFACPreconditioner", "STRATEGIES"]
+__all__ = ["KFACPreconditioner", "KFACStrategy", "STRATEGIES"]
 
 from srift.job import KFAC_STRATEGIES as STRATEGIES  # the vocabulary is defined with the Job
+from srift.kfac.strategy import KFACStrategy  # no torch: a plain dataclass
 
 
 def __getattr__(name: str) -> Any:

@@ -29,16 +29,17 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
-from srift.job import MPD, NAIVE, SPD, KFAC_STRATEGIES as STRATEGIES
+from srift.job import MPD, NAIVE, SPD, KFAC_STRATEGIES as STRATEGIES, KfacStrategy
 from srift.kfac import schedule
 from srift.kfac.arguments import BOUNDS, Hyper, Interval, check_hyper, check_interval, skip_entries, skip_match
 from srift.kfac.checkpoint import STATE_VERSION, load_state, state_of
 from srift.kfac.distributed import Comm, FusedAllReducer, pack_upper, unpack_upper
 from srift.kfac.layers import KFACLayer, ieee_fp32, make_layers, supported
 from srift.kfac.second_order import precondition, update_inverses
+from srift.kfac.strategy import KFACStrategy
 from srift.kfac.timing import measure_inv_flops, ready_gaps_s, ready_mark
 
-__all__ = ["KFACPreconditioner", "PHASES", "STATE_VERSION", "STRATEGIES", "ready_gaps_s", "ready_mark"]
+__all__ = ["KFACPreconditioner", "KFACStrategy", "PHASES", "STATE_VERSION", "STRATEGIES", "ready_gaps_s", "ready_mark"]
 PHASES = ("factor_compute", "factor_comm", "inversion", "inverse_broadcast", "preconditioning")
 
 
@@ -48,7 +49,10 @@ class KFACPreconditioner:
     Args:
         model: The model (plain or DDP-wrapped). Its Linear and Conv2d layers (grouped included)
             are preconditioned; other parameters keep their gradients (listed in ``unsupported``).
-        strategy: ``naive``, ``mpd`` or ``spd``.
+        strategy: ``naive``, ``mpd`` or ``spd``, or a ``KFACStrategy`` (srift/kfac/strategy.py)
+            naming one with its communication planner's settings: the fixed fusion buffer of
+            ``naive``/``mpd``; the fusion profiling steps, the all-reduce and inversion costs and
+            the fixed local-inversion threshold of ``spd``.
         damping: Tikhonov damping lambda (``inverse``: pi-damping splits it between A and G;
             ``eigen``: added to the Kronecker eigenvalues, as kfac-pytorch does).
         factor_decay: Running-average decay of the factors, in [0, 1). The average starts from the
@@ -68,14 +72,6 @@ class KFACPreconditioner:
             divided out of factor G, and a factor update with non-finite factors (an overflow
             step, which the scaler skips) is dropped. Call ``scaler.unscale_(optimizer)`` before
             ``step()``.
-        fusion_buffer_bytes: ``naive``/``mpd``: the fixed fusion buffer of the factor all-reduces.
-        fusion_profile_steps: ``spd``: factor steps timed before the fusion groups are planned.
-        comm_alpha_s: ``spd``: all-reduce/broadcast latency for the planner (None: measured).
-        comm_beta_s_per_byte: ``spd``: seconds per byte for the planner (None: measured).
-        inv_flops_per_s: ``spd``: inversion speed for the placement, d^3 per second (None: measured).
-        local_below: ``spd``: invert every factor smaller than this on every worker and place the
-            others, whatever they cost (the SPD-KFAC code's fixed ``D_TH``, e.g. 1400); 0 (default):
-            keep a factor local only when inverting it is cheaper than broadcasting its inverse.
 
     ``damping``, ``factor_decay``, ``kl_clip``, ``lr``, ``factor_update_steps`` and
     ``inv_update_steps`` may be callables of the step number (``pre.steps``).
@@ -88,7 +84,7 @@ class KFACPreconditioner:
     def __init__(
         self,
         model: nn.Module,
-        strategy: str = "spd",
+        strategy: KfacStrategy | KFACStrategy = "spd",
         damping: Hyper = 0.003,
         factor_decay: Hyper = 0.95,
         factor_update_steps: Interval = 1,
@@ -99,17 +95,12 @@ class KFACPreconditioner:
         accumulation_steps: int = 1,
         inverse_method: str = "inverse",
         grad_scaler: Any = None,
-        fusion_buffer_bytes: int = schedule.FUSION_BUFFER_BYTES,
-        fusion_profile_steps: int = 3,
-        comm_alpha_s: float | None = None,
-        comm_beta_s_per_byte: float | None = None,
-        inv_flops_per_s: float | None = None,
-        local_below: int = 0,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-        if strategy not in STRATEGIES:
-            raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+        plan = KFACStrategy.of(strategy)  # checks the name and the planner's settings
+        fusion_profile_steps, local_below = plan.fusion_profile_steps, plan.local_below
+        comm_alpha_s, comm_beta_s_per_byte, inv_flops_per_s = plan.comm_alpha_s, plan.comm_beta_s_per_byte, plan.inv_flops_per_s
         for name, value in (("damping", damping), ("factor_decay", factor_decay), ("lr", lr), ("kl_clip", kl_clip)):
             if not callable(value) and not (name == "kl_clip" and value is None):
                 check_hyper(name, value, *BOUNDS[name])
@@ -118,25 +109,15 @@ class KFACPreconditioner:
                 check_interval(name, value)
         if isinstance(factor_update_steps, int) and isinstance(inv_update_steps, int) and inv_update_steps % factor_update_steps:
             raise ValueError(f"inv_update_steps ({inv_update_steps}) must be a multiple of factor_update_steps ({factor_update_steps})")
-        for name, n in (("accumulation_steps", accumulation_steps), ("fusion_profile_steps", fusion_profile_steps)):
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {n!r}")
-        if isinstance(fusion_buffer_bytes, bool) or not isinstance(fusion_buffer_bytes, int) or fusion_buffer_bytes < 1:
-            raise ValueError(f"fusion_buffer_bytes must be a positive integer, got {fusion_buffer_bytes!r}")
-        for name, v in (("comm_alpha_s", comm_alpha_s), ("comm_beta_s_per_byte", comm_beta_s_per_byte)):
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0):
-                raise ValueError(f"{name} must be a non-negative number or None, got {v!r}")
-        if inv_flops_per_s is not None and (isinstance(inv_flops_per_s, bool) or not isinstance(inv_flops_per_s, (int, float)) or not inv_flops_per_s > 0):
-            raise ValueError(f"inv_flops_per_s must be a positive number or None, got {inv_flops_per_s!r}")
-        if isinstance(local_below, bool) or not isinstance(local_below, int) or local_below < 0:
-            raise ValueError(f"local_below must be an integer >= 0, got {local_below!r}")
+        if isinstance(accumulation_steps, bool) or not isinstance(accumulation_steps, int) or accumulation_steps < 1:
+            raise ValueError(f"accumulation_steps must be an integer >= 1, got {accumulation_steps!r}")
         if inverse_method not in schedule.INVERSE_METHODS:
             raise ValueError(f"inverse_method must be one of {', '.join(schedule.INVERSE_METHODS)}, got {inverse_method!r}")
         if grad_scaler is not None and not callable(getattr(grad_scaler, "get_scale", None)):
             raise ValueError("grad_scaler must be a torch.amp.GradScaler (with get_scale())")
         skip = skip_entries(skip_layers)
 
-        self.strategy = strategy
+        self.strategy = plan.name
         self.inverse_method = inverse_method
         self.grad_scaler = grad_scaler
         self.damping, self.factor_decay, self.kl_clip, self.lr = damping, factor_decay, kl_clip, lr
@@ -195,16 +176,17 @@ class KFACPreconditioner:
         self._fusion_planned = False
         self._order_recorded = False
         self._fixed_keys = [f"{kind}:{l.name}" for l in self.layers for kind in ("A", "G")]
-        if strategy != SPD:
+        if plan.name != SPD:
             sizes = [schedule.factor_message_bytes(d) for d in self._factor_dims()]
-            self._reducer_g.set_groups([[self._fixed_keys[i] for i in g] for g in schedule.plan_fixed_fusion(sizes, fusion_buffer_bytes)])
+            self._reducer_g.set_groups([[self._fixed_keys[i] for i in g]
+                                        for g in schedule.plan_fixed_fusion(sizes, plan.fusion_buffer_bytes)])
 
         # Costs for the SPD planner and placement: given, or measured on rank 0 and broadcast so
         # every rank takes the same decisions.
         self.comm_alpha_s, self.comm_beta_s_per_byte = comm_alpha_s, comm_beta_s_per_byte
         self.inv_flops_per_s = inv_flops_per_s
         self.local_below = local_below
-        if strategy == SPD and self.comm.distributed:
+        if plan.name == SPD and self.comm.distributed:
             if comm_alpha_s is None or comm_beta_s_per_byte is None:
                 a, b = self.comm.calibrate_allreduce()
                 self.comm_alpha_s = a if comm_alpha_s is None else comm_alpha_s

@@ -177,7 +177,7 @@ def layout_env(plan: LaunchPlan) -> dict[str, str]:
     ``--micro-batch-size`` and ``--global-batch-size``."""
     pred = plan.prediction
     env: dict[str, str] = {}
-    lay = pred.layout
+    lay = pred.layout.to_dict() if pred.layout is not None else None
     if lay:
         for key, name in (("tp", "TP"), ("pp", "PP"), ("cp", "CP"), ("ep", "EP"), ("vp", "VP"), ("micro_batch", "MICRO_BATCH"),
                           ("schedule", "PIPELINE_SCHEDULE")):

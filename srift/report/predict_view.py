@@ -100,9 +100,9 @@ def plan_text(pred: Prediction) -> str:
     text = PLAN_LABELS.get(pred.parallelism, pred.parallelism)
     if pred.layout:
         lay = pred.layout
-        sched = f"interleaved, {lay['vp']} virtual stages" if lay["schedule"] == INTERLEAVED else "1F1B"
-        ep = f" (EP {lay['ep']} for the experts)" if int(lay.get("ep", 1)) > 1 else ""
-        text = f"TP {lay['tp']} x PP {lay['pp']} ({sched}) x CP {lay['cp']} x DP {lay['dp']}{ep}, " + text
+        sched = f"interleaved, {lay.vp} virtual stages" if lay.schedule == INTERLEAVED else "1F1B"
+        ep = f" (EP {lay.ep} for the experts)" if lay.ep > 1 else ""
+        text = f"TP {lay.tp} x PP {lay.pp} ({sched}) x CP {lay.cp} x DP {lay.dp}{ep}, " + text
     if pred.activation_checkpointing != NO_CHECKPOINTING:
         text += f", {pred.activation_checkpointing} activation checkpointing"
     if pred.grad_accum > 1:
@@ -170,7 +170,7 @@ def comm_line(result: PredictResult) -> str:
         return ""
     hidden = pred.breakdown.hidden_comm_s / total
     if pred.layout:
-        return (f"Tensor-, context-, {'expert-, ' if int(pred.layout.get('ep', 1)) > 1 else ''}pipeline- and "
+        return (f"Tensor-, context-, {'expert-, ' if pred.layout.ep > 1 else ''}pipeline- and "
                 f"data-parallel communication {seconds(total)} per iteration, "
                 f"{hidden:.0%} of it hidden behind compute.")
     if pred.parallelism == DDP:

@@ -134,7 +134,7 @@ def candidate_json(cand: Candidate, rank: int, result: SearchResult | None = Non
            {"price_source": None, "price_estimated": False, "price_suspect": False, "price_notes": []}),
         "parallelism": p.parallelism,
         "stack": p.stack,
-        "layout": p.layout,
+        "layout": p.layout.to_dict() if p.layout is not None else None,
         "activation_checkpointing": p.activation_checkpointing,
         "grad_accum": p.grad_accum,
         "memory_per_gpu_bytes": p.memory_per_gpu_bytes,
@@ -347,7 +347,7 @@ def batch_cell(c: Candidate) -> str:
     """A layout's ``2 x 64`` (micro-batch x micro-batches per step, per pipeline), else the batch per GPU."""
     lay = c.prediction.layout
     if lay:
-        return f"{lay['micro_batch']} x {lay['grad_accum']}"
+        return f"{lay.micro_batch} x {lay.grad_accum}"
     return "/".join(dict.fromkeys(str(b.per_gpu_batch) for b in c.prediction.batch_split))
 
 

@@ -14,26 +14,26 @@ from srift.errors import SriftError
 from srift.hardware import gpu as gpu_spec
 from srift.perf.comm import CommModel
 from srift.perf.fp8 import fp8_unsupported
-from srift.perf.accuracy import layout_finetune_typical_error, moe_typical_error
 from srift.job import (
     ALLTOALL, AUTO, FLEX, DEFAULT_RECOMPUTE_MODULES, INTERLEAVED, NO_CHECKPOINTING, NVFP4, ONE_F_ONE_B, ZERO1, Fp8Recipe, Job,
-    LayoutRequest, MoeDispatcher, parse_layout, usd_per_million_samples,
+    LayoutRequest, MoeDispatcher, parse_layout,
 )
 from srift.simulate.layouts import (
     DP_FLAVOURS, SHARDED_FLAVOURS, SCHEDULES, Layout, LayoutPlan, check_layout, check_sharded, load_layout_params,
     PlanSettings, plan_layout,
     pytorch_stack, reprice, search_layouts, state_shard,
 )
+from srift.simulate.assemble import LayoutFacts, PlanGroup, PricedPlan, assemble, typical_error_of
 from srift.simulate.breakdown import COMM_INTERFERENCE
 from srift.simulate.door import refuse_ignored
 from srift.simulate.finetune import LoraSpec, layout_lora
-from srift.simulate.memory import FITS, USABLE_FRACTION, allocated_parts
-from srift.simulate.prediction import BatchShare, Prediction, bottleneck
-from srift.simulate.spot import spot_expectation
+from srift.simulate.memory import FITS, USABLE_FRACTION
+from srift.simulate.plans import MemoryFit
+from srift.simulate.prediction import BatchShare, Prediction
 from srift.simulate.varlen import arch_for_job
 from srift.simulate.moe import BALANCED_ROUTING, REAL_ROUTING, expert_shard_of, expert_tp
 from srift.simulate.recompute import AUTO_LADDER, modules_present
-from srift.stacks import ResolvedStack, job_stack, layout_parallelism, stack_note, stack_typical_error
+from srift.stacks import ResolvedStack, job_stack, layout_parallelism, stack_note
 from srift.zoo.llm import DecoderArch, active_params_count, model_flops_per_token, params_count
 
 
@@ -218,11 +218,8 @@ def plan_for(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_
     ckpts = (settings.checkpointing,) if settings.checkpointing else ("none", "full")
     if settings.request.auto:
         gb = settings.global_batch or cluster.gpus * (settings.micro_batch or 1) * settings.grad_accum
-        found = search_layouts(arch, cluster, seq_len, gb, precision, settings.request, settings.dp_flavour, ckpts, comm,
-                               imbalance=settings.routing_imbalance, lora=settings.lora, reduce_dtype=settings.reduce_dtype,
-                               fp8=settings.fp8, dispatcher=settings.dispatcher, ep_overlap=settings.ep_overlap,
-                               mtp_layers=settings.mtp_layers, tp_overlap=settings.tp_overlap,
-                               grad_overlap=settings.grad_overlap, grad_accum_bytes=settings.grad_accum_bytes)
+        found = search_layouts(arch, cluster, seq_len, gb, _search_settings(settings, precision), settings.request, ckpts,
+                               comm)
         if found.best is not None:
             return found.best, None
         if found.smallest is None:  # nothing divides, or nothing the stack runs (srift/simulate/layout_rules.py)
@@ -250,12 +247,8 @@ def plan_for(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings, seq_
         if plans[-1].memory_state == FITS:
             return plans[-1], None
     plan = next((p for p in plans if p.fits), plans[-1])
-    found = search_layouts(arch, cluster, seq_len, layout.global_batch, precision, LayoutRequest(), settings.dp_flavour,
-                           ("none", "full"), comm, imbalance=settings.routing_imbalance, lora=settings.lora,
-                           reduce_dtype=settings.reduce_dtype, fp8=settings.fp8, dispatcher=settings.dispatcher,
-                           ep_overlap=settings.ep_overlap, mtp_layers=settings.mtp_layers,
-                           tp_overlap=settings.tp_overlap, grad_overlap=settings.grad_overlap,
-                           grad_accum_bytes=settings.grad_accum_bytes)
+    found = search_layouts(arch, cluster, seq_len, layout.global_batch, _search_settings(settings, precision),
+                           LayoutRequest(), ("none", "full"), comm)
     # The layout offered instead fits for sure.
     return plan, found.best if found.best is not None and found.best.memory_state == FITS else None
 
@@ -281,15 +274,7 @@ def layout_prediction(arch: DecoderArch, cluster: Cluster, settings: LayoutSetti
     # The 90th percentile: the same plan's step at the collectives' 90th percentile.
     p90_plan = reprice(arch, cluster, plan, seq_len, _plan_settings(plan, settings, precision, 0.9))
     breakdown = plan.breakdown
-    comm_cost = breakdown.exposed_comm_s + breakdown[COMM_INTERFERENCE]
-    throughput = lay.global_batch / plan.iteration_s
-    tokens = throughput * seq_len
-    cost = cluster.usd_per_hour
-    peak = cluster.gpus * gpu_spec(cluster.node_groups[0].gpu).peak_flops(precision)
     params = load_layout_params()
-    errors = params.meta.get("validation", {})
-    loso = errors.get("loso_mape_pct") if isinstance(errors, dict) else None
-    lomo = errors.get("lomo_mape_pct") if isinstance(errors, dict) else None
     notes = [f"layout {lay.label}: Megatron-Core placement (TP in a node, then CP, PP, DP), sequence parallelism, "
              f"{'interleaved' if lay.schedule == INTERLEAVED else '1F1B'} pipeline, "
              f"{DP_WORDS.get(plan.dp_flavour, plan.dp_flavour)}; "
@@ -360,42 +345,40 @@ def layout_prediction(arch: DecoderArch, cluster: Cluster, settings: LayoutSetti
                      + (f" --activation-checkpointing {alternative.checkpointing}" if alternative.checkpointing != NO_CHECKPOINTING
                         else "")
                      + f" ({alternative.memory_per_gpu_bytes / 2**30:,.1f} GiB per GPU, {alternative.iteration_s:,.2f} s)")
-    state_bytes = total * 16.0 / cluster.nodes
-    typical, basis = _typical_error(arch.is_moe, settings.lora is not None, loso, lomo,
-                                    errors if isinstance(errors, dict) else None,
-                                    sharded=plan.dp_flavour in SHARDED_FLAVOURS, fp8=settings.fp8 is not None)
-    if settings.stack is not None:  # the stack's held-out figure where wider (srift/stacks.py)
-        typical, basis = stack_typical_error(settings.stack.name, typical, basis,
-                                             "moe" if arch.is_moe else "finetune" if settings.lora is not None else "layouts")
-    return Prediction(
-        cluster=cluster.name, gpus=cluster.gpus, global_batch_size=lay.global_batch,
-        iteration_time_s=plan.iteration_s, p90_iteration_time_s=max(plan.iteration_s, p90_plan.iteration_s),
-        throughput_samples_per_s=throughput, cost_per_hour_usd=cost,
-        usd_per_million_samples=usd_per_million_samples(cost, throughput),
-        breakdown=breakdown, bottleneck=bottleneck(plan.fits, comm_cost, plan.iteration_s), fits_in_memory=plan.fits,
-        memory_fit=plan.memory_state,
-        memory_per_gpu_bytes=plan.memory_per_gpu_bytes, memory_breakdown_bytes=dict(plan.memory_breakdown_bytes),
-        memory_allocated_bytes=sum(allocated_parts(plan.memory_breakdown_bytes).values()),
+    error = typical_error_of(PlanGroup(cluster, layout=True, sharded=plan.dp_flavour in SHARDED_FLAVOURS,
+                                       finetune=settings.lora is not None, moe=arch.is_moe, fp8=settings.fp8 is not None,
+                                       stack=settings.stack.name if settings.stack is not None else None),
+                             beyond=("NVFP4 GEMMs (no measured run)",) if settings.fp8 == NVFP4 else ())
+    return assemble(PricedPlan(
+        cluster=cluster, parallelism=plan.dp_flavour, checkpointing=plan.checkpointing, breakdown=breakdown,
+        p90_s=p90_plan.iteration_s, comm_cost_s=breakdown.exposed_comm_s + breakdown[COMM_INTERFERENCE],
+        memory=MemoryFit(plan.fits, plan.memory_per_gpu_bytes, plan.memory_breakdown_bytes, plan.memory_state),
+        global_batch=lay.global_batch,
         batch_split=[BatchShare(g.label, g.gpu, lay.micro_batch * lay.grad_accum, g.gpus) for g in cluster.node_groups],
-        spot=spot_expectation(cluster, state_bytes, throughput, cost), notes=notes,
-        typical_error_pct=typical, typical_error_basis=basis, pair_group="moe" if arch.is_moe else "layouts",
-        parallelism=plan.dp_flavour, activation_checkpointing=plan.checkpointing, grad_accum=lay.grad_accum,
-        micro_batch_size=lay.micro_batch, seq_len=seq_len, throughput_tokens_per_s=tokens,
-        tokens_per_s_per_gpu=tokens / cluster.gpus, mfu=tokens * model_flops_per_token / peak,
-        model_flops_per_token=model_flops_per_token, data_loading="tokens",
-        layout={k: v for k, v in lay.to_dict().items()}, memory_stage=plan.memory_stage,
-        layout_alternative=None if alternative is None else alternative.layout.to_dict(),
-        params_total=total, params_active=active,
-        moe_imbalance=settings.routing_imbalance if arch.is_moe else None, fp8=settings.fp8,
-        moe_dispatcher=settings.dispatcher if arch.is_moe else None,
-        stack=settings.stack.name if settings.stack is not None else None,
-        beyond_validated=("NVFP4 GEMMs (no measured run)",) if settings.fp8 == NVFP4 else ())
+        grad_accum=lay.grad_accum, micro_batch_size=lay.micro_batch, state_bytes=total * 16.0 / cluster.nodes,
+        error=error, precision=precision, notes=notes, seq_len=seq_len, tokens_per_sample=seq_len,
+        flops_per_token=model_flops_per_token, model_flops_per_token=model_flops_per_token, data_loading="tokens",
+        stack=settings.stack.name if settings.stack is not None else None, pair_group="moe" if arch.is_moe else "layouts",
+        layout=LayoutFacts(layout=lay, memory_stage=plan.memory_stage,
+                           layout_alternative=None if alternative is None else alternative.layout,
+                           params_total=total, params_active=active,
+                           moe_imbalance=settings.routing_imbalance if arch.is_moe else None, fp8=settings.fp8,
+                           moe_dispatcher=settings.dispatcher if arch.is_moe else None)))
 
 
 @functools.lru_cache(maxsize=256)
 def param_counts(arch: DecoderArch) -> tuple[int, int]:
     """``arch``'s parameters and those one token uses (cached: a search predicts a model many times)."""
     return params_count(arch), active_params_count(arch)
+
+
+def _search_settings(settings: LayoutSettings, precision: str) -> PlanSettings:
+    """What ``search_layouts`` prices the job's candidate layouts under (the median step)."""
+    return PlanSettings(precision=precision, dp_flavour=settings.dp_flavour, imbalance=settings.routing_imbalance,
+                        lora=settings.lora, reduce_dtype=settings.reduce_dtype, fp8=settings.fp8,
+                        dispatcher=settings.dispatcher, ep_overlap=settings.ep_overlap, mtp_layers=settings.mtp_layers,
+                        tp_overlap=settings.tp_overlap, grad_overlap=settings.grad_overlap,
+                        grad_accum_bytes=settings.grad_accum_bytes)
 
 
 def _plan_settings(plan: LayoutPlan, settings: LayoutSettings, precision: str, quantile: float) -> PlanSettings:
@@ -430,53 +413,21 @@ def check_options(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings)
 
 def layout_memory_error(cluster: Cluster, pred: Prediction, model: str) -> SriftError:
     """The error for a layout that does not fit: its most loaded stage, and a layout that fits."""
-    lay = pred.layout or {}
+    lay = pred.layout
+    assert lay is not None  # a layout prediction's
     cap = min(g.gpu_memory_gib if g.gpu_memory_gib is not None else gpu_spec(g.gpu).memory_gib for g in cluster.node_groups)
     parts = pred.memory_breakdown_bytes
     largest = max(parts, key=lambda k: parts[k]) if parts else ""
     alt = pred.layout_alternative
-    alt_ep = f",ep={alt['ep']}" if alt is not None and int(alt.get("ep", 1)) > 1 else ""
+    alt_ep = f",ep={alt.ep}" if alt is not None and alt.ep > 1 else ""
     fix = ("lower --micro-batch-size, add --activation-checkpointing full, or choose GPUs with more memory"
            if alt is None else
-           f"--layout tp={alt['tp']},pp={alt['pp']},cp={alt['cp']}{alt_ep} --micro-batch-size {alt['micro_batch']}"
-           + (f" --pipeline-schedule interleaved --virtual-stages {alt['vp']}" if int(alt['vp']) > 1 else "")
+           f"--layout tp={alt.tp},pp={alt.pp},cp={alt.cp}{alt_ep} --micro-batch-size {alt.micro_batch}"
+           + (f" --pipeline-schedule interleaved --virtual-stages {alt.vp}" if alt.vp > 1 else "")
            + " fits (srift's search)")
     return SriftError(
-        f"{model} does not fit in GPU memory on {cluster.name} with layout tp={lay.get('tp')},pp={lay.get('pp')},"
-        f"cp={lay.get('cp')},dp={lay.get('dp')}: pipeline stage {pred.memory_stage} needs "
+        f"{model} does not fit in GPU memory on {cluster.name} with layout tp={lay.tp},pp={lay.pp},"
+        f"cp={lay.cp},dp={lay.dp}: pipeline stage {pred.memory_stage} needs "
         f"{pred.memory_per_gpu_bytes / 2**30:,.1f} GiB per GPU ({largest.replace('_', ' ')}: "
         f"{parts.get(largest, 0.0) / 2**30:,.1f} GiB), and a {cluster.node_groups[0].gpu} has {cap:g} GiB "
         f"({USABLE_FRACTION:.0%} of it usable).", fix + ".")
-
-
-def _typical_error(moe: bool, lora: bool, loso: object, lomo: object, validation: dict | None = None,
-                   sharded: bool = False, fp8: bool = False) -> tuple[float | None, str]:
-    """The figure a layout prediction quotes: the MoE group's for a mixture of experts (it holds
-    FP8 runs), the NeMo fine-tuning runs' for LoRA in a layout; from layouts.json's ``validation``,
-    FP8 GEMMs (``fp8``) of a dense model their runs' (``fp8_mape_pct``: Megatron's Transformer
-    Engine runs; under FSDP2, ``sharded``, ``fsdp_fp8_mape_pct``: torchtitan's float8 runs), FSDP
-    under a layout torchtitan's bf16 runs' (``fsdp_mape_pct``); else the dense layout group's
-    largest held-out figure (model or source left out); never below the dense group's, which every
-    layout rests on."""
-    held = [float(v) for v in (loso, lomo) if isinstance(v, (int, float))]
-    dense = max(held) if held else None
-    basis = ("largest of leave-one-source- and model-out MAPE over the bf16 Megatron runs of data/llm-parallel-layouts "
-             "(3 sources: NVIDIA DGX Cloud H100 tables, the Megatron-LM README's H100 weak scaling, BLOOM-176B on A100)")
-    own, own_basis = moe_typical_error() if moe else layout_finetune_typical_error() if lora else (None, "")
-    v = validation or {}
-    key = "fsdp_fp8" if sharded else "fp8"
-    if own is None and fp8 and isinstance(v.get(f"{key}_mape_pct"), (int, float)):
-        own = float(v[f"{key}_mape_pct"])
-        own_basis = (f"MAPE of the step time over {v.get(f'{key}_rows', '?')} "
-                     + ("torchtitan FSDP2 runs with torchao's tensorwise float8 (data/llm-training-throughput)" if sharded
-                        else "Megatron-Core runs with Transformer Engine FP8 GEMMs (data/llm-parallel-layouts)")
-                     + f"; mean signed {v.get(f'{key}_bias_pct', '?')} % (+: predicted slow); nothing fitted on them, "
-                     "scripts/validate.py --only layouts")
-    if own is None and sharded and isinstance(v.get("fsdp_mape_pct"), (int, float)):
-        own = float(v["fsdp_mape_pct"])
-        own_basis = (f"MAPE of the step time over {v.get('fsdp_rows', '?')} torchtitan FSDP2 x TP runs "
-                     f"(data/llm-training-throughput; mean signed {v.get('fsdp_bias_pct', '?')} %: predicted fast, "
-                     "on 500 W HBM2e H100s srift prices as H100 SXM), out of sample, scripts/validate.py --only layouts")
-    if own is not None and (dense is None or own >= dense):
-        return own, own_basis
-    return dense, basis

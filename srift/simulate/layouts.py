@@ -73,13 +73,14 @@ from srift.simulate.layout.plan import (ADAM_STATE_BYTES, DP_FLAVOURS, FLEX_DISP
                                         _group_ranks_per_node, load_layout_params, pytorch_stack, state_shard)
 from srift.simulate.layout.pipeline import (_LAYOUT_GROUP, _LAYOUT_REPEAT, bubble_fraction, megatron_stage_blocks,
                                             pipeline_blocks, stage_layers, stage_moe_blocks)
-from srift.simulate.layout.blocks import BlockMemory, BlockParts, block_parts, _block_parts, scaled_parts, split_arch
+from srift.simulate.layout.blocks import BlockMemory, BlockOptions, BlockParts, block_parts, _block_parts, scaled_parts, split_arch
 from srift.simulate.layout.collectives import (BlockComm, TpBlockComm, block_comm, _block_comm, cp_ring_exposed_s,
                                                cp_ring_step_bytes, dtensor_rate, dtensor_tp_block_s, ep_interference,
-                                               fsdp_stage_comm, fsdp_unit_bytes, fsdp_unit_params, p2p_interference,
+                                               FsdpStage, fsdp_stage_comm, fsdp_unit_bytes, fsdp_unit_params, p2p_interference,
                                                tp_block_comm, tp_interference, tp_overlap_share)
 from srift.simulate.layout.memory import (eager_loss_bytes, _kept_block_bytes, memory_stages, _peak_memory,
-                                          _peak_memory_of, _rebuilt_block_bytes, _stage_memories, stage_memory_bytes)
+                                          _peak_memory_of, _rebuilt_block_bytes, _stage_memories, StageStates,
+                                          stage_memory_bytes)
 from srift.simulate.layout.step import PlanSettings, _plan, plan_layout, reprice
 from srift.simulate.layout.search import (Degrees, LayoutSearch, candidate_layouts, _degrees, _divisors,
                                           _expert_degrees, has_layout, _most_sharded, search_layouts)
@@ -109,6 +110,7 @@ __all__ = [
     "UB_RING_EXCHANGE_SMS",
     "BlockComm",
     "BlockMemory",
+    "BlockOptions",
     "BlockParts",
     "Degrees",
     "Layout",
@@ -139,6 +141,7 @@ __all__ = [
     "ep_ranks_per_node",
     "_even_ranks_per_node",
     "_expert_degrees",
+    "FsdpStage",
     "fsdp_stage_comm",
     "fsdp_unit_bytes",
     "fsdp_unit_params",
@@ -163,6 +166,7 @@ __all__ = [
     "split_arch",
     "stage_layers",
     "_stage_memories",
+    "StageStates",
     "stage_memory_bytes",
     "stage_moe_blocks",
     "state_shard",

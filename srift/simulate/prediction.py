@@ -8,6 +8,7 @@ from typing import Any
 
 from srift.job import Fp8Recipe, JobLength, JobRun, MoeDispatcher
 from srift.simulate.breakdown import Breakdown
+from srift.simulate.layout.plan import Layout
 from srift.simulate.spot import SpotExpectation
 
 COMM_BOUND_FRACTION = 0.2  # exposed communication above this share of the iteration: comm-bound
@@ -110,9 +111,9 @@ class Prediction:
         input_time_s: Seconds the slowest GPU's data loader needs per iteration (it runs beside the
             GPU: only what exceeds the GPU's iteration shows as ``data``); None when unknown (no
             vCPU count) or for ``measured``.
-        layout: A decoder LLM laid out with tensor/pipeline/context parallelism
-            (srift/simulate/layouts.py): ``tp``, ``pp``, ``cp``, ``dp``, ``vp``, ``micro_batch``,
-            ``grad_accum``, ``schedule``; None otherwise.
+        layout: A decoder LLM laid out with tensor/pipeline/context parallelism: its ``Layout``
+            (srift/simulate/layout/plan.py: ``tp``, ``pp``, ``cp``, ``dp``, ``vp``, ``micro_batch``,
+            ``grad_accum``, ``schedule``, ``ep``; the same keys in JSON); None otherwise.
         memory_stage: The pipeline stage whose memory ``memory_per_gpu_bytes`` is (layouts).
         layout_alternative: When the layout does not fit, the fastest one that does (its ``layout``).
         params_total: A --layout job's parameters (every expert of a mixture of experts).
@@ -161,9 +162,9 @@ class Prediction:
     memory_allocated_bytes: float = 0.0
     memory_fit: str = "fits"
     memory_safe_batch: int | None = None
-    layout: dict[str, int | str] | None = None
+    layout: Layout | None = None
     memory_stage: int | None = None
-    layout_alternative: dict[str, int | str] | None = None
+    layout_alternative: Layout | None = None
     params_total: int | None = None
     params_active: int | None = None
     moe_imbalance: float | None = None
@@ -195,9 +196,9 @@ class Prediction:
         ckpt = short.get(self.activation_checkpointing, "+" + self.activation_checkpointing)
         if self.layout:
             lay = self.layout
-            vp = f" vp{lay['vp']}" if int(lay["vp"]) > 1 else ""
-            ep = f" ep{lay['ep']}" if int(lay.get("ep", 1)) > 1 else ""
-            return f"tp{lay['tp']} pp{lay['pp']} cp{lay['cp']} dp{lay['dp']}{ep}{vp} mb{lay['micro_batch']}{ckpt}"
+            vp = f" vp{lay.vp}" if lay.vp > 1 else ""
+            ep = f" ep{lay.ep}" if lay.ep > 1 else ""
+            return f"tp{lay.tp} pp{lay.pp} cp{lay.cp} dp{lay.dp}{ep}{vp} mb{lay.micro_batch}{ckpt}"
         return self.parallelism + ckpt
 
     @property

@@ -27,28 +27,23 @@ from collections.abc import Callable, Sequence
 
 from srift.cluster import Cluster
 from srift.errors import SriftError
-from srift.hardware import CPU, gpu as gpu_spec
-from srift.job import AUTO, DDP, FULL_FINETUNE, QLORA, Job, usd_per_million_samples
-from srift.perf.accuracy import (
-    MEASURED_ELSEWHERE, MEASURED_HERE, finetune_typical_error, sharded_typical_error, typical_error, with_cpu_profile_error,
-)
-from srift.perf.coverage import Coverage, sharded_coverage
-from srift.perf.comm import CommModel
+from srift.hardware import CPU
+from srift.job import AUTO, DDP, FULL_FINETUNE, QLORA, Job
+from srift.perf.accuracy import MEASURED_ELSEWHERE, MEASURED_HERE
 from srift.perf.compute import LayerTimes, measured_gpu
 from srift.profile import Profile
+from srift.simulate.assemble import PlanGroup, PricedPlan, assemble, typical_error_of
 from srift.simulate.breakdown import DATA
 from srift.simulate.kfac import KfacPlan
 from srift.simulate.door import refuse_ignored
 from srift.simulate.loader import InputLoader, image_side_px
 from srift.simulate.mixed import batches_for_fastest, split_batch
-from srift.simulate.memory import allocated_parts
 from srift.simulate.offload import trick_notes
 from srift.simulate.plans import Candidate, ClusterView, Plans, plan_choices
 from srift.simulate.prediction import BatchShare, Prediction, bottleneck
-from srift.simulate.spot import spot_expectation
 from srift.simulate.varlen import arch_for_job
 from srift.simulate.workload import Workload, measured_sources, profile_flops_per_token
-from srift.stacks import job_stack, stack_note, stack_typical_error
+from srift.stacks import job_stack, stack_note
 from srift.zoo.llm import DecoderArch
 
 __all__ = ["Predictor", "predict", "job_with_profile_defaults", "bottleneck", "measured_sources",
@@ -172,100 +167,39 @@ class Predictor:
             # The loader runs beside the GPUs: only what it needs beyond their iteration shows.
             breakdown = breakdown.with_phase(DATA, max(0.0, loader.time_s - gpu_s))
             p90 = max(p90, max(t.slow_time_s for t in known))
-        iteration = breakdown.total_s
         global_batch = sum(b * g.gpus for b, g in zip(batches, groups)) * accum
-        throughput = global_batch / iteration
-        cost = cluster.usd_per_hour
         crit = max(comps, key=lambda c: c.compute_end_s)
-        error_pct, error_basis, compute_error_pct = self._typical_error(cluster, crit.times, plan.parallelism, comm)
-        # Node counts beyond the measured ones: the multi-node figure widens itself and the nodes
-        # column says so (srift/perf/accuracy.py); the sharded group's ranges are checked here.
-        coverage = (sharded_coverage(self.units.params, cluster.gpus, [g.gpu for g in cluster.node_groups])
-                    if plan.parallelism != DDP else Coverage())
-        if error_pct is not None and plan.parallelism != DDP:
-            error_pct, error_basis = error_pct * coverage.factor, error_basis + coverage.basis()
-        if not cluster.cpu_workers:  # the stack's held-out figure where wider (srift/stacks.py)
-            error_pct, error_basis = stack_typical_error(job_stack(self.job).name, error_pct, error_basis)
+        times = crit.times
+        measured = (MEASURED_ELSEWHERE if times.anchored_from else MEASURED_HERE) if times.anchored else None
+        stack = job_stack(self.job)
+        error = typical_error_of(PlanGroup(
+            cluster, sharded=plan.parallelism != DDP, finetune=self.workload.frozen is not None, stack=stack.name,
+            measured=measured, net_class=comm.topology.net_class,
+            cpu_profile=self.base.measured and self.base.device.kind == CPU, kfac=self.job.kfac,
+            params=self.units.params))
         state_bytes = self.units.params * (4.0 + float(self.base.optimizer.state_bytes_per_param))
         if plan.parallelism != DDP:
             state_bytes /= cluster.nodes  # every node writes its own shards of the checkpoint
-        tokens = throughput * self.workload.tokens_per_sample if self.workload.tokens_per_sample else None
-        return Prediction(
-            cluster=cluster.name,
-            gpus=cluster.gpus,
-            global_batch_size=global_batch,
-            iteration_time_s=iteration,
-            p90_iteration_time_s=max(p90, iteration),
-            throughput_samples_per_s=throughput,
-            cost_per_hour_usd=cost,
-            usd_per_million_samples=usd_per_million_samples(cost, throughput),
-            breakdown=breakdown,
-            bottleneck=bottleneck(plan.memory.fits, plan.comm_cost_s, iteration,
-                                  input_bound=loader is not None and loader.kind != "measured" and breakdown[DATA] > 0),
-            fits_in_memory=plan.memory.fits,
-            memory_per_gpu_bytes=plan.memory.per_gpu_bytes,
-            memory_breakdown_bytes=dict(plan.memory.breakdown_bytes),
-            memory_allocated_bytes=sum(allocated_parts(plan.memory.breakdown_bytes).values()),
-            memory_fit=plan.memory.state,
-            memory_safe_batch=(self.plans.safe_batch(view, batches, Candidate(plan.parallelism, plan.checkpointing))
-                               if plan.memory.state != "fits" else None),
+        return assemble(PricedPlan(
+            cluster=cluster, parallelism=plan.parallelism, checkpointing=plan.checkpointing, breakdown=breakdown,
+            p90_s=p90, comm_cost_s=plan.comm_cost_s, memory=plan.memory, global_batch=global_batch,
             batch_split=[BatchShare(g.label, g.gpu, b * accum, g.gpus) for g, b in zip(groups, batches)],
-            spot=spot_expectation(cluster, state_bytes, throughput, cost),
-            notes=(self._notes(crit.times, plan.kfac) + unknown_gpu_notes(self.workload.base) + self._finetune_notes()
+            grad_accum=accum, micro_batch_size=batches[0] if len(set(batches)) == 1 else None,
+            state_bytes=state_bytes, error=error, precision=self.precision,
+            notes=(self._notes(times, plan.kfac) + unknown_gpu_notes(self.workload.base) + self._finetune_notes()
                    + self.workload.sequence_notes(batches[0])
-                   + comm.assumptions() + [stack_note(job_stack(self.job), False, plan.parallelism)]
+                   + comm.assumptions() + [stack_note(stack, False, plan.parallelism)]
                    + self.loader.input_notes(loader, inputs, gpu_s)),
-            typical_error_pct=error_pct,
-            typical_error_basis=error_basis,
-            beyond_validated=coverage.beyond,
-            compute_error_pct=compute_error_pct,
-            parallelism=plan.parallelism,
-            activation_checkpointing=plan.checkpointing,
-            grad_accum=accum,
-            micro_batch_size=batches[0] if len(set(batches)) == 1 else None,
-            seq_len=self.seq_len,
-            throughput_tokens_per_s=tokens,
-            tokens_per_s_per_gpu=tokens / cluster.gpus if tokens is not None else None,
-            mfu=self._mfu(cluster, tokens),
-            model_flops_per_token=self.flops_per_token if self.seq_len else None,
+            seq_len=self.seq_len, tokens_per_sample=self.workload.tokens_per_sample,
+            flops_per_token=self.flops_per_token, model_flops_per_token=self.flops_per_token if self.seq_len else None,
+            input_bound=loader is not None and loader.kind != "measured" and breakdown[DATA] > 0,
             data_loading=loader.kind if loader is not None else self.data_loading,
             input_time_s=loader.time_s if loader is not None and loader.kind != "measured" else None,
+            memory_safe_batch=(self.plans.safe_batch(view, batches, Candidate(plan.parallelism, plan.checkpointing))
+                               if plan.memory.state != "fits" else None),
             grad_compression=(self.job.grad_compression if plan.parallelism == DDP and cluster.gpus > 1
                               and self.job.compression.active else None),
-            stack=job_stack(self.job).name,
-        )
-
-    def _mfu(self, cluster: Cluster, tokens_per_s: float | None) -> float | None:
-        """Model FLOP/s over the cluster's dense peak at the job's precision (None without a
-        sequence length or on CPU workers)."""
-        if tokens_per_s is None or not self.flops_per_token or cluster.cpu_workers:
-            return None
-        peak = sum(g.gpus * gpu_spec(g.gpu).peak_flops(self.precision) for g in cluster.node_groups)
-        return tokens_per_s * self.flops_per_token / peak
-
-    def _typical_error(self, cluster: Cluster, times: LayerTimes, parallelism: str,
-                       comm: CommModel) -> tuple[float | None, str, float | None]:
-        """The validation figure of this prediction, what it rests on, and the compute part's."""
-        measured = (MEASURED_ELSEWHERE if times.anchored_from else MEASURED_HERE) if times.anchored else None
-        links = {g.intra_node for g in cluster.node_groups}
-        cpu = cluster.cpu_workers
-        if self.workload.frozen is not None and not cpu:
-            pct, basis = finetune_typical_error()
-        elif parallelism != DDP and not cpu:
-            pct, basis = sharded_typical_error()
-        else:
-            pct, basis = typical_error(cluster.nodes, cluster.gpus, cpu, measured, links.pop() if len(links) == 1 else None,
-                                       comm.topology.net_class if cluster.nodes > 1 else None)
-        compute_pct = typical_error(1, 1, cpu, measured)[0]
-        if not cpu and measured is None and self.base.measured and self.base.device.kind == CPU:
-            pct, basis, compute_pct = with_cpu_profile_error(pct, basis, compute_pct)
-        if self.job.kfac and pct is not None:
-            # The figures come from first-order DDP runs; K-FAC's phases are checked per transformer
-            # block only (scripts/validate.py --only kfac), no whole GPU K-FAC run.
-            basis += ("; for the first-order part only: K-FAC's factor, Cholesky-inverse and preconditioning kernels are within "
-                      "15 % of PipeFisher's per-block GPU timings with the GPU held out (factors of 768-4096; smaller and larger "
-                      "ones extrapolated: docs/kfac.md; scripts/validate.py --only kfac)")
-        return pct, basis, compute_pct
+            stack=stack.name))
 
     def _finetune_notes(self) -> list[str]:
         """What a fine-tuning job trains and stores (srift/simulate/finetune.py)."""

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from srift.catalog.build.common import (
-    Row, ZonePrice, make_row, network_columns, opt_float, read_csv, regional_price, rules,
+    Machine, Row, RowPrice, ZonePrice, make_row, network_columns, opt_float, read_csv, regional_price, rules,
 )
 from srift.catalog.instances import FLAG_NO_SPOT_DISCOUNT, FLAG_ON_DEMAND_REBASED
 from srift.hardware import find_gpu, gpus
@@ -140,12 +140,13 @@ def build(data: Path) -> list[Row]:
         hw = hardware[itype]
         net, net_flags = network_columns("aws", hw.family, itype, efa=hw.efa, baseline_gbps=hw.baseline_gbps)
         return make_row(
-            cloud="aws", region=region, instance_type=itype, family=hw.family, vm_type=itype,
-            accelerators=accelerators.get(itype, f"{hw.gpu}:{hw.gpu_count}"), gpu_name=hw.gpu,
-            gpu_count=hw.gpu_count, gpu_memory_gib=hw.gpu_memory_gib,
-            vcpus=hw.vcpus, memory_gib=hw.memory_gib, host_arch=hw.host_arch,
-            network=net, on_demand=od, spot=spot, spot_estimated=estimated, zones=nzones, flags=flags + net_flags,
-            as_of=as_of, source=source,
+            cloud="aws", region=region,
+            machine=Machine(instance_type=itype, family=hw.family, vm_type=itype,
+                            accelerators=accelerators.get(itype, f"{hw.gpu}:{hw.gpu_count}"), gpu_name=hw.gpu,
+                            gpu_count=hw.gpu_count, gpu_memory_gib=hw.gpu_memory_gib,
+                            vcpus=hw.vcpus, memory_gib=hw.memory_gib, host_arch=hw.host_arch),
+            network=net, price=RowPrice(on_demand=od, spot=spot, spot_estimated=estimated, zones=nzones),
+            flags=flags + net_flags, as_of=as_of, source=source,
         )
 
     for (itype, region), by_zone in sorted(zones.items()):

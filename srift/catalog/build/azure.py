@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from srift.catalog.build.common import Row, ZonePrice, make_row, network_columns, opt_float, read_csv, regional_price, rules
+from srift.catalog.build.common import Machine, Row, RowPrice, ZonePrice, make_row, network_columns, opt_float, read_csv, regional_price, rules
 from srift.catalog.instances import FLAG_CORRECTED, FLAG_OLD_SNAPSHOT
 from srift.hardware import gpus
 
@@ -63,11 +63,12 @@ def build_rows(source_rows: list[dict[str, str]], strict: bool = True) -> tuple[
                                float(all_rules["spot_cap_ratio"]))
         net, net_flags = network_columns("azure", family, itype)
         rows.append(make_row(
-            cloud="azure", region=r["Region"], instance_type=itype, family=family, vm_type=itype,
-            accelerators=f"{r['AcceleratorName']}:{count}", gpu_name=gpu, gpu_count=count,
-            gpu_memory_gib=known[gpu].memory_gib,  # the v6 file gives the GPU name only
-            vcpus=int(float(r["vCPUs"])), memory_gib=float(r["MemoryGiB"]), host_arch="x86_64", network=net,
-            on_demand=price.on_demand, spot=price.spot, spot_estimated=False, zones=None,
+            cloud="azure", region=r["Region"],
+            machine=Machine(instance_type=itype, family=family, vm_type=itype,
+                            accelerators=f"{r['AcceleratorName']}:{count}", gpu_name=gpu, gpu_count=count,
+                            gpu_memory_gib=known[gpu].memory_gib,  # the v6 file gives the GPU name only
+                            vcpus=int(float(r["vCPUs"])), memory_gib=float(r["MemoryGiB"]), host_arch="x86_64"),
+            network=net, price=RowPrice(on_demand=price.on_demand, spot=price.spot),
             flags=flags + price.flags + net_flags, as_of="", source=src,
         ))
     return rows, {"left_out": left_out}

@@ -109,21 +109,47 @@ def network_columns(cloud: str, family: str, instance_type: str, *, efa: bool = 
     return cols, ([FLAG_NETWORK_ASSUMED] if "network_gbps" in facts.unknowns else [])
 
 
-def make_row(*, cloud: str, region: str, instance_type: str, family: str, vm_type: str, accelerators: str,
-             gpu_name: str, gpu_count: int, gpu_memory_gib: float, vcpus: int, memory_gib: float, host_arch: str,
-             network: Row, on_demand: float | None, spot: float | None, spot_estimated: bool, zones: int | None,
-             flags: Iterable[str], as_of: str, source: str) -> Row:
+@dataclass(frozen=True)
+class Machine:
+    """What a catalog row says of the instance itself (its CSV_COLUMNS of the same names)."""
+
+    instance_type: str
+    family: str
+    vm_type: str
+    accelerators: str
+    gpu_name: str
+    gpu_count: int
+    gpu_memory_gib: float
+    vcpus: int
+    memory_gib: float
+    host_arch: str
+
+
+@dataclass(frozen=True)
+class RowPrice:
+    """A row's prices per hour (on-demand, spot; None where not offered), whether the spot price
+    is estimated, and the zones it was taken over (None where the source has no zones)."""
+
+    on_demand: float | None
+    spot: float | None
+    spot_estimated: bool = False
+    zones: int | None = None
+
+
+def make_row(*, cloud: str, region: str, machine: Machine, network: Row, price: RowPrice, flags: Iterable[str],
+             as_of: str, source: str) -> Row:
     """A catalog row (CSV_COLUMNS) with the default interruption band of its GPU class."""
-    band, rate = spot_band(gpu_name, spot)
+    m, on_demand, spot = machine, price.on_demand, price.spot
+    band, rate = spot_band(m.gpu_name, spot)
     row: Row = {
-        "cloud": cloud, "region": region, "instance_type": instance_type, "family": family, "vm_type": vm_type,
-        "accelerators": accelerators, "gpu_name": gpu_name, "gpu_count": int(gpu_count),
-        "gpu_memory_gib": round(float(gpu_memory_gib), 2), "vcpus": int(vcpus), "memory_gib": round(float(memory_gib), 2),
-        "host_arch": host_arch, **network,
+        "cloud": cloud, "region": region, "instance_type": m.instance_type, "family": m.family, "vm_type": m.vm_type,
+        "accelerators": m.accelerators, "gpu_name": m.gpu_name, "gpu_count": int(m.gpu_count),
+        "gpu_memory_gib": round(float(m.gpu_memory_gib), 2), "vcpus": int(m.vcpus),
+        "memory_gib": round(float(m.memory_gib), 2), "host_arch": m.host_arch, **network,
         "on_demand_usd_per_hour": None if on_demand is None else round(on_demand, 6),
         "spot_usd_per_hour": None if spot is None else round(spot, 6),
-        "spot_estimated": spot_estimated, "spot_interruption_band": band,
-        "spot_interruption_per_hour": round(rate, 10), "zones": zones,
+        "spot_estimated": price.spot_estimated, "spot_interruption_band": band,
+        "spot_interruption_per_hour": round(rate, 10), "zones": price.zones,
         "flags": tuple(dict.fromkeys(flags)), "as_of": as_of, "source": source,
     }
     return row

@@ -23,7 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from srift.catalog.build.common import Row, ZonePrice, make_row, network_columns, opt_float, read_csv, regional_price, rules
+from srift.catalog.build.common import Machine, Row, RowPrice, ZonePrice, make_row, network_columns, opt_float, read_csv, regional_price, rules
 from srift.catalog.instances import FLAG_SPOT_ABOVE_ON_DEMAND, FLAG_SUSPECT_PRICE
 from srift.hardware import gpus
 
@@ -163,10 +163,12 @@ def build_rows(host_rows: list[dict[str, str]], n1_rows: list[dict[str, str]]) -
             host, acc = pairs_in[0]
             net, net_flags = network_columns("gcp", p.family, p.instance_type)
             rows.append(make_row(
-                cloud="gcp", region=region, instance_type=p.instance_type, family=p.family, vm_type=p.machine_type,
-                accelerators=f"{p.accelerator}:{p.count}", gpu_name=gpu, gpu_count=p.count,
-                gpu_memory_gib=acc.memory_mib / 1024, vcpus=host.vcpus, memory_gib=host.memory_gib, host_arch="x86_64",
-                network=net, on_demand=price.on_demand, spot=price.spot, spot_estimated=False, zones=price.zones,
+                cloud="gcp", region=region,
+                machine=Machine(instance_type=p.instance_type, family=p.family, vm_type=p.machine_type,
+                                accelerators=f"{p.accelerator}:{p.count}", gpu_name=gpu, gpu_count=p.count,
+                                gpu_memory_gib=acc.memory_mib / 1024, vcpus=host.vcpus, memory_gib=host.memory_gib,
+                                host_arch="x86_64"),
+                network=net, price=RowPrice(on_demand=price.on_demand, spot=price.spot, zones=price.zones),
                 flags=flags + net_flags, as_of="", source=f"{src} (host + accelerator rows)",
             ))
     report: dict[str, object] = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from srift.catalog.build.common import Row, make_row, network_columns, opt_float, read_csv, rules
+from srift.catalog.build.common import Machine, Row, RowPrice, make_row, network_columns, opt_float, read_csv, rules
 from srift.catalog.instances import FLAG_AVAILABILITY_UNVERIFIED
 from srift.hardware import gpus
 
@@ -44,11 +44,13 @@ def build_rows(source_rows: list[dict[str, str]], strict: bool = True) -> tuple[
         count = int(float(r["AcceleratorCount"]))
         net, net_flags = network_columns("lambda", family, itype)
         rows.append(make_row(
-            cloud="lambda", region=r["Region"], instance_type=itype, family=family, vm_type=itype,
-            accelerators=f"{r['AcceleratorName']}:{count}", gpu_name=str(gpu), gpu_count=count,
-            gpu_memory_gib=float(info["Gpus"][0]["MemoryInfo"]["SizeInMiB"]) / 1024, vcpus=int(float(r["vCPUs"])),
-            memory_gib=float(r["MemoryGiB"]), host_arch="arm64" if gpu in rule["arm64_gpus"] else "x86_64",
-            network=net, on_demand=opt_float(r["Price"]), spot=opt_float(r["SpotPrice"]), spot_estimated=False,
-            zones=None, flags=[FLAG_AVAILABILITY_UNVERIFIED] + net_flags, as_of="", source=src,
+            cloud="lambda", region=r["Region"],
+            machine=Machine(instance_type=itype, family=family, vm_type=itype,
+                            accelerators=f"{r['AcceleratorName']}:{count}", gpu_name=str(gpu), gpu_count=count,
+                            gpu_memory_gib=float(info["Gpus"][0]["MemoryInfo"]["SizeInMiB"]) / 1024,
+                            vcpus=int(float(r["vCPUs"])), memory_gib=float(r["MemoryGiB"]),
+                            host_arch="arm64" if gpu in rule["arm64_gpus"] else "x86_64"),
+            network=net, price=RowPrice(on_demand=opt_float(r["Price"]), spot=opt_float(r["SpotPrice"])),
+            flags=[FLAG_AVAILABILITY_UNVERIFIED] + net_flags, as_of="", source=src,
         ))
     return rows, {"left_out": left_out}

@@ -174,55 +174,74 @@ def split_arch(arch: DecoderArch, tp: int) -> DecoderArch:
 
 # Caches hold every (GPU type x TP x CP x micro-batch) of a multi-cloud search (about 30 GPU types x
 # 100 splits): a smaller LRU cache cycled through would miss on every call.
+@dataclass(frozen=True)
+class BlockOptions:
+    """How the blocks run besides their split: ``block_parts``' settings (hashable: it is cached).
+
+    Attributes:
+        imbalance: A mixture of experts' routing imbalance (srift/simulate/moe.py).
+        fp8: The blocks' GEMMs in FP8 under this Transformer Engine recipe (srift/perf/fp8.py),
+            which also keeps the inputs of the GEMMs after an activation in FP8; None: bf16.
+        recompute_modules: What the ``selective`` policy recomputes (srift/simulate/recompute.py).
+        lora: The base frozen, LoRA adapters on the fused projections (srift/simulate/finetune.py).
+        op_sac: Also torchtitan's per-op selective figures (``BlockParts.op_sac_saved_bytes``; 0
+            otherwise).
+        fp8_attention: With ``fp8``, the attention core in FP8 too (``fp8_attention_s``).
+        dispatcher: The MoE token dispatcher (``flex``: no permutation passes around the experts,
+            srift/simulate/moe.py).
+        fused_fc1: A dense gated MLP's FP8 input cast once (Megatron-Core's ``linear_fc1``;
+            torchtitan runs two).
+        pytorch_kernels: Attention as PyTorch runs it (torchtitan: SDPA's FlashAttention-2 at the
+            fitted ``mma`` rate) rather than Transformer Engine's (cuDNN attention at the full dense
+            rate).
+    """
+
+    imbalance: float = BALANCED_ROUTING
+    fp8: Fp8Recipe | None = None
+    recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES
+    lora: LoraSpec | None = None
+    op_sac: bool = False
+    fp8_attention: bool = False
+    dispatcher: MoeDispatcher = "alltoall"
+    fused_fc1: bool = True
+    pytorch_kernels: bool = False
+
+
 @functools.lru_cache(maxsize=32768)
 def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str, gpu: str,
-                ep: int = 1, imbalance: float = BALANCED_ROUTING, fp8: Fp8Recipe | None = None,
-                recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
-                lora: LoraSpec | None = None, op_sac: bool = False, fp8_attention: bool = False,
-                dispatcher: MoeDispatcher = "alltoall", fused_fc1: bool = True,
-                pytorch_kernels: bool = False) -> BlockParts:
-    """``BlockParts`` from the compute model on the split shapes (cached).
+                ep: int = 1, options: BlockOptions = BlockOptions()) -> BlockParts:
+    """``BlockParts`` from the compute model on the split shapes (cached), run as ``options`` say.
 
-    A mixture of experts (``ep`` expert-parallel ranks, routing ``imbalance``: srift/simulate/moe.py)
-    averages a dense block and a MoE block by ``moe_fraction``; the MoE block's routed experts are
-    timed at the per-expert row count, not as the profile's aggregate GEMMs. Blocks with a
-    sliding attention window (GPT-OSS) are averaged with the full-attention ones likewise. ``fp8``:
-    the blocks' GEMMs in FP8 under that Transformer Engine recipe (srift/perf/fp8.py), which also
-    keeps the inputs of the GEMMs after an activation in FP8; ``recompute_modules``: what the
-    ``selective`` policy recomputes (srift/simulate/recompute.py); ``lora``: the base
-    frozen, LoRA adapters on the fused projections (srift/simulate/finetune.py); ``op_sac``: also
-    torchtitan's per-op selective figures (``BlockParts.op_sac_saved_bytes``; 0 otherwise);
-    ``fp8_attention``: the attention core in FP8 too; ``dispatcher``: the MoE token dispatcher
-    (``flex``: no permutation passes around the experts, srift/simulate/moe.py); ``fused_fc1``: a
-    dense gated MLP's FP8 input cast once (Megatron-Core's ``linear_fc1``; torchtitan runs two);
-    ``pytorch_kernels``: attention as PyTorch runs it (torchtitan: SDPA's FlashAttention-2 at the
-    fitted ``mma`` rate) rather than Transformer Engine's (cuDNN attention at the full dense rate)."""
-    modules = check_modules(recompute_modules)
+    A mixture of experts (``ep`` expert-parallel ranks, routing ``options.imbalance``:
+    srift/simulate/moe.py) averages a dense block and a MoE block by ``moe_fraction``; the MoE
+    block's routed experts are timed at the per-expert row count, not as the profile's aggregate
+    GEMMs. Blocks with a sliding attention window (GPT-OSS) are averaged with the full-attention
+    ones likewise."""
+    modules = check_modules(options.recompute_modules)
+    options = dataclasses.replace(options, recompute_modules=modules)
+    fp8, imbalance, dispatcher, pytorch_kernels = options.fp8, options.imbalance, options.dispatcher, options.pytorch_kernels
+    # What ``_block_parts`` reads (a MoE model's dense and MoE blocks are the same whatever the routing).
+    inner = dataclasses.replace(options, imbalance=BALANCED_ROUTING, dispatcher="alltoall")
     if arch.sliding_window and 0 < arch.sliding_blocks < arch.n_layers:
         share = arch.sliding_blocks / arch.n_layers
         local = block_parts(dataclasses.replace(arch, sliding_every=1), tp, cp, micro_batch, seq_len, precision, gpu,
-                            ep, imbalance, fp8, modules, lora, op_sac, fp8_attention, dispatcher, fused_fc1,
-                            pytorch_kernels)
+                            ep, options)
         full = block_parts(dataclasses.replace(arch, sliding_window=0), tp, cp, micro_batch, seq_len, precision, gpu,
-                           ep, imbalance, fp8, modules, lora, op_sac, fp8_attention, dispatcher, fused_fc1,
-                           pytorch_kernels)
+                           ep, options)
         return dataclasses.replace(full, **{k: share * getattr(local, k) + (1.0 - share) * getattr(full, k)
                                             for k in ("block_f_s", "block_b_s", "attention_f_s", "attention_b_s",
                                                       "selective_f_s", "op_sac_f_s")})
     if not arch.is_moe:
-        dense_parts = _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac,
-                                   fp8_attention, fused_fc1, pytorch_kernels)
+        dense_parts = _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu, inner)
         return dataclasses.replace(dense_parts, fp8_weight_bytes=(dense_parts.local_block_params * fp8_weight_cache_bytes(fp8)
                                                                   if fp8 else 0.0))
     frac = arch.moe_blocks / arch.n_layers
     moe_arch = dataclasses.replace(arch, dense_layers=0, moe_every=1, dense_blocks=frozenset())
-    moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac, fp8_attention,
-                       fused_fc1, pytorch_kernels)
+    moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu, inner)
     dense = moe if frac == 1.0 else _block_parts(
         dataclasses.replace(arch, experts=0, experts_per_token=0, expert_intermediate=0, shared_intermediate=0,
                             dense_layers=0, moe_every=1, dense_blocks=frozenset(), router_bias=False, shared_gate=False),
-        tp, cp, micro_batch, seq_len, precision, gpu, fp8, modules, lora, op_sac, fp8_attention, fused_fc1,
-        pytorch_kernels)
+        tp, cp, micro_batch, seq_len, precision, gpu, inner)
     e = 2.0 if precision in HALF_PRECISIONS else 4.0
     kept_e = fp8_saved_bytes(fp8) if fp8 else e
     etp = expert_tp(tp, ep)
@@ -272,12 +291,11 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
 # every expert-parallel size a search tries.
 @functools.lru_cache(maxsize=32768)
 def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: int, precision: str,
-                 gpu: str, fp8: Fp8Recipe | None = None,
-                 modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
-                 lora: LoraSpec | None = None, op_sac: bool = False, fp8_attention: bool = False,
-                 fused_fc1: bool = True, pytorch_kernels: bool = False) -> BlockParts:
-    """``BlockParts`` of ``arch``'s first block (a MoE block's routed experts left out);
-    ``fp8_attention``: with ``fp8``, the attention core's GEMMs in FP8 too (``fp8_attention_s``)."""
+                 gpu: str, options: BlockOptions) -> BlockParts:
+    """``BlockParts`` of ``arch``'s first block (a MoE block's routed experts left out), run as
+    ``options`` say (``recompute_modules`` checked; routing and dispatcher not read)."""
+    fp8, modules, lora, op_sac = options.fp8, options.recompute_modules, options.lora, options.op_sac
+    fp8_attention, fused_fc1, pytorch_kernels = options.fp8_attention, options.fused_fc1, options.pytorch_kernels
     split = split_arch(arch, tp)
     tokens = seq_len // cp
     prof = decoder_profile(split, batch_size=micro_batch, seq_len=tokens, precision=precision)

@@ -22,7 +22,7 @@ from srift.job import FULL_CHECKPOINTING, HALF_PRECISIONS, Fp8Recipe, LayoutRequ
 from srift.perf.comm import CommModel
 from srift.simulate.finetune import LoraSpec
 from srift.hardware import gpu as gpu_spec
-from srift.simulate.layout.blocks import BlockParts, block_parts, scaled_parts
+from srift.simulate.layout.blocks import BlockOptions, BlockParts, block_parts, scaled_parts
 from srift.simulate.layout.memory import memory_signature, peak_memory
 from srift.simulate.memory import USABLE_FRACTION
 from srift.simulate.moe import expert_shard_of
@@ -110,9 +110,9 @@ def _scaled_parts(arch: DecoderArch, sh: _Shape, st: BoundSettings, split: tuple
         return hit[1]
     if len(_PARTS) >= MAX_MEMO:
         _PARTS.clear()
-    parts = scaled_parts(block_parts(arch, t, c, mb, sh.seq_len, sh.precision, sh.gpu, ep, st.imbalance, st.fp8,
-                                     lora=st.lora, dispatcher=st.dispatcher, fused_fc1=not pytorch,
-                                     pytorch_kernels=pytorch), factor)
+    parts = scaled_parts(block_parts(arch, t, c, mb, sh.seq_len, sh.precision, sh.gpu, ep,
+                                     BlockOptions(st.imbalance, st.fp8, lora=st.lora, dispatcher=st.dispatcher,
+                                                  fused_fc1=not pytorch, pytorch_kernels=pytorch)), factor)
     _PARTS[key] = (arch, parts)
     return parts
 

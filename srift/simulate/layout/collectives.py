@@ -265,17 +265,37 @@ def fsdp_unit_collective_s(parts: BlockParts, blocks: int, first: bool, last: bo
     return ag, rs, ar
 
 
-def fsdp_stage_comm(parts: BlockParts, blocks: int, first: bool, last: bool, block_s: tuple[float, float], end_s: float,
-                    dcomm: CommModel | None, dp_flavour: str, reduce_dtype: str, pp: int, micro_batches: int,
-                    quantile: float = 0.5, ecomm: CommModel | None = None) -> tuple[float, float, float]:
+@dataclass(frozen=True)
+class FsdpStage:
+    """A pipeline stage's work that its FSDP2 collectives are scheduled beside (``fsdp_stage_comm``).
+
+    Attributes:
+        parts: The blocks' work on one GPU.
+        blocks: Blocks the stage holds.
+        first, last: The stage holds the embedding (first) or the head (last).
+        block_s: One block's forward and backward seconds on a micro-batch (TP, CP waits and
+            recompute in them).
+        end_s: The embedding's or head's TP collectives.
+    """
+
+    parts: BlockParts
+    blocks: int
+    first: bool
+    last: bool
+    block_s: tuple[float, float]
+    end_s: float
+
+
+def fsdp_stage_comm(stage: FsdpStage, dcomm: CommModel | None, dp_flavour: str, reduce_dtype: str, pp: int,
+                    micro_batches: int, quantile: float = 0.5,
+                    ecomm: CommModel | None = None) -> tuple[float, float, float]:
     """(exposed, hidden, total) seconds a step of a stage's FSDP2 collectives over its CP x DP
     group ``dcomm``, scheduled beside the stage's compute by srift/simulate/sharded.py's
     ``simulate_step`` (the data-parallel path's schedule: a unit's all-gather waited for, the
     next one prefetched behind it, each unit's reduce-scatter (and, ``hsdp``, cross-node
     all-reduce) issued after its backward).
 
-    ``block_s``: one block's forward and backward seconds on a micro-batch (TP, CP waits and
-    recompute in them); ``end_s``: the embedding's or head's TP collectives. Parameters are
+    ``stage``: its blocks, ends and their seconds (``FsdpStage``). Parameters are
     gathered in bf16, gradients reduced in ``reduce_dtype``; ``ecomm``: the expert data-parallel
     group under expert parallelism (``fsdp_unit_collective_s``).
 
@@ -287,8 +307,9 @@ def fsdp_stage_comm(parts: BlockParts, blocks: int, first: bool, last: bool, blo
     last backward: the gathers' waits lie on the warm-up's path through every stage (``pp`` of
     them), the reduce-scatters wait at the end of the flush on the first stage, which ends last.
     """
+    parts, blocks, first, last, end_s = stage.parts, stage.blocks, stage.first, stage.last, stage.end_s
     ag, rs, ar = fsdp_unit_collective_s(parts, blocks, first, last, dcomm, ecomm, dp_flavour, reduce_dtype, quantile)
-    f, b = block_s
+    f, b = stage.block_s
     runs = ((0,) if first else ()) + tuple(range(1, blocks + 1)) + ((0,) if last else ())
     fwd = tuple((parts.first_f_s if first and i == 0 else parts.last_f_s) + end_s if u == 0 else f
                 for i, u in enumerate(runs))

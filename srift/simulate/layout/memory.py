@@ -6,6 +6,7 @@ Part of the layout simulator (srift/simulate/layouts.py: the model as a whole)."
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 from srift.job import FSDP, FULL_CHECKPOINTING, INTERLEAVED, SELECTIVE, ZERO1
 from srift.simulate.memory import LOSS_FP32_BYTES, MASTER_BYTES, allocator_bytes, sharded_state_bytes, with_allocator
@@ -19,32 +20,51 @@ from srift.simulate.layout.collectives import fsdp_unit_params
 
 
 # ---- memory of one stage ------------------------------------------------------------------------
-def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes: float, in_flight: float,
-                       extra_act_bytes: float = 0.0, dp_flavour: str = "zero1", expert_params: float = 0.0,
-                       expert_shard: int = 1, weight_copy_bytes: float = 0.0,
-                       trainable_params: float | None = None, root_params: float = 0.0, block_params: float = 0.0,
-                       reduce_dtype: str = "fp32", resharded: bool = True) -> dict[str, float]:
-    """Bytes per GPU of one pipeline stage, by kind.
+@dataclass(frozen=True)
+class StageStates:
+    """The parameters one GPU of a pipeline stage holds, and how their states are sharded.
 
-    Args:
-        stage_params: Parameters this GPU holds (its stage's, on its TP rank).
+    Attributes:
+        params: Parameters this GPU holds (its stage's, on its TP rank).
         shard: Ranks the optimizer states are sharded over (``state_shard``: CP x DP under
             ``zero1`` and ``fsdp``, the DP ranks of a node under ``hsdp``, 1 under ``ddp``).
-        act_per_microbatch_bytes: Activations one micro-batch leaves on this stage for backward.
-        in_flight: Micro-batches whose activations the stage holds at its peak.
-        extra_act_bytes: Activations held once (the loss's fp32 logits on the last stage, the
-            block recomputing under full checkpointing).
-        dp_flavour: One of DP_FLAVOURS. ``fsdp``/``hsdp`` shard the parameters and gradients too
-            (srift/simulate/memory.py's ``sharded_state_bytes``, of ``root_params`` (embedding,
-            head), the largest unit ``block_params``, ``reduce_dtype`` and ``resharded``).
         expert_params: Routed-expert parameters this GPU holds (its ``experts / ep`` of its
             stage's MoE blocks), counted in the weights, gradients and optimizer states.
         expert_shard: Ranks their optimizer states (under ``fsdp``/``hsdp`` also their weights and
             gradients) are sharded over (srift/simulate/moe.py ``expert_shard_of``).
         weight_copy_bytes: FP8 copies of the stage's weights (srift/perf/fp8.py), in ``weights`` (not under
             ``fsdp``/``hsdp``: cast per use from the gathered unit).
-        trainable_params: Of ``stage_params``, those that train (LoRA: the adapters; the routed
+        trainable_params: Of ``params``, those that train (LoRA: the adapters; the routed
             experts frozen too); None: every one.
+        root_params: ``fsdp``/``hsdp``: the root unit's parameters (embedding, head).
+        block_params: ``fsdp``/``hsdp``: the largest unit's (a block's).
+    """
+
+    params: float
+    shard: int
+    expert_params: float = 0.0
+    expert_shard: int = 1
+    weight_copy_bytes: float = 0.0
+    trainable_params: float | None = None
+    root_params: float = 0.0
+    block_params: float = 0.0
+
+
+def stage_memory_bytes(states: StageStates, act_per_microbatch_bytes: float, in_flight: float,
+                       extra_act_bytes: float = 0.0, dp_flavour: str = "zero1", reduce_dtype: str = "fp32",
+                       resharded: bool = True) -> dict[str, float]:
+    """Bytes per GPU of one pipeline stage, by kind.
+
+    Args:
+        states: The parameters this GPU holds and their sharding.
+        act_per_microbatch_bytes: Activations one micro-batch leaves on this stage for backward.
+        in_flight: Micro-batches whose activations the stage holds at its peak.
+        extra_act_bytes: Activations held once (the loss's fp32 logits on the last stage, the
+            block recomputing under full checkpointing).
+        dp_flavour: One of DP_FLAVOURS. ``fsdp``/``hsdp`` shard the parameters and gradients too
+            (srift/simulate/memory.py's ``sharded_state_bytes``, of ``states.root_params``
+            (embedding, head), the largest unit ``states.block_params``, ``reduce_dtype`` and
+            ``resharded``).
 
     Returns:
         ``weights`` (bf16), ``gradients`` (GRAD_BYTES buffers), ``optimizer_state`` (fp32
@@ -52,13 +72,15 @@ def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes
         caching allocator reserves beyond them: srift/simulate/memory.py's ``with_allocator``, as
         everywhere in srift). They add up to the peak reserved memory.
     """
+    stage_params, shard, expert_params, expert_shard = states.params, states.shard, states.expert_params, states.expert_shard
+    trainable_params = states.trainable_params
     acts = act_per_microbatch_bytes * in_flight + extra_act_bytes
     if dp_flavour in SHARDED_FLAVOURS:
         # FP8 weights are cast per use from the gathered unit (torchao's float8 under FSDP2), not
         # kept for the step as Transformer Engine keeps its weight workspace: no ``weight_copy_bytes``.
-        states = fsdp_state_bytes(stage_params, expert_params, root_params, block_params, dp_flavour, shard,
-                                  expert_shard, reduce_dtype, resharded)
-        return with_allocator({**states, "activations": acts})
+        held = fsdp_state_bytes(stage_params, expert_params, states.root_params, states.block_params, dp_flavour, shard,
+                                expert_shard, reduce_dtype, resharded)
+        return with_allocator({**held, "activations": acts})
     n = float(shard) if dp_flavour == ZERO1 else 1.0
     experts = expert_memory_bytes(expert_params, expert_shard, PARAM_BYTES, GRAD_BYTES, MASTER_BYTES + ADAM_STATE_BYTES,
                                   dp_flavour == ZERO1)
@@ -66,7 +88,7 @@ def stage_memory_bytes(stage_params: float, shard: int, act_per_microbatch_bytes
     if trainable_params is not None:  # frozen experts: weights only
         experts = {"weights": experts["weights"], "gradients": 0.0, "optimizer_state": 0.0}
     return with_allocator({
-        "weights": stage_params * PARAM_BYTES + experts["weights"] + weight_copy_bytes,
+        "weights": stage_params * PARAM_BYTES + experts["weights"] + states.weight_copy_bytes,
         "gradients": trains * GRAD_BYTES + experts["gradients"],
         "optimizer_state": trains * (MASTER_BYTES + ADAM_STATE_BYTES) / n + experts["optimizer_state"],
         "activations": acts,
@@ -264,8 +286,8 @@ def _stage_memories(arch: DecoderArch, layout: Layout, parts: BlockParts, checkp
         params_i = (n * parts.local_block_params + (parts.local_embed_params if i == 0 else 0.0)
                     + (parts.local_head_params if i == p - 1 else 0.0))
         root, block = fsdp_unit_params(parts, i == 0, i == p - 1)
-        out.append(stage_memory_bytes(params_i, shard, per_mb, flight, extra, dp_flavour, n * parts.local_expert_params,
-                                      expert_shard_of(shard, layout.tp, layout.ep), n * parts.fp8_weight_bytes,
-                                      parts.trainable(n, i == 0, i == p - 1) if parts.frozen_base else None,
-                                      root, block, reduce_dtype, p == 1))
+        states = StageStates(params_i, shard, n * parts.local_expert_params, expert_shard_of(shard, layout.tp, layout.ep),
+                             n * parts.fp8_weight_bytes,
+                             parts.trainable(n, i == 0, i == p - 1) if parts.frozen_base else None, root, block)
+        out.append(stage_memory_bytes(states, per_mb, flight, extra, dp_flavour, reduce_dtype, p == 1))
     return out

@@ -23,7 +23,7 @@ from srift.simulate.layout.plan import (ADAM_STATE_BYTES, GRAD_BYTES, PARAM_BYTE
                                         pytorch_stack, state_shard)
 from srift.simulate.layout.pipeline import pipeline_blocks, stage_layers
 from srift.simulate.layout_rules import cp_efficient, megatron_split, runnable
-from srift.simulate.layout.blocks import BlockParts, block_parts, scaled_parts
+from srift.simulate.layout.blocks import BlockOptions, BlockParts, block_parts, scaled_parts
 from srift.simulate.layout.slots import SlotBounds, SlotContext
 from srift.simulate.layout.memory import _peak_memory_of, memory_signature, peak_memory
 from srift.simulate.layout.step import PlanSettings, _plan, _step
@@ -141,29 +141,29 @@ def searched_degrees(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: 
     return tuple(runnable(arch, degrees, seq_len, pytorch_stack(dp_flavour), stage_layers))
 
 
-def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_batch: int, precision: str = "bf16",
-                   request: LayoutRequest = LayoutRequest(), dp_flavour: str = "zero1",
-                   checkpointing: tuple[str, ...] = ("none", "full"), comm: CommModel | None = None,
-                   compute_factor: float | None = None, tp_overlap: bool | None = None,
-                   imbalance: float = BALANCED_ROUTING, lora: LoraSpec | None = None,
-                   reduce_dtype: str = "fp32", fp8: Fp8Recipe | None = None, dispatcher: MoeDispatcher = "alltoall",
-                   ep_overlap: bool = False, mtp_layers: int = 0, grad_overlap: bool = True,
-                   grad_accum_bytes: float = 0.0) -> LayoutSearch:
+def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_batch: int,
+                   settings: PlanSettings = PlanSettings(), request: LayoutRequest = LayoutRequest(),
+                   checkpointing: tuple[str, ...] = ("none", "full"), comm: CommModel | None = None) -> LayoutSearch:
     """The fastest layout of ``arch`` on ``cluster`` that fits (``request`` fixes any degree).
 
     Every candidate gets a lower bound on its time (the slowest stage's compute, recomputation
     included, over ``M + (p - 1) / V`` slots); in order of it, each one's memory is checked (each
     checkpointing policy in turn: the least recompute that fits) and those that fit are
     simulated, until the bound passes the best time found. When none fits, the one with the least
-    memory comes back as ``smallest``. ``fp8``, ``dispatcher``, ``ep_overlap``, ``mtp_layers``: as
-    ``plan_layout``'s; ``grad_overlap``, ``grad_accum_bytes``: ``PlanSettings``'s.
+    memory comes back as ``smallest``. ``settings``: what every candidate is priced under
+    (``plan_layout``'s), its ``checkpointing`` replaced by each of ``checkpointing`` in turn; the
+    search prices the median step with Megatron-Core's default recompute modules, whole-block
+    pipeline stages and no per-op selective policy or FP8 attention.
     """
+    precision, dp_flavour, lora, reduce_dtype = settings.precision, settings.dp_flavour, settings.lora, settings.reduce_dtype
+    dispatcher, ep_overlap, mtp_layers = settings.dispatcher, settings.ep_overlap, settings.mtp_layers
     comm = comm or CommModel.for_cluster(cluster)
     g = comm.topology.gpus_per_node
     gpu = cluster.node_groups[0].gpu
-    factor = compute_factor_of(dp_flavour, compute_factor)
-    tp_overlap = default_tp_overlap(dp_flavour) if tp_overlap is None else tp_overlap
+    factor = compute_factor_of(dp_flavour, settings.compute_factor)
+    tp_overlap = default_tp_overlap(dp_flavour) if settings.tp_overlap is None else settings.tp_overlap
     pytorch = pytorch_stack(dp_flavour)
+    options = _search_options(settings)
     cap = min(gr.gpu_memory_gib if gr.gpu_memory_gib is not None else gpu_spec(gr.gpu).memory_gib
               for gr in cluster.node_groups) * 2**30 * USABLE_FRACTION
     degrees = searched_degrees(arch, cluster.gpus, g, seq_len, global_batch, request, dp_flavour)
@@ -173,9 +173,8 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     per_param = PARAM_BYTES if lora is not None else PARAM_BYTES + GRAD_BYTES + MASTER_BYTES + ADAM_STATE_BYTES
     hopeless = _params_count(arch) * per_param / cluster.gpus > cap
     if hopeless or not degrees:
-        return LayoutSearch(None, _most_sharded(arch, cluster, degrees, seq_len, precision, checkpointing[-1], dp_flavour,
-                                                comm, gpu, factor, tp_overlap, imbalance, lora, reduce_dtype, fp8,
-                                                dispatcher, ep_overlap, mtp_layers),
+        return LayoutSearch(None, _most_sharded(arch, cluster, degrees, seq_len, _step_settings(settings, checkpointing[-1]),
+                                                comm, factor, tp_overlap),
                             len(degrees), len(degrees), 0)
     parts_of: dict[tuple[int, int, int, int], BlockParts] = {}
     slot_of: dict[tuple[int, int, int, int], tuple[float, float]] = {}
@@ -186,10 +185,7 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
         key = (t, c, mb, ep)
         parts = parts_of.get(key)
         if parts is None:
-            parts = parts_of[key] = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, imbalance, fp8,
-                                                             lora=lora, dispatcher=dispatcher, fused_fc1=not pytorch,
-                                                             pytorch_kernels=pytorch),
-                                                 factor)
+            parts = parts_of[key] = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, options), factor)
             slot_of[key] = slots.slot(t, c, mb, ep, parts)
         blk, hidden = slot_of[key]
         n = max(stage_layers(pipeline_blocks(arch, mtp_layers), p, not pytorch))
@@ -226,32 +222,45 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
             if chosen == FULL_CHECKPOINTING and fastest is not None and \
                     bound * (1.0 + parts.block_f_s / (parts.block_f_s + parts.block_b_s)) >= fastest[0]:
                 continue
-            settings = PlanSettings(precision=precision, checkpointing=chosen, dp_flavour=dp_flavour, dispatcher=dispatcher,
-                                    ep_overlap=ep_overlap, reduce_dtype=reduce_dtype, mtp_layers=mtp_layers,
-                                    grad_overlap=grad_overlap, grad_accum_bytes=grad_accum_bytes)
-            iteration_s = _step(arch, lay, seq_len, settings, comm, gpu, parts, tp_overlap)[0].total_s
+            step_settings = _step_settings(settings, chosen)
+            iteration_s = _step(arch, lay, seq_len, step_settings, comm, gpu, parts, tp_overlap)[0].total_s
             simulated += 1
             if fastest is None or iteration_s < fastest[0]:
-                fastest = (iteration_s, lay, settings, parts)
+                fastest = (iteration_s, lay, step_settings, parts)
         if fastest is not None:
             best = _plan(arch, cluster, fastest[1], seq_len, fastest[2], comm, gpu, fastest[3], tp_overlap)
             break
-    smallest = None if best is not None else _most_sharded(arch, cluster, degrees, seq_len, precision, checkpointing[-1],
-                                                            dp_flavour, comm, gpu, factor, tp_overlap, imbalance, lora,
-                                                            reduce_dtype, fp8, dispatcher, ep_overlap, mtp_layers)
+    smallest = None if best is not None else _most_sharded(arch, cluster, degrees, seq_len,
+                                                            _step_settings(settings, checkpointing[-1]), comm, factor,
+                                                            tp_overlap)
     return LayoutSearch(best, smallest, len(degrees), rejected, simulated)
 
 
-def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: tuple[Degrees, ...],
-                  seq_len: int, precision: str, checkpointing: str, dp_flavour: str, comm: CommModel, gpu: str,
-                  factor: float, tp_overlap: bool, imbalance: float = BALANCED_ROUTING,
-                  lora: LoraSpec | None = None, reduce_dtype: str = "fp32", fp8: Fp8Recipe | None = None,
-                  dispatcher: MoeDispatcher = "alltoall", ep_overlap: bool = False,
-                  mtp_layers: int = 0) -> LayoutPlan | None:
+def _search_options(settings: PlanSettings) -> BlockOptions:
+    """The blocks' options a search prices every candidate under (``search_layouts``)."""
+    pytorch = pytorch_stack(settings.dp_flavour)
+    return BlockOptions(settings.imbalance, settings.fp8, lora=settings.lora, dispatcher=settings.dispatcher,
+                        fused_fc1=not pytorch, pytorch_kernels=pytorch)
+
+
+def _step_settings(settings: PlanSettings, checkpointing: str) -> PlanSettings:
+    """What a search prices a candidate's step and plan under (``_step``, ``_plan``) at ``checkpointing``."""
+    return PlanSettings(precision=settings.precision, checkpointing=checkpointing, dp_flavour=settings.dp_flavour,
+                        dispatcher=settings.dispatcher, ep_overlap=settings.ep_overlap,
+                        reduce_dtype=settings.reduce_dtype, mtp_layers=settings.mtp_layers,
+                        grad_overlap=settings.grad_overlap, grad_accum_bytes=settings.grad_accum_bytes)
+
+
+def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: tuple[Degrees, ...], seq_len: int,
+                  settings: PlanSettings, comm: CommModel, factor: float, tp_overlap: bool) -> LayoutPlan | None:
     """When nothing fits: the plan that needs the least memory among the most model-parallel
-    layouts of the smallest micro-batch (what comes closest, for the error)."""
+    layouts of the smallest micro-batch (what comes closest, for the error), at ``settings``
+    (``_step_settings``'; its blocks ``_search_options``')."""
     if not degrees:
         return None
+    precision, checkpointing, dp_flavour = settings.precision, settings.checkpointing, settings.dp_flavour
+    gpu = cluster.node_groups[0].gpu
+    options = _search_options(settings)
     top = max(t * p * c for t, p, c, *_ in degrees)
     mb_min = min(r[4] for r in degrees if r[0] * r[1] * r[2] == top)
     best: tuple[float, Degrees, BlockParts] | None = None
@@ -259,18 +268,13 @@ def _most_sharded(arch: DecoderArch, cluster: Cluster, degrees: tuple[Degrees, .
         t, p, c, d, mb, m, v, ep = r
         if t * p * c != top or mb != mb_min:
             continue
-        parts = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, imbalance, fp8, lora=lora,
-                                         dispatcher=dispatcher, fused_fc1=not pytorch_stack(dp_flavour),
-                                         pytorch_kernels=pytorch_stack(dp_flavour)), factor)
+        parts = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, options), factor)
         shard = state_shard(dp_flavour, comm.topology.gpus_per_node, t, c, p, d)
         mem = _peak_memory_of(arch, p, v, m, shard, parts, checkpointing, dp_flavour, expert_shard_of(shard, t, ep),
-                              reduce_dtype, mtp_layers)
+                              settings.reduce_dtype, settings.mtp_layers)
         if best is None or mem < best[0]:
             best = (mem, r, parts)
     assert best is not None
     t, p, c, d, mb, m, v, ep = best[1]
     return _plan(arch, cluster, Layout(t, p, c, d, v, mb, m, "interleaved" if v > 1 else "1f1b", ep), seq_len,
-                 PlanSettings(precision=precision, checkpointing=checkpointing, dp_flavour=dp_flavour,
-                              dispatcher=dispatcher, ep_overlap=ep_overlap, reduce_dtype=reduce_dtype,
-                              mtp_layers=mtp_layers),
-                 comm, gpu, best[2], tp_overlap)
+                 settings, comm, gpu, best[2], tp_overlap)

@@ -28,8 +28,8 @@ from srift.simulate.layout.plan import (ADAM_STATE_BYTES, DP_FLAVOURS, GRAD_BYTE
                                         compute_factor_of, default_tp_overlap, dp_ranks_per_node, ep_ranks_per_node,
                                         _even_ranks_per_node, _group_ranks_per_node, pytorch_stack, state_shard)
 from srift.simulate.layout.pipeline import pipeline_blocks, stage_layers, stage_moe_blocks
-from srift.simulate.layout.blocks import BlockParts, block_parts, scaled_parts
-from srift.simulate.layout.collectives import (block_comm, dtensor_rate, ep_interference, fsdp_stage_comm,
+from srift.simulate.layout.blocks import BlockOptions, BlockParts, block_parts, scaled_parts
+from srift.simulate.layout.collectives import (FsdpStage, block_comm, dtensor_rate, ep_interference, fsdp_stage_comm,
                                                p2p_interference, tp_interference)
 from srift.simulate.layout.memory import memory_stages, peak_stages, _stage_memories
 
@@ -124,8 +124,8 @@ def _parts(arch: DecoderArch, layout: Layout, seq_len: int, settings: PlanSettin
     st = settings
     pytorch = pytorch_stack(st.dp_flavour)
     parts = scaled_parts(block_parts(arch, layout.tp, layout.cp, layout.micro_batch, seq_len, st.precision, gpu,
-                                     layout.ep, st.imbalance, st.fp8, st.recompute_modules, st.lora, st.op_sac,
-                                     st.fp8_attention, st.dispatcher, not pytorch, pytorch),
+                                     layout.ep, BlockOptions(st.imbalance, st.fp8, st.recompute_modules, st.lora, st.op_sac,
+                                                             st.fp8_attention, st.dispatcher, not pytorch, pytorch)),
                          compute_factor_of(st.dp_flavour, st.compute_factor))
     if st.op_sac:
         parts = dataclasses.replace(parts, selective_saved_bytes=parts.op_sac_saved_bytes, selective_f_s=parts.op_sac_f_s)
@@ -266,8 +266,8 @@ def _step(arch: DecoderArch, layout: Layout, seq_len: int, settings: PlanSetting
     if sharded and (dcomm is not None or ecomm is not None):
         # FSDP2: the routed experts gathered and reduced over the expert group when EP splits them
         # (torchtitan's efsdp mesh), else with their block over CP x DP.
-        dp_exposed, dp_hidden, dp_total = fsdp_stage_comm(parts, n_slow, slow == 0, slow == p - 1, (blk_f, blk_b), tp_end,
-                                                          dcomm, dp_flavour, reduce_dtype, p, m, quantile,
+        stage = FsdpStage(parts, n_slow, slow == 0, slow == p - 1, (blk_f, blk_b), tp_end)
+        dp_exposed, dp_hidden, dp_total = fsdp_stage_comm(stage, dcomm, dp_flavour, reduce_dtype, p, m, quantile,
                                                           ecomm if layout.ep > 1 else None)
     elif not sharded:
         for gc, n_params in ((dcomm, stage_params), (ecomm, expert_params)):
