@@ -81,7 +81,7 @@ def _predictor(model: str, layout: str, checkpointing: str = "auto") -> LayoutPr
 def test_the_p90_is_the_plans_step_at_the_90th_percentile(model, layout, spec):
     cluster = resolve_cluster(spec, None)
     pred = _predictor(model, layout, "full").predict(cluster)
-    lay = Layout(**{k: v for k, v in pred.layout.items()})
+    lay = pred.layout
     # The reference: the whole plan made again at the 90th percentile.
     p90 = plan_layout(llm_arch(model), cluster, lay, 4096,
                       PlanSettings(checkpointing="full", quantile=0.9, imbalance=pred.moe_imbalance or 1.0))
@@ -93,7 +93,7 @@ def test_network_fallbacks_price_the_plan_that_was_chosen():
     cluster = resolve_cluster("p5.48xlarge:4", None)
     predictor = _predictor("llama3-70b", "auto")
     pred = predictor.predict(cluster)
-    lay = Layout(**{k: v for k, v in pred.layout.items()})
+    lay = pred.layout
     fallbacks = efa_fallbacks(cluster)
     assert [what for what, _ in fallbacks] == ["one EFA interface", "no EFA (TCP)"]
     for _, alt in fallbacks:
