@@ -89,5 +89,14 @@ def why_not_runnable(arch: DecoderArch, seq_len: int, pp: int, vp: int, cp: int,
 
 def runnable(arch: DecoderArch, degrees: Sequence[Degrees], seq_len: int, pytorch: bool,
              stage_layers: StageSplit) -> list[Degrees]:
-    """The searched ``degrees`` the stack runs (``why_not_runnable`` None)."""
-    return [d for d in degrees if why_not_runnable(arch, seq_len, d[1], d[6], d[2], pytorch, stage_layers) is None]
+    """The searched ``degrees`` the stack runs (``why_not_runnable`` None, asked once per (PP, VP,
+    CP): a search has thousands of degrees and a few of those)."""
+    runs: dict[tuple[int, int, int], bool] = {}
+    out = []
+    for d in degrees:
+        key = (d[1], d[6], d[2])
+        if key not in runs:
+            runs[key] = why_not_runnable(arch, seq_len, d[1], d[6], d[2], pytorch, stage_layers) is None
+        if runs[key]:
+            out.append(d)
+    return out

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from srift.cluster import Cluster
 from srift.job import FULL_CHECKPOINTING, HALF_PRECISIONS, Fp8Recipe, LayoutRequest, MoeDispatcher
 from srift.perf.comm import CommModel
@@ -29,7 +31,7 @@ from srift.simulate.moe import expert_shard_of
 from srift.simulate.layout.pipeline import pipeline_blocks, stage_layers
 from srift.simulate.layout.plan import PARAM_BYTES, compute_factor_of, default_tp_overlap, pytorch_stack, state_shard
 from srift.simulate.layout.slots import SlotBounds, SlotContext
-from srift.simulate.layout.search import searched_degrees
+from srift.simulate.layout.search import Degrees, searched_degrees
 from srift.zoo.llm import DecoderArch
 
 if TYPE_CHECKING:
@@ -94,61 +96,167 @@ def _compute_bound(arch: DecoderArch, gpu: str, memory: float, gpus: int, gpus_p
 
 
 # The blocks of one GPU type and split, asked by every count of every instance type with that GPU:
-# remembered under a small key (the architecture by identity, kept alive here) instead of hashing
-# block_parts' arguments and scaled_parts' BlockParts on every call.
-_PARTS: dict[tuple[object, ...], tuple[DecoderArch, BlockParts]] = {}
+# one table per (architecture, GPU type, job settings), the architecture by identity (kept alive
+# in the table), so that a count looks its splits up under the split alone.
 MAX_MEMO = 1 << 16
 
 
-def _scaled_parts(arch: DecoderArch, sh: _Shape, st: BoundSettings, split: tuple[int, int, int, int],
-                  factor: float) -> BlockParts:
-    t, c, mb, ep = split
-    pytorch = pytorch_stack(st.dp_flavour)
-    key = (id(arch), sh.gpu, sh.seq_len, sh.precision, split, st.imbalance, st.fp8, st.lora, st.dispatcher, pytorch, factor)
-    hit = _PARTS.get(key)
-    if hit is not None and hit[0] is arch:
+class _Blocks:
+    """The scaled ``BlockParts`` of one GPU type per (TP, CP, micro-batch, EP) split, computed when
+    first asked, and which of a count's layouts fit (``fits``)."""
+
+    def __init__(self, arch: DecoderArch, sh: _Shape, st: BoundSettings) -> None:
+        pytorch = pytorch_stack(st.dp_flavour)
+        self.arch, self.gpu, self.seq_len, self.precision = arch, sh.gpu, sh.seq_len, sh.precision
+        self.factor = compute_factor_of(st.dp_flavour)
+        self.options = BlockOptions(st.imbalance, st.fp8, lora=st.lora, dispatcher=st.dispatcher,
+                                    fused_fc1=not pytorch, pytorch_kernels=pytorch)
+        self.parts: dict[tuple[int, int, int, int], BlockParts] = {}
+        self._fits: dict[tuple[int, float], tuple[tuple[Degrees, ...], dict[int, float]]] = {}
+
+    def of(self, split: tuple[int, int, int, int]) -> BlockParts:
+        parts = self.parts.get(split)
+        if parts is None:
+            t, c, mb, ep = split
+            parts = self.parts[split] = scaled_parts(block_parts(self.arch, t, c, mb, self.seq_len, self.precision,
+                                                                 self.gpu, ep, self.options), self.factor)
+        return parts
+
+    def fits(self, degrees: tuple[Degrees, ...], memory: float) -> dict[int, float]:
+        """Per layout of ``degrees`` (by index) visited so far under ``memory`` bytes a GPU: the
+        recompute factor of the least checkpointing that fits, 0.0 when none does (the same for the
+        compute-alone and the communication bound of a count, and for its every instance type)."""
+        hit = self._fits.get((id(degrees), memory))
+        if hit is None or hit[0] is not degrees:
+            if len(self._fits) >= MAX_MEMO:
+                self._fits.clear()
+            hit = self._fits[(id(degrees), memory)] = (degrees, {})
         return hit[1]
-    if len(_PARTS) >= MAX_MEMO:
-        _PARTS.clear()
-    parts = scaled_parts(block_parts(arch, t, c, mb, sh.seq_len, sh.precision, sh.gpu, ep,
-                                     BlockOptions(st.imbalance, st.fp8, lora=st.lora, dispatcher=st.dispatcher,
-                                                  fused_fc1=not pytorch, pytorch_kernels=pytorch)), factor)
-    _PARTS[key] = (arch, parts)
-    return parts
+
+
+_BLOCKS: dict[tuple[object, ...], _Blocks] = {}
+
+
+def _blocks(arch: DecoderArch, sh: _Shape, st: BoundSettings) -> _Blocks:
+    key = (id(arch), sh.gpu, sh.seq_len, sh.precision, st)
+    hit = _BLOCKS.get(key)
+    if hit is not None and hit.arch is arch:
+        return hit
+    if len(_BLOCKS) >= MAX_MEMO:
+        _BLOCKS.clear()
+    hit = _BLOCKS[key] = _Blocks(arch, sh, st)
+    return hit
+
+
+@dataclass(frozen=True)
+class _Degrees:
+    """``searched_degrees``' tuple as columns: each degree's (TP, CP, micro-batch, EP) split (an
+    index into ``splits``), its PP (an index into ``pps``) and ``M + (p - 1) / V`` and ``M``."""
+
+    splits: tuple[tuple[int, int, int, int], ...]
+    split: np.ndarray
+    pps: tuple[int, ...]
+    pp: np.ndarray
+    slots: np.ndarray
+    m: np.ndarray
+
+
+_COLUMNS: dict[int, tuple[tuple[Degrees, ...], _Degrees]] = {}
+
+
+def _columns(degrees: tuple[Degrees, ...]) -> _Degrees:
+    """``_Degrees`` of ``degrees`` (remembered by identity: ``searched_degrees`` is cached)."""
+    hit = _COLUMNS.get(id(degrees))
+    if hit is not None and hit[0] is degrees:
+        return hit[1]
+    if len(_COLUMNS) >= MAX_MEMO:
+        _COLUMNS.clear()
+    splits: dict[tuple[int, int, int, int], int] = {}
+    pps: dict[int, int] = {}
+    split = np.array([splits.setdefault((t, c, mb, ep), len(splits)) for t, _p, c, _d, mb, _m, _v, ep in degrees])
+    pp = np.array([pps.setdefault(d[1], len(pps)) for d in degrees])
+    p, m, v = (np.array([d[i] for d in degrees]) for i in (1, 5, 6))
+    cols = _Degrees(tuple(splits), split, tuple(pps), pp, m + (p - 1) / v, m)
+    _COLUMNS[id(degrees)] = (degrees, cols)
+    return cols
 
 
 def _least_step(arch: DecoderArch, sh: _Shape, st: BoundSettings,
                 slot: Callable[[int, int, int, int, BlockParts], tuple[float, float]] | None) -> float | None:
-    """``step_lower_bound``'s loop; ``slot`` None: a slot is its block's compute alone."""
+    """``step_lower_bound``'s minimum; ``slot`` None: a slot is its block's compute alone.
+
+    A layout's bound is ``(M + (p - 1) / V) * n * slot + M * n * hidden`` (n: its slowest stage's
+    blocks), at least its compute-alone bound (a slot is its compute and communication, ``hidden``
+    is not negative: ``SlotBounds.slot``). The layouts are visited in order of that compute-alone bound, and the visit
+    stops at the first whose compute alone reaches the least fitting bound found: no later one can
+    lower it. A split's slot is computed when a layout of it is first visited."""
     degrees = searched_degrees(arch, sh.gpus, sh.gpus_per_node, sh.seq_len, sh.global_batch, st.request, st.dp_flavour)
     if not degrees:
         return None
+    cols = _columns(degrees)
     pytorch = pytorch_stack(st.dp_flavour)
-    factor = compute_factor_of(st.dp_flavour)
-    stages = functools.partial(stage_layers, pipeline_blocks(arch, st.mtp_layers), megatron=not pytorch)
-    any_layout = fitting = float("inf")
-    parts_of: dict[tuple[int, int, int, int], tuple[BlockParts, float, float]] = {}
-    for t, p, c, d, mb, m, v, ep in degrees:
-        key = (t, c, mb, ep)
-        if key not in parts_of:
-            parts = _scaled_parts(arch, sh, st, (t, c, mb, ep), factor)
-            parts_of[key] = (parts, *(slot(t, c, mb, ep, parts) if slot is not None
-                                      else (parts.block_f_s + parts.block_b_s, 0.0)))
-        parts, blk, hidden = parts_of[key]
-        n = max(stages(p))
-        bound = (m + (p - 1) / v) * n * blk + m * n * hidden
-        any_layout = min(any_layout, bound)
-        if bound >= fitting:
-            continue
-        shard = state_shard(st.dp_flavour, sh.gpus_per_node, t, c, p, d)
-        sig = memory_signature(arch, parts)
-        for k in st.checkpointing:
-            if peak_memory(sig, arch, p, v, m, shard, parts, k, st.dp_flavour, expert_shard_of(shard, t, ep),
-                           st.reduce_dtype, st.mtp_layers) <= sh.memory:
-                recompute = 1.0 + parts.block_f_s / (parts.block_f_s + parts.block_b_s) if k == FULL_CHECKPOINTING else 1.0
-                fitting = min(fitting, bound * recompute)
+    blocks = pipeline_blocks(arch, st.mtp_layers)
+    n = np.array([max(stage_layers(blocks, p, megatron=not pytorch)) for p in cols.pps])[cols.pp]
+    table = _blocks(arch, sh, st)
+    parts = [table.of(split) for split in cols.splits]
+    scale = cols.slots * n
+    compute = np.array([pp.block_f_s + pp.block_b_s for pp in parts])
+    loose = scale * compute[cols.split]
+    slots: dict[int, tuple[float, float]] = {}
+
+    def bound_of(i: int) -> float:
+        k = int(cols.split[i])
+        if slot is None:
+            return float(loose[i])
+        if k not in slots:
+            slots[k] = slot(*cols.splits[k], parts[k])
+        blk, hidden = slots[k]
+        return float(scale[i]) * blk + int(cols.m[i] * n[i]) * hidden
+
+    found = _Visit(arch, sh, st, degrees, cols, table).least(loose, bound_of)
+    return min(bound_of(i) for i in range(len(degrees))) if found is None else found
+
+
+class _Visit:
+    """``_least_step``'s visit of one cluster's layouts."""
+
+    def __init__(self, arch: DecoderArch, sh: _Shape, st: BoundSettings, degrees: tuple[Degrees, ...],
+                 cols: _Degrees, blocks: _Blocks) -> None:
+        self.arch, self.sh, self.st, self.degrees, self.cols, self.blocks = arch, sh, st, degrees, cols, blocks
+        self.signatures: dict[tuple[int, int, int, int], int] = {}  # memory_signature's numbers live per call
+        self.fits = blocks.fits(degrees, sh.memory)
+
+    def least(self, order: np.ndarray, bound_of: Callable[[int], float]) -> float | None:
+        """The least fitting bound (None: none fits), visiting in ``order``'s order, where
+        ``order[i]`` is at most layout i's bound."""
+        fitting = float("inf")
+        for i in np.argsort(order, kind="stable").tolist():
+            if order[i] >= fitting:
                 break
-    return fitting if fitting < float("inf") else any_layout
+            bound = bound_of(i)
+            if bound >= fitting:
+                continue
+            recompute = self.fits.get(i)
+            if recompute is None:
+                recompute = self.fits[i] = self._recompute(i)
+            if recompute:
+                fitting = min(fitting, bound * recompute)
+        return fitting if fitting < float("inf") else None
+
+    def _recompute(self, i: int) -> float:
+        """Layout i's recompute factor under the least checkpointing that fits (0.0: none fits)."""
+        st, arch = self.st, self.arch
+        split = self.cols.splits[int(self.cols.split[i])]
+        parts = self.blocks.of(split)
+        t, p, c, d, mb, m, v, ep = self.degrees[i]
+        shard = state_shard(st.dp_flavour, self.sh.gpus_per_node, t, c, p, d)
+        if split not in self.signatures:
+            self.signatures[split] = memory_signature(arch, parts)
+        for policy in st.checkpointing:
+            if peak_memory(self.signatures[split], arch, p, v, m, shard, parts, policy, st.dp_flavour,
+                           expert_shard_of(shard, t, ep), st.reduce_dtype, st.mtp_layers) <= self.sh.memory:
+                return 1.0 + parts.block_f_s / (parts.block_f_s + parts.block_b_s) if policy == FULL_CHECKPOINTING else 1.0
+        return 0.0
 
 
 def throughput_bound(arch: DecoderArch, cluster: Cluster, global_batch: int, seq_len: int, precision: str,

@@ -75,7 +75,9 @@ class SlotBounds:
     def slot(self, t: int, c: int, mb: int, ep: int, parts: BlockParts) -> tuple[float, float]:
         """(the slot's compute, communication and exposed all-to-all; its hidden communication's
         interference) of a block split ``t`` x ``c`` at micro-batch ``mb`` with ``ep`` expert ranks
-        (remembered: a search bounds a cluster, then simulates it)."""
+        (remembered: a search bounds a cluster, then simulates it). The first is at least the
+        block's compute (``block_f_s + block_b_s``) and the second is not negative: every term added
+        is a time or an interference share (``_least_step`` visits layouts in that order)."""
         key = (self.ctx, t, c, mb, ep, id(parts))
         hit = _SLOTS.get(key)
         if hit is not None and hit[0] is parts:
