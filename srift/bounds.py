@@ -98,7 +98,7 @@ MAX_CATALOG_BYTES = 256 * 2**20  # a catalog CSV (bundled or refreshed)
 MAX_JOB_FILE_BYTES = 2**20  # a job file (srift.yaml: a few dozen keys) or a cluster file (64 node groups, 1,000 calibration sizes)
 # A profile: twice a MAX_LAYERS profile as srift writes it (densenet201's 608 layers repeated to 25,000: 7.2 MB).
 MAX_PROFILE_BYTES = 16 * 2**20
-MAX_YAML_NODES = 2_000_000  # nodes of a YAML document with every alias expanded
+MAX_YAML_NODES = 2_500_000  # nodes of a YAML document with every alias expanded
 MAX_NESTING = 64  # nesting depth of a YAML document (JSON: as deep as Python parses, then refused)
 
 

@@ -273,7 +273,8 @@ def test_skypilot_accepts_the_tasks(tmp_path, capsys):
 
 def test_the_task_in_docs_launch_md_is_what_srift_writes(tmp_path):
     doc = (ROOT / "docs/launch.md").read_text(encoding="utf-8")
-    shown = yaml.safe_load(doc.split("```yaml\n", 1)[1].split("```", 1)[0])
+    block = doc.split("<!-- out:skypilot-task-resnet50 -->\n```\n", 1)[1].split("```", 1)[0]
+    shown = yaml.safe_load(block.split("\n", 1)[1])  # after the quoted command line (scripts/render_docs.py)
     f = tmp_path / "t.yaml"
     assert main(["predict", "--model", "resnet50", "--instance", "g5.12xlarge:3", "--skypilot", str(f)]) == 0
     assert shown == _task(f)
