@@ -62,18 +62,21 @@ def test_every_optimizer_of_the_script_is_timed_and_sized(tmp_path: Path) -> Non
     4.941 bytes per parameter; the second's 20 ms sleep is optimizer time of every iteration."""
     from srift.profiling import runner
 
+    import torch
+
+    # An AdamW made earlier in the process has torch wrap AdamW.step with the step hooks too, so
+    # SlowAdamW's super().step() runs them inside its own: only the outer call may count (it lost
+    # the sleep when an earlier test of the same worker had made an AdamW).
+    torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))])
     script = tmp_path / "train.py"
     script.write_text(TWO_OPTIMIZERS)
     prof = runner.profile_script(script, [], warmup=4, iters=4, output=tmp_path / "p.yaml", show_progress=False).profile
     assert prof is not None
     assert prof.optimizer.type == "SGD+SlowAdamW"
     assert prof.optimizer.state_bytes_per_param == pytest.approx((4 * 2112 + 8 * 650) / 2762, abs=1e-3)
-    # The second optimizer's sleep is counted: without it the step reads about 0.1 ms. srift's clock
-    # is wall time less the thread's wait for a core (docs/profiling.md); in two clean-clone runs of
-    # the suite under load it read the 20 ms sleep below 19 ms (the cause is not found: a wait booked
-    # to a mark taken after it, when every MARK_TRIES read is preempted, is one candidate), so the
-    # check is that the sleep is in, not its exact size.
-    assert (prof.phases.optimizer_s or 0.0) >= 0.010
+    # srift's clock is wall time less the thread's wait for a core (docs/profiling.md): a 20 ms sleep
+    # reads 20 ms less the timer's slack when its wake-up waited for a core, so a hair under 20 ms.
+    assert (prof.phases.optimizer_s or 0.0) >= 0.019
 
 
 def test_a_bucket_queued_behind_another_counts_only_its_own_all_reduce() -> None:

@@ -74,6 +74,10 @@ class Session:
         self.finder = ModelFinder()
         self.optimizer: torch.optim.Optimizer | None = None
         self.other_optimizers: list[torch.optim.Optimizer] = []  # the script's other optimizers (M10)
+        # Steps in progress per optimizer: a subclass whose step() calls super().step() runs the
+        # global step hooks twice when torch has patched both classes (each class's step is
+        # wrapped once an instance of it was made): only the outermost call counts.
+        self._step_depth: dict[int, int] = {}
         self.root: torch.nn.Module | None = None
         self.model: torch.nn.Module | None = None
         self.timer: LayerTimer | None = None
@@ -134,6 +138,10 @@ class Session:
 
     def pre_step(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self._ours():
+            return
+        depth = self._step_depth.get(id(opt), 0)
+        self._step_depth[id(opt)] = depth + 1
+        if depth:  # a step inside the same optimizer's step (super().step())
             return
         if self.stops:
             self.stop_again()
@@ -216,6 +224,10 @@ class Session:
 
     def post_step(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self._ours():
+            return
+        depth = self._step_depth.get(id(opt), 1) - 1
+        self._step_depth[id(opt)] = depth
+        if depth > 0:  # the end of a step inside the same optimizer's step
             return
         if opt is not self.optimizer:  # the iteration ends at the first optimizer's step
             if self.timer is not None and not hooks_off():
