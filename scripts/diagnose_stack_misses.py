@@ -123,6 +123,33 @@ def moe_report() -> None:
                   + f" tokens/s/GPU: {values.max() / values.min():.2f}x apart")
 
 
+def moe_vp_report() -> None:
+    """Rows matched to a recipe (``recipe_of``: GPUs, TP, PP, EP, micro-batch) whose virtual
+    pipeline stages differ from the recipe's (data/moe-training/recipes, column ``vp``): what they
+    are predicted with the recipe's settings and with srift's defaults for an unknown recipe."""
+    rows, _ = mf.load_rows(DATA)
+    recipes, layouts = mf.load_recipes(DATA), mf.load_pipeline_layouts(DATA)
+    table = pd.read_csv(DATA / mf.FOLDER / mf.RECIPES, keep_default_na=False)
+    recipe_vp = {(r.model, r.gpu, r.precision): int(r.vp or 1) for r in table.itertuples()}
+    print("  rows matched to a recipe of another VP: predicted with the recipe's settings / with the defaults of an "
+          "unknown recipe (least recompute that fits, the model's dispatcher or alltoall, no EP overlap, bf16 attention)")
+    for r in rows.itertuples():
+        recipe = mf.recipe_of(r, recipes)
+        key = (mf._model_key(r), str(r.gpu), mf.RECIPE_PRECISION[str(r.precision).lower()])
+        vp = 1 if pd.isna(r.vp) else int(r.vp)
+        if recipe is None or recipe_vp[key] == vp:
+            continue
+        with_recipe = mf.predict_row(r, recipes, layouts)[0]
+        defaults = mf._predict(r.zoo, r.gpu, int(r.gpus_total), int(r.gpus_per_node), mf.row_layout(r), int(r.seq_len),
+                               mf.FP8_RECIPE_OF[str(r.precision).lower()], None,
+                               mf.model_dispatchers(recipes).get(key[0], "alltoall"), mf.mtp_layers_of(r),
+                               mf.stage_blocks_of(r, layouts))[0]
+        print(f"    {key[0]} {key[1]} {key[2]} VP {vp} (recipe {recipe_vp[key]}, {str(r.source_section).split(' ')[0]}): "
+              f"measured {r.value:,.0f}, {with_recipe:,.0f} ({(with_recipe / r.value - 1) * 100:+.1f} %) / "
+              f"{defaults:,.0f} ({(defaults / r.value - 1) * 100:+.1f} %) tokens/s/GPU")
+
+
 if __name__ == "__main__":
     hf_report()
     moe_report()
+    moe_vp_report()
