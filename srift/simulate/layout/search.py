@@ -63,14 +63,16 @@ def _divisors(n: int) -> tuple[int, ...]:
 Degrees = tuple[int, int, int, int, int, int, int, int]
 
 
-def _expert_degrees(arch: DecoderArch, request: LayoutRequest, tcd: int) -> list[int]:
+@functools.lru_cache(maxsize=65536)
+def _expert_degrees(arch: DecoderArch, request: LayoutRequest, tcd: int) -> tuple[int, ...]:
     """Expert-parallel sizes to try over ``tcd`` = TP x CP x DP ranks: the requested one, or (a
-    mixture of experts under search) each of SEARCH_EXPERT that divides the experts and ``tcd``."""
+    mixture of experts under search) each of SEARCH_EXPERT that divides the experts and ``tcd``
+    (cached: every count asks it again)."""
     if request.ep is not None:
-        return [request.ep] if check_ep(arch, request.ep, tcd) is None else []
+        return (request.ep,) if check_ep(arch, request.ep, tcd) is None else ()
     if not arch.is_moe:
-        return [1]
-    return [e for e in SEARCH_EXPERT if e <= tcd and check_ep(arch, e, tcd) is None]
+        return (1,)
+    return tuple(e for e in SEARCH_EXPERT if e <= tcd and check_ep(arch, e, tcd) is None)
 
 
 def _degrees(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, global_batch: int,
@@ -91,15 +93,13 @@ def _degrees(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, glo
                 if gpus % (t * c * p) or p > arch.n_layers:
                     continue
                 d = gpus // (t * c * p)
+                batches = [(mb, global_batch // (mb * d)) for mb in micro_batches if global_batch % (mb * d) == 0]
+                vs = [v for v in SEARCH_VIRTUAL_STAGES[1:] if p * v <= arch.n_layers + 2] if p > 1 else []
                 for ep in _expert_degrees(arch, request, t * c * d):
-                    for mb in micro_batches:
-                        if global_batch % (mb * d):
-                            continue
-                        m = global_batch // (mb * d)
+                    for mb, m in batches:
                         out.append((t, p, c, d, mb, m, 1, ep))
-                        if p > 1 and m % p == 0:
-                            out.extend((t, p, c, d, mb, m, v, ep) for v in SEARCH_VIRTUAL_STAGES[1:]
-                                       if p * v <= arch.n_layers + 2)
+                        if vs and m % p == 0:
+                            out.extend([(t, p, c, d, mb, m, v, ep) for v in vs])
     return out
 
 
