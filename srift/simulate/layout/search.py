@@ -181,6 +181,8 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     slots = SlotBounds(arch, SlotContext(comm, gpu, seq_len, PARAM_BYTES if precision in HALF_PRECISIONS else 4.0, tp_overlap,
                                          pytorch, precision, dispatcher, ep_overlap))
     ranked = []
+    blocks = pipeline_blocks(arch, mtp_layers)
+    slowest: dict[int, int] = {}  # per PP, the most blocks a stage holds
     for t, p, c, d, mb, m, v, ep in degrees:
         key = (t, c, mb, ep)
         parts = parts_of.get(key)
@@ -188,7 +190,9 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
             parts = parts_of[key] = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, options), factor)
             slot_of[key] = slots.slot(t, c, mb, ep, parts)
         blk, hidden = slot_of[key]
-        n = max(stage_layers(pipeline_blocks(arch, mtp_layers), p, not pytorch))
+        n = slowest.get(p)
+        if n is None:
+            n = slowest[p] = max(stage_layers(blocks, p, not pytorch))
         ranked.append(((m + (p - 1) / v) * n * blk + m * n * hidden, t, p, c, d, mb, m, v, ep))
     ranked.sort()
     best: LayoutPlan | None = None
@@ -202,9 +206,9 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
         key = (t, c, mb, ep)
         if key not in signature:
             signature[key] = memory_signature(arch, parts_of[key])
-        return peak_memory(signature[key], arch, p, v, m, state_shard(dp_flavour, g, t, c, p, d), parts_of[key], k,
-                           dp_flavour, expert_shard_of(state_shard(dp_flavour, g, t, c, p, d), t, ep), reduce_dtype,
-                           mtp_layers)
+        shard = state_shard(dp_flavour, g, t, c, p, d)
+        return peak_memory(signature[key], arch, p, v, m, shard, parts_of[key], k, dp_flavour,
+                           expert_shard_of(shard, t, ep), reduce_dtype, mtp_layers)
 
     # The candidates' steps are priced (``_step``); the winner's plan, memory included, once.
     fastest: tuple[float, Layout, PlanSettings, BlockParts] | None = None
