@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from srift.bounds import MAX_BATCH_SIZE, MAX_BUDGET_USD_PER_HOUR, MAX_COST_USD, MAX_DEADLINE_HOURS, require
 from srift.catalog import Instance, get_instance, load_catalog, parse_infra
 from srift.catalog.provenance import combined, price_provenance
@@ -48,6 +50,7 @@ from srift.search.hooks import compression_tip
 from srift.search.limits import Constraints, check_limits
 from srift.search.large_batch import GlobalBatchLimit, accumulation_choices, default_max_global_batch
 from srift.search.rank import SearchResult, objective_key
+from srift.search.space import CountFilter
 from srift.search.sweep import Progress
 from srift.simulate.sequences import sequences_of
 from srift.simulate.whatif import memory_what_if, trick_changes, variant
@@ -331,7 +334,7 @@ def _search_rows(precision: str, infra: str, fp8: Fp8Recipe | None = None) -> li
     return rows
 
 
-def _layout_counts(arch: DecoderArch, job: Job, predictor: Predictor, c: Constraints) -> Callable[[Instance, int], bool]:
+def _layout_counts(arch: DecoderArch, job: Job, predictor: Predictor, c: Constraints) -> CountFilter:
     """A layout search's ``count_ok``: counts some layout divides at the job's global batch, with
     enough GPUs of the type to hold the training states and meet the deadline at their peak
     (srift.search.gpu_range.gpus_floor: no layout beats it, so nothing that could win is left out)."""
@@ -340,24 +343,30 @@ def _layout_counts(arch: DecoderArch, job: Job, predictor: Predictor, c: Constra
     tokens = None if length is None or length.data_samples is None else length.data_samples * seq
     need = (needed_flops_per_s(tokens, predictor.flops_per_token, c.deadline_hours)
             if tokens is not None and c.deadline_hours is not None else None)
-    known: dict[tuple[int, int], bool] = {}  # every hardware asks again for the same counts
+    known: dict[int, np.ndarray] = {}  # per GPUs a node, each GPU total's has_layout (-1: not asked yet)
     floors: dict[str, int] = {}
 
-    def count_ok(inst: Instance, nodes: int) -> bool:
+    def floor_of(inst: Instance) -> int:
         spec = gpus().get(inst.gpu_name)
-        if spec is not None:
-            if inst.gpu_name not in floors:
-                # FP8 GEMMs can run above the bf16 peak: the floor takes the FP8 one, a bound no layout beats.
-                peak = gemm_peak_flops(spec, job.fp8) if job.fp8 else spec.peak_flops(predictor.precision)
-                floors[inst.gpu_name] = gpus_floor(params_count(arch), peak, usable_bytes(inst.gpu_memory_gib), need)
-            if nodes * inst.gpu_count < floors[inst.gpu_name]:
-                return False
-        key = (nodes * inst.gpu_count, inst.gpu_count)
-        if key not in known:
-            known[key] = has_layout(arch, key[0], key[1], seq, gb)
-        return known[key]
+        if spec is None:
+            return 0
+        # FP8 GEMMs can run above the bf16 peak: the floor takes the FP8 one, a bound no layout beats.
+        peak = gemm_peak_flops(spec, job.fp8) if job.fp8 else spec.peak_flops(predictor.precision)
+        return gpus_floor(params_count(arch), peak, usable_bytes(inst.gpu_memory_gib), need)
 
-    return count_ok
+    def mask(inst: Instance, nodes: np.ndarray) -> np.ndarray:  # every hardware asks again for the same counts
+        if inst.gpu_name not in floors:
+            floors[inst.gpu_name] = floor_of(inst)
+        g, total = inst.gpu_count, nodes * inst.gpu_count
+        table = known.get(g, np.zeros(0, dtype=np.int8))
+        if len(table) <= total.max(initial=0):
+            table = known[g] = np.concatenate([table, np.full(int(total.max()) + 1 - len(table), -1, dtype=np.int8)])
+        ok = total >= floors[inst.gpu_name]
+        for n in total[ok & (table[total] < 0)].tolist():
+            table[n] = has_layout(arch, n, g, seq, gb)
+        return ok & (table[total] == 1)
+
+    return CountFilter(mask)
 
 
 def _layout_gpu_range(arch: DecoderArch, flops_per_token: float, seq_len: int, job: Job, c: Constraints,

@@ -181,6 +181,13 @@ def cluster_of(parts: Sequence[Part]) -> Cluster:
     return Cluster(name=spec_of(parts), node_groups=tuple(node_group(inst, n, spot) for inst, n, spot in parts))
 
 
+@functools.lru_cache(maxsize=8192)
+def one_type_cluster(inst: Instance, count: int, spot: bool) -> Cluster:
+    """``cluster_of`` ``count`` nodes of one instance type (cached: a search bounds a count, then
+    simulates it)."""
+    return cluster_of([(inst, count, spot)])
+
+
 def label_of(parts: Sequence[Part]) -> str:
     """How tables name a configuration: its spec, with `` [Spot]`` when every part is on spot."""
     spec = spec_of(parts)

@@ -184,6 +184,9 @@ def _as_network(group: NodeGroup, network: Network) -> NodeGroup:
     return dataclasses.replace(group, network=network)
 
 
+MAX_SCALARS = 4096  # sizes a model remembers (``CommModel._collective``); it starts again beyond
+
+
 class CommModel:
     """Collective times on one cluster (see module docstring).
 
@@ -206,6 +209,7 @@ class CommModel:
         self._net = self.params.network(t.net_class) if t.nodes > 1 else None
         self._assumptions: list[str] | None = None
         self._subgroups: dict[tuple[int, int, float | None], CommModel] = {}  # subgroup(), asked per layout and block
+        self._scalars: dict[tuple[object, ...], float] = {}  # the collectives of one size (``_collective``)
 
     @classmethod
     def for_cluster(cls, cluster: Cluster) -> "CommModel":
@@ -242,7 +246,7 @@ class CommModel:
     # ---- collectives ---------------------------------------------------------------------
     def allreduce_time_s(self, size_bytes: float | np.ndarray, quantile: float = 0.5) -> float | np.ndarray:
         """Seconds to all-reduce ``size_bytes`` (a number or an array of sizes) over all workers."""
-        return self._collective(size_bytes, quantile, lambda s: self._ring_model(s, 2.0, 1.0), 1.0)
+        return self._collective("allreduce", size_bytes, quantile, lambda s: self._ring_model(s, 2.0, 1.0), 1.0)
 
     def all_gather_time_s(self, size_bytes: float | np.ndarray, quantile: float = 0.5) -> float | np.ndarray:
         """Seconds to all-gather ``size_bytes`` (the gathered, unsharded size; each worker holds
@@ -255,7 +259,7 @@ class CommModel:
         """
         if self.all_gather_calibration is not None:
             return self._measured(self.all_gather_calibration, size_bytes, quantile)
-        return self._collective(size_bytes, quantile, lambda s: self._ring_model(s, 1.0, 0.5), 0.5)
+        return self._collective("half", size_bytes, quantile, lambda s: self._ring_model(s, 1.0, 0.5), 0.5)
 
     def reduce_scatter_time_s(self, size_bytes: float | np.ndarray, quantile: float = 0.5) -> float | np.ndarray:
         """Seconds to reduce-scatter ``size_bytes`` (the unsharded gradient size; each worker keeps
@@ -263,7 +267,7 @@ class CommModel:
         (or read off a measured reduce-scatter curve)."""
         if self.reduce_scatter_calibration is not None:
             return self._measured(self.reduce_scatter_calibration, size_bytes, quantile)
-        return self._collective(size_bytes, quantile, lambda s: self._ring_model(s, 1.0, 0.5), 0.5)
+        return self._collective("half", size_bytes, quantile, lambda s: self._ring_model(s, 1.0, 0.5), 0.5)
 
     def all_to_all_time_s(self, size_bytes: float | np.ndarray, quantile: float = 0.5,
                           network_fraction: float = 1.0) -> float | np.ndarray:
@@ -280,8 +284,19 @@ class CommModel:
         latency is an all-gather's (``n - 1`` steps). The same link and network classes as every collective;
         no calibration curve of the all-reduce is read (it measures another pattern).
         """
-        scalar = np.ndim(size_bytes) == 0
-        s = np.asarray(size_bytes, dtype=float)
+        if isinstance(size_bytes, (int, float)):  # one size: remembered, as ``_collective``'s
+            key = ("all_to_all", float(size_bytes), quantile, network_fraction)
+            found = self._scalars.get(key)
+            if found is None:
+                if len(self._scalars) >= MAX_SCALARS:
+                    self._scalars.clear()
+                found = self._scalars[key] = float(self._all_to_all(np.asarray(size_bytes, dtype=float), quantile,
+                                                                    network_fraction))
+            return found
+        return self._all_to_all(np.asarray(size_bytes, dtype=float), quantile, network_fraction)
+
+    def _all_to_all(self, s: np.ndarray, quantile: float, network_fraction: float) -> float | np.ndarray:
+        scalar = np.ndim(s) == 0
         t = self.topology
         n = t.workers
         if n <= 1:
@@ -370,10 +385,26 @@ class CommModel:
         n = self.topology.workers
         if self.broadcast_calibration is not None:
             return self._measured(self.broadcast_calibration, size_bytes, quantile)
-        return self._collective(size_bytes, quantile, self._broadcast_model, n / (2.0 * (n - 1)) if n > 1 else 1.0)
+        return self._collective("broadcast", size_bytes, quantile, self._broadcast_model,
+                                n / (2.0 * (n - 1)) if n > 1 else 1.0)
 
-    def _collective(self, size_bytes: float | np.ndarray, quantile: float,
+    def _collective(self, kind: str, size_bytes: float | np.ndarray, quantile: float,
                     model: Callable[[np.ndarray], np.ndarray], calib_size_factor: float) -> float | np.ndarray:
+        """The ``kind`` of collective (what names ``model`` and ``calib_size_factor``) of each size;
+        one size's seconds remembered (a layout search prices the same group's collectives of the
+        same sizes for many candidates)."""
+        if isinstance(size_bytes, (int, float)):
+            key = (kind, float(size_bytes), quantile)
+            found = self._scalars.get(key)
+            if found is None:
+                if len(self._scalars) >= MAX_SCALARS:
+                    self._scalars.clear()
+                found = self._scalars[key] = float(self._collective_of(size_bytes, quantile, model, calib_size_factor))
+            return found
+        return self._collective_of(size_bytes, quantile, model, calib_size_factor)
+
+    def _collective_of(self, size_bytes: float | np.ndarray, quantile: float,
+                       model: Callable[[np.ndarray], np.ndarray], calib_size_factor: float) -> float | np.ndarray:
         scalar = np.ndim(size_bytes) == 0
         s = np.asarray(size_bytes, dtype=float)
         if self.topology.workers <= 1:

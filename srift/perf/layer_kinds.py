@@ -8,6 +8,7 @@ srift/perf/compute.py re-exports every public name here.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from dataclasses import dataclass
 
@@ -72,8 +73,10 @@ def precision_label(cudnn_tf32: bool, matmul_tf32: bool) -> str:
     return "fp32" if cudnn_tf32 else "fp32-strict"
 
 
+@functools.lru_cache(maxsize=4096)
 def layer_kind(type_name: str) -> str:
-    """Kind of a layer from its module class name (``Conv2d`` -> ``conv``)."""
+    """Kind of a layer from its module class name (``Conv2d`` -> ``conv``; cached: every profile
+    of a search asks it of the same few names)."""
     low = type_name.lower()
     # HF GPT-2 uses a module named ``Conv1D`` that is a Linear (x @ W + b), not a convolution.
     if low == "conv1d" and type_name == "Conv1D":

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from srift.catalog.spec import cluster_of
+from srift.catalog.spec import one_type_cluster
 from srift.cluster import Cluster
 from srift.search.limits import THROUGHPUT
 from srift.search.space import HardwareGroup, Market
@@ -94,7 +94,7 @@ def _optimism(sweep: CountSweep, g: HardwareGroup, counts: np.ndarray, bound: np
 
 
 def _bound(sweep: CountSweep, bound: Bound, g: HardwareGroup, n: int, tight: bool) -> float:
-    found = bound(cluster_of([(g.rep, n, sweep.c.spot)]), tight)
+    found = bound(one_type_cluster(g.rep, n, sweep.c.spot), tight)
     return np.inf if found is None else float(found)
 
 

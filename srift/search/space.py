@@ -190,6 +190,17 @@ class Space:
         return np.where(priced, np.clip(cap, 0, big), 0).astype(np.int64)
 
 
+@dataclass(frozen=True)
+class CountFilter:
+    """A ``count_ok`` that answers for many counts at once: ``mask(instance, nodes)`` is a bool per
+    count of ``nodes`` (a search asks it of every count of every hardware group)."""
+
+    mask: Callable[[Instance, np.ndarray], np.ndarray]
+
+    def __call__(self, inst: Instance, nodes: int) -> bool:
+        return bool(self.mask(inst, np.array([nodes], dtype=np.int64))[0])
+
+
 def build_space(selection: TypeSelection, c: Constraints, memory_ok: Callable[[Instance], bool] | None = None,
                 global_batch_size: int | None = None, count_ok: Callable[[Instance, int], bool] | None = None) -> Space:
     """Group the rows by hardware, fix each group's counts, and count what exists and what is left
@@ -226,7 +237,9 @@ def build_space(selection: TypeSelection, c: Constraints, memory_ok: Callable[[I
         if global_batch_size is not None:
             # The global batch is fixed: a count whose GPUs do not divide it would change it.
             counts = all_counts[global_batch_size % (all_counts * rep.gpu_count) == 0]
-        if count_ok is not None:
+        if isinstance(count_ok, CountFilter):
+            counts = counts[count_ok.mask(rep, counts)]
+        elif count_ok is not None:
             counts = counts[np.fromiter((count_ok(rep, int(n)) for n in counts), dtype=bool, count=len(counts))]
         fits = memory_ok(rep) if memory_ok is not None else True
         group = HardwareGroup(len(space.groups), members, rep, fits, counts)

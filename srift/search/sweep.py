@@ -34,7 +34,7 @@ from collections.abc import Callable
 import numpy as np
 
 from srift.bounds import MAX_SEARCH_SIMULATIONS
-from srift.catalog.spec import cluster_of
+from srift.catalog.spec import one_type_cluster
 from srift.cluster import Cluster
 from srift.job import JobLength
 from srift.search.limits import THROUGHPUT, Constraints
@@ -95,7 +95,7 @@ class CountSweep:
         spot = self.c.spot
         ids = []
         for n in new:
-            pred = self.predict(cluster_of([(group.rep, n, spot)]))
+            pred = self.predict(one_type_cluster(group.rep, n, spot))
             ids.append(self.table.add_core(((group.index, n),), pred))
             self.core_of[(group.index, n)] = ids[-1]
         self._counts[group.index] = sorted(self._counts[group.index] + new)

@@ -84,6 +84,7 @@ keeps the gathered rows for backward, whose gradients cross the same collectives
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
@@ -195,6 +196,13 @@ def check_ep(arch: DecoderArch, ep: int, tp_cp_dp: int) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
+def with_expert_width(arch: DecoderArch, width: int) -> DecoderArch:
+    """``arch`` with each routed expert ``width`` wide (one expert-TP rank's; cached: a search asks
+    it of every split)."""
+    return dataclasses.replace(arch, expert_intermediate=width)
+
+
 def moe_block_shape(arch: DecoderArch, tokens: int, ep: int, element_bytes: float,
                     imbalance: float = BALANCED_ROUTING, dispatcher: MoeDispatcher = "alltoall",
                     etp: int = 1) -> MoeBlockShape:
@@ -216,7 +224,7 @@ def moe_block_shape(arch: DecoderArch, tokens: int, ep: int, element_bytes: floa
     rows = max(1, math.ceil(routed * etp * (imbalance if ep > 1 else 1.0) / local))
     size = float(routed * arch.hidden * element_bytes)
     w, d = expert_width(arch, etp), arch.hidden
-    clamp_f, glue_f, glue_b = expert_glue_bytes(dataclasses.replace(arch, expert_intermediate=w), rows * local,
+    clamp_f, glue_f, glue_b = expert_glue_bytes(with_expert_width(arch, w), rows * local,
                                                 element_bytes)
     gemms = ((rows, d, w), (rows, d, w), (rows, w, d)) if arch.mlp in GATED_MLPS else ((rows, d, w), (rows, w, d))
     return MoeBlockShape(tokens, routed, local, rows, size, size * (ep - 1) / ep, gemms,
@@ -282,7 +290,7 @@ def moe_block_times(arch: DecoderArch, shape: MoeBlockShape, gpu: str, precision
     op of the local experts is one kernel and one framework call (PyTorch's stack: ``grouped_s``),
     else each expert's op costs the compute model's fixed cost per pass (Megatron-Core, as the MoE
     group validates it)."""
-    prof = mma_padded(expert_profile(dataclasses.replace(arch, expert_intermediate=shape.expert_gemms[0][2]),
+    prof = mma_padded(expert_profile(with_expert_width(arch, shape.expert_gemms[0][2]),
                                      shape.rows_per_expert, precision), shape.rows_per_expert, gpu, precision)
     times = layer_times(prof, gpu, precision)
     fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8, fused_fc1=True) if fp8 else (times.fwd_s, times.bwd_s)

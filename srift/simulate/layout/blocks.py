@@ -16,8 +16,8 @@ from srift.perf.fp8 import fp8_attention_s, fp8_saved_bytes, fp8_times, fp8_weig
 from srift.perf.compute import ATTENTION, NORM, layer_kind, layer_times, mma_rate_flops
 from srift.simulate.finetune import LoraSpec, finetune_profile
 from srift.simulate.memory import LOSS_FP32_BYTES
-from srift.simulate.moe import (BALANCED_ROUTING, expert_tp, local_expert_params, moe_act_bytes, moe_activation_bytes,
-                                moe_block_shape, moe_block_times)
+from srift.simulate.moe import (BALANCED_ROUTING, MoeBlockShape, MoeBlockTimes, expert_tp, local_expert_params,
+                                moe_act_bytes, moe_activation_bytes, moe_block_shape, moe_block_times)
 from srift.simulate.recompute import check_modules, leaf_module, module_figures
 from srift.simulate.sharded import checkpoint_masks
 from srift.zoo.llm import EXPERTS_PREFIX, LSE_BYTES, DecoderArch, block_params, decoder_profile, dense_mlp_params
@@ -127,6 +127,18 @@ class BlockParts:
     tp: int = 1
     kinds: tuple[BlockMemory, BlockMemory] | None = None
 
+    def __hash__(self) -> int:
+        """The fields' hash (what the dataclass would compute), computed once: the layout search's
+        caches key on the parts, tens of thousands of times a catalog search."""
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(self.__dict__[name] for name in _FIELDS))
+            object.__setattr__(self, "_hash", cached)
+        return int(cached)
+
+    def __getstate__(self) -> dict[str, object]:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     def on_stage(self, moe_blocks: int, blocks: int) -> "BlockParts":
         """These figures with the memory ones (``BlockMemory``'s) of a stage of ``blocks`` blocks,
         ``moe_blocks`` of them MoE blocks: its own mix, not the model's average (a stage holding
@@ -139,6 +151,7 @@ class BlockParts:
         # constructor: a layout search calls this for every stage of every candidate).
         mixed = object.__new__(BlockParts)
         mixed.__dict__.update(self.__dict__)
+        mixed.__dict__.pop("_hash", None)  # not the cached hash: the figures differ
         mixed.__dict__.update({name: frac * getattr(moe, name) + (1.0 - frac) * getattr(dense, name)
                                for name in _MEMORY_FIELDS})
         return mixed
@@ -157,9 +170,14 @@ class BlockParts:
         return 0.0 if self.frozen_base else self.local_expert_params
 
 
+_FIELDS = tuple(f.name for f in dataclasses.fields(BlockParts))
+
+
+@functools.lru_cache(maxsize=4096)
 def split_arch(arch: DecoderArch, tp: int) -> DecoderArch:
     """One TP rank's block: ``heads / t`` query heads, ``max(1, kv_heads / t)`` key/value heads
-    (replicated when fewer than t), ``ceil(intermediate / t)`` MLP width, ``ceil(vocab / t)``."""
+    (replicated when fewer than t), ``ceil(intermediate / t)`` MLP width, ``ceil(vocab / t)``
+    (cached)."""
     # Megatron-Core builds q, k and v as one column-parallel GEMM (``linear_qkv``): time them fused
     # (the fused naming's one q + 2 kv wide matmul), not as a narrow k and v GEMM at TP 8.
     # torchtitan runs three (wq, wk, wv) on one input; timed fused too: under torch.compile their
@@ -217,11 +235,9 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
     block's routed experts are timed at the per-expert row count, not as the profile's aggregate
     GEMMs. Blocks with a sliding attention window (GPT-OSS) are averaged with the full-attention
     ones likewise."""
-    modules = check_modules(options.recompute_modules)
-    options = dataclasses.replace(options, recompute_modules=modules)
+    options, inner = _checked_options(options)
+    modules = options.recompute_modules
     fp8, imbalance, dispatcher, pytorch_kernels = options.fp8, options.imbalance, options.dispatcher, options.pytorch_kernels
-    # What ``_block_parts`` reads (a MoE model's dense and MoE blocks are the same whatever the routing).
-    inner = dataclasses.replace(options, imbalance=BALANCED_ROUTING, dispatcher="alltoall")
     if arch.sliding_window and 0 < arch.sliding_blocks < arch.n_layers:
         share = arch.sliding_blocks / arch.n_layers
         local = block_parts(dataclasses.replace(arch, sliding_every=1), tp, cp, micro_batch, seq_len, precision, gpu,
@@ -235,19 +251,15 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
         dense_parts = _block_parts(arch, tp, cp, micro_batch, seq_len, precision, gpu, inner)
         return dataclasses.replace(dense_parts, fp8_weight_bytes=(dense_parts.local_block_params * fp8_weight_cache_bytes(fp8)
                                                                   if fp8 else 0.0))
-    frac = arch.moe_blocks / arch.n_layers
-    moe_arch = dataclasses.replace(arch, dense_layers=0, moe_every=1, dense_blocks=frozenset())
+    moe_arch, dense_arch, frac = _moe_and_dense(arch)
     moe = _block_parts(moe_arch, tp, cp, micro_batch, seq_len, precision, gpu, inner)
-    dense = moe if frac == 1.0 else _block_parts(
-        dataclasses.replace(arch, experts=0, experts_per_token=0, expert_intermediate=0, shared_intermediate=0,
-                            dense_layers=0, moe_every=1, dense_blocks=frozenset(), router_bias=False, shared_gate=False),
-        tp, cp, micro_batch, seq_len, precision, gpu, inner)
+    dense = moe if dense_arch is None else _block_parts(dense_arch, tp, cp, micro_batch, seq_len, precision, gpu, inner)
     e = 2.0 if precision in HALF_PRECISIONS else 4.0
     kept_e = fp8_saved_bytes(fp8) if fp8 else e
     etp = expert_tp(tp, ep)
     shape = moe_block_shape(arch, micro_batch * seq_len // (cp * tp), ep, e, imbalance, dispatcher, etp)
     experts_local = local_expert_params(arch, ep, etp)
-    xt = moe_block_times(arch, shape, gpu, precision, None, fp8=fp8, one_kernel=pytorch_kernels)
+    xt = _expert_times(arch, shape, gpu, precision, fp8, pytorch_kernels)
     # The MoE block's non-expert parameters on this rank: its profile's, less every routed expert.
     moe_local = moe.local_block_params - arch.experts * dense_mlp_params(split_arch(arch, tp), arch.expert_intermediate)
 
@@ -285,6 +297,35 @@ def block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len: 
         dispatch_bytes=shape.dispatch_bytes, etp_gather_bytes=shape.etp_gather_bytes, experts_f_s=frac * xt.experts_f_s, experts_b_s=frac * xt.experts_b_s,
         fp8_weight_bytes=((mix(moe_local, dense.local_block_params) + frac * experts_local)
                           * fp8_weight_cache_bytes(fp8) if fp8 else 0.0))
+
+
+# Memos of ``block_parts``' pieces that many of its calls share (each a pure function of its key).
+@functools.lru_cache(maxsize=256)
+def _checked_options(options: BlockOptions) -> tuple[BlockOptions, BlockOptions]:
+    """``options`` with its recompute modules checked, and what ``_block_parts`` reads of them (a
+    MoE model's dense and MoE blocks are the same whatever the routing)."""
+    options = dataclasses.replace(options, recompute_modules=check_modules(options.recompute_modules))
+    return options, dataclasses.replace(options, imbalance=BALANCED_ROUTING, dispatcher="alltoall")
+
+
+@functools.lru_cache(maxsize=256)
+def _moe_and_dense(arch: DecoderArch) -> tuple[DecoderArch, DecoderArch | None, float]:
+    """A mixture of experts' MoE block and its dense block as architectures of their own (None:
+    every block is a MoE block), and the share of its blocks that are MoE blocks."""
+    moe = dataclasses.replace(arch, dense_layers=0, moe_every=1, dense_blocks=frozenset())
+    frac = arch.moe_blocks / arch.n_layers
+    if frac == 1.0:
+        return moe, None, frac
+    return moe, dataclasses.replace(arch, experts=0, experts_per_token=0, expert_intermediate=0, shared_intermediate=0,
+                                    dense_layers=0, moe_every=1, dense_blocks=frozenset(), router_bias=False,
+                                    shared_gate=False), frac
+
+
+@functools.lru_cache(maxsize=32768)
+def _expert_times(arch: DecoderArch, shape: MoeBlockShape, gpu: str, precision: str, fp8: Fp8Recipe | None,
+                  one_kernel: bool) -> MoeBlockTimes:
+    """``moe_block_times`` without the all-to-all (the same for every split with the same shape)."""
+    return moe_block_times(arch, shape, gpu, precision, None, fp8=fp8, one_kernel=one_kernel)
 
 
 # Cached apart from ``block_parts``: a mixture of experts' dense and MoE blocks are the same for

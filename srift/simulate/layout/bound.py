@@ -112,6 +112,7 @@ class _Blocks:
         self.options = BlockOptions(st.imbalance, st.fp8, lora=st.lora, dispatcher=st.dispatcher,
                                     fused_fc1=not pytorch, pytorch_kernels=pytorch)
         self.parts: dict[tuple[int, int, int, int], BlockParts] = {}
+        self.signatures: dict[tuple[int, int, int, int], int] = {}
         self._fits: dict[tuple[int, float], tuple[tuple[Degrees, ...], dict[int, float]]] = {}
 
     def of(self, split: tuple[int, int, int, int]) -> BlockParts:
@@ -121,6 +122,13 @@ class _Blocks:
             parts = self.parts[split] = scaled_parts(block_parts(self.arch, t, c, mb, self.seq_len, self.precision,
                                                                  self.gpu, ep, self.options), self.factor)
         return parts
+
+    def signature(self, split: tuple[int, int, int, int]) -> int:
+        """``memory_signature`` of the split's parts (kept with them: its numbers are never reused)."""
+        sig = self.signatures.get(split)
+        if sig is None:
+            sig = self.signatures[split] = memory_signature(self.arch, self.of(split))
+        return sig
 
     def fits(self, degrees: tuple[Degrees, ...], memory: float) -> dict[int, float]:
         """Per layout of ``degrees`` (by index) visited so far under ``memory`` bytes a GPU: the
@@ -223,7 +231,6 @@ class _Visit:
     def __init__(self, arch: DecoderArch, sh: _Shape, st: BoundSettings, degrees: tuple[Degrees, ...],
                  cols: _Degrees, blocks: _Blocks) -> None:
         self.arch, self.sh, self.st, self.degrees, self.cols, self.blocks = arch, sh, st, degrees, cols, blocks
-        self.signatures: dict[tuple[int, int, int, int], int] = {}  # memory_signature's numbers live per call
         self.fits = blocks.fits(degrees, sh.memory)
 
     def least(self, order: np.ndarray, bound_of: Callable[[int], float]) -> float | None:
@@ -250,10 +257,9 @@ class _Visit:
         parts = self.blocks.of(split)
         t, p, c, d, mb, m, v, ep = self.degrees[i]
         shard = state_shard(st.dp_flavour, self.sh.gpus_per_node, t, c, p, d)
-        if split not in self.signatures:
-            self.signatures[split] = memory_signature(arch, parts)
+        signature = self.blocks.signature(split)
         for policy in st.checkpointing:
-            if peak_memory(self.signatures[split], arch, p, v, m, shard, parts, policy, st.dp_flavour,
+            if peak_memory(signature, arch, p, v, m, shard, parts, policy, st.dp_flavour,
                            expert_shard_of(shard, t, ep), st.reduce_dtype, st.mtp_layers) <= self.sh.memory:
                 return 1.0 + parts.block_f_s / (parts.block_f_s + parts.block_b_s) if policy == FULL_CHECKPOINTING else 1.0
         return 0.0

@@ -6,6 +6,7 @@ Part of the layout simulator (srift/simulate/layouts.py: the model as a whole)."
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass
 
 from srift.job import FSDP, FULL_CHECKPOINTING, INTERLEAVED, SELECTIVE, ZERO1
@@ -189,18 +190,28 @@ def _peak_memory_of(arch: DecoderArch, p: int, v: int, m: int, shard: int, parts
 _MEMORY_FIELDS = tuple(f.name for f in dataclasses.fields(BlockParts) if f.name not in _SECONDS)
 _SIGNATURES: dict[tuple[object, ...], int] = {}
 _PEAKS: dict[tuple[object, ...], float] = {}
+_NUMBERS = itertools.count()  # never reused: a number kept across a clear of the memo names no other blocks
+_BY_PARTS: dict[tuple[int, int], tuple[DecoderArch, BlockParts, int]] = {}  # the same parts asked again
 MAX_MEMO = 1 << 18  # entries kept (a few tens of MB); the memo starts again beyond
+MAX_PARTS = 1 << 14  # parts remembered by identity (each kept alive: about a kilobyte)
 
 
 def memory_signature(arch: DecoderArch, parts: BlockParts) -> int:
     """A number for ``arch``'s blocks as ``parts`` hold them in memory: equal for parts whose
-    every figure but the seconds is equal (``peak_memory``)."""
+    every figure but the seconds is equal (``peak_memory``), and never given to other figures (a
+    caller may keep it for as long as it keeps ``parts``)."""
+    known = _BY_PARTS.get((id(arch), id(parts)))
+    if known is not None and known[0] is arch and known[1] is parts:
+        return known[2]
     sig = (arch, *(getattr(parts, name) for name in _MEMORY_FIELDS))
     if sig not in _SIGNATURES:
         if len(_SIGNATURES) >= MAX_MEMO:
             _SIGNATURES.clear()
             _PEAKS.clear()
-        _SIGNATURES[sig] = len(_SIGNATURES)
+        _SIGNATURES[sig] = next(_NUMBERS)
+    if len(_BY_PARTS) >= MAX_PARTS:
+        _BY_PARTS.clear()
+    _BY_PARTS[(id(arch), id(parts))] = (arch, parts, _SIGNATURES[sig])  # the references keep the ids from being reused
     return _SIGNATURES[sig]
 
 

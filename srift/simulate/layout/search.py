@@ -63,14 +63,16 @@ def _divisors(n: int) -> tuple[int, ...]:
 Degrees = tuple[int, int, int, int, int, int, int, int]
 
 
-def _expert_degrees(arch: DecoderArch, request: LayoutRequest, tcd: int) -> list[int]:
+@functools.lru_cache(maxsize=65536)
+def _expert_degrees(arch: DecoderArch, request: LayoutRequest, tcd: int) -> tuple[int, ...]:
     """Expert-parallel sizes to try over ``tcd`` = TP x CP x DP ranks: the requested one, or (a
-    mixture of experts under search) each of SEARCH_EXPERT that divides the experts and ``tcd``."""
+    mixture of experts under search) each of SEARCH_EXPERT that divides the experts and ``tcd``
+    (cached: every count asks it again)."""
     if request.ep is not None:
-        return [request.ep] if check_ep(arch, request.ep, tcd) is None else []
+        return (request.ep,) if check_ep(arch, request.ep, tcd) is None else ()
     if not arch.is_moe:
-        return [1]
-    return [e for e in SEARCH_EXPERT if e <= tcd and check_ep(arch, e, tcd) is None]
+        return (1,)
+    return tuple(e for e in SEARCH_EXPERT if e <= tcd and check_ep(arch, e, tcd) is None)
 
 
 def _degrees(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, global_batch: int,
@@ -91,15 +93,13 @@ def _degrees(arch: DecoderArch, gpus: int, gpus_per_node: int, seq_len: int, glo
                 if gpus % (t * c * p) or p > arch.n_layers:
                     continue
                 d = gpus // (t * c * p)
+                batches = [(mb, global_batch // (mb * d)) for mb in micro_batches if global_batch % (mb * d) == 0]
+                vs = [v for v in SEARCH_VIRTUAL_STAGES[1:] if p * v <= arch.n_layers + 2] if p > 1 else []
                 for ep in _expert_degrees(arch, request, t * c * d):
-                    for mb in micro_batches:
-                        if global_batch % (mb * d):
-                            continue
-                        m = global_batch // (mb * d)
+                    for mb, m in batches:
                         out.append((t, p, c, d, mb, m, 1, ep))
-                        if p > 1 and m % p == 0:
-                            out.extend((t, p, c, d, mb, m, v, ep) for v in SEARCH_VIRTUAL_STAGES[1:]
-                                       if p * v <= arch.n_layers + 2)
+                        if vs and m % p == 0:
+                            out.extend([(t, p, c, d, mb, m, v, ep) for v in vs])
     return out
 
 
@@ -181,6 +181,8 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
     slots = SlotBounds(arch, SlotContext(comm, gpu, seq_len, PARAM_BYTES if precision in HALF_PRECISIONS else 4.0, tp_overlap,
                                          pytorch, precision, dispatcher, ep_overlap))
     ranked = []
+    blocks = pipeline_blocks(arch, mtp_layers)
+    slowest: dict[int, int] = {}  # per PP, the most blocks a stage holds
     for t, p, c, d, mb, m, v, ep in degrees:
         key = (t, c, mb, ep)
         parts = parts_of.get(key)
@@ -188,7 +190,9 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
             parts = parts_of[key] = scaled_parts(block_parts(arch, t, c, mb, seq_len, precision, gpu, ep, options), factor)
             slot_of[key] = slots.slot(t, c, mb, ep, parts)
         blk, hidden = slot_of[key]
-        n = max(stage_layers(pipeline_blocks(arch, mtp_layers), p, not pytorch))
+        n = slowest.get(p)
+        if n is None:
+            n = slowest[p] = max(stage_layers(blocks, p, not pytorch))
         ranked.append(((m + (p - 1) / v) * n * blk + m * n * hidden, t, p, c, d, mb, m, v, ep))
     ranked.sort()
     best: LayoutPlan | None = None
@@ -202,9 +206,9 @@ def search_layouts(arch: DecoderArch, cluster: Cluster, seq_len: int, global_bat
         key = (t, c, mb, ep)
         if key not in signature:
             signature[key] = memory_signature(arch, parts_of[key])
-        return peak_memory(signature[key], arch, p, v, m, state_shard(dp_flavour, g, t, c, p, d), parts_of[key], k,
-                           dp_flavour, expert_shard_of(state_shard(dp_flavour, g, t, c, p, d), t, ep), reduce_dtype,
-                           mtp_layers)
+        shard = state_shard(dp_flavour, g, t, c, p, d)
+        return peak_memory(signature[key], arch, p, v, m, shard, parts_of[key], k, dp_flavour,
+                           expert_shard_of(shard, t, ep), reduce_dtype, mtp_layers)
 
     # The candidates' steps are priced (``_step``); the winner's plan, memory included, once.
     fastest: tuple[float, Layout, PlanSettings, BlockParts] | None = None
