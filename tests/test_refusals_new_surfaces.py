@@ -110,3 +110,25 @@ def test_the_imbalance_still_prices_an_expert_parallel_layout() -> None:
     with pytest.raises(SriftError, match="has ep=1"):
         Job(layout="tp=2,pp=4", moe_imbalance=3.0)
     assert Job(layout="tp=2,pp=4", moe_imbalance=1.25).moe_imbalance == 1.25  # the default is never refused
+
+
+# ---- issue 45's items 4 and 5 on every surface it names ----------------------------------------------
+def test_terminal_escapes_from_a_layout_an_infra_or_a_config_never_reach_the_error_line(tmp_path: Path) -> None:
+    import json
+
+    config = json.loads((Path(__file__).parent / "fixtures" / "hf_configs" / "Llama-3.2-1B.json").read_text())
+    (tmp_path / "c.json").write_text(json.dumps({**config, "model_type": "\x1b[2J\x1b]0;pwned\x07llama"}))
+    for argv, words in ((["--model", "llama3-8b", "--instance", "p4d.24xlarge", "--layout", "tp=\x1b[31m2"], "--layout's tp"),
+                        (["--model", "resnet50", "--instance", "p3.2xlarge", "--infra", "\x1b[31maws"], "no catalog for region"),
+                        (["--model-config", str(tmp_path / "c.json"), "--instance", "p4d.24xlarge"], "which srift does not model")):
+        code, _, err = run(["predict", *argv])
+        assert refused(code, err, words) and "\x1b" not in err and "\x07" not in err
+
+
+def test_an_oversized_job_file_or_profile_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    (tmp_path / "job.yaml").write_text("model: resnet50\nsteps: 10\n" + "".join(f"unknown_key_{i}: {i}\n" for i in range(80_000)))
+    code, _, err = run(["check", "job.yaml"], cwd=tmp_path)  # 1.8 MiB of unknown keys
+    assert refused(code, err, "more than the 1 MiB srift reads")
+    (tmp_path / "p.yaml").write_text("# " + "x" * (17 << 20) + "\n")
+    code, _, err = run(["predict", "--instance", "p3.2xlarge", "--profile", "p.yaml"], cwd=tmp_path)
+    assert refused(code, err, "more than the 16 MiB srift reads")
