@@ -2,7 +2,8 @@
 
 Each kind runs the real CLI (``python -m srift.cli``) in a fresh folder, with its own cache
 folder and an ``outside`` folder beside them, and is judged on what the user sees: exit code 2,
-exactly one ``Error:`` line and one ``To fix:`` line on stderr, no traceback, and nothing written,
+exactly one ``Error:`` line and one ``To fix:`` line on stderr (besides ``Warning:`` lines and srift's
+progress lines, ``PROGRESS``), no traceback, and nothing written,
 changed or replaced anywhere under the probe's folder (regular files, links, device nodes, named
 pipes and folders are compared by type, inode, device number, size and time). A few kinds are
 not refusals (a hostile name that must render inert, a closed or ASCII-only stdout): those must
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import signal
 import socket
@@ -48,6 +50,10 @@ BILLION_LAUGHS = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
 CLUSTER = "name: lab\nnode_groups:\n  - {count: 2, gpus_per_node: 4, gpu: V100-32GB, intra_node: nvlink, network_gbps: 25}\n"
 JOB = "model: resnet50\nbatch_size: 32\nsteps: 1000\ninstance: p3.16xlarge:1\nlimits: {max_cost_usd: 100}\n"
 HF = json.loads((ROOT / "tests" / "fixtures" / "hf_configs" / "Llama-3.2-1B.json").read_text(encoding="utf-8"))
+# srift's progress lines on a standard error that is not a terminal (srift/profiling/step_lines.py,
+# srift/report/progress.py): what a long run prints before its answer, not part of a refusal.
+PROGRESS = re.compile(r"srift profile: step [0-9,]+ of [0-9,]+ \([a-z' :-]+\), [0-9,]+ s"
+                      r"|Searching: [0-9,]+ simulations of at most [0-9,]+, [0-9,]+ s \(--quiet: no progress lines\)\.")
 BASELINE = {"schema": "srift.check/v1", "passed": True, "predicted_cost_usd": 10.0, "predicted_hours": 1.0,
             "cost_per_hour_usd": 10.0}
 
@@ -415,6 +421,40 @@ def _issue45_probes() -> list[Probe]:
     ]
 
 
+def _new_surface_probes() -> list[Probe]:
+    """Numbers typed as text and options that cannot apply on the surfaces added after issue 45:
+    --grad-compression, --stack, --lengths-file, --moe-imbalance, profile --timeout, environment."""
+    ddp = ["predict", "--model", "resnet50", "--instance", "p3.16xlarge:2"]
+    train = {"train.py": "print('hi')\n"}
+    llm = ["predict", "--model", "llama3-8b", "--instance", "p4d.24xlarge"]
+    return [
+        Probe("predict --grad-compression powersgd:² (was a traceback)", [*ddp, "--grad-compression", "powersgd:²"], says="got '²'"),
+        Probe("predict --grad-compression powersgd:٣ (int() reads 3)", [*ddp, "--grad-compression", "powersgd:٣"], says="got '٣'"),
+        Probe("predict --grad-compression powersgd: (no rank)", [*ddp, "--grad-compression", "powersgd:"], says="got ''"),
+        Probe("check: grad_compression powersgd:² in the job file (exit 2, not 1)", ["check", "job.yaml"],
+              {"job.yaml": JOB + 'grad_compression: "powersgd:²"\n'}, says="got '²'"),
+        Probe("check: stack is a list", ["check", "job.yaml"], {"job.yaml": JOB + "stack: [pytorch]\n"}, says="'stack'"),
+        Probe("check: SRIFT_STACK with terminal escapes", ["check", "job.yaml"], {"job.yaml": JOB},
+              env={"SRIFT_STACK": "\x1b]0;pwned\x07pytorch"}, not_shown=("\x1b", "\x07"), says="'stack'"),
+        Probe("predict --stack with terminal escapes", [*ddp, "--stack", "\x1b[31mpytorch"], not_shown=("\x1b",), says="training stack"),
+        Probe("predict --optimizer KFAC (case)", [*ddp, "--optimizer", "KFAC"], says="unknown optimizer"),
+        Probe("predict --varlen-attention without packing", [*llm, "--varlen-attention"], says="--varlen-attention"),
+        Probe("predict --lengths-file with a superscript digit", [*llm, "--packed", "--lengths-file", "len.txt"],
+              {"len.txt": "100\n²\n"}, says="not a positive integer"),
+        Probe("predict --moe-imbalance on a dense model", [*llm, "--layout", "auto", "--moe-imbalance", "3"], says="dense model"),
+        Probe("predict --moe-imbalance with ep=1", ["predict", "--model", "mixtral-8x7b", "--instance", "p4d.24xlarge:8",
+                                                    "--layout", "tp=2,pp=4", "--moe-imbalance", "3"], says="has ep=1"),
+        Probe("predict SRIFT_SPOT_INTERRUPTIONS_PER_HOUR=٠ (float() reads 0)", [*ddp, "--spot"],
+              env={"SRIFT_SPOT_INTERRUPTIONS_PER_HOUR": "٠"}, says="SRIFT_SPOT_INTERRUPTIONS_PER_HOUR"),
+        Probe("calibrate comm with WORLD_SIZE=² (was a traceback)", ["calibrate", "comm"], env={"WORLD_SIZE": "²", "RANK": "0"},
+              says="WORLD_SIZE"),
+        Probe("predict with COLUMNS=² (rich read it: a traceback)", ddp, env={"COLUMNS": "²"}, expect=(0,)),
+        Probe("profile --timeout 1e999", ["profile", "train.py", "--timeout", "1e999"], train, says="finite"),
+        Probe("profile --timeout nan", ["profile", "train.py", "--timeout", "nan"], train, says="finite"),
+        Probe("profile --timeout ٣", ["profile", "train.py", "--timeout", "٣"], train, says="--timeout"),
+    ]
+
+
 def probes() -> list[Probe]:
     predict = ["predict", "--model", "resnet50", "--instance", "p3.2xlarge"]
     on_profile = ["predict", "--instance", "p3.16xlarge:1", "--profile"]
@@ -549,6 +589,7 @@ def probes() -> list[Probe]:
         out.append(Probe("profile file unreadable", [*on_profile, "secret.yaml"], {"secret.yaml": "x: 1\n"}, setup=_unreadable))
     out += _output_probes(os.geteuid() == 0)
     out += _refresh_probes() + _yaml_probes() + _rendering_probes() + _environment_probes() + _issue45_probes()
+    out += _new_surface_probes()
     return out
 
 
@@ -633,7 +674,7 @@ def run(probe: Probe, timeout_s: float = 180.0) -> Outcome:
             written = [w for w in written if w != f"work/{probe.stdout}"]  # the stdout device itself is written to, not replaced
             written += [f"work/{probe.stdout} (replaced)"] if before.get(str(folder / probe.stdout), ())[:3] != \
                 after.get(str(folder / probe.stdout), ())[:3] else []
-        lines = [l for l in err.strip().splitlines() if not l.startswith("Warning: ")]
+        lines = [l for l in err.strip().splitlines() if not l.startswith("Warning: ") and not PROGRESS.fullmatch(l)]
         tb = "Traceback" in err
         if 2 in probe.expect:
             one_each = (len(lines) == 2 and lines[0].startswith("Error: ") and lines[1].startswith("To fix: "))

@@ -164,6 +164,14 @@ def parse_number(text: str, name: str, *, hint: str, integer: bool = False) -> i
     return int(t) if integer else float(t)
 
 
+def ascii_integer(text: str) -> int | None:
+    """``text`` as a whole number of ASCII digits (at most MAX_NUMBER_CHARS), else None: for text
+    read where a refusal is not the answer (``$COLUMNS``) or one word of many (a lengths file);
+    ``parse_number`` is the refusing form of the same rule."""
+    t = text.strip()
+    return int(t) if len(t) <= MAX_NUMBER_CHARS and _integer_text.fullmatch(t) else None
+
+
 def shown(value: Any, limit: int = 60) -> str:
     """``repr(value)`` cut to ``limit`` characters, for messages (never echo a huge value whole)."""
     text = repr(value)

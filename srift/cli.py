@@ -24,6 +24,7 @@ except ImportError:  # pragma: no cover (older typer uses click's)
     from click.exceptions import ClickException, UsageError  # type: ignore[assignment]
 
 from srift import __version__, log
+from srift.bounds import ascii_integer
 from srift.errors import SriftError
 from srift.text import inert
 
@@ -106,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     1 a check's limit exceeded or nothing meets the limits, 2 bad input or an error, 130
     interrupted, 141 standard output closed by its reader)."""
     _standard_streams()
+    _terminal_size_variables()
     args = sys.argv[1:] if argv is None else argv
     if BROKEN_INSTALL is not None:
         if args[:1] == ["--version"]:
@@ -175,6 +177,15 @@ def _standard_streams() -> None:
         if reconfigure is not None:
             with contextlib.suppress(ValueError, OSError):
                 reconfigure(errors="replace")
+
+
+def _terminal_size_variables() -> None:
+    """Unset a ``COLUMNS`` or ``LINES`` that is not a whole number in ASCII digits (``²``), as if
+    it were not set: rich reads them with ``int`` after ``str.isdigit``, which a superscript digit
+    passes and ``int`` refuses (a traceback at the first line printed)."""
+    for name in ("COLUMNS", "LINES"):
+        if name in os.environ and not ascii_integer(os.environ[name]):
+            del os.environ[name]
 
 
 def _silence_stdout() -> None:

@@ -288,6 +288,9 @@ class Job:
             (ep is not None and ep > 1 and self.moe_imbalance > ep,
              f"--moe-imbalance {self.moe_imbalance:g} is more than ep={ep} allows: the busiest of {ep} ranks holds at most "
              f"every token, {ep} times the mean.", f"pass --moe-imbalance from {BALANCED_MOE_IMBALANCE:g} to {ep}."),
+            (ep == 1 and self.moe_imbalance != DEFAULT_MOE_IMBALANCE,
+             f"--moe-imbalance is the load of the busiest expert-parallel rank; --layout {self.layout} has ep=1: every "
+             "rank computes every routed token.", "add ep=E (E > 1) to --layout, or drop --moe-imbalance."),
         )
         for refused, message, fix in rules:
             if refused:
@@ -361,7 +364,7 @@ class Job:
 
         Raises:
             SriftError: for --parallelism zero1, --pipeline-schedule, --virtual-stages, --fp8,
-                --moe-dispatcher, --moe-ep-overlap or --mtp-layers without a layout.
+                --moe-dispatcher, --moe-imbalance, --moe-ep-overlap or --mtp-layers without a layout.
         """
         if self.layout is not None:
             return
@@ -369,6 +372,7 @@ class Job:
                             ("--pipeline-schedule", self.pipeline_schedule is not None),
                             ("--virtual-stages", self.virtual_stages != 1), ("--fp8", self.fp8 is not None),
                             ("--moe-dispatcher", self.moe_dispatcher != ALLTOALL),
+                            ("--moe-imbalance", self.moe_imbalance != DEFAULT_MOE_IMBALANCE),
                             ("--moe-ep-overlap", self.moe_ep_overlap), ("--mtp-layers", self.mtp_layers is not None)):
             if not given:
                 continue

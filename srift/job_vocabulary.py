@@ -121,16 +121,15 @@ class GradCompression:
         Raises:
             SriftError: for another word or a rank that is not a whole number from 1 to 1024.
         """
-        hook, _, rank = str(text).strip().lower().partition(":")
-        if hook not in GRAD_HOOKS or (rank and hook != "powersgd"):
+        hook, sep, rank = str(text).strip().lower().partition(":")
+        if hook not in GRAD_HOOKS or (sep and hook != "powersgd"):
             raise SriftError(f"unknown gradient compression '{text}'.",
                              "use --grad-compression none, fp16, bf16, powersgd or powersgd:RANK (e.g. powersgd:4).")
         if hook != "powersgd":
             return cls(hook)
-        if rank and not rank.isdigit():
-            raise SriftError(f"PowerSGD's rank in '{text}' is not a whole number.", "pass e.g. --grad-compression powersgd:4.")
-        r = int(rank) if rank else DEFAULT_POWERSGD_RANK
-        require(r, "--grad-compression powersgd:RANK", 1, 1024, integer=True, hint="pass a rank from 1 to 1024, e.g. powersgd:4.")
+        hint = "pass a rank from 1 to 1024, e.g. powersgd:4."
+        r = int(parse_number(rank, "--grad-compression powersgd:RANK", hint=hint, integer=True)) if sep else DEFAULT_POWERSGD_RANK
+        require(r, "--grad-compression powersgd:RANK", 1, 1024, integer=True, hint=hint)
         return cls("powersgd", r)
 
     @property

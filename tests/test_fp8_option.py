@@ -111,12 +111,12 @@ def test_recommend_takes_the_dispatcher_without_layout_auto(srift_cli) -> None:
     assert default["recommendations"][0]["layout"]["ep"] > 1
 
 
-@pytest.mark.parametrize("extra, flag", [
-    (["--fp8", "tensorwise", "--batch-size", "4"], "--fp8"),  # --batch-size says data parallelism: no layout search
-    (["--moe-dispatcher", "flex", "--parallelism", "fsdp"], "--moe-dispatcher"),
+@pytest.mark.parametrize("model, extra, flag", [
+    ("llama3-8b", ["--fp8", "tensorwise", "--batch-size", "4"], "--fp8"),  # --batch-size says data parallelism: no layout search
+    ("mixtral-8x7b", ["--moe-dispatcher", "flex", "--parallelism", "fsdp"], "--moe-dispatcher"),  # (a dense model: no experts)
 ])
-def test_recommend_refuses_layout_settings_when_it_searches_no_layout(srift_cli, extra: list[str], flag: str) -> None:
-    code, out = srift_cli(["recommend", "--model", "llama3-8b", "--seq-len", "2048", "--max-gpus", "8", "--gpu", "H100",
+def test_recommend_refuses_layout_settings_when_it_searches_no_layout(srift_cli, model: str, extra: list[str], flag: str) -> None:
+    code, out = srift_cli(["recommend", "--model", model, "--seq-len", "2048", "--max-gpus", "8", "--gpu", "H100",
                            *extra])
     assert code == 2 and f"{flag} needs a --layout" in out and "To fix: add --layout" in out and "Traceback" not in out
 

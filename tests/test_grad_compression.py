@@ -89,7 +89,7 @@ def test_the_option_takes_a_hook_and_a_rank(text, hook, rank):
 @pytest.mark.parametrize("kw, message", [
     ({"grad_compression": "zip"}, "unknown gradient compression"),
     ({"grad_compression": "fp16:2"}, "unknown gradient compression"),
-    ({"grad_compression": "powersgd:x"}, "not a whole number"),
+    ({"grad_compression": "powersgd:x"}, "must be a whole number"),
     ({"grad_compression": "powersgd:0"}, "powersgd:RANK"),
     ({"grad_compression": "bf16", "parallelism": "fsdp"}, "DDP communication hook"),
     ({"parallelism": "ddp", "reduce_dtype": "fp16"}, "--grad-compression fp16"),

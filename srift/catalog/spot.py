@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 
-from srift.bounds import MAX_INTERRUPTIONS_PER_HOUR
+from srift.bounds import MAX_INTERRUPTIONS_PER_HOUR, parse_number
 
 HOURS_PER_MONTH = 730.0
 # srift has no spot capacity data (AWS's placement scores need credentials and change by the hour):
@@ -81,13 +81,14 @@ def rate_override() -> float | None:
     text = os.environ.get(OVERRIDE_ENV, "").strip()
     if not text:
         return None
-    try:
-        rate = float(text)
-    except ValueError:
-        rate = -1.0
-    if not 0.0 <= rate <= MAX_INTERRUPTIONS_PER_HOUR:  # NaN fails the comparison
-        from srift.errors import SriftError
+    from srift.errors import SriftError
 
-        raise SriftError(f"{OVERRIDE_ENV}={text[:40]!r} is not a rate from 0 to {MAX_INTERRUPTIONS_PER_HOUR:g} per hour.",
-                         f"set {OVERRIDE_ENV} to expected interruptions per instance-hour, e.g. 0.0002 (about 15 % a month), or unset it.")
+    fix = f"set {OVERRIDE_ENV} to expected interruptions per instance-hour, e.g. 0.0002 (about 15 % a month), or unset it."
+    bad = SriftError(f"{OVERRIDE_ENV}={text[:40]!r} is not a rate from 0 to {MAX_INTERRUPTIONS_PER_HOUR:g} per hour.", fix)
+    try:
+        rate = float(parse_number(text, OVERRIDE_ENV, hint=fix))  # ASCII digits only (the one parser of typed numbers)
+    except SriftError:
+        raise bad from None
+    if not 0.0 <= rate <= MAX_INTERRUPTIONS_PER_HOUR:  # NaN fails the comparison
+        raise bad
     return rate

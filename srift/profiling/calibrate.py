@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from srift.bounds import MAX_GPUS, parse_number, require
 from srift.cluster import cluster_from_dict
 from srift.errors import SriftError
 from srift.files import write_yaml
@@ -155,7 +156,21 @@ def measure_collectives(backend: str, nproc: int, sizes: list[int] | None = None
 
 def launched_by_torchrun() -> bool:
     """True when torchrun (or another env:// launcher) started this process as one of several."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and "RANK" in os.environ
+    return launcher_int("WORLD_SIZE", 1) > 1 and "RANK" in os.environ
+
+
+def launcher_int(name: str, default: int, low: int = 1) -> int:
+    """The launcher's variable ``name`` (torchrun's WORLD_SIZE, RANK, LOCAL_WORLD_SIZE, LOCAL_RANK),
+    ``default`` when unset.
+
+    Raises:
+        SriftError: for a value that is not a whole number (digits 0-9) of at least ``low``.
+    """
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    hint = f"unset {name}, or launch with torchrun (which sets it)."
+    return int(require(parse_number(text, name, hint=hint, integer=True), name, low, MAX_GPUS, integer=True, hint=hint))
 
 
 def measure_launched(backend: str, sizes: list[int] | None = None, reps: int = 10, warmup: int = 3) -> dict[str, Any] | None:
@@ -169,14 +184,14 @@ def measure_launched(backend: str, sizes: list[int] | None = None, reps: int = 1
 
     if backend not in ("gloo", "nccl"):
         raise SriftError(f"unknown backend '{backend}'.", "use --backend gloo (CPU) or --backend nccl (GPUs).")
-    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    world, rank = launcher_int("WORLD_SIZE", 1), launcher_int("RANK", 0, low=0)
+    local_world = launcher_int("LOCAL_WORLD_SIZE", world)
     if world % local_world:
         raise SriftError(f"WORLD_SIZE {world} is not a multiple of LOCAL_WORLD_SIZE {local_world}.",
                          "launch the same --nproc_per_node on every machine.")
     device = torch.device("cpu")
     if backend == "nccl":
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        local_rank = launcher_int("LOCAL_RANK", 0, low=0)
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
     sizes = sorted(sizes or DEFAULT_SIZES)

@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
+from srift.bounds import ascii_integer
 from srift.results import STALE_AFTER_DAYS
 from srift.outputs import atomic_write_text
 
@@ -23,8 +24,8 @@ def console(width: int = 140) -> Console:
 
 def terminal_columns() -> int | None:
     """``$COLUMNS`` as a positive number of columns, or None when unset or not a number."""
-    text = os.environ.get("COLUMNS", "").strip()
-    return int(text) if text.isdigit() and int(text) > 0 else None
+    columns = ascii_integer(os.environ.get("COLUMNS", ""))
+    return columns if columns else None
 
 
 def usd(v: float | None, digits: int = 2) -> str:

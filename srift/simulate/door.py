@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 
 from srift.errors import SriftError
-from srift.job import ADAMW8BIT, ALLTOALL, PAGED_ADAMW8BIT, TOKENS, ZERO1, Job, parse_layout
+from srift.job import ADAMW8BIT, ALLTOALL, DEFAULT_MOE_IMBALANCE, PAGED_ADAMW8BIT, TOKENS, ZERO1, Job, parse_layout
 from srift.simulate.layouts import SHARDED_FLAVOURS
 from srift.zoo.llm import DecoderArch
 
@@ -99,6 +99,24 @@ def refuse_ignored(job: Job, layout_path: bool) -> None:
         raise SriftError(f"--optimizer {job.optimizer} is modelled with data parallelism, not in a --layout "
                          "(Megatron-Core keeps fp32 Adam states).",
                          f"drop --layout (use --parallelism ddp or fsdp), or drop --optimizer {job.optimizer}.")
+
+
+def refuse_expert_options(arch: DecoderArch | None, imbalance: float, dispatcher: str, ep_overlap: bool) -> None:
+    """Refuse a mixture of experts' option (``--moe-imbalance``, ``--moe-dispatcher``,
+    ``--moe-ep-overlap``) for a dense model, which routes no token: the one rule, for the
+    data-parallel and the layout simulator (an option left at its default is never refused).
+
+    Raises:
+        SriftError: naming the first such option.
+    """
+    if arch is None or arch.is_moe:
+        return
+    given = (("--moe-imbalance", imbalance != DEFAULT_MOE_IMBALANCE), ("--moe-dispatcher", dispatcher != ALLTOALL),
+             ("--moe-ep-overlap", ep_overlap))
+    for flag, on in given:
+        if on:
+            raise SriftError(f"{flag} sets how a mixture of experts routes its tokens; {arch.name} is a dense model "
+                             "(no experts).", f"drop {flag}, or choose a mixture-of-experts model.")
 
 
 def route_note(job: Job, routed: Job) -> list[str]:

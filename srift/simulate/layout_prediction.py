@@ -25,7 +25,7 @@ from srift.simulate.layouts import (
 )
 from srift.simulate.assemble import LayoutFacts, PlanGroup, PricedPlan, assemble, typical_error_of
 from srift.simulate.breakdown import COMM_INTERFERENCE
-from srift.simulate.door import refuse_ignored
+from srift.simulate.door import refuse_expert_options, refuse_ignored
 from srift.simulate.finetune import LoraSpec, layout_lora
 from srift.simulate.memory import FITS, USABLE_FRACTION
 from srift.simulate.plans import MemoryFit
@@ -392,17 +392,13 @@ def _plan_settings(plan: LayoutPlan, settings: LayoutSettings, precision: str, q
 
 
 def check_options(arch: DecoderArch, cluster: Cluster, settings: LayoutSettings) -> None:
-    """Refuse what the job's model or GPUs cannot run: a token dispatcher for a dense model, FP8
+    """Refuse what the job's model or GPUs cannot run: a MoE option for a dense model, FP8
     GEMMs on GPUs without FP8 tensor cores.
 
     Raises:
         SriftError: saying which, and how to fix it.
     """
-    if not arch.is_moe:
-        for flag, given in (("--moe-dispatcher", settings.dispatcher != ALLTOALL), ("--moe-ep-overlap", settings.ep_overlap)):
-            if given:
-                raise SriftError(f"{flag} sets a mixture of experts' token dispatch; {arch.name} is a dense model.",
-                                 f"drop {flag}.")
+    refuse_expert_options(arch, settings.routing_imbalance, settings.dispatcher, settings.ep_overlap)
     if settings.fp8 is not None:
         for g in cluster.node_groups:
             why = fp8_unsupported(g.gpu, settings.fp8)

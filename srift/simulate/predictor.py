@@ -35,7 +35,7 @@ from srift.profile import Profile
 from srift.simulate.assemble import PlanGroup, PricedPlan, assemble, typical_error_of
 from srift.simulate.breakdown import DATA
 from srift.simulate.kfac import KfacPlan
-from srift.simulate.door import refuse_ignored
+from srift.simulate.door import refuse_expert_options, refuse_ignored
 from srift.simulate.loader import InputLoader, image_side_px
 from srift.simulate.mixed import batches_for_fastest, split_batch
 from srift.simulate.offload import trick_notes
@@ -74,6 +74,7 @@ class Predictor:
 
     def __init__(self, profile: Profile, job: Job, more_profiles: Sequence[Profile] = (),
                  model_flops_per_token: Callable[[int], float] | None = None, arch: DecoderArch | None = None) -> None:
+        refuse_expert_options(arch, job.moe_imbalance, job.moe_dispatcher, job.moe_ep_overlap)
         job.require_layout_settings(takes_layout=arch is not None and not more_profiles)
         refuse_ignored(job, layout_path=job.layout is not None)
         job = job_with_profile_defaults(job, profile)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from srift.bounds import ascii_integer
 from srift.errors import SriftError
 
 MAX_LENGTHS_FILE_BYTES = 64 * 2**20  # a lengths file is a list of integers, not a dataset
@@ -106,10 +107,11 @@ def read_lengths(path: str, cap: int) -> np.ndarray:
     words = p.read_text(encoding="utf-8", errors="replace").replace(",", " ").split()
     if not words:
         raise SriftError(f"lengths file {path!r} has no lengths.", fix)
-    bad = next((w for w in words if not w.isdigit() or int(w) < 1), None)
+    lengths = [ascii_integer(w) for w in words]
+    bad = next((w for w, n in zip(words, lengths) if not n), None)  # None (not ASCII digits) or 0
     if bad is not None:
-        raise SriftError(f"lengths file {path!r} has {bad[:20]!r}, not a positive integer.", fix)
-    return np.sort(np.minimum(np.array([int(w) for w in words], dtype=float), cap))
+        raise SriftError(f"lengths file {path!r} has {bad[:20]!r}, not a positive integer (digits 0-9).", fix)
+    return np.sort(np.minimum(np.array(lengths, dtype=float), cap))
 
 
 def sequences_of(cap: int | None, mean_seq_len: int | None, lengths_file: str | None, packed: bool) -> Sequences | None:
