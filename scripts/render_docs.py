@@ -28,6 +28,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -184,7 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"unknown example(s) {', '.join(unknown)}: add them to EXAMPLES in {Path(__file__).name}", file=sys.stderr)
         return 2
-    outputs = {name: run_example(name) for name in names}
+    # All at once: each is a process of its own, and two wait out a 30 s `srift profile --timeout`.
+    with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
+        outputs = dict(zip(names, pool.map(run_example, names)))
     problems = 0
     for path, text in docs.items():
         rel = path.relative_to(ROOT)

@@ -19,6 +19,8 @@ from srift.simulate.breakdown import BACKWARD, DDP_PHASES, EXPOSED_COMM, FORWARD
 from srift.simulate.plans import MemoryFit
 from srift.simulate.prediction import BatchShare
 
+from source_trees import package_trees  # noqa: E402  (tests/source_trees.py: each module parsed once)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -26,8 +28,8 @@ def test_prediction_is_built_in_one_place():
     """Of srift's runtime, only srift/simulate/assemble.py constructs a Prediction (srift/testing.py's
     speed model is a test fake)."""
     builders = []
-    for path in sorted((ROOT / "srift").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for path, tree in package_trees().items():
+        for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Prediction":
                 builders.append(str(path.relative_to(ROOT)))
     assert sorted(set(builders)) == ["srift/simulate/assemble.py", "srift/testing.py"]

@@ -9,22 +9,21 @@ those strings. The check reads every srift module's syntax tree (no import).
 from __future__ import annotations
 
 import ast
-import functools
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
+from source_trees import package_trees  # noqa: E402  (tests/source_trees.py: each module parsed once)
+
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "srift"
 # Names whose values are a market or an exclusion reason (srift/search/space.py Market,
 # srift/search/offers.py Exclusion): a comparison of one of them with an int literal is a bare int.
 ENUM_NAMES = ("market", "reason")
 
 
-@functools.lru_cache(maxsize=1)
 def _package() -> tuple[tuple[str, ast.Module], ...]:
-    return tuple((str(p.relative_to(ROOT)), ast.parse(p.read_text(encoding="utf-8"))) for p in sorted(PACKAGE.rglob("*.py")))
+    return tuple((str(p.relative_to(ROOT)), tree) for p, tree in package_trees().items())
 
 
 def _files() -> list[tuple[str, ast.Module]]:

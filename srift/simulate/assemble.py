@@ -21,10 +21,9 @@ from srift.perf.accuracy import (
     with_cpu_profile_error,
 )
 from srift.perf.coverage import Coverage, sharded_coverage
-from srift.simulate.breakdown import Breakdown
 from srift.simulate.layout.plan import Layout, load_layout_params
 from srift.simulate.memory import allocated_parts
-from srift.simulate.plans import MemoryFit
+from srift.simulate.plans import PlanFigures
 from srift.simulate.prediction import BatchShare, Prediction, bottleneck
 from srift.simulate.spot import spot_expectation
 from srift.stacks import stack_typical_error
@@ -189,18 +188,14 @@ class LayoutFacts:
 
 
 @dataclass(frozen=True)
-class PricedPlan:
+class PricedPlan(PlanFigures):
     """A plan priced on a cluster by either simulator: what ``assemble`` builds a Prediction from.
 
     Attributes:
+        parallelism, checkpointing, breakdown, p90_s, comm_cost_s, memory: ``PlanFigures``; here the
+            breakdown holds the data loader's wait, and the p90 is as priced (never below the median
+            in the result).
         cluster: Where it runs.
-        parallelism, checkpointing: The plan (Prediction's ``parallelism``,
-            ``activation_checkpointing``).
-        breakdown: Seconds per phase of one iteration (the data loader's wait included); they
-            add up to the iteration.
-        p90_s: The iteration's 90th percentile as priced (never below the median in the result).
-        comm_cost_s: Exposed communication and interference (the bottleneck test).
-        memory: The most loaded GPU's memory and the fit.
         global_batch: Samples per iteration.
         batch_split: Each node group's batch.
         grad_accum, micro_batch_size: Micro-batches per step and samples per GPU per micro-batch.
@@ -222,12 +217,6 @@ class PricedPlan:
     """
 
     cluster: Cluster
-    parallelism: str
-    checkpointing: str
-    breakdown: Breakdown
-    p90_s: float
-    comm_cost_s: float
-    memory: MemoryFit
     global_batch: int
     batch_split: list[BatchShare]
     grad_accum: int

@@ -361,9 +361,7 @@ def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes,
     # slows it by as much (the first-order CPU simulation, srift/simulate/plans.py, adds them).
     cpu_workers = cluster.cpu_workers
     spd = strategy == SPD
-
-    def factor_bytes(d: int) -> float:
-        return float(schedule.factor_message_bytes(d))
+    factor_bytes = _factor_bytes
 
     links = {q: _Link(comm, workers, q, inverse_method) for q in QUANTILES}
     median = links[0.5]
@@ -391,19 +389,63 @@ def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes,
         k = interference
     else:
         k = 1.0 if cpu_workers else _interference(comm, sizes)
+    plan = _Schedule(blocks, dims, sizes, owners, (groups_a, groups_g), pipeline, work, workers, spd, overlap, k,
+                     cpu_workers)
+    per_update = plan.phases_at(median)
+    steps = (job.kfac_factor_steps, job.kfac_inv_steps)
+    return KfacPlan(strategy, inverse_method, workers, [b.name for b in blocks], dims, device, owners, groups_a, groups_g,
+                    measured_kernels=anchor is not None, interference=k,
+                    interference_split=(per_update.factor_interference / steps[0], per_update.broadcast_interference / steps[1]),
+                    phases_per_update=per_update.amortized(1, 1), phases=per_update.amortized(*steps),
+                    phases_p90=plan.phases_at(links[0.9]).amortized(*steps))
 
-    # ---- its phases at each quantile ---------------------------------------------------------
-    def phases_at(link: _Link) -> _PerUpdate:
+
+@dataclass(frozen=True)
+class _Schedule:
+    """A K-FAC iteration as the runtime plans it (median costs): what ``phases_at`` times at a
+    quantile of the collectives.
+
+    Attributes:
+        blocks, dims: The factored layers, and their factor dimensions (A and G of each, in order).
+        sizes: Each factor's all-reduce message in bytes.
+        owners: The worker that inverts each factor (``schedule.LOCAL``: every worker).
+        groups: SPD's fused all-reduce groups of the A and of the G factors (empty otherwise).
+        pipeline: SPD's pipeline of factor all-reduces beside backward (None otherwise).
+        work: The K-FAC kernels' seconds.
+        workers: Processes.
+        spd: The SPD strategy (broadcasts overlap the inversions).
+        overlap: The collectives can hide behind compute (a distributed job).
+        k: Seconds per hidden second of collective.
+        cpu_workers: CPU processes (gloo): collectives share the cores that compute.
+    """
+
+    blocks: list[KfacBlock]
+    dims: list[int]
+    sizes: list[float]
+    owners: list[int]
+    groups: tuple[list[list[int]], list[list[int]]]
+    pipeline: _Pipeline | None
+    work: _Kernels
+    workers: int
+    spd: bool
+    overlap: bool
+    k: float
+    cpu_workers: bool
+
+    def phases_at(self, link: _Link) -> _PerUpdate:
+        """One update's phases with the collectives of ``link`` (a quantile)."""
+        dims, owners, work, workers, sizes = self.dims, self.owners, self.work, self.workers, self.sizes
+        spd, overlap, k = self.spd, self.overlap, self.k
         hidden_factor = 0.0
         if not link.distributed:
             exposed = 0.0
-        elif pipeline is None:
+        elif self.pipeline is None:
             # D-KFAC / MPD: after backward every factor is enqueued at once (model order) and fused
             # by the fixed buffer, as the runtime does; nothing to overlap with.
             exposed = sum(link.allreduce(sum(sizes[i] for i in g)) for g in schedule.plan_fixed_fusion(sizes))
         else:
-            exposed, total = _spd_exposed_comm(blocks, pipeline, groups_a, groups_g, factor_bytes, link, work.hooks_s,
-                                               share_link=not cpu_workers)
+            exposed, total = _spd_exposed_comm(self.blocks, self.pipeline, *self.groups, _factor_bytes, link,
+                                               work.hooks_s, share_link=not self.cpu_workers)
             hidden_factor = max(0.0, total - exposed)
         # The timeline walks factor indices: an owned factor costs its inversion and the packing of
         # its result before the broadcast is issued, a local one its inversion.
@@ -425,13 +467,10 @@ def plan_kfac(profile: Profile, cluster: Cluster, job: Job, compute: LayerTimes,
                           timeline.compute_s + work.inversion_overhead_s, timeline.broadcast_exposed_s + unpack,
                           k * hidden_bcast, work.precondition_s)
 
-    per_update = phases_at(median)
-    steps = (job.kfac_factor_steps, job.kfac_inv_steps)
-    return KfacPlan(strategy, inverse_method, workers, [b.name for b in blocks], dims, device, owners, groups_a, groups_g,
-                    measured_kernels=anchor is not None, interference=k,
-                    interference_split=(per_update.factor_interference / steps[0], per_update.broadcast_interference / steps[1]),
-                    phases_per_update=per_update.amortized(1, 1), phases=per_update.amortized(*steps),
-                    phases_p90=phases_at(links[0.9]).amortized(*steps))
+
+def _factor_bytes(d: int) -> float:
+    """A ``d x d`` factor's all-reduce message in bytes."""
+    return float(schedule.factor_message_bytes(d))
 
 
 def _fusion(blocks: list[KfacBlock], pipeline: _Pipeline, factor_bytes: Callable[[int], float],

@@ -126,17 +126,18 @@ class MemoryFit:
 
 
 @dataclass(frozen=True)
-class Plan:
-    """One way of running the job on a cluster, simulated.
+class PlanFigures:
+    """What every simulated plan states, whichever simulator priced it (``Plan`` here, the
+    ``PricedPlan`` that srift.simulate.assemble builds a Prediction from).
 
     Attributes:
-        parallelism, checkpointing: The plan.
+        parallelism, checkpointing: The plan (Prediction's ``parallelism``,
+            ``activation_checkpointing``).
         breakdown: Seconds per phase of one iteration (they add up to it), and the communication
             in all, exposed or not.
         p90_s: The iteration's p90 (0 when not asked for).
         comm_cost_s: Exposed communication and interference (the bottleneck test).
-        memory: Memory per GPU.
-        kfac: The K-FAC plan (K-FAC jobs).
+        memory: The most loaded GPU's memory and the fit.
     """
 
     parallelism: str
@@ -145,6 +146,13 @@ class Plan:
     p90_s: float
     comm_cost_s: float
     memory: MemoryFit
+
+
+@dataclass(frozen=True)
+class Plan(PlanFigures):
+    """One way of running the job on a cluster, simulated by the data-parallel step (the fields
+    of ``PlanFigures``, then the K-FAC plan of a K-FAC job)."""
+
     kfac: KfacPlan | None
 
     @property

@@ -9,6 +9,8 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 
+import numpy as np
+
 from srift.hardware import gpu as gpu_spec
 from srift.job import (CORE_ATTN, DEFAULT_RECOMPUTE_MODULES, HALF_PRECISIONS, MOE_ACT, MOE_LAYER, SELECTIVE, Fp8Recipe,
                        MoeDispatcher, RecomputeModule)
@@ -20,6 +22,7 @@ from srift.simulate.moe import (BALANCED_ROUTING, MoeBlockShape, MoeBlockTimes, 
                                 moe_act_bytes, moe_activation_bytes, moe_block_shape, moe_block_times)
 from srift.simulate.recompute import check_modules, leaf_module, module_figures
 from srift.simulate.sharded import checkpoint_masks
+from srift.profile import Profile
 from srift.zoo.llm import EXPERTS_PREFIX, LSE_BYTES, DecoderArch, block_params, decoder_profile, dense_mlp_params
 from srift.simulate.layout.plan import _SECONDS
 
@@ -336,33 +339,11 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
     """``BlockParts`` of ``arch``'s first block (a MoE block's routed experts left out), run as
     ``options`` say (``recompute_modules`` checked; routing and dispatcher not read)."""
     fp8, modules, lora, op_sac = options.fp8, options.recompute_modules, options.lora, options.op_sac
-    fp8_attention, fused_fc1, pytorch_kernels = options.fp8_attention, options.fused_fc1, options.pytorch_kernels
+    fp8_attention, pytorch_kernels = options.fp8_attention, options.pytorch_kernels
     split = split_arch(arch, tp)
     tokens = seq_len // cp
-    prof = decoder_profile(split, batch_size=micro_batch, seq_len=tokens, precision=precision)
-    if cp > 1 and not arch.sample_attention_len:
-        # Load-balanced ring attention: this rank does 1/c of the causal work over the whole
-        # sequence, c times what a sequence of seq/c tokens would. Samples attending within
-        # themselves (srift/simulate/varlen.py): seq/c tokens' work is this rank's 1/c already.
-        layers = [dataclasses.replace(l, fwd_flops=l.fwd_flops * cp, bwd_flops=l.bwd_flops * cp,
-                                      fwd_flops_seq2=l.fwd_flops_seq2 * cp, bwd_flops_seq2=l.bwd_flops_seq2 * cp)
-                  if layer_kind(l.type) == ATTENTION else l for l in prof.layers]
-        prof = dataclasses.replace(prof, layers=layers)
-    adapters = 0.0
-    if lora is not None:
-        # Frozen Linears run no weight-gradient GEMM (Transformer Engine skips it for a weight
-        # without requires_grad); one adapter pair per fused projection (NeMo's LoRALinear wraps
-        # linear_qkv, linear_proj, linear_fc1, linear_fc2). The block's norm ahead of its first
-        # adapter runs no backward here (in the model, every block's but the first does: tens of
-        # microseconds).
-        prof, frozen = finetune_profile(prof, lora.job(), fused=True)
-        adapters = float(frozen.trainable_params)
-    times = layer_times(prof, gpu, precision)
-    # torchao's float8 TP (PyTorch's stack) casts the gathered tensors on their shard, once for the
-    # GEMMs sharing one (PrepareFloat8ModuleInput: q, k, v; w1, w3).
-    sharded = pytorch_kernels and tp > 1
-    fwd_s, bwd_s = fp8_times(prof, times, gpu, fp8, fused_fc1 or sharded, tp if sharded else 1, arch.hidden) if fp8 \
-        else (times.fwd_s, times.bwd_s)
+    prof, adapters = _rank_profile(arch, split, micro_batch, tokens, cp, precision, lora)
+    fwd_s, bwd_s = _layer_seconds(prof, gpu, precision, options, tp, arch.hidden)
     # Transformer Engine's fused attention (cuDNN) issues the GPU's full-rate tensor-core
     # instructions (Hopper's wgmma), not Ampere's mma that the fitted FlashAttention-2 rate is
     # measured against: the same fitted efficiency, of the full dense peak. PyTorch's SDPA runs
@@ -441,6 +422,43 @@ def _block_parts(arch: DecoderArch, tp: int, cp: int, micro_batch: int, seq_len:
                       # torchao's Float8ColwiseParallel casts the sequence shard, then gathers FP8;
                       # Float8RowwiseParallel's output gradient likewise (reduce-scatters stay bf16).
                       gather_element_bytes=fp8_saved_bytes(fp8) if pytorch_kernels and fp8 else 0.0, tp=tp)
+
+
+def _rank_profile(arch: DecoderArch, split: DecoderArch, micro_batch: int, tokens: int, cp: int, precision: str,
+                  lora: LoraSpec | None) -> tuple[Profile, float]:
+    """The structural profile of one rank's share of a block stack (``split``: ``arch`` over TP;
+    ``tokens``: the sequence over CP), and its trainable adapter parameters under ``lora`` (0 without)."""
+    prof = decoder_profile(split, batch_size=micro_batch, seq_len=tokens, precision=precision)
+    if cp > 1 and not arch.sample_attention_len:
+        # Load-balanced ring attention: this rank does 1/c of the causal work over the whole
+        # sequence, c times what a sequence of seq/c tokens would. Samples attending within
+        # themselves (srift/simulate/varlen.py): seq/c tokens' work is this rank's 1/c already.
+        layers = [dataclasses.replace(l, fwd_flops=l.fwd_flops * cp, bwd_flops=l.bwd_flops * cp,
+                                      fwd_flops_seq2=l.fwd_flops_seq2 * cp, bwd_flops_seq2=l.bwd_flops_seq2 * cp)
+                  if layer_kind(l.type) == ATTENTION else l for l in prof.layers]
+        prof = dataclasses.replace(prof, layers=layers)
+    if lora is None:
+        return prof, 0.0
+    # Frozen Linears run no weight-gradient GEMM (Transformer Engine skips it for a weight
+    # without requires_grad); one adapter pair per fused projection (NeMo's LoRALinear wraps
+    # linear_qkv, linear_proj, linear_fc1, linear_fc2). The block's norm ahead of its first
+    # adapter runs no backward here (in the model, every block's but the first does: tens of
+    # microseconds).
+    prof, frozen = finetune_profile(prof, lora.job(), fused=True)
+    return prof, float(frozen.trainable_params)
+
+
+def _layer_seconds(prof: Profile, gpu: str, precision: str, options: BlockOptions, tp: int,
+                   hidden: int) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward seconds of each layer of ``prof`` on ``gpu`` (its FP8 GEMMs under
+    ``options.fp8``)."""
+    times = layer_times(prof, gpu, precision)
+    if not options.fp8:
+        return times.fwd_s, times.bwd_s
+    # torchao's float8 TP (PyTorch's stack) casts the gathered tensors on their shard, once for the
+    # GEMMs sharing one (PrepareFloat8ModuleInput: q, k, v; w1, w3).
+    sharded = options.pytorch_kernels and tp > 1
+    return fp8_times(prof, times, gpu, options.fp8, options.fused_fc1 or sharded, tp if sharded else 1, hidden)
 
 
 @functools.lru_cache(maxsize=32768)

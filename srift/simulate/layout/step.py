@@ -182,37 +182,21 @@ def _step(arch: DecoderArch, layout: Layout, seq_len: int, settings: PlanSetting
     """One step's seconds by phase and communication seconds by group (``_plan``'s), at
     ``settings.quantile`` of the collectives."""
     st = settings
-    precision, checkpointing, dp_flavour, quantile, dispatcher = (st.precision, st.checkpointing, st.dp_flavour,
-                                                                   st.quantile, st.dispatcher)
-    ep_overlap, reduce_dtype, op_sac, mtp_layers, stage_blocks = (st.ep_overlap, st.reduce_dtype, st.op_sac,
-                                                                   st.mtp_layers, st.stage_blocks)
+    precision, checkpointing, dp_flavour, quantile = st.precision, st.checkpointing, st.dp_flavour, st.quantile
     t, p, c, d, v, m = layout.tp, layout.pp, layout.cp, layout.dp, layout.vp, layout.grad_accum
     dtensor = pytorch_stack(dp_flavour)
     g = comm.topology.gpus_per_node
-    interference = comm.params.overlap_interference
-    tokens = layout.micro_batch * seq_len // c
     e = PARAM_BYTES if precision in HALF_PRECISIONS else 4.0
-    layers = stage_blocks or stage_layers(pipeline_blocks(arch, mtp_layers), p, not pytorch_stack(dp_flavour))
-    heads = 1 + mtp_layers  # the last stage's final norm, head and loss, once more per MTP layer
+    layers = st.stage_blocks or stage_layers(pipeline_blocks(arch, st.mtp_layers), p, not pytorch_stack(dp_flavour))
     # ---- per micro-batch on each stage ----
     bc = block_comm(arch, comm, t, c, layout.micro_batch, seq_len, e, parts, quantile, tp_overlap,
                     dtensor_rate(gpu, precision, dtensor))
     tp_f, tp_b_exposed, tp_b_hidden, tp_end = bc.tp_f_s, bc.tp_b_s, bc.tp_hidden_s, bc.tp_end_s
-    if op_sac and checkpointing == SELECTIVE:  # the all-gathers torchtitan's per-op policy recomputes
+    if st.op_sac and checkpointing == SELECTIVE:  # the all-gathers torchtitan's per-op policy recomputes
         tp_b_exposed += bc.tp_sac_s
     cp_f, cp_b, cp_hidden, step_f, step_b = bc.cp_f_s, bc.cp_b_s, bc.cp_hidden_s, bc.cp_step_f_s, bc.cp_step_b_s
     recompute = parts.block_f_s if checkpointing == FULL_CHECKPOINTING else (parts.selective_f_s if checkpointing == SELECTIVE else 0.0)
-    # Expert parallelism: dispatch and combine all-to-alls in the EP group (innermost: up to a
-    # node's GPUs over NVLink), exposed, per (average) block: srift/simulate/moe.py.
-    ep_f = ep_b = ep_hidden = 0.0
-    if layout.ep > 1 and parts.moe_fraction > 0:
-        ep_node = ep_ranks_per_node(layout.ep, g)
-        a2a = ep_exchange_s(arch, comm.subgroup(layout.ep, ep_node), layout.ep, ep_node, parts.dispatch_bytes,
-                            quantile, dispatcher)
-        ep_f = ep_b = 2.0 * a2a * parts.moe_fraction
-        if ep_overlap:  # beside another micro-batch's forward or backward (Megatron's EP A2A overlap)
-            ep_hidden = min(ep_f + ep_b, parts.block_f_s + parts.block_b_s)
-            ep_f = ep_b = (ep_f + ep_b - ep_hidden) / 2.0
+    ep_f, ep_b, ep_hidden = _ep_exchange(arch, layout, comm, parts, settings)
     # What backward's recompute runs again of the forward's exposed collectives: full, the TP and
     # EP ones; selective of whole MoE layers, their all-to-alls.
     full = checkpointing == FULL_CHECKPOINTING
@@ -220,79 +204,26 @@ def _step(arch: DecoderArch, layout: Layout, seq_len: int, settings: PlanSetting
     rerun_ep = ep_f if full or (checkpointing == SELECTIVE and parts.moe_recomputed) else 0.0
     blk_f = parts.block_f_s + tp_f + cp_f + ep_f
     blk_b = parts.block_b_s + tp_b_exposed + cp_b + ep_b + recompute + rerun_tp + rerun_ep
-    stage_f, stage_b = [], []
-    accum_rate = kernel_rates(gpu, precision).memory_bytes_per_s
-    for i, n in enumerate(layers):
-        f = n * blk_f + (parts.first_f_s + tp_end if i == 0 else 0.0) + (heads * (parts.last_f_s + tp_end) if i == p - 1 else 0.0)
-        b = n * blk_b + (parts.first_b_s + tp_end if i == 0 else 0.0) + (heads * (parts.last_b_s + tp_end) if i == p - 1 else 0.0)
-        # A stack that sums each micro-batch's gradients in a pass of its own: DeepSpeed's
-        # BF16_Optimizer under bf16 (fp16 runs its FP16_Optimizer, which accumulates in .grad).
-        if precision == BF16:
-            b += st.grad_accum_bytes * (parts.trainable(n, i == 0, i == p - 1) + n * parts.trainable_expert_params) / accum_rate
-        stage_f.append(f)
-        stage_b.append(b)
+    stage_f, stage_b = _stage_seconds(layers, parts, (blk_f, blk_b), tp_end, settings, gpu)
     slow = max(range(p), key=lambda i: stage_f[i] + stage_b[i])
     sf, sb = stage_f[slow], stage_b[slow]
     n_slow = layers[slow]
-    # ---- pipeline point-to-point ----
-    p2p = 0.0
-    if p > 1:
-        act_bytes = tokens * arch.hidden * e / t
-        crossing = t * c * p > g  # the pipeline spans nodes: its slowest sends cross the network
-        pair = comm.subgroup(2, 1 if crossing else 2, net_share=(1.0 / g) if crossing else None)  # a rail, as CP's
-        p2p = float(pair.broadcast_time_s(act_bytes, quantile))
-    slot = sf + sb
-    if layout.schedule == INTERLEAVED and p > 1 and v > 1:
-        pipe_p2p = 2.0 * p2p * (p - 1)  # only the bubble's path waits for the sends
-        hidden_p2p = 2.0 * p2p * m * v
-    else:
-        pipe_p2p = 2.0 * p2p * (m + p - 1) if p > 1 else 0.0
-        hidden_p2p = 0.0
-    idle_slots = (p - 1) / v
-    bubble = idle_slots * slot
+    pipe_p2p, hidden_p2p = _pipeline_sends(arch, layout, comm, seq_len, e, quantile)
+    bubble = (p - 1) / v * (sf + sb)
     # ---- data parallelism after the flush ----
     stage_params = parts.trainable(n_slow, slow == 0, slow == p - 1)  # what reduces its gradients and steps
-    dp_group = c * d
-    dp_exposed = dp_hidden = dp_total = 0.0
-    # Routed experts reduce their gradients over the expert data-parallel group instead
-    # (tp x cp x dp / ep ranks; ep innermost, so g / ep of them share a node).
     expert_params = n_slow * parts.trainable_expert_params
-    edp = expert_dp(t, c, d, layout.ep)
-    groups: list[tuple[CommModel, float]] = []
-    sharded = dp_flavour in SHARDED_FLAVOURS
-    dcomm = comm.subgroup(dp_group, dp_ranks_per_node(g, t, c, p, d)) if dp_group > 1 else None
-    ecomm = comm.subgroup(edp, _even_ranks_per_node(_group_ranks_per_node(g, layout.ep * expert_tp(t, layout.ep), edp), edp)) \
-        if expert_params > 0 and edp > 1 else None
-    if sharded and (dcomm is not None or ecomm is not None):
-        # FSDP2: the routed experts gathered and reduced over the expert group when EP splits them
-        # (torchtitan's efsdp mesh), else with their block over CP x DP.
-        stage = FsdpStage(parts, n_slow, slow == 0, slow == p - 1, (blk_f, blk_b), tp_end)
-        dp_exposed, dp_hidden, dp_total = fsdp_stage_comm(stage, dcomm, dp_flavour, reduce_dtype, p, m, quantile,
-                                                          ecomm if layout.ep > 1 else None)
-    elif not sharded:
-        for gc, n_params in ((dcomm, stage_params), (ecomm, expert_params)):
-            if gc is not None:
-                groups.append((gc, n_params))
-    rs = ag = 0.0
-    for gcomm, n_params in groups:
-        if dp_flavour == ZERO1:
-            rs += float(gcomm.reduce_scatter_time_s(n_params * GRAD_BYTES, quantile))
-            ag += float(gcomm.all_gather_time_s(n_params * PARAM_BYTES, quantile))
-        else:
-            rs += float(gcomm.allreduce_time_s(n_params * GRAD_BYTES, quantile))
-    if groups:
-        # Overlapped: the reduction runs under the last micro-batch's backward, the gather under
-        # the next forward; a stack without the overlap (Megatron-DeepSpeed) waits for both.
-        dp_exposed = max(0.0, rs - sb) + max(0.0, ag - sf) if st.grad_overlap else rs + ag
-        dp_hidden = rs + ag - dp_exposed
-        dp_total = rs + ag
+    stage = FsdpStage(parts, n_slow, slow == 0, slow == p - 1, (blk_f, blk_b), tp_end)
+    dp_exposed, dp_hidden, dp_total = _dp_reduction(layout, settings, comm, stage, (stage_params, expert_params),
+                                                    (sf, sb))
     shard = state_shard(dp_flavour, g, t, c, p, d)
+    sharded = dp_flavour in SHARDED_FLAVOURS
     expert_shard = expert_shard_of(shard, t, layout.ep) if dp_flavour == ZERO1 or sharded else 1
     rates = kernel_rates(gpu, precision)
     optimizer = ((stage_params / shard + expert_params / expert_shard) * (MASTER_BYTES * 3 + 2 * ADAM_STATE_BYTES)
                  / rates.memory_bytes_per_s)
     overhead = load_compute_params().overhead_s
-    interf = (interference * dp_hidden + ep_interference(gpu, dispatcher, layout.ep) * ep_hidden * n_slow * m
+    interf = (comm.params.overlap_interference * dp_hidden + ep_interference(gpu, st.dispatcher, layout.ep) * ep_hidden * n_slow * m
               + p2p_interference(gpu) * (cp_hidden * n_slow * m + hidden_p2p)
               + tp_interference(comm, gpu, tp_overlap, dtensor) * tp_b_hidden * n_slow * m)
     seconds: dict[Phase, float] = {
@@ -313,3 +244,103 @@ def _step(arch: DecoderArch, layout: Layout, seq_len: int, settings: PlanSetting
               "ep": m * n_slow * (ep_f + ep_b + ep_hidden),
               "pp": pipe_p2p + hidden_p2p, "dp": dp_total}
     return Breakdown.of(LAYOUT_PHASES, seconds, sum(comm_s.values())), comm_s
+
+
+def _ep_exchange(arch: DecoderArch, layout: Layout, comm: CommModel, parts: BlockParts,
+                 settings: PlanSettings) -> tuple[float, float, float]:
+    """Expert parallelism's dispatch and combine all-to-alls in the EP group (innermost: up to a
+    node's GPUs over NVLink) per (average) block: forward and backward seconds exposed, and the
+    seconds hidden beside another micro-batch (srift/simulate/moe.py)."""
+    if not (layout.ep > 1 and parts.moe_fraction > 0):
+        return 0.0, 0.0, 0.0
+    ep_node = ep_ranks_per_node(layout.ep, comm.topology.gpus_per_node)
+    a2a = ep_exchange_s(arch, comm.subgroup(layout.ep, ep_node), layout.ep, ep_node, parts.dispatch_bytes,
+                        settings.quantile, settings.dispatcher)
+    ep_f = ep_b = 2.0 * a2a * parts.moe_fraction
+    ep_hidden = 0.0
+    if settings.ep_overlap:  # beside another micro-batch's forward or backward (Megatron's EP A2A overlap)
+        ep_hidden = min(ep_f + ep_b, parts.block_f_s + parts.block_b_s)
+        ep_f = ep_b = (ep_f + ep_b - ep_hidden) / 2.0
+    return ep_f, ep_b, ep_hidden
+
+
+def _stage_seconds(layers: list[int] | tuple[int, ...], parts: BlockParts, block_s: tuple[float, float], tp_end: float,
+                   settings: PlanSettings, gpu: str) -> tuple[list[float], list[float]]:
+    """Each pipeline stage's forward and backward seconds on one micro-batch: its blocks
+    (``block_s``, their exposed collectives and recompute in them), the embedding on the first
+    stage, the head and loss (once more per MTP layer) on the last."""
+    blk_f, blk_b = block_s
+    p = len(layers)
+    heads = 1 + settings.mtp_layers  # the last stage's final norm, head and loss, once more per MTP layer
+    stage_f, stage_b = [], []
+    accum_rate = kernel_rates(gpu, settings.precision).memory_bytes_per_s
+    for i, n in enumerate(layers):
+        f = n * blk_f + (parts.first_f_s + tp_end if i == 0 else 0.0) + (heads * (parts.last_f_s + tp_end) if i == p - 1 else 0.0)
+        b = n * blk_b + (parts.first_b_s + tp_end if i == 0 else 0.0) + (heads * (parts.last_b_s + tp_end) if i == p - 1 else 0.0)
+        # A stack that sums each micro-batch's gradients in a pass of its own: DeepSpeed's
+        # BF16_Optimizer under bf16 (fp16 runs its FP16_Optimizer, which accumulates in .grad).
+        if settings.precision == BF16:
+            b += settings.grad_accum_bytes * (parts.trainable(n, i == 0, i == p - 1) + n * parts.trainable_expert_params) / accum_rate
+        stage_f.append(f)
+        stage_b.append(b)
+    return stage_f, stage_b
+
+
+def _pipeline_sends(arch: DecoderArch, layout: Layout, comm: CommModel, seq_len: int, elem_bytes: float,
+                    quantile: float) -> tuple[float, float]:
+    """The pipeline's point-to-point sends of activations over a step: seconds exposed and seconds
+    hidden (interleaved schedules send beside compute; only the bubble's path waits)."""
+    t, p, c, v, m = layout.tp, layout.pp, layout.cp, layout.vp, layout.grad_accum
+    g = comm.topology.gpus_per_node
+    p2p = 0.0
+    if p > 1:
+        act_bytes = layout.micro_batch * seq_len // c * arch.hidden * elem_bytes / t
+        crossing = t * c * p > g  # the pipeline spans nodes: its slowest sends cross the network
+        pair = comm.subgroup(2, 1 if crossing else 2, net_share=(1.0 / g) if crossing else None)  # a rail, as CP's
+        p2p = float(pair.broadcast_time_s(act_bytes, quantile))
+    if layout.schedule == INTERLEAVED and p > 1 and v > 1:
+        return 2.0 * p2p * (p - 1), 2.0 * p2p * m * v  # only the bubble's path waits for the sends
+    return (2.0 * p2p * (m + p - 1) if p > 1 else 0.0), 0.0
+
+
+def _dp_reduction(layout: Layout, settings: PlanSettings, comm: CommModel, stage: FsdpStage,
+                  params: tuple[float, float], slot: tuple[float, float]) -> tuple[float, float, float]:
+    """The slowest stage's data-parallel gradient reduction (and ZeRO-1's parameter gather) after
+    the pipeline's flush: seconds exposed, hidden and in all. ``params`` are the stage's dense and
+    routed-expert trainable parameters, ``slot`` its forward and backward seconds on a micro-batch.
+    Routed experts reduce their gradients over the expert data-parallel group (tp x cp x dp / ep
+    ranks; ep innermost, so g / ep of them share a node)."""
+    st = settings
+    t, p, c, d, m = layout.tp, layout.pp, layout.cp, layout.dp, layout.grad_accum
+    g = comm.topology.gpus_per_node
+    stage_params, expert_params = params
+    sf, sb = slot
+    dp_group = c * d
+    edp = expert_dp(t, c, d, layout.ep)
+    groups: list[tuple[CommModel, float]] = []
+    sharded = st.dp_flavour in SHARDED_FLAVOURS
+    dcomm = comm.subgroup(dp_group, dp_ranks_per_node(g, t, c, p, d)) if dp_group > 1 else None
+    ecomm = comm.subgroup(edp, _even_ranks_per_node(_group_ranks_per_node(g, layout.ep * expert_tp(t, layout.ep), edp), edp)) \
+        if expert_params > 0 and edp > 1 else None
+    if sharded and (dcomm is not None or ecomm is not None):
+        # FSDP2: the routed experts gathered and reduced over the expert group when EP splits them
+        # (torchtitan's efsdp mesh), else with their block over CP x DP.
+        return fsdp_stage_comm(stage, dcomm, st.dp_flavour, st.reduce_dtype, p, m, st.quantile,
+                               ecomm if layout.ep > 1 else None)
+    if not sharded:
+        for gc, n_params in ((dcomm, stage_params), (ecomm, expert_params)):
+            if gc is not None:
+                groups.append((gc, n_params))
+    rs = ag = 0.0
+    for gcomm, n_params in groups:
+        if st.dp_flavour == ZERO1:
+            rs += float(gcomm.reduce_scatter_time_s(n_params * GRAD_BYTES, st.quantile))
+            ag += float(gcomm.all_gather_time_s(n_params * PARAM_BYTES, st.quantile))
+        else:
+            rs += float(gcomm.allreduce_time_s(n_params * GRAD_BYTES, st.quantile))
+    if not groups:
+        return 0.0, 0.0, 0.0
+    # Overlapped: the reduction runs under the last micro-batch's backward, the gather under
+    # the next forward; a stack without the overlap (Megatron-DeepSpeed) waits for both.
+    dp_exposed = max(0.0, rs - sb) + max(0.0, ag - sf) if st.grad_overlap else rs + ag
+    return dp_exposed, rs + ag - dp_exposed, rs + ag
