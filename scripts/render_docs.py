@@ -56,13 +56,14 @@ class Example:
     columns: int = 100
     keep: str = ""  # a regular expression: quote only the lines that match it (all when empty)
     start: str = ""  # a regular expression: quote standard output from the first line that matches it on
+    waits: bool = False  # waits out a timeout: `--check --skip-waiting` (the quick loop) leaves it to the full check
 
 
 EXAMPLES: dict[str, Example] = {
     "recommend-resnet50": Example(("recommend", "--model", "resnet50", "--budget", "20")),
     "predict-gpt2-million-tokens": Example(("predict", "--model", "gpt2", "--instance", "p3.2xlarge", "--seq-len", "1000000")),
-    "profile-timeout-no-step": Example(("profile", "docs/examples/forever.py", "--timeout", "30")),
-    "profile-timeout-stuck-loader": Example(("profile", "docs/examples/stuck.py", "--timeout", "30")),
+    "profile-timeout-no-step": Example(("profile", "docs/examples/forever.py", "--timeout", "30"), waits=True),
+    "profile-timeout-stuck-loader": Example(("profile", "docs/examples/stuck.py", "--timeout", "30"), waits=True),
     "skypilot-task-resnet50": Example(("predict", "--model", "resnet50", "--instance", "g5.12xlarge:3", "--skypilot", "-"),
                                       start=r"^name: "),
     "torchrun-efa-fallbacks": Example(("predict", "--model", "llama3-8b", "--instance", "p5.48xlarge:4", "--torchrun"),
@@ -163,7 +164,7 @@ def _block(indent: str, name: str, output: str) -> str:
     return "".join(f"{indent}{line}\n" if line else "\n" for line in lines)
 
 
-def stale(text: str, outputs: dict[str, str]) -> list[str]:
+def stale(text: str, outputs: dict[str, str | None]) -> list[str]:
     """What in ``text`` differs from its source: one line per marker."""
     found = [f"fig:{m['file']}#{m['path']} reads {m['value']!r}, the source says {_fig(m)!r}"
              for m in FIG.finditer(text) if m["value"] != _fig(m)]
@@ -171,14 +172,18 @@ def stale(text: str, outputs: dict[str, str]) -> list[str]:
     found += [f"api:{m['name']} differs from the code's signatures and docstrings" for m in API.finditer(text)
               if m["body"] != reference(m["name"])]
     found += [f"out:{m['name']} differs from a fresh run" for m in OUT.finditer(text)
-              if comparable(_unindented(m["body"], m["indent"])) != comparable(outputs[m["name"]])]
+              if outputs[m["name"]] is not None and comparable(_unindented(m["body"], m["indent"])) != comparable(outputs[m["name"]])]
     return found
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="report stale markers and exit 1 instead of writing")
+    parser.add_argument("--skip-waiting", action="store_true",
+                        help="with --check: leave out the outputs that wait out a timeout (the quick loop's check)")
     args = parser.parse_args(argv)
+    if args.skip_waiting and not args.check:
+        parser.error("--skip-waiting only goes with --check: a render writes every output")
     docs = {path: path.read_text(encoding="utf-8") for path in documents()}
     names = sorted({m["name"] for text in docs.values() for m in OUT.finditer(text)})
     unknown = [n for n in names if n not in EXAMPLES]
@@ -186,8 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown example(s) {', '.join(unknown)}: add them to EXAMPLES in {Path(__file__).name}", file=sys.stderr)
         return 2
     # All at once: each is a process of its own, and two wait out a 30 s `srift profile --timeout`.
-    with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
-        outputs = dict(zip(names, pool.map(run_example, names)))
+    run = [n for n in names if not (args.skip_waiting and EXAMPLES[n].waits)]
+    with ThreadPoolExecutor(max_workers=max(1, len(run))) as pool:
+        outputs: dict[str, str | None] = {n: None for n in names}
+        outputs.update(zip(run, pool.map(run_example, run)))
     problems = 0
     for path, text in docs.items():
         rel = path.relative_to(ROOT)
@@ -195,8 +202,11 @@ def main(argv: list[str] | None = None) -> int:
             for line in stale(text, outputs):
                 print(f"{rel}: {line}")
                 problems += 1
-        elif render(text, outputs) != text:
-            path.write_text(render(text, outputs), encoding="utf-8")
+        else:
+            rendered = render(text, {n: out for n, out in outputs.items() if out is not None})
+            if rendered == text:
+                continue
+            path.write_text(rendered, encoding="utf-8")
             print(f"wrote {rel}")
     return 1 if problems else 0
 
