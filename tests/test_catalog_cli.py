@@ -69,7 +69,10 @@ def test_refresh_offline_keeps_the_bundled_catalog_with_one_error(monkeypatch, c
     bundled = get_instance("g5.xlarge", "aws/us-west-2")
     monkeypatch.setattr(aws, "_urlopen", opener({}))
     monkeypatch.setattr("boto3.Session", lambda *a, **k: FakeSession())
+    waits: list[float] = []
+    monkeypatch.setattr("srift.catalog.fetch.time.sleep", waits.append)  # the waits are counted, not slept
     assert main(["catalog", "refresh"]) == 2
+    assert waits == [2.0, 8.0]  # tried three times, after RETRY_DELAYS_S, before giving up
     err = capsys.readouterr().err
     assert err.startswith("Error: could not reach the AWS price list region index") and "catalog in use is unchanged" in err
     assert err.count("\n") == 2 and "Traceback" not in err  # the Error line and its To fix line
