@@ -358,9 +358,9 @@ def _layout_counts(arch: DecoderArch, job: Job, predictor: Predictor, c: Constra
         if inst.gpu_name not in floors:
             floors[inst.gpu_name] = floor_of(inst)
         g, total = inst.gpu_count, nodes * inst.gpu_count
-        table = known.get(g, np.zeros(0, dtype=np.int8))
-        if len(table) <= total.max(initial=0):
-            table = known[g] = np.concatenate([table, np.full(int(total.max()) + 1 - len(table), -1, dtype=np.int8)])
+        table, top = known.get(g, np.zeros(0, dtype=np.int8)), int(total.max(initial=0))
+        if len(table) <= top:
+            table = known[g] = np.concatenate([table, np.full(top + 1 - len(table), -1, dtype=np.int8)])
         ok = total >= floors[inst.gpu_name]
         for n in total[ok & (table[total] < 0)].tolist():
             table[n] = has_layout(arch, n, g, seq, gb)

@@ -285,15 +285,19 @@ class CommModel:
         no calibration curve of the all-reduce is read (it measures another pattern).
         """
         if isinstance(size_bytes, (int, float)):  # one size: remembered, as ``_collective``'s
-            key = ("all_to_all", float(size_bytes), quantile, network_fraction)
-            found = self._scalars.get(key)
-            if found is None:
-                if len(self._scalars) >= MAX_SCALARS:
-                    self._scalars.clear()
-                found = self._scalars[key] = float(self._all_to_all(np.asarray(size_bytes, dtype=float), quantile,
-                                                                    network_fraction))
-            return found
+            return self._remembered(("all_to_all", float(size_bytes), quantile, network_fraction),
+                                    lambda: self._all_to_all(np.asarray(size_bytes, dtype=float), quantile, network_fraction))
         return self._all_to_all(np.asarray(size_bytes, dtype=float), quantile, network_fraction)
+
+    def _remembered(self, key: tuple[object, ...], seconds: Callable[[], float | np.ndarray]) -> float:
+        """``seconds()`` of one collective of one size, remembered under ``key`` (at most MAX_SCALARS
+        sizes; the memo starts again beyond)."""
+        found = self._scalars.get(key)
+        if found is None:
+            if len(self._scalars) >= MAX_SCALARS:
+                self._scalars.clear()
+            found = self._scalars[key] = float(seconds())
+        return found
 
     def _all_to_all(self, s: np.ndarray, quantile: float, network_fraction: float) -> float | np.ndarray:
         scalar = np.ndim(s) == 0
@@ -394,13 +398,8 @@ class CommModel:
         one size's seconds remembered (a layout search prices the same group's collectives of the
         same sizes for many candidates)."""
         if isinstance(size_bytes, (int, float)):
-            key = (kind, float(size_bytes), quantile)
-            found = self._scalars.get(key)
-            if found is None:
-                if len(self._scalars) >= MAX_SCALARS:
-                    self._scalars.clear()
-                found = self._scalars[key] = float(self._collective_of(size_bytes, quantile, model, calib_size_factor))
-            return found
+            return self._remembered((kind, float(size_bytes), quantile),
+                                    lambda: self._collective_of(size_bytes, quantile, model, calib_size_factor))
         return self._collective_of(size_bytes, quantile, model, calib_size_factor)
 
     def _collective_of(self, size_bytes: float | np.ndarray, quantile: float,
